@@ -1,0 +1,44 @@
+"""The exception classes of gatetrace.
+
+Every error a user can cause derives from `GatetraceError`; the CLI turns it into one
+line on stderr and exit code 2. They live here, in the TensorFlow-free half of the
+project, so that `recorders` and `tracer` share them.
+"""
+
+__all__ = [
+    "GatetraceError",
+    "ModelFormatError",
+    "NoCellFoundError",
+    "GraphPatternError",
+    "FeedError",
+    "OutputExistsError",
+    "RecordingError",
+]
+
+
+class GatetraceError(Exception):
+    """Base class: a problem with the user's input, model or output location."""
+
+
+class ModelFormatError(GatetraceError):
+    """The model path is missing or in no format gatetrace reads."""
+
+
+class NoCellFoundError(GatetraceError):
+    """The graph holds no RNN cell gatetrace recognises."""
+
+
+class GraphPatternError(GatetraceError):
+    """A cell was found but part of its structure is not what its TensorFlow class builds."""
+
+
+class FeedError(GatetraceError):
+    """A feed names no placeholder, or its value does not fit the placeholder."""
+
+
+class OutputExistsError(GatetraceError):
+    """The output location exists and is not empty, and overwriting was not asked for."""
+
+
+class RecordingError(GatetraceError):
+    """Writing a recording failed; nothing that looks complete was left behind."""

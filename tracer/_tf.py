@@ -1,0 +1,18 @@
+"""The one place gatetrace imports TensorFlow.
+
+`tf.compat.v1.nn.rnn_cell.*` lives in tf-keras and is only reachable when
+`TF_USE_LEGACY_KERAS=1` is set before TensorFlow is first imported, so every module
+of `tracer` takes `tf` from here. Graph building and loading happen inside explicit
+`tf.Graph` contexts, so eager execution is left as the user has it.
+"""
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+v1 = tf.compat.v1
+
+__all__ = ["tf", "v1"]

@@ -1,0 +1,128 @@
+"""One spec per RNN cell type: gate labels and order, where the nonlinearity sits, weight layout.
+
+A spec describes what TensorFlow's `tf.compat.v1.nn.rnn_cell` classes build, so that the
+graph walker (`tracer.graph`), the weight slicer (`tracer.weights`) and the numpy
+reference (`tracer.reference`) all read the layout from one place. It holds no
+TensorFlow objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CellSpec",
+    "GateWeights",
+    "BASIC_LSTM",
+    "LSTM",
+    "GRU",
+    "BASIC_RNN",
+    "SPECS",
+    "spec_for",
+]
+
+
+@dataclass(frozen=True)
+class GateWeights:
+    """Where one gate's weights sit: column block `block` of `blocks` in kernel `kernel`.
+
+    The kernel's first `input_size` rows act on the input, the remaining rows on the
+    recurrent state (or, for the GRU candidate, on `r * h_prev`).
+    """
+
+    kernel: str
+    bias: str
+    block: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """What one RNN cell class computes, as far as gatetrace needs to know.
+
+    kind:                 the TensorFlow class name.
+    gates:                gate labels, in the order of the kernel's column blocks.
+    gate_names:           what each label means.
+    sigmoid_before_split: True when the graph applies the gate sigmoid to the whole
+                          `[batch, blocks * units]` matrix before splitting it (GRUCell);
+                          False when it splits the preactivations first (LSTM cells).
+    states:               the state tensors recorded per step (`c` cell state, `h` output).
+    weights:              per gate, the kernel and bias it reads and its column block.
+    kernel_suffix:        what follows the cell's name in its main kernel's variable name.
+    """
+
+    kind: str
+    gates: tuple[str, ...]
+    gate_names: tuple[str, ...]
+    sigmoid_before_split: bool
+    states: tuple[str, ...]
+    weights: tuple[GateWeights, ...]
+    kernel_suffix: str
+
+    @property
+    def is_lstm(self) -> bool:
+        return self.states == ("c", "h")
+
+
+# i = input_gate, j = new_input, f = forget_gate, o = output_gate: the order of
+# `i, j, f, o = array_ops.split(value=gate_inputs, num_or_size_splits=4, axis=1)`.
+_LSTM_GATES = ("i", "j", "f", "o")
+_LSTM_NAMES = ("input gate", "new input", "forget gate", "output gate")
+_LSTM_WEIGHTS = tuple(GateWeights("kernel", "bias", k, 4) for k in range(4))
+
+BASIC_LSTM = CellSpec(
+    kind="BasicLSTMCell",
+    gates=_LSTM_GATES,
+    gate_names=_LSTM_NAMES,
+    sigmoid_before_split=False,
+    states=("c", "h"),
+    weights=_LSTM_WEIGHTS,
+    kernel_suffix="/kernel",
+)
+
+LSTM = CellSpec(
+    kind="LSTMCell",
+    gates=_LSTM_GATES,
+    gate_names=_LSTM_NAMES,
+    sigmoid_before_split=False,
+    states=("c", "h"),
+    weights=_LSTM_WEIGHTS,
+    kernel_suffix="/kernel",
+)
+
+# r = reset gate, u = update gate: `value = sigmoid(gate_inputs); r, u = split(value, 2)`;
+# c = candidate: `activation(concat([x, r * h_prev]) @ candidate_kernel + candidate_bias)`.
+GRU = CellSpec(
+    kind="GRUCell",
+    gates=("r", "u", "c"),
+    gate_names=("reset gate", "update gate", "candidate"),
+    sigmoid_before_split=True,
+    states=("h",),
+    weights=(
+        GateWeights("kernel", "bias", 0, 2),
+        GateWeights("kernel", "bias", 1, 2),
+        GateWeights("candidate_kernel", "candidate_bias", 0, 1),
+    ),
+    kernel_suffix="/gates/kernel",
+)
+
+# h = activation(concat([x, h_prev]) @ kernel + bias): the single "gate" is the new state.
+BASIC_RNN = CellSpec(
+    kind="BasicRNNCell",
+    gates=("h",),
+    gate_names=("new state",),
+    sigmoid_before_split=False,
+    states=("h",),
+    weights=(GateWeights("kernel", "bias", 0, 1),),
+    kernel_suffix="/kernel",
+)
+
+SPECS: dict[str, CellSpec] = {s.kind: s for s in (BASIC_LSTM, LSTM, GRU, BASIC_RNN)}
+
+
+def spec_for(kind: str) -> CellSpec:
+    """The spec of a TensorFlow cell class name, e.g. `spec_for("GRUCell")`."""
+    try:
+        return SPECS[kind]
+    except KeyError:
+        raise ValueError(f"unknown cell kind {kind!r}: expected one of {sorted(SPECS)}") from None

@@ -1,0 +1,579 @@
+"""The graph walker: find every RNN cell in an unrolled TF1 graph, by following edges.
+
+Every cell class in `tf.compat.v1.nn.rnn_cell` starts a step the same way:
+`MatMul(ConcatV2([inputs, h_prev]), kernel)` then `BiasAdd(..., bias)`. What follows
+tells the kind apart:
+
+    BasicLSTMCell, LSTMCell   BiasAdd -> Split(4) -> i, j, f, o preactivations
+    GRUCell                   BiasAdd -> Sigmoid -> Split(2) -> r, u activations
+    BasicRNNCell              BiasAdd -> activation -> h
+
+The walker finds those patterns, groups the steps of one cell by the kernel variable
+they read (variable scopes and op scopes differ, so names are never guessed), orders
+them along the recurrence, and maps each step to the input position it read, so that
+the backward half of a bidirectional RNN lines up with the forward half.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from recorders.errors import GraphPatternError, NoCellFoundError
+from tracer._tf import tf
+from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec
+
+__all__ = ["Step", "Cell", "find_cells"]
+
+# Ops that hold weights, and ops that only pass a value through on its way from them.
+_WEIGHT_SOURCES = {"VarHandleOp", "VariableV2", "Variable", "Const"}
+_PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot"}
+_ADDS = {"Add", "AddV2"}
+# TensorFlow op type of a cell's `activation` -> the name gatetrace records.
+ACTIVATIONS = {
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softsign": "softsign",
+    "Softplus": "softplus",
+    "Identity": "linear",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One application of a cell: the tensors of one timestep.
+
+    position:      the input position this step read (for a backward RNN, the reverse
+                   of the order in which the graph computed it).
+    gate_op:       the op holding the gates: `.../split_k` for LSTM and GRU cells, the
+                   `BiasAdd` for BasicRNNCell.
+    preactivation: tensors whose concatenation along axis 1 is `[gate_0 | gate_1 | ...]`,
+                   each gate `units` wide, in the spec's gate order.
+    activation:    the same for the gate values the cell used.
+    states:        one tensor per `spec.states` (`c`, `h`) after this step.
+    input:         the input `x` the cell read.
+    previous:      the states the cell read, one per `spec.states`.
+    """
+
+    position: int
+    gate_op: str
+    preactivation: tuple[str, ...]
+    activation: tuple[str, ...]
+    states: tuple[str, ...]
+    input: str
+    previous: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One RNN cell found in a graph, with all its steps ordered by input position.
+
+    name is the scope holding the cell's weights: the kernel's variable name without
+    `/kernel` (`/gates/kernel` for GRUCell). `weights` maps a role (`kernel`, `bias`,
+    `candidate_kernel`, `candidate_bias`, `w_i_diag`, `w_f_diag`, `w_o_diag`,
+    `projection`) to the tensor the cell reads it from; `variables` maps the same roles
+    to the variable (or, in a frozen graph, Const) names.
+    """
+
+    name: str
+    spec: CellSpec
+    units: int
+    input_size: int
+    output_size: int
+    activation: str
+    forget_bias: float | None
+    cell_clip: float | None
+    proj_clip: float | None
+    weights: Mapping[str, str]
+    variables: Mapping[str, str]
+    steps: tuple[Step, ...]
+    backward: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return self.spec.gates
+
+    @property
+    def num_proj(self) -> int | None:
+        return self.output_size if "projection" in self.weights else None
+
+    def describe(self) -> dict:
+        """A JSON-ready description, as `inspect --json` and the manifest show it."""
+        first, last = self.steps[0], self.steps[-1]
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "units": self.units,
+            "input_size": self.input_size,
+            "output_size": self.output_size,
+            "num_proj": self.num_proj,
+            "steps": len(self.steps),
+            "gates": list(self.gates),
+            "states": list(self.spec.states),
+            "forget_bias": self.forget_bias,
+            "activation": self.activation,
+            "cell_clip": self.cell_clip,
+            "proj_clip": self.proj_clip,
+            "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),
+            "direction": "backward" if self.backward else "forward",
+            "variables": dict(self.variables),
+            "first_step": _describe_step(self, first),
+            "last_step": _describe_step(self, last),
+        }
+
+
+def _describe_step(cell: Cell, step: Step) -> dict:
+    if cell.spec.is_lstm:
+        # The four outputs of the step's Split op are the four gates' preactivations.
+        gate_tensors = [f"{step.gate_op}:{k}" for k in range(4)]
+    else:
+        gate_tensors = list(step.preactivation)
+    return {
+        "position": step.position,
+        "gate_op": step.gate_op,
+        "gate_tensors": gate_tensors,
+        "activation_tensors": list(step.activation),
+        "state_tensors": list(step.states),
+    }
+
+
+# ----------------------------------------------------------------------------------
+# Small edge-following helpers.
+
+
+def _source(t: tf.Tensor) -> tf.Operation | None:
+    """The variable or Const a tensor is read from, through Identity/ReadVariableOp."""
+    op = t.op
+    while op.type in _PASS_THROUGH and op.inputs:
+        op = op.inputs[0].op
+    return op if op.type in _WEIGHT_SOURCES else None
+
+
+def _const_scalar(t: tf.Tensor) -> float | None:
+    op = t.op
+    while op.type in _PASS_THROUGH and op.inputs:
+        op = op.inputs[0].op
+    if op.type != "Const":
+        return None
+    value = tf.make_ndarray(op.get_attr("value"))
+    if value.size != 1:
+        return None
+    # The shortest decimal that round-trips the stored float32 (0.3, not 0.30000001192...).
+    return float(np.format_float_positional(value.reshape(()), unique=True, trim="-"))
+
+
+def _other(op: tf.Operation, t: tf.Tensor) -> tf.Tensor:
+    """The other operand of a binary op that reads `t`."""
+    a, b = op.inputs[0], op.inputs[1]
+    return b if a.name == t.name else a
+
+
+def _consumers(t: tf.Tensor, types: Iterable[str]) -> list[tf.Operation]:
+    types = set(types)
+    return [c for c in t.consumers() if c.type in types]
+
+
+def _only(ops: list[tf.Operation], what: str, near: tf.Operation) -> tf.Operation:
+    if len(ops) != 1:
+        found = ", ".join(o.name for o in ops) or "nothing"
+        raise GraphPatternError(
+            f"unexpected structure after {near.name}: expected one {what}, found {found}; "
+            "the cell may be a modified copy of a TensorFlow RNN cell, which gatetrace does not read"
+        )
+    return ops[0]
+
+
+def _chain_to_sigmoid(t: tf.Tensor) -> tuple[tf.Operation, list[tf.Tensor]]:
+    """Follow `t` through additions to the Sigmoid it ends in; return it and the addends."""
+    addends = []
+    while True:
+        sig = _consumers(t, {"Sigmoid"})
+        if sig:
+            return sig[0], addends
+        add = _only(_consumers(t, _ADDS), "Add or Sigmoid", t.op)
+        addends.append(_other(add, t))
+        t = add.outputs[0]
+
+
+def _clip(t: tf.Tensor) -> tuple[tf.Tensor, float | None]:
+    """If `t` goes through `clip_by_value(t, -v, v)` (Minimum, then Maximum), its output and v."""
+    for lo in _consumers(t, {"Minimum"}):
+        hi = _const_scalar(_other(lo, t))
+        for mx in _consumers(lo.outputs[0], {"Maximum"}):
+            if hi is not None and _const_scalar(_other(mx, lo.outputs[0])) is not None:
+                return mx.outputs[0], hi
+    return t, None
+
+
+def _activation_name(op: tf.Operation) -> str:
+    try:
+        return ACTIVATIONS[op.type]
+    except KeyError:
+        raise GraphPatternError(
+            f"{op.name}: the cell's activation is a {op.type} op; gatetrace knows "
+            f"{', '.join(sorted(ACTIVATIONS))}"
+        ) from None
+
+
+# ----------------------------------------------------------------------------------
+# One application (one step) of a cell, as found in the graph.
+
+
+@dataclass
+class _App:
+    spec: CellSpec
+    kernel: tf.Operation  # the main kernel's variable or Const
+    gate_op: tf.Operation
+    preactivation: tuple[tf.Tensor, ...]
+    activation: tuple[tf.Tensor, ...]
+    states: tuple[tf.Tensor, ...]
+    input: tf.Tensor
+    previous: tuple[tf.Tensor, ...]
+    weights: dict[str, tf.Tensor]
+    activation_name: str
+    forget_bias: float | None = None
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    claimed: tuple[str, ...] = field(default=())  # the kernel MatMuls this step owns
+
+
+def _kernel_step(bias_add: tf.Operation) -> tuple[tf.Operation, tf.Operation, tf.Operation] | None:
+    """(MatMul, ConcatV2, kernel source) if `bias_add` is `BiasAdd(MatMul(concat, W), b)`."""
+    if bias_add.type != "BiasAdd" or _source(bias_add.inputs[1]) is None:
+        return None
+    matmul = bias_add.inputs[0].op
+    if matmul.type != "MatMul" or matmul.get_attr("transpose_a") or matmul.get_attr("transpose_b"):
+        return None
+    kernel = _source(matmul.inputs[1])
+    concat = matmul.inputs[0].op
+    if kernel is None or concat.type != "ConcatV2" or len(concat.inputs) != 3:
+        return None
+    return matmul, concat, kernel
+
+
+def _lstm_app(split: tf.Operation) -> _App | None:
+    bias_add = split.inputs[1].op
+    found = _kernel_step(bias_add)
+    if found is None:
+        return None
+    _, concat, kernel = found
+    i, j, f, o = split.outputs  # i = input_gate, j = new_input, f = forget_gate, o = output_gate
+
+    weights = {"kernel": found[0].inputs[1], "bias": bias_add.inputs[1]}
+    sig_i, i_terms = _chain_to_sigmoid(i)
+    sig_f, f_terms = _chain_to_sigmoid(f)
+    sig_o, o_terms = _chain_to_sigmoid(o)
+    act_j = _only(list(j.consumers()), "activation of j", split)
+
+    forget_bias = None
+    for term in f_terms:
+        value = _const_scalar(term)
+        if value is not None:
+            forget_bias = value
+    # Peephole terms are `w_diag * c`: a Mul with one operand read from a variable.
+    for role, terms in (("w_i_diag", i_terms), ("w_f_diag", f_terms), ("w_o_diag", o_terms)):
+        for term in terms:
+            if term.op.type == "Mul":
+                for operand in term.op.inputs:
+                    if _source(operand) is not None:
+                        weights[role] = operand
+
+    forget_mul = _only(_consumers(sig_f.outputs[0], {"Mul"}), "Mul of the forget gate", sig_f)
+    c_prev = _other(forget_mul, sig_f.outputs[0])
+    input_mul = _only(_consumers(sig_i.outputs[0], {"Mul"}), "Mul of the input gate", sig_i)
+    c_raw = _only(_consumers(input_mul.outputs[0], _ADDS), "Add forming the cell state", input_mul)
+    c, cell_clip = _clip(c_raw.outputs[0])
+
+    m = _only(_consumers(sig_o.outputs[0], {"Mul"}), "Mul of the output gate", sig_o).outputs[0]
+    h, proj_clip = m, None
+    for proj in _consumers(m, {"MatMul"}):
+        if proj.inputs[0].name == m.name and _source(proj.inputs[1]) is not None:
+            weights["projection"] = proj.inputs[1]
+            h, proj_clip = _clip(proj.outputs[0])
+
+    # BasicLSTMCell writes `multiply(c, sigmoid(f + forget_bias))`; LSTMCell writes
+    # `sigmoid(f + forget_bias) * c_prev`. Peepholes, clipping and projection are LSTMCell's.
+    basic = forget_mul.inputs[1].name == sig_f.outputs[0].name
+    lstm_only = len(weights) > 2 or cell_clip is not None
+    return _App(
+        spec=LSTM if (lstm_only or not basic) else BASIC_LSTM,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=(bias_add.outputs[0],),
+        activation=(sig_i.outputs[0], act_j.outputs[0], sig_f.outputs[0], sig_o.outputs[0]),
+        states=(c, h),
+        input=concat.inputs[0],
+        previous=(c_prev, concat.inputs[1]),
+        weights=weights,
+        activation_name=_activation_name(act_j),
+        forget_bias=forget_bias,
+        cell_clip=cell_clip,
+        proj_clip=proj_clip,
+        claimed=(found[0].name,),
+    )
+
+
+def _gru_app(split: tf.Operation) -> _App | None:
+    sigmoid = split.inputs[1].op
+    if sigmoid.type != "Sigmoid":
+        return None
+    bias_add = sigmoid.inputs[0].op
+    found = _kernel_step(bias_add)
+    if found is None:
+        return None
+    _, concat, kernel = found
+    r, u = split.outputs  # r = reset gate, u = update gate
+    r_state = _only(_consumers(r, {"Mul"}), "Mul of the reset gate", split)
+    cand_concat = _only(_consumers(r_state.outputs[0], {"ConcatV2"}), "ConcatV2 of the candidate", r_state)
+    cand_matmul = _only(_consumers(cand_concat.outputs[0], {"MatMul"}), "MatMul of the candidate", cand_concat)
+    cand_bias_add = _only(_consumers(cand_matmul.outputs[0], {"BiasAdd"}), "BiasAdd of the candidate", cand_matmul)
+    if _kernel_step(cand_bias_add) is None:
+        return None
+    act = _only(list(cand_bias_add.outputs[0].consumers()), "activation of the candidate", cand_bias_add)
+    mix = _only(_consumers(act.outputs[0], {"Mul"}), "Mul of (1 - u) and the candidate", act)
+    new_h = _only(_consumers(mix.outputs[0], _ADDS), "Add forming the new state", mix)
+    return _App(
+        spec=GRU,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=(bias_add.outputs[0], cand_bias_add.outputs[0]),
+        activation=(sigmoid.outputs[0], act.outputs[0]),
+        states=(new_h.outputs[0],),
+        input=concat.inputs[0],
+        previous=(concat.inputs[1],),
+        weights={
+            "kernel": found[0].inputs[1],
+            "bias": bias_add.inputs[1],
+            "candidate_kernel": cand_matmul.inputs[1],
+            "candidate_bias": cand_bias_add.inputs[1],
+        },
+        activation_name=_activation_name(act),
+        claimed=(found[0].name, cand_matmul.name),
+    )
+
+
+def _rnn_app(bias_add: tf.Operation) -> _App | None:
+    found = _kernel_step(bias_add)
+    consumers = bias_add.outputs[0].consumers()
+    if found is None or len(consumers) != 1 or consumers[0].type not in ACTIVATIONS:
+        return None
+    matmul, concat, kernel = found
+    units = matmul.inputs[1].shape[-1]
+    state_width = concat.inputs[1].shape[-1]
+    if units is None or state_width != units:
+        return None
+    act = consumers[0]
+    return _App(
+        spec=BASIC_RNN,
+        kernel=kernel,
+        gate_op=bias_add,
+        preactivation=(bias_add.outputs[0],),
+        activation=(act.outputs[0],),
+        states=(act.outputs[0],),
+        input=concat.inputs[0],
+        previous=(concat.inputs[1],),
+        weights={"kernel": matmul.inputs[1], "bias": bias_add.inputs[1]},
+        activation_name=_activation_name(act),
+    )
+
+
+# ----------------------------------------------------------------------------------
+# The walk.
+
+
+def _topological_index(graph: tf.Graph) -> dict[str, int]:
+    """Each op's index in a topological order of the graph (Kahn's algorithm)."""
+    ops = graph.get_operations()
+    pending = {op.name: len(op.inputs) + len(op.control_inputs) for op in ops}
+    users: dict[str, list[str]] = {op.name: [] for op in ops}
+    for op in ops:
+        for t in op.inputs:
+            users[t.op.name].append(op.name)
+        for c in op.control_inputs:
+            users[c.name].append(op.name)
+    ready = deque(name for name, n in pending.items() if n == 0)
+    index: dict[str, int] = {}
+    while ready:
+        name = ready.popleft()
+        index[name] = len(index)
+        for user in users[name]:
+            pending[user] -= 1
+            if pending[user] == 0:
+                ready.append(user)
+    return index
+
+
+def _find_apps(graph: tf.Graph) -> list[_App]:
+    apps: list[_App] = []
+    claimed: set[str] = set()
+    for op in graph.get_operations():
+        if op.type != "Split":
+            continue
+        n = op.get_attr("num_split")
+        app = _lstm_app(op) if n == 4 else _gru_app(op) if n == 2 else None
+        if app is not None:
+            apps.append(app)
+            claimed.update(app.claimed)
+    for op in graph.get_operations():
+        if op.type == "BiasAdd" and op.inputs[0].op.name not in claimed:
+            app = _rnn_app(op)
+            if app is not None:
+                apps.append(app)
+    return apps
+
+
+def _cell_name(kernel: tf.Operation, spec: CellSpec) -> str:
+    name = kernel.name
+    for suffix in (spec.kernel_suffix, "/kernel"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _input_position(
+    t: tf.Tensor,
+    owners: Mapping[str, tuple[str, int]],
+    position_of: Callable[[str, int], int | None],
+    gate_ops: set[str],
+    limit: int = 256,
+) -> int | None:
+    """The sequence position an input tensor comes from, searching back along edges.
+
+    It stops at the nearest tensor that is either the output of another cell's step
+    (a stacked layer: same position as that step) or one output of an Unpack/Split
+    (`tf.unstack(x, axis=1)`: the output's index).
+    """
+    queue, seen = deque([t]), set()
+    while queue and len(seen) < limit:
+        t = queue.popleft()
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        if t.name in owners:
+            return position_of(*owners[t.name])
+        if t.op.type in ("Unpack", "Split", "SplitV") and t.op.name not in gate_ops:
+            return t.value_index
+        queue.extend(t.op.inputs)
+    return None
+
+
+def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
+    first = apps[0]
+    for app in apps[1:]:
+        if app.spec is not first.spec or app.activation_name != first.activation_name:
+            raise GraphPatternError(
+                f"cell {name}: its steps differ ({first.gate_op.name} is a {first.spec.kind} "
+                f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
+                f"{app.activation_name}); expected one cell class applied at every step"
+            )
+    kernel_shape = first.weights["kernel"].shape.as_list()
+    blocks = first.spec.weights[0].blocks
+    units = kernel_shape[1] // blocks
+    output_size = units
+    if "projection" in first.weights:
+        output_size = first.weights["projection"].shape.as_list()[1]
+    steps = [
+        Step(
+            position=pos,
+            gate_op=app.gate_op.name,
+            preactivation=tuple(t.name for t in app.preactivation),
+            activation=tuple(t.name for t in app.activation),
+            states=tuple(t.name for t in app.states),
+            input=app.input.name,
+            previous=tuple(t.name for t in app.previous),
+        )
+        for pos, app in zip(positions, apps)
+    ]
+    steps.sort(key=lambda s: s.position)
+    variables = {role: _source(t).name for role, t in first.weights.items()}
+    return Cell(
+        name=name,
+        spec=first.spec,
+        units=units,
+        input_size=kernel_shape[0] - output_size,
+        output_size=output_size,
+        activation=first.activation_name,
+        forget_bias=first.forget_bias,
+        cell_clip=first.cell_clip,
+        proj_clip=first.proj_clip,
+        weights={role: t.name for role, t in first.weights.items()},
+        variables=variables,
+        steps=tuple(steps),
+        backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
+    )
+
+
+def _nearby_ops(graph: tf.Graph, n: int = 5) -> str:
+    interesting = {"MatMul", "Split", "BiasAdd", "While", "StatelessWhile", "Sigmoid", "Tanh"}
+    ops = graph.get_operations()
+    names = [op.name for op in ops if op.type in interesting][:n] or [op.name for op in ops][:n]
+    return ", ".join(names) if names else "(the graph is empty)"
+
+
+def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
+    """Every RNN cell applied in `graph`, ordered by name.
+
+    Raises NoCellFoundError (naming `source` and a few nearby ops) when there is none.
+    """
+    apps = _find_apps(graph)
+    if not apps:
+        loops = [op.name for op in graph.get_operations() if op.type in ("While", "StatelessWhile", "Enter")]
+        hint = ""
+        if loops:
+            hint = (
+                f"; the graph runs a while loop ({loops[0]}): cells inside dynamic_rnn "
+                "loops are not unrolled, build the model with static_rnn to record it"
+            )
+        raise NoCellFoundError(
+            f"no RNN cell found in {source}: looked for Split ops fed by a kernel MatMul "
+            f"(LSTM and GRU cells) and MatMul-BiasAdd-activation steps on concat([inputs, state]) "
+            f"(BasicRNNCell); nearest ops: {_nearby_ops(graph)}{hint}"
+        )
+
+    order = _topological_index(graph)
+    by_kernel: dict[str, list[_App]] = {}
+    for app in apps:
+        by_kernel.setdefault(app.kernel.name, []).append(app)
+    for group in by_kernel.values():
+        group.sort(key=lambda a: order.get(a.gate_op.name, 0))
+    names = {k: _cell_name(g[0].kernel, g[0].spec) for k, g in by_kernel.items()}
+
+    # The output of every step, so that a stacked layer finds the step it reads.
+    owners = {}
+    for k, group in by_kernel.items():
+        for idx, app in enumerate(group):
+            owners[app.states[-1].name] = (k, idx)
+    gate_ops = {app.gate_op.name for app in apps}
+    positions: dict[str, list[int]] = {}
+    in_progress: set[str] = set()
+
+    def position_of(kernel: str, idx: int) -> int | None:
+        if kernel not in positions:
+            if kernel in in_progress:
+                return None
+            in_progress.add(kernel)
+            group = by_kernel[kernel]
+            found = [_input_position(a.input, owners, position_of, gate_ops) for a in group]
+            in_order = list(range(len(group)))
+            # Trust the traced positions only when they are a permutation of the steps.
+            positions[kernel] = found if sorted(p for p in found if p is not None) == in_order and None not in found else in_order
+            in_progress.discard(kernel)
+        return positions[kernel][idx]
+
+    cells = []
+    for k, group in by_kernel.items():
+        position_of(k, 0)
+        cells.append(_build_cell(names[k], group, positions[k]))
+    cells.sort(key=lambda c: c.name)
+    return cells
