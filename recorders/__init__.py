@@ -4,6 +4,8 @@ This package never imports TensorFlow: it takes numpy arrays and plain descripti
 so reading and writing recordings costs only numpy, pandas and pyarrow.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from recorders.errors import (
     FeedError,
     GatetraceError,
@@ -13,10 +15,16 @@ from recorders.errors import (
     OutputExistsError,
     RecordingError,
 )
+from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, write_weights
 from recorders.long import gate_columns, gate_frame, key_columns, state_columns, weight_columns
 
+try:
+    __version__ = version("gatetrace")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0+unknown"
 
 __all__ = [
+    "__version__",
     "GatetraceError",
     "ModelFormatError",
     "NoCellFoundError",
@@ -29,7 +37,8 @@ __all__ = [
     "gate_frame",
     "state_columns",
     "weight_columns",
-
-
-
+    "METADATA_KEY",
+    "RecordingWriter",
+    "partition_dir",
+    "write_weights",
 ]

@@ -1,0 +1,140 @@
+"""Feeds: what the user gives the model's placeholders, checked before anything runs.
+
+`parse_feed_args` reads the CLI's `NAME=FILE.npy` and `NAME=VALUE` arguments;
+`resolve_feeds` maps feed names (with or without `:0`) to the graph's placeholders and
+checks every shape and dtype, and that every placeholder the fetches need is fed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from recorders.errors import FeedError
+from tracer._tf import tf
+
+__all__ = ["parse_feed_args", "resolve_feeds", "batch_size"]
+
+_PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
+
+
+def _parse_scalar(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return np.bool_(low == "true")
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return None
+
+
+def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
+    """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`."""
+    feeds: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
+        if value.endswith(".npy"):
+            path = Path(value)
+            if not path.is_file():
+                raise FeedError(f"feed {name}: no such file {value}")
+            try:
+                feeds[name] = np.load(path, allow_pickle=False)
+            except Exception as err:
+                raise FeedError(f"feed {name}: cannot read {value} as a .npy array: {err}") from err
+        else:
+            scalar = _parse_scalar(value)
+            if scalar is None:
+                raise FeedError(f"feed {name}={value}: {value!r} is neither a .npy file nor a number or true/false")
+            feeds[name] = scalar
+    return feeds
+
+
+def _placeholders(graph: tf.Graph) -> str:
+    names = [op.name for op in graph.get_operations() if op.type in _PLACEHOLDERS]
+    return ", ".join(names[:10]) if names else "(none)"
+
+
+def _shape(shape: tf.TensorShape) -> str:
+    if shape.rank is None:
+        return "any shape"
+    return "[" + ", ".join("None" if d is None else str(d) for d in shape.as_list()) + "]"
+
+
+def _placeholder(graph: tf.Graph, name: str) -> tf.Tensor:
+    tensor_name = name if ":" in name else name + ":0"
+    try:
+        tensor = graph.get_tensor_by_name(tensor_name)
+    except (KeyError, ValueError):
+        raise FeedError(f"unknown feed {name!r}: the graph has no tensor {tensor_name}; its placeholders are {_placeholders(graph)}") from None
+    if tensor.op.type not in _PLACEHOLDERS:
+        raise FeedError(
+            f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, not a placeholder; "
+            f"its placeholders are {_placeholders(graph)}"
+        )
+    return tensor
+
+
+def _convert(name: str, tensor: tf.Tensor, value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    want = tensor.dtype.as_numpy_dtype
+    if array.dtype != want and not np.can_cast(array.dtype, want, casting="same_kind"):
+        raise FeedError(
+            f"feed {name}: placeholder {tensor.name} expects {tensor.dtype.name}, given {array.dtype}; "
+            f"convert the array to {tensor.dtype.name}"
+        )
+    if not tensor.shape.is_compatible_with(array.shape):
+        raise FeedError(
+            f"feed {name}: placeholder {tensor.name} expects shape {_shape(tensor.shape)}, "
+            f"given {list(array.shape)}"
+        )
+    return array.astype(want, copy=False)
+
+
+def _unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
+    """Placeholders without a default that the fetches depend on and that are not fed."""
+    queue = deque(t.op for t in fetches)
+    seen: set[str] = set()
+    missing = []
+    while queue:
+        op = queue.popleft()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "Placeholder" and op.outputs[0].name not in fed:
+            missing.append(op)
+        queue.extend(t.op for t in op.inputs if t.name not in fed)
+        queue.extend(op.control_inputs)
+    return missing
+
+
+def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = ()) -> dict[tf.Tensor, np.ndarray]:
+    """A checked feed dict for `Session.run`; raises FeedError naming what does not fit."""
+    feed_dict = {}
+    for name, value in feeds.items():
+        tensor = _placeholder(graph, name)
+        feed_dict[tensor] = _convert(name, tensor, value)
+    missing = _unfed_placeholders(fetches, {t.name for t in feed_dict})
+    if missing:
+        op = missing[0]
+        t = op.outputs[0]
+        raise FeedError(
+            f"placeholder {op.name} ({t.dtype.name}, shape {_shape(t.shape)}) must be fed: "
+            f"add --feed {op.name}=FILE.npy"
+        )
+    return feed_dict
+
+
+def batch_size(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
+    """The number of sequences in the feeds: the first dimension shared by the array feeds."""
+    sizes = {t.name: v.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{n} has {s}" for n, s in sizes.items())
+        raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
+    return next(iter(sizes.values()), None)

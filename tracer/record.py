@@ -1,0 +1,76 @@
+"""The main job: from a loaded model and its feeds to a finished recording folder.
+
+`trace` fetches every gate of every cell for one batch and returns numpy arrays;
+`record` does the same and writes the gates, states and weights tables with a
+manifest (see `recorders.parquet` for the layout).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from recorders import RecordingWriter, __version__
+from tracer.feeds import batch_size, resolve_feeds
+from tracer.fetch import FetchPlan, Trace
+from tracer.graph import Cell, find_cells
+from tracer.model import Model
+from tracer.weights import read_weights, weights_columns
+
+__all__ = ["trace", "record", "describe"]
+
+
+def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None):
+    cells = list(cells) if cells is not None else find_cells(model.graph, model.source)
+    plan = FetchPlan(model.graph, cells)
+    feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
+    return cells, plan, feed_dict
+
+
+def trace(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None = None) -> Trace:
+    """Every gate, activation and state of `cells` (default: all found) for one batch.
+
+    feeds maps placeholder names (with or without `:0`) to arrays or scalars.
+    """
+    _, plan, feed_dict = _prepare(model, feeds, cells)
+    return plan.run(model.session, feed_dict)
+
+
+def describe(model: Model, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+    """The recording's description: source model, cells, feeds, gatetrace version."""
+    return {
+        "gatetrace_version": __version__,
+        "source": {"path": os.fspath(model.source), "format": model.format},
+        "cells": [c.describe() for c in cells],
+        "feeds": {k: list(v) for k, v in (feed_shapes or {}).items()},
+    }
+
+
+def record(
+    model: Model,
+    feeds: Mapping[str, Any],
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    cells: Sequence[Cell] | None = None,
+) -> dict:
+    """Record `cells` (default: all found) on `feeds` into the folder `out`; returns the manifest.
+
+    All gates of all cells at all steps come from one `Session.run` with the feeds.
+    """
+    cells, plan, feed_dict = _prepare(model, feeds, cells)
+    description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
+    with RecordingWriter(out, description, overwrite=overwrite) as writer:
+        weights = read_weights(model.session, cells)
+        n = batch_size(feed_dict)
+        result = plan.run(model.session, feed_dict, None if n is None else np.arange(n))
+        for ct in result:
+            steps = ct.steps
+            for g, gate in enumerate(ct.cell.gates):
+                writer.write_gate(ct.cell.name, gate, result.examples, steps, ct.preactivation[:, :, g], ct.activation[:, :, g])
+            for state, values in ct.states.items():
+                writer.write_state(ct.cell.name, state, result.examples, steps, values)
+        writer.write_weights(weights_columns(cells, weights))
+        return writer.close(examples=int(len(result.examples)))

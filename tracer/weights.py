@@ -1,0 +1,87 @@
+"""Per-gate weights: the kernel and bias slices that users otherwise cut by hand.
+
+A cell's kernel is `[input_size + recurrent_size, blocks * units]`: its first
+`input_size` rows act on the input (`W`), the rest on the recurrent state (`U`), and
+column block k belongs to gate k in the spec's gate order (`tracer.cells`). For GRUCell
+the candidate has its own kernel, whose recurrent rows act on `r * h_prev`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from recorders.long import weight_columns
+from tracer._tf import v1
+from tracer.graph import Cell
+
+__all__ = ["GateWeights", "read_weights", "gate_weights", "weights_columns"]
+
+_PEEPHOLES = {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
+
+
+@dataclass(frozen=True)
+class GateWeights:
+    """One gate's weights. W: [input_size, units]; U: [recurrent_size, units]; b: [units];
+    peephole: [units] or None (LSTMCell with use_peepholes, gates i, f and o)."""
+
+    W: np.ndarray
+    U: np.ndarray
+    b: np.ndarray
+    peephole: np.ndarray | None = None
+
+
+def read_weights(session: v1.Session, cells: Sequence[Cell]) -> dict[str, dict[str, np.ndarray]]:
+    """The weight values of every cell, by cell name and role, read in one run."""
+    names = sorted({t for cell in cells for t in cell.weights.values()})
+    values = dict(zip(names, session.run(names))) if names else {}
+    return {cell.name: {role: values[t] for role, t in cell.weights.items()} for cell in cells}
+
+
+def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWeights]:
+    """Slice a cell's kernels and biases into per-gate W, U, b (and peepholes)."""
+    out = {}
+    for gate, layout in zip(cell.gates, cell.spec.weights):
+        kernel, bias = values[layout.kernel], values[layout.bias]
+        width = kernel.shape[1] // layout.blocks
+        cols = slice(layout.block * width, (layout.block + 1) * width)
+        peephole = values.get(_PEEPHOLES.get(gate, ""))
+        out[gate] = GateWeights(
+            W=kernel[: cell.input_size, cols],
+            U=kernel[cell.input_size :, cols],
+            b=bias[cols],
+            peephole=peephole,
+        )
+    return out
+
+
+def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]) -> dict[str, list | np.ndarray]:
+    """The weights table: cell, gate, source, row, unit, value.
+
+    source is `input` (row = input feature), `recurrent` (row = recurrent unit), `bias`,
+    `peephole` (row 0) or `projection` (gate is null, row = cell unit, unit = output unit).
+    """
+    parts = []
+    for cell in cells:
+        v = values[cell.name]
+        for gate, w in gate_weights(cell, v).items():
+            pieces = [("input", w.W), ("recurrent", w.U), ("bias", w.b)]
+            if w.peephole is not None:
+                pieces.append(("peephole", w.peephole))
+            parts += [(cell.name, gate, source, m) for source, m in pieces]
+        if "projection" in v:
+            parts.append((cell.name, None, "projection", v["projection"]))
+    columns: dict[str, list] = {"cell": [], "gate": [], "source": [], "row": [], "unit": [], "value": []}
+    for cell_name, gate, source, matrix in parts:
+        cols = weight_columns(matrix)
+        n = len(cols["value"])
+        columns["cell"] += [cell_name] * n
+        columns["gate"] += [gate] * n
+        columns["source"] += [source] * n
+        for key in ("row", "unit", "value"):
+            columns[key].append(cols[key])
+    for key, dtype in (("row", np.int32), ("unit", np.int32), ("value", np.float32)):
+        columns[key] = np.concatenate(columns[key]) if columns[key] else np.zeros(0, dtype)
+    return columns
