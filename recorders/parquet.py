@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import quote
@@ -33,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import RecordingError
+from recorders.files import check_out, publish, remove, temp_sibling
 from recorders.long import gate_columns, state_columns
 
 __all__ = ["METADATA_KEY", "RecordingWriter", "write_weights", "partition_dir"]
@@ -68,18 +67,20 @@ def _write_table(path: Path, columns: Mapping[str, Any], metadata: bytes, dictio
     return table.num_rows
 
 
-def write_weights(path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any]) -> int:
-    """Write the weights table (`tracer.weights.weights_columns`) to one Parquet file."""
-    return _write_table(
-        Path(path), columns, json.dumps(description).encode(), dictionary_columns=("cell", "gate", "source")
-    )
-
-
-def _check_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise OutputExistsError(f"--out {out} exists and is not empty; choose another folder or pass --overwrite")
+def write_weights(
+    path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any], overwrite: bool = False
+) -> int:
+    """Write the weights table (`tracer.weights.weights_columns`) to one Parquet file, atomically."""
+    path = Path(path)
+    check_out(path, overwrite, folder=False)
+    tmp = temp_sibling(path)
+    try:
+        rows = _write_table(tmp, columns, json.dumps(description).encode(), dictionary_columns=("cell", "gate", "source"))
+        publish(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    return rows
 
 
 class RecordingWriter:
@@ -93,11 +94,10 @@ class RecordingWriter:
 
     def __init__(self, out: str | os.PathLike, description: Mapping[str, Any], overwrite: bool = False):
         self.out = Path(out)
-        _check_out(self.out, overwrite)
-        self.overwrite = overwrite
+        check_out(self.out, overwrite)
         self.description = dict(description)
         self._metadata = json.dumps(self.description).encode()
-        self._tmp = self.out.parent / f".{self.out.name}.partial-{uuid.uuid4().hex[:8]}"
+        self._tmp = temp_sibling(self.out)
         try:
             self._tmp.mkdir(parents=True)
         except OSError as err:
@@ -138,22 +138,11 @@ class RecordingWriter:
         if self._state == "closed":
             return self.manifest
         self._guard()
+        manifest = {**self.description, **extra, "rows": dict(self.rows)}
         try:
-            manifest = {**self.description, **extra, "rows": dict(self.rows)}
             (self._tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            old = None
-            if self.out.exists():
-                old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(self.out, old)
-            try:
-                os.replace(self._tmp, self.out)
-            except OSError:
-                if old is not None:
-                    os.replace(old, self.out)
-                raise
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError as err:
+            publish(self._tmp, self.out)
+        except (OSError, RecordingError) as err:
             self.abort()
             raise RecordingError(f"cannot finish recording {self.out}: {err}") from err
         self.manifest = manifest
@@ -164,7 +153,7 @@ class RecordingWriter:
         """Remove everything written so far."""
         if self._state == "open":
             self._state = "aborted"
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            remove(self._tmp)
 
     def __enter__(self) -> "RecordingWriter":
         return self

@@ -11,6 +11,8 @@ fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `mo
 (loading), `feeds`, `record` (the main job), `cli`, `demo`.
 """
 
+from importlib import import_module
+
 from recorders import __version__
 from recorders.errors import (
     FeedError,
@@ -21,13 +23,43 @@ from recorders.errors import (
     OutputExistsError,
     RecordingError,
 )
-from tracer.cells import SPECS, CellSpec, spec_for
-from tracer.fetch import CellTrace, FetchPlan, Trace
-from tracer.graph import Cell, Step, find_cells
-from tracer.model import Model, from_session, load_model
-from tracer.record import record, trace
-from tracer.reference import run_cell
-from tracer.weights import GateWeights, gate_weights, read_weights, weights_columns
+
+# Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
+# `tracer.reference` stay light and the CLI can quiet TensorFlow before it loads.
+_LAZY = {
+    "CellSpec": "tracer.cells",
+    "SPECS": "tracer.cells",
+    "spec_for": "tracer.cells",
+    "Cell": "tracer.graph",
+    "Step": "tracer.graph",
+    "find_cells": "tracer.graph",
+    "Model": "tracer.model",
+    "load_model": "tracer.model",
+    "from_session": "tracer.model",
+    "FetchPlan": "tracer.fetch",
+    "Trace": "tracer.fetch",
+    "CellTrace": "tracer.fetch",
+    "trace": "tracer.record",
+    "record": "tracer.record",
+    "run_cell": "tracer.reference",
+    "GateWeights": "tracer.weights",
+    "read_weights": "tracer.weights",
+    "gate_weights": "tracer.weights",
+    "weights_columns": "tracer.weights",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tracer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)
+
 
 __all__ = [
     "__version__",

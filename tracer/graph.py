@@ -170,7 +170,7 @@ def _const_scalar(t: tf.Tensor) -> float | None:
     if value.size != 1:
         return None
     # The shortest decimal that round-trips the stored float32 (0.3, not 0.30000001192...).
-    return float(np.format_float_positional(value.reshape(()), unique=True, trim="-"))
+    return float(np.format_float_positional(value.reshape(())[()], unique=True, trim="-"))
 
 
 def _other(op: tf.Operation, t: tf.Tensor) -> tf.Tensor:
@@ -179,9 +179,14 @@ def _other(op: tf.Operation, t: tf.Tensor) -> tf.Tensor:
     return b if a.name == t.name else a
 
 
-def _consumers(t: tf.Tensor, types: Iterable[str]) -> list[tf.Operation]:
+def _consumers(t: tf.Tensor, types: Iterable[str], where: Callable[[tf.Operation], bool] | None = None) -> list[tf.Operation]:
+    """The ops of the given types that read `t` (and satisfy `where`).
+
+    Training graphs also hold gradient ops that read the forward tensors (a Mul's
+    gradient multiplies by its operands), so callers narrow the choice by structure.
+    """
     types = set(types)
-    return [c for c in t.consumers() if c.type in types]
+    return [c for c in t.consumers() if c.type in types and (where is None or where(c))]
 
 
 def _only(ops: list[tf.Operation], what: str, near: tf.Operation) -> tf.Operation:
@@ -192,6 +197,29 @@ def _only(ops: list[tf.Operation], what: str, near: tf.Operation) -> tf.Operatio
             "the cell may be a modified copy of a TensorFlow RNN cell, which gatetrace does not read"
         )
     return ops[0]
+
+
+def _reads(op: tf.Operation, t: tf.Tensor) -> bool:
+    return any(i.name == t.name for i in op.inputs)
+
+
+def _feeds(op: tf.Operation, types: Iterable[str]) -> bool:
+    """Whether an output of `op` is read by an op of one of `types`."""
+    return any(_consumers(out, types) for out in op.outputs)
+
+
+def _recurrent_width(concat: tf.Operation, kernel: tf.Tensor) -> int | None:
+    """How wide the recurrent state a step reads is: h_prev's width, or kernel rows - input width."""
+    width = concat.inputs[1].shape[-1] if concat.inputs[1].shape.rank else None
+    if width is None:
+        rows, x_width = kernel.shape[0], concat.inputs[0].shape[-1] if concat.inputs[0].shape.rank else None
+        width = rows - x_width if rows is not None and x_width is not None else None
+    return width
+
+
+def _is_projection(op: tf.Operation, m: tf.Tensor, units: int, width: int) -> bool:
+    kernel = op.inputs[1]
+    return op.inputs[0].name == m.name and _source(kernel) is not None and kernel.shape.as_list() == [units, width]
 
 
 def _chain_to_sigmoid(t: tf.Tensor) -> tuple[tf.Operation, list[tf.Tensor]]:
@@ -274,7 +302,7 @@ def _lstm_app(split: tf.Operation) -> _App | None:
     sig_i, i_terms = _chain_to_sigmoid(i)
     sig_f, f_terms = _chain_to_sigmoid(f)
     sig_o, o_terms = _chain_to_sigmoid(o)
-    act_j = _only(list(j.consumers()), "activation of j", split)
+    act_j = _only(_consumers(j, ACTIVATIONS), "activation of j", split)
 
     forget_bias = None
     for term in f_terms:
@@ -289,18 +317,37 @@ def _lstm_app(split: tf.Operation) -> _App | None:
                     if _source(operand) is not None:
                         weights[role] = operand
 
-    forget_mul = _only(_consumers(sig_f.outputs[0], {"Mul"}), "Mul of the forget gate", sig_f)
-    c_prev = _other(forget_mul, sig_f.outputs[0])
-    input_mul = _only(_consumers(sig_i.outputs[0], {"Mul"}), "Mul of the input gate", sig_i)
+    # c = f * c_prev + i * j: the Mul of sigmoid(i) and act(j), the Add it feeds, and
+    # that Add's other operand, the Mul of sigmoid(f) and c_prev.
+    input_mul = _only(
+        _consumers(sig_i.outputs[0], {"Mul"}, lambda op: _reads(op, act_j.outputs[0])), "Mul of the input gate", sig_i
+    )
     c_raw = _only(_consumers(input_mul.outputs[0], _ADDS), "Add forming the cell state", input_mul)
+    forget_mul = _other(c_raw, input_mul.outputs[0]).op
+    if forget_mul.type != "Mul" or not _reads(forget_mul, sig_f.outputs[0]):
+        raise GraphPatternError(f"{c_raw.name}: expected the cell state to add sigmoid(f) * c_prev, found a {forget_mul.type} op")
+    c_prev = _other(forget_mul, sig_f.outputs[0])
     c, cell_clip = _clip(c_raw.outputs[0])
 
-    m = _only(_consumers(sig_o.outputs[0], {"Mul"}), "Mul of the output gate", sig_o).outputs[0]
+    # h = sigmoid(o) * act(c): the Mul of sigmoid(o) whose other operand reads c.
+    m = _only(
+        _consumers(sig_o.outputs[0], {"Mul"}, lambda op: _reads(_other(op, sig_o.outputs[0]).op, c)),
+        "Mul of the output gate",
+        sig_o,
+    ).outputs[0]
     h, proj_clip = m, None
-    for proj in _consumers(m, {"MatMul"}):
-        if proj.inputs[0].name == m.name and _source(proj.inputs[1]) is not None:
-            weights["projection"] = proj.inputs[1]
-            h, proj_clip = _clip(proj.outputs[0])
+    units = split.outputs[0].shape[-1]
+    recurrent = _recurrent_width(concat, found[0].inputs[1])
+    if units is not None and recurrent is not None and recurrent != units:
+        # LSTMCell(num_proj=P): h = m @ projection (then clipped), and h_prev is P wide.
+        # Other MatMuls may read m too (a readout layer on the last step): match the shape.
+        proj = _only(
+            _consumers(m, {"MatMul"}, lambda op: _is_projection(op, m, units, recurrent)),
+            f"projection MatMul of a [{units}, {recurrent}] kernel",
+            m.op,
+        )
+        weights["projection"] = proj.inputs[1]
+        h, proj_clip = _clip(proj.outputs[0])
 
     # BasicLSTMCell writes `multiply(c, sigmoid(f + forget_bias))`; LSTMCell writes
     # `sigmoid(f + forget_bias) * c_prev`. Peepholes, clipping and projection are LSTMCell's.
@@ -334,14 +381,18 @@ def _gru_app(split: tf.Operation) -> _App | None:
         return None
     _, concat, kernel = found
     r, u = split.outputs  # r = reset gate, u = update gate
-    r_state = _only(_consumers(r, {"Mul"}), "Mul of the reset gate", split)
+    r_state = _only(_consumers(r, {"Mul"}, lambda op: _feeds(op, {"ConcatV2"})), "Mul of the reset gate", split)
     cand_concat = _only(_consumers(r_state.outputs[0], {"ConcatV2"}), "ConcatV2 of the candidate", r_state)
-    cand_matmul = _only(_consumers(cand_concat.outputs[0], {"MatMul"}), "MatMul of the candidate", cand_concat)
+    cand_matmul = _only(
+        _consumers(cand_concat.outputs[0], {"MatMul"}, lambda op: _source(op.inputs[1]) is not None),
+        "MatMul of the candidate",
+        cand_concat,
+    )
     cand_bias_add = _only(_consumers(cand_matmul.outputs[0], {"BiasAdd"}), "BiasAdd of the candidate", cand_matmul)
     if _kernel_step(cand_bias_add) is None:
         return None
-    act = _only(list(cand_bias_add.outputs[0].consumers()), "activation of the candidate", cand_bias_add)
-    mix = _only(_consumers(act.outputs[0], {"Mul"}), "Mul of (1 - u) and the candidate", act)
+    act = _only(_consumers(cand_bias_add.outputs[0], ACTIVATIONS), "activation of the candidate", cand_bias_add)
+    mix = _only(_consumers(act.outputs[0], {"Mul"}, lambda op: _feeds(op, _ADDS)), "Mul of (1 - u) and the candidate", act)
     new_h = _only(_consumers(mix.outputs[0], _ADDS), "Add forming the new state", mix)
     return _App(
         spec=GRU,
@@ -365,8 +416,8 @@ def _gru_app(split: tf.Operation) -> _App | None:
 
 def _rnn_app(bias_add: tf.Operation) -> _App | None:
     found = _kernel_step(bias_add)
-    consumers = bias_add.outputs[0].consumers()
-    if found is None or len(consumers) != 1 or consumers[0].type not in ACTIVATIONS:
+    consumers = _consumers(bias_add.outputs[0], ACTIVATIONS)
+    if found is None or len(consumers) != 1:
         return None
     matmul, concat, kernel = found
     units = matmul.inputs[1].shape[-1]

@@ -1,0 +1,212 @@
+"""The `gatetrace` command: a thin shell over the library.
+
+    gatetrace inspect MODEL [--json]
+    gatetrace record MODEL --feed NAME=FILE.npy ... --out DIR
+    gatetrace weights MODEL --out FILE.parquet
+    gatetrace demo [--out DIR]
+
+User errors print one line on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import warnings
+from typing import Sequence
+
+__all__ = ["main"]
+
+_MODEL_HELP = (
+    "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file, "
+    "a SavedModel folder, or a frozen GraphDef .pb"
+)
+
+
+def _quiet_tensorflow() -> None:
+    """Keep TensorFlow's own log lines and deprecation notices off the user's terminal."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    warnings.filterwarnings("ignore")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
+
+
+@contextlib.contextmanager
+def _native_logs_silenced():
+    """Send what TensorFlow's C++ runtime writes to file descriptor 2 to /dev/null.
+
+    Its CUDA probe logs at session creation whatever TF_CPP_MIN_LOG_LEVEL says. Python's
+    `sys.stderr` is moved to a copy of the real stderr, so gatetrace's own messages
+    still reach the user. GATETRACE_DEBUG=1 leaves everything as it is.
+    """
+    if os.environ.get("GATETRACE_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    original, sys.stderr = sys.stderr, os.fdopen(os.dup(saved), "w", buffering=1)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr.close()
+        sys.stderr = original
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gatetrace",
+        description="Record every gate of every TensorFlow RNN cell, at every step, on your data.",
+        epilog="example: gatetrace record model.ckpt --feed inputs=x.npy --out run1/",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
+
+    c = command("inspect", "list the RNN cells in a model and their per-step gate ops", "gatetrace inspect model.ckpt --json")
+    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+    c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    c = command(
+        "record",
+        "record every gate, state and weight of every cell to Parquet",
+        "gatetrace record model.ckpt --feed inputs=x.npy --feed keep_prob=1.0 --out run1/",
+    )
+    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+    c.add_argument(
+        "--feed",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy|NAME=VALUE",
+        help="feed a placeholder (repeatable); NAME with or without ':0'",
+    )
+    c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+
+    c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
+    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+    c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+
+    c = command(
+        "demo",
+        "train a small LSTM on a memory task, record its gates and summarise them",
+        "gatetrace demo --out gatetrace-demo",
+    )
+    c.add_argument("--out", default="gatetrace-demo", metavar="DIR", help="output folder (default: ./gatetrace-demo)")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    return p
+
+
+def _inspect(args) -> None:
+    import tracer
+
+    with tracer.load_model(args.model, tag=args.tag) as model:
+        cells = tracer.find_cells(model.graph, model.source)
+    if args.json:
+        print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells]}))
+        return
+    print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
+    rows = [("cell", "kind", "units", "input", "steps", "gates", "direction")]
+    for c in cells:
+        rows.append((c.name, c.kind, str(c.units), str(c.input_size), str(len(c.steps)), ",".join(c.gates), "backward" if c.backward else "forward"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print()
+    for c in cells:
+        first, last = c.steps[0].gate_op, c.steps[-1].gate_op
+        span = first if len(c.steps) == 1 else f"{first} ... {last}"
+        extras = [f"forget_bias={c.forget_bias}"] if c.forget_bias is not None else []
+        extras += [f"activation={c.activation}"]
+        extras += [f"{k}={v}" for k, v in (("num_proj", c.num_proj), ("cell_clip", c.cell_clip), ("proj_clip", c.proj_clip)) if v is not None]
+        if "w_i_diag" in c.weights:
+            extras.append("peepholes")
+        print(f"{c.name}: gate ops {span} (by input position); {', '.join(extras)}")
+
+
+def _record(args) -> None:
+    import tracer
+    from tracer.feeds import parse_feed_args
+
+    feeds = parse_feed_args(args.feed)
+    with tracer.load_model(args.model, tag=args.tag) as model:
+        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite)
+    cells = manifest["cells"]
+    rows = manifest["rows"]
+    print(
+        f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {manifest['examples']} sequences: "
+        f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
+    )
+    print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
+
+
+def _weights(args) -> None:
+    import tracer
+    from recorders import write_weights
+    from tracer.record import describe
+
+    with tracer.load_model(args.model, tag=args.tag) as model:
+        cells = tracer.find_cells(model.graph, model.source)
+        columns = tracer.weights_columns(cells, tracer.read_weights(model.session, cells))
+        rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
+    print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
+
+
+def _demo(args) -> None:
+    from tracer.demo import run_demo
+
+    run_demo(args.out, overwrite=args.overwrite)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _quiet_tensorflow()
+    from recorders.errors import GatetraceError
+
+    run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
+    try:
+        with _native_logs_silenced():
+            run(args)
+    except GatetraceError as err:
+        print(f"gatetrace: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and cut short
+        return 0
+    except OSError as err:
+        print(f"gatetrace: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gatetrace: interrupted; nothing was left half-written", file=sys.stderr)
+        return 130
+    except Exception as err:  # a TensorFlow error while running the model, or a bug
+        if os.environ.get("GATETRACE_DEBUG"):
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"gatetrace: error: {type(err).__name__}: {first} (set GATETRACE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""`gatetrace demo`: the main job on an embedded default, for a first look.
+
+It trains a small BasicLSTMCell on a memory task (report at the last step the sign of
+a marker shown at step 0, with noise in between), so that its forget gates have
+something to do; saves it as a TF1 checkpoint; records its gates on a fresh set of
+sequences; and summarises the recording in pandas.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from recorders.files import check_out, publish, remove, temp_sibling
+from tracer._tf import tf, v1
+from tracer.model import load_model
+from tracer.record import record
+
+__all__ = ["make_task", "build_and_train", "run_demo"]
+
+STEPS, FEATURES, UNITS = 20, 2, 16
+
+
+def make_task(n: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences [n, STEPS, 2]: channel 0 noise, channel 1 a +-1 marker at step 0 only.
+
+    The label is 1 when the marker was +1: the network must carry it across all steps.
+    """
+    x = np.zeros((n, STEPS, FEATURES), np.float32)
+    x[:, :, 0] = rng.randn(n, STEPS)
+    sign = rng.randint(0, 2, size=n)
+    x[:, 0, 1] = 2.0 * sign - 1.0
+    return x, sign.astype(np.float32)
+
+
+def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
+    """Build the demo LSTM under `static_rnn`, train it, save a checkpoint at `prefix`.
+
+    Returns the accuracy on held-out sequences.
+    """
+    rng = np.random.RandomState(seed)
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.set_random_seed(seed)
+        inputs = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="inputs")
+        labels = v1.placeholder(tf.float32, [None], name="labels")
+        cell = v1.nn.rnn_cell.BasicLSTMCell(UNITS)
+        outputs, _ = v1.nn.static_rnn(cell, tf.unstack(inputs, axis=1), dtype=tf.float32)
+        logits = tf.squeeze(v1.layers.dense(outputs[-1], 1, name="readout"), axis=1, name="logits")
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        train = v1.train.AdamOptimizer(0.01).minimize(loss)
+        correct = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32))
+        saver = v1.train.Saver(save_relative_paths=True)
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            for _ in range(iterations):
+                x, y = make_task(64, rng)
+                session.run(train, {inputs: x, labels: y})
+            x, y = make_task(1000, rng)
+            accuracy = float(session.run(correct, {inputs: x, labels: y}))
+            saver.save(session, prefix)
+    return accuracy
+
+
+def summarise(recording: Path) -> str:
+    """A short pandas summary of the recorded forget gates and states."""
+    f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")], columns=["example", "step", "unit", "activation"])
+    per_step = f.groupby("step")["activation"].mean()
+    saturated = (f.assign(high=f["activation"] > 0.9).groupby("unit")["high"].mean().sort_values(ascending=False))
+    lines = ["mean forget-gate activation per step:"]
+    lines.append("  " + " ".join(f"{s:>5d}" for s in per_step.index))
+    lines.append("  " + " ".join(f"{v:5.2f}" for v in per_step.values))
+    lines.append("units whose forget gate is most often above 0.9:")
+    for unit, share in saturated.head(3).items():
+        lines.append(f"  unit {unit:2d}: {share:6.1%} of (example, step) positions")
+    return "\n".join(lines)
+
+
+def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512) -> Path:
+    """Train, save, record and summarise into the folder `out` (model/ and recording/)."""
+    out = Path(out)
+    check_out(out, overwrite)
+    tmp = temp_sibling(out)
+    start = time.perf_counter()
+    try:
+        (tmp / "model").mkdir(parents=True)
+        prefix = str(tmp / "model" / "model.ckpt")
+        print(f"training a BasicLSTMCell({UNITS}) over {STEPS} steps to remember a marker from step 0 ...")
+        accuracy = build_and_train(prefix)
+        print(f"  held-out accuracy {accuracy:.1%}")
+        x, _ = make_task(sequences, np.random.RandomState(1))
+        np.save(tmp / "inputs.npy", x)
+        with load_model(prefix) as model:
+            model.source = str(out / "model" / "model.ckpt")  # where it will be once published
+            manifest = record(model, {"inputs": x}, tmp / "recording")
+        publish(tmp, out)
+    except BaseException:
+        remove(tmp)
+        raise
+    rows = manifest["rows"]
+    print(f"recorded {sequences} sequences in {time.perf_counter() - start:.1f} s: {rows['gates']:,} gate rows, {rows['states']:,} state rows")
+    print(f"  model:     {out / 'model' / 'model.ckpt'}  (inputs: {out / 'inputs.npy'})")
+    print(f"  gates:     {out / 'recording' / 'gates'}")
+    print(f"  states:    {out / 'recording' / 'states'}")
+    print(f"  weights:   {out / 'recording' / 'weights.parquet'}")
+    print(f"  manifest:  {out / 'recording' / 'manifest.json'}")
+    print()
+    print(summarise(out / "recording"))
+    print()
+    print(f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])")
+    return out
