@@ -57,7 +57,8 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
 
 
 def _placeholders(graph: tf.Graph) -> str:
-    names = [op.name for op in graph.get_operations() if op.type in _PLACEHOLDERS]
+    """The graph's placeholders, leaving out the string ones a Saver adds for its file name."""
+    names = [op.name for op in graph.get_operations() if op.type in _PLACEHOLDERS and op.outputs[0].dtype != tf.string]
     return ", ".join(names[:10]) if names else "(none)"
 
 

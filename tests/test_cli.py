@@ -1,0 +1,238 @@
+"""The gatetrace command: every subcommand, and every bad input answered in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import CONFIGS, build, save, static_body
+from tracer._tf import tf, v1
+from tracer.cli import main
+
+
+@pytest.fixture
+def model(tmp_path):
+    """A BasicLSTMCell checkpoint over [None, 5, 4] inputs, and an inputs file."""
+    path = save(build(static_body(CONFIGS["BasicLSTMCell"])), "checkpoint", tmp_path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.RandomState(0).randn(3, 5, 4).astype(np.float32))
+    return path, x
+
+
+def fails(capsys, argv) -> str:
+    """Run the CLI expecting a user error; return its one stderr line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("gatetrace: error: ")
+    assert "Traceback" not in err
+    return lines[0][len("gatetrace: error: ") :]
+
+
+def test_record_writes_the_recording(model, tmp_path, capsys):
+    path, x = model
+    out = tmp_path / "run1"
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["gates", "manifest.json", "states", "weights.parquet"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"] == {"path": path, "format": "checkpoint"}
+    assert manifest["feeds"] == {"x:0": [3, 5, 4]}
+    assert manifest["cells"][0]["first_step"]["gate_tensors"][0] == "rnn/basic_lstm_cell/split:0"
+    assert manifest["cells"][0]["last_step"]["gate_op"] == "rnn/basic_lstm_cell/split_4"
+    assert len(pd.read_parquet(out / "gates")) == 3 * 5 * 4 * 3
+
+
+def test_inspect_table_and_json(model, capsys):
+    path, _ = model
+    assert main(["inspect", path]) == 0
+    table = capsys.readouterr().out
+    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      5      i,j,f,o  forward" in table
+    assert "rnn/basic_lstm_cell/split ... rnn/basic_lstm_cell/split_4" in table
+    assert main(["inspect", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (cell,) = doc["cells"]
+    assert {k: cell[k] for k in ("name", "kind", "units", "input_size", "steps", "gates")} == {
+        "name": "rnn/basic_lstm_cell",
+        "kind": "BasicLSTMCell",
+        "units": 3,
+        "input_size": 4,
+        "steps": 5,
+        "gates": ["i", "j", "f", "o"],
+    }
+
+
+def test_weights_command(model, tmp_path, capsys):
+    path, _ = model
+    out = tmp_path / "w.parquet"
+    assert main(["weights", path, "--out", str(out)]) == 0
+    table = pd.read_parquet(out)
+    assert len(table) == 4 * (4 * 3 + 3 * 3 + 3)
+    assert set(table["source"].astype(str)) == {"input", "recurrent", "bias"}
+    assert "exists" in fails(capsys, ["weights", path, "--out", str(out)])
+    assert main(["weights", path, "--out", str(out), "--overwrite"]) == 0
+
+
+def test_scalar_feeds_and_names_with_index(tmp_path, capsys):
+    def body(x):
+        keep = v1.placeholder_with_default(1.0, [], name="keep_prob")
+        cell = v1.nn.rnn_cell.DropoutWrapper(v1.nn.rnn_cell.GRUCell(3), output_keep_prob=keep)
+        outputs, _ = v1.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float32)
+        return [outputs[-1]]
+
+    path = save(build(body), "checkpoint", tmp_path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 5, 4), np.float32))
+    assert main(["record", path, "--feed", f"x:0={x}", "--feed", "keep_prob=1.0", "--out", str(tmp_path / "o")]) == 0
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["feeds"] == {"x:0": [2, 5, 4], "keep_prob:0": []}
+
+
+# ---- bad input: one line, exit code 2, nothing half-written --------------------------
+
+
+def test_missing_model(tmp_path, capsys):
+    msg = fails(capsys, ["inspect", str(tmp_path / "nope.ckpt")])
+    assert msg.startswith(f"model not found: {tmp_path / 'nope.ckpt'} does not exist")
+    assert "a checkpoint prefix P with P.meta beside it" in msg and "a frozen GraphDef .pb" in msg
+
+
+def test_model_in_no_known_format(tmp_path, capsys):
+    (tmp_path / "model.txt").write_text("hello")
+    msg = fails(capsys, ["inspect", str(tmp_path / "model.txt")])
+    assert msg.startswith(f"{tmp_path / 'model.txt'} is in no format gatetrace reads; expected a checkpoint prefix")
+
+
+def test_corrupt_frozen_graph(tmp_path, capsys):
+    (tmp_path / "model.pb").write_bytes(b"\x00\x01not a graph")
+    assert "cannot read it as a frozen GraphDef" in fails(capsys, ["inspect", str(tmp_path / "model.pb")])
+
+
+def test_savedmodel_without_the_tag(tmp_path, capsys):
+    path = save(build(static_body(CONFIGS["GRUCell"])), "savedmodel", tmp_path)
+    msg = fails(capsys, ["inspect", path, "--tag", "train"])
+    assert msg == f"{path}: SavedModel has no meta graph tagged 'train'; its tag sets are 'serve': choose one with --tag"
+
+
+def test_graph_without_rnn_cell(tmp_path, capsys):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 4], name="features")
+        v1.layers.dense(x, 3, name="classifier")
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            v1.train.Saver().save(s, str(tmp_path / "dense.ckpt"))
+    msg = fails(capsys, ["inspect", str(tmp_path / "dense.ckpt")])
+    assert msg.startswith(f"no RNN cell found in {tmp_path / 'dense.ckpt'}: looked for Split ops fed by a kernel MatMul")
+    assert "nearest ops: classifier/" in msg
+
+
+@pytest.mark.parametrize(
+    "feed, expected",
+    [
+        ("nope={x}", "unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"),
+        ("unstack={x}", "feed 'unstack': unstack:0 is the output of a Unpack op, not a placeholder; its placeholders are x"),
+        ("x={bad_shape}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 5, 3]"),
+        ("x={bad_dtype}", "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32"),
+        ("x=missing.npy", "feed x: no such file missing.npy"),
+        ("x", "feed 'x': expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"),
+        ("x=abc", "feed x=abc: 'abc' is neither a .npy file nor a number or true/false"),
+    ],
+)
+def test_bad_feeds(model, tmp_path, capsys, feed, expected):
+    path, x = model
+    np.save(tmp_path / "bad_shape.npy", np.zeros((3, 5, 3), np.float32))
+    np.save(tmp_path / "bad_dtype.npy", np.zeros((3, 5, 4), np.complex64))
+    feed = feed.format(x=x, bad_shape=tmp_path / "bad_shape.npy", bad_dtype=tmp_path / "bad_dtype.npy")
+    out = tmp_path / "out"
+    assert fails(capsys, ["record", path, "--feed", feed, "--out", str(out)]) == expected
+    assert not out.exists()
+
+
+def test_unfed_placeholder(model, tmp_path, capsys):
+    path, _ = model
+    msg = fails(capsys, ["record", path, "--out", str(tmp_path / "out")])
+    assert msg == "placeholder x (float32, shape [None, 5, 4]) must be fed: add --feed x=FILE.npy"
+
+
+def test_out_not_empty(model, tmp_path, capsys):
+    path, x = model
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out)])
+    assert msg == f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+    assert (out / "mine.txt").read_text() == "keep me"
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "mine.txt").exists() and (out / "manifest.json").exists()
+
+
+def test_failure_midway_leaves_no_output(model, tmp_path, capsys, monkeypatch):
+    from recorders.parquet import RecordingWriter
+
+    path, x = model
+    calls = []
+
+    def disk_full(self, *args):
+        calls.append(args)
+        raise OSError(28, "No space left on device", str(self._tmp / "states"))
+
+    monkeypatch.setattr(RecordingWriter, "write_state", disk_full)
+    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out")])
+    assert calls and "No space left on device" in msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "x.npy"]
+
+
+# ---- end to end, through the installed command -------------------------------------
+
+
+def run(*args, cwd=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GATETRACE_DEBUG")}
+    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+@pytest.mark.e2e
+def test_command_output_is_free_of_tensorflow_noise(model, tmp_path):
+    path, x = model
+    result = run("inspect", path, "--json")
+    assert result.returncode == 0 and result.stderr == ""
+    assert json.loads(result.stdout)["cells"][0]["name"] == "rnn/basic_lstm_cell"
+    result = run("record", path, "--feed", f"nope={x}", "--out", str(tmp_path / "o"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == ["gatetrace: error: unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"]
+
+
+@pytest.mark.e2e
+def test_help_texts_carry_examples():
+    for command in ("inspect", "record", "weights", "demo"):
+        result = run(command, "--help")
+        assert result.returncode == 0 and "example: gatetrace " + command in result.stdout
+
+
+@pytest.mark.e2e
+def test_demo(tmp_path):
+    result = run("demo", "--out", str(tmp_path / "demo"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "mean forget-gate activation per step:" in result.stdout
+    accuracy = float(result.stdout.split("held-out accuracy ")[1].split("%")[0])
+    assert accuracy > 90.0
+    recording = tmp_path / "demo" / "recording"
+    f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")])
+    assert len(f) == 512 * 20 * 16
+    assert f["activation"].between(0, 1).all()
+    # The recording is reproducible from the saved model and inputs by the record command.
+    again = run("record", str(tmp_path / "demo" / "model"), "--feed", f"inputs={tmp_path / 'demo' / 'inputs.npy'}", "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    g = pd.read_parquet(tmp_path / "again" / "gates", filters=[("gate", "==", "f")])
+    sort = ["example", "step", "unit"]
+    np.testing.assert_array_equal(f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy())
+    assert "exists and is not empty" in run("demo", "--out", str(tmp_path / "demo")).stderr
