@@ -96,6 +96,9 @@ class Cell:
     steps: tuple[Step, ...]
     backward: bool = False
 
+    def __repr__(self) -> str:
+        return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, steps={len(self.steps)})"
+
     @property
     def kind(self) -> str:
         return self.spec.kind
