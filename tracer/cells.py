@@ -8,7 +8,7 @@ TensorFlow objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "CellSpec",
@@ -66,29 +66,19 @@ class CellSpec:
 
 # i = input_gate, j = new_input, f = forget_gate, o = output_gate: the order of
 # `i, j, f, o = array_ops.split(value=gate_inputs, num_or_size_splits=4, axis=1)`.
-_LSTM_GATES = ("i", "j", "f", "o")
-_LSTM_NAMES = ("input gate", "new input", "forget gate", "output gate")
-_LSTM_WEIGHTS = tuple(GateWeights("kernel", "bias", k, 4) for k in range(4))
-
 BASIC_LSTM = CellSpec(
     kind="BasicLSTMCell",
-    gates=_LSTM_GATES,
-    gate_names=_LSTM_NAMES,
+    gates=("i", "j", "f", "o"),
+    gate_names=("input gate", "new input", "forget gate", "output gate"),
     sigmoid_before_split=False,
     states=("c", "h"),
-    weights=_LSTM_WEIGHTS,
+    weights=tuple(GateWeights("kernel", "bias", k, 4) for k in range(4)),
     kernel_suffix="/kernel",
 )
 
-LSTM = CellSpec(
-    kind="LSTMCell",
-    gates=_LSTM_GATES,
-    gate_names=_LSTM_NAMES,
-    sigmoid_before_split=False,
-    states=("c", "h"),
-    weights=_LSTM_WEIGHTS,
-    kernel_suffix="/kernel",
-)
+# LSTMCell builds the same gates in the same order; peepholes, clipping and a projection
+# are options on top (see tracer.graph).
+LSTM = replace(BASIC_LSTM, kind="LSTMCell")
 
 # r = reset gate, u = update gate: `value = sigmoid(gate_inputs); r, u = split(value, 2)`;
 # c = candidate: `activation(concat([x, r * h_prev]) @ candidate_kernel + candidate_bias)`.

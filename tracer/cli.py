@@ -77,12 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, example: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
+    def command(name: str, help: str, example: str, reads_model: bool = True) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
+        if reads_model:
+            c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+            c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+        return c
 
     c = command("inspect", "list the RNN cells in a model and their per-step gate ops", "gatetrace inspect model.ckpt --json")
-    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
-    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     c = command(
@@ -90,7 +92,6 @@ def _parser() -> argparse.ArgumentParser:
         "record every gate, state and weight of every cell to Parquet",
         "gatetrace record model.ckpt --feed inputs=x.npy --feed keep_prob=1.0 --out run1/",
     )
-    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
     c.add_argument(
         "--feed",
         action="append",
@@ -100,18 +101,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
-    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
 
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
-    c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
     c.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
 
     c = command(
         "demo",
         "train a small LSTM on a memory task, record its gates and summarise them",
         "gatetrace demo --out gatetrace-demo",
+        reads_model=False,
     )
     c.add_argument("--out", default="gatetrace-demo", metavar="DIR", help="output folder (default: ./gatetrace-demo)")
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
