@@ -224,7 +224,7 @@ def test_demo(tmp_path):
     assert result.stderr == ""
     assert "mean forget-gate activation per step:" in result.stdout
     accuracy = float(result.stdout.split("held-out accuracy ")[1].split("%")[0])
-    assert accuracy > 90.0
+    assert accuracy > 75.0  # chance is 50%
     recording = tmp_path / "demo" / "recording"
     f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")])
     assert len(f) == 512 * 20 * 16
