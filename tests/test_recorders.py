@@ -45,10 +45,10 @@ def test_recording_round_trips_and_close_is_idempotent(tmp_path):
 
 def test_a_failure_leaves_nothing_that_looks_complete(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(RuntimeError, match="model failed"):
         with RecordingWriter(out, DESCRIPTION) as writer:
             gate(writer)
-            1 / 0
+            raise RuntimeError("model failed")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(RecordingError, match="already aborted"):
         gate(writer)

@@ -121,13 +121,13 @@ class FetchPlan:
             batch = values[layout[0][0][0]].shape[0]
             pre = np.empty((batch, n_steps, n_gates, units), np.float32)
             act = np.empty_like(pre)
-            states = {s: np.empty((batch, n_steps, 0), np.float32) for s in cell.spec.states}
+            states = {
+                s: np.empty((batch, n_steps, values[i].shape[1]), np.float32) for s, i in zip(cell.spec.states, layout[0][2])
+            }
             for t, (pre_slots, act_slots, state_slots) in enumerate(layout):
                 pre[:, t] = _blocks(cell, [values[i] for i in pre_slots], batch)
                 act[:, t] = _blocks(cell, [values[i] for i in act_slots], batch)
                 for s, i in zip(cell.spec.states, state_slots):
-                    if t == 0:
-                        states[s] = np.empty((batch, n_steps, values[i].shape[1]), np.float32)
                     states[s][:, t] = values[i]
             cells[cell.name] = CellTrace(cell, pre, act, states)
         if examples is None:
