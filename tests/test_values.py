@@ -127,3 +127,36 @@ def test_schema_metadata_holds_the_description(tmp_path, inputs):
         assert meta["cells"][0]["name"] == "rnn/gru_cell"
         assert meta["cells"][0]["gates"] == ["r", "u", "c"]
         assert meta["source"]["format"] == "frozen"
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 6, 100])
+def test_batches_record_the_same_rows_as_one_run(tmp_path, inputs, batch_size):
+    config = CONFIGS["LSTMCell-peepholes-proj-clip"]
+    built = build(static_body(config))
+    expected = reference(config, built.weights["rnn/lstm_cell"], inputs)
+    manifest = tracer.record(tracer.from_session(built.session), {"x": inputs}, tmp_path / "out", batch_size=batch_size)
+    assert manifest["examples"] == 6
+    assert manifest["rows"]["gates"] == 6 * 5 * 4 * 4
+    parts = list((tmp_path / "out" / "gates").rglob("*.parquet"))
+    assert len(parts) == 4 * -(-6 // batch_size)  # one file per gate per batch
+    pre, act = read_gates(tmp_path / "out", "rnn/lstm_cell", ("i", "j", "f", "o"))
+    np.testing.assert_allclose(pre, expected["preactivation"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(read_state(tmp_path / "out", "rnn/lstm_cell", "h"), expected["states"]["h"], atol=TOL, rtol=0)
+
+
+def test_a_fixed_batch_placeholder_takes_any_number_of_sequences(tmp_path, inputs):
+    """A placeholder shaped [2, 5, 4] is fed two sequences at a time; the last batch is padded."""
+    config = CONFIGS["GRUCell"]
+    built = build(static_body(config), batch=2)
+    np.save(tmp_path / "x.npy", inputs[:5])  # 5 sequences: the last batch is padded
+    from tracer.feeds import parse_feed_args
+
+    feeds = parse_feed_args([f"x={tmp_path / 'x.npy'}"])
+    assert isinstance(feeds["x"], np.memmap)
+    manifest = tracer.record(tracer.from_session(built.session), feeds, tmp_path / "out")
+    assert manifest["examples"] == 5
+    pre, act = read_gates(tmp_path / "out", "rnn/gru_cell", ("r", "u", "c"))
+    expected = reference(config, built.weights["rnn/gru_cell"], inputs[:5])
+    np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
+    assert pre.shape == (5, 5, 3, 3)

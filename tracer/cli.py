@@ -100,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
         help="feed a placeholder (repeatable); NAME with or without ':0'",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
+    c.add_argument(
+        "--batch-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
+    )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
 
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
@@ -150,7 +157,7 @@ def _record(args) -> None:
 
     feeds = parse_feed_args(args.feed)
     with tracer.load_model(args.model, tag=args.tag) as model:
-        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite)
+        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size)
     cells = manifest["cells"]
     rows = manifest["rows"]
     print(

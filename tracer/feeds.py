@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
 
-__all__ = ["parse_feed_args", "resolve_feeds", "batch_size"]
+__all__ = ["parse_feed_args", "resolve_feeds", "count_sequences", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 
@@ -45,7 +45,7 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
             if not path.is_file():
                 raise FeedError(f"feed {name}: no such file {value}")
             try:
-                feeds[name] = np.load(path, allow_pickle=False)
+                feeds[name] = np.load(path, mmap_mode="r", allow_pickle=False)  # read batch by batch
             except Exception as err:
                 raise FeedError(f"feed {name}: cannot read {value} as a .npy array: {err}") from err
         else:
@@ -90,12 +90,17 @@ def _convert(name: str, tensor: tf.Tensor, value: Any) -> np.ndarray:
             f"feed {name}: placeholder {tensor.name} expects {tensor.dtype.name}, given {array.dtype}; "
             f"convert the array to {tensor.dtype.name}"
         )
-    if not tensor.shape.is_compatible_with(array.shape):
+    # The first dimension counts sequences and is fed in batches, so a placeholder with a
+    # fixed batch size (say 1) takes any number of sequences.
+    shape = tensor.shape
+    if shape.rank and array.ndim == shape.rank and shape[0] is not None:
+        shape = tf.TensorShape([None]).concatenate(shape[1:])
+    if not shape.is_compatible_with(array.shape):
         raise FeedError(
             f"feed {name}: placeholder {tensor.name} expects shape {_shape(tensor.shape)}, "
             f"given {list(array.shape)}"
         )
-    return array.astype(want, copy=False)
+    return array if array.dtype == want else array.astype(want)
 
 
 def _unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
@@ -132,10 +137,43 @@ def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[t
     return feed_dict
 
 
-def batch_size(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
+def count_sequences(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
     """The number of sequences in the feeds: the first dimension shared by the array feeds."""
     sizes = {t.name: v.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0}
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{n} has {s}" for n, s in sizes.items())
         raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
     return next(iter(sizes.values()), None)
+
+
+def batches(
+    feed_dict: Mapping[tf.Tensor, np.ndarray], size: int
+) -> Iterator[tuple[int, int | None, dict[tf.Tensor, np.ndarray]]]:
+    """Yield `(start, stop, feed_dict)` for consecutive batches of at most `size` sequences.
+
+    Array feeds are sliced along their first dimension (memory-mapped arrays are read
+    one batch at a time); scalars are fed as they are. Where a placeholder fixes the
+    batch size, batches take that size and the last one is padded by repeating its last
+    sequence: rows past `stop - start` are padding to drop. Without array feeds there is
+    one batch of whatever size the graph makes, and `stop` is None.
+    """
+    n = count_sequences(feed_dict)
+    if n is None:
+        yield 0, None, dict(feed_dict)
+        return
+    fixed = {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
+    if len(fixed) > 1:
+        raise FeedError(f"placeholders fix different batch sizes: {sorted(fixed)}")
+    size = fixed.pop() if fixed else max(1, size)
+    for start in range(0, n, size):
+        stop = min(start + size, n)
+        batch = {}
+        for t, v in feed_dict.items():
+            if np.ndim(v) == 0:
+                batch[t] = v
+                continue
+            part = np.asarray(v[start:stop])
+            if t.shape.rank and t.shape[0] is not None and len(part) < size:
+                part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
+            batch[t] = part
+        yield start, stop, batch

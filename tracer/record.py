@@ -13,13 +13,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from recorders import RecordingWriter, __version__
-from tracer.feeds import batch_size, resolve_feeds
+from tracer.feeds import batches, resolve_feeds
 from tracer.fetch import FetchPlan, Trace
 from tracer.graph import Cell, find_cells
 from tracer.model import Model
 from tracer.weights import read_weights, weights_columns
 
-__all__ = ["trace", "record", "describe"]
+__all__ = ["trace", "record", "describe", "DEFAULT_BATCH_SIZE"]
+
+DEFAULT_BATCH_SIZE = 256
 
 
 def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None):
@@ -55,22 +57,28 @@ def record(
     *,
     overwrite: bool = False,
     cells: Sequence[Cell] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns the manifest.
 
-    All gates of all cells at all steps come from one `Session.run` with the feeds.
+    Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes);
+    all gates of all cells at all steps of a batch come from one `Session.run`, and each
+    batch is written as it finishes.
     """
     cells, plan, feed_dict = _prepare(model, feeds, cells)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
+    examples = 0
     with RecordingWriter(out, description, overwrite=overwrite) as writer:
-        weights = read_weights(model.session, cells)
-        n = batch_size(feed_dict)
-        result = plan.run(model.session, feed_dict, None if n is None else np.arange(n))
-        for ct in result:
-            steps = ct.steps
-            for g, gate in enumerate(ct.cell.gates):
-                writer.write_gate(ct.cell.name, gate, result.examples, steps, ct.preactivation[:, :, g], ct.activation[:, :, g])
-            for state, values in ct.states.items():
-                writer.write_state(ct.cell.name, state, result.examples, steps, values)
-        writer.write_weights(weights_columns(cells, weights))
-        return writer.close(examples=int(len(result.examples)))
+        writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
+        for start, stop, batch in batches(feed_dict, batch_size):
+            result = plan.run(model.session, batch)
+            stop = start + len(result.examples) if stop is None else stop
+            ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
+            for ct in result:
+                steps = ct.steps
+                for g, gate in enumerate(ct.cell.gates):
+                    writer.write_gate(ct.cell.name, gate, ids, steps, ct.preactivation[:keep, :, g], ct.activation[:keep, :, g])
+                for state, values in ct.states.items():
+                    writer.write_state(ct.cell.name, state, ids, steps, values[:keep])
+            examples = stop
+        return writer.close(examples=examples)
