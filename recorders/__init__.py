@@ -14,6 +14,7 @@ from recorders.errors import (
     NoCellFoundError,
     OutputExistsError,
     RecordingError,
+    SelectionError,
 )
 from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, write_weights
 from recorders.long import gate_columns, gate_frame, key_columns, state_columns, weight_columns
@@ -30,6 +31,7 @@ __all__ = [
     "NoCellFoundError",
     "GraphPatternError",
     "FeedError",
+    "SelectionError",
     "OutputExistsError",
     "RecordingError",
     "key_columns",

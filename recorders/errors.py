@@ -11,6 +11,7 @@ __all__ = [
     "NoCellFoundError",
     "GraphPatternError",
     "FeedError",
+    "SelectionError",
     "OutputExistsError",
     "RecordingError",
 ]
@@ -34,6 +35,10 @@ class GraphPatternError(GatetraceError):
 
 class FeedError(GatetraceError):
     """A feed names no placeholder, or its value does not fit the placeholder."""
+
+
+class SelectionError(GatetraceError):
+    """A selection (cells, gates, steps, values, examples) that matches nothing or is malformed."""
 
 
 class OutputExistsError(GatetraceError):

@@ -22,6 +22,7 @@ from recorders.errors import (
     NoCellFoundError,
     OutputExistsError,
     RecordingError,
+    SelectionError,
 )
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
@@ -40,6 +41,7 @@ _LAZY = {
     "Trace": "tracer.fetch",
     "CellTrace": "tracer.fetch",
     "trace": "tracer.record",
+    "Selection": "tracer.select",
     "record": "tracer.record",
     "run_cell": "tracer.reference",
     "GateWeights": "tracer.weights",
@@ -68,6 +70,7 @@ __all__ = [
     "NoCellFoundError",
     "GraphPatternError",
     "FeedError",
+    "SelectionError",
     "OutputExistsError",
     "RecordingError",
     "CellSpec",
@@ -84,6 +87,7 @@ __all__ = [
     "CellTrace",
     "trace",
     "record",
+    "Selection",
     "run_cell",
     "GateWeights",
     "read_weights",

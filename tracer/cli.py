@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
     )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
+    c.add_argument("--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f")
+    c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
+    c.add_argument("--values", metavar="COLUMNS", default="preactivation,activation", help="value columns to keep (default: both)")
+    c.add_argument("--examples", metavar="START:STOP", help="record only these sequences (rows of the inputs): 0:1000")
 
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
@@ -151,13 +156,25 @@ def _inspect(args) -> None:
         print(f"{c.name}: gate ops {span} (by input position); {', '.join(extras)}")
 
 
+def _split(text: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else ()
+
+
 def _record(args) -> None:
     import tracer
     from tracer.feeds import parse_feed_args
+    from tracer.select import Selection, parse_range
 
+    selection = Selection(
+        cells=_split(args.cells),
+        gates=_split(args.gates),
+        steps=parse_range(args.steps, "steps") if args.steps else (None, None),
+        values=_split(args.values),
+        examples=parse_range(args.examples, "examples") if args.examples else (None, None),
+    )
     feeds = parse_feed_args(args.feed)
     with tracer.load_model(args.model, tag=args.tag) as model:
-        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size)
+        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection)
     cells = manifest["cells"]
     rows = manifest["rows"]
     print(

@@ -13,10 +13,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from recorders import RecordingWriter, __version__
-from tracer.feeds import batches, resolve_feeds
+from tracer.feeds import batches, count_sequences, resolve_feeds
 from tracer.fetch import FetchPlan, Trace
 from tracer.graph import Cell, find_cells
 from tracer.model import Model
+from tracer.select import Selection
 from tracer.weights import read_weights, weights_columns
 
 __all__ = ["trace", "record", "describe", "DEFAULT_BATCH_SIZE"]
@@ -58,27 +59,42 @@ def record(
     overwrite: bool = False,
     cells: Sequence[Cell] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    selection: Selection | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns the manifest.
 
     Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes);
     all gates of all cells at all steps of a batch come from one `Session.run`, and each
-    batch is written as it finishes.
+    batch is written as it finishes. `selection` narrows what is fetched and written.
     """
-    cells, plan, feed_dict = _prepare(model, feeds, cells)
+    selection = selection or Selection()
+    if cells is None:
+        cells = find_cells(model.graph, model.source)
+    cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells))
+    n = count_sequences(feed_dict)
+    first = 0
+    if n is not None:
+        # Keep only the selected examples; their ids stay their row numbers in the input.
+        first, last, _ = slice(*selection.examples).indices(n)
+        feed_dict = {t: v[first:last] if np.ndim(v) else v for t, v in feed_dict.items()}
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
+    description["selection"] = selection.describe()
+    pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     examples = 0
     with RecordingWriter(out, description, overwrite=overwrite) as writer:
         writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
         for start, stop, batch in batches(feed_dict, batch_size):
             result = plan.run(model.session, batch)
             stop = start + len(result.examples) if stop is None else stop
-            ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
+            ids, keep = np.arange(first + start, first + stop, dtype=np.int64), stop - start  # rows past keep are padding
             for ct in result:
                 steps = ct.steps
                 for g, gate in enumerate(ct.cell.gates):
-                    writer.write_gate(ct.cell.name, gate, ids, steps, ct.preactivation[:keep, :, g], ct.activation[:keep, :, g])
+                    if selection.keeps_gate(gate):
+                        pre = ct.preactivation[:keep, :, g] if pre_on else None
+                        act = ct.activation[:keep, :, g] if act_on else None
+                        writer.write_gate(ct.cell.name, gate, ids, steps, pre, act)
                 for state, values in ct.states.items():
                     writer.write_state(ct.cell.name, state, ids, steps, values[:keep])
-            examples = stop
+            examples += stop - start
         return writer.close(examples=examples)
