@@ -621,7 +621,8 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
             found = [_input_position(a.input, owners, position_of, gate_ops) for a in group]
             in_order = list(range(len(group)))
             # Trust the traced positions only when they are a permutation of the steps.
-            positions[kernel] = found if sorted(p for p in found if p is not None) == in_order and None not in found else in_order
+            traced = None not in found and sorted(found) == in_order
+            positions[kernel] = found if traced else in_order
             in_progress.discard(kernel)
         return positions[kernel][idx]
 
