@@ -36,11 +36,14 @@ def fails(capsys, argv) -> str:
     return lines[0][len("gatetrace: error: ") :]
 
 
-def test_record_writes_the_recording(model, tmp_path, capsys):
+def test_record_writes_the_recording(model, tmp_path, capfd):
     path, x = model
     out = tmp_path / "run1"
-    assert main(["record", path, "--feed", f"x={x}", "--out", str(out)]) == 0
-    stdout = capsys.readouterr().out
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--batch-size", "2"]) == 0
+    stdout, stderr = capfd.readouterr()
+    assert "recording: 100%" in stderr and "3/3" in stderr and "270 rows" in stderr  # the progress bar
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["gates", "manifest.json", "states", "weights.parquet"]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -185,7 +188,7 @@ def test_failure_midway_leaves_no_output(model, tmp_path, capsys, monkeypatch):
         raise OSError(28, "No space left on device", str(self._tmp / "states"))
 
     monkeypatch.setattr(RecordingWriter, "write_state", disk_full)
-    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out")])
+    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--quiet"])
     assert calls and "No space left on device" in msg
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "x.npy"]
 

@@ -108,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
     )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
     c.add_argument("--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f")
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
@@ -174,7 +175,9 @@ def _record(args) -> None:
     )
     feeds = parse_feed_args(args.feed)
     with tracer.load_model(args.model, tag=args.tag) as model:
-        manifest = tracer.record(model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection)
+        manifest = tracer.record(
+            model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection, progress=not args.quiet
+        )
     cells = manifest["cells"]
     rows = manifest["rows"]
     print(

@@ -8,6 +8,7 @@ manifest (see `recorders.parquet` for the layout).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -60,12 +61,14 @@ def record(
     cells: Sequence[Cell] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     selection: Selection | None = None,
+    progress: bool = False,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns the manifest.
 
     Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes);
     all gates of all cells at all steps of a batch come from one `Session.run`, and each
-    batch is written as it finishes. `selection` narrows what is fetched and written.
+    batch is written as it finishes. `selection` narrows what is fetched and written;
+    `progress` shows a bar on stderr (sequences per second, rows written).
     """
     selection = selection or Selection()
     if cells is None:
@@ -81,7 +84,8 @@ def record(
     description["selection"] = selection.describe()
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     examples = 0
-    with RecordingWriter(out, description, overwrite=overwrite) as writer:
+    bar = _progress_bar(count_sequences(feed_dict), progress)
+    with bar, RecordingWriter(out, description, overwrite=overwrite) as writer:
         writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
         for start, stop, batch in batches(feed_dict, batch_size):
             result = plan.run(model.session, batch)
@@ -97,4 +101,13 @@ def record(
                 for state, values in ct.states.items():
                     writer.write_state(ct.cell.name, state, ids, steps, values[:keep])
             examples += stop - start
+            bar.update(stop - start)
+            bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
         return writer.close(examples=examples)
+
+
+def _progress_bar(total: int | None, show: bool):
+    """A tqdm bar on stderr counting sequences, or a silent stand-in."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="seq", file=sys.stderr, disable=not show, dynamic_ncols=True, desc="recording")
