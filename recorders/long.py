@@ -26,27 +26,42 @@ def key_columns(examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str
     }
 
 
+def _long_columns(
+    examples: np.ndarray, steps: np.ndarray, values: dict[str, np.ndarray | None], lengths: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out).
+
+    With `lengths` (one per example), rows at or past an example's length are dropped.
+    """
+    units = next(v.shape[2] for v in values.values() if v is not None)
+    columns = key_columns(examples, steps, units)
+    for name, v in values.items():
+        if v is not None:
+            columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+    if lengths is not None:
+        valid = np.asarray(steps)[None, :] < np.asarray(lengths)[:, None]  # [examples, steps]
+        if not valid.all():
+            keep = np.repeat(valid.reshape(-1), units)
+            columns = {k: c[keep] for k, c in columns.items()}
+    return columns
+
+
 def gate_columns(
     examples: np.ndarray,
     steps: np.ndarray,
     preactivation: np.ndarray | None,
     activation: np.ndarray | None,
+    lengths: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Columns for one gate: keys plus the float32 value columns given ([examples, steps, units])."""
-    values = {"preactivation": preactivation, "activation": activation}
-    shape = next(v.shape for v in values.values() if v is not None)
-    columns = key_columns(examples, steps, shape[2])
-    for name, v in values.items():
-        if v is not None:
-            columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-    return columns
+    """Columns for one gate: keys plus the value columns given ([examples, steps, units])."""
+    return _long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths)
 
 
-def state_columns(examples: np.ndarray, steps: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+def state_columns(
+    examples: np.ndarray, steps: np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Columns for one state: keys plus `value` ([examples, steps, units])."""
-    columns = key_columns(examples, steps, values.shape[2])
-    columns["value"] = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-    return columns
+    return _long_columns(examples, steps, {"value": values}, lengths)
 
 
 def weight_columns(matrix: np.ndarray) -> dict[str, np.ndarray]:

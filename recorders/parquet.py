@@ -116,17 +116,21 @@ class RecordingWriter:
         if self._state != "open":
             raise RecordingError(f"recording {self.out} is already {self._state}")
 
-    def write_gate(self, cell: str, gate: str, examples: np.ndarray, steps: np.ndarray, preactivation, activation) -> None:
-        """One gate of one cell: value arrays [examples, steps, units]."""
+    def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
+        """One gate of one cell: value arrays [examples, steps, units] (either may be None).
+
+        With `lengths`, no rows are written for steps at or past an example's length.
+        """
         self._guard()
         path = self._next_part("gates/" + partition_dir(cell=cell, gate=gate))
-        self.rows["gates"] += _write_table(path, gate_columns(examples, steps, preactivation, activation), self._metadata)
+        columns = gate_columns(examples, steps, preactivation, activation, lengths)
+        self.rows["gates"] += _write_table(path, columns, self._metadata)
 
-    def write_state(self, cell: str, state: str, examples: np.ndarray, steps: np.ndarray, values: np.ndarray) -> None:
+    def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
         """One state (`c` or `h`) of one cell: [examples, steps, units]."""
         self._guard()
         path = self._next_part("states/" + partition_dir(cell=cell, state=state))
-        self.rows["states"] += _write_table(path, state_columns(examples, steps, values), self._metadata)
+        self.rows["states"] += _write_table(path, state_columns(examples, steps, values, lengths), self._metadata)
 
     def write_weights(self, columns: Mapping[str, Any]) -> None:
         self._guard()

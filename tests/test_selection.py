@@ -70,3 +70,31 @@ def test_bad_selections(stack, tmp_path, capsys, flag, expected):
     assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "o"), *flag]) == 2
     assert capsys.readouterr().err.strip() == f"gatetrace: error: {expected}"
     assert not (tmp_path / "o").exists()
+
+
+def test_lengths_drop_rows_at_or_past_each_sequence_length(stack, tmp_path, inputs):
+    built, path, x = stack
+    lengths = np.array([5, 0, 3, 1, 4, 2])
+    np.save(tmp_path / "len.npy", lengths)
+    out = tmp_path / "out"
+    argv = ["record", path, "--feed", f"x={x}", "--out", str(out), "--lengths", str(tmp_path / "len.npy")]
+    assert main([*argv, "--batch-size", "4", "--examples", "1:6", "--quiet"]) == 0
+    for table in ("gates", "states"):
+        df = pd.read_parquet(out / table)
+        kept = df.groupby("example")["step"].agg(["max", "nunique"])
+        assert kept.index.tolist() == [2, 3, 4, 5]  # example 0 is not selected, example 1 has length 0
+        assert kept["nunique"].tolist() == [3, 1, 4, 2]
+        assert (df["step"].to_numpy() < lengths[df["example"].to_numpy()]).all()
+    gates = pd.read_parquet(out / "gates")
+    assert len(gates) == (3 + 1 + 4 + 2) * (4 * 3 + 3 * 2)  # steps x (LSTM 4 gates x 3 units + GRU 3 x 2)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["rows"]["gates"] == len(gates)
+
+
+@pytest.mark.parametrize("bad", [np.array([5, 5]), np.array([1.5] * 6), np.array([-1] * 6)])
+def test_bad_lengths(stack, tmp_path, capsys, bad):
+    _, path, x = stack
+    np.save(tmp_path / "len.npy", bad)
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "o"), "--lengths", str(tmp_path / "len.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gatetrace: error: lengths: expected 6 non-negative integers, one per sequence; given shape {list(bad.shape)} of {bad.dtype}"

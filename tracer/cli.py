@@ -109,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
     c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    c.add_argument("--lengths", metavar="FILE.npy", help="sequence lengths, one per input row: no rows at or past them")
     c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
     c.add_argument("--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f")
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
@@ -163,7 +164,7 @@ def _split(text: str | None) -> tuple[str, ...]:
 
 def _record(args) -> None:
     import tracer
-    from tracer.feeds import parse_feed_args
+    from tracer.feeds import load_array, parse_feed_args
     from tracer.select import Selection, parse_range
 
     selection = Selection(
@@ -174,9 +175,11 @@ def _record(args) -> None:
         examples=parse_range(args.examples, "examples") if args.examples else (None, None),
     )
     feeds = parse_feed_args(args.feed)
+    lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     with tracer.load_model(args.model, tag=args.tag) as model:
         manifest = tracer.record(
-            model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection, progress=not args.quiet
+            model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection, progress=not args.quiet,
+            lengths=lengths,
         )
     cells = manifest["cells"]
     rows = manifest["rows"]

@@ -16,7 +16,7 @@ import numpy as np
 from recorders.errors import FeedError
 from tracer._tf import tf
 
-__all__ = ["parse_feed_args", "resolve_feeds", "count_sequences", "batches"]
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "count_sequences", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 
@@ -33,6 +33,16 @@ def _parse_scalar(text: str) -> Any:
     return None
 
 
+def load_array(path: str, what: str) -> np.ndarray:
+    """A .npy file, memory-mapped so that it is read batch by batch."""
+    if not Path(path).is_file():
+        raise FeedError(f"{what}: no such file {path}")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as err:
+        raise FeedError(f"{what}: cannot read {path} as a .npy array: {err}") from err
+
+
 def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
     """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`."""
     feeds: dict[str, Any] = {}
@@ -41,13 +51,7 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not name or not value:
             raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
         if value.endswith(".npy"):
-            path = Path(value)
-            if not path.is_file():
-                raise FeedError(f"feed {name}: no such file {value}")
-            try:
-                feeds[name] = np.load(path, mmap_mode="r", allow_pickle=False)  # read batch by batch
-            except Exception as err:
-                raise FeedError(f"feed {name}: cannot read {value} as a .npy array: {err}") from err
+            feeds[name] = load_array(value, f"feed {name}")
         else:
             scalar = _parse_scalar(value)
             if scalar is None:
