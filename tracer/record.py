@@ -78,18 +78,19 @@ def record(
         cells = find_cells(model.graph, model.source)
     cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells))
     n = count_sequences(feed_dict)
-    first = 0
+    first, total = 0, None
     lengths = _check_lengths(lengths, n)
     if n is not None:
         # Keep only the selected examples; their ids stay their row numbers in the input.
         first, last, _ = slice(*selection.examples).indices(n)
+        total = max(0, last - first)
         feed_dict = {t: v[first:last] if np.ndim(v) else v for t, v in feed_dict.items()}
         lengths = None if lengths is None else lengths[first:last]
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     examples = 0
-    bar = _progress_bar(count_sequences(feed_dict), progress)
+    bar = _progress_bar(total, progress)
     with bar, RecordingWriter(out, description, overwrite=overwrite) as writer:
         writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
         for start, stop, batch in batches(feed_dict, batch_size):
