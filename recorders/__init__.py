@@ -6,18 +6,11 @@ so reading and writing recordings costs only numpy, pandas and pyarrow.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from recorders.errors import (
-    FeedError,
-    GatetraceError,
-    GraphPatternError,
-    ModelFormatError,
-    NoCellFoundError,
-    OutputExistsError,
-    RecordingError,
-    SelectionError,
-)
+from recorders import errors as _errors
+from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
 from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, write_weights
-from recorders.long import gate_columns, gate_frame, key_columns, state_columns, weight_columns
+from recorders.long import KeyCache, gate_columns, gate_frame, key_columns, state_columns, weight_columns
+from recorders.progress import Intervals, Shard
 
 try:
     __version__ = version("gatetrace")
@@ -26,15 +19,9 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 __all__ = [
     "__version__",
-    "GatetraceError",
-    "ModelFormatError",
-    "NoCellFoundError",
-    "GraphPatternError",
-    "FeedError",
-    "SelectionError",
-    "OutputExistsError",
-    "RecordingError",
+    *_errors.__all__,
     "key_columns",
+    "KeyCache",
     "gate_columns",
     "gate_frame",
     "state_columns",
@@ -43,4 +30,6 @@ __all__ = [
     "RecordingWriter",
     "partition_dir",
     "write_weights",
+    "Shard",
+    "Intervals",
 ]

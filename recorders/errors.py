@@ -14,6 +14,7 @@ __all__ = [
     "SelectionError",
     "OutputExistsError",
     "RecordingError",
+    "Interrupted",
 ]
 
 
@@ -46,4 +47,8 @@ class OutputExistsError(GatetraceError):
 
 
 class RecordingError(GatetraceError):
-    """Writing a recording failed; nothing that looks complete was left behind."""
+    """Writing a recording failed; what was finished before stays, marked complete."""
+
+
+class Interrupted(GatetraceError):
+    """The user stopped a recording (Ctrl-C); it can be resumed."""

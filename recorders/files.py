@@ -13,7 +13,7 @@ from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError
 
-__all__ = ["check_out", "temp_sibling", "publish", "remove"]
+__all__ = ["check_out", "temp_sibling", "publish", "remove", "clear"]
 
 
 def check_out(out: Path, overwrite: bool, folder: bool = True) -> None:
@@ -60,3 +60,15 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def clear(out: Path) -> None:
+    """Empty the folder `out` (moving it aside first, so a crash leaves no half-deleted folder)."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    old = temp_sibling(out, "old")
+    try:
+        os.replace(out, old)
+    except OSError as err:
+        raise RecordingError(f"cannot replace {out}: {err.strerror or err}") from err
+    shutil.rmtree(old, ignore_errors=True)

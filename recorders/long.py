@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_columns", "gate_columns", "state_columns", "weight_columns", "gate_frame"]
+__all__ = ["key_columns", "KeyCache", "gate_columns", "state_columns", "weight_columns", "gate_frame"]
 
 
 def key_columns(examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str, np.ndarray]:
@@ -26,15 +26,48 @@ def key_columns(examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str
     }
 
 
+class KeyCache:
+    """`key_columns` for batches of consecutive examples, built once per batch shape.
+
+    Every batch of a recording has the same steps and units, and its examples are a run
+    `start, start + 1, ...`: the `step` and `unit` columns are the same arrays each time
+    and `example` is a cached offset column plus `start`. Arrays handed out are shared:
+    callers must not write into them.
+    """
+
+    def __init__(self, size: int = 8):
+        self._cache: dict[tuple, dict[str, np.ndarray]] = {}
+        self._size = size
+
+    def __call__(self, examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str, np.ndarray]:
+        examples = np.asarray(examples, dtype=np.int64)
+        n = len(examples)
+        if n == 0 or examples[-1] - examples[0] != n - 1 or not (np.diff(examples) == 1).all():
+            return key_columns(examples, steps, units)
+        key = (n, np.asarray(steps, dtype=np.int32).tobytes(), units)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = key_columns(np.arange(n, dtype=np.int64), steps, units)
+            if len(self._cache) >= self._size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = cached
+        return {"example": cached["example"] + examples[0], "step": cached["step"], "unit": cached["unit"]}
+
+
 def _long_columns(
-    examples: np.ndarray, steps: np.ndarray, values: dict[str, np.ndarray | None], lengths: np.ndarray | None
+    examples: np.ndarray,
+    steps: np.ndarray,
+    values: dict[str, np.ndarray | None],
+    lengths: np.ndarray | None,
+    keys=key_columns,
 ) -> dict[str, np.ndarray]:
     """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out).
 
     With `lengths` (one per example), rows at or past an example's length are dropped.
+    `keys` builds the key columns (`key_columns`, or a `KeyCache`).
     """
     units = next(v.shape[2] for v in values.values() if v is not None)
-    columns = key_columns(examples, steps, units)
+    columns = dict(keys(examples, steps, units))
     for name, v in values.items():
         if v is not None:
             columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
@@ -52,16 +85,17 @@ def gate_columns(
     preactivation: np.ndarray | None,
     activation: np.ndarray | None,
     lengths: np.ndarray | None = None,
+    keys=key_columns,
 ) -> dict[str, np.ndarray]:
     """Columns for one gate: keys plus the value columns given ([examples, steps, units])."""
-    return _long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths)
+    return _long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys)
 
 
 def state_columns(
-    examples: np.ndarray, steps: np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None
+    examples: np.ndarray, steps: np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None, keys=key_columns
 ) -> dict[str, np.ndarray]:
     """Columns for one state: keys plus `value` ([examples, steps, units])."""
-    return _long_columns(examples, steps, {"value": values}, lengths)
+    return _long_columns(examples, steps, {"value": values}, lengths, keys)
 
 
 def weight_columns(matrix: np.ndarray) -> dict[str, np.ndarray]:

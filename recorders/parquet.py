@@ -1,39 +1,48 @@
-"""Writing a recording folder as Parquet, atomically.
+"""Writing a recording folder as Parquet, batch by batch, so that a crash loses nothing finished.
 
-Layout of a finished recording `OUT/`:
+Layout of a recording `OUT/`:
 
-    gates/cell=<cell>/gate=<gate>/part-00000.parquet    example, step, unit, preactivation, activation
-    states/cell=<cell>/state=<c|h>/part-00000.parquet   example, step, unit, value
-    weights.parquet                                     cell, gate, source, row, unit, value
-    manifest.json                                       what was recorded, from what, row counts
+    gates/cell=<cell>/gate=<gate>/part-<first example>.parquet   example, step, unit, preactivation, activation
+    states/cell=<cell>/state=<c|h>/part-<first example>.parquet  example, step, unit, value
+    weights.parquet                                              cell, gate, source, row, unit, value
+    _progress/shard-K-of-N.json                                  which examples are complete (see recorders.progress)
+    manifest.json                                                what was recorded, from what, row counts
 
 `gates/` and `states/` are Hive-partitioned datasets: `pandas.read_parquet("OUT/gates")`
 returns the long table with `cell` and `gate` as categoricals, and a filter on them
 reads only the matching folders. Partition values are percent-encoded (`/` in a cell
-name becomes `%2F`), which pyarrow decodes on reading.
+name becomes `%2F`), which pyarrow decodes on reading. Each batch of examples is one
+part file per (cell, gate) and (cell, state), named by the batch's first example, so
+the files sort in example order and shards never collide.
 
 Files are written with zstd; float columns use byte-stream-split, key columns
 dictionary encoding. Every file carries the recording's description in its schema
-metadata under the key `gatetrace`. Everything is written into a hidden temporary
-folder next to `OUT` and renamed to `OUT` only when `close()` succeeds, so a failed
-run leaves nothing that looks complete.
+metadata under the key `gatetrace`.
+
+Crash safety: a batch's files are encoded (on worker threads) into a hidden staging
+folder and renamed into place once all of them are written; only then does the
+progress file list the batch's examples as complete. `manifest.json` appears when every
+shard has finished, so a folder without it is not a finished recording.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recorders.errors import RecordingError
-from recorders.files import check_out, publish, remove, temp_sibling
-from recorders.long import gate_columns, state_columns
+from recorders.errors import OutputExistsError, RecordingError
+from recorders.files import check_out, clear, publish, remove, temp_sibling
+from recorders.long import KeyCache, gate_columns, state_columns
+from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
 __all__ = ["METADATA_KEY", "RecordingWriter", "write_weights", "partition_dir"]
 
@@ -84,80 +93,267 @@ def write_weights(
 
 
 class RecordingWriter:
-    """Writes one recording folder (see the module docstring); a context manager.
+    """Writes one recording folder (see the module docstring), batch by batch; a context manager.
 
-    `description` (JSON-ready) goes into every file's schema metadata and, with the row
-    counts, into manifest.json. Leaving the `with` block normally finishes the folder;
-    leaving it on an exception removes everything written. `close()` and `abort()` are
-    idempotent.
+    For each batch: `begin(start, stop)`, then `write_gate` / `write_state` for every
+    (cell, gate) and (cell, state) (they return at once; encoding runs on `threads`
+    worker threads), then `commit()`, which waits for the files, moves them into place
+    and marks examples [start, stop) complete. `remaining()` says which examples are
+    still to record (after `resume`, those a killed run did not finish).
+
+    `examples` is the [start, stop) range of the whole recording (None if unknown);
+    `shard` picks this writer's part of it. Leaving the `with` block normally finishes
+    the shard (`close()`); leaving it on an exception discards the batch in flight and
+    keeps everything committed (`abort()`). Both are idempotent.
     """
 
-    def __init__(self, out: str | os.PathLike, description: Mapping[str, Any], overwrite: bool = False):
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        description: Mapping[str, Any],
+        *,
+        overwrite: bool = False,
+        resume: bool = False,
+        shard: Shard = Shard(),
+        examples: tuple[int, int] | None = None,
+        threads: int = 2,
+    ):
+        if overwrite and resume:
+            raise RecordingError("--overwrite starts again and --resume continues: pass one of them")
         self.out = Path(out)
-        check_out(self.out, overwrite)
-        self.description = dict(description)
+        self.shard = shard
+        self.description = json.loads(json.dumps(dict(description)))
+        self.examples = None if examples is None else tuple(int(e) for e in examples)
+        self.range = None if examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
-        self._tmp = temp_sibling(self.out)
-        try:
-            self._tmp.mkdir(parents=True)
-        except OSError as err:
-            raise RecordingError(f"cannot create {self._tmp}: {err.strerror}") from err
-        self._parts: dict[str, int] = {}
-        self.rows = {"gates": 0, "states": 0, "weights": 0}
+        self._staging = self.out / f".staging-{shard.tag}"
+        self._keys = KeyCache()
+        self._batch: tuple[int, int] | None = None
+        self._pending: list[tuple[Future, Path, Path, str]] = []  # (future, staged file, final file, table)
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
+        previous = self._open(overwrite, resume)
+        self.resumed = previous is not None
+        self.complete = Intervals(previous["complete"] if previous else ())
+        self._complete_before = self.complete.total()
+        self.rows = dict(previous["rows"]) if previous else {"gates": 0, "states": 0, "weights": 0}
+        self._save_progress(finished=False)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="gatetrace-write")
 
-    def _next_part(self, folder: str) -> Path:
-        n = self._parts.get(folder, 0)
-        self._parts[folder] = n + 1
-        return self._tmp / folder / f"part-{n:05d}.parquet"
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open(self, overwrite: bool, resume: bool) -> dict[str, Any] | None:
+        """Check what `out` holds; return this shard's previous progress when resuming."""
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
+        if overwrite:
+            clear(out)
+        found = read_progress(out)
+        if not found and out.is_dir() and any(not _ours(p.name) for p in out.iterdir()):
+            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+        for progress in found.values():
+            why = self._difference(progress)
+            if why:
+                raise OutputExistsError(
+                    f"--out {out} holds another recording ({why}); choose another folder or pass --overwrite to replace it"
+                )
+        mine = found.get(self.shard.tag)
+        if mine is not None and not resume:
+            which = "" if self.shard.count == 1 else f" of shard {self.shard}"
+            state = "finished" if mine.get("finished") else "partial"
+            raise OutputExistsError(
+                f"--out {out} already holds a {state} recording{which}; pass --resume to continue it or --overwrite to start again"
+            )
+        try:
+            (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+            remove(self._staging)
+            self._staging.mkdir()
+        except OSError as err:
+            raise RecordingError(f"cannot create {out}: {err.strerror or err}") from err
+        self._remove_unfinished_parts(Intervals(mine["complete"]) if mine else Intervals())
+        return mine
+
+    def _difference(self, progress: Mapping[str, Any]) -> str | None:
+        """Why a progress file found in `out` belongs to another recording (None if it does not)."""
+        if progress.get("shard", [0, 1])[1] != self.shard.count:
+            return f"it is split into {progress['shard'][1]} shards, not {self.shard.count}"
+        theirs, ours = _comparable(progress.get("description", {})), _comparable(self.description)
+        for key in sorted(set(theirs) | set(ours)):
+            if theirs.get(key) != ours.get(key):
+                return f"its {key} differ"
+        if progress.get("total") != (None if self.examples is None else list(self.examples)):
+            return f"its examples are {progress.get('total')}, not {self.examples}"
+        return None
+
+    def _remove_unfinished_parts(self, complete: Intervals) -> None:
+        """Delete part files of this shard's examples that no committed batch wrote."""
+        lo, hi = self.range if self.range is not None else (0, float("inf"))
+        for table in ("gates", "states"):
+            for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
+                try:
+                    start = int(path.stem[len("part-") :])
+                except ValueError:
+                    continue
+                if lo <= start < hi and start not in complete:
+                    path.unlink(missing_ok=True)
+
+    def remaining(self) -> list[tuple[int, int | None]]:
+        """The example ranges of this shard that are not complete yet."""
+        if self.range is None:
+            return [] if self.complete.total() else [(0, None)]
+        return self.complete.missing(*self.range)
+
+    # -- writing ---------------------------------------------------------------------------
 
     def _guard(self) -> None:
         if self._state != "open":
             raise RecordingError(f"recording {self.out} is already {self._state}")
 
+    def begin(self, start: int, stop: int) -> None:
+        """Start the batch of examples [start, stop)."""
+        self._guard()
+        if self._batch is not None:
+            raise RecordingError(f"batch {self._batch[0]}:{self._batch[1]} is not committed yet")
+        self._batch = (int(start), int(stop))
+
+    def _submit(self, table: str, folder: str, build: Callable[[], Mapping[str, Any]]) -> None:
+        self._guard()
+        if self._batch is None:
+            raise RecordingError("call begin(start, stop) before writing a batch")
+        final = self.out / table / folder / f"part-{self._batch[0]:010d}.parquet"
+        staged = self._staging / f"{uuid.uuid4().hex}.parquet"
+        future = self._pool.submit(lambda: _write_table(staged, build(), self._metadata))
+        self._pending.append((future, staged, final, table))
+
     def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
         """One gate of one cell: value arrays [examples, steps, units] (either may be None).
 
         With `lengths`, no rows are written for steps at or past an example's length.
+        The arrays must not change until `commit()` returns.
         """
-        self._guard()
-        path = self._next_part("gates/" + partition_dir(cell=cell, gate=gate))
-        columns = gate_columns(examples, steps, preactivation, activation, lengths)
-        self.rows["gates"] += _write_table(path, columns, self._metadata)
+        folder = partition_dir(cell=cell, gate=gate)
+        self._submit("gates", folder, lambda: gate_columns(examples, steps, preactivation, activation, lengths, self._keys))
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
         """One state (`c` or `h`) of one cell: [examples, steps, units]."""
+        folder = partition_dir(cell=cell, state=state)
+        self._submit("states", folder, lambda: state_columns(examples, steps, values, lengths, self._keys))
+
+    def commit(self) -> None:
+        """Wait for the batch's files, move them into place and mark its examples complete."""
         self._guard()
-        path = self._next_part("states/" + partition_dir(cell=cell, state=state))
-        self.rows["states"] += _write_table(path, state_columns(examples, steps, values, lengths), self._metadata)
+        if self._batch is None:
+            raise RecordingError("no batch to commit: call begin(start, stop) first")
+        start, stop = self._batch
+        rows = {"gates": 0, "states": 0}
+        final = self._staging
+        try:
+            for future, _, final, table in self._pending:
+                rows[table] += future.result()
+            for _, staged, final, _ in self._pending:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, final)
+        except (OSError, pa.ArrowException) as err:
+            self.abort()
+            reason = getattr(err, "strerror", None) or str(err)
+            raise RecordingError(
+                f"cannot write {final}: {reason}; the {self.complete.total():,} examples recorded before are kept: "
+                "fix the cause and rerun with --resume"
+            ) from err
+        self._pending, self._batch = [], None
+        self.complete.add(start, stop)
+        for table, n in rows.items():
+            self.rows[table] += n
+        self._save_progress(finished=False)
 
     def write_weights(self, columns: Mapping[str, Any]) -> None:
+        """The weights table (`tracer.weights.weights_columns`), written at once."""
         self._guard()
-        self.rows["weights"] += write_weights(self._tmp / "weights.parquet", columns, self.description)
+        staged = self._staging / "weights.parquet"
+        try:
+            n = _write_table(staged, columns, self._metadata, dictionary_columns=("cell", "gate", "source"))
+            os.replace(staged, self.out / "weights.parquet")
+        except (OSError, pa.ArrowException) as err:
+            raise RecordingError(f"cannot write {self.out / 'weights.parquet'}: {getattr(err, 'strerror', None) or err}") from err
+        self.rows["weights"] = n
 
-    def close(self, **extra: Any) -> dict[str, Any]:
-        """Write manifest.json (the description, `extra` and row counts) and move the
-        folder into place; returns the manifest."""
+    # -- finishing -------------------------------------------------------------------------
+
+    def _save_progress(self, finished: bool) -> None:
+        write_json_atomically(
+            self.out / PROGRESS_DIR / f"{self.shard.tag}.json",
+            {
+                "description": self.description,
+                "shard": [self.shard.index, self.shard.count],
+                "total": None if self.examples is None else list(self.examples),
+                "examples": None if self.range is None else list(self.range),
+                "complete": self.complete.pairs(),
+                "rows": self.rows,
+                "finished": finished,
+            },
+        )
+
+    def close(self) -> dict[str, Any]:
+        """Finish this shard; when every shard is finished, write manifest.json.
+
+        Returns this shard's summary: the description, `examples` and `rows` of the
+        shard, `examples_this_run` (fewer after a resume), `shard` as [K, N], and
+        `complete` (whether the whole recording is).
+        """
         if self._state == "closed":
             return self.manifest
         self._guard()
-        manifest = {**self.description, **extra, "rows": dict(self.rows)}
-        try:
-            (self._tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            publish(self._tmp, self.out)
-        except (OSError, RecordingError) as err:
-            self.abort()
-            raise RecordingError(f"cannot finish recording {self.out}: {err}") from err
-        self.manifest = manifest
+        if self._batch is not None:
+            self.commit()
+        self._pool.shutdown()
+        remove(self._staging)
+        self._save_progress(finished=True)
         self._state = "closed"
-        return manifest
+        complete = self._write_manifest()
+        self.manifest = {
+            **self.description,
+            "examples": self.complete.total(),
+            "examples_this_run": self.complete.total() - self._complete_before,
+            "rows": dict(self.rows),
+            "shard": [self.shard.index, self.shard.count],
+            "complete": complete,
+        }
+        return self.manifest
+
+    def _write_manifest(self) -> bool:
+        """Write manifest.json if all shards are finished; say whether they are.
+
+        Every shard checks after marking itself finished, so the last one to finish
+        always sees all the others (and two that finish together write the same file).
+        """
+        found = read_progress(self.out)
+        if len(found) != self.shard.count or not all(p.get("finished") for p in found.values()):
+            return False
+        shards = [found[Shard(k, self.shard.count).tag] for k in range(self.shard.count)]
+        manifest = {
+            **self.description,
+            "examples": sum(Intervals(p["complete"]).total() for p in shards),
+            "rows": {
+                "gates": sum(p["rows"]["gates"] for p in shards),
+                "states": sum(p["rows"]["states"] for p in shards),
+                "weights": shards[0]["rows"]["weights"],
+            },
+            "shards": self.shard.count,
+        }
+        write_json_atomically(self.out / "manifest.json", manifest)
+        return True
 
     def abort(self) -> None:
-        """Remove everything written so far."""
-        if self._state == "open":
-            self._state = "aborted"
-            remove(self._tmp)
+        """Discard the batch in flight; committed batches and the progress file stay."""
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        for future, *_ in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+        self._pending, self._batch = [], None
+        remove(self._staging)
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -167,3 +363,16 @@ class RecordingWriter:
             self.close()
         else:
             self.abort()
+
+
+def _ours(name: str) -> bool:
+    """Entries of `OUT` that a run killed before its first progress file may leave."""
+    return name == PROGRESS_DIR or name.startswith(".staging-")
+
+
+def _comparable(description: Mapping[str, Any]) -> dict[str, Any]:
+    """A description without what may differ between shards of one recording (the model's path)."""
+    d = dict(description)
+    if isinstance(d.get("source"), dict):
+        d["source"] = {k: v for k, v in d["source"].items() if k != "path"}
+    return d

@@ -45,7 +45,7 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
-    assert sorted(p.name for p in out.iterdir()) == ["gates", "manifest.json", "states", "weights.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json", "states", "weights.parquet"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == {"path": path, "format": "checkpoint"}
     assert manifest["feeds"] == {"x:0": [3, 5, 4]}
@@ -177,20 +177,36 @@ def test_out_not_empty(model, tmp_path, capsys):
     assert not (out / "mine.txt").exists() and (out / "manifest.json").exists()
 
 
-def test_failure_midway_leaves_no_output(model, tmp_path, capsys, monkeypatch):
-    from recorders.parquet import RecordingWriter
+def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, tmp_path, capsys, monkeypatch):
+    import recorders.parquet
 
     path, x = model
-    calls = []
+    out, clean = tmp_path / "out", tmp_path / "clean"
+    argv = ["record", path, "--feed", f"x={x}", "--batch-size", "1", "--quiet"]
+    assert main([*argv, "--out", str(clean)]) == 0
+    write_table, calls = recorders.parquet._write_table, []
 
-    def disk_full(self, *args):
-        calls.append(args)
-        raise OSError(28, "No space left on device", str(self._tmp / "states"))
+    def disk_full_in_the_second_batch(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 8:  # 4 gates + 2 states per batch: the second batch's third file
+            raise OSError(28, "No space left on device")
+        return write_table(path, *args, **kwargs)
 
-    monkeypatch.setattr(RecordingWriter, "write_state", disk_full)
-    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--quiet"])
-    assert calls and "No space left on device" in msg
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "x.npy"]
+    monkeypatch.setattr(recorders.parquet, "_write_table", disk_full_in_the_second_batch)
+    msg = fails(capsys, [*argv, "--out", str(out)])
+    assert msg.startswith(f"cannot write {out}/") and msg.endswith(
+        "No space left on device; the 1 examples recorded before are kept: fix the cause and rerun with --resume"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "states", "weights.parquet"]
+    assert json.loads((out / "_progress" / "shard-0-of-1.json").read_text())["complete"] == [[0, 1]]
+    monkeypatch.setattr(recorders.parquet, "_write_table", write_table)
+    assert "already holds a partial recording; pass --resume" in fails(capsys, [*argv, "--out", str(out)])
+    assert main([*argv, "--out", str(out), "--resume"]) == 0
+    assert "recorded 1 cell on 3 sequences (2 in this run): 180 gate rows, 90 state rows" in capsys.readouterr().out
+    for table in ("gates", "states"):
+        pd.testing.assert_frame_equal(pd.read_parquet(out / table), pd.read_parquet(clean / table))
+    manifest, clean_manifest = (json.loads((d / "manifest.json").read_text()) for d in (out, clean))
+    assert manifest["rows"] == clean_manifest["rows"] and manifest["examples"] == 3
 
 
 # ---- end to end, through the installed command -------------------------------------

@@ -1,4 +1,4 @@
-"""The TensorFlow-free half: long columns and the atomic Parquet writer."""
+"""The TensorFlow-free half: long columns, the batch-by-batch Parquet writer, resume and shards."""
 
 from __future__ import annotations
 
@@ -10,15 +10,34 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recorders import OutputExistsError, RecordingError, RecordingWriter, key_columns, partition_dir
+from recorders import (
+    Intervals,
+    KeyCache,
+    OutputExistsError,
+    RecordingError,
+    RecordingWriter,
+    SelectionError,
+    Shard,
+    key_columns,
+    partition_dir,
+)
 
 DESCRIPTION = {"cells": [{"name": "a/b"}]}
 
 
-def gate(writer, cell="rnn/basic_lstm_cell", name="f", examples=(0, 1)):
-    values = np.arange(len(examples) * 3 * 2, dtype=np.float32).reshape(len(examples), 3, 2)
-    writer.write_gate(cell, name, np.array(examples), np.array([0, 1, 2]), values, -values)
+def batch(writer, start, stop, cell="rnn/basic_lstm_cell", name="f", commit=True):
+    """Write examples [start, stop) of one gate with values 100 * example + position; return them."""
+    examples = np.arange(start, stop)
+    values = (100 * examples[:, None, None] + np.arange(6).reshape(1, 3, 2)).astype(np.float32)
+    writer.begin(start, stop)
+    writer.write_gate(cell, name, examples, np.array([0, 1, 2]), values, -values)
+    if commit:
+        writer.commit()
     return values
+
+
+def progress(out, tag="shard-0-of-1"):
+    return json.loads((out / "_progress" / f"{tag}.json").read_text())
 
 
 def test_key_columns_are_c_ordered():
@@ -28,48 +47,130 @@ def test_key_columns_are_c_ordered():
     assert keys["unit"].tolist() == [0, 1] * 6
 
 
+def test_key_cache_equals_key_columns():
+    cache = KeyCache(size=2)
+    for examples in ([3, 4, 5], [6, 7, 8], [9, 10], [4, 2, 7], []):
+        got, want = cache(np.array(examples), np.array([2, 3]), 3), key_columns(np.array(examples), np.array([2, 3]), 3)
+        assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+
+
 def test_recording_round_trips_and_close_is_idempotent(tmp_path):
     out = tmp_path / "run"
-    with RecordingWriter(out, DESCRIPTION) as writer:
-        values = gate(writer)
-        manifest = writer.close(examples=2)
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 4)) as writer:
+        first, second = batch(writer, 0, 2), batch(writer, 2, 4)
+        manifest = writer.close()
         assert writer.close() is manifest
-    assert manifest["rows"]["gates"] == 12 and manifest["examples"] == 2
+    assert manifest["rows"]["gates"] == 24 and manifest["examples"] == 4 and manifest["complete"]
     df = pd.read_parquet(out / "gates")
     assert df["cell"].astype(str).unique().tolist() == ["rnn/basic_lstm_cell"]
+    values = np.concatenate([first, second])
+    assert df["example"].tolist() == np.repeat([0, 1, 2, 3], 6).tolist()
     assert df["preactivation"].tolist() == values.reshape(-1).tolist()
     assert df["activation"].tolist() == (-values).reshape(-1).tolist()
-    assert json.loads((out / "manifest.json").read_text())["rows"]["gates"] == 12
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert json.loads((out / "manifest.json").read_text()) == {**DESCRIPTION, "examples": 4, "rows": manifest["rows"], "shards": 1}
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json"]
+    assert sorted(p.name for p in (out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f").iterdir()) == [
+        "part-0000000000.parquet",
+        "part-0000000002.parquet",
+    ]
+    assert progress(out)["complete"] == [[0, 4]] and progress(out)["finished"]
 
 
-def test_a_failure_leaves_nothing_that_looks_complete(tmp_path):
+def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="model failed"):
-        with RecordingWriter(out, DESCRIPTION) as writer:
-            gate(writer)
+        with RecordingWriter(out, DESCRIPTION, examples=(0, 6)) as writer:
+            batch(writer, 0, 2)
+            batch(writer, 2, 4, commit=False)
             raise RuntimeError("model failed")
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates"]
+    assert pd.read_parquet(out / "gates")["example"].unique().tolist() == [0, 1]
+    assert progress(out)["complete"] == [[0, 2]] and not progress(out)["finished"]
     with pytest.raises(RecordingError, match="already aborted"):
-        gate(writer)
+        batch(writer, 4, 6)
+    writer.abort()  # idempotent
 
 
-def test_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
+def test_resume_continues_where_the_last_run_stopped(tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    with pytest.raises(OutputExistsError, match=f"--out {out} exists and is not empty; .*--overwrite"):
-        RecordingWriter(out, DESCRIPTION)
-    with RecordingWriter(out, DESCRIPTION, overwrite=True) as writer:
-        gate(writer)
-    assert sorted(p.name for p in out.iterdir()) == ["gates", "manifest.json"]
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    writer = RecordingWriter(out, DESCRIPTION, examples=(0, 6))
+    batch(writer, 0, 2)
+    batch(writer, 2, 4, commit=False)
+    writer.abort()
+    # A batch whose files were moved into place but never committed (a kill mid-commit).
+    folder = out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f"
+    (folder / "part-0000000003.parquet").write_bytes((folder / "part-0000000000.parquet").read_bytes())
+    with pytest.raises(OutputExistsError, match="already holds a partial recording; pass --resume to continue it or --overwrite"):
+        RecordingWriter(out, DESCRIPTION, examples=(0, 6))
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 6), resume=True) as writer:
+        assert writer.resumed and writer.remaining() == [(2, 6)]
+        assert not (folder / "part-0000000003.parquet").exists()
+        batch(writer, 2, 5)
+        batch(writer, 5, 6)
+    df = pd.read_parquet(out / "gates")
+    assert df["example"].tolist() == np.repeat(np.arange(6), 6).tolist()
+    assert json.loads((out / "manifest.json").read_text())["rows"]["gates"] == 36
+
+
+def test_refuses_another_recording_and_non_empty_folders(tmp_path):
+    out = tmp_path / "run"
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 2)) as writer:
+        batch(writer, 0, 2)
+    other = {"cells": [{"name": "c/d"}]}
+    with pytest.raises(OutputExistsError, match=r"holds another recording \(its cells differ\); choose another folder or pass --overwrite"):
+        RecordingWriter(out, other, examples=(0, 2), resume=True)
+    with pytest.raises(OutputExistsError, match=r"holds another recording \(it is split into 1 shards, not 2\)"):
+        RecordingWriter(out, DESCRIPTION, examples=(0, 2), shard=Shard(1, 2))
+    with pytest.raises(RecordingError, match="pass one of them"):
+        RecordingWriter(out, DESCRIPTION, overwrite=True, resume=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    with pytest.raises(OutputExistsError, match=f"--out {mine} exists and is not empty; .*--overwrite"):
+        RecordingWriter(mine, DESCRIPTION)
+    with RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2)) as writer:
+        batch(writer, 0, 2)
+    assert sorted(p.name for p in mine.iterdir()) == ["_progress", "gates", "manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]
+
+
+def test_shards_write_one_dataset_and_the_last_one_writes_the_manifest(tmp_path):
+    out = tmp_path / "run"
+    shards = [Shard.parse(f"{k}/3") for k in range(3)]
+    assert [s.part(10, 20) for s in shards] == [(10, 13), (13, 16), (16, 20)]
+    writers = [RecordingWriter(out, DESCRIPTION, examples=(10, 20), shard=s) for s in shards]
+    for w in writers:
+        (start, stop), = w.remaining()
+        batch(w, start, stop)
+    summaries = [w.close() for w in reversed(writers)]
+    assert [s["complete"] for s in summaries] == [False, False, True]
+    assert [s["examples"] for s in summaries] == [4, 3, 3]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["examples"], manifest["rows"]["gates"], manifest["shards"]) == (10, 60, 3)
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == list(range(10, 20))
+
+
+@pytest.mark.parametrize("text", ["3/3", "-1/2", "1", "a/b", "0/0"])
+def test_bad_shards(text):
+    with pytest.raises(SelectionError, match="expected K/N with 0 <= K < N"):
+        Shard.parse(text)
+
+
+def test_intervals():
+    done = Intervals([[5, 7], [0, 2]])
+    done.add(2, 3)
+    done.add(9, 9)
+    assert done.pairs() == [[0, 3], [5, 7]] and done.total() == 5
+    assert [x in done for x in (0, 2, 3, 4, 5, 6, 7)] == [True, True, False, False, True, True, False]
+    assert done.missing(1, 10) == [(3, 5), (7, 10)] and done.missing(0, 3) == []
+    done.add(3, 5)
+    assert done.pairs() == [[0, 7]]
 
 
 def test_partition_names_are_percent_encoded_and_read_back(tmp_path):
     assert partition_dir(cell="a/b c", gate="f") == "cell=a%2Fb%20c/gate=f"
-    with RecordingWriter(tmp_path / "run", DESCRIPTION) as writer:
-        gate(writer, cell="enc/rnn/multi_rnn_cell/cell_0/lstm_cell")
+    with RecordingWriter(tmp_path / "run", DESCRIPTION, examples=(0, 1)) as writer:
+        batch(writer, 0, 1, cell="enc/rnn/multi_rnn_cell/cell_0/lstm_cell")
     assert pd.read_parquet(tmp_path / "run" / "gates")["cell"].astype(str).unique().tolist() == [
         "enc/rnn/multi_rnn_cell/cell_0/lstm_cell"
     ]

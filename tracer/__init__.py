@@ -14,16 +14,9 @@ fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `mo
 from importlib import import_module
 
 from recorders import __version__
-from recorders.errors import (
-    FeedError,
-    GatetraceError,
-    GraphPatternError,
-    ModelFormatError,
-    NoCellFoundError,
-    OutputExistsError,
-    RecordingError,
-    SelectionError,
-)
+from recorders import errors as _errors
+from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
+from recorders.progress import Shard
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
 # `tracer.reference` stay light and the CLI can quiet TensorFlow before it loads.
@@ -65,14 +58,8 @@ def __dir__():
 
 __all__ = [
     "__version__",
-    "GatetraceError",
-    "ModelFormatError",
-    "NoCellFoundError",
-    "GraphPatternError",
-    "FeedError",
-    "SelectionError",
-    "OutputExistsError",
-    "RecordingError",
+    *_errors.__all__,
+    "Shard",
     "CellSpec",
     "SPECS",
     "spec_for",

@@ -1,7 +1,7 @@
 """The `gatetrace` command: a thin shell over the library.
 
     gatetrace inspect MODEL [--json]
-    gatetrace record MODEL --feed NAME=FILE.npy ... --out DIR
+    gatetrace record MODEL --feed NAME=FILE.npy ... --out DIR [--resume] [--shard K/N]
     gatetrace weights MODEL --out FILE.parquet
     gatetrace demo [--out DIR]
 
@@ -108,6 +108,16 @@ def _parser() -> argparse.ArgumentParser:
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
     )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a recording that was killed or interrupted, keeping its finished batches (same arguments as the first run)",
+    )
+    c.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="record part K (0-based) of N disjoint parts of the sequences, into the same --out as the other parts: --shard 3/8",
+    )
     c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     c.add_argument("--lengths", metavar="FILE.npy", help="sequence lengths, one per input row: no rows at or past them")
     c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
@@ -165,6 +175,7 @@ def _split(text: str | None) -> tuple[str, ...]:
 def _record(args) -> None:
     import tracer
     from tracer.feeds import load_array, parse_feed_args
+    from recorders import Shard
     from tracer.select import Selection, parse_range
 
     selection = Selection(
@@ -174,20 +185,35 @@ def _record(args) -> None:
         values=_split(args.values),
         examples=parse_range(args.examples, "examples") if args.examples else (None, None),
     )
+    shard = Shard.parse(args.shard) if args.shard else Shard()
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     with tracer.load_model(args.model, tag=args.tag) as model:
-        manifest = tracer.record(
-            model, feeds, args.out, overwrite=args.overwrite, batch_size=args.batch_size, selection=selection, progress=not args.quiet,
+        summary = tracer.record(
+            model,
+            feeds,
+            args.out,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            shard=shard,
+            batch_size=args.batch_size,
+            selection=selection,
+            progress=not args.quiet,
             lengths=lengths,
         )
-    cells = manifest["cells"]
-    rows = manifest["rows"]
+    cells = summary["cells"]
+    rows = summary["rows"]
+    part = f" (shard {shard})" if shard.count > 1 else ""
+    if summary["examples_this_run"] != summary["examples"]:
+        part += f" ({summary['examples_this_run']:,} in this run)"
     print(
-        f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {manifest['examples']} sequences: "
+        f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
-    print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
+    if summary["complete"]:
+        print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
+    else:
+        print(f"the other shards are not finished yet; {os.path.join(args.out, 'manifest.json')} appears when they are")
 
 
 def _weights(args) -> None:
@@ -211,12 +237,15 @@ def _demo(args) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_tensorflow()
-    from recorders.errors import GatetraceError
+    from recorders.errors import GatetraceError, Interrupted
 
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
     try:
         with _native_logs_silenced():
             run(args)
+    except Interrupted as err:
+        print(f"gatetrace: {err}", file=sys.stderr)
+        return 130
     except GatetraceError as err:
         print(f"gatetrace: error: {err}", file=sys.stderr)
         return 2
@@ -226,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gatetrace: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("gatetrace: interrupted; nothing was left half-written", file=sys.stderr)
+        print("gatetrace: interrupted; finished batches are kept (record: rerun with --resume)", file=sys.stderr)
         return 130
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):

@@ -151,15 +151,17 @@ def count_sequences(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
 
 
 def batches(
-    feed_dict: Mapping[tf.Tensor, np.ndarray], size: int
+    feed_dict: Mapping[tf.Tensor, np.ndarray], size: int, ranges: Iterable[tuple[int, int]] | None = None
 ) -> Iterator[tuple[int, int | None, dict[tf.Tensor, np.ndarray]]]:
     """Yield `(start, stop, feed_dict)` for consecutive batches of at most `size` sequences.
 
-    Array feeds are sliced along their first dimension (memory-mapped arrays are read
-    one batch at a time); scalars are fed as they are. Where a placeholder fixes the
-    batch size, batches take that size and the last one is padded by repeating its last
-    sequence: rows past `stop - start` are padding to drop. Without array feeds there is
-    one batch of whatever size the graph makes, and `stop` is None.
+    `ranges` lists the [start, stop) ranges of sequences to feed (default: all); no batch
+    crosses a range's end. Array feeds are sliced along their first dimension
+    (memory-mapped arrays are read one batch at a time); scalars are fed as they are.
+    Where a placeholder fixes the batch size, batches take that size and the last one is
+    padded by repeating its last sequence: rows past `stop - start` are padding to drop.
+    Without array feeds there is one batch of whatever size the graph makes, and `stop`
+    is None.
     """
     n = count_sequences(feed_dict)
     if n is None:
@@ -169,15 +171,16 @@ def batches(
     if len(fixed) > 1:
         raise FeedError(f"placeholders fix different batch sizes: {sorted(fixed)}")
     size = fixed.pop() if fixed else max(1, size)
-    for start in range(0, n, size):
-        stop = min(start + size, n)
-        batch = {}
-        for t, v in feed_dict.items():
-            if np.ndim(v) == 0:
-                batch[t] = v
-                continue
-            part = np.asarray(v[start:stop])
-            if t.shape.rank and t.shape[0] is not None and len(part) < size:
-                part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
-            batch[t] = part
-        yield start, stop, batch
+    for first, last in [(0, n)] if ranges is None else ranges:
+        for start in range(first, last, size):
+            stop = min(start + size, last)
+            batch = {}
+            for t, v in feed_dict.items():
+                if np.ndim(v) == 0:
+                    batch[t] = v
+                    continue
+                part = np.asarray(v[start:stop])
+                if t.shape.rank and t.shape[0] is not None and len(part) < size:
+                    part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
+                batch[t] = part
+            yield start, stop, batch

@@ -1,20 +1,23 @@
 """The main job: from a loaded model and its feeds to a finished recording folder.
 
 `trace` fetches every gate of every cell for one batch and returns numpy arrays;
-`record` does the same and writes the gates, states and weights tables with a
-manifest (see `recorders.parquet` for the layout).
+`record` does the same batch after batch and writes the gates, states and weights
+tables with a manifest (see `recorders.parquet` for the layout), resumable after a
+crash and splittable into shards.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from recorders import RecordingWriter, __version__
-from recorders.errors import FeedError
+from recorders import RecordingWriter, Shard, __version__
+from recorders.errors import FeedError, Interrupted, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds
 from tracer.fetch import FetchPlan, Trace
 from tracer.graph import Cell, find_cells
@@ -59,58 +62,107 @@ def record(
     out: str | os.PathLike,
     *,
     overwrite: bool = False,
+    resume: bool = False,
+    shard: Shard = Shard(),
     cells: Sequence[Cell] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     selection: Selection | None = None,
     progress: bool = False,
     lengths: np.ndarray | None = None,
 ) -> dict:
-    """Record `cells` (default: all found) on `feeds` into the folder `out`; returns the manifest.
+    """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
     Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes);
-    all gates of all cells at all steps of a batch come from one `Session.run`, and each
-    batch is written as it finishes. `selection` narrows what is fetched and written;
-    `progress` shows a bar on stderr (sequences per second, rows written). With
-    `lengths` (one per sequence) no rows are written at or past a sequence's length.
+    all gates of all cells at all steps of a batch come from one `Session.run`. Each
+    batch is encoded on worker threads while the next one runs, and marked complete in
+    the folder's progress file once its files are in place. `resume` continues a
+    recording that was killed or interrupted; `shard` records one of N disjoint parts
+    of the sequences. `selection` narrows what is fetched and written; `progress` shows
+    a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
+    sequence's length. The first Ctrl-C stops after the batch in flight is written and
+    raises `Interrupted`; the summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     if cells is None:
         cells = find_cells(model.graph, model.source)
     cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells))
     n = count_sequences(feed_dict)
-    first, total = 0, None
     lengths = _check_lengths(lengths, n)
+    examples = None
     if n is not None:
-        # Keep only the selected examples; their ids stay their row numbers in the input.
         first, last, _ = slice(*selection.examples).indices(n)
-        total = max(0, last - first)
-        feed_dict = {t: v[first:last] if np.ndim(v) else v for t, v in feed_dict.items()}
-        lengths = None if lengths is None else lengths[first:last]
+        examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
+    elif shard.count > 1:
+        raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
-    examples = 0
-    bar = _progress_bar(total, progress)
-    with bar, RecordingWriter(out, description, overwrite=overwrite) as writer:
+    with RecordingWriter(out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples) as writer:
         writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
-        for start, stop, batch in batches(feed_dict, batch_size):
-            result = plan.run(model.session, batch)
-            stop = start + len(result.examples) if stop is None else stop
-            ids, keep = np.arange(first + start, first + stop, dtype=np.int64), stop - start  # rows past keep are padding
-            lens = None if lengths is None else lengths[start:stop]
-            for ct in result:
-                steps = ct.steps
-                for g, gate in enumerate(ct.cell.gates):
-                    if selection.keeps_gate(gate):
-                        pre = ct.preactivation[:keep, :, g] if pre_on else None
-                        act = ct.activation[:keep, :, g] if act_on else None
-                        writer.write_gate(ct.cell.name, gate, ids, steps, pre, act, lens)
-                for state, values in ct.states.items():
-                    writer.write_state(ct.cell.name, state, ids, steps, values[:keep], lens)
-            examples += stop - start
-            bar.update(stop - start)
-            bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
-        return writer.close(examples=examples)
+        todo = writer.remaining()
+        total = None if examples is None else sum(stop - start for start, stop in todo)
+        with _progress_bar(total, progress) as bar, _StopOnCtrlC(progress) as ctrl_c:
+            in_flight = 0  # sequences written by the worker threads, not committed yet
+
+            def commit() -> None:
+                writer.commit()
+                bar.update(in_flight)
+                bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
+
+            for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
+                result = plan.run(model.session, batch)  # runs while the last batch is being written
+                if in_flight:
+                    commit()
+                if ctrl_c.pressed:
+                    break
+                stop = start + len(result.examples) if stop is None else stop
+                ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
+                lens = None if lengths is None else lengths[start:stop]
+                writer.begin(start, stop)
+                for ct in result:
+                    steps = ct.steps
+                    for g, gate in enumerate(ct.cell.gates):
+                        if selection.keeps_gate(gate):
+                            pre = ct.preactivation[:keep, :, g] if pre_on else None
+                            act = ct.activation[:keep, :, g] if act_on else None
+                            writer.write_gate(ct.cell.name, gate, ids, steps, pre, act, lens)
+                    for state, values in ct.states.items():
+                        writer.write_state(ct.cell.name, state, ids, steps, values[:keep], lens)
+                in_flight = stop - start
+            if in_flight:
+                commit()
+            if ctrl_c.pressed:
+                done = writer.complete.total()
+                raise Interrupted(
+                    f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
+                )
+        return writer.close()
+
+
+class _StopOnCtrlC:
+    """While active, the first Ctrl-C only sets `pressed` (the loop stops after the batch
+    in flight is written); a second one interrupts at once. Only on the main thread."""
+
+    def __init__(self, announce: bool):
+        self.pressed = False
+        self._announce = announce
+        self._previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+        if self._announce:
+            print("\ngatetrace: stopping after the batch in flight (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    def __enter__(self) -> "_StopOnCtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | None:
