@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
