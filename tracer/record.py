@@ -105,8 +105,10 @@ def record(
             in_flight = 0  # sequences written by the worker threads, not committed yet
 
             def commit() -> None:
+                nonlocal in_flight
                 writer.commit()
                 bar.update(in_flight)
+                in_flight = 0
                 bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
 
             for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):

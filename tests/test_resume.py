@@ -1,0 +1,164 @@
+"""Crash safety: kills at many moments, Ctrl-C, --resume, and --shard K/N.
+
+Each check compares against an uninterrupted run of the same command: the final
+dataset must be equal row for row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import CONFIGS, build, save, static_body
+from tracer.cli import main
+
+SEQUENCES = 48
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    """A 30-step LSTMCell checkpoint, 48 input sequences, and an uninterrupted recording of them."""
+    root = tmp_path_factory.mktemp("long")
+    path = save(build(static_body(CONFIGS["LSTMCell"]), steps=30), "checkpoint", root)
+    x = root / "x.npy"
+    np.save(x, np.random.RandomState(1).randn(SEQUENCES, 30, 4).astype(np.float32))
+    argv = ["record", path, "--feed", f"x={x}", "--quiet"]
+    assert main([*argv, "--out", str(root / "clean"), "--batch-size", "2"]) == 0
+    return argv, root / "clean"
+
+
+def tables(out: Path) -> dict[str, pd.DataFrame]:
+    keys = {"gates": ["cell", "gate", "example", "step", "unit"], "states": ["cell", "state", "example", "step", "unit"]}
+    frames = {}
+    for table, order in keys.items():
+        df = pd.read_parquet(out / table)
+        for c in order[:2]:
+            df[c] = df[c].astype(str)
+        frames[table] = df.sort_values(order, ignore_index=True)
+    return frames
+
+
+def assert_same_recording(out: Path, clean: Path, exact: bool = True) -> None:
+    """Equal row for row; bit for bit when both ran the same batches (`exact`).
+
+    TensorFlow's matrix products may round differently for another batch size, so
+    across batch sizes the values agree to float32 precision.
+    """
+    got, want = tables(out), tables(clean)
+    for table in want:
+        pd.testing.assert_frame_equal(got[table], want[table], check_exact=exact, rtol=1e-6, atol=1e-6)
+    manifest, expected = (json.loads((d / "manifest.json").read_text()) for d in (out, clean))
+    assert manifest["rows"] == expected["rows"] and manifest["examples"] == expected["examples"] == SEQUENCES
+
+
+def complete(out: Path) -> int:
+    """Examples the progress file marks complete (0 while it does not exist)."""
+    try:
+        progress = json.loads((out / "_progress" / "shard-0-of-1.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return sum(b - a for a, b in progress["complete"])
+
+
+def start(argv: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.Popen([sys.executable, "-m", "tracer.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_until(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, f"the recording ended before the moment to interrupt it: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out waiting for the recording to make progress"
+        time.sleep(0.005)
+
+
+def check_what_a_kill_left(out: Path) -> None:
+    """Only complete Parquet files, no manifest, and every complete example fully present."""
+    assert not (out / "manifest.json").exists()
+    done = complete(out)
+    for table in ("gates", "states"):
+        files = sorted((out / table).rglob("*.parquet")) if (out / table).exists() else []
+        for f in files:
+            pq.read_metadata(f)  # raises on a truncated file
+        if done:
+            examples = pd.read_parquet(out / table, columns=["example"])["example"]
+            assert set(range(done)) <= set(examples.unique())
+
+
+@pytest.mark.e2e
+def test_killed_at_many_moments_then_resumed_equals_an_uninterrupted_run(long_run, tmp_path):
+    argv, clean = long_run
+    out = tmp_path / "out"
+    run = [*argv, "--out", str(out), "--batch-size", "2"]
+    moments = [
+        lambda: out.exists(),  # the folder was just created
+        lambda: complete(out) >= 2,  # right after the first batch
+        lambda: complete(out) >= 10,
+        lambda: complete(out) >= 20,
+        lambda: any((out / "gates").rglob("part-0000000030.parquet")) if (out / "gates").exists() else False,  # mid-commit
+        lambda: complete(out) >= 40,
+    ]
+    for k, moment in enumerate(moments):
+        proc = start(run if k == 0 else [*run, "--resume"])
+        wait_until(proc, moment)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        check_what_a_kill_left(out)
+    assert complete(out) >= 40
+    assert main([*run, "--resume"]) == 0
+    assert_same_recording(out, clean)
+    assert not list(out.glob(".staging-*"))
+
+
+@pytest.mark.e2e
+def test_ctrl_c_stops_after_the_batch_in_flight(long_run, tmp_path):
+    argv, clean = long_run
+    out = tmp_path / "out"
+    run = [*argv, "--out", str(out), "--batch-size", "2"]
+    proc = start(run)
+    wait_until(proc, lambda: complete(out) >= 4)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    done = complete(out)
+    assert stderr.splitlines() == [f"gatetrace: interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"]
+    assert 4 <= done < SEQUENCES and stdout == ""
+    assert not list(out.glob(".staging-*")) and not (out / "manifest.json").exists()
+    assert main([*run, "--resume", "--batch-size", "5"]) == 0  # another batch size is fine
+    assert_same_recording(out, clean, exact=False)
+
+
+@pytest.mark.e2e
+def test_shards_write_one_dataset_equal_to_a_single_run(long_run, tmp_path, capsys):
+    argv, clean = long_run
+    out = tmp_path / "out"
+    for k in (2, 0, 1):  # in any order
+        assert main([*argv, "--out", str(out), "--shard", f"{k}/3", "--batch-size", "2"]) == 0
+        printed = capsys.readouterr().out
+        assert f"on 16 sequences (shard {k}/3)" in printed
+        assert (out / "manifest.json").exists() == (k == 1)
+    assert "read it with" in printed
+    assert_same_recording(out, clean)
+    assert json.loads((out / "manifest.json").read_text())["shards"] == 3
+
+
+def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
+    argv, clean = long_run
+    out = tmp_path / "out"
+    for k, batch_size in ((1, "2"), (0, "7"), (2, "4")):
+        assert main([*argv, "--out", str(out), "--shard", f"{k}/3", "--batch-size", batch_size]) == 0
+    assert_same_recording(out, clean, exact=False)
+    # Each example was written by exactly one shard, in files named by their first example.
+    starts = sorted(int(p.stem[5:]) for p in (out / "gates").glob("cell=*/gate=i/part-*.parquet"))
+    assert starts == [0, 7, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44]
