@@ -146,7 +146,7 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
         ("x={bad_dtype}", "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32"),
         ("x=missing.npy", "feed x: no such file missing.npy"),
         ("x", "feed 'x': expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"),
-        ("x=abc", "feed x=abc: 'abc' is neither a .npy file nor a number or true/false"),
+        ("x=abc", "feed x=abc: 'abc' is neither a .npy/.npz/.parquet file nor a number or true/false"),
     ],
 )
 def test_bad_feeds(model, tmp_path, capsys, feed, expected):

@@ -7,14 +7,15 @@ checks every shape and dtype, and that every placeholder the fetches need is fed
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
+from tracer.inputs import INPUT_SUFFIXES, open_input
 
 __all__ = ["load_array", "parse_feed_args", "resolve_feeds", "count_sequences", "batches"]
 
@@ -34,28 +35,31 @@ def _parse_scalar(text: str) -> Any:
 
 
 def load_array(path: str, what: str) -> np.ndarray:
-    """A .npy file, memory-mapped so that it is read batch by batch."""
-    if not Path(path).is_file():
-        raise FeedError(f"{what}: no such file {path}")
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as err:
-        raise FeedError(f"{what}: cannot read {path} as a .npy array: {err}") from err
+    """A whole (small) array from a .npy, .npz or Parquet file (see `tracer.inputs`)."""
+    return np.asarray(open_input(path, what))
+
+
+def _is_file_spec(value: str) -> bool:
+    """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`: an input file rather than a value."""
+    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet):[^:/\\]+$", value) is not None
 
 
 def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
-    """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`."""
+    """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`.
+
+    Files are opened to be read batch by batch (see `tracer.inputs`), not loaded.
+    """
     feeds: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
-        if value.endswith(".npy"):
-            feeds[name] = load_array(value, f"feed {name}")
+        if _is_file_spec(value):
+            feeds[name] = open_input(value, f"feed {name}")
         else:
             scalar = _parse_scalar(value)
             if scalar is None:
-                raise FeedError(f"feed {name}={value}: {value!r} is neither a .npy file nor a number or true/false")
+                raise FeedError(f"feed {name}={value}: {value!r} is neither a .npy/.npz/.parquet file nor a number or true/false")
             feeds[name] = scalar
     return feeds
 
@@ -86,8 +90,10 @@ def _placeholder(graph: tf.Graph, name: str) -> tf.Tensor:
     return tensor
 
 
-def _convert(name: str, tensor: tf.Tensor, value: Any) -> np.ndarray:
-    array = np.asarray(value)
+def _convert(name: str, tensor: tf.Tensor, value: Any) -> Any:
+    """Check `value` against the placeholder; arrays stay on disk (cast batch by batch in `batches`)."""
+    on_disk = hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) > 0
+    array = value if on_disk else np.asarray(value)
     want = tensor.dtype.as_numpy_dtype
     if array.dtype != want and not np.can_cast(array.dtype, want, casting="same_kind"):
         raise FeedError(
@@ -104,7 +110,7 @@ def _convert(name: str, tensor: tf.Tensor, value: Any) -> np.ndarray:
             f"feed {name}: placeholder {tensor.name} expects shape {_shape(tensor.shape)}, "
             f"given {list(array.shape)}"
         )
-    return array if array.dtype == want else array.astype(want)
+    return array if on_disk or array.dtype == want else array.astype(want)
 
 
 def _unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
@@ -179,7 +185,7 @@ def batches(
                 if np.ndim(v) == 0:
                     batch[t] = v
                     continue
-                part = np.asarray(v[start:stop])
+                part = np.asarray(v[start:stop], dtype=t.dtype.as_numpy_dtype)
                 if t.shape.rank and t.shape[0] is not None and len(part) < size:
                     part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
                 batch[t] = part

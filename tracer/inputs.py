@@ -1,0 +1,201 @@
+"""Input files read batch by batch: `.npy`, `.npz` members and Parquet columns.
+
+Recording a dataset must not load it whole. Every reader here returns an array-like
+with `shape`, `dtype`, `ndim`, `len()` and slicing along the first axis (the
+sequences); a slice is read from disk when it is asked for:
+
+- `.npy`: memory-mapped.
+- `.npz` (`FILE.npz` with one array, or `FILE.npz:NAME`): an uncompressed member is
+  memory-mapped in place; a compressed one (`np.savez_compressed`) is decompressed as
+  a stream, forward, one batch at a time.
+- Parquet (`FILE.parquet` with one column, or `FILE.parquet:COLUMN`): one row per
+  sequence, the column holding its values as nested lists (steps x features) or fixed
+  size lists; read a record batch at a time.
+
+This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recorders.errors import FeedError
+
+__all__ = ["INPUT_SUFFIXES", "open_input", "NpzMember", "ParquetColumn"]
+
+INPUT_SUFFIXES = (".npy", ".npz", ".parquet")
+
+
+def open_input(spec: str, what: str) -> Any:
+    """`x.npy`, `data.npz`, `data.npz:inputs`, `data.parquet`, `data.parquet:tokens` -> an array-like."""
+    path, member = spec, ""
+    if not Path(spec).is_file() and ":" in spec:
+        path, _, member = spec.rpartition(":")
+    suffix = Path(path).suffix
+    if suffix not in INPUT_SUFFIXES:
+        raise FeedError(f"{what}: {spec!r} is not a .npy, .npz or .parquet file")
+    if not Path(path).is_file():
+        raise FeedError(f"{what}: no such file {path}")
+    try:
+        if suffix == ".npy":
+            if member:
+                raise FeedError(f"{what}: a .npy file holds one array; drop ':{member}'")
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        if suffix == ".npz":
+            return NpzMember(path, member or None)
+        return ParquetColumn(path, member or None)
+    except FeedError:
+        raise
+    except Exception as err:
+        raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err}") from err
+
+
+class _Rows:
+    """Slicing along the first axis on top of `_read(start, stop)`."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError(f"{type(self).__name__} supports only [start:stop] slices")
+        start, stop, _ = key.indices(self.shape[0])
+        return self._read(start, max(start, stop))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self[:], dtype=dtype)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+class NpzMember(_Rows):
+    """One array of an `.npz` file, read by rows."""
+
+    def __init__(self, path: str, name: str | None):
+        self.path = path
+        self._zip = zipfile.ZipFile(path)
+        names = [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")]
+        if name is None:
+            if len(names) != 1:
+                raise FeedError(f"{path} holds {len(names)} arrays ({', '.join(names)}); name one: {path}:{names[0] if names else 'NAME'}")
+            name = names[0]
+        if name not in names:
+            raise FeedError(f"{path} has no array {name!r}; it holds {', '.join(names)}")
+        self._info = self._zip.getinfo(name + ".npy")
+        with self._zip.open(self._info) as f:
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+            self._header = f.tell()
+        if fortran and len(shape) > 1:
+            raise FeedError(f"{path}:{name} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows")
+        if dtype.hasobject:
+            raise FeedError(f"{path}:{name} holds Python objects; give a numeric array")
+        self.shape, self.dtype = tuple(shape), dtype
+        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        self._mmap = None
+        if self._info.compress_type == zipfile.ZIP_STORED:
+            self._mmap = np.memmap(path, dtype=dtype, mode="r", offset=self._data_offset(), shape=self.shape)
+        self._stream, self._at = None, 0
+
+    def _data_offset(self) -> int:
+        """Where the member's array data starts in the .npz file."""
+        with open(self.path, "rb") as f:
+            f.seek(self._info.header_offset)
+            local = f.read(30)  # the zip local file header: name and extra field lengths at 26 and 28
+            name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        return self._info.header_offset + 30 + name_len + extra_len + self._header
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        if self._mmap is not None:
+            return self._mmap[start:stop]
+        if self._stream is None or start < self._at:  # batches go forward; going back re-opens
+            self._stream = self._zip.open(self._info)
+            self._stream.read(self._header)
+            self._at = 0
+        if start > self._at:
+            self._skip((start - self._at) * self._row_bytes)
+        data = self._stream.read((stop - start) * self._row_bytes)
+        self._at = stop
+        return np.frombuffer(data, dtype=self.dtype).reshape((stop - start, *self.shape[1:]))
+
+    def _skip(self, n: int) -> None:
+        while n > 0:
+            n -= len(self._stream.read(min(n, 1 << 24)))
+
+
+class ParquetColumn(_Rows):
+    """One column of a Parquet file, one row per sequence, read by record batches."""
+
+    def __init__(self, path: str, column: str | None):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self._file = pq.ParquetFile(path)
+        names = self._file.schema_arrow.names
+        if column is None:
+            if len(names) != 1:
+                raise FeedError(f"{path} has {len(names)} columns ({', '.join(names)}); name one: {path}:{names[0]}")
+            column = names[0]
+        if column not in names:
+            raise FeedError(f"{path} has no column {column!r}; its columns are {', '.join(names)}")
+        self.column = column
+        first = self._to_numpy(next(self._file.iter_batches(batch_size=1, columns=[column])).column(0))
+        self.shape, self.dtype = (self._file.metadata.num_rows, *first.shape[1:]), first.dtype
+        self._starts = np.cumsum([0] + [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)])
+        self._batches, self._buffer, self._at = None, None, 0  # _buffer holds rows [_at, _at + len)
+
+    def _to_numpy(self, array) -> np.ndarray:
+        """Nested (fixed size) lists -> an [rows, ...] array; every row must have the same shape."""
+        import pyarrow as pa
+
+        rows, shape = len(array), []
+        while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+            if pa.types.is_fixed_size_list(array.type):
+                width = array.type.list_size
+            else:
+                lengths = np.diff(np.asarray(array.offsets)[: len(array) + 1])
+                width = int(lengths[0]) if len(lengths) else 0
+                if (lengths != width).any():
+                    raise FeedError(
+                        f"{self.path}:{self.column}: rows differ in length ({lengths.min()} to {lengths.max()}); pad them to one shape"
+                    )
+            shape.append(width)
+            array = array.flatten()
+        values = array.to_numpy(zero_copy_only=False)
+        if values.dtype == object:
+            raise FeedError(f"{self.path}:{self.column} holds {array.type} values; give numbers")
+        return values.reshape((rows, *shape))
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        if self._buffer is None or not (self._at <= start <= self._at + len(self._buffer)):
+            group = int(np.searchsorted(self._starts, start, side="right") - 1)
+            self._batches = self._file.iter_batches(batch_size=4096, columns=[self.column], row_groups=range(group, self._file.num_row_groups))
+            self._buffer, self._at = self._to_numpy_empty(), int(self._starts[group])
+        parts = []
+        while start < stop:
+            end = self._at + len(self._buffer)
+            if start >= end:
+                self._at, self._buffer = end, self._to_numpy(next(self._batches).column(0))
+                continue
+            take = self._buffer[start - self._at : min(stop, end) - self._at]
+            parts.append(take)
+            start += len(take)
+        if not parts:
+            return self._to_numpy_empty()
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+    def _to_numpy_empty(self) -> np.ndarray:
+        return np.empty((0, *self.shape[1:]), self.dtype)
