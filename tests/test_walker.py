@@ -147,3 +147,13 @@ def test_no_cell_in_a_dynamic_rnn_graph_says_why():
         v1.nn.dynamic_rnn(R.BasicLSTMCell(3), x, dtype=tf.float32)
     with pytest.raises(NoCellFoundError, match="runs a while loop .*build the model with static_rnn"):
         tracer.find_cells(graph)
+
+
+def test_no_cell_in_a_static_rnn_with_sequence_length_says_why():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 5, 4], name="x")
+        lengths = v1.placeholder(tf.int32, [None], name="lengths")
+        v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), sequence_length=lengths, dtype=tf.float32)
+    with pytest.raises(NoCellFoundError, match=r"runs its steps inside conditionals \(rnn/cond\).*pass the lengths to gatetrace with --lengths"):
+        tracer.find_cells(graph)

@@ -582,12 +582,20 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     """
     apps = _find_apps(graph)
     if not apps:
-        loops = [op.name for op in graph.get_operations() if op.type in ("While", "StatelessWhile", "Enter")]
+        ops = graph.get_operations()
+        loops = [op.name for op in ops if op.type in ("While", "StatelessWhile", "Enter")]
+        conds = [op.name for op in ops if op.type in ("If", "StatelessIf", "Switch")]
         hint = ""
         if loops:
             hint = (
                 f"; the graph runs a while loop ({loops[0]}): cells inside dynamic_rnn "
                 "loops are not unrolled, build the model with static_rnn to record it"
+            )
+        elif conds:
+            hint = (
+                f"; the graph runs its steps inside conditionals ({conds[0]}), as static_rnn does "
+                "when given sequence_length: their gates cannot be fetched; build the graph without "
+                "sequence_length and pass the lengths to gatetrace with --lengths"
             )
         raise NoCellFoundError(
             f"no RNN cell found in {source}: looked for Split ops fed by a kernel MatMul "
