@@ -46,8 +46,8 @@ from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, wr
 __all__ = ["METADATA_KEY", "RecordingWriter", "write_weights", "partition_dir"]
 
 METADATA_KEY = b"gatetrace"
+DEFAULT_COMPRESSION = "lz4"
 _FLOATS = ("preactivation", "activation", "value")
-_KEYS = ("example", "step", "unit", "row")
 
 
 def partition_dir(**parts: str) -> str:
@@ -55,7 +55,13 @@ def partition_dir(**parts: str) -> str:
     return "/".join(f"{k}={quote(str(v), safe='')}" for k, v in parts.items())
 
 
-def _write_table(path: Path, columns: Mapping[str, Any], metadata: bytes, dictionary_columns=()) -> int:
+def _write_table(
+    path: Path, columns: Mapping[str, Any], metadata: bytes, dictionary_columns=(), compression: str | None = None
+) -> int:
+    """Write `columns` as one Parquet file: floats byte-stream-split, `example` delta-encoded,
+    `step` and `unit` plain (their repeats compress to almost nothing, faster than with a
+    dictionary), `dictionary_columns` dictionary-encoded. `compression=None` takes
+    DEFAULT_COMPRESSION."""
     arrays, names = [], []
     for name, values in columns.items():
         if name in dictionary_columns:
@@ -65,12 +71,14 @@ def _write_table(path: Path, columns: Mapping[str, Any], metadata: bytes, dictio
         names.append(name)
     table = pa.Table.from_arrays(arrays, names=names).replace_schema_metadata({METADATA_KEY: metadata})
     path.parent.mkdir(parents=True, exist_ok=True)
+    encodings = {n: "BYTE_STREAM_SPLIT" for n in names if n in _FLOATS}
+    encodings.update({n: "DELTA_BINARY_PACKED" for n in names if n == "example"})
     pq.write_table(
         table,
         path,
-        compression="zstd",
-        use_dictionary=[n for n in names if n in _KEYS or n in dictionary_columns],
-        use_byte_stream_split=[n for n in names if n in _FLOATS],
+        compression=compression or DEFAULT_COMPRESSION,
+        use_dictionary=list(dictionary_columns),
+        column_encoding=encodings,
     )
     return table.num_rows
 
@@ -226,18 +234,21 @@ class RecordingWriter:
         self._pending.append((future, staged, final, table))
 
     def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
-        """One gate of one cell: value arrays [examples, steps, units] (either may be None).
+        """One gate of one cell: value arrays [examples, steps, units], None (the column is
+        left out), or callables returning the array (called on a worker thread).
 
         With `lengths`, no rows are written for steps at or past an example's length.
         The arrays must not change until `commit()` returns.
         """
         folder = partition_dir(cell=cell, gate=gate)
-        self._submit("gates", folder, lambda: gate_columns(examples, steps, preactivation, activation, lengths, self._keys))
+        self._submit(
+            "gates", folder, lambda: gate_columns(examples, steps, _value(preactivation), _value(activation), lengths, self._keys)
+        )
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
-        """One state (`c` or `h`) of one cell: [examples, steps, units]."""
+        """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable returning it."""
         folder = partition_dir(cell=cell, state=state)
-        self._submit("states", folder, lambda: state_columns(examples, steps, values, lengths, self._keys))
+        self._submit("states", folder, lambda: state_columns(examples, steps, _value(values), lengths, self._keys))
 
     def commit(self) -> None:
         """Wait for the batch's files, move them into place and mark its examples complete."""
@@ -362,6 +373,10 @@ class RecordingWriter:
             self.close()
         else:
             self.abort()
+
+
+def _value(v):
+    return v() if callable(v) else v
 
 
 def _ours(name: str) -> bool:

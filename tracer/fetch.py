@@ -109,38 +109,65 @@ class FetchPlan:
 
     def run(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, examples: np.ndarray | None = None) -> Trace:
         """Fetch everything in one `session.run` and assemble a Trace."""
-        values = session.run(self.tensors, feed_dict=feed_dict)
-        return self.assemble(values, examples)
+        return self.assemble(self.fetch(session, feed_dict), examples)
+
+    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None) -> list[np.ndarray]:
+        """The raw fetched values, in the order of `self.tensors` (see `gate` and `state`)."""
+        return session.run(self.tensors, feed_dict=feed_dict)
+
+    def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, keep: int | None = None) -> np.ndarray:
+        """One gate's `preactivation` or `activation` of cell number `cell`: a new
+        contiguous [examples, steps, units] array of the first `keep` examples."""
+        c = self.cells[cell]
+        units, which = c.units, 0 if column == "preactivation" else 1
+        layout = self._layout[cell]
+        first = self._piece(c, [values[i] for i in layout[0][which]], gate)
+        out = np.empty((first[:keep].shape[0], len(layout), units), np.float32)
+        for t, slots in enumerate(layout):
+            out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[:keep]
+        return out
+
+    def state(self, values: Sequence[np.ndarray], cell: int, state: str, keep: int | None = None) -> np.ndarray:
+        """One state (`c` or `h`) of cell number `cell`: a new [examples, steps, width] array."""
+        k = self.cells[cell].spec.states.index(state)
+        return np.stack([values[slots[2][k]][:keep] for slots in self._layout[cell]], axis=1)
+
+    @staticmethod
+    def _piece(cell: Cell, parts: list[np.ndarray], gate: int) -> np.ndarray:
+        """Gate number `gate`'s [batch, units] columns among one step's fetched tensors.
+
+        `parts` hold the step's gates side by side, in gate order: one [batch, gates *
+        units] tensor (a split's input), one [batch, units] tensor per gate (a split's
+        outputs), or a mix (GRUCell: r and u together, then c).
+        """
+        units, at = cell.units, 0
+        want = gate * units
+        for part in parts:
+            width = part.shape[1] if part.ndim == 2 else -1
+            if at <= want and want + units <= at + width:
+                return part[:, want - at : want - at + units]
+            at += max(width, 0)
+        widths = [list(p.shape) for p in parts]
+        raise GraphPatternError(
+            f"cell {cell.name}: expected gate values of width {len(cell.gates)} x {units} side by side, fetched shapes {widths}"
+        )
 
     def assemble(self, values: Sequence[np.ndarray], examples: np.ndarray | None = None) -> Trace:
-        """Build a Trace from the fetched values, in the order of `self.tensors`."""
+        """Build a Trace from the fetched values, in the order of `self.tensors`.
+
+        `preactivation` and `activation` are [examples, steps, gates, units] views of
+        gate-major storage, in which each gate's [examples, steps, units] block is
+        contiguous.
+        """
         cells = {}
-        batch = None
-        for cell, layout in zip(self.cells, self._layout):
-            n_steps, n_gates, units = len(cell.steps), len(cell.gates), cell.units
-            batch = values[layout[0][0][0]].shape[0]
-            pre = np.empty((batch, n_steps, n_gates, units), np.float32)
-            act = np.empty_like(pre)
-            states = {
-                s: np.empty((batch, n_steps, values[i].shape[1]), np.float32) for s, i in zip(cell.spec.states, layout[0][2])
-            }
-            for t, (pre_slots, act_slots, state_slots) in enumerate(layout):
-                pre[:, t] = _blocks(cell, [values[i] for i in pre_slots], batch)
-                act[:, t] = _blocks(cell, [values[i] for i in act_slots], batch)
-                for s, i in zip(cell.spec.states, state_slots):
-                    states[s][:, t] = values[i]
-            cells[cell.name] = CellTrace(cell, pre, act, states)
+        batch = 0
+        for k, cell in enumerate(self.cells):
+            gates = range(len(cell.gates))
+            pre = np.stack([self.gate(values, k, g, "preactivation") for g in gates])
+            act = np.stack([self.gate(values, k, g, "activation") for g in gates])
+            states = {s: self.state(values, k, s) for s in cell.spec.states}
+            cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states)
+            batch = pre.shape[1]
         if examples is None:
-            examples = np.arange(batch or 0, dtype=np.int64)
+            examples = np.arange(batch, dtype=np.int64)
         return Trace(cells, np.asarray(examples, dtype=np.int64))
-
-
-def _blocks(cell: Cell, parts: list[np.ndarray], batch: int) -> np.ndarray:
-    """Concatenate per-step tensors along axis 1 and cut them into [batch, gates, units]."""
-    joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-    want = len(cell.gates) * cell.units
-    if joined.shape != (batch, want):
-        raise GraphPatternError(
-            f"cell {cell.name}: expected gate values of shape [{batch}, {want}], fetched {list(joined.shape)}"
-        )
-    return joined.reshape(batch, len(cell.gates), cell.units)

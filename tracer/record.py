@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -112,24 +113,25 @@ def record(
                 bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
 
             for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
-                result = plan.run(model.session, batch)  # runs while the last batch is being written
+                values = plan.fetch(model.session, batch)  # runs while the last batch is being written
                 if in_flight:
                     commit()
                 if ctrl_c.pressed:
                     break
-                stop = start + len(result.examples) if stop is None else stop
+                stop = start + len(values[0]) if stop is None else stop
                 ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
                 lens = None if lengths is None else lengths[start:stop]
                 writer.begin(start, stop)
-                for ct in result:
-                    steps = ct.steps
-                    for g, gate in enumerate(ct.cell.gates):
+                # The value arrays are cut out of the fetched tensors on the writer's threads.
+                for k, cell in enumerate(plan.cells):
+                    steps = np.array([s.position for s in cell.steps], dtype=np.int32)
+                    for g, gate in enumerate(cell.gates):
                         if selection.keeps_gate(gate):
-                            pre = ct.preactivation[:keep, :, g] if pre_on else None
-                            act = ct.activation[:keep, :, g] if act_on else None
-                            writer.write_gate(ct.cell.name, gate, ids, steps, pre, act, lens)
-                    for state, values in ct.states.items():
-                        writer.write_state(ct.cell.name, state, ids, steps, values[:keep], lens)
+                            pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None
+                            act = partial(plan.gate, values, k, g, "activation", keep) if act_on else None
+                            writer.write_gate(cell.name, gate, ids, steps, pre, act, lens)
+                    for state in cell.spec.states:
+                        writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lens)
                 in_flight = stop - start
             if in_flight:
                 commit()

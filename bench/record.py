@@ -1,0 +1,229 @@
+"""What recording costs: forward pass, gate fetch, end-to-end record, the pandas way, bytes, memory.
+
+    python bench/record.py [--rounds 5] [--batches 8] [--sizes 1000,8000,32000]
+
+Model: a 2-layer MultiRNNCell of BasicLSTMCell(256) under static_rnn, T=50 steps of
+D=64 inputs, batch 256, random inputs. Measured side by side, in alternating order,
+each round:
+
+1. forward: `Session.run` of the final output;
+2. fetch: one `Session.run` of every gate and state tensor (and with numpy assembly);
+3. record: `tracer.record` of all gates, both value columns, and states to Parquet, over
+   `--batches` batches; the time per batch;
+4. melt: the same values of one batch the naive way: a wide pandas DataFrame per cell,
+   `melt` to long, `to_parquet`;
+
+then 5. bytes on disk per stored value (keys included), and the peak RSS of
+`gatetrace record` at each of `--sizes` sequences, each in a fresh process. Ratios
+are medians of per-round ratios against the same round's forward pass. Prints a table
+and writes bench/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+import pandas as pd
+
+import tracer
+from tracer._tf import tf, v1
+
+STEPS, FEATURES, UNITS, BATCH = 50, 64, 256, 256
+HERE = Path(__file__).resolve().parent
+
+
+def build_model(root: Path):
+    """The benchmark model with random weights, saved as a checkpoint; returns (session, x, output, path)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")
+        cell = v1.nn.rnn_cell.MultiRNNCell([v1.nn.rnn_cell.BasicLSTMCell(UNITS) for _ in range(2)])
+        outputs, _ = v1.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float32)
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        path = root / "model" / "model.ckpt"
+        v1.train.Saver().save(session, str(path))
+    return session, x, outputs[-1], str(path)
+
+
+def melt_way(trace: tracer.Trace, examples: np.ndarray, out: Path) -> None:
+    """The long table of one batch as people write it with pandas: wide frame, melt, to_parquet."""
+    for k, ct in enumerate(trace):
+        n, t, g, u = ct.preactivation.shape
+        index = pd.MultiIndex.from_product([examples, range(t), list(ct.cell.gates)], names=["example", "step", "gate"])
+        long = []
+        for column in ("preactivation", "activation"):
+            wide = pd.DataFrame(getattr(ct, column).reshape(n * t * g, u), index=index).reset_index()
+            long.append(wide.melt(id_vars=["example", "step", "gate"], var_name="unit", value_name=column))
+        gates = long[0].assign(activation=long[1]["activation"].to_numpy())
+        gates.insert(0, "cell", ct.cell.name)
+        gates.to_parquet(out / f"gates-{k}.parquet")
+        for name, values in ct.states.items():
+            wide = pd.DataFrame(values.reshape(n * t, -1), index=pd.MultiIndex.from_product([examples, range(t)], names=["example", "step"]))
+            state = wide.reset_index().melt(id_vars=["example", "step"], var_name="unit", value_name="value")
+            state.insert(0, "cell", ct.cell.name)
+            state.to_parquet(out / f"states-{k}-{name}.parquet")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*.parquet"))
+
+
+def stored_values(manifest: dict) -> int:
+    """Values in the gates (two columns) and states (one) tables."""
+    return 2 * manifest["rows"]["gates"] + manifest["rows"]["states"]
+
+
+def peak_rss(model: str, sequences: int, root: Path) -> dict:
+    """Record `sequences` random sequences with the CLI in a fresh process; its peak RSS."""
+    x = root / f"x{sequences}.npy"
+    inputs = np.lib.format.open_memmap(x, mode="w+", dtype=np.float32, shape=(sequences, STEPS, FEATURES))
+    rng = np.random.RandomState(1)
+    for start in range(0, sequences, 4096):
+        inputs[start : start + 4096] = rng.randn(min(4096, sequences - start), STEPS, FEATURES)
+    inputs.flush()
+    del inputs
+    out = root / f"rss{sequences}"
+    code = (
+        "import resource, sys; from tracer.cli import main; "
+        f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet']); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)"
+    )
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - start
+    rss_mb = int(result.stdout.strip().splitlines()[-1]) / 1024
+    size = folder_bytes(out)
+    shutil.rmtree(out)
+    x.unlink()
+    return {"sequences": sequences, "peak_rss_mb": round(rss_mb), "seconds": round(seconds, 1), "bytes_on_disk": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=8, help="batches per end-to-end record round")
+    parser.add_argument("--sizes", default="1000,8000,32000", help="sequence counts for the peak-RSS runs ('' to skip)")
+    parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="gatetrace-bench-", dir=args.tmp))
+    try:
+        session, x, output, model_path = build_model(root)
+        rng = np.random.RandomState(0)
+        inputs = rng.randn(BATCH * args.batches, STEPS, FEATURES).astype(np.float32)
+        feed = {x: inputs[:BATCH]}
+        model = tracer.from_session(session)
+        cells = tracer.find_cells(session.graph)
+        plan = tracer.FetchPlan(session.graph, cells)
+
+        def timed(f) -> float:
+            start = time.perf_counter()
+            f()
+            return time.perf_counter() - start
+
+        times: dict[str, list[float]] = {k: [] for k in ("forward", "fetch", "fetch_assembled", "record_per_batch", "melt")}
+        manifest = None
+        session.run(plan.tensors, feed)  # warm-up
+        for r in range(args.rounds):
+            out = root / f"record{r}"
+
+            def record() -> None:
+                nonlocal manifest
+                manifest = tracer.record(model, {"x": inputs}, out, cells=cells, batch_size=BATCH)
+
+            def melt() -> None:
+                folder = root / f"melt{r}"
+                folder.mkdir()
+                melt_way(plan.run(session, feed), np.arange(BATCH), folder)
+
+            jobs = [
+                ("forward", lambda: session.run(output, feed)),
+                ("fetch", lambda: session.run(plan.tensors, feed)),
+                ("fetch_assembled", lambda: plan.run(session, feed)),
+                ("record_per_batch", record),
+                ("melt", melt),
+            ]
+            for name, job in jobs if r % 2 == 0 else jobs[::-1]:
+                seconds = timed(job)
+                times[name].append(seconds / args.batches if name == "record_per_batch" else seconds)
+            if r == 0:
+                record_bytes, melt_bytes = folder_bytes(out), folder_bytes(root / "melt0") * args.batches
+            shutil.rmtree(out)
+            shutil.rmtree(root / f"melt{r}")
+
+        ratio = {k: statistics.median(t / f for t, f in zip(v, times["forward"])) for k, v in times.items()}
+        results = {
+            "model": f"2-layer MultiRNNCell of BasicLSTMCell({UNITS}), static_rnn, T={STEPS}, D={FEATURES}, batch {BATCH}",
+            "machine": {
+                "cpus": os.cpu_count(),
+                "processor": _cpu_name(),
+                "python": platform.python_version(),
+                "tensorflow": tf.__version__,
+                "pyarrow": __import__("pyarrow").__version__,
+                "pandas": pd.__version__,
+            },
+            "rounds": args.rounds,
+            "batches_per_record": args.batches,
+            "fetched_tensors": len(plan),
+            "median_seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
+            "ratio_to_forward": {k: round(v, 2) for k, v in ratio.items()},
+            "record_vs_melt": round(statistics.median(m / r for m, r in zip(times["melt"], times["record_per_batch"])), 1),
+            "bytes_per_value": round(record_bytes / stored_values(manifest), 2),
+            "melt_bytes_per_value": round(melt_bytes / stored_values(manifest), 2),
+            "peak_rss": [],
+        }
+        for n in [int(s) for s in args.sizes.split(",") if s]:
+            results["peak_rss"].append(peak_rss(model_path, n, root))
+            print(f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB", file=sys.stderr)
+        (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        _print(results)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _print(r: dict) -> None:
+    m, ratio = r["median_seconds"], r["ratio_to_forward"]
+    print(f"{r['model']}; {r['machine']['cpus']} CPUs ({r['machine']['processor']}); {r['rounds']} rounds")
+    print(f"{'':28}{'median s':>10}{'x forward':>11}")
+    rows = [
+        ("forward pass", "forward"),
+        (f"gate fetch ({r['fetched_tensors']} tensors)", "fetch"),
+        ("gate fetch + numpy arrays", "fetch_assembled"),
+        ("record, per batch", "record_per_batch"),
+        ("pandas melt + to_parquet", "melt"),
+    ]
+    for label, key in rows:
+        print(f"{label:28}{m[key]:>10.3f}{ratio[key]:>10.2f}x")
+    print(f"record is {r['record_vs_melt']}x faster than the pandas way")
+    print(f"bytes on disk per stored value: {r['bytes_per_value']} (pandas way: {r['melt_bytes_per_value']})")
+    for p in r["peak_rss"]:
+        print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()
