@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -89,7 +88,11 @@ def stored_values(manifest: dict) -> int:
 
 
 def peak_rss(model: str, sequences: int, root: Path) -> dict:
-    """Record `sequences` random sequences with the CLI in a fresh process; its peak RSS."""
+    """Record `sequences` random sequences with the CLI in a fresh process; its peak RSS.
+
+    The peak is the child's VmHWM: `ru_maxrss` would include the parent's peak, which
+    Linux carries across fork and exec.
+    """
     x = root / f"x{sequences}.npy"
     inputs = np.lib.format.open_memmap(x, mode="w+", dtype=np.float32, shape=(sequences, STEPS, FEATURES))
     rng = np.random.RandomState(1)
@@ -99,9 +102,9 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
     del inputs
     out = root / f"rss{sequences}"
     code = (
-        "import resource, sys; from tracer.cli import main; "
+        "import sys; from tracer.cli import main; "
         f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet']); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)"
+        "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
     )
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

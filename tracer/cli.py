@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -39,6 +40,20 @@ def _quiet_tensorflow() -> None:
 
         absl.logging.set_verbosity(absl.logging.ERROR)
     except ImportError:
+        pass
+
+
+def _return_freed_memory() -> None:
+    """Ask glibc to give large freed blocks back to the system at once.
+
+    Each batch allocates and frees hundreds of MB in arrays of a few MB. By default glibc
+    raises its mmap threshold after such frees (up to 32 MB) and keeps the blocks in its
+    heaps, which adds about 200 MB to the peak; a fixed 1 MB threshold does not, at no
+    measurable cost in speed. Elsewhere than glibc this does nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
         pass
 
 
@@ -117,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
         "--shard",
         metavar="K/N",
         help="record part K (0-based) of N disjoint parts of the sequences, into the same --out as the other parts: --shard 3/8",
+    )
+    c.add_argument(
+        "--compression",
+        choices=("lz4", "zstd", "snappy", "none"),
+        default="lz4",
+        help="Parquet compression (default: lz4; zstd is about 5%% smaller and 20%% slower to write)",
     )
     c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     c.add_argument("--lengths", metavar="FILE.npy", help="sequence lengths, one per input row: no rows at or past them")
@@ -200,6 +221,7 @@ def _record(args) -> None:
             selection=selection,
             progress=not args.quiet,
             lengths=lengths,
+            compression=args.compression,
         )
     cells = summary["cells"]
     rows = summary["rows"]
@@ -237,6 +259,7 @@ def _demo(args) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_tensorflow()
+    _return_freed_memory()
     from recorders.errors import GatetraceError, Interrupted
 
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]

@@ -70,6 +70,7 @@ def record(
     selection: Selection | None = None,
     progress: bool = False,
     lengths: np.ndarray | None = None,
+    compression: str | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -80,8 +81,9 @@ def record(
     recording that was killed or interrupted; `shard` records one of N disjoint parts
     of the sequences. `selection` narrows what is fetched and written; `progress` shows
     a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
-    sequence's length. The first Ctrl-C stops after the batch in flight is written and
-    raises `Interrupted`; the summary is that of `RecordingWriter.close`.
+    sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
+    first Ctrl-C stops after the batch in flight is written and raises `Interrupted`;
+    the summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     if cells is None:
@@ -98,7 +100,9 @@ def record(
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
-    with RecordingWriter(out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples) as writer:
+    with RecordingWriter(
+        out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
+    ) as writer:
         writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
         todo = writer.remaining()
         total = None if examples is None else sum(stop - start for start, stop in todo)
