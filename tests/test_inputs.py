@@ -11,7 +11,7 @@ import pytest
 from recorders.errors import FeedError
 from tests.conftest import CONFIGS, build, save, static_body
 from tracer.cli import main
-from tracer.inputs import NpzMember, ParquetColumn, open_input
+from tracer.inputs import ParquetColumn, RawRows, open_input
 
 DATA = np.random.RandomState(3).randn(11, 5, 4).astype(np.float32)
 
@@ -43,7 +43,7 @@ def test_readers_slice_like_the_array(tmp_path, form):
     for start, stop in [(0, 3), (3, 7), (7, 11), (2, 9), (10, 11), (5, 5)]:
         np.testing.assert_array_equal(array[start:stop], DATA[start:stop])
     if form == "npz-stored":
-        assert isinstance(array._mmap, np.memmap)
+        assert isinstance(array._stored, RawRows)  # read in place, not decompressed
 
 
 def test_fixed_size_list_columns(tmp_path):
@@ -102,7 +102,7 @@ def test_float64_inputs_are_cast_batch_by_batch(tmp_path):
     feeds = parse_feed_args([f"x={tmp_path / 'x64.npy'}"])
     feed_dict = resolve_feeds(built.graph, feeds)
     (value,) = feed_dict.values()
-    assert isinstance(value, np.memmap)  # not loaded or copied whole
+    assert isinstance(value, RawRows)  # not loaded or copied whole
     (_, _, first), *_ = batches(feed_dict, 4)
     (batch,) = first.values()
     assert batch.dtype == np.float32 and batch.shape == (4, 5, 4)

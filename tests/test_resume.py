@@ -162,3 +162,17 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
     # Each example was written by exactly one shard, in files named by their first example.
     starts = sorted(int(p.stem[5:]) for p in (out / "gates").glob("cell=*/gate=i/part-*.parquet"))
     assert starts == [0, 7, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44]
+
+
+def test_the_readme_duckdb_query_reads_the_dataset(long_run):
+    """The DuckDB query shown in the README, on a finished recording, agrees with pandas."""
+    import duckdb
+    _, clean = long_run
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    query = readme.split("```sql\n")[1].split("```")[0].replace("'run1/", f"'{clean}/").replace("rnn/basic_lstm_cell", "rnn/lstm_cell")
+    got = duckdb.sql(query).df()
+    f = pd.read_parquet(clean / "gates", filters=[("cell", "==", "rnn/lstm_cell"), ("gate", "==", "f")])
+    want = f.groupby("step")["activation"].agg(["mean", lambda a: (a > 0.9).mean()])
+    assert got["step"].tolist() == list(range(30))
+    np.testing.assert_allclose(got["forget"], want["mean"], rtol=1e-6)
+    np.testing.assert_allclose(got["saturated"], want.iloc[:, 1], rtol=1e-6)

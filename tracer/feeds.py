@@ -163,7 +163,7 @@ def batches(
 
     `ranges` lists the [start, stop) ranges of sequences to feed (default: all); no batch
     crosses a range's end. Array feeds are sliced along their first dimension
-    (memory-mapped arrays are read one batch at a time); scalars are fed as they are.
+    (input files are read one batch at a time); scalars are fed as they are.
     Where a placeholder fixes the batch size, batches take that size and the last one is
     padded by repeating its last sequence: rows past `stop - start` are padding to drop.
     Without array feeds there is one batch of whatever size the graph makes, and `stop`

@@ -4,10 +4,12 @@ Recording a dataset must not load it whole. Every reader here returns an array-l
 with `shape`, `dtype`, `ndim`, `len()` and slicing along the first axis (the
 sequences); a slice is read from disk when it is asked for:
 
-- `.npy`: memory-mapped.
-- `.npz` (`FILE.npz` with one array, or `FILE.npz:NAME`): an uncompressed member is
-  memory-mapped in place; a compressed one (`np.savez_compressed`) is decompressed as
-  a stream, forward, one batch at a time.
+- `.npy`: rows read from their offset in the file. (Not memory-mapped: pages of a
+  mapping stay in the process's resident memory as they are read, so its peak would
+  grow with the dataset.)
+- `.npz` (`FILE.npz` with one array, or `FILE.npz:NAME`): an uncompressed member is read
+  in place the same way; a compressed one (`np.savez_compressed`) is decompressed as a
+  stream, forward, one batch at a time.
 - Parquet (`FILE.parquet` with one column, or `FILE.parquet:COLUMN`): one row per
   sequence, the column holding its values as nested lists (steps x features) or fixed
   size lists; read a record batch at a time.
@@ -17,6 +19,7 @@ This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ import numpy as np
 
 from recorders.errors import FeedError
 
-__all__ = ["INPUT_SUFFIXES", "open_input", "NpzMember", "ParquetColumn"]
+__all__ = ["INPUT_SUFFIXES", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
 
 INPUT_SUFFIXES = (".npy", ".npz", ".parquet")
 
@@ -44,7 +47,7 @@ def open_input(spec: str, what: str) -> Any:
         if suffix == ".npy":
             if member:
                 raise FeedError(f"{what}: a .npy file holds one array; drop ':{member}'")
-            return np.load(path, mmap_mode="r", allow_pickle=False)
+            return open_npy(path)
         if suffix == ".npz":
             return NpzMember(path, member or None)
         return ParquetColumn(path, member or None)
@@ -80,6 +83,51 @@ class _Rows:
         raise NotImplementedError
 
 
+def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from an .npy header at `f`'s position; refuses what cannot be read by rows."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(f)
+    if fortran and len(shape) > 1:
+        raise FeedError(f"{where} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows")
+    if dtype.hasobject:
+        raise FeedError(f"{where} holds Python objects; give a numeric array")
+    return tuple(shape), dtype
+
+
+class RawRows(_Rows):
+    """Rows of a C-ordered array stored raw at `offset` in a file, read with pread."""
+
+    def __init__(self, path: str, offset: int, shape: tuple[int, ...], dtype: np.dtype):
+        self.path, self._offset, self.shape, self.dtype = path, offset, shape, dtype
+        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty((stop - start, *self.shape[1:]), self.dtype)
+        if out.size == 0:
+            return out
+        view, at = memoryview(out.reshape(-1).view(np.uint8)), 0
+        while at < len(view):
+            n = os.preadv(self._fd, [view[at:]], self._offset + start * self._row_bytes + at)
+            if n == 0:
+                raise FeedError(f"{self.path} is shorter than its header says ({self.shape}); the file is truncated")
+            at += n
+        return out
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+
+def open_npy(path: str) -> RawRows:
+    """An `.npy` file, read by rows."""
+    with open(path, "rb") as f:
+        shape, dtype = _read_header(f, path)
+        return RawRows(path, f.tell(), shape, dtype)
+
+
 class NpzMember(_Rows):
     """One array of an `.npz` file, read by rows."""
 
@@ -95,19 +143,12 @@ class NpzMember(_Rows):
             raise FeedError(f"{path} has no array {name!r}; it holds {', '.join(names)}")
         self._info = self._zip.getinfo(name + ".npy")
         with self._zip.open(self._info) as f:
-            version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(f)
+            self.shape, self.dtype = _read_header(f, f"{path}:{name}")
             self._header = f.tell()
-        if fortran and len(shape) > 1:
-            raise FeedError(f"{path}:{name} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows")
-        if dtype.hasobject:
-            raise FeedError(f"{path}:{name} holds Python objects; give a numeric array")
-        self.shape, self.dtype = tuple(shape), dtype
-        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-        self._mmap = None
+        self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self._stored = None
         if self._info.compress_type == zipfile.ZIP_STORED:
-            self._mmap = np.memmap(path, dtype=dtype, mode="r", offset=self._data_offset(), shape=self.shape)
+            self._stored = RawRows(path, self._data_offset(), self.shape, self.dtype)
         self._stream, self._at = None, 0
 
     def _data_offset(self) -> int:
@@ -119,8 +160,8 @@ class NpzMember(_Rows):
         return self._info.header_offset + 30 + name_len + extra_len + self._header
 
     def _read(self, start: int, stop: int) -> np.ndarray:
-        if self._mmap is not None:
-            return self._mmap[start:stop]
+        if self._stored is not None:
+            return self._stored._read(start, stop)
         if self._stream is None or start < self._at:  # batches go forward; going back re-opens
             self._stream = self._zip.open(self._info)
             self._stream.read(self._header)
