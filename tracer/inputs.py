@@ -57,6 +57,17 @@ def open_input(spec: str, what: str) -> Any:
         raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err}") from err
 
 
+def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:
+    """The `kind` (array of an .npz, column of a Parquet file) named `asked`, or the only one."""
+    if asked is None and len(names) == 1:
+        return names[0]
+    if asked is None:
+        raise FeedError(f"{path} holds {len(names)} {kind}s ({', '.join(names)}); name one: {path}:{names[0] if names else 'NAME'}")
+    if asked not in names:
+        raise FeedError(f"{path} has no {kind} {asked!r}; it holds {', '.join(names) or 'none'}")
+    return asked
+
+
 class _Rows:
     """Slicing along the first axis on top of `_read(start, stop)`."""
 
@@ -134,13 +145,7 @@ class NpzMember(_Rows):
     def __init__(self, path: str, name: str | None):
         self.path = path
         self._zip = zipfile.ZipFile(path)
-        names = [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")]
-        if name is None:
-            if len(names) != 1:
-                raise FeedError(f"{path} holds {len(names)} arrays ({', '.join(names)}); name one: {path}:{names[0] if names else 'NAME'}")
-            name = names[0]
-        if name not in names:
-            raise FeedError(f"{path} has no array {name!r}; it holds {', '.join(names)}")
+        name = _pick(path, name, [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")], "array")
         self._info = self._zip.getinfo(name + ".npy")
         with self._zip.open(self._info) as f:
             self.shape, self.dtype = _read_header(f, f"{path}:{name}")
@@ -185,14 +190,7 @@ class ParquetColumn(_Rows):
 
         self.path = path
         self._file = pq.ParquetFile(path)
-        names = self._file.schema_arrow.names
-        if column is None:
-            if len(names) != 1:
-                raise FeedError(f"{path} has {len(names)} columns ({', '.join(names)}); name one: {path}:{names[0]}")
-            column = names[0]
-        if column not in names:
-            raise FeedError(f"{path} has no column {column!r}; its columns are {', '.join(names)}")
-        self.column = column
+        self.column = column = _pick(path, column, self._file.schema_arrow.names, "column")
         first = self._to_numpy(next(self._file.iter_batches(batch_size=1, columns=[column])).column(0))
         self.shape, self.dtype = (self._file.metadata.num_rows, *first.shape[1:]), first.dtype
         self._starts = np.cumsum([0] + [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)])
