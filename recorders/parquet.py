@@ -194,7 +194,7 @@ class RecordingWriter:
         theirs, ours = _comparable(progress.get("description", {})), _comparable(self.description)
         for key in sorted(set(theirs) | set(ours)):
             if theirs.get(key) != ours.get(key):
-                return f"its {key} differ"
+                return f"different {key}"
         if progress.get("total") != (None if self.examples is None else list(self.examples)):
             return f"its examples are {progress.get('total')}, not {self.examples}"
         return None

@@ -117,7 +117,7 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     with RecordingWriter(out, DESCRIPTION, examples=(0, 2)) as writer:
         batch(writer, 0, 2)
     other = {"cells": [{"name": "c/d"}]}
-    with pytest.raises(OutputExistsError, match=r"holds another recording \(its cells differ\); choose another folder or pass --overwrite"):
+    with pytest.raises(OutputExistsError, match=r"holds another recording \(different cells\); choose another folder or pass --overwrite"):
         RecordingWriter(out, other, examples=(0, 2), resume=True)
     with pytest.raises(OutputExistsError, match=r"holds another recording \(it is split into 1 shards, not 2\)"):
         RecordingWriter(out, DESCRIPTION, examples=(0, 2), shard=Shard(1, 2))

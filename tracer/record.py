@@ -99,7 +99,6 @@ def record(
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
-    pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:
@@ -126,25 +125,34 @@ def record(
                 ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
                 lens = None if lengths is None else lengths[start:stop]
                 writer.begin(start, stop)
-                # The value arrays are cut out of the fetched tensors on the writer's threads.
-                for k, cell in enumerate(plan.cells):
-                    steps = np.array([s.position for s in cell.steps], dtype=np.int32)
-                    for g, gate in enumerate(cell.gates):
-                        if selection.keeps_gate(gate):
-                            pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None
-                            act = partial(plan.gate, values, k, g, "activation", keep) if act_on else None
-                            writer.write_gate(cell.name, gate, ids, steps, pre, act, lens)
-                    for state in cell.spec.states:
-                        writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lens)
+                _write_batch(writer, plan, values, selection, ids, keep, lens)
                 in_flight = stop - start
             if in_flight:
                 commit()
-            if ctrl_c.pressed:
+            if ctrl_c.pressed and writer.remaining():
                 done = writer.complete.total()
                 raise Interrupted(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
                 )
         return writer.close()
+
+
+def _write_batch(writer: RecordingWriter, plan: FetchPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
+    """Hand one fetched batch to the writer: every selected gate and every state of every cell.
+
+    The value arrays are cut out of the fetched tensors by the writer's threads (each
+    `partial` runs there), so that this thread can go on to the next `Session.run`.
+    """
+    pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
+    for k, cell in enumerate(plan.cells):
+        steps = np.array([s.position for s in cell.steps], dtype=np.int32)
+        for g, gate in enumerate(cell.gates):
+            if selection.keeps_gate(gate):
+                pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None
+                act = partial(plan.gate, values, k, g, "activation", keep) if act_on else None
+                writer.write_gate(cell.name, gate, ids, steps, pre, act, lengths)
+        for state in cell.spec.states:
+            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lengths)
 
 
 class _StopOnCtrlC:
