@@ -15,6 +15,7 @@ __all__ = [
     "OutputExistsError",
     "RecordingError",
     "Interrupted",
+    "UnsafeGraphError",
 ]
 
 
@@ -52,3 +53,7 @@ class RecordingError(GatetraceError):
 
 class Interrupted(GatetraceError):
     """The user stopped a recording (Ctrl-C); it can be resumed."""
+
+
+class UnsafeGraphError(GatetraceError):
+    """Running the graph would execute ops outside the allowlist (files, Python, printing, network)."""

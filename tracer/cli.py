@@ -92,14 +92,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, example: str, reads_model: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, help: str, example: str, reads_model: bool = True, runs_model: bool = True) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
         if reads_model:
             c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
             c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+        if reads_model and runs_model:
+            c.add_argument(
+                "--allow-unsafe-ops",
+                action="store_true",
+                help="run the model even if it holds ops outside the allowlist of pure math, array, variable and "
+                "control-flow ops (file access, Python, printing): only for models you trust",
+            )
         return c
 
-    c = command("inspect", "list the RNN cells in a model and their per-step gate ops", "gatetrace inspect model.ckpt --json")
+    c = command(
+        "inspect",
+        "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing)",
+        "gatetrace inspect model.ckpt --json",
+        runs_model=False,
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     c = command(
@@ -165,10 +177,15 @@ def _parser() -> argparse.ArgumentParser:
 def _inspect(args) -> None:
     import tracer
 
-    with tracer.load_model(args.model, tag=args.tag) as model:
+    from tracer.safety import RESTORE_OPS, unsafe_ops
+
+    with tracer.load_model(args.model, tag=args.tag, restore=False) as model:
         cells = tracer.find_cells(model.graph, model.source)
+        plan = tracer.FetchPlan(model.graph, cells)
+        fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
+        unsafe = sorted(set(unsafe_ops(model.graph, model.load_ops, RESTORE_OPS) + unsafe_ops(model.graph, fetches)))
     if args.json:
-        print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells]}))
+        print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction")]
@@ -187,6 +204,11 @@ def _inspect(args) -> None:
         if "w_i_diag" in c.weights:
             extras.append("peepholes")
         print(f"{c.name}: gate ops {span} (by input position); {', '.join(extras)}")
+    if unsafe:
+        print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
+        print("record and weights refuse this model unless --allow-unsafe-ops")
+    else:
+        print("\nunsafe ops: none (loading and recording run only allowlisted ops)")
 
 
 def _split(text: str | None) -> tuple[str, ...]:
@@ -209,7 +231,7 @@ def _record(args) -> None:
     shard = Shard.parse(args.shard) if args.shard else Shard()
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
-    with tracer.load_model(args.model, tag=args.tag) as model:
+    with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         summary = tracer.record(
             model,
             feeds,
@@ -243,8 +265,11 @@ def _weights(args) -> None:
     from recorders import write_weights
     from tracer.record import describe
 
-    with tracer.load_model(args.model, tag=args.tag) as model:
+    from tracer.safety import check_model
+
+    with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         cells = tracer.find_cells(model.graph, model.source)
+        check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
         columns = tracer.weights_columns(cells, tracer.read_weights(model.session, cells))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
     print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")

@@ -7,6 +7,10 @@
     a directory holding a `checkpoint` file      its latest checkpoint
     a directory holding saved_model.pb           SavedModel, TF1 loader, tag `serve`
     a file ending in .pb                         frozen GraphDef: weights are Consts
+
+Nothing in the graph runs before `tracer.safety` has checked it: the ops that restoring
+variables (and a SavedModel's init op) would execute must all be on the allowlist,
+unless `allow_unsafe_ops`. With `restore=False` nothing runs at all (for `inspect`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from recorders.errors import ModelFormatError
+from recorders.errors import ModelFormatError, UnsafeGraphError
 from tracer._tf import tf, v1
+from tracer.safety import RESTORE_OPS, check
 
 __all__ = ["Model", "load_model", "from_session", "FORMATS"]
 
@@ -32,6 +37,8 @@ class Model:
 
     format is `checkpoint`, `savedmodel`, `frozen` or `session`. A Model made by
     `load_model` owns its session: use it as a context manager, or call `close()`.
+    `load_ops` are the ops that loading runs (restore, init); `allow_unsafe_ops` turns
+    off the allowlist check before running the graph (see `tracer.safety`).
     """
 
     graph: tf.Graph
@@ -39,6 +46,8 @@ class Model:
     source: str
     format: str
     owns_session: bool = True
+    allow_unsafe_ops: bool = False
+    load_ops: tuple[str, ...] = ()
 
     def close(self) -> None:
         if self.owns_session and not self.session._closed:
@@ -51,9 +60,12 @@ class Model:
         self.close()
 
 
-def from_session(session: v1.Session, source: str = "live session") -> Model:
-    """Wrap a live `tf.compat.v1.Session`; the caller keeps ownership of it."""
-    return Model(session.graph, session, source, "session", owns_session=False)
+def from_session(session: v1.Session, source: str = "live session", allow_unsafe_ops: bool = True) -> Model:
+    """Wrap a live `tf.compat.v1.Session`; the caller keeps ownership of it.
+
+    The graph is the caller's own code, so it is trusted unless `allow_unsafe_ops=False`.
+    """
+    return Model(session.graph, session, source, "session", owns_session=False, allow_unsafe_ops=allow_unsafe_ops)
 
 
 def _first_line(err: Exception) -> str:
@@ -78,21 +90,29 @@ def _checkpoint_prefix(path: Path) -> str | None:
     return None
 
 
-def _load_checkpoint(prefix: str, source: str) -> Model:
+def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = prefix + ".meta"
     if not os.path.isfile(meta):
         raise ModelFormatError(f"{source}: checkpoint {prefix} has no {meta} beside it; gatetrace needs the meta graph")
     graph = tf.Graph()
     session = v1.Session(graph=graph)
+    load_ops: tuple[str, ...] = ()
     try:
         with graph.as_default():
             saver = v1.train.import_meta_graph(meta, clear_devices=True)
             if saver is not None:
-                saver.restore(session, prefix)
+                load_ops = (saver.saver_def.restore_op_name,)
+                if restore:
+                    if not allow_unsafe_ops:
+                        check(graph, load_ops, "restoring its variables", source, RESTORE_OPS)
+                    saver.restore(session, prefix)
+    except UnsafeGraphError:
+        session.close()
+        raise
     except Exception as err:
         session.close()
         raise ModelFormatError(f"{source}: cannot read checkpoint {prefix}: {_first_line(err)}") from err
-    return Model(graph, session, source, "checkpoint")
+    return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_ops=load_ops)
 
 
 def _saved_model_tags(path: Path) -> list[str]:
@@ -104,12 +124,46 @@ def _saved_model_tags(path: Path) -> list[str]:
         return []
 
 
-def _load_saved_model(path: Path, tag: str, source: str) -> Model:
+def _saved_model_graph(path: Path, tag: str, graph: tf.Graph) -> tuple[str, ...]:
+    """Import the meta graph tagged `tag` into `graph` without running anything; return
+    the ops that loading it runs (restore, init). Raises LookupError if no graph has the tag."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    if (path / "saved_model.pb").is_file():
+        proto.ParseFromString((path / "saved_model.pb").read_bytes())
+    else:
+        from google.protobuf import text_format
+
+        text_format.Parse((path / "saved_model.pbtxt").read_text(), proto)
+    metas = [m for m in proto.meta_graphs if tag in m.meta_info_def.tags]
+    if not metas:
+        raise LookupError(tag)
+    with graph.as_default():
+        saver = v1.train.import_meta_graph(metas[0], clear_devices=True)
+    ops = [saver.saver_def.restore_op_name] if saver is not None else []
+    for key in ("saved_model_main_op", "legacy_init_op"):
+        ops += [graph.as_graph_element(n).name for n in graph.get_collection(key) if isinstance(n, str)]
+        ops += [n.name for n in graph.get_collection(key) if not isinstance(n, str)]
+    return tuple(ops)
+
+
+def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     graph = tf.Graph()
     session = v1.Session(graph=graph)
     try:
+        if not restore or not allow_unsafe_ops:
+            scratch = tf.Graph() if restore else graph
+            load_ops = _saved_model_graph(path, tag, scratch)
+            if restore:
+                check(scratch, load_ops, "loading it (restoring variables, running its init op)", source, RESTORE_OPS)
+            else:
+                return Model(graph, session, source, "savedmodel", load_ops=load_ops)
         with graph.as_default():
             v1.saved_model.loader.load(session, [tag], str(path))
+    except UnsafeGraphError:
+        session.close()
+        raise
     except Exception as err:
         session.close()
         tags = _saved_model_tags(path)
@@ -119,10 +173,10 @@ def _load_saved_model(path: Path, tag: str, source: str) -> Model:
                 f"{', '.join(repr(t) for t in tags)}: choose one with --tag"
             ) from err
         raise ModelFormatError(f"{source}: cannot read SavedModel: {_first_line(err)}") from err
-    return Model(graph, session, source, "savedmodel")
+    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops)
 
 
-def _load_frozen(path: Path, source: str) -> Model:
+def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
     graph_def = v1.GraphDef()
     try:
         graph_def.ParseFromString(path.read_bytes())
@@ -133,20 +187,23 @@ def _load_frozen(path: Path, source: str) -> Model:
         raise ModelFormatError(
             f"{source}: cannot read it as a frozen GraphDef: {_first_line(err)}; expected {FORMATS}"
         ) from err
-    return Model(graph, v1.Session(graph=graph), source, "frozen")
+    return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
 
 
-def load_model(path: str | os.PathLike, tag: str = "serve") -> Model:
-    """Load the model at `path` (see the module docstring for the formats)."""
+def load_model(path: str | os.PathLike, tag: str = "serve", *, restore: bool = True, allow_unsafe_ops: bool = False) -> Model:
+    """Load the model at `path` (see the module docstring for the formats and the checks).
+
+    `restore=False` loads the graph only, running nothing (enough to find cells).
+    """
     source = str(path)
     p = Path(path)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
-        return _load_saved_model(p, tag, source)
+        return _load_saved_model(p, tag, source, restore, allow_unsafe_ops)
     prefix = _checkpoint_prefix(p)
     if prefix is not None:
-        return _load_checkpoint(prefix, source)
+        return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
     if p.is_file() and p.suffix == ".pb":
-        return _load_frozen(p, source)
+        return _load_frozen(p, source, allow_unsafe_ops)
     if not p.exists():
         raise ModelFormatError(f"model not found: {source} does not exist (and neither does {source}.meta); expected {FORMATS}")
     raise ModelFormatError(f"{source} is in no format gatetrace reads; expected {FORMATS}")

@@ -23,6 +23,7 @@ from tracer.feeds import batches, count_sequences, resolve_feeds
 from tracer.fetch import FetchPlan, Trace
 from tracer.graph import Cell, find_cells
 from tracer.model import Model
+from tracer.safety import check_model
 from tracer.select import Selection
 from tracer.weights import read_weights, weights_columns
 
@@ -34,6 +35,8 @@ DEFAULT_BATCH_SIZE = 256
 def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None):
     cells = list(cells) if cells is not None else find_cells(model.graph, model.source)
     plan = FetchPlan(model.graph, cells)
+    weights = [t for c in cells for t in c.weights.values()]
+    check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
     return cells, plan, feed_dict
 

@@ -1,0 +1,86 @@
+"""Untrusted graphs: ops that touch files, run Python or print are refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders.errors import UnsafeGraphError
+from tests.conftest import CONFIGS, build, save
+from tracer._tf import tf, v1
+from tracer.cli import main
+
+CALLS: list[int] = []  # the PyFunc's Python function appends here when it runs
+
+
+def hostile(kind: str, target):
+    """A BasicLSTMCell graph whose input passes through an op of `kind`, named `hostile`."""
+
+    def body(x):
+        if kind == "PyFunc":
+            x = v1.py_func(lambda a: CALLS.append(1) or a, [x], tf.float32, name="hostile")
+            x.set_shape([None, 5, 4])
+        else:
+            op = {
+                "WriteFile": lambda: tf.io.write_file(str(target), "pwned", name="hostile"),
+                "ReadFile": lambda: tf.io.read_file(str(target.parent / "x.npy"), name="hostile"),
+                "PrintV2": lambda: tf.print("pwned", name="hostile"),
+            }[kind]()
+            with tf.control_dependencies([op]):
+                x = tf.identity(x)
+        outputs, _ = v1.nn.static_rnn(CONFIGS["BasicLSTMCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+        return [outputs[-1]]
+
+    return body
+
+
+@pytest.mark.parametrize("fmt", ["checkpoint", "savedmodel", "frozen"])
+@pytest.mark.parametrize("kind", ["WriteFile", "ReadFile", "PyFunc", "PrintV2"])
+def test_record_refuses_unsafe_ops_in_the_gate_path(kind, fmt, tmp_path, capsys):
+    target = tmp_path / "pwned.txt"
+    path = save(build(hostile(kind, target)), fmt, tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    CALLS.clear()
+    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    found = [f"hostile ({kind})"] + (["hostile_format (StringFormat)"] if kind == "PrintV2" else [])
+    assert err == (
+        f"gatetrace: error: {path}: fetching the gates and weights would run {len(found)} op{'s' * (len(found) > 1)} outside "
+        f"the allowlist of pure math, array, variable and control-flow ops: {', '.join(found)}; nothing was run. "
+        "If you trust this model, pass --allow-unsafe-ops"
+    )
+    assert not target.exists() and not CALLS and not (tmp_path / "out").exists()
+    assert main(["inspect", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unsafe_ops"] == found
+    if kind == "WriteFile":  # the flag really is what stopped it
+        assert main([*argv, "--allow-unsafe-ops"]) == 0
+        assert target.read_text() == "pwned"
+
+
+def test_a_checkpoint_whose_restore_writes_a_file_is_not_restored(tmp_path, capsys):
+    built = build(lambda x: [v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]])
+    target = tmp_path / "pwned.txt"
+    with built.graph.as_default():
+        saver = v1.train.Saver()
+        write = tf.io.write_file(str(target), "pwned", name="evil_write")
+        evil = tf.group(built.graph.get_operation_by_name(saver.saver_def.restore_op_name), write, name="evil_restore")
+        saver.saver_def.restore_op_name = evil.name
+        saver.save(built.session, str(tmp_path / "model.ckpt"))
+    with pytest.raises(UnsafeGraphError, match=r"restoring its variables would run 1 op .*: evil_write \(WriteFile\); nothing was run"):
+        tracer.load_model(tmp_path / "model.ckpt")
+    assert not target.exists()
+    assert main(["inspect", str(tmp_path / "model.ckpt")]) == 0  # inspect runs nothing and reports it
+    out = capsys.readouterr().out
+    assert "unsafe ops that loading or recording would run (1): evil_write (WriteFile)" in out and not target.exists()
+    with tracer.load_model(tmp_path / "model.ckpt", allow_unsafe_ops=True):
+        assert target.read_text() == "pwned"
+
+
+def test_safe_models_say_so(tmp_path, capsys):
+    path = save(build(lambda x: [v1.nn.static_rnn(CONFIGS["LSTMCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]), "savedmodel", tmp_path)
+    assert main(["inspect", path]) == 0
+    assert "unsafe ops: none (loading and recording run only allowlisted ops)" in capsys.readouterr().out

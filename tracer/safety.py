@@ -1,0 +1,102 @@
+"""What a graph would run: an allowlist of ops that only compute.
+
+A model file is a program: its graph can hold ops that read or write files (`ReadFile`,
+`WriteFile`, `Save*`), run Python (`PyFunc`, `EagerPyFunc`), print, or reach the network.
+Before gatetrace runs any part of a graph (restoring variables, reading weights, fetching
+gates), `check` collects every op that run would execute (following data and control
+edges, and into every function of the library when a functional op such as `If`,
+`While` or `PartitionedCall` is among them) and refuses any op outside `SAFE_OPS`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from recorders.errors import UnsafeGraphError
+from tracer._tf import tf
+
+__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "check", "check_model"]
+
+# Pure math, array, variable and control-flow ops: they compute on tensors and touch
+# nothing outside the session.
+SAFE_OPS = frozenset(
+    """
+    Const Placeholder PlaceholderWithDefault Identity IdentityN NoOp StopGradient PreventGradient
+    Snapshot CheckNumerics EnsureShape
+    MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddV1 Add AddV2 AddN Sub Mul MulNoNan
+    RealDiv Div DivNoNan FloorDiv FloorMod TruncateDiv Mod Maximum Minimum Neg Abs Sign Reciprocal
+    Sigmoid Tanh Relu Relu6 LeakyRelu Elu Selu Softplus Softsign Softmax LogSoftmax Exp Expm1 Log
+    Log1p Sqrt Rsqrt Square SquaredDifference Pow Floor Ceil Round Rint Erf Sin Cos
+    ClipByValue Greater GreaterEqual Less LessEqual Equal NotEqual LogicalAnd LogicalOr LogicalNot
+    Select SelectV2 IsNan IsInf IsFinite
+    Min Max Sum Mean Prod All Any ArgMax ArgMin Cumsum
+    ConcatV2 Concat ConcatOffset Split SplitV Unpack Pack Reshape Shape ShapeN Size Rank
+    StridedSlice Slice Transpose ExpandDims Squeeze Fill ZerosLike OnesLike Cast Bitcast Range
+    Tile GatherV2 Gather GatherNd ReverseV2 ReverseSequence BroadcastTo BroadcastArgs
+    BroadcastGradientArgs Pad PadV2 MirrorPad OneHot Where DynamicStitch
+    VariableV2 Variable VarHandleOp ReadVariableOp VarIsInitializedOp IsVariableInitialized
+    Assign AssignVariableOp AssignAdd AssignSub
+    Switch Merge Enter Exit NextIteration LoopCond RefSwitch RefMerge RefEnter RefExit
+    RefNextIteration RefIdentity ControlTrigger
+    If StatelessIf While StatelessWhile PartitionedCall StatefulPartitionedCall
+    TensorArrayV3 TensorArrayReadV3 TensorArrayWriteV3 TensorArrayGatherV3 TensorArrayScatterV3
+    TensorArraySizeV3 TensorArraySplitV3 TensorArrayConcatV3
+    TensorListFromTensor TensorListGetItem TensorListSetItem TensorListReserve TensorListStack
+    TensorListElementShape TensorListLength TensorListPushBack TensorListPopBack
+    """.split()
+)
+
+# Reading the checkpoint named by the model is what restoring variables is for.
+RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
+
+_FUNCTIONAL = {"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"}
+
+
+def ops_to_run(graph: tf.Graph, fetches: Iterable) -> tuple[list[tf.Operation], list[str]]:
+    """The ops running `fetches` (tensors, ops or their names) would execute, and the op
+    types inside the graph's functions when a functional op is among them."""
+    queue = deque()
+    for f in fetches:
+        if isinstance(f, str):
+            f = graph.as_graph_element(f)
+        queue.append(f if isinstance(f, tf.Operation) else f.op)
+    seen: dict[str, tf.Operation] = {}
+    while queue:
+        op = queue.popleft()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        queue.extend(t.op for t in op.inputs)
+        queue.extend(op.control_inputs)
+    ops = list(seen.values())
+    function_ops: list[str] = []
+    if any(op.type in _FUNCTIONAL for op in ops):
+        library = graph.as_graph_def().library
+        function_ops = [f"{node.name} in function {fn.signature.name}" + f" ({node.op})" for fn in library.function for node in fn.node_def]
+    return ops, function_ops
+
+
+def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset()) -> list[str]:
+    """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` would execute."""
+    ops, function_ops = ops_to_run(graph, fetches)
+    found = [f"{op.name} ({op.type})" for op in ops if op.type not in SAFE_OPS | allowed]
+    found += [f for f in function_ops if f.rsplit("(", 1)[1].rstrip(")") not in SAFE_OPS | allowed]
+    return sorted(found)
+
+
+def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()) -> None:
+    """Raise UnsafeGraphError if running `fetches` (`what`: "restoring its variables", ...) would run an op outside the allowlist."""
+    found = unsafe_ops(graph, fetches, allowed)
+    if found:
+        shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+        raise UnsafeGraphError(
+            f"{source}: {what} would run {len(found)} op{'s' if len(found) != 1 else ''} outside the allowlist of pure math, "
+            f"array, variable and control-flow ops: {shown}; nothing was run. If you trust this model, pass --allow-unsafe-ops"
+        )
+
+
+def check_model(model, fetches: Iterable, what: str) -> None:
+    """`check` on a `tracer.model.Model`'s graph, unless it was loaded with allow_unsafe_ops."""
+    if not model.allow_unsafe_ops:
+        check(model.graph, fetches, what, model.source)
