@@ -33,7 +33,6 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,9 +51,30 @@ DEFAULT_COMPRESSION = "lz4"
 _FLOATS = ("preactivation", "activation", "value")
 
 
+# ASCII characters that must not appear in a folder name on any common file system, or
+# that Hive partitioning gives a meaning: percent-encoded. Other characters stay as they
+# are, so that non-ASCII names stay short.
+_UNSAFE = set('/\\:*?"<>|%=') | {chr(i) for i in range(32)} | {chr(127)}
+_MAX_FOLDER_BYTES = 255
+
+
 def partition_dir(**parts: str) -> str:
-    """`cell=rnn%2Fbasic_lstm_cell/gate=f`: Hive partition folders, percent-encoded."""
-    return "/".join(f"{k}={quote(str(v), safe='')}" for k, v in parts.items())
+    """`cell=rnn%2Fbasic_lstm_cell/gate=f`: Hive partition folders, one per part.
+
+    Characters in `_UNSAFE` are percent-encoded (pyarrow, DuckDB and Spark decode them),
+    so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table.
+    """
+    folders = []
+    for key, value in parts.items():
+        encoded = "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in str(value))
+        folder = f"{key}={encoded}"
+        if len(folder.encode("utf-8")) > _MAX_FOLDER_BYTES:
+            raise RecordingError(
+                f"{key} name {str(value)[:60]!r}... is {len(folder.encode('utf-8'))} bytes as a folder name; "
+                f"file systems allow {_MAX_FOLDER_BYTES}: record it under a shorter scope name"
+            )
+        folders.append(folder)
+    return "/".join(folders)
 
 
 def _write_table(

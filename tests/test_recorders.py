@@ -168,7 +168,7 @@ def test_intervals():
 
 
 def test_partition_names_are_percent_encoded_and_read_back(tmp_path):
-    assert partition_dir(cell="a/b c", gate="f") == "cell=a%2Fb%20c/gate=f"
+    assert partition_dir(cell="a/b c", gate="f") == "cell=a%2Fb c/gate=f"
     with RecordingWriter(tmp_path / "run", DESCRIPTION, examples=(0, 1)) as writer:
         batch(writer, 0, 1, cell="enc/rnn/multi_rnn_cell/cell_0/lstm_cell")
     assert pd.read_parquet(tmp_path / "run" / "gates")["cell"].astype(str).unique().tolist() == [

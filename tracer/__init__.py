@@ -8,7 +8,7 @@
 
 Modules: `graph` (the walker), `cells` (one spec per cell type), `fetch` (the one-run
 fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `model`
-(loading), `feeds`, `record` (the main job), `cli`, `demo`.
+(loading), `feeds`, `inputs`, `safety`, `select`, `recording` (the main job), `cli`, `demo`.
 """
 
 from importlib import import_module
@@ -33,9 +33,9 @@ _LAZY = {
     "FetchPlan": "tracer.fetch",
     "Trace": "tracer.fetch",
     "CellTrace": "tracer.fetch",
-    "trace": "tracer.record",
+    "trace": "tracer.recording",
     "Selection": "tracer.select",
-    "record": "tracer.record",
+    "record": "tracer.recording",
     "run_cell": "tracer.reference",
     "GateWeights": "tracer.weights",
     "read_weights": "tracer.weights",

@@ -263,7 +263,7 @@ def _record(args) -> None:
 def _weights(args) -> None:
     import tracer
     from recorders import write_weights
-    from tracer.record import describe
+    from tracer.recording import describe
 
     from tracer.safety import check_model
 

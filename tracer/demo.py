@@ -18,7 +18,7 @@ import pandas as pd
 from recorders.files import check_out, publish, remove, temp_sibling
 from tracer._tf import tf, v1
 from tracer.model import load_model
-from tracer.record import record
+from tracer.recording import record
 
 __all__ = ["make_task", "build_and_train", "run_demo"]
 

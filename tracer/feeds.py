@@ -178,7 +178,7 @@ def batches(
         raise FeedError(f"placeholders fix different batch sizes: {sorted(fixed)}")
     size = fixed.pop() if fixed else max(1, size)
     for first, last in [(0, n)] if ranges is None else ranges:
-        for start in range(first, last, size):
+        for start in range(first, last, size) if last > first else [first]:  # an empty range: one empty batch
             stop = min(start + size, last)
             batch = {}
             for t, v in feed_dict.items():
@@ -186,7 +186,7 @@ def batches(
                     batch[t] = v
                     continue
                 part = np.asarray(v[start:stop], dtype=t.dtype.as_numpy_dtype)
-                if t.shape.rank and t.shape[0] is not None and len(part) < size:
+                if t.shape.rank and t.shape[0] is not None and 0 < len(part) < size:
                     part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
                 batch[t] = part
             yield start, stop, batch

@@ -68,9 +68,35 @@ def from_session(session: v1.Session, source: str = "live session", allow_unsafe
     return Model(session.graph, session, source, "session", owns_session=False, allow_unsafe_ops=allow_unsafe_ops)
 
 
+_NOISE = ("Graph execution error", "Detected at node", "Node:", "File ", "[[", "Stack trace", "Original stack trace", "Errors may have")
+
+
 def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+    """The informative line of an error: TensorFlow's own message, without its stack notes."""
+    text = err.message if isinstance(err, tf.errors.OpError) else str(err)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
+    return lines[0] if lines else type(err).__name__
+
+
+def _read_meta_graph(path: str, source: str):
+    """A MetaGraphDef from a binary (or text) .meta file; ModelFormatError if it is neither."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    data = Path(path).read_bytes()
+    meta = meta_graph_pb2.MetaGraphDef()
+    try:
+        meta.ParseFromString(data)
+        return meta
+    except message.DecodeError:
+        pass
+    try:
+        return text_format.Parse(data.decode("utf-8"), meta_graph_pb2.MetaGraphDef())
+    except (UnicodeDecodeError, text_format.ParseError):
+        raise ModelFormatError(
+            f"{source}: {path} is not a readable MetaGraphDef ({len(data):,} bytes, neither binary nor text protobuf): "
+            "the file is truncated or corrupted; export it again"
+        ) from None
 
 
 def _checkpoint_prefix(path: Path) -> str | None:
@@ -97,9 +123,10 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     graph = tf.Graph()
     session = v1.Session(graph=graph)
     load_ops: tuple[str, ...] = ()
+    meta_graph = _read_meta_graph(meta, source)
     try:
         with graph.as_default():
-            saver = v1.train.import_meta_graph(meta, clear_devices=True)
+            saver = v1.train.import_meta_graph(meta_graph, clear_devices=True)
             if saver is not None:
                 load_ops = (saver.saver_def.restore_op_name,)
                 if restore:
@@ -111,7 +138,10 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
         raise
     except Exception as err:
         session.close()
-        raise ModelFormatError(f"{source}: cannot read checkpoint {prefix}: {_first_line(err)}") from err
+        raise ModelFormatError(
+            f"{source}: cannot restore the variables from checkpoint {prefix}: {_first_line(err)} "
+            "(are its .index and .data files complete?)"
+        ) from err
     return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_ops=load_ops)
 
 

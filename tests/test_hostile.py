@@ -1,0 +1,113 @@
+"""Bad inputs and faults: every one answered in one line, nothing finished lost, nothing written outside --out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracer
+from recorders import RecordingWriter
+from tests.conftest import CONFIGS, build, save, static_body
+from tests.test_cli import fails
+from tracer.cli import main
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """One BasicLSTMCell graph saved as a checkpoint, a SavedModel and a frozen graph."""
+    root = tmp_path_factory.mktemp("models")
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    return built, {fmt: save(built, fmt, root) for fmt in ("checkpoint", "savedmodel", "frozen")}
+
+
+def damaged(tmp_path, path: str, part: str, keep: float = 0.5) -> tuple[str, int]:
+    """A copy of the model at `path` whose file `part` (relative to the model's folder) is
+    cut to `keep` of its bytes; returns the copy's model path and the cut file's size."""
+    src = Path(path)
+    folder = src if src.is_dir() else src.parent
+    copy = tmp_path / "damaged" / folder.name
+    shutil.copytree(folder, copy)
+    victim = copy / part
+    data = victim.read_bytes()
+    victim.write_bytes(data[: int(len(data) * keep)])
+    return str(copy if src.is_dir() else copy / src.name), victim.stat().st_size
+
+
+@pytest.mark.parametrize(
+    "fmt, part, expected",
+    [
+        ("checkpoint", "model.ckpt.meta", "model.ckpt.meta is not a readable MetaGraphDef ({size} bytes, neither binary nor text protobuf): the file is truncated or corrupted; export it again"),
+        ("checkpoint", "model.ckpt.data-00000-of-00001", "cannot restore the variables from checkpoint {model}: Read less bytes than requested (are its .index and .data files complete?)"),
+        ("checkpoint", "model.ckpt.index", "cannot restore the variables from checkpoint {model}: not an sstable (bad magic number) (are its .index and .data files complete?)"),
+        ("frozen", "frozen.pb", "cannot read it as a frozen GraphDef: Error parsing message with type 'tensorflow.GraphDef': Wire format was corrupt"),
+        ("savedmodel", "saved_model.pb", "cannot read SavedModel: Error parsing message with type 'tensorflow.SavedModel': Wire format was corrupt"),
+        ("savedmodel", "variables/variables.data-00000-of-00001", "cannot read SavedModel: Read less bytes than requested"),
+    ],
+)
+def test_truncated_model_files(models, tmp_path, capsys, fmt, part, expected):
+    _, paths = models
+    model, size = damaged(tmp_path, paths[fmt], part)
+    msg = fails(capsys, ["weights", model, "--out", str(tmp_path / "w.parquet")])
+    assert msg.startswith(f"{model}: ") and expected.format(model=model, size=f"{size:,}") in msg
+
+
+def test_an_empty_feed_is_an_empty_valid_recording(models, tmp_path, capsys):
+    _, paths = models
+    np.save(tmp_path / "x.npy", np.zeros((0, 5, 4), np.float32))
+    assert main(["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "on 0 sequences: 0 gate rows, 0 state rows, 96 weight rows" in capsys.readouterr().out
+    gates = pd.read_parquet(tmp_path / "out" / "gates")
+    assert len(gates) == 0 and list(gates.columns) == ["example", "step", "unit", "preactivation", "activation", "cell", "gate"]
+    assert len(pd.read_parquet(tmp_path / "out" / "states")) == 0 and (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_nan_and_inf_inputs_are_recorded_as_computed(models, tmp_path):
+    built, _ = models
+    x = np.random.RandomState(5).randn(3, 5, 4).astype(np.float32)
+    x[1, 2, 0], x[2, 0, 3] = np.nan, np.inf
+    result = tracer.trace(tracer.from_session(built.session), {"x": x})
+    tracer.record(tracer.from_session(built.session), {"x": x}, tmp_path / "out")
+    df = pd.read_parquet(tmp_path / "out" / "gates", filters=[("gate", "==", "f")]).sort_values(["example", "step", "unit"])
+    expected = result["rnn/basic_lstm_cell"].activation[:, :, 2].reshape(-1)
+    np.testing.assert_array_equal(df["activation"].to_numpy(), expected)  # NaN where TensorFlow computed NaN
+    assert np.isnan(expected[1 * 15 :]).any() and not np.isnan(expected[:10]).any()
+
+
+def test_an_out_that_cannot_be_created_names_the_path(models, tmp_path, capsys):
+    _, paths = models
+    (tmp_path / "file").write_text("not a folder")
+    np.save(tmp_path / "x.npy", np.zeros((2, 5, 4), np.float32))
+    out = tmp_path / "file" / "out"
+    msg = fails(capsys, ["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(out)])
+    assert msg == f"cannot create {out}: Not a directory"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../escape", "..", "a\\b\\..\\c", "/etc/passwd", "C:\\Windows", "cell=x%2F", "zelle/über/€", "x" * 240, "rnn/" + "ü" * 100],
+)
+def test_cell_names_become_folders_inside_out(tmp_path, name):
+    out = tmp_path / "out"
+    with RecordingWriter(out, {"cells": [{"name": name}]}, examples=(0, 2)) as writer:
+        writer.begin(0, 2)
+        values = np.ones((2, 3, 4), np.float32)
+        writer.write_gate(name, "f", np.arange(2), np.arange(3), values, values)
+        writer.write_state(name, "h", np.arange(2), np.arange(3), values)
+        writer.commit()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert all(out.resolve() in p.resolve().parents for p in files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    for table in ("gates", "states"):
+        assert pd.read_parquet(out / table)["cell"].astype(str).unique().tolist() == [name]
+
+
+def test_a_cell_name_too_long_for_a_folder_is_refused(tmp_path):
+    from recorders import RecordingError, partition_dir
+
+    with pytest.raises(RecordingError, match="is 305 bytes as a folder name; file systems allow 255"):
+        partition_dir(cell="x" * 300)
