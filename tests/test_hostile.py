@@ -111,3 +111,29 @@ def test_a_cell_name_too_long_for_a_folder_is_refused(tmp_path):
 
     with pytest.raises(RecordingError, match="is 305 bytes as a folder name; file systems allow 255"):
         partition_dir(cell="x" * 300)
+
+
+def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monkeypatch):
+    """The second batch exhausts memory (simulated): the first stays recorded, and the error says what to do."""
+    from tracer.fetch import FetchPlan
+
+    _, paths = models
+    np.save(tmp_path / "x.npy", np.zeros((8, 5, 4), np.float32))
+    fetch, calls = FetchPlan.fetch, []
+
+    def out_of_memory(self, session, feed_dict=None):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError
+        return fetch(self, session, feed_dict)
+
+    monkeypatch.setattr(FetchPlan, "fetch", out_of_memory)
+    argv = ["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    msg = fails(capsys, [*argv, "--batch-size", "4"])
+    assert msg == (
+        "a batch of 4 sequences does not fit in memory (MemoryError); the 4 sequences recorded before are kept: "
+        "rerun with a smaller --batch-size and --resume"
+    )
+    monkeypatch.setattr(FetchPlan, "fetch", fetch)
+    assert main([*argv, "--batch-size", "2", "--resume"]) == 0
+    assert sorted(pd.read_parquet(tmp_path / "out" / "gates")["example"].unique()) == list(range(8))

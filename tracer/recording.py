@@ -18,10 +18,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from recorders import RecordingWriter, Shard, __version__
-from recorders.errors import FeedError, Interrupted, SelectionError
+from recorders.errors import FeedError, Interrupted, RecordingError, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds
 from tracer.fetch import FetchPlan, Trace
 from tracer.graph import Cell, find_cells
+from tracer._tf import tf
 from tracer.model import Model
 from tracer.safety import check_model
 from tracer.select import Selection
@@ -121,7 +122,12 @@ def record(
                 bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
 
             for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
-                values = plan.fetch(model.session, batch)  # runs while the last batch is being written
+                try:
+                    values = plan.fetch(model.session, batch)  # runs while the last batch is being written
+                except (MemoryError, tf.errors.ResourceExhaustedError) as err:
+                    if in_flight:
+                        commit()  # the batch before is complete: keep it
+                    raise _too_large(batch, err, writer.complete.total()) from None
                 if in_flight:
                     commit()
                 if ctrl_c.pressed:
@@ -140,6 +146,15 @@ def record(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
                 )
         return writer.close()
+
+
+def _too_large(batch: Mapping, err: Exception, done: int) -> RecordingError:
+    """The error for a batch that does not fit in memory, with what to do."""
+    size = max((len(v) for v in batch.values() if np.ndim(v)), default=0)
+    return RecordingError(
+        f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); "
+        f"the {done:,} sequences recorded before are kept: rerun with a smaller --batch-size and --resume"
+    )
 
 
 def _write_batch(writer: RecordingWriter, plan: FetchPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
