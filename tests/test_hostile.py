@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -137,3 +136,52 @@ def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monk
     monkeypatch.setattr(FetchPlan, "fetch", fetch)
     assert main([*argv, "--batch-size", "2", "--resume"]) == 0
     assert sorted(pd.read_parquet(tmp_path / "out" / "gates")["example"].unique()) == list(range(8))
+
+
+@pytest.mark.e2e
+def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(tmp_path):
+    """A real fault: the kernel refuses writes past RLIMIT_FSIZE (a stand-in for a full disk)."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import R
+    from tracer._tf import tf, v1
+
+    def body(x):
+        return [v1.nn.static_rnn(R.BasicLSTMCell(16), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    model = save(build(body, steps=40), "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", np.random.RandomState(2).randn(24, 40, 4).astype(np.float32))
+    np.save(tmp_path / "len.npy", np.array([1] * 8 + [2] * 8 + [40] * 8))  # the last batch writes far bigger files
+    argv = ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--lengths", str(tmp_path / "len.npy"), "--batch-size", "8", "--quiet"]
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    assert main([*argv, "--out", str(clean)]) == 0
+    small = [p.stat().st_size for start in (0, 8) for p in clean.rglob(f"part-{start:010d}.parquet")]
+    small += [(clean / "weights.parquet").stat().st_size, (clean / "manifest.json").stat().st_size]
+    large = [p.stat().st_size for p in clean.rglob(f"part-{16:010d}.parquet")]
+    assert max(small) < min(large)
+    limit = (max(small) + min(large)) // 2
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"gatetrace: error: cannot write {out}/") and line.endswith(
+        "File too large; the 16 examples recorded before are kept: fix the cause and rerun with --resume"
+    )
+    assert not (out / "manifest.json").exists() and not list(out.glob(".staging-*"))
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(16))
+    assert main([*argv, "--out", str(out), "--resume"]) == 0
+    assert_same_recording_of(out, clean)
+
+
+def assert_same_recording_of(out: Path, clean: Path) -> None:
+    for table in ("gates", "states"):
+        keys = ["cell", table[:-1], "example", "step", "unit"]  # gate or state
+        got, want = (pd.read_parquet(d / table).astype({keys[0]: str, keys[1]: str}).sort_values(keys, ignore_index=True) for d in (out, clean))
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
