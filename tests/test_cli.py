@@ -144,6 +144,7 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
         ("unstack={x}", "feed 'unstack': unstack:0 is the output of a Unpack op, not a placeholder; its placeholders are x"),
         ("x={bad_shape}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 5, 3]"),
         ("x={bad_dtype}", "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32"),
+        ("x={bad_rank}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 20]"),
         ("x=missing.npy", "feed x: no such file missing.npy"),
         ("x", "feed 'x': expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"),
         ("x=abc", "feed x=abc: 'abc' is neither a .npy/.npz/.parquet file nor a number or true/false"),
@@ -153,7 +154,8 @@ def test_bad_feeds(model, tmp_path, capsys, feed, expected):
     path, x = model
     np.save(tmp_path / "bad_shape.npy", np.zeros((3, 5, 3), np.float32))
     np.save(tmp_path / "bad_dtype.npy", np.zeros((3, 5, 4), np.complex64))
-    feed = feed.format(x=x, bad_shape=tmp_path / "bad_shape.npy", bad_dtype=tmp_path / "bad_dtype.npy")
+    np.save(tmp_path / "bad_rank.npy", np.zeros((3, 20), np.float32))
+    feed = feed.format(x=x, bad_shape=tmp_path / "bad_shape.npy", bad_dtype=tmp_path / "bad_dtype.npy", bad_rank=tmp_path / "bad_rank.npy")
     out = tmp_path / "out"
     assert fails(capsys, ["record", path, "--feed", feed, "--out", str(out)]) == expected
     assert not out.exists()
