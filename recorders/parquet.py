@@ -10,14 +10,15 @@ Layout of a recording `OUT/`:
 
 `gates/` and `states/` are Hive-partitioned datasets: `pandas.read_parquet("OUT/gates")`
 returns the long table with `cell` and `gate` as categoricals, and a filter on them
-reads only the matching folders. Partition values are percent-encoded (`/` in a cell
-name becomes `%2F`), which pyarrow decodes on reading. Each batch of examples is one
+reads only the matching folders. In partition values, characters that are unsafe in
+folder names are percent-encoded (`/` in a cell name becomes `%2F`, see
+`partition_dir`); pyarrow decodes them on reading. Each batch of examples is one
 part file per (cell, gate) and (cell, state), named by the batch's first example, so
 the files sort in example order and shards never collide.
 
 Files are compressed with lz4 (or zstd, snappy, none); float columns use
-byte-stream-split, `example` delta encoding. Every file carries the recording's description in its schema
-metadata under the key `gatetrace`.
+byte-stream-split, `example` delta encoding. Every file carries the recording's
+description in its schema metadata under the key `gatetrace`.
 
 Crash safety: a batch's files are encoded (on worker threads) into a hidden staging
 folder and renamed into place once all of them are written; only then does the
