@@ -11,6 +11,7 @@ from recorders.errors import *  # noqa: F403  (the exception classes, listed in 
 from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, write_weights
 from recorders.long import KeyCache, gate_columns, gate_frame, key_columns, state_columns, weight_columns
 from recorders.progress import Intervals, Shard
+from recorders.reader import Recording
 
 try:
     __version__ = version("gatetrace")
@@ -32,4 +33,5 @@ __all__ = [
     "write_weights",
     "Shard",
     "Intervals",
+    "Recording",
 ]

@@ -1,0 +1,185 @@
+"""Reading a recording back: what it holds, and selections of it, reading only what is asked.
+
+    rec = Recording("run1")
+    rec.cells                                   # ['rnn/basic_lstm_cell']
+    rec.gates("rnn/basic_lstm_cell")            # ['i', 'j', 'f', 'o']
+    df = rec.gate_frame(gates=["f"], steps=(0, 10), columns=["activation"])
+    a = rec.gate_array("rnn/basic_lstm_cell", "f")          # [examples, steps, units]
+
+Selections are pushed down: cell and gate (or state) pick partition folders, and
+example, step and unit ranges are checked against each row group's statistics, so
+only the files, row groups and columns needed are read. `cell`, `gate` and `state`
+come back as categoricals. This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+
+from recorders.errors import RecordingError, SelectionError
+from recorders.progress import Intervals, read_progress
+
+__all__ = ["Recording"]
+
+Range = tuple[int | None, int | None]
+
+
+class Recording:
+    """A recording folder written by `gatetrace record` (finished, or partial after a crash)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not (self.path / "gates").is_dir():
+            raise RecordingError(f"{self.path} is not a gatetrace recording: it has no gates/ folder")
+        manifest = self.path / "manifest.json"
+        progress = read_progress(self.path)
+        self.manifest: dict[str, Any] | None = json.loads(manifest.read_text()) if manifest.is_file() else None
+        self.complete = self.manifest is not None
+        description = self.manifest or next((p["description"] for p in progress.values()), None)
+        if description is None:
+            raise RecordingError(f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace")
+        self.description: dict[str, Any] = description
+        self._cells = {c["name"]: c for c in description["cells"]}
+        done = Intervals()
+        for p in progress.values():
+            for start, stop in p["complete"]:
+                done.add(start, stop)
+        self._examples = done
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else "partial"
+        return f"Recording({str(self.path)!r}, {len(self._cells)} cells, {self._examples.total():,} examples, {state})"
+
+    # -- what it holds ---------------------------------------------------------------------
+
+    @property
+    def cells(self) -> list[str]:
+        return list(self._cells)
+
+    def cell(self, name: str) -> dict[str, Any]:
+        """The description of one cell (kind, units, gates, states, steps, ...)."""
+        try:
+            return self._cells[name]
+        except KeyError:
+            raise SelectionError(f"no cell {name!r} in {self.path}; its cells are {', '.join(self._cells)}") from None
+
+    def gates(self, cell: str) -> list[str]:
+        return list(self.cell(cell)["gates"])
+
+    def states(self, cell: str) -> list[str]:
+        return list(self.cell(cell)["states"])
+
+    def units(self, cell: str) -> int:
+        return int(self.cell(cell)["units"])
+
+    @property
+    def examples(self) -> list[list[int]]:
+        """The complete example ranges, [start, stop) pairs."""
+        return self._examples.pairs()
+
+    def steps(self, cell: str) -> np.ndarray:
+        """The input positions recorded for `cell` (read from the step column of one file)."""
+        files = sorted((self.path / "gates").glob(f"cell={_folder(cell)}/gate=*/part-*.parquet"))
+        if not files:
+            return np.zeros(0, np.int32)
+        return np.unique(pd.read_parquet(files[0], columns=["step"])["step"].to_numpy())
+
+    # -- selections ------------------------------------------------------------------------
+
+    def gate_frame(
+        self,
+        cells: Sequence[str] | None = None,
+        gates: Sequence[str] | None = None,
+        steps: Range | None = None,
+        examples: Range | None = None,
+        units: Sequence[int] | None = None,
+        columns: Sequence[str] = ("preactivation", "activation"),
+    ) -> pd.DataFrame:
+        """The long gate table for a selection: example, step, unit, the value columns, cell, gate."""
+        return self._frame("gates", "gate", cells, gates, steps, examples, units, columns)
+
+    def state_frame(
+        self,
+        cells: Sequence[str] | None = None,
+        states: Sequence[str] | None = None,
+        steps: Range | None = None,
+        examples: Range | None = None,
+        units: Sequence[int] | None = None,
+    ) -> pd.DataFrame:
+        """The long state table for a selection: example, step, unit, value, cell, state."""
+        return self._frame("states", "state", cells, states, steps, examples, units, ("value",))
+
+    def gate_array(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
+        """One gate as a float32 array [examples, steps, units] (NaN where no row was recorded)."""
+        return self._array(self.gate_frame([cell], [gate], steps, examples, columns=[column]), column, cell)
+
+    def state_array(self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
+        """One state as a float32 array [examples, steps, width]."""
+        return self._array(self.state_frame([cell], [state], steps, examples), "value", cell)
+
+    def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
+        """One gate as an (example, step) x unit frame."""
+        df = self.gate_frame([cell], [gate], steps, examples, columns=[column])
+        return df.pivot(index=["example", "step"], columns="unit", values=column)
+
+    def state_wide(self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
+        """One state as an (example, step) x unit frame."""
+        return self.state_frame([cell], [state], steps, examples).pivot(index=["example", "step"], columns="unit", values="value")
+
+    # -- how ---------------------------------------------------------------------------------
+
+    def _dataset(self, table: str) -> ds.Dataset:
+        partitioning = ds.HivePartitioning.discover(infer_dictionary=True, segment_encoding="uri")
+        return ds.dataset(self.path / table, format="parquet", partitioning=partitioning)
+
+    def _frame(self, table, kind, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
+        for name in cells or ():
+            self.cell(name)
+        known = ("preactivation", "activation") if table == "gates" else ("value",)
+        unknown = [c for c in columns if c not in known]
+        if unknown or not columns:
+            raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
+        where = []
+        if cells:
+            where.append(ds.field("cell").isin(list(cells)))
+        if labels:
+            where.append(ds.field(kind).isin(list(labels)))
+        for field, bounds in (("step", steps), ("example", examples)):
+            lo, hi = bounds or (None, None)
+            if lo is not None:
+                where.append(ds.field(field) >= lo)
+            if hi is not None:
+                where.append(ds.field(field) < hi)
+        if units is not None:
+            where.append(ds.field("unit").isin([int(u) for u in units]))
+        expression = None
+        for e in where:
+            expression = e if expression is None else expression & e
+        wanted = ["example", "step", "unit", *columns, "cell", kind]
+        return self._dataset(table).to_table(columns=wanted, filter=expression).to_pandas()
+
+    def _array(self, df: pd.DataFrame, column: str, cell: str) -> np.ndarray:
+        if df.empty:
+            return np.zeros((0, 0, 0), np.float32)
+        ex, ex_idx = np.unique(df["example"].to_numpy(), return_inverse=True)
+        st, st_idx = np.unique(df["step"].to_numpy(), return_inverse=True)
+        width = int(df["unit"].max()) + 1
+        out = np.full((len(ex), len(st), width), np.nan, np.float32)
+        out[ex_idx, st_idx, df["unit"].to_numpy()] = df[column].to_numpy()
+        return out
+
+
+def _folder(name: str) -> str:
+    """`cell` folder name of a cell, as `recorders.parquet.partition_dir` writes it, escaped for glob."""
+    from glob import escape
+
+    from recorders.parquet import partition_dir
+
+    return escape(partition_dir(cell=name)[len("cell=") :])
