@@ -76,3 +76,54 @@ def test_selections_read_only_what_is_asked(recorded):
 def test_not_a_recording(tmp_path):
     with pytest.raises(RecordingError, match="is not a gatetrace recording: it has no gates/ folder"):
         Recording(tmp_path)
+
+
+# ---- analysis helpers, each checked against a direct numpy computation ------------------
+
+
+def test_saturation_and_step_stats(recorded):
+    from recorders.analysis import saturation, step_stats
+
+    rec, _ = recorded
+    f = rec.gate_array(LSTM, "f")  # NaN where no row
+    sat = saturation(rec, cells=[LSTM], gates=["f"])
+    assert list(sat.columns) == ["cell", "gate", "unit", "left", "right", "n"] and len(sat) == 3
+    valid = ~np.isnan(f[:, :, 0])
+    for u in range(3):
+        row = sat[sat["unit"] == u].iloc[0]
+        values = f[:, :, u][valid]
+        assert row["n"] == valid.sum()
+        assert row["left"] == pytest.approx((values < 0.1).mean()) and row["right"] == pytest.approx((values > 0.9).mean())
+    stats = step_stats(rec, cells=[GRU], gates=["u"])
+    u = rec.gate_array(GRU, "u")
+    for step in range(5):
+        values = u[:, step][~np.isnan(u[:, step])]
+        row = stats[stats["step"] == step].iloc[0]
+        assert row["mean"] == pytest.approx(values.mean(), rel=1e-6)
+        assert row["q50"] == pytest.approx(np.quantile(values, 0.5), rel=1e-6)
+        assert row["q90"] == pytest.approx(np.quantile(values, 0.9), rel=1e-6)
+
+
+def test_time_courses_top_positions_and_label_correlation(recorded):
+    from recorders.analysis import label_correlation, time_courses, top_positions
+
+    rec, _ = recorded
+    i = rec.gate_array(LSTM, "i")
+    tc = time_courses(rec, LSTM, "i", examples=[3, 0], units=[1])
+    assert tc["example"].tolist() == [0] * 5 + [3] * 5 and tc["step"].tolist() == [0, 1, 2, 3, 4] * 2
+    np.testing.assert_array_equal(tc["value"].to_numpy(), np.concatenate([i[0, :, 1], i[3, :, 1]]))
+    top = top_positions(rec, LSTM, "i", unit=2, k=3)
+    flat = np.where(np.isnan(i[:, :, 2]), -np.inf, i[:, :, 2])
+    best = np.argsort(flat, axis=None)[::-1][:3]
+    assert list(zip(top["example"], top["step"])) == [tuple(int(v) for v in np.unravel_index(b, flat.shape)) for b in best]
+    assert top["rank"].tolist() == [1, 2, 3] and top["value"].is_monotonic_decreasing
+    low = top_positions(rec, LSTM, "i", unit=2, k=2, lowest=True)
+    assert low["value"].iloc[0] == np.nanmin(i[:, :, 2])
+    labels = np.random.RandomState(0).randn(6, 5)
+    corr = label_correlation(rec, LSTM, "i", labels)
+    valid = ~np.isnan(i[:, :, 0])
+    for u in range(3):
+        want = np.corrcoef(i[:, :, u][valid], labels[valid])[0, 1]
+        assert corr.loc[corr["unit"] == u, "correlation"].item() == pytest.approx(want, rel=1e-5)
+    with pytest.raises(SelectionError, match=r"labels: shape \[2, 5\] does not cover"):
+        label_correlation(rec, LSTM, "i", labels[:2])
