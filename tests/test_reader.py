@@ -127,3 +127,23 @@ def test_time_courses_top_positions_and_label_correlation(recorded):
         assert corr.loc[corr["unit"] == u, "correlation"].item() == pytest.approx(want, rel=1e-5)
     with pytest.raises(SelectionError, match=r"labels: shape \[2, 5\] does not cover"):
         label_correlation(rec, LSTM, "i", labels[:2])
+
+
+def test_plots_draw_what_the_analysis_computes(recorded):
+    from recorders.plots import gate_heatmap, saturation_scatter, step_band
+
+    rec, _ = recorded
+    fig = gate_heatmap(rec, LSTM, "f", example=2)
+    (image,) = fig.axes[0].get_images()
+    np.testing.assert_array_equal(image.get_array(), rec.gate_array(LSTM, "f", examples=(2, 3))[0])
+    fig = saturation_scatter(rec, GRU)
+    assert [ax.get_title() for ax in fig.axes] == ["r", "u", "c"]
+    offsets = fig.axes[0].collections[0].get_offsets()
+    assert len(offsets) == 2 and ((offsets >= 0) & (offsets <= 1)).all()
+    fig = step_band(rec, LSTM, "o")
+    line = fig.axes[0].get_lines()[0]
+    from recorders.analysis import step_stats
+
+    np.testing.assert_allclose(line.get_ydata(), step_stats(rec, [LSTM], ["o"])["mean"])
+    with pytest.raises(SelectionError, match="example 99 has no rows"):
+        gate_heatmap(rec, LSTM, "f", example=99)

@@ -1,0 +1,70 @@
+"""Three plots of a recording (matplotlib, the optional `plots` extra); each returns its figure.
+
+- `gate_heatmap`: one gate of one cell for one example, steps x units;
+- `saturation_scatter`: left- vs right-saturation of every unit, one panel per gate
+  (as in Karpathy, Johnson and Fei-Fei 2015, figure 3);
+- `step_band`: the per-step mean of a gate with a quantile band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from recorders.analysis import saturation, step_stats
+from recorders.errors import SelectionError
+from recorders.reader import Recording
+
+__all__ = ["gate_heatmap", "saturation_scatter", "step_band"]
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SelectionError('plots need matplotlib: pip install "gatetrace[plots]"') from None
+    return plt
+
+
+def gate_heatmap(rec: Recording, cell: str, gate: str, example: int, column: str = "activation"):
+    """Steps (rows) x units (columns) of one gate for one example."""
+    plt = _pyplot()
+    values = rec.gate_array(cell, gate, column, examples=(example, example + 1))
+    if values.size == 0:
+        raise SelectionError(f"example {example} has no rows of {cell} gate {gate} in {rec.path}")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    image = ax.imshow(values[0], aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set(xlabel="unit", ylabel="step", title=f"{cell} {gate} {column}, example {example}")
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
+def saturation_scatter(rec: Recording, cell: str, gates: Sequence[str] | None = None):
+    """Fraction of left- (< 0.1) vs right-saturated (> 0.9) activations of each unit, a panel per gate."""
+    plt = _pyplot()
+    sat = saturation(rec, [cell], gates)
+    labels = list(gates) if gates else rec.gates(cell)
+    fig, axes = plt.subplots(1, len(labels), figsize=(3 * len(labels), 3), squeeze=False, sharex=True, sharey=True)
+    for ax, gate in zip(axes[0], labels, strict=True):
+        part = sat[sat["gate"] == gate]
+        ax.scatter(part["left"], part["right"], s=12, alpha=0.7)
+        ax.plot([0, 1], [1, 0], color="grey", lw=0.5)
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="left-saturated", title=gate)
+    axes[0][0].set_ylabel("right-saturated")
+    fig.suptitle(cell)
+    return fig
+
+
+def step_band(rec: Recording, cell: str, gate: str, column: str = "activation", band: tuple[float, float] = (0.1, 0.9)):
+    """The mean of a gate per step, with the band between two quantiles."""
+    plt = _pyplot()
+    stats = step_stats(rec, [cell], [gate], column, quantiles=band)
+    lo, hi = (f"q{round(q * 100):g}" for q in band)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.fill_between(stats["step"], stats[lo], stats[hi], alpha=0.3, label=f"{lo}-{hi}")
+    ax.plot(stats["step"], stats["mean"], label="mean")
+    ax.set(xlabel="step", ylabel=column, title=f"{cell} {gate}")
+    ax.legend()
+    return fig
