@@ -284,18 +284,20 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
-        final = self._staging
+        where = self._staging  # the file being written or moved, for the error message
         try:
             for future, _, final, table in self._pending:
+                where = final
                 rows[table] += future.result()
             for _, staged, final, _ in self._pending:
+                where = final
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged, final)
         except (OSError, pa.ArrowException) as err:
             self.abort()
             reason = getattr(err, "strerror", None) or str(err)
             raise RecordingError(
-                f"cannot write {final}: {reason}; the {self.complete.total():,} examples recorded before are kept: "
+                f"cannot write {where}: {reason}; the {self.complete.total():,} examples recorded before are kept: "
                 "fix the cause and rerun with --resume"
             ) from err
         self._pending, self._batch = [], None
