@@ -23,7 +23,12 @@ import pandas as pd
 from recorders.errors import SelectionError
 from recorders.reader import Range, Recording
 
-__all__ = ["saturation", "step_stats", "time_courses", "top_positions", "label_correlation"]
+__all__ = ["saturation", "step_stats", "quantile_column", "time_courses", "top_positions", "label_correlation"]
+
+
+def quantile_column(q: float) -> str:
+    """The `step_stats` column of quantile `q`: 0.1 -> `q10`."""
+    return f"q{round(q * 100):g}"
 
 
 def saturation(rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, low: float = 0.1, high: float = 0.9) -> pd.DataFrame:
@@ -47,7 +52,7 @@ def step_stats(
     grouped = df.groupby(["cell", "gate", "step"], observed=True)[column]
     out = grouped.mean().rename("mean").to_frame()
     for q in quantiles:
-        out[f"q{round(q * 100):g}"] = grouped.quantile(q)
+        out[quantile_column(q)] = grouped.quantile(q)
     return out.reset_index()
 
 

@@ -49,6 +49,7 @@ METADATA_KEY = b"gatetrace"
 # lz4 writes about 20% faster than zstd; zstd files are about 5% smaller.
 COMPRESSIONS = ("lz4", "zstd", "snappy", "none")
 DEFAULT_COMPRESSION = "lz4"
+_WEIGHT_LABELS = ("cell", "gate", "source")  # the weights table's text columns, dictionary-encoded
 _FLOATS = ("preactivation", "activation", "value")
 
 
@@ -114,7 +115,7 @@ def write_weights(
     check_out(path, overwrite, folder=False)
     tmp = temp_sibling(path)
     try:
-        rows = _write_table(tmp, columns, json.dumps(description).encode(), dictionary_columns=("cell", "gate", "source"))
+        rows = _write_table(tmp, columns, json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
         publish(tmp, path)
     except BaseException:
         remove(tmp)
@@ -311,7 +312,7 @@ class RecordingWriter:
         self._guard()
         staged = self._staging / "weights.parquet"
         try:
-            n = _write_table(staged, columns, self._metadata, ("cell", "gate", "source"), self._compression)
+            n = _write_table(staged, columns, self._metadata, _WEIGHT_LABELS, self._compression)
             os.replace(staged, self.out / "weights.parquet")
         except (OSError, pa.ArrowException) as err:
             raise RecordingError(f"cannot write {self.out / 'weights.parquet'}: {getattr(err, 'strerror', None) or err}") from err

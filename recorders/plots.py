@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recorders.analysis import saturation, step_stats
+from recorders.analysis import quantile_column, saturation, step_stats
 from recorders.errors import SelectionError
 from recorders.reader import Recording
 
@@ -61,7 +61,7 @@ def step_band(rec: Recording, cell: str, gate: str, column: str = "activation", 
     """The mean of a gate per step, with the band between two quantiles."""
     plt = _pyplot()
     stats = step_stats(rec, [cell], [gate], column, quantiles=band)
-    lo, hi = (f"q{round(q * 100):g}" for q in band)
+    lo, hi = (quantile_column(q) for q in band)
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.fill_between(stats["step"], stats[lo], stats[hi], alpha=0.3, label=f"{lo}-{hi}")
     ax.plot(stats["step"], stats["mean"], label="mean")

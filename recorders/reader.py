@@ -14,6 +14,7 @@ come back as categoricals. This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.parquet import partition_dir
 from recorders.progress import Intervals, read_progress
 
 __all__ = ["Recording"]
@@ -178,8 +180,4 @@ class Recording:
 
 def _folder(name: str) -> str:
     """`cell` folder name of a cell, as `recorders.parquet.partition_dir` writes it, escaped for glob."""
-    from glob import escape
-
-    from recorders.parquet import partition_dir
-
-    return escape(partition_dir(cell=name)[len("cell=") :])
+    return glob.escape(partition_dir(cell=name)[len("cell=") :])

@@ -37,7 +37,7 @@ class CellTrace:
 
     @property
     def steps(self) -> np.ndarray:
-        return np.array([s.position for s in self.cell.steps], dtype=np.int32)
+        return self.cell.positions
 
     def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
         """The gates as a long frame: example, step, gate, unit, preactivation, activation."""

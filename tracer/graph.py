@@ -100,6 +100,11 @@ class Cell:
         return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, steps={len(self.steps)})"
 
     @property
+    def positions(self) -> np.ndarray:
+        """The input position of each step, in step order (int32)."""
+        return np.array([s.position for s in self.steps], dtype=np.int32)
+
+    @property
     def kind(self) -> str:
         return self.spec.kind
 

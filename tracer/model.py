@@ -182,13 +182,11 @@ def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_un
     graph = tf.Graph()
     session = v1.Session(graph=graph)
     try:
-        if not restore or not allow_unsafe_ops:
-            scratch = tf.Graph() if restore else graph
-            load_ops = _saved_model_graph(path, tag, scratch)
-            if restore:
-                check(scratch, load_ops, "loading it (restoring variables, running its init op)", source, RESTORE_OPS)
-            else:
-                return Model(graph, session, source, "savedmodel", load_ops=load_ops)
+        if not restore:  # the graph only: nothing runs
+            return Model(graph, session, source, "savedmodel", load_ops=_saved_model_graph(path, tag, graph))
+        if not allow_unsafe_ops:  # check on a scratch import; the loader imports, restores and inits in one go
+            scratch = tf.Graph()
+            check(scratch, _saved_model_graph(path, tag, scratch), "loading it (restoring variables, running its init op)", source, RESTORE_OPS)
         with graph.as_default():
             v1.saved_model.loader.load(session, [tag], str(path))
     except UnsafeGraphError:

@@ -165,7 +165,7 @@ def _write_batch(writer: RecordingWriter, plan: FetchPlan, values: list, selecti
     """
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     for k, cell in enumerate(plan.cells):
-        steps = np.array([s.position for s in cell.steps], dtype=np.int32)
+        steps = cell.positions
         for g, gate in enumerate(cell.gates):
             if selection.keeps_gate(gate):
                 pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None

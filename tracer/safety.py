@@ -53,9 +53,9 @@ RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 _FUNCTIONAL = {"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"}
 
 
-def ops_to_run(graph: tf.Graph, fetches: Iterable) -> tuple[list[tf.Operation], list[str]]:
-    """The ops running `fetches` (tensors, ops or their names) would execute, and the op
-    types inside the graph's functions when a functional op is among them."""
+def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
+    """(name, type) of the ops running `fetches` (tensors, ops or their names) would
+    execute, and of the nodes of the graph's functions when a functional op is among them."""
     queue = deque()
     for f in fetches:
         if isinstance(f, str):
@@ -69,20 +69,17 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable) -> tuple[list[tf.Operation], 
         seen[op.name] = op
         queue.extend(t.op for t in op.inputs)
         queue.extend(op.control_inputs)
-    ops = list(seen.values())
-    function_ops: list[str] = []
-    if any(op.type in _FUNCTIONAL for op in ops):
+    found = [(op.name, op.type) for op in seen.values()]
+    if any(op.type in _FUNCTIONAL for op in seen.values()):
         library = graph.as_graph_def().library
-        function_ops = [f"{node.name} in function {fn.signature.name}" + f" ({node.op})" for fn in library.function for node in fn.node_def]
-    return ops, function_ops
+        found += [(f"{node.name} in function {fn.signature.name}", node.op) for fn in library.function for node in fn.node_def]
+    return found
 
 
 def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset()) -> list[str]:
     """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` would execute."""
-    ops, function_ops = ops_to_run(graph, fetches)
-    found = [f"{op.name} ({op.type})" for op in ops if op.type not in SAFE_OPS | allowed]
-    found += [f for f in function_ops if f.rsplit("(", 1)[1].rstrip(")") not in SAFE_OPS | allowed]
-    return sorted(found)
+    ok = SAFE_OPS | allowed
+    return sorted(f"{name} ({kind})" for name, kind in ops_to_run(graph, fetches) if kind not in ok)
 
 
 def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()) -> None:
