@@ -1,0 +1,136 @@
+"""The notebooks: stored without outputs, and run top to bottom computing the right values.
+
+Each notebook runs in a fresh kernel in a temporary folder; a probe cell appended after
+its last cell reports what the notebook computed, and the test checks those values and
+the files the notebook wrote against its own numpy recomputation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = ["01_quickstart.ipynb", "02_gate_analysis.ipynb"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebooks_are_stored_without_outputs(name):
+    book = json.loads((NOTEBOOKS / name).read_text())
+    code = [c for c in book["cells"] if c["cell_type"] == "code"]
+    assert code, name
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), f"{name}: strip its outputs"
+
+
+def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
+    """Run notebook `name` with `folder` as working directory; return the probe cell's JSON."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    # A kernel of this very interpreter, whatever kernels the machine has installed.
+    spec = folder / "jupyter" / "kernels" / "gatetrace-tests"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "gatetrace tests",
+        "language": "python",
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    }))
+    monkeypatch.setenv("JUPYTER_PATH", str(folder / "jupyter"))
+    book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    book.cells.append(nbformat.v4.new_code_cell("import json\nprint(json.dumps(" + probe + "))"))
+    client = nbclient.NotebookClient(book, timeout=600, kernel_name="gatetrace-tests", resources={"metadata": {"path": str(folder)}})
+    client.execute()
+    out = "".join(o.get("text", "") for o in book.cells[-1].outputs if o.get("name") == "stdout")
+    return json.loads(out)
+
+
+@pytest.mark.e2e
+def test_quickstart_recomputes_the_recorded_gates(tmp_path, monkeypatch):
+    got = run_notebook("01_quickstart.ipynb", tmp_path, monkeypatch, """{
+        "by_hand": float(by_hand), "by_hand_pre": float(by_hand_pre), "recorded": float(recorded),
+        "hand_error": float(hand_error), "reference_error": reference_error, "record_error": record_error,
+        "gates": list(lstm.gates), "weight_rows": len(weights),
+    }""")
+    import tracer
+    from recorders import Recording
+
+    folder = tmp_path / "quickstart"
+    x = np.load(folder / "inputs.npy")
+    with tracer.load_model(folder / "model.ckpt") as model:
+        (cell,) = tracer.find_cells(model.graph)
+        values = tracer.read_weights(model.session, [cell])[cell.name]
+    ref = tracer.run_cell("BasicLSTMCell", values, x, forget_bias=1.0)
+    f = cell.gates.index("f")
+    assert got["gates"] == ["i", "j", "f", "o"]
+    # The hand computation of the notebook is the reference's value (example 0, step 3, unit 2).
+    assert got["by_hand_pre"] == pytest.approx(ref["preactivation"][0, 3, f, 2], abs=1e-5)
+    assert got["by_hand"] == pytest.approx(ref["activation"][0, 3, f, 2], abs=1e-5)
+    assert got["recorded"] == pytest.approx(ref["activation"][0, 3, f, 2], abs=1e-5)
+    assert got["hand_error"] < 1e-5 and got["reference_error"] < 1e-5 and got["record_error"] == 0.0
+    # The recording it wrote holds every gate and state of the 5 sequences.
+    rec = Recording(folder / "recording")
+    assert rec.examples == [[0, 5]]
+    for k, gate in enumerate(cell.gates):
+        np.testing.assert_allclose(rec.gate_array(cell.name, gate), ref["activation"][:, :, k], atol=1e-5)
+        np.testing.assert_allclose(rec.gate_array(cell.name, gate, "preactivation"), ref["preactivation"][:, :, k], atol=1e-5)
+    np.testing.assert_allclose(rec.state_array(cell.name, "c"), ref["states"]["c"], atol=1e-5)
+    # weights: W (3 rows) + U (4 rows) + b (1 row) per gate, 4 units each
+    assert got["weight_rows"] == 4 * (3 + 4 + 1) * 4
+
+
+@pytest.mark.e2e
+def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
+    got = run_notebook("02_gate_analysis.ipynb", tmp_path, monkeypatch, """{
+        "sequences": SEQUENCES,
+        "saturation": sat.sort_values(["gate", "unit"])[["gate", "unit", "left", "right", "n"]].astype({"gate": str}).values.tolist(),
+        "forget_mean": forget["mean"].tolist(), "forget_q90": forget["q90"].tolist(),
+        "duckdb_mean": per_step["mean"].tolist(), "duckdb_error": duckdb_error,
+        "memory": memory["corr_c_last_with_marker"].tolist(), "keeper": keeper,
+        "courses": courses[["example", "step", "value", "c"]].values.tolist(), "pos": pos, "neg": neg,
+        "correlation": corr["correlation"].tolist(), "writer": writer,
+        "lowest": lowest[["example", "step", "value"]].values.tolist(),
+    }""")
+    from recorders import Recording
+
+    rec = Recording(tmp_path / "gate-analysis" / "recording")
+    cell = "rnn/basic_lstm_cell"
+    x = np.load(tmp_path / "gate-analysis" / "inputs.npy")
+    assert got["sequences"] == 8192 and rec.examples == [[0, 8192]] and x.shape == (8192, 20, 2)
+    gates = {g: rec.gate_array(cell, g) for g in rec.gates(cell)}  # [examples, steps, units]
+
+    expected = []
+    for g in sorted(gates):
+        a = gates[g].reshape(-1, 16)
+        expected += [[g, u, (a[:, u] < 0.1).mean(), (a[:, u] > 0.9).mean(), 8192 * 20] for u in range(16)]
+    assert [r[:2] for r in got["saturation"]] == [r[:2] for r in expected]
+    np.testing.assert_allclose([r[2:] for r in got["saturation"]], [r[2:] for r in expected], atol=1e-12)
+
+    f = gates["f"].astype(np.float64)
+    np.testing.assert_allclose(got["forget_mean"], f.mean(axis=(0, 2)), atol=1e-6)
+    np.testing.assert_allclose(got["forget_q90"], np.quantile(f.transpose(1, 0, 2).reshape(20, -1), 0.9, axis=1), atol=1e-6)
+    np.testing.assert_allclose(got["duckdb_mean"], f.mean(axis=(0, 2)), atol=1e-6)
+    assert got["duckdb_error"] < 1e-6
+
+    c = rec.state_array(cell, "c")
+    memory = [np.corrcoef(c[:, -1, u], x[:, 0, 1])[0, 1] for u in range(16)]
+    np.testing.assert_allclose(got["memory"], memory, atol=1e-9)
+    assert max(abs(r) for r in memory) > 0.9  # the trained model carries the marker to the end
+    assert got["keeper"] == int(np.argmax(f.mean(axis=(0, 1))))
+    e = np.array([r[0] for r in got["courses"]], int)
+    s = np.array([r[1] for r in got["courses"]], int)
+    assert sorted(set(e)) == sorted({got["pos"], got["neg"]}) and len(e) == 40
+    np.testing.assert_allclose([r[2] for r in got["courses"]], gates["f"][e, s, got["keeper"]], atol=0)
+    np.testing.assert_allclose([r[3] for r in got["courses"]], c[e, s, got["keeper"]], atol=0)
+
+    j = gates["j"].astype(np.float64).reshape(-1, 16)
+    label = x[:, :, 1].reshape(-1)
+    np.testing.assert_allclose(got["correlation"], [np.corrcoef(j[:, u], label)[0, 1] for u in range(16)], atol=1e-9)
+    assert got["writer"] == int(np.argmax(np.abs(got["correlation"])))
+    column = gates["j"][:, :, got["writer"]]
+    np.testing.assert_allclose([r[2] for r in got["lowest"]], np.sort(column, axis=None)[:10], atol=0)
+    for example, step, value in got["lowest"]:
+        assert column[int(example), int(step)] == value
