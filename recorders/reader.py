@@ -170,12 +170,26 @@ class Recording:
     def _array(self, df: pd.DataFrame, column: str, cell: str) -> np.ndarray:
         if df.empty:
             return np.zeros((0, 0, 0), np.float32)
-        ex, ex_idx = np.unique(df["example"].to_numpy(), return_inverse=True)
-        st, st_idx = np.unique(df["step"].to_numpy(), return_inverse=True)
+        ex, ex_idx = _sorted_unique(df["example"].to_numpy())
+        st, st_idx = _sorted_unique(df["step"].to_numpy())
         width = int(df["unit"].max()) + 1
         out = np.full((len(ex), len(st), width), np.nan, np.float32)
         out[ex_idx, st_idx, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
+
+
+def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)` in linear time when the values span a compact range
+    (example and step ids usually do): a presence mask instead of a sort."""
+    if len(values) == 0:
+        return values, values
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values):
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(hi - lo + 1, bool)
+    present[values - lo] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, position[values - lo]
 
 
 def _folder(name: str) -> str:

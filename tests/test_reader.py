@@ -147,3 +147,13 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     np.testing.assert_allclose(line.get_ydata(), step_stats(rec, [LSTM], ["o"])["mean"])
     with pytest.raises(SelectionError, match="example 99 has no rows"):
         gate_heatmap(rec, LSTM, "f", example=99)
+
+
+@pytest.mark.parametrize("values", [[5, 3, 3, 9], [7], [0, 10**9, 4], list(range(100, 0, -3)) * 2, []])
+def test_sorted_unique_is_numpys_unique(values):
+    from recorders.reader import _sorted_unique
+
+    v = np.asarray(values, dtype=np.int64)
+    got, expected = _sorted_unique(v), np.unique(v, return_inverse=True)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
