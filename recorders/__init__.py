@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
-from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, write_weights
+from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, partition_value, write_weights
 from recorders.long import KeyCache, gate_columns, gate_frame, key_columns, state_columns, weight_columns
 from recorders.progress import Intervals, Shard
 from recorders.reader import Recording
@@ -30,6 +30,7 @@ __all__ = [
     "METADATA_KEY",
     "RecordingWriter",
     "partition_dir",
+    "partition_value",
     "write_weights",
     "Shard",
     "Intervals",

@@ -28,6 +28,7 @@ shard has finished, so a folder without it is not a finished recording.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -43,7 +44,7 @@ from recorders.files import check_out, clear, publish, remove, temp_sibling
 from recorders.long import KeyCache, gate_columns, state_columns
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
-__all__ = ["METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "write_weights", "partition_dir"]
+__all__ = ["METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "write_weights", "partition_dir", "partition_value"]
 
 METADATA_KEY = b"gatetrace"
 # lz4 writes about 20% faster than zstd; zstd files are about 5% smaller.
@@ -60,23 +61,39 @@ _UNSAFE = set('/\\:*?"<>|%=') | {chr(i) for i in range(32)} | {chr(127)}
 _MAX_FOLDER_BYTES = 255
 
 
+def _encode(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in value)
+
+
+def partition_value(key: str, name: str) -> str:
+    """The value that stands for `name` in the `key` partition column, as readers see it.
+
+    It is `name` itself unless its folder would exceed the 255 bytes file systems allow;
+    then it is the longest start of `name` that fits, `~`, and 16 hex digits of the name's
+    SHA-256, unique and stable. `recorders.Recording` maps it back to the full name.
+    """
+    if len(f"{key}={_encode(name)}".encode("utf-8")) <= _MAX_FOLDER_BYTES:
+        return name
+    digest = "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+    budget = _MAX_FOLDER_BYTES - len(f"{key}=".encode()) - len(digest)
+    kept, used = [], 0
+    for c in name:
+        size = len(_encode(c).encode("utf-8"))
+        if used + size > budget:
+            break
+        kept.append(c)
+        used += size
+    return "".join(kept) + digest
+
+
 def partition_dir(**parts: str) -> str:
     """`cell=rnn%2Fbasic_lstm_cell/gate=f`: Hive partition folders, one per part.
 
     Characters in `_UNSAFE` are percent-encoded (pyarrow, DuckDB and Spark decode them),
-    so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table.
+    so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table;
+    a name too long for a folder is shortened (`partition_value`).
     """
-    folders = []
-    for key, value in parts.items():
-        encoded = "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in str(value))
-        folder = f"{key}={encoded}"
-        if len(folder.encode("utf-8")) > _MAX_FOLDER_BYTES:
-            raise RecordingError(
-                f"{key} name {str(value)[:60]!r}... is {len(folder.encode('utf-8'))} bytes as a folder name; "
-                f"file systems allow {_MAX_FOLDER_BYTES}: record it under a shorter scope name"
-            )
-        folders.append(folder)
-    return "/".join(folders)
+    return "/".join(f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items())
 
 
 def _write_table(
@@ -205,7 +222,14 @@ class RecordingWriter:
             remove(self._staging)
             self._staging.mkdir()
         except OSError as err:
-            raise RecordingError(f"cannot create {out}: {err.strerror or err}") from err
+            reason = err.strerror or str(err)
+            if mine is None:
+                raise RecordingError(f"cannot create {out}: {reason}") from err
+            kept = Intervals(mine["complete"]).total()
+            raise RecordingError(
+                f"cannot write {out}: {reason}; nothing was changed and the {kept:,} examples recorded before are kept: "
+                "fix the cause and rerun with --resume"
+            ) from err
         self._remove_unfinished_parts(Intervals(mine["complete"]) if mine else Intervals())
         return mine
 

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.parquet import partition_dir
+from recorders.parquet import partition_dir, partition_value
 from recorders.progress import Intervals, read_progress
 
 __all__ = ["Recording"]
@@ -49,6 +49,10 @@ class Recording:
             raise RecordingError(f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace")
         self.description: dict[str, Any] = description
         self._cells = {c["name"]: c for c in description["cells"]}
+        # A name too long for a folder is stored shortened in the `cell` column (see
+        # `recorders.parquet.partition_value`); frames map it back.
+        self._stored = {name: partition_value("cell", name) for name in self._cells}
+        self._names = {stored: name for name, stored in self._stored.items() if stored != name}
         done = Intervals()
         for p in progress.values():
             for start, stop in p["complete"]:
@@ -150,7 +154,7 @@ class Recording:
             raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
         where = []
         if cells:
-            where.append(ds.field("cell").isin(list(cells)))
+            where.append(ds.field("cell").isin([self._stored[c] for c in cells]))
         if labels:
             where.append(ds.field(kind).isin(list(labels)))
         for field, bounds in (("step", steps), ("example", examples)):
@@ -165,7 +169,10 @@ class Recording:
         for e in where:
             expression = e if expression is None else expression & e
         wanted = ["example", "step", "unit", *columns, "cell", kind]
-        return self._dataset(table).to_table(columns=wanted, filter=expression).to_pandas()
+        df = self._dataset(table).to_table(columns=wanted, filter=expression).to_pandas()
+        if self._names:
+            df["cell"] = df["cell"].cat.rename_categories(lambda stored: self._names.get(stored, stored))
+        return df
 
     def _array(self, df: pd.DataFrame, column: str, cell: str) -> np.ndarray:
         if df.empty:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,11 +109,35 @@ def test_cell_names_become_folders_inside_out(tmp_path, name):
         assert pd.read_parquet(out / table)["cell"].astype(str).unique().tolist() == [name]
 
 
-def test_a_cell_name_too_long_for_a_folder_is_refused(tmp_path):
-    from recorders import RecordingError, partition_dir
+def test_cell_names_too_long_for_a_folder_are_shortened_and_read_back_whole(tmp_path):
+    from recorders import Recording, partition_value
 
-    with pytest.raises(RecordingError, match="is 305 bytes as a folder name; file systems allow 255"):
-        partition_dir(cell="x" * 300)
+    long_ascii, long_slashes = "x" * 300, "scope/" * 60 + "a"
+    twins = ["ü" * 200 + "/fw", "ü" * 200 + "/bw"]  # share the start that fits
+    names = [long_ascii, long_slashes, *twins, "short"]
+    out = tmp_path / "out"
+    with RecordingWriter(out, {"cells": [{"name": n, "gates": ["f"], "states": ["h"], "units": 4} for n in names]}, examples=(0, 2)) as writer:
+        writer.begin(0, 2)
+        for k, name in enumerate(names):
+            values = np.full((2, 3, 4), k, np.float32)
+            writer.write_gate(name, "f", np.arange(2), np.arange(3), values, values)
+            writer.write_state(name, "h", np.arange(2), np.arange(3), values)
+        writer.commit()
+    folders = sorted(p.name for p in (out / "gates").iterdir())
+    assert len(folders) == 5 and max(len(f.encode()) for f in folders) <= 255
+    assert all(out.resolve() in p.resolve().parents for p in tmp_path.rglob("*.parquet"))
+    stored = [partition_value("cell", n) for n in names]
+    assert stored[-1] == "short" and len(set(stored)) == 5
+    assert stored[0] == "x" * (255 - len("cell=") - 17) + "~" + hashlib.sha256(long_ascii.encode()).hexdigest()[:16]
+    rec = Recording(out)
+    for k, name in enumerate(names):
+        df = rec.gate_frame([name])
+        assert df["cell"].astype(str).unique().tolist() == [name] and (df["activation"] == k).all() and len(df) == 24
+        assert (rec.state_array(name, "h") == k).all() and rec.steps(name).tolist() == [0, 1, 2]
+    everything = rec.gate_frame()
+    assert sorted(everything["cell"].astype(str).unique()) == sorted(names)
+    # pandas alone sees the shortened names, each distinct
+    assert sorted(pd.read_parquet(out / "gates")["cell"].astype(str).unique()) == sorted(stored)
 
 
 def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monkeypatch):
@@ -138,13 +166,10 @@ def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monk
     assert sorted(pd.read_parquet(tmp_path / "out" / "gates")["example"].unique()) == list(range(8))
 
 
-@pytest.mark.e2e
-def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(tmp_path):
-    """A real fault: the kernel refuses writes past RLIMIT_FSIZE (a stand-in for a full disk)."""
-    import resource
-    import subprocess
-    import sys
-
+@pytest.fixture
+def three_batches(tmp_path):
+    """A 24-sequence recording in 3 batches whose last batch writes far bigger files than the
+    first two; returns the CLI arguments without --out and an uninterrupted run of them."""
     from tests.conftest import R
     from tracer._tf import tf, v1
 
@@ -153,28 +178,124 @@ def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(tm
 
     model = save(build(body, steps=40), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.random.RandomState(2).randn(24, 40, 4).astype(np.float32))
-    np.save(tmp_path / "len.npy", np.array([1] * 8 + [2] * 8 + [40] * 8))  # the last batch writes far bigger files
+    np.save(tmp_path / "len.npy", np.array([1] * 8 + [2] * 8 + [40] * 8))
     argv = ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--lengths", str(tmp_path / "len.npy"), "--batch-size", "8", "--quiet"]
-    clean, out = tmp_path / "clean", tmp_path / "out"
+    clean = tmp_path / "clean"
     assert main([*argv, "--out", str(clean)]) == 0
-    small = [p.stat().st_size for start in (0, 8) for p in clean.rglob(f"part-{start:010d}.parquet")]
+    return argv, clean
+
+
+def batch_files(clean: Path, *starts: int) -> list[Path]:
+    return [p for start in starts for p in clean.rglob(f"part-{start:010d}.parquet")]
+
+
+def assert_first_two_batches_kept(line: str, out: Path, reason: str) -> None:
+    assert line.startswith(f"gatetrace: error: cannot write {out}/") and line.endswith(
+        f"{reason}; the 16 examples recorded before are kept: fix the cause and rerun with --resume"
+    ), line
+    assert not (out / "manifest.json").exists() and not list(out.glob(".staging-*"))
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(16))
+
+
+@pytest.mark.e2e
+def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(three_batches, tmp_path):
+    """A real fault: the kernel refuses writes past RLIMIT_FSIZE."""
+    import resource
+
+    argv, clean = three_batches
+    small = [p.stat().st_size for p in batch_files(clean, 0, 8)]
     small += [(clean / "weights.parquet").stat().st_size, (clean / "manifest.json").stat().st_size]
-    large = [p.stat().st_size for p in clean.rglob(f"part-{16:010d}.parquet")]
+    large = [p.stat().st_size for p in batch_files(clean, 16)]
     assert max(small) < min(large)
     limit = (max(small) + min(large)) // 2
 
     def limit_file_size():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
+    out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300
     )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"gatetrace: error: cannot write {out}/") and line.endswith(
-        "File too large; the 16 examples recorded before are kept: fix the cause and rerun with --resume"
+    assert_first_two_batches_kept(line, out, "File too large")
+    assert main([*argv, "--out", str(out), "--resume"]) == 0
+    assert_same_recording_of(out, clean)
+
+
+def mount_namespace() -> list[str]:
+    """The command prefix that runs a program in a private mount namespace (as root, or
+    as the mapped root of a new user namespace); skips the test where neither is allowed."""
+    for prefix in (["unshare", "-m"], ["unshare", "-r", "-m"]):
+        try:
+            if subprocess.run([*prefix, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True).returncode == 0:
+                return prefix
+        except FileNotFoundError:
+            break
+    pytest.skip("needs a private mount namespace (unshare -m) to mount a small or read-only file system")
+
+
+def cli_in(prefix: list[str], setup: str, argv: list[str], keep: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI after the shell commands `setup` in a private mount namespace; its mounts end
+    with it, so with `keep` the mounted folder's `out` is first copied there."""
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tracer.cli", *argv])
+    copy = f"cp -a {shlex.quote(str(keep.parent / 'disk' / 'out'))} {shlex.quote(str(keep))}" if keep else "true"
+    script = f"set -e; {setup}; set +e; {command}; rc=$?; {copy}; exit $rc"
+    return subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.e2e
+def test_a_full_file_system_midway_keeps_finished_batches_and_resume_completes(three_batches, tmp_path):
+    """A real full disk: a tmpfs with room for the first two batches but not the third."""
+    prefix = mount_namespace()
+    argv, clean = three_batches
+    pages = lambda files: sum(-(-p.stat().st_size // 4096) for p in files)  # noqa: E731
+    kept = pages([*batch_files(clean, 0, 8), clean / "weights.parquet", *clean.glob("_progress/*")])
+    third = pages(batch_files(clean, 16))
+    assert third > 16
+    size = 4096 * (kept + 8 + third // 2)
+    disk, keep = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    result = cli_in(prefix, f"mount -t tmpfs -o size={size} tmpfs {disk}", [*argv, "--out", str(disk / "out")], keep)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "No space left on device" in line
+    assert_first_two_batches_kept(line.replace(str(disk / "out"), str(keep)), keep, "No space left on device")
+    assert main([*argv, "--out", str(keep), "--resume"]) == 0
+    assert_same_recording_of(keep, clean)
+
+
+@pytest.mark.e2e
+def test_a_read_only_folder_is_named_and_its_recording_stays_resumable(three_batches, tmp_path):
+    """A new --out under a read-only folder is refused; an unfinished recording there is left as it was."""
+    import resource
+
+    prefix = mount_namespace()
+    argv, clean = three_batches
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    read_only = f"mount --bind {folder} {folder}; mount -o remount,bind,ro {folder}"
+
+    result = cli_in(prefix, read_only, [*argv, "--out", str(folder / "new")])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"gatetrace: error: cannot create {folder / 'new'}: Read-only file system"]
+    assert list(folder.iterdir()) == []
+
+    # An unfinished recording (its third batch failed), then the folder turns read-only.
+    limit = min(p.stat().st_size for p in batch_files(clean, 16)) - 1
+    out = folder / "run"
+    subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)],
+        capture_output=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)), timeout=300,
     )
-    assert not (out / "manifest.json").exists() and not list(out.glob(".staging-*"))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = cli_in(prefix, read_only, [*argv, "--out", str(out), "--resume"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"gatetrace: error: cannot write {out}: Read-only file system; nothing was changed and the 16 examples "
+        "recorded before are kept: fix the cause and rerun with --resume"
+    ]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(16))
     assert main([*argv, "--out", str(out), "--resume"]) == 0
     assert_same_recording_of(out, clean)
