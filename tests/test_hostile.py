@@ -28,16 +28,22 @@ def models(tmp_path_factory):
     return built, {fmt: save(built, fmt, root) for fmt in ("checkpoint", "savedmodel", "frozen")}
 
 
-def damaged(tmp_path, path: str, part: str, keep: float = 0.5) -> tuple[str, int]:
+def damaged(tmp_path, path: str, part: str, keep: float = 0.5, flip: bool = False) -> tuple[str, int]:
     """A copy of the model at `path` whose file `part` (relative to the model's folder) is
-    cut to `keep` of its bytes; returns the copy's model path and the cut file's size."""
+    cut to `keep` of its bytes, or with `flip` keeps its size but has 16 bytes in the middle
+    inverted; returns the copy's model path and the damaged file's size."""
     src = Path(path)
     folder = src if src.is_dir() else src.parent
     copy = tmp_path / "damaged" / folder.name
     shutil.copytree(folder, copy)
     victim = copy / part
-    data = victim.read_bytes()
-    victim.write_bytes(data[: int(len(data) * keep)])
+    data = bytearray(victim.read_bytes())
+    if flip:
+        middle = len(data) // 2
+        data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    else:
+        del data[int(len(data) * keep) :]
+    victim.write_bytes(bytes(data))
     return str(copy if src.is_dir() else copy / src.name), victim.stat().st_size
 
 
@@ -53,8 +59,26 @@ def damaged(tmp_path, path: str, part: str, keep: float = 0.5) -> tuple[str, int
     ],
 )
 def test_truncated_model_files(models, tmp_path, capsys, fmt, part, expected):
+    check_damaged(models, tmp_path, capsys, fmt, part, expected, flip=False)
+
+
+@pytest.mark.parametrize(
+    "fmt, part, expected",
+    [
+        ("checkpoint", "model.ckpt.data-00000-of-00001", "cannot restore the variables from checkpoint {model}: TensorBundle at {model} shard 0 ("),
+        ("checkpoint", "model.ckpt.data-00000-of-00001", "Checksum does not match: stored "),
+        ("checkpoint", "model.ckpt.index", "Perhaps the file is corrupt or was produced by a newer version of TensorFlow with format changes"),
+        ("savedmodel", "variables/variables.data-00000-of-00001", "cannot read SavedModel: TensorBundle at "),
+        ("savedmodel", "variables/variables.data-00000-of-00001", "Checksum does not match: stored "),
+    ],
+)
+def test_corrupted_model_files(models, tmp_path, capsys, fmt, part, expected):
+    check_damaged(models, tmp_path, capsys, fmt, part, expected, flip=True)
+
+
+def check_damaged(models, tmp_path, capsys, fmt, part, expected, flip):
     _, paths = models
-    model, size = damaged(tmp_path, paths[fmt], part)
+    model, size = damaged(tmp_path, paths[fmt], part, flip=flip)
     msg = fails(capsys, ["weights", model, "--out", str(tmp_path / "w.parquet")])
     assert msg.startswith(f"{model}: ") and expected.format(model=model, size=f"{size:,}") in msg
 
