@@ -16,6 +16,7 @@ __all__ = [
     "RecordingError",
     "Interrupted",
     "UnsafeGraphError",
+    "ReplayMismatchError",
 ]
 
 
@@ -57,3 +58,7 @@ class Interrupted(GatetraceError):
 
 class UnsafeGraphError(GatetraceError):
     """Running the graph would execute ops outside the allowlist (files, Python, printing, network)."""
+
+
+class ReplayMismatchError(GatetraceError):
+    """A cell replayed in numpy does not reproduce the outputs or final state of its while loop."""

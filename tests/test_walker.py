@@ -140,12 +140,12 @@ def test_no_cell_names_what_was_looked_for():
     assert "nearest ops: classifier/MatMul, classifier/BiasAdd" in message
 
 
-def test_no_cell_in_a_dynamic_rnn_graph_says_why():
+def test_a_while_loop_without_a_cell_says_so():
     graph = tf.Graph()
     with graph.as_default():
-        x = v1.placeholder(tf.float32, [None, 5, 4], name="x")
-        v1.nn.dynamic_rnn(R.BasicLSTMCell(3), x, dtype=tf.float32)
-    with pytest.raises(NoCellFoundError, match="runs a while loop .*build the model with static_rnn"):
+        x = v1.placeholder(tf.float32, [None, 4], name="x")
+        v1.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.tanh(a) * 2.0), [tf.constant(0), x])
+    with pytest.raises(NoCellFoundError, match=r"runs a while loop \(while\), in which no cell of these kinds was found either"):
         tracer.find_cells(graph)
 
 

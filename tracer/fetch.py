@@ -22,6 +22,7 @@ from recorders.errors import GraphPatternError
 from recorders.long import gate_frame
 from tracer._tf import tf, v1
 from tracer.graph import Cell
+from tracer.replay import Replayed, check, replay
 
 __all__ = ["FetchPlan", "CellTrace", "Trace"]
 
@@ -34,10 +35,11 @@ class CellTrace:
     preactivation: np.ndarray
     activation: np.ndarray
     states: dict[str, np.ndarray]
+    positions: np.ndarray | None = None  # the input position of each step (default: the cell's)
 
     @property
     def steps(self) -> np.ndarray:
-        return self.cell.positions
+        return self.cell.positions if self.positions is None else self.positions
 
     def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
         """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
@@ -77,11 +79,19 @@ class Trace:
 
 
 class FetchPlan:
-    """The tensors to fetch for `cells`, and how to put the fetched values back together."""
+    """The tensors to fetch for `cells`, and how to put the fetched values back together.
 
-    def __init__(self, graph: tf.Graph, cells: Sequence[Cell]):
+    An unrolled cell's gates are fetched from its own ops. A cell inside a while loop
+    (`cell.loop`) is replayed (`tracer.replay`): the plan fetches what enters and leaves
+    its loop in the same run, and `fetch` recomputes its gates and checks them. A stacked
+    layer needs the layer below it: `context` (all cells found) supplies those that are
+    not among `cells`. `steps` keeps a [start, stop) window of a replayed cell's steps.
+    """
+
+    def __init__(self, graph: tf.Graph, cells: Sequence[Cell], context: Sequence[Cell] = (), steps: tuple[int | None, int | None] = (None, None)):
         self.cells = list(cells)
         self._names: list[str] = []
+        self._steps = slice(*steps)
         slots: dict[str, int] = {}
 
         def slot(name: str) -> int:
@@ -102,7 +112,21 @@ class FetchPlan:
             ]
             for cell in self.cells
         ]
+        # Replayed cells, lower layers first, each with the slots of its loop's tensors.
+        self._replays = _replay_order(self.cells, context)
+        self._loop_slots = {
+            c.name: {
+                "weights": {role: slot(t) for role, t in c.weights.items()},
+                "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
+                "initial": [slot(t) for t in c.loop.initial],
+                "final": [slot(t) for t in c.loop.final],
+                "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
+                "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
+            }
+            for c in self._replays
+        }
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
+        self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(self._replays)}
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -111,14 +135,60 @@ class FetchPlan:
         """Fetch everything in one `session.run` and assemble a Trace."""
         return self.assemble(self.fetch(session, feed_dict), examples)
 
-    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None) -> list[np.ndarray]:
-        """The raw fetched values, in the order of `self.tensors` (see `gate` and `state`)."""
-        return session.run(self.tensors, feed_dict=feed_dict)
+    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None) -> list:
+        """The fetched values, in the order of `self.tensors`, then one `Replayed` per
+        replayed cell (see `gate`, `state` and `steps`)."""
+        values = list(session.run(self.tensors, feed_dict=feed_dict))
+        for cell in self._replays:
+            values.append(self._replay(cell, values))
+        return values
+
+    def _replay(self, cell: Cell, values: list) -> Replayed:
+        where = self._loop_slots[cell.name]
+        if cell.loop.below is None:
+            inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
+        else:
+            inputs = values[self._replayed_at[cell.loop.below]].states["h"]
+        lengths = None if where["lengths"] is None else values[where["lengths"]]
+        got = replay(
+            cell.kind,
+            {role: values[k] for role, k in where["weights"].items()},
+            inputs,
+            dict(zip(cell.spec.states, (values[k] for k in where["initial"]))),
+            lengths,
+            forget_bias=cell.forget_bias,
+            activation=cell.activation,
+            cell_clip=cell.cell_clip,
+            proj_clip=cell.proj_clip,
+        )
+        outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
+        check(cell.name, got, outputs, dict(zip(cell.spec.states, (values[k] for k in where["final"]))))
+        return got
+
+    def steps(self, values: Sequence, cell: int) -> np.ndarray:
+        """The input positions of cell number `cell`'s recorded steps."""
+        c = self.cells[cell]
+        if c.loop is None:
+            return c.positions
+        n = values[self._replayed_at[c.name]].preactivation.shape[1]
+        return np.arange(n, dtype=np.int32)[self._steps]
+
+    def lengths(self, values: Sequence, cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
+        """Per example, how many steps of cell number `cell` to record: the `given` lengths and,
+        for a replayed cell, the sequence lengths its loop was run with (the smaller of the two)."""
+        c = self.cells[cell]
+        where = self._loop_slots.get(c.name, {}).get("lengths")
+        if where is None:
+            return given
+        own = np.asarray(values[where])[:keep]
+        return own if given is None else np.minimum(own, given)
 
     def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, keep: int | None = None) -> np.ndarray:
         """One gate's `preactivation` or `activation` of cell number `cell`: a new
         contiguous [examples, steps, units] array of the first `keep` examples."""
         c = self.cells[cell]
+        if c.loop is not None:
+            return np.ascontiguousarray(getattr(values[self._replayed_at[c.name]], column)[:keep, self._steps, gate])
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
         first = self._piece(c, [values[i] for i in layout[0][which]], gate)
@@ -129,7 +199,10 @@ class FetchPlan:
 
     def state(self, values: Sequence[np.ndarray], cell: int, state: str, keep: int | None = None) -> np.ndarray:
         """One state (`c` or `h`) of cell number `cell`: a new [examples, steps, width] array."""
-        k = self.cells[cell].spec.states.index(state)
+        c = self.cells[cell]
+        if c.loop is not None:
+            return np.ascontiguousarray(values[self._replayed_at[c.name]].states[state][:keep, self._steps])
+        k = c.spec.states.index(state)
         return np.stack([values[slots[2][k]][:keep] for slots in self._layout[cell]], axis=1)
 
     @staticmethod
@@ -166,8 +239,29 @@ class FetchPlan:
             pre = np.stack([self.gate(values, k, g, "preactivation") for g in gates])
             act = np.stack([self.gate(values, k, g, "activation") for g in gates])
             states = {s: self.state(values, k, s) for s in cell.spec.states}
-            cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states)
+            cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, self.steps(values, k))
             batch = pre.shape[1]
         if examples is None:
             examples = np.arange(batch, dtype=np.int64)
         return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+
+def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:
+    """The loop cells of `cells` and the layers below them, each after the one it reads."""
+    known = {c.name: c for c in [*context, *cells]}
+    order: list[Cell] = []
+
+    def add(cell: Cell) -> None:
+        if any(c.name == cell.name for c in order):
+            return
+        below = cell.loop.below
+        if below is not None:
+            if below not in known:
+                raise GraphPatternError(f"cell {cell.name} reads the outputs of cell {below}, which is not among the cells found")
+            add(known[below])
+        order.append(cell)
+
+    for cell in cells:
+        if cell.loop is not None:
+            add(cell)
+    return order

@@ -17,7 +17,7 @@ the backward half of a bidirectional RNN lines up with the forward half.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -25,12 +25,13 @@ import numpy as np
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec
+from tracer.loops import Loop, in_v1_loop, v1_loop_cells, v2_loop_cells
 
 __all__ = ["Step", "Cell", "find_cells"]
 
 # Ops that hold weights, and ops that only pass a value through on its way from them.
 _WEIGHT_SOURCES = {"VarHandleOp", "VariableV2", "Variable", "Const"}
-_PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot"}
+_PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot", "Enter"}  # Enter: into a TF1 while loop
 _ADDS = {"Add", "AddV2"}
 # TensorFlow op type of a cell's `activation` -> the name gatetrace records.
 ACTIVATIONS = {
@@ -95,9 +96,17 @@ class Cell:
     variables: Mapping[str, str]
     steps: tuple[Step, ...]
     backward: bool = False
+    loop: Loop | None = None
 
     def __repr__(self) -> str:
-        return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, steps={len(self.steps)})"
+        where = f"steps={len(self.steps)}" if self.loop is None else f"in {self.loop.loop}"
+        return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {where})"
+
+    @property
+    def path(self) -> str:
+        """How its gates are recorded: `fetch` (the graph's own gate ops, one per step) or
+        `replay` (recomputed in numpy from what enters and leaves its while loop)."""
+        return "fetch" if self.loop is None else "replay"
 
     @property
     def positions(self) -> np.ndarray:
@@ -118,7 +127,6 @@ class Cell:
 
     def describe(self) -> dict:
         """A JSON-ready description, as `inspect --json` and the manifest show it."""
-        first, last = self.steps[0], self.steps[-1]
         return {
             "name": self.name,
             "kind": self.kind,
@@ -136,9 +144,21 @@ class Cell:
             "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),
             "direction": "backward" if self.backward else "forward",
             "variables": dict(self.variables),
-            "first_step": _describe_step(self, first),
-            "last_step": _describe_step(self, last),
+            "path": self.path,
+            **(
+                {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
+                if self.loop is None
+                else {"loop": asdict(self.loop), "why": _why_replay(self.loop)}
+            ),
         }
+
+
+def _why_replay(loop: Loop) -> str:
+    kind = "a While op's body function" if loop.control_flow == "v2" else "a TF1 while loop (Enter/Exit)"
+    return (
+        f"its gate ops run inside {kind} ({loop.loop}) and cannot be fetched: its gates are recomputed in numpy "
+        "from the loop's input, initial state and weights, and checked against the loop's outputs and final state"
+    )
 
 
 def _describe_step(cell: Cell, step: Step) -> dict:
@@ -161,10 +181,17 @@ def _describe_step(cell: Cell, step: Step) -> dict:
 
 
 def _source(t: tf.Tensor) -> tf.Operation | None:
-    """The variable or Const a tensor is read from, through Identity/ReadVariableOp."""
+    """The variable or Const a tensor is read from, through Identity/ReadVariableOp/Enter.
+
+    In the body of a control-flow-v2 while loop, weights arrive as body arguments that
+    every iteration passes on unchanged: there the Placeholder standing for such an
+    argument is the source (`tracer.loops` marks them and maps them to the loop's inputs).
+    """
     op = t.op
     while op.type in _PASS_THROUGH and op.inputs:
         op = op.inputs[0].op
+    if op.type == "Placeholder" and op.outputs[0].name in getattr(op.graph, "loop_invariants", ()):
+        return op
     return op if op.type in _WEIGHT_SOURCES else None
 
 
@@ -586,16 +613,16 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     Raises NoCellFoundError (naming `source` and a few nearby ops) when there is none.
     """
     apps = _find_apps(graph)
-    if not apps:
+    # Cells inside while loops (dynamic_rnn) are replayed: see tracer.loops.
+    loop_cells = v1_loop_cells(graph, [a for a in apps if in_v1_loop(a)]) + v2_loop_cells(graph, _find_apps)
+    apps = [a for a in apps if not in_v1_loop(a)]
+    if not apps and not loop_cells:
         ops = graph.get_operations()
         loops = [op.name for op in ops if op.type in ("While", "StatelessWhile", "Enter")]
         conds = [op.name for op in ops if op.type in ("If", "StatelessIf", "Switch")]
         hint = ""
         if loops:
-            hint = (
-                f"; the graph runs a while loop ({loops[0]}): cells inside dynamic_rnn "
-                "loops are not unrolled, build the model with static_rnn to record it"
-            )
+            hint = f"; the graph runs a while loop ({loops[0]}), in which no cell of these kinds was found either"
         elif conds:
             hint = (
                 f"; the graph runs its steps inside conditionals ({conds[0]}), as static_rnn does "
@@ -639,7 +666,7 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
             in_progress.discard(kernel)
         return positions[kernel][idx]
 
-    cells = []
+    cells = list(loop_cells)
     for k, group in by_kernel.items():
         position_of(k, 0)
         cells.append(_build_cell(names[k], group, positions[k]))

@@ -33,9 +33,13 @@ __all__ = ["trace", "record", "describe", "DEFAULT_BATCH_SIZE"]
 DEFAULT_BATCH_SIZE = 256
 
 
-def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None):
+def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None, selection: Selection | None = None):
     cells = list(cells) if cells is not None else find_cells(model.graph, model.source)
-    plan = FetchPlan(model.graph, cells)
+    names = {c.name for c in cells}
+    below = any(c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells)
+    found = find_cells(model.graph, model.source) if below else cells  # the layers a selected stacked layer reads
+    steps = selection.steps if selection is not None else (None, None)
+    plan = FetchPlan(model.graph, cells, context=found, steps=steps)
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
@@ -92,7 +96,7 @@ def record(
     selection = selection or Selection()
     if cells is None:
         cells = find_cells(model.graph, model.source)
-    cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells))
+    cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells), selection)
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
     examples = None
@@ -165,14 +169,15 @@ def _write_batch(writer: RecordingWriter, plan: FetchPlan, values: list, selecti
     """
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     for k, cell in enumerate(plan.cells):
-        steps = cell.positions
+        steps = plan.steps(values, k)
+        lens = plan.lengths(values, k, keep, lengths)
         for g, gate in enumerate(cell.gates):
             if selection.keeps_gate(gate):
                 pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None
                 act = partial(plan.gate, values, k, g, "activation", keep) if act_on else None
-                writer.write_gate(cell.name, gate, ids, steps, pre, act, lengths)
+                writer.write_gate(cell.name, gate, ids, steps, pre, act, lens)
         for state in cell.spec.states:
-            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lengths)
+            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lens)
 
 
 class _StopOnCtrlC:

@@ -23,7 +23,7 @@ __all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "check", "chec
 SAFE_OPS = frozenset(
     """
     Const Placeholder PlaceholderWithDefault Identity IdentityN NoOp StopGradient PreventGradient
-    Snapshot CheckNumerics EnsureShape
+    Snapshot CheckNumerics EnsureShape Assert
     MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddV1 Add AddV2 AddN Sub Mul MulNoNan
     RealDiv Div DivNoNan FloorDiv FloorMod TruncateDiv Mod Maximum Minimum Neg Abs Sign Reciprocal
     Sigmoid Tanh Relu Relu6 LeakyRelu Elu Selu Softplus Softsign Softmax LogSoftmax Exp Expm1 Log

@@ -71,6 +71,9 @@ class Selection:
         lo, hi = self.steps
         out = []
         for c in chosen:
+            if c.loop is not None:  # a replayed cell's steps are known per batch: see FetchPlan(steps=...)
+                out.append(c)
+                continue
             steps = tuple(s for s in c.steps if (lo is None or s.position >= lo) and (hi is None or s.position < hi))
             if not steps:
                 raise SelectionError(f"--steps {lo}:{hi} selects no step of {c.name}, whose steps are 0:{len(c.steps)}")

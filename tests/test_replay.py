@@ -1,0 +1,232 @@
+"""Cells inside while loops (dynamic_rnn): replayed in numpy, checked against the loop, recorded like unrolled ones."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders import ReplayMismatchError
+from recorders import Recording
+from tests.conftest import CONFIGS, R, build, read_gates, save, static_body
+from tracer._tf import tf, v1
+from tracer.reference import run_cell
+from tracer.replay import replay
+
+LENGTHS = np.array([5, 3, 0, 1, 5, 2], np.int32)
+
+
+@contextmanager
+def control_flow(version: str):
+    """Build graphs with TF1-era loops (Enter/Exit) for "v1", the default While op for "v2"."""
+    if version == "v1":
+        v1.disable_control_flow_v2()
+    try:
+        yield
+    finally:
+        v1.enable_control_flow_v2()
+
+
+def widths(config) -> tuple[int, int]:
+    """(units, state width) of a config's cell."""
+    cell = config.make()
+    size = cell.output_size
+    return (cell.state_size.c if isinstance(cell.state_size, R.LSTMStateTuple) else size), size
+
+
+def dynamic_body(config, lengths: bool = True, initial: bool = True):
+    """dynamic_rnn of the config's cell, with a `len` placeholder and a fed initial state (`c0`, `h0`)."""
+
+    def body(x):
+        cell = config.make()
+        units, width = widths(config)
+        state = None
+        if initial:
+            h0 = v1.placeholder(tf.float32, [None, width], name="h0")
+            state = R.LSTMStateTuple(v1.placeholder(tf.float32, [None, units], name="c0"), h0) if config.kind.endswith("LSTMCell") else h0
+        seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
+        out, final = v1.nn.dynamic_rnn(cell, x, sequence_length=seq, initial_state=state, dtype=tf.float32)
+        return [out, *tf.nest.flatten(final)]
+
+    return body
+
+
+def feeds(config, x: np.ndarray) -> dict:
+    units, width = widths(config)
+    rng = np.random.RandomState(3)
+    out = {"x": x, "len": LENGTHS, "h0": rng.uniform(-1, 1, (len(x), width)).astype(np.float32)}
+    if config.kind.endswith("LSTMCell"):
+        out["c0"] = rng.uniform(-1, 1, (len(x), units)).astype(np.float32)
+    return out
+
+
+def grid(out, cell: str, table: str, name: str, column: str, shape) -> np.ndarray:
+    """One gate or state of a recording as a full [examples, steps, units] array, NaN where no row was written."""
+    rec = Recording(out)
+    df = rec.gate_frame([cell], [name], columns=[column]) if table == "gates" else rec.state_frame([cell], [name])
+    a = np.full(shape, np.nan, np.float32)
+    a[df["example"], df["step"], df["unit"]] = df[column]
+    return a
+
+
+def expected(config, weights, f: dict) -> dict:
+    initial = {"h": f["h0"], **({"c": f["c0"]} if "c0" in f else {})}
+    return run_cell(config.kind, weights, f["x"], initial_state=initial, **config.params)
+
+
+# -- the numpy replay itself --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_replay_is_the_reference_within_lengths_and_carries_the_state_past_them(name):
+    config = CONFIGS[name]
+    built = build(dynamic_body(config))  # for the weights' shapes and values only
+    (weights,) = built.weights.values()
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    f = feeds(config, x)
+    ref = expected(config, weights, f)
+    params = {k: v for k, v in config.params.items()}
+    got = replay(config.kind, weights, x, {"h": f["h0"], **({"c": f["c0"]} if "c0" in f else {})}, LENGTHS, **params)
+    for b, n in enumerate(LENGTHS):
+        np.testing.assert_allclose(got.preactivation[b, :n], ref["preactivation"][b, :n], atol=1e-5)
+        np.testing.assert_allclose(got.activation[b, :n], ref["activation"][b, :n], atol=1e-5)
+        for s, values in ref["states"].items():
+            last = values[b, n - 1] if n else f[f"{s}0"][b]
+            np.testing.assert_allclose(got.final[s][b], last, atol=1e-5)
+            np.testing.assert_allclose(got.states[s][b, n:], np.broadcast_to(last, got.states[s][b, n:].shape), atol=1e-5)
+        assert (got.outputs[b, n:] == 0).all()
+
+
+# -- dynamic_rnn graphs, recorded --------------------------------------------------------------
+
+CASES = [(cf, name, "checkpoint") for cf in ("v1", "v2") for name in CONFIGS]
+CASES += [(cf, "BasicLSTMCell", fmt) for cf in ("v1", "v2") for fmt in ("savedmodel", "frozen")]
+
+
+@pytest.mark.parametrize("cf, name, fmt", CASES)
+def test_dynamic_rnn_recording_equals_numpy(cf, name, fmt, tmp_path):
+    config = CONFIGS[name]
+    with control_flow(cf):
+        built = build(dynamic_body(config))
+    (weights,) = built.weights.values()
+    model_path = save(built, fmt, tmp_path)
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    f = feeds(config, x)
+    with tracer.load_model(model_path) as model:
+        (cell,) = tracer.find_cells(model.graph)
+        assert cell.path == "replay" and cell.loop.control_flow == cf and cell.loop.lengths is not None
+        tracer.record(model, f, tmp_path / "out", batch_size=4)
+    ref = expected(config, weights, f)
+    rows = 0
+    for g, gate in enumerate(cell.gates):
+        for column in ("preactivation", "activation"):
+            got, want = grid(tmp_path / "out", cell.name, "gates", gate, column, ref[column][:, :, g].shape), ref[column][:, :, g]
+            for b, n in enumerate(LENGTHS):
+                np.testing.assert_allclose(got[b, :n], want[b, :n], atol=1e-5)
+                assert np.isnan(got[b, n:]).all()  # no rows at or past the length
+        rows += int(LENGTHS.sum()) * cell.units
+    assert Recording(tmp_path / "out").manifest["rows"]["gates"] == rows
+    for s in cell.spec.states:
+        got = grid(tmp_path / "out", cell.name, "states", s, "value", ref["states"][s].shape)
+        for b, n in enumerate(LENGTHS):
+            np.testing.assert_allclose(got[b, :n], ref["states"][s][b, :n], atol=1e-5)
+            assert np.isnan(got[b, n:]).all()
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_stacked_dynamic_rnn_equals_the_same_static_rnn(cf, tmp_path):
+    """MultiRNNCell [LSTMCell(peepholes, proj), GRUCell, BasicRNNCell]: the replayed loop equals the fetched unrolled graph."""
+    layers = lambda: R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3), R.BasicRNNCell(2)])  # noqa: E731
+
+    def dynamic(x):
+        return [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]]
+
+    def static(x):
+        return [v1.nn.static_rnn(layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    with control_flow(cf):
+        looped = build(dynamic)
+    unrolled = build(static)
+    assert {k: sorted(v) for k, v in looped.weights.items()} == {k: sorted(v) for k, v in unrolled.weights.items()}
+    for scope, roles in looped.weights.items():  # same random seed, same variables: same values
+        for role, value in roles.items():
+            np.testing.assert_array_equal(value, unrolled.weights[scope][role])
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    a = tracer.trace(tracer.from_session(looped.session), {"x": x})
+    b = tracer.trace(tracer.from_session(unrolled.session), {"x": x})
+    assert sorted(a.cells) == sorted(b.cells) and len(a.cells) == 3
+    for name in a.cells:
+        assert a[name].cell.path == "replay" and b[name].cell.path == "fetch"
+        np.testing.assert_allclose(a[name].preactivation, b[name].preactivation, atol=1e-5)
+        np.testing.assert_allclose(a[name].activation, b[name].activation, atol=1e-5)
+        for s in a[name].states:
+            np.testing.assert_allclose(a[name].states[s], b[name].states[s], atol=1e-5)
+    # Recording only the top layer still replays the two below it.
+    top = "rnn/multi_rnn_cell/cell_2/basic_rnn_cell"
+    sel = tracer.Selection(cells=(top,), steps=(1, 4))
+    tracer.record(tracer.from_session(looped.session), {"x": x}, tmp_path / "top", selection=sel)
+    pre, _ = read_gates(tmp_path / "top", top, ("h",))
+    assert Recording(tmp_path / "top").cells == [top] and Recording(tmp_path / "top").steps(top).tolist() == [1, 2, 3]
+    np.testing.assert_allclose(pre, b[top].preactivation[:, 1:4], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_on_an_unrolled_graph_replay_equals_the_fetched_gate_ops(name):
+    """The two paths on the same static model: the graph's own Split ops and the numpy replay."""
+    config = CONFIGS[name]
+    built = build(static_body(config))
+    (weights,) = built.weights.values()
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    (fetched,) = tracer.trace(tracer.from_session(built.session), {"x": x})
+    got = replay(config.kind, weights, x, **config.params)
+    np.testing.assert_allclose(got.preactivation, fetched.preactivation, atol=1e-5)
+    np.testing.assert_allclose(got.activation, fetched.activation, atol=1e-5)
+    for s, values in fetched.states.items():
+        np.testing.assert_allclose(got.states[s], values, atol=1e-5)
+
+
+class _Doubled(R.RNNCell):
+    """A BasicLSTMCell whose new h is doubled: the walker sees an LSTM, the loop computes something else."""
+
+    def __init__(self):
+        super().__init__()
+        self._inner = R.BasicLSTMCell(3)
+
+    @property
+    def state_size(self):
+        return self._inner.state_size
+
+    @property
+    def output_size(self):
+        return self._inner.output_size
+
+    def call(self, inputs, state):
+        out, (c, h) = self._inner(inputs, state)
+        return out * 2.0, R.LSTMStateTuple(c, h * 2.0)
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_loop_the_replay_does_not_reproduce_fails_loudly(cf, tmp_path):
+    with control_flow(cf):
+        built = build(lambda x: [v1.nn.dynamic_rnn(_Doubled(), x, dtype=tf.float32)[0]])
+    model = tracer.from_session(built.session)
+    (cell,) = tracer.find_cells(built.graph)
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    with pytest.raises(ReplayMismatchError, match=rf"cell {cell.name}: replayed final [ch] differ from the graph's by up to [0-9.e-]+ \(tolerance 0.0001\)"):
+        tracer.trace(model, {"x": x})
+    with pytest.raises(ReplayMismatchError):
+        tracer.record(model, {"x": x}, tmp_path / "out")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_describe_says_which_path_and_why():
+    built = build(dynamic_body(CONFIGS["GRUCell"], lengths=False, initial=False))
+    (cell,) = tracer.find_cells(built.graph)
+    d = cell.describe()
+    assert d["path"] == "replay" and d["loop"]["loop"] == "rnn/while" and d["loop"]["lengths"] is None
+    assert d["loop"]["inputs"] == "rnn/transpose:0" and d["loop"]["outputs"] == "rnn/TensorArrayV2Stack/TensorListStack:0"
+    assert "inside a While op's body function (rnn/while) and cannot be fetched" in d["why"]
+    static = tracer.find_cells(build(static_body(CONFIGS["GRUCell"])).graph)[0].describe()
+    assert static["path"] == "fetch" and static["first_step"]["gate_op"] == "rnn/gru_cell/split"

@@ -1,0 +1,273 @@
+"""Cells inside while loops (`dynamic_rnn`): where each one meets the outside of its loop.
+
+A cell inside a loop body is found by the same patterns as an unrolled one
+(`tracer.graph`), but its gate ops run once per iteration inside the loop and cannot be
+fetched. What can be fetched is what enters and leaves the loop; this module follows
+edges from the cell's ops to those tensors, for both kinds of TensorFlow loops:
+
+- control flow v1 (TF1-era graphs, `disable_control_flow_v2()`): the loop's ops sit in
+  the graph between `Enter` and `Exit`; a loop variable is `Enter -> Merge -> Switch ->
+  Identity` inside, and `Switch -> Exit` after the last iteration;
+- control flow v2: one `While`/`StatelessWhile` op whose body is a function; the body's
+  k-th argument is the op's k-th input, and its k-th output the op's k-th output.
+
+For each cell, a `Loop` names: the input sequence (the tensor `dynamic_rnn` scatters
+into a TensorArray, time-major) or the cell below it in a stack; the initial and final
+state; the sequence lengths (the tensor compared with the loop's time in its
+`GreaterEqual`); and the stacked outputs. `tracer.replay` recomputes the gates from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from recorders.errors import GraphPatternError
+from tracer._tf import tf
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  (after tracer._tf)
+
+__all__ = ["Loop", "in_v1_loop", "v1_loop_cells", "v2_loop_cells"]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Where one cell inside a while loop meets the outside (tensor names of the outer graph).
+
+    control_flow: "v1" or "v2".
+    loop:         the loop (the `While` op, or the frame of a v1 loop).
+    inputs:       the input sequence, time-major [steps, batch, features]; None when the
+                  cell reads the outputs of the cell `below` (a stacked layer).
+    initial:      the initial state, one tensor per state of the cell (`c`, `h` or `h`).
+    final:        the state after the loop, likewise.
+    lengths:      the sequence lengths the loop compares time with, or None.
+    outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
+    """
+
+    control_flow: str
+    loop: str
+    inputs: str | None
+    below: str | None
+    initial: tuple[str, ...]
+    final: tuple[str, ...]
+    lengths: str | None
+    outputs: str | None
+
+
+def _through_identity(t: tf.Tensor) -> tf.Tensor:
+    while t.op.type == "Identity":
+        t = t.op.inputs[0]
+    return t
+
+
+def _consumer(t: tf.Tensor, types: set[str], index: int | None = None) -> tf.Operation | None:
+    """The first op of `types` reading `t` (at input `index`), looking through Identity and Select."""
+    seen, todo = set(), [t]
+    while todo:
+        t = todo.pop(0)
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        for op in t.consumers():
+            if op.type in types and (index is None or op.inputs[index].name == t.name):
+                return op
+            if op.type in ("Identity", "Select", "SelectV2"):
+                todo.append(op.outputs[0])
+    return None
+
+
+def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
+    """`dynamic_rnn(sequence_length=...)` keeps the state where `time >= length`
+    (`Select(GreaterEqual(time, length), state, new_state)`): the length operand."""
+    for op in h_new.consumers():
+        if op.type in ("Select", "SelectV2") and op.inputs[0].op.type == "GreaterEqual":
+            return op.inputs[0].op.inputs[1]
+    return None
+
+
+def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
+    """A `tracer.graph.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
+    from tracer.graph import Cell, _cell_name, _source
+
+    kernel = graph.get_tensor_by_name(weights["kernel"])
+    variables = {}
+    for role, name in weights.items():
+        source = _source(graph.get_tensor_by_name(name))
+        if source is None:
+            raise GraphPatternError(f"{loop.loop}: the {role} of the cell at {app.gate_op.name} does not come from a variable or constant")
+        variables[role] = source.name
+    rows, columns = kernel.shape.as_list()
+    units = columns // app.spec.weights[0].blocks
+    width = graph.get_tensor_by_name(weights["projection"]).shape.as_list()[1] if "projection" in weights else units
+    return Cell(
+        name=_cell_name(_source(kernel), app.spec),
+        spec=app.spec,
+        units=units,
+        input_size=rows - width,
+        output_size=width,
+        activation=app.activation_name,
+        forget_bias=app.forget_bias,
+        cell_clip=app.cell_clip,
+        proj_clip=app.proj_clip,
+        weights=weights,
+        variables=variables,
+        steps=(),
+        loop=loop,
+    )
+
+
+def _value(t: tf.Tensor) -> tf.Tensor:
+    """A fetchable value for an outer tensor: for a resource handle, the variable's read."""
+    if t.dtype != tf.resource:
+        return t
+    for op in t.consumers():
+        if op.type == "ReadVariableOp":
+            return op.outputs[0]
+    raise GraphPatternError(f"{t.name}: a variable handle entering a while loop, and the graph holds no read of it to fetch")
+
+
+def _stack(apps, one: Callable) -> list:
+    """Apply `one(app, below)` to each app, lower layers first: `below` is the Cell built for
+    the app whose output this one reads (a stacked layer), or None."""
+    out_of = {app.states[-1].name: app for app in apps}
+    built: dict[int, object] = {}
+
+    def build(app):
+        if id(app) not in built:
+            lower = out_of.get(app.input.name)
+            built[id(app)] = one(app, None if lower is None else build(lower))
+        return built[id(app)]
+
+    return [build(app) for app in apps]
+
+
+# -- control flow v1 ------------------------------------------------------------------------
+
+
+def _v1_merge(t: tf.Tensor) -> tf.Operation | None:
+    """The Merge of the loop variable read as `t` (`Identity(Switch(Merge(Enter, NextIteration)))`)."""
+    if t.op.type == "Identity" and t.op.inputs[0].op.type == "Switch":
+        merge = t.op.inputs[0].op.inputs[0].op
+        if merge.type == "Merge":
+            return merge
+    return None
+
+
+def in_v1_loop(app) -> bool:
+    """Whether a cell application found in a graph runs inside a control-flow-v1 while loop."""
+    return _v1_merge(app.previous[-1]) is not None
+
+
+def _v1_outside(t: tf.Tensor) -> tf.Tensor:
+    """The outer tensor that enters the loop as `t` (a loop variable or an `Enter`)."""
+    merge = _v1_merge(t)
+    if merge is not None:
+        t = merge.inputs[0]
+    while t.op.type == "Identity":
+        t = t.op.inputs[0]
+    if t.op.type != "Enter":
+        raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
+    return t.op.inputs[0]
+
+
+def _v1_after(t: tf.Tensor) -> str:
+    """The loop variable read as `t`, after the loop (its Exit)."""
+    merge = _v1_merge(t)
+    for switch in merge.outputs[0].consumers():
+        if switch.type == "Switch":
+            for op in switch.outputs[0].consumers():
+                if op.type == "Exit":
+                    return op.outputs[0].name
+    raise GraphPatternError(f"{merge.name}: the loop variable has no Exit")
+
+
+def _v1_array_source(handle: tf.Tensor, types: set[str], index: int) -> str | None:
+    """For a TensorArray handle inside the loop: input `index` (or output) of the outer op of `types` on it."""
+    array = _v1_outside(handle).op
+    for op in array.outputs[0].consumers():
+        if op.type in types:
+            return (op.inputs[index] if index >= 0 else op.outputs[0]).name
+    return None
+
+
+def v1_loop_cells(graph: tf.Graph, apps) -> list:
+    """Cells for the apps found inside control-flow-v1 loops of `graph`."""
+
+    def one(app, below):
+        frame = _v1_merge(app.previous[-1]).inputs[0].op.get_attr("frame_name").decode()
+        inputs = None
+        if below is None:
+            if app.input.op.type != "TensorArrayReadV3":
+                raise GraphPatternError(f"{app.gate_op.name}: expected the cell's input to be read from a TensorArray, found a {app.input.op.type} op")
+            inputs = _v1_array_source(app.input.op.inputs[0], {"TensorArrayScatterV3"}, 2)
+        lengths = _lengths_compare(app.states[-1])
+        write = _consumer(app.states[-1], {"TensorArrayWriteV3"}, index=2)
+        loop = Loop(
+            control_flow="v1",
+            loop=frame,
+            inputs=inputs,
+            below=None if below is None else below.name,
+            initial=tuple(_v1_outside(t).name for t in app.previous),
+            final=tuple(_v1_after(t) for t in app.previous),
+            lengths=None if lengths is None else _v1_outside(lengths).name,
+            outputs=None if write is None else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
+        )
+        weights = {role: _v1_outside(t).name for role, t in app.weights.items()}
+        return _loop_cell(graph, app, weights, loop)
+
+    return _stack(apps, one)
+
+
+# -- control flow v2 ------------------------------------------------------------------------
+
+
+def v2_loop_cells(graph: tf.Graph, find_apps: Callable) -> list:
+    """Cells inside the body functions of the `While`/`StatelessWhile` ops of `graph`."""
+    loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+    if not loops:
+        return []
+    library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+    cells = []
+    for op in loops:
+        body = function_def_to_graph(library[op.get_attr("body").name])
+        # Arguments the body returns unchanged are constant over the loop (weights, lengths).
+        body.loop_invariants = {i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name}
+        apps = find_apps(body)
+        if not apps:
+            continue
+        index = {t.name: k for k, t in enumerate(body.inputs)}
+
+        def arg(t: tf.Tensor, op=op, index=index) -> int:
+            start = t
+            while t.op.type in ("Identity", "ReadVariableOp") and t.name not in index:
+                t = t.op.inputs[0]
+            if t.name not in index:
+                raise GraphPatternError(f"{op.name}: expected {start.name} of its body to be a loop argument, found a {t.op.type} op")
+            return index[t.name]
+
+        def one(app, below, op=op, arg=arg):
+            inputs = None
+            if below is None:
+                if app.input.op.type != "TensorListGetItem":
+                    raise GraphPatternError(f"{op.name}: expected the cell's input to be read from a TensorList, found a {app.input.op.type} op")
+                source = op.inputs[arg(app.input.op.inputs[0])]
+                if source.op.type != "TensorListFromTensor":
+                    raise GraphPatternError(f"{op.name}: expected its input sequence to come from TensorListFromTensor, found {source.op.type}")
+                inputs = source.op.inputs[0].name
+            lengths = _lengths_compare(app.states[-1])
+            write = _consumer(app.states[-1], {"TensorListSetItem"}, index=2)
+            stacked = None if write is None else _consumer(op.outputs[arg(write.inputs[0])], {"TensorListStack"}, index=0)
+            loop = Loop(
+                control_flow="v2",
+                loop=op.name,
+                inputs=inputs,
+                below=None if below is None else below.name,
+                initial=tuple(op.inputs[arg(t)].name for t in app.previous),
+                final=tuple(op.outputs[arg(t)].name for t in app.previous),
+                lengths=None if lengths is None else op.inputs[arg(lengths)].name,
+                outputs=None if stacked is None else stacked.outputs[0].name,
+            )
+            weights = {role: _value(op.inputs[arg(t)]).name for role, t in app.weights.items()}
+            return _loop_cell(graph, app, weights, loop)
+
+        cells += _stack(apps, one)
+    return cells

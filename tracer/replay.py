@@ -1,0 +1,177 @@
+"""Replay: recompute a cell's gates in numpy from what enters and leaves its while loop.
+
+A cell inside `dynamic_rnn` runs in a loop body whose ops cannot be fetched from outside.
+What enters the loop (the input sequence, the initial state, the sequence lengths) and
+what leaves it (the outputs, the final state) can. `replay` runs the cell over the
+sequence in float32 numpy, vectorized over the batch, with the input projection of all
+steps in one matrix product, exactly as the `tf.compat.v1.nn.rnn_cell` classes compute:
+
+    LSTM   z = [x, h_prev] @ kernel + bias;  i, j, f, o = split(z, 4)
+    GRU    r, u = split(sigmoid([x, h_prev] @ kernel + bias), 2)
+           c = act([x, r * h_prev] @ candidate_kernel + candidate_bias)
+    RNN    h = act([x, h_prev] @ kernel + bias)
+
+Past an example's length, as `dynamic_rnn` does, the state is carried through and the
+output is zero. `check` compares the replay's outputs and final state with the graph's
+own and raises `ReplayMismatchError` beyond 1e-4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from recorders.errors import GraphPatternError, ReplayMismatchError
+
+__all__ = ["Replayed", "replay", "check", "TOLERANCE"]
+
+TOLERANCE = 1e-4
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (0.5 * np.tanh(0.5 * x) + 0.5).astype(x.dtype, copy=False)  # = 1 / (1 + exp(-x)), without overflow
+
+
+_ACT = {
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0),
+    "relu6": lambda x: np.clip(x, 0, 6),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+    "selu": lambda x: np.float32(1.0507009873554805) * np.where(x > 0, x, np.float32(1.6732632423543772) * np.expm1(np.minimum(x, 0))),
+    "softsign": lambda x: x / (1 + np.abs(x)),
+    "softplus": lambda x: np.logaddexp(np.float32(0), x),
+    "linear": lambda x: x,
+}
+
+
+@dataclass
+class Replayed:
+    """One cell replayed over one batch.
+
+    preactivation, activation  [examples, steps, gates, units]
+    states[name]               [examples, steps, width] after each step
+    outputs                    [examples, steps, width], zero past each length
+    final[name]                [examples, width], the state after each example's last step
+    """
+
+    preactivation: np.ndarray
+    activation: np.ndarray
+    states: dict[str, np.ndarray]
+    outputs: np.ndarray
+    final: dict[str, np.ndarray]
+
+
+def replay(
+    kind: str,
+    weights: Mapping[str, np.ndarray],
+    inputs: np.ndarray,
+    initial: Mapping[str, np.ndarray] | None = None,
+    lengths: np.ndarray | None = None,
+    *,
+    forget_bias: float | None = None,
+    activation: str = "tanh",
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
+) -> Replayed:
+    """Run cell `kind` over `inputs` [examples, steps, features] (see the module docstring)."""
+    f32 = np.float32
+    w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
+    x = np.asarray(inputs, dtype=f32)
+    n, steps, d = x.shape
+    act = _ACT[activation]
+    kernel, bias = w["kernel"], w["bias"]
+    lstm = kind in ("BasicLSTMCell", "LSTMCell")
+    blocks = 4 if lstm else 2 if kind == "GRUCell" else 1
+    units = kernel.shape[1] // blocks
+    width = w["projection"].shape[1] if "projection" in w else units
+    if kernel.shape[0] != d + width:
+        raise GraphPatternError(f"{kind}: kernel of shape {list(kernel.shape)} does not fit inputs of {d} features and a state of {width}")
+    init = dict(initial or {})
+    h = np.asarray(init.get("h", np.zeros((n, width))), dtype=f32).copy()
+    c = np.asarray(init.get("c", np.zeros((n, units))), dtype=f32).copy()
+    alive = None if lengths is None else np.arange(steps)[None, :] < np.asarray(lengths).reshape(-1, 1)  # [n, steps]
+
+    gates = 4 if lstm else 3 if kind == "GRUCell" else 1
+    pre = np.empty((n, steps, gates, units), f32)
+    post = np.empty_like(pre)
+    states = {"h": np.empty((n, steps, width), f32)}
+    if lstm:
+        states["c"] = np.empty((n, steps, units), f32)
+    outputs = np.empty((n, steps, width), f32)
+    # The input part of every step in one product: [n * steps, d] @ [d, blocks * units].
+    xw = (x.reshape(n * steps, d) @ kernel[:d] + bias).reshape(n, steps, -1)
+    recurrent = kernel[d:]
+    if kind == "GRUCell":
+        cand_k = w["candidate_kernel"]
+        xc = (x.reshape(n * steps, d) @ cand_k[:d] + w["candidate_bias"]).reshape(n, steps, units)
+    fb = f32(forget_bias or 0.0)
+    peep = "w_i_diag" in w
+    for t in range(steps):
+        z = xw[:, t] + h @ recurrent
+        if lstm:
+            # i = input_gate, j = new_input, f = forget_gate, o = output_gate
+            i, j, f, o = np.split(z, 4, axis=1)
+            ig = _sigmoid(i + w["w_i_diag"] * c if peep else i)
+            fg = _sigmoid(f + fb + w["w_f_diag"] * c if peep else f + fb)
+            jg = act(j)
+            c_new = fg * c + ig * jg
+            if cell_clip is not None:
+                c_new = np.clip(c_new, -cell_clip, cell_clip)
+            og = _sigmoid(o + w["w_o_diag"] * c_new if peep else o)
+            h_new = og * act(c_new)
+            if "projection" in w:
+                h_new = h_new @ w["projection"]
+                if proj_clip is not None:
+                    h_new = np.clip(h_new, -proj_clip, proj_clip)
+            pre[:, t] = z.reshape(n, 4, units)
+            post[:, t, 0], post[:, t, 1], post[:, t, 2], post[:, t, 3] = ig, jg, fg, og
+        elif kind == "GRUCell":
+            # r = reset gate, u = update gate (sigmoid before the split), c = candidate
+            s = _sigmoid(z)
+            r, u = s[:, :units], s[:, units:]
+            zc = xc[:, t] + (r * h) @ cand_k[d:]
+            cand = act(zc)
+            h_new = u * h + (1 - u) * cand
+            pre[:, t, :2] = z.reshape(n, 2, units)
+            pre[:, t, 2] = zc
+            post[:, t, 0], post[:, t, 1], post[:, t, 2] = r, u, cand
+        elif kind == "BasicRNNCell":
+            h_new = act(z)
+            pre[:, t, 0], post[:, t, 0] = z, h_new
+        else:
+            raise GraphPatternError(f"unknown cell kind {kind!r}")
+        if alive is None:
+            h, out = h_new, h_new
+            if lstm:
+                c = c_new
+        else:
+            keep = alive[:, t : t + 1]
+            h, out = np.where(keep, h_new, h), np.where(keep, h_new, f32(0))
+            if lstm:
+                c = np.where(keep, c_new, c)
+        states["h"][:, t], outputs[:, t] = h, out
+        if lstm:
+            states["c"][:, t] = c
+    final = {"h": h, **({"c": c} if lstm else {})}
+    return Replayed(pre, post, states, outputs, final)
+
+
+def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[str, np.ndarray]) -> None:
+    """Raise ReplayMismatchError unless the replay's outputs and final states match the graph's."""
+    pairs = [(f"final {k}", got.final[k], v) for k, v in final.items()]
+    if outputs is not None:
+        pairs.append(("outputs", got.outputs, outputs))
+    for what, mine, theirs in pairs:
+        theirs = np.asarray(theirs)
+        if mine.shape != theirs.shape:
+            raise ReplayMismatchError(f"cell {name}: replayed {what} has shape {list(mine.shape)}, the graph's {list(theirs.shape)}")
+        finite = np.isfinite(mine) & np.isfinite(theirs)
+        err = float(np.max(np.abs(mine - theirs), where=finite, initial=0.0))
+        if err > TOLERANCE or not np.array_equal(finite, np.isfinite(theirs)):
+            raise ReplayMismatchError(
+                f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); "
+                "the loop computes something gatetrace does not replay (a modified cell?), so its gates are not recorded"
+            )
