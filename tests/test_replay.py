@@ -230,3 +230,54 @@ def test_describe_says_which_path_and_why():
     assert "inside a While op's body function (rnn/while) and cannot be fetched" in d["why"]
     static = tracer.find_cells(build(static_body(CONFIGS["GRUCell"])).graph)[0].describe()
     assert static["path"] == "fetch" and static["first_step"]["gate_op"] == "rnn/gru_cell/split"
+
+
+def test_the_cli_inspects_and_records_a_dynamic_rnn_checkpoint(tmp_path, capsys):
+    from tracer.cli import main
+
+    config = CONFIGS["BasicLSTMCell"]
+    with control_flow("v1"):
+        built = build(dynamic_body(config, initial=False))
+    (weights,) = built.weights.values()
+    model = save(built, "checkpoint", tmp_path)
+    assert main(["inspect", model]) == 0
+    out = capsys.readouterr().out
+    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      loop   i,j,f,o  forward    replay" in out
+    assert "rnn/basic_lstm_cell: replayed, forget_bias=0.7, activation=tanh: its gate ops run inside a TF1 while loop (Enter/Exit) (rnn/while/while_context)" in out
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "len.npy", LENGTHS)
+    argv = ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"len={tmp_path / 'len.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 0
+    ref = run_cell(config.kind, weights, x, **config.params)
+    got = grid(tmp_path / "out", "rnn/basic_lstm_cell", "gates", "f", "activation", (6, 5, 3))
+    for b, n in enumerate(LENGTHS):
+        np.testing.assert_allclose(got[b, :n], ref["activation"][b, :n, 2], atol=1e-5)
+        assert np.isnan(got[b, n:]).all()
+
+
+@pytest.mark.parametrize("cf, lengths", [("v1", True), ("v2", True), ("v2", False)])
+def test_bidirectional_dynamic_rnn_steps_are_input_positions(cf, lengths):
+    """The backward loop reads the reversed sequence (ReverseSequence, or ReverseV2 without
+    lengths); its rows are indexed by input position, as for static bidirectional graphs."""
+
+    def body(x):
+        seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
+        (fw, bw), _ = v1.nn.bidirectional_dynamic_rnn(R.BasicLSTMCell(3), R.GRUCell(3), x, sequence_length=seq, dtype=tf.float32)
+        return [fw, bw]
+
+    with control_flow(cf):
+        built = build(body)
+    x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+    n = LENGTHS if lengths else np.full(6, 5)
+    f = {"x": x, **({"len": LENGTHS} if lengths else {})}
+    result = tracer.trace(tracer.from_session(built.session), f)
+    fw_out, bw_out = built.session.run(built.outputs, {built.inputs: x, **({"len:0": LENGTHS} if lengths else {})})
+    fw, bw = result["bidirectional_rnn/fw/basic_lstm_cell"], result["bidirectional_rnn/bw/gru_cell"]
+    assert bw.cell.backward and bw.cell.loop.reversed and not fw.cell.backward
+    for b, k in enumerate(n):
+        np.testing.assert_allclose(fw.states["h"][b, :k], fw_out[b, :k], atol=1e-5)
+        np.testing.assert_allclose(bw.states["h"][b, :k], bw_out[b, :k], atol=1e-5)  # TF gives bw outputs by input position
+        ref = run_cell("GRUCell", built.weights["bidirectional_rnn/bw/gru_cell"], x[b : b + 1, :k], backward=True)
+        np.testing.assert_allclose(bw.activation[b, :k], ref["activation"][0], atol=1e-5)
+        np.testing.assert_allclose(bw.preactivation[b, :k], ref["preactivation"][0], atol=1e-5)

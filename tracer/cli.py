@@ -188,22 +188,26 @@ def _inspect(args) -> None:
         print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
-    rows = [("cell", "kind", "units", "input", "steps", "gates", "direction")]
+    rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
-        rows.append((c.name, c.kind, str(c.units), str(c.input_size), str(len(c.steps)), ",".join(c.gates), "backward" if c.backward else "forward"))
+        steps = str(len(c.steps)) if c.loop is None else "loop"
+        rows.append((c.name, c.kind, str(c.units), str(c.input_size), steps, ",".join(c.gates), "backward" if c.backward else "forward", c.path))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     print()
     for c in cells:
-        first, last = c.steps[0].gate_op, c.steps[-1].gate_op
-        span = first if len(c.steps) == 1 else f"{first} ... {last}"
         extras = [f"forget_bias={c.forget_bias}"] if c.forget_bias is not None else []
         extras += [f"activation={c.activation}"]
         extras += [f"{k}={v}" for k, v in (("num_proj", c.num_proj), ("cell_clip", c.cell_clip), ("proj_clip", c.proj_clip)) if v is not None]
         if "w_i_diag" in c.weights:
             extras.append("peepholes")
-        print(f"{c.name}: gate ops {span} (by input position); {', '.join(extras)}")
+        if c.loop is None:
+            first, last = c.steps[0].gate_op, c.steps[-1].gate_op
+            span = first if len(c.steps) == 1 else f"{first} ... {last}"
+            print(f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}")
+        else:
+            print(f"{c.name}: replayed, {', '.join(extras)}: {c.describe()['why']}")
     if unsafe:
         print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
         print("record and weights refuse this model unless --allow-unsafe-ops")

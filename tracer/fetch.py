@@ -122,6 +122,7 @@ class FetchPlan:
                 "final": [slot(t) for t in c.loop.final],
                 "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
                 "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
+                "reverse_lengths": None if c.loop.reverse_lengths is None else slot(c.loop.reverse_lengths),
             }
             for c in self._replays
         }
@@ -165,6 +166,19 @@ class FetchPlan:
         check(cell.name, got, outputs, dict(zip(cell.spec.states, (values[k] for k in where["final"]))))
         return got
 
+    def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray) -> np.ndarray:
+        """A replayed cell's [examples, loop steps, ...] values as a new array ordered by input
+        position, in the plan's step window. A reversed loop's step t of an example of
+        length n read input position n - 1 - t (positions at or past n are not recorded)."""
+        if cell.loop.reversed:
+            n, steps = a.shape[:2]
+            where = self._loop_slots[cell.name]["reverse_lengths"]
+            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[:n]
+            p = np.arange(steps)[None, :]
+            order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
+            a = np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
+        return np.ascontiguousarray(a[:, self._steps])
+
     def steps(self, values: Sequence, cell: int) -> np.ndarray:
         """The input positions of cell number `cell`'s recorded steps."""
         c = self.cells[cell]
@@ -188,7 +202,7 @@ class FetchPlan:
         contiguous [examples, steps, units] array of the first `keep` examples."""
         c = self.cells[cell]
         if c.loop is not None:
-            return np.ascontiguousarray(getattr(values[self._replayed_at[c.name]], column)[:keep, self._steps, gate])
+            return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[:keep, :, gate])
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
         first = self._piece(c, [values[i] for i in layout[0][which]], gate)
@@ -201,7 +215,7 @@ class FetchPlan:
         """One state (`c` or `h`) of cell number `cell`: a new [examples, steps, width] array."""
         c = self.cells[cell]
         if c.loop is not None:
-            return np.ascontiguousarray(values[self._replayed_at[c.name]].states[state][:keep, self._steps])
+            return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][:keep])
         k = c.spec.states.index(state)
         return np.stack([values[slots[2][k]][:keep] for slots in self._layout[cell]], axis=1)
 

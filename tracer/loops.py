@@ -41,6 +41,11 @@ class Loop:
     final:        the state after the loop, likewise.
     lengths:      the sequence lengths the loop compares time with, or None.
     outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
+    reversed:     the loop reads its input reversed (the backward half of
+                  `bidirectional_dynamic_rnn`): loop step t of an example of length n is
+                  input position n - 1 - t.
+    reverse_lengths: the lengths its input was reversed by (`ReverseSequence`), or None
+                  when the whole sequence was reversed (`ReverseV2`).
     """
 
     control_flow: str
@@ -51,6 +56,8 @@ class Loop:
     final: tuple[str, ...]
     lengths: str | None
     outputs: str | None
+    reversed: bool = False
+    reverse_lengths: str | None = None
 
 
 def _through_identity(t: tf.Tensor) -> tf.Tensor:
@@ -112,6 +119,7 @@ def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
         variables=variables,
         steps=(),
         loop=loop,
+        backward=loop.reversed,
     )
 
 
@@ -123,6 +131,20 @@ def _value(t: tf.Tensor) -> tf.Tensor:
         if op.type == "ReadVariableOp":
             return op.outputs[0]
     raise GraphPatternError(f"{t.name}: a variable handle entering a while loop, and the graph holds no read of it to fetch")
+
+
+def _reversal(graph: tf.Graph, inputs: str | None, below) -> dict:
+    """Loop fields saying whether the input sequence was reversed before the loop, and by what lengths."""
+    if below is not None:
+        return {"reversed": below.loop.reversed, "reverse_lengths": below.loop.reverse_lengths}
+    t = graph.get_tensor_by_name(inputs)
+    if t.op.type == "Transpose":  # batch-major input made time-major
+        t = t.op.inputs[0]
+    if t.op.type == "ReverseSequence":
+        return {"reversed": True, "reverse_lengths": t.op.inputs[1].name}
+    if t.op.type == "ReverseV2":
+        return {"reversed": True, "reverse_lengths": None}
+    return {}
 
 
 def _stack(apps, one: Callable) -> list:
@@ -210,6 +232,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             final=tuple(_v1_after(t) for t in app.previous),
             lengths=None if lengths is None else _v1_outside(lengths).name,
             outputs=None if write is None else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
+            **_reversal(graph, inputs, below),
         )
         weights = {role: _v1_outside(t).name for role, t in app.weights.items()}
         return _loop_cell(graph, app, weights, loop)
@@ -265,6 +288,7 @@ def v2_loop_cells(graph: tf.Graph, find_apps: Callable) -> list:
                 final=tuple(op.outputs[arg(t)].name for t in app.previous),
                 lengths=None if lengths is None else op.inputs[arg(lengths)].name,
                 outputs=None if stacked is None else stacked.outputs[0].name,
+                **_reversal(graph, inputs, below),
             )
             weights = {role: _value(op.inputs[arg(t)]).name for role, t in app.weights.items()}
             return _loop_cell(graph, app, weights, loop)
