@@ -95,68 +95,92 @@ def replay(
     alive = None if lengths is None else np.arange(steps)[None, :] < np.asarray(lengths).reshape(-1, 1)  # [n, steps]
 
     gates = 4 if lstm else 3 if kind == "GRUCell" else 1
-    pre = np.empty((n, steps, gates, units), f32)
+    # Time-major buffers, so that each step writes contiguous rows; returned as [examples, steps, ...] views.
+    pre = np.empty((steps, n, gates * units), f32)
     post = np.empty_like(pre)
-    states = {"h": np.empty((n, steps, width), f32)}
+    states = {"h": np.empty((steps, n, width), f32)}
     if lstm:
-        states["c"] = np.empty((n, steps, units), f32)
-    outputs = np.empty((n, steps, width), f32)
-    # The input part of every step in one product: [n * steps, d] @ [d, blocks * units].
-    xw = (x.reshape(n * steps, d) @ kernel[:d] + bias).reshape(n, steps, -1)
+        states["c"] = np.empty((steps, n, units), f32)
+    outputs = np.empty((steps, n, width), f32)
+    # The input part of every step in one product: [steps * n, d] @ [d, blocks * units].
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(steps * n, d)
+    xw = (xt @ kernel[:d] + bias).reshape(steps, n, -1)
     recurrent = kernel[d:]
     if kind == "GRUCell":
         cand_k = w["candidate_kernel"]
-        xc = (x.reshape(n * steps, d) @ cand_k[:d] + w["candidate_bias"]).reshape(n, steps, units)
+        xc = (xt @ cand_k[:d] + w["candidate_bias"]).reshape(steps, n, units)
     fb = f32(forget_bias or 0.0)
     peep = "w_i_diag" in w
+    i_, j_, f_, o_ = (slice(k * units, (k + 1) * units) for k in range(4))
     for t in range(steps):
-        z = xw[:, t] + h @ recurrent
-        if lstm:
-            # i = input_gate, j = new_input, f = forget_gate, o = output_gate
-            i, j, f, o = np.split(z, 4, axis=1)
-            ig = _sigmoid(i + w["w_i_diag"] * c if peep else i)
-            fg = _sigmoid(f + fb + w["w_f_diag"] * c if peep else f + fb)
-            jg = act(j)
-            c_new = fg * c + ig * jg
+        z = pre[t, :, : blocks * units]
+        np.matmul(h, recurrent, out=z)
+        z += xw[t]
+        a = post[t]
+        if lstm and not peep and activation == "tanh":
+            # i = input_gate, j = new_input, f = forget_gate, o = output_gate; sigmoid(v) = (tanh(v / 2) + 1) / 2
+            np.multiply(z, f32(0.5), out=a)
+            a[:, f_] += f32(0.5) * fb
+            np.tanh(a, out=a)
+            a *= f32(0.5)
+            a += f32(0.5)
+            np.tanh(z[:, j_], out=a[:, j_])
+            c_new = a[:, f_] * c
+            c_new += a[:, i_] * a[:, j_]
+            if cell_clip is not None:
+                np.clip(c_new, -cell_clip, cell_clip, out=c_new)
+            h_new = np.tanh(c_new)
+            h_new *= a[:, o_]
+        elif lstm:
+            i, j, f, o = z[:, i_], z[:, j_], z[:, f_], z[:, o_]
+            a[:, i_] = _sigmoid(i + w["w_i_diag"] * c if peep else i)
+            a[:, f_] = _sigmoid(f + fb + w["w_f_diag"] * c if peep else f + fb)
+            a[:, j_] = act(j)
+            c_new = a[:, f_] * c + a[:, i_] * a[:, j_]
             if cell_clip is not None:
                 c_new = np.clip(c_new, -cell_clip, cell_clip)
-            og = _sigmoid(o + w["w_o_diag"] * c_new if peep else o)
-            h_new = og * act(c_new)
-            if "projection" in w:
-                h_new = h_new @ w["projection"]
-                if proj_clip is not None:
-                    h_new = np.clip(h_new, -proj_clip, proj_clip)
-            pre[:, t] = z.reshape(n, 4, units)
-            post[:, t, 0], post[:, t, 1], post[:, t, 2], post[:, t, 3] = ig, jg, fg, og
+            a[:, o_] = _sigmoid(o + w["w_o_diag"] * c_new if peep else o)
+            h_new = a[:, o_] * act(c_new)
         elif kind == "GRUCell":
             # r = reset gate, u = update gate (sigmoid before the split), c = candidate
-            s = _sigmoid(z)
-            r, u = s[:, :units], s[:, units:]
-            zc = xc[:, t] + (r * h) @ cand_k[d:]
-            cand = act(zc)
-            h_new = u * h + (1 - u) * cand
-            pre[:, t, :2] = z.reshape(n, 2, units)
-            pre[:, t, 2] = zc
-            post[:, t, 0], post[:, t, 1], post[:, t, 2] = r, u, cand
+            a[:, : 2 * units] = _sigmoid(z)
+            r, u = a[:, :units], a[:, units : 2 * units]
+            zc = pre[t, :, 2 * units :]
+            np.matmul(r * h, cand_k[d:], out=zc)
+            zc += xc[t]
+            a[:, 2 * units :] = act(zc)
+            h_new = u * h + (1 - u) * a[:, 2 * units :]
         elif kind == "BasicRNNCell":
-            h_new = act(z)
-            pre[:, t, 0], post[:, t, 0] = z, h_new
+            a[:] = act(z)
+            h_new = a.copy()
         else:
             raise GraphPatternError(f"unknown cell kind {kind!r}")
+        if lstm and "projection" in w:
+            h_new = h_new @ w["projection"]
+            if proj_clip is not None:
+                h_new = np.clip(h_new, -proj_clip, proj_clip)
         if alive is None:
-            h, out = h_new, h_new
+            h, outputs[t] = h_new, h_new
             if lstm:
                 c = c_new
         else:
             keep = alive[:, t : t + 1]
-            h, out = np.where(keep, h_new, h), np.where(keep, h_new, f32(0))
+            h = np.where(keep, h_new, h)
+            np.multiply(h_new, keep, out=outputs[t])
             if lstm:
                 c = np.where(keep, c_new, c)
-        states["h"][:, t], outputs[:, t] = h, out
+        states["h"][t] = h
         if lstm:
-            states["c"][:, t] = c
+            states["c"][t] = c
     final = {"h": h, **({"c": c} if lstm else {})}
-    return Replayed(pre, post, states, outputs, final)
+    batch_major = lambda a: np.swapaxes(a, 0, 1)  # noqa: E731
+    return Replayed(
+        batch_major(pre.reshape(steps, n, gates, units)),
+        batch_major(post.reshape(steps, n, gates, units)),
+        {k: batch_major(v) for k, v in states.items()},
+        batch_major(outputs),
+        final,
+    )
 
 
 def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[str, np.ndarray]) -> None:
