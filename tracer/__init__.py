@@ -8,7 +8,8 @@
 
 Modules: `graph` (the walker), `cells` (one spec per cell type), `fetch` (the one-run
 fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `model`
-(loading), `feeds`, `inputs`, `safety`, `select`, `recording` (the main job), `cli`, `demo`.
+(loading), `loops` and `replay` (cells inside while loops), `feeds`, `inputs`, `safety`, `select`,
+`recording` (the main job), `cli`, `demo`.
 """
 
 from importlib import import_module
