@@ -24,6 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from recorders.errors import GraphPatternError, ReplayMismatchError
+from tracer.reference import ACTIVATIONS
 
 __all__ = ["Replayed", "replay", "check", "TOLERANCE"]
 
@@ -34,17 +35,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return (0.5 * np.tanh(0.5 * x) + 0.5).astype(x.dtype, copy=False)  # = 1 / (1 + exp(-x)), without overflow
 
 
-_ACT = {
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
-    "relu": lambda x: np.maximum(x, 0),
-    "relu6": lambda x: np.clip(x, 0, 6),
-    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-    "selu": lambda x: np.float32(1.0507009873554805) * np.where(x > 0, x, np.float32(1.6732632423543772) * np.expm1(np.minimum(x, 0))),
-    "softsign": lambda x: x / (1 + np.abs(x)),
-    "softplus": lambda x: np.logaddexp(np.float32(0), x),
-    "linear": lambda x: x,
-}
+# The reference's activations keep float32 (numpy treats Python scalars as weak), except its
+# sigmoid, which overflows in float32: the tanh form above does not.
+_ACT = {**ACTIVATIONS, "sigmoid": _sigmoid}
 
 
 @dataclass
