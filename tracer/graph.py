@@ -554,6 +554,14 @@ def _input_position(
     return None
 
 
+def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None) -> tuple[int, int, int]:
+    """(units, input size, output size) from the main kernel's and the projection's shapes."""
+    rows, columns = kernel.shape.as_list()
+    units = columns // spec.weights[0].blocks
+    output_size = units if projection is None else projection.shape.as_list()[1]
+    return units, rows - output_size, output_size
+
+
 def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
     first = apps[0]
     for app in apps[1:]:
@@ -563,12 +571,7 @@ def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
                 f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
                 f"{app.activation_name}); expected one cell class applied at every step"
             )
-    kernel_shape = first.weights["kernel"].shape.as_list()
-    blocks = first.spec.weights[0].blocks
-    units = kernel_shape[1] // blocks
-    output_size = units
-    if "projection" in first.weights:
-        output_size = first.weights["projection"].shape.as_list()[1]
+    units, input_size, output_size = _sizes(first.spec, first.weights["kernel"], first.weights.get("projection"))
     steps = [
         Step(
             position=pos,
@@ -587,7 +590,7 @@ def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
         name=name,
         spec=first.spec,
         units=units,
-        input_size=kernel_shape[0] - output_size,
+        input_size=input_size,
         output_size=output_size,
         activation=first.activation_name,
         forget_bias=first.forget_bias,

@@ -24,6 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from recorders.errors import GraphPatternError, ReplayMismatchError
+from tracer.cells import spec_for
 from tracer.reference import ACTIVATIONS
 
 __all__ = ["Replayed", "replay", "check", "TOLERANCE"]
@@ -76,8 +77,8 @@ def replay(
     n, steps, d = x.shape
     act = _ACT[activation]
     kernel, bias = w["kernel"], w["bias"]
-    lstm = kind in ("BasicLSTMCell", "LSTMCell")
-    blocks = 4 if lstm else 2 if kind == "GRUCell" else 1
+    spec = spec_for(kind)
+    lstm, blocks, gates = spec.is_lstm, spec.weights[0].blocks, len(spec.gates)
     units = kernel.shape[1] // blocks
     width = w["projection"].shape[1] if "projection" in w else units
     if kernel.shape[0] != d + width:
@@ -87,7 +88,6 @@ def replay(
     c = np.asarray(init.get("c", np.zeros((n, units))), dtype=f32).copy()
     alive = None if lengths is None else np.arange(steps)[None, :] < np.asarray(lengths).reshape(-1, 1)  # [n, steps]
 
-    gates = 4 if lstm else 3 if kind == "GRUCell" else 1
     # Time-major buffers, so that each step writes contiguous rows; returned as [examples, steps, ...] views.
     pre = np.empty((steps, n, gates * units), f32)
     post = np.empty_like(pre)
@@ -143,11 +143,9 @@ def replay(
             zc += xc[t]
             a[:, 2 * units :] = act(zc)
             h_new = u * h + (1 - u) * a[:, 2 * units :]
-        elif kind == "BasicRNNCell":
+        else:  # BasicRNNCell
             a[:] = act(z)
             h_new = a.copy()
-        else:
-            raise GraphPatternError(f"unknown cell kind {kind!r}")
         if lstm and "projection" in w:
             h_new = h_new @ w["projection"]
             if proj_clip is not None:
