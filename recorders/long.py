@@ -67,8 +67,9 @@ def _long_columns(
 ) -> dict[str, np.ndarray]:
     """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out).
 
-    With `lengths` (one per example), rows at or past an example's length are dropped.
-    `keys` builds the key columns (`key_columns`, or a `KeyCache`).
+    With `lengths` (one per example), rows at or past an example's length are dropped;
+    `lengths` may instead be a boolean [examples, steps] mask of the rows to keep (the
+    steps a Keras mask let run). `keys` builds the key columns (`key_columns`, or a `KeyCache`).
     """
     units = next(v.shape[2] for v in values.values() if v is not None)
     columns = dict(keys(examples, steps, units))
@@ -76,7 +77,8 @@ def _long_columns(
         if v is not None:
             columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
     if lengths is not None:
-        valid = np.asarray(steps)[None, :] < np.asarray(lengths)[:, None]  # [examples, steps]
+        lengths = np.asarray(lengths)
+        valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]  # [examples, steps]
         if not valid.all():
             keep = np.repeat(valid.reshape(-1), units)
             columns = {k: c[keep] for k, c in columns.items()}

@@ -1,9 +1,9 @@
 """One spec per RNN cell type: gate labels and order, where the nonlinearity sits, weight layout.
 
-A spec describes what TensorFlow's `tf.compat.v1.nn.rnn_cell` classes build, so that the
-graph walker (`tracer.graph`), the weight slicer (`tracer.weights`) and the numpy
-reference (`tracer.reference`) all read the layout from one place. It holds no
-TensorFlow objects.
+A spec describes what TensorFlow's `tf.compat.v1.nn.rnn_cell` classes build (and Keras'
+`LSTM`, `GRU` and `SimpleRNN` layers compute), so that the graph walker (`tracer.graph`),
+the weight slicer (`tracer.weights`), the replay and the numpy reference all read the
+layout from one place. It holds no TensorFlow objects.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ __all__ = [
     "LSTM",
     "GRU",
     "BASIC_RNN",
+    "KERAS_LSTM",
+    "KERAS_GRU",
+    "KERAS_SIMPLE_RNN",
     "SPECS",
     "spec_for",
 ]
@@ -107,7 +110,34 @@ BASIC_RNN = CellSpec(
     kernel_suffix="/kernel",
 )
 
-SPECS: dict[str, CellSpec] = {s.kind: s for s in (BASIC_LSTM, LSTM, GRU, BASIC_RNN)}
+# Keras layers (tf-keras and Keras 3), named by their layer class. Their kernel and recurrent
+# kernel are stacked into one `kernel` (input rows first) when read (tracer.keras_layers).
+# Keras LSTM blocks are i, f, c, o: c is our j (new input), recorded in Keras' order.
+KERAS_LSTM = replace(
+    BASIC_LSTM,
+    kind="LSTM",
+    gates=("i", "f", "j", "o"),
+    gate_names=("input gate", "forget gate", "new input", "output gate"),
+    kernel_suffix="/kernel",
+)
+
+# Keras GRU blocks are z, r, h: z is our u (update gate), h our c (candidate). With
+# reset_after (the default) the recurrent bias is separate: `recurrent_bias`.
+KERAS_GRU = CellSpec(
+    kind="GRU",
+    gates=("u", "r", "c"),
+    gate_names=("update gate", "reset gate", "candidate"),
+    sigmoid_before_split=False,
+    states=("h",),
+    weights=tuple(GateWeights("kernel", "bias", k, 3) for k in range(3)),
+    kernel_suffix="/kernel",
+)
+
+KERAS_SIMPLE_RNN = replace(BASIC_RNN, kind="SimpleRNN")
+
+SPECS: dict[str, CellSpec] = {
+    s.kind: s for s in (BASIC_LSTM, LSTM, GRU, BASIC_RNN, KERAS_LSTM, KERAS_GRU, KERAS_SIMPLE_RNN)
+}
 
 
 def spec_for(kind: str) -> CellSpec:

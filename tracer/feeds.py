@@ -90,14 +90,15 @@ def _placeholder(graph: tf.Graph, name: str) -> tf.Tensor:
     return tensor
 
 
-def _convert(name: str, tensor: tf.Tensor, value: Any) -> Any:
-    """Check `value` against the placeholder; arrays stay on disk (cast batch by batch in `batches`)."""
+def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placeholder") -> Any:
+    """Check `value` against the placeholder (or Keras input: `what`); arrays stay on disk
+    (cast batch by batch in `batches`)."""
     on_disk = hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) > 0
     array = value if on_disk else np.asarray(value)
     want = tensor.dtype.as_numpy_dtype
     if array.dtype != want and not np.can_cast(array.dtype, want, casting="same_kind"):
         raise FeedError(
-            f"feed {name}: placeholder {tensor.name} expects {tensor.dtype.name}, given {array.dtype}; "
+            f"feed {name}: {what} {tensor.name} expects {tensor.dtype.name}, given {array.dtype}; "
             f"convert the array to {tensor.dtype.name}"
         )
     # The first dimension counts sequences and is fed in batches, so a placeholder with a
@@ -107,7 +108,7 @@ def _convert(name: str, tensor: tf.Tensor, value: Any) -> Any:
         shape = tf.TensorShape([None]).concatenate(shape[1:])
     if not shape.is_compatible_with(array.shape):
         raise FeedError(
-            f"feed {name}: placeholder {tensor.name} expects shape {_shape(tensor.shape)}, "
+            f"feed {name}: {what} {tensor.name} expects shape {_shape(tensor.shape)}, "
             f"given {list(array.shape)}"
         )
     return array if on_disk or array.dtype == want else array.astype(want)
@@ -135,7 +136,7 @@ def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[t
     feed_dict = {}
     for name, value in feeds.items():
         tensor = _placeholder(graph, name)
-        feed_dict[tensor] = _convert(name, tensor, value)
+        feed_dict[tensor] = convert_feed(name, tensor, value)
     missing = _unfed_placeholders(fetches, {t.name for t in feed_dict})
     if missing:
         op = missing[0]

@@ -24,7 +24,7 @@ from tracer._tf import tf, v1
 from tracer.graph import Cell
 from tracer.replay import Replayed, check, replay
 
-__all__ = ["FetchPlan", "CellTrace", "Trace"]
+__all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
 
 
 @dataclass
@@ -240,24 +240,28 @@ class FetchPlan:
         )
 
     def assemble(self, values: Sequence[np.ndarray], examples: np.ndarray | None = None) -> Trace:
-        """Build a Trace from the fetched values, in the order of `self.tensors`.
+        """Build a Trace from the fetched values, in the order of `self.tensors`."""
+        return assemble(self, values, examples)
 
-        `preactivation` and `activation` are [examples, steps, gates, units] views of
-        gate-major storage, in which each gate's [examples, steps, units] block is
-        contiguous.
-        """
-        cells = {}
-        batch = 0
-        for k, cell in enumerate(self.cells):
-            gates = range(len(cell.gates))
-            pre = np.stack([self.gate(values, k, g, "preactivation") for g in gates])
-            act = np.stack([self.gate(values, k, g, "activation") for g in gates])
-            states = {s: self.state(values, k, s) for s in cell.spec.states}
-            cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, self.steps(values, k))
-            batch = pre.shape[1]
-        if examples is None:
-            examples = np.arange(batch, dtype=np.int64)
-        return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) -> Trace:
+    """A Trace from what `plan.fetch` returned (a FetchPlan's or a Keras plan's).
+
+    `preactivation` and `activation` are [examples, steps, gates, units] views of
+    gate-major storage, in which each gate's [examples, steps, units] block is contiguous.
+    """
+    cells = {}
+    batch = 0
+    for k, cell in enumerate(plan.cells):
+        gates = range(len(cell.gates))
+        pre = np.stack([plan.gate(values, k, g, "preactivation") for g in gates])
+        act = np.stack([plan.gate(values, k, g, "activation") for g in gates])
+        states = {s: plan.state(values, k, s) for s in cell.spec.states}
+        cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k))
+        batch = pre.shape[1]
+    if examples is None:
+        examples = np.arange(batch, dtype=np.int64)
+    return Trace(cells, np.asarray(examples, dtype=np.int64))
 
 
 def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:

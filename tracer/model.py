@@ -1,12 +1,13 @@
-"""Loading a model: a TF1 checkpoint, a SavedModel, a frozen GraphDef, or a live session.
+"""Loading a model: a TF1 checkpoint, a SavedModel, a frozen GraphDef, a Keras file, or a live session.
 
 `load_model(path)` returns a `Model`: a graph with its weights in a session, ready for
 `find_cells` and `Session.run`. The format is told from what is on disk:
 
-    P with P.meta beside it (or P.meta itself)   checkpoint: import meta graph, restore
-    a directory holding a `checkpoint` file      its latest checkpoint
-    a directory holding saved_model.pb           SavedModel, TF1 loader, tag `serve`
-    a file ending in .pb                         frozen GraphDef: weights are Consts
+    P with P.meta beside it (or P.meta itself)     checkpoint: import meta graph, restore
+    a directory holding a `checkpoint` file        its latest checkpoint
+    a directory holding saved_model.pb             SavedModel, TF1 loader, tag `serve`
+    a file ending in .pb                           frozen GraphDef: weights are Consts
+    .keras, .h5, a folder with keras_metadata.pb   Keras: a `tracer.keras_layers.KerasModel`
 
 Nothing in the graph runs before `tracer.safety` has checked it: the ops that restoring
 variables (and a SavedModel's init op) would execute must all be on the allowlist,
@@ -21,13 +22,14 @@ from pathlib import Path
 
 from recorders.errors import ModelFormatError, UnsafeGraphError
 from tracer._tf import tf, v1
+from tracer.keras_layers import KerasModel, is_keras_file, load_keras
 from tracer.safety import RESTORE_OPS, check
 
 __all__ = ["Model", "load_model", "from_session", "FORMATS"]
 
 FORMATS = (
     "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
-    "a SavedModel directory (saved_model.pb), or a frozen GraphDef .pb"
+    "a SavedModel directory (saved_model.pb), a frozen GraphDef .pb, or a Keras .keras/.h5 file"
 )
 
 
@@ -218,13 +220,19 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
     return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
 
 
-def load_model(path: str | os.PathLike, tag: str = "serve", *, restore: bool = True, allow_unsafe_ops: bool = False) -> Model:
+def load_model(
+    path: str | os.PathLike, tag: str = "serve", *, restore: bool = True, allow_unsafe_ops: bool = False
+) -> Model | KerasModel:
     """Load the model at `path` (see the module docstring for the formats and the checks).
 
-    `restore=False` loads the graph only, running nothing (enough to find cells).
+    `restore=False` loads the graph only, running nothing (enough to find cells). A Keras
+    file (`.keras`, `.h5`, a SavedModel folder with keras_metadata.pb) gives a
+    `tracer.keras_layers.KerasModel` instead.
     """
     source = str(path)
     p = Path(path)
+    if is_keras_file(p):
+        return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
         return _load_saved_model(p, tag, source, restore, allow_unsafe_ops)
     prefix = _checkpoint_prefix(p)

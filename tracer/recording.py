@@ -20,42 +20,59 @@ import numpy as np
 from recorders import RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, Interrupted, RecordingError, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds
-from tracer.fetch import FetchPlan, Trace
+from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.graph import Cell, find_cells
+from tracer.keras_layers import KerasModel, KerasPlan, find_layers, is_keras, resolve_inputs, wrap
 from tracer._tf import tf
 from tracer.model import Model
 from tracer.safety import check_model
 from tracer.select import Selection
 from tracer.weights import read_weights, weights_columns
 
-__all__ = ["trace", "record", "describe", "DEFAULT_BATCH_SIZE"]
+__all__ = ["trace", "record", "describe", "find_all", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256
 
 
-def _prepare(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None, selection: Selection | None = None):
-    cells = list(cells) if cells is not None else find_cells(model.graph, model.source)
+def _as_model(model: Any) -> Model | KerasModel:
+    """A Model or KerasModel; a live Keras model object is wrapped."""
+    return wrap(model) if is_keras(model) else model
+
+
+def find_all(model: Model | KerasModel) -> list:
+    """Every RNN cell of a graph (`tracer.graph.find_cells`) or Keras model (`tracer.keras_layers.find_layers`)."""
+    return find_layers(model) if isinstance(model, KerasModel) else find_cells(model.graph, model.source)
+
+
+def _prepare(model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None, selection: Selection | None = None):
+    """The cells, the plan, the checked feeds, and the function that runs one batch."""
+    cells = list(cells) if cells is not None else find_all(model)
+    steps = selection.steps if selection is not None else (None, None)
+    if isinstance(model, KerasModel):
+        plan = KerasPlan(model, cells, steps=steps)
+        return cells, plan, resolve_inputs(model, feeds), plan.fetch
     names = {c.name for c in cells}
     below = any(c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells)
     found = find_cells(model.graph, model.source) if below else cells  # the layers a selected stacked layer reads
-    steps = selection.steps if selection is not None else (None, None)
     plan = FetchPlan(model.graph, cells, context=found, steps=steps)
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
-    return cells, plan, feed_dict
+    return cells, plan, feed_dict, partial(plan.fetch, model.session)
 
 
-def trace(model: Model, feeds: Mapping[str, Any], cells: Sequence[Cell] | None = None) -> Trace:
+def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | None = None) -> Trace:
     """Every gate, activation and state of `cells` (default: all found) for one batch.
 
-    feeds maps placeholder names (with or without `:0`) to arrays or scalars.
+    For a graph, feeds maps placeholder names (with or without `:0`) to arrays or
+    scalars. For a Keras model (a file loaded with `load_model`, or the model object
+    itself), feeds is the input array, a list of them, or a mapping by input name.
     """
-    _, plan, feed_dict = _prepare(model, feeds, cells)
-    return plan.run(model.session, feed_dict)
+    _, plan, feed_dict, run = _prepare(_as_model(model), feeds, cells)
+    return assemble(plan, run(feed_dict))
 
 
-def describe(model: Model, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+def describe(model: Model | KerasModel, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
     """The recording's description: source model, cells, feeds, gatetrace version."""
     return {
         "gatetrace_version": __version__,
@@ -66,8 +83,8 @@ def describe(model: Model, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequ
 
 
 def record(
-    model: Model,
-    feeds: Mapping[str, Any],
+    model: Model | KerasModel | Any,
+    feeds: Any,
     out: str | os.PathLike,
     *,
     overwrite: bool = False,
@@ -82,8 +99,10 @@ def record(
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
-    Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes);
-    all gates of all cells at all steps of a batch come from one `Session.run`. Each
+    `model` is a graph (`load_model`) or a Keras model (a file loaded with `load_model`, or
+    the model object itself; feeds as for `trace`). Sequences are fed `batch_size` at a
+    time (or in the batch size a placeholder fixes); all gates of all cells at all steps
+    of a batch come from one `Session.run` (one call of a Keras model). Each
     batch is encoded on worker threads while the next one runs, and marked complete in
     the folder's progress file once its files are in place. `resume` continues a
     recording that was killed or interrupted; `shard` records one of N disjoint parts
@@ -94,9 +113,10 @@ def record(
     the summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
+    model = _as_model(model)
     if cells is None:
-        cells = find_cells(model.graph, model.source)
-    cells, plan, feed_dict = _prepare(model, feeds, selection.apply(cells), selection)
+        cells = find_all(model)
+    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection)
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
     examples = None
@@ -110,7 +130,8 @@ def record(
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:
-        writer.write_weights(weights_columns(cells, read_weights(model.session, cells)))
+        values = {c.name: c.weights for c in cells} if isinstance(model, KerasModel) else read_weights(model.session, cells)
+        writer.write_weights(weights_columns(cells, values))
         todo = writer.remaining()
         if examples is not None and examples[0] == examples[1]:
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
@@ -127,7 +148,7 @@ def record(
 
             for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
                 try:
-                    values = plan.fetch(model.session, batch)  # runs while the last batch is being written
+                    values = run(batch)  # runs while the last batch is being written
                 except (MemoryError, tf.errors.ResourceExhaustedError) as err:
                     if in_flight:
                         commit()  # the batch before is complete: keep it
@@ -161,7 +182,7 @@ def _too_large(batch: Mapping, err: Exception, done: int) -> RecordingError:
     )
 
 
-def _write_batch(writer: RecordingWriter, plan: FetchPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
+def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
     """Hand one fetched batch to the writer: every selected gate and every state of every cell.
 
     The value arrays are cut out of the fetched tensors by the writer's threads (each

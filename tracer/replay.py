@@ -11,9 +11,19 @@ steps in one matrix product, exactly as the `tf.compat.v1.nn.rnn_cell` classes c
            c = act([x, r * h_prev] @ candidate_kernel + candidate_bias)
     RNN    h = act([x, h_prev] @ kernel + bias)
 
-Past an example's length, as `dynamic_rnn` does, the state is carried through and the
-output is zero. `check` compares the replay's outputs and final state with the graph's
-own and raises `ReplayMismatchError` beyond 1e-4.
+and as Keras' `LSTM`, `GRU` and `SimpleRNN` layers compute (`tracer.keras_layers` stacks
+their kernel on their recurrent kernel, so that `kernel` is [x, h_prev] @ kernel here too):
+
+    LSTM       i, f, j, o = split([x, h_prev] @ kernel + bias, 4)   (Keras' i, f, c, o)
+    GRU        u, r = gate_act(split([x, h_prev] @ kernel[:, :2u] + bias, 2))   (Keras' z, r)
+               c = act(x @ W_c + b_c + r * (h_prev @ U_c + recurrent_bias_c))   reset_after
+               c = act(x @ W_c + b_c + (r * h_prev) @ U_c)                     otherwise
+    SimpleRNN  h = act([x, h_prev] @ kernel + bias)
+
+Past an example's length (or where a Keras mask is False), the state is carried through
+and the output is zero (`dynamic_rnn`) or the previous output (Keras). `check` compares
+the replay's outputs and final state with the model's own and raises
+`ReplayMismatchError` beyond 1e-4.
 """
 
 from __future__ import annotations
@@ -65,17 +75,26 @@ def replay(
     initial: Mapping[str, np.ndarray] | None = None,
     lengths: np.ndarray | None = None,
     *,
+    mask: np.ndarray | None = None,
+    carry_outputs: bool = False,
     forget_bias: float | None = None,
     activation: str = "tanh",
+    recurrent_activation: str = "sigmoid",
     cell_clip: float | None = None,
     proj_clip: float | None = None,
 ) -> Replayed:
-    """Run cell `kind` over `inputs` [examples, steps, features] (see the module docstring)."""
+    """Run cell `kind` over `inputs` [examples, steps, features] (see the module docstring).
+
+    A step is skipped where `mask` [examples, steps] is False (or at and past `lengths`):
+    the state is carried through and the output is zero, or with `carry_outputs` the
+    previous output (Keras' default). `activation` and `recurrent_activation` (the gates'
+    nonlinearity) name entries of `ACTIVATIONS`, or are callables.
+    """
     f32 = np.float32
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
     x = np.asarray(inputs, dtype=f32)
     n, steps, d = x.shape
-    act = _ACT[activation]
+    act, gate_act = _activation(activation), _activation(recurrent_activation)
     kernel, bias = w["kernel"], w["bias"]
     spec = spec_for(kind)
     lstm, blocks, gates = spec.is_lstm, spec.weights[0].blocks, len(spec.gates)
@@ -86,7 +105,7 @@ def replay(
     init = dict(initial or {})
     h = np.asarray(init.get("h", np.zeros((n, width))), dtype=f32).copy()
     c = np.asarray(init.get("c", np.zeros((n, units))), dtype=f32).copy()
-    alive = None if lengths is None else np.arange(steps)[None, :] < np.asarray(lengths).reshape(-1, 1)  # [n, steps]
+    alive = _alive(mask, lengths, n, steps)  # [n, steps] or None
 
     # Time-major buffers, so that each step writes contiguous rows; returned as [examples, steps, ...] views.
     pre = np.empty((steps, n, gates * units), f32)
@@ -102,16 +121,26 @@ def replay(
     if kind == "GRUCell":
         cand_k = w["candidate_kernel"]
         xc = (xt @ cand_k[:d] + w["candidate_bias"]).reshape(steps, n, units)
+    if kind == "GRU":
+        # Keras GRU, blocks u (Keras z), r, c (Keras h). reset_after: a recurrent bias of its own,
+        # and r multiplies the recurrent part of c after the product (before it with reset_after=False).
+        recurrent_bias = w.get("recurrent_bias")
+        if recurrent_bias is not None:
+            xw[:, :, : 2 * units] += recurrent_bias[: 2 * units]
     fb = f32(forget_bias or 0.0)
     peep = "w_i_diag" in w
-    i_, j_, f_, o_ = (slice(k * units, (k + 1) * units) for k in range(4))
+    # The LSTM gates' column blocks, in the spec's order (i, j, f, o for TensorFlow, i, f, j, o for Keras).
+    i_, j_, f_, o_ = (slice(k * units, (k + 1) * units) for k in (spec.gates.index(g) for g in "ijfo")) if lstm else [None] * 4
+    fast = lstm and not peep and activation == "tanh" and recurrent_activation == "sigmoid"
+    out_prev = np.zeros((n, width), f32)
+    cols = 2 * units if kind == "GRU" else blocks * units  # the columns [x, h_prev] @ kernel gives per step
     for t in range(steps):
-        z = pre[t, :, : blocks * units]
-        np.matmul(h, recurrent, out=z)
-        z += xw[t]
+        z = pre[t, :, :cols]
+        np.matmul(h, recurrent[:, :cols], out=z)
+        z += xw[t, :, :cols]
         a = post[t]
-        if lstm and not peep and activation == "tanh":
-            # i = input_gate, j = new_input, f = forget_gate, o = output_gate; sigmoid(v) = (tanh(v / 2) + 1) / 2
+        if fast:
+            # sigmoid(v) = (tanh(v / 2) + 1) / 2, for the gates i, f, o; j = tanh
             np.multiply(z, f32(0.5), out=a)
             a[:, f_] += f32(0.5) * fb
             np.tanh(a, out=a)
@@ -126,24 +155,36 @@ def replay(
             h_new *= a[:, o_]
         elif lstm:
             i, j, f, o = z[:, i_], z[:, j_], z[:, f_], z[:, o_]
-            a[:, i_] = _sigmoid(i + w["w_i_diag"] * c if peep else i)
-            a[:, f_] = _sigmoid(f + fb + w["w_f_diag"] * c if peep else f + fb)
+            a[:, i_] = gate_act(i + w["w_i_diag"] * c if peep else i)
+            a[:, f_] = gate_act(f + fb + w["w_f_diag"] * c if peep else f + fb)
             a[:, j_] = act(j)
             c_new = a[:, f_] * c + a[:, i_] * a[:, j_]
             if cell_clip is not None:
                 c_new = np.clip(c_new, -cell_clip, cell_clip)
-            a[:, o_] = _sigmoid(o + w["w_o_diag"] * c_new if peep else o)
+            a[:, o_] = gate_act(o + w["w_o_diag"] * c_new if peep else o)
             h_new = a[:, o_] * act(c_new)
         elif kind == "GRUCell":
             # r = reset gate, u = update gate (sigmoid before the split), c = candidate
-            a[:, : 2 * units] = _sigmoid(z)
+            a[:, : 2 * units] = gate_act(z)
             r, u = a[:, :units], a[:, units : 2 * units]
             zc = pre[t, :, 2 * units :]
             np.matmul(r * h, cand_k[d:], out=zc)
             zc += xc[t]
             a[:, 2 * units :] = act(zc)
             h_new = u * h + (1 - u) * a[:, 2 * units :]
-        else:  # BasicRNNCell
+        elif kind == "GRU":
+            # u = update gate (Keras z), r = reset gate, c = candidate (Keras h)
+            a[:, : 2 * units] = gate_act(z)
+            u, r = a[:, :units], a[:, units : 2 * units]
+            zc = pre[t, :, 2 * units :]
+            if recurrent_bias is not None:
+                np.multiply(r, h @ recurrent[:, 2 * units :] + recurrent_bias[2 * units :], out=zc)
+            else:
+                np.matmul(r * h, recurrent[:, 2 * units :], out=zc)
+            zc += xw[t, :, 2 * units :]
+            a[:, 2 * units :] = act(zc)
+            h_new = u * h + (1 - u) * a[:, 2 * units :]
+        else:  # BasicRNNCell, SimpleRNN
             a[:] = act(z)
             h_new = a.copy()
         if lstm and "projection" in w:
@@ -157,7 +198,10 @@ def replay(
         else:
             keep = alive[:, t : t + 1]
             h = np.where(keep, h_new, h)
-            np.multiply(h_new, keep, out=outputs[t])
+            if carry_outputs:
+                out_prev = outputs[t] = np.where(keep, h_new, out_prev)
+            else:
+                np.multiply(h_new, keep, out=outputs[t])
             if lstm:
                 c = np.where(keep, c_new, c)
         states["h"][t] = h
@@ -174,10 +218,35 @@ def replay(
     )
 
 
+def _activation(name):
+    """A numpy activation by name (see `ACTIVATIONS`), or a callable as it is."""
+    if callable(name):
+        return name
+    try:
+        return _ACT[name]
+    except KeyError:
+        raise GraphPatternError(f"activation {name!r} is not replayed: expected one of {sorted(_ACT)}") from None
+
+
+def _alive(mask, lengths, n: int, steps: int) -> np.ndarray | None:
+    """[n, steps] booleans: the steps that run (None: all)."""
+    if mask is not None:
+        return np.asarray(mask, dtype=bool).reshape(n, steps)
+    if lengths is not None:
+        return np.arange(steps)[None, :] < np.asarray(lengths).reshape(-1, 1)
+    return None
+
+
 def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[str, np.ndarray]) -> None:
-    """Raise ReplayMismatchError unless the replay's outputs and final states match the graph's."""
+    """Raise ReplayMismatchError unless the replay's outputs and final states match the model's.
+
+    `outputs` is [examples, steps, width], or [examples, width]: the last step's output
+    only (a Keras layer without return_sequences).
+    """
     pairs = [(f"final {k}", got.final[k], v) for k, v in final.items()]
-    if outputs is not None:
+    if outputs is not None and np.ndim(outputs) == 2:
+        pairs.append(("last output", got.outputs[:, -1], outputs))
+    elif outputs is not None:
         pairs.append(("outputs", got.outputs, outputs))
     for what, mine, theirs in pairs:
         theirs = np.asarray(theirs)

@@ -25,12 +25,14 @@ _PEEPHOLES = {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
 @dataclass(frozen=True)
 class GateWeights:
     """One gate's weights. W: [input_size, units]; U: [recurrent_size, units]; b: [units];
-    peephole: [units] or None (LSTMCell with use_peepholes, gates i, f and o)."""
+    peephole: [units] or None (LSTMCell with use_peepholes, gates i, f and o);
+    recurrent_b: [units] or None (Keras GRU with reset_after: the bias of the recurrent part)."""
 
     W: np.ndarray
     U: np.ndarray
     b: np.ndarray
     peephole: np.ndarray | None = None
+    recurrent_b: np.ndarray | None = None
 
 
 def read_weights(session: v1.Session, cells: Sequence[Cell]) -> dict[str, dict[str, np.ndarray]]:
@@ -48,11 +50,13 @@ def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWei
         width = kernel.shape[1] // layout.blocks
         cols = slice(layout.block * width, (layout.block + 1) * width)
         peephole = values.get(_PEEPHOLES.get(gate, ""))
+        recurrent_b = values.get("recurrent_bias")
         out[gate] = GateWeights(
             W=kernel[: cell.input_size, cols],
             U=kernel[cell.input_size :, cols],
             b=bias[cols],
             peephole=peephole,
+            recurrent_b=None if recurrent_b is None else recurrent_b[cols],
         )
     return out
 
@@ -61,7 +65,8 @@ def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarra
     """The weights table: cell, gate, source, row, unit, value.
 
     source is `input` (row = input feature), `recurrent` (row = recurrent unit), `bias`,
-    `peephole` (row 0) or `projection` (gate is null, row = cell unit, unit = output unit).
+    `peephole` (row 0), `recurrent_bias` (row 0; Keras GRU with reset_after) or
+    `projection` (gate is null, row = cell unit, unit = output unit).
     """
     parts = []
     for cell in cells:
@@ -70,6 +75,8 @@ def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarra
             pieces = [("input", w.W), ("recurrent", w.U), ("bias", w.b)]
             if w.peephole is not None:
                 pieces.append(("peephole", w.peephole))
+            if w.recurrent_b is not None:
+                pieces.append(("recurrent_bias", w.recurrent_b))
             parts += [(cell.name, gate, source, m) for source, m in pieces]
         if "projection" in v:
             parts.append((cell.name, None, "projection", v["projection"]))
