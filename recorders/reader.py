@@ -123,12 +123,17 @@ class Recording:
         return self._frame("states", "state", cells, states, steps, examples, units, ("value",))
 
     def gate_array(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
-        """One gate as a float32 array [examples, steps, units] (NaN where no row was recorded)."""
-        return self._array(self.gate_frame([cell], [gate], steps, examples, columns=[column]), column, cell)
+        """One gate as a float32 array [examples, steps, units].
+
+        The example axis holds every recorded example (of `examples`) in order, including
+        those without a single row (length 0, fully masked); the step axis runs from the
+        first recorded step to the last. NaN where no row was recorded.
+        """
+        return self._array(self.gate_frame([cell], [gate], steps, examples, columns=[column]), column, examples)
 
     def state_array(self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
-        """One state as a float32 array [examples, steps, width]."""
-        return self._array(self.state_frame([cell], [state], steps, examples), "value", cell)
+        """One state as a float32 array [examples, steps, width] (axes as for `gate_array`)."""
+        return self._array(self.state_frame([cell], [state], steps, examples), "value", examples)
 
     def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
         """One gate as an (example, step) x unit frame."""
@@ -174,14 +179,22 @@ class Recording:
             df["cell"] = df["cell"].cat.rename_categories(lambda stored: self._names.get(stored, stored))
         return df
 
-    def _array(self, df: pd.DataFrame, column: str, cell: str) -> np.ndarray:
+    def _array(self, df: pd.DataFrame, column: str, examples: Range | None) -> np.ndarray:
         if df.empty:
             return np.zeros((0, 0, 0), np.float32)
-        ex, ex_idx = _sorted_unique(df["example"].to_numpy())
-        st, st_idx = _sorted_unique(df["step"].to_numpy())
+        ex = df["example"].to_numpy()
+        lo, hi = examples or (None, None)
+        ids = np.concatenate(
+            [np.arange(max(a, lo or a), min(b, b if hi is None else hi)) for a, b in self._examples.pairs()] or [np.zeros(0, np.int64)]
+        )
+        ex_idx = np.searchsorted(ids, ex)
+        if len(ids) == 0 or ex_idx.max() >= len(ids) or not np.array_equal(ids[ex_idx], ex):
+            ids, ex_idx = _sorted_unique(ex)  # rows outside the complete ranges: index the examples present
+        step = df["step"].to_numpy()
+        first = int(step.min())
         width = int(df["unit"].max()) + 1
-        out = np.full((len(ex), len(st), width), np.nan, np.float32)
-        out[ex_idx, st_idx, df["unit"].to_numpy()] = df[column].to_numpy()
+        out = np.full((len(ids), int(step.max()) - first + 1, width), np.nan, np.float32)
+        out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
 
 

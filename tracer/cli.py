@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 _MODEL_HELP = (
     "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file, "
-    "a SavedModel folder, or a frozen GraphDef .pb"
+    "a SavedModel folder, a frozen GraphDef .pb, or a Keras .keras/.h5 file (or tf-keras SavedModel folder)"
 )
 
 
@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=FILE.npy|NAME=VALUE",
-        help="feed a placeholder (repeatable); NAME with or without ':0'",
+        help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0': --feed x=inputs.npy",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
     c.add_argument(
@@ -176,10 +176,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _inspect(args) -> None:
     import tracer
+    from tracer.keras_layers import KerasModel
 
     from tracer.safety import RESTORE_OPS, unsafe_ops
 
-    with tracer.load_model(args.model, tag=args.tag, restore=False) as model:
+    model = tracer.load_model(args.model, tag=args.tag, restore=False)
+    if isinstance(model, KerasModel):
+        return _inspect_keras(args, model)
+    with model:
         cells = tracer.find_cells(model.graph, model.source)
         plan = tracer.FetchPlan(model.graph, cells)
         fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
@@ -213,6 +217,32 @@ def _inspect(args) -> None:
         print("record and weights refuse this model unless --allow-unsafe-ops")
     else:
         print("\nunsafe ops: none (loading and recording run only allowlisted ops)")
+
+
+def _inspect_keras(args, model) -> None:
+    from tracer.keras_layers import find_layers
+
+    cells = find_layers(model)
+    inputs = [{"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs]
+    if args.json:
+        print(json.dumps({"source": args.model, "format": model.format, "inputs": inputs, "cells": [c.describe() for c in cells]}))
+        return
+    print(f"{args.model} ({model.format}): {len(cells)} RNN layer{'s' if len(cells) != 1 else ''}")
+    rows = [("cell", "kind", "units", "input", "gates", "direction", "path")]
+    for c in cells:
+        rows.append((c.name, c.kind, str(c.units), str(c.input_size), ",".join(c.gates), "backward" if c.backward else "forward", c.path))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print()
+    for c in cells:
+        d = c.describe()
+        extras = [f"activation={c.activation}", f"recurrent_activation={c.recurrent_activation}"]
+        extras += [f"reset_after={c.reset_after}"] if c.reset_after is not None else []
+        extras += [k for k in ("return_sequences", "return_state", "stateful") if d[k]]
+        print(f"{c.name}: replayed, {', '.join(extras)}: {d['why']}")
+    listed = ", ".join(f"{i['name']} ({i['dtype']}, {i['shape']})" for i in inputs)
+    print(f"\ninputs: {listed}; record with --feed {inputs[0]['name']}=FILE.npy")
 
 
 def _split(text: str | None) -> tuple[str, ...]:
@@ -267,14 +297,19 @@ def _record(args) -> None:
 def _weights(args) -> None:
     import tracer
     from recorders import write_weights
-    from tracer.recording import describe
+    from tracer.keras_layers import KerasModel
+    from tracer.recording import describe, find_all
 
     from tracer.safety import check_model
 
     with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
-        cells = tracer.find_cells(model.graph, model.source)
-        check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
-        columns = tracer.weights_columns(cells, tracer.read_weights(model.session, cells))
+        cells = find_all(model)
+        if isinstance(model, KerasModel):
+            values = {c.name: c.weights for c in cells}
+        else:
+            check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
+            values = tracer.read_weights(model.session, cells)
+        columns = tracer.weights_columns(cells, values)
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
     print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
 
