@@ -319,6 +319,7 @@ def gatetrace(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("framework, name", FILES)
 def test_cli_records_a_keras_file(framework, name, tmp_path):
     """`gatetrace record model.keras --feed x=FILE.npy` equals the library's trace of the in-memory model."""
@@ -344,6 +345,7 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
             np.testing.assert_allclose(rec.gate_array(ct.cell.name, g, "preactivation")[valid], ct.preactivation[:, :, k][valid], atol=1e-5)
 
 
+@pytest.mark.e2e
 def test_cli_refuses_a_keras_file_that_would_run_stored_code(tmp_path):
     keras = keras_module("keras3")
     x = keras.Input((T, FEATURES), name="x")

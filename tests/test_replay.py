@@ -36,8 +36,9 @@ def widths(config) -> tuple[int, int]:
     return (cell.state_size.c if isinstance(cell.state_size, R.LSTMStateTuple) else size), size
 
 
-def dynamic_body(config, lengths: bool = True, initial: bool = True):
-    """dynamic_rnn of the config's cell, with a `len` placeholder and a fed initial state (`c0`, `h0`)."""
+def dynamic_body(config, lengths: bool = True, initial: bool = True, time_major: bool = False):
+    """dynamic_rnn of the config's cell, with a `len` placeholder and a fed initial state (`c0`, `h0`);
+    `time_major` feeds it the inputs transposed to [steps, batch, features]."""
 
     def body(x):
         cell = config.make()
@@ -47,7 +48,9 @@ def dynamic_body(config, lengths: bool = True, initial: bool = True):
             h0 = v1.placeholder(tf.float32, [None, width], name="h0")
             state = R.LSTMStateTuple(v1.placeholder(tf.float32, [None, units], name="c0"), h0) if config.kind.endswith("LSTMCell") else h0
         seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
-        out, final = v1.nn.dynamic_rnn(cell, x, sequence_length=seq, initial_state=state, dtype=tf.float32)
+        if time_major:
+            x = tf.transpose(x, [1, 0, 2])
+        out, final = v1.nn.dynamic_rnn(cell, x, sequence_length=seq, initial_state=state, dtype=tf.float32, time_major=time_major)
         return [out, *tf.nest.flatten(final)]
 
     return body
@@ -133,6 +136,28 @@ def test_dynamic_rnn_recording_equals_numpy(cf, name, fmt, tmp_path):
         for b, n in enumerate(LENGTHS):
             np.testing.assert_allclose(got[b, :n], ref["states"][s][b, :n], atol=1e-5)
             assert np.isnan(got[b, n:]).all()
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+@pytest.mark.parametrize("name", ["LSTMCell-peepholes-proj-clip", "GRUCell"])
+def test_time_major_dynamic_rnn(cf, name):
+    """dynamic_rnn(time_major=True): the loop reads the inputs as given; the trace is still
+    [examples, steps, ...] by input position and equals the reference within each length."""
+    config = CONFIGS[name]
+    with control_flow(cf):
+        built = build(dynamic_body(config, time_major=True))
+    (weights,) = built.weights.values()
+    x = np.random.RandomState(7).randn(6, 5, 4).astype(np.float32)
+    f = feeds(config, x)
+    trace = tracer.trace(tracer.from_session(built.session), f)
+    (ct,) = trace
+    assert ct.cell.path == "replay" and list(ct.steps) == [0, 1, 2, 3, 4]
+    ref = expected(config, weights, f)
+    for b, n in enumerate(LENGTHS):
+        np.testing.assert_allclose(ct.preactivation[b, :n], ref["preactivation"][b, :n], atol=1e-5)
+        np.testing.assert_allclose(ct.activation[b, :n], ref["activation"][b, :n], atol=1e-5)
+        for s in ct.cell.spec.states:
+            np.testing.assert_allclose(ct.states[s][b, :n], ref["states"][s][b, :n], atol=1e-5)
 
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])

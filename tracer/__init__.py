@@ -8,8 +8,9 @@
 
 Modules: `graph` (the walker), `cells` (one spec per cell type), `fetch` (the one-run
 fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `model`
-(loading), `loops` and `replay` (cells inside while loops), `feeds`, `inputs`, `safety`, `select`,
-`recording` (the main job), `cli`, `demo`.
+(loading), `loops` and `replay` (cells inside while loops), `keras_layers` (Keras LSTM, GRU
+and SimpleRNN layers), `feeds`, `inputs`, `safety`, `select`, `recording` (the main job),
+`cli`, `demo`.
 """
 
 from importlib import import_module
@@ -35,6 +36,12 @@ _LAZY = {
     "Trace": "tracer.fetch",
     "CellTrace": "tracer.fetch",
     "trace": "tracer.recording",
+    "find_all": "tracer.recording",
+    "KerasModel": "tracer.keras_layers",
+    "KerasCell": "tracer.keras_layers",
+    "KerasPlan": "tracer.keras_layers",
+    "find_layers": "tracer.keras_layers",
+    "load_keras": "tracer.keras_layers",
     "Selection": "tracer.select",
     "record": "tracer.recording",
     "run_cell": "tracer.reference",
@@ -74,6 +81,12 @@ __all__ = [
     "Trace",
     "CellTrace",
     "trace",
+    "find_all",
+    "KerasModel",
+    "KerasCell",
+    "KerasPlan",
+    "find_layers",
+    "load_keras",
     "record",
     "Selection",
     "run_cell",
