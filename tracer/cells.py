@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 __all__ = [
     "CellSpec",
+    "HasSpec",
     "GateWeights",
     "BASIC_LSTM",
     "LSTM",
@@ -67,6 +68,20 @@ class CellSpec:
         return self.states == ("c", "h")
 
 
+class HasSpec:
+    """`kind` and `gates` for a found cell, read from its `spec` (graph cells and Keras layers)."""
+
+    spec: CellSpec
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return self.spec.gates
+
+
 # i = input_gate, j = new_input, f = forget_gate, o = output_gate: the order of
 # `i, j, f, o = array_ops.split(value=gate_inputs, num_or_size_splits=4, axis=1)`.
 BASIC_LSTM = CellSpec(
@@ -118,7 +133,6 @@ KERAS_LSTM = replace(
     kind="LSTM",
     gates=("i", "f", "j", "o"),
     gate_names=("input gate", "forget gate", "new input", "output gate"),
-    kernel_suffix="/kernel",
 )
 
 # Keras GRU blocks are z, r, h: z is our u (update gate), h our c (candidate). With

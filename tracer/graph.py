@@ -24,7 +24,7 @@ import numpy as np
 
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer._tf import tf
-from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec
+from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec, HasSpec
 from tracer.loops import Loop, in_v1_loop, v1_loop_cells, v2_loop_cells
 
 __all__ = ["Step", "Cell", "find_cells"]
@@ -73,7 +73,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(HasSpec):
     """One RNN cell found in a graph, with all its steps ordered by input position.
 
     name is the scope holding the cell's weights: the kernel's variable name without
@@ -112,14 +112,6 @@ class Cell:
     def positions(self) -> np.ndarray:
         """The input position of each step, in step order (int32)."""
         return np.array([s.position for s in self.steps], dtype=np.int32)
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    @property
-    def gates(self) -> tuple[str, ...]:
-        return self.spec.gates
 
     @property
     def num_proj(self) -> int | None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from recorders.errors import FeedError, GraphPatternError, ModelFormatError, UnsafeGraphError
 from tracer._tf import tf
-from tracer.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, CellSpec
+from tracer.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, CellSpec, HasSpec
 from tracer.feeds import convert_feed
 from tracer.reference import ACTIVATIONS
 from tracer.replay import Replayed, check, replay
@@ -149,7 +149,7 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
 
 
 @dataclass(frozen=True, eq=False)
-class KerasCell:
+class KerasCell(HasSpec):
     """One Keras RNN layer's cell, as gatetrace records it.
 
     name is the layer's path in the model (`bidirectional/backward_gru`). `weights` holds
@@ -182,14 +182,6 @@ class KerasCell:
 
     def __repr__(self) -> str:
         return f"KerasCell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {self.framework})"
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    @property
-    def gates(self) -> tuple[str, ...]:
-        return self.spec.gates
 
     @property
     def output_size(self) -> int:
