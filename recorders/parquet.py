@@ -290,7 +290,8 @@ class RecordingWriter:
         left out), or callables returning the array (called on a worker thread).
 
         With `lengths`, no rows are written for steps at or past an example's length (or,
-        given a boolean [examples, steps] mask, where it is False). The arrays must not change until `commit()` returns.
+        given a boolean [examples, steps] mask, where it is False). The arrays must not
+        change until `commit()` returns.
         """
         folder = partition_dir(cell=cell, gate=gate)
         self._submit(

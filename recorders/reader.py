@@ -184,9 +184,8 @@ class Recording:
             return np.zeros((0, 0, 0), np.float32)
         ex = df["example"].to_numpy()
         lo, hi = examples or (None, None)
-        ids = np.concatenate(
-            [np.arange(max(a, lo or a), min(b, b if hi is None else hi)) for a, b in self._examples.pairs()] or [np.zeros(0, np.int64)]
-        )
+        ranges = [(a if lo is None else max(a, lo), b if hi is None else min(b, hi)) for a, b in self._examples.pairs()]
+        ids = np.concatenate([np.arange(a, b) for a, b in ranges] or [np.zeros(0, np.int64)])
         ex_idx = np.searchsorted(ids, ex)
         if len(ids) == 0 or ex_idx.max() >= len(ids) or not np.array_equal(ids[ex_idx], ex):
             ids, ex_idx = _sorted_unique(ex)  # rows outside the complete ranges: index the examples present

@@ -376,15 +376,19 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
 
         return call
 
-    hooked = []
+    hooked = []  # (layer, its own instance attribute `call` if it had one)
     try:
         for cell in cells:
-            cell.layer.call = hook(cell, cell.layer.call)
-            hooked.append(cell.layer)
+            layer = cell.layer
+            hooked.append((layer, layer.__dict__.get("call")))
+            layer.call = hook(cell, layer.call)
         yield seen
     finally:
-        for layer in hooked:
-            del layer.call  # the class's own method again
+        for layer, own in hooked:
+            if own is None:
+                del layer.call  # the class's own method again
+            else:
+                layer.call = own
 
 
 @dataclass
