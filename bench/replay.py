@@ -9,7 +9,10 @@ side, in alternating order, each round:
 1. forward: `Session.run` of the outputs;
 2. replay: the numpy replay of both layers alone, from values fetched once;
 3. fetch + replay: what recording a batch costs before writing: one `Session.run` of
-   what enters and leaves the loop, then the replay and its check.
+   what enters and leaves the loop, then the replay and its check;
+4. products only: the matrix products the replay computes (the input projection into a
+   fresh preactivation buffer, then the recurrent product of every step), in the same
+   blocks of rows on the same threads, and nothing else: a floor for any numpy replay.
 
 Prints medians and per-round paired ratios to the forward pass; writes
 bench/replay_results.json. The issue's target: replay <= 1x the forward pass.
@@ -22,6 +25,7 @@ import json
 import os
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -30,6 +34,7 @@ import numpy as np
 
 import tracer
 from tracer._tf import tf, v1
+from tracer.replay import _blas_threads, _row_blocks
 
 STEPS, FEATURES, UNITS, BATCH = 50, 64, 256, 256
 HERE = Path(__file__).resolve().parent
@@ -53,12 +58,31 @@ def main() -> None:
     raw = session.run(plan.tensors, feed)
     session.run(outputs, feed)  # warm-up
 
+    kernels = session.run([c.weights["kernel"] for c in cells])
+    rng = np.random.RandomState(1)
+    layer_inputs = [feed[x].transpose(1, 0, 2), rng.randn(STEPS, BATCH, UNITS).astype(np.float32)]
+    h = rng.randn(BATCH, UNITS).astype(np.float32)
+
+    def products_only() -> None:
+        def run(rows: slice) -> None:
+            for kernel, xin in zip(kernels, layer_inputs):
+                d = xin.shape[2]
+                pre = np.empty((STEPS, BATCH, kernel.shape[1]), np.float32)
+                np.matmul(xin[:, rows], kernel[:d], out=pre[:, rows])
+                scratch = np.empty((rows.stop - rows.start, kernel.shape[1]), np.float32)
+                for _ in range(STEPS):
+                    np.matmul(h[rows], kernel[d:], out=scratch)
+
+        blocks = _row_blocks(BATCH)
+        with _blas_threads(1), ThreadPoolExecutor(len(blocks)) as pool:
+            list(pool.map(run, blocks))
+
     def replay_only() -> None:
         values = list(raw)
         for c in plan._replays:
             values.append(plan._replay(c, values))
 
-    jobs = [("forward", lambda: session.run(outputs, feed)), ("replay", replay_only), ("fetch_and_replay", lambda: plan.fetch(session, feed))]
+    jobs = [("forward", lambda: session.run(outputs, feed)), ("replay", replay_only), ("fetch_and_replay", lambda: plan.fetch(session, feed)), ("products_only", products_only)]
     times: dict[str, list[float]] = {name: [] for name, _ in jobs}
     for r in range(args.rounds):
         for name, job in jobs if r % 2 == 0 else jobs[::-1]:
