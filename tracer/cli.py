@@ -298,18 +298,15 @@ def _weights(args) -> None:
     import tracer
     from recorders import write_weights
     from tracer.keras_layers import KerasModel
-    from tracer.recording import describe, find_all
+    from tracer.recording import describe, find_all, weight_values
 
     from tracer.safety import check_model
 
     with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         cells = find_all(model)
-        if isinstance(model, KerasModel):
-            values = {c.name: c.weights for c in cells}
-        else:
+        if not isinstance(model, KerasModel):  # a Keras layer's weights are arrays already: nothing runs
             check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
-            values = tracer.read_weights(model.session, cells)
-        columns = tracer.weights_columns(cells, values)
+        columns = tracer.weights_columns(cells, weight_values(model, cells))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
     print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
 

@@ -563,7 +563,6 @@ def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
                 f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
                 f"{app.activation_name}); expected one cell class applied at every step"
             )
-    units, input_size, output_size = _sizes(first.spec, first.weights["kernel"], first.weights.get("projection"))
     steps = [
         Step(
             position=pos,
@@ -577,21 +576,33 @@ def _build_cell(name: str, apps: list[_App], positions: list[int]) -> Cell:
         for pos, app in zip(positions, apps)
     ]
     steps.sort(key=lambda s: s.position)
-    variables = {role: _source(t).name for role, t in first.weights.items()}
+    return _cell_of(
+        first,
+        name,
+        first.weights["kernel"],
+        first.weights.get("projection"),
+        weights={role: t.name for role, t in first.weights.items()},
+        variables={role: _source(t).name for role, t in first.weights.items()},
+        steps=tuple(steps),
+        backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
+    )
+
+
+def _cell_of(app: _App, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest) -> Cell:
+    """A Cell of `app`'s class and settings, its sizes read from the kernel and projection;
+    `rest` holds weights, variables, steps, and backward or loop."""
+    units, input_size, output_size = _sizes(app.spec, kernel, projection)
     return Cell(
         name=name,
-        spec=first.spec,
+        spec=app.spec,
         units=units,
         input_size=input_size,
         output_size=output_size,
-        activation=first.activation_name,
-        forget_bias=first.forget_bias,
-        cell_clip=first.cell_clip,
-        proj_clip=first.proj_clip,
-        weights={role: t.name for role, t in first.weights.items()},
-        variables=variables,
-        steps=tuple(steps),
-        backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
+        activation=app.activation_name,
+        forget_bias=app.forget_bias,
+        cell_clip=app.cell_clip,
+        proj_clip=app.proj_clip,
+        **rest,
     )
 
 

@@ -93,7 +93,7 @@ def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
 
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
     """A `tracer.graph.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
-    from tracer.graph import Cell, _cell_name, _sizes, _source
+    from tracer.graph import _cell_name, _cell_of, _source
 
     kernel = graph.get_tensor_by_name(weights["kernel"])
     variables = {}
@@ -103,23 +103,8 @@ def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
             raise GraphPatternError(f"{loop.loop}: the {role} of the cell at {app.gate_op.name} does not come from a variable or constant")
         variables[role] = source.name
     projection = graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
-    units, input_size, output_size = _sizes(app.spec, kernel, projection)
-    return Cell(
-        name=_cell_name(_source(kernel), app.spec),
-        spec=app.spec,
-        units=units,
-        input_size=input_size,
-        output_size=output_size,
-        activation=app.activation_name,
-        forget_bias=app.forget_bias,
-        cell_clip=app.cell_clip,
-        proj_clip=app.proj_clip,
-        weights=weights,
-        variables=variables,
-        steps=(),
-        loop=loop,
-        backward=loop.reversed,
-    )
+    name = _cell_name(_source(kernel), app.spec)
+    return _cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop, backward=loop.reversed)
 
 
 def _value(t: tf.Tensor) -> tf.Tensor:

@@ -29,7 +29,7 @@ from tracer.safety import check_model
 from tracer.select import Selection
 from tracer.weights import read_weights, weights_columns
 
-__all__ = ["trace", "record", "describe", "find_all", "DEFAULT_BATCH_SIZE"]
+__all__ = ["trace", "record", "describe", "find_all", "weight_values", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -42,6 +42,13 @@ def _as_model(model: Any) -> Model | KerasModel:
 def find_all(model: Model | KerasModel) -> list:
     """Every RNN cell of a graph (`tracer.graph.find_cells`) or Keras model (`tracer.keras_layers.find_layers`)."""
     return find_layers(model) if isinstance(model, KerasModel) else find_cells(model.graph, model.source)
+
+
+def weight_values(model: Model | KerasModel, cells: Sequence[Cell]) -> dict[str, dict[str, np.ndarray]]:
+    """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
+    if isinstance(model, KerasModel):
+        return {c.name: dict(c.weights) for c in cells}
+    return read_weights(model.session, cells)
 
 
 def _prepare(model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None, selection: Selection | None = None):
@@ -130,8 +137,7 @@ def record(
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:
-        values = {c.name: c.weights for c in cells} if isinstance(model, KerasModel) else read_weights(model.session, cells)
-        writer.write_weights(weights_columns(cells, values))
+        writer.write_weights(weights_columns(cells, weight_values(model, cells)))
         todo = writer.remaining()
         if examples is not None and examples[0] == examples[1]:
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
