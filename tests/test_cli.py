@@ -121,7 +121,10 @@ def test_corrupt_frozen_graph(tmp_path, capsys):
 def test_savedmodel_without_the_tag(tmp_path, capsys):
     path = save(build(static_body(CONFIGS["GRUCell"])), "savedmodel", tmp_path)
     msg = fails(capsys, ["inspect", path, "--tag", "train"])
-    assert msg == f"{path}: SavedModel has no meta graph tagged 'train'; its tag sets are 'serve': choose one with --tag"
+    assert msg == (
+        f"{path}: SavedModel has no meta graph tagged exactly 'train'; its tag sets are 'serve': "
+        "choose one with --tag (several tags comma-separated)"
+    )
 
 
 def test_graph_without_rnn_cell(tmp_path, capsys):

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
         if reads_model:
             c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
-            c.add_argument("--tag", default="serve", help="SavedModel tag (default: serve)")
+            c.add_argument("--tag", default="serve", help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)")
         if reads_model and runs_model:
             c.add_argument(
                 "--allow-unsafe-ops",
@@ -178,7 +178,7 @@ def _inspect(args) -> None:
     import tracer
     from tracer.keras_layers import KerasModel
 
-    from tracer.safety import RESTORE_OPS, unsafe_ops
+    from tracer.safety import unsafe_ops
 
     model = tracer.load_model(args.model, tag=args.tag, restore=False)
     if isinstance(model, KerasModel):
@@ -187,7 +187,8 @@ def _inspect(args) -> None:
         cells = tracer.find_cells(model.graph, model.source)
         plan = tracer.FetchPlan(model.graph, cells)
         fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
-        unsafe = sorted(set(unsafe_ops(model.graph, model.load_ops, RESTORE_OPS) + unsafe_ops(model.graph, fetches)))
+        loading = model.load_plan.problems(model.graph) if model.load_plan else []
+        unsafe = sorted(set(loading + unsafe_ops(model.graph, fetches)))
     if args.json:
         print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}))
         return

@@ -5,13 +5,16 @@
 
     P with P.meta beside it (or P.meta itself)     checkpoint: import meta graph, restore
     a directory holding a `checkpoint` file        its latest checkpoint
-    a directory holding saved_model.pb             SavedModel, TF1 loader, tag `serve`
+    a directory holding saved_model.pb             SavedModel: the meta graph tagged exactly `serve`
     a file ending in .pb                           frozen GraphDef: weights are Consts
     .keras, .h5, a folder with keras_metadata.pb   Keras: a `tracer.keras_layers.KerasModel`
 
-Nothing in the graph runs before `tracer.safety` has checked it: the ops that restoring
-variables (and a SavedModel's init op) would execute must all be on the allowlist,
-unless `allow_unsafe_ops`. With `restore=False` nothing runs at all (for `inspect`).
+Loading runs what TensorFlow's loaders would run, taken from the file the way they take
+it (a `LoadPlan`: the Saver's restore op, a SavedModel's init op), but gatetrace runs
+those ops itself, after `tracer.safety` has checked them: every op on the allowlist,
+every restore op reading the model's own checkpoint, and every variable it restores
+present in that checkpoint. `allow_unsafe_ops` skips the op check. With `restore=False`
+nothing runs at all (for `inspect`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from recorders.errors import ModelFormatError, UnsafeGraphError
+from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
-from tracer.safety import RESTORE_OPS, check
+from tracer.safety import RESTORE_OPS, refuse, restore_problems, unsafe_ops
 
 __all__ = ["Model", "load_model", "from_session", "FORMATS"]
 
@@ -39,7 +42,7 @@ class Model:
 
     format is `checkpoint`, `savedmodel`, `frozen` or `session`. A Model made by
     `load_model` owns its session: use it as a context manager, or call `close()`.
-    `load_ops` are the ops that loading runs (restore, init); `allow_unsafe_ops` turns
+    `load_plan` says what loading runs (restore, init); `allow_unsafe_ops` turns
     off the allowlist check before running the graph (see `tracer.safety`).
     """
 
@@ -49,7 +52,12 @@ class Model:
     format: str
     owns_session: bool = True
     allow_unsafe_ops: bool = False
-    load_ops: tuple[str, ...] = ()
+    load_plan: "LoadPlan | None" = None
+
+    @property
+    def load_ops(self) -> tuple[str, ...]:
+        """The ops loading runs (restore, init)."""
+        return self.load_plan.ops if self.load_plan else ()
 
     def close(self) -> None:
         if self.owns_session and not self.session._closed:
@@ -118,24 +126,131 @@ def _checkpoint_prefix(path: Path) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoadPlan:
+    """What loading a graph runs, taken from the meta graph exactly as TensorFlow's loaders
+    take it, then run by gatetrace itself (never by a loader that could build other ops).
+
+    `restore_op` runs with `filename_tensor` fed the model's own checkpoint path;
+    `init_op` (a SavedModel's `__saved_model_init_op` signature, else its main op, else its
+    legacy init op) with `asset_feeds`, the paths of the model's asset files.
+    """
+
+    restore_op: str | None = None
+    filename_tensor: str | None = None
+    checkpoint: str | None = None
+    init_op: str | None = None
+    asset_feeds: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(op for op in (self.restore_op, self.init_op) if op)
+
+    def problems(self, graph: tf.Graph) -> list[str]:
+        """Every op loading would run that is not allowed (see `tracer.safety`)."""
+        found = restore_problems(graph, self.restore_op, self.filename_tensor) if self.restore_op else []
+        found += unsafe_ops(graph, [self.init_op]) if self.init_op else []
+        return sorted(set(found))
+
+    def run(self, session: v1.Session, source: str, allow_unsafe_ops: bool) -> None:
+        """Check (unless `allow_unsafe_ops`), then restore the variables and run the init op."""
+        if not allow_unsafe_ops:
+            what = "restoring its variables" + (" and running its init op" if self.init_op else "")
+            refuse(self.problems(session.graph), what, source)
+        if self.restore_op:
+            _check_checkpoint_holds(session.graph, self, source)
+            session.run(self.restore_op, {self.filename_tensor: self.checkpoint})
+        if self.init_op:
+            session.run(self.init_op, dict(self.asset_feeds))
+
+
+def _saver_plan(saver, checkpoint: str) -> dict:
+    """LoadPlan fields for a Saver's restore op (none when the graph has no Saver)."""
+    if saver is None or not saver.saver_def.restore_op_name:
+        return {}
+    return {"restore_op": saver.saver_def.restore_op_name, "filename_tensor": saver.saver_def.filename_tensor_name, "checkpoint": checkpoint}
+
+
+def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> None:
+    """Name, before anything runs, the variables the restore op reads that the checkpoint lacks
+    or holds in another shape (a checkpoint of another model, or an object-based one)."""
+    try:
+        stored = dict(tf.train.list_variables(plan.checkpoint))
+    except Exception as err:
+        raise ModelFormatError(
+            f"{source}: cannot restore the variables from checkpoint {plan.checkpoint}: {_first_line(err)} "
+            "(are its .index and .data files complete?)"
+        ) from None
+    missing, mismatched = [], []
+    for op in _restore_ops(graph, plan.restore_op):
+        names, slices = (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
+        for k, name in enumerate(names or ()):
+            name = name.decode()
+            want = _restored_shape(op.outputs[k])
+            if name not in stored:
+                missing.append(name)
+            elif not (slices and slices[k]) and want.rank is not None and not want.is_compatible_with(stored[name]):
+                mismatched.append(f"{name} (graph {want.as_list()}, checkpoint {list(stored[name])})")
+    if missing or mismatched:
+        what = [f"lacks {len(missing)} variable{'s' * (len(missing) != 1)} the graph restores: {', '.join(missing[:6])}"] if missing else []
+        what += [f"holds {len(mismatched)} in another shape: {', '.join(mismatched[:4])}"] if mismatched else []
+        hint = " (it is object-based, as tf.train.Checkpoint and Keras write them)" if any("/.ATTRIBUTES/" in n for n in stored) else ""
+        raise ModelFormatError(
+            f"{source}: the checkpoint {plan.checkpoint} {' and '.join(what)}{hint}; "
+            "it was written by another model or another version of it: point at the checkpoint saved with this graph"
+        )
+
+
+def _restore_ops(graph: tf.Graph, restore_op: str) -> list[tf.Operation]:
+    """The RestoreV2/Restore ops in the graph that running `restore_op` runs."""
+    seen, queue, found = set(), [graph.as_graph_element(restore_op)], []
+    while queue:
+        op = queue.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in RESTORE_OPS:
+            found.append(op)
+        queue.extend(t.op for t in op.inputs)
+        queue.extend(op.control_inputs)
+    return found
+
+
+def _restored_shape(tensor: tf.Tensor) -> tf.TensorShape:
+    """The shape of the variable a restored tensor is assigned to (unknown if it is not assigned)."""
+    for consumer in tensor.consumers():
+        if consumer.type == "Identity":
+            shape = _restored_shape(consumer.outputs[0])
+            if shape.rank is not None:
+                return shape
+        if consumer.type in ("Assign", "AssignVariableOp") and consumer.inputs[1] is tensor:
+            target = consumer.inputs[0]
+            if target.dtype == tf.resource:
+                return tf.TensorShape(target.op.get_attr("shape")) if target.op.type == "VarHandleOp" else tf.TensorShape(None)
+            return target.shape
+    return tf.TensorShape(None)
+
+
+def _const(tensor: tf.Tensor) -> list | None:
+    """The value of a Const tensor, as a list (None for anything else)."""
+    if tensor.op.type != "Const":
+        return None
+    return tf.make_ndarray(tensor.op.get_attr("value")).tolist()
+
+
 def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = prefix + ".meta"
     if not os.path.isfile(meta):
         raise ModelFormatError(f"{source}: checkpoint {prefix} has no {meta} beside it; gatetrace needs the meta graph")
+    meta_graph = _read_meta_graph(meta, source)
     graph = tf.Graph()
     session = v1.Session(graph=graph)
-    load_ops: tuple[str, ...] = ()
-    meta_graph = _read_meta_graph(meta, source)
     try:
         with graph.as_default():
-            saver = v1.train.import_meta_graph(meta_graph, clear_devices=True)
-            if saver is not None:
-                load_ops = (saver.saver_def.restore_op_name,)
-                if restore:
-                    if not allow_unsafe_ops:
-                        check(graph, load_ops, "restoring its variables", source, RESTORE_OPS)
-                    saver.restore(session, prefix)
-    except UnsafeGraphError:
+            plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
+        if restore:
+            plan.run(session, source, allow_unsafe_ops)
+    except GatetraceError:
         session.close()
         raise
     except Exception as err:
@@ -144,66 +259,74 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
             f"{source}: cannot restore the variables from checkpoint {prefix}: {_first_line(err)} "
             "(are its .index and .data files complete?)"
         ) from err
-    return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_ops=load_ops)
+    return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
 
 
-def _saved_model_tags(path: Path) -> list[str]:
-    try:
-        from tensorflow.python.tools import saved_model_utils
-
-        return [",".join(sorted(tags)) for tags in saved_model_utils.get_saved_model_tag_sets(str(path))]
-    except Exception:
-        return []
+INIT_OP_SIGNATURE = "__saved_model_init_op"  # where TensorFlow's loader looks for the init op first
 
 
-def _saved_model_graph(path: Path, tag: str, graph: tf.Graph) -> tuple[str, ...]:
-    """Import the meta graph tagged `tag` into `graph` without running anything; return
-    the ops that loading it runs (restore, init). Raises LookupError if no graph has the tag."""
+def _saved_model_meta_graph(path: Path, tag: str, source: str):
+    """The meta graph whose tag set is exactly `tag` (tags comma-separated), as TensorFlow's
+    loader picks it; ModelFormatError listing the tag sets if there is none."""
+    from google.protobuf import message, text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    if (path / "saved_model.pb").is_file():
-        proto.ParseFromString((path / "saved_model.pb").read_bytes())
-    else:
-        from google.protobuf import text_format
+    try:
+        if (path / "saved_model.pb").is_file():
+            proto.ParseFromString((path / "saved_model.pb").read_bytes())
+        else:
+            text_format.Parse((path / "saved_model.pbtxt").read_text(), proto)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as err:
+        raise ModelFormatError(f"{source}: cannot read SavedModel: {_first_line(err)}") from None
+    wanted = {t.strip() for t in tag.split(",") if t.strip()}
+    for meta in proto.meta_graphs:
+        if set(meta.meta_info_def.tags) == wanted:
+            return meta
+    tags = [",".join(sorted(m.meta_info_def.tags)) for m in proto.meta_graphs]
+    raise ModelFormatError(
+        f"{source}: SavedModel has no meta graph tagged exactly {tag!r}; its tag sets are "
+        f"{', '.join(repr(t) for t in tags) or '(none)'}: choose one with --tag (several tags comma-separated)"
+    )
 
-        text_format.Parse((path / "saved_model.pbtxt").read_text(), proto)
-    metas = [m for m in proto.meta_graphs if tag in m.meta_info_def.tags]
-    if not metas:
-        raise LookupError(tag)
-    with graph.as_default():
-        saver = v1.train.import_meta_graph(metas[0], clear_devices=True)
-    ops = [saver.saver_def.restore_op_name] if saver is not None else []
+
+def _collection_op(graph: tf.Graph, meta, key: str, source: str) -> str | None:
+    if key not in meta.collection_def:
+        return None
+    names = list(meta.collection_def[key].node_list.value)
+    if len(names) != 1:
+        raise ModelFormatError(f"{source}: its {key} collection holds {len(names)} ops; a SavedModel has exactly one init op")
+    return graph.as_graph_element(names[0]).name
+
+
+def _saved_model_plan(path: Path, meta, graph: tf.Graph, saver, source: str) -> LoadPlan:
+    """The restore and init ops TensorFlow's SavedModel loader would run, found as it finds them."""
+    init_op = None
+    signature = meta.signature_def.get(INIT_OP_SIGNATURE)
+    if signature is not None and INIT_OP_SIGNATURE in signature.outputs:
+        init_op = graph.as_graph_element(signature.outputs[INIT_OP_SIGNATURE].name).name
     for key in ("saved_model_main_op", "legacy_init_op"):
-        ops += [graph.as_graph_element(n).name for n in graph.get_collection(key) if isinstance(n, str)]
-        ops += [n.name for n in graph.get_collection(key) if not isinstance(n, str)]
-    return tuple(ops)
+        init_op = init_op or _collection_op(graph, meta, key, source)
+    assets = tuple((a.tensor_info.name, str(path / "assets" / a.filename)) for a in meta.asset_file_def)
+    return LoadPlan(**_saver_plan(saver, str(path / "variables" / "variables")), init_op=init_op, asset_feeds=assets)
 
 
 def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+    meta = _saved_model_meta_graph(path, tag, source)
     graph = tf.Graph()
     session = v1.Session(graph=graph)
     try:
-        if not restore:  # the graph only: nothing runs
-            return Model(graph, session, source, "savedmodel", load_ops=_saved_model_graph(path, tag, graph))
-        if not allow_unsafe_ops:  # check on a scratch import; the loader imports, restores and inits in one go
-            scratch = tf.Graph()
-            check(scratch, _saved_model_graph(path, tag, scratch), "loading it (restoring variables, running its init op)", source, RESTORE_OPS)
         with graph.as_default():
-            v1.saved_model.loader.load(session, [tag], str(path))
-    except UnsafeGraphError:
+            plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
+        if restore:
+            plan.run(session, source, allow_unsafe_ops)
+    except GatetraceError:
         session.close()
         raise
     except Exception as err:
         session.close()
-        tags = _saved_model_tags(path)
-        if tags and tag not in {t for ts in tags for t in ts.split(",")}:
-            raise ModelFormatError(
-                f"{source}: SavedModel has no meta graph tagged {tag!r}; its tag sets are "
-                f"{', '.join(repr(t) for t in tags)}: choose one with --tag"
-            ) from err
         raise ModelFormatError(f"{source}: cannot read SavedModel: {_first_line(err)}") from err
-    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops)
+    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
 
 
 def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:

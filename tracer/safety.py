@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from recorders.errors import UnsafeGraphError
 from tracer._tf import tf
 
-__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "check", "check_model"]
+__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "restore_problems", "check", "check_model", "refuse"]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
 # nothing outside the session.
@@ -82,15 +82,44 @@ def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozense
     return sorted(f"{name} ({kind})" for name, kind in ops_to_run(graph, fetches) if kind not in ok)
 
 
-def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()) -> None:
-    """Raise UnsafeGraphError if running `fetches` (`what`: "restoring its variables", ...) would run an op outside the allowlist."""
-    found = unsafe_ops(graph, fetches, allowed)
+def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> list[str]:
+    """What is wrong with a Saver's restore op, as `name (why)` items; empty if nothing is.
+
+    Restoring may read one checkpoint only: the one gatetrace names by feeding the saver's
+    `filename_tensor`. Every restore op (`RESTORE_OPS`) the restore op runs must take its
+    path from that tensor (directly or through `Identity` ops); one that reads a path of
+    its own (a constant naming another checkpoint) is refused, as is any op outside the
+    allowlist, and restore ops inside functions, whose path cannot be followed.
+    """
+    problems = unsafe_ops(graph, [restore_op], RESTORE_OPS)
+    fed = graph.as_graph_element(filename_tensor)
+    for name, kind in ops_to_run(graph, [restore_op]):
+        if kind not in RESTORE_OPS:
+            continue
+        if " in function " in name:
+            problems.append(f"{name} ({kind} inside a function: the checkpoint it reads cannot be checked)")
+            continue
+        path = graph.get_operation_by_name(name).inputs[0]
+        while path is not fed and path.op.type in ("Identity", "Snapshot") and path.op.inputs:
+            path = path.op.inputs[0]
+        if path is not fed:
+            problems.append(f"{name} ({kind} reading the path {path.name}, not the model's own checkpoint)")
+    return sorted(set(problems))
+
+
+def refuse(found: list[str], what: str, source: str) -> None:
+    """Raise UnsafeGraphError naming `found` (`name (why)` items), if there are any."""
     if found:
         shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
         raise UnsafeGraphError(
             f"{source}: {what} would run {len(found)} op{'s' if len(found) != 1 else ''} outside the allowlist of pure math, "
             f"array, variable and control-flow ops: {shown}; nothing was run. If you trust this model, pass --allow-unsafe-ops"
         )
+
+
+def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()) -> None:
+    """Raise UnsafeGraphError if running `fetches` (`what`: "restoring its variables", ...) would run an op outside the allowlist."""
+    refuse(unsafe_ops(graph, fetches, allowed), what, source)
 
 
 def check_model(model, fetches: Iterable, what: str) -> None:
