@@ -10,14 +10,17 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError
 
-__all__ = ["check_out", "temp_sibling", "publish", "remove", "clear"]
+__all__ = ["check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
 
 
-def check_out(out: Path, overwrite: bool, folder: bool = True) -> None:
-    """Refuse an output location that holds something, unless `overwrite`."""
+def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[Path], list[str]] | None = None) -> None:
+    """Refuse an output location that holds something, unless `overwrite`; and even then
+    refuse to replace what gatetrace did not write: `ours(out)` lists what in `out` is not
+    gatetrace's (empty: it may be replaced)."""
     if folder and out.exists() and not out.is_dir():
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
     if not folder and out.is_dir():
@@ -25,6 +28,33 @@ def check_out(out: Path, overwrite: bool, folder: bool = True) -> None:
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
     if taken and not overwrite:
         raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+    foreign = ours(out) if taken and ours is not None else []
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise OutputExistsError(
+            f"--out {out} holds what gatetrace did not write ({shown}); --overwrite replaces only gatetrace's own output: "
+            "choose another path, or move those files away first"
+        )
+
+
+def foreign_entries(folder: Path, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> list[str]:
+    """The entries of `folder` that are neither one of `names` nor start with one of `prefixes`."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in names and not p.name.startswith(prefixes)) if folder.is_dir() else []
+
+
+def refuse_links(out: Path) -> None:
+    """Refuse a folder holding a symbolic link anywhere below it: gatetrace writes and deletes
+    only real files inside --out, never what a link points to."""
+    if not out.is_dir():
+        return
+    for root, dirs, files in os.walk(out, followlinks=False):
+        for name in dirs + files:
+            path = Path(root) / name
+            if path.is_symlink():
+                raise OutputExistsError(
+                    f"--out {out} holds a symbolic link, {path} -> {os.readlink(path)}; gatetrace writes only real files "
+                    "inside --out: remove the link, or record into a new folder"
+                )
 
 
 def temp_sibling(out: Path, tag: str = "partial") -> Path:
@@ -60,15 +90,3 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def clear(out: Path) -> None:
-    """Empty the folder `out` (moving it aside first, so a crash leaves no half-deleted folder)."""
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    old = temp_sibling(out, "old")
-    try:
-        os.replace(out, old)
-    except OSError as err:
-        raise RecordingError(f"cannot replace {out}: {err.strerror or err}") from err
-    shutil.rmtree(old, ignore_errors=True)

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError
-from recorders.files import check_out, clear, publish, remove, temp_sibling
+from recorders.files import check_out, foreign_entries, publish, refuse_links, remove, temp_sibling
 from recorders.long import KeyCache, gate_columns, state_columns
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
@@ -129,7 +129,7 @@ def write_weights(
 ) -> int:
     """Write the weights table (`tracer.weights.weights_columns`) to one Parquet file, atomically."""
     path = Path(path)
-    check_out(path, overwrite, folder=False)
+    check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
     tmp = temp_sibling(path)
     try:
         rows = _write_table(tmp, columns, json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
@@ -169,7 +169,17 @@ class RecordingWriter:
     ):
         if overwrite and resume:
             raise RecordingError("--overwrite starts again and --resume continues: pass one of them")
-        self.out = Path(out)
+        if overwrite and shard.count > 1:
+            raise RecordingError(
+                f"--overwrite with --shard {shard}: it would replace the folder the other shards write into; "
+                "remove the old recording once, then start every shard without --overwrite"
+            )
+        self.target = Path(out).resolve()  # where the recording is, or will be once published
+        refuse_links(self.target)
+        # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
+        # that the recording it replaces is kept until the new one is complete.
+        self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
+        self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
         self.shard = shard
         self.description = json.loads(json.dumps(dict(description)))
         self.examples = None if examples is None else tuple(int(e) for e in examples)
@@ -184,6 +194,7 @@ class RecordingWriter:
         self._pending: list[tuple[Future, Path, Path, str]] = []  # (future, staged file, final file, table)
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
+        self._lock: int | None = None
         previous = self._open(overwrite, resume)
         self.resumed = previous is not None
         self.complete = Intervals(previous["complete"] if previous else ())
@@ -196,11 +207,12 @@ class RecordingWriter:
 
     def _open(self, overwrite: bool, resume: bool) -> dict[str, Any] | None:
         """Check what `out` holds; return this shard's previous progress when resuming."""
-        out = self.out
+        out = self.target
         if out.exists() and not out.is_dir():
             raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
         if overwrite:
-            clear(out)
+            check_out(out, overwrite, ours=_not_a_recording)
+            out = self.out  # a new, empty sibling
         found = read_progress(out)
         if not found and out.is_dir() and any(not _ours(p.name) for p in out.iterdir()):
             raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
@@ -219,6 +231,7 @@ class RecordingWriter:
             )
         try:
             (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+            self._lock = _hold_lock(out / PROGRESS_DIR / f"{self.shard.tag}.lock", out, self.shard)
             remove(self._staging)
             self._staging.mkdir()
         except OSError as err:
@@ -230,7 +243,10 @@ class RecordingWriter:
                 f"cannot write {out}: {reason}; nothing was changed and the {kept:,} examples recorded before are kept: "
                 "fix the cause and rerun with --resume"
             ) from err
-        self._remove_unfinished_parts(Intervals(mine["complete"]) if mine else Intervals())
+        complete = Intervals(mine["complete"]) if mine else Intervals()
+        self._remove_unfinished_parts(complete)
+        if mine is not None:
+            self._check_parts(mine)
         return mine
 
     def _difference(self, progress: Mapping[str, Any]) -> str | None:
@@ -250,12 +266,29 @@ class RecordingWriter:
         lo, hi = self.range if self.range is not None else (0, float("inf"))
         for table in ("gates", "states"):
             for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
-                try:
-                    start = int(path.stem[len("part-") :])
-                except ValueError:
-                    continue
-                if lo <= start < hi and start not in complete:
+                start = _part_start(path)
+                if start is not None and lo <= start < hi and start not in complete:
                     path.unlink(missing_ok=True)
+
+    def _check_parts(self, progress: Mapping[str, Any]) -> None:
+        """Refuse to resume when the part files of the complete examples do not hold the rows
+        the progress file counts (files removed, replaced or damaged since)."""
+        lo, hi = self.range if self.range is not None else (0, float("inf"))
+        complete = Intervals(progress["complete"])
+        for table in ("gates", "states"):
+            found = 0
+            for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
+                start = _part_start(path)
+                if start is not None and lo <= start < hi and start in complete:
+                    try:
+                        found += pq.ParquetFile(path).metadata.num_rows
+                    except (OSError, pa.ArrowException) as err:
+                        raise RecordingError(f"cannot resume into {self.out}: {path} is not readable Parquet ({err}); record again with --overwrite") from None
+            if found != progress["rows"][table]:
+                raise RecordingError(
+                    f"cannot resume into {self.out}: its progress file counts {progress['rows'][table]:,} {table[:-1]} rows as complete "
+                    f"but their part files hold {found:,}: files were removed or changed since; record again with --overwrite"
+                )
 
     def remaining(self) -> list[tuple[int, int | None]]:
         """The example ranges of this shard that are not complete yet."""
@@ -376,6 +409,10 @@ class RecordingWriter:
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
+        self._release()
+        if self.replacing:  # the new recording is complete: now it may replace the old one
+            publish(self.out, self.target)
+            self.out = self.target
         self.manifest = {
             **self.description,
             "examples": self.complete.total(),
@@ -419,6 +456,14 @@ class RecordingWriter:
         self._pool.shutdown(wait=True)
         self._pending, self._batch = [], None
         remove(self._staging)
+        self._release()
+        if self.replacing:  # the recording it was to replace stays as it was
+            remove(self.out)
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -428,6 +473,51 @@ class RecordingWriter:
             self.close()
         else:
             self.abort()
+
+
+def _part_start(path: Path) -> int | None:
+    """The first example of a part file, from its name `part-<first example>.parquet`."""
+    try:
+        return int(path.stem[len("part-") :])
+    except ValueError:
+        return None
+
+
+def _hold_lock(path: Path, out: Path, shard: Shard) -> int | None:
+    """Take the lock of one shard of a recording for as long as this process writes it;
+    RecordingError if another process holds it. Returns the lock's file descriptor."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        which = "" if shard.count == 1 else f" shard {shard} of"
+        raise RecordingError(
+            f"another gatetrace process is recording{which} {out} (it holds {path}); "
+            "wait for it to finish, or stop it and rerun with --resume"
+        ) from None
+    return fd
+
+
+_RECORDING = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
+
+
+def _not_a_weights_table(path: Path) -> list[str]:
+    """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):
+        metadata = {}
+    return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
+
+
+def _not_a_recording(out: Path) -> list[str]:
+    """What in `out` is not part of a gatetrace recording (for --overwrite)."""
+    return foreign_entries(out, _RECORDING, (".staging-",))
 
 
 def _value(v):

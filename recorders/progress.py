@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from recorders.errors import RecordingError, SelectionError
 
-__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "write_json_atomically"]
+__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "progress_problem", "write_json_atomically"]
 
 PROGRESS_DIR = "_progress"
 
@@ -122,13 +122,73 @@ def write_json_atomically(path: Path, content: Mapping[str, Any]) -> None:
         raise RecordingError(f"cannot write {path}: {err.strerror or err}") from err
 
 
+_MAX_EXAMPLE = 2**53  # example ids are int64 in the tables and exact in JSON readers
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MAX_EXAMPLE
+
+
+def _pair(x: Any) -> bool:
+    return isinstance(x, list) and len(x) == 2 and all(_is_int(v) for v in x) and x[0] <= x[1]
+
+
+def progress_problem(tag: str, p: Any) -> str | None:
+    """Why `p`, read from `_progress/<tag>.json`, is not a progress file gatetrace wrote (None if it is)."""
+    if not isinstance(p, dict):
+        return f"expected a JSON object, found {type(p).__name__}"
+    expected = {"description", "shard", "total", "examples", "complete", "rows", "finished"}
+    if set(p) != expected:
+        return f"expected the keys {', '.join(sorted(expected))}, found {', '.join(sorted(map(str, p))) or 'none'}"
+    shard, total, examples, complete, rows = (p[k] for k in ("shard", "total", "examples", "complete", "rows"))
+    if not (isinstance(shard, list) and len(shard) == 2 and all(_is_int(v) for v in shard) and 0 <= shard[0] < shard[1]):
+        return f"shard {shard!r} is not [K, N] with 0 <= K < N"
+    if Shard(*shard).tag != tag:
+        return f"it is named {tag}.json but holds shard {shard[0]}/{shard[1]}"
+    if not isinstance(p["description"], dict) or not isinstance(p["finished"], bool):
+        return "description must be an object and finished true or false"
+    if total is None:
+        if examples is not None:
+            return "examples is given but total is null"
+    elif not _pair(total):
+        return f"total {total!r} is not [START, STOP] with 0 <= START <= STOP <= 2**53"
+    elif examples != list(Shard(*shard).part(*total)):
+        return f"examples {examples!r} is not shard {shard[0]}/{shard[1]}'s part of {total}"
+    if not isinstance(complete, list) or not all(_pair(c) and c[0] < c[1] for c in complete):
+        return "complete must be a list of [START, STOP] intervals with START < STOP"
+    if any(a[1] >= b[0] for a, b in zip(complete, complete[1:])):
+        return "its complete intervals are not sorted and disjoint"
+    lo, hi = examples if examples is not None else (0, _MAX_EXAMPLE)
+    if complete and (complete[0][0] < lo or complete[-1][1] > hi):
+        return f"its complete intervals reach outside the shard's examples {examples}"
+    if p["finished"] and examples is not None and Intervals(complete).missing(lo, hi):
+        return "it is marked finished but not all of its examples are complete"
+    if not (isinstance(rows, dict) and set(rows) == {"gates", "states", "weights"} and all(_is_int(v) for v in rows.values())):
+        return "rows must hold non-negative integer counts of gates, states and weights"
+    return None
+
+
 def read_progress(out: Path) -> dict[str, dict[str, Any]]:
-    """The progress files in `out`, by shard tag (empty if there are none)."""
+    """The progress files in `out`, by shard tag (empty if there are none), each checked
+    against the form gatetrace writes: RecordingError naming the file if one is not."""
     folder = out / PROGRESS_DIR
     found = {}
-    for path in sorted(folder.glob("shard-*.json")) if folder.is_dir() else ():
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
-            found[path.stem] = json.loads(path.read_text())
+            data = json.loads(path.read_text())
         except (OSError, ValueError) as err:
             raise RecordingError(f"cannot read the progress file {path}: {err}; remove it to record that shard again") from err
+        why = progress_problem(path.stem, data)
+        if why:
+            raise RecordingError(
+                f"the progress file {path} is not one gatetrace wrote ({why}); it was edited or damaged: "
+                "record into a new folder, or remove the folder and record again"
+            )
+        found[path.stem] = data
+    counts = {p["shard"][1] for p in found.values()}
+    if len(counts) > 1:
+        raise RecordingError(
+            f"the progress files in {folder} disagree on the number of shards ({', '.join(sorted(found))}): "
+            "record into a new folder, or remove the folder and record again"
+        )
     return found

@@ -178,8 +178,13 @@ def test_out_not_empty(model, tmp_path, capsys):
     msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out)])
     assert msg == f"--out {out} exists and is not empty; choose another path or pass --overwrite"
     assert (out / "mine.txt").read_text() == "keep me"
-    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"]) == 0
-    assert not (out / "mine.txt").exists() and (out / "manifest.json").exists()
+    msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"])
+    assert msg.startswith(f"--out {out} holds what gatetrace did not write (mine.txt); --overwrite replaces only gatetrace's own output")
+    assert (out / "mine.txt").read_text() == "keep me"
+    (out / "mine.txt").unlink()
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--quiet"]) == 0
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite", "--quiet"]) == 0
+    assert (out / "manifest.json").exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, tmp_path, capsys, monkeypatch):

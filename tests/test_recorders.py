@@ -128,10 +128,30 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     (mine / "keep.txt").write_text("mine")
     with pytest.raises(OutputExistsError, match=f"--out {mine} exists and is not empty; .*--overwrite"):
         RecordingWriter(mine, DESCRIPTION)
-    with RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2)) as writer:
-        batch(writer, 0, 2)
-    assert sorted(p.name for p in mine.iterdir()) == ["_progress", "gates", "manifest.json"]
+    with pytest.raises(OutputExistsError, match=r"holds what gatetrace did not write \(keep.txt\); --overwrite replaces only"):
+        RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2))
+    assert sorted(p.name for p in mine.iterdir()) == ["keep.txt"] and (mine / "keep.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]
+
+
+def test_overwrite_replaces_a_recording_only_once_the_new_one_is_complete(tmp_path):
+    out = tmp_path / "run"
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 4)) as writer:
+        batch(writer, 0, 4)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(RuntimeError, match="the run fails"):
+        with RecordingWriter(out, DESCRIPTION, overwrite=True, examples=(0, 2)) as writer:
+            batch(writer, 0, 1)
+            raise RuntimeError("the run fails")
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no hidden sibling left behind
+    with RecordingWriter(out, DESCRIPTION, overwrite=True, examples=(0, 2)) as writer:
+        assert writer.out != out.resolve() and (out / "manifest.json").exists()  # the old one stays until the end
+        batch(writer, 0, 2)
+    assert json.loads((out / "manifest.json").read_text())["examples"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(RecordingError, match=r"--overwrite with --shard 0/2: it would replace the folder the other shards write into"):
+        RecordingWriter(out, DESCRIPTION, overwrite=True, examples=(0, 2), shard=Shard(0, 2))
 
 
 def test_shards_write_one_dataset_and_the_last_one_writes_the_manifest(tmp_path):
