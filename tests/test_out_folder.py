@@ -1,0 +1,184 @@
+"""--out is gatetrace's alone: links, --overwrite, a second process, tampered progress files.
+
+Every test plants something a hostile or careless setup could leave in --out, runs the
+CLI, and proves that nothing outside --out was written or deleted, that nothing of the
+user's was lost, and that the answer is one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import CONFIGS, build, save, static_body
+from tracer import FetchPlan
+from tracer.cli import main
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("model")
+    path = save(build(static_body(CONFIGS["GRUCell"])), "checkpoint", root)
+    x = root / "x.npy"
+    np.save(x, np.random.RandomState(0).randn(6, 5, 4).astype(np.float32))
+    return path, str(x)
+
+
+def record(model, out, *extra) -> list[str]:
+    path, x = model
+    return ["record", path, "--feed", f"x={x}", "--out", str(out), "--quiet", "--batch-size", "2", *extra]
+
+
+def error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gatetrace: error: "), err
+    return err.strip()[len("gatetrace: error: ") :]
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_progress_link_planted_in_an_empty_out_is_refused(model, tmp_path, capsys):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "_progress").symlink_to(elsewhere)
+    msg = error(capsys, record(model, out))
+    assert msg.startswith(f"--out {out} holds a symbolic link, {out / '_progress'} -> {elsewhere}; gatetrace writes only real files")
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("table", ["gates", "states"])
+def test_tables_replaced_by_links_are_not_followed_on_resume(model, tmp_path, capsys, table):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    assert main(record(model, out)) == 0
+    (out / table).rename(elsewhere)
+    (out / table).symlink_to(elsewhere)
+    (out / "_progress" / "shard-0-of-1.json").write_text(
+        (out / "_progress" / "shard-0-of-1.json").read_text().replace('"finished": true', '"finished": false')
+    )
+    before = snapshot(elsewhere)
+    msg = error(capsys, record(model, out, "--resume"))
+    assert f"holds a symbolic link, {out / table} -> {elsewhere}" in msg
+    assert snapshot(elsewhere) == before
+
+
+def test_a_link_to_a_file_inside_a_table_is_refused(model, tmp_path, capsys):
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    assert main(record(model, out)) == 0
+    victim.write_text("keep me")
+    part = next((out / "gates").rglob("part-*.parquet"))
+    part.unlink()
+    part.symlink_to(victim)
+    assert "holds a symbolic link" in error(capsys, record(model, out, "--overwrite"))
+    assert victim.read_text() == "keep me"
+
+
+def test_overwrite_never_deletes_what_gatetrace_did_not_write(model, tmp_path, capsys):
+    path, _ = model
+    out = tmp_path / "data"
+    out.mkdir()
+    x = out / "inputs.npy"  # the user's input, inside the folder named as --out
+    np.save(x, np.ones((4, 5, 4), np.float32))
+    msg = error(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"])
+    assert msg.startswith(f"--out {out} holds what gatetrace did not write (inputs.npy); --overwrite replaces only gatetrace's own output")
+    assert np.array_equal(np.load(x), np.ones((4, 5, 4), np.float32))
+
+
+def test_a_failing_overwrite_keeps_the_recording_it_was_to_replace(model, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert main(record(model, out)) == 0
+    before = snapshot(out)
+    real, calls = FetchPlan.fetch, []
+
+    def fails_on_the_second_batch(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(FetchPlan, "fetch", fails_on_the_second_batch)
+    assert main(record(model, out, "--overwrite")) == 2
+    capsys.readouterr()
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_out_given_as_a_link_is_recorded_into_its_target(model, tmp_path, capsys):
+    target, link = tmp_path / "target", tmp_path / "link"
+    assert main(record(model, target)) == 0
+    link.symlink_to(target)
+    assert main(record(model, link, "--overwrite")) == 0
+    assert link.is_symlink() and os.readlink(link) == str(target) and (target / "manifest.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+def test_a_second_process_on_the_same_shard_is_told_another_holds_it(model, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(record(model, out, "--examples", "0:2")) == 0
+    progress = out / "_progress" / "shard-0-of-1.json"
+    progress.write_text(progress.read_text().replace('"finished": true', '"finished": false'))
+    before = snapshot(out)
+    with open(out / "_progress" / "shard-0-of-1.lock", "w") as held:  # another run holds the shard
+        fcntl.flock(held, fcntl.LOCK_EX)
+        msg = error(capsys, record(model, out, "--examples", "0:2", "--resume"))
+    assert msg == (
+        f"another gatetrace process is recording {out} (it holds {out / '_progress' / 'shard-0-of-1.lock'}); "
+        "wait for it to finish, or stop it and rerun with --resume"
+    )
+    assert snapshot(out) == before
+    assert main(record(model, out, "--examples", "0:2", "--resume")) == 0  # once it is released
+
+
+TAMPERED = {
+    "not an object": lambda p: [1, 2],
+    "a key missing": lambda p: {k: v for k, v in p.items() if k != "rows"},
+    "shard as text": lambda p: {**p, "shard": "0/1"},
+    "shard out of range": lambda p: {**p, "shard": [3, 2]},
+    "a huge range": lambda p: {**p, "total": [0, 10**30], "examples": [0, 10**30]},
+    "a negative interval": lambda p: {**p, "complete": [[-4, 2]]},
+    "an inverted interval": lambda p: {**p, "complete": [[4, 2]]},
+    "examples not the shard's part": lambda p: {**p, "examples": [0, 3]},
+    "complete past the examples": lambda p: {**p, "complete": [[0, 9]]},
+    "overlapping intervals": lambda p: {**p, "complete": [[0, 4], [2, 6]]},
+    "finished but incomplete": lambda p: {**p, "complete": [[0, 2]]},
+    "rows negative": lambda p: {**p, "rows": {"gates": -1, "states": 0, "weights": 0}},
+    "finished as text": lambda p: {**p, "finished": "yes"},
+}
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERED))
+def test_tampered_progress_files_are_refused_naming_the_file(model, tmp_path, capsys, how):
+    out = tmp_path / "out"
+    assert main(record(model, out)) == 0
+    path = out / "_progress" / "shard-0-of-1.json"
+    path.write_text(json.dumps(TAMPERED[how](json.loads(path.read_text()))))
+    before = snapshot(out)
+    msg = error(capsys, record(model, out, "--resume"))
+    assert msg.startswith(f"the progress file {path} is not one gatetrace wrote (") and "record into a new folder" in msg
+    assert snapshot(out) == before
+
+
+def test_an_extra_shard_file_is_refused(model, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(record(model, out)) == 0
+    (out / "_progress" / "shard-5-of-3.json").write_text("{}")
+    msg = error(capsys, record(model, out, "--resume"))
+    assert msg.startswith(f"the progress file {out / '_progress' / 'shard-5-of-3.json'} is not one gatetrace wrote (expected the keys")
+
+
+def test_complete_batches_whose_files_are_gone_are_not_taken_as_recorded(model, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(record(model, out)) == 0
+    path = out / "_progress" / "shard-0-of-1.json"
+    path.write_text(path.read_text().replace('"finished": true', '"finished": false'))
+    victim = sorted((out / "gates").rglob("part-0000000002.parquet"))[0]
+    victim.unlink()
+    msg = error(capsys, record(model, out, "--resume"))
+    assert msg.startswith(f"cannot resume into {out}: its progress file counts 270 gate rows as complete but their part files hold 240")
