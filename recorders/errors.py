@@ -17,6 +17,7 @@ __all__ = [
     "Interrupted",
     "UnsafeGraphError",
     "ReplayMismatchError",
+    "RunTimeout",
 ]
 
 
@@ -62,3 +63,7 @@ class UnsafeGraphError(GatetraceError):
 
 class ReplayMismatchError(GatetraceError):
     """A cell replayed in numpy does not reproduce the outputs or final state of its while loop."""
+
+
+class RunTimeout(GatetraceError):
+    """Running the model took longer than the time limit (`--timeout`) and was cancelled."""

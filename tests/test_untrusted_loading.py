@@ -177,3 +177,56 @@ def test_unsafe_ops_inside_functions_and_while_bodies_are_found(where, tmp_path,
     name = "evil_in_function" if where == "function" else "evil_in_body"
     assert "fetching the gates and weights would run 1 op" in msg and f"{name} in function " in msg and "(WriteFile)" in msg
     assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def _endless(x):
+    """A GRUCell graph whose input passes through a while loop that never ends (allowlisted ops only)."""
+    _, x = tf.while_loop(lambda i, y: i >= 0, lambda i, y: (i + 1, y * 1.0), [tf.constant(0), x], name="endless")
+    outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+    return [outputs[-1]]
+
+
+@pytest.fixture(scope="module")
+def endless(tmp_path_factory):
+    root = tmp_path_factory.mktemp("endless")
+    np.save(root / "x.npy", np.ones((2, 5, 4), np.float32))
+    return save(build(_endless), "checkpoint", root), str(root / "x.npy")
+
+
+def test_an_endless_loop_is_stopped_by_the_timeout(endless, tmp_path, capsys):
+    import time
+
+    path, x = endless
+    started = time.monotonic()
+    msg = _cli_error(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--timeout", "1"])
+    assert time.monotonic() - started < 60
+    assert msg == (
+        "gatetrace: error: running the model took longer than --timeout 1 s and was stopped (a loop that never ends, or a "
+        "batch too large for the limit); the 0 sequences recorded before are kept: rerun with a larger --timeout "
+        "(or a smaller --batch-size) and --resume"
+    )
+
+
+@pytest.mark.e2e
+def test_an_endless_loop_is_stopped_by_two_ctrl_c(endless, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, x = endless
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracer.cli", "record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out")],
+        stderr=subprocess.PIPE, text=True,
+    )
+    seen = ""
+    while "recording" not in seen:  # the progress bar appears just before the first run
+        seen += proc.stderr.read(1)
+        assert proc.poll() is None, seen
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert proc.poll() is None  # the first Ctrl-C waits for the batch in flight
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)" in proc.stderr.read()

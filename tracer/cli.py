@@ -84,8 +84,35 @@ def _native_logs_silenced():
         os.close(saved)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, given {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, given {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors in one line (the usage block stays behind --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gatetrace",
         description="Record every gate of every TensorFlow RNN cell, at every step, on your data.",
         epilog="example: gatetrace record model.ckpt --feed inputs=x.npy --out run1/",
@@ -98,6 +125,12 @@ def _parser() -> argparse.ArgumentParser:
             c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
             c.add_argument("--tag", default="serve", help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)")
         if reads_model and runs_model:
+            c.add_argument(
+                "--timeout",
+                type=_seconds,
+                metavar="SECONDS",
+                help="stop a run of the model (one batch) that takes longer than this: --timeout 600 (default: no limit)",
+            )
             c.add_argument(
                 "--allow-unsafe-ops",
                 action="store_true",
@@ -129,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
     c.add_argument(
         "--batch-size",
-        type=int,
+        type=_positive,
         default=256,
         metavar="N",
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
@@ -279,6 +312,7 @@ def _record(args) -> None:
             progress=not args.quiet,
             lengths=lengths,
             compression=args.compression,
+            timeout=args.timeout,
         )
     cells = summary["cells"]
     rows = summary["rows"]
@@ -307,7 +341,7 @@ def _weights(args) -> None:
         cells = find_all(model)
         if not isinstance(model, KerasModel):  # a Keras layer's weights are arrays already: nothing runs
             check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
-        columns = tracer.weights_columns(cells, weight_values(model, cells))
+        columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
     print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
 

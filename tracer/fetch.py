@@ -23,6 +23,7 @@ from recorders.long import gate_frame
 from tracer._tf import tf, v1
 from tracer.graph import Cell
 from tracer.replay import Replayed, check, replay
+from tracer import running
 
 __all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
 
@@ -136,10 +137,11 @@ class FetchPlan:
         """Fetch everything in one `session.run` and assemble a Trace."""
         return self.assemble(self.fetch(session, feed_dict), examples)
 
-    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None) -> list:
+    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, timeout: float | None = None) -> list:
         """The fetched values, in the order of `self.tensors`, then one `Replayed` per
-        replayed cell (see `gate`, `state` and `steps`)."""
-        values = list(session.run(self.tensors, feed_dict=feed_dict))
+        replayed cell (see `gate`, `state` and `steps`). `timeout` limits the run in seconds;
+        Ctrl-C cancels it (see `tracer.running`)."""
+        values = list(running.run(session, self.tensors, feed_dict, timeout))
         for cell in self._replays:
             values.append(self._replay(cell, values))
         return values

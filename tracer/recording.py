@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from recorders import RecordingWriter, Shard, __version__
-from recorders.errors import FeedError, Interrupted, RecordingError, SelectionError
+from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.graph import Cell, find_cells
@@ -44,14 +44,16 @@ def find_all(model: Model | KerasModel) -> list:
     return find_layers(model) if isinstance(model, KerasModel) else find_cells(model.graph, model.source)
 
 
-def weight_values(model: Model | KerasModel, cells: Sequence[Cell]) -> dict[str, dict[str, np.ndarray]]:
+def weight_values(model: Model | KerasModel, cells: Sequence[Cell], timeout: float | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
     if isinstance(model, KerasModel):
         return {c.name: dict(c.weights) for c in cells}
-    return read_weights(model.session, cells)
+    return read_weights(model.session, cells, timeout)
 
 
-def _prepare(model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None, selection: Selection | None = None):
+def _prepare(
+    model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None, selection: Selection | None = None, timeout: float | None = None
+):
     """The cells, the plan, the checked feeds, and the function that runs one batch."""
     cells = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
@@ -65,7 +67,7 @@ def _prepare(model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
-    return cells, plan, feed_dict, partial(plan.fetch, model.session)
+    return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
 
 
 def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | None = None) -> Trace:
@@ -103,6 +105,7 @@ def record(
     progress: bool = False,
     lengths: np.ndarray | None = None,
     compression: str | None = None,
+    timeout: float | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -116,14 +119,15 @@ def record(
     of the sequences. `selection` narrows what is fetched and written; `progress` shows
     a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
     sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
-    first Ctrl-C stops after the batch in flight is written and raises `Interrupted`;
-    the summary is that of `RecordingWriter.close`.
+    first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
+    second one cancels the `Session.run` in flight. `timeout` (seconds) limits each
+    batch's run (RunTimeout). The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     model = _as_model(model)
     if cells is None:
         cells = find_all(model)
-    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection)
+    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection, timeout)
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
     examples = None
@@ -137,7 +141,7 @@ def record(
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:
-        writer.write_weights(weights_columns(cells, weight_values(model, cells)))
+        writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
         todo = writer.remaining()
         if examples is not None and examples[0] == examples[1]:
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
@@ -155,10 +159,10 @@ def record(
             for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
                 try:
                     values = run(batch)  # runs while the last batch is being written
-                except (MemoryError, tf.errors.ResourceExhaustedError) as err:
+                except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
                     if in_flight:
                         commit()  # the batch before is complete: keep it
-                    raise _too_large(batch, err, writer.complete.total()) from None
+                    raise _failed_batch(batch, err, writer) from None
                 if in_flight:
                     commit()
                 if ctrl_c.pressed:
@@ -172,6 +176,8 @@ def record(
             if in_flight:
                 commit()
             if ctrl_c.pressed and writer.remaining():
+                if writer.replacing:
+                    raise Interrupted(f"interrupted: {out} is left as it was (--overwrite replaces it only once the new recording is complete)")
                 done = writer.complete.total()
                 raise Interrupted(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
@@ -179,12 +185,19 @@ def record(
         return writer.close()
 
 
-def _too_large(batch: Mapping, err: Exception, done: int) -> RecordingError:
-    """The error for a batch that does not fit in memory, with what to do."""
+def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> GatetraceError:
+    """The error for a batch that does not fit in memory or ran out of time, with what to do."""
     size = max((len(v) for v in batch.values() if np.ndim(v)), default=0)
+    if writer.replacing:
+        kept = f"{writer.target} is left as it was (--overwrite replaces it only once the new recording is complete)"
+        then = "and --overwrite"
+    else:
+        kept = f"the {writer.complete.total():,} sequences recorded before are kept"
+        then = "and --resume"
+    if isinstance(err, RunTimeout):
+        return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size) {then}")
     return RecordingError(
-        f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); "
-        f"the {done:,} sequences recorded before are kept: rerun with a smaller --batch-size and --resume"
+        f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size {then}"
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from recorders.long import weight_columns
 from tracer._tf import v1
 from tracer.graph import Cell
+from tracer import running
 
 __all__ = ["GateWeights", "read_weights", "gate_weights", "weights_columns"]
 
@@ -35,10 +36,10 @@ class GateWeights:
     recurrent_b: np.ndarray | None = None
 
 
-def read_weights(session: v1.Session, cells: Sequence[Cell]) -> dict[str, dict[str, np.ndarray]]:
-    """The weight values of every cell, by cell name and role, read in one run."""
+def read_weights(session: v1.Session, cells: Sequence[Cell], timeout: float | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """The weight values of every cell, by cell name and role, read in one run (stoppable: `tracer.running`)."""
     names = sorted({t for cell in cells for t in cell.weights.values()})
-    values = dict(zip(names, session.run(names))) if names else {}
+    values = dict(zip(names, running.run(session, names, timeout=timeout))) if names else {}
     return {cell.name: {role: values[t] for role, t in cell.weights.items()} for cell in cells}
 
 
