@@ -30,10 +30,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from recorders.errors import FeedError, GraphPatternError, ModelFormatError, UnsafeGraphError
+from recorders.errors import FeedError, GatetraceError, GraphPatternError, ModelFormatError, UnsafeGraphError
 from tracer._tf import tf
 from tracer.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, CellSpec, HasSpec
 from tracer.feeds import convert_feed
+from tracer.keras_files import check_keras_file, keras_config
 from tracer.reference import ACTIVATIONS
 from tracer.replay import Replayed, check, replay
 
@@ -120,23 +121,33 @@ def _saved_by(p: Path) -> str:
 def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> KerasModel:
     """Load a Keras model file (see the module docstring), without compiling it.
 
-    Safe mode refuses layers that would run code stored in the file (a `Lambda` holding
-    Python bytecode) unless `allow_unsafe_ops`.
+    Unless `allow_unsafe_ops`, the file is checked first (`tracer.keras_files`): anything
+    beyond Keras' own layers is refused before Keras reads it, and a tf-keras SavedModel
+    is built from its checked configuration, its weights read from its checkpoint, so
+    that none of the functions stored in it run. Whatever Keras unpacks goes to a
+    temporary folder that is removed afterwards.
     """
     p, source = Path(path), str(path)
     framework = _saved_by(p)
     kind = "savedmodel" if p.is_dir() else p.suffix
+    if not allow_unsafe_ops:
+        check_keras_file(p)
     try:
-        if framework == "keras3":
-            import keras
+        with _private_tempdir():
+            if framework == "keras3":
+                import keras
 
-            model = keras.saving.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
-        else:
-            import tf_keras
-            from tf_keras.src.saving.serialization_lib import SafeModeScope
+                model = keras.saving.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+            elif p.is_dir() and not allow_unsafe_ops:
+                model = _tf_keras_from_saved_model(p, source)
+            else:
+                import tf_keras
+                from tf_keras.src.saving.serialization_lib import SafeModeScope
 
-            with SafeModeScope(not allow_unsafe_ops):
-                model = tf_keras.models.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+                with SafeModeScope(not allow_unsafe_ops):
+                    model = tf_keras.models.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+    except GatetraceError:
+        raise
     except Exception as err:
         text = (str(err).strip().splitlines() or [type(err).__name__])[0]
         if "safe_mode" in str(err) or "arbitrary code" in str(err):
@@ -146,6 +157,37 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
             ) from None
         raise ModelFormatError(f"{source}: cannot load it with {framework}: {text}") from None
     return KerasModel(model, source, f"{framework} {kind}")
+
+
+def _tf_keras_from_saved_model(p: Path, source: str) -> Any:
+    """A tf-keras model built from a SavedModel's checked configuration, with the weights of
+    its variables checkpoint; every weight of the model must be found there."""
+    from tf_keras.src.saving.legacy import model_config
+    from tf_keras.src.saving.legacy.saved_model import json_utils
+
+    config = json_utils.decode(json.dumps(keras_config(p)))
+    model = model_config.model_from_config(config)
+    status = model.load_weights(str(p / "variables" / "variables"))
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as err:
+        raise ModelFormatError(f"{source}: its variables do not match the model its keras_metadata.pb describes: {str(err)[:200]}") from None
+    status.expect_partial()
+    return model
+
+
+@contextmanager
+def _private_tempdir() -> Iterator[None]:
+    """Point Python's temporary files at a folder of our own while Keras reads a file, then remove it."""
+    import tempfile
+
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="gatetrace-keras-") as folder:
+        tempfile.tempdir = folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = previous
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,158 @@
+"""Hostile Keras files: refused before Keras reads them, and nothing they hold runs.
+
+Each file is made by Keras itself (or is a real Keras file with one part changed) so
+that loading it with Keras' own loader would run something: a Lambda, a module function
+named in the config, a custom layer, a resource initializer stored in a SavedModel.
+Each test proves the marker file that the code would write is absent and that the
+answer is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders import Recording
+from recorders.errors import ModelFormatError, UnsafeGraphError
+from tests.test_keras import FEATURES, T, keras_module, masked_model, sequences, zero_mask
+
+pytestmark = pytest.mark.e2e
+
+
+def gatetrace(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr.strip()
+
+
+def lambda_model(framework: str):
+    keras = keras_module(framework)
+    x = keras.Input((T, FEATURES), name="x")
+    return keras.Model(x, keras.layers.LSTM(2)(keras.layers.Lambda(lambda v: v * 2)(x)))
+
+
+@pytest.mark.parametrize("framework, name", [("keras3", "m.keras"), ("tf-keras", "m.keras"), ("tf-keras", "m.h5"), ("tf-keras", "saved")])
+def test_a_lambda_layer_is_refused_in_every_file_format(framework, name, tmp_path):
+    model, path = lambda_model(framework), tmp_path / name
+    model.save(str(path)) if name != "saved" else model.save(str(path), save_format="tf")
+    msg = one_line_error(gatetrace("inspect", str(path)))
+    assert "loading it would build objects gatetrace does not check as safe: " in msg
+    assert "Lambda (runs a Python function named in the file)" in msg and "nothing was loaded" in msg and "--allow-unsafe-ops" in msg
+
+
+def _rewrite_keras(path, change) -> None:
+    """Rewrite the config.json of the .keras archive at `path` with `change(config)`."""
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(members["config.json"])
+    change(config)
+    members["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_a_module_function_named_in_the_config_never_runs(framework, tmp_path):
+    marker = tmp_path / "pwned.txt"
+    path = tmp_path / "m.keras"
+    masked_model(framework).save(str(path))
+
+    def plant(config):
+        layers = config["config"]["layers"]
+        masking = next(l for l in layers if l["class_name"] == "Masking")
+        masking["class_name"] = "Lambda"
+        masking["config"] = {
+            "name": masking["config"]["name"], "function": "system", "module": "os", "function_type": "function",
+            "output_shape": None, "arguments": {"command": f"touch {marker}"},
+        }
+
+    _rewrite_keras(path, plant)
+    for command in (["inspect", str(path)], ["weights", str(path), "--out", str(tmp_path / "w.parquet")]):
+        assert "Lambda (runs a Python function named in the file)" in one_line_error(gatetrace(*command))
+        assert not marker.exists() and not (tmp_path / "w.parquet").exists()
+
+
+def test_extra_archive_members_and_bombs_are_refused_before_anything_is_unpacked(tmp_path):
+    path = tmp_path / "m.keras"
+    masked_model("keras3").save(str(path))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    extra = tmp_path / "extra.keras"
+    with zipfile.ZipFile(path) as z, zipfile.ZipFile(extra, "w", zipfile.ZIP_DEFLATED) as out:
+        for n in z.namelist():
+            out.writestr(n, z.read(n))
+        out.writestr("assets/blob.bin", b"\0" * (32 << 20))
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    msg = one_line_error(gatetrace("inspect", str(extra), env=env))
+    assert msg.endswith("the archive holds members a Keras model file does not (assets/blob.bin); nothing was unpacked. If you trust this model, pass --allow-unsafe-ops")
+    bomb = tmp_path / "bomb.keras"
+    with zipfile.ZipFile(path) as z, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as out:
+        for n in z.namelist():
+            out.writestr(n, z.read(n) if n != "model.weights.h5" else b"\0" * (200 << 20))
+    msg = one_line_error(gatetrace("inspect", str(bomb), env=env))
+    assert "its member model.weights.h5 unpacks to 209,715,200 bytes from " in msg and "nothing was unpacked" in msg
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_custom_layer_in_a_saved_model_is_refused(tmp_path):
+    keras = keras_module("tf-keras")
+
+    class Doubler(keras.layers.Layer):
+        def call(self, v):
+            return v * 2
+
+    x = keras.Input((T, FEATURES), name="x")
+    keras.Model(x, keras.layers.LSTM(2)(Doubler(name="doubler")(x))).save(str(tmp_path / "saved"), save_format="tf")
+    with pytest.raises(UnsafeGraphError, match=r"Doubler \(not one of Keras' own layers\)"):
+        tracer.load_model(tmp_path / "saved", restore=False)
+
+
+def test_a_resource_initializer_stored_in_a_saved_model_never_runs(tmp_path):
+    """A standard tf-keras model carrying a resource whose initializer writes a file: Keras'
+    loader (and TensorFlow's) run it; gatetrace builds the model from its config instead."""
+    import tensorflow as tf
+
+    marker = tmp_path / "pwned.txt"
+
+    class Planted(tf.saved_model.experimental.TrackableResource):
+        def _create_resource(self):
+            return tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[])
+
+        def _initialize(self):
+            return tf.io.write_file(str(marker), "pwned")
+
+    model = masked_model("tf-keras")
+    model.planted = Planted()
+    model.save(str(tmp_path / "saved"), save_format="tf")
+    marker.unlink(missing_ok=True)  # saving ran it once, in this process
+    x = sequences()
+    np.save(tmp_path / "x.npy", x)
+    assert gatetrace("inspect", str(tmp_path / "saved")).returncode == 0 and not marker.exists()
+    done = gatetrace("record", str(tmp_path / "saved"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    trace = tracer.trace(model, x)  # the in-memory model the file was saved from
+    rec, valid = Recording(tmp_path / "rec"), zero_mask(x)
+    for ct in trace:
+        for k, g in enumerate(ct.cell.gates):
+            np.testing.assert_allclose(rec.gate_array(ct.cell.name, g, "activation")[valid], ct.activation[:, :, k][valid], atol=1e-5)
+    loaded = subprocess.run([sys.executable, "-c", f"import tensorflow as tf; tf.saved_model.load({str(tmp_path / 'saved')!r})"], capture_output=True)
+    assert loaded.returncode == 0 and marker.exists()  # the planted initializer is real: TensorFlow's loader runs it
+
+
+def test_a_weights_only_h5_says_so(tmp_path):
+    masked_model("tf-keras").save_weights(str(tmp_path / "w.h5"))
+    with pytest.raises(ModelFormatError, match=r"holds weights only \(saved with save_weights\?\) and no architecture: save the model with model.save"):
+        tracer.load_model(tmp_path / "w.h5")

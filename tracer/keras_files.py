@@ -1,0 +1,178 @@
+"""Keras files, checked before any Keras code reads them.
+
+A Keras file names the classes and functions its model is built from, and Keras imports
+and calls what it names: a `Lambda` layer's function (bytecode, or any module function
+given by name), a custom layer, a function revived from a SavedModel. Keras' safe mode
+only blocks bytecode. So gatetrace reads the file's configuration itself first, as JSON,
+and accepts only what it knows to be Keras' own pure building blocks:
+
+    .keras   a zip of exactly config.json, metadata.json and model.weights.h5, within
+             size limits (no extra members: nothing else is unpacked anywhere)
+    .h5      the `model_config` attribute (a file without it holds weights only)
+    folder   keras_metadata.pb of a tf-keras SavedModel: every object it lists
+
+Every `class_name` in them must be a known layer, initializer, regularizer, constraint
+or dtype policy of Keras (`KNOWN_CLASSES`), from Keras' own modules. A tf-keras
+SavedModel is then never handed to a loader: the model is built from its checked
+configuration and its weights read from its variables checkpoint, so none of the
+functions or resource initializers stored in the folder run. `allow_unsafe_ops` skips
+all of this and loads the file as Keras would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from recorders.errors import ModelFormatError, UnsafeGraphError
+
+__all__ = ["KNOWN_CLASSES", "check_keras_file", "keras_config"]
+
+KNOWN_CLASSES = frozenset(
+    """
+    InputLayer Functional Model Sequential
+    LSTM GRU SimpleRNN RNN LSTMCell GRUCell SimpleRNNCell StackedRNNCells Bidirectional TimeDistributed
+    Masking Dense Dropout SpatialDropout1D GaussianNoise GaussianDropout AlphaDropout Embedding
+    Activation ReLU LeakyReLU PReLU ELU Softmax ThresholdedReLU Flatten Reshape Permute RepeatVector
+    Cropping1D ZeroPadding1D UpSampling1D Concatenate Add Subtract Multiply Average Maximum Minimum Dot
+    Conv1D SeparableConv1D DepthwiseConv1D MaxPooling1D AveragePooling1D MaxPool1D AvgPool1D
+    GlobalAveragePooling1D GlobalMaxPooling1D GlobalAvgPool1D GlobalMaxPool1D
+    BatchNormalization LayerNormalization UnitNormalization Rescaling Identity
+    GlorotUniform GlorotNormal HeNormal HeUniform LecunNormal LecunUniform Orthogonal Zeros Ones Constant
+    RandomNormal RandomUniform TruncatedNormal VarianceScaling IdentityInitializer
+    L1 L2 L1L2 OrthogonalRegularizer MaxNorm MinMaxNorm NonNeg UnitNorm
+    DTypePolicy FloatDTypePolicy Policy
+    __keras_tensor__ __tuple__ TensorShape TypeSpec InputSpec
+    """.split()
+)
+# Keras 3 names the module of each object; these are Keras' own. Its functional models
+# also hold Keras' math operations (keras.src.ops.*) as nodes.
+_MODULES = {None, "keras", "keras.layers", "keras.initializers", "keras.regularizers", "keras.constraints", "keras.mixed_precision"}
+_MODEL_MODULES = {
+    "keras.models", "keras.src.models.functional", "keras.src.models.sequential", "keras.src.models.model",
+    "tf_keras.src.engine.functional", "tf_keras.src.engine.sequential", "tf_keras.src.engine.training",
+}
+_OPS_MODULE = re.compile(r"keras\.src\.ops\.\w+")
+_OP_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*")
+
+_MEMBERS = {"config.json": 64 << 20, "metadata.json": 1 << 20, "model.weights.h5": None}  # name -> largest size (None: see below)
+_WEIGHTS_RATIO = 50  # the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
+
+
+def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:
+    """Every (path, object) of a configuration that names a class."""
+    if isinstance(value, dict):
+        if "class_name" in value:
+            yield where, value
+        for key, item in value.items():
+            yield from _objects(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            yield from _objects(item, f"{where}[{k}]")
+
+
+def _refused(config: Any) -> list[str]:
+    """What in a configuration gatetrace does not accept, as `Class (why)` items."""
+    found = []
+    for _, obj in _objects(config):
+        name, module = obj.get("class_name"), obj.get("module")
+        if not isinstance(name, str) or not (module is None or isinstance(module, str)):
+            found.append(f"{name!r} (not a class name)")
+        elif module is not None and _OPS_MODULE.fullmatch(module):
+            if not _OP_CLASS.fullmatch(name):
+                found.append(f"{name} (not an operation of {module})")
+        elif name not in KNOWN_CLASSES:
+            why = "runs a Python function named in the file" if name in ("Lambda", "function") else "not one of Keras' own layers"
+            found.append(f"{name} ({why})")
+        elif module not in _MODULES and not (name in ("Functional", "Sequential", "Model") and module in _MODEL_MODULES):
+            found.append(f"{name} (from the module {module}, not Keras)")
+        elif obj.get("registered_name") not in (None, name):
+            found.append(f"{name} (registered as {obj['registered_name']}, a custom object)")
+    return sorted(set(found))
+
+
+def _refuse(source: str, found: list[str]) -> None:
+    if found:
+        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+        raise UnsafeGraphError(
+            f"{source}: loading it would build objects gatetrace does not check as safe: {shown}; nothing was loaded. "
+            "If you trust this model, pass --allow-unsafe-ops"
+        )
+
+
+def _zip_config(p: Path, source: str) -> dict:
+    try:
+        with zipfile.ZipFile(p) as z:
+            infos = z.infolist()
+            extra = sorted(i.filename for i in infos if i.filename not in _MEMBERS)
+            if extra:
+                raise UnsafeGraphError(
+                    f"{source}: the archive holds members a Keras model file does not ({', '.join(extra[:5])}); "
+                    "nothing was unpacked. If you trust this model, pass --allow-unsafe-ops"
+                )
+            for i in infos:
+                limit = _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
+                if i.file_size > limit:
+                    raise UnsafeGraphError(
+                        f"{source}: its member {i.filename} unpacks to {i.file_size:,} bytes from {i.compress_size:,}, "
+                        f"more than the {limit:,} a Keras model file needs; nothing was unpacked"
+                    )
+            if "config.json" not in z.namelist():
+                raise ModelFormatError(f"{source}: the archive has no config.json; it is not a Keras model file")
+            return json.loads(z.read("config.json"))
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise ModelFormatError(f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}") from None
+
+
+def _h5_config(p: Path, source: str) -> dict:
+    import h5py
+
+    try:
+        with h5py.File(p, "r") as f:
+            text = f.attrs.get("model_config")
+            if text is None:
+                what = "layer_names" in f.attrs or "model_weights" not in f
+                raise ModelFormatError(
+                    f"{source}: the file holds {'weights only' if what else 'no model'} (saved with save_weights?) and no "
+                    "architecture: save the model with model.save, or build it in Python and pass it to tracer.record"
+                )
+            return json.loads(text.decode() if isinstance(text, bytes) else text)
+    except (OSError, ValueError) as err:
+        raise ModelFormatError(f"{source}: cannot read it as a Keras .h5 file: {err}") from None
+
+
+def _saved_model_metadata(p: Path, source: str) -> list[dict]:
+    """The metadata of every object a tf-keras SavedModel's keras_metadata.pb lists, root first."""
+    from tf_keras.protobuf import saved_metadata_pb2
+
+    try:
+        proto = saved_metadata_pb2.SavedMetadata.FromString((p / "keras_metadata.pb").read_bytes())
+        nodes = sorted(proto.nodes, key=lambda n: n.node_path != "root")
+        return [json.loads(n.metadata) for n in nodes]
+    except Exception as err:
+        raise ModelFormatError(f"{source}: cannot read its keras_metadata.pb: {err}") from None
+
+
+def keras_config(path: str | Path) -> dict:
+    """The model configuration a Keras file holds (`{"class_name": ..., "config": ...}`), read as data."""
+    p, source = Path(path), str(path)
+    if p.is_dir():
+        metadata = _saved_model_metadata(p, source)
+        if not metadata or "config" not in metadata[0]:
+            raise ModelFormatError(f"{source}: its keras_metadata.pb describes no model")
+        return {"class_name": metadata[0].get("class_name"), "config": metadata[0]["config"]}
+    config = _zip_config(p, source) if p.suffix == ".keras" else _h5_config(p, source)
+    return {k: v for k, v in config.items() if k != "compile_config"}  # models are loaded without compiling
+
+
+def check_keras_file(path: str | Path) -> None:
+    """UnsafeGraphError (ModelFormatError) if the Keras file at `path` names anything beyond
+    Keras' own building blocks (is not a Keras file gatetrace can read); nothing is loaded."""
+    p, source = Path(path), str(path)
+    if p.is_dir():
+        _refuse(source, _refused(_saved_model_metadata(p, source)))
+    else:
+        _refuse(source, _refused(keras_config(p)))
