@@ -180,6 +180,7 @@ class RecordingWriter:
         # that the recording it replaces is kept until the new one is complete.
         self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
         self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
+        self._created = not self.out.exists()
         self.shard = shard
         self.description = json.loads(json.dumps(dict(description)))
         self.examples = None if examples is None else tuple(int(e) for e in examples)
@@ -459,6 +460,11 @@ class RecordingWriter:
         self._release()
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
+        elif not self.resumed and not self.complete.total():  # nothing recorded: leave nothing a rerun would refuse
+            for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
+                remove(self.out / name)
+            if self._created and not any(self.out.iterdir()):
+                self.out.rmdir()
 
     def _release(self) -> None:
         if self._lock is not None:

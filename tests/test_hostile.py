@@ -172,7 +172,7 @@ def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monk
     np.save(tmp_path / "x.npy", np.zeros((8, 5, 4), np.float32))
     fetch, calls = FetchPlan.fetch, []
 
-    def out_of_memory(self, session, feed_dict=None):
+    def out_of_memory(self, session, feed_dict=None, timeout=None):
         calls.append(1)
         if len(calls) == 2:
             raise MemoryError

@@ -34,7 +34,7 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     warnings.filterwarnings("ignore")
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("tensorflow").setLevel(logging.CRITICAL)  # gatetrace says what went wrong itself
     try:
         import absl.logging
 
@@ -379,8 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
             raise
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"gatetrace: error: {type(err).__name__}: {first} (set GATETRACE_DEBUG=1 for the traceback)", file=sys.stderr)
+        from tracer.model import error_line
+
+        print(f"gatetrace: error: {type(err).__name__}: {error_line(err)} (set GATETRACE_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
     return 0
 

@@ -94,11 +94,35 @@ class _Rows:
         raise NotImplementedError
 
 
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """The bytes an array of `shape` and `dtype` takes (a Python int: it cannot overflow)."""
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def _check_size(where: str, shape: tuple[int, ...], dtype: np.dtype, holds: int) -> None:
+    """Refuse, before anything is recorded, a file holding fewer bytes than its header declares."""
+    if holds < _nbytes(shape, dtype):
+        raise FeedError(
+            f"{where} is shorter than its header says: {list(shape)} of {dtype} needs {_nbytes(shape, dtype):,} bytes, "
+            f"it holds {holds:,}; the file is truncated"
+        )
+
+
 def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype from an .npy header at `f`'s position; refuses what cannot be read by rows."""
     version = np.lib.format.read_magic(f)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = read_header(f)
+    try:
+        shape, fortran, dtype = read_header(f)
+    except ValueError as err:
+        raise FeedError(f"{where}: its .npy header cannot be read: {err}") from None
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise FeedError(f"{where}: its header declares the shape {shape}, which no array has; the file is damaged")
+    if _nbytes(shape, dtype) > 1 << 60:
+        raise FeedError(f"{where}: its header declares {list(shape)} of {dtype}, {_nbytes(shape, dtype):,} bytes; no file holds that")
     if fortran and len(shape) > 1:
         raise FeedError(f"{where} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows")
     if dtype.hasobject:
@@ -136,6 +160,7 @@ def open_npy(path: str) -> RawRows:
     """An `.npy` file, read by rows."""
     with open(path, "rb") as f:
         shape, dtype = _read_header(f, path)
+        _check_size(path, shape, dtype, os.fstat(f.fileno()).st_size - f.tell())
         return RawRows(path, f.tell(), shape, dtype)
 
 
@@ -150,6 +175,7 @@ class NpzMember(_Rows):
         with self._zip.open(self._info) as f:
             self.shape, self.dtype = _read_header(f, f"{path}:{name}")
             self._header = f.tell()
+        _check_size(f"{path}:{name}", self.shape, self.dtype, self._info.file_size - self._header)
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._stored = None
         if self._info.compress_type == zipfile.ZIP_STORED:

@@ -28,7 +28,7 @@ from tracer._tf import tf, v1
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
 from tracer.safety import RESTORE_OPS, refuse, restore_problems, unsafe_ops
 
-__all__ = ["Model", "load_model", "from_session", "FORMATS"]
+__all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "FORMATS"]
 
 FORMATS = (
     "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
@@ -81,7 +81,7 @@ def from_session(session: v1.Session, source: str = "live session", allow_unsafe
 _NOISE = ("Graph execution error", "Detected at node", "Node:", "File ", "[[", "Stack trace", "Original stack trace", "Errors may have")
 
 
-def _first_line(err: Exception) -> str:
+def error_line(err: BaseException) -> str:
     """The informative line of an error: TensorFlow's own message, without its stack notes."""
     text = err.message if isinstance(err, tf.errors.OpError) else str(err)
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
@@ -178,7 +178,7 @@ def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> Non
         stored = dict(tf.train.list_variables(plan.checkpoint))
     except Exception as err:
         raise ModelFormatError(
-            f"{source}: cannot restore the variables from checkpoint {plan.checkpoint}: {_first_line(err)} "
+            f"{source}: cannot restore the variables from checkpoint {plan.checkpoint}: {error_line(err)} "
             "(are its .index and .data files complete?)"
         ) from None
     missing, mismatched = [], []
@@ -256,7 +256,7 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     except Exception as err:
         session.close()
         raise ModelFormatError(
-            f"{source}: cannot restore the variables from checkpoint {prefix}: {_first_line(err)} "
+            f"{source}: cannot restore the variables from checkpoint {prefix}: {error_line(err)} "
             "(are its .index and .data files complete?)"
         ) from err
     return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
@@ -278,7 +278,7 @@ def _saved_model_meta_graph(path: Path, tag: str, source: str):
         else:
             text_format.Parse((path / "saved_model.pbtxt").read_text(), proto)
     except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as err:
-        raise ModelFormatError(f"{source}: cannot read SavedModel: {_first_line(err)}") from None
+        raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from None
     wanted = {t.strip() for t in tag.split(",") if t.strip()}
     for meta in proto.meta_graphs:
         if set(meta.meta_info_def.tags) == wanted:
@@ -325,7 +325,7 @@ def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_un
         raise
     except Exception as err:
         session.close()
-        raise ModelFormatError(f"{source}: cannot read SavedModel: {_first_line(err)}") from err
+        raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
     return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
 
 
@@ -338,7 +338,7 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
             tf.import_graph_def(graph_def, name="")
     except Exception as err:
         raise ModelFormatError(
-            f"{source}: cannot read it as a frozen GraphDef: {_first_line(err)}; expected {FORMATS}"
+            f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
         ) from err
     return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
 

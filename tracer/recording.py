@@ -132,6 +132,7 @@ def record(
     lengths = _check_lengths(lengths, n)
     examples = None
     if n is not None:
+        _check_examples(selection.examples, n)
         first, last, _ = slice(*selection.examples).indices(n)
         examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
     elif shard.count > 1:
@@ -196,6 +197,11 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
         then = "and --resume"
     if isinstance(err, RunTimeout):
         return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size) {then}")
+    if size <= 1:
+        return RecordingError(
+            f"running the model on a single sequence does not fit in memory ({type(err).__name__}): the model itself needs "
+            f"more than this machine has; {kept}"
+        )
     return RecordingError(
         f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size {then}"
     )
@@ -244,6 +250,16 @@ class _StopOnCtrlC:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def _check_examples(examples: tuple[int | None, int | None], n: int) -> None:
+    """Refuse an --examples range reaching past the inputs' rows, rather than cutting it short."""
+    start, stop = examples
+    if (start is not None and not 0 <= start <= n) or (stop is not None and not 0 <= stop <= n):
+        raise SelectionError(
+            f"--examples {'' if start is None else start}:{'' if stop is None else stop}: the inputs hold {n:,} sequences "
+            f"(rows 0 to {n - 1}); give a range within them, e.g. --examples 0:{n}"
+        )
 
 
 def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | None:
