@@ -353,7 +353,10 @@ def _demo(args) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error already printed in one line
+        return int(stop.code or 0)
     _quiet_tensorflow()
     _return_freed_memory()
     from recorders.errors import GatetraceError, Interrupted

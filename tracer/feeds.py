@@ -133,10 +133,12 @@ def _unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.
 
 def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = ()) -> dict[tf.Tensor, np.ndarray]:
     """A checked feed dict for `Session.run`; raises FeedError naming what does not fit."""
-    feed_dict = {}
+    feed_dict, given = {}, {}
     for name, value in feeds.items():
         tensor = _placeholder(graph, name)
-        feed_dict[tensor] = convert_feed(name, tensor, value)
+        if tensor in feed_dict:
+            raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
+        feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value), name
     missing = _unfed_placeholders(fetches, {t.name for t in feed_dict})
     if missing:
         op = missing[0]

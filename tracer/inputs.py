@@ -156,11 +156,13 @@ class RawRows(_Rows):
             os.close(fd)
 
 
-def open_npy(path: str) -> RawRows:
-    """An `.npy` file, read by rows."""
+def open_npy(path: str) -> RawRows | np.ndarray:
+    """An `.npy` file, read by rows (a 0-d one, a scalar, is read whole)."""
     with open(path, "rb") as f:
         shape, dtype = _read_header(f, path)
         _check_size(path, shape, dtype, os.fstat(f.fileno()).st_size - f.tell())
+        if shape == ():
+            return np.frombuffer(f.read(dtype.itemsize), dtype)[0]
         return RawRows(path, f.tell(), shape, dtype)
 
 
