@@ -167,7 +167,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
     )
-    c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the gatetrace recording in --out, once the new one is complete (other files are never deleted)",
+    )
     c.add_argument(
         "--resume",
         action="store_true",
@@ -194,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
-    c.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it is a weights table gatetrace wrote")
 
     c = command(
         "demo",
