@@ -9,6 +9,7 @@ usage block, no TensorFlow log line) that contains the expected reason, and that
 from __future__ import annotations
 
 import zipfile
+import json
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,10 @@ def disk(tmp_path_factory) -> Path:
     np.savez(root / "two.npz", a=np.ones((6, 5, 4), np.float32), b=np.ones((6, 5, 4), np.float32))
     np.savez_compressed(root / "one.npz", x=np.ones((6, 5, 4), np.float32))
     (root / "broken.npz").write_bytes(b"PK\x03\x04 broken zip")
+    np.savez_compressed(root / "long.npz", x=np.random.RandomState(0).rand(600, 5, 4).astype(np.float32))
+    damaged = bytearray((root / "long.npz").read_bytes())  # zeros in the middle: found by the CRC at the end
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = bytes(64)
+    (root / "corrupt.npz").write_bytes(bytes(damaged))
     pq.write_table(pa.table({"x": pa.array([], pa.list_(pa.list_(pa.float32())))}), root / "empty.parquet")
     pq.write_table(pa.table({"y": [[1.0] * 4] * 6}), root / "other.parquet")
     (root / "notes.txt").write_text("hello")
@@ -137,7 +142,8 @@ CASES = {
     "npz that is not a zip": (["record", M, "--feed", "x={d}/broken.npz", "--out", "{o}"], "feed x: cannot read {d}/broken.npz as a .npz file"),
     "npy given a member": (["record", M, "--feed", "x={d}/x.npy:a", "--out", "{o}"], "x.npy:a' is neither a .npy/.npz/.parquet file nor a number"),
     "parquet column it lacks": (["record", M, "--feed", "x={d}/other.parquet:x", "--out", "{o}"], "has no column 'x'; it holds y"),
-    "parquet with no rows": (["record", M, "--feed", "x={d}/empty.parquet", "--out", "{o}"], "empty.parquet"),
+    "parquet with no rows": (["record", M, "--feed", "x={d}/empty.parquet", "--out", "{o}"], "empty.parquet:x holds no rows; an empty Parquet file cannot tell the shape"),
+    "npz damaged inside": (["record", M, "--feed", "x={d}/corrupt.npz", "--out", "{o}"], "feed x: cannot read rows 512:600 of {d}/corrupt.npz: Bad CRC-32 for file 'x.npy'; the file is damaged; the 512 sequences recorded before are kept: fix the input and rerun with --resume"),
     "one placeholder fed twice": (["record", M, "--feed", X, "--feed", "x:0={d}/x7.npy", "--out", "{o}"], "placeholder x:0 is fed twice (as x and x:0); feed it once"),
     "lengths of the wrong shape": ([*R, "--lengths", "{d}/lengths_bad.npy"], "lengths: expected 6 non-negative integers, one per sequence; given shape [1, 2]"),
     "negative lengths": ([*R, "--lengths", "{d}/lengths_negative.npy"], "lengths: expected 6 non-negative integers"),
@@ -154,6 +160,9 @@ CASES = {
 }
 
 
+KEEPS = {"npz damaged inside"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_one_clear_line(disk, tmp_path, capsys, case):
     argv, expected = CASES[case]
@@ -165,7 +174,10 @@ def test_one_clear_line(disk, tmp_path, capsys, case):
     assert err.count("\n") == 1 and err.startswith("gatetrace"), err
     assert "Traceback" not in err and "ERROR:tensorflow" not in err and "usage:" not in err
     assert expected.format(**fill) in err
-    assert not out.exists()  # nothing a rerun would refuse
+    if case in KEEPS:  # found midway: the finished batches stay, for --resume
+        assert json.loads((out / "_progress" / "shard-0-of-1.json").read_text())["complete"] == [[0, 512]]
+    else:
+        assert not out.exists()  # nothing a rerun would refuse
 
 
 def test_the_catalogue_is_large():

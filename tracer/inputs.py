@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,17 @@ def open_input(spec: str, what: str) -> Any:
         if suffix == ".npy":
             if member:
                 raise FeedError(f"{what}: a .npy file holds one array; drop ':{member}'")
-            return open_npy(path)
-        if suffix == ".npz":
-            return NpzMember(path, member or None)
-        return ParquetColumn(path, member or None)
+            rows = open_npy(path)
+            if isinstance(rows, RawRows):
+                rows.what = what
+            return rows
+        rows = NpzMember(path, member or None) if suffix == ".npz" else ParquetColumn(path, member or None)
+        rows.what = what  # named in errors found while reading
+        return rows
     except FeedError:
         raise
     except Exception as err:
-        raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err}") from err
+        raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}") from err
 
 
 def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:
@@ -85,7 +89,16 @@ class _Rows:
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError(f"{type(self).__name__} supports only [start:stop] slices")
         start, stop, _ = key.indices(self.shape[0])
-        return self._read(start, max(start, stop))
+        try:
+            return self._read(start, max(start, stop))
+        except FeedError:
+            raise
+        except (OSError, EOFError, ValueError, zlib.error, zipfile.BadZipFile) as err:
+            where = getattr(self, "what", None)
+            raise FeedError(
+                f"{where + ': ' if where else ''}cannot read rows {start}:{stop} of {self.path}: {err or type(err).__name__}; "
+                "the file is damaged"
+            ) from None
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         return np.asarray(self[:], dtype=dtype)
@@ -219,6 +232,8 @@ class ParquetColumn(_Rows):
         self.path = path
         self._file = pq.ParquetFile(path)
         self.column = column = _pick(path, column, self._file.schema_arrow.names, "column")
+        if self._file.metadata.num_rows == 0:
+            raise FeedError(f"{path}:{column} holds no rows; an empty Parquet file cannot tell the shape of a sequence")
         first = self._to_numpy(next(self._file.iter_batches(batch_size=1, columns=[column])).column(0))
         self.shape, self.dtype = (self._file.metadata.num_rows, *first.shape[1:]), first.dtype
         self._starts = np.cumsum([0] + [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)])

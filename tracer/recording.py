@@ -152,12 +152,14 @@ def record(
 
             def commit() -> None:
                 nonlocal in_flight
+                if not in_flight:
+                    return
                 writer.commit()
                 bar.update(in_flight)
                 in_flight = 0
                 bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
 
-            for start, stop, batch in batches(feed_dict, batch_size, None if examples is None else todo):
+            for start, stop, batch in _reading(batches(feed_dict, batch_size, None if examples is None else todo), writer, commit):
                 try:
                     values = run(batch)  # runs while the last batch is being written
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
@@ -184,6 +186,20 @@ def record(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
                 )
         return writer.close()
+
+
+def _reading(batches, writer: RecordingWriter, commit) -> Any:
+    """`batches`, where an input that turns out unreadable midway keeps the batch in flight
+    and says what is kept (the error is the input's, found only when its rows are read)."""
+    try:
+        yield from batches
+    except FeedError as err:
+        commit()
+        if writer.replacing or not writer.complete.total():
+            raise
+        raise FeedError(
+            f"{err}; the {writer.complete.total():,} sequences recorded before are kept: fix the input and rerun with --resume"
+        ) from None
 
 
 def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> GatetraceError:
