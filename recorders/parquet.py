@@ -174,6 +174,13 @@ class RecordingWriter:
                 f"--overwrite with --shard {shard}: it would replace the folder the other shards write into; "
                 "remove the old recording once, then start every shard without --overwrite"
             )
+        names = [c.get("name") for c in description.get("cells", []) if isinstance(c, Mapping)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise RecordingError(
+                f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
+                "cannot hold two cells; name them apart"
+            )
         self.target = Path(out).resolve()  # where the recording is, or will be once published
         refuse_links(self.target)
         # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so

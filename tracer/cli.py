@@ -327,6 +327,8 @@ def _record(args) -> None:
         f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
+    for skipped in summary.get("skipped", []):
+        print(f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)")
     if summary["complete"]:
         print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
     else:

@@ -17,7 +17,7 @@ from recorders.errors import FeedError
 from tracer._tf import tf
 from tracer.inputs import INPUT_SUFFIXES, open_input
 
-__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "count_sequences", "batches"]
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 
@@ -114,7 +114,7 @@ def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placehol
     return array if on_disk or array.dtype == want else array.astype(want)
 
 
-def _unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
+def unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
     """Placeholders without a default that the fetches depend on and that are not fed."""
     queue = deque(t.op for t in fetches)
     seen: set[str] = set()
@@ -139,7 +139,7 @@ def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[t
         if tensor in feed_dict:
             raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
         feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value), name
-    missing = _unfed_placeholders(fetches, {t.name for t in feed_dict})
+    missing = unfed_placeholders(fetches, {t.name for t in feed_dict})
     if missing:
         op = missing[0]
         t = op.outputs[0]

@@ -8,16 +8,20 @@ tells the kind apart:
     GRUCell                   BiasAdd -> Sigmoid -> Split(2) -> r, u activations
     BasicRNNCell              BiasAdd -> activation -> h
 
-The walker finds those patterns, groups the steps of one cell by the kernel variable
-they read (variable scopes and op scopes differ, so names are never guessed), orders
-them along the recurrence, and maps each step to the input position it read, so that
-the backward half of a bidirectional RNN lines up with the forward half.
+The walker finds those patterns, groups the steps by the kernel variable they read
+(variable scopes and op scopes differ, so names are never guessed), splits each group
+into chains linked by their state edges (one kernel may serve several chains: both
+directions, a training and a sampling unroll), orders each chain along the recurrence,
+and maps each step to the input position it read, so that the backward half of a
+bidirectional RNN lines up with the forward half. Cells sharing a kernel get distinct
+names (`scope@where`) and list each other in `shares_weights_with`.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -97,6 +101,7 @@ class Cell(HasSpec):
     steps: tuple[Step, ...]
     backward: bool = False
     loop: Loop | None = None
+    shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
 
     def __repr__(self) -> str:
         where = f"steps={len(self.steps)}" if self.loop is None else f"in {self.loop.loop}"
@@ -136,6 +141,7 @@ class Cell(HasSpec):
             "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),
             "direction": "backward" if self.backward else "forward",
             "variables": dict(self.variables),
+            "shares_weights_with": list(self.shares_weights_with),
             "path": self.path,
             **(
                 {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
@@ -645,13 +651,19 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     by_kernel: dict[str, list[_App]] = {}
     for app in apps:
         by_kernel.setdefault(app.kernel.name, []).append(app)
-    for group in by_kernel.values():
+    # A cell is one chain of steps linked by their state edges; several chains may share a
+    # kernel (both directions of a bidirectional RNN given one cell, a sampling unroll
+    # beside the training one): each is a cell of its own.
+    by_chain: dict[str, list[_App]] = {}
+    for kernel, group in by_kernel.items():
         group.sort(key=lambda a: order.get(a.gate_op.name, 0))
-    names = {k: _cell_name(g[0].kernel, g[0].spec) for k, g in by_kernel.items()}
+        for k, chain in enumerate(_chains(group)):
+            by_chain[f"{kernel}#{k}"] = chain
+    names = {k: _cell_name(g[0].kernel, g[0].spec) for k, g in by_chain.items()}
 
     # The output of every step, so that a stacked layer finds the step it reads.
     owners = {}
-    for k, group in by_kernel.items():
+    for k, group in by_chain.items():
         for idx, app in enumerate(group):
             owners[app.states[-1].name] = (k, idx)
     gate_ops = {app.gate_op.name for app in apps}
@@ -663,7 +675,7 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
             if kernel in in_progress:
                 return None
             in_progress.add(kernel)
-            group = by_kernel[kernel]
+            group = by_chain[kernel]
             found = [_input_position(a.input, owners, position_of, gate_ops) for a in group]
             in_order = list(range(len(group)))
             # Trust the traced positions only when they are a permutation of the steps.
@@ -673,8 +685,99 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
         return positions[kernel][idx]
 
     cells = list(loop_cells)
-    for k, group in by_kernel.items():
+    for k, group in by_chain.items():
         position_of(k, 0)
         cells.append(_build_cell(names[k], group, positions[k]))
+    cells = _distinct_names(cells)
     cells.sort(key=lambda c: c.name)
     return cells
+
+
+def _state_source(t: tf.Tensor, state_of: Mapping[str, int], limit: int = 64) -> int | None:
+    """The step (index into `state_of`, by state tensor name) whose state `t` is, searching
+    back along edges from `t` to the nearest one; None for an initial state."""
+    queue, seen = deque([t]), set()
+    while queue and len(seen) < limit:
+        t = queue.popleft()
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        if t.name in state_of:
+            return state_of[t.name]
+        queue.extend(t.op.inputs)
+    return None
+
+
+def _chains(group: list[_App]) -> list[list[_App]]:
+    """The steps of one kernel (in topological order) split into chains: a step belongs to
+    the chain of the step whose state it reads."""
+    state_of = {app.states[-1].name: i for i, app in enumerate(group)}
+    chain_of: list[int] = []
+    chains: list[list[_App]] = []
+    successors: dict[int, int] = {}
+    for i, app in enumerate(group):
+        j = _state_source(app.previous[-1], state_of)
+        if j is None or j >= i:
+            chain_of.append(len(chains))
+            chains.append([app])
+            continue
+        if j in successors:
+            raise GraphPatternError(
+                f"the steps of the cell at {app.kernel.name} branch: {group[successors[j]].gate_op.name} and "
+                f"{app.gate_op.name} both continue from {group[j].gate_op.name} (a beam search?); "
+                "gatetrace records cells whose steps form chains"
+            )
+        successors[j] = i
+        chain_of.append(chain_of[j])
+        chains[chain_of[j]].append(app)
+    return chains
+
+
+def _where(c: Cell) -> list[str]:
+    """Ways to say where a cell's chain runs, most readable first: its loop; or, for an
+    unrolled chain, the op scope of its first step, then the scope its initial state comes
+    from (`bidirectional_rnn/bw/bw`), then its first step's gate op."""
+    if c.loop is not None:
+        return [c.loop.loop.removesuffix("/while_context")] * 3
+    first = c.steps[-1] if c.backward else c.steps[0]  # the step computed first
+    scope = first.previous[-1].rpartition(":")[0].rpartition("/")[0]
+    parts = [p for p in scope.split("/") if not re.fullmatch(r"\w*ZeroState(_\d+)?", p)]
+    return [first.gate_op.rpartition("/")[0], "/".join(parts) or scope or first.previous[-1], first.gate_op]
+
+
+def _distinct_names(cells: list[Cell]) -> list[Cell]:
+    """Give cells that share a name (one kernel serving several chains or loops) distinct
+    names: the kernel's scope, `@`, and where the chain runs (`_where`); and tell each
+    which cells share its weights. A stacked loop layer's `below` follows the renaming
+    (the layer below runs in the same loop)."""
+    by_name: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_name.setdefault(c.name, []).append(c)
+    new: dict[int, str] = {}
+    for name, group in by_name.items():
+        if len(group) == 1:
+            continue
+        wheres = [_where(c) for c in group]
+        for k in range(3):
+            if len({w[k] for w in wheres}) == len(group):
+                new.update((id(c), f"{name}@{w[k]}") for c, w in zip(group, wheres))
+                break
+        else:
+            raise GraphPatternError(
+                f"cells {name}: {len(group)} chains share this kernel and gatetrace cannot tell them apart "
+                f"(they start at {', '.join(sorted(c.steps[0].gate_op if c.steps else c.loop.loop for c in group))}); "
+                "two cells must never share a name"
+            )
+    renamed = {(c.loop.loop if c.loop else None, c.name): new.get(id(c), c.name) for c in cells}
+    shared: dict[str, list[str]] = {}
+    for c in cells:
+        shared.setdefault(c.variables["kernel"], []).append(new.get(id(c), c.name))
+    out = []
+    for c in cells:
+        name = new.get(id(c), c.name)
+        loop = c.loop
+        if loop is not None and loop.below is not None:
+            loop = replace(loop, below=renamed[(loop.loop, loop.below)])
+        others = tuple(sorted(n for n in shared[c.variables["kernel"]] if n != name))
+        out.append(replace(c, name=name, loop=loop, shares_weights_with=others))
+    return out

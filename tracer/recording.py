@@ -19,7 +19,7 @@ import numpy as np
 
 from recorders import RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
-from tracer.feeds import batches, count_sequences, resolve_feeds
+from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.graph import Cell, find_cells
 from tracer.keras_layers import KerasModel, KerasPlan, find_layers, is_keras, resolve_inputs, wrap
@@ -51,10 +51,32 @@ def weight_values(model: Model | KerasModel, cells: Sequence[Cell], timeout: flo
     return read_weights(model.session, cells, timeout)
 
 
+def _reachable(model: Model, cells: list[Cell], found: list[Cell], feeds: Any, skipped: list) -> list[Cell]:
+    """The cells whose values the feeds reach; the others (chains that read other
+    placeholders, such as a sampling unroll beside the training one) are appended to
+    `skipped` as (cell, placeholder). If no cell is reached, all are kept, so that the
+    error names the missing placeholder."""
+    fed = {t.name for t in resolve_feeds(model.graph, feeds)}
+    keep, skip = [], []
+    for c in cells:
+        missing = unfed_placeholders(FetchPlan(model.graph, [c], context=found).tensors, fed)
+        (skip if missing else keep).append((c, missing[0].name if missing else None))
+    if not keep:
+        return cells
+    skipped.extend((c.name, placeholder) for c, placeholder in skip)
+    return [c for c, _ in keep]
+
+
 def _prepare(
-    model: Model | KerasModel, feeds: Any, cells: Sequence[Cell] | None, selection: Selection | None = None, timeout: float | None = None
+    model: Model | KerasModel,
+    feeds: Any,
+    cells: Sequence[Cell] | None,
+    selection: Selection | None = None,
+    timeout: float | None = None,
+    skip_unfed: list | None = None,
 ):
-    """The cells, the plan, the checked feeds, and the function that runs one batch."""
+    """The cells, the plan, the checked feeds, and the function that runs one batch.
+    With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there."""
     cells = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
@@ -63,6 +85,8 @@ def _prepare(
     names = {c.name for c in cells}
     below = any(c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells)
     found = find_cells(model.graph, model.source) if below else cells  # the layers a selected stacked layer reads
+    if skip_unfed is not None:
+        cells = _reachable(model, cells, found, feeds, skip_unfed)
     plan = FetchPlan(model.graph, cells, context=found, steps=steps)
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
@@ -125,9 +149,11 @@ def record(
     """
     selection = selection or Selection()
     model = _as_model(model)
+    skipped: list[tuple[str, str]] = []
+    chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     if cells is None:
         cells = find_all(model)
-    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection, timeout)
+    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection, timeout, None if chosen else skipped)
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
     examples = None
@@ -139,6 +165,7 @@ def record(
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
+    description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:

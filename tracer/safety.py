@@ -33,7 +33,7 @@ SAFE_OPS = frozenset(
     Min Max Sum Mean Prod All Any ArgMax ArgMin Cumsum
     ConcatV2 Concat ConcatOffset Split SplitV Unpack Pack Reshape Shape ShapeN Size Rank
     StridedSlice Slice Transpose ExpandDims Squeeze Fill ZerosLike OnesLike Cast Bitcast Range
-    Tile GatherV2 Gather GatherNd ReverseV2 ReverseSequence BroadcastTo BroadcastArgs
+    Tile GatherV2 Gather GatherNd ResourceGather ResourceGatherNd ReverseV2 ReverseSequence BroadcastTo BroadcastArgs
     BroadcastGradientArgs Pad PadV2 MirrorPad OneHot Where DynamicStitch
     VariableV2 Variable VarHandleOp ReadVariableOp VarIsInitializedOp IsVariableInitialized
     Assign AssignVariableOp AssignAdd AssignSub
