@@ -98,6 +98,7 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
     names = sorted(c["name"] for c in cells)
     assert len(names) == 2 and len(set(names)) == 2 and all(name.startswith("bidirectional_rnn/fw/basic_lstm_cell@") for name in names)
     assert all(c["shares_weights_with"] == [other] for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1]))
+    assert [c["steps"] for c in cells] == [T, T]  # from the loop input's static time axis where the cells are replayed
     feeds = ["--feed", f"x={tmp_path / 'x.npy'}"] + (["--feed", f"lengths={tmp_path / 'n.npy'}"] if how != "static" else [])
     assert main(["record", path, *feeds, "--out", str(tmp_path / "rec"), "--quiet"]) == 0
     assert "recorded 2 cells on 6 sequences" in capsys.readouterr().out
@@ -194,3 +195,32 @@ def test_two_cells_can_never_write_one_folder(tmp_path):
     with pytest.raises(RecordingError, match=r"two cells are both named 'rnn/basic_lstm_cell': each cell is written to a folder of its own"):
         RecordingWriter(tmp_path / "out", {"cells": cells}, examples=(0, 2))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kernel, bias", [("weights", "biases"), ("Linear/Matrix", "Linear/Bias")])
+def test_cells_are_named_by_their_scope_in_every_era(kernel, bias, tmp_path, capsys):
+    """A BasicLSTMCell as TF 1.0/1.1 (`weights`, `biases`) and TF 0.x (`Linear/Matrix`) built
+    it: `_linear` on concat([x, h]), BiasAdd, split into i, j, f, o."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, T, FEATURES], name="x")
+        with v1.variable_scope("rnn/basic_lstm_cell"):
+            w = v1.get_variable(kernel, [FEATURES + UNITS, 4 * UNITS])
+            b = v1.get_variable(bias, [4 * UNITS])
+        c = h = tf.zeros([tf.shape(x)[0], UNITS])
+        for step in tf.unstack(x, axis=1):
+            i, j, f, o = tf.split(tf.nn.bias_add(tf.matmul(tf.concat([step, h], 1), w), b), 4, axis=1)
+            c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
+            h = tf.tanh(c) * tf.sigmoid(o)
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+    randomise(session, graph)
+    with graph.as_default():
+        kernel_value, bias_value = session.run([w, b])
+        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    xs = np.random.RandomState(4).uniform(-1, 1, (3, T, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
+    pre, act = lstm64(xs, kernel_value, bias_value, 1.0)
+    check_gates(Recording(tmp_path / "rec"), "rnn/basic_lstm_cell", pre, act, np.ones((3, T), bool))

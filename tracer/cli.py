@@ -232,7 +232,7 @@ def _inspect(args) -> None:
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
-        steps = str(len(c.steps)) if c.loop is None else "loop"
+        steps = str(len(c.steps)) if c.loop is None else f"{c.loop.length or '?'} (loop)"
         rows.append((c.name, c.kind, str(c.units), str(c.input_size), steps, ",".join(c.gates), "backward" if c.backward else "forward", c.path))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

@@ -131,7 +131,7 @@ class Cell(HasSpec):
             "input_size": self.input_size,
             "output_size": self.output_size,
             "num_proj": self.num_proj,
-            "steps": len(self.steps),
+            "steps": len(self.steps) if self.loop is None else self.loop.length,
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "forget_bias": self.forget_bias,
@@ -517,11 +517,19 @@ def _find_apps(graph: tf.Graph) -> list[_App]:
     return apps
 
 
+# What the main kernel's variable was called in each era of TensorFlow, after the cell's scope.
+_KERNEL_NAMES = ("kernel", "weights", "Linear/Matrix")  # TF >= 1.2, TF 1.0 and 1.1, TF 0.x
+
+
 def _cell_name(kernel: tf.Operation, spec: CellSpec) -> str:
+    """The scope holding a cell's weights: the kernel's name without `/kernel` (or
+    `/gates/kernel` for GRUCell), whatever the era called the kernel."""
     name = kernel.name
-    for suffix in (spec.kernel_suffix, "/kernel"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
+    inner = spec.kernel_suffix.rpartition("/")[0]  # "/gates" for GRUCell, "" otherwise
+    for era in _KERNEL_NAMES:
+        for suffix in (f"{inner}/{era}", f"/{era}"):
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
     return name
 
 

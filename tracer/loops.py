@@ -58,6 +58,7 @@ class Loop:
     outputs: str | None
     reversed: bool = False
     reverse_lengths: str | None = None
+    length: int | None = None  # the number of steps, where the input's time axis is static
 
 
 def _through_identity(t: tf.Tensor) -> tf.Tensor:
@@ -115,6 +116,14 @@ def _value(t: tf.Tensor) -> tf.Tensor:
         if op.type == "ReadVariableOp":
             return op.outputs[0]
     raise GraphPatternError(f"{t.name}: a variable handle entering a while loop, and the graph holds no read of it to fetch")
+
+
+def _length(graph: tf.Graph, inputs: str | None, below) -> int | None:
+    """The static number of steps of the loop's input (time-major), or the layer below's."""
+    if below is not None:
+        return below.loop.length
+    shape = graph.get_tensor_by_name(inputs).shape
+    return shape[0] if shape.rank else None
 
 
 def _reversal(graph: tf.Graph, inputs: str | None, below) -> dict:
@@ -216,6 +225,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             final=tuple(_v1_after(t) for t in app.previous),
             lengths=None if lengths is None else _v1_outside(lengths).name,
             outputs=None if write is None else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
+            length=_length(graph, inputs, below),
             **_reversal(graph, inputs, below),
         )
         weights = {role: _v1_outside(t).name for role, t in app.weights.items()}
@@ -272,6 +282,7 @@ def v2_loop_cells(graph: tf.Graph, find_apps: Callable) -> list:
                 final=tuple(op.outputs[arg(t)].name for t in app.previous),
                 lengths=None if lengths is None else op.inputs[arg(lengths)].name,
                 outputs=None if stacked is None else stacked.outputs[0].name,
+                length=_length(graph, inputs, below),
                 **_reversal(graph, inputs, below),
             )
             weights = {role: _value(op.inputs[arg(t)]).name for role, t in app.weights.items()}
