@@ -232,7 +232,7 @@ def _inspect(args) -> None:
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
-        steps = str(len(c.steps)) if c.loop is None else f"{c.loop.length or '?'} (loop)"
+        steps = f"{c.loop.length or '?'} (loop)" if c.loop else f"{c.fused.length or '?'}" if c.fused else str(len(c.steps))
         rows.append((c.name, c.kind, str(c.units), str(c.input_size), steps, ",".join(c.gates), "backward" if c.backward else "forward", c.path))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -244,12 +244,13 @@ def _inspect(args) -> None:
         extras += [f"{k}={v}" for k, v in (("num_proj", c.num_proj), ("cell_clip", c.cell_clip), ("proj_clip", c.proj_clip)) if v is not None]
         if "w_i_diag" in c.weights:
             extras.append("peepholes")
-        if c.loop is None:
+        if c.path == "fetch":
             first, last = c.steps[0].gate_op, c.steps[-1].gate_op
             span = first if len(c.steps) == 1 else f"{first} ... {last}"
             print(f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}")
         else:
-            print(f"{c.name}: replayed, {', '.join(extras)}: {c.describe()['why']}")
+            how = "replayed" if c.path == "replay" else "fused"
+            print(f"{c.name}: {how}, {', '.join(extras)}: {c.describe()['why']}")
     if unsafe:
         print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
         print("record and weights refuse this model unless --allow-unsafe-ops")

@@ -21,6 +21,7 @@ import pandas as pd
 from recorders.errors import GraphPatternError
 from recorders.long import gate_frame
 from tracer._tf import tf, v1
+from tracer.fused import fused_values
 from tracer.graph import Cell
 from tracer.replay import Replayed, check, replay
 from tracer import running
@@ -84,7 +85,8 @@ class FetchPlan:
 
     An unrolled cell's gates are fetched from its own ops. A cell inside a while loop
     (`cell.loop`) is replayed (`tracer.replay`): the plan fetches what enters and leaves
-    its loop in the same run, and `fetch` recomputes its gates and checks them. A stacked
+    its loop in the same run, and `fetch` recomputes its gates and checks them. A fused
+    op's cell (`cell.fused`) has its op's inputs and outputs fetched (`tracer.fused`). A stacked
     layer needs the layer below it: `context` (all cells found) supplies those that are
     not among `cells`. `steps` keeps a [start, stop) window of a replayed cell's steps.
     """
@@ -127,8 +129,12 @@ class FetchPlan:
             }
             for c in self._replays
         }
+        # Fused cells: what their ops read and return, by name.
+        self._fused = [c for c in self.cells if c.fused is not None]
+        self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
-        self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(self._replays)}
+        computed = [*self._replays, *self._fused]  # each gets a `Replayed` after the fetched values
+        self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(computed)}
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -144,6 +150,10 @@ class FetchPlan:
         values = list(running.run(session, self.tensors, feed_dict, timeout))
         for cell in self._replays:
             values.append(self._replay(cell, values))
+        for cell in self._fused:
+            slots = self._fused_slots[cell.name]
+            weights = {role: values[slots[name]] for role, name in cell.weights.items()}
+            values.append(fused_values(cell, {name: values[k] for name, k in slots.items()}, weights))
         return values
 
     def _replay(self, cell: Cell, values: list) -> Replayed:
@@ -172,7 +182,7 @@ class FetchPlan:
         """A replayed cell's [examples, loop steps, ...] values as a new array ordered by input
         position, in the plan's step window. A reversed loop's step t of an example of
         length n read input position n - 1 - t (positions at or past n are not recorded)."""
-        if cell.loop.reversed:
+        if cell.loop is not None and cell.loop.reversed:
             n, steps = a.shape[:2]
             where = self._loop_slots[cell.name]["reverse_lengths"]
             lengths = np.full(n, steps) if where is None else np.asarray(values[where])[:n]
@@ -184,7 +194,7 @@ class FetchPlan:
     def steps(self, values: Sequence, cell: int) -> np.ndarray:
         """The input positions of cell number `cell`'s recorded steps."""
         c = self.cells[cell]
-        if c.loop is None:
+        if c.path == "fetch":
             return c.positions
         n = values[self._replayed_at[c.name]].preactivation.shape[1]
         return np.arange(n, dtype=np.int32)[self._steps]
@@ -203,7 +213,7 @@ class FetchPlan:
         """One gate's `preactivation` or `activation` of cell number `cell`: a new
         contiguous [examples, steps, units] array of the first `keep` examples."""
         c = self.cells[cell]
-        if c.loop is not None:
+        if c.path != "fetch":
             return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[:keep, :, gate])
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
@@ -216,7 +226,7 @@ class FetchPlan:
     def state(self, values: Sequence[np.ndarray], cell: int, state: str, keep: int | None = None) -> np.ndarray:
         """One state (`c` or `h`) of cell number `cell`: a new [examples, steps, width] array."""
         c = self.cells[cell]
-        if c.loop is not None:
+        if c.path != "fetch":
             return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][:keep])
         k = c.spec.states.index(state)
         return np.stack([values[slots[2][k]][:keep] for slots in self._layout[cell]], axis=1)

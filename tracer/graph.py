@@ -29,6 +29,7 @@ import numpy as np
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec, HasSpec
+from tracer.fused import FUSED_OPS, Fused, fused_cells
 from tracer.loops import Loop, in_v1_loop, v1_loop_cells, v2_loop_cells
 
 __all__ = ["Step", "Cell", "find_cells"]
@@ -102,16 +103,18 @@ class Cell(HasSpec):
     backward: bool = False
     loop: Loop | None = None
     shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
+    fused: Fused | None = None  # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.fused
 
     def __repr__(self) -> str:
-        where = f"steps={len(self.steps)}" if self.loop is None else f"in {self.loop.loop}"
+        where = f"in {self.loop.loop}" if self.loop else f"ops {self.fused.ops[0]}..." if self.fused else f"steps={len(self.steps)}"
         return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {where})"
 
     @property
     def path(self) -> str:
-        """How its gates are recorded: `fetch` (the graph's own gate ops, one per step) or
-        `replay` (recomputed in numpy from what enters and leaves its while loop)."""
-        return "fetch" if self.loop is None else "replay"
+        """How its gates are recorded: `fetch` (the graph's own gate ops, one per step),
+        `replay` (recomputed in numpy from what enters and leaves its while loop) or `fused`
+        (a fused op's own outputs, preactivations recomputed from its inputs)."""
+        return "replay" if self.loop is not None else "fused" if self.fused is not None else "fetch"
 
     @property
     def positions(self) -> np.ndarray:
@@ -131,7 +134,7 @@ class Cell(HasSpec):
             "input_size": self.input_size,
             "output_size": self.output_size,
             "num_proj": self.num_proj,
-            "steps": len(self.steps) if self.loop is None else self.loop.length,
+            "steps": self.loop.length if self.loop else self.fused.length if self.fused else len(self.steps),
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "forget_bias": self.forget_bias,
@@ -144,9 +147,11 @@ class Cell(HasSpec):
             "shares_weights_with": list(self.shares_weights_with),
             "path": self.path,
             **(
-                {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
-                if self.loop is None
-                else {"loop": asdict(self.loop), "why": _why_replay(self.loop)}
+                {"loop": asdict(self.loop), "why": _why_replay(self.loop)}
+                if self.loop is not None
+                else {"fused": asdict(self.fused), "why": _why_fused(self.fused)}
+                if self.fused is not None
+                else {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
             ),
         }
 
@@ -156,6 +161,14 @@ def _why_replay(loop: Loop) -> str:
     return (
         f"its gate ops run inside {kind} ({loop.loop}) and cannot be fetched: its gates are recomputed in numpy "
         "from the loop's input, initial state and weights, and checked against the loop's outputs and final state"
+    )
+
+
+def _why_fused(fused: Fused) -> str:
+    return (
+        f"a fused {fused.op_type} op computes its gates ({fused.ops[0]}"
+        f"{f' ... {fused.ops[-1]}' if len(fused.ops) > 1 else ''}): the activations are its own outputs, the "
+        "preactivations are recomputed from its inputs and weights and checked against them"
     )
 
 
@@ -633,15 +646,31 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     Raises NoCellFoundError (naming `source` and a few nearby ops) when there is none.
     """
     apps = _find_apps(graph)
-    # Cells inside while loops (dynamic_rnn) are replayed: see tracer.loops.
+    # Cells inside while loops (dynamic_rnn) are replayed: see tracer.loops. Fused ops'
+    # outputs are their gates: see tracer.fused.
     loop_cells = v1_loop_cells(graph, [a for a in apps if in_v1_loop(a)]) + v2_loop_cells(graph, _find_apps)
+    loop_cells += fused_cells(graph)
     apps = [a for a in apps if not in_v1_loop(a)]
     if not apps and not loop_cells:
         ops = graph.get_operations()
         loops = [op.name for op in ops if op.type in ("While", "StatelessWhile", "Enter")]
         conds = [op.name for op in ops if op.type in ("If", "StatelessIf", "Switch")]
+        cudnn = [f"{op.name} ({op.type})" for op in ops if op.type.startswith("CudnnRNN")]
+        layer_norm = [op.name for op in ops if op.type == "Split" and "layer_norm" in op.name.lower() + "".join(
+            c.name.lower() for t in op.outputs for c in t.consumers())]
         hint = ""
-        if loops:
+        if cudnn:
+            hint = (
+                f"; the graph runs a cuDNN RNN, {cudnn[0]}, whose weights are one opaque parameter buffer and whose "
+                "gates no op exposes: gatetrace does not support CudnnLSTM/CudnnGRU (convert the model to "
+                "CudnnCompatibleLSTMCell or an LSTMBlockFusedCell)"
+            )
+        elif layer_norm:
+            hint = (
+                f"; the graph normalizes its gates ({layer_norm[0]}), as LayerNormBasicLSTMCell does: "
+                "gatetrace does not support layer-normalized cells"
+            )
+        elif loops:
             hint = f"; the graph runs a while loop ({loops[0]}), in which no cell of these kinds was found either"
         elif conds:
             hint = (
@@ -651,8 +680,8 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
             )
         raise NoCellFoundError(
             f"no RNN cell found in {source}: looked for Split ops fed by a kernel MatMul "
-            f"(LSTM and GRU cells) and MatMul-BiasAdd-activation steps on concat([inputs, state]) "
-            f"(BasicRNNCell); nearest ops: {_nearby_ops(graph)}{hint}"
+            f"(LSTM and GRU cells), MatMul-BiasAdd-activation steps on concat([inputs, state]) "
+            f"(BasicRNNCell) and the fused ops {', '.join(sorted(FUSED_OPS))}; nearest ops: {_nearby_ops(graph)}{hint}"
         )
 
     order = _topological_index(graph)
@@ -747,6 +776,8 @@ def _where(c: Cell) -> list[str]:
     from (`bidirectional_rnn/bw/bw`), then its first step's gate op."""
     if c.loop is not None:
         return [c.loop.loop.removesuffix("/while_context")] * 3
+    if c.fused is not None:
+        return [c.fused.ops[0].rpartition("/")[0], c.fused.h_prev[0].rpartition(":")[0], c.fused.ops[0]]
     first = c.steps[-1] if c.backward else c.steps[0]  # the step computed first
     scope = first.previous[-1].rpartition(":")[0].rpartition("/")[0]
     parts = [p for p in scope.split("/") if not re.fullmatch(r"\w*ZeroState(_\d+)?", p)]

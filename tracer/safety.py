@@ -19,7 +19,8 @@ from tracer._tf import tf
 __all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "restore_problems", "check", "check_model", "refuse"]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
-# nothing outside the session.
+# nothing outside the session. Fused RNN kernels and the in-memory audio ops that speech
+# models run before their RNN (DecodeWav decodes bytes it is given; it reads no file) too.
 SAFE_OPS = frozenset(
     """
     Const Placeholder PlaceholderWithDefault Identity IdentityN NoOp StopGradient PreventGradient
@@ -44,6 +45,8 @@ SAFE_OPS = frozenset(
     TensorArraySizeV3 TensorArraySplitV3 TensorArrayConcatV3
     TensorListFromTensor TensorListGetItem TensorListSetItem TensorListReserve TensorListStack
     TensorListElementShape TensorListLength TensorListPushBack TensorListPopBack
+    LSTMBlockCell BlockLSTM BlockLSTMV2 GRUBlockCell
+    DecodeWav AudioSpectrogram Mfcc
     """.split()
 )
 

@@ -71,7 +71,7 @@ class Selection:
         lo, hi = self.steps
         out = []
         for c in chosen:
-            if c.path == "replay":  # a replayed cell's steps are known per batch: see FetchPlan(steps=...)
+            if c.path != "fetch":  # a replayed or fused cell's steps are known per batch: see FetchPlan(steps=...)
                 out.append(c)
                 continue
             steps = tuple(s for s in c.steps if (lo is None or s.position >= lo) and (hi is None or s.position < hi))
