@@ -122,7 +122,7 @@ class FetchPlan:
                 "weights": {role: slot(t) for role, t in c.weights.items()},
                 "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
                 "initial": [slot(t) for t in c.loop.initial],
-                "final": [slot(t) for t in c.loop.final],
+                "final": [None if t is None else slot(t) for t in c.loop.final],
                 "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
                 "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
                 "reverse_lengths": None if c.loop.reverse_lengths is None else slot(c.loop.reverse_lengths),
@@ -138,6 +138,17 @@ class FetchPlan:
 
     def __len__(self) -> int:
         return len(self.tensors)
+
+    def check_verifiable(self) -> None:
+        """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""
+        _check_something_checks(self._replays)
+
+    def batch_of(self, values: Sequence) -> int:
+        """How many examples the fetched `values` hold (when nothing fed says so)."""
+        c = self.cells[0]
+        if c.path == "fetch":
+            return len(values[self._layout[0][0][1][0]])
+        return values[self._replayed_at[c.name]].preactivation.shape[0]
 
     def run(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, examples: np.ndarray | None = None) -> Trace:
         """Fetch everything in one `session.run` and assemble a Trace."""
@@ -175,7 +186,8 @@ class FetchPlan:
             proj_clip=cell.proj_clip,
         )
         outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
-        check(cell.name, got, outputs, dict(zip(cell.spec.states, (values[k] for k in where["final"]))))
+        final = {state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None}
+        check(cell.name, got, outputs, final)
         return got
 
     def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray) -> np.ndarray:
@@ -274,6 +286,19 @@ def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) ->
     if examples is None:
         examples = np.arange(batch, dtype=np.int64)
     return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+
+def _check_something_checks(replays: Sequence[Cell]) -> None:
+    """Refuse a loop whose replay nothing in the graph can confirm: no outputs, no final
+    state (a graph pruned down to something else), and no layer above it whose check
+    would fail with it."""
+    above = {c.loop.below for c in replays}
+    for c in replays:
+        if c.loop.outputs is None and all(t is None for t in c.loop.final) and c.name not in above:
+            raise GraphPatternError(
+                f"cell {c.name}: nothing its loop {c.loop.loop} computes is left in the graph (no outputs, no final state), "
+                "so its replay cannot be checked; record it from a graph that keeps the loop's outputs or final state"
+            )
 
 
 def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:

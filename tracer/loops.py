@@ -38,7 +38,8 @@ class Loop:
     inputs:       the input sequence, time-major [steps, batch, features]; None when the
                   cell reads the outputs of the cell `below` (a stacked layer).
     initial:      the initial state, one tensor per state of the cell (`c`, `h` or `h`).
-    final:        the state after the loop, likewise.
+    final:        the state after the loop, likewise; None for a state whose Exit a graph
+                  pruned for deployment dropped.
     lengths:      the sequence lengths the loop compares time with, or None.
     outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
     reversed:     the loop reads its input reversed (the backward half of
@@ -53,7 +54,7 @@ class Loop:
     inputs: str | None
     below: str | None
     initial: tuple[str, ...]
-    final: tuple[str, ...]
+    final: tuple[str | None, ...]
     lengths: str | None
     outputs: str | None
     reversed: bool = False
@@ -184,15 +185,16 @@ def _v1_outside(t: tf.Tensor) -> tf.Tensor:
     return t.op.inputs[0]
 
 
-def _v1_after(t: tf.Tensor) -> str:
-    """The loop variable read as `t`, after the loop (its Exit)."""
+def _v1_after(t: tf.Tensor) -> str | None:
+    """The loop variable read as `t`, after the loop (its Exit); None where a graph pruned
+    for deployment dropped it (nothing outside the loop used it)."""
     merge = _v1_merge(t)
     for switch in merge.outputs[0].consumers():
         if switch.type == "Switch":
             for op in switch.outputs[0].consumers():
                 if op.type == "Exit":
                     return op.outputs[0].name
-    raise GraphPatternError(f"{merge.name}: the loop variable has no Exit")
+    return None
 
 
 def _v1_array_source(handle: tf.Tensor, types: set[str], index: int) -> str | None:

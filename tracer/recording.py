@@ -88,6 +88,7 @@ def _prepare(
     if skip_unfed is not None:
         cells = _reachable(model, cells, found, feeds, skip_unfed)
     plan = FetchPlan(model.graph, cells, context=found, steps=steps)
+    plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
@@ -197,7 +198,7 @@ def record(
                     commit()
                 if ctrl_c.pressed:
                     break
-                stop = start + len(values[0]) if stop is None else stop
+                stop = start + (plan.batch_of(values) if hasattr(plan, "batch_of") else len(values[0])) if stop is None else stop
                 ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
                 lens = None if lengths is None else lengths[start:stop]
                 writer.begin(start, stop)
