@@ -22,7 +22,7 @@ from recorders.errors import GraphPatternError
 from recorders.long import gate_frame
 from tracer._tf import tf, v1
 from tracer.fused import fused_values
-from tracer.graph import Cell
+from tracer.found import Cell
 from tracer.replay import Replayed, check, replay
 from tracer import running
 

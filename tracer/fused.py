@@ -33,6 +33,8 @@ import numpy as np
 from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
+from tracer.edges import cell_name, input_position, state_source, weight_source
+from tracer.found import Cell
 from tracer.replay import TOLERANCE, Replayed
 
 __all__ = ["Fused", "FUSED_OPS", "fused_cells", "fused_values"]
@@ -79,15 +81,13 @@ class Fused:
 
 
 def fused_cells(graph: tf.Graph) -> list:
-    """A `tracer.graph.Cell` for each chain of fused ops in `graph` (top level only)."""
-    from tracer.graph import Cell, _cell_name, _input_position, _source, _state_source
-
+    """A `tracer.found.Cell` for each chain of fused ops in `graph` (top level only)."""
     ops = [op for op in graph.get_operations() if op.type in FUSED_OPS]
     cells = []
     groups: dict[tuple[str, str], list[tf.Operation]] = {}
     for op in ops:
         roles = (_GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN if op.type == "LSTMBlockCell" else _BLOCK_IN)
-        kernel = _source(op.inputs[roles["kernel"]])
+        kernel = weight_source(op.inputs[roles["kernel"]])
         if kernel is None:
             raise GraphPatternError(f"{op.name} ({op.type}): its weights w do not come from a variable or constant")
         groups.setdefault((op.type, kernel.name), []).append(op)
@@ -96,18 +96,18 @@ def fused_cells(graph: tf.Graph) -> list:
         roles = _GRU_IN if kind == "GRUBlockCell" else _LSTM_IN if kind == "LSTMBlockCell" else _BLOCK_IN
         peephole = kind != "GRUBlockCell" and bool(group[0].get_attr("use_peephole"))
         weight_roles = [r for r in roles if r not in ("x", "c_prev", "h_prev") and (peephole or not r.startswith("w_"))]
-        chains = [[op] for op in group] if kind in ("BlockLSTM", "BlockLSTMV2") else _chains(group, roles["h_prev"], _state_source)
+        chains = [[op] for op in group] if kind in ("BlockLSTM", "BlockLSTMV2") else _chains(group, roles["h_prev"])
         for chain in chains:
             first = chain[0]
             if kind in ("LSTMBlockCell", "GRUBlockCell"):
-                positions = [_input_position(op.inputs[roles["x"]], {}, lambda *a: None, set()) for op in chain]
+                positions = [input_position(op.inputs[roles["x"]], {}, lambda *a: None, set()) for op in chain]
                 if None in positions or sorted(positions) != list(range(len(chain))):
                     positions = list(range(len(chain)))
                 chain = [op for _, op in sorted(zip(positions, chain), key=lambda pair: pair[0])]
             weights = {role: first.inputs[roles[role]].name for role in weight_roles}
             variables = {}
             for role, name in weights.items():
-                source = _source(graph.get_tensor_by_name(name))
+                source = weight_source(graph.get_tensor_by_name(name))
                 if source is None:
                     raise GraphPatternError(f"{first.name} ({kind}): its {role} does not come from a variable or constant")
                 variables[role] = source.name
@@ -116,7 +116,7 @@ def fused_cells(graph: tf.Graph) -> list:
             clip = None if kind == "GRUBlockCell" else float(first.get_attr("cell_clip"))
             cells.append(
                 Cell(
-                    name=_cell_name(graph.get_operation_by_name(kernel_name), spec),
+                    name=cell_name(graph.get_operation_by_name(kernel_name), spec),
                     spec=spec,
                     units=units,
                     input_size=rows - units,
@@ -142,7 +142,7 @@ def fused_cells(graph: tf.Graph) -> list:
     return cells
 
 
-def _chains(group: list[tf.Operation], h_prev: int, state_source) -> list[list[tf.Operation]]:
+def _chains(group: list[tf.Operation], h_prev: int) -> list[list[tf.Operation]]:
     """Per-step fused ops of one kernel, split into chains along their h edges, in chain order."""
     h_out = {op.outputs[_LSTM_OUT["h"] if op.type == "LSTMBlockCell" else _GRU_OUT["h"]].name: k for k, op in enumerate(group)}
     nxt: dict[int, int] = {}

@@ -1,7 +1,7 @@
 """Cells inside while loops (`dynamic_rnn`): where each one meets the outside of its loop.
 
 A cell inside a loop body is found by the same patterns as an unrolled one
-(`tracer.graph`), but its gate ops run once per iteration inside the loop and cannot be
+(`tracer.steps`), but its gate ops run once per iteration inside the loop and cannot be
 fetched. What can be fetched is what enters and leaves the loop; this module follows
 edges from the cell's ops to those tensors, for both kinds of TensorFlow loops:
 
@@ -24,6 +24,8 @@ from typing import Callable
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
+from tracer.edges import cell_name, weight_source
+from tracer.steps import cell_of, find_steps
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  (after tracer._tf)
 
 __all__ = ["Loop", "in_v1_loop", "v1_loop_cells", "v2_loop_cells"]
@@ -94,19 +96,17 @@ def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
 
 
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
-    """A `tracer.graph.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
-    from tracer.graph import _cell_name, _cell_of, _source
-
+    """A `tracer.found.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
     kernel = graph.get_tensor_by_name(weights["kernel"])
     variables = {}
     for role, name in weights.items():
-        source = _source(graph.get_tensor_by_name(name))
+        source = weight_source(graph.get_tensor_by_name(name))
         if source is None:
             raise GraphPatternError(f"{loop.loop}: the {role} of the cell at {app.gate_op.name} does not come from a variable or constant")
         variables[role] = source.name
     projection = graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
-    name = _cell_name(_source(kernel), app.spec)
-    return _cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop, backward=loop.reversed)
+    name = cell_name(weight_source(kernel), app.spec)
+    return cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop, backward=loop.reversed)
 
 
 def _value(t: tf.Tensor) -> tf.Tensor:
@@ -239,7 +239,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
 # -- control flow v2 ------------------------------------------------------------------------
 
 
-def v2_loop_cells(graph: tf.Graph, find_apps: Callable) -> list:
+def v2_loop_cells(graph: tf.Graph) -> list:
     """Cells inside the body functions of the `While`/`StatelessWhile` ops of `graph`."""
     loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
     if not loops:
@@ -250,7 +250,7 @@ def v2_loop_cells(graph: tf.Graph, find_apps: Callable) -> list:
         body = function_def_to_graph(library[op.get_attr("body").name])
         # Arguments the body returns unchanged are constant over the loop (weights, lengths).
         body.loop_invariants = {i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name}
-        apps = find_apps(body)
+        apps = find_steps(body)
         if not apps:
             continue
         index = {t.name: k for k, t in enumerate(body.inputs)}

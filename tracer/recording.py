@@ -21,7 +21,8 @@ from recorders import RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
-from tracer.graph import Cell, find_cells
+from tracer.found import Cell
+from tracer.graph import find_cells
 from tracer.keras_layers import KerasModel, KerasPlan, find_layers, is_keras, resolve_inputs, wrap
 from tracer._tf import tf
 from tracer.model import Model

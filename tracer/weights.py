@@ -15,7 +15,7 @@ import numpy as np
 
 from recorders.long import weight_columns
 from tracer._tf import v1
-from tracer.graph import Cell
+from tracer.found import Cell
 from tracer import running
 
 __all__ = ["GateWeights", "read_weights", "gate_weights", "weights_columns"]

@@ -1,0 +1,315 @@
+"""One application of a cell (one step), recognised by the ops that TensorFlow's cell classes build.
+
+Every cell class in `tf.compat.v1.nn.rnn_cell` starts a step the same way:
+`MatMul(ConcatV2([inputs, h_prev]), kernel)` then `BiasAdd(..., bias)`. What follows
+tells the kind apart:
+
+    BasicLSTMCell, LSTMCell   BiasAdd -> Split(4) -> i, j, f, o preactivations
+    GRUCell                   BiasAdd -> Sigmoid -> Split(2) -> r, u activations
+    BasicRNNCell              BiasAdd -> activation -> h
+
+`find_steps(graph)` returns an `Application` per step found: its gate tensors, states,
+input, previous states and weights. The same patterns serve unrolled graphs
+(`tracer.unrolled`) and while-loop bodies (`tracer.loops`); `cell_of` builds the `Cell`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recorders.errors import GraphPatternError
+from tracer._tf import tf
+from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec
+from tracer.edges import consumers_of, const_scalar, feeds_into, only_one, other_input, reads, weight_source
+from tracer.found import Cell
+
+__all__ = ["Application", "ACTIVATIONS", "find_steps", "cell_of"]
+
+_ADDS = {"Add", "AddV2"}
+
+
+# TensorFlow op type of a cell's `activation` -> the name gatetrace records.
+ACTIVATIONS = {
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softsign": "softsign",
+    "Softplus": "softplus",
+    "Identity": "linear",
+}
+
+
+def _recurrent_width(concat: tf.Operation, kernel: tf.Tensor) -> int | None:
+    """How wide the recurrent state a step reads is: h_prev's width, or kernel rows - input width."""
+    width = concat.inputs[1].shape[-1] if concat.inputs[1].shape.rank else None
+    if width is None:
+        rows, x_width = kernel.shape[0], concat.inputs[0].shape[-1] if concat.inputs[0].shape.rank else None
+        width = rows - x_width if rows is not None and x_width is not None else None
+    return width
+
+
+def _is_projection(op: tf.Operation, m: tf.Tensor, units: int, width: int) -> bool:
+    kernel = op.inputs[1]
+    return op.inputs[0].name == m.name and weight_source(kernel) is not None and kernel.shape.as_list() == [units, width]
+
+
+def _chain_to_sigmoid(t: tf.Tensor) -> tuple[tf.Operation, list[tf.Tensor]]:
+    """Follow `t` through additions to the Sigmoid it ends in; return it and the addends."""
+    addends = []
+    while True:
+        sig = consumers_of(t, {"Sigmoid"})
+        if sig:
+            return sig[0], addends
+        add = only_one(consumers_of(t, _ADDS), "Add or Sigmoid", t.op)
+        addends.append(other_input(add, t))
+        t = add.outputs[0]
+
+
+def _clip(t: tf.Tensor) -> tuple[tf.Tensor, float | None]:
+    """If `t` goes through `clip_by_value(t, -v, v)` (Minimum, then Maximum), its output and v."""
+    for lo in consumers_of(t, {"Minimum"}):
+        hi = const_scalar(other_input(lo, t))
+        for mx in consumers_of(lo.outputs[0], {"Maximum"}):
+            if hi is not None and const_scalar(other_input(mx, lo.outputs[0])) is not None:
+                return mx.outputs[0], hi
+    return t, None
+
+
+def _activation_name(op: tf.Operation) -> str:
+    try:
+        return ACTIVATIONS[op.type]
+    except KeyError:
+        raise GraphPatternError(
+            f"{op.name}: the cell's activation is a {op.type} op; gatetrace knows "
+            f"{', '.join(sorted(ACTIVATIONS))}"
+        ) from None
+
+
+@dataclass
+class Application:
+    spec: CellSpec
+    kernel: tf.Operation  # the main kernel's variable or Const
+    gate_op: tf.Operation
+    preactivation: tuple[tf.Tensor, ...]
+    activation: tuple[tf.Tensor, ...]
+    states: tuple[tf.Tensor, ...]
+    input: tf.Tensor
+    previous: tuple[tf.Tensor, ...]
+    weights: dict[str, tf.Tensor]
+    activation_name: str
+    forget_bias: float | None = None
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    claimed: tuple[str, ...] = field(default=())  # the kernel MatMuls this step owns
+
+
+def _kernel_step(bias_add: tf.Operation) -> tuple[tf.Operation, tf.Operation, tf.Operation] | None:
+    """(MatMul, ConcatV2, kernel source) if `bias_add` is `BiasAdd(MatMul(concat, W), b)`."""
+    if bias_add.type != "BiasAdd" or weight_source(bias_add.inputs[1]) is None:
+        return None
+    matmul = bias_add.inputs[0].op
+    if matmul.type != "MatMul" or matmul.get_attr("transpose_a") or matmul.get_attr("transpose_b"):
+        return None
+    kernel = weight_source(matmul.inputs[1])
+    concat = matmul.inputs[0].op
+    if kernel is None or concat.type != "ConcatV2" or len(concat.inputs) != 3:
+        return None
+    return matmul, concat, kernel
+
+
+def _lstm_app(split: tf.Operation) -> Application | None:
+    bias_add = split.inputs[1].op
+    found = _kernel_step(bias_add)
+    if found is None:
+        return None
+    _, concat, kernel = found
+    i, j, f, o = split.outputs  # i = input_gate, j = new_input, f = forget_gate, o = output_gate
+
+    weights = {"kernel": found[0].inputs[1], "bias": bias_add.inputs[1]}
+    sig_i, i_terms = _chain_to_sigmoid(i)
+    sig_f, f_terms = _chain_to_sigmoid(f)
+    sig_o, o_terms = _chain_to_sigmoid(o)
+    act_j = only_one(consumers_of(j, ACTIVATIONS), "activation of j", split)
+
+    forget_bias = None
+    for term in f_terms:
+        value = const_scalar(term)
+        if value is not None:
+            forget_bias = value
+    # Peephole terms are `w_diag * c`: a Mul with one operand read from a variable.
+    for role, terms in (("w_i_diag", i_terms), ("w_f_diag", f_terms), ("w_o_diag", o_terms)):
+        for term in terms:
+            if term.op.type == "Mul":
+                for operand in term.op.inputs:
+                    if weight_source(operand) is not None:
+                        weights[role] = operand
+
+    # c = f * c_prev + i * j: the Mul of sigmoid(i) and act(j), the Add it feeds, and
+    # that Add's other operand, the Mul of sigmoid(f) and c_prev.
+    input_mul = only_one(
+        consumers_of(sig_i.outputs[0], {"Mul"}, lambda op: reads(op, act_j.outputs[0])), "Mul of the input gate", sig_i
+    )
+    c_raw = only_one(consumers_of(input_mul.outputs[0], _ADDS), "Add forming the cell state", input_mul)
+    forget_mul = other_input(c_raw, input_mul.outputs[0]).op
+    if forget_mul.type != "Mul" or not reads(forget_mul, sig_f.outputs[0]):
+        raise GraphPatternError(f"{c_raw.name}: expected the cell state to add sigmoid(f) * c_prev, found a {forget_mul.type} op")
+    c_prev = other_input(forget_mul, sig_f.outputs[0])
+    c, cell_clip = _clip(c_raw.outputs[0])
+
+    # h = sigmoid(o) * act(c): the Mul of sigmoid(o) whose other operand reads c.
+    m = only_one(
+        consumers_of(sig_o.outputs[0], {"Mul"}, lambda op: reads(other_input(op, sig_o.outputs[0]).op, c)),
+        "Mul of the output gate",
+        sig_o,
+    ).outputs[0]
+    h, proj_clip = m, None
+    units = split.outputs[0].shape[-1]
+    recurrent = _recurrent_width(concat, found[0].inputs[1])
+    if units is not None and recurrent is not None and recurrent != units:
+        # LSTMCell(num_proj=P): h = m @ projection (then clipped), and h_prev is P wide.
+        # Other MatMuls may read m too (a readout layer on the last step): match the shape.
+        proj = only_one(
+            consumers_of(m, {"MatMul"}, lambda op: _is_projection(op, m, units, recurrent)),
+            f"projection MatMul of a [{units}, {recurrent}] kernel",
+            m.op,
+        )
+        weights["projection"] = proj.inputs[1]
+        h, proj_clip = _clip(proj.outputs[0])
+
+    # BasicLSTMCell writes `multiply(c, sigmoid(f + forget_bias))`; LSTMCell writes
+    # `sigmoid(f + forget_bias) * c_prev`. Peepholes, clipping and projection are LSTMCell's.
+    basic = forget_mul.inputs[1].name == sig_f.outputs[0].name
+    lstm_only = len(weights) > 2 or cell_clip is not None
+    return Application(
+        spec=LSTM if (lstm_only or not basic) else BASIC_LSTM,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=(bias_add.outputs[0],),
+        activation=(sig_i.outputs[0], act_j.outputs[0], sig_f.outputs[0], sig_o.outputs[0]),
+        states=(c, h),
+        input=concat.inputs[0],
+        previous=(c_prev, concat.inputs[1]),
+        weights=weights,
+        activation_name=_activation_name(act_j),
+        forget_bias=forget_bias,
+        cell_clip=cell_clip,
+        proj_clip=proj_clip,
+        claimed=(found[0].name,),
+    )
+
+
+def _gru_app(split: tf.Operation) -> Application | None:
+    sigmoid = split.inputs[1].op
+    if sigmoid.type != "Sigmoid":
+        return None
+    bias_add = sigmoid.inputs[0].op
+    found = _kernel_step(bias_add)
+    if found is None:
+        return None
+    _, concat, kernel = found
+    r, u = split.outputs  # r = reset gate, u = update gate
+    r_state = only_one(consumers_of(r, {"Mul"}, lambda op: feeds_into(op, {"ConcatV2"})), "Mul of the reset gate", split)
+    cand_concat = only_one(consumers_of(r_state.outputs[0], {"ConcatV2"}), "ConcatV2 of the candidate", r_state)
+    cand_matmul = only_one(
+        consumers_of(cand_concat.outputs[0], {"MatMul"}, lambda op: weight_source(op.inputs[1]) is not None),
+        "MatMul of the candidate",
+        cand_concat,
+    )
+    cand_bias_add = only_one(consumers_of(cand_matmul.outputs[0], {"BiasAdd"}), "BiasAdd of the candidate", cand_matmul)
+    if _kernel_step(cand_bias_add) is None:
+        return None
+    act = only_one(consumers_of(cand_bias_add.outputs[0], ACTIVATIONS), "activation of the candidate", cand_bias_add)
+    mix = only_one(consumers_of(act.outputs[0], {"Mul"}, lambda op: feeds_into(op, _ADDS)), "Mul of (1 - u) and the candidate", act)
+    new_h = only_one(consumers_of(mix.outputs[0], _ADDS), "Add forming the new state", mix)
+    return Application(
+        spec=GRU,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=(bias_add.outputs[0], cand_bias_add.outputs[0]),
+        activation=(sigmoid.outputs[0], act.outputs[0]),
+        states=(new_h.outputs[0],),
+        input=concat.inputs[0],
+        previous=(concat.inputs[1],),
+        weights={
+            "kernel": found[0].inputs[1],
+            "bias": bias_add.inputs[1],
+            "candidate_kernel": cand_matmul.inputs[1],
+            "candidate_bias": cand_bias_add.inputs[1],
+        },
+        activation_name=_activation_name(act),
+        claimed=(found[0].name, cand_matmul.name),
+    )
+
+
+def _rnn_app(bias_add: tf.Operation) -> Application | None:
+    found = _kernel_step(bias_add)
+    consumers = consumers_of(bias_add.outputs[0], ACTIVATIONS)
+    if found is None or len(consumers) != 1:
+        return None
+    matmul, concat, kernel = found
+    units = matmul.inputs[1].shape[-1]
+    state_width = concat.inputs[1].shape[-1]
+    if units is None or state_width != units:
+        return None
+    act = consumers[0]
+    return Application(
+        spec=BASIC_RNN,
+        kernel=kernel,
+        gate_op=bias_add,
+        preactivation=(bias_add.outputs[0],),
+        activation=(act.outputs[0],),
+        states=(act.outputs[0],),
+        input=concat.inputs[0],
+        previous=(concat.inputs[1],),
+        weights={"kernel": matmul.inputs[1], "bias": bias_add.inputs[1]},
+        activation_name=_activation_name(act),
+    )
+
+
+def find_steps(graph: tf.Graph) -> list[Application]:
+    apps: list[Application] = []
+    claimed: set[str] = set()
+    for op in graph.get_operations():
+        if op.type != "Split":
+            continue
+        n = op.get_attr("num_split")
+        app = _lstm_app(op) if n == 4 else _gru_app(op) if n == 2 else None
+        if app is not None:
+            apps.append(app)
+            claimed.update(app.claimed)
+    for op in graph.get_operations():
+        if op.type == "BiasAdd" and op.inputs[0].op.name not in claimed:
+            app = _rnn_app(op)
+            if app is not None:
+                apps.append(app)
+    return apps
+
+
+def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None) -> tuple[int, int, int]:
+    """(units, input size, output size) from the main kernel's and the projection's shapes."""
+    rows, columns = kernel.shape.as_list()
+    units = columns // spec.weights[0].blocks
+    output_size = units if projection is None else projection.shape.as_list()[1]
+    return units, rows - output_size, output_size
+
+
+def cell_of(app: Application, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest) -> Cell:
+    """A Cell of `app`'s class and settings, its sizes read from the kernel and projection;
+    `rest` holds weights, variables, steps, and backward or loop."""
+    units, input_size, output_size = _sizes(app.spec, kernel, projection)
+    return Cell(
+        name=name,
+        spec=app.spec,
+        units=units,
+        input_size=input_size,
+        output_size=output_size,
+        activation=app.activation_name,
+        forget_bias=app.forget_bias,
+        cell_clip=app.cell_clip,
+        proj_clip=app.proj_clip,
+        **rest,
+    )
+
