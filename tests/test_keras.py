@@ -284,7 +284,8 @@ def test_steps_window_and_lengths_with_a_mask(framework, tmp_path):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_stateful_layer_starts_from_its_state(framework):
-    """A stateful LSTM called before: the replay starts from the state the layer held."""
+    """A stateful LSTM called before: with carry_state the replay starts from the state the
+    layer held; by default the layer is reset and starts from zero."""
     keras = keras_module(framework)
     x = keras.Input(batch_shape=(7, T, FEATURES), name="x")
     model = keras.Model(x, keras.layers.LSTM(4, stateful=True, return_sequences=True, name="lstm")(x))
@@ -293,10 +294,13 @@ def test_a_stateful_layer_starts_from_its_state(framework):
     model(xs)  # moves the state away from zero
     held = [np.array(s) for s in model.get_layer("lstm").states]
     assert np.abs(held[0]).max() > 0.1
-    trace = tracer.trace(model, xs)
+    trace = tracer.trace(model, xs, carry_state=True)
     gates, states, _ = reference(model.get_layer("lstm"), xs, None, held, framework)
     for k, g in enumerate(trace["lstm"].cell.gates):
         np.testing.assert_allclose(trace["lstm"].activation[:, :, k], gates[g][1], atol=1e-5)
+    np.testing.assert_allclose(trace["lstm"].states["c"], states["c"], atol=1e-5)
+    trace = tracer.trace(model, xs)  # reset first: from zero state
+    gates, states, _ = reference(model.get_layer("lstm"), xs, None, None, framework)
     np.testing.assert_allclose(trace["lstm"].states["c"], states["c"], atol=1e-5)
 
 

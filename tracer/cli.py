@@ -195,6 +195,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
     c.add_argument("--values", metavar="COLUMNS", default="preactivation,activation", help="value columns to keep (default: both)")
     c.add_argument("--examples", metavar="START:STOP", help="record only these sequences (rows of the inputs): 0:1000")
+    c.add_argument(
+        "--carry-state",
+        action="store_true",
+        help="Keras stateful layers carry their state from batch to batch (row k continues row k of the batch before); "
+        "by default they are reset before each batch, so that every row starts from zero state",
+    )
 
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
@@ -318,6 +324,7 @@ def _record(args) -> None:
             lengths=lengths,
             compression=args.compression,
             timeout=args.timeout,
+            carry_state=args.carry_state,
         )
     cells = summary["cells"]
     rows = summary["rows"]

@@ -444,16 +444,29 @@ class _Result:
 class KerasPlan:
     """How a batch becomes gate values for `cells`: one call of the model with every layer
     hooked, then one replay per cell (the counterpart of `tracer.fetch.FetchPlan`).
-    `steps` keeps a [start, stop) window of input positions."""
+    `steps` keeps a [start, stop) window of input positions.
 
-    def __init__(self, model: KerasModel, cells: Sequence[KerasCell], steps: tuple[int | None, int | None] = (None, None)):
+    Stateful layers (`stateful=True`) are reset before each batch, so that every row is an
+    independent sequence from zero state and a row's gates never depend on which rows were
+    fed before it. With `carry_state`, they keep the state the previous batch left: row k
+    of a batch continues row k of the batch before (Keras' stateful semantics).
+    """
+
+    def __init__(
+        self, model: KerasModel, cells: Sequence[KerasCell], steps: tuple[int | None, int | None] = (None, None), carry_state: bool = False
+    ):
         self.model = model
         self.cells = list(cells)
         self._steps = slice(*steps)
+        self.carry_state = carry_state
+        self.stateful = [layer for _, layer in _walk(model.model.layers, "") if getattr(layer, "stateful", False)]
 
     def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[_Result]:
         """Call the model once on `batch` and replay every cell; one `_Result` per cell."""
         arrays = [np.asarray(batch[i]) for i in self.model.inputs]
+        if not self.carry_state:
+            for layer in self.stateful:
+                layer.reset_states()
         with _capture(self.cells) as seen:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
         missing = [c.name for c in self.cells if c.name not in seen]

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from recorders import RecordingWriter, Shard, __version__
+from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
@@ -75,19 +75,24 @@ def _prepare(
     selection: Selection | None = None,
     timeout: float | None = None,
     skip_unfed: list | None = None,
+    carry_state: bool = False,
 ):
     """The cells, the plan, the checked feeds, and the function that runs one batch.
     With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there."""
     cells = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
-        plan = KerasPlan(model, cells, steps=steps)
+        plan = KerasPlan(model, cells, steps=steps, carry_state=carry_state)
+        if carry_state and not plan.stateful:
+            raise SelectionError(f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried")
         return cells, plan, resolve_inputs(model, feeds), plan.fetch
     names = {c.name for c in cells}
     below = any(c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells)
     found = find_cells(model.graph, model.source) if below else cells  # the layers a selected stacked layer reads
     if skip_unfed is not None:
         cells = _reachable(model, cells, found, feeds, skip_unfed)
+    if carry_state:
+        raise SelectionError("--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs")
     plan = FetchPlan(model.graph, cells, context=found, steps=steps)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
@@ -96,14 +101,17 @@ def _prepare(
     return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
 
 
-def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | None = None) -> Trace:
+def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | None = None, *, carry_state: bool = False) -> Trace:
     """Every gate, activation and state of `cells` (default: all found) for one batch.
+
+    A Keras model's stateful layers are reset first (every row starts from zero state),
+    unless `carry_state`: then they start from the state they hold.
 
     For a graph, feeds maps placeholder names (with or without `:0`) to arrays or
     scalars. For a Keras model (a file loaded with `load_model`, or the model object
     itself), feeds is the input array, a list of them, or a mapping by input name.
     """
-    _, plan, feed_dict, run = _prepare(_as_model(model), feeds, cells)
+    _, plan, feed_dict, run = _prepare(_as_model(model), feeds, cells, carry_state=carry_state)
     return assemble(plan, run(feed_dict))
 
 
@@ -132,6 +140,7 @@ def record(
     lengths: np.ndarray | None = None,
     compression: str | None = None,
     timeout: float | None = None,
+    carry_state: bool = False,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -147,7 +156,12 @@ def record(
     sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
     first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
     second one cancels the `Session.run` in flight. `timeout` (seconds) limits each
-    batch's run (RunTimeout). The summary is that of `RecordingWriter.close`.
+    batch's run (RunTimeout). A Keras model's stateful layers are reset before each batch
+    (every row an independent sequence from zero state); with `carry_state` they carry
+    their state from batch to batch, rows fed in order as one stream: row k of a batch
+    continues row k of the batch before. Such a recording cannot be sharded, and a resume
+    feeds the batches recorded before again (without writing them) to rebuild the state.
+    The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     model = _as_model(model)
@@ -155,7 +169,14 @@ def record(
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     if cells is None:
         cells = find_all(model)
-    cells, plan, feed_dict, run = _prepare(model, feeds, selection.apply(cells), selection, timeout, None if chosen else skipped)
+    if carry_state and shard.count > 1:
+        raise SelectionError(
+            f"--carry-state with --shard {shard}: each shard would start its stream from zero state, not from the state "
+            "the rows before it leave; record the stream in one process"
+        )
+    cells, plan, feed_dict, run = _prepare(
+        model, feeds, selection.apply(cells), selection, timeout, None if chosen else skipped, carry_state=carry_state
+    )
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
     examples = None
@@ -168,11 +189,16 @@ def record(
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
+    if carry_state:  # a resume must cut the stream into the same batches
+        description["carry_state"] = {"batch_size": batch_size}
     with RecordingWriter(
         out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
     ) as writer:
         writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
         todo = writer.remaining()
+        done_before = Intervals(writer.complete.pairs())
+        if carry_state and examples is not None and writer.resumed:
+            todo = [examples]  # batches recorded before are fed again, unwritten, to rebuild the state
         if examples is not None and examples[0] == examples[1]:
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
         total = None if examples is None else sum(stop - start for start, stop in todo)
@@ -200,6 +226,8 @@ def record(
                 if ctrl_c.pressed:
                     break
                 stop = start + (plan.batch_of(values) if hasattr(plan, "batch_of") else len(values[0])) if stop is None else stop
+                if stop > start and start in done_before and stop - 1 in done_before:
+                    continue  # --carry-state resume: recorded before, fed only to carry the state on
                 ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
                 lens = None if lengths is None else lengths[start:stop]
                 writer.begin(start, stop)
