@@ -156,3 +156,34 @@ def test_a_weights_only_h5_says_so(tmp_path):
     masked_model("tf-keras").save_weights(str(tmp_path / "w.h5"))
     with pytest.raises(ModelFormatError, match=r"holds weights only \(saved with save_weights\?\) and no architecture: save the model with model.save"):
         tracer.load_model(tmp_path / "w.h5")
+
+
+def test_a_keras_2_0_gru_without_reset_after_is_read_as_it_was_meant(tmp_path):
+    """Keras 2.0 and 2.1 wrote GRU configs without `reset_after` (their GRU had one bias):
+    tf-keras alone refuses them; gatetrace reads them with reset_after=False, exactly."""
+    import h5py
+
+    from tests.test_keras import randomise, reference
+
+    keras = keras_module("tf-keras")
+    x = keras.Input((T, FEATURES), name="x")
+    model = keras.Model(x, keras.layers.GRU(3, reset_after=False, return_sequences=True, name="gru")(x))
+    randomise(model, seed=5)
+    model.save(str(tmp_path / "old.h5"))
+    with h5py.File(tmp_path / "old.h5", "r+") as f:  # as Keras 2.0.8 wrote it
+        config = json.loads(f.attrs["model_config"])
+        for layer in config["config"]["layers"]:
+            layer["config"].pop("reset_after", None)
+        f.attrs["model_config"] = json.dumps(config)
+        f.attrs["keras_version"] = "2.0.8"
+    with pytest.raises(ValueError, match="reset_after"):
+        keras.models.load_model(str(tmp_path / "old.h5"), compile=False)
+    xs = sequences()
+    np.save(tmp_path / "x.npy", xs)
+    done = gatetrace("record", str(tmp_path / "old.h5"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    expected, _, _ = reference(model.get_layer("gru"), xs, None, None, "tf-keras")
+    rec = Recording(tmp_path / "rec")
+    for g in "urc":
+        np.testing.assert_allclose(rec.gate_array("gru", g, "preactivation"), expected[g][0], atol=1e-5)
+        np.testing.assert_allclose(rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5)

@@ -265,17 +265,24 @@ def _inspect(args) -> None:
 
 
 def _inspect_keras(args, model) -> None:
-    from tracer.keras_layers import find_layers
+    from tracer.keras_layers import find_layers, hidden_layers
 
     cells = find_layers(model)
+    hidden = hidden_layers(model)
     inputs = [{"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs]
     if args.json:
-        print(json.dumps({"source": args.model, "format": model.format, "inputs": inputs, "cells": [c.describe() for c in cells]}))
+        # The file passed the Keras file check before loading (tracer.keras_files): nothing in it runs unchecked.
+        described = [c.describe() for c in cells]
+        print(json.dumps({"source": args.model, "format": model.format, "inputs": inputs, "cells": described, "unsafe_ops": [], "not_recorded": hidden}))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN layer{'s' if len(cells) != 1 else ''}")
-    rows = [("cell", "kind", "units", "input", "gates", "direction", "path")]
+    rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
-        rows.append((c.name, c.kind, str(c.units), str(c.input_size), ",".join(c.gates), "backward" if c.backward else "forward", c.path))
+        steps = c.describe()["steps"]
+        rows.append(
+            (c.name, c.kind, str(c.units), str(c.input_size), "?" if steps is None else str(steps), ",".join(c.gates),
+             "backward" if c.backward else "forward", c.path)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -286,6 +293,8 @@ def _inspect_keras(args, model) -> None:
         extras += [f"reset_after={c.reset_after}"] if c.reset_after is not None else []
         extras += [k for k in ("return_sequences", "return_state", "stateful") if d[k]]
         print(f"{c.name}: replayed, {', '.join(extras)}: {d['why']}")
+    for h in hidden:
+        print(f"not recorded: {h}; its inner layer runs on reshaped rows")
     listed = ", ".join(f"{i['name']} ({i['dtype']}, {i['shape']})" for i in inputs)
     print(f"\ninputs: {listed}; record with --feed {inputs[0]['name']}=FILE.npy")
 
@@ -335,6 +344,8 @@ def _record(args) -> None:
         f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
+    for hidden in summary.get("not_recorded", []):
+        print(f"not recorded: {hidden}; its inner layer runs on reshaped rows")
     for skipped in summary.get("skipped", []):
         print(f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)")
     if summary["complete"]:

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError
 
-__all__ = ["KNOWN_CLASSES", "check_keras_file", "keras_config"]
+__all__ = ["KNOWN_CLASSES", "check_keras_file", "keras_config", "keras2_fixes"]
 
 KNOWN_CLASSES = frozenset(
     """
@@ -176,3 +176,17 @@ def check_keras_file(path: str | Path) -> None:
         _refuse(source, _refused(_saved_model_metadata(p, source)))
     else:
         _refuse(source, _refused(keras_config(p)))
+
+
+def keras2_fixes(config: dict) -> dict | None:
+    """The configuration with what Keras 2.0 and 2.1 files leave out filled in as they meant
+    it, or None when nothing is missing: a GRU without `reset_after` is `reset_after=False`
+    (the key came with Keras 2.1.3; tf-keras defaults it to True and then cannot load the
+    weights)."""
+    fixed = json.loads(json.dumps(config))
+    changed = False
+    for _, obj in _objects(fixed):
+        if obj.get("class_name") in ("GRU", "GRUCell") and isinstance(obj.get("config"), dict) and "reset_after" not in obj["config"]:
+            obj["config"]["reset_after"] = False
+            changed = True
+    return fixed if changed else None

@@ -14,7 +14,9 @@ LSTM i, f, c, o -> i, f, j, o; GRU z, r, h -> u, r, c; SimpleRNN -> h. A backwar
 its rows are indexed by input position. No rows are written where the mask is False.
 
 `load_keras` reads `.keras` and `.h5` files (tf-keras or Keras 3, told from the file) and
-tf-keras SavedModel folders (those holding keras_metadata.pb), in Keras' safe mode.
+tf-keras SavedModel folders (those holding keras_metadata.pb), in Keras' safe mode, after
+`tracer.keras_files` has checked them; Keras 2.0/2.1 files are read as those versions meant
+them (`keras2_fixes`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from recorders.errors import FeedError, GatetraceError, GraphPatternError, Model
 from tracer._tf import tf
 from tracer.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, CellSpec, HasSpec
 from tracer.feeds import convert_feed
-from tracer.keras_files import check_keras_file, keras_config
+from tracer.keras_files import check_keras_file, keras2_fixes, keras_config
 from tracer.reference import ACTIVATIONS
 from tracer.replay import Replayed, check, replay
 
-__all__ = ["KerasModel", "KerasInput", "KerasCell", "KerasPlan", "is_keras", "is_keras_file", "load_keras", "find_layers", "resolve_inputs"]
+__all__ = [
+    "KerasModel", "KerasInput", "KerasCell", "KerasPlan", "is_keras", "is_keras_file", "load_keras", "find_layers", "hidden_layers",
+    "resolve_inputs",
+]
 
 # Keras cell class -> spec. The states a layer carries, in Keras' order: LSTM [h, c], others [h].
 _SPECS = {"LSTMCell": KERAS_LSTM, "GRUCell": KERAS_GRU, "SimpleRNNCell": KERAS_SIMPLE_RNN}
@@ -140,6 +145,8 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                 model = keras.saving.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
             elif p.is_dir() and not allow_unsafe_ops:
                 model = _tf_keras_from_saved_model(p, source)
+            elif p.suffix in (".h5", ".hdf5") and keras2_fixes(keras_config(p)) is not None:
+                model = _tf_keras_from_h5(p, keras2_fixes(keras_config(p)), allow_unsafe_ops)
             else:
                 import tf_keras
                 from tf_keras.src.saving.serialization_lib import SafeModeScope
@@ -173,6 +180,18 @@ def _tf_keras_from_saved_model(p: Path, source: str) -> Any:
     except AssertionError as err:
         raise ModelFormatError(f"{source}: its variables do not match the model its keras_metadata.pb describes: {str(err)[:200]}") from None
     status.expect_partial()
+    return model
+
+
+def _tf_keras_from_h5(p: Path, config: dict, allow_unsafe_ops: bool) -> Any:
+    """A tf-keras model built from a Keras 2 `.h5` file's configuration as fixed by
+    `keras2_fixes`, with the file's weights."""
+    import tf_keras
+    from tf_keras.src.saving.serialization_lib import SafeModeScope
+
+    with SafeModeScope(not allow_unsafe_ops):
+        model = tf_keras.models.model_from_json(json.dumps(config))
+    model.load_weights(str(p))
     return model
 
 
@@ -239,6 +258,7 @@ class KerasCell(HasSpec):
             "units": self.units,
             "input_size": self.input_size,
             "output_size": self.output_size,
+            "steps": _static_steps(layer),
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "activation": self.activation,
@@ -259,6 +279,18 @@ class KerasCell(HasSpec):
 
 def _numpy(v: Any) -> np.ndarray:
     return np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+
+
+def _static_steps(layer: Any) -> int | None:
+    """The number of steps of the layer's own input, where its shape fixes it (None otherwise)."""
+    try:
+        shape = layer.input_shape if hasattr(layer, "input_shape") else layer.input.shape
+    except (AttributeError, ValueError, RuntimeError):  # a layer called on several inputs, or never called
+        return None
+    if isinstance(shape, list):
+        shape = shape[0]
+    shape = tuple(shape) if shape is not None else ()
+    return int(shape[1]) if len(shape) > 1 and shape[1] is not None else None
 
 
 def _variable_name(v: Any) -> str:
@@ -283,22 +315,35 @@ def _activation(fn: Any, framework: str) -> tuple[str, Any]:
     return name, lambda x: np.asarray(fn(x), dtype=np.float32)
 
 
-def _walk(layers: Sequence[Any], prefix: str) -> Iterator[tuple[str, Any]]:
-    """(path, layer) for every RNN layer, inside wrappers and nested models."""
+def _walk(layers: Sequence[Any], prefix: str, hidden: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+    """(path, layer) for every RNN layer, inside Bidirectional wrappers and nested models.
+    RNN layers inside any other wrapper (TimeDistributed, ...) are appended to `hidden`."""
     for layer in layers:
         path = prefix + layer.name
         if hasattr(layer, "forward_layer") and hasattr(layer, "backward_layer"):  # Bidirectional
-            yield from _walk([layer.forward_layer, layer.backward_layer], path + "/")
+            yield from _walk([layer.forward_layer, layer.backward_layer], path + "/", hidden)
         elif hasattr(layer, "cell") and hasattr(layer, "go_backwards"):  # an RNN layer
             yield path, layer
         elif hasattr(layer, "layers") and layer.layers:  # a nested model
-            yield from _walk(layer.layers, path + "/")
+            yield from _walk(layer.layers, path + "/", hidden)
+        elif hasattr(layer, "layer") and hidden is not None:  # another wrapper: say what it hides
+            inner = [f"{p} (a {type(l).__name__} inside {type(layer).__name__})" for p, l in _walk([layer.layer], path + "/", hidden)]
+            hidden.extend(inner)
+
+
+def hidden_layers(model: KerasModel) -> list[str]:
+    """RNN layers inside wrappers gatetrace does not record through (TimeDistributed and
+    others, whose inner layer runs on reshaped rows), as `path (what)`."""
+    hidden: list[str] = []
+    list(_walk(model.model.layers, "", hidden))
+    return hidden
 
 
 def find_layers(model: KerasModel) -> list[KerasCell]:
     """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
     cells, others = [], []
     framework = _framework(model.model)
+    others += [f"{h}: wrapped layers run on reshaped rows and are not recorded" for h in hidden_layers(model)]
     for path, layer in _walk(model.model.layers, ""):
         cell = layer.cell
         spec = _SPECS.get(type(cell).__name__)

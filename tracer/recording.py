@@ -23,7 +23,7 @@ from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placehol
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
 from tracer.graph import find_cells
-from tracer.keras_layers import KerasModel, KerasPlan, find_layers, is_keras, resolve_inputs, wrap
+from tracer.keras_layers import KerasModel, KerasPlan, find_layers, hidden_layers, is_keras, resolve_inputs, wrap
 from tracer._tf import tf
 from tracer.model import Model
 from tracer.safety import check_model
@@ -189,6 +189,8 @@ def record(
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
+    if isinstance(model, KerasModel):
+        description["not_recorded"] = hidden_layers(model)
     if carry_state:  # a resume must cut the stream into the same batches
         description["carry_state"] = {"batch_size": batch_size}
     with RecordingWriter(

@@ -1,4 +1,4 @@
-"""Stateful Keras layers: one semantics that every path honours.
+"""Stateful Keras layers, and layers hidden in wrappers: one semantics that every path honours.
 
 By default a stateful layer is reset before each batch, so every row is an independent
 sequence from zero state: `--examples`, `--shard` and `--resume` then equal a full run
@@ -92,3 +92,25 @@ def test_carry_state_continues_each_row_slot_and_resumes_exactly(stateful, tmp_p
     run(root, tmp_path / "cut", "--carry-state", "--resume")  # feeds batches 0:2 and 2:4 again to rebuild the state
     pd.testing.assert_frame_equal(gates(tmp_path / "cut"), gates(tmp_path / "stream"), check_categorical=False)
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_a_layer_inside_time_distributed_is_named_not_hidden(framework, tmp_path, capsys):
+    import json
+
+    keras = keras_module(framework)
+    x = keras.Input((4, T, FEATURES), name="x")  # 4 sentences of T words
+    words = keras.layers.TimeDistributed(keras.layers.LSTM(3, name="word_lstm"), name="td")(x)
+    model = keras.Model(x, keras.layers.GRU(2, name="sentence_gru")(words))
+    model.save(tmp_path / "m.keras")
+    assert main(["inspect", str(tmp_path / "m.keras"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in info["cells"]] == ["sentence_gru"] and info["cells"][0]["steps"] == 4
+    assert info["not_recorded"] == ["td/word_lstm (a LSTM inside TimeDistributed)"] and info["unsafe_ops"] == []
+    np.save(tmp_path / "x.npy", np.ones((2, 4, T, FEATURES), np.float32))
+    assert main(["record", str(tmp_path / "m.keras"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert "not recorded: td/word_lstm (a LSTM inside TimeDistributed); its inner layer runs on reshaped rows" in capsys.readouterr().out
+    only = keras.Model(x, words)
+    only.save(tmp_path / "only.keras")
+    assert main(["inspect", str(tmp_path / "only.keras")]) == 2
+    assert "td/word_lstm (a LSTM inside TimeDistributed): wrapped layers run on reshaped rows and are not recorded" in capsys.readouterr().err
