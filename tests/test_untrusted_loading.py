@@ -230,3 +230,26 @@ def test_an_endless_loop_is_stopped_by_two_ctrl_c(endless, tmp_path):
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
     assert "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)" in proc.stderr.read()
+
+
+def test_functions_nothing_calls_are_not_held_against_the_model(tmp_path, capsys):
+    """A function in the graph's library that the fetches never call (as a SavedModel's
+    save functions) does not run, so it is not refused; one they call is."""
+    marker = tmp_path / "pwned.txt"
+
+    @tf.function
+    def harmless(v):
+        return v * 1.0
+
+    def body(x):
+        _write_in_function(marker)(tf.zeros([1]))  # in the library, called by nothing fetched
+        x = harmless(x)  # a call in the gate path: its function is checked, and only it
+        outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+        return [outputs[-1]]
+
+    path = save(build(body), "checkpoint", tmp_path)
+    assert main(["inspect", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unsafe_ops"] == []
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert not marker.exists()

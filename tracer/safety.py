@@ -4,8 +4,10 @@ A model file is a program: its graph can hold ops that read or write files (`Rea
 `WriteFile`, `Save*`), run Python (`PyFunc`, `EagerPyFunc`), print, or reach the network.
 Before gatetrace runs any part of a graph (restoring variables, reading weights, fetching
 gates), `check` collects every op that run would execute (following data and control
-edges, and into every function of the library when a functional op such as `If`,
-`While` or `PartitionedCall` is among them) and refuses any op outside `SAFE_OPS`.
+edges, and into exactly the functions those ops call, through any attribute that names
+a function, and the functions those call) and refuses any op outside `SAFE_OPS`.
+Functions nothing calls (a SavedModel's `__inference__traced_save_*`) are not checked,
+since they do not run.
 """
 
 from __future__ import annotations
@@ -56,9 +58,23 @@ RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 _FUNCTIONAL = {"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"}
 
 
+def _called(attrs) -> list[str]:
+    """The functions an op's attributes name (`f`, `body`, `cond`, `then_branch`, lists of them...)."""
+    names = []
+    for value in attrs.values():
+        if value.HasField("func"):
+            names.append(value.func.name)
+        elif value.HasField("list"):
+            names += [f.name for f in value.list.func]
+    return names
+
+
 def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
     """(name, type) of the ops running `fetches` (tensors, ops or their names) would
-    execute, and of the nodes of the graph's functions when a functional op is among them."""
+    execute: those of the graph, following data and control edges, and those of every
+    function they call (by an attribute such as `f` or `body`, or by using a function's
+    name as their type), and of the functions those call, and so on. A call itself is not
+    listed; the function's ops are, as `op in function NAME`."""
     queue = deque()
     for f in fetches:
         if isinstance(f, str):
@@ -72,10 +88,22 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
         seen[op.name] = op
         queue.extend(t.op for t in op.inputs)
         queue.extend(op.control_inputs)
-    found = [(op.name, op.type) for op in seen.values()]
-    if any(op.type in _FUNCTIONAL for op in seen.values()):
-        library = graph.as_graph_def().library
-        found += [(f"{node.name} in function {fn.signature.name}", node.op) for fn in library.function for node in fn.node_def]
+    calls = [name for op in seen.values() for name in _called(op.node_def.attr)]
+    library = {}
+    if calls or any(op.type in _FUNCTIONAL for op in seen.values()):
+        library = {fn.signature.name: fn for fn in graph.as_graph_def().library.function}
+    found = [(op.name, op.type) for op in seen.values() if op.type not in library]
+    calls += [op.type for op in seen.values() if op.type in library]
+    visited: set[str] = set()
+    while calls:
+        name = calls.pop()
+        if name in visited or name not in library:
+            continue
+        visited.add(name)
+        for node in library[name].node_def:
+            calls += _called(node.attr) + ([node.op] if node.op in library else [])
+            if node.op not in library:
+                found.append((f"{node.name} in function {name}", node.op))
     return found
 
 
