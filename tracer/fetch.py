@@ -23,6 +23,7 @@ from recorders.long import gate_frame
 from tracer._tf import tf, v1
 from tracer.fused import fused_values
 from tracer.found import Cell
+from tracer.weights import stacked
 from tracer.replay import Replayed, check, replay
 from tracer import running
 
@@ -176,16 +177,19 @@ class FetchPlan:
         lengths = None if where["lengths"] is None else values[where["lengths"]]
         got = replay(
             cell.kind,
-            {role: values[k] for role, k in where["weights"].items()},
+            stacked({role: values[k] for role, k in where["weights"].items()}),
             inputs,
             dict(zip(cell.spec.states, (values[k] for k in where["initial"]))),
             lengths,
             forget_bias=cell.forget_bias,
             activation=cell.activation,
+            recurrent_activation=cell.recurrent_activation or "sigmoid",
             cell_clip=cell.cell_clip,
             proj_clip=cell.proj_clip,
         )
         outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
+        if outputs is not None and outputs.shape[1] == 1 and got.outputs.shape[1] > 1:
+            outputs = outputs[:, 0]  # a Keras loop that keeps its last output only (return_sequences=False)
         final = {state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None}
         check(cell.name, got, outputs, final)
         return got

@@ -72,6 +72,7 @@ class Cell(HasSpec):
     loop: Loop | None = None
     shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
     fused: Fused | None = None  # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.fused
+    recurrent_activation: str | None = None  # a Keras cell's gate nonlinearity (its `activation` is the candidate's)
 
     def __repr__(self) -> str:
         where = f"in {self.loop.loop}" if self.loop else f"ops {self.fused.ops[0]}..." if self.fused else f"steps={len(self.steps)}"
@@ -107,6 +108,7 @@ class Cell(HasSpec):
             "states": list(self.spec.states),
             "forget_bias": self.forget_bias,
             "activation": self.activation,
+            "recurrent_activation": self.recurrent_activation,
             "cell_clip": self.cell_clip,
             "proj_clip": self.proj_clip,
             "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),

@@ -78,10 +78,25 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
             f"(BasicRNNCell) and the fused ops {', '.join(sorted(FUSED_OPS))}; nearest ops: {_nearby_ops(graph)}{hint}"
         )
 
-    cells = loop_cells + unrolled_cells(graph, apps)
+    cells = _without_shape_probes(graph, loop_cells + unrolled_cells(graph, apps))
     cells = _distinct_names(cells)
     cells.sort(key=lambda c: c.name)
     return cells
+
+
+def _without_shape_probes(graph: tf.Graph, cells: list[Cell]) -> list[Cell]:
+    """Leave out the step Keras' `K.rnn` runs once outside its loop only to learn the
+    output's shape: one step of a loop cell's kernel whose output nothing reads."""
+    in_loops = {c.variables["kernel"] for c in cells if c.loop is not None}
+
+    def probe(c: Cell) -> bool:
+        keras = "recurrent_kernel" in c.weights
+        return (
+            keras and c.path == "fetch" and len(c.steps) == 1 and c.variables["kernel"] in in_loops
+            and not graph.get_tensor_by_name(c.steps[0].states[-1]).consumers()
+        )
+
+    return [c for c in cells if not probe(c)]
 
 
 def _where(c: Cell) -> list[str]:

@@ -178,7 +178,7 @@ def _v1_outside(t: tf.Tensor) -> tf.Tensor:
     merge = _v1_merge(t)
     if merge is not None:
         t = merge.inputs[0]
-    while t.op.type == "Identity":
+    while t.op.type in ("Identity", "ReadVariableOp"):  # a resource variable is read inside the loop
         t = t.op.inputs[0]
     if t.op.type != "Enter":
         raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
@@ -230,7 +230,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             length=_length(graph, inputs, below),
             **_reversal(graph, inputs, below),
         )
-        weights = {role: _v1_outside(t).name for role, t in app.weights.items()}
+        weights = {role: _value(_v1_outside(t)).name for role, t in app.weights.items()}
         return _loop_cell(graph, app, weights, loop)
 
     return _stack(apps, one)

@@ -46,7 +46,8 @@ SAFE_OPS = frozenset(
     TensorArrayV3 TensorArrayReadV3 TensorArrayWriteV3 TensorArrayGatherV3 TensorArrayScatterV3
     TensorArraySizeV3 TensorArraySplitV3 TensorArrayConcatV3
     TensorListFromTensor TensorListGetItem TensorListSetItem TensorListReserve TensorListStack
-    TensorListElementShape TensorListLength TensorListPushBack TensorListPopBack
+    TensorListElementShape TensorListLength TensorListPushBack TensorListPopBack EmptyTensorList TensorListResize
+    TensorListConcatV2 TensorListSplit TensorListScatterIntoExistingList TensorListGather TensorListScatterV2
     LSTMBlockCell BlockLSTM BlockLSTMV2 GRUBlockCell
     DecodeWav AudioSpectrogram Mfcc
     """.split()

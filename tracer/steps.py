@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM, CellSpec
+from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, LSTM, CellSpec
 from tracer.edges import consumers_of, const_scalar, feeds_into, only_one, other_input, reads, weight_source
 from tracer.found import Cell
 
@@ -104,6 +104,7 @@ class Application:
     cell_clip: float | None = None
     proj_clip: float | None = None
     claimed: tuple[str, ...] = field(default=())  # the kernel MatMuls this step owns
+    recurrent_activation: str | None = None  # a Keras cell's gate nonlinearity
 
 
 def _kernel_step(bias_add: tf.Operation) -> tuple[tf.Operation, tf.Operation, tf.Operation] | None:
@@ -269,14 +270,113 @@ def _rnn_app(bias_add: tf.Operation) -> Application | None:
     )
 
 
+# -- Keras cells (tf.keras / Keras 2 LSTMCell with implementation=2, SimpleRNNCell) in TF1 graphs.
+# They read the input and the state with two MatMuls, `kernel` and `recurrent_kernel`, no concat:
+#
+#     LSTMCell       z = x @ kernel + h_prev @ recurrent_kernel (+ bias); i, f, c, o = split(z, 4)
+#                    c = f * c_prev + i * tanh(c~);  h = o * tanh(c)      (Keras order i, f, c, o)
+#     SimpleRNNCell  h = activation(x @ kernel (+ bias) + h_prev @ recurrent_kernel)
+
+
+def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation] | None:
+    """(x MatMul, h MatMul) if `add` is `AddV2` of a MatMul on a `kernel` and one on a
+    `recurrent_kernel` (the x side possibly through a BiasAdd, returned as the MatMul)."""
+    if add.type not in _ADDS or len(add.inputs) != 2:
+        return None
+    sides = []
+    for t in add.inputs:
+        op = t.op.inputs[0].op if t.op.type == "BiasAdd" else t.op
+        if op.type != "MatMul" or op.get_attr("transpose_a") or op.get_attr("transpose_b"):
+            return None
+        sides.append(op)
+    # The variable's name tells them apart (inside a loop body, the argument carrying it is
+    # named after it: `..._recurrent_kernel_0`).
+    names = [(weight_source(m.inputs[1]).name if weight_source(m.inputs[1]) is not None else "") for m in sides]
+    if sum("recurrent_kernel" in n for n in names) != 1:
+        return None
+    x_side, h_side = (sides[0], sides[1]) if "recurrent_kernel" in names[1] else (sides[1], sides[0])
+    return x_side, h_side
+
+
+def _keras_lstm_app(split: tf.Operation) -> Application | None:
+    z = split.inputs[1].op
+    bias = None
+    if z.type == "BiasAdd" and weight_source(z.inputs[1]) is not None:
+        bias, z = z.inputs[1], z.inputs[0].op
+    sides = _input_and_recurrent(z)
+    if sides is None:
+        return None
+    x_mm, h_mm = sides
+    gates = []
+    for t in split.outputs:  # Keras order: i, f, c (our j), o
+        users = [op for op in t.consumers() if op.type in ACTIVATIONS]
+        if len(users) != 1:
+            return None
+        gates.append(users[0].outputs[0])
+    i, f, j, o = gates
+    f_mul = [op for op in f.consumers() if op.type == "Mul"]
+    c_new = [a for m in f_mul for a in m.outputs[0].consumers() if a.type in _ADDS]
+    h_mul = [op for op in o.consumers() if op.type == "Mul"]
+    if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1:
+        return None
+    c_prev = other_input(f_mul[0], f)
+    recurrent = ACTIVATIONS[i.op.type]
+    kernel = weight_source(x_mm.inputs[1])
+    weights = {"kernel": x_mm.inputs[1], "recurrent_kernel": h_mm.inputs[1]}
+    if bias is not None:
+        weights["bias"] = bias
+    return Application(
+        spec=KERAS_LSTM,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=tuple(split.outputs),
+        activation=(i, f, j, o),
+        states=(c_new[0].outputs[0], h_mul[0].outputs[0]),
+        input=x_mm.inputs[0],
+        previous=(c_prev, h_mm.inputs[0]),
+        weights=weights,
+        activation_name=ACTIVATIONS[j.op.type],
+        claimed=(x_mm.name, h_mm.name),
+        recurrent_activation=recurrent,
+    )
+
+
+def _keras_rnn_app(add: tf.Operation) -> Application | None:
+    sides = _input_and_recurrent(add)
+    users = [op for op in add.outputs[0].consumers() if op.type in ACTIVATIONS]
+    if sides is None or len(users) != 1:
+        return None
+    x_mm, h_mm = sides
+    x_side = next(t for t in add.inputs if t.op is x_mm or t.op.inputs[0].op is x_mm)
+    weights = {"kernel": x_mm.inputs[1], "recurrent_kernel": h_mm.inputs[1]}
+    if x_side.op.type == "BiasAdd":
+        weights["bias"] = x_side.op.inputs[1]
+    h = users[0].outputs[0]
+    return Application(
+        spec=KERAS_SIMPLE_RNN,
+        kernel=weight_source(x_mm.inputs[1]),
+        gate_op=add,
+        preactivation=(add.outputs[0],),
+        activation=(h,),
+        states=(h,),
+        input=x_mm.inputs[0],
+        previous=(h_mm.inputs[0],),
+        weights=weights,
+        activation_name=ACTIVATIONS[users[0].type],
+        claimed=(x_mm.name, h_mm.name),
+    )
+
+
 def find_steps(graph: tf.Graph) -> list[Application]:
+    """Every step of a cell in `graph`: `tf.compat.v1.nn.rnn_cell` classes, and Keras'
+    LSTMCell (implementation 2) and SimpleRNNCell."""
     apps: list[Application] = []
     claimed: set[str] = set()
     for op in graph.get_operations():
         if op.type != "Split":
             continue
         n = op.get_attr("num_split")
-        app = _lstm_app(op) if n == 4 else _gru_app(op) if n == 2 else None
+        app = (_lstm_app(op) or _keras_lstm_app(op)) if n == 4 else _gru_app(op) if n == 2 else None
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)
@@ -285,21 +385,27 @@ def find_steps(graph: tf.Graph) -> list[Application]:
             app = _rnn_app(op)
             if app is not None:
                 apps.append(app)
+        elif op.type in _ADDS and not claimed.intersection(t.op.name for t in op.inputs):
+            app = _keras_rnn_app(op)
+            if app is not None and not claimed.intersection(app.claimed):
+                apps.append(app)
+                claimed.update(app.claimed)
     return apps
 
 
-def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None) -> tuple[int, int, int]:
-    """(units, input size, output size) from the main kernel's and the projection's shapes."""
+def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None, separate: bool = False) -> tuple[int, int, int]:
+    """(units, input size, output size) from the main kernel's and the projection's shapes.
+    A kernel `separate` from the recurrent one (Keras) has the input rows only."""
     rows, columns = kernel.shape.as_list()
     units = columns // spec.weights[0].blocks
     output_size = units if projection is None else projection.shape.as_list()[1]
-    return units, rows - output_size, output_size
+    return units, rows if separate else rows - output_size, output_size
 
 
 def cell_of(app: Application, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest) -> Cell:
     """A Cell of `app`'s class and settings, its sizes read from the kernel and projection;
     `rest` holds weights, variables, steps, and backward or loop."""
-    units, input_size, output_size = _sizes(app.spec, kernel, projection)
+    units, input_size, output_size = _sizes(app.spec, kernel, projection, separate="recurrent_kernel" in app.weights)
     return Cell(
         name=name,
         spec=app.spec,
@@ -310,6 +416,7 @@ def cell_of(app: Application, name: str, kernel: tf.Tensor, projection: tf.Tenso
         forget_bias=app.forget_bias,
         cell_clip=app.cell_clip,
         proj_clip=app.proj_clip,
+        recurrent_activation=app.recurrent_activation,
         **rest,
     )
 

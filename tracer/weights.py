@@ -18,7 +18,7 @@ from tracer._tf import v1
 from tracer.found import Cell
 from tracer import running
 
-__all__ = ["GateWeights", "read_weights", "gate_weights", "weights_columns"]
+__all__ = ["GateWeights", "read_weights", "stacked", "gate_weights", "weights_columns"]
 
 _PEEPHOLES = {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
 
@@ -40,7 +40,19 @@ def read_weights(session: v1.Session, cells: Sequence[Cell], timeout: float | No
     """The weight values of every cell, by cell name and role, read in one run (stoppable: `tracer.running`)."""
     names = sorted({t for cell in cells for t in cell.weights.values()})
     values = dict(zip(names, running.run(session, names, timeout=timeout))) if names else {}
-    return {cell.name: {role: values[t] for role, t in cell.weights.items()} for cell in cells}
+    return {cell.name: stacked({role: values[t] for role, t in cell.weights.items()}) for cell in cells}
+
+
+def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A Keras cell's weights as gatetrace slices them: `kernel` on `[x, h_prev]` (its
+    kernel stacked on its recurrent kernel, input rows first) and a `bias` (zeros when the
+    cell has none). Other cells' weights are returned as they are."""
+    if "recurrent_kernel" not in weights:
+        return weights
+    out = {k: v for k, v in weights.items() if k != "recurrent_kernel"}
+    out["kernel"] = np.concatenate([weights["kernel"], weights["recurrent_kernel"]])
+    out.setdefault("bias", np.zeros(weights["kernel"].shape[1], weights["kernel"].dtype))
+    return out
 
 
 def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWeights]:

@@ -1,0 +1,134 @@
+"""Keras layers and cells inside TF1 session graphs, as tf.keras scripts built them.
+
+A Keras `LSTM` and `SimpleRNN` layer run in Keras' own while loop (`K.rnn`, control flow
+v1 and v2): replayed and checked against the loop. Keras cells called by hand over the
+steps: fetched from their own ops. Every recorded value is compared with a float64
+recomputation of Keras' formulas written here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from recorders import Recording
+from tests.conftest import randomise
+from tracer._tf import tf, v1
+from tracer.cli import main
+
+T, D = 6, 4
+
+
+def keras():
+    import tracer._tf  # noqa: F401  (TF_USE_LEGACY_KERAS before tf_keras loads)
+    import tf_keras
+
+    return tf_keras
+
+
+def sig(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def keras_lstm64(x, kernel, recurrent, bias):
+    """Keras LSTM from zero state: activations [examples, steps, (i, f, j=c, o), units] and h."""
+    x = np.asarray(x, np.float64)
+    u = recurrent.shape[0]
+    h, c = np.zeros((len(x), u)), np.zeros((len(x), u))
+    act, hs = np.zeros((len(x), x.shape[1], 4, u)), np.zeros((len(x), x.shape[1], u))
+    for t in range(x.shape[1]):
+        i, f, j, o = np.split(x[:, t] @ kernel + h @ recurrent + bias, 4, axis=1)
+        i, f, j, o = sig(i), sig(f), np.tanh(j), sig(o)
+        c = f * c + i * j
+        h = o * np.tanh(c)
+        act[:, t], hs[:, t] = np.stack([i, f, j, o], 1), h
+    return act, hs
+
+
+def keras_rnn64(x, kernel, recurrent, bias):
+    x = np.asarray(x, np.float64)
+    h = np.zeros((len(x), recurrent.shape[0]))
+    hs = np.zeros((len(x), x.shape[1], recurrent.shape[0]))
+    for t in range(x.shape[1]):
+        h = np.tanh(x[:, t] @ kernel + bias + h @ recurrent)
+        hs[:, t] = h
+    return hs
+
+
+def weights(values, scope):
+    return values[f"{scope}/kernel"], values[f"{scope}/recurrent_kernel"], values[f"{scope}/bias"]
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", ["checkpoint", "frozen"])
+def test_keras_layers_in_a_session_graph_are_replayed_exactly(cf, fmt, tmp_path, capsys):
+    K = keras()
+    if cf == "v1":
+        v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, T, D], name="x")
+            y = K.layers.LSTM(3, return_sequences=True, name="lstm")(x)
+            z = K.layers.SimpleRNN(2, return_sequences=True, name="rnn")(y)
+            tf.identity(z, name="output")
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        with graph.as_default():
+            values = {v.op.name: session.run(v) for v in v1.global_variables()}
+            if fmt == "checkpoint":
+                v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+                path = str(tmp_path / "model.ckpt")
+            else:  # as Keras 2 models were frozen for serving
+                frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["output"])
+                (tmp_path / "frozen.pb").write_bytes(frozen.SerializeToString())
+                path = str(tmp_path / "frozen.pb")
+    finally:
+        v1.enable_control_flow_v2()
+    xs = np.random.RandomState(3).uniform(-1, 1, (5, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert "recorded 2 cells on 5 sequences" in capsys.readouterr().out
+    rec = Recording(tmp_path / "rec")
+    act, h = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"))
+    for g, gate in enumerate("ifjo"):
+        np.testing.assert_allclose(rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
+    np.testing.assert_allclose(rec.state_array("rnn/simple_rnn_cell", "h"), keras_rnn64(h, *weights(values, "rnn/simple_rnn_cell")), atol=1e-5)
+    table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
+    j = table[(table["cell"] == "lstm/lstm_cell") & (table["gate"] == "j") & (table["source"] == "recurrent")].sort_values(["row", "unit"])
+    np.testing.assert_array_equal(j["value"].to_numpy().reshape(3, 3), values["lstm/lstm_cell/recurrent_kernel"][:, 6:9])
+
+
+def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, capsys):
+    """A tf.keras SimpleRNNCell called for 90 steps and an LSTMCell for 6, in a session graph."""
+    K = keras()
+    steps = 90
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, steps, D], name="x")
+        rnn = K.layers.SimpleRNNCell(3, name="by_hand")
+        state = [tf.zeros([tf.shape(x)[0], 3])]
+        for t in range(steps):
+            _, state = rnn(x[:, t], state)
+        lstm = K.layers.LSTMCell(3, name="lstm_by_hand")
+        lstm_state = [tf.zeros([tf.shape(x)[0], 3])] * 2
+        for t in range(T):
+            _, lstm_state = lstm(x[:, t], lstm_state)
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+    randomise(session, graph)
+    with graph.as_default():
+        values = {v.op.name: session.run(v) for v in v1.global_variables()}
+        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    xs = np.random.RandomState(4).uniform(-1, 1, (3, steps, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["inspect", str(tmp_path / "model.ckpt")]) == 0
+    assert "by_hand: fetched from gate ops" in capsys.readouterr().out
+    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    rec = Recording(tmp_path / "rec")
+    np.testing.assert_allclose(rec.gate_array("by_hand", "h", "activation"), keras_rnn64(xs, *weights(values, "by_hand")), atol=1e-5)
+    act, _ = keras_lstm64(xs[:, :T], *weights(values, "lstm_by_hand"))
+    for g, gate in enumerate("ifjo"):
+        np.testing.assert_allclose(rec.gate_array("lstm_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
