@@ -31,7 +31,12 @@ def sig(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def keras_lstm64(x, kernel, recurrent, bias):
+def hard_sigmoid(v):
+    """Keras 2's and tf-keras' hard_sigmoid."""
+    return np.clip(0.2 * v + 0.5, 0.0, 1.0)
+
+
+def keras_lstm64(x, kernel, recurrent, bias, gate=sig):
     """Keras LSTM from zero state: activations [examples, steps, (i, f, j=c, o), units] and h."""
     x = np.asarray(x, np.float64)
     u = recurrent.shape[0]
@@ -39,7 +44,7 @@ def keras_lstm64(x, kernel, recurrent, bias):
     act, hs = np.zeros((len(x), x.shape[1], 4, u)), np.zeros((len(x), x.shape[1], u))
     for t in range(x.shape[1]):
         i, f, j, o = np.split(x[:, t] @ kernel + h @ recurrent + bias, 4, axis=1)
-        i, f, j, o = sig(i), sig(f), np.tanh(j), sig(o)
+        i, f, j, o = gate(i), gate(f), np.tanh(j), gate(o)
         c = f * c + i * j
         h = o * np.tanh(c)
         act[:, t], hs[:, t] = np.stack([i, f, j, o], 1), h
@@ -60,9 +65,16 @@ def weights(values, scope):
     return values[f"{scope}/kernel"], values[f"{scope}/recurrent_kernel"], values[f"{scope}/bias"]
 
 
+STYLES = {  # how the LSTM layer was configured: tf.keras' defaults, and Keras 2.2's
+    "tf.keras": {},
+    "keras-2.2": {"implementation": 1, "recurrent_activation": "hard_sigmoid"},
+}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("fmt", ["checkpoint", "frozen"])
-def test_keras_layers_in_a_session_graph_are_replayed_exactly(cf, fmt, tmp_path, capsys):
+def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tmp_path, capsys):
     K = keras()
     if cf == "v1":
         v1.disable_control_flow_v2()
@@ -70,7 +82,7 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(cf, fmt, tmp_path,
         graph = tf.Graph()
         with graph.as_default():
             x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            y = K.layers.LSTM(3, return_sequences=True, name="lstm")(x)
+            y = K.layers.LSTM(3, return_sequences=True, name="lstm", **STYLES[style])(x)
             z = K.layers.SimpleRNN(2, return_sequences=True, name="rnn")(y)
             tf.identity(z, name="output")
             session = v1.Session(graph=graph)
@@ -92,7 +104,7 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(cf, fmt, tmp_path,
     assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
     assert "recorded 2 cells on 5 sequences" in capsys.readouterr().out
     rec = Recording(tmp_path / "rec")
-    act, h = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"))
+    act, h = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"), gate=hard_sigmoid if style == "keras-2.2" else sig)
     for g, gate in enumerate("ifjo"):
         np.testing.assert_allclose(rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
     np.testing.assert_allclose(rec.state_array("rnn/simple_rnn_cell", "h"), keras_rnn64(h, *weights(values, "rnn/simple_rnn_cell")), atol=1e-5)

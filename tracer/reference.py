@@ -28,6 +28,8 @@ ACTIVATIONS = {
     "softsign": lambda x: x / (1.0 + np.abs(x)),
     "softplus": lambda x: np.logaddexp(0.0, x),
     "linear": lambda x: x,
+    # Keras 2 and tf-keras: `clip(0.2 * x + 0.5, 0, 1)` (Keras 3 changed it to relu6(x + 3) / 6).
+    "hard_sigmoid": lambda x: np.clip(0.2 * x + 0.5, 0.0, 1.0),
 }
 
 

@@ -270,12 +270,21 @@ def _rnn_app(bias_add: tf.Operation) -> Application | None:
     )
 
 
-# -- Keras cells (tf.keras / Keras 2 LSTMCell with implementation=2, SimpleRNNCell) in TF1 graphs.
-# They read the input and the state with two MatMuls, `kernel` and `recurrent_kernel`, no concat:
+# -- Keras cells (tf.keras / Keras 2 LSTMCell, SimpleRNNCell) in TF1 graphs. They read the input
+# and the state with separate MatMuls on `kernel` and `recurrent_kernel`, no concat:
 #
-#     LSTMCell       z = x @ kernel + h_prev @ recurrent_kernel (+ bias); i, f, c, o = split(z, 4)
-#                    c = f * c_prev + i * tanh(c~);  h = o * tanh(c)      (Keras order i, f, c, o)
-#     SimpleRNNCell  h = activation(x @ kernel (+ bias) + h_prev @ recurrent_kernel)
+#     LSTMCell, implementation 2   z = x @ kernel + h_prev @ recurrent_kernel (+ bias); i, f, c, o = split(z, 4)
+#     LSTMCell, implementation 1   the kernel and bias split into four blocks; per gate k:
+#                                  z_k = x @ kernel_k (+ bias_k) + h_prev @ recurrent_kernel[:, k]
+#                                  then c = f * c_prev + i * tanh(c~);  h = o * tanh(c)  (Keras order i, f, c, o;
+#                                  gates through sigmoid or Keras 2's hard_sigmoid)
+#     SimpleRNNCell                h = activation(x @ kernel (+ bias) + h_prev @ recurrent_kernel)
+
+
+def _users(t: tf.Tensor) -> list[tf.Operation]:
+    """The ops reading `t`, leaving out the accumulators (`TensorListPushBack`) that a while
+    loop built in a graph with gradients adds to its body's every tensor."""
+    return [op for op in t.consumers() if op.type != "TensorListPushBack"]
 
 
 def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation] | None:
@@ -309,14 +318,14 @@ def _keras_lstm_app(split: tf.Operation) -> Application | None:
     x_mm, h_mm = sides
     gates = []
     for t in split.outputs:  # Keras order: i, f, c (our j), o
-        users = [op for op in t.consumers() if op.type in ACTIVATIONS]
+        users = [op for op in _users(t) if op.type in ACTIVATIONS]
         if len(users) != 1:
             return None
         gates.append(users[0].outputs[0])
     i, f, j, o = gates
-    f_mul = [op for op in f.consumers() if op.type == "Mul"]
-    c_new = [a for m in f_mul for a in m.outputs[0].consumers() if a.type in _ADDS]
-    h_mul = [op for op in o.consumers() if op.type == "Mul"]
+    f_mul = [op for op in _users(f) if op.type == "Mul"]
+    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
+    h_mul = [op for op in _users(o) if op.type == "Mul"]
     if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1:
         return None
     c_prev = other_input(f_mul[0], f)
@@ -341,9 +350,85 @@ def _keras_lstm_app(split: tf.Operation) -> Application | None:
     )
 
 
+def _gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
+    """(output, name) of the one nonlinearity applied to `t`: an activation op, or Keras 2's
+    hard_sigmoid written out as `clip(x * 0.2 + 0.5, 0, 1)`."""
+    users = _users(t)
+    if len(users) == 1 and users[0].type in ACTIVATIONS:
+        return users[0].outputs[0], ACTIVATIONS[users[0].type]
+    if len(users) == 1 and users[0].type == "Mul" and const_scalar(other_input(users[0], t)) == 0.2:
+        add = [op for op in _users(users[0].outputs[0]) if op.type in _ADDS]
+        if len(add) == 1 and const_scalar(other_input(add[0], users[0].outputs[0])) == 0.5:
+            out = add[0].outputs[0]
+            for _ in range(2):  # Minimum then Maximum, or one ClipByValue
+                nxt = [op for op in _users(out) if op.type in ("Minimum", "Maximum", "ClipByValue")]
+                if len(nxt) != 1:
+                    break
+                out = nxt[0].outputs[0]
+                if nxt[0].type == "ClipByValue":
+                    break
+            if out is not add[0].outputs[0]:
+                return out, "hard_sigmoid"
+    return None
+
+
+def _keras_lstm1_app(split: tf.Operation) -> Application | None:
+    """Keras LSTMCell with implementation=1 (Keras 2's default): the kernel split into its
+    four gate blocks, one MatMul each, plus `h_prev @ recurrent_kernel[:, block]`."""
+    kernel = weight_source(split.inputs[1])
+    if kernel is None or "recurrent" in kernel.name or "kernel" not in kernel.name:
+        return None
+    pre, act, names, x, h_prev, recurrent, bias = [], [], [], None, None, None, None
+    for block in split.outputs:  # Keras order: i, f, c (our j), o
+        mm = [op for op in _users(block) if op.type == "MatMul"]
+        if len(mm) != 1:
+            return None
+        z = mm[0].outputs[0]
+        users = _users(z)
+        if len(users) == 1 and users[0].type == "BiasAdd":
+            if users[0].inputs[1].op.type == "Split":
+                bias = users[0].inputs[1].op.inputs[1]
+            z = users[0].outputs[0]
+        adds = [op for op in _users(z) if op.type in _ADDS]
+        if len(adds) != 1:
+            return None
+        rec = other_input(adds[0], z).op
+        if rec.type != "MatMul" or rec.inputs[1].op.type != "StridedSlice":
+            return None
+        x, h_prev, recurrent = mm[0].inputs[0], rec.inputs[0], rec.inputs[1].op.inputs[0]
+        gate = _gate_nonlinearity(adds[0].outputs[0])
+        if gate is None:
+            return None
+        pre.append(adds[0].outputs[0])
+        act.append(gate[0])
+        names.append(gate[1])
+    i, f, j, o = act
+    f_mul = [op for op in _users(f) if op.type == "Mul"]
+    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
+    h_mul = [op for op in _users(o) if op.type == "Mul"]
+    if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1 or names[0] != names[1] or names[0] != names[3]:
+        return None
+    weights = {"kernel": split.inputs[1], "recurrent_kernel": recurrent}
+    if bias is not None:
+        weights["bias"] = bias
+    return Application(
+        spec=KERAS_LSTM,
+        kernel=kernel,
+        gate_op=split,
+        preactivation=tuple(pre),
+        activation=(i, f, j, o),
+        states=(c_new[0].outputs[0], h_mul[0].outputs[0]),
+        input=x,
+        previous=(other_input(f_mul[0], f), h_prev),
+        weights=weights,
+        activation_name=names[2],
+        recurrent_activation=names[0],
+    )
+
+
 def _keras_rnn_app(add: tf.Operation) -> Application | None:
     sides = _input_and_recurrent(add)
-    users = [op for op in add.outputs[0].consumers() if op.type in ACTIVATIONS]
+    users = [op for op in _users(add.outputs[0]) if op.type in ACTIVATIONS]
     if sides is None or len(users) != 1:
         return None
     x_mm, h_mm = sides
@@ -369,14 +454,14 @@ def _keras_rnn_app(add: tf.Operation) -> Application | None:
 
 def find_steps(graph: tf.Graph) -> list[Application]:
     """Every step of a cell in `graph`: `tf.compat.v1.nn.rnn_cell` classes, and Keras'
-    LSTMCell (implementation 2) and SimpleRNNCell."""
+    LSTMCell (implementations 1 and 2) and SimpleRNNCell."""
     apps: list[Application] = []
     claimed: set[str] = set()
     for op in graph.get_operations():
         if op.type != "Split":
             continue
         n = op.get_attr("num_split")
-        app = (_lstm_app(op) or _keras_lstm_app(op)) if n == 4 else _gru_app(op) if n == 2 else None
+        app = (_lstm_app(op) or _keras_lstm_app(op) or _keras_lstm1_app(op)) if n == 4 else _gru_app(op) if n == 2 else None
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)
