@@ -61,6 +61,27 @@ def keras_rnn64(x, kernel, recurrent, bias):
     return hs
 
 
+def keras_gru64(x, kernel, recurrent, bias):
+    """Keras GRU from zero state (bias [2, 3u] with reset_after, [3u] without): activations
+    [examples, steps, (u=z, r, c=h), units]."""
+    x = np.asarray(x, np.float64)
+    u = recurrent.shape[0]
+    h = np.zeros((len(x), u))
+    act = np.zeros((len(x), x.shape[1], 3, u))
+    for t in range(x.shape[1]):
+        if bias.ndim == 2:
+            xz, rz = x[:, t] @ kernel + bias[0], h @ recurrent + bias[1]
+            z, r = sig(xz[:, :u] + rz[:, :u]), sig(xz[:, u : 2 * u] + rz[:, u : 2 * u])
+            c = np.tanh(xz[:, 2 * u :] + r * rz[:, 2 * u :])
+        else:
+            xz = x[:, t] @ kernel + bias
+            z, r = sig(xz[:, :u] + h @ recurrent[:, :u]), sig(xz[:, u : 2 * u] + h @ recurrent[:, u : 2 * u])
+            c = np.tanh(xz[:, 2 * u :] + (r * h) @ recurrent[:, 2 * u :])
+        h = z * h + (1 - z) * c
+        act[:, t] = np.stack([z, r, c], 1)
+    return act
+
+
 def weights(values, scope):
     return values[f"{scope}/kernel"], values[f"{scope}/recurrent_kernel"], values[f"{scope}/bias"]
 
@@ -111,6 +132,38 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tm
     table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     j = table[(table["cell"] == "lstm/lstm_cell") & (table["gate"] == "j") & (table["source"] == "recurrent")].sort_values(["row", "unit"])
     np.testing.assert_array_equal(j["value"].to_numpy().reshape(3, 3), values["lstm/lstm_cell/recurrent_kernel"][:, 6:9])
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(reset_after, cf, tmp_path, capsys):
+    K = keras()
+    if cf == "v1":
+        v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, T, D], name="x")
+            # return_sequences=False under control flow v1 makes tf-keras' own loop write one
+            # TensorArray index twice (the model cannot run): v1 keeps all outputs, v2 the last.
+            K.layers.GRU(3, reset_after=reset_after, return_sequences=cf == "v1", name="gru")(x)
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        with graph.as_default():
+            values = {v.op.name: session.run(v) for v in v1.global_variables()}
+            v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    finally:
+        v1.enable_control_flow_v2()
+    xs = np.random.RandomState(5).uniform(-1, 1, (4, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    rec = Recording(tmp_path / "rec")
+    act = keras_gru64(xs, *weights(values, "gru/gru_cell"))
+    for g, gate in enumerate("urc"):
+        np.testing.assert_allclose(rec.gate_array("gru/gru_cell", gate, "activation"), act[:, :, g], atol=1e-5)
+    table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
+    assert ("recurrent_bias" in set(table["source"])) == reset_after
 
 
 def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, capsys):

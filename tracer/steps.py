@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, LSTM, CellSpec
+from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, LSTM, CellSpec
 from tracer.edges import consumers_of, const_scalar, feeds_into, only_one, other_input, reads, weight_source
 from tracer.found import Cell
 
@@ -278,6 +278,7 @@ def _rnn_app(bias_add: tf.Operation) -> Application | None:
 #                                  z_k = x @ kernel_k (+ bias_k) + h_prev @ recurrent_kernel[:, k]
 #                                  then c = f * c_prev + i * tanh(c~);  h = o * tanh(c)  (Keras order i, f, c, o;
 #                                  gates through sigmoid or Keras 2's hard_sigmoid)
+#     GRUCell, implementation 2    x @ kernel (+ bias) split into z, r, h; see _keras_gru_app
 #     SimpleRNNCell                h = activation(x @ kernel (+ bias) + h_prev @ recurrent_kernel)
 
 
@@ -426,6 +427,61 @@ def _keras_lstm1_app(split: tf.Operation) -> Application | None:
     )
 
 
+def _keras_gru_app(split: tf.Operation) -> Application | None:
+    """Keras GRUCell (implementation 2): `x @ kernel (+ input bias)` split into z, r, h blocks;
+    `h_prev @ recurrent_kernel (+ recurrent bias)` (reset_after) or `h_prev @ recurrent_kernel[:, :2u]`
+    split likewise; z, r = act(x_k + rec_k); c = act(x_h + r * rec_h) (reset_after) or
+    act(x_h + (r * h_prev) @ recurrent_kernel[:, 2u:]); h = z * h_prev + (1 - z) * c."""
+    mm, bias = split.inputs[1].op, None
+    if mm.type == "BiasAdd":
+        bias, mm = mm.inputs[1], mm.inputs[0].op
+    if mm.type != "MatMul" or weight_source(mm.inputs[1]) is None or "recurrent" in weight_source(mm.inputs[1]).name:
+        return None
+    adds = []
+    for block in split.outputs[:2]:  # z (our u), r
+        users = [op for op in _users(block) if op.type in _ADDS]
+        if len(users) != 1:
+            return None
+        adds.append(users[0])
+    gates = [_gate_nonlinearity(a.outputs[0]) for a in adds]
+    if None in gates:
+        return None
+    inner = other_input(adds[0], split.outputs[0]).op  # the SplitV of h_prev's product
+    if inner.type not in ("Split", "SplitV"):
+        return None
+    product = inner.inputs[0].op
+    if product.type == "BiasAdd":  # the recurrent bias: the second row of the bias variable, read below
+        product = product.inputs[0].op
+    if product.type != "MatMul":
+        return None
+    h_prev = product.inputs[0]
+    recurrent = product.inputs[1].op.inputs[0] if product.inputs[1].op.type == "StridedSlice" else product.inputs[1]
+    c_add = [op for op in _users(split.outputs[2]) if op.type in _ADDS]
+    if len(c_add) != 1:
+        return None
+    candidate = _gate_nonlinearity(c_add[0].outputs[0])
+    h_new = [a for m in _users(gates[0][0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in _ADDS]
+    if candidate is None or len(h_new) != 1 or gates[0][1] != gates[1][1]:
+        return None
+    weights = {"kernel": mm.inputs[1], "recurrent_kernel": recurrent}
+    if bias is not None:  # reset_after: both biases are rows of one [2, 3u] variable (unstacked)
+        weights["bias"] = bias.op.inputs[0] if bias.op.type == "Unpack" else bias
+    return Application(
+        spec=KERAS_GRU,
+        kernel=weight_source(mm.inputs[1]),
+        gate_op=split,
+        preactivation=(adds[0].outputs[0], adds[1].outputs[0], c_add[0].outputs[0]),
+        activation=(gates[0][0], gates[1][0], candidate[0]),
+        states=(h_new[0].outputs[0],),
+        input=mm.inputs[0],
+        previous=(h_prev,),
+        weights=weights,
+        activation_name=candidate[1],
+        claimed=(mm.name, product.name),
+        recurrent_activation=gates[0][1],
+    )
+
+
 def _keras_rnn_app(add: tf.Operation) -> Application | None:
     sides = _input_and_recurrent(add)
     users = [op for op in _users(add.outputs[0]) if op.type in ACTIVATIONS]
@@ -454,14 +510,19 @@ def _keras_rnn_app(add: tf.Operation) -> Application | None:
 
 def find_steps(graph: tf.Graph) -> list[Application]:
     """Every step of a cell in `graph`: `tf.compat.v1.nn.rnn_cell` classes, and Keras'
-    LSTMCell (implementations 1 and 2) and SimpleRNNCell."""
+    LSTMCell (implementations 1 and 2), GRUCell (implementation 2) and SimpleRNNCell."""
     apps: list[Application] = []
     claimed: set[str] = set()
     for op in graph.get_operations():
         if op.type != "Split":
             continue
         n = op.get_attr("num_split")
-        app = (_lstm_app(op) or _keras_lstm_app(op) or _keras_lstm1_app(op)) if n == 4 else _gru_app(op) if n == 2 else None
+        app = (
+            (_lstm_app(op) or _keras_lstm_app(op) or _keras_lstm1_app(op)) if n == 4
+            else _gru_app(op) if n == 2
+            else _keras_gru_app(op) if n == 3
+            else None
+        )
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)

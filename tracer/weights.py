@@ -45,13 +45,16 @@ def read_weights(session: v1.Session, cells: Sequence[Cell], timeout: float | No
 
 def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A Keras cell's weights as gatetrace slices them: `kernel` on `[x, h_prev]` (its
-    kernel stacked on its recurrent kernel, input rows first) and a `bias` (zeros when the
-    cell has none). Other cells' weights are returned as they are."""
+    kernel stacked on its recurrent kernel, input rows first), a `bias` (zeros when the
+    cell has none) and, for a GRU with reset_after, its `recurrent_bias`. Other cells'
+    weights are returned as they are."""
     if "recurrent_kernel" not in weights:
         return weights
     out = {k: v for k, v in weights.items() if k != "recurrent_kernel"}
     out["kernel"] = np.concatenate([weights["kernel"], weights["recurrent_kernel"]])
     out.setdefault("bias", np.zeros(weights["kernel"].shape[1], weights["kernel"].dtype))
+    if out["bias"].ndim == 2:  # a GRU with reset_after: [input bias, recurrent bias]
+        out["bias"], out["recurrent_bias"] = out["bias"][0], out["bias"][1]
     return out
 
 
