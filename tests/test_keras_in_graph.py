@@ -197,3 +197,64 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
     act, _ = keras_lstm64(xs[:, :T], *weights(values, "lstm_by_hand"))
     for g, gate in enumerate("ifjo"):
         np.testing.assert_allclose(rec.gate_array("lstm_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
+
+
+def keras_2_2_lstm(x, units):
+    """Keras 2.2.4's LSTM as its TensorFlow backend built it in a TF1 graph: `build` slices the
+    kernel, recurrent kernel and bias into gate blocks once, outside the loop; the cell
+    (implementation 1, hard_sigmoid written out) runs in `K.rnn`'s control-flow-v1 while loop
+    over TensorArrays."""
+    features = x.shape[-1]
+    with v1.variable_scope("lstm_1"):
+        kernel = v1.get_variable("kernel", [features, 4 * units])
+        recurrent = v1.get_variable("recurrent_kernel", [units, 4 * units])
+        bias = v1.get_variable("bias", [4 * units])
+    k = [kernel[:, g * units : (g + 1) * units] for g in range(4)]
+    r = [recurrent[:, g * units : (g + 1) * units] for g in range(4)]
+    b = [bias[g * units : (g + 1) * units] for g in range(4)]
+
+    def hard_sigmoid(v):
+        return tf.clip_by_value(0.2 * v + 0.5, 0.0, 1.0)
+
+    steps = tf.shape(x)[1]
+    inputs = v1.TensorArray(tf.float32, size=steps).unstack(tf.transpose(x, [1, 0, 2]))
+    outputs = v1.TensorArray(tf.float32, size=steps)
+    zeros = tf.zeros([tf.shape(x)[0], units])
+
+    def step(t, out, h, c):
+        x_t = inputs.read(t)
+        z = [tf.nn.bias_add(tf.matmul(x_t, k[g]), b[g]) for g in range(4)]
+        i = hard_sigmoid(z[0] + tf.matmul(h, r[0]))
+        f = hard_sigmoid(z[1] + tf.matmul(h, r[1]))
+        c = f * c + i * tf.tanh(z[2] + tf.matmul(h, r[2]))
+        o = hard_sigmoid(z[3] + tf.matmul(h, r[3]))
+        h = o * tf.tanh(c)
+        return t + 1, out.write(t, h), h, c
+
+    _, out, _, _ = tf.while_loop(lambda t, *_: t < steps, step, [tf.constant(0), outputs, zeros, zeros])
+    return tf.transpose(out.stack(), [1, 0, 2])
+
+
+def test_a_keras_2_2_lstm_frozen_for_serving(tmp_path, capsys):
+    v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, T, D], name="x")
+            tf.identity(keras_2_2_lstm(x, 3), name="output")
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        with graph.as_default():
+            values = {v.op.name: session.run(v) for v in v1.global_variables()}
+            frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["output"])
+        (tmp_path / "model.pb").write_bytes(frozen.SerializeToString())
+    finally:
+        v1.enable_control_flow_v2()
+    xs = np.random.RandomState(6).uniform(-1, 1, (4, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", str(tmp_path / "model.pb"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    act, _ = keras_lstm64(xs, *weights(values, "lstm_1"), gate=hard_sigmoid)
+    rec = Recording(tmp_path / "rec")
+    for g, gate in enumerate("ifjo"):
+        np.testing.assert_allclose(rec.gate_array("lstm_1", gate, "activation"), act[:, :, g], atol=1e-5)

@@ -174,15 +174,33 @@ def in_v1_loop(app) -> bool:
 
 
 def _v1_outside(t: tf.Tensor) -> tf.Tensor:
-    """The outer tensor that enters the loop as `t` (a loop variable or an `Enter`)."""
+    """The outer tensor that enters the loop as `t` (a loop variable or an `Enter`); `t`
+    itself when it is computed outside the loop (Keras 2 slices its kernels before it)."""
     merge = _v1_merge(t)
     if merge is not None:
         t = merge.inputs[0]
+    start = t
     while t.op.type in ("Identity", "ReadVariableOp"):  # a resource variable is read inside the loop
         t = t.op.inputs[0]
-    if t.op.type != "Enter":
-        raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
-    return t.op.inputs[0]
+    if t.op.type == "Enter":
+        return t.op.inputs[0]
+    if not _in_v1_frame(start):
+        return start
+    raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
+
+
+def _in_v1_frame(t: tf.Tensor, limit: int = 64) -> bool:
+    """Whether `t` is computed inside a control-flow-v1 loop (an Enter, Merge or Switch lies behind it)."""
+    queue, seen = [t.op], set()
+    while queue and len(seen) < limit:
+        op = queue.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in ("Enter", "RefEnter", "Merge", "Switch", "NextIteration"):
+            return True
+        queue.extend(i.op for i in op.inputs)
+    return False
 
 
 def _v1_after(t: tf.Tensor) -> str | None:

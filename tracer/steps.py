@@ -373,49 +373,91 @@ def _gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
     return None
 
 
-def _keras_lstm1_app(split: tf.Operation) -> Application | None:
-    """Keras LSTMCell with implementation=1 (Keras 2's default): the kernel split into its
-    four gate blocks, one MatMul each, plus `h_prev @ recurrent_kernel[:, block]`."""
-    kernel = weight_source(split.inputs[1])
-    if kernel is None or "recurrent" in kernel.name or "kernel" not in kernel.name:
-        return None
-    pre, act, names, x, h_prev, recurrent, bias = [], [], [], None, None, None, None
-    for block in split.outputs:  # Keras order: i, f, c (our j), o
-        mm = [op for op in _users(block) if op.type == "MatMul"]
-        if len(mm) != 1:
+def _column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
+    """(the matrix, where the block starts) when `t` is a block of columns of a matrix: an
+    output of `Split` along axis 1 (its index), or `StridedSlice(m)[:, a:b]` (its first
+    column), through Identity and Enter. Blocks of one matrix sort in column order."""
+    while t.op.type in ("Identity", "Enter", "Snapshot") and t.op.inputs:
+        t = t.op.inputs[0]
+    op = t.op
+    if op.type == "Split" and const_scalar(op.inputs[0]) in (1, -1):
+        return op.inputs[1], t.value_index
+    if op.type == "StridedSlice" and op.inputs[0].shape.rank in (None, 2):
+        begin = tf.make_ndarray(op.inputs[1].op.get_attr("value")) if op.inputs[1].op.type == "Const" else None
+        if begin is None or len(begin) != 2:
             return None
-        z = mm[0].outputs[0]
+        return op.inputs[0], 0 if op.get_attr("begin_mask") & 2 else int(begin[1])
+    return None
+
+
+def _bias_block(t: tf.Tensor) -> tf.Tensor:
+    """The bias variable's read that a gate's bias block (a Split output or a slice) comes from."""
+    while t.op.type in ("Identity", "Enter", "Snapshot") and t.op.inputs:
+        t = t.op.inputs[0]
+    if t.op.type == "Split":
+        return t.op.inputs[1]
+    return t.op.inputs[0] if t.op.type == "StridedSlice" else t
+
+
+def _keras_lstm1_app(first: tf.Operation) -> Application | None:
+    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
+    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
+    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
+    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
+    if first.type != "MatMul" or first.get_attr("transpose_a") or first.get_attr("transpose_b"):
+        return None
+    sliced = _column_slice(first.inputs[1])
+    kernel = weight_source(sliced[0]) if sliced else None
+    if sliced is None or sliced[1] != 0 or kernel is None or "recurrent" in kernel.name or "kernel" not in kernel.name:
+        return None
+    full = sliced[0]
+    x = first.inputs[0]
+    blocks = {}
+    for op in _users(x):
+        cut = _column_slice(op.inputs[1]) if op.type == "MatMul" and op.inputs[0].name == x.name else None
+        source = weight_source(cut[0]) if cut is not None else None
+        if source is not None and source.name == kernel.name:  # blocks of one variable (perhaps several reads)
+            blocks[cut[1]] = op
+    if len(blocks) != 4:
+        return None
+    pre, act, names, h_prev, recurrent, bias, order = [], [], [], None, None, None, []
+    for start in sorted(blocks):  # Keras order: i, f, c (our j), o
+        z = blocks[start].outputs[0]
         users = _users(z)
         if len(users) == 1 and users[0].type == "BiasAdd":
-            if users[0].inputs[1].op.type == "Split":
-                bias = users[0].inputs[1].op.inputs[1]
+            bias = _bias_block(users[0].inputs[1])
             z = users[0].outputs[0]
         adds = [op for op in _users(z) if op.type in _ADDS]
         if len(adds) != 1:
             return None
         rec = other_input(adds[0], z).op
-        if rec.type != "MatMul" or rec.inputs[1].op.type != "StridedSlice":
+        cut = _column_slice(rec.inputs[1]) if rec.type == "MatMul" else None
+        source = weight_source(cut[0]) if cut is not None else None
+        if source is None or (recurrent is not None and source.name != weight_source(recurrent).name):  # reads of one variable
             return None
-        x, h_prev, recurrent = mm[0].inputs[0], rec.inputs[0], rec.inputs[1].op.inputs[0]
+        h_prev, recurrent = rec.inputs[0], cut[0]
+        order.append(cut[1])
         gate = _gate_nonlinearity(adds[0].outputs[0])
         if gate is None:
             return None
         pre.append(adds[0].outputs[0])
         act.append(gate[0])
         names.append(gate[1])
+    if order != sorted(order):  # the recurrent blocks must be in the same order as the input blocks
+        return None
     i, f, j, o = act
     f_mul = [op for op in _users(f) if op.type == "Mul"]
     c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
     h_mul = [op for op in _users(o) if op.type == "Mul"]
     if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1 or names[0] != names[1] or names[0] != names[3]:
         return None
-    weights = {"kernel": split.inputs[1], "recurrent_kernel": recurrent}
+    weights = {"kernel": full, "recurrent_kernel": recurrent}
     if bias is not None:
         weights["bias"] = bias
     return Application(
         spec=KERAS_LSTM,
         kernel=kernel,
-        gate_op=split,
+        gate_op=first,
         preactivation=tuple(pre),
         activation=(i, f, j, o),
         states=(c_new[0].outputs[0], h_mul[0].outputs[0]),
@@ -423,6 +465,7 @@ def _keras_lstm1_app(split: tf.Operation) -> Application | None:
         previous=(other_input(f_mul[0], f), h_prev),
         weights=weights,
         activation_name=names[2],
+        claimed=tuple(op.name for op in blocks.values()),
         recurrent_activation=names[0],
     )
 
@@ -518,7 +561,7 @@ def find_steps(graph: tf.Graph) -> list[Application]:
             continue
         n = op.get_attr("num_split")
         app = (
-            (_lstm_app(op) or _keras_lstm_app(op) or _keras_lstm1_app(op)) if n == 4
+            (_lstm_app(op) or _keras_lstm_app(op)) if n == 4
             else _gru_app(op) if n == 2
             else _keras_gru_app(op) if n == 3
             else None
@@ -526,6 +569,12 @@ def find_steps(graph: tf.Graph) -> list[Application]:
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)
+    for op in graph.get_operations():  # Keras LSTMCell, implementation 1: keyed on its first gate block
+        if op.type == "MatMul" and op.name not in claimed:
+            app = _keras_lstm1_app(op)
+            if app is not None:
+                apps.append(app)
+                claimed.update(app.claimed)
     for op in graph.get_operations():
         if op.type == "BiasAdd" and op.inputs[0].op.name not in claimed:
             app = _rnn_app(op)
