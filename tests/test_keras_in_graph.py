@@ -134,9 +134,10 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tm
     np.testing.assert_array_equal(j["value"].to_numpy().reshape(3, 3), values["lstm/lstm_cell/recurrent_kernel"][:, 6:9])
 
 
+@pytest.mark.parametrize("implementation", [1, 2])
 @pytest.mark.parametrize("reset_after", [True, False])
 @pytest.mark.parametrize("cf", ["v1", "v2"])
-def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(reset_after, cf, tmp_path, capsys):
+def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(implementation, reset_after, cf, tmp_path, capsys):
     K = keras()
     if cf == "v1":
         v1.disable_control_flow_v2()
@@ -146,7 +147,7 @@ def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(reset_after, cf, tmp
             x = v1.placeholder(tf.float32, [None, T, D], name="x")
             # return_sequences=False under control flow v1 makes tf-keras' own loop write one
             # TensorArray index twice (the model cannot run): v1 keeps all outputs, v2 the last.
-            K.layers.GRU(3, reset_after=reset_after, return_sequences=cf == "v1", name="gru")(x)
+            K.layers.GRU(3, reset_after=reset_after, implementation=implementation, return_sequences=cf == "v1", name="gru")(x)
             session = v1.Session(graph=graph)
             session.run(v1.global_variables_initializer())
         randomise(session, graph)
@@ -164,6 +165,29 @@ def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(reset_after, cf, tmp
         np.testing.assert_allclose(rec.gate_array("gru/gru_cell", gate, "activation"), act[:, :, g], atol=1e-5)
     table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     assert ("recurrent_bias" in set(table["source"])) == reset_after
+
+
+def test_a_layer_unrolled_by_keras_is_fetched_from_its_own_ops(tmp_path, capsys):
+    """`LSTM(unroll=True)`: Keras applies its cell once per step in the graph, no loop."""
+    K = keras()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, T, D], name="x")
+        K.layers.LSTM(3, unroll=True, return_sequences=True, name="lstm")(x)
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+    randomise(session, graph)
+    with graph.as_default():
+        values = {v.op.name: session.run(v) for v in v1.global_variables()}
+        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    xs = np.random.RandomState(8).uniform(-1, 1, (3, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
+    act, _ = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"))
+    rec = Recording(tmp_path / "rec")
+    for g, gate in enumerate("ifjo"):
+        np.testing.assert_allclose(rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
 
 
 def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, capsys):

@@ -278,7 +278,8 @@ def _rnn_app(bias_add: tf.Operation) -> Application | None:
 #                                  z_k = x @ kernel_k (+ bias_k) + h_prev @ recurrent_kernel[:, k]
 #                                  then c = f * c_prev + i * tanh(c~);  h = o * tanh(c)  (Keras order i, f, c, o;
 #                                  gates through sigmoid or Keras 2's hard_sigmoid)
-#     GRUCell, implementation 2    x @ kernel (+ bias) split into z, r, h; see _keras_gru_app
+#     GRUCell                      x @ kernel (+ bias) in blocks z, r, h; see _keras_gru_app (implementation 2)
+#                                  and _keras_gru1_app (implementation 1)
 #     SimpleRNNCell                h = activation(x @ kernel (+ bias) + h_prev @ recurrent_kernel)
 
 
@@ -391,26 +392,26 @@ def _column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
 
 
 def _bias_block(t: tf.Tensor) -> tf.Tensor:
-    """The bias variable's read that a gate's bias block (a Split output or a slice) comes from."""
+    """The bias variable's read that a gate's bias block (a Split output or a slice) comes
+    from; for a GRU with reset_after, the whole [2, 3u] bias its rows were unstacked from."""
     while t.op.type in ("Identity", "Enter", "Snapshot") and t.op.inputs:
         t = t.op.inputs[0]
     if t.op.type == "Split":
-        return t.op.inputs[1]
-    return t.op.inputs[0] if t.op.type == "StridedSlice" else t
+        t = t.op.inputs[1]
+    elif t.op.type == "StridedSlice":
+        t = t.op.inputs[0]
+    return t.op.inputs[0] if t.op.type == "Unpack" else t
 
 
-def _keras_lstm1_app(first: tf.Operation) -> Application | None:
-    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
-    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
-    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
-    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
+def _input_blocks(first: tf.Operation) -> tuple[tf.Operation, dict[int, tf.Operation]] | None:
+    """(kernel variable, {block start: MatMul}) for the input MatMuls of a Keras cell with
+    implementation=1, keyed on `first`, the MatMul of the input with the kernel's first block."""
     if first.type != "MatMul" or first.get_attr("transpose_a") or first.get_attr("transpose_b"):
         return None
     sliced = _column_slice(first.inputs[1])
     kernel = weight_source(sliced[0]) if sliced else None
     if sliced is None or sliced[1] != 0 or kernel is None or "recurrent" in kernel.name or "kernel" not in kernel.name:
         return None
-    full = sliced[0]
     x = first.inputs[0]
     blocks = {}
     for op in _users(x):
@@ -418,15 +419,40 @@ def _keras_lstm1_app(first: tf.Operation) -> Application | None:
         source = weight_source(cut[0]) if cut is not None else None
         if source is not None and source.name == kernel.name:  # blocks of one variable (perhaps several reads)
             blocks[cut[1]] = op
-    if len(blocks) != 4:
+    return kernel, blocks
+
+
+def _biased(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """(z after its BiasAdd, the bias variable's read), or (z, None) without one."""
+    users = _users(z)
+    if len(users) == 1 and users[0].type == "BiasAdd":
+        return users[0].outputs[0], _bias_block(users[0].inputs[1])
+    return z, None
+
+
+def _recurrent_block(t: tf.Tensor) -> tuple[tf.Operation, tf.Tensor, int] | None:
+    """(MatMul, recurrent kernel read, block start) for `h_prev @ recurrent_kernel[:, block]`,
+    possibly through the BiasAdd of a recurrent bias."""
+    op = t.op.inputs[0].op if t.op.type == "BiasAdd" else t.op
+    cut = _column_slice(op.inputs[1]) if op.type == "MatMul" else None
+    if cut is None or weight_source(cut[0]) is None:
         return None
+    return op, cut[0], cut[1]
+
+
+def _keras_lstm1_app(first: tf.Operation) -> Application | None:
+    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
+    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
+    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
+    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
+    found = _input_blocks(first)
+    if found is None or len(found[1]) != 4:
+        return None
+    kernel, blocks = found
+    full, x = _column_slice(first.inputs[1])[0], first.inputs[0]
     pre, act, names, h_prev, recurrent, bias, order = [], [], [], None, None, None, []
     for start in sorted(blocks):  # Keras order: i, f, c (our j), o
-        z = blocks[start].outputs[0]
-        users = _users(z)
-        if len(users) == 1 and users[0].type == "BiasAdd":
-            bias = _bias_block(users[0].inputs[1])
-            z = users[0].outputs[0]
+        z, bias = _biased(blocks[start].outputs[0])
         adds = [op for op in _users(z) if op.type in _ADDS]
         if len(adds) != 1:
             return None
@@ -465,6 +491,54 @@ def _keras_lstm1_app(first: tf.Operation) -> Application | None:
         previous=(other_input(f_mul[0], f), h_prev),
         weights=weights,
         activation_name=names[2],
+        claimed=tuple(op.name for op in blocks.values()),
+        recurrent_activation=names[0],
+    )
+
+
+def _keras_gru1_app(first: tf.Operation) -> Application | None:
+    """Keras GRUCell with implementation=1: per block (z, r, h) `x @ kernel[:, block]
+    (+ bias)`; z and r add `h_prev @ recurrent_kernel[:, block] (+ recurrent bias)`; the
+    candidate adds `r * (h_prev @ recurrent_kernel[:, 2u:] + recurrent bias)` (reset_after)
+    or `(r * h_prev) @ recurrent_kernel[:, 2u:]`."""
+    found = _input_blocks(first)
+    if found is None or len(found[1]) != 3:
+        return None
+    kernel, blocks = found
+    full, x = _column_slice(first.inputs[1])[0], first.inputs[0]
+    parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]  # Keras order z (our u), r, h (our c)
+    bias = parts[0][1]
+    pre, act, names, recurrent, h_prev = [], [], [], None, None
+    for z, _ in parts[:2]:
+        adds = [op for op in _users(z) if op.type in _ADDS]
+        block = _recurrent_block(other_input(adds[0], z)) if len(adds) == 1 else None
+        gate = _gate_nonlinearity(adds[0].outputs[0]) if block is not None else None
+        if gate is None:
+            return None
+        h_prev, recurrent = block[0].inputs[0], block[1]
+        pre.append(adds[0].outputs[0])
+        act.append(gate[0])
+        names.append(gate[1])
+    z_c = parts[2][0]
+    adds = [op for op in _users(z_c) if op.type in _ADDS]
+    candidate = _gate_nonlinearity(adds[0].outputs[0]) if len(adds) == 1 else None
+    h_new = [a for m in _users(act[0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in _ADDS]
+    if candidate is None or len(h_new) != 1 or names[0] != names[1]:
+        return None
+    weights = {"kernel": full, "recurrent_kernel": recurrent}
+    if bias is not None:
+        weights["bias"] = bias
+    return Application(
+        spec=KERAS_GRU,
+        kernel=kernel,
+        gate_op=first,
+        preactivation=(pre[0], pre[1], adds[0].outputs[0]),
+        activation=(act[0], act[1], candidate[0]),
+        states=(h_new[0].outputs[0],),
+        input=x,
+        previous=(h_prev,),
+        weights=weights,
+        activation_name=candidate[1],
         claimed=tuple(op.name for op in blocks.values()),
         recurrent_activation=names[0],
     )
@@ -553,7 +627,7 @@ def _keras_rnn_app(add: tf.Operation) -> Application | None:
 
 def find_steps(graph: tf.Graph) -> list[Application]:
     """Every step of a cell in `graph`: `tf.compat.v1.nn.rnn_cell` classes, and Keras'
-    LSTMCell (implementations 1 and 2), GRUCell (implementation 2) and SimpleRNNCell."""
+    LSTMCell and GRUCell (implementations 1 and 2) and SimpleRNNCell."""
     apps: list[Application] = []
     claimed: set[str] = set()
     for op in graph.get_operations():
@@ -569,9 +643,9 @@ def find_steps(graph: tf.Graph) -> list[Application]:
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)
-    for op in graph.get_operations():  # Keras LSTMCell, implementation 1: keyed on its first gate block
+    for op in graph.get_operations():  # Keras cells with implementation=1: keyed on their first input block
         if op.type == "MatMul" and op.name not in claimed:
-            app = _keras_lstm1_app(op)
+            app = _keras_lstm1_app(op) or _keras_gru1_app(op)
             if app is not None:
                 apps.append(app)
                 claimed.update(app.claimed)
