@@ -159,3 +159,28 @@ def read_state(out: Path, cell: str, state: str) -> np.ndarray:
     df = df.sort_values(["example", "step", "unit"])
     shape = (df["example"].nunique(), df["step"].nunique(), df["unit"].nunique())
     return df["value"].to_numpy().reshape(shape)
+
+
+def session_model(body: Callable[[], object], root: Path, fmt: str = "checkpoint", output: str | None = None, control_flow: str = "v2"):
+    """Build `body()` in a fresh graph and session as a TF1 script would, give every variable
+    random values, and save a checkpoint (`root/model.ckpt`) or freeze the graph down to the
+    op `output` (`root/frozen.pb`); returns (model path, variable values by name)."""
+    if control_flow == "v1":
+        v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            body()
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        with graph.as_default():
+            values = {v.op.name: session.run(v) for v in v1.global_variables()}
+            if fmt == "checkpoint":
+                v1.train.Saver().save(session, str(root / "model.ckpt"))
+                return str(root / "model.ckpt"), values
+            frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), [output])
+            (root / "frozen.pb").write_bytes(frozen.SerializeToString())
+            return str(root / "frozen.pb"), values
+    finally:
+        v1.enable_control_flow_v2()

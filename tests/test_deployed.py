@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from recorders import Recording
-from tests.conftest import randomise
+from tests.conftest import session_model
 from tracer._tf import tf, v1
 from tracer.cli import main
 
@@ -37,33 +37,17 @@ def lstm64(x, kernel, bias, forget_bias=1.0, lengths=None):
     return act, hs
 
 
-def freeze(graph, session, output: str, path):
-    frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), [output])
-    path.write_bytes(frozen.SerializeToString())
-    return str(path)
-
-
 def pruned_stack(tmp_path, cf: str, layers: int):
     """dynamic_rnn over `layers` BasicLSTMCells with sequence lengths, frozen to its final h only."""
-    if cf == "v1":
-        v1.disable_control_flow_v2()
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            lengths = v1.placeholder(tf.int32, [None], name="lengths")
-            cell = R.MultiRNNCell([R.BasicLSTMCell(U) for _ in range(layers)]) if layers > 1 else R.BasicLSTMCell(U)
-            _, state = v1.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
-            top = state[-1] if layers > 1 else state
-            tf.identity(top.h, name="final_h")  # all that the deployed model returns
-            session = v1.Session(graph=graph)
-            session.run(v1.global_variables_initializer())
-        randomise(session, graph)
-        with graph.as_default():
-            values = {v.op.name: session.run(v) for v in v1.global_variables()}
-        return freeze(graph, session, "final_h", tmp_path / "frozen.pb"), values
-    finally:
-        v1.enable_control_flow_v2()
+
+    def body():
+        x = v1.placeholder(tf.float32, [None, T, D], name="x")
+        lengths = v1.placeholder(tf.int32, [None], name="lengths")
+        cell = R.MultiRNNCell([R.BasicLSTMCell(U) for _ in range(layers)]) if layers > 1 else R.BasicLSTMCell(U)
+        _, state = v1.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
+        tf.identity((state[-1] if layers > 1 else state).h, name="final_h")  # all that the deployed model returns
+
+    return session_model(body, tmp_path, "frozen", "final_h", cf)
 
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
@@ -102,16 +86,12 @@ def test_a_pruned_layer_that_nothing_checks_is_refused(tmp_path, capsys):
 def test_a_constant_input_and_no_feed_records_one_example(tmp_path, capsys):
     """A graph whose input is a Const (a frozen demo, a microcontroller export): nothing to feed."""
     xs = np.random.RandomState(1).uniform(-1, 1, (1, T, D)).astype(np.float32)
-    graph = tf.Graph()
-    with graph.as_default():
+
+    def body():
         _, state = v1.nn.dynamic_rnn(R.BasicLSTMCell(U), tf.constant(xs, name="audio_features"), dtype=tf.float32)
         tf.identity(state.h, name="final_h")
-        session = v1.Session(graph=graph)
-        session.run(v1.global_variables_initializer())
-    randomise(session, graph)
-    with graph.as_default():
-        values = {v.op.name: session.run(v) for v in v1.global_variables()}
-    path = freeze(graph, session, "final_h", tmp_path / "frozen.pb")
+
+    path, values = session_model(body, tmp_path, "frozen", "final_h")
     assert main(["record", path, "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
     assert "on 1 sequences" in capsys.readouterr().out
     act, _ = lstm64(xs, values["rnn/basic_lstm_cell/kernel"], values["rnn/basic_lstm_cell/bias"])
@@ -121,22 +101,17 @@ def test_a_constant_input_and_no_feed_records_one_example(tmp_path, capsys):
 
 
 def test_a_scalar_keep_prob_fed_from_a_0d_npy(tmp_path, capsys):
-    graph = tf.Graph()
-    with graph.as_default():
+    def body():
         x = v1.placeholder(tf.float32, [None, T, D], name="x")
         keep_prob = v1.placeholder(tf.float32, [], name="keep_prob")
         cell = R.DropoutWrapper(R.BasicLSTMCell(U), output_keep_prob=keep_prob)
         v1.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float32)
-        session = v1.Session(graph=graph)
-        session.run(v1.global_variables_initializer())
-    randomise(session, graph)
-    with graph.as_default():
-        values = {v.op.name: session.run(v) for v in v1.global_variables()}
-        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+
+    path, values = session_model(body, tmp_path)
     xs = np.random.RandomState(2).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
     np.save(tmp_path / "keep.npy", np.float32(1.0))
-    argv = ["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"keep_prob={tmp_path / 'keep.npy'}",
+    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"keep_prob={tmp_path / 'keep.npy'}",
             "--out", str(tmp_path / "rec"), "--quiet"]
     assert main(argv) == 0, capsys.readouterr().err
     act, _ = lstm64(xs, values["rnn/basic_lstm_cell/kernel"], values["rnn/basic_lstm_cell/bias"])

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from recorders import Recording
-from tests.conftest import randomise
+from tests.conftest import session_model
 from tracer._tf import tf, v1
 from tracer.cli import main
 
@@ -97,29 +97,13 @@ STYLES = {  # how the LSTM layer was configured: tf.keras' defaults, and Keras 2
 @pytest.mark.parametrize("fmt", ["checkpoint", "frozen"])
 def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tmp_path, capsys):
     K = keras()
-    if cf == "v1":
-        v1.disable_control_flow_v2()
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            y = K.layers.LSTM(3, return_sequences=True, name="lstm", **STYLES[style])(x)
-            z = K.layers.SimpleRNN(2, return_sequences=True, name="rnn")(y)
-            tf.identity(z, name="output")
-            session = v1.Session(graph=graph)
-            session.run(v1.global_variables_initializer())
-        randomise(session, graph)
-        with graph.as_default():
-            values = {v.op.name: session.run(v) for v in v1.global_variables()}
-            if fmt == "checkpoint":
-                v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
-                path = str(tmp_path / "model.ckpt")
-            else:  # as Keras 2 models were frozen for serving
-                frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["output"])
-                (tmp_path / "frozen.pb").write_bytes(frozen.SerializeToString())
-                path = str(tmp_path / "frozen.pb")
-    finally:
-        v1.enable_control_flow_v2()
+
+    def body():
+        x = v1.placeholder(tf.float32, [None, T, D], name="x")
+        y = K.layers.LSTM(3, return_sequences=True, name="lstm", **STYLES[style])(x)
+        tf.identity(K.layers.SimpleRNN(2, return_sequences=True, name="rnn")(y), name="output")
+
+    path, values = session_model(body, tmp_path, fmt, "output", cf)  # frozen: as Keras 2 models were served
     xs = np.random.RandomState(3).uniform(-1, 1, (5, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
     assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
@@ -139,26 +123,17 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tm
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(implementation, reset_after, cf, tmp_path, capsys):
     K = keras()
-    if cf == "v1":
-        v1.disable_control_flow_v2()
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            # return_sequences=False under control flow v1 makes tf-keras' own loop write one
-            # TensorArray index twice (the model cannot run): v1 keeps all outputs, v2 the last.
-            K.layers.GRU(3, reset_after=reset_after, implementation=implementation, return_sequences=cf == "v1", name="gru")(x)
-            session = v1.Session(graph=graph)
-            session.run(v1.global_variables_initializer())
-        randomise(session, graph)
-        with graph.as_default():
-            values = {v.op.name: session.run(v) for v in v1.global_variables()}
-            v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
-    finally:
-        v1.enable_control_flow_v2()
+
+    def body():
+        x = v1.placeholder(tf.float32, [None, T, D], name="x")
+        # return_sequences=False under control flow v1 makes tf-keras' own loop write one
+        # TensorArray index twice (the model cannot run): v1 keeps all outputs, v2 the last.
+        K.layers.GRU(3, reset_after=reset_after, implementation=implementation, return_sequences=cf == "v1", name="gru")(x)
+
+    path, values = session_model(body, tmp_path, control_flow=cf)
     xs = np.random.RandomState(5).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
     rec = Recording(tmp_path / "rec")
     act = keras_gru64(xs, *weights(values, "gru/gru_cell"))
     for g, gate in enumerate("urc"):
@@ -170,19 +145,11 @@ def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(implementation, rese
 def test_a_layer_unrolled_by_keras_is_fetched_from_its_own_ops(tmp_path, capsys):
     """`LSTM(unroll=True)`: Keras applies its cell once per step in the graph, no loop."""
     K = keras()
-    graph = tf.Graph()
-    with graph.as_default():
-        x = v1.placeholder(tf.float32, [None, T, D], name="x")
-        K.layers.LSTM(3, unroll=True, return_sequences=True, name="lstm")(x)
-        session = v1.Session(graph=graph)
-        session.run(v1.global_variables_initializer())
-    randomise(session, graph)
-    with graph.as_default():
-        values = {v.op.name: session.run(v) for v in v1.global_variables()}
-        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    path, values = session_model(lambda: K.layers.LSTM(3, unroll=True, return_sequences=True, name="lstm")(
+        v1.placeholder(tf.float32, [None, T, D], name="x")), tmp_path)
     xs = np.random.RandomState(8).uniform(-1, 1, (3, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
     assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
     act, _ = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"))
     rec = Recording(tmp_path / "rec")
@@ -194,8 +161,8 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
     """A tf.keras SimpleRNNCell called for 90 steps and an LSTMCell for 6, in a session graph."""
     K = keras()
     steps = 90
-    graph = tf.Graph()
-    with graph.as_default():
+
+    def body():
         x = v1.placeholder(tf.float32, [None, steps, D], name="x")
         rnn = K.layers.SimpleRNNCell(3, name="by_hand")
         state = [tf.zeros([tf.shape(x)[0], 3])]
@@ -205,17 +172,13 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
         lstm_state = [tf.zeros([tf.shape(x)[0], 3])] * 2
         for t in range(T):
             _, lstm_state = lstm(x[:, t], lstm_state)
-        session = v1.Session(graph=graph)
-        session.run(v1.global_variables_initializer())
-    randomise(session, graph)
-    with graph.as_default():
-        values = {v.op.name: session.run(v) for v in v1.global_variables()}
-        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+
+    path, values = session_model(body, tmp_path)
     xs = np.random.RandomState(4).uniform(-1, 1, (3, steps, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["inspect", str(tmp_path / "model.ckpt")]) == 0
+    assert main(["inspect", path]) == 0
     assert "by_hand: fetched from gate ops" in capsys.readouterr().out
-    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
     rec = Recording(tmp_path / "rec")
     np.testing.assert_allclose(rec.gate_array("by_hand", "h", "activation"), keras_rnn64(xs, *weights(values, "by_hand")), atol=1e-5)
     act, _ = keras_lstm64(xs[:, :T], *weights(values, "lstm_by_hand"))
@@ -260,24 +223,13 @@ def keras_2_2_lstm(x, units):
 
 
 def test_a_keras_2_2_lstm_frozen_for_serving(tmp_path, capsys):
-    v1.disable_control_flow_v2()
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            tf.identity(keras_2_2_lstm(x, 3), name="output")
-            session = v1.Session(graph=graph)
-            session.run(v1.global_variables_initializer())
-        randomise(session, graph)
-        with graph.as_default():
-            values = {v.op.name: session.run(v) for v in v1.global_variables()}
-            frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["output"])
-        (tmp_path / "model.pb").write_bytes(frozen.SerializeToString())
-    finally:
-        v1.enable_control_flow_v2()
+    def body():
+        tf.identity(keras_2_2_lstm(v1.placeholder(tf.float32, [None, T, D], name="x"), 3), name="output")
+
+    path, values = session_model(body, tmp_path, "frozen", "output", "v1")
     xs = np.random.RandomState(6).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", str(tmp_path / "model.pb"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
     act, _ = keras_lstm64(xs, *weights(values, "lstm_1"), gate=hard_sigmoid)
     rec = Recording(tmp_path / "rec")
     for g, gate in enumerate("ifjo"):

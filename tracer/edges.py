@@ -20,7 +20,7 @@ from tracer.cells import CellSpec
 
 __all__ = [
     "weight_source", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
-    "topological_index", "input_position", "state_source", "cell_name",
+    "topological_index", "input_position", "state_source", "cell_name", "variables_of",
 ]
 
 # Ops that hold weights, and ops that only pass a value through on its way from them.
@@ -144,31 +144,47 @@ def input_position(
     (a stacked layer: same position as that step) or one output of an Unpack/Split
     (`tf.unstack(x, axis=1)`: the output's index).
     """
-    queue, seen = deque([t]), set()
-    while queue and len(seen) < limit:
-        t = queue.popleft()
-        if t.name in seen:
-            continue
-        seen.add(t.name)
+    def hit(t: tf.Tensor):
         if t.name in owners:
-            return position_of(*owners[t.name])
+            return (position_of(*owners[t.name]),)
         if t.op.type in ("Unpack", "Split", "SplitV") and t.op.name not in gate_ops:
-            return t.value_index
-        queue.extend(t.op.inputs)
-    return None
+            return (t.value_index,)
+        return None
+
+    found = _search_back(t, hit, limit)
+    return None if found is None else found[0]
 
 
 def state_source(t: tf.Tensor, state_of: Mapping[str, int], limit: int = 64) -> int | None:
     """The step (index into `state_of`, by state tensor name) whose state `t` is, searching
     back along edges from `t` to the nearest one; None for an initial state."""
+    found = _search_back(t, lambda u: (state_of[u.name],) if u.name in state_of else None, limit)
+    return None if found is None else found[0]
+
+
+def _search_back(t: tf.Tensor, hit: Callable[[tf.Tensor], tuple | None], limit: int) -> tuple | None:
+    """What `hit` says of the nearest tensor behind `t` (breadth first, `limit` tensors at
+    most) for which it says anything (a 1-tuple); None if none is found."""
     queue, seen = deque([t]), set()
     while queue and len(seen) < limit:
         t = queue.popleft()
         if t.name in seen:
             continue
         seen.add(t.name)
-        if t.name in state_of:
-            return state_of[t.name]
+        found = hit(t)
+        if found is not None:
+            return found
         queue.extend(t.op.inputs)
     return None
 
+
+def variables_of(graph: tf.Graph, weights: Mapping[str, str], where: str) -> dict[str, str]:
+    """The variable (or frozen Const) each weight tensor, by role, is read from; GraphPatternError
+    naming `where` if one comes from anything else."""
+    variables = {}
+    for role, name in weights.items():
+        source = weight_source(graph.get_tensor_by_name(name))
+        if source is None:
+            raise GraphPatternError(f"{where}: its {role} does not come from a variable or constant")
+        variables[role] = source.name
+    return variables

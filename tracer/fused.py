@@ -33,7 +33,7 @@ import numpy as np
 from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
-from tracer.edges import cell_name, input_position, state_source, weight_source
+from tracer.edges import cell_name, input_position, state_source, variables_of, weight_source
 from tracer.found import Cell
 from tracer.replay import TOLERANCE, Replayed
 
@@ -105,12 +105,7 @@ def fused_cells(graph: tf.Graph) -> list:
                     positions = list(range(len(chain)))
                 chain = [op for _, op in sorted(zip(positions, chain), key=lambda pair: pair[0])]
             weights = {role: first.inputs[roles[role]].name for role in weight_roles}
-            variables = {}
-            for role, name in weights.items():
-                source = weight_source(graph.get_tensor_by_name(name))
-                if source is None:
-                    raise GraphPatternError(f"{first.name} ({kind}): its {role} does not come from a variable or constant")
-                variables[role] = source.name
+            variables = variables_of(graph, weights, f"{first.name} ({kind})")
             rows, columns = graph.get_tensor_by_name(weights["kernel"]).shape.as_list()
             units = columns // (2 if kind == "GRUBlockCell" else 4)
             clip = None if kind == "GRUBlockCell" else float(first.get_attr("cell_clip"))

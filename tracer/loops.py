@@ -24,7 +24,7 @@ from typing import Callable
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.edges import cell_name, weight_source
+from tracer.edges import cell_name, variables_of, weight_source
 from tracer.steps import cell_of, find_steps
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  (after tracer._tf)
 
@@ -98,12 +98,7 @@ def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
     """A `tracer.found.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
     kernel = graph.get_tensor_by_name(weights["kernel"])
-    variables = {}
-    for role, name in weights.items():
-        source = weight_source(graph.get_tensor_by_name(name))
-        if source is None:
-            raise GraphPatternError(f"{loop.loop}: the {role} of the cell at {app.gate_op.name} does not come from a variable or constant")
-        variables[role] = source.name
+    variables = variables_of(graph, weights, f"{loop.loop}: the cell at {app.gate_op.name}")
     projection = graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
     name = cell_name(weight_source(kernel), app.spec)
     return cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop, backward=loop.reversed)

@@ -309,6 +309,24 @@ def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation]
     return x_side, h_side
 
 
+def _lstm_states(f: tf.Tensor, o: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None:
+    """(c_prev, c, h) of an LSTM step from its forget and output gates' values:
+    `c = f * c_prev + i * j` and `h = o * act(c)`."""
+    f_mul = [op for op in _users(f) if op.type == "Mul"]
+    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
+    h_mul = [op for op in _users(o) if op.type == "Mul"]
+    if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1:
+        return None
+    return other_input(f_mul[0], f), c_new[0].outputs[0], h_mul[0].outputs[0]
+
+
+def _keras_weights(kernel: tf.Tensor, recurrent: tf.Tensor, bias: tf.Tensor | None) -> dict[str, tf.Tensor]:
+    weights = {"kernel": kernel, "recurrent_kernel": recurrent}
+    if bias is not None:
+        weights["bias"] = bias
+    return weights
+
+
 def _keras_lstm_app(split: tf.Operation) -> Application | None:
     z = split.inputs[1].op
     bias = None
@@ -325,30 +343,22 @@ def _keras_lstm_app(split: tf.Operation) -> Application | None:
             return None
         gates.append(users[0].outputs[0])
     i, f, j, o = gates
-    f_mul = [op for op in _users(f) if op.type == "Mul"]
-    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
-    h_mul = [op for op in _users(o) if op.type == "Mul"]
-    if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1:
+    states = _lstm_states(f, o)
+    if states is None:
         return None
-    c_prev = other_input(f_mul[0], f)
-    recurrent = ACTIVATIONS[i.op.type]
-    kernel = weight_source(x_mm.inputs[1])
-    weights = {"kernel": x_mm.inputs[1], "recurrent_kernel": h_mm.inputs[1]}
-    if bias is not None:
-        weights["bias"] = bias
     return Application(
         spec=KERAS_LSTM,
-        kernel=kernel,
+        kernel=weight_source(x_mm.inputs[1]),
         gate_op=split,
         preactivation=tuple(split.outputs),
         activation=(i, f, j, o),
-        states=(c_new[0].outputs[0], h_mul[0].outputs[0]),
+        states=states[1:],
         input=x_mm.inputs[0],
-        previous=(c_prev, h_mm.inputs[0]),
-        weights=weights,
+        previous=(states[0], h_mm.inputs[0]),
+        weights=_keras_weights(x_mm.inputs[1], h_mm.inputs[1], bias),
         activation_name=ACTIVATIONS[j.op.type],
         claimed=(x_mm.name, h_mm.name),
-        recurrent_activation=recurrent,
+        recurrent_activation=ACTIVATIONS[i.op.type],
     )
 
 
@@ -472,24 +482,19 @@ def _keras_lstm1_app(first: tf.Operation) -> Application | None:
     if order != sorted(order):  # the recurrent blocks must be in the same order as the input blocks
         return None
     i, f, j, o = act
-    f_mul = [op for op in _users(f) if op.type == "Mul"]
-    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in _ADDS]
-    h_mul = [op for op in _users(o) if op.type == "Mul"]
-    if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1 or names[0] != names[1] or names[0] != names[3]:
+    states = _lstm_states(f, o)
+    if states is None or names[0] != names[1] or names[0] != names[3]:
         return None
-    weights = {"kernel": full, "recurrent_kernel": recurrent}
-    if bias is not None:
-        weights["bias"] = bias
     return Application(
         spec=KERAS_LSTM,
         kernel=kernel,
         gate_op=first,
         preactivation=tuple(pre),
         activation=(i, f, j, o),
-        states=(c_new[0].outputs[0], h_mul[0].outputs[0]),
+        states=states[1:],
         input=x,
-        previous=(other_input(f_mul[0], f), h_prev),
-        weights=weights,
+        previous=(states[0], h_prev),
+        weights=_keras_weights(full, recurrent, bias),
         activation_name=names[2],
         claimed=tuple(op.name for op in blocks.values()),
         recurrent_activation=names[0],
@@ -525,9 +530,6 @@ def _keras_gru1_app(first: tf.Operation) -> Application | None:
     h_new = [a for m in _users(act[0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in _ADDS]
     if candidate is None or len(h_new) != 1 or names[0] != names[1]:
         return None
-    weights = {"kernel": full, "recurrent_kernel": recurrent}
-    if bias is not None:
-        weights["bias"] = bias
     return Application(
         spec=KERAS_GRU,
         kernel=kernel,
@@ -537,7 +539,7 @@ def _keras_gru1_app(first: tf.Operation) -> Application | None:
         states=(h_new[0].outputs[0],),
         input=x,
         previous=(h_prev,),
-        weights=weights,
+        weights=_keras_weights(full, recurrent, bias),
         activation_name=candidate[1],
         claimed=tuple(op.name for op in blocks.values()),
         recurrent_activation=names[0],
