@@ -234,3 +234,18 @@ def test_a_keras_2_2_lstm_frozen_for_serving(tmp_path, capsys):
     rec = Recording(tmp_path / "rec")
     for g, gate in enumerate("ifjo"):
         np.testing.assert_allclose(rec.gate_array("lstm_1", gate, "activation"), act[:, :, g], atol=1e-5)
+
+
+def test_a_masked_keras_loop_in_a_session_graph_fails_loudly(tmp_path, capsys):
+    """Masking inside K.rnn's loop is not replayed: the check against the loop says so in one
+    line, and nothing of the cell is written."""
+    K = keras()
+    path, _ = session_model(lambda: K.layers.LSTM(3, return_sequences=True, name="lstm")(
+        K.layers.Masking(0.0)(v1.placeholder(tf.float32, [None, T, D], name="x"))), tmp_path)
+    xs = np.random.RandomState(9).uniform(-1, 1, (3, T, D)).astype(np.float32)
+    xs[1, 3:] = 0.0  # masked steps
+    np.save(tmp_path / "x.npy", xs)
+    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cell lstm/lstm_cell: replayed final c differ from the graph's by up to" in err
+    assert not (tmp_path / "rec").exists()

@@ -84,16 +84,20 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     return cells
 
 
+_SHAPE_ONLY = {"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank"}  # ops that read only a tensor's shape
+
+
 def _without_shape_probes(graph: tf.Graph, cells: list[Cell]) -> list[Cell]:
     """Leave out the step Keras' `K.rnn` runs once outside its loop only to learn the
-    output's shape: one step of a loop cell's kernel whose output nothing reads."""
+    output's shape: one step of a loop cell's kernel whose output nothing reads but for its
+    shape (`ZerosLike` where the loop is masked)."""
     in_loops = {c.variables["kernel"] for c in cells if c.loop is not None}
 
     def probe(c: Cell) -> bool:
         keras = "recurrent_kernel" in c.weights
         return (
             keras and c.path == "fetch" and len(c.steps) == 1 and c.variables["kernel"] in in_loops
-            and not graph.get_tensor_by_name(c.steps[0].states[-1]).consumers()
+            and all(op.type in _SHAPE_ONLY for op in graph.get_tensor_by_name(c.steps[0].states[-1]).consumers())
         )
 
     return [c for c in cells if not probe(c)]
