@@ -149,3 +149,28 @@ def test_a_cudnn_rnn_is_named_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "the graph runs a cuDNN RNN, cudnn_lstm/CudnnRNN (CudnnRNN), whose weights are one opaque parameter buffer" in err
+
+
+def test_a_fused_cell_inside_a_while_loop_is_named_in_one_line(tmp_path, capsys):
+    """LSTMBlockCell under dynamic_rnn (control flow v1): its outputs live inside the loop."""
+    v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, T, D], name="x")
+            with v1.variable_scope("rnn/lstm_cell"):
+                w, b = v1.get_variable("kernel", [D + U, 4 * U]), v1.get_variable("bias", [4 * U])
+            z = tf.zeros([U])
+
+            def step(t, c, h):
+                out = tf.raw_ops.LSTMBlockCell(x=x[:, 0] * tf.cast(t, tf.float32), cs_prev=c, h_prev=h, w=w, wci=z, wcf=z, wco=z, b=b)
+                return t + 1, out.cs, out.h
+
+            zeros = tf.zeros([tf.shape(x)[0], U])
+            tf.while_loop(lambda t, c, h: t < T, step, [tf.constant(0), zeros, zeros])
+            v1.train.export_meta_graph(str(tmp_path / "model.ckpt.meta"))
+    finally:
+        v1.enable_control_flow_v2()
+    assert main(["inspect", str(tmp_path / "model.ckpt.meta")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(LSTMBlockCell) runs inside a while loop, where its outputs cannot be fetched" in err

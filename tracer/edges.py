@@ -20,7 +20,7 @@ from tracer.cells import CellSpec
 
 __all__ = [
     "weight_source", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
-    "topological_index", "input_position", "state_source", "cell_name", "variables_of",
+    "topological_index", "input_position", "state_source", "cell_name", "variables_of", "in_v1_frame",
 ]
 
 # Ops that hold weights, and ops that only pass a value through on its way from them.
@@ -188,3 +188,19 @@ def variables_of(graph: tf.Graph, weights: Mapping[str, str], where: str) -> dic
             raise GraphPatternError(f"{where}: its {role} does not come from a variable or constant")
         variables[role] = source.name
     return variables
+
+
+def in_v1_frame(t: tf.Tensor, limit: int = 64) -> bool:
+    """Whether `t` is computed inside a control-flow-v1 while loop: an Enter, Merge or Switch
+    lies behind it before any Exit (what comes out of an earlier loop is outside)."""
+    queue, seen = [t.op], set()
+    while queue and len(seen) < limit:
+        op = queue.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in ("Enter", "RefEnter", "Merge", "Switch", "NextIteration"):
+            return True
+        if op.type not in ("Exit", "RefExit"):
+            queue.extend(i.op for i in op.inputs)
+    return False

@@ -33,7 +33,7 @@ import numpy as np
 from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
-from tracer.edges import cell_name, input_position, state_source, variables_of, weight_source
+from tracer.edges import cell_name, in_v1_frame, input_position, state_source, variables_of, weight_source
 from tracer.found import Cell
 from tracer.replay import TOLERANCE, Replayed
 
@@ -86,6 +86,11 @@ def fused_cells(graph: tf.Graph) -> list:
     cells = []
     groups: dict[tuple[str, str], list[tf.Operation]] = {}
     for op in ops:
+        if in_v1_frame(op.inputs[0]):
+            raise GraphPatternError(
+                f"{op.name} ({op.type}) runs inside a while loop, where its outputs cannot be fetched: gatetrace records "
+                "fused ops only outside loops (unrolled with static_rnn, or LSTMBlockFusedCell over the whole sequence)"
+            )
         roles = (_GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN if op.type == "LSTMBlockCell" else _BLOCK_IN)
         kernel = weight_source(op.inputs[roles["kernel"]])
         if kernel is None:

@@ -24,7 +24,7 @@ from typing import Callable
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.edges import cell_name, variables_of, weight_source
+from tracer.edges import cell_name, in_v1_frame, variables_of, weight_source
 from tracer.steps import cell_of, find_steps
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  (after tracer._tf)
 
@@ -179,23 +179,9 @@ def _v1_outside(t: tf.Tensor) -> tf.Tensor:
         t = t.op.inputs[0]
     if t.op.type == "Enter":
         return t.op.inputs[0]
-    if not _in_v1_frame(start):
+    if not in_v1_frame(start):
         return start
     raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
-
-
-def _in_v1_frame(t: tf.Tensor, limit: int = 64) -> bool:
-    """Whether `t` is computed inside a control-flow-v1 loop (an Enter, Merge or Switch lies behind it)."""
-    queue, seen = [t.op], set()
-    while queue and len(seen) < limit:
-        op = queue.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        if op.type in ("Enter", "RefEnter", "Merge", "Switch", "NextIteration"):
-            return True
-        queue.extend(i.op for i in op.inputs)
-    return False
 
 
 def _v1_after(t: tf.Tensor) -> str | None:
