@@ -468,6 +468,9 @@ class RecordingWriter:
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
         elif not self.resumed and not self.complete.total():  # nothing recorded: leave nothing a rerun would refuse
+            if self.shard.count > 1:  # the folder is shared: only this shard's own progress goes
+                (self.out / PROGRESS_DIR / f"{self.shard.tag}.json").unlink(missing_ok=True)
+                return
             for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
                 remove(self.out / name)
             if self._created and not any(self.out.iterdir()):

@@ -200,3 +200,18 @@ def test_recorders_never_import_tensorflow():
     code = "import sys, recorders, recorders.parquet, tracer.reference; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_shard_that_fails_before_its_first_batch_leaves_the_other_shards_work(tmp_path):
+    out = tmp_path / "run"
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(0, 2)) as writer:
+        batch(writer, 0, 2)
+    before = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
+    with pytest.raises(RuntimeError, match="the shard fails"):
+        with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2)):
+            raise RuntimeError("the shard fails")
+    assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before and before
+    assert sorted(p.name for p in (out / "_progress").glob("*.json")) == ["shard-0-of-2.json"]
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2)) as writer:  # it can start again
+        batch(writer, 2, 4)
+    assert json.loads((out / "manifest.json").read_text())["examples"] == 4
