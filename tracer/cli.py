@@ -196,6 +196,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--values", metavar="COLUMNS", default="preactivation,activation", help="value columns to keep (default: both)")
     c.add_argument("--examples", metavar="START:STOP", help="record only these sequences (rows of the inputs): 0:1000")
     c.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory a batch's data may take; the batch size is lowered to fit (default: a tenth of the available "
+        "memory): --memory 2G",
+    )
+    c.add_argument(
         "--carry-state",
         action="store_true",
         help="Keras stateful layers carry their state from batch to batch (row k continues row k of the batch before); "
@@ -307,6 +313,7 @@ def _record(args) -> None:
     import tracer
     from tracer.feeds import load_array, parse_feed_args
     from recorders import Shard
+    from tracer.budget import parse_size
     from tracer.select import Selection, parse_range
 
     selection = Selection(
@@ -319,6 +326,7 @@ def _record(args) -> None:
     shard = Shard.parse(args.shard) if args.shard else Shard()
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
+    memory = parse_size(args.memory) if args.memory else None
     with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         summary = tracer.record(
             model,
@@ -334,6 +342,7 @@ def _record(args) -> None:
             compression=args.compression,
             timeout=args.timeout,
             carry_state=args.carry_state,
+            memory=memory,
         )
     cells = summary["cells"]
     rows = summary["rows"]
@@ -344,6 +353,8 @@ def _record(args) -> None:
         f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
+    if "why" in summary.get("batch", {}):
+        print(summary["batch"]["why"])
     for hidden in summary.get("not_recorded", []):
         print(f"not recorded: {hidden}; its inner layer runs on reshaped rows")
     for skipped in summary.get("skipped", []):

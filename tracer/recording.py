@@ -19,6 +19,7 @@ import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
+from tracer.budget import bytes_per_sequence, default_budget, describe_size, fit_batch
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
@@ -141,6 +142,7 @@ def record(
     compression: str | None = None,
     timeout: float | None = None,
     carry_state: bool = False,
+    memory: int | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -155,7 +157,9 @@ def record(
     a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
     sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
     first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
-    second one cancels the `Session.run` in flight. `timeout` (seconds) limits each
+    second one cancels the `Session.run` in flight. `memory` (bytes; default a tenth of the
+    available memory) lowers `batch_size` so that a batch's data stays within it
+    (`tracer.budget`); the summary's `batch` says what was chosen. `timeout` (seconds) limits each
     batch's run (RunTimeout). A Keras model's stateful layers are reset before each batch
     (every row an independent sequence from zero state); with `carry_state` they carry
     their state from batch to batch, rows fed in order as one stream: row k of a batch
@@ -186,6 +190,11 @@ def record(
         examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
     elif shard.count > 1:
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
+    budget = default_budget() if memory is None else memory
+    per_sequence = bytes_per_sequence(cells, feed_dict)
+    requested, batch_size = batch_size, batch_size if carry_state else fit_batch(batch_size, budget, per_sequence)
+    if batch_size < requested and progress:
+        print(f"gatetrace: {_lowered(requested, batch_size, budget, per_sequence)}", file=sys.stderr)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
@@ -244,7 +253,18 @@ def record(
                 raise Interrupted(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
                 )
-        return writer.close()
+        summary = writer.close()
+    summary["batch"] = {"size": batch_size, "requested": requested, "budget": budget, "per_sequence": per_sequence}
+    if batch_size < requested:
+        summary["batch"]["why"] = _lowered(requested, batch_size, budget, per_sequence)
+    return summary
+
+
+def _lowered(requested: int, size: int, budget: int, per_sequence: int) -> str:
+    return (
+        f"batch size {requested} lowered to {size} to stay within the memory budget of {describe_size(budget)} "
+        f"(about {describe_size(per_sequence)} per sequence); set it with --memory"
+    )
 
 
 def _reading(batches, writer: RecordingWriter, commit) -> Any:
