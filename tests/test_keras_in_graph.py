@@ -158,7 +158,7 @@ def test_a_layer_unrolled_by_keras_is_fetched_from_its_own_ops(tmp_path, capsys)
 
 
 def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, capsys):
-    """A tf.keras SimpleRNNCell called for 90 steps and an LSTMCell for 6, in a session graph."""
+    """A tf.keras SimpleRNNCell called for 90 steps, an LSTMCell and a GRUCell for 6, in a session graph."""
     K = keras()
     steps = 90
 
@@ -172,6 +172,10 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
         lstm_state = [tf.zeros([tf.shape(x)[0], 3])] * 2
         for t in range(T):
             _, lstm_state = lstm(x[:, t], lstm_state)
+        gru = K.layers.GRUCell(3, name="gru_by_hand")  # reset_after, tf.keras' default
+        gru_state = [tf.zeros([tf.shape(x)[0], 3])]
+        for t in range(T):
+            _, gru_state = gru(x[:, t], gru_state)
 
     path, values = session_model(body, tmp_path)
     xs = np.random.RandomState(4).uniform(-1, 1, (3, steps, D)).astype(np.float32)
@@ -184,6 +188,9 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
     act, _ = keras_lstm64(xs[:, :T], *weights(values, "lstm_by_hand"))
     for g, gate in enumerate("ifjo"):
         np.testing.assert_allclose(rec.gate_array("lstm_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
+    act = keras_gru64(xs[:, :T], *weights(values, "gru_by_hand"))
+    for g, gate in enumerate("urc"):
+        np.testing.assert_allclose(rec.gate_array("gru_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
 
 
 def keras_2_2_lstm(x, units):
