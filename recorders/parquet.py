@@ -34,7 +34,7 @@ import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -269,33 +269,37 @@ class RecordingWriter:
             return f"its examples are {progress.get('total')}, not {self.examples}"
         return None
 
-    def _remove_unfinished_parts(self, complete: Intervals) -> None:
-        """Delete part files of this shard's examples that no committed batch wrote."""
+    def _own_parts(self) -> Iterator[tuple[str, Path, int]]:
+        """(table, path, first example) of every part file in this shard's range of examples."""
         lo, hi = self.range if self.range is not None else (0, float("inf"))
         for table in ("gates", "states"):
             for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
                 start = _part_start(path)
-                if start is not None and lo <= start < hi and start not in complete:
-                    path.unlink(missing_ok=True)
+                if start is not None and lo <= start < hi:
+                    yield table, path, start
+
+    def _remove_unfinished_parts(self, complete: Intervals) -> None:
+        """Delete part files of this shard's examples that no committed batch wrote."""
+        for _, path, start in self._own_parts():
+            if start not in complete:
+                path.unlink(missing_ok=True)
 
     def _check_parts(self, progress: Mapping[str, Any]) -> None:
         """Refuse to resume when the part files of the complete examples do not hold the rows
         the progress file counts (files removed, replaced or damaged since)."""
-        lo, hi = self.range if self.range is not None else (0, float("inf"))
         complete = Intervals(progress["complete"])
-        for table in ("gates", "states"):
-            found = 0
-            for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
-                start = _part_start(path)
-                if start is not None and lo <= start < hi and start in complete:
-                    try:
-                        found += pq.ParquetFile(path).metadata.num_rows
-                    except (OSError, pa.ArrowException) as err:
-                        raise RecordingError(f"cannot resume into {self.out}: {path} is not readable Parquet ({err}); record again with --overwrite") from None
-            if found != progress["rows"][table]:
+        found = {"gates": 0, "states": 0}
+        for table, path, start in self._own_parts():
+            if start in complete:
+                try:
+                    found[table] += pq.ParquetFile(path).metadata.num_rows
+                except (OSError, pa.ArrowException) as err:
+                    raise RecordingError(f"cannot resume into {self.out}: {path} is not readable Parquet ({err}); record again with --overwrite") from None
+        for table, rows in found.items():
+            if rows != progress["rows"][table]:
                 raise RecordingError(
                     f"cannot resume into {self.out}: its progress file counts {progress['rows'][table]:,} {table[:-1]} rows as complete "
-                    f"but their part files hold {found:,}: files were removed or changed since; record again with --overwrite"
+                    f"but their part files hold {rows:,}: files were removed or changed since; record again with --overwrite"
                 )
 
     def remaining(self) -> list[tuple[int, int | None]]:

@@ -20,7 +20,7 @@ from tracer.cells import CellSpec
 
 __all__ = [
     "weight_source", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
-    "topological_index", "input_position", "state_source", "cell_name", "variables_of", "in_v1_frame",
+    "topological_index", "input_position", "state_source", "chains", "cell_name", "variables_of", "in_v1_frame",
 ]
 
 # Ops that hold weights, and ops that only pass a value through on its way from them.
@@ -160,6 +160,32 @@ def state_source(t: tf.Tensor, state_of: Mapping[str, int], limit: int = 64) -> 
     back along edges from `t` to the nearest one; None for an initial state."""
     found = _search_back(t, lambda u: (state_of[u.name],) if u.name in state_of else None, limit)
     return None if found is None else found[0]
+
+
+def chains(group: list, state: Callable, previous: Callable, name: Callable) -> list[list]:
+    """Steps of one kernel split into chains, each in recurrence order: a step continues the
+    step whose state (`state(step)`, a tensor) the tensor `previous(step)` reads. Chains come
+    in the order of their first step in `group`; a step continued twice is refused."""
+    state_of = {state(step).name: k for k, step in enumerate(group)}
+    after: dict[int, int] = {}
+    for k, step in enumerate(group):
+        j = state_source(previous(step), state_of)
+        if j is None or j == k:
+            continue
+        if j in after:
+            raise GraphPatternError(
+                f"the steps of a cell branch: {name(group[after[j]])} and {name(step)} both continue from "
+                f"{name(group[j])} (a beam search?); gatetrace records cells whose steps form chains"
+            )
+        after[j] = k
+    out = []
+    for k in sorted(set(range(len(group))) - set(after.values())):
+        chain = [group[k]]
+        while k in after:
+            k = after[k]
+            chain.append(group[k])
+        out.append(chain)
+    return out
 
 
 def _search_back(t: tf.Tensor, hit: Callable[[tf.Tensor], tuple | None], limit: int) -> tuple | None:

@@ -33,7 +33,7 @@ import numpy as np
 from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
-from tracer.edges import cell_name, in_v1_frame, input_position, state_source, variables_of, weight_source
+from tracer.edges import cell_name, chains, in_v1_frame, input_position, variables_of, weight_source
 from tracer.found import Cell
 from tracer.replay import TOLERANCE, Replayed
 
@@ -101,8 +101,10 @@ def fused_cells(graph: tf.Graph) -> list:
         roles = _GRU_IN if kind == "GRUBlockCell" else _LSTM_IN if kind == "LSTMBlockCell" else _BLOCK_IN
         peephole = kind != "GRUBlockCell" and bool(group[0].get_attr("use_peephole"))
         weight_roles = [r for r in roles if r not in ("x", "c_prev", "h_prev") and (peephole or not r.startswith("w_"))]
-        chains = [[op] for op in group] if kind in ("BlockLSTM", "BlockLSTMV2") else _chains(group, roles["h_prev"])
-        for chain in chains:
+        h_out = (_GRU_OUT if kind == "GRUBlockCell" else _LSTM_OUT)["h"]
+        found = [[op] for op in group] if kind in ("BlockLSTM", "BlockLSTMV2") else chains(
+            group, lambda op: op.outputs[h_out], lambda op: op.inputs[roles["h_prev"]], lambda op: op.name)
+        for chain in found:
             first = chain[0]
             if kind in ("LSTMBlockCell", "GRUBlockCell"):
                 positions = [input_position(op.inputs[roles["x"]], {}, lambda *a: None, set()) for op in chain]
@@ -140,30 +142,6 @@ def fused_cells(graph: tf.Graph) -> list:
                 )
             )
     return cells
-
-
-def _chains(group: list[tf.Operation], h_prev: int) -> list[list[tf.Operation]]:
-    """Per-step fused ops of one kernel, split into chains along their h edges, in chain order."""
-    h_out = {op.outputs[_LSTM_OUT["h"] if op.type == "LSTMBlockCell" else _GRU_OUT["h"]].name: k for k, op in enumerate(group)}
-    nxt: dict[int, int] = {}
-    has_prev = set()
-    for k, op in enumerate(group):
-        j = state_source(op.inputs[h_prev], h_out)
-        if j is not None and j != k:
-            if j in nxt:
-                raise GraphPatternError(f"the steps of {op.type} {op.name} branch: two steps continue from {group[j].name}")
-            nxt[j] = k
-            has_prev.add(k)
-    chains = []
-    for k in range(len(group)):
-        if k in has_prev:
-            continue
-        chain = [group[k]]
-        while k in nxt:
-            k = nxt[k]
-            chain.append(group[k])
-        chains.append(chain)
-    return chains
 
 
 def fused_values(cell, fetched: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]) -> Replayed:

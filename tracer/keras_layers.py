@@ -506,6 +506,10 @@ class KerasPlan:
         self.carry_state = carry_state
         self.stateful = [layer for _, layer in _walk(model.model.layers, "") if getattr(layer, "stateful", False)]
 
+    def batch_of(self, values: Sequence[_Result]) -> int:
+        """How many examples the replayed `values` hold."""
+        return values[0].replayed.preactivation.shape[0]
+
     def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[_Result]:
         """Call the model once on `batch` and replay every cell; one `_Result` per cell."""
         arrays = [np.asarray(batch[i]) for i in self.model.inputs]

@@ -26,7 +26,7 @@ from pathlib import Path
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
-from tracer.safety import RESTORE_OPS, refuse, restore_problems, unsafe_ops
+from tracer.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
 __all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "FORMATS"]
 
@@ -182,7 +182,7 @@ def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> Non
             "(are its .index and .data files complete?)"
         ) from None
     missing, mismatched = [], []
-    for op in _restore_ops(graph, plan.restore_op):
+    for op in restore_ops(graph, plan.restore_op):
         names, slices = (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
         for k, name in enumerate(names or ()):
             name = name.decode()
@@ -199,21 +199,6 @@ def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> Non
             f"{source}: the checkpoint {plan.checkpoint} {' and '.join(what)}{hint}; "
             "it was written by another model or another version of it: point at the checkpoint saved with this graph"
         )
-
-
-def _restore_ops(graph: tf.Graph, restore_op: str) -> list[tf.Operation]:
-    """The RestoreV2/Restore ops in the graph that running `restore_op` runs."""
-    seen, queue, found = set(), [graph.as_graph_element(restore_op)], []
-    while queue:
-        op = queue.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        if op.type in RESTORE_OPS:
-            found.append(op)
-        queue.extend(t.op for t in op.inputs)
-        queue.extend(op.control_inputs)
-    return found
 
 
 def _restored_shape(tensor: tf.Tensor) -> tf.TensorShape:

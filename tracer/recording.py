@@ -236,7 +236,7 @@ def record(
                     commit()
                 if ctrl_c.pressed:
                     break
-                stop = start + (plan.batch_of(values) if hasattr(plan, "batch_of") else len(values[0])) if stop is None else stop
+                stop = start + plan.batch_of(values) if stop is None else stop
                 if stop > start and start in done_before and stop - 1 in done_before:
                     continue  # --carry-state resume: recorded before, fed only to carry the state on
                 ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from recorders.errors import UnsafeGraphError
 from tracer._tf import tf
 
-__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "restore_problems", "check", "check_model", "refuse"]
+__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "restore_problems", "restore_ops", "check", "check_model", "refuse"]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
 # nothing outside the session. Fused RNN kernels and the in-memory audio ops that speech
@@ -108,10 +108,14 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
     return found
 
 
+def _outside(ran: Iterable[tuple[str, str]], allowed: frozenset) -> list[str]:
+    ok = SAFE_OPS | allowed
+    return sorted(f"{name} ({kind})" for name, kind in ran if kind not in ok)
+
+
 def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset()) -> list[str]:
     """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` would execute."""
-    ok = SAFE_OPS | allowed
-    return sorted(f"{name} ({kind})" for name, kind in ops_to_run(graph, fetches) if kind not in ok)
+    return _outside(ops_to_run(graph, fetches), allowed)
 
 
 def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> list[str]:
@@ -123,20 +127,25 @@ def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> 
     its own (a constant naming another checkpoint) is refused, as is any op outside the
     allowlist, and restore ops inside functions, whose path cannot be followed.
     """
-    problems = unsafe_ops(graph, [restore_op], RESTORE_OPS)
-    fed = graph.as_graph_element(filename_tensor)
-    for name, kind in ops_to_run(graph, [restore_op]):
-        if kind not in RESTORE_OPS:
-            continue
-        if " in function " in name:
-            problems.append(f"{name} ({kind} inside a function: the checkpoint it reads cannot be checked)")
-            continue
-        path = graph.get_operation_by_name(name).inputs[0]
-        while path is not fed and path.op.type in ("Identity", "Snapshot") and path.op.inputs:
+    ran = ops_to_run(graph, [restore_op])
+    problems = _outside(ran, RESTORE_OPS)
+    problems += [f"{name} ({kind} inside a function: the checkpoint it reads cannot be checked)"
+                 for name, kind in ran if kind in RESTORE_OPS and " in function " in name]
+    fed = graph.as_graph_element(filename_tensor).name
+    for op in restore_ops(graph, restore_op, ran):
+        path = op.inputs[0]
+        while path.name != fed and path.op.type in ("Identity", "Snapshot") and path.op.inputs:
             path = path.op.inputs[0]
-        if path is not fed:
-            problems.append(f"{name} ({kind} reading the path {path.name}, not the model's own checkpoint)")
+        if path.name != fed:
+            problems.append(f"{op.name} ({op.type} reading the path {path.name}, not the model's own checkpoint)")
     return sorted(set(problems))
+
+
+def restore_ops(graph: tf.Graph, restore_op: str, ran: Iterable[tuple[str, str]] | None = None) -> list[tf.Operation]:
+    """The restore ops (`RESTORE_OPS`) of the graph itself that running `restore_op` runs
+    (`ran`: what `ops_to_run` already found for it)."""
+    ran = ops_to_run(graph, [restore_op]) if ran is None else ran
+    return [graph.get_operation_by_name(name) for name, kind in ran if kind in RESTORE_OPS and " in function " not in name]
 
 
 def refuse(found: list[str], what: str, source: str) -> None:

@@ -13,7 +13,7 @@ backward half of a bidirectional RNN lines up with the forward half.
 from __future__ import annotations
 
 from recorders.errors import GraphPatternError
-from tracer.edges import cell_name, input_position, state_source, topological_index, weight_source
+from tracer.edges import cell_name, chains, input_position, topological_index, weight_source
 from tracer.found import Cell, Step
 from tracer.steps import Application, cell_of
 from tracer._tf import tf
@@ -33,7 +33,7 @@ def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
     by_chain: dict[str, list[Application]] = {}
     for kernel, group in by_kernel.items():
         group.sort(key=lambda a: order.get(a.gate_op.name, 0))
-        for k, chain in enumerate(_chains(group)):
+        for k, chain in enumerate(chains(group, lambda a: a.states[-1], lambda a: a.previous[-1], lambda a: a.gate_op.name)):
             by_chain[f"{kernel}#{k}"] = chain
     names = {k: cell_name(g[0].kernel, g[0].spec) for k, g in by_chain.items()}
 
@@ -99,28 +99,3 @@ def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cel
         steps=tuple(steps),
         backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
     )
-
-
-def _chains(group: list[Application]) -> list[list[Application]]:
-    """The steps of one kernel (in topological order) split into chains: a step belongs to
-    the chain of the step whose state it reads."""
-    state_of = {app.states[-1].name: i for i, app in enumerate(group)}
-    chain_of: list[int] = []
-    chains: list[list[Application]] = []
-    successors: dict[int, int] = {}
-    for i, app in enumerate(group):
-        j = state_source(app.previous[-1], state_of)
-        if j is None or j >= i:
-            chain_of.append(len(chains))
-            chains.append([app])
-            continue
-        if j in successors:
-            raise GraphPatternError(
-                f"the steps of the cell at {app.kernel.name} branch: {group[successors[j]].gate_op.name} and "
-                f"{app.gate_op.name} both continue from {group[j].gate_op.name} (a beam search?); "
-                "gatetrace records cells whose steps form chains"
-            )
-        successors[j] = i
-        chain_of.append(chain_of[j])
-        chains[chain_of[j]].append(app)
-    return chains
