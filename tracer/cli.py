@@ -124,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
         if reads_model:
             c.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
             c.add_argument("--tag", default="serve", help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)")
+            c.add_argument(
+                "--signature",
+                default="serving_default",
+                help="the SavedModel signature to record, whose input names --feed takes: --signature serve (default: serving_default)",
+            )
         if reads_model and runs_model:
             c.add_argument(
                 "--timeout",
@@ -229,7 +234,7 @@ def _inspect(args) -> None:
 
     from tracer.safety import unsafe_ops
 
-    model = tracer.load_model(args.model, tag=args.tag, restore=False)
+    model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False)
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
     with model:
@@ -327,7 +332,7 @@ def _record(args) -> None:
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     memory = parse_size(args.memory) if args.memory else None
-    with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
+    with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         summary = tracer.record(
             model,
             feeds,
@@ -373,7 +378,7 @@ def _weights(args) -> None:
 
     from tracer.safety import check_model
 
-    with tracer.load_model(args.model, tag=args.tag, allow_unsafe_ops=args.allow_unsafe_ops) as model:
+    with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         cells = find_all(model)
         if not isinstance(model, KerasModel):  # a Keras layer's weights are arrays already: nothing runs
             check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")

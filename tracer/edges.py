@@ -9,6 +9,7 @@ the step whose state a tensor is, and the scope that names a cell. It recognises
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Callable, Iterable, Mapping
 
@@ -19,7 +20,7 @@ from tracer._tf import tf
 from tracer.cells import CellSpec
 
 __all__ = [
-    "weight_source", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
+    "weight_source", "weight_name", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
     "topological_index", "input_position", "state_source", "chains", "cell_name", "variables_of", "in_v1_frame",
 ]
 
@@ -43,6 +44,16 @@ def weight_source(t: tf.Tensor) -> tf.Operation | None:
     if op.type == "Placeholder" and op.outputs[0].name in getattr(op.graph, "loop_invariants", ()):
         return op
     return op if op.type in _WEIGHT_SOURCES else None
+
+
+def weight_name(t: tf.Tensor) -> str:
+    """The name of the variable or Const `t` is read from ("" if none). In a loop body,
+    the name of the outer variable an argument carries, where `tracer.loops` knows it
+    (a Keras 3 body names its arguments after ops, not variables)."""
+    source = weight_source(t)
+    if source is None:
+        return ""
+    return getattr(source.graph, "outer_names", {}).get(source.outputs[0].name, source.name)
 
 
 def const_scalar(t: tf.Tensor) -> float | None:
@@ -122,13 +133,13 @@ _KERNEL_NAMES = ("kernel", "weights", "Linear/Matrix")  # TF >= 1.2, TF 1.0 and 
 def cell_name(kernel: tf.Operation, spec: CellSpec) -> str:
     """The scope holding a cell's weights: the kernel's name without `/kernel` (or
     `/gates/kernel` for GRUCell), whatever the era called the kernel."""
-    name = kernel.name
+    name = re.sub(r"_\d+$", "", kernel.name)  # a TF2 SavedModel's variables may be `kernel_1`
     inner = spec.kernel_suffix.rpartition("/")[0]  # "/gates" for GRUCell, "" otherwise
     for era in _KERNEL_NAMES:
         for suffix in (f"{inner}/{era}", f"/{era}"):
             if name.endswith(suffix):
                 return name[: -len(suffix)]
-    return name
+    return kernel.name
 
 
 def input_position(

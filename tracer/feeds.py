@@ -1,7 +1,8 @@
 """Feeds: what the user gives the model's placeholders, checked before anything runs.
 
 `parse_feed_args` reads the CLI's `NAME=FILE.npy` and `NAME=VALUE` arguments;
-`resolve_feeds` maps feed names (with or without `:0`) to the graph's placeholders and
+`resolve_feeds` maps feed names (with or without `:0`, or a SavedModel signature's input
+names) to the graph's placeholders and
 checks every shape and dtype, and that every placeholder the fetches need is fed.
 """
 
@@ -76,8 +77,8 @@ def _shape(shape: tf.TensorShape) -> str:
     return "[" + ", ".join("None" if d is None else str(d) for d in shape.as_list()) + "]"
 
 
-def _placeholder(graph: tf.Graph, name: str) -> tf.Tensor:
-    tensor_name = name if ":" in name else name + ":0"
+def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.Tensor:
+    tensor_name = aliases.get(name) or (name if ":" in name else name + ":0")
     try:
         tensor = graph.get_tensor_by_name(tensor_name)
     except (KeyError, ValueError):
@@ -131,11 +132,14 @@ def unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.O
     return missing
 
 
-def resolve_feeds(graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = ()) -> dict[tf.Tensor, np.ndarray]:
-    """A checked feed dict for `Session.run`; raises FeedError naming what does not fit."""
+def resolve_feeds(
+    graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = (), aliases: Mapping[str, str] | None = None
+) -> dict[tf.Tensor, np.ndarray]:
+    """A checked feed dict for `Session.run`; raises FeedError naming what does not fit.
+    `aliases` maps other feed names (a SavedModel signature's input names) to tensor names."""
     feed_dict, given = {}, {}
     for name, value in feeds.items():
-        tensor = _placeholder(graph, name)
+        tensor = _placeholder(graph, name, aliases or {})
         if tensor in feed_dict:
             raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
         feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value), name

@@ -114,6 +114,12 @@ def _value(t: tf.Tensor) -> tf.Tensor:
     raise GraphPatternError(f"{t.name}: a variable handle entering a while loop, and the graph holds no read of it to fetch")
 
 
+def _whole(t: tf.Tensor) -> tf.Tensor:
+    """The weight a loop argument is a row of: tf-keras' standard_gru unstacks its [2, 3u]
+    bias (input and recurrent rows) before the loop, and the cell reads it whole."""
+    return t.op.inputs[0] if t.op.type == "Unpack" else t
+
+
 def _length(graph: tf.Graph, inputs: str | None, below) -> int | None:
     """The static number of steps of the loop's input (time-major), or the layer below's."""
     if below is not None:
@@ -249,6 +255,9 @@ def v2_loop_cells(graph: tf.Graph) -> list:
         body = function_def_to_graph(library[op.get_attr("body").name])
         # Arguments the body returns unchanged are constant over the loop (weights, lengths).
         body.loop_invariants = {i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name}
+        # ...and named after the variables they carry, which tell a kernel from a recurrent one.
+        outer = {i.name: weight_source(t) for i, t in zip(body.inputs, op.inputs) if i.name in body.loop_invariants}
+        body.outer_names = {name: source.name for name, source in outer.items() if source is not None}
         apps = find_steps(body)
         if not apps:
             continue
@@ -286,7 +295,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 length=_length(graph, inputs, below),
                 **_reversal(graph, inputs, below),
             )
-            weights = {role: _value(op.inputs[arg(t)]).name for role, t in app.weights.items()}
+            weights = {role: _value(_whole(op.inputs[arg(t)])).name for role, t in app.weights.items()}
             return _loop_cell(graph, app, weights, loop)
 
         cells += _stack(apps, one)

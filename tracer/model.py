@@ -5,7 +5,9 @@
 
     P with P.meta beside it (or P.meta itself)     checkpoint: import meta graph, restore
     a directory holding a `checkpoint` file        its latest checkpoint
-    a directory holding saved_model.pb             SavedModel: the meta graph tagged exactly `serve`
+    a directory holding saved_model.pb             SavedModel: the meta graph tagged exactly `serve`;
+                                                   a TF2 one (its signatures call functions) has the
+                                                   functions of `signature` inlined (`tracer.inline`)
     a file ending in .pb                           frozen GraphDef: weights are Consts
     .keras, .h5, a folder with keras_metadata.pb   Keras: a `tracer.keras_layers.KerasModel`
 
@@ -20,11 +22,12 @@ nothing runs at all (for `inspect`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
+from tracer.inline import DEFAULT_SIGNATURE, inline_signature, is_function_graph, signature_of
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
 from tracer.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
@@ -43,7 +46,8 @@ class Model:
     format is `checkpoint`, `savedmodel`, `frozen` or `session`. A Model made by
     `load_model` owns its session: use it as a context manager, or call `close()`.
     `load_plan` says what loading runs (restore, init); `allow_unsafe_ops` turns
-    off the allowlist check before running the graph (see `tracer.safety`).
+    off the allowlist check before running the graph (see `tracer.safety`). `inputs`
+    maps a SavedModel signature's input names to tensor names: either can be fed.
     """
 
     graph: tf.Graph
@@ -53,6 +57,7 @@ class Model:
     owns_session: bool = True
     allow_unsafe_ops: bool = False
     load_plan: "LoadPlan | None" = None
+    inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def load_ops(self) -> tuple[str, ...]:
@@ -296,10 +301,32 @@ def _saved_model_plan(path: Path, meta, graph: tf.Graph, saver, source: str) -> 
     return LoadPlan(**_saver_plan(saver, str(path / "variables" / "variables")), init_op=init_op, asset_feeds=assets)
 
 
-def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+# Sessions on an inlined graph run it as written. Grappler's run-time rewriting, given a
+# fetch inside the inlined functions, was seen to return the value of another tensor
+# (a tf-keras GRU's time-major input fetched as the batch-major output of the LSTM below:
+# the two transposes between them cancelled), while the model's output stayed right.
+UNOPTIMIZED = v1.ConfigProto()
+UNOPTIMIZED.graph_options.rewrite_options.disable_meta_optimizer = True
+
+
+def _signature_inputs(meta, signature: str, source: str, tf2: bool) -> dict[str, str]:
+    """Feed names the signature gives its inputs (`saved_model_cli show` prints them), to
+    tensor names. A TF1 SavedModel without the default signature is fed by tensor names."""
+    if signature == DEFAULT_SIGNATURE and signature not in meta.signature_def and not tf2:
+        return {}
+    return {key: t.name for key, t in signature_of(meta, signature, source).inputs.items()}
+
+
+def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = _saved_model_meta_graph(path, tag, source)
+    tf2 = is_function_graph(meta)
+    inputs = _signature_inputs(meta, signature, source, tf2)
+    if tf2:  # the signature's functions inlined, so that the loops in them can be read
+        init = meta.signature_def.get(INIT_OP_SIGNATURE)
+        init_op = init.outputs[INIT_OP_SIGNATURE].name.partition(":")[0] if init and INIT_OP_SIGNATURE in init.outputs else ""
+        meta = inline_signature(meta, signature, [meta.saver_def.restore_op_name, init_op], source)
     graph = tf.Graph()
-    session = v1.Session(graph=graph)
+    session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else None)
     try:
         with graph.as_default():
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
@@ -311,7 +338,7 @@ def _load_saved_model(path: Path, tag: str, source: str, restore: bool, allow_un
     except Exception as err:
         session.close()
         raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
-    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
+    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
 
 
 def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
@@ -329,7 +356,12 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
 
 
 def load_model(
-    path: str | os.PathLike, tag: str = "serve", *, restore: bool = True, allow_unsafe_ops: bool = False
+    path: str | os.PathLike,
+    tag: str = "serve",
+    *,
+    signature: str = DEFAULT_SIGNATURE,
+    restore: bool = True,
+    allow_unsafe_ops: bool = False,
 ) -> Model | KerasModel:
     """Load the model at `path` (see the module docstring for the formats and the checks).
 
@@ -342,7 +374,7 @@ def load_model(
     if is_keras_file(p):
         return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
-        return _load_saved_model(p, tag, source, restore, allow_unsafe_ops)
+        return _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
     prefix = _checkpoint_prefix(p)
     if prefix is not None:
         return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)

@@ -58,7 +58,7 @@ def _reachable(model: Model, cells: list[Cell], found: list[Cell], feeds: Any, s
     placeholders, such as a sampling unroll beside the training one) are appended to
     `skipped` as (cell, placeholder). If no cell is reached, all are kept, so that the
     error names the missing placeholder."""
-    fed = {t.name for t in resolve_feeds(model.graph, feeds)}
+    fed = {t.name for t in resolve_feeds(model.graph, feeds, aliases=model.inputs)}
     keep, skip = [], []
     for c in cells:
         missing = unfed_placeholders(FetchPlan(model.graph, [c], context=found).tensors, fed)
@@ -98,7 +98,7 @@ def _prepare(
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
-    feed_dict = resolve_feeds(model.graph, feeds, plan.tensors)
+    feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
     return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
 
 

@@ -125,20 +125,53 @@ def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> 
     `filename_tensor`. Every restore op (`RESTORE_OPS`) the restore op runs must take its
     path from that tensor (directly or through `Identity` ops); one that reads a path of
     its own (a constant naming another checkpoint) is refused, as is any op outside the
-    allowlist, and restore ops inside functions, whose path cannot be followed.
+    allowlist. Inside a function only the restore function of a TF2 SavedModel, called by
+    the restore op with that path as an argument, may restore.
     """
     ran = ops_to_run(graph, [restore_op])
     problems = _outside(ran, RESTORE_OPS)
-    problems += [f"{name} ({kind} inside a function: the checkpoint it reads cannot be checked)"
-                 for name, kind in ran if kind in RESTORE_OPS and " in function " in name]
     fed = graph.as_graph_element(filename_tensor).name
+    problems += _function_restore_problems(graph, restore_op, ran, fed)
     for op in restore_ops(graph, restore_op, ran):
-        path = op.inputs[0]
-        while path.name != fed and path.op.type in ("Identity", "Snapshot") and path.op.inputs:
-            path = path.op.inputs[0]
+        path = _through_identity(op.inputs[0], fed)
         if path.name != fed:
             problems.append(f"{op.name} ({op.type} reading the path {path.name}, not the model's own checkpoint)")
     return sorted(set(problems))
+
+
+def _through_identity(t: tf.Tensor, stop: str) -> tf.Tensor:
+    while t.name != stop and t.op.type in ("Identity", "Snapshot") and t.op.inputs:
+        t = t.op.inputs[0]
+    return t
+
+
+def _function_restore_problems(graph: tf.Graph, restore_op: str, ran: list[tuple[str, str]], fed: str) -> list[str]:
+    """Restore ops inside a function (a TF2 SavedModel restores in `__inference__traced_restore`):
+    allowed where the function is the one the restore op itself calls and each restore op
+    takes its path from the function's argument that the call is given the fed file name in.
+    Any other restore op inside a function cannot be followed and is a problem."""
+    inside = [(name, kind) for name, kind in ran if kind in RESTORE_OPS and " in function " in name]
+    if not inside:
+        return []
+    call = graph.as_graph_element(restore_op)
+    call = call if isinstance(call, tf.Operation) else call.op
+    called = _called(call.node_def.attr)
+    library = {fn.signature.name: fn for fn in graph.as_graph_def().library.function}
+    function = library.get(called[0]) if len(called) == 1 else None
+    good: set[str] = set()
+    if function is not None:
+        args = [a.name for a in function.signature.input_arg]
+        nodes = {n.name: n for n in function.node_def}
+        for node in nodes.values():
+            if node.op not in RESTORE_OPS:
+                continue
+            source = node.input[0].partition(":")[0]
+            while source in nodes and nodes[source].op in ("Identity", "Snapshot"):
+                source = nodes[source].input[0].partition(":")[0]
+            if source in args and _through_identity(call.inputs[args.index(source)], fed).name == fed:
+                good.add(f"{node.name} in function {function.signature.name}")
+    return [f"{name} ({kind} inside a function, reading a path other than the model's own checkpoint)"
+            for name, kind in inside if name not in good]
 
 
 def restore_ops(graph: tf.Graph, restore_op: str, ran: Iterable[tuple[str, str]] | None = None) -> list[tf.Operation]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
 from tracer.cells import BASIC_LSTM, BASIC_RNN, GRU, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, LSTM, CellSpec
-from tracer.edges import consumers_of, const_scalar, feeds_into, only_one, other_input, reads, weight_source
+from tracer.edges import consumers_of, const_scalar, feeds_into, only_one, other_input, reads, weight_name, weight_source
 from tracer.found import Cell
 
 __all__ = ["Application", "ACTIVATIONS", "find_steps", "cell_of"]
@@ -302,7 +302,7 @@ def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation]
         sides.append(op)
     # The variable's name tells them apart (inside a loop body, the argument carrying it is
     # named after it: `..._recurrent_kernel_0`).
-    names = [(weight_source(m.inputs[1]).name if weight_source(m.inputs[1]) is not None else "") for m in sides]
+    names = [weight_name(m.inputs[1]) for m in sides]
     if sum("recurrent_kernel" in n for n in names) != 1:
         return None
     x_side, h_side = (sides[0], sides[1]) if "recurrent_kernel" in names[1] else (sides[1], sides[0])
@@ -546,6 +546,38 @@ def _keras_gru1_app(first: tf.Operation) -> Application | None:
     )
 
 
+def _recurrent_product(block: tf.Tensor) -> tf.Operation | None:
+    """The MatMul `h_prev @ recurrent_kernel` whose (biased) product a Keras GRU's z block
+    `block` is a column block of: an output of SplitV (tf-keras without reset_after) or
+    Split (tf-keras with it), or a column slice (Keras 3); the recurrent bias is added by
+    a BiasAdd (tf-keras) or an AddV2 (Keras 3)."""
+    if block.op.type == "SplitV":
+        matrix = block.op.inputs[0]
+    else:
+        sliced = _column_slice(block)
+        if sliced is None:
+            return None
+        matrix = sliced[0]
+    op = matrix.op
+    if op.type == "BiasAdd":
+        op = op.inputs[0].op
+    elif op.type in _ADDS:
+        products = [t.op for t in op.inputs if t.op.type == "MatMul"]
+        op = products[0] if len(products) == 1 else op
+    return op if op.type == "MatMul" else None
+
+
+def _whole_bias(bias: tf.Tensor) -> tf.Tensor:
+    """The bias a Keras GRU's input bias is read from: with reset_after, both biases are
+    rows of one [2, 3u] variable, unstacked (tf-keras) or split and squeezed (Keras 3)."""
+    t = bias.op.inputs[0] if bias.op.type == "Squeeze" else bias
+    if t.op.type == "Unpack":
+        return t.op.inputs[0]
+    if t.op.type == "Split" and const_scalar(t.op.inputs[0]) == 0:
+        return t.op.inputs[1]
+    return bias
+
+
 def _keras_gru_app(split: tf.Operation) -> Application | None:
     """Keras GRUCell (implementation 2): `x @ kernel (+ input bias)` split into z, r, h blocks;
     `h_prev @ recurrent_kernel (+ recurrent bias)` (reset_after) or `h_prev @ recurrent_kernel[:, :2u]`
@@ -554,7 +586,7 @@ def _keras_gru_app(split: tf.Operation) -> Application | None:
     mm, bias = split.inputs[1].op, None
     if mm.type == "BiasAdd":
         bias, mm = mm.inputs[1], mm.inputs[0].op
-    if mm.type != "MatMul" or weight_source(mm.inputs[1]) is None or "recurrent" in weight_source(mm.inputs[1]).name:
+    if mm.type != "MatMul" or weight_source(mm.inputs[1]) is None or "recurrent" in weight_name(mm.inputs[1]):
         return None
     adds = []
     for block in split.outputs[:2]:  # z (our u), r
@@ -565,13 +597,8 @@ def _keras_gru_app(split: tf.Operation) -> Application | None:
     gates = [_gate_nonlinearity(a.outputs[0]) for a in adds]
     if None in gates:
         return None
-    inner = other_input(adds[0], split.outputs[0]).op  # the SplitV of h_prev's product
-    if inner.type not in ("Split", "SplitV"):
-        return None
-    product = inner.inputs[0].op
-    if product.type == "BiasAdd":  # the recurrent bias: the second row of the bias variable, read below
-        product = product.inputs[0].op
-    if product.type != "MatMul":
+    product = _recurrent_product(other_input(adds[0], split.outputs[0]))
+    if product is None:
         return None
     h_prev = product.inputs[0]
     recurrent = product.inputs[1].op.inputs[0] if product.inputs[1].op.type == "StridedSlice" else product.inputs[1]
@@ -583,8 +610,8 @@ def _keras_gru_app(split: tf.Operation) -> Application | None:
     if candidate is None or len(h_new) != 1 or gates[0][1] != gates[1][1]:
         return None
     weights = {"kernel": mm.inputs[1], "recurrent_kernel": recurrent}
-    if bias is not None:  # reset_after: both biases are rows of one [2, 3u] variable (unstacked)
-        weights["bias"] = bias.op.inputs[0] if bias.op.type == "Unpack" else bias
+    if bias is not None:
+        weights["bias"] = _whole_bias(bias)
     return Application(
         spec=KERAS_GRU,
         kernel=weight_source(mm.inputs[1]),
