@@ -1,0 +1,180 @@
+"""TF2 SavedModels: Keras 3 `model.export`, `tf.saved_model.save` of a tf-keras model and of a
+`tf.Module`, and a tf-keras SavedModel without keras_metadata.pb (as TF 2.2 wrote them).
+
+Their RNN layers run as While ops inside the functions the serving signature calls.
+Every model gets random weights; each recording, made by the `gatetrace` command, is
+compared with a float64 numpy recomputation from Keras' formulas (`tests.test_keras.reference`)
+on each layer's input as the in-memory model computes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from recorders import Recording
+from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
+
+pytestmark = pytest.mark.e2e
+
+
+def gatetrace(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def stack(framework: str):
+    """LSTM -> GRU (reset_after=False) -> Bidirectional(GRU) -> LSTM going backwards -> SimpleRNN (relu)."""
+    keras = keras_module(framework)
+    L = keras.layers
+    x = keras.Input((T, FEATURES), name="x")
+    a = L.LSTM(4, return_sequences=True, name="lstm")(x)
+    b = L.GRU(3, reset_after=False, return_sequences=True, name="gru_v1")(a)
+    b = L.Bidirectional(L.GRU(3, return_sequences=True, name="gru"), name="bi")(b)
+    c = L.LSTM(2, go_backwards=True, return_sequences=True, name="back")(b)
+    d = L.SimpleRNN(2, activation="relu", name="rnn")(c)
+    model = keras.Model(x, d)
+    randomise(model)
+    return model
+
+
+# Recorded cell (variable path) -> (layer name, which direction of a Bidirectional)
+CELLS = {
+    "lstm/lstm_cell": ("lstm", None),
+    "gru_v1/gru_cell": ("gru_v1", None),
+    "bi/forward_gru/gru_cell": ("bi", "forward_layer"),
+    "bi/backward_gru/gru_cell": ("bi", "backward_layer"),
+    "back/lstm_cell": ("back", None),
+    "rnn/simple_rnn_cell": ("rnn", None),
+}
+
+
+def save(model, framework: str, how: str, path) -> None:
+    import tensorflow as tf
+
+    if how == "export":  # Keras 3
+        model.export(str(path))
+    elif how == "tf.saved_model.save":
+        tf.saved_model.save(model, str(path))
+    else:  # a Keras SavedModel as TF 2.2 wrote it: no keras_metadata.pb, layers in the object graph only
+        model.save(str(path), save_format="tf")
+        os.remove(path / "keras_metadata.pb")
+
+
+def check_recording(rec: Recording, model, framework: str, x: np.ndarray, cells: dict) -> int:
+    keras = keras_module(framework)
+    inputs = layer_inputs(keras, model, x)
+    checked = 0
+    for cell, (name, half) in cells.items():
+        layer = model.get_layer(name)
+        layer = getattr(layer, half) if half else layer
+        gates, states, _ = reference(layer, inputs[name], None, None, framework)
+        for g, values in gates.items():  # our gate names: Keras' c of an LSTM is j
+            for column, want in zip(("preactivation", "activation"), values):
+                np.testing.assert_allclose(rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}")
+        for s, want in states.items():
+            np.testing.assert_allclose(rec.state_array(cell, s), want, atol=1e-5, err_msg=f"{cell} {s}")
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize(
+    "framework, how", [("keras3", "export"), ("tf-keras", "tf.saved_model.save"), ("tf-keras", "no keras_metadata.pb")]
+)
+def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path):
+    model = stack(framework)
+    path = tmp_path / "model"
+    save(model, framework, how, path)
+    x = np.random.RandomState(3).uniform(-1, 1, (9, T, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+
+    shown = gatetrace("inspect", str(path), "--json")
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert sorted(c["name"] for c in info["cells"]) == sorted(CELLS) and info["unsafe_ops"] == []
+    assert {c["name"]: c["direction"] for c in info["cells"]}["bi/backward_gru/gru_cell"] == "backward"
+
+    done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "recorded 6 cells on 9 sequences" in done.stdout
+    assert check_recording(Recording(tmp_path / "rec"), model, framework, x, CELLS) == 6
+
+
+def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
+    """A tf.Module holding a tf-keras GRU (reset_after) and LSTM, exported with a tf.function
+    signature of its own naming its input `tokens`; fed by that name or by tensor name."""
+    import tensorflow as tf
+
+    tk = keras_module("tf-keras")
+
+    class Tagger(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = tk.layers.GRU(3, return_sequences=True, name="gru")
+            self.lstm = tk.layers.LSTM(2, return_sequences=True, name="lstm")
+            self.gru.build((None, T, FEATURES))
+            self.lstm.build((None, T, 3))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="tokens")])
+        def tag(self, tokens):
+            return {"tags": self.lstm(self.gru(tokens))}
+
+    module = Tagger()
+    for layer in (module.gru, module.lstm):
+        randomise(layer, seed=len(layer.name))
+    tf.saved_model.save(module, str(tmp_path / "module"), signatures={"tag": module.tag})
+    x = np.random.RandomState(5).uniform(-1, 1, (4, T, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+
+    missing = gatetrace("inspect", str(tmp_path / "module"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "has no signature 'serving_default'; its signatures are 'tag': choose one with --signature" in missing.stderr
+
+    for feed in ("tokens", "tag_tokens"):  # the signature's input name, and the placeholder's
+        out = tmp_path / feed
+        done = gatetrace("record", str(tmp_path / "module"), "--signature", "tag", "--feed", f"{feed}={tmp_path / 'x.npy'}", "--out", str(out), "--quiet")
+        assert done.returncode == 0, done.stderr
+        rec = Recording(out)
+        assert sorted(rec.cells) == ["gru_cell", "lstm_cell"]
+        gates, states, outputs = reference(module.gru, x, None, None, "tf-keras")
+        for g in "urc":
+            np.testing.assert_allclose(rec.gate_array("gru_cell", g, "activation"), gates[g][1], atol=1e-5)
+            np.testing.assert_allclose(rec.gate_array("gru_cell", g, "preactivation"), gates[g][0], atol=1e-5)
+        gates, states, _ = reference(module.lstm, outputs, None, None, "tf-keras")
+        for g in "ifjo":
+            np.testing.assert_allclose(rec.gate_array("lstm_cell", g, "activation"), gates[g][1], atol=1e-5)
+        np.testing.assert_allclose(rec.state_array("lstm_cell", "c"), states["c"], atol=1e-5)
+
+
+def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path):
+    """A WriteFile inside the function the signature calls, before a GRU: after inlining it
+    sits in the graph that recording would run, and nothing runs."""
+    import tensorflow as tf
+
+    tk = keras_module("tf-keras")
+    marker = tmp_path / "pwned.txt"
+
+    class Planted(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = tk.layers.GRU(2, return_sequences=True, name="gru")
+            self.gru.build((None, T, FEATURES))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")])
+        def __call__(self, x):
+            with tf.control_dependencies([tf.io.write_file(str(marker), "pwned")]):
+                x = tf.identity(x)  # the GRU's input waits for the write
+            return {"y": self.gru(x)}
+
+    module = Planted()
+    tf.saved_model.save(module, str(tmp_path / "planted"), signatures=module.__call__)
+    marker.unlink(missing_ok=True)
+    np.save(tmp_path / "x.npy", np.zeros((2, T, FEATURES), np.float32))
+    done = gatetrace("record", str(tmp_path / "planted"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "WriteFile" in done.stderr and "nothing was run" in done.stderr
+    assert not marker.exists() and not (tmp_path / "rec").exists()
