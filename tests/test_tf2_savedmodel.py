@@ -97,6 +97,9 @@ def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, 
     info = json.loads(shown.stdout)
     assert sorted(c["name"] for c in info["cells"]) == sorted(CELLS) and info["unsafe_ops"] == []
     assert {c["name"]: c["direction"] for c in info["cells"]}["bi/backward_gru/gru_cell"] == "backward"
+    assert info["inputs"] == [{"name": "x", "tensor": "serving_default_x:0", "dtype": "float32", "shape": [None, T, FEATURES]}]
+    keras_objects = framework == "tf-keras"  # the object graph of a tf-keras model names its layers' kinds
+    assert info["format"] == f"TF2 savedmodel{', of tf-keras layers' if keras_objects else ''}, signature serving_default"
 
     done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
     assert done.returncode == 0, done.stderr
@@ -104,29 +107,48 @@ def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, 
     assert check_recording(Recording(tmp_path / "rec"), model, framework, x, CELLS) == 6
 
 
+MODULE_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from tests.test_keras import keras_module, randomise, T, FEATURES
+import tensorflow as tf
+tk = keras_module("tf-keras")
+
+class Tagger(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = tk.layers.GRU(3, return_sequences=True, name="gru")
+        self.lstm = tk.layers.LSTM(2, return_sequences=True, name="lstm")
+        self.gru.build((None, T, FEATURES))
+        self.lstm.build((None, T, 3))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="tokens")])
+    def tag(self, tokens):
+        return {{"tags": self.lstm(self.gru(tokens))}}
+
+module = Tagger()
+randomise(module.gru, seed=1)
+randomise(module.lstm, seed=2)
+tf.saved_model.save(module, {path!r}, signatures={{"tag": module.tag}})
+np.savez({weights!r}, *module.gru.get_weights(), *module.lstm.get_weights())
+"""
+
+
 def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
-    """A tf.Module holding a tf-keras GRU (reset_after) and LSTM, exported with a tf.function
-    signature of its own naming its input `tokens`; fed by that name or by tensor name."""
-    import tensorflow as tf
-
+    """A tf.Module holding a tf-keras GRU (reset_after) and LSTM, exported by a script with a
+    tf.function signature of its own naming its input `tokens`; fed by that name or by tensor name."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = MODULE_SCRIPT.format(root=root, path=str(tmp_path / "module"), weights=str(tmp_path / "w.npz"))
+    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
     tk = keras_module("tf-keras")
-
-    class Tagger(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.gru = tk.layers.GRU(3, return_sequences=True, name="gru")
-            self.lstm = tk.layers.LSTM(2, return_sequences=True, name="lstm")
-            self.gru.build((None, T, FEATURES))
-            self.lstm.build((None, T, 3))
-
-        @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="tokens")])
-        def tag(self, tokens):
-            return {"tags": self.lstm(self.gru(tokens))}
-
-    module = Tagger()
-    for layer in (module.gru, module.lstm):
-        randomise(layer, seed=len(layer.name))
-    tf.saved_model.save(module, str(tmp_path / "module"), signatures={"tag": module.tag})
+    gru, lstm = tk.layers.GRU(3, return_sequences=True), tk.layers.LSTM(2, return_sequences=True)
+    gru.build((None, T, FEATURES))
+    lstm.build((None, T, 3))
+    w = np.load(tmp_path / "w.npz")
+    gru.set_weights([w["arr_0"], w["arr_1"], w["arr_2"]])
+    lstm.set_weights([w["arr_3"], w["arr_4"], w["arr_5"]])
     x = np.random.RandomState(5).uniform(-1, 1, (4, T, FEATURES)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
 
@@ -140,39 +162,49 @@ def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
         assert done.returncode == 0, done.stderr
         rec = Recording(out)
         assert sorted(rec.cells) == ["gru_cell", "lstm_cell"]
-        gates, states, outputs = reference(module.gru, x, None, None, "tf-keras")
+        gates, states, outputs = reference(gru, x, None, None, "tf-keras")
         for g in "urc":
             np.testing.assert_allclose(rec.gate_array("gru_cell", g, "activation"), gates[g][1], atol=1e-5)
             np.testing.assert_allclose(rec.gate_array("gru_cell", g, "preactivation"), gates[g][0], atol=1e-5)
-        gates, states, _ = reference(module.lstm, outputs, None, None, "tf-keras")
+        gates, states, _ = reference(lstm, outputs, None, None, "tf-keras")
         for g in "ifjo":
             np.testing.assert_allclose(rec.gate_array("lstm_cell", g, "activation"), gates[g][1], atol=1e-5)
         np.testing.assert_allclose(rec.state_array("lstm_cell", "c"), states["c"], atol=1e-5)
 
 
+PLANTED_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from tests.test_keras import keras_module, T, FEATURES
+import tensorflow as tf
+tk = keras_module("tf-keras")
+
+class Planted(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = tk.layers.GRU(2, return_sequences=True, name="gru")
+        self.gru.build((None, T, FEATURES))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")])
+    def __call__(self, x):
+        with tf.control_dependencies([tf.io.write_file({marker!r}, "pwned")]):
+            x = tf.identity(x)  # the GRU's input waits for the write
+        return {{"y": self.gru(x)}}
+
+module = Planted()
+tf.saved_model.save(module, {path!r}, signatures=module.__call__)
+"""
+
+
 def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path):
     """A WriteFile inside the function the signature calls, before a GRU: after inlining it
     sits in the graph that recording would run, and nothing runs."""
-    import tensorflow as tf
-
-    tk = keras_module("tf-keras")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     marker = tmp_path / "pwned.txt"
-
-    class Planted(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.gru = tk.layers.GRU(2, return_sequences=True, name="gru")
-            self.gru.build((None, T, FEATURES))
-
-        @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")])
-        def __call__(self, x):
-            with tf.control_dependencies([tf.io.write_file(str(marker), "pwned")]):
-                x = tf.identity(x)  # the GRU's input waits for the write
-            return {"y": self.gru(x)}
-
-    module = Planted()
-    tf.saved_model.save(module, str(tmp_path / "planted"), signatures=module.__call__)
-    marker.unlink(missing_ok=True)
+    script = PLANTED_SCRIPT.format(root=root, marker=str(marker), path=str(tmp_path / "planted"))
+    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    marker.unlink(missing_ok=True)  # tracing the function ran it once
     np.save(tmp_path / "x.npy", np.zeros((2, T, FEATURES), np.float32))
     done = gatetrace("record", str(tmp_path / "planted"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

@@ -228,6 +228,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _signature_input(graph, name: str, tensor: str) -> dict:
+    """A SavedModel signature's input, as `inspect` lists it."""
+    t = graph.get_tensor_by_name(tensor)
+    shape = None if t.shape.rank is None else t.shape.as_list()
+    return {"name": name, "tensor": tensor, "dtype": t.dtype.name, "shape": shape}
+
+
 def _inspect(args) -> None:
     import tracer
     from tracer.keras_layers import KerasModel
@@ -243,10 +250,14 @@ def _inspect(args) -> None:
         fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
         unsafe = sorted(set(loading + unsafe_ops(model.graph, fetches)))
+        inputs = [_signature_input(model.graph, name, tensor) for name, tensor in model.inputs.items()]
     if args.json:
-        print(json.dumps({"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}))
+        described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}
+        print(json.dumps({**described, "inputs": inputs} if inputs else described))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
+    for i in inputs:
+        print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']})")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
         steps = f"{c.loop.length or '?'} (loop)" if c.loop else f"{c.fused.length or '?'}" if c.fused else str(len(c.steps))

@@ -24,7 +24,7 @@ from __future__ import annotations
 from recorders.errors import ModelFormatError
 from tracer._tf import v1
 
-__all__ = ["DEFAULT_SIGNATURE", "is_function_graph", "signature_of", "inline_signature"]
+__all__ = ["DEFAULT_SIGNATURE", "is_function_graph", "signature_of", "inline_signature", "keras_note"]
 
 DEFAULT_SIGNATURE = "serving_default"
 _CALLS = ("StatefulPartitionedCall", "PartitionedCall")
@@ -39,6 +39,13 @@ def is_function_graph(meta) -> bool:
         for key, sig in meta.signature_def.items() if not key.startswith("__")
         for t in sig.outputs.values()
     )
+
+
+def keras_note(meta) -> str:
+    """", of tf-keras layers" when the object graph holds tf-keras' objects (`_tf_keras_layer`,
+    `_tf_keras_rnn_layer`...), as every TF 2.x Keras SavedModel does, keras_metadata.pb or not."""
+    keras = any(n.user_object.identifier.startswith("_tf_keras_") for n in meta.object_graph_def.nodes)
+    return ", of tf-keras layers" if keras else ""
 
 
 def signature_of(meta, key: str, source: str):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
-from tracer.inline import DEFAULT_SIGNATURE, inline_signature, is_function_graph, signature_of
+from tracer.inline import DEFAULT_SIGNATURE, inline_signature, is_function_graph, keras_note, signature_of
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
 from tracer.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
@@ -338,7 +338,8 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     except Exception as err:
         session.close()
         raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
-    return Model(graph, session, source, "savedmodel", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
+    kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
+    return Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
 
 
 def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
