@@ -44,7 +44,9 @@ from recorders.files import check_out, foreign_entries, publish, refuse_links, r
 from recorders.long import KeyCache, gate_columns, state_columns
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
-__all__ = ["METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "write_weights", "partition_dir", "partition_value"]
+__all__ = [
+    "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "create_folder", "write_weights", "partition_dir", "partition_value",
+]
 
 METADATA_KEY = b"gatetrace"
 # lz4 writes about 20% faster than zstd; zstd files are about 5% smaller.
@@ -533,6 +535,26 @@ def _not_a_weights_table(path: Path) -> list[str]:
     except (OSError, pa.ArrowException):
         metadata = {}
     return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
+
+
+def create_folder(out: str | os.PathLike) -> bool:
+    """Create the folder of a recording whose shards are about to start side by side (and
+    its progress folder), so that no shard is the one that created it and none removes it
+    on failure. Refuses a file, a link, or a folder holding anything but a recording.
+    Returns whether the folder was created."""
+    out = Path(out).resolve()
+    refuse_links(out)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
+    foreign = _not_a_recording(out) if out.is_dir() else []
+    if foreign:
+        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+    created = not out.exists()
+    try:
+        (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RecordingError(f"cannot create {out}: {err.strerror or err}") from None
+    return created
 
 
 def _not_a_recording(out: Path) -> list[str]:

@@ -207,6 +207,38 @@ def _parser() -> argparse.ArgumentParser:
         "memory): --memory 2G",
     )
     c.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="record in N processes on this machine, each running tasks of --task-size batches: --workers 4 (default: 1, "
+        "one process)",
+    )
+    c.add_argument(
+        "--engine",
+        choices=("processes", "dask"),
+        default="processes",
+        help="what runs the tasks: a process pool of --workers (default), or Dask (pip install \"gatetrace[dask]\"): "
+        "a local cluster of --workers processes, or the cluster at --scheduler: --engine dask --scheduler tcp://head:8786",
+    )
+    c.add_argument("--scheduler", metavar="ADDRESS", help="with --engine dask: the address of an existing Dask scheduler")
+    c.add_argument("--scheduler-file", metavar="FILE", help="with --engine dask: a Dask scheduler file (dask-jobqueue, dask-mpi)")
+    c.add_argument(
+        "--task-size",
+        type=_positive,
+        default=8,
+        metavar="BATCHES",
+        help="batches per task with --workers or --engine (default: 8); tasks are the --shard parts of the data, so any "
+        "of them resumes the others",
+    )
+    c.add_argument(
+        "--max-attempts",
+        type=_positive,
+        default=3,
+        metavar="N",
+        help="with --workers or --engine: run a failed task at most N times in all (default: 3)",
+    )
+    c.add_argument(
         "--carry-state",
         action="store_true",
         help="Keras stateful layers carry their state from batch to batch (row k continues row k of the batch before); "
@@ -343,6 +375,8 @@ def _record(args) -> None:
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     memory = parse_size(args.memory) if args.memory else None
+    if args.workers > 1 or args.engine != "processes" or args.scheduler or args.scheduler_file:
+        return _record_parallel(args, selection, memory)
     with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         summary = tracer.record(
             model,
@@ -360,9 +394,67 @@ def _record(args) -> None:
             carry_state=args.carry_state,
             memory=memory,
         )
+    _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
+
+
+def _record_parallel(args, selection, memory) -> None:
+    from recorders.errors import SelectionError
+    from tracer.parallel import Job, dask_executor, record_parallel
+
+    for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):
+        if given:
+            why = {
+                "--shard": "the tasks are shards already",
+                "--carry-state": "a carried state is one stream, recorded in one process",
+                "--overwrite": "remove the old recording first, then record into the empty folder",
+            }[flag]
+            raise SelectionError(f"{flag} with --workers or --engine: {why}")
+    if args.engine != "dask" and (args.scheduler or args.scheduler_file):
+        raise SelectionError("--scheduler and --scheduler-file are for --engine dask")
+    feeds = {}
+    for item in args.feed:
+        name, sep, value = item.partition("=")
+        feeds[name] = value
+    job = Job(
+        model=os.path.abspath(args.model),
+        feeds={n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v) for n, v in feeds.items()},
+        out=os.path.abspath(args.out),
+        tag=args.tag,
+        signature=args.signature,
+        allow_unsafe_ops=args.allow_unsafe_ops,
+        lengths=os.path.abspath(args.lengths) if args.lengths else None,
+        options={
+            "batch_size": args.batch_size,
+            "selection": selection,
+            "compression": args.compression,
+            "timeout": args.timeout,
+            "memory": memory,
+        },
+    )
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(unit="seq", desc="recording (tasks)", dynamic_ncols=True)
+    try:
+        if args.engine == "dask":
+            with dask_executor(args.workers, args.scheduler, args.scheduler_file) as executor:
+                summary = record_parallel(job, executor=executor, task_size=args.task_size, max_attempts=args.max_attempts,
+                                          resume=args.resume, progress=bar.update if bar else None)
+        else:
+            summary = record_parallel(job, workers=args.workers, task_size=args.task_size, max_attempts=args.max_attempts,
+                                      resume=args.resume, progress=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    tasks = summary["tasks"]
+    _report(args, summary, f" in {tasks['count']} task{'s' if tasks['count'] != 1 else ''}")
+
+
+def _report(args, summary: dict, part: str) -> None:
+    """The lines `record` prints when it is done."""
     cells = summary["cells"]
     rows = summary["rows"]
-    part = f" (shard {shard})" if shard.count > 1 else ""
     if summary["examples_this_run"] != summary["examples"]:
         part += f" ({summary['examples_this_run']:,} in this run)"
     print(

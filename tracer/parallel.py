@@ -1,0 +1,257 @@
+"""Recording in several processes: tasks that are shards, run by any executor.
+
+A job is cut into tasks by the data alone: task k of N records `--shard k/N` of the
+examples, where N = ceil(examples / (task_size x batch_size)). A task is an ordinary
+resumable shard (`tracer.record(..., shard=Shard(k, N), resume=True)`), so a task that
+was killed is simply run again and continues after its last committed batch, and a job
+stopped midway resumes with `--workers`, `--engine dask` or plain `--shard k/N` alike.
+
+`record_task(job, k)` runs one task in the calling process, loading the model once per
+process; it is what Ray, Spark or Beam users call from their own jobs. `record_parallel`
+runs all of a job's tasks on an executor: a `concurrent.futures.ProcessPoolExecutor` of
+`workers` processes by default (the standard library, nothing to install), or any
+`concurrent.futures.Executor` given, such as a Dask client's (`client.get_executor()`).
+The driver creates the folder before submitting anything, so that no two tasks race to
+create it, and resubmits a failed task up to `max_attempts` times (a task that fails
+with a GatetraceError, a problem of the data or the model, is not retried).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from recorders import Shard
+from recorders.errors import GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
+
+__all__ = ["Job", "record_task", "record_parallel", "task_count", "dask_executor", "DEFAULT_TASK_SIZE"]
+
+DEFAULT_TASK_SIZE = 8  # batches per task
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every task of a recording needs, in a form that pickles: paths and options.
+
+    feeds are as the command line takes them (`{"x": "inputs.npy", "keep_prob": "1.0"}`);
+    lengths is a path to a `.npy` file or None; options are `tracer.record`'s keyword
+    arguments (batch_size, selection, compression, timeout, memory).
+    """
+
+    model: str
+    feeds: Mapping[str, str]
+    out: str
+    tag: str = "serve"
+    signature: str = "serving_default"
+    allow_unsafe_ops: bool = False
+    lengths: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+_loaded: dict[tuple, Any] = {}  # model per process: (path, tag, signature, allow_unsafe_ops) -> Model
+
+
+def _model(job: Job):
+    import tracer
+
+    key = (job.model, job.tag, job.signature, job.allow_unsafe_ops)
+    if key not in _loaded:
+        _loaded[key] = tracer.load_model(job.model, tag=job.tag, signature=job.signature, allow_unsafe_ops=job.allow_unsafe_ops)
+    return _loaded[key]
+
+
+def _feeds(job: Job) -> dict:
+    from tracer.feeds import parse_feed_args
+
+    return parse_feed_args(f"{name}={value}" for name, value in job.feeds.items())
+
+
+def task_count(examples: int, batch_size: int, task_size: int = DEFAULT_TASK_SIZE) -> int:
+    """The number of tasks a job of `examples` sequences is cut into (at least one)."""
+    if task_size < 1:
+        raise SelectionError(f"--task-size {task_size}: expected a number of batches, 1 or more")
+    return max(1, math.ceil(examples / (batch_size * task_size)))
+
+
+def record_task(job: Job, index: int, count: int) -> dict:
+    """Record task `index` of `count` of `job` in this process (resuming what a killed run
+    of it committed) and return its summary (`tracer.record`'s)."""
+    import numpy as np
+
+    import tracer
+
+    lengths = np.load(job.lengths) if job.lengths else None
+    return tracer.record(
+        _model(job), _feeds(job), job.out, shard=Shard(index, count), resume=True, lengths=lengths, **dict(job.options)
+    )
+
+
+def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
+    """Check the feeds in the driver, count the examples, and create the folder; returns
+    (examples to record, whether the driver created the folder)."""
+    from recorders.parquet import create_folder
+    from recorders.progress import read_progress
+    from tracer.feeds import count_sequences, resolve_feeds
+
+    model = _model(job)
+    if hasattr(model, "graph"):
+        n = count_sequences(resolve_feeds(model.graph, _feeds(job), aliases=model.inputs))
+    else:
+        from tracer.keras_layers import resolve_inputs
+
+        n = count_sequences(resolve_inputs(model, _feeds(job)))
+    if n is None:
+        raise SelectionError("--workers: a recording in several processes needs at least one array feed to split into sequences")
+    selection = job.options.get("selection")
+    if selection is not None and selection.examples != (None, None):
+        first, last, _ = slice(*selection.examples).indices(n)
+        n = max(0, last - first)
+    if not resume and read_progress(Path(job.out).resolve()):
+        raise OutputExistsError(f"--out {job.out} already holds a recording; pass --resume to continue it, or choose another folder")
+    return n, create_folder(job.out)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # TensorFlow cannot run in a forked child of a process that imported it: spawn.
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def record_parallel(
+    job: Job,
+    *,
+    executor: Executor | None = None,
+    workers: int | None = None,
+    task_size: int = DEFAULT_TASK_SIZE,
+    max_attempts: int = 3,
+    resume: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
+    """Record `job` in tasks run by `executor`, or by a process pool of `workers`
+    processes (default: the number of CPUs); returns a summary like `tracer.record`'s.
+
+    `progress(n)` is called with the number of sequences of each task that finishes.
+    Without `resume`, a folder that holds a recording already is refused.
+    Ctrl-C cancels the tasks not started; running ones stop after their batch in flight
+    (they receive the signal too), and the folder is left to resume.
+    """
+    examples, created = _prepare(job, resume)
+    batch_size = int(job.options.get("batch_size", 256))
+    count = task_count(examples, batch_size, task_size)
+    own = executor is None
+    if own:
+        executor = _pool(workers or os.cpu_count() or 1)
+    attempts = {k: 0 for k in range(count)}
+    summaries: dict[int, dict] = {}
+    running: dict[Future, int] = {}
+
+    def submit(k: int) -> None:
+        attempts[k] += 1
+        running[executor.submit(record_task, job, k, count)] = k
+
+    try:
+        for k in range(count):
+            submit(k)
+        while running:
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in done:
+                k = running.pop(future)
+                try:
+                    summaries[k] = future.result()
+                except GatetraceError:
+                    raise
+                except BrokenProcessPool as err:  # a worker died (killed, out of memory): a new pool
+                    if not own or attempts[k] >= max_attempts:
+                        raise RecordingError(f"task {k}/{count} failed {attempts[k]} times: {err}") from None
+                    executor.shutdown(wait=True, cancel_futures=True)
+                    executor = _pool(workers or os.cpu_count() or 1)
+                    lost = [k, *running.values()]
+                    running.clear()
+                    for j in lost:
+                        submit(j)
+                    continue
+                except Exception as err:
+                    if attempts[k] >= max_attempts:
+                        raise RecordingError(f"task {k}/{count} failed {attempts[k]} times, the last with: {err}") from None
+                    submit(k)
+                    continue
+                if progress is not None:
+                    progress(summaries[k]["examples_this_run"])
+    except KeyboardInterrupt:
+        for future in running:
+            future.cancel()
+        raise Interrupted(
+            f"interrupted: the tasks finished so far are recorded in {job.out}; run the same command with --resume to continue"
+        ) from None
+    except BaseException:
+        for future in running:
+            future.cancel()
+        if created and not any(summaries):
+            _remove_if_empty(Path(job.out))
+        raise
+    finally:
+        if own:
+            executor.shutdown(wait=True, cancel_futures=True)
+    return _summary(summaries, count, task_size)
+
+
+def _remove_if_empty(out: Path) -> None:
+    """Remove a folder the driver created if no task left anything in it but progress."""
+    import shutil
+
+    progress = out / "_progress"
+    if progress.is_dir() and not any(p.suffix == ".json" for p in progress.iterdir()):
+        shutil.rmtree(progress, ignore_errors=True)
+    try:
+        out.rmdir()
+    except OSError:
+        pass
+
+
+def _summary(summaries: Mapping[int, dict], count: int, task_size: int) -> dict:
+    last = next(s for s in summaries.values() if s.get("complete")) if any(s.get("complete") for s in summaries.values()) else None
+    first = summaries[min(summaries)]
+    rows = {
+        "gates": sum(s["rows"]["gates"] for s in summaries.values()),
+        "states": sum(s["rows"]["states"] for s in summaries.values()),
+        "weights": first["rows"]["weights"],
+    }
+    return {
+        **{k: v for k, v in first.items() if k not in ("examples", "examples_this_run", "rows", "shard", "complete")},
+        "examples": sum(s["examples"] for s in summaries.values()),
+        "examples_this_run": sum(s["examples_this_run"] for s in summaries.values()),
+        "rows": rows,
+        "tasks": {"count": count, "task_size": task_size},
+        "complete": last is not None,
+    }
+
+
+@contextmanager
+def dask_executor(workers: int, scheduler: str | None = None, scheduler_file: str | None = None) -> Iterator[Executor]:
+    """A Dask client's executor: on the cluster at `scheduler` (or named by `scheduler_file`),
+    or on a local cluster of `workers` single-threaded processes, closed afterwards."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SelectionError('--engine dask needs Dask, which is not installed: pip install "gatetrace[dask]"') from None
+    cluster = None
+    try:
+        if scheduler or scheduler_file:
+            client = Client(address=scheduler, scheduler_file=scheduler_file, timeout="30s")
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+    except (OSError, TimeoutError) as err:
+        raise RecordingError(f"cannot reach the Dask scheduler {scheduler or scheduler_file}: {err}") from None
+    try:
+        yield client.get_executor()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
