@@ -263,6 +263,9 @@ class RecordingWriter:
         """Why a progress file found in `out` belongs to another recording (None if it does not)."""
         if progress.get("shard", [0, 1])[1] != self.shard.count:
             return f"it is split into {progress['shard'][1]} shards, not {self.shard.count}"
+        unit = (progress["shard"][2:] or [1])[0]
+        if unit != self.shard.unit:
+            return f"its shards are cut at multiples of {unit} examples, not {self.shard.unit} (--workers cuts them at --batch-size)"
         theirs, ours = _comparable(progress.get("description", {})), _comparable(self.description)
         for key in sorted(set(theirs) | set(ours)):
             if theirs.get(key) != ours.get(key):
@@ -397,7 +400,7 @@ class RecordingWriter:
             self.out / PROGRESS_DIR / f"{self.shard.tag}.json",
             {
                 "description": self.description,
-                "shard": [self.shard.index, self.shard.count],
+                "shard": self.shard.recorded,
                 "total": None if self.examples is None else list(self.examples),
                 "examples": None if self.range is None else list(self.range),
                 "complete": self.complete.pairs(),
@@ -446,7 +449,7 @@ class RecordingWriter:
         found = read_progress(self.out)
         if len(found) != self.shard.count or not all(p.get("finished") for p in found.values()):
             return False
-        shards = [found[Shard(k, self.shard.count).tag] for k in range(self.shard.count)]
+        shards = [found[Shard(k, self.shard.count, self.shard.unit).tag] for k in range(self.shard.count)]
         manifest = {
             **self.description,
             "examples": sum(Intervals(p["complete"]).total() for p in shards),

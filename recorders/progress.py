@@ -4,7 +4,7 @@ A recording may be written by N processes at once (`--shard K/N`), each taking o
 contiguous, disjoint part of the examples. Each shard keeps a progress file,
 `OUT/_progress/shard-K-of-N.json`, rewritten atomically after every finished batch:
 
-    {"description": {...}, "shard": [K, N], "examples": [START, STOP],
+    {"description": {...}, "shard": [K, N] or [K, N, UNIT], "examples": [START, STOP],
      "complete": [[START, STOP], ...], "rows": {"gates": ..., "states": ...}, "finished": false}
 
 `complete` lists the example intervals whose files are all in place. Anything else in
@@ -32,14 +32,21 @@ PROGRESS_DIR = "_progress"
 
 @dataclass(frozen=True)
 class Shard:
-    """Part `index` of `count` disjoint parts of a recording's examples (0-based)."""
+    """Part `index` of `count` disjoint parts of a recording's examples (0-based).
+
+    With `unit` > 1 the parts are cut at multiples of `unit` examples from the start (the
+    tasks of `tracer.parallel` are cut at batch boundaries, so that each batch holds the
+    same rows as in one process, and the values are the same to the last bit)."""
 
     index: int = 0
     count: int = 1
+    unit: int = 1
 
     def __post_init__(self) -> None:
         if not (self.count >= 1 and 0 <= self.index < self.count):
             raise SelectionError(f"--shard {self.index}/{self.count}: expected K/N with 0 <= K < N, e.g. --shard 0/4")
+        if self.unit < 1:
+            raise SelectionError(f"shard {self.index}/{self.count}: its parts are cut at multiples of {self.unit}, expected 1 or more")
 
     @classmethod
     def parse(cls, text: str) -> "Shard":
@@ -54,10 +61,16 @@ class Shard:
     def tag(self) -> str:
         return f"shard-{self.index}-of-{self.count}"
 
+    @property
+    def recorded(self) -> list[int]:
+        """How a progress file names the shard: [K, N], or [K, N, unit]."""
+        return [self.index, self.count] + ([self.unit] if self.unit > 1 else [])
+
     def part(self, start: int, stop: int) -> tuple[int, int]:
         """This shard's contiguous part of the examples [start, stop)."""
-        size = stop - start
-        return start + size * self.index // self.count, start + size * (self.index + 1) // self.count
+        units = -(-(stop - start) // self.unit)
+        cut = [min(stop, start + self.unit * (units * k // self.count)) for k in (self.index, self.index + 1)]
+        return cut[0], cut[1]
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
@@ -141,8 +154,9 @@ def progress_problem(tag: str, p: Any) -> str | None:
     if set(p) != expected:
         return f"expected the keys {', '.join(sorted(expected))}, found {', '.join(sorted(map(str, p))) or 'none'}"
     shard, total, examples, complete, rows = (p[k] for k in ("shard", "total", "examples", "complete", "rows"))
-    if not (isinstance(shard, list) and len(shard) == 2 and all(_is_int(v) for v in shard) and 0 <= shard[0] < shard[1]):
-        return f"shard {shard!r} is not [K, N] with 0 <= K < N"
+    if not (isinstance(shard, list) and len(shard) in (2, 3) and all(_is_int(v) for v in shard) and 0 <= shard[0] < shard[1]
+            and (len(shard) == 2 or shard[2] > 1)):
+        return f"shard {shard!r} is not [K, N] with 0 <= K < N (or [K, N, UNIT], UNIT > 1)"
     if Shard(*shard).tag != tag:
         return f"it is named {tag}.json but holds shard {shard[0]}/{shard[1]}"
     if not isinstance(p["description"], dict) or not isinstance(p["finished"], bool):

@@ -1,10 +1,11 @@
 """Recording in several processes: tasks that are shards, run by any executor.
 
-A job is cut into tasks by the data alone: task k of N records `--shard k/N` of the
-examples, where N = ceil(examples / (task_size x batch_size)). A task is an ordinary
-resumable shard (`tracer.record(..., shard=Shard(k, N), resume=True)`), so a task that
-was killed is simply run again and continues after its last committed batch, and a job
-stopped midway resumes with `--workers`, `--engine dask` or plain `--shard k/N` alike.
+A job is cut into tasks by the data alone: task k of N records part k of N of the
+examples, cut at multiples of the batch size, where N = ceil(examples / (task_size x
+batch_size)). A task is an ordinary resumable shard (`tracer.record(..., shard=Shard(k,
+N, unit=batch_size), resume=True)`), so a task that was killed is simply run again and
+continues after its last committed batch, and a job stopped midway resumes with any
+number of workers, on a process pool or a Dask cluster alike.
 
 `record_task(job, k)` runs one task in the calling process, loading the model once per
 process; it is what Ray, Spark or Beam users call from their own jobs. `record_parallel`
@@ -29,9 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from recorders import Shard
+from tracer.recording import DEFAULT_BATCH_SIZE
 from recorders.errors import GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
 
-__all__ = ["Job", "record_task", "record_parallel", "task_count", "dask_executor", "DEFAULT_TASK_SIZE"]
+__all__ = ["Job", "record_task", "record_parallel", "task_count", "task_shard", "dask_executor", "DEFAULT_TASK_SIZE"]
 
 DEFAULT_TASK_SIZE = 8  # batches per task
 
@@ -80,6 +82,12 @@ def task_count(examples: int, batch_size: int, task_size: int = DEFAULT_TASK_SIZ
     return max(1, math.ceil(examples / (batch_size * task_size)))
 
 
+def task_shard(job: Job, index: int, count: int) -> Shard:
+    """Task `index` of `count`: a shard cut at multiples of the batch size, so that its
+    batches hold the same rows as one process's (and give the same values to the bit)."""
+    return Shard(index, count, unit=int(job.options.get("batch_size", DEFAULT_BATCH_SIZE)))
+
+
 def record_task(job: Job, index: int, count: int) -> dict:
     """Record task `index` of `count` of `job` in this process (resuming what a killed run
     of it committed) and return its summary (`tracer.record`'s)."""
@@ -89,7 +97,7 @@ def record_task(job: Job, index: int, count: int) -> dict:
 
     lengths = np.load(job.lengths) if job.lengths else None
     return tracer.record(
-        _model(job), _feeds(job), job.out, shard=Shard(index, count), resume=True, lengths=lengths, **dict(job.options)
+        _model(job), _feeds(job), job.out, shard=task_shard(job, index, count), resume=True, lengths=lengths, **dict(job.options)
     )
 
 
@@ -142,7 +150,7 @@ def record_parallel(
     (they receive the signal too), and the folder is left to resume.
     """
     examples, created = _prepare(job, resume)
-    batch_size = int(job.options.get("batch_size", 256))
+    batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
     count = task_count(examples, batch_size, task_size)
     own = executor is None
     if own:
