@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from recorders.errors import RecordingError, SelectionError
 
-__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "progress_problem", "write_json_atomically"]
+__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "recorded_layout", "progress_problem", "write_json_atomically"]
 
 PROGRESS_DIR = "_progress"
 
@@ -206,3 +206,13 @@ def read_progress(out: Path) -> dict[str, dict[str, Any]]:
             "record into a new folder, or remove the folder and record again"
         )
     return found
+
+
+def recorded_layout(out: Path) -> Shard | None:
+    """How the recording in `out` is split, as a Shard of index 0 (count and unit), or None
+    if `out` holds no progress file yet."""
+    found = read_progress(Path(out)) if Path(out).is_dir() else {}
+    if not found:
+        return None
+    shard = next(iter(found.values()))["shard"]
+    return Shard(0, shard[1], (shard[2:] or [1])[0])

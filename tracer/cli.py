@@ -16,6 +16,7 @@ import ctypes
 import json
 import logging
 import os
+from pathlib import Path
 import sys
 import warnings
 from typing import Sequence
@@ -361,6 +362,7 @@ def _record(args) -> None:
     import tracer
     from tracer.feeds import load_array, parse_feed_args
     from recorders import Shard
+    from recorders.progress import recorded_layout
     from tracer.budget import parse_size
     from tracer.select import Selection, parse_range
 
@@ -375,6 +377,11 @@ def _record(args) -> None:
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     memory = parse_size(args.memory) if args.memory else None
+    layout = recorded_layout(Path(args.out)) if args.resume else None
+    if layout is not None and layout.unit > 1 and not args.shard:  # a --workers recording: resumed by tasks
+        return _record_parallel(args, selection, memory)
+    if layout is not None and layout.count == shard.count:  # a task resumed by hand: cut as the job cut it
+        shard = Shard(shard.index, shard.count, layout.unit)
     if args.workers > 1 or args.engine != "processes" or args.scheduler or args.scheduler_file:
         return _record_parallel(args, selection, memory)
     with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:

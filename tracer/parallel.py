@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from recorders import Shard
+from recorders.progress import recorded_layout
 from tracer.recording import DEFAULT_BATCH_SIZE
 from recorders.errors import GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
 
@@ -145,13 +146,17 @@ def record_parallel(
     processes (default: the number of CPUs); returns a summary like `tracer.record`'s.
 
     `progress(n)` is called with the number of sequences of each task that finishes.
-    Without `resume`, a folder that holds a recording already is refused.
+    Without `resume`, a folder that holds a recording already is refused; with it, the
+    job keeps the tasks it was cut into.
     Ctrl-C cancels the tasks not started; running ones stop after their batch in flight
     (they receive the signal too), and the folder is left to resume.
     """
     examples, created = _prepare(job, resume)
     batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
     count = task_count(examples, batch_size, task_size)
+    layout = recorded_layout(Path(job.out)) if resume else None
+    if layout is not None and layout.unit == batch_size:
+        count = layout.count  # a resumed job keeps its tasks, whatever --task-size says now
     own = executor is None
     if own:
         executor = _pool(workers or os.cpu_count() or 1)
@@ -169,7 +174,9 @@ def record_parallel(
         while running:
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for future in done:
-                k = running.pop(future)
+                k = running.pop(future, None)
+                if k is None:  # resubmitted already, with the others of a broken pool
+                    continue
                 try:
                     summaries[k] = future.result()
                 except GatetraceError:

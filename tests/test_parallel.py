@@ -1,0 +1,144 @@
+"""Recording in several processes: `--workers N` (a process pool) and `--engine dask` (a
+local Dask cluster), against one process recording the same batches.
+
+Tasks are cut at batch boundaries, so each batch holds the same rows as in one process
+and every value must be equal bit for bit. A worker killed mid-job (SIGKILL, as an
+out-of-memory kill would) and a job stopped by Ctrl-C and resumed with another worker
+count or by hand with `--shard` must give the same recording too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import CONFIGS, build, save, static_body
+from tests.test_resume import assert_same_recording as same_recording
+from tracer.cli import main
+
+pytestmark = pytest.mark.e2e
+
+SEQUENCES, STEPS, BATCH = 300, 30, 10
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A 30-step LSTMCell checkpoint, 300 sequences, and one process's recording of them."""
+    root = tmp_path_factory.mktemp("parallel")
+    path = save(build(static_body(CONFIGS["LSTMCell"]), steps=STEPS), "checkpoint", root)
+    x = root / "x.npy"
+    np.save(x, np.random.RandomState(1).randn(SEQUENCES, STEPS, 4).astype(np.float32))
+    argv = ["record", path, "--feed", f"x={x}", "--quiet", "--batch-size", str(BATCH)]
+    assert main([*argv, "--out", str(root / "one")]) == 0
+    return argv, root / "one"
+
+
+def assert_same_recording(out: Path, one: Path) -> None:
+    same_recording(out, one, sequences=SEQUENCES)
+
+
+def gatetrace(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_a_process_pool_equals_one_process(job, tmp_path):
+    argv, one = job
+    done = gatetrace(*argv, "--out", str(tmp_path / "pool"), "--workers", "2", "--task-size", "4")
+    assert done.returncode == 0, done.stderr
+    assert f"recorded 1 cell on {SEQUENCES} sequences in 8 tasks" in done.stdout  # ceil(300 / (10 x 4))
+    assert_same_recording(tmp_path / "pool", one)
+    parts = sorted(json.loads(p.read_text())["examples"] for p in (tmp_path / "pool" / "_progress").glob("*.json"))
+    assert parts[:2] == [[0, 30], [30, 70]] and all(a % BATCH == 0 for a, _ in parts)  # 30 batches cut 8 ways
+
+
+def test_a_dask_cluster_equals_one_process(job, tmp_path):
+    pytest.importorskip("distributed", reason='the dask extra: pip install "gatetrace[dask]"')
+    argv, one = job
+    done = gatetrace(*argv, "--out", str(tmp_path / "dask"), "--engine", "dask", "--workers", "2", "--task-size", "8")
+    assert done.returncode == 0, done.stderr
+    assert "in 4 tasks" in done.stdout
+    assert_same_recording(tmp_path / "dask", one)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+def _committed(out: Path) -> int:
+    total = 0
+    for p in (out / "_progress").glob("*.json") if (out / "_progress").is_dir() else ():
+        try:
+            total += sum(b - a for a, b in json.loads(p.read_text())["complete"])
+        except (ValueError, KeyError):
+            pass
+    return total
+
+
+def _start(argv: list[str], out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tracer.cli", *argv, "--out", str(out), *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, proc: subprocess.Popen, limit: float = 300) -> None:
+    end = time.time() + limit
+    while not condition():
+        assert proc.poll() is None, f"the job ended before the moment the test waits for: {proc.communicate()}"
+        assert time.time() < end, "the job never reached the moment the test waits for"
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_is_replaced_and_its_task_resumed(job, tmp_path):
+    argv, one = job
+    out = tmp_path / "killed"
+    proc = _start(argv, out, "--workers", "2", "--task-size", "15")  # 2 tasks of 15 batches, one per worker
+    _wait_for(lambda: _committed(out) >= BATCH, proc)
+    victims = [k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+    assert len(victims) == 2, "expected the pool's two worker processes"
+    os.kill(victims[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert_same_recording(out, one)
+
+
+def test_a_stopped_job_resumes_with_another_worker_count_or_by_hand(job, tmp_path):
+    argv, one = job
+    out = tmp_path / "stopped"
+    proc = _start(argv, out, "--workers", "2", "--task-size", "3")  # 10 tasks
+    _wait_for(lambda: _committed(out) >= 3 * BATCH, proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 130 and "--resume" in stderr, (proc.returncode, stderr)
+    assert not (out / "manifest.json").exists() and 0 < _committed(out) < SEQUENCES
+    layout = json.loads(next((out / "_progress").glob("*.json")).read_text())["shard"]
+    assert layout[1:] == [10, BATCH]
+    by_hand = gatetrace(*argv, "--out", str(out), "--shard", "9/10", "--resume")  # one task by hand, cut as the job cut it
+    assert by_hand.returncode == 0, by_hand.stderr
+    assert "(shard 9/10)" in by_hand.stdout
+    rest = gatetrace(*argv, "--out", str(out), "--resume")  # the others, on a pool of one worker
+    assert rest.returncode == 0, rest.stderr
+    assert "in 10 tasks" in rest.stdout
+    assert_same_recording(out, one)
+
+
+def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path):
+    argv, one = job
+    for extra, why in (
+        (["--shard", "0/2"], "--shard with --workers or --engine: the tasks are shards already"),
+        (["--overwrite"], "--overwrite with --workers or --engine: remove the old recording first"),
+    ):
+        done = gatetrace(*argv, "--out", str(tmp_path / "x"), "--workers", "2", *extra)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and why in done.stderr, done.stderr
+    again = gatetrace(*argv, "--out", str(one), "--workers", "2")
+    assert again.returncode == 2 and "already holds a recording; pass --resume" in again.stderr
+    assert not (tmp_path / "x").exists()
