@@ -13,8 +13,10 @@ each round:
 4. melt: the same values of one batch the naive way: a wide pandas DataFrame per cell,
    `melt` to long, `to_parquet`;
 
-then 5. bytes on disk per stored value (keys included), and the peak RSS of
-`gatetrace record` at each of `--sizes` sequences, each in a fresh process. Ratios
+then 5. bytes on disk per stored value (keys included); 6. whole processes as a user
+runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` against
+a script running only the forward pass; and 7. the peak RSS of `gatetrace record` at
+each of `--sizes` sequences, each in a fresh process. Ratios
 are medians of per-round ratios against the same round's forward pass. Prints a table
 and writes bench/results.json.
 """
@@ -116,12 +118,67 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
     return {"sequences": sequences, "peak_rss_mb": round(rss_mb), "seconds": round(seconds, 1), "bytes_on_disk": size}
 
 
+FORWARD_SCRIPT = """
+import sys
+from tracer.cli import _quiet_tensorflow
+_quiet_tensorflow()
+import tracer
+from tracer.inputs import open_input
+model, x, output, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with tracer.load_model(model) as m:
+    rows = open_input(x, "x")
+    for start in range(0, len(rows), batch):
+        m.session.run(output, {"x:0": rows[start : start + batch]})
+"""
+
+
+def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10) -> dict:
+    """The marginal cost of a batch as a user meets it: whole processes, `gatetrace record
+    --batch-size 256 --quiet` against a script that loads the same checkpoint and runs only
+    the forward pass over the same file, each at `small` and `large` batches; per round,
+    (time at large - time at small) / (large - small) for each, and their ratio. Rounds
+    interleave the four runs (in alternating order); medians of the per-round figures."""
+    files = {}
+    for n in (small, large):
+        files[n] = root / f"whole{n}.npy"
+        np.save(files[n], np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32))
+
+    def run(argv: list[str]) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, *argv], check=True, capture_output=True)
+        return time.perf_counter() - start
+
+    jobs = {}
+    for n in (small, large):
+        jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
+        jobs[("record", n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet"]
+    per_round = {"forward": [], "record": [], "ratio": []}
+    for r in range(rounds):
+        t = {}
+        for key, argv in (list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]):
+            out = root / f"whole-out-{r}-{key[1]}"
+            t[key] = run(argv + (["--out", str(out)] if key[0] == "record" else []))
+            shutil.rmtree(out, ignore_errors=True)
+        marginal = {kind: (t[(kind, large)] - t[(kind, small)]) / (large - small) for kind in ("forward", "record")}
+        per_round["forward"].append(marginal["forward"])
+        per_round["record"].append(marginal["record"])
+        per_round["ratio"].append(marginal["record"] / marginal["forward"])
+    return {
+        "batches": [small, large],
+        "forward_s_per_batch": round(statistics.median(per_round["forward"]), 3),
+        "record_s_per_batch": round(statistics.median(per_round["record"]), 3),
+        "ratio": round(statistics.median(per_round["ratio"]), 2),
+        "per_round": {k: [round(v, 3) for v in vs] for k, vs in per_round.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=8, help="batches per end-to-end record round")
     parser.add_argument("--sizes", default="1000,8000,32000", help="sequence counts for the peak-RSS runs ('' to skip)")
     parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
+    parser.add_argument("--whole-rounds", type=int, default=3, help="rounds of the whole-process measurement (0 to skip)")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="gatetrace-bench-", dir=args.tmp))
@@ -190,6 +247,8 @@ def main() -> None:
             "melt_bytes_per_value": round(melt_bytes / stored_values(manifest), 2),
             "peak_rss": [],
         }
+        if args.whole_rounds:
+            results["whole_process"] = whole_process(model_path, output.name, root, args.whole_rounds)
         for n in [int(s) for s in args.sizes.split(",") if s]:
             results["peak_rss"].append(peak_rss(model_path, n, root))
             print(f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB", file=sys.stderr)
@@ -224,6 +283,12 @@ def _print(r: dict) -> None:
         print(f"{label:28}{m[key]:>10.3f}{ratio[key]:>10.2f}x")
     print(f"record is {r['record_vs_melt']}x faster than the pandas way")
     print(f"bytes on disk per stored value: {r['bytes_per_value']} (pandas way: {r['melt_bytes_per_value']})")
+    w = r.get("whole_process")
+    if w:
+        print(
+            f"whole processes, marginal per batch ({w['batches'][0]} -> {w['batches'][1]} batches): forward {w['forward_s_per_batch']:.3f} s, "
+            f"record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
+        )
     for p in r["peak_rss"]:
         print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s)")
 

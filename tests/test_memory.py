@@ -1,4 +1,5 @@
-"""Memory stays flat: peak RSS does not grow with the number of sequences recorded."""
+"""Memory stays flat: peak RSS does not grow with the number of sequences recorded, and
+--memory bounds what a batch's data adds to it."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ STEPS, FEATURES, UNITS = 20, 8, 64
 WIDE = 4096  # features per step in the input file; the model reads the first FEATURES of them
 
 
-def peak_rss_mb(model: str, x, out) -> float:
+def peak_rss_mb(model: str, x, out, *flags: str) -> float:
     """The peak RSS of `gatetrace record` in a fresh process (VmHWM: ru_maxrss would carry pytest's own peak)."""
+    flags = flags or ("--batch-size", "100")
     code = (
         "import sys; from tracer.cli import main; "
-        f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet', '--batch-size', '100']); "
+        f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet', *{list(flags)!r}]); "
         "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -49,3 +51,28 @@ def test_peak_memory_does_not_grow_with_the_number_of_sequences(tmp_path):
         rss[n] = peak_rss_mb(model, x, tmp_path / f"out{n}")
         x.unlink()
     assert rss[2000] - rss[200] < 40, rss
+
+
+@pytest.mark.e2e
+def test_the_memory_budget_bounds_what_a_batch_adds_to_peak_rss(tmp_path):
+    """An LSTM(64) over 100 steps records about 256 KB per sequence. Batches of 600 would
+    add well over 64 MB to the peak; with --memory 64M the batch size is lowered and the
+    peak stays within 64 MB of a run of one sequence per batch (TensorFlow and the model)."""
+    steps, features, units = 100, 8, 64
+
+    def body(x):
+        outputs, _ = v1.nn.static_rnn(R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32)
+        return [outputs[-1]]
+
+    model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.RandomState(0).randn(600, steps, features).astype(np.float32))
+    base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4")
+    whole = peak_rss_mb(model, x, tmp_path / "whole", "--batch-size", "600", "--memory", "64G")
+    budgeted = peak_rss_mb(model, x, tmp_path / "budgeted", "--batch-size", "600", "--memory", "64M")
+    assert whole - base > 2 * 64, (base, whole)  # without the budget a batch adds more than twice the budget
+    assert budgeted - base < 64, (base, budgeted)
+    import json
+
+    manifest = json.loads((tmp_path / "budgeted" / "manifest.json").read_text())
+    assert manifest["examples"] == 600

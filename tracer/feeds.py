@@ -42,7 +42,7 @@ def load_array(path: str, what: str) -> np.ndarray:
 
 def _is_file_spec(value: str) -> bool:
     """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`: an input file rather than a value."""
-    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet):[^:/\\]+$", value) is not None
+    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None
 
 
 def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
@@ -95,6 +95,8 @@ def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placehol
     """Check `value` against the placeholder (or Keras input: `what`); arrays stay on disk
     (cast batch by batch in `batches`)."""
     on_disk = hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) > 0
+    if hasattr(value, "fit") and tensor.shape.rank:  # TFRecord rows stored flat take the placeholder's shape
+        value.fit(tuple(tensor.shape.as_list()[1:]))
     array = value if on_disk else np.asarray(value)
     want = tensor.dtype.as_numpy_dtype
     if array.dtype != want and not np.can_cast(array.dtype, want, casting="same_kind"):

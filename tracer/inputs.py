@@ -1,4 +1,4 @@
-"""Input files read batch by batch: `.npy`, `.npz` members and Parquet columns.
+"""Input files read batch by batch: `.npy`, `.npz` members, Parquet columns, TFRecords.
 
 Recording a dataset must not load it whole. Every reader here returns an array-like
 with `shape`, `dtype`, `ndim`, `len()` and slicing along the first axis (the
@@ -13,8 +13,9 @@ sequences); a slice is read from disk when it is asked for:
 - Parquet (`FILE.parquet` with one column, or `FILE.parquet:COLUMN`): one row per
   sequence, the column holding its values as nested lists (steps x features) or fixed
   size lists; read a record batch at a time.
+- TFRecord (`FILE.tfrecord:FEATURE`, or a pattern of shards): see `tracer.tfrecords`.
 
-This module does not import TensorFlow.
+This module does not import TensorFlow (the TFRecord reader does, when a feed names one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from recorders.errors import FeedError
 
 __all__ = ["INPUT_SUFFIXES", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
 
-INPUT_SUFFIXES = (".npy", ".npz", ".parquet")
+INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 
 
 def open_input(spec: str, what: str) -> Any:
@@ -40,6 +41,8 @@ def open_input(spec: str, what: str) -> Any:
     if not Path(spec).is_file() and ":" in spec:
         path, _, member = spec.rpartition(":")
     suffix = Path(path).suffix
+    if suffix in (".tfrecord", ".tfrecords"):
+        return _tfrecord(path, member, what)
     if suffix not in INPUT_SUFFIXES:
         raise FeedError(f"{what}: {spec!r} is not a .npy, .npz or .parquet file")
     if not Path(path).is_file():
@@ -59,6 +62,22 @@ def open_input(spec: str, what: str) -> Any:
         raise
     except Exception as err:
         raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}") from err
+
+
+def _tfrecord(path: str, feature: str, what: str) -> Any:
+    """TFRecord files (`tracer.tfrecords`, which imports TensorFlow for its protos)."""
+    if not feature:
+        raise FeedError(f"{what}: name the feature to read from {path}: {path}:FEATURE")
+    from tracer.tfrecords import TFRecordFeature
+
+    try:
+        rows = TFRecordFeature(path, feature)
+    except FeedError as err:
+        raise FeedError(f"{what}: {err}") from None
+    except OSError as err:
+        raise FeedError(f"{what}: cannot read {path}: {err.strerror or err}") from None
+    rows.what = what
+    return rows
 
 
 def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:

@@ -1,0 +1,95 @@
+"""TFRecord inputs: tf.train.Example rows (flat, reshaped to the placeholder) and
+SequenceExample rows (one feature per step), across shard files, equal the same rows
+given as .npy, value for value; damaged or unsuitable files are refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import CONFIGS, build, save, static_body
+from tests.test_resume import tables
+from tracer._tf import tf
+from tracer.inputs import open_input
+
+STEPS, FEATURES = 5, 4
+
+
+def write_examples(path, rows: np.ndarray, sequence: bool = False) -> None:
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for row in rows:
+            if sequence:
+                steps = [tf.train.Feature(float_list=tf.train.FloatList(value=step)) for step in row]
+                record = tf.train.SequenceExample(
+                    context=tf.train.Features(feature={"label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}),
+                    feature_lists=tf.train.FeatureLists(feature_list={"x": tf.train.FeatureList(feature=steps)}),
+                )
+            else:
+                record = tf.train.Example(features=tf.train.Features(feature={
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=row.reshape(-1))),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
+                }))
+            w.write(record.SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return np.random.RandomState(7).randn(23, STEPS, FEATURES).astype(np.float32)
+
+
+def test_rows_are_read_by_slices_in_file_order(rows, tmp_path):
+    for k, part in enumerate(np.array_split(rows, 3)):
+        write_examples(tmp_path / f"data-{k:05d}-of-00003.tfrecord", part)
+    feed = open_input(str(tmp_path / "data-*.tfrecord:x"), "feed x")
+    assert feed.shape == (23, STEPS * FEATURES) and feed.dtype == np.float32
+    feed.fit((STEPS, FEATURES))
+    assert feed.shape == (23, STEPS, FEATURES)
+    np.testing.assert_array_equal(feed[6:17], rows[6:17])
+    np.testing.assert_array_equal(feed[:], rows)
+    write_examples(tmp_path / "seq.tfrecord", rows, sequence=True)
+    np.testing.assert_array_equal(open_input(str(tmp_path / "seq.tfrecord:x"), "feed x")[20:23], rows[20:23])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sequence", [False, True], ids=["Example", "SequenceExample"])
+def test_a_tfrecord_recording_equals_the_npy_one(rows, sequence, tmp_path):
+    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", rows)
+    for k, part in enumerate(np.array_split(rows, 2)):
+        write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence)
+    for name, feed in (("npy", "x.npy"), ("tfrecord", "train-*.tfrecord:x")):
+        done = subprocess.run(
+            [sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name),
+             "--batch-size", "8", "--quiet"], capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+    got, want = tables(tmp_path / "tfrecord"), tables(tmp_path / "npy")
+    for table in want:
+        assert len(got[table]) == len(want[table]) > 0
+        assert got[table].equals(want[table])
+
+
+def test_unreadable_tfrecords_are_refused_in_one_line(rows, tmp_path):
+    import gzip
+
+    write_examples(tmp_path / "ok.tfrecord", rows[:3])
+    data = (tmp_path / "ok.tfrecord").read_bytes()
+    (tmp_path / "cut.tfrecord").write_bytes(data[:-7])
+    (tmp_path / "zipped.tfrecord").write_bytes(gzip.compress(data))
+    cases = {
+        "cut.tfrecord:x": "is truncated",
+        "zipped.tfrecord:x": "is GZIP-compressed; decompress it",
+        "ok.tfrecord:y": "record 0 has no feature 'y'; it has label, x",
+        "ok.tfrecord:label": None,  # an int64 feature reads (as int64)
+        "none-*.tfrecord:x": "no file matches",
+    }
+    for spec, why in cases.items():
+        if why is None:
+            assert open_input(str(tmp_path / spec), "feed x").dtype == np.int64
+            continue
+        with pytest.raises(Exception) as err:
+            open_input(str(tmp_path / spec), "feed x")
+        assert why in str(err.value) and "\n" not in str(err.value) and str(err.value).startswith("feed x: ")
