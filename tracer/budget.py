@@ -20,9 +20,10 @@ import numpy as np
 
 from recorders.errors import SelectionError
 
-__all__ = ["COPIES", "available_memory", "default_budget", "parse_size", "bytes_per_sequence", "fit_batch", "describe_size"]
+__all__ = ["COPIES", "DEFAULT_BATCH_SIZE", "available_memory", "default_budget", "parse_size", "bytes_per_sequence", "fit_batch", "describe_size"]
 
 COPIES = 6
+DEFAULT_BATCH_SIZE = 256  # sequences per Session.run, before the budget lowers it
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30, "T": 2**40, "TB": 2**40}
 
 

@@ -359,8 +359,6 @@ def _split(text: str | None) -> tuple[str, ...]:
 
 
 def _record(args) -> None:
-    import tracer
-    from tracer.feeds import load_array, parse_feed_args
     from recorders import Shard
     from recorders.progress import recorded_layout
     from tracer.budget import parse_size
@@ -374,8 +372,6 @@ def _record(args) -> None:
         examples=parse_range(args.examples, "examples") if args.examples else (None, None),
     )
     shard = Shard.parse(args.shard) if args.shard else Shard()
-    feeds = parse_feed_args(args.feed)
-    lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     memory = parse_size(args.memory) if args.memory else None
     layout = recorded_layout(Path(args.out)) if args.resume else None
     if layout is not None and layout.unit > 1 and not args.shard:  # a --workers recording: resumed by tasks
@@ -383,7 +379,12 @@ def _record(args) -> None:
     if layout is not None and layout.count == shard.count:  # a task resumed by hand: cut as the job cut it
         shard = Shard(shard.index, shard.count, layout.unit)
     if args.workers > 1 or args.engine != "processes" or args.scheduler or args.scheduler_file:
-        return _record_parallel(args, selection, memory)
+        return _record_parallel(args, selection, memory)  # the driver imports no TensorFlow
+    import tracer
+    from tracer.feeds import load_array, parse_feed_args
+
+    feeds = parse_feed_args(args.feed)
+    lengths = load_array(args.lengths, "--lengths") if args.lengths else None
     with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         summary = tracer.record(
             model,

@@ -8,7 +8,6 @@ checks every shape and dtype, and that every placeholder the fetches need is fed
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -16,7 +15,7 @@ import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
-from tracer.inputs import INPUT_SUFFIXES, open_input
+from tracer.inputs import is_input_spec, open_input
 
 __all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "batches"]
 
@@ -40,11 +39,6 @@ def load_array(path: str, what: str) -> np.ndarray:
     return np.asarray(open_input(path, what))
 
 
-def _is_file_spec(value: str) -> bool:
-    """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`: an input file rather than a value."""
-    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None
-
-
 def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
     """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`.
 
@@ -55,7 +49,7 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
-        if _is_file_spec(value):
+        if is_input_spec(value):
             feeds[name] = open_input(value, f"feed {name}")
         else:
             scalar = _parse_scalar(value)

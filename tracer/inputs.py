@@ -21,6 +21,7 @@ This module does not import TensorFlow (the TFRecord reader does, when a feed na
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -30,9 +31,14 @@ import numpy as np
 
 from recorders.errors import FeedError
 
-__all__ = ["INPUT_SUFFIXES", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
+__all__ = ["INPUT_SUFFIXES", "is_input_spec", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
 
 INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
+
+
+def is_input_spec(value: str) -> bool:
+    """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`, `d.tfrecord:feature`: an input file rather than a value."""
+    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None
 
 
 def open_input(spec: str, what: str) -> Any:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from recorders import Shard
 from recorders.progress import recorded_layout
-from tracer.recording import DEFAULT_BATCH_SIZE
+from tracer.budget import DEFAULT_BATCH_SIZE
 from recorders.errors import GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
 
 __all__ = ["Job", "record_task", "record_parallel", "task_count", "task_shard", "dask_executor", "DEFAULT_TASK_SIZE"]
@@ -103,21 +103,22 @@ def record_task(job: Job, index: int, count: int) -> dict:
 
 
 def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
-    """Check the feeds in the driver, count the examples, and create the folder; returns
-    (examples to record, whether the driver created the folder)."""
+    """Count the examples from the input files (the driver loads no model and imports no
+    TensorFlow: each task checks the feeds against the model and fails in one line if they
+    do not fit) and create the folder; returns (examples to record, whether the driver
+    created the folder)."""
+    from recorders.errors import FeedError
     from recorders.parquet import create_folder
     from recorders.progress import read_progress
-    from tracer.feeds import count_sequences, resolve_feeds
+    from tracer.inputs import is_input_spec, open_input
 
-    model = _model(job)
-    if hasattr(model, "graph"):
-        n = count_sequences(resolve_feeds(model.graph, _feeds(job), aliases=model.inputs))
-    else:
-        from tracer.keras_layers import resolve_inputs
-
-        n = count_sequences(resolve_inputs(model, _feeds(job)))
-    if n is None:
-        raise SelectionError("--workers: a recording in several processes needs at least one array feed to split into sequences")
+    sizes = {name: len(open_input(spec, f"feed {name}")) for name, spec in job.feeds.items() if is_input_spec(spec)}
+    if not sizes:
+        raise SelectionError("--workers: a recording in several processes needs at least one input file to split into sequences")
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{name} has {n}" for name, n in sizes.items())
+        raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
+    n = next(iter(sizes.values()))
     selection = job.options.get("selection")
     if selection is not None and selection.examples != (None, None):
         first, last, _ = slice(*selection.examples).indices(n)

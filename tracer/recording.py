@@ -19,7 +19,7 @@ import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
-from tracer.budget import bytes_per_sequence, default_budget, describe_size, fit_batch
+from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, default_budget, describe_size, fit_batch
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
@@ -33,7 +33,6 @@ from tracer.weights import read_weights, weights_columns
 
 __all__ = ["trace", "record", "describe", "find_all", "weight_values", "DEFAULT_BATCH_SIZE"]
 
-DEFAULT_BATCH_SIZE = 256
 
 
 def _as_model(model: Any) -> Model | KerasModel:
