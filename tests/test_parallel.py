@@ -142,3 +142,21 @@ def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path):
     again = gatetrace(*argv, "--out", str(one), "--workers", "2")
     assert again.returncode == 2 and "already holds a recording; pass --resume" in again.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_record_parallel_takes_any_executor(job, tmp_path):
+    """The Python API on an executor the caller made and owns (here a process pool)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import tracer
+
+    argv, one = job
+    job_spec = tracer.Job(model=argv[1], feeds={"x": argv[3].split("=", 1)[1]}, out=str(tmp_path / "api"), options={"batch_size": BATCH})
+    finished = []
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
+        summary = tracer.record_parallel(job_spec, executor=executor, task_size=5, progress=finished.append)
+        assert executor.submit(abs, -1).result() == 1  # still the caller's, open
+    assert summary["complete"] and summary["tasks"] == {"count": 6, "task_size": 5} and summary["examples"] == SEQUENCES
+    assert sorted(finished) == [50] * 6
+    assert_same_recording(tmp_path / "api", one)
