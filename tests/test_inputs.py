@@ -26,7 +26,13 @@ def write_inputs(root):
     pq.write_table(table.select(["x"]), root / "only.parquet", row_group_size=3)
     flat = pa.FixedSizeListArray.from_arrays(pa.array(DATA.reshape(-1)), 20)
     pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(flat.flatten(), 20)}), root / "fixed.parquet")
+    dataset = root / "dataset"  # a folder of Parquet files, one partition folder, a file to leave out
+    for k, (a, b) in enumerate([(0, 2), (2, 7), (7, 11)]):
+        (dataset / f"part={k}").mkdir(parents=True)
+        pq.write_table(table.slice(a, b - a), dataset / f"part={k}" / "data.parquet", row_group_size=2)
+    pq.write_table(table.slice(0, 1), dataset / "_summary.parquet")
     return {
+        "parquet-dataset": f"{dataset}:x",
         "npy": f"{root}/x.npy",
         "npz-stored": f"{root}/stored.npz:x",
         "npz-compressed": f"{root}/packed.npz",
@@ -35,7 +41,7 @@ def write_inputs(root):
     }
 
 
-@pytest.mark.parametrize("form", ["npz-stored", "npz-compressed", "parquet", "parquet-one-column"])
+@pytest.mark.parametrize("form", ["npz-stored", "npz-compressed", "parquet", "parquet-one-column", "parquet-dataset"])
 def test_readers_slice_like_the_array(tmp_path, form):
     array = open_input(write_inputs(tmp_path)[form], "feed x")
     assert array.shape == DATA.shape and array.dtype == DATA.dtype and len(array) == 11 and array.ndim == 3
@@ -61,7 +67,7 @@ def test_fixed_size_list_columns(tmp_path):
         (lambda p: np.savez(p / "f.npz", a=np.asfortranarray(DATA)), "f.npz", "f.npz:a is stored in Fortran order"),
         (lambda p: pq.write_table(pa.table({"a": [1], "b": [2]}), p / "t.parquet"), "t.parquet", "t.parquet holds 2 columns (a, b); name one: {p}/t.parquet:a"),
         (lambda p: pq.write_table(pa.table({"a": [1]}), p / "t.parquet"), "t.parquet:z", "t.parquet has no column 'z'; it holds a"),
-        (lambda p: (p / "x.csv").write_text("1"), "x.csv", "feed x: '{p}/x.csv' is not a .npy, .npz or .parquet file"),
+        (lambda p: (p / "x.csv").write_text("1"), "x.csv", "feed x: '{p}/x.csv' is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files"),
         (lambda p: (p / "bad.npz").write_text("no zip"), "bad.npz", "feed x: cannot read {p}/bad.npz as a .npz file"),
     ],
 )

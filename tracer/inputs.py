@@ -10,8 +10,8 @@ sequences); a slice is read from disk when it is asked for:
 - `.npz` (`FILE.npz` with one array, or `FILE.npz:NAME`): an uncompressed member is read
   in place the same way; a compressed one (`np.savez_compressed`) is decompressed as a
   stream, forward, one batch at a time.
-- Parquet (`FILE.parquet` with one column, or `FILE.parquet:COLUMN`): one row per
-  sequence, the column holding its values as nested lists (steps x features) or fixed
+- Parquet (`FILE.parquet` with one column, or `FILE.parquet:COLUMN`, or a folder of
+  Parquet files, a dataset, `FOLDER:COLUMN`): one row per sequence, the column holding its values as nested lists (steps x features) or fixed
   size lists; read a record batch at a time.
 - TFRecord (`FILE.tfrecord:FEATURE`, or a pattern of shards): see `tracer.tfrecords`.
 
@@ -37,21 +37,27 @@ INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 
 
 def is_input_spec(value: str) -> bool:
-    """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`, `d.tfrecord:feature`: an input file rather than a value."""
-    return value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None
+    """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`, `d.tfrecord:feature`, `folder:column`
+    (a Parquet dataset): an input file rather than a value."""
+    if value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None:
+        return True
+    return Path(value).is_dir() or (":" in value and Path(value.rpartition(":")[0]).is_dir())
 
 
 def open_input(spec: str, what: str) -> Any:
-    """`x.npy`, `data.npz`, `data.npz:inputs`, `data.parquet`, `data.parquet:tokens` -> an array-like."""
+    """`x.npy`, `data.npz`, `data.npz:inputs`, `data.parquet`, `data.parquet:tokens`, `folder:tokens`,
+    `data.tfrecord:tokens` -> an array-like."""
     path, member = spec, ""
     if not Path(spec).is_file() and ":" in spec:
         path, _, member = spec.rpartition(":")
     suffix = Path(path).suffix
     if suffix in (".tfrecord", ".tfrecords"):
         return _tfrecord(path, member, what)
-    if suffix not in INPUT_SUFFIXES:
-        raise FeedError(f"{what}: {spec!r} is not a .npy, .npz or .parquet file")
-    if not Path(path).is_file():
+    if Path(path).is_dir():  # a Parquet dataset: its files in name order
+        suffix = ".parquet"
+    elif suffix not in INPUT_SUFFIXES:
+        raise FeedError(f"{what}: {spec!r} is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files")
+    elif not Path(path).is_file():
         raise FeedError(f"{what}: no such file {path}")
     try:
         if suffix == ".npy":
@@ -249,20 +255,38 @@ class NpzMember(_Rows):
 
 
 class ParquetColumn(_Rows):
-    """One column of a Parquet file, one row per sequence, read by record batches."""
+    """One column of a Parquet file, or of a folder of them (a dataset: its `.parquet` files
+    in path order, leaving out those whose names start with `_` or `.`), one row per
+    sequence, read by record batches."""
 
     def __init__(self, path: str, column: str | None):
         import pyarrow.parquet as pq
 
         self.path = path
-        self._file = pq.ParquetFile(path)
-        self.column = column = _pick(path, column, self._file.schema_arrow.names, "column")
-        if self._file.metadata.num_rows == 0:
+        names = [path] if not Path(path).is_dir() else sorted(
+            str(p) for p in Path(path).rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts)
+        )
+        if not names:
+            raise FeedError(f"{path} holds no .parquet files")
+        self._files = [pq.ParquetFile(n) for n in names]
+        self.column = column = _pick(path, column, self._files[0].schema_arrow.names, "column")
+        for name, f in zip(names, self._files):
+            if column not in f.schema_arrow.names:
+                raise FeedError(f"{name} has no column {column!r}; every file of {path} must have it")
+        # Row groups of all files in order, and the first row of each.
+        self._groups = [(f, g) for f in self._files for g in range(f.num_row_groups)]
+        self._starts = np.cumsum([0] + [f.metadata.row_group(g).num_rows for f, g in self._groups])
+        rows = int(self._starts[-1])
+        if rows == 0:
             raise FeedError(f"{path}:{column} holds no rows; an empty Parquet file cannot tell the shape of a sequence")
-        first = self._to_numpy(next(self._file.iter_batches(batch_size=1, columns=[column])).column(0))
-        self.shape, self.dtype = (self._file.metadata.num_rows, *first.shape[1:]), first.dtype
-        self._starts = np.cumsum([0] + [self._file.metadata.row_group(i).num_rows for i in range(self._file.num_row_groups)])
+        first_file = next(f for f in self._files if f.metadata.num_rows)
+        first = self._to_numpy(next(first_file.iter_batches(batch_size=1, columns=[column])).column(0))
+        self.shape, self.dtype = (rows, *first.shape[1:]), first.dtype
         self._batches, self._buffer, self._at = None, None, 0  # _buffer holds rows [_at, _at + len)
+
+    def _batches_from(self, group: int):
+        for f, g in self._groups[group:]:
+            yield from f.iter_batches(batch_size=4096, columns=[self.column], row_groups=[g])
 
     def _to_numpy(self, array) -> np.ndarray:
         """Nested (fixed size) lists -> an [rows, ...] array; every row must have the same shape."""
@@ -288,8 +312,8 @@ class ParquetColumn(_Rows):
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         if self._buffer is None or not (self._at <= start <= self._at + len(self._buffer)):
-            group = int(np.searchsorted(self._starts, start, side="right") - 1)
-            self._batches = self._file.iter_batches(batch_size=4096, columns=[self.column], row_groups=range(group, self._file.num_row_groups))
+            group = min(int(np.searchsorted(self._starts, start, side="right") - 1), len(self._groups) - 1)
+            self._batches = self._batches_from(group)
             self._buffer, self._at = self._to_numpy_empty(), int(self._starts[group])
         parts = []
         while start < stop:
