@@ -7,6 +7,7 @@ complete, so a run that fails (or is killed) leaves nothing that looks finished.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -14,7 +15,22 @@ from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError
 
-__all__ = ["check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+__all__ = ["local_path", "check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+
+
+def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
+    """`out` as a Path; RecordingError for a URI (`s3://...`, `gs://...`), which a Path would
+    silently turn into a local folder named after the scheme. (`file://` is a local path.)"""
+    text = os.fspath(out)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", text)
+    if scheme:
+        raise RecordingError(
+            f"{what} {text}: gatetrace writes recordings to a folder of a file system, not to {scheme.group(1)}:// object "
+            "storage; record into a local or shared folder, then copy it (aws s3 sync, gsutil rsync)"
+        )
+    return Path(text)
 
 
 def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[Path], list[str]] | None = None) -> None:

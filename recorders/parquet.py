@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError
-from recorders.files import check_out, foreign_entries, publish, refuse_links, remove, temp_sibling
+from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
 from recorders.long import KeyCache, gate_columns, state_columns
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
@@ -130,7 +130,7 @@ def write_weights(
     path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any], overwrite: bool = False
 ) -> int:
     """Write the weights table (`tracer.weights.weights_columns`) to one Parquet file, atomically."""
-    path = Path(path)
+    path = local_path(path)
     check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
     tmp = temp_sibling(path)
     try:
@@ -183,7 +183,7 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
-        self.target = Path(out).resolve()  # where the recording is, or will be once published
+        self.target = local_path(out).resolve()  # where the recording is, or will be once published
         refuse_links(self.target)
         # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
         # that the recording it replaces is kept until the new one is complete.
@@ -545,7 +545,7 @@ def create_folder(out: str | os.PathLike) -> bool:
     its progress folder), so that no shard is the one that created it and none removes it
     on failure. Refuses a file, a link, or a folder holding anything but a recording.
     Returns whether the folder was created."""
-    out = Path(out).resolve()
+    out = local_path(out).resolve()
     refuse_links(out)
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")

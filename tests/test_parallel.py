@@ -155,8 +155,8 @@ def test_record_parallel_takes_any_executor(job, tmp_path):
     job_spec = tracer.Job(model=argv[1], feeds={"x": argv[3].split("=", 1)[1]}, out=str(tmp_path / "api"), options={"batch_size": BATCH})
     finished = []
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
-        summary = tracer.record_parallel(job_spec, executor=executor, task_size=5, progress=finished.append)
+        summary = tracer.record_parallel(job_spec, executor=executor, task_size=5, progress=lambda n, total: finished.append((n, total)))
         assert executor.submit(abs, -1).result() == 1  # still the caller's, open
     assert summary["complete"] and summary["tasks"] == {"count": 6, "task_size": 5} and summary["examples"] == SEQUENCES
-    assert sorted(finished) == [50] * 6
+    assert sorted(finished) == [(0, SEQUENCES)] + [(50, SEQUENCES)] * 6
     assert_same_recording(tmp_path / "api", one)

@@ -407,6 +407,7 @@ def _record(args) -> None:
 
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
+    from recorders.files import local_path
     from tracer.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):
@@ -426,7 +427,7 @@ def _record_parallel(args, selection, memory) -> None:
     job = Job(
         model=os.path.abspath(args.model),
         feeds={n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v) for n, v in feeds.items()},
-        out=os.path.abspath(args.out),
+        out=str(local_path(args.out).resolve()),
         tag=args.tag,
         signature=args.signature,
         allow_unsafe_ops=args.allow_unsafe_ops,
@@ -440,18 +441,23 @@ def _record_parallel(args, selection, memory) -> None:
         },
     )
     bar = None
-    if not args.quiet:
-        from tqdm import tqdm
 
-        bar = tqdm(unit="seq", desc="recording (tasks)", dynamic_ncols=True)
+    def progress(n: int, total: int) -> None:
+        nonlocal bar
+        if bar is None and not args.quiet:  # once the folder is ready: nothing shows for a job refused before
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="seq", desc="recording (tasks)", file=sys.stderr, dynamic_ncols=True)
+        if bar is not None:
+            bar.update(n)
+
+    options = {"task_size": args.task_size, "max_attempts": args.max_attempts, "resume": args.resume, "progress": progress}
     try:
         if args.engine == "dask":
             with dask_executor(args.workers, args.scheduler, args.scheduler_file) as executor:
-                summary = record_parallel(job, executor=executor, task_size=args.task_size, max_attempts=args.max_attempts,
-                                          resume=args.resume, progress=bar.update if bar else None)
+                summary = record_parallel(job, executor=executor, **options)
         else:
-            summary = record_parallel(job, workers=args.workers, task_size=args.task_size, max_attempts=args.max_attempts,
-                                      resume=args.resume, progress=bar.update if bar else None)
+            summary = record_parallel(job, workers=args.workers, **options)
     finally:
         if bar is not None:
             bar.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recorders.files import check_out, foreign_entries, publish, remove, temp_sibling
+from recorders.files import check_out, foreign_entries, local_path, publish, remove, temp_sibling
 from tracer._tf import tf, v1
 from tracer.model import load_model
 from tracer.recording import record
@@ -82,7 +82,7 @@ def summarise(recording: Path) -> str:
 
 def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512) -> Path:
     """Train, save, record and summarise into the folder `out` (model/ and recording/)."""
-    out = Path(out)
+    out = local_path(out)
     check_out(out, overwrite, ours=lambda folder: foreign_entries(folder, ("model", "recording", "inputs.npy")))
     tmp = temp_sibling(out)
     start = time.perf_counter()

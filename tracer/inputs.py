@@ -15,6 +15,9 @@ sequences); a slice is read from disk when it is asked for:
   size lists; read a record batch at a time.
 - TFRecord (`FILE.tfrecord:FEATURE`, or a pattern of shards): see `tracer.tfrecords`.
 
+Paths may also be URIs of object storage (`s3://bucket/x.npy`, `gs://...`), read through
+pyarrow's file systems with ranged reads (TFRecords excepted: local files only).
+
 This module does not import TensorFlow (the TFRecord reader does, when a feed names one).
 """
 
@@ -38,8 +41,10 @@ INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 
 def is_input_spec(value: str) -> bool:
     """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`, `d.tfrecord:feature`, `folder:column`
-    (a Parquet dataset): an input file rather than a value."""
+    (a Parquet dataset), `s3://bucket/x.npy`: an input file rather than a value."""
     if value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None:
+        return True
+    if re.match(r"^[a-z][a-z0-9+.-]*://", value):  # a URI: object storage, or file://
         return True
     return Path(value).is_dir() or (":" in value and Path(value.rpartition(":")[0]).is_dir())
 
@@ -48,32 +53,72 @@ def open_input(spec: str, what: str) -> Any:
     """`x.npy`, `data.npz`, `data.npz:inputs`, `data.parquet`, `data.parquet:tokens`, `folder:tokens`,
     `data.tfrecord:tokens` -> an array-like."""
     path, member = spec, ""
-    if not Path(spec).is_file() and ":" in spec:
-        path, _, member = spec.rpartition(":")
+    head, _, tail = spec.rpartition(":")
+    if head and "/" not in tail and not _kind(*_location(spec, what))[0] == "file":
+        path, member = head, tail
     suffix = Path(path).suffix
+    store, where = _location(path, what)
+    kind, _ = _kind(store, where)
     if suffix in (".tfrecord", ".tfrecords"):
+        if store is not None:
+            raise FeedError(f"{what}: TFRecord inputs are read from local files only; copy {path} to a local or shared folder")
         return _tfrecord(path, member, what)
-    if Path(path).is_dir():  # a Parquet dataset: its files in name order
+    if kind == "dir":  # a Parquet dataset: its files in name order
         suffix = ".parquet"
     elif suffix not in INPUT_SUFFIXES:
         raise FeedError(f"{what}: {spec!r} is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files")
-    elif not Path(path).is_file():
+    elif kind != "file":
         raise FeedError(f"{what}: no such file {path}")
     try:
         if suffix == ".npy":
             if member:
                 raise FeedError(f"{what}: a .npy file holds one array; drop ':{member}'")
-            rows = open_npy(path)
+            rows = open_npy(where, store)
             if isinstance(rows, RawRows):
                 rows.what = what
             return rows
-        rows = NpzMember(path, member or None) if suffix == ".npz" else ParquetColumn(path, member or None)
+        rows = NpzMember(where, member or None, store) if suffix == ".npz" else ParquetColumn(where, member or None, store)
         rows.what = what  # named in errors found while reading
         return rows
     except FeedError:
         raise
     except Exception as err:
         raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}") from err
+
+
+def _location(path: str, what: str = "input"):
+    """(pyarrow FileSystem, path within it) for a URI such as `s3://bucket/key` or
+    `gs://bucket/key` (credentials and endpoint as pyarrow reads them: AWS_ENDPOINT_URL and
+    the usual variables); (None, the path) for a local path or a `file://` URI."""
+    if path.startswith("file://"):
+        return None, path[len("file://"):]
+    if not re.match(r"^[a-z][a-z0-9+.-]*://", path):
+        return None, path
+    from pyarrow import fs
+
+    try:
+        return fs.FileSystem.from_uri(path)
+    except Exception as err:  # an unknown scheme, a malformed URI, missing credentials
+        raise FeedError(f"{what}: cannot open {path}: {err}") from None
+
+
+def _kind(store, path: str) -> tuple[str, int]:
+    """("file", size), ("dir", 0) or ("missing", 0)."""
+    if store is None:
+        p = Path(path)
+        return ("file", p.stat().st_size) if p.is_file() else ("dir", 0) if p.is_dir() else ("missing", 0)
+    from pyarrow import fs
+
+    try:
+        info = store.get_file_info(path)
+    except OSError:
+        return "missing", 0
+    return ("file", info.size) if info.type == fs.FileType.File else ("dir", 0) if info.type == fs.FileType.Directory else ("missing", 0)
+
+
+def _open(store, path: str):
+    """A binary file to read, with seek, tell and read (and read_at, remote)."""
+    return open(path, "rb") if store is None else store.open_input_file(path)
 
 
 def _tfrecord(path: str, feature: str, what: str) -> Any:
@@ -90,6 +135,15 @@ def _tfrecord(path: str, feature: str, what: str) -> Any:
         raise FeedError(f"{what}: cannot read {path}: {err.strerror or err}") from None
     rows.what = what
     return rows
+
+
+def _files_under(store, path: str) -> list[str]:
+    """Every file below the folder `path`, local or in object storage."""
+    if store is None:
+        return [str(p) for p in Path(path).rglob("*") if p.is_file()]
+    from pyarrow import fs
+
+    return [i.path for i in store.get_file_info(fs.FileSelector(path, recursive=True)) if i.type == fs.FileType.File]
 
 
 def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:
@@ -175,16 +229,24 @@ def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
 
 
 class RawRows(_Rows):
-    """Rows of a C-ordered array stored raw at `offset` in a file, read with pread."""
+    """Rows of a C-ordered array stored raw at `offset` in a file, read with pread (or
+    ranged reads from object storage: `store` is a pyarrow FileSystem)."""
 
-    def __init__(self, path: str, offset: int, shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, path: str, offset: int, shape: tuple[int, ...], dtype: np.dtype, store=None):
         self.path, self._offset, self.shape, self.dtype = path, offset, shape, dtype
         self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-        self._fd = os.open(path, os.O_RDONLY)
+        self._remote = None if store is None else store.open_input_file(path)
+        self._fd = os.open(path, os.O_RDONLY) if store is None else None
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, *self.shape[1:]), self.dtype)
         if out.size == 0:
+            return out
+        if self._remote is not None:
+            data = self._remote.read_at(out.nbytes, self._offset + start * self._row_bytes)
+            if len(data) < out.nbytes:
+                raise FeedError(f"{self.path} is shorter than its header says ({self.shape}); the file is truncated")
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
             return out
         view, at = memoryview(out.reshape(-1).view(np.uint8)), 0
         while at < len(view):
@@ -200,22 +262,22 @@ class RawRows(_Rows):
             os.close(fd)
 
 
-def open_npy(path: str) -> RawRows | np.ndarray:
+def open_npy(path: str, store=None) -> RawRows | np.ndarray:
     """An `.npy` file, read by rows (a 0-d one, a scalar, is read whole)."""
-    with open(path, "rb") as f:
+    with _open(store, path) as f:
         shape, dtype = _read_header(f, path)
-        _check_size(path, shape, dtype, os.fstat(f.fileno()).st_size - f.tell())
+        _check_size(path, shape, dtype, _kind(store, path)[1] - f.tell())
         if shape == ():
             return np.frombuffer(f.read(dtype.itemsize), dtype)[0]
-        return RawRows(path, f.tell(), shape, dtype)
+        return RawRows(path, f.tell(), shape, dtype, store)
 
 
 class NpzMember(_Rows):
     """One array of an `.npz` file, read by rows."""
 
-    def __init__(self, path: str, name: str | None):
-        self.path = path
-        self._zip = zipfile.ZipFile(path)
+    def __init__(self, path: str, name: str | None, store=None):
+        self.path, self._store = path, store
+        self._zip = zipfile.ZipFile(path if store is None else _open(store, path))
         name = _pick(path, name, [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")], "array")
         self._info = self._zip.getinfo(name + ".npy")
         with self._zip.open(self._info) as f:
@@ -225,12 +287,12 @@ class NpzMember(_Rows):
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._stored = None
         if self._info.compress_type == zipfile.ZIP_STORED:
-            self._stored = RawRows(path, self._data_offset(), self.shape, self.dtype)
+            self._stored = RawRows(path, self._data_offset(), self.shape, self.dtype, store)
         self._stream, self._at = None, 0
 
     def _data_offset(self) -> int:
         """Where the member's array data starts in the .npz file."""
-        with open(self.path, "rb") as f:
+        with _open(self._store, self.path) as f:
             f.seek(self._info.header_offset)
             local = f.read(30)  # the zip local file header: name and extra field lengths at 26 and 28
             name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
@@ -259,16 +321,17 @@ class ParquetColumn(_Rows):
     in path order, leaving out those whose names start with `_` or `.`), one row per
     sequence, read by record batches."""
 
-    def __init__(self, path: str, column: str | None):
+    def __init__(self, path: str, column: str | None, store=None):
         import pyarrow.parquet as pq
 
         self.path = path
-        names = [path] if not Path(path).is_dir() else sorted(
-            str(p) for p in Path(path).rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts)
+        names = [path] if _kind(store, path)[0] != "dir" else sorted(
+            n for n in _files_under(store, path) if n.endswith(".parquet") and not any(
+                part.startswith(("_", ".")) for part in n[len(path):].strip("/").split("/"))
         )
         if not names:
             raise FeedError(f"{path} holds no .parquet files")
-        self._files = [pq.ParquetFile(n) for n in names]
+        self._files = [pq.ParquetFile(n if store is None else _open(store, n)) for n in names]
         self.column = column = _pick(path, column, self._files[0].schema_arrow.names, "column")
         for name, f in zip(names, self._files):
             if column not in f.schema_arrow.names:

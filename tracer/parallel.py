@@ -141,12 +141,13 @@ def record_parallel(
     task_size: int = DEFAULT_TASK_SIZE,
     max_attempts: int = 3,
     resume: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Record `job` in tasks run by `executor`, or by a process pool of `workers`
     processes (default: the number of CPUs); returns a summary like `tracer.record`'s.
 
-    `progress(n)` is called with the number of sequences of each task that finishes.
+    `progress(n, total)` is called once the folder is ready with n = 0, then with the number
+    of sequences of each task that finishes; total is the number of sequences to record.
     Without `resume`, a folder that holds a recording already is refused; with it, the
     job keeps the tasks it was cut into.
     Ctrl-C cancels the tasks not started; running ones stop after their batch in flight
@@ -158,6 +159,8 @@ def record_parallel(
     layout = recorded_layout(Path(job.out)) if resume else None
     if layout is not None and layout.unit == batch_size:
         count = layout.count  # a resumed job keeps its tasks, whatever --task-size says now
+    if progress is not None:
+        progress(0, examples)
     own = executor is None
     if own:
         executor = _pool(workers or os.cpu_count() or 1)
@@ -198,7 +201,7 @@ def record_parallel(
                     submit(k)
                     continue
                 if progress is not None:
-                    progress(summaries[k]["examples_this_run"])
+                    progress(summaries[k]["examples_this_run"], examples)
     except KeyboardInterrupt:
         for future in running:
             future.cancel()
