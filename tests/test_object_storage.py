@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import CONFIGS, build, save, static_body
 from tests.test_resume import tables
+from tracer.cli import main
 
 pytestmark = pytest.mark.e2e
 STEPS, FEATURES = 5, 4
@@ -66,12 +67,24 @@ def parquet_bytes(rows: np.ndarray) -> bytes:
     return buffer.getvalue().to_pybytes()
 
 
-def record(env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracer.cli", "record", *args, "--quiet"], capture_output=True, text=True,
-                          timeout=300, env=env)
+@pytest.fixture
+def record(s3, capsys, monkeypatch):
+    """`gatetrace record ... --quiet` in this process, with the environment pointing at the server
+    (spawned workers inherit it)."""
+    env, _ = s3
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, env[key])
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main(["record", *args, "--quiet"])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
 
 
-def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, tmp_path):
+def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
     env, store = s3
     rows = np.random.RandomState(2).randn(13, STEPS, FEATURES).astype(np.float32)
     model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
@@ -84,33 +97,33 @@ def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, tmp_path):
     put(store, "data/x.parquet", parquet_bytes(rows))
     put(store, "data/set/part-0.parquet", parquet_bytes(rows[:6]))  # a dataset: two files, read in name order
     put(store, "data/set/part-1.parquet", parquet_bytes(rows[6:]))
-    done = record(env, model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "local"), "--batch-size", "4")
+    done = record(model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "local"), "--batch-size", "4")
     assert done.returncode == 0, done.stderr
     want = tables(tmp_path / "local")
     for name, spec in {"npy": "s3://data/x.npy", "npz": "s3://data/x.npz:x", "parquet": "s3://data/x.parquet:x",
                        "dataset": "s3://data/set:x"}.items():
-        done = record(env, model, "--feed", f"x={spec}", "--out", str(tmp_path / name), "--batch-size", "4")
+        done = record(model, "--feed", f"x={spec}", "--out", str(tmp_path / name), "--batch-size", "4")
         assert done.returncode == 0, (name, done.stderr)
         got = tables(tmp_path / name)
         for table in want:
             assert got[table].equals(want[table]), (name, table)
-    done = record(env, model, "--feed", "x=s3://data/x.npy", "--out", str(tmp_path / "pool"), "--batch-size", "4", "--workers", "2",
+    done = record(model, "--feed", "x=s3://data/x.npy", "--out", str(tmp_path / "pool"), "--batch-size", "4", "--workers", "2",
                   "--task-size", "1")
     assert done.returncode == 0, done.stderr
     assert "in 4 tasks" in done.stdout
     got = tables(tmp_path / "pool")
     assert all(got[t].equals(want[t]) for t in want)
-    missing = record(env, model, "--feed", "x=s3://data/nothing.npy", "--out", str(tmp_path / "none"))
+    missing = record(model, "--feed", "x=s3://data/nothing.npy", "--out", str(tmp_path / "none"))
     assert missing.returncode == 2 and "feed x: no such file s3://data/nothing.npy" in missing.stderr
 
 
-def test_an_out_in_object_storage_is_refused_in_one_line(s3, tmp_path):
+def test_an_out_in_object_storage_is_refused_in_one_line(s3, record, tmp_path, monkeypatch):
     env, store = s3
     model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.zeros((2, STEPS, FEATURES), np.float32))
+    monkeypatch.chdir(tmp_path)
     for extra in ([], ["--workers", "2"]):
-        done = subprocess.run([sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={tmp_path / 'x.npy'}",
-                               "--out", "s3://data/run1", *extra], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        done = record(model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", "s3://data/run1", *extra)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "--out s3://data/run1: gatetrace writes recordings to a folder of a file system, not to s3:// object storage" in done.stderr
         assert not (tmp_path / "s3:").exists()

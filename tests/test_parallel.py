@@ -111,6 +111,20 @@ def test_a_killed_worker_is_replaced_and_its_task_resumed(job, tmp_path):
     assert_same_recording(out, one)
 
 
+def test_a_killed_dask_worker_is_replaced_and_its_task_resumed(job, tmp_path):
+    pytest.importorskip("distributed", reason='the dask extra: pip install "gatetrace[dask]"')
+    argv, one = job
+    out = tmp_path / "killed-dask"
+    proc = _start(argv, out, "--engine", "dask", "--workers", "2", "--task-size", "15")
+    _wait_for(lambda: _committed(out) >= BATCH, proc)
+    workers = [k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+    assert len(workers) == 2, "expected the local cluster's two worker processes"
+    os.kill(workers[0], signal.SIGKILL)  # its nanny starts a new one; the task runs again and resumes
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert_same_recording(out, one)
+
+
 def test_a_stopped_job_resumes_with_another_worker_count_or_by_hand(job, tmp_path):
     argv, one = job
     out = tmp_path / "stopped"
@@ -131,16 +145,18 @@ def test_a_stopped_job_resumes_with_another_worker_count_or_by_hand(job, tmp_pat
     assert_same_recording(out, one)
 
 
-def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path):
+def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path, capsys):
     argv, one = job
     for extra, why in (
         (["--shard", "0/2"], "--shard with --workers or --engine: the tasks are shards already"),
         (["--overwrite"], "--overwrite with --workers or --engine: remove the old recording first"),
+        (["--engine", "processes", "--scheduler", "tcp://head:8786"], "--scheduler and --scheduler-file are for --engine dask"),
     ):
-        done = gatetrace(*argv, "--out", str(tmp_path / "x"), "--workers", "2", *extra)
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and why in done.stderr, done.stderr
-    again = gatetrace(*argv, "--out", str(one), "--workers", "2")
-    assert again.returncode == 2 and "already holds a recording; pass --resume" in again.stderr
+        assert main([*argv, "--out", str(tmp_path / "x"), "--workers", "2", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err, err
+    assert main([*argv, "--out", str(one), "--workers", "2"]) == 2
+    assert "already holds a recording; pass --resume" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

@@ -19,12 +19,22 @@ import pytest
 
 from recorders import Recording
 from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
+from tracer.cli import main
 
 pytestmark = pytest.mark.e2e
 
 
-def gatetrace(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def gatetrace(capsys):
+    """The command, run in this process (TensorFlow is imported once for all the tests)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
 
 
 def stack(framework: str):
@@ -85,7 +95,7 @@ def check_recording(rec: Recording, model, framework: str, x: np.ndarray, cells:
 @pytest.mark.parametrize(
     "framework, how", [("keras3", "export"), ("tf-keras", "tf.saved_model.save"), ("tf-keras", "no keras_metadata.pb")]
 )
-def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path):
+def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path, gatetrace):
     model = stack(framework)
     path = tmp_path / "model"
     save(model, framework, how, path)
@@ -135,7 +145,7 @@ np.savez({weights!r}, *module.gru.get_weights(), *module.lstm.get_weights())
 """
 
 
-def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
+def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path, gatetrace):
     """A tf.Module holding a tf-keras GRU (reset_after) and LSTM, exported by a script with a
     tf.function signature of its own naming its input `tokens`; fed by that name or by tensor name."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,7 +206,7 @@ tf.saved_model.save(module, {path!r}, signatures=module.__call__)
 """
 
 
-def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path):
+def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path, gatetrace):
     """A WriteFile inside the function the signature calls, before a GRU: after inlining it
     sits in the graph that recording would run, and nothing runs."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -210,3 +220,38 @@ def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tm
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "WriteFile" in done.stderr and "nothing was run" in done.stderr
     assert not marker.exists() and not (tmp_path / "rec").exists()
+
+
+KERAS3_MODULE_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from tests.test_keras import keras_module, T, FEATURES
+import tensorflow as tf
+k3 = keras_module("keras3")
+
+class Holder(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = k3.layers.LSTM(2, return_sequences=True, name="lstm")
+        self.lstm.build((None, T, FEATURES))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")])
+    def __call__(self, x):
+        return {{"y": self.lstm(x)}}
+
+module = Holder()
+tf.saved_model.save(module, {path!r}, signatures=module.__call__)
+"""
+
+
+def test_a_signature_reading_variables_that_restoring_does_not_fill_is_refused(tmp_path, gatetrace):
+    """A Keras 3 layer inside a tf.Module: its weights are saved twice, and the signature reads
+    the copy that the restore function does not fill. Refused before anything runs."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = KERAS3_MODULE_SCRIPT.format(root=root, path=str(tmp_path / "holder"))
+    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    done = gatetrace("inspect", str(tmp_path / "holder"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "signature 'serving_default' reads 3 variables that restoring does not fill (lstm/lstm_cell/bias" in done.stderr
+    assert "export the Keras model itself with model.export()" in done.stderr

@@ -330,6 +330,8 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     try:
         with graph.as_default():
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
+        if tf2:
+            _check_restored(graph, meta.signature_def[signature], plan, source, signature)
         if restore:
             plan.run(session, source, allow_unsafe_ops)
     except GatetraceError:
@@ -340,6 +342,37 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
         raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
     return Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
+
+
+def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
+    """Refuse a TF2 SavedModel whose signature reads variables its restore function does not
+    fill (they would be read uninitialized): a Keras 3 layer inside a tf.Module is saved so,
+    its weights once for the layer's objects and once more for the module's."""
+    def handles(start: list[tf.Operation]) -> set[str]:
+        seen, todo, found = set(), list(start), set()
+        while todo:
+            op = todo.pop()
+            if op.name in seen:
+                continue
+            seen.add(op.name)
+            if op.type == "VarHandleOp":
+                found.add(op.name)
+            todo += [t.op for t in op.inputs]
+        return found
+
+    if not plan.restore_op:
+        return
+    read = handles([graph.as_graph_element(t.name).op for t in signature_def.outputs.values()])
+    restored = handles([graph.as_graph_element(plan.restore_op)])
+    if plan.init_op:
+        restored |= handles([graph.as_graph_element(plan.init_op)])
+    missing = sorted(read - restored)
+    if missing:
+        raise ModelFormatError(
+            f"{source}: signature {signature!r} reads {len(missing)} variable{'s' if len(missing) != 1 else ''} that restoring "
+            f"does not fill ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); Keras 3 layers inside a tf.Module are "
+            "saved this way: export the Keras model itself with model.export() and record that"
+        )
 
 
 def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
