@@ -184,3 +184,18 @@ def session_model(body: Callable[[], object], root: Path, fmt: str = "checkpoint
             return str(root / "frozen.pb"), values
     finally:
         v1.enable_control_flow_v2()
+
+
+def run_cli(*args: str) -> "subprocess.CompletedProcess":
+    """`gatetrace ARGS` run in this process, its stdout and stderr captured (TensorFlow is
+    imported once for all the tests; tests of what a fresh process prints run it as one)."""
+    import contextlib
+    import io
+    import subprocess
+
+    from tracer.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())

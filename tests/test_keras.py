@@ -8,8 +8,6 @@ layer's input as Keras computed it (a probe model returns the layers' inputs).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ import pytest
 import tracer
 from recorders import GatetraceError, Recording, ReplayMismatchError
 from tracer.keras_layers import KerasPlan, find_layers, resolve_inputs, wrap
+from tests.conftest import run_cli
 
 FRAMEWORKS = ("keras3", "tf-keras")
 T, FEATURES = 6, 3
@@ -337,8 +336,7 @@ def test_no_rnn_layer():
 FILES = [("keras3", "m.keras"), ("tf-keras", "m.keras"), ("tf-keras", "m.h5"), ("tf-keras", "saved")]
 
 
-def gatetrace(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300)
+gatetrace = run_cli
 
 
 @pytest.mark.e2e

@@ -21,12 +21,16 @@ import pytest
 import tracer
 from recorders import Recording
 from recorders.errors import ModelFormatError, UnsafeGraphError
+from tests.conftest import run_cli
 from tests.test_keras import FEATURES, T, keras_module, masked_model, sequences, zero_mask
 
 pytestmark = pytest.mark.e2e
 
 
 def gatetrace(*args: str, env=None) -> subprocess.CompletedProcess:
+    """The command: in this process, or in a fresh one with its own environment `env`."""
+    if env is None:
+        return run_cli(*args)
     return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=300, env=env)
 
 
