@@ -48,3 +48,19 @@ def test_a_small_budget_lowers_the_batch_size(tmp_path, capsys):
     assert parts == ["part-0000000000.parquet", "part-0000000010.parquet", "part-0000000020.parquet"]
     assert main([*argv[:-2], "--memory", "lots"]) == 2
     assert "--memory 'lots': expected a size such as 2G, 500M or 1.5GB" in capsys.readouterr().err
+
+
+def test_inspect_says_what_the_budget_makes_of_the_batch_size(tmp_path, capsys, monkeypatch):
+    import tracer.budget
+
+    def body(x):
+        return [v1.nn.static_rnn(R.BasicLSTMCell(64), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    model = save(build(body, steps=50, features=8), "checkpoint", tmp_path)
+    per_sequence = COPIES * 50 * (4 * 64 * 2 + 2 * 64) * 4  # inputs are not known to inspect
+    monkeypatch.setattr(tracer.budget, "default_budget", lambda: 10 * per_sequence + 1000)
+    assert main(["inspect", model]) == 0
+    assert "batch size: 256 by default, lowered to 10 to fit the memory budget of 7.3 MB (about 750.0 KB per sequence" in capsys.readouterr().out
+    monkeypatch.setattr(tracer.budget, "default_budget", lambda: 2**40)
+    assert main(["inspect", model]) == 0
+    assert "batch size: 256 by default, fits the memory budget of 1024.0 GB" in capsys.readouterr().out

@@ -261,6 +261,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _batch_note(cells) -> str:
+    """What the memory budget makes of the default batch size, as `inspect` says it."""
+    from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, default_budget, describe_size, fit_batch
+
+    per_sequence, budget = bytes_per_sequence(cells, {}), default_budget()
+    batch = fit_batch(DEFAULT_BATCH_SIZE, budget, per_sequence)
+    why = "fits" if batch == DEFAULT_BATCH_SIZE else f"lowered to {batch} to fit"
+    return (
+        f"batch size: {DEFAULT_BATCH_SIZE} by default, {why} the memory budget of {describe_size(budget)} "
+        f"(about {describe_size(per_sequence)} per sequence, inputs not counted; --memory changes the budget)"
+    )
+
+
 def _signature_input(graph, name: str, tensor: str) -> dict:
     """A SavedModel signature's input, as `inspect` lists it."""
     t = graph.get_tensor_by_name(tensor)
@@ -312,6 +325,7 @@ def _inspect(args) -> None:
         else:
             how = "replayed" if c.path == "replay" else "fused"
             print(f"{c.name}: {how}, {', '.join(extras)}: {c.describe()['why']}")
+    print(f"\n{_batch_note(cells)}")
     if unsafe:
         print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
         print("record and weights refuse this model unless --allow-unsafe-ops")
@@ -352,6 +366,7 @@ def _inspect_keras(args, model) -> None:
         print(f"not recorded: {h}; its inner layer runs on reshaped rows")
     listed = ", ".join(f"{i['name']} ({i['dtype']}, {i['shape']})" for i in inputs)
     print(f"\ninputs: {listed}; record with --feed {inputs[0]['name']}=FILE.npy")
+    print(_batch_note(cells))
 
 
 def _split(text: str | None) -> tuple[str, ...]:

@@ -212,7 +212,7 @@ def record(
         if examples is not None and examples[0] == examples[1]:
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
         total = None if examples is None else sum(stop - start for start, stop in todo)
-        with _progress_bar(total, progress) as bar, _StopOnCtrlC(progress) as ctrl_c:
+        with _progress_bar(total, progress, batch_size) as bar, _StopOnCtrlC(progress) as ctrl_c:
             in_flight = 0  # sequences written by the worker threads, not committed yet
 
             def commit() -> None:
@@ -368,8 +368,9 @@ def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | No
     return lengths
 
 
-def _progress_bar(total: int | None, show: bool):
-    """A tqdm bar on stderr counting sequences, or a silent stand-in."""
+def _progress_bar(total: int | None, show: bool, batch_size: int):
+    """A tqdm bar on stderr counting sequences (and saying the batch size), or a silent stand-in."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="seq", file=sys.stderr, disable=not show, dynamic_ncols=True, desc="recording")
+    desc = f"recording, batches of {batch_size}"
+    return tqdm(total=total, unit="seq", file=sys.stderr, disable=not show, dynamic_ncols=True, desc=desc)
