@@ -1,6 +1,6 @@
 """What recording costs: forward pass, gate fetch, end-to-end record, the pandas way, bytes, memory.
 
-    python bench/record.py [--rounds 5] [--batches 8] [--sizes 1000,8000,32000]
+    python bench/record.py [--rounds 5] [--batches 8] [--sizes 1000,8000,32000] [--whole-rounds 3] [--profile]
 
 Model: a 2-layer MultiRNNCell of BasicLSTMCell(256) under static_rnn, T=50 steps of
 D=64 inputs, batch 256, random inputs. Measured side by side, in alternating order,
@@ -172,6 +172,46 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
     }
 
 
+def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int) -> dict:
+    """Each pass a batch's values make on their way to disk, timed alone on one thread
+    (medians over `rounds`): the fetch (one Session.run), cutting each gate's and state's
+    [examples, steps, units] array out of the fetched tensors, building its long columns
+    (keys and values), and encoding the Parquet files. In `record` the last three run on
+    two worker threads while the next batch is fetched."""
+    from recorders.long import KeyCache, gate_columns, state_columns
+    from recorders.parquet import _write_table
+
+    keep = BATCH
+    times: dict[str, list[float]] = {k: [] for k in ("fetch", "cut", "columns", "encode")}
+    for r in range(rounds):
+        start = time.perf_counter()
+        values = plan.fetch(session, feed)
+        times["fetch"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        arrays = []
+        for k, cell in enumerate(plan.cells):
+            steps = plan.steps(values, k)
+            for g in range(len(cell.gates)):
+                arrays.append(("gate", steps, plan.gate(values, k, g, "preactivation", keep), plan.gate(values, k, g, "activation", keep)))
+            for state in cell.spec.states:
+                arrays.append(("state", steps, plan.state(values, k, state, keep), None))
+        times["cut"].append(time.perf_counter() - start)
+        ids, keys = np.arange(keep, dtype=np.int64), KeyCache()
+        start = time.perf_counter()
+        columns = [
+            gate_columns(ids, steps, a, b, None, keys) if kind == "gate" else state_columns(ids, steps, a, None, keys)
+            for kind, steps, a, b in arrays
+        ]
+        times["columns"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for n, c in enumerate(columns):
+            _write_table(root / f"profile-{r}-{n}.parquet", c, b"{}")
+        times["encode"].append(time.perf_counter() - start)
+        for f in root.glob(f"profile-{r}-*.parquet"):
+            f.unlink()
+    return {k: round(statistics.median(v), 4) for k, v in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -179,6 +219,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,8000,32000", help="sequence counts for the peak-RSS runs ('' to skip)")
     parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
     parser.add_argument("--whole-rounds", type=int, default=3, help="rounds of the whole-process measurement (0 to skip)")
+    parser.add_argument("--profile", action="store_true", help="also time each pass over a batch's values (fetch, cut, columns, encode)")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="gatetrace-bench-", dir=args.tmp))
@@ -247,6 +288,8 @@ def main() -> None:
             "melt_bytes_per_value": round(melt_bytes / stored_values(manifest), 2),
             "peak_rss": [],
         }
+        if args.profile:
+            results["profile_s"] = profile(session, plan, feed, root, args.rounds)
         if args.whole_rounds:
             results["whole_process"] = whole_process(model_path, output.name, root, args.whole_rounds)
         for n in [int(s) for s in args.sizes.split(",") if s]:
@@ -283,6 +326,9 @@ def _print(r: dict) -> None:
         print(f"{label:28}{m[key]:>10.3f}{ratio[key]:>10.2f}x")
     print(f"record is {r['record_vs_melt']}x faster than the pandas way")
     print(f"bytes on disk per stored value: {r['bytes_per_value']} (pandas way: {r['melt_bytes_per_value']})")
+    if "profile_s" in r:
+        passes = ", ".join(f"{k} {v:.3f} s" for k, v in r["profile_s"].items())
+        print(f"passes over one batch, each alone on one thread: {passes}")
     w = r.get("whole_process")
     if w:
         print(

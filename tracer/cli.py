@@ -16,9 +16,9 @@ import ctypes
 import json
 import logging
 import os
-from pathlib import Path
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
 __all__ = ["main"]
@@ -229,8 +229,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive,
         default=8,
         metavar="BATCHES",
-        help="batches per task with --workers or --engine (default: 8); tasks are the --shard parts of the data, so any "
-        "of them resumes the others",
+        help="batches per task with --workers or --engine (default: 8); tasks are shards of the data cut at batch "
+        "boundaries, and a stopped job resumes with any number of workers: --task-size 4",
     )
     c.add_argument(
         "--max-attempts",

@@ -7,7 +7,7 @@ N, unit=batch_size), resume=True)`), so a task that was killed is simply run aga
 continues after its last committed batch, and a job stopped midway resumes with any
 number of workers, on a process pool or a Dask cluster alike.
 
-`record_task(job, k)` runs one task in the calling process, loading the model once per
+`record_task(job, k, n)` runs task k of n in the calling process, loading the model once per
 process; it is what Ray, Spark or Beam users call from their own jobs. `record_parallel`
 runs all of a job's tasks on an executor: a `concurrent.futures.ProcessPoolExecutor` of
 `workers` processes by default (the standard library, nothing to install), or any
@@ -22,17 +22,20 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import shutil
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from recorders import Shard
-from recorders.progress import recorded_layout
+from recorders.errors import FeedError, GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
+from recorders.parquet import create_folder
+from recorders.progress import read_progress, recorded_layout
 from tracer.budget import DEFAULT_BATCH_SIZE
-from recorders.errors import GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
+from tracer.inputs import is_input_spec, open_input
 
 __all__ = ["Job", "record_task", "record_parallel", "task_count", "task_shard", "dask_executor", "DEFAULT_TASK_SIZE"]
 
@@ -107,11 +110,6 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
     TensorFlow: each task checks the feeds against the model and fails in one line if they
     do not fit) and create the folder; returns (examples to record, whether the driver
     created the folder)."""
-    from recorders.errors import FeedError
-    from recorders.parquet import create_folder
-    from recorders.progress import read_progress
-    from tracer.inputs import is_input_spec, open_input
-
     sizes = {name: len(open_input(spec, f"feed {name}")) for name, spec in job.feeds.items() if is_input_spec(spec)}
     if not sizes:
         raise SelectionError("--workers: a recording in several processes needs at least one input file to split into sequences")
@@ -211,7 +209,7 @@ def record_parallel(
     except BaseException:
         for future in running:
             future.cancel()
-        if created and not any(summaries):
+        if created and not summaries:
             _remove_if_empty(Path(job.out))
         raise
     finally:
@@ -222,8 +220,6 @@ def record_parallel(
 
 def _remove_if_empty(out: Path) -> None:
     """Remove a folder the driver created if no task left anything in it but progress."""
-    import shutil
-
     progress = out / "_progress"
     if progress.is_dir() and not any(p.suffix == ".json" for p in progress.iterdir()):
         shutil.rmtree(progress, ignore_errors=True)
