@@ -93,7 +93,8 @@ def inline_signature(meta, key: str, keep: list[str], source: str):
         graph_def = tf_optimizer.OptimizeGraph(config, work)
         graph_def = v1.graph_util.extract_sub_graph(graph_def, [n.partition(":")[0] for n in fetch.value])
     except Exception as err:
-        raise ModelFormatError(f"{source}: cannot inline the functions of signature {key!r}: {err}") from err
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ModelFormatError(f"{source}: cannot inline the functions of signature {key!r}: {reason}") from err
     for node in graph_def.node:  # shapes recorded for the call ops, not for what replaced them
         node.attr.pop("_output_shapes", None)
     del work.collection_def["train_op"]
