@@ -41,7 +41,7 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     out = tmp_path / "run1"
     assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--batch-size", "2"]) == 0
     stdout, stderr = capfd.readouterr()
-    assert "recording: 100%" in stderr and "3/3" in stderr and "270 rows" in stderr  # the progress bar
+    assert "recording, batches of 2: 100%" in stderr and "3/3" in stderr and "270 rows" in stderr  # the progress bar
     assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
