@@ -17,9 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import tables
-from tracer.cli import main
 
 pytestmark = pytest.mark.e2e
 STEPS, FEATURES = 5, 4
@@ -68,20 +67,13 @@ def parquet_bytes(rows: np.ndarray) -> bytes:
 
 
 @pytest.fixture
-def record(s3, capsys, monkeypatch):
+def record(s3, monkeypatch):
     """`gatetrace record ... --quiet` in this process, with the environment pointing at the server
     (spawned workers inherit it)."""
     env, _ = s3
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
         monkeypatch.setenv(key, env[key])
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        capsys.readouterr()
-        code = main(["record", *args, "--quiet"])
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return run
+    return lambda *args: run_cli("record", *args, "--quiet")
 
 
 def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):

@@ -24,9 +24,7 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def gatetrace():
-    return run_cli
+gatetrace = run_cli  # the command, in this process
 
 
 def stack(framework: str, small: bool = False):
@@ -89,7 +87,7 @@ def check_recording(rec: Recording, model, framework: str, x: np.ndarray, cells:
 @pytest.mark.parametrize(
     "framework, how", [("keras3", "export"), ("tf-keras", "tf.saved_model.save"), ("tf-keras", "no keras_metadata.pb")]
 )
-def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path, gatetrace):
+def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path):
     small = how == "no keras_metadata.pb"
     model = stack(framework, small)
     cells = {k: v for k, v in CELLS.items() if not small or v[0] in ("lstm", "gru_v1")}
@@ -153,7 +151,7 @@ np.savez({weights!r}, *module.gru.get_weights(), *module.lstm.get_weights())
 """
 
 
-def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path, gatetrace):
+def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
     """A tf.Module holding a tf-keras GRU (reset_after) and LSTM, exported by a script with a
     tf.function signature of its own naming its input `tokens`; fed by that name or by tensor name."""
     run_script(MODULE_SCRIPT, path=str(tmp_path / "module"), weights=str(tmp_path / "w.npz"))
@@ -204,7 +202,7 @@ tf.saved_model.save(module, {path!r}, signatures=module.__call__)
 """
 
 
-def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path, gatetrace):
+def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tmp_path):
     """A WriteFile inside the function the signature calls, before a GRU: after inlining it
     sits in the graph that recording would run, and nothing runs."""
     marker = tmp_path / "pwned.txt"
@@ -219,7 +217,7 @@ def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tm
     assert not marker.exists() and not (tmp_path / "rec").exists()
 
 
-def test_a_signature_reading_variables_that_restoring_does_not_fill_is_refused(tmp_path, gatetrace):
+def test_a_signature_reading_variables_that_restoring_does_not_fill_is_refused(tmp_path):
     """A Keras 3 layer inside a tf.Module: its weights are saved twice, and the signature reads
     the copy that the restore function does not fill. Refused before anything runs."""
     run_script(ONE_LAYER_SCRIPT, framework="keras3", layer='LSTM(2, return_sequences=True, name="lstm")', before="pass",

@@ -54,7 +54,7 @@ def open_input(spec: str, what: str) -> Any:
     `data.tfrecord:tokens` -> an array-like."""
     path, member = spec, ""
     head, _, tail = spec.rpartition(":")
-    if head and "/" not in tail and not _kind(*_location(spec, what))[0] == "file":
+    if head and "/" not in tail and not Path(spec).is_file():  # `FILE:MEMBER` (a URI's scheme is followed by a slash)
         path, member = head, tail
     suffix = Path(path).suffix
     store, where = _location(path, what)
