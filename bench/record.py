@@ -179,7 +179,7 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
     (keys and values), and encoding the Parquet files. In `record` the last three run on
     two worker threads while the next batch is fetched."""
     from recorders.long import KeyCache, gate_columns, state_columns
-    from recorders.parquet import _write_table
+    from recorders.parquet import _write_parquet
 
     keep = BATCH
     times: dict[str, list[float]] = {k: [] for k in ("fetch", "cut", "columns", "encode")}
@@ -192,9 +192,9 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
         for k, cell in enumerate(plan.cells):
             steps = plan.steps(values, k)
             for g in range(len(cell.gates)):
-                arrays.append(("gate", steps, plan.gate(values, k, g, "preactivation", keep), plan.gate(values, k, g, "activation", keep)))
+                arrays.append(("gate", steps, plan.gate(values, k, g, "preactivation", slice(keep)), plan.gate(values, k, g, "activation", slice(keep))))
             for state in cell.spec.states:
-                arrays.append(("state", steps, plan.state(values, k, state, keep), None))
+                arrays.append(("state", steps, plan.state(values, k, state, slice(keep)), None))
         times["cut"].append(time.perf_counter() - start)
         ids, keys = np.arange(keep, dtype=np.int64), KeyCache()
         start = time.perf_counter()
@@ -205,7 +205,7 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
         times["columns"].append(time.perf_counter() - start)
         start = time.perf_counter()
         for n, c in enumerate(columns):
-            _write_table(root / f"profile-{r}-{n}.parquet", c, b"{}")
+            _write_parquet(root / f"profile-{r}-{n}.parquet", [c], b"{}")
         times["encode"].append(time.perf_counter() - start)
         for f in root.glob(f"profile-{r}-*.parquet"):
             f.unlink()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_columns", "KeyCache", "gate_columns", "state_columns", "weight_columns", "gate_frame"]
+__all__ = ["key_columns", "KeyCache", "long_columns", "gate_columns", "state_columns", "weight_columns", "gate_frame"]
 
 
 def key_columns(examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str, np.ndarray]:
@@ -58,7 +58,7 @@ class KeyCache:
         return {"example": last[1], "step": cached["step"], "unit": cached["unit"]}
 
 
-def _long_columns(
+def long_columns(
     examples: np.ndarray,
     steps: np.ndarray,
     values: dict[str, np.ndarray | None],
@@ -94,14 +94,14 @@ def gate_columns(
     keys=key_columns,
 ) -> dict[str, np.ndarray]:
     """Columns for one gate: keys plus the value columns given ([examples, steps, units])."""
-    return _long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys)
+    return long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys)
 
 
 def state_columns(
     examples: np.ndarray, steps: np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None, keys=key_columns
 ) -> dict[str, np.ndarray]:
     """Columns for one state: keys plus `value` ([examples, steps, units])."""
-    return _long_columns(examples, steps, {"value": values}, lengths, keys)
+    return long_columns(examples, steps, {"value": values}, lengths, keys)
 
 
 def weight_columns(matrix: np.ndarray) -> dict[str, np.ndarray]:

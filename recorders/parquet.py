@@ -34,14 +34,15 @@ import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError
 from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
-from recorders.long import KeyCache, gate_columns, state_columns
+from recorders.long import KeyCache, long_columns
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
 
 __all__ = [
@@ -54,6 +55,10 @@ COMPRESSIONS = ("lz4", "zstd", "snappy", "none")
 DEFAULT_COMPRESSION = "lz4"
 _WEIGHT_LABELS = ("cell", "gate", "source")  # the weights table's text columns, dictionary-encoded
 _FLOATS = ("preactivation", "activation", "value")
+# Rows per row group of a part file: a batch is encoded this many rows at a time, so that
+# the long columns of a whole batch never exist at once; readers that filter on
+# `example` skip row groups by their statistics.
+ROW_GROUP_ROWS = 1 << 20
 
 
 # ASCII characters that must not appear in a folder name on any common file system, or
@@ -98,32 +103,58 @@ def partition_dir(**parts: str) -> str:
     return "/".join(f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items())
 
 
-def _write_table(
-    path: Path, columns: Mapping[str, Any], metadata: bytes, dictionary_columns=(), compression: str | None = None
+def _write_parquet(
+    path: Path, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None
 ) -> int:
-    """Write `columns` as one Parquet file: floats byte-stream-split, `example` delta-encoded,
-    `step` and `unit` plain (their repeats compress to almost nothing, faster than with a
-    dictionary), `dictionary_columns` dictionary-encoded. `compression=None` takes
-    DEFAULT_COMPRESSION."""
-    arrays, names = [], []
-    for name, values in columns.items():
-        if name in dictionary_columns:
-            arrays.append(pa.array(values, type=pa.string()).dictionary_encode())
-        else:
-            arrays.append(pa.array(values))
-        names.append(name)
-    table = pa.Table.from_arrays(arrays, names=names).replace_schema_metadata({METADATA_KEY: metadata})
+    """Write column chunks as one Parquet file, one row group per chunk with rows (a file
+    with no rows still has the schema of the first). Floats are byte-stream-split, `example`
+    delta-encoded, `step` and `unit` plain (their repeats compress to almost nothing, faster
+    than with a dictionary), `dictionary_columns` dictionary-encoded. `compression=None`
+    takes DEFAULT_COMPRESSION. Returns the rows written."""
+    writer, rows = None, 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    encodings = {n: "BYTE_STREAM_SPLIT" for n in names if n in _FLOATS}
-    encodings.update({n: "DELTA_BINARY_PACKED" for n in names if n == "example"})
-    pq.write_table(
-        table,
-        path,
-        compression=compression or DEFAULT_COMPRESSION,
-        use_dictionary=list(dictionary_columns),
-        column_encoding=encodings,
-    )
-    return table.num_rows
+    try:
+        for columns in chunks:
+            arrays = [
+                pa.array(v, type=pa.string()).dictionary_encode() if name in dictionary_columns else pa.array(v)
+                for name, v in columns.items()
+            ]
+            table = pa.Table.from_arrays(arrays, names=list(columns))
+            if writer is None:
+                encodings = {n: "BYTE_STREAM_SPLIT" for n in columns if n in _FLOATS}
+                encodings.update({n: "DELTA_BINARY_PACKED" for n in columns if n == "example"})
+                writer = pq.ParquetWriter(
+                    path, table.schema.with_metadata({METADATA_KEY: metadata}), compression=compression or DEFAULT_COMPRESSION,
+                    use_dictionary=list(dictionary_columns), column_encoding=encodings,
+                )
+            if table.num_rows:
+                writer.write_table(table, row_group_size=table.num_rows)
+                rows += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def _chunks(examples, steps, values: Mapping[str, Any], lengths, keys) -> Iterator[dict[str, Any]]:
+    """The long columns of one part file (`recorders.long`), a chunk of examples at a time,
+    each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
+    (the column is left out), or callables taking a slice of examples and returning their
+    rows; only one chunk's columns exist at a time."""
+    examples = np.asarray(examples, dtype=np.int64)
+    steps = np.asarray(steps)
+    present = {name: v for name, v in values.items() if v is not None}
+    width = _rows(next(iter(present.values())), slice(0, 1)).shape[2]
+    n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * width))
+    for start in range(0, max(n, 1), per_chunk):
+        rows = slice(start, min(n, start + per_chunk))
+        chunk = {name: _rows(v, rows) for name, v in present.items()}
+        yield long_columns(examples[rows], steps, chunk, None if lengths is None else np.asarray(lengths)[rows], keys)
+
+
+def _rows(values, rows: slice) -> np.ndarray:
+    """The examples `rows` of an [examples, steps, units] array, or of what a callable returns for them."""
+    return values(rows) if callable(values) else np.asarray(values)[rows]
 
 
 def write_weights(
@@ -134,7 +165,7 @@ def write_weights(
     check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
     tmp = temp_sibling(path)
     try:
-        rows = _write_table(tmp, columns, json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
+        rows = _write_parquet(tmp, [columns], json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
         publish(tmp, path)
     except BaseException:
         remove(tmp)
@@ -326,32 +357,32 @@ class RecordingWriter:
             raise RecordingError(f"batch {self._batch[0]}:{self._batch[1]} is not committed yet")
         self._batch = (int(start), int(stop))
 
-    def _submit(self, table: str, folder: str, build: Callable[[], Mapping[str, Any]]) -> None:
+    def _submit(self, table: str, folder: str, examples, steps, values: Mapping[str, Any], lengths) -> None:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = self.out / table / folder / f"part-{self._batch[0]:010d}.parquet"
         staged = self._staging / f"{uuid.uuid4().hex}.parquet"
-        future = self._pool.submit(lambda: _write_table(staged, build(), self._metadata, compression=self._compression))
+        chunks = _chunks(examples, steps, values, lengths, self._keys)
+        future = self._pool.submit(_write_parquet, staged, chunks, self._metadata, compression=self._compression)
         self._pending.append((future, staged, final, table))
 
     def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
         """One gate of one cell: value arrays [examples, steps, units], None (the column is
-        left out), or callables returning the array (called on a worker thread).
+        left out), or callables taking a slice of examples and returning their rows (called
+        on a worker thread, a row group's examples at a time).
 
         With `lengths`, no rows are written for steps at or past an example's length (or,
         given a boolean [examples, steps] mask, where it is False). The arrays must not
         change until `commit()` returns.
         """
         folder = partition_dir(cell=cell, gate=gate)
-        self._submit(
-            "gates", folder, lambda: gate_columns(examples, steps, _value(preactivation), _value(activation), lengths, self._keys)
-        )
+        self._submit("gates", folder, examples, steps, {"preactivation": preactivation, "activation": activation}, lengths)
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
-        """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable returning it."""
+        """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable as for `write_gate`."""
         folder = partition_dir(cell=cell, state=state)
-        self._submit("states", folder, lambda: state_columns(examples, steps, _value(values), lengths, self._keys))
+        self._submit("states", folder, examples, steps, {"value": values}, lengths)
 
     def commit(self) -> None:
         """Wait for the batch's files, move them into place and mark its examples complete."""
@@ -387,7 +418,7 @@ class RecordingWriter:
         self._guard()
         staged = self._staging / "weights.parquet"
         try:
-            n = _write_table(staged, columns, self._metadata, _WEIGHT_LABELS, self._compression)
+            n = _write_parquet(staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
             os.replace(staged, self.out / "weights.parquet")
         except (OSError, pa.ArrowException) as err:
             raise RecordingError(f"cannot write {self.out / 'weights.parquet'}: {getattr(err, 'strerror', None) or err}") from err
@@ -476,10 +507,11 @@ class RecordingWriter:
         self._release()
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
-        elif not self.resumed and not self.complete.total():  # nothing recorded: leave nothing a rerun would refuse
-            if self.shard.count > 1:  # the folder is shared: only this shard's own progress goes
-                (self.out / PROGRESS_DIR / f"{self.shard.tag}.json").unlink(missing_ok=True)
-                return
+        elif not self.resumed and not self.complete.total() and self.shard.count == 1:
+            # Nothing recorded: leave nothing a rerun would refuse. A shard of a shared folder
+            # keeps its (empty) progress file instead: were every shard to remove its own, the
+            # weights and folders they wrote would be left without one, a folder no rerun or
+            # retry recognizes as a recording.
             for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
                 remove(self.out / name)
             if self._created and not any(self.out.iterdir()):
@@ -563,10 +595,6 @@ def create_folder(out: str | os.PathLike) -> bool:
 def _not_a_recording(out: Path) -> list[str]:
     """What in `out` is not part of a gatetrace recording (for --overwrite)."""
     return foreign_entries(out, _RECORDING, (".staging-",))
-
-
-def _value(v):
-    return v() if callable(v) else v
 
 
 def _ours(name: str) -> bool:

@@ -76,6 +76,38 @@ def test_recording_round_trips_and_close_is_idempotent(tmp_path):
     assert progress(out)["complete"] == [[0, 4]] and progress(out)["finished"]
 
 
+def test_a_batch_is_written_a_row_group_of_examples_at_a_time(tmp_path, monkeypatch):
+    """Values given as callables are asked for one row group's examples at a time; the
+    file holds one row group per chunk, with every value in place and lengths applied."""
+    import pyarrow.parquet as pq
+
+    import recorders.parquet
+
+    monkeypatch.setattr(recorders.parquet, "ROW_GROUP_ROWS", 12)  # 2 examples of 3 steps x 2 units
+    examples = np.arange(10, 15)
+    values = (100 * examples[:, None, None] + np.arange(6).reshape(1, 3, 2)).astype(np.float32)
+    asked = []
+
+    def rows(r: slice) -> np.ndarray:
+        asked.append((r.start, r.stop))
+        return values[r]
+
+    lengths = np.array([3, 1, 0, 2, 3])
+    with RecordingWriter(tmp_path / "run", DESCRIPTION, examples=(10, 15)) as writer:
+        writer.begin(10, 15)
+        writer.write_gate("a/b", "f", examples, np.array([0, 1, 2]), rows, None, lengths)
+        writer.write_state("a/b", "h", examples, np.array([0, 1, 2]), values, None)
+    assert asked == [(0, 1), (0, 2), (2, 4), (4, 5)]  # the first call reads the width
+    gates = pq.ParquetFile(next((tmp_path / "run" / "gates").rglob("*.parquet")))
+    assert [gates.metadata.row_group(k).num_rows for k in range(gates.num_row_groups)] == [8, 4, 6]
+    df = gates.read().to_pandas()
+    keep = np.arange(3)[None, :] < lengths[:, None]
+    assert df["example"].tolist() == np.repeat(examples, keep.sum(1) * 2).tolist()
+    assert df["preactivation"].tolist() == values[keep].reshape(-1).tolist()
+    states = pd.read_parquet(tmp_path / "run" / "states")
+    assert states["value"].tolist() == values.reshape(-1).tolist() and states["step"].tolist() == np.tile(np.repeat([0, 1, 2], 2), 5).tolist()
+
+
 def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="model failed"):
@@ -211,7 +243,28 @@ def test_a_shard_that_fails_before_its_first_batch_leaves_the_other_shards_work(
         with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2)):
             raise RuntimeError("the shard fails")
     assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before and before
-    assert sorted(p.name for p in (out / "_progress").glob("*.json")) == ["shard-0-of-2.json"]
-    with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2)) as writer:  # it can start again
+    assert progress(out, "shard-1-of-2")["complete"] == []
+    with pytest.raises(OutputExistsError, match="already holds a partial recording of shard 1/2; pass --resume"):
+        RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2))
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2), resume=True) as writer:
         batch(writer, 2, 4)
+    assert json.loads((out / "manifest.json").read_text())["examples"] == 4
+
+
+def test_shards_that_all_fail_before_their_first_batch_can_be_resumed(tmp_path):
+    """Every shard of a shared folder fails after writing the weights table: the folder
+    stays a recording (each keeps its empty progress file) that a retry resumes."""
+    out = tmp_path / "run"
+    for k in range(2):
+        with pytest.raises(RuntimeError, match="the shard fails"):
+            with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(k, 2)) as writer:
+                writer.write_weights({"cell": ["a/b"], "gate": ["f"], "source": ["input"], "row": np.zeros(1, np.int32),
+                                      "unit": np.zeros(1, np.int32), "value": np.ones(1, np.float32)})
+                raise RuntimeError("the shard fails")
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "weights.parquet"]
+    assert [progress(out, f"shard-{k}-of-2")["complete"] for k in range(2)] == [[], []]
+    for k in range(2):
+        with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(k, 2), resume=True) as writer:
+            batch(writer, 2 * k, 2 * k + 2)
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == [0, 1, 2, 3]
     assert json.loads((out / "manifest.json").read_text())["examples"] == 4

@@ -194,14 +194,15 @@ class FetchPlan:
         check(cell.name, got, outputs, final)
         return got
 
-    def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray) -> np.ndarray:
-        """A replayed cell's [examples, loop steps, ...] values as a new array ordered by input
-        position, in the plan's step window. A reversed loop's step t of an example of
-        length n read input position n - 1 - t (positions at or past n are not recorded)."""
+    def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
+        """A replayed cell's [examples, loop steps, ...] values (of the examples `rows`) as a
+        new array ordered by input position, in the plan's step window. A reversed loop's
+        step t of an example of length n read input position n - 1 - t (positions at or
+        past n are not recorded)."""
         if cell.loop is not None and cell.loop.reversed:
             n, steps = a.shape[:2]
             where = self._loop_slots[cell.name]["reverse_lengths"]
-            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[:n]
+            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[rows][:n]
             p = np.arange(steps)[None, :]
             order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
             a = np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
@@ -225,27 +226,27 @@ class FetchPlan:
         own = np.asarray(values[where])[:keep]
         return own if given is None else np.minimum(own, given)
 
-    def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, keep: int | None = None) -> np.ndarray:
-        """One gate's `preactivation` or `activation` of cell number `cell`: a new
-        contiguous [examples, steps, units] array of the first `keep` examples."""
+    def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+        """One gate's `preactivation` or `activation` of cell number `cell`, for the examples
+        `rows` of the batch: a new contiguous [examples, steps, units] array."""
         c = self.cells[cell]
         if c.path != "fetch":
-            return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[:keep, :, gate])
+            return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[rows, :, gate], rows)
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
         first = self._piece(c, [values[i] for i in layout[0][which]], gate)
-        out = np.empty((first[:keep].shape[0], len(layout), units), np.float32)
+        out = np.empty((first[rows].shape[0], len(layout), units), np.float32)
         for t, slots in enumerate(layout):
-            out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[:keep]
+            out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[rows]
         return out
 
-    def state(self, values: Sequence[np.ndarray], cell: int, state: str, keep: int | None = None) -> np.ndarray:
-        """One state (`c` or `h`) of cell number `cell`: a new [examples, steps, width] array."""
+    def state(self, values: Sequence[np.ndarray], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+        """One state (`c` or `h`) of cell number `cell`, for the examples `rows`: a new [examples, steps, width] array."""
         c = self.cells[cell]
         if c.path != "fetch":
-            return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][:keep])
+            return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][rows], rows)
         k = c.spec.states.index(state)
-        return np.stack([values[slots[2][k]][:keep] for slots in self._layout[cell]], axis=1)
+        return np.stack([values[slots[2][k]][rows] for slots in self._layout[cell]], axis=1)
 
     @staticmethod
     def _piece(cell: Cell, parts: list[np.ndarray], gate: int) -> np.ndarray:

@@ -566,10 +566,10 @@ class KerasPlan:
             mask = mask & (self.steps(values, cell)[None, :] < np.asarray(given)[:, None])
         return mask
 
-    def gate(self, values: Sequence[_Result], cell: int, gate: int, column: str, keep: int | None = None) -> np.ndarray:
-        """One gate's `preactivation` or `activation`: a new [examples, steps, units] array."""
-        return self._by_position(self.cells[cell], getattr(values[cell].replayed, column)[:keep, :, gate])
+    def gate(self, values: Sequence[_Result], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+        """One gate's `preactivation` or `activation` of the examples `rows`: a new [examples, steps, units] array."""
+        return self._by_position(self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate])
 
-    def state(self, values: Sequence[_Result], cell: int, state: str, keep: int | None = None) -> np.ndarray:
-        """One state (`c` or `h`): a new [examples, steps, width] array."""
-        return self._by_position(self.cells[cell], values[cell].replayed.states[state][:keep])
+    def state(self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+        """One state (`c` or `h`) of the examples `rows`: a new [examples, steps, width] array."""
+        return self._by_position(self.cells[cell], values[cell].replayed.states[state][rows])

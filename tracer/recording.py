@@ -304,8 +304,9 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
 def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
     """Hand one fetched batch to the writer: every selected gate and every state of every cell.
 
-    The value arrays are cut out of the fetched tensors by the writer's threads (each
-    `partial` runs there), so that this thread can go on to the next `Session.run`.
+    The value arrays are cut out of the fetched tensors by the writer's threads, a row
+    group's examples at a time (each `partial` is called there with a slice of the first
+    `keep` rows), so that this thread can go on to the next `Session.run`.
     """
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     for k, cell in enumerate(plan.cells):
@@ -313,11 +314,11 @@ def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: l
         lens = plan.lengths(values, k, keep, lengths)
         for g, gate in enumerate(cell.gates):
             if selection.keeps_gate(gate):
-                pre = partial(plan.gate, values, k, g, "preactivation", keep) if pre_on else None
-                act = partial(plan.gate, values, k, g, "activation", keep) if act_on else None
+                pre = partial(plan.gate, values, k, g, "preactivation") if pre_on else None
+                act = partial(plan.gate, values, k, g, "activation") if act_on else None
                 writer.write_gate(cell.name, gate, ids, steps, pre, act, lens)
         for state in cell.spec.states:
-            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state, keep), lens)
+            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state), lens)
 
 
 class _StopOnCtrlC:
