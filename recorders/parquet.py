@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -115,10 +116,7 @@ def _write_parquet(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         for columns in chunks:
-            arrays = [
-                pa.array(v, type=pa.string()).dictionary_encode() if name in dictionary_columns else pa.array(v)
-                for name, v in columns.items()
-            ]
+            arrays = [_labels(v) if name in dictionary_columns else pa.array(v) for name, v in columns.items()]
             table = pa.Table.from_arrays(arrays, names=list(columns))
             if writer is None:
                 encodings = {n: "BYTE_STREAM_SPLIT" for n in columns if n in _FLOATS}
@@ -134,6 +132,16 @@ def _write_parquet(
         if writer is not None:
             writer.close()
     return rows
+
+
+def _labels(values) -> pa.DictionaryArray:
+    """A text column, dictionary-encoded: from a pandas Categorical (its codes, no string
+    per row) or from a sequence of strings (None: a null)."""
+    if isinstance(values, pd.Categorical):
+        codes = np.asarray(values.codes, dtype=np.int32)
+        dictionary = pa.array(list(values.categories), type=pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), dictionary)
+    return pa.array(values, type=pa.string()).dictionary_encode()
 
 
 def _chunks(examples, steps, values: Mapping[str, Any], lengths, keys) -> Iterator[dict[str, Any]]:

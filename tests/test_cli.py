@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tracer._tf import tf, v1
 from tracer.cli import main
 
@@ -258,9 +258,9 @@ def test_demo(tmp_path):
     assert len(f) == 512 * 20 * 16
     assert f["activation"].between(0, 1).all()
     # The recording is reproducible from the saved model and inputs by the record command.
-    again = run("record", str(tmp_path / "demo" / "model"), "--feed", f"inputs={tmp_path / 'demo' / 'inputs.npy'}", "--out", str(tmp_path / "again"))
+    again = run_cli("record", str(tmp_path / "demo" / "model"), "--feed", f"inputs={tmp_path / 'demo' / 'inputs.npy'}", "--out", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr
     g = pd.read_parquet(tmp_path / "again" / "gates", filters=[("gate", "==", "f")])
     sort = ["example", "step", "unit"]
     np.testing.assert_array_equal(f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy())
-    assert "exists and is not empty" in run("demo", "--out", str(tmp_path / "demo")).stderr
+    assert "exists and is not empty" in run_cli("demo", "--out", str(tmp_path / "demo")).stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import assert_same_recording as same_recording
 from tracer.cli import main
 
@@ -122,7 +122,7 @@ def test_a_stopped_job_resumes_with_another_worker_count_or_by_hand(job, tmp_pat
     assert not (out / "manifest.json").exists() and 0 < _committed(out) < SEQUENCES
     layout = json.loads(next((out / "_progress").glob("*.json")).read_text())["shard"]
     assert layout[1:] == [10, BATCH]
-    by_hand = gatetrace(*argv, "--out", str(out), "--shard", "9/10", "--resume")  # one task by hand, cut as the job cut it
+    by_hand = run_cli(*argv, "--out", str(out), "--shard", "9/10", "--resume")  # one task by hand, cut as the job cut it
     assert by_hand.returncode == 0, by_hand.stderr
     assert "(shard 9/10)" in by_hand.stdout
     rest = gatetrace(*argv, "--out", str(out), "--resume")  # the others, on a pool of one worker
@@ -147,16 +147,15 @@ def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path, capsys):
 
 
 def test_record_parallel_takes_any_executor(job, tmp_path):
-    """The Python API on an executor the caller made and owns (here a process pool)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    """The Python API on an executor the caller made and owns (here two threads of this process)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     import tracer
 
     argv, one = job
     job_spec = tracer.Job(model=argv[1], feeds={"x": argv[3].split("=", 1)[1]}, out=str(tmp_path / "api"), options={"batch_size": BATCH})
     finished = []
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
+    with ThreadPoolExecutor(2) as executor:
         summary = tracer.record_parallel(job_spec, executor=executor, task_size=5, progress=lambda n, total: finished.append((n, total)))
         assert executor.submit(abs, -1).result() == 1  # still the caller's, open
     assert summary["complete"] and summary["tasks"] == {"count": 6, "task_size": 5} and summary["examples"] == SEQUENCES

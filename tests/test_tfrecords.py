@@ -4,13 +4,11 @@ given as .npy, value for value; damaged or unsuitable files are refused in one l
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import tables
 from tracer._tf import tf
 from tracer.inputs import open_input
@@ -61,10 +59,7 @@ def test_a_tfrecord_recording_equals_the_npy_one(rows, sequence, tmp_path):
     for k, part in enumerate(np.array_split(rows, 2)):
         write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence)
     for name, feed in (("npy", "x.npy"), ("tfrecord", "train-*.tfrecord:x")):
-        done = subprocess.run(
-            [sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name),
-             "--batch-size", "8", "--quiet"], capture_output=True, text=True, timeout=300,
-        )
+        done = run_cli("record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name), "--batch-size", "8", "--quiet")
         assert done.returncode == 0, done.stderr
     got, want = tables(tmp_path / "tfrecord"), tables(tmp_path / "npy")
     for table in want:

@@ -1,46 +1,72 @@
-"""The memory budget: how many sequences one batch may hold.
+"""The memory budget: the peak RSS a recording process may reach, and the batch size that keeps it there.
 
-A batch's values exist several times at its peak: as fetched tensors, as the arrays
-cut out of them, as long columns with their keys, and in the encoder, while the next
-batch is already being fetched. `COPIES` counts them (measured: peak RSS grows by about
-six copies of one batch's recorded values). `bytes_per_sequence` estimates one
-sequence's share, from every recorded gate and state of every cell at every step plus
-its input rows; `fit_batch` lowers the batch size so that a batch stays within the
-budget. The default budget is a tenth of the memory available when recording starts
-(about 2 GB on a 24 GB machine). The budget covers a batch's data, on top of what
-TensorFlow and the model themselves hold.
+A recording process holds TensorFlow and the model (measured when recording starts, as
+the process's RSS), the writer's working set (`RESERVE`: a row group's long columns per
+writer thread, the key columns, the weights table), and one batch: its fetched tensors
+and the arrays cut out of them. Batches run one at a time, and peak RSS was measured to
+grow by 0.94 to 1.2 times a batch's recorded values (two float32 columns per gate, one
+per state, every unit and step) for unrolled cells: `COPIES` allows 2, for what that
+measurement did not cover (a replayed loop's fetched inputs and outputs beside the
+values computed from them). `bytes_per_sequence` estimates
+one sequence's share of a batch, with its input rows; `choose_batch` lowers the batch
+size so that what is held, the reserve and the batch stay within the budget.
+
+The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
+tenth of the available memory, if that is less): a batch of a large model is small,
+which was measured to cost nothing per sequence (batches of 64 to 256 sequences of the
+benchmark model record at the same speed), while a tiny model keeps DEFAULT_BATCH_SIZE.
+`--memory` sets the budget of the whole process instead.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from recorders.errors import SelectionError
 
-__all__ = ["COPIES", "DEFAULT_BATCH_SIZE", "available_memory", "default_budget", "parse_size", "bytes_per_sequence", "fit_batch", "describe_size"]
+__all__ = [
+    "COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
+    "default_budget", "parse_size", "bytes_per_sequence", "choose_batch", "describe_size",
+]
 
-COPIES = 6
+COPIES = 2
+RESERVE = 128 * 2**20
+DEFAULT_ROOM = 384 * 2**20  # on top of what TensorFlow and the model hold, by default
 DEFAULT_BATCH_SIZE = 256  # sequences per Session.run, before the budget lowers it
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30, "T": 2**40, "TB": 2**40}
 
 
-def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes (8 GiB where it cannot be read)."""
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A `Field:  N kB` line of a /proc file, in bytes; None where it cannot be read."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 8 * 2**30
+    return None
 
 
-def default_budget() -> int:
-    return available_memory() // 10
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo, in bytes (8 GiB where it cannot be read)."""
+    found = _proc_bytes("/proc/meminfo", "MemAvailable")
+    return 8 * 2**30 if found is None else found
+
+
+def current_rss() -> int:
+    """This process's resident memory (VmRSS from /proc/self/status), in bytes; 0 where it cannot be read."""
+    return _proc_bytes("/proc/self/status", "VmRSS") or 0
+
+
+def default_budget(used: int) -> int:
+    """The budget when none is given: `used` (what the process holds) plus DEFAULT_ROOM, or
+    plus a tenth of the available memory if that is less."""
+    return used + min(DEFAULT_ROOM, available_memory() // 10)
 
 
 def parse_size(text: str) -> int:
@@ -52,9 +78,12 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def describe_size(n: float) -> str:
+def describe_size(n: float, up: bool = False) -> str:
+    """`1.5 GB`, `751.6 KB`; with `up`, rounded up to the tenth (`--memory 1.1GB`-style, never below `n`)."""
     for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
         if n >= size:
+            if up:
+                return f"{np.ceil(n / size * 10) / 10:.1f}{unit}"
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} bytes"
 
@@ -75,9 +104,49 @@ def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> int:
         values += _steps(cell, hint) * per_step * 4
     inputs = sum(int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize
                  for s, v in zip(shapes, feeds.values()) if len(s) >= 1)
-    return COPIES * values + inputs
+    return int(COPIES * values) + inputs
 
 
-def fit_batch(requested: int, budget: int, per_sequence: int) -> int:
-    """The largest batch size, at most `requested` and at least 1, whose batch fits `budget`."""
-    return max(1, min(requested, budget // max(1, per_sequence)))
+@dataclass(frozen=True)
+class BatchChoice:
+    """The batch size a budget allows, and the figures it was chosen from (bytes)."""
+
+    size: int
+    requested: int
+    budget: int
+    used: int  # what the process held when recording started: TensorFlow, the model, its inputs in memory
+    per_sequence: int
+
+    @property
+    def why(self) -> str | None:
+        """The line that says why the batch is smaller than asked, or None."""
+        if self.size >= self.requested:
+            return None
+        return (
+            f"batch size {self.requested} lowered to {self.size} to keep the process within the memory budget of "
+            f"{describe_size(self.budget)} (TensorFlow and the model hold {describe_size(self.used)}; about "
+            f"{describe_size(self.per_sequence)} per sequence); set it with --memory"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"size": self.size, "requested": self.requested, "budget": self.budget, "used": self.used, "per_sequence": self.per_sequence}
+        return d if self.why is None else {**d, "why": self.why}
+
+
+def choose_batch(requested: int, per_sequence: int, memory: int | None = None, used: int | None = None) -> BatchChoice:
+    """The largest batch size, at most `requested` and at least 1, that keeps the process
+    within `memory` bytes (default: `default_budget`), `used` (default: the RSS now) being
+    held already. A `memory` too small for even one sequence is refused with what it would
+    take; the default budget always allows one."""
+    used = current_rss() if used is None else used
+    budget = default_budget(used) if memory is None else memory
+    room = budget - used - RESERVE
+    if memory is not None and room < per_sequence:
+        needed = used + RESERVE + per_sequence
+        raise SelectionError(
+            f"--memory {describe_size(memory)}: TensorFlow and the model already hold {describe_size(used)}, and recording "
+            f"one sequence at a time needs about {describe_size(RESERVE + per_sequence)} more; give at least "
+            f"--memory {describe_size(needed, up=True)}"
+        )
+    size = max(1, min(requested, room // max(1, per_sequence)))
+    return BatchChoice(size, requested, budget, used, per_sequence)

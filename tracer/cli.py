@@ -45,17 +45,22 @@ def _quiet_tensorflow() -> None:
 
 
 def _return_freed_memory() -> None:
-    """Ask glibc to give large freed blocks back to the system at once.
+    """Have freed memory given back to the system at once, rather than kept for reuse.
 
     Each batch allocates and frees hundreds of MB in arrays of a few MB. By default glibc
     raises its mmap threshold after such frees (up to 32 MB) and keeps the blocks in its
     heaps, which adds about 200 MB to the peak; a fixed 1 MB threshold does not, at no
-    measurable cost in speed. Elsewhere than glibc this does nothing.
+    measurable cost in speed. Elsewhere than glibc this does nothing. Arrow's own
+    allocator (mimalloc) likewise keeps about 60 MB of freed encoding buffers: Arrow
+    allocates through the system's allocator instead.
     """
     try:
         ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
+    import pyarrow
+
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
 
 
 @contextlib.contextmanager
@@ -113,6 +118,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tracer.budget import DEFAULT_ROOM  # no TensorFlow
+
     p = _Parser(
         prog="gatetrace",
         description="Record every gate of every TensorFlow RNN cell, at every step, on your data.",
@@ -204,8 +211,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--memory",
         metavar="SIZE",
-        help="memory a batch's data may take; the batch size is lowered to fit (default: a tenth of the available "
-        "memory): --memory 2G",
+        help="the peak memory (RSS) the process may reach; the batch size is lowered to stay within it (default: what "
+        f"TensorFlow and the model hold, plus {DEFAULT_ROOM >> 20} MB or a tenth of the available memory if less): --memory 2G",
     )
     c.add_argument(
         "--workers",
@@ -262,15 +269,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _batch_note(cells) -> str:
-    """What the memory budget makes of the default batch size, as `inspect` says it."""
-    from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, default_budget, describe_size, fit_batch
+    """What the default memory budget makes of the default batch size, as `inspect` says it."""
+    from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, choose_batch, describe_size
 
-    per_sequence, budget = bytes_per_sequence(cells, {}), default_budget()
-    batch = fit_batch(DEFAULT_BATCH_SIZE, budget, per_sequence)
-    why = "fits" if batch == DEFAULT_BATCH_SIZE else f"lowered to {batch} to fit"
+    choice = choose_batch(DEFAULT_BATCH_SIZE, bytes_per_sequence(cells, {}))
+    why = "fits" if choice.size == DEFAULT_BATCH_SIZE else f"lowered to {choice.size} to fit"
     return (
-        f"batch size: {DEFAULT_BATCH_SIZE} by default, {why} the memory budget of {describe_size(budget)} "
-        f"(about {describe_size(per_sequence)} per sequence, inputs not counted; --memory changes the budget)"
+        f"batch size: {DEFAULT_BATCH_SIZE} by default, {why} the memory budget of {describe_size(choice.budget)} "
+        f"(TensorFlow and the model hold {describe_size(choice.used)}; about {describe_size(choice.per_sequence)} per "
+        "sequence, inputs not counted; --memory changes the budget)"
     )
 
 

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from functools import partial
 from typing import Any, Mapping, Sequence
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
-from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, default_budget, describe_size, fit_batch
+from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, choose_batch
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
@@ -149,16 +150,17 @@ def record(
     the model object itself; feeds as for `trace`). Sequences are fed `batch_size` at a
     time (or in the batch size a placeholder fixes); all gates of all cells at all steps
     of a batch come from one `Session.run` (one call of a Keras model). Each
-    batch is encoded on worker threads while the next one runs, and marked complete in
-    the folder's progress file once its files are in place. `resume` continues a
+    batch is encoded on worker threads, a row group of examples at a time, and marked
+    complete in the folder's progress file once its files are in place. `resume` continues a
     recording that was killed or interrupted; `shard` records one of N disjoint parts
     of the sequences. `selection` narrows what is fetched and written; `progress` shows
     a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
     sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
     first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
-    second one cancels the `Session.run` in flight. `memory` (bytes; default a tenth of the
-    available memory) lowers `batch_size` so that a batch's data stays within it
-    (`tracer.budget`); the summary's `batch` says what was chosen. `timeout` (seconds) limits each
+    second one cancels the `Session.run` in flight. `memory` (bytes) is the peak RSS the
+    process may reach: `batch_size` is lowered to stay within it (default: what the
+    process holds when recording starts plus 384 MB, see `tracer.budget`); the summary's
+    `batch` says what was chosen. `timeout` (seconds) limits each
     batch's run (RunTimeout). A Keras model's stateful layers are reset before each batch
     (every row an independent sequence from zero state); with `carry_state` they carry
     their state from batch to batch, rows fed in order as one stream: row k of a batch
@@ -189,11 +191,12 @@ def record(
         examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
     elif shard.count > 1:
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
-    budget = default_budget() if memory is None else memory
-    per_sequence = bytes_per_sequence(cells, feed_dict)
-    requested, batch_size = batch_size, batch_size if carry_state else fit_batch(batch_size, budget, per_sequence)
-    if batch_size < requested and progress:
-        print(f"gatetrace: {_lowered(requested, batch_size, budget, per_sequence)}", file=sys.stderr)
+    choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict), memory)
+    if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
+        choice = replace(choice, size=batch_size)
+    batch_size = choice.size
+    if choice.why and progress:
+        print(f"gatetrace: {choice.why}", file=sys.stderr)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
@@ -213,38 +216,27 @@ def record(
             todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
         total = None if examples is None else sum(stop - start for start, stop in todo)
         with _progress_bar(total, progress, batch_size) as bar, _StopOnCtrlC(progress) as ctrl_c:
-            in_flight = 0  # sequences written by the worker threads, not committed yet
-
-            def commit() -> None:
-                nonlocal in_flight
-                if not in_flight:
-                    return
-                writer.commit()
-                bar.update(in_flight)
-                in_flight = 0
-                bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
-
-            for start, stop, batch in _reading(batches(feed_dict, batch_size, None if examples is None else todo), writer, commit):
+            # One batch at a time: its run, then its files (encoded on the writer's threads)
+            # and its commit. Running the next batch while one is encoded was measured no
+            # faster on 2 cores (the encoding uses both), and it held two batches in memory.
+            for start, stop, batch in _reading(batches(feed_dict, batch_size, None if examples is None else todo), writer):
                 try:
-                    values = run(batch)  # runs while the last batch is being written
+                    values = run(batch)
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
-                    if in_flight:
-                        commit()  # the batch before is complete: keep it
                     raise _failed_batch(batch, err, writer) from None
-                if in_flight:
-                    commit()
+                stop = start + plan.batch_of(values) if stop is None else stop
+                recorded_before = stop > start and start in done_before and stop - 1 in done_before  # fed again by a --carry-state resume
+                if not recorded_before:
+                    ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
+                    lens = None if lengths is None else lengths[start:stop]
+                    writer.begin(start, stop)
+                    _write_batch(writer, plan, values, selection, ids, keep, lens)
+                    writer.commit()
+                    bar.update(stop - start)
+                    bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
+                values = None  # freed before the next run
                 if ctrl_c.pressed:
                     break
-                stop = start + plan.batch_of(values) if stop is None else stop
-                if stop > start and start in done_before and stop - 1 in done_before:
-                    continue  # --carry-state resume: recorded before, fed only to carry the state on
-                ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
-                lens = None if lengths is None else lengths[start:stop]
-                writer.begin(start, stop)
-                _write_batch(writer, plan, values, selection, ids, keep, lens)
-                in_flight = stop - start
-            if in_flight:
-                commit()
             if ctrl_c.pressed and writer.remaining():
                 if writer.replacing:
                     raise Interrupted(f"interrupted: {out} is left as it was (--overwrite replaces it only once the new recording is complete)")
@@ -253,26 +245,16 @@ def record(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
                 )
         summary = writer.close()
-    summary["batch"] = {"size": batch_size, "requested": requested, "budget": budget, "per_sequence": per_sequence}
-    if batch_size < requested:
-        summary["batch"]["why"] = _lowered(requested, batch_size, budget, per_sequence)
+    summary["batch"] = choice.to_dict()
     return summary
 
 
-def _lowered(requested: int, size: int, budget: int, per_sequence: int) -> str:
-    return (
-        f"batch size {requested} lowered to {size} to stay within the memory budget of {describe_size(budget)} "
-        f"(about {describe_size(per_sequence)} per sequence); set it with --memory"
-    )
-
-
-def _reading(batches, writer: RecordingWriter, commit) -> Any:
-    """`batches`, where an input that turns out unreadable midway keeps the batch in flight
-    and says what is kept (the error is the input's, found only when its rows are read)."""
+def _reading(batches, writer: RecordingWriter) -> Any:
+    """`batches`, where an input that turns out unreadable midway says what is kept (the
+    error is the input's, found only when its rows are read)."""
     try:
         yield from batches
     except FeedError as err:
-        commit()
         if writer.replacing or not writer.complete.total():
             raise
         raise FeedError(
@@ -304,9 +286,9 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
 def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
     """Hand one fetched batch to the writer: every selected gate and every state of every cell.
 
-    The value arrays are cut out of the fetched tensors by the writer's threads, a row
+    The value arrays are cut out of the fetched tensors on the writer's threads, a row
     group's examples at a time (each `partial` is called there with a slice of the first
-    `keep` rows), so that this thread can go on to the next `Session.run`.
+    `keep` rows), so that only a row group's long columns exist at once per thread.
     """
     pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
     for k, cell in enumerate(plan.cells):

@@ -9,9 +9,10 @@ the candidate has its own kernel, whose recurrent rows act on `r * h_prev`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from recorders.long import weight_columns
 from tracer._tf import v1
@@ -77,8 +78,8 @@ def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWei
     return out
 
 
-def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]) -> dict[str, list | np.ndarray]:
-    """The weights table: cell, gate, source, row, unit, value.
+def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]) -> dict[str, pd.Categorical | np.ndarray]:
+    """The weights table: cell, gate, source (categoricals), row, unit, value.
 
     source is `input` (row = input feature), `recurrent` (row = recurrent unit), `bias`,
     `peephole` (row 0), `recurrent_bias` (row 0; Keras GRU with reset_after) or
@@ -96,15 +97,24 @@ def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarra
             parts += [(cell.name, gate, source, m) for source, m in pieces]
         if "projection" in v:
             parts.append((cell.name, None, "projection", v["projection"]))
-    columns: dict[str, list] = {"cell": [], "gate": [], "source": [], "row": [], "unit": [], "value": []}
+    columns: dict[str, Any] = {"row": [], "unit": [], "value": []}
+    labels: dict[str, list] = {"cell": [], "gate": [], "source": []}
     for cell_name, gate, source, matrix in parts:
         cols = weight_columns(matrix)
-        n = len(cols["value"])
-        columns["cell"] += [cell_name] * n
-        columns["gate"] += [gate] * n
-        columns["source"] += [source] * n
+        for key, label in (("cell", cell_name), ("gate", gate), ("source", source)):
+            labels[key].append((label, len(cols["value"])))
         for key in ("row", "unit", "value"):
             columns[key].append(cols[key])
     for key, dtype in (("row", np.int32), ("unit", np.int32), ("value", np.float32)):
         columns[key] = np.concatenate(columns[key]) if columns[key] else np.zeros(0, dtype)
-    return columns
+    # The text columns as categoricals (a code per row), not a Python string per row:
+    # a large model's weights table has millions of rows.
+    return {key: _repeated(labels[key]) for key in labels} | columns
+
+
+def _repeated(runs: list[tuple[str | None, int]]) -> pd.Categorical:
+    """A categorical column of `count` rows of `label` for each run (None: a null)."""
+    categories = list(dict.fromkeys(label for label, _ in runs if label is not None))
+    codes = [-1 if label is None else categories.index(label) for label, _ in runs]
+    counts = [count for _, count in runs]
+    return pd.Categorical.from_codes(np.repeat(np.asarray(codes, dtype=np.int32), counts), categories=categories)
