@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,13 +73,15 @@ def main() -> None:
             sys.exit(done.stderr)
         measured = json.loads(done.stdout.strip().splitlines()[-1])
         manifest = json.loads((out / "manifest.json").read_text())
+        lowered = re.search(r"batch size \d+ lowered to (\d+)[^\n]*", done.stdout)
         results = {
             "model": f"BasicLSTMCell({args.units}), static_rnn, T={args.steps}, D={FEATURES}",
             "processor": _cpu_name(),
             "cpus": os.cpu_count(),
             "sequences": args.sequences,
             "memory_flag": args.memory,
-            "batch": manifest.get("batch"),
+            "batch_size": int(lowered.group(1)) if lowered else 256,
+            "said": lowered.group(0) if lowered else None,
             "peak_rss_mb": round(measured["peak_kb"] / 1024),
             "seconds": round(seconds, 1),
             "rows": manifest["rows"],

@@ -16,7 +16,7 @@ each round:
 then 5. bytes on disk per stored value (keys included); 6. whole processes as a user
 runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` against
 a script running only the forward pass; and 7. the peak RSS of `gatetrace record` at
-each of `--sizes` sequences, each in a fresh process. Ratios
+each of `--sizes` sequences, each in a fresh process at the default memory budget. Ratios
 are medians of per-round ratios against the same round's forward pass. Prints a table
 and writes bench/results.json.
 """
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -90,7 +91,8 @@ def stored_values(manifest: dict) -> int:
 
 
 def peak_rss(model: str, sequences: int, root: Path) -> dict:
-    """Record `sequences` random sequences with the CLI in a fresh process; its peak RSS.
+    """Record `sequences` random sequences with the CLI in a fresh process, at the default
+    memory budget (which chooses the batch size); its peak RSS.
 
     The peak is the child's VmHWM: `ru_maxrss` would include the parent's peak, which
     Linux carries across fork and exec.
@@ -112,10 +114,14 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds = time.perf_counter() - start
     rss_mb = int(result.stdout.strip().splitlines()[-1]) / 1024
+    lowered = re.search(r"batch size \d+ lowered to (\d+)", result.stdout)  # by the default memory budget
     size = folder_bytes(out)
     shutil.rmtree(out)
     x.unlink()
-    return {"sequences": sequences, "peak_rss_mb": round(rss_mb), "seconds": round(seconds, 1), "bytes_on_disk": size}
+    return {
+        "sequences": sequences, "batch_size": int(lowered.group(1)) if lowered else BATCH, "peak_rss_mb": round(rss_mb),
+        "seconds": round(seconds, 1), "bytes_on_disk": size,
+    }
 
 
 FORWARD_SCRIPT = """
@@ -151,7 +157,8 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
     jobs = {}
     for n in (small, large):
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
-        jobs[("record", n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet"]
+        jobs[("record", n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet",
+                               "--memory", "8G"]  # batches of 256, as the forward pass runs them
     per_round = {"forward": [], "record": [], "ratio": []}
     for r in range(rounds):
         t = {}
@@ -245,7 +252,7 @@ def main() -> None:
 
             def record() -> None:
                 nonlocal manifest
-                manifest = tracer.record(model, {"x": inputs}, out, cells=cells, batch_size=BATCH)
+                manifest = tracer.record(model, {"x": inputs}, out, cells=cells, batch_size=BATCH, memory=2**40)
 
             def melt() -> None:
                 folder = root / f"melt{r}"
@@ -336,7 +343,7 @@ def _print(r: dict) -> None:
             f"record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
         )
     for p in r["peak_rss"]:
-        print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s)")
+        print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s, batches of {p['batch_size']})")
 
 
 if __name__ == "__main__":

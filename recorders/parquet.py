@@ -14,7 +14,9 @@ reads only the matching folders. In partition values, characters that are unsafe
 folder names are percent-encoded (`/` in a cell name becomes `%2F`, see
 `partition_dir`); pyarrow decodes them on reading. Each batch of examples is one
 part file per (cell, gate) and (cell, state), named by the batch's first example, so
-the files sort in example order and shards never collide.
+the files sort in example order and shards never collide. Within a file, rows are in
+(example, step, unit) order, in row groups of whole examples of about a million rows
+(`ROW_GROUP_ROWS`): the writer builds one row group's columns at a time.
 
 Files are compressed with lz4 (or zstd, snappy, none); float columns use
 byte-stream-split, `example` delta encoding. Every file carries the recording's

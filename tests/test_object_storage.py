@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import tables
+from tests.test_tfrecords import write_examples
 
 pytestmark = pytest.mark.e2e
 STEPS, FEATURES = 5, 4
@@ -89,11 +90,14 @@ def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
     put(store, "data/x.parquet", parquet_bytes(rows))
     put(store, "data/set/part-0.parquet", parquet_bytes(rows[:6]))  # a dataset: two files, read in name order
     put(store, "data/set/part-1.parquet", parquet_bytes(rows[6:]))
+    for k, part in enumerate(np.array_split(rows, 2)):  # TFRecord shards, matched by a pattern
+        write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence=True)
+        put(store, f"data/tf/train-{k}.tfrecord", (tmp_path / f"train-{k}.tfrecord").read_bytes())
     done = record(model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "local"), "--batch-size", "4")
     assert done.returncode == 0, done.stderr
     want = tables(tmp_path / "local")
     for name, spec in {"npy": "s3://data/x.npy", "npz": "s3://data/x.npz:x", "parquet": "s3://data/x.parquet:x",
-                       "dataset": "s3://data/set:x"}.items():
+                       "dataset": "s3://data/set:x", "tfrecord": "s3://data/tf/train-*.tfrecord:x"}.items():
         done = record(model, "--feed", f"x={spec}", "--out", str(tmp_path / name), "--batch-size", "4")
         assert done.returncode == 0, (name, done.stderr)
         got = tables(tmp_path / name)

@@ -16,7 +16,7 @@ sequences); a slice is read from disk when it is asked for:
 - TFRecord (`FILE.tfrecord:FEATURE`, or a pattern of shards): see `tracer.tfrecords`.
 
 Paths may also be URIs of object storage (`s3://bucket/x.npy`, `gs://...`), read through
-pyarrow's file systems with ranged reads (TFRecords excepted: local files only).
+pyarrow's file systems with ranged reads.
 
 This module does not import TensorFlow (the TFRecord reader does, when a feed names one).
 """
@@ -60,9 +60,7 @@ def open_input(spec: str, what: str) -> Any:
     store, where = _location(path, what)
     kind, _ = _kind(store, where)
     if suffix in (".tfrecord", ".tfrecords"):
-        if store is not None:
-            raise FeedError(f"{what}: TFRecord inputs are read from local files only; copy {path} to a local or shared folder")
-        return _tfrecord(path, member, what)
+        return _tfrecord(store, where, path, member, what)
     if kind == "dir":  # a Parquet dataset: its files in name order
         suffix = ".parquet"
     elif suffix not in INPUT_SUFFIXES:
@@ -121,14 +119,14 @@ def _open(store, path: str):
     return open(path, "rb") if store is None else store.open_input_file(path)
 
 
-def _tfrecord(path: str, feature: str, what: str) -> Any:
+def _tfrecord(store, where: str, path: str, feature: str, what: str) -> Any:
     """TFRecord files (`tracer.tfrecords`, which imports TensorFlow for its protos)."""
     if not feature:
         raise FeedError(f"{what}: name the feature to read from {path}: {path}:FEATURE")
     from tracer.tfrecords import TFRecordFeature
 
     try:
-        rows = TFRecordFeature(path, feature)
+        rows = TFRecordFeature(where, feature, store, name=path)
     except FeedError as err:
         raise FeedError(f"{what}: {err}") from None
     except OSError as err:

@@ -8,16 +8,21 @@ read in name order as one run of rows) takes the feature FEATURE of each record:
 - a `tf.train.SequenceExample` with a feature list FEATURE: one feature per step, a row
   of [steps, values].
 
-Opening a file reads its record headers only (length fields) to index where each record
-starts; a slice of rows reads and parses just those records. GZIP-compressed files are
-refused (they cannot be read from the middle). Every record must give the same shape.
+Files may be local or in object storage (`s3://bucket/train-*.tfrecord:x`, through
+pyarrow's file systems, see `tracer.inputs`). Opening a file reads it once, in blocks of
+8 MB, to index where each record starts (from the length fields of the record headers);
+a slice of rows then reads the bytes of just those records, in one read per file (one
+ranged request in object storage). GZIP-compressed files are refused (they cannot be
+read from the middle). Every record must give the same shape.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import struct
+from functools import cached_property
 
 import numpy as np
 
@@ -34,25 +39,31 @@ _HEADER = 12  # uint64 length, uint32 masked CRC of the length; then the data an
 
 
 class TFRecordFeature(_Rows):
-    """Feature `feature` of every record of the TFRecord files matching `pattern`."""
+    """Feature `feature` of every record of the TFRecord files matching `pattern`, local
+    or (with `store`, a pyarrow FileSystem) in object storage; `name` is how errors call it."""
 
-    def __init__(self, pattern: str, feature: str):
-        self.path, self.feature = pattern, feature
-        self._files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    def __init__(self, pattern: str, feature: str, store=None, name: str | None = None):
+        self.path, self.feature, self._store = name or pattern, feature, store
+        self._files = _matching(store, pattern)
         if not self._files:
-            raise FeedError(f"no file matches {pattern}")
+            raise FeedError(f"no file matches {self.path}")
         where, starts, lengths = [], [], []
         for k, path in enumerate(self._files):
-            for offset, length in _records(path):
+            for offset, length in _records(_Blocks(store, path), self._shown(k)):
                 where.append(k)
                 starts.append(offset)
                 lengths.append(length)
         if not starts:
-            raise FeedError(f"{pattern} holds no records; an empty input cannot tell the shape of a sequence")
+            raise FeedError(f"{self.path} holds no records; an empty input cannot tell the shape of a sequence")
         self._where, self._starts, self._lengths = np.asarray(where), np.asarray(starts), np.asarray(lengths)
-        first = self._parse(0, self._record(0))
+        first = self._parse(0, self._span(0, 1)[0])
         self._row_shape = first.shape
         self.shape, self.dtype = (len(starts), *first.shape), first.dtype
+
+    def _shown(self, file: int) -> str:
+        """File number `file` as the user named it (with its URI scheme)."""
+        path = self._files[file]
+        return path if self._store is None else f"{self.path.split('://', 1)[0]}://{path}"
 
     def fit(self, shape: tuple[int | None, ...]) -> None:
         """Reshape flat rows to a placeholder's static per-sequence `shape` (steps, features...)."""
@@ -61,13 +72,22 @@ class TFRecordFeature(_Rows):
         if int(np.prod(shape)) == self._row_shape[0]:
             self.shape = (self.shape[0], *shape)
 
-    def _record(self, k: int) -> bytes:
-        with open(self._files[self._where[k]], "rb") as f:
-            f.seek(int(self._starts[k]))
-            data = f.read(int(self._lengths[k]))
-        if len(data) != self._lengths[k]:
-            raise FeedError(f"{self._files[self._where[k]]}: record {k} is cut short; the file is truncated")
-        return data
+    def _span(self, start: int, stop: int) -> list[bytes]:
+        """The data of records [start, stop), reading each file's share in one read."""
+        out: list[bytes] = []
+        k = start
+        while k < stop:
+            file = self._where[k]
+            last = k
+            while last + 1 < stop and self._where[last + 1] == file:
+                last += 1
+            first_byte, end = int(self._starts[k]), int(self._starts[last] + self._lengths[last])
+            data = _Blocks(self._store, self._files[file]).read(first_byte, end - first_byte)
+            if len(data) != end - first_byte:
+                raise FeedError(f"{self._shown(file)}: record {last} is cut short; the file is truncated")
+            out += [data[s - first_byte : s - first_byte + n] for s, n in zip(self._starts[k : last + 1], self._lengths[k : last + 1])]
+            k = last + 1
+        return out
 
     def _parse(self, k: int, data: bytes) -> np.ndarray:
         example = example_pb2.Example()
@@ -85,7 +105,7 @@ class TFRecordFeature(_Rows):
         raise FeedError(f"{self.path}: record {k} has no feature {self.feature!r}; it has {', '.join(names) or 'none'}")
 
     def _read(self, start: int, stop: int) -> np.ndarray:
-        rows = [self._parse(k, self._record(k)) for k in range(start, stop)]
+        rows = [self._parse(k, data) for k, data in zip(range(start, stop), self._span(start, stop))]
         for k, row in zip(range(start, stop), rows):
             if row.shape != self._row_shape:
                 raise FeedError(f"{self.path}: record {k} gives {self.feature} of shape {list(row.shape)}, the first {list(self._row_shape)}")
@@ -102,21 +122,67 @@ def _values(feature, name: str, k: int) -> np.ndarray:
     raise FeedError(f"record {k}: feature {name} holds {kind or 'nothing'}; give float or int64 values")
 
 
-def _records(path: str):
+def _matching(store, pattern: str) -> list[str]:
+    """The files a pattern (`*`, `?`, `[...]` in its last part) names, in name order; a plain path as it is."""
+    if not glob.has_magic(pattern):
+        return [pattern]
+    if store is None:
+        return sorted(glob.glob(pattern))
+    from pyarrow import fs
+
+    folder, _, name = pattern.rpartition("/")
+    try:
+        listed = store.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+    except OSError:
+        return []
+    return sorted(i.path for i in listed if i.type == fs.FileType.File and fnmatch.fnmatchcase(i.base_name, name))
+
+
+class _Blocks:
+    """Reads of a file, local or in object storage, through a cache of one 8 MB block (a
+    request per block, not per record header)."""
+
+    BLOCK = 8 << 20
+
+    def __init__(self, store, path: str):
+        self._store, self._path = store, path
+        self._block: tuple[int, bytes] = (0, b"")
+
+    @cached_property
+    def size(self) -> int:
+        return os.path.getsize(self._path) if self._store is None else self._store.get_file_info(self._path).size
+
+    def read(self, offset: int, n: int) -> bytes:
+        """`n` bytes at `offset`, read at once (one ranged request), not cached."""
+        if self._store is None:
+            with open(self._path, "rb") as f:
+                f.seek(offset)
+                return f.read(n)
+        with self._store.open_input_file(self._path) as f:
+            return f.read_at(n, offset)  # bytes
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        """`n` bytes at `offset`, from the cached block, reading the next one when it does not hold them."""
+        at, block = self._block
+        if not (at <= offset and offset + n <= at + len(block)):
+            if n > self.BLOCK:
+                return self.read(offset, n)
+            self._block = at, block = offset, self.read(offset, self.BLOCK)
+        return block[offset - at : offset - at + n]
+
+
+def _records(f: _Blocks, path: str):
     """(offset of the data, its length) of each record of a TFRecord file, from its headers."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        if f.read(2) == b"\x1f\x8b":
-            raise FeedError(f"{path} is GZIP-compressed; decompress it (gzip -dc) to read it by rows")
-        at = 0
-        while at < size:
-            f.seek(at)
-            header = f.read(_HEADER)
-            if len(header) < _HEADER:
-                raise FeedError(f"{path}: a record header is cut short at byte {at}; the file is truncated")
-            (length,) = struct.unpack("<Q", header[:8])
-            end = at + _HEADER + length + 4
-            if end > size:
-                raise FeedError(f"{path}: the record at byte {at} claims {length:,} bytes, past the end of the file; it is truncated")
-            yield at + _HEADER, length
-            at = end
+    if f.read_at(0, 2) == b"\x1f\x8b":
+        raise FeedError(f"{path} is GZIP-compressed; decompress it (gzip -dc) to read it by rows")
+    at = 0
+    while at < f.size:
+        header = f.read_at(at, _HEADER)
+        if len(header) < _HEADER:
+            raise FeedError(f"{path}: a record header is cut short at byte {at}; the file is truncated")
+        (length,) = struct.unpack("<Q", header[:8])
+        end = at + _HEADER + length + 4
+        if end > f.size:
+            raise FeedError(f"{path}: the record at byte {at} claims {length:,} bytes, past the end of the file; it is truncated")
+        yield at + _HEADER, length
+        at = end
