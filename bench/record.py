@@ -138,14 +138,17 @@ with tracer.load_model(model) as m:
 """
 
 
-def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10) -> dict:
+def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10, forward_large: int = 30) -> dict:
     """The marginal cost of a batch as a user meets it: whole processes, `gatetrace record
     --batch-size 256 --quiet` against a script that loads the same checkpoint and runs only
-    the forward pass over the same file, each at `small` and `large` batches; per round,
-    (time at large - time at small) / (large - small) for each, and their ratio. Rounds
-    interleave the four runs (in alternating order); medians of the per-round figures."""
+    the forward pass over the same kind of file. Per round, each one's marginal cost of a
+    batch, (time at many batches - time at `small`) / (the difference in batches): record
+    at `small` and `large` batches, the forward pass at `small` and `forward_large` (a
+    forward batch is short beside a process's start, whose noise would swamp it over fewer
+    batches); and their ratio. Rounds interleave the runs (in alternating order); medians
+    of the per-round figures."""
     files = {}
-    for n in (small, large):
+    for n in sorted({small, large, forward_large}):
         files[n] = root / f"whole{n}.npy"
         np.save(files[n], np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32))
 
@@ -154,9 +157,11 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
         subprocess.run([sys.executable, *argv], check=True, capture_output=True)
         return time.perf_counter() - start
 
+    spans = {"forward": (small, forward_large), "record": (small, large)}
     jobs = {}
-    for n in (small, large):
+    for n in spans["forward"]:
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
+    for n in spans["record"]:
         jobs[("record", n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet",
                                "--memory", "8G"]  # batches of 256, as the forward pass runs them
     per_round = {"forward": [], "record": [], "ratio": []}
@@ -166,12 +171,12 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
             out = root / f"whole-out-{r}-{key[1]}"
             t[key] = run(argv + (["--out", str(out)] if key[0] == "record" else []))
             shutil.rmtree(out, ignore_errors=True)
-        marginal = {kind: (t[(kind, large)] - t[(kind, small)]) / (large - small) for kind in ("forward", "record")}
+        marginal = {kind: (t[(kind, hi)] - t[(kind, lo)]) / (hi - lo) for kind, (lo, hi) in spans.items()}
         per_round["forward"].append(marginal["forward"])
         per_round["record"].append(marginal["record"])
         per_round["ratio"].append(marginal["record"] / marginal["forward"])
     return {
-        "batches": [small, large],
+        "batches": {kind: list(span) for kind, span in spans.items()},
         "forward_s_per_batch": round(statistics.median(per_round["forward"]), 3),
         "record_s_per_batch": round(statistics.median(per_round["record"]), 3),
         "ratio": round(statistics.median(per_round["ratio"]), 2),
@@ -338,9 +343,10 @@ def _print(r: dict) -> None:
         print(f"passes over one batch, each alone on one thread: {passes}")
     w = r.get("whole_process")
     if w:
+        b = w["batches"]
         print(
-            f"whole processes, marginal per batch ({w['batches'][0]} -> {w['batches'][1]} batches): forward {w['forward_s_per_batch']:.3f} s, "
-            f"record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
+            f"whole processes, marginal per batch (forward {b['forward'][0]} -> {b['forward'][1]} batches, record {b['record'][0]} -> "
+            f"{b['record'][1]}): forward {w['forward_s_per_batch']:.3f} s, record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
         )
     for p in r["peak_rss"]:
         print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s, batches of {p['batch_size']})")

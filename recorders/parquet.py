@@ -19,12 +19,15 @@ the files sort in example order and shards never collide. Within a file, rows ar
 (`ROW_GROUP_ROWS`): the writer builds one row group's columns at a time.
 
 Files are compressed with lz4 (or zstd, snappy, none); float columns use
-byte-stream-split, `example` delta encoding. Every file carries the recording's
+byte-stream-split, keys plain encoding. Every file carries the recording's
 description in its schema metadata under the key `gatetrace`.
 
 Crash safety: a batch's files are encoded (on worker threads) into a hidden staging
 folder and renamed into place once all of them are written; only then does the
-progress file list the batch's examples as complete. `manifest.json` appears when every
+progress file list the batch's examples as complete. In object storage (`--out
+s3://...`, see `recorders.place`) there is no rename: each file is written at its final
+key, where it appears only once complete, and the progress object is rewritten after
+all of a batch's files; a file that no progress object counts is deleted by a resume. `manifest.json` appears when every
 shard has finished, so a folder without it is not a finished recording.
 """
 
@@ -46,7 +49,8 @@ import pyarrow.parquet as pq
 from recorders.errors import OutputExistsError, RecordingError
 from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
 from recorders.long import KeyCache, long_columns
-from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress, write_json_atomically
+from recorders.place import LocalPlace, place_of
+from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 
 __all__ = [
     "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "create_folder", "write_weights", "partition_dir", "partition_value",
@@ -107,25 +111,30 @@ def partition_dir(**parts: str) -> str:
 
 
 def _write_parquet(
-    path: Path, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None
+    path: Path | str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None,
+    filesystem: Any = None,
 ) -> int:
     """Write column chunks as one Parquet file, one row group per chunk with rows (a file
-    with no rows still has the schema of the first). Floats are byte-stream-split, `example`
-    delta-encoded, `step` and `unit` plain (their repeats compress to almost nothing, faster
-    than with a dictionary), `dictionary_columns` dictionary-encoded. `compression=None`
-    takes DEFAULT_COMPRESSION. Returns the rows written."""
+    with no rows still has the schema of the first). Floats are byte-stream-split; the keys
+    plain (their repeats compress to almost nothing: faster than delta or dictionary
+    encoding, measured); `dictionary_columns` dictionary-encoded. Statistics (min and max
+    per row group, which readers use to skip row groups) are kept for every column but the
+    float values, where they cost 6% of the encoding and skip nothing. `compression=None`
+    takes DEFAULT_COMPRESSION. `filesystem`: a pyarrow FileSystem that `path` is in
+    (default: the local one). Returns the rows written."""
     writer, rows = None, 0
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if filesystem is None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         for columns in chunks:
             arrays = [_labels(v) if name in dictionary_columns else pa.array(v) for name, v in columns.items()]
             table = pa.Table.from_arrays(arrays, names=list(columns))
             if writer is None:
-                encodings = {n: "BYTE_STREAM_SPLIT" for n in columns if n in _FLOATS}
-                encodings.update({n: "DELTA_BINARY_PACKED" for n in columns if n == "example"})
                 writer = pq.ParquetWriter(
-                    path, table.schema.with_metadata({METADATA_KEY: metadata}), compression=compression or DEFAULT_COMPRESSION,
-                    use_dictionary=list(dictionary_columns), column_encoding=encodings,
+                    str(path), table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
+                    compression=compression or DEFAULT_COMPRESSION, use_dictionary=list(dictionary_columns),
+                    column_encoding={n: "BYTE_STREAM_SPLIT" for n in columns if n in _FLOATS},
+                    write_statistics=[n for n in columns if n not in _FLOATS],
                 )
             if table.num_rows:
                 writer.write_table(table, row_group_size=table.num_rows)
@@ -224,13 +233,24 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
-        self.target = local_path(out).resolve()  # where the recording is, or will be once published
-        refuse_links(self.target)
-        # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
-        # that the recording it replaces is kept until the new one is complete.
-        self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
-        self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
-        self._created = not self.out.exists()
+        self.place = place_of(out)
+        if self.place.local:
+            self.target = self.place.path.resolve()  # where the recording is, or will be once published
+            refuse_links(self.target)
+            # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
+            # that the recording it replaces is kept until the new one is complete.
+            self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
+            self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
+            self.place = LocalPlace(self.out)
+        else:  # object storage: objects are written at their final keys (see recorders.place)
+            if overwrite:
+                raise RecordingError(
+                    f"--overwrite with --out {out}: object storage cannot swap a new recording in at once; remove the old "
+                    "one first (aws s3 rm --recursive, gsutil rm -r), then record"
+                )
+            self.target = self.out = self.place
+            self.replacing = False
+        self._created = not self.place.exists()
         self.shard = shard
         self.description = json.loads(json.dumps(dict(description)))
         self.examples = None if examples is None else tuple(int(e) for e in examples)
@@ -239,7 +259,7 @@ class RecordingWriter:
         self._compression = compression or DEFAULT_COMPRESSION
         if self._compression not in COMPRESSIONS:
             raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")
-        self._staging = self.out / f".staging-{shard.tag}"
+        self._staging = self.out / f".staging-{shard.tag}" if self.place.local else None
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
         self._pending: list[tuple[Future, Path, Path, str]] = []  # (future, staged file, final file, table)
@@ -259,13 +279,13 @@ class RecordingWriter:
     def _open(self, overwrite: bool, resume: bool) -> dict[str, Any] | None:
         """Check what `out` holds; return this shard's previous progress when resuming."""
         out = self.target
-        if out.exists() and not out.is_dir():
+        if self.place.local and out.exists() and not out.is_dir():
             raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
         if overwrite:
             check_out(out, overwrite, ours=_not_a_recording)
             out = self.out  # a new, empty sibling
-        found = read_progress(out)
-        if not found and out.is_dir() and any(not _ours(p.name) for p in out.iterdir()):
+        found = read_progress(self.place)
+        if not found and any(not _ours(name) for name in self.place.entries()):
             raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
         for progress in found.values():
             why = self._difference(progress)
@@ -280,6 +300,16 @@ class RecordingWriter:
             raise OutputExistsError(
                 f"--out {out} already holds a {state} recording{which}; pass --resume to continue it or --overwrite to start again"
             )
+        if self.place.local:
+            self._prepare_folder(out, mine)
+        complete = Intervals(mine["complete"]) if mine else Intervals()
+        self._remove_unfinished_parts(complete)
+        if mine is not None:
+            self._check_parts(mine)
+        return mine
+
+    def _prepare_folder(self, out: Path, mine: Mapping[str, Any] | None) -> None:
+        """A local folder: its progress folder, this shard's lock, an empty staging folder."""
         try:
             (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
             self._lock = _hold_lock(out / PROGRESS_DIR / f"{self.shard.tag}.lock", out, self.shard)
@@ -294,11 +324,6 @@ class RecordingWriter:
                 f"cannot write {out}: {reason}; nothing was changed and the {kept:,} examples recorded before are kept: "
                 "fix the cause and rerun with --resume"
             ) from err
-        complete = Intervals(mine["complete"]) if mine else Intervals()
-        self._remove_unfinished_parts(complete)
-        if mine is not None:
-            self._check_parts(mine)
-        return mine
 
     def _difference(self, progress: Mapping[str, Any]) -> str | None:
         """Why a progress file found in `out` belongs to another recording (None if it does not)."""
@@ -315,32 +340,35 @@ class RecordingWriter:
             return f"its examples are {progress.get('total')}, not {self.examples}"
         return None
 
-    def _own_parts(self) -> Iterator[tuple[str, Path, int]]:
-        """(table, path, first example) of every part file in this shard's range of examples."""
+    def _own_parts(self) -> Iterator[tuple[str, str, int]]:
+        """(table, path in the recording, first example) of every part file in this shard's range of examples."""
         lo, hi = self.range if self.range is not None else (0, float("inf"))
         for table in ("gates", "states"):
-            for path in (self.out / table).rglob("part-*.parquet") if (self.out / table).is_dir() else ():
-                start = _part_start(path)
+            for rel in self.place.files(table):
+                start = _part_start(rel)
                 if start is not None and lo <= start < hi:
-                    yield table, path, start
+                    yield table, rel, start
 
     def _remove_unfinished_parts(self, complete: Intervals) -> None:
         """Delete part files of this shard's examples that no committed batch wrote."""
-        for _, path, start in self._own_parts():
+        for _, rel, start in self._own_parts():
             if start not in complete:
-                path.unlink(missing_ok=True)
+                self.place.remove(rel)
 
     def _check_parts(self, progress: Mapping[str, Any]) -> None:
         """Refuse to resume when the part files of the complete examples do not hold the rows
         the progress file counts (files removed, replaced or damaged since)."""
         complete = Intervals(progress["complete"])
         found = {"gates": 0, "states": 0}
-        for table, path, start in self._own_parts():
+        for table, rel, start in self._own_parts():
             if start in complete:
                 try:
-                    found[table] += pq.ParquetFile(path).metadata.num_rows
+                    where, store = self.place.parquet_target(rel)
+                    found[table] += pq.read_metadata(where, filesystem=store).num_rows
                 except (OSError, pa.ArrowException) as err:
-                    raise RecordingError(f"cannot resume into {self.out}: {path} is not readable Parquet ({err}); record again with --overwrite") from None
+                    raise RecordingError(
+                        f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); record again with --overwrite"
+                    ) from None
         for table, rows in found.items():
             if rows != progress["rows"][table]:
                 raise RecordingError(
@@ -371,10 +399,15 @@ class RecordingWriter:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
-        final = self.out / table / folder / f"part-{self._batch[0]:010d}.parquet"
-        staged = self._staging / f"{uuid.uuid4().hex}.parquet"
+        final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
         chunks = _chunks(examples, steps, values, lengths, self._keys)
-        future = self._pool.submit(_write_parquet, staged, chunks, self._metadata, compression=self._compression)
+        if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
+            staged = self._staging / f"{uuid.uuid4().hex}.parquet"
+            future = self._pool.submit(_write_parquet, staged, chunks, self._metadata, compression=self._compression)
+        else:  # an object appears only once complete: written at its final key
+            staged = None
+            where, store = self.place.parquet_target(final)
+            future = self._pool.submit(_write_parquet, where, chunks, self._metadata, compression=self._compression, filesystem=store)
         self._pending.append((future, staged, final, table))
 
     def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
@@ -401,16 +434,17 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
-        where = self._staging  # the file being written or moved, for the error message
+        where = self._staging or self.out  # the file being written or moved, for the error message
         try:
             for future, _, final, table in self._pending:
-                where = final
+                where = f"{self.place}/{final}"
                 rows[table] += future.result()
             for _, staged, final, _ in self._pending:
-                where = final
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged, final)
-        except (OSError, pa.ArrowException) as err:
+                if staged is not None:
+                    where = self.out / final
+                    where.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staged, where)
+        except (OSError, pa.ArrowException, RecordingError) as err:
             self.abort()
             reason = getattr(err, "strerror", None) or str(err)
             raise RecordingError(
@@ -426,19 +460,23 @@ class RecordingWriter:
     def write_weights(self, columns: Mapping[str, Any]) -> None:
         """The weights table (`tracer.weights.weights_columns`), written at once."""
         self._guard()
-        staged = self._staging / "weights.parquet"
         try:
-            n = _write_parquet(staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
-            os.replace(staged, self.out / "weights.parquet")
+            if self.place.local:
+                staged = self._staging / "weights.parquet"
+                n = _write_parquet(staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
+                os.replace(staged, self.out / "weights.parquet")
+            else:
+                where, store = self.place.parquet_target("weights.parquet")
+                n = _write_parquet(where, [columns], self._metadata, _WEIGHT_LABELS, self._compression, filesystem=store)
         except (OSError, pa.ArrowException) as err:
-            raise RecordingError(f"cannot write {self.out / 'weights.parquet'}: {getattr(err, 'strerror', None) or err}") from err
+            raise RecordingError(f"cannot write {self.place}/weights.parquet: {getattr(err, 'strerror', None) or err}") from err
         self.rows["weights"] = n
 
     # -- finishing -------------------------------------------------------------------------
 
     def _save_progress(self, finished: bool) -> None:
-        write_json_atomically(
-            self.out / PROGRESS_DIR / f"{self.shard.tag}.json",
+        self.place.write_json(
+            f"{PROGRESS_DIR}/{self.shard.tag}.json",
             {
                 "description": self.description,
                 "shard": self.shard.recorded,
@@ -463,7 +501,8 @@ class RecordingWriter:
         if self._batch is not None:
             self.commit()
         self._pool.shutdown()
-        remove(self._staging)
+        if self._staging is not None:
+            remove(self._staging)
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
@@ -487,7 +526,7 @@ class RecordingWriter:
         Every shard checks after marking itself finished, so the last one to finish
         always sees all the others (and two that finish together write the same file).
         """
-        found = read_progress(self.out)
+        found = read_progress(self.place)
         if len(found) != self.shard.count or not all(p.get("finished") for p in found.values()):
             return False
         shards = [found[Shard(k, self.shard.count, self.shard.unit).tag] for k in range(self.shard.count)]
@@ -501,7 +540,7 @@ class RecordingWriter:
             },
             "shards": self.shard.count,
         }
-        write_json_atomically(self.out / "manifest.json", manifest)
+        self.place.write_json("manifest.json", manifest)
         return True
 
     def abort(self) -> None:
@@ -513,7 +552,8 @@ class RecordingWriter:
             future.cancel()
         self._pool.shutdown(wait=True)
         self._pending, self._batch = [], None
-        remove(self._staging)
+        if self._staging is not None:
+            remove(self._staging)
         self._release()
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
@@ -523,8 +563,8 @@ class RecordingWriter:
             # weights and folders they wrote would be left without one, a folder no rerun or
             # retry recognizes as a recording.
             for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
-                remove(self.out / name)
-            if self._created and not any(self.out.iterdir()):
+                self.place.remove(name)
+            if self.place.local and self._created and not any(self.out.iterdir()):
                 self.out.rmdir()
 
     def _release(self) -> None:
@@ -542,10 +582,13 @@ class RecordingWriter:
             self.abort()
 
 
-def _part_start(path: Path) -> int | None:
+def _part_start(path: str) -> int | None:
     """The first example of a part file, from its name `part-<first example>.parquet`."""
+    name = path.rsplit("/", 1)[-1]
+    if not (name.startswith("part-") and name.endswith(".parquet")):
+        return None
     try:
-        return int(path.stem[len("part-") :])
+        return int(name[len("part-") : -len(".parquet")])
     except ValueError:
         return None
 
@@ -586,8 +629,14 @@ def create_folder(out: str | os.PathLike) -> bool:
     """Create the folder of a recording whose shards are about to start side by side (and
     its progress folder), so that no shard is the one that created it and none removes it
     on failure. Refuses a file, a link, or a folder holding anything but a recording.
+    In object storage there is no folder to create: only what the prefix holds is checked.
     Returns whether the folder was created."""
-    out = local_path(out).resolve()
+    place = place_of(out)
+    if not place.local:
+        if any(not (name in _RECORDING or _ours(name)) for name in place.entries()):
+            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+        return False
+    out = place.path.resolve()
     refuse_links(out)
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")

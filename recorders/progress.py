@@ -16,16 +16,17 @@ readers of the Parquet datasets.
 from __future__ import annotations
 
 import bisect
-import json
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable
 
 from recorders.errors import RecordingError, SelectionError
 
-__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "recorded_layout", "progress_problem", "write_json_atomically"]
+if TYPE_CHECKING:
+    from recorders.place import Place
+
+__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "recorded_layout", "progress_problem"]
 
 PROGRESS_DIR = "_progress"
 
@@ -121,20 +122,6 @@ class Intervals:
         return [list(p) for p in self._pairs]
 
 
-def write_json_atomically(path: Path, content: Mapping[str, Any]) -> None:
-    """Write `content` to a temporary sibling, flush it to disk, and rename it to `path`."""
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(json.dumps(content, indent=1) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise RecordingError(f"cannot write {path}: {err.strerror or err}") from err
-
-
 _MAX_EXAMPLE = 2**53  # example ids are int64 in the tables and exact in JSON readers
 
 
@@ -182,23 +169,31 @@ def progress_problem(tag: str, p: Any) -> str | None:
     return None
 
 
-def read_progress(out: Path) -> dict[str, dict[str, Any]]:
-    """The progress files in `out`, by shard tag (empty if there are none), each checked
-    against the form gatetrace writes: RecordingError naming the file if one is not."""
-    folder = out / PROGRESS_DIR
+def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
+    """The progress files of the recording in `out` (a folder, or a `recorders.place.Place`),
+    by shard tag (empty if there are none), each checked against the form gatetrace
+    writes: RecordingError naming the file if one is not."""
+    from recorders.place import LocalPlace, Place
+
+    place = out if isinstance(out, Place) else LocalPlace(Path(out))
+    folder = f"{place}/{PROGRESS_DIR}"
     found = {}
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+    for rel in place.files(PROGRESS_DIR):
+        name = rel.rsplit("/", 1)[-1]
+        if rel.count("/") != 1 or not name.endswith(".json") or name.startswith("."):
+            continue
+        path, tag = f"{place}/{rel}", name[: -len(".json")]
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
+            data = place.read_json(rel)
+        except (OSError, ValueError, RecordingError) as err:
             raise RecordingError(f"cannot read the progress file {path}: {err}; remove it to record that shard again") from err
-        why = progress_problem(path.stem, data)
+        why = progress_problem(tag, data)
         if why:
             raise RecordingError(
                 f"the progress file {path} is not one gatetrace wrote ({why}); it was edited or damaged: "
                 "record into a new folder, or remove the folder and record again"
             )
-        found[path.stem] = data
+        found[tag] = data
     counts = {p["shard"][1] for p in found.values()}
     if len(counts) > 1:
         raise RecordingError(
@@ -208,10 +203,12 @@ def read_progress(out: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def recorded_layout(out: Path) -> Shard | None:
-    """How the recording in `out` is split, as a Shard of index 0 (count and unit), or None
-    if `out` holds no progress file yet."""
-    found = read_progress(Path(out)) if Path(out).is_dir() else {}
+def recorded_layout(out: "str | os.PathLike | Place") -> Shard | None:
+    """How the recording in `out` (a folder, a URI or a Place) is split, as a Shard of
+    index 0 (count and unit), or None if `out` holds no progress file yet."""
+    from recorders.place import Place, place_of
+
+    found = read_progress(out if isinstance(out, Place) else place_of(out))
     if not found:
         return None
     shard = next(iter(found.values()))["shard"]

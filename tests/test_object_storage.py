@@ -6,6 +6,7 @@ folder named `s3:`."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -113,14 +115,83 @@ def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
     assert missing.returncode == 2 and "feed x: no such file s3://data/nothing.npy" in missing.stderr
 
 
-def test_an_out_in_object_storage_is_refused_in_one_line(s3, record, tmp_path, monkeypatch):
+def s3_tables(store, prefix: str) -> dict[str, pd.DataFrame]:
+    """`tables` of a recording in the S3 server (`prefix` is bucket/key)."""
+    keys = {"gates": ["cell", "gate", "example", "step", "unit"], "states": ["cell", "state", "example", "step", "unit"]}
+    frames = {}
+    for table, order in keys.items():
+        df = pd.read_parquet(f"{prefix}/{table}", filesystem=store)
+        for c in order[:2]:
+            df[c] = df[c].astype(str)
+        frames[table] = df.sort_values(order, ignore_index=True)
+    return frames
+
+
+def read_json(store, key: str):
+    with store.open_input_stream(key) as f:
+        return json.loads(f.read())
+
+
+def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_resume(s3, record, tmp_path, monkeypatch):
+    """--out s3://...: objects written at their final keys, each batch committed by its
+    progress object; a failure midway keeps the committed batches, and a resume with
+    another batch size replaces the uncommitted part objects (no row twice)."""
+    import recorders.parquet
+
     env, store = s3
+    store.create_dir("out")
+    rows = np.random.RandomState(3).randn(13, STEPS, FEATURES).astype(np.float32)
     model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
-    np.save(tmp_path / "x.npy", np.zeros((2, STEPS, FEATURES), np.float32))
-    monkeypatch.chdir(tmp_path)
-    for extra in ([], ["--workers", "2"]):
-        done = record(model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", "s3://data/run1", *extra)
-        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-        assert "--out s3://data/run1: gatetrace writes recordings to a folder of a file system, not to s3:// object storage" in done.stderr
-        assert not (tmp_path / "s3:").exists()
-    assert store.get_file_info("data/run1").type.name == "NotFound"
+    np.save(tmp_path / "x.npy", rows)
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}"]
+    assert record(model, *feed, "--out", str(tmp_path / "local"), "--batch-size", "4").returncode == 0
+    want = tables(tmp_path / "local")
+
+    done = record(model, *feed, "--out", "s3://out/one", "--batch-size", "4")
+    assert done.returncode == 0, done.stderr
+    got = s3_tables(store, "out/one")
+    assert all(got[t].equals(want[t]) for t in want)
+    assert read_json(store, "out/one/manifest.json")["examples"] == 13
+    assert read_json(store, "out/one/_progress/shard-0-of-1.json")["complete"] == [[0, 13]]
+    assert sorted(i.base_name for i in store.get_file_info(fs_selector("out/one"))) == [
+        "_progress", "gates", "manifest.json", "states", "weights.parquet"
+    ]
+
+    write, calls = recorders.parquet._write_parquet, []
+
+    def disk_full_in_the_second_batch(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 8:  # the weights, 4 files of the first batch (3 gates, 1 state), then the second's third
+            raise OSError(28, "No space left on device")
+        return write(path, *args, **kwargs)
+
+    monkeypatch.setattr(recorders.parquet, "_write_parquet", disk_full_in_the_second_batch)
+    failed = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "4")
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    assert "No space left on device; the 4 examples recorded before are kept" in failed.stderr
+    monkeypatch.setattr(recorders.parquet, "_write_parquet", write)
+    assert read_json(store, "out/crash/_progress/shard-0-of-1.json")["complete"] == [[0, 4]]
+    listed = [i.path for i in store.get_file_info(fs_selector("out/crash/gates", recursive=True))]
+    assert any(p.endswith("part-0000000004.parquet") for p in listed)  # written, not committed: the resume replaces it
+    assert "already holds a partial recording; pass --resume" in record(model, *feed, "--out", "s3://out/crash").stderr
+    done = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "3", "--resume")
+    assert done.returncode == 0, done.stderr
+    got = s3_tables(store, "out/crash")
+    for t in want:  # another batch size after the resume: the same rows, values to float32 precision
+        assert len(got[t]) == len(want[t])
+        pd.testing.assert_frame_equal(got[t], want[t], check_exact=False, rtol=1e-5, atol=1e-6)
+
+    done = record(model, *feed, "--out", "s3://out/pool", "--batch-size", "4", "--workers", "2", "--task-size", "1")
+    assert done.returncode == 0, done.stderr
+    assert "in 4 tasks" in done.stdout
+    got = s3_tables(store, "out/pool")
+    assert all(got[t].equals(want[t]) for t in want)
+
+    refused = record(model, *feed, "--out", "s3://out/one", "--overwrite")
+    assert refused.returncode == 2 and "object storage cannot swap a new recording in at once" in refused.stderr
+
+
+def fs_selector(prefix: str, recursive: bool = False):
+    from pyarrow import fs
+
+    return fs.FileSelector(prefix, recursive=recursive)

@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 __all__ = ["main"]
@@ -172,7 +171,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=FILE.npy|NAME=VALUE",
         help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0': --feed x=inputs.npy",
     )
-    c.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
+    c.add_argument(
+        "--out", required=True, metavar="DIR",
+        help="output folder (must be new or empty), or a prefix in object storage: --out s3://bucket/run1",
+    )
     c.add_argument(
         "--batch-size",
         type=_positive,
@@ -395,7 +397,7 @@ def _record(args) -> None:
     )
     shard = Shard.parse(args.shard) if args.shard else Shard()
     memory = parse_size(args.memory) if args.memory else None
-    layout = recorded_layout(Path(args.out)) if args.resume else None
+    layout = recorded_layout(args.out) if args.resume else None
     if layout is not None and layout.unit > 1 and not args.shard:  # a --workers recording: resumed by tasks
         return _record_parallel(args, selection, memory)
     if layout is not None and layout.count == shard.count:  # a task resumed by hand: cut as the job cut it
@@ -430,6 +432,7 @@ def _record(args) -> None:
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
     from recorders.files import local_path
+    from recorders.place import is_uri
     from tracer.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):
@@ -449,7 +452,7 @@ def _record_parallel(args, selection, memory) -> None:
     job = Job(
         model=os.path.abspath(args.model),
         feeds={n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v) for n, v in feeds.items()},
-        out=str(local_path(args.out).resolve()),
+        out=args.out if is_uri(args.out) else str(local_path(args.out).resolve()),
         tag=args.tag,
         signature=args.signature,
         allow_unsafe_ops=args.allow_unsafe_ops,

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping
 from recorders import Shard
 from recorders.errors import FeedError, GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
 from recorders.parquet import create_folder
+from recorders.place import place_of
 from recorders.progress import read_progress, recorded_layout
 from tracer.budget import DEFAULT_BATCH_SIZE
 from tracer.inputs import is_input_spec, open_input
@@ -121,7 +122,7 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
     if selection is not None and selection.examples != (None, None):
         first, last, _ = slice(*selection.examples).indices(n)
         n = max(0, last - first)
-    if not resume and read_progress(Path(job.out).resolve()):
+    if not resume and read_progress(place_of(job.out)):
         raise OutputExistsError(f"--out {job.out} already holds a recording; pass --resume to continue it, or choose another folder")
     return n, create_folder(job.out)
 
@@ -154,7 +155,7 @@ def record_parallel(
     examples, created = _prepare(job, resume)
     batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
     count = task_count(examples, batch_size, task_size)
-    layout = recorded_layout(Path(job.out)) if resume else None
+    layout = recorded_layout(job.out) if resume else None
     if layout is not None and layout.unit == batch_size:
         count = layout.count  # a resumed job keeps its tasks, whatever --task-size says now
     if progress is not None:

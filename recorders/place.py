@@ -1,0 +1,198 @@
+"""Where a recording is written: a local folder, or a prefix in object storage.
+
+A `Place` is the recording's root with the few operations the writer and the progress
+files need, by paths relative to the root (`gates/cell=a/gate=f/part-0000000000.parquet`).
+`place_of("run1/")` is a `LocalPlace`; `place_of("s3://bucket/run1")` (or `gs://...`) a
+`StorePlace` on pyarrow's file system for the URI (credentials and endpoint as pyarrow
+reads them, e.g. AWS_ENDPOINT_URL).
+
+What each guarantees when a file is written: locally, under a temporary name, flushed,
+then renamed into place; in object storage, an object appears only once it is
+completely written (a PUT, or a multipart upload completed at close), so it is written
+at its final key and never renamed. Object stores have no locks: two processes must
+not write the same shard at once (shards write disjoint objects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from recorders.errors import RecordingError
+
+__all__ = ["Place", "LocalPlace", "StorePlace", "place_of", "is_uri"]
+
+_URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
+
+
+def is_uri(text: str) -> bool:
+    """`s3://...`, `gs://...`: a location in object storage (`file://` is a local path)."""
+    return bool(_URI.match(text)) and not text.startswith("file://")
+
+
+class Place:
+    """A recording's root; see the module docstring. Paths are relative, with `/`."""
+
+    local: bool
+
+    def exists(self) -> bool: ...
+    def entries(self) -> list[str]: ...
+    def files(self, sub: str) -> list[str]: ...
+    def read_bytes(self, rel: str) -> bytes: ...
+    def write_bytes(self, rel: str, data: bytes) -> None: ...
+    def remove(self, rel: str) -> None: ...
+    def parquet_target(self, rel: str) -> tuple[Any, Any]: ...
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_bytes(rel))
+
+    def write_json(self, rel: str, content: Any) -> None:
+        self.write_bytes(rel, (json.dumps(content, indent=1) + "\n").encode())
+
+
+class LocalPlace(Place):
+    """A folder of the local file system."""
+
+    local = True
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def entries(self) -> list[str]:
+        return sorted(p.name for p in self.path.iterdir()) if self.path.is_dir() else []
+
+    def files(self, sub: str) -> list[str]:
+        root = self.path / sub
+        return sorted(p.relative_to(self.path).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+
+    def read_bytes(self, rel: str) -> bytes:
+        return (self.path / rel).read_bytes()
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write to a temporary sibling, flush it to disk, and rename it into place."""
+        path = self.path / rel
+        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise RecordingError(f"cannot write {path}: {err.strerror or err}") from err
+
+    def remove(self, rel: str) -> None:
+        from recorders.files import remove
+
+        remove(self.path / rel)
+
+    def parquet_target(self, rel: str) -> tuple[Any, Any]:
+        path = self.path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return str(path), None
+
+
+class StorePlace(Place):
+    """A prefix (`bucket/run1`) of an object store, through a pyarrow FileSystem."""
+
+    local = False
+
+    def __init__(self, store: Any, root: str, uri: str):
+        self.store, self.root, self.uri = store, root.rstrip("/"), uri.rstrip("/")
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def _key(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def exists(self) -> bool:
+        return bool(self.entries())
+
+    def _listed(self, rel: str, recursive: bool) -> list:
+        from pyarrow import fs
+
+        try:
+            return self.store.get_file_info(fs.FileSelector(self._key(rel), recursive=recursive, allow_not_found=True))
+        except OSError as err:
+            raise RecordingError(f"cannot list {self.uri}/{rel}: {err}") from None
+
+    def entries(self) -> list[str]:
+        return sorted(i.base_name for i in self._listed("", recursive=False))
+
+    def files(self, sub: str) -> list[str]:
+        from pyarrow import fs
+
+        cut = len(self.root) + 1
+        return sorted(i.path[cut:] for i in self._listed(sub, recursive=True) if i.type == fs.FileType.File)
+
+    def read_bytes(self, rel: str) -> bytes:
+        try:
+            with self.store.open_input_stream(self._key(rel)) as f:
+                return f.read()
+        except OSError as err:
+            raise RecordingError(f"cannot read {self.uri}/{rel}: {err}") from None
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """One PUT: the object appears whole, or not at all."""
+        try:
+            with self.store.open_output_stream(self._key(rel)) as f:
+                f.write(data)
+        except OSError as err:
+            raise RecordingError(f"cannot write {self.uri}/{rel}: {err}") from None
+
+    def remove(self, rel: str) -> None:
+        from pyarrow import fs
+
+        info = self.store.get_file_info(self._key(rel))
+        try:
+            if info.type == fs.FileType.File:
+                self.store.delete_file(self._key(rel))
+            elif info.type == fs.FileType.Directory:
+                self.store.delete_dir(self._key(rel))
+        except OSError as err:
+            raise RecordingError(f"cannot remove {self.uri}/{rel}: {err}") from None
+
+    def parquet_target(self, rel: str) -> tuple[Any, Any]:
+        return self._key(rel), self.store
+
+    def read_json(self, rel: str, attempts: int = 5) -> Any:
+        """An object read as JSON. pyarrow reads an object in ranged requests after asking its
+        size, so a read that crosses another process's PUT of the same key (shards read each
+        other's progress objects) can see parts of both, which do not parse: such a read is
+        made again. (Seen against moto's S3 server with four tasks writing at once.)"""
+        for attempt in range(attempts):
+            try:
+                return json.loads(self.read_bytes(rel))
+            except ValueError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+
+def place_of(out: str | os.PathLike, what: str = "--out") -> Place:
+    """The Place for a folder path, a `file://` URI, or an object-storage URI."""
+    text = os.fspath(out)
+    if text.startswith("file://"):
+        return LocalPlace(Path(text[len("file://"):]))
+    if not is_uri(text):
+        return LocalPlace(Path(text))
+    from pyarrow import fs
+
+    try:
+        store, root = fs.FileSystem.from_uri(text)
+    except Exception as err:  # an unknown scheme, a malformed URI, missing credentials
+        raise RecordingError(f"{what} {text}: cannot open it: {err}") from None
+    return StorePlace(store, root, text)
