@@ -27,8 +27,9 @@ folder and renamed into place once all of them are written; only then does the
 progress file list the batch's examples as complete. In object storage (`--out
 s3://...`, see `recorders.place`) there is no rename: each file is written at its final
 key, where it appears only once complete, and the progress object is rewritten after
-all of a batch's files; a file that no progress object counts is deleted by a resume. `manifest.json` appears when every
-shard has finished, so a folder without it is not a finished recording.
+all of a batch's files; a file that no progress object counts is deleted by a resume.
+`manifest.json` appears when every shard has finished, so a folder without it is not a
+finished recording.
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ class RecordingWriter:
         self._staging = self.out / f".staging-{shard.tag}" if self.place.local else None
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
-        self._pending: list[tuple[Future, Path, Path, str]] = []  # (future, staged file, final file, table)
+        self._pending: list[tuple[Future, Path | None, str, str]] = []  # (future, staged file or None, final path, table)
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
         self._lock: int | None = None

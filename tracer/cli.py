@@ -472,7 +472,7 @@ def _record_parallel(args, selection, memory) -> None:
         if bar is None and not args.quiet:  # once the folder is ready: nothing shows for a job refused before
             from tqdm import tqdm
 
-            bar = tqdm(total=total, unit="seq", desc="recording (tasks)", file=sys.stderr, dynamic_ncols=True)
+            bar = tqdm(total=total, unit="seq", desc="recording, in tasks", file=sys.stderr, dynamic_ncols=True)
         if bar is not None:
             bar.update(n)
 

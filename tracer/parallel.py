@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from recorders import Shard
+from recorders import Intervals, Shard
 from recorders.errors import FeedError, GatetraceError, Interrupted, OutputExistsError, RecordingError, SelectionError
 from recorders.parquet import create_folder
 from recorders.place import place_of
@@ -141,12 +141,15 @@ def record_parallel(
     max_attempts: int = 3,
     resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    poll: float = 1.0,
 ) -> dict:
     """Record `job` in tasks run by `executor`, or by a process pool of `workers`
     processes (default: the number of CPUs); returns a summary like `tracer.record`'s.
 
-    `progress(n, total)` is called once the folder is ready with n = 0, then with the number
-    of sequences of each task that finishes; total is the number of sequences to record.
+    `progress(n, total)` is called once the folder is ready with n = 0, then every `poll`
+    seconds that sequences were committed, with their number (read from the tasks'
+    progress files: batch by batch, whatever the engine); total is the number of
+    sequences to record.
     Without `resume`, a folder that holds a recording already is refused; with it, the
     job keeps the tasks it was cut into.
     Ctrl-C cancels the tasks not started; running ones stop after their batch in flight
@@ -158,8 +161,17 @@ def record_parallel(
     layout = recorded_layout(job.out) if resume else None
     if layout is not None and layout.unit == batch_size:
         count = layout.count  # a resumed job keeps its tasks, whatever --task-size says now
+    counted = _committed(job.out)  # what earlier runs recorded is not reported
     if progress is not None:
         progress(0, examples)
+
+    def report() -> None:
+        nonlocal counted
+        now = _committed(job.out, counted)
+        if progress is not None and now > counted:
+            progress(now - counted, examples)
+        counted = now
+
     own = executor is None
     if own:
         executor = _pool(workers or os.cpu_count() or 1)
@@ -175,7 +187,8 @@ def record_parallel(
         for k in range(count):
             submit(k)
         while running:
-            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            done, _ = wait(list(running), timeout=poll, return_when=FIRST_COMPLETED)
+            report()
             for future in done:
                 k = running.pop(future, None)
                 if k is None:  # resubmitted already, with the others of a broken pool
@@ -199,8 +212,7 @@ def record_parallel(
                         raise RecordingError(f"task {k}/{count} failed {attempts[k]} times, the last with: {err}") from None
                     submit(k)
                     continue
-                if progress is not None:
-                    progress(summaries[k]["examples_this_run"], examples)
+        report()
     except KeyboardInterrupt:
         for future in running:
             future.cancel()
@@ -217,6 +229,15 @@ def record_parallel(
         if own:
             executor.shutdown(wait=True, cancel_futures=True)
     return _summary(summaries, count, task_size)
+
+
+def _committed(out: str, otherwise: int = 0) -> int:
+    """Sequences the progress files of the recording in `out` count as complete
+    (`otherwise` while they cannot be read, e.g. the folder is not made yet)."""
+    try:
+        return sum(Intervals(p["complete"]).total() for p in read_progress(place_of(out)).values())
+    except (GatetraceError, OSError):
+        return otherwise
 
 
 def _remove_if_empty(out: Path) -> None:
