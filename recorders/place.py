@@ -20,6 +20,7 @@ import os
 import re
 import time
 import uuid
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +36,37 @@ def is_uri(text: str) -> bool:
     return bool(_URI.match(text)) and not text.startswith("file://")
 
 
-class Place:
+class Place(ABC):
     """A recording's root; see the module docstring. Paths are relative, with `/`."""
 
     local: bool
 
-    def exists(self) -> bool: ...
-    def entries(self) -> list[str]: ...
-    def files(self, sub: str) -> list[str]: ...
+    @abstractmethod
+    def exists(self) -> bool:
+        """Whether the root holds anything (a local folder: whether it exists)."""
+
+    @abstractmethod
+    def entries(self) -> list[str]:
+        """The names directly in the root, sorted."""
+
+    @abstractmethod
+    def files(self, sub: str) -> list[str]:
+        """Every file below the folder `sub`, as paths relative to the root, sorted."""
+
+    @abstractmethod
     def read_bytes(self, rel: str) -> bytes: ...
-    def write_bytes(self, rel: str, data: bytes) -> None: ...
-    def remove(self, rel: str) -> None: ...
-    def parquet_target(self, rel: str) -> tuple[Any, Any]: ...
+
+    @abstractmethod
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a whole file, so that readers see the old one or the new one, never a part."""
+
+    @abstractmethod
+    def remove(self, rel: str) -> None:
+        """Remove a file, or a folder with everything in it; nothing if there is none."""
+
+    @abstractmethod
+    def parquet_target(self, rel: str) -> tuple[Any, Any]:
+        """(path, pyarrow FileSystem or None) to write or read the Parquet file `rel` at."""
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_bytes(rel))
