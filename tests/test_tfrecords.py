@@ -88,3 +88,23 @@ def test_unreadable_tfrecords_are_refused_in_one_line(rows, tmp_path):
         with pytest.raises(Exception) as err:
             open_input(str(tmp_path / spec), "feed x")
         assert why in str(err.value) and "\n" not in str(err.value) and str(err.value).startswith("feed x: ")
+
+
+def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, monkeypatch):
+    """The tasks of a parallel job that run in one worker reuse the index of each file; a
+    file rewritten since is indexed again."""
+    import tracer.tfrecords
+
+    scans = []
+    records = tracer.tfrecords._records
+    monkeypatch.setattr(tracer.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    path = tmp_path / "data.tfrecord"
+    write_examples(path, rows[:5])
+    for _ in range(3):
+        assert open_input(f"{path}:x", "feed x").shape[0] == 5
+    assert len(scans) == 1
+    write_examples(path, rows[:9])
+    feed = open_input(f"{path}:x", "feed x")
+    assert feed.shape[0] == 9 and len(scans) == 2
+    feed.fit((STEPS, FEATURES))
+    np.testing.assert_array_equal(feed[:], rows[:9])

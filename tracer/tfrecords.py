@@ -47,18 +47,14 @@ class TFRecordFeature(_Rows):
         self._files = _matching(store, pattern)
         if not self._files:
             raise FeedError(f"no file matches {self.path}")
-        where, starts, lengths = [], [], []
-        for k, path in enumerate(self._files):
-            for offset, length in _records(_Blocks(store, path), self._shown(k)):
-                where.append(k)
-                starts.append(offset)
-                lengths.append(length)
-        if not starts:
+        index = [_index(store, path, self._shown(k)) for k, path in enumerate(self._files)]
+        if not sum(len(i) for i in index):
             raise FeedError(f"{self.path} holds no records; an empty input cannot tell the shape of a sequence")
-        self._where, self._starts, self._lengths = np.asarray(where), np.asarray(starts), np.asarray(lengths)
+        self._where = np.concatenate([np.full(len(i), k) for k, i in enumerate(index)])
+        self._starts, self._lengths = np.concatenate(index).reshape(-1, 2).T
         first = self._parse(0, self._span(0, 1)[0])
         self._row_shape = first.shape
-        self.shape, self.dtype = (len(starts), *first.shape), first.dtype
+        self.shape, self.dtype = (len(self._starts), *first.shape), first.dtype
 
     def _shown(self, file: int) -> str:
         """File number `file` as the user named it (with its URI scheme)."""
@@ -169,6 +165,27 @@ class _Blocks:
                 return self.read(offset, n)
             self._block = at, block = offset, self.read(offset, self.BLOCK)
         return block[offset - at : offset - at + n]
+
+
+_INDEXES: dict[tuple, np.ndarray] = {}  # by file and version: a worker's tasks index each file once
+
+
+def _index(store, path: str, shown: str) -> np.ndarray:
+    """[records, 2] (offset of the data, its length) of a TFRecord file, kept for the rest of
+    the process while the file's size and modification time stay the same (the tasks of a
+    parallel job that run in one worker would each read every file's headers again)."""
+    if store is None:
+        stat = os.stat(path)
+        version = ("local", os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    else:
+        info = store.get_file_info(path)
+        version = (store.type_name, path, info.size, info.mtime_ns) if info.mtime_ns is not None else None
+    if version is not None and version in _INDEXES:
+        return _INDEXES[version]
+    found = np.asarray(list(_records(_Blocks(store, path), shown)), dtype=np.int64).reshape(-1, 2)
+    if version is not None:
+        _INDEXES[version] = found
+    return found
 
 
 def _records(f: _Blocks, path: str):
