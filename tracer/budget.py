@@ -7,9 +7,9 @@ and the arrays cut out of them. Batches run one at a time, and peak RSS was meas
 grow by 0.94 to 1.2 times a batch's recorded values (two float32 columns per gate, one
 per state, every unit and step) for unrolled cells: `COPIES` allows 2, for what that
 measurement did not cover (a replayed loop's fetched inputs and outputs beside the
-values computed from them). `bytes_per_sequence` estimates
-one sequence's share of a batch, with its input rows; `choose_batch` lowers the batch
-size so that what is held, the reserve and the batch stay within the budget.
+values computed from them). `bytes_per_sequence` estimates one sequence's share of a
+batch, with its input rows; `choose_batch` lowers the batch size so that what is held,
+the reserve and the batch stay within the budget.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less): a batch of a large model is small,
