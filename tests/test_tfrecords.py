@@ -58,13 +58,17 @@ def test_a_tfrecord_recording_equals_the_npy_one(rows, sequence, tmp_path):
     np.save(tmp_path / "x.npy", rows)
     for k, part in enumerate(np.array_split(rows, 2)):
         write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence)
-    for name, feed in (("npy", "x.npy"), ("tfrecord", "train-*.tfrecord:x")):
-        done = run_cli("record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name), "--batch-size", "8", "--quiet")
+    for name, feed, extra in (("npy", "x.npy", ()), ("tfrecord", "train-*.tfrecord:x", ()),
+                              ("tasks", "train-*.tfrecord:x", ("--workers", "2", "--task-size", "1"))):
+        done = run_cli("record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name), "--batch-size", "8",
+                       "--quiet", *extra)
         assert done.returncode == 0, done.stderr
-    got, want = tables(tmp_path / "tfrecord"), tables(tmp_path / "npy")
-    for table in want:
-        assert len(got[table]) == len(want[table]) > 0
-        assert got[table].equals(want[table])
+    want = tables(tmp_path / "npy")
+    for name in ("tfrecord", "tasks"):
+        got = tables(tmp_path / name)
+        for table in want:
+            assert len(got[table]) == len(want[table]) > 0
+            assert got[table].equals(want[table]), (name, table)
 
 
 def test_unreadable_tfrecords_are_refused_in_one_line(rows, tmp_path):
@@ -108,3 +112,27 @@ def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, mon
     assert feed.shape[0] == 9 and len(scans) == 2
     feed.fit((STEPS, FEATURES))
     np.testing.assert_array_equal(feed[:], rows[:9])
+
+
+def test_with_the_counts_a_driver_found_a_task_indexes_only_its_files(rows, tmp_path, monkeypatch):
+    import tracer.tfrecords
+
+    for k, part in enumerate(np.array_split(rows, 3)):  # 8, 8 and 7 records
+        write_examples(tmp_path / f"part-{k}.tfrecord", part)
+    spec = str(tmp_path / "part-*.tfrecord:x")
+    monkeypatch.setattr(tracer.tfrecords, "_INDEXES", {})
+    monkeypatch.setattr(tracer.tfrecords, "_COUNTS", {})
+    assert open_input(spec, "feed x").shape[0] == 23  # the driver indexes every file
+    counts = tracer.tfrecords.record_counts()
+    assert sorted(counts.values()) == [7, 8, 8]
+    monkeypatch.setattr(tracer.tfrecords, "_INDEXES", {})  # a fresh worker process, told the counts
+    monkeypatch.setattr(tracer.tfrecords, "_COUNTS", {})
+    tracer.tfrecords.know_counts(counts)
+    scans = []
+    records = tracer.tfrecords._records
+    monkeypatch.setattr(tracer.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    feed = open_input(spec, "feed x")
+    feed.fit((STEPS, FEATURES))
+    assert feed.shape == (23, STEPS, FEATURES) and scans == []
+    np.testing.assert_array_equal(feed[17:21], rows[17:21])
+    assert scans == [str(tmp_path / "part-2.tfrecord")]

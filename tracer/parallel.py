@@ -23,10 +23,11 @@ import math
 import multiprocessing
 import os
 import shutil
+import sys
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -60,6 +61,7 @@ class Job:
     allow_unsafe_ops: bool = False
     lengths: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    input_counts: Mapping[tuple, int] = field(default_factory=dict)  # TFRecord files' record counts, found by the driver
 
 
 _loaded: dict[tuple, Any] = {}  # model per process: (path, tag, signature, allow_unsafe_ops) -> Model
@@ -101,6 +103,10 @@ def record_task(job: Job, index: int, count: int) -> dict:
     import tracer
 
     lengths = np.load(job.lengths) if job.lengths else None
+    if job.input_counts:  # the task indexes only the TFRecord files its rows are in
+        from tracer.tfrecords import know_counts
+
+        know_counts(dict(job.input_counts))
     return tracer.record(
         _model(job), _feeds(job), job.out, shard=task_shard(job, index, count), resume=True, lengths=lengths, **dict(job.options)
     )
@@ -156,6 +162,8 @@ def record_parallel(
     (they receive the signal too), and the folder is left to resume.
     """
     examples, created = _prepare(job, resume)
+    if "tracer.tfrecords" in sys.modules:  # the driver counted TFRecord inputs: hand the counts on
+        job = replace(job, input_counts={**job.input_counts, **sys.modules["tracer.tfrecords"].record_counts()})
     batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
     count = task_count(examples, batch_size, task_size)
     layout = recorded_layout(job.out) if resume else None

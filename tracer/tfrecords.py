@@ -9,10 +9,12 @@ read in name order as one run of rows) takes the feature FEATURE of each record:
   of [steps, values].
 
 Files may be local or in object storage (`s3://bucket/train-*.tfrecord:x`, through
-pyarrow's file systems, see `tracer.inputs`). Opening a file reads it once, in blocks of
-8 MB, to index where each record starts (from the length fields of the record headers);
-a slice of rows then reads the bytes of just those records, in one read per file (one
-ranged request in object storage). GZIP-compressed files are refused (they cannot be
+pyarrow's file systems, see `tracer.inputs`). A file is read once per process, in blocks
+of 8 MB, to index where each record starts (from the length fields of the record
+headers); a slice of rows then reads the bytes of just those records, in one read per
+file (one ranged request in object storage). A parallel job's driver hands the record
+count of every file to its tasks (`record_counts`, `know_counts`): a task then indexes
+only the files its rows are in. GZIP-compressed files are refused (they cannot be
 read from the middle). Every record must give the same shape.
 """
 
@@ -32,7 +34,7 @@ from tracer.inputs import _Rows
 
 from tensorflow.core.example import example_pb2  # noqa: E402
 
-__all__ = ["TFRECORD_SUFFIXES", "TFRecordFeature"]
+__all__ = ["TFRECORD_SUFFIXES", "TFRecordFeature", "record_counts", "know_counts"]
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
 _HEADER = 12  # uint64 length, uint32 masked CRC of the length; then the data and its uint32 CRC
@@ -47,14 +49,14 @@ class TFRecordFeature(_Rows):
         self._files = _matching(store, pattern)
         if not self._files:
             raise FeedError(f"no file matches {self.path}")
-        index = [_index(store, path, self._shown(k)) for k, path in enumerate(self._files)]
-        if not sum(len(i) for i in index):
+        counts = [_count(store, path, self._shown(k)) for k, path in enumerate(self._files)]
+        self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # the first row of each file
+        if not self._first[-1]:
             raise FeedError(f"{self.path} holds no records; an empty input cannot tell the shape of a sequence")
-        self._where = np.concatenate([np.full(len(i), k) for k, i in enumerate(index)])
-        self._starts, self._lengths = np.concatenate(index).reshape(-1, 2).T
-        first = self._parse(0, self._span(0, 1)[0])
+        file = int(np.flatnonzero(counts)[0])  # the first record tells the shape: read it alone
+        first = self._parse(0, _first_record(_Blocks(store, self._files[file]), self._shown(file)))
         self._row_shape = first.shape
-        self.shape, self.dtype = (len(self._starts), *first.shape), first.dtype
+        self.shape, self.dtype = (int(self._first[-1]), *first.shape), first.dtype
 
     def _shown(self, file: int) -> str:
         """File number `file` as the user named it (with its URI scheme)."""
@@ -69,20 +71,20 @@ class TFRecordFeature(_Rows):
             self.shape = (self.shape[0], *shape)
 
     def _span(self, start: int, stop: int) -> list[bytes]:
-        """The data of records [start, stop), reading each file's share in one read."""
+        """The data of records [start, stop), reading each file's share in one read (and
+        indexing only the files they are in)."""
         out: list[bytes] = []
         k = start
         while k < stop:
-            file = self._where[k]
-            last = k
-            while last + 1 < stop and self._where[last + 1] == file:
-                last += 1
-            first_byte, end = int(self._starts[k]), int(self._starts[last] + self._lengths[last])
+            file = int(np.searchsorted(self._first, k, side="right")) - 1
+            last = min(stop, int(self._first[file + 1]))  # rows [k, last) are in this file
+            index = _index(self._store, self._files[file], self._shown(file))[k - self._first[file] : last - self._first[file]]
+            first_byte, end = int(index[0, 0]), int(index[-1, 0] + index[-1, 1])
             data = _Blocks(self._store, self._files[file]).read(first_byte, end - first_byte)
             if len(data) != end - first_byte:
-                raise FeedError(f"{self._shown(file)}: record {last} is cut short; the file is truncated")
-            out += [data[s - first_byte : s - first_byte + n] for s, n in zip(self._starts[k : last + 1], self._lengths[k : last + 1])]
-            k = last + 1
+                raise FeedError(f"{self._shown(file)}: record {last - 1} is cut short; the file is truncated")
+            out += [data[a - first_byte : a - first_byte + n] for a, n in index]
+            k = last
         return out
 
     def _parse(self, k: int, data: bytes) -> np.ndarray:
@@ -167,25 +169,63 @@ class _Blocks:
         return block[offset - at : offset - at + n]
 
 
-_INDEXES: dict[tuple, np.ndarray] = {}  # by file and version: a worker's tasks index each file once
+# Kept for the rest of the process, by file version (path, size, modification time): the
+# index of each file read, and the record counts a parallel job's driver hands its tasks.
+_INDEXES: dict[tuple, np.ndarray] = {}
+_COUNTS: dict[tuple, int] = {}
+
+
+def _version(store, path: str) -> tuple | None:
+    """What tells this version of a file from another: path, size and modification time
+    (None where the store gives no time: nothing is kept for it)."""
+    if store is None:
+        stat = os.stat(path)
+        return ("local", os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    info = store.get_file_info(path)
+    return (store.type_name, path, info.size, info.mtime_ns) if info.mtime_ns is not None else None
 
 
 def _index(store, path: str, shown: str) -> np.ndarray:
-    """[records, 2] (offset of the data, its length) of a TFRecord file, kept for the rest of
-    the process while the file's size and modification time stay the same (the tasks of a
-    parallel job that run in one worker would each read every file's headers again)."""
-    if store is None:
-        stat = os.stat(path)
-        version = ("local", os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-    else:
-        info = store.get_file_info(path)
-        version = (store.type_name, path, info.size, info.mtime_ns) if info.mtime_ns is not None else None
+    """[records, 2] (offset of the data, its length) of a TFRecord file, read from its
+    record headers once per process and file version: the tasks of a parallel job that run
+    in one worker would each read every file's headers again."""
+    version = _version(store, path)
     if version is not None and version in _INDEXES:
         return _INDEXES[version]
     found = np.asarray(list(_records(_Blocks(store, path), shown)), dtype=np.int64).reshape(-1, 2)
     if version is not None:
         _INDEXES[version] = found
+        _COUNTS[version] = len(found)
     return found
+
+
+def _count(store, path: str, shown: str) -> int:
+    """The records of a file: told by the driver (`know_counts`), or from its index."""
+    version = _version(store, path)
+    if version is not None and version in _COUNTS:
+        return _COUNTS[version]
+    return len(_index(store, path, shown))
+
+
+def record_counts() -> dict[tuple, int]:
+    """The record count of every TFRecord file version this process has indexed."""
+    return dict(_COUNTS)
+
+
+def know_counts(counts: dict[tuple, int]) -> None:
+    """Take the record counts a driver found (`record_counts`): a task then indexes only the
+    files its rows are in. A count is used only for the very version of the file it was
+    found for."""
+    _COUNTS.update(counts)
+
+
+def _first_record(f: _Blocks, path: str) -> bytes:
+    """The data of a file's first record, from its header, without indexing the file."""
+    (length,) = struct.unpack("<Q", f.read(0, 8))
+    data = f.read(_HEADER, length)
+    if len(data) != length:
+        raise FeedError(f"{path}: record 0 is cut short; the file is truncated")
+    return data
 
 
 def _records(f: _Blocks, path: str):
