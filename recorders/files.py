@@ -27,8 +27,8 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
     scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", text)
     if scheme:
         raise RecordingError(
-            f"{what} {text}: gatetrace writes recordings to a folder of a file system, not to {scheme.group(1)}:// object "
-            "storage; record into a local or shared folder, then copy it (aws s3 sync, gsutil rsync)"
+            f"{what} {text}: this is written to a file system, not to {scheme.group(1)}:// object storage (only "
+            "`gatetrace record --out` writes there); write it to a local or shared folder, then copy it (aws s3 cp, gsutil cp)"
         )
     return Path(text)
 

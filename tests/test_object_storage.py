@@ -189,6 +189,9 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
 
     refused = record(model, *feed, "--out", "s3://out/one", "--overwrite")
     assert refused.returncode == 2 and "object storage cannot swap a new recording in at once" in refused.stderr
+    weights = run_cli("weights", model, "--out", "s3://out/w.parquet")  # a single file: written locally, then copied
+    assert weights.returncode == 2 and weights.stderr.count("\n") == 1
+    assert "(only `gatetrace record --out` writes there)" in weights.stderr
 
 
 def fs_selector(prefix: str, recursive: bool = False):
