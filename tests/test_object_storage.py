@@ -159,6 +159,19 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
 
     write, calls = recorders.parquet._write_parquet, []
 
+    def fails_at_once(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:  # the first batch's first file, after the weights
+            raise OSError(28, "No space left on device")
+        return write(path, *args, **kwargs)
+
+    monkeypatch.setattr(recorders.parquet, "_write_parquet", fails_at_once)
+    assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 2
+    monkeypatch.setattr(recorders.parquet, "_write_parquet", write)
+    assert store.get_file_info(fs_selector("out/first", recursive=True)) == []  # nothing a rerun would refuse
+    assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 0
+    calls.clear()
+
     def disk_full_in_the_second_batch(path, *args, **kwargs):
         calls.append(path)
         if len(calls) == 8:  # the weights, 4 files of the first batch (3 gates, 1 state), then the second's third
