@@ -15,7 +15,15 @@ from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError
 
-__all__ = ["local_path", "check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+__all__ = ["is_uri", "local_path", "check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+
+
+_URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
+
+
+def is_uri(text: str) -> bool:
+    """`s3://...`, `gs://...`: a location in object storage (`file://` is a local path)."""
+    return bool(_URI.match(text)) and not text.startswith("file://")
 
 
 def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
@@ -24,7 +32,7 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
     text = os.fspath(out)
     if text.startswith("file://"):
         return Path(text[len("file://"):])
-    scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", text)
+    scheme = _URI.match(text)
     if scheme:
         raise RecordingError(
             f"{what} {text}: this is written to a file system, not to {scheme.group(1)}:// object storage (only "

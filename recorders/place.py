@@ -17,24 +17,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
-import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
 from recorders.errors import RecordingError
+from recorders.files import is_uri, remove, temp_sibling
 
-__all__ = ["Place", "LocalPlace", "StorePlace", "place_of", "is_uri"]
-
-_URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
-
-
-def is_uri(text: str) -> bool:
-    """`s3://...`, `gs://...`: a location in object storage (`file://` is a local path)."""
-    return bool(_URI.match(text)) and not text.startswith("file://")
-
+__all__ = ["Place", "LocalPlace", "StorePlace", "place_of"]
 
 class Place(ABC):
     """A recording's root; see the module docstring. Paths are relative, with `/`."""
@@ -102,7 +93,7 @@ class LocalPlace(Place):
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write to a temporary sibling, flush it to disk, and rename it into place."""
         path = self.path / rel
-        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}"
+        tmp = temp_sibling(path)
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -114,8 +105,6 @@ class LocalPlace(Place):
             raise RecordingError(f"cannot write {path}: {err.strerror or err}") from err
 
     def remove(self, rel: str) -> None:
-        from recorders.files import remove
-
         remove(self.path / rel)
 
     def parquet_target(self, rel: str) -> tuple[Any, Any]:

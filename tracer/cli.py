@@ -431,8 +431,7 @@ def _record(args) -> None:
 
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
-    from recorders.files import local_path
-    from recorders.place import is_uri
+    from recorders.files import is_uri, local_path
     from tracer.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):

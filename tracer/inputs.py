@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import FeedError
+from recorders.files import is_uri
 
 __all__ = ["INPUT_SUFFIXES", "is_input_spec", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
 
@@ -90,7 +91,7 @@ def _location(path: str, what: str = "input"):
     the usual variables); (None, the path) for a local path or a `file://` URI."""
     if path.startswith("file://"):
         return None, path[len("file://"):]
-    if not re.match(r"^[a-z][a-z0-9+.-]*://", path):
+    if not is_uri(path):
         return None, path
     from pyarrow import fs
 

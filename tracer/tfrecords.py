@@ -30,7 +30,7 @@ import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf  # noqa: F401  (sets up TensorFlow before its protos are imported)
-from tracer.inputs import _Rows
+from tracer.inputs import _Rows, _kind, _open
 
 from tensorflow.core.example import example_pb2  # noqa: E402
 
@@ -49,7 +49,8 @@ class TFRecordFeature(_Rows):
         self._files = _matching(store, pattern)
         if not self._files:
             raise FeedError(f"no file matches {self.path}")
-        counts = [_count(store, path, self._shown(k)) for k, path in enumerate(self._files)]
+        self._versions = [_version(store, path) for path in self._files]  # asked once: not per batch
+        counts = [_count(store, path, self._shown(k), self._versions[k]) for k, path in enumerate(self._files)]
         self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # the first row of each file
         if not self._first[-1]:
             raise FeedError(f"{self.path} holds no records; an empty input cannot tell the shape of a sequence")
@@ -78,7 +79,8 @@ class TFRecordFeature(_Rows):
         while k < stop:
             file = int(np.searchsorted(self._first, k, side="right")) - 1
             last = min(stop, int(self._first[file + 1]))  # rows [k, last) are in this file
-            index = _index(self._store, self._files[file], self._shown(file))[k - self._first[file] : last - self._first[file]]
+            rows = slice(k - self._first[file], last - self._first[file])
+            index = _index(self._store, self._files[file], self._shown(file), self._versions[file])[rows]
             first_byte, end = int(index[0, 0]), int(index[-1, 0] + index[-1, 1])
             data = _Blocks(self._store, self._files[file]).read(first_byte, end - first_byte)
             if len(data) != end - first_byte:
@@ -148,16 +150,13 @@ class _Blocks:
 
     @cached_property
     def size(self) -> int:
-        return os.path.getsize(self._path) if self._store is None else self._store.get_file_info(self._path).size
+        return _kind(self._store, self._path)[1]
 
     def read(self, offset: int, n: int) -> bytes:
         """`n` bytes at `offset`, read at once (one ranged request), not cached."""
-        if self._store is None:
-            with open(self._path, "rb") as f:
-                f.seek(offset)
-                return f.read(n)
-        with self._store.open_input_file(self._path) as f:
-            return f.read_at(n, offset)  # bytes
+        with _open(self._store, self._path) as f:
+            f.seek(offset)
+            return f.read(n)
 
     def read_at(self, offset: int, n: int) -> bytes:
         """`n` bytes at `offset`, from the cached block, reading the next one when it does not hold them."""
@@ -185,11 +184,10 @@ def _version(store, path: str) -> tuple | None:
     return (store.type_name, path, info.size, info.mtime_ns) if info.mtime_ns is not None else None
 
 
-def _index(store, path: str, shown: str) -> np.ndarray:
+def _index(store, path: str, shown: str, version: tuple | None) -> np.ndarray:
     """[records, 2] (offset of the data, its length) of a TFRecord file, read from its
-    record headers once per process and file version: the tasks of a parallel job that run
-    in one worker would each read every file's headers again."""
-    version = _version(store, path)
+    record headers once per process and file `version` (`_version`): the tasks of a
+    parallel job that run in one worker would each read every file's headers again."""
     if version is not None and version in _INDEXES:
         return _INDEXES[version]
     found = np.asarray(list(_records(_Blocks(store, path), shown)), dtype=np.int64).reshape(-1, 2)
@@ -199,12 +197,11 @@ def _index(store, path: str, shown: str) -> np.ndarray:
     return found
 
 
-def _count(store, path: str, shown: str) -> int:
+def _count(store, path: str, shown: str, version: tuple | None) -> int:
     """The records of a file: told by the driver (`know_counts`), or from its index."""
-    version = _version(store, path)
     if version is not None and version in _COUNTS:
         return _COUNTS[version]
-    return len(_index(store, path, shown))
+    return len(_index(store, path, shown, version))
 
 
 def record_counts() -> dict[tuple, int]:
