@@ -143,11 +143,14 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="SECONDS",
                 help="stop a run of the model (one batch) that takes longer than this: --timeout 600 (default: no limit)",
             )
+        if reads_model:
             c.add_argument(
                 "--allow-unsafe-ops",
                 action="store_true",
                 help="run the model even if it holds ops outside the allowlist of pure math, array, variable and "
-                "control-flow ops (file access, Python, printing): only for models you trust",
+                "control-flow ops (file access, Python, printing): only for models you trust" if runs_model else
+                "read the model even if importing its graph could run ops that do more than compute (file access), "
+                "or loading its Keras file would build objects gatetrace does not check: only for models you trust",
             )
         return c
 
@@ -296,7 +299,7 @@ def _inspect(args) -> None:
 
     from tracer.safety import unsafe_ops
 
-    model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False)
+    model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False, allow_unsafe_ops=args.allow_unsafe_ops)
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
     with model:

@@ -11,6 +11,8 @@
     a file ending in .pb                           frozen GraphDef: weights are Consts
     .keras, .h5, a folder with keras_metadata.pb   Keras: a `tracer.keras_layers.KerasModel`
 
+Before any graph is imported, `tracer.import_check` reads its serialized form and refuses
+ops that TensorFlow could evaluate while importing and that do more than compute.
 Loading runs what TensorFlow's loaders would run, taken from the file the way they take
 it (a `LoadPlan`: the Saver's restore op, a SavedModel's init op), but gatetrace runs
 those ops itself, after `tracer.safety` has checked them: every op on the allowlist,
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
+from tracer.import_check import check_before_import
 from tracer.inline import DEFAULT_SIGNATURE, inline_signature, is_function_graph, keras_note, signature_of
 from tracer.keras_layers import KerasModel, is_keras_file, load_keras
 from tracer.safety import refuse, restore_ops, restore_problems, unsafe_ops
@@ -233,6 +236,7 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     if not os.path.isfile(meta):
         raise ModelFormatError(f"{source}: checkpoint {prefix} has no {meta} beside it; gatetrace needs the meta graph")
     meta_graph = _read_meta_graph(meta, source)
+    check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
     graph = tf.Graph()
     session = v1.Session(graph=graph)
     try:
@@ -319,6 +323,7 @@ def _signature_inputs(meta, signature: str, source: str, tf2: bool) -> dict[str,
 
 def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = _saved_model_meta_graph(path, tag, source)
+    check_before_import(meta.graph_def, source, allow_unsafe_ops)
     tf2 = is_function_graph(meta)
     inputs = _signature_inputs(meta, signature, source, tf2)
     if tf2:  # the signature's functions inlined, so that the loops in them can be read
@@ -379,6 +384,10 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
     graph_def = v1.GraphDef()
     try:
         graph_def.ParseFromString(path.read_bytes())
+    except Exception as err:
+        raise ModelFormatError(f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}") from err
+    check_before_import(graph_def, source, allow_unsafe_ops)
+    try:
         graph = tf.Graph()
         with graph.as_default():
             tf.import_graph_def(graph_def, name="")

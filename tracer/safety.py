@@ -13,12 +13,14 @@ since they do not run.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from recorders.errors import UnsafeGraphError
 from tracer._tf import tf
 
-__all__ = ["SAFE_OPS", "RESTORE_OPS", "ops_to_run", "unsafe_ops", "restore_problems", "restore_ops", "check", "check_model", "refuse"]
+__all__ = [
+    "SAFE_OPS", "RESTORE_OPS", "function_values", "function_calls", "bind_defaults", "ops_to_run", "unsafe_ops", "restore_problems", "restore_ops", "check", "check_model", "refuse",
+]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
 # nothing outside the session. Fused RNN kernels and the in-memory audio ops that speech
@@ -58,24 +60,66 @@ RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 
 _FUNCTIONAL = {"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"}
 
+_MAX_VISITS = 100_000  # (function, attributes) pairs one walk may visit before it gives up and refuses
 
-def _called(attrs) -> list[str]:
-    """The functions an op's attributes name (`f`, `body`, `cond`, `then_branch`, lists of them...)."""
-    names = []
-    for value in attrs.values():
-        if value.HasField("func"):
-            names.append(value.func.name)
-        elif value.HasField("list"):
-            names += [f.name for f in value.list.func]
-    return names
+
+def _resolved(value, bound: dict):
+    """An attribute value with its placeholder (`attr { placeholder: "f" }` inside a function)
+    replaced by what the function's caller bound it to; None if nothing binds it."""
+    return bound.get(value.placeholder) if value.placeholder else value
+
+
+def function_values(value, bound: dict) -> Iterator[tuple[str, dict] | None]:
+    """(name, attributes) of every function an attribute value names, the functions named
+    inside those attributes included, placeholders resolved in `bound`; None for a
+    placeholder that nothing binds (the function it names cannot be known)."""
+    value = _resolved(value, bound)
+    if value is None:
+        yield None
+        return
+    named = [value.func] if value.HasField("func") else list(value.list.func) if value.HasField("list") else []
+    for func in named:
+        attrs = {k: _resolved(a, bound) for k, a in func.attr.items()}
+        if any(a is None for a in attrs.values()):
+            yield None
+        yield func.name, {k: a for k, a in attrs.items() if a is not None}
+        for a in func.attr.values():
+            yield from function_values(a, bound)
+
+
+def function_calls(node, library: dict, bound: dict) -> Iterator[tuple[str, dict] | None]:
+    """The functions a node calls, with the attributes bound inside each: by its type (a
+    call by name) and through any attribute (`f`, `body`, `then_branch`, nested ones)."""
+    if node.op in library:
+        attrs = {k: _resolved(a, bound) for k, a in node.attr.items()}
+        if any(a is None for a in attrs.values()):
+            yield None
+        yield node.op, {k: a for k, a in attrs.items() if a is not None}
+    for value in node.attr.values():
+        yield from function_values(value, bound)
+
+
+def bind_defaults(function, attrs: dict) -> dict:
+    """A function's attributes as bound by its caller, its signature's defaults filling the rest."""
+    bound = dict(attrs)
+    for attr in function.signature.attr:
+        if attr.name not in bound and attr.HasField("default_value"):
+            bound[attr.name] = attr.default_value
+    return bound
+
+
+def _key(name: str, bound: dict) -> tuple:
+    return name, tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in bound.items()))
 
 
 def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
     """(name, type) of the ops running `fetches` (tensors, ops or their names) would
     execute: those of the graph, following data and control edges, and those of every
-    function they call (by an attribute such as `f` or `body`, or by using a function's
-    name as their type), and of the functions those call, and so on. A call itself is not
-    listed; the function's ops are, as `op in function NAME`."""
+    function they call (by an attribute such as `f` or `body`, by using a function's name
+    as their type, or through an attribute placeholder bound by the caller or by the
+    function's default), and of the functions those call, and so on. A call itself is not
+    listed; the function's ops are, as `op in function NAME`. A function attribute nothing
+    binds is listed as `(function attribute nothing sets)`, which no allowlist holds."""
     queue = deque()
     for f in fetches:
         if isinstance(f, str):
@@ -89,22 +133,33 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
         seen[op.name] = op
         queue.extend(t.op for t in op.inputs)
         queue.extend(op.control_inputs)
-    calls = [name for op in seen.values() for name in _called(op.node_def.attr)]
     library = {}
-    if calls or any(op.type in _FUNCTIONAL for op in seen.values()):
+    if any(op.node_def.attr for op in seen.values()):
         library = {fn.signature.name: fn for fn in graph.as_graph_def().library.function}
     found = [(op.name, op.type) for op in seen.values() if op.type not in library]
-    calls += [op.type for op in seen.values() if op.type in library]
-    visited: set[str] = set()
+    calls = [(op.name, call) for op in seen.values() for call in function_calls(op.node_def, library, {})]
+    visited: set[tuple] = set()
     while calls:
-        name = calls.pop()
-        if name in visited or name not in library:
+        caller, call = calls.pop()
+        if call is None:
+            found.append((caller, "function attribute nothing sets"))
             continue
-        visited.add(name)
+        name, attrs = call
+        if name not in library:
+            continue
+        bound = bind_defaults(library[name], attrs)
+        key = _key(name, bound)
+        if key in visited:
+            continue
+        visited.add(key)
+        if len(visited) > _MAX_VISITS:
+            found.append((f"function {name}", f"more than {_MAX_VISITS:,} function calls to follow"))
+            break
         for node in library[name].node_def:
-            calls += _called(node.attr) + ([node.op] if node.op in library else [])
+            where = f"{node.name} in function {name}"
+            calls += [(where, c) for c in function_calls(node, library, bound)]
             if node.op not in library:
-                found.append((f"{node.name} in function {name}", node.op))
+                found.append((where, node.op))
     return found
 
 
@@ -155,9 +210,9 @@ def _function_restore_problems(graph: tf.Graph, restore_op: str, ran: list[tuple
         return []
     call = graph.as_graph_element(restore_op)
     call = call if isinstance(call, tf.Operation) else call.op
-    called = _called(call.node_def.attr)
     library = {fn.signature.name: fn for fn in graph.as_graph_def().library.function}
-    function = library.get(called[0]) if len(called) == 1 else None
+    called = list(function_calls(call.node_def, library, {}))
+    function = library.get(called[0][0]) if len(called) == 1 and called[0] is not None else None
     good: set[str] = set()
     if function is not None:
         args = [a.name for a in function.signature.input_arg]
