@@ -187,3 +187,61 @@ def test_a_keras_2_0_gru_without_reset_after_is_read_as_it_was_meant(tmp_path):
     for g in "urc":
         np.testing.assert_allclose(rec.gate_array("gru", g, "preactivation"), expected[g][0], atol=1e-5)
         np.testing.assert_allclose(rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5)
+
+
+def _kernel(f) -> str:
+    """The path of the first 2-D dataset of an HDF5 file (an RNN layer's kernel)."""
+    import h5py
+
+    found = []
+    f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None)
+    return sorted(found)[0]
+
+
+def _plant(h5_path, how: str, secret) -> None:
+    """Make the kernel of the HDF5 file at `h5_path` read `secret` (a file outside it)."""
+    import h5py
+
+    with h5py.File(h5_path, "r+") as f:
+        name = _kernel(f)
+        shape, dtype = f[name].shape, f[name].dtype
+        del f[name]
+        size = int(np.prod(shape)) * dtype.itemsize
+        if how == "external storage":
+            f.create_dataset(name, shape, dtype, external=[(str(secret), 0, size)])
+        elif how == "external link":
+            with h5py.File(secret.with_suffix(".h5"), "w") as other:
+                other.create_dataset("k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape))
+            f[name] = h5py.ExternalLink(str(secret.with_suffix(".h5")), "k")
+        else:
+            layout = h5py.VirtualLayout(shape, dtype)
+            layout[...] = h5py.VirtualSource(str(secret.with_suffix(".h5")), "k", shape=shape)
+            with h5py.File(secret.with_suffix(".h5"), "w") as other:
+                other.create_dataset("k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape))
+            f.create_virtual_dataset(name, layout)
+
+
+@pytest.mark.parametrize("how", ["external storage", "external link", "virtual dataset"])
+@pytest.mark.parametrize("framework, name", [("tf-keras", "m.h5"), ("keras3", "m.keras")])
+def test_hdf5_weights_stored_outside_the_file_are_refused(framework, name, how, tmp_path):
+    secret = tmp_path / "id_rsa"
+    secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----" * 64)
+    path = tmp_path / name
+    masked_model(framework).save(str(path))
+    if name.endswith(".keras"):
+        with zipfile.ZipFile(path) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        (tmp_path / "w.h5").write_bytes(members["model.weights.h5"])
+        _plant(tmp_path / "w.h5", how, secret)
+        members["model.weights.h5"] = (tmp_path / "w.h5").read_bytes()
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in members.items():
+                z.writestr(n, data)
+    else:
+        _plant(path, how, secret)
+    out = tmp_path / "weights.parquet"
+    for command in (["inspect", str(path)], ["weights", str(path), "--out", str(out)]):
+        msg = one_line_error(run_cli(*command))
+        assert "its HDF5 weights would be read from outside the file: " in msg and "nothing was loaded" in msg, msg
+        assert {"external storage": "another file)", "external link": "a link to ", "virtual dataset": "a virtual dataset"}[how] in msg
+    assert not out.exists()

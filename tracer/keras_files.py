@@ -11,6 +11,11 @@ and accepts only what it knows to be Keras' own pure building blocks:
     .h5      the `model_config` attribute (a file without it holds weights only)
     folder   keras_metadata.pb of a tf-keras SavedModel: every object it lists
 
+HDF5 files (`.h5`, and the `.keras` archive's model.weights.h5) are walked first, link by
+link, without reading any data: a dataset stored in another file (external raw storage),
+a link to another file, or a virtual dataset (which maps other files' datasets in) would
+make Keras read a file that is not the model, so any of them is refused.
+
 Every `class_name` in them must be a known layer, initializer, regularizer, constraint
 or dtype policy of Keras (`KNOWN_CLASSES`), from Keras' own modules. A tf-keras
 SavedModel is then never handed to a loader: the model is built from its checked
@@ -29,7 +34,7 @@ from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError
 
-__all__ = ["KNOWN_CLASSES", "check_keras_file", "keras_config", "keras2_fixes"]
+__all__ = ["KNOWN_CLASSES", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
 
 KNOWN_CLASSES = frozenset(
     """
@@ -127,6 +132,53 @@ def _zip_config(p: Path, source: str) -> dict:
         raise ModelFormatError(f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}") from None
 
 
+def h5_problems(source: str, file) -> list[str]:
+    """`path (why)` for every object of an HDF5 file (a path or a binary file object) whose
+    data would be read from outside it: external raw storage, external links, virtual
+    datasets. Only the file's structure is read, never a dataset's values, and no link is followed."""
+    import h5py
+
+    problems, seen = [], set()
+    try:
+        with h5py.File(file, "r") as f:
+            stack = [f]
+            while stack:
+                group = stack.pop()
+                for name in group:
+                    path = f"{group.name.rstrip('/')}/{name}"
+                    link = group.get(name, getlink=True)
+                    if isinstance(link, h5py.ExternalLink):
+                        problems.append(f"{path} (a link to {link.filename}, another file)")
+                        continue
+                    if isinstance(link, h5py.SoftLink):  # a name for an object of this file, visited by its own
+                        continue
+                    obj = group[name]
+                    address = h5py.h5o.get_info(obj.id).addr  # an object linked twice is walked once
+                    if address in seen:
+                        continue
+                    seen.add(address)
+                    if isinstance(obj, h5py.Group):
+                        stack.append(obj)
+                    elif isinstance(obj, h5py.Dataset):
+                        plist = obj.id.get_create_plist()
+                        if plist.get_external_count():
+                            problems.append(f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)")
+                        elif plist.get_layout() == h5py.h5d.VIRTUAL:
+                            problems.append(f"{path} (a virtual dataset, mapping other files in)")
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelFormatError(f"{source}: cannot read it as an HDF5 file: {err}") from None
+    return sorted(problems)
+
+
+def _refuse_h5(source: str, found: list[str]) -> None:
+    if found:
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        raise UnsafeGraphError(
+            f"{source}: its HDF5 weights would be read from outside the file: {shown}; a Keras file holds its weights "
+            "itself, and nothing was loaded. If you trust this model, pass --allow-unsafe-ops"
+        )
+
+
 def _h5_config(p: Path, source: str) -> dict:
     import h5py
 
@@ -174,8 +226,15 @@ def check_keras_file(path: str | Path) -> None:
     p, source = Path(path), str(path)
     if p.is_dir():
         _refuse(source, _refused(_saved_model_metadata(p, source)))
+        return
+    _refuse(source, _refused(keras_config(p)))  # the archive's members and sizes are checked first
+    if p.suffix == ".keras":
+        with zipfile.ZipFile(p) as z:
+            if "model.weights.h5" in z.namelist():
+                with z.open("model.weights.h5") as weights:
+                    _refuse_h5(f"{source} (model.weights.h5)", h5_problems(source, weights))
     else:
-        _refuse(source, _refused(keras_config(p)))
+        _refuse_h5(source, h5_problems(source, p))
 
 
 def keras2_fixes(config: dict) -> dict | None:
