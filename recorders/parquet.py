@@ -234,13 +234,20 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
+        self._compression = compression or DEFAULT_COMPRESSION
+        if self._compression not in COMPRESSIONS:
+            raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")
         self.place = place_of(out)
+        self._lock: int | None = None
         if self.place.local:
             self.target = self.place.path.resolve()  # where the recording is, or will be once published
             refuse_links(self.target)
             # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
             # that the recording it replaces is kept until the new one is complete.
             self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
+            # ...and holds the locks of the recording it replaces until then: no process may
+            # still be writing it, nor start to.
+            self._replaced_locks = _hold_every_lock(self.target) if self.replacing else []
             self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
             self.place = LocalPlace(self.out)
         else:  # object storage: objects are written at their final keys (see recorders.place)
@@ -250,24 +257,24 @@ class RecordingWriter:
                     "one first (aws s3 rm --recursive, gsutil rm -r), then record"
                 )
             self.target = self.out = self.place
-            self.replacing = False
+            self.replacing, self._replaced_locks = False, []
         self._created = not self.place.exists()
         self.shard = shard
         self.description = json.loads(json.dumps(dict(description)))
         self.examples = None if examples is None else tuple(int(e) for e in examples)
         self.range = None if examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
-        self._compression = compression or DEFAULT_COMPRESSION
-        if self._compression not in COMPRESSIONS:
-            raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")
         self._staging = self.out / f".staging-{shard.tag}" if self.place.local else None
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
         self._pending: list[tuple[Future, Path | None, str, str]] = []  # (future, staged file or None, final path, table)
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
-        self._lock: int | None = None
-        previous = self._open(overwrite, resume)
+        try:
+            previous = self._open(overwrite, resume)
+        except BaseException:
+            self._release()
+            raise
         self.resumed = previous is not None
         self.complete = Intervals(previous["complete"] if previous else ())
         self._complete_before = self.complete.total()
@@ -313,7 +320,8 @@ class RecordingWriter:
         """A local folder: its progress folder, this shard's lock, an empty staging folder."""
         try:
             (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
-            self._lock = _hold_lock(out / PROGRESS_DIR / f"{self.shard.tag}.lock", out, self.shard)
+            which = "" if self.shard.count == 1 else f" shard {self.shard} of"
+            self._lock = _hold_lock(out / PROGRESS_DIR / f"{self.shard.tag}.lock", out, which)
             remove(self._staging)
             self._staging.mkdir()
         except OSError as err:
@@ -507,10 +515,12 @@ class RecordingWriter:
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
-        self._release()
-        if self.replacing:  # the new recording is complete: now it may replace the old one
-            publish(self.out, self.target)
-            self.out = self.target
+        try:
+            if self.replacing:  # the new recording is complete: now it may replace the old one
+                publish(self.out, self.target)
+                self.out = self.target
+        finally:
+            self._release()
         self.manifest = {
             **self.description,
             "examples": self.complete.total(),
@@ -569,9 +579,10 @@ class RecordingWriter:
                 self.out.rmdir()
 
     def _release(self) -> None:
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        for fd in [self._lock, *self._replaced_locks]:
+            if fd is not None:
+                os.close(fd)
+        self._lock, self._replaced_locks = None, []
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -594,8 +605,8 @@ def _part_start(path: str) -> int | None:
         return None
 
 
-def _hold_lock(path: Path, out: Path, shard: Shard) -> int | None:
-    """Take the lock of one shard of a recording for as long as this process writes it;
+def _hold_lock(path: Path, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
+    """Take the lock file `path` of a recording for as long as this process writes it;
     RecordingError if another process holds it. Returns the lock's file descriptor."""
     try:
         import fcntl
@@ -606,12 +617,28 @@ def _hold_lock(path: Path, out: Path, shard: Shard) -> int | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        which = "" if shard.count == 1 else f" shard {shard} of"
         raise RecordingError(
-            f"another gatetrace process is recording{which} {out} (it holds {path}); "
-            "wait for it to finish, or stop it and rerun with --resume"
+            f"another gatetrace process is recording{which} {out} (it holds {path}); wait for it to finish, or {then}"
         ) from None
     return fd
+
+
+def _hold_every_lock(out: Path) -> list[int]:
+    """The lock of every shard of the recording in `out` (one for each lock or progress file
+    there), for --overwrite: RecordingError, holding none, if any other process holds one."""
+    folder = out / PROGRESS_DIR
+    tags = sorted({p.stem for p in folder.iterdir() if p.suffix in (".lock", ".json") and not p.name.startswith(".")}) if folder.is_dir() else []
+    held: list[int] = []
+    try:
+        for tag in tags:
+            fd = _hold_lock(folder / f"{tag}.lock", out, then="stop it, then rerun with --overwrite")
+            if fd is not None:
+                held.append(fd)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
 
 
 _RECORDING = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)

@@ -268,3 +268,24 @@ def test_shards_that_all_fail_before_their_first_batch_can_be_resumed(tmp_path):
             batch(writer, 2 * k, 2 * k + 2)
     assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == [0, 1, 2, 3]
     assert json.loads((out / "manifest.json").read_text())["examples"] == 4
+
+
+def test_overwrite_is_refused_while_another_writer_holds_the_recording(tmp_path):
+    """--overwrite of a recording another writer is still writing is refused, and leaves that
+    writer's recording whole; once it is finished, --overwrite replaces it."""
+    out = tmp_path / "run"
+    running = RecordingWriter(out, DESCRIPTION, examples=(0, 6))
+    first = batch(running, 0, 2)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(RecordingError, match=r"another gatetrace process is recording .*run \(it holds .*shard-0-of-1.lock\); "
+                       r"wait for it to finish, or stop it, then rerun with --overwrite"):
+        RecordingWriter(out, DESCRIPTION, examples=(0, 6), overwrite=True)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no sibling was left behind
+    rest = [batch(running, 2, 4), batch(running, 4, 6)]
+    assert running.close()["examples"] == 6
+    df = pd.read_parquet(out / "gates")
+    assert df["preactivation"].tolist() == np.concatenate([first, *rest]).reshape(-1).tolist()
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 2), overwrite=True) as replacing:
+        batch(replacing, 0, 2)
+    assert json.loads((out / "manifest.json").read_text())["examples"] == 2
