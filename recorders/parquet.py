@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 from recorders.errors import OutputExistsError, RecordingError
 from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
 from recorders.long import KeyCache, long_columns
+from recorders.folder import Folder
 from recorders.place import LocalPlace, place_of
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 
@@ -124,7 +125,7 @@ def _write_parquet(
     takes DEFAULT_COMPRESSION. `filesystem`: a pyarrow FileSystem that `path` is in
     (default: the local one). Returns the rows written."""
     writer, rows = None, 0
-    if filesystem is None:
+    if filesystem is None and isinstance(path, (str, Path)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         for columns in chunks:
@@ -132,7 +133,7 @@ def _write_parquet(
             table = pa.Table.from_arrays(arrays, names=list(columns))
             if writer is None:
                 writer = pq.ParquetWriter(
-                    str(path), table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
+                    str(path) if isinstance(path, Path) else path, table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
                     compression=compression or DEFAULT_COMPRESSION, use_dictionary=list(dictionary_columns),
                     column_encoding={n: "BYTE_STREAM_SPLIT" for n in columns if n in _FLOATS},
                     write_statistics=[n for n in columns if n not in _FLOATS],
@@ -144,6 +145,18 @@ def _write_parquet(
         if writer is not None:
             writer.close()
     return rows
+
+
+def _write_in(folder: Folder, rel: str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(),
+              compression: str | None = None) -> int:
+    """`_write_parquet` into the new file `rel` of a local folder, reached through its handle."""
+    with folder.create(rel) as f:
+        sink = folder.native_target(f)
+        try:
+            return _write_parquet(sink, chunks, metadata, dictionary_columns, compression)
+        finally:
+            if sink is not f:
+                sink.close()
 
 
 def _labels(values) -> pa.DictionaryArray:
@@ -264,10 +277,10 @@ class RecordingWriter:
         self.examples = None if examples is None else tuple(int(e) for e in examples)
         self.range = None if examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
-        self._staging = self.out / f".staging-{shard.tag}" if self.place.local else None
+        self._staging = f".staging-{shard.tag}" if self.place.local else None  # a folder in the root
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
-        self._pending: list[tuple[Future, Path | None, str, str]] = []  # (future, staged file or None, final path, table)
+        self._pending: list[tuple[Future, str | None, str, str]] = []  # (future, staged file or None, final path, table)
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
         try:
@@ -319,11 +332,13 @@ class RecordingWriter:
     def _prepare_folder(self, out: Path, mine: Mapping[str, Any] | None) -> None:
         """A local folder: its progress folder, this shard's lock, an empty staging folder."""
         try:
-            (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+            out.mkdir(parents=True, exist_ok=True)  # the root, and the folders above it, by path; below it, by handle
+            folder = self.place.folder
+            folder.mkdir(PROGRESS_DIR)
             which = "" if self.shard.count == 1 else f" shard {self.shard} of"
-            self._lock = _hold_lock(out / PROGRESS_DIR / f"{self.shard.tag}.lock", out, which)
-            remove(self._staging)
-            self._staging.mkdir()
+            self._lock = _hold_lock(folder, f"{PROGRESS_DIR}/{self.shard.tag}.lock", out, which)
+            folder.remove(self._staging)
+            folder.mkdir(self._staging)
         except OSError as err:
             reason = err.strerror or str(err)
             if mine is None:
@@ -372,8 +387,7 @@ class RecordingWriter:
         for table, rel, start in self._own_parts():
             if start in complete:
                 try:
-                    where, store = self.place.parquet_target(rel)
-                    found[table] += pq.read_metadata(where, filesystem=store).num_rows
+                    found[table] += self.place.parquet_metadata(rel).num_rows
                 except (OSError, pa.ArrowException) as err:
                     raise RecordingError(
                         f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); record again with --overwrite"
@@ -411,8 +425,8 @@ class RecordingWriter:
         final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
         chunks = _chunks(examples, steps, values, lengths, self._keys)
         if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
-            staged = self._staging / f"{uuid.uuid4().hex}.parquet"
-            future = self._pool.submit(_write_parquet, staged, chunks, self._metadata, compression=self._compression)
+            staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
+            future = self._pool.submit(_write_in, self.place.folder, staged, chunks, self._metadata, compression=self._compression)
         else:  # an object appears only once complete: written at its final key
             staged = None
             where, store = self.place.parquet_target(final)
@@ -443,16 +457,15 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
-        where = self._staging or self.out  # the file being written or moved, for the error message
+        where = f"{self.place}/{self._staging or ''}"  # the file being written or moved, for the error message
         try:
             for future, _, final, table in self._pending:
                 where = f"{self.place}/{final}"
                 rows[table] += future.result()
             for _, staged, final, _ in self._pending:
                 if staged is not None:
-                    where = self.out / final
-                    where.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(staged, where)
+                    where = f"{self.place}/{final}"
+                    self.place.folder.replace(staged, final)
         except (OSError, pa.ArrowException, RecordingError) as err:
             self.abort()
             reason = getattr(err, "strerror", None) or str(err)
@@ -471,9 +484,10 @@ class RecordingWriter:
         self._guard()
         try:
             if self.place.local:
-                staged = self._staging / "weights.parquet"
-                n = _write_parquet(staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
-                os.replace(staged, self.out / "weights.parquet")
+                staged = f"{self._staging}/weights.parquet"
+                self.place.folder.remove(staged)
+                n = _write_in(self.place.folder, staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
+                self.place.folder.replace(staged, "weights.parquet")
             else:
                 where, store = self.place.parquet_target("weights.parquet")
                 n = _write_parquet(where, [columns], self._metadata, _WEIGHT_LABELS, self._compression, filesystem=store)
@@ -511,7 +525,7 @@ class RecordingWriter:
             self.commit()
         self._pool.shutdown()
         if self._staging is not None:
-            remove(self._staging)
+            self.place.remove(self._staging)
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
@@ -564,7 +578,7 @@ class RecordingWriter:
         self._pool.shutdown(wait=True)
         self._pending, self._batch = [], None
         if self._staging is not None:
-            remove(self._staging)
+            self.place.remove(self._staging)
         self._release()
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
@@ -575,7 +589,8 @@ class RecordingWriter:
             # retry recognizes as a recording.
             for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
                 self.place.remove(name)
-            if self.place.local and self._created and not any(self.out.iterdir()):
+            if self.place.local and self._created and not self.place.entries():
+                self.place.close()
                 self.out.rmdir()
 
     def _release(self) -> None:
@@ -583,6 +598,7 @@ class RecordingWriter:
             if fd is not None:
                 os.close(fd)
         self._lock, self._replaced_locks = None, []
+        self.place.close()
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -605,14 +621,15 @@ def _part_start(path: str) -> int | None:
         return None
 
 
-def _hold_lock(path: Path, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
-    """Take the lock file `path` of a recording for as long as this process writes it;
-    RecordingError if another process holds it. Returns the lock's file descriptor."""
+def _hold_lock(folder: Folder, rel: str, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
+    """Take the lock file `rel` of the recording in `folder` for as long as this process
+    writes it; RecordingError if another process holds it. Returns the lock's file descriptor."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system: no lock
         return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    path = out / rel
+    fd = folder.open_fd(rel, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -626,18 +643,19 @@ def _hold_lock(path: Path, out: Path, which: str = "", then: str = "stop it and 
 def _hold_every_lock(out: Path) -> list[int]:
     """The lock of every shard of the recording in `out` (one for each lock or progress file
     there), for --overwrite: RecordingError, holding none, if any other process holds one."""
-    folder = out / PROGRESS_DIR
-    tags = sorted({p.stem for p in folder.iterdir() if p.suffix in (".lock", ".json") and not p.name.startswith(".")}) if folder.is_dir() else []
     held: list[int] = []
-    try:
-        for tag in tags:
-            fd = _hold_lock(folder / f"{tag}.lock", out, then="stop it, then rerun with --overwrite")
-            if fd is not None:
-                held.append(fd)
-    except BaseException:
-        for fd in held:
-            os.close(fd)
-        raise
+    with Folder(out) as folder:
+        names = [Path(n) for n in folder.entries(PROGRESS_DIR)]
+        tags = sorted({n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")})
+        try:
+            for tag in tags:
+                fd = _hold_lock(folder, f"{PROGRESS_DIR}/{tag}.lock", out, then="stop it, then rerun with --overwrite")
+                if fd is not None:
+                    held.append(fd)
+        except BaseException:
+            for fd in held:
+                os.close(fd)
+            raise
     return held
 
 

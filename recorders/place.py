@@ -7,7 +7,8 @@ files need, by paths relative to the root (`gates/cell=a/gate=f/part-0000000000.
 reads them, e.g. AWS_ENDPOINT_URL).
 
 What each guarantees when a file is written: locally, under a temporary name, flushed,
-then renamed into place; in object storage, an object appears only once it is
+then renamed into place, every operation below the root reached through the root's
+handle without following links (`recorders.folder`); in object storage, an object appears only once it is
 completely written (a PUT, or a multipart upload completed at close), so it is written
 at its final key and never renamed. Object stores have no locks: two processes must
 not write the same shard at once (shards write disjoint objects).
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import RecordingError
-from recorders.files import is_uri, remove, temp_sibling
+from recorders.files import is_uri
+from recorders.folder import Folder
 
 __all__ = ["Place", "LocalPlace", "StorePlace", "place_of"]
 
@@ -56,8 +58,11 @@ class Place(ABC):
         """Remove a file, or a folder with everything in it; nothing if there is none."""
 
     @abstractmethod
-    def parquet_target(self, rel: str) -> tuple[Any, Any]:
-        """(path, pyarrow FileSystem or None) to write or read the Parquet file `rel` at."""
+    def parquet_metadata(self, rel: str) -> Any:
+        """The footer of the Parquet file `rel` (`pyarrow.parquet.FileMetaData`)."""
+
+    def close(self) -> None:
+        """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_bytes(rel))
@@ -67,50 +72,58 @@ class Place(ABC):
 
 
 class LocalPlace(Place):
-    """A folder of the local file system."""
+    """A folder of the local file system; once it exists, everything below it is reached
+    through its handle (`recorders.folder.Folder`), so that no write follows a link."""
 
     local = True
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._folder: Folder | None = None
 
     def __str__(self) -> str:
         return str(self.path)
+
+    @property
+    def folder(self) -> Folder:
+        """The folder's handle, opened on first use (the folder must exist)."""
+        if self._folder is None:
+            self._folder = Folder(self.path)
+        return self._folder
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.close()
+            self._folder = None
 
     def exists(self) -> bool:
         return self.path.exists()
 
     def entries(self) -> list[str]:
-        return sorted(p.name for p in self.path.iterdir()) if self.path.is_dir() else []
+        return self.folder.entries() if self._folder is not None or self.path.is_dir() else []
 
     def files(self, sub: str) -> list[str]:
-        root = self.path / sub
-        return sorted(p.relative_to(self.path).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        return self.folder.files(sub) if self._folder is not None or self.path.is_dir() else []
 
     def read_bytes(self, rel: str) -> bytes:
-        return (self.path / rel).read_bytes()
+        return self.folder.read_bytes(rel)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write to a temporary sibling, flush it to disk, and rename it into place."""
-        path = self.path / rel
-        tmp = temp_sibling(path)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            self.folder.write_bytes(rel, data)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise RecordingError(f"cannot write {path}: {err.strerror or err}") from err
+            raise RecordingError(f"cannot write {self.path / rel}: {err.strerror or err}") from err
 
     def remove(self, rel: str) -> None:
-        remove(self.path / rel)
+        if self._folder is not None or self.path.is_dir():
+            self.folder.remove(rel)
 
-    def parquet_target(self, rel: str) -> tuple[Any, Any]:
-        path = self.path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return str(path), None
+    def parquet_metadata(self, rel: str) -> Any:
+        import pyarrow.parquet as pq
+
+        with self.folder.open_read(rel) as f:
+            return pq.read_metadata(f)
 
 
 class StorePlace(Place):
@@ -174,8 +187,14 @@ class StorePlace(Place):
         except OSError as err:
             raise RecordingError(f"cannot remove {self.uri}/{rel}: {err}") from None
 
-    def parquet_target(self, rel: str) -> tuple[Any, Any]:
+    def parquet_target(self, rel: str) -> tuple[str, Any]:
+        """(key, pyarrow FileSystem) to write the Parquet file `rel` at."""
         return self._key(rel), self.store
+
+    def parquet_metadata(self, rel: str) -> Any:
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(self._key(rel), filesystem=self.store)
 
     def read_json(self, rel: str, attempts: int = 5) -> Any:
         """An object read as JSON. pyarrow reads an object in ranged requests after asking its

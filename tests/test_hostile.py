@@ -335,3 +335,28 @@ def assert_same_recording_of(out: Path, clean: Path) -> None:
         keys = ["cell", table[:-1], "example", "step", "unit"]  # gate or state
         got, want = (pd.read_parquet(d / table).astype({keys[0]: str, keys[1]: str}).sort_values(keys, ignore_index=True) for d in (out, clean))
         pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("swapped", ["gates/cell=a%2Fb/gate=f", "gates", "_progress", ".staging-shard-0-of-1"])
+def test_a_folder_swapped_for_a_link_during_a_run_is_never_written_through(tmp_path, swapped):
+    """Someone replaces a folder of a running recording by a link to a folder outside it:
+    the writer fails on the link instead of writing, renaming or removing through it."""
+    from recorders.errors import RecordingError
+    from tests.test_recorders import batch
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    writer = RecordingWriter(out, {"cells": [{"name": "a/b"}]}, examples=(0, 6))
+    batch(writer, 0, 2, cell="a/b")
+    shutil.move(out / swapped, outside)  # the folder's files, now outside --out
+    os.symlink(outside, out / swapped)
+    (outside / "keep.txt").write_text("not gatetrace's")
+    before = _snapshot(outside)
+    with pytest.raises(RecordingError, match=r"Too many levels of symbolic links|Not a directory"):
+        batch(writer, 2, 4, cell="a/b")
+        writer.close()
+    writer.abort()
+    assert _snapshot(outside) == before  # (aborting removes the staging link itself, never what it points to)

@@ -1,0 +1,203 @@
+"""A local folder written only through directory handles, so that no write follows a link.
+
+A recording is written over minutes or hours. Anyone who can write into its folder
+meanwhile could replace one of its subfolders (`gates/cell=a/gate=f`) by a symbolic
+link to a place outside it, and a writer that names files by path would follow it. A
+`Folder` opens its root once and reaches everything below it from that handle, one path
+component at a time, each opened with `O_NOFOLLOW` (folders also with `O_DIRECTORY`): a
+link anywhere below the root makes the operation fail with ELOOP or ENOTDIR, instead of
+writing, renaming or removing what it points to. Paths are relative, with `/`.
+
+Parquet files are written by pyarrow's own native writer through `/proc/self/fd/N`,
+which names the file already opened (not a path to resolve again), where the system has
+it; elsewhere through the Python file object.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import uuid
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = ["Folder"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_PROC_FD = Path("/proc/self/fd")
+
+
+class Folder:
+    """The folder at `path` (which must exist and not be a link), held open; a context manager."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # -- reaching a folder below the root ----------------------------------------------------
+
+    def _open_dir(self, parts: list[str], create: bool) -> int:
+        """A new handle of the folder `parts` below the root (created if `create`); the caller closes it."""
+        fd = os.dup(self.fd)
+        try:
+            for part in parts:
+                if part in ("", ".", ".."):
+                    raise OSError(errno.EINVAL, f"not a plain path below {self.path}", "/".join(parts))
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                child = os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _split(self, rel: str) -> tuple[list[str], str]:
+        *parents, name = rel.split("/")
+        return parents, name
+
+    # -- operations --------------------------------------------------------------------------
+
+    def mkdir(self, rel: str) -> None:
+        """Create the folder `rel` and its parents, if they are not there."""
+        os.close(self._open_dir(rel.split("/"), create=True))
+
+    def is_dir(self, rel: str) -> bool:
+        try:
+            os.close(self._open_dir(rel.split("/"), create=False))
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def open_fd(self, rel: str, flags: int, mode: int = 0o644, create_parents: bool = False) -> int:
+        """A file descriptor of the file `rel`, opened with `flags` and never through a link."""
+        parents, name = self._split(rel)
+        parent = self._open_dir(parents, create=create_parents)
+        try:
+            return os.open(name, flags | _NOFOLLOW, mode, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def create(self, rel: str) -> BinaryIO:
+        """A new file `rel` (its folder created if need be), open for writing; it must not exist."""
+        fd = self.open_fd(rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create_parents=True)
+        return os.fdopen(fd, "wb")
+
+    def native_target(self, file: BinaryIO) -> Any:
+        """What pyarrow writes `file` through: its own native file on `/proc/self/fd/N` where
+        the system has it (the open file itself, not a path looked up again), else `file`."""
+        proc = _PROC_FD / str(file.fileno())
+        if _PROC_FD.is_dir() and proc.exists():
+            import pyarrow as pa
+
+            return pa.OSFile(str(proc), "wb")
+        return file
+
+    def read_bytes(self, rel: str) -> bytes:
+        with os.fdopen(self.open_fd(rel, os.O_RDONLY), "rb") as f:
+            return f.read()
+
+    def open_read(self, rel: str) -> BinaryIO:
+        return os.fdopen(self.open_fd(rel, os.O_RDONLY), "rb")
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a whole file: to a hidden sibling, flushed, then renamed over `rel` (a link
+        there is replaced, never followed), so that readers see the old one or the new one."""
+        parents, name = self._split(rel)
+        parent = self._open_dir(parents, create=True)
+        tmp = f".{name}.partial-{uuid.uuid4().hex[:8]}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=parent)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(parent)
+
+    def replace(self, src: str, dst: str) -> None:
+        """Rename the file `src` to `dst` (creating `dst`'s folder), replacing what is there."""
+        src_parents, src_name = self._split(src)
+        dst_parents, dst_name = self._split(dst)
+        a = self._open_dir(src_parents, create=False)
+        try:
+            b = self._open_dir(dst_parents, create=True)
+            try:
+                os.replace(src_name, dst_name, src_dir_fd=a, dst_dir_fd=b)
+            finally:
+                os.close(b)
+        finally:
+            os.close(a)
+
+    def remove(self, rel: str) -> None:
+        """Remove a file, a link, or a folder with everything in it; nothing if there is none."""
+        parents, name = self._split(rel)
+        try:
+            parent = self._open_dir(parents, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            try:
+                os.unlink(name, dir_fd=parent)
+            except FileNotFoundError:
+                pass
+            except (IsADirectoryError, PermissionError):  # a folder (unlink of a folder: EISDIR, or EPERM on some systems)
+                shutil.rmtree(name, dir_fd=parent)  # removes links, never what they point to
+        finally:
+            os.close(parent)
+
+    def entries(self, rel: str = "") -> list[str]:
+        """The names directly in the folder `rel` (the root by default), sorted; empty if it is not there."""
+        try:
+            fd = self._open_dir(rel.split("/") if rel else [], create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def files(self, sub: str) -> list[str]:
+        """Every regular file below the folder `sub`, as paths relative to the root, sorted (links are not followed)."""
+        try:
+            fd = self._open_dir(sub.split("/"), create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        try:
+            for top, _, names, top_fd in os.fwalk(".", dir_fd=fd):
+                for name in names:
+                    if stat.S_ISREG(os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode):
+                        found.append(os.path.normpath(f"{sub}/{top}/{name}"))
+        finally:
+            os.close(fd)
+        return sorted(found)
