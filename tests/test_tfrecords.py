@@ -136,3 +136,29 @@ def test_with_the_counts_a_driver_found_a_task_indexes_only_its_files(rows, tmp_
     assert feed.shape == (23, STEPS, FEATURES) and scans == []
     np.testing.assert_array_equal(feed[17:21], rows[17:21])
     assert scans == [str(tmp_path / "part-2.tfrecord")]
+
+
+@pytest.mark.parametrize("damage", ["data", "length"])
+def test_a_record_failing_its_crc_is_refused_in_one_line(rows, tmp_path, damage):
+    """A record whose data (or length field) no longer matches its CRC32C: TensorFlow's reader
+    refuses it, and so does gatetrace, naming the file and the record, where it used to
+    record the changed values."""
+    import struct
+
+    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    path = tmp_path / "train.tfrecord"
+    write_examples(path, rows[:4])
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack("<Q", data[:8])
+    second = 12 + length + 4  # where record 1 starts
+    if damage == "data":
+        data[second + 12 + length // 2] ^= 0x01  # one bit of a float inside record 1: it still parses
+    else:
+        data[second + 8] ^= 0x01  # the CRC of record 1's length field
+    path.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.DataLossError):
+        list(tf.data.TFRecordDataset(str(path)))
+    done = run_cli("record", model, "--feed", f"x={path}:x", "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{path}: record 1 fails the CRC32C check of its {damage}; the file is damaged" in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,10 @@ file (one ranged request in object storage). A parallel job's driver hands the r
 count of every file to its tasks (`record_counts`, `know_counts`): a task then indexes
 only the files its rows are in. GZIP-compressed files are refused (they cannot be
 read from the middle). Every record must give the same shape.
+
+Each record is checked as TensorFlow's reader checks it: the masked CRC32C of its length
+field when the file is indexed, and of its data when it is read (`google_crc32c`); a
+record that fails either is refused in one line naming the file and the record.
 """
 
 from __future__ import annotations
@@ -38,6 +42,23 @@ __all__ = ["TFRECORD_SUFFIXES", "TFRecordFeature", "record_counts", "know_counts
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
 _HEADER = 12  # uint64 length, uint32 masked CRC of the length; then the data and its uint32 CRC
+_FOOTER = 4
+
+
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's checksum: CRC32C, rotated right by 15 bits, plus a constant."""
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _check_crc(data: bytes, stored: bytes, path: str, record: int, what: str) -> None:
+    if len(stored) != 4 or _masked_crc(data) != struct.unpack("<I", stored)[0]:
+        raise FeedError(
+            f"{path}: record {record} fails the CRC32C check of its {what}; the file is damaged (TensorFlow refuses it "
+            "too): write it again"
+        )
 
 
 class TFRecordFeature(_Rows):
@@ -81,11 +102,14 @@ class TFRecordFeature(_Rows):
             last = min(stop, int(self._first[file + 1]))  # rows [k, last) are in this file
             rows = slice(k - self._first[file], last - self._first[file])
             index = _index(self._store, self._files[file], self._shown(file), self._versions[file])[rows]
-            first_byte, end = int(index[0, 0]), int(index[-1, 0] + index[-1, 1])
+            first_byte, end = int(index[0, 0]), int(index[-1, 0] + index[-1, 1]) + _FOOTER
             data = _Blocks(self._store, self._files[file]).read(first_byte, end - first_byte)
             if len(data) != end - first_byte:
                 raise FeedError(f"{self._shown(file)}: record {last - 1} is cut short; the file is truncated")
-            out += [data[a - first_byte : a - first_byte + n] for a, n in index]
+            for n, (a, size) in enumerate(index):
+                record = data[a - first_byte : a - first_byte + size]
+                _check_crc(record, data[a - first_byte + size : a - first_byte + size + _FOOTER], self._shown(file), rows.start + n, "data")
+                out.append(record)
             k = last
         return out
 
@@ -218,22 +242,28 @@ def know_counts(counts: dict[tuple, int]) -> None:
 
 def _first_record(f: _Blocks, path: str) -> bytes:
     """The data of a file's first record, from its header, without indexing the file."""
-    (length,) = struct.unpack("<Q", f.read(0, 8))
-    data = f.read(_HEADER, length)
-    if len(data) != length:
+    header = f.read(0, _HEADER)
+    if len(header) == _HEADER:
+        _check_crc(header[:8], header[8:], path, 0, "length")
+    (length,) = struct.unpack("<Q", header[:8].ljust(8, b"\0"))
+    data = f.read(_HEADER, length + _FOOTER)
+    if len(data) != length + _FOOTER:
         raise FeedError(f"{path}: record 0 is cut short; the file is truncated")
-    return data
+    _check_crc(data[:length], data[length:], path, 0, "data")
+    return data[:length]
 
 
 def _records(f: _Blocks, path: str):
     """(offset of the data, its length) of each record of a TFRecord file, from its headers."""
     if f.read_at(0, 2) == b"\x1f\x8b":
         raise FeedError(f"{path} is GZIP-compressed; decompress it (gzip -dc) to read it by rows")
-    at = 0
+    at, record = 0, 0
     while at < f.size:
         header = f.read_at(at, _HEADER)
         if len(header) < _HEADER:
             raise FeedError(f"{path}: a record header is cut short at byte {at}; the file is truncated")
+        _check_crc(header[:8], header[8:], path, record, "length")
+        record += 1
         (length,) = struct.unpack("<Q", header[:8])
         end = at + _HEADER + length + 4
         if end > f.size:
