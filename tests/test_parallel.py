@@ -164,3 +164,34 @@ def test_record_parallel_takes_any_executor(job, tmp_path):
     assert finished[0] == (0, SEQUENCES) and sum(n for n, _ in finished) == SEQUENCES  # reported as batches commit
     assert all(total == SEQUENCES and n % BATCH == 0 for n, total in finished)
     assert_same_recording(tmp_path / "api", one)
+
+
+@pytest.mark.e2e
+def test_the_local_dask_cluster_refuses_a_foreign_client():
+    """The cluster `--engine dask` starts listens on loopback only and takes only clients
+    holding its own credentials: another local user's client cannot run code in its workers."""
+    pytest.importorskip("distributed", reason='the dask extra: pip install "gatetrace[dask]"')
+    import socket
+    import ssl
+
+    from distributed import Client
+    from distributed.security import Security
+
+    from tracer.parallel import local_cluster
+
+    with local_cluster(1) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://127.0.0.1:")
+        with Client(cluster) as ours:  # the credentials it was made with work
+            assert ours.submit(sum, [1, 2]).result(timeout=60) == 3
+        for foreign in ({"address": address.replace("tls://", "tcp://")}, {"address": address, "security": Security.temporary()}):
+            with pytest.raises((OSError, TimeoutError)):  # no TLS, or credentials of another cluster
+                Client(**foreign, timeout="3s")
+        host, port = address[len("tls://"):].rsplit(":", 1)
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # trusts anything, shows no certificate
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with context.wrap_socket(socket.create_connection((host, int(port)), timeout=10)) as conn:
+                conn.sendall(b"\0" * 64)
+                if not conn.recv(1):  # the server ends the connection of a client without a certificate
+                    raise ConnectionResetError("closed")

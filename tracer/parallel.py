@@ -277,12 +277,26 @@ def _summary(summaries: Mapping[int, dict], count: int, task_size: int) -> dict:
     }
 
 
+def local_cluster(workers: int) -> Any:
+    """A Dask LocalCluster of `workers` single-threaded processes that only this process can use:
+    every port on loopback, and every connection mutual TLS with credentials made for this
+    cluster alone (`Security.temporary()`), so that another local user's client, which has
+    no certificate signed by them, is refused before it can submit anything to the workers."""
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    return LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1",
+        protocol="tls://", security=Security.temporary(),
+    )
+
+
 @contextmanager
 def dask_executor(workers: int, scheduler: str | None = None, scheduler_file: str | None = None) -> Iterator[Executor]:
     """A Dask client's executor: on the cluster at `scheduler` (or named by `scheduler_file`),
     or on a local cluster of `workers` single-threaded processes, closed afterwards."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise SelectionError('--engine dask needs Dask, which is not installed: pip install "gatetrace[dask]"') from None
     cluster = None
@@ -290,7 +304,7 @@ def dask_executor(workers: int, scheduler: str | None = None, scheduler_file: st
         if scheduler or scheduler_file:
             client = Client(address=scheduler, scheduler_file=scheduler_file, timeout="30s")
         else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = local_cluster(workers)
             client = Client(cluster)
     except (OSError, TimeoutError) as err:
         raise RecordingError(f"cannot reach the Dask scheduler {scheduler or scheduler_file}: {err}") from None
