@@ -360,3 +360,33 @@ def test_a_folder_swapped_for_a_link_during_a_run_is_never_written_through(tmp_p
         writer.close()
     writer.abort()
     assert _snapshot(outside) == before  # (aborting removes the staging link itself, never what it points to)
+
+
+def test_an_npz_bomb_is_refused_before_a_row_is_read(tmp_path):
+    """A 2 MB .npz whose compressed member declares sequences of 2 GiB: reading one would
+    end the process with no word; it is refused in one line, from its header alone."""
+    import zipfile
+
+    from tracer._tf import tf, v1
+
+    def body(x):
+        return [v1.nn.dynamic_rnn(CONFIGS["GRUCell"].make(), x, dtype=tf.float32)[0]]
+
+    model = save(build(body, steps=None), "checkpoint", tmp_path)
+    shape = (1, 2**27, 4)  # one sequence of 2**27 steps: 2 GiB of float32
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z, z.open("x.npy", "w", force_zip64=True) as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        zeros = bytes(64 << 20)
+        for _ in range(2**31 // len(zeros)):
+            f.write(zeros)
+    assert bomb.stat().st_size < 16 << 20
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={bomb}", "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("gatetrace: error: feed x:0: its header declares sequences of [134217728, 4] float32, 2.0 GB each, "
+                           "more than the memory budget of ") and "nothing was read: check the input" in line
+    assert not (tmp_path / "out").exists()

@@ -30,7 +30,7 @@ from recorders.errors import SelectionError
 
 __all__ = [
     "COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
-    "default_budget", "parse_size", "bytes_per_sequence", "choose_batch", "describe_size",
+    "default_budget", "parse_size", "bytes_per_sequence", "check_rows", "choose_batch", "describe_size",
 ]
 
 COPIES = 2
@@ -131,6 +131,29 @@ class BatchChoice:
     def to_dict(self) -> dict[str, Any]:
         d = {"size": self.size, "requested": self.requested, "budget": self.budget, "used": self.used, "per_sequence": self.per_sequence}
         return d if self.why is None else {**d, "why": self.why}
+
+
+def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
+    """Refuse, before any row is read, an input one sequence of which does not fit in what
+    the budget leaves for a batch: a compressed `.npz` member of 2 MB may declare rows of
+    gigabytes, and reading one would end the process with no word (an allocation failing
+    in TensorFlow aborts it)."""
+    room = choice.budget - choice.used - RESERVE
+    for name, value in feeds.items():
+        shape = tuple(getattr(value, "shape", ()))
+        if len(shape) < 1:
+            continue
+        row = int(np.prod(shape[1:], dtype=object)) * np.dtype(getattr(value, "dtype", np.float32)).itemsize
+        if row <= room:
+            continue
+        needed = choice.used + RESERVE + choice.per_sequence
+        hint = (f"if it is right, give --memory {describe_size(needed, up=True)}" if needed < available_memory()
+                else f"that is more than this machine's available memory ({describe_size(available_memory())})")
+        raise SelectionError(
+            f"feed {getattr(name, 'name', name)}: its header declares sequences of {list(shape[1:])} {np.dtype(value.dtype).name}, "
+            f"{describe_size(row)} each, more than the memory budget of {describe_size(choice.budget)} leaves for a batch "
+            f"({describe_size(max(0, room))}); nothing was read: check the input, and {hint}"
+        )
 
 
 def choose_batch(requested: int, per_sequence: int, memory: int | None = None, used: int | None = None) -> BatchChoice:

@@ -20,7 +20,7 @@ import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
-from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, choose_batch
+from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, check_rows, choose_batch
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
@@ -192,6 +192,7 @@ def record(
     elif shard.count > 1:
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
     choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict), memory)
+    check_rows(feed_dict, choice)
     if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
         choice = replace(choice, size=batch_size)
     batch_size = choice.size
