@@ -537,6 +537,9 @@ def _demo(args) -> None:
     run_demo(args.out, overwrite=args.overwrite)
 
 
+_INTERRUPTED = "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -546,6 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _return_freed_memory()
     from recorders.errors import GatetraceError, Interrupted
 
+    from tracer import running
+
+    running.end_process_after_interrupt(4.0, _INTERRUPTED)
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
     try:
         with _native_logs_silenced():
@@ -562,8 +568,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gatetrace: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("gatetrace: interrupted; finished batches are kept (record: rerun with --resume)", file=sys.stderr)
-        return 130
+        print(_INTERRUPTED, file=sys.stderr)
+        if running.interrupted_run_pending():  # TensorFlow may still be busy with the cancelled step: do not wait for it
+            sys.stderr.flush()
+            os._exit(running.INTERRUPT_EXIT)
+        return running.INTERRUPT_EXIT
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
             raise

@@ -6,17 +6,57 @@ would ignore Ctrl-C. `run` therefore calls `Session.run` on a worker thread whil
 main thread waits in short steps, where Ctrl-C reaches it. A KeyboardInterrupt there
 closes the session, which cancels the step in flight; `timeout` is handed to TensorFlow
 as `RunOptions(timeout_in_ms)`, which cancels the step when it runs out.
+
+Cancelling is not always prompt: a loop that never ends, on a busy machine, was seen to
+keep its step (and `Session.close`) running for 20 s and more. So the session is closed
+on a thread of its own, and the command line arms `end_process_after_interrupt`: once a
+Ctrl-C has interrupted a run, the process ends within that many seconds whatever
+TensorFlow still does (a library caller's process, a notebook's kernel, is never ended).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from typing import Any
 
 from recorders.errors import RunTimeout
 from tracer._tf import tf, v1
 
-__all__ = ["run"]
+__all__ = ["run", "end_process_after_interrupt", "INTERRUPT_EXIT"]
+
+INTERRUPT_EXIT = 130  # the exit code of a process ended by Ctrl-C
+_hard_exit: tuple[float, str] | None = None  # (seconds, last words): set by the command line only
+_armed = threading.Event()
+
+
+def end_process_after_interrupt(seconds: float, message: str) -> None:
+    """Once a Ctrl-C interrupts a run, end the process within `seconds`, printing `message`
+    on stderr if it has not ended by itself by then (for the command line)."""
+    global _hard_exit
+    _hard_exit = (seconds, message)
+
+
+def interrupted_run_pending() -> bool:
+    """Whether a run was interrupted and may still hold TensorFlow (the process should end with `os._exit`)."""
+    return _armed.is_set()
+
+
+def _arm() -> None:
+    if _hard_exit is None or _armed.is_set():
+        return
+    _armed.set()
+    seconds, message = _hard_exit
+
+    def end() -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+        os._exit(INTERRUPT_EXIT)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
 
 
 def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float | None = None) -> Any:
@@ -36,8 +76,10 @@ def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float
         while worker.is_alive():
             worker.join(0.05)
     except KeyboardInterrupt:
-        session.close()  # cancels the step in flight
-        worker.join(10)
+        _arm()
+        closing = threading.Thread(target=session.close, name="gatetrace-close", daemon=True)  # cancels the step in flight
+        closing.start()
+        closing.join(1)
         raise
     error = outcome.get("error")
     if isinstance(error, tf.errors.DeadlineExceededError):
