@@ -50,15 +50,15 @@ def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[P
     if not folder and out.is_dir():
         raise OutputExistsError(f"--out {out} is a folder; give a file path, e.g. {out / 'weights.parquet'}")
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
-    if taken and not overwrite:
-        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
     foreign = ours(out) if taken and ours is not None else []
-    if foreign:
+    if foreign:  # --overwrite would be refused: it is not suggested
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise OutputExistsError(
             f"--out {out} holds what gatetrace did not write ({shown}); --overwrite replaces only gatetrace's own output: "
             "choose another path, or move those files away first"
         )
+    if taken and not overwrite:
+        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
 
 
 def foreign_entries(folder: Path, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> list[str]:

@@ -186,6 +186,21 @@ class Folder:
         finally:
             os.close(fd)
 
+    def special(self, rel: str = "") -> list[tuple[str, str]]:
+        """(name, what it is) of each entry directly in the folder `rel` that is neither a
+        regular file nor a folder: a link, a FIFO, a socket, a device."""
+        kinds = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+        try:
+            fd = self._open_dir(rel.split("/") if rel else [], create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            modes = [(name, stat.S_IFMT(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)) for name in sorted(os.listdir(fd))]
+        finally:
+            os.close(fd)
+        return [(name, kinds.get(mode, "not a regular file")) for name, mode in modes if mode not in (stat.S_IFREG, stat.S_IFDIR)]
+
     def files(self, sub: str) -> list[str]:
         """Every regular file below the folder `sub`, as paths relative to the root, sorted (links are not followed)."""
         try:

@@ -34,9 +34,12 @@ finished recording.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
+import shutil
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -159,6 +162,14 @@ def _write_in(folder: Folder, rel: str, chunks: Iterable[Mapping[str, Any]], met
                 sink.close()
 
 
+def _reason(err: BaseException) -> str:
+    """Why a write failed, as the system says it (`No space left on device`), from an OSError
+    or from pyarrow's wording of one (`Error writing bytes to file. Detail: [errno 28] ...`)."""
+    text = getattr(err, "strerror", None) or str(err)
+    found = re.search(r"\[errno (\d+)\] ([^\n]+)", text)
+    return found.group(2).strip() if found else text
+
+
 def _labels(values) -> pa.DictionaryArray:
     """A text column, dictionary-encoded: from a pandas Categorical (its codes, no string
     per row) or from a sequence of strings (None: a null)."""
@@ -200,6 +211,10 @@ def write_weights(
     try:
         rows = _write_parquet(tmp, [columns], json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
         publish(tmp, path)
+    except (OSError, pa.ArrowException) as err:
+        remove(tmp)
+        kept = "the file there is left as it was" if path.exists() else "nothing was written"
+        raise RecordingError(f"cannot write {path}: {_reason(err)}; {kept}: fix the cause and rerun") from err
     except BaseException:
         remove(tmp)
         raise
@@ -254,6 +269,7 @@ class RecordingWriter:
         self._lock: int | None = None
         if self.place.local:
             self.target = self.place.path.resolve()  # where the recording is, or will be once published
+            settle_swap(self.target)
             refuse_links(self.target)
             # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
             # that the recording it replaces is kept until the new one is complete.
@@ -307,20 +323,20 @@ class RecordingWriter:
             out = self.out  # a new, empty sibling
         found = read_progress(self.place)
         if not found and any(not _ours(name) for name in self.place.entries()):
-            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+            foreign = _not_a_recording(out) if self.place.local else self.place.entries()
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                raise OutputExistsError(f"--out {out} holds what gatetrace did not write ({shown}); choose another path")
+            raise OutputExistsError(f"--out {out} holds parts of a recording but no progress file; choose another path, or {self._replace_it}")
         for progress in found.values():
             why = self._difference(progress)
             if why:
-                raise OutputExistsError(
-                    f"--out {out} holds another recording ({why}); choose another folder or pass --overwrite to replace it"
-                )
+                raise OutputExistsError(f"--out {out} holds another recording ({why}); choose another folder, or {self._replace_it}")
         mine = found.get(self.shard.tag)
         if mine is not None and not resume:
             which = "" if self.shard.count == 1 else f" of shard {self.shard}"
             state = "finished" if mine.get("finished") else "partial"
-            raise OutputExistsError(
-                f"--out {out} already holds a {state} recording{which}; pass --resume to continue it or --overwrite to start again"
-            )
+            raise OutputExistsError(f"--out {out} already holds a {state} recording{which}; pass --resume to continue it, or {self._replace_it}")
         if self.place.local:
             self._prepare_folder(out, mine)
         complete = Intervals(mine["complete"]) if mine else Intervals()
@@ -348,6 +364,13 @@ class RecordingWriter:
                 f"cannot write {out}: {reason}; nothing was changed and the {kept:,} examples recorded before are kept: "
                 "fix the cause and rerun with --resume"
             ) from err
+
+    @property
+    def _replace_it(self) -> str:
+        """How to record the folder afresh, in words that work for this kind of place."""
+        if self.place.local:
+            return "pass --overwrite to record it again"
+        return "remove it first (aws s3 rm --recursive, gsutil rm -r) to record it again"
 
     def _difference(self, progress: Mapping[str, Any]) -> str | None:
         """Why a progress file found in `out` belongs to another recording (None if it does not)."""
@@ -390,14 +413,27 @@ class RecordingWriter:
                     found[table] += self.place.parquet_metadata(rel).num_rows
                 except (OSError, pa.ArrowException) as err:
                     raise RecordingError(
-                        f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); record again with --overwrite"
+                        f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); {self._replace_it}"
                     ) from None
         for table, rows in found.items():
             if rows != progress["rows"][table]:
                 raise RecordingError(
                     f"cannot resume into {self.out}: its progress file counts {progress['rows'][table]:,} {table[:-1]} rows as complete "
-                    f"but their part files hold {rows:,}: files were removed or changed since; record again with --overwrite"
+                    f"but their part files hold {rows:,}: files were removed or changed since; {self._replace_it}"
                 )
+
+    def _shown(self, rel: str) -> str:
+        """A file of the recording as the user knows it: below --out (not the sibling --overwrite writes)."""
+        return f"{self.target}/{rel}"
+
+    def kept(self) -> tuple[str, str]:
+        """What a failure now leaves, in words, and the flag a rerun continues with ("" for none)."""
+        if self.replacing:
+            return f"{self.target} is left as it was (--overwrite replaces it only once the new recording is complete)", "--overwrite"
+        done = self.complete.total()
+        if not done and not self.resumed and self.shard.count == 1:
+            return "nothing was recorded", ""
+        return f"the {done:,} sequences recorded before are kept", "--resume"
 
     def remaining(self) -> list[tuple[int, int | None]]:
         """The example ranges of this shard that are not complete yet."""
@@ -457,22 +493,20 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
-        where = f"{self.place}/{self._staging or ''}"  # the file being written or moved, for the error message
+        where = self._shown(self._staging or "")  # the file being written or moved, for the error message
         try:
             for future, _, final, table in self._pending:
-                where = f"{self.place}/{final}"
+                where = self._shown(final)
                 rows[table] += future.result()
             for _, staged, final, _ in self._pending:
                 if staged is not None:
-                    where = f"{self.place}/{final}"
+                    where = self._shown(final)
                     self.place.folder.replace(staged, final)
         except (OSError, pa.ArrowException, RecordingError) as err:
+            kept, flag = self.kept()
             self.abort()
-            reason = getattr(err, "strerror", None) or str(err)
-            raise RecordingError(
-                f"cannot write {where}: {reason}; the {self.complete.total():,} examples recorded before are kept: "
-                "fix the cause and rerun with --resume"
-            ) from err
+            reason = _reason(err)
+            raise RecordingError(f"cannot write {where}: {reason}; {kept}: fix the cause and rerun{' with ' + flag if flag else ''}") from err
         self._pending, self._batch = [], None
         self.complete.add(start, stop)
         for table, n in rows.items():
@@ -492,7 +526,11 @@ class RecordingWriter:
                 where, store = self.place.parquet_target("weights.parquet")
                 n = _write_parquet(where, [columns], self._metadata, _WEIGHT_LABELS, self._compression, filesystem=store)
         except (OSError, pa.ArrowException) as err:
-            raise RecordingError(f"cannot write {self.place}/weights.parquet: {getattr(err, 'strerror', None) or err}") from err
+            kept, flag = self.kept()
+            raise RecordingError(
+                f"cannot write {self._shown('weights.parquet')}: {_reason(err)}; {kept}: fix the cause "
+                f"and rerun{' with ' + flag if flag else ''}"
+            ) from err
         self.rows["weights"] = n
 
     # -- finishing -------------------------------------------------------------------------
@@ -695,6 +733,48 @@ def create_folder(out: str | os.PathLike) -> bool:
     except OSError as err:
         raise RecordingError(f"cannot create {out}: {err.strerror or err}") from None
     return created
+
+
+def _in_use(folder: Path) -> bool:
+    """Whether a process holds a lock of the recording in `folder` (it is being written)."""
+    try:
+        held = _hold_every_lock(folder)
+    except RecordingError:
+        return True
+    except OSError:
+        return False
+    for fd in held:
+        os.close(fd)
+    return False
+
+
+def settle_swap(target: Path) -> None:
+    """Finish or undo what a killed --overwrite left, before anything else looks at `target`.
+
+    --overwrite records into `.NAME.overwrite-*` beside the recording and, once that is
+    complete, renames the old one to `.NAME.old-*`, the new one into place, and removes
+    the old one. Killed between the renames, `target` is missing: the swap is finished
+    if the new recording is complete (it has its manifest), else undone. Siblings left by
+    killed runs (an unfinished new recording no process writes, an old one already
+    replaced) are removed. Only folders that hold a `_progress` folder, gatetrace's own,
+    are touched."""
+    parent, name = target.parent, target.name
+    if not parent.is_dir():
+        return
+
+    def siblings(tag: str) -> list[Path]:
+        found = parent.glob(f".{glob.escape(name)}.{tag}-*")
+        return sorted(p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir())
+
+    old, new = siblings("old"), [p for p in siblings("overwrite") if not _in_use(p)]
+    if not os.path.lexists(target):
+        finished = [p for p in new if (p / "manifest.json").is_file()]
+        if finished or old:
+            os.replace(finished[0] if finished else old[0], target)
+    if os.path.lexists(target):
+        for p in old + new:
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def _not_a_recording(out: Path) -> list[str]:

@@ -177,6 +177,12 @@ def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
 
     place = out if isinstance(out, Place) else LocalPlace(Path(out))
     folder = f"{place}/{PROGRESS_DIR}"
+    odd = place.folder.special(PROGRESS_DIR) if isinstance(place, LocalPlace) and place.path.is_dir() else []
+    if odd:
+        raise RecordingError(
+            f"{folder}/{odd[0][0]} is {odd[0][1]}, not a progress file gatetrace wrote (nothing was read from it): "
+            "remove it, or record into a new folder"
+        )
     found = {}
     for rel in place.files(PROGRESS_DIR):
         name = rel.rsplit("/", 1)[-1]

@@ -152,11 +152,11 @@ CASES = {
     # the output
     "out is a file": ([*R[:-1], "{d}/afile"], "--out {d}/afile exists and is a file; give a folder path"),
     "out inside a file": ([*R[:-1], "{d}/afile/out"], "cannot create {d}/afile/out: Not a directory"),
-    "out not empty": ([*R[:-1], "{d}/mine"], "--out {d}/mine exists and is not empty; choose another path or pass --overwrite"),
+    "out not empty": ([*R[:-1], "{d}/mine"], "--out {d}/mine holds what gatetrace did not write (keep.txt); choose another path"),
     "overwrite a user's folder": ([*R[:-1], "{d}/mine", "--overwrite"], "holds what gatetrace did not write (keep.txt)"),
     "weights out is a folder": (["weights", M, "--out", "{d}/mine"], "--out {d}/mine is a folder; give a file path"),
     "weights overwrite a user's file": (["weights", M, "--out", "{d}/notes.txt", "--overwrite"], "holds what gatetrace did not write (notes.txt, not a gatetrace Parquet file)"),
-    "weights out exists": (["weights", M, "--out", "{d}/notes.txt"], "--out {d}/notes.txt exists and is not empty"),
+    "weights out exists": (["weights", M, "--out", "{d}/notes.txt"], "--out {d}/notes.txt holds what gatetrace did not write (notes.txt, not a gatetrace Parquet file); --overwrite replaces only"),
 }
 
 

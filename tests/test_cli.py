@@ -176,7 +176,7 @@ def test_out_not_empty(model, tmp_path, capsys):
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
     msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out)])
-    assert msg == f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+    assert msg == f"--out {out} holds what gatetrace did not write (mine.txt); choose another path"
     assert (out / "mine.txt").read_text() == "keep me"
     msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"])
     assert msg.startswith(f"--out {out} holds what gatetrace did not write (mine.txt); --overwrite replaces only gatetrace's own output")
@@ -205,7 +205,7 @@ def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, 
     monkeypatch.setattr(recorders.parquet, "_write_parquet", disk_full_in_the_second_batch)
     msg = fails(capsys, [*argv, "--out", str(out)])
     assert msg.startswith(f"cannot write {out}/") and msg.endswith(
-        "No space left on device; the 1 examples recorded before are kept: fix the cause and rerun with --resume"
+        "No space left on device; the 1 sequences recorded before are kept: fix the cause and rerun with --resume"
     )
     assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "states", "weights.parquet"]
     assert json.loads((out / "_progress" / "shard-0-of-1.json").read_text())["complete"] == [[0, 1]]

@@ -216,7 +216,7 @@ def batch_files(clean: Path, *starts: int) -> list[Path]:
 
 def assert_first_two_batches_kept(line: str, out: Path, reason: str) -> None:
     assert line.startswith(f"gatetrace: error: cannot write {out}/") and line.endswith(
-        f"{reason}; the 16 examples recorded before are kept: fix the cause and rerun with --resume"
+        f"{reason}; the 16 sequences recorded before are kept: fix the cause and rerun with --resume"
     ), line
     assert not (out / "manifest.json").exists() and not list(out.glob(".staging-*"))
     assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(16))
@@ -390,3 +390,88 @@ def test_an_npz_bomb_is_refused_before_a_row_is_read(tmp_path):
     assert line.startswith("gatetrace: error: feed x:0: its header declares sequences of [134217728, 4] float32, 2.0 GB each, "
                            "more than the memory budget of ") and "nothing was read: check the input" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.e2e
+def test_a_fault_under_overwrite_says_the_old_recording_is_kept(three_batches, tmp_path):
+    """A file-size limit hit while --overwrite records: the line says the recording it was to
+    replace is left as it was (not that the new run's sequences are kept), and it is."""
+    import resource
+
+    argv, clean = three_batches
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 0
+    before = _snapshot(out)
+    weights = (clean / "weights.parquet").stat().st_size
+    for command, limit in (
+        ([*argv, "--out", str(out), "--overwrite"], max(p.stat().st_size for p in batch_files(clean, 0, 8)) + weights),
+        (["weights", argv[1], "--out", str(out / "weights.parquet"), "--overwrite"], weights // 2),
+    ):
+        result = subprocess.run([sys.executable, "-m", "tracer.cli", *command], capture_output=True, text=True, timeout=300,
+                                preexec_fn=lambda limit=limit: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.splitlines()
+        if command[0] == "record":
+            assert line.endswith(f"File too large; {out} is left as it was (--overwrite replaces it only once the new recording is "
+                                 "complete): fix the cause and rerun with --overwrite"), line
+        else:
+            assert line == f"gatetrace: error: cannot write {out / 'weights.parquet'}: File too large; the file there is left as it was: fix the cause and rerun"
+        assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def _recording(path: Path, value: float, finished: bool = True) -> None:
+    from recorders import RecordingWriter
+
+    writer = RecordingWriter(path, {"cells": [{"name": "a"}]}, examples=(0, 2))
+    writer.begin(0, 2)
+    values = np.full((2, 3, 4), value, np.float32)
+    writer.write_gate("a", "f", np.arange(2), np.arange(3), values, values)
+    writer.commit()
+    writer.close() if finished else writer.abort()
+
+
+@pytest.mark.parametrize("left", ["killed between the renames", "killed before the new one was complete", "killed after the swap"])
+def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_litter(tmp_path, left):
+    from recorders import Recording
+    from recorders.errors import OutputExistsError
+
+    out = tmp_path / "out"
+    old, new = tmp_path / ".out.old-1a2b3c4d", tmp_path / ".out.overwrite-5e6f7a8b"
+    _recording(old, 1.0)
+    _recording(new, 2.0, finished=left != "killed before the new one was complete")
+    if left == "killed after the swap":  # the old one renamed away and the new one in place, not yet removed
+        shutil.copytree(new, out)
+    with pytest.raises(OutputExistsError, match="already holds a finished recording; pass --resume to continue it"):
+        RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))  # any next run into --out settles it first
+    expected = 1.0 if left == "killed before the new one was complete" else 2.0
+    assert set(Recording(out).gate_frame(["a"])["preactivation"]) == {expected}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_fifo_planted_as_a_progress_file_is_named_and_never_opened(tmp_path):
+    from recorders.errors import RecordingError
+
+    out = tmp_path / "out"
+    _recording(out, 1.0, finished=False)
+    (out / "_progress" / "shard-0-of-1.json").unlink()
+    os.mkfifo(out / "_progress" / "shard-0-of-1.json")  # opening it to read would wait forever
+    with pytest.raises(RecordingError, match=r"_progress/shard-0-of-1.json is a FIFO, not a progress file gatetrace wrote "
+                                             r"\(nothing was read from it\): remove it, or record into a new folder"):
+        RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2), resume=True)
+
+
+def test_a_parquet_input_whose_steps_change_midway_names_the_file_and_what_is_kept(models, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, paths = models
+    rows = [np.ones((5, 4), np.float32).tolist()] * 8 + [np.ones((6, 4), np.float32).tolist()] * 8
+    data = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32())))}), data, row_group_size=8)
+    out = tmp_path / "out"
+    msg = fails(capsys, ["record", paths["checkpoint"], "--feed", f"x={data}:x", "--out", str(out), "--batch-size", "8"])
+    assert msg == (
+        f"feed x: {data}:x: the rows from row 8 on are [6, 4], the first ones [5, 4]; every sequence must have one shape: "
+        "pad them to one; the 8 sequences recorded before are kept: fix the input and rerun with --resume"
+    )
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(8))

@@ -181,7 +181,7 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     monkeypatch.setattr(recorders.parquet, "_write_parquet", disk_full_in_the_second_batch)
     failed = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "4")
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
-    assert "No space left on device; the 4 examples recorded before are kept" in failed.stderr
+    assert "No space left on device; the 4 sequences recorded before are kept" in failed.stderr
     monkeypatch.setattr(recorders.parquet, "_write_parquet", write)
     assert read_json(store, "out/crash/_progress/shard-0-of-1.json")["complete"] == [[0, 4]]
     listed = [i.path for i in store.get_file_info(fs_selector("out/crash/gates", recursive=True))]
@@ -202,6 +202,9 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
 
     refused = record(model, *feed, "--out", "s3://out/one", "--overwrite")
     assert refused.returncode == 2 and "object storage cannot swap a new recording in at once" in refused.stderr
+    again = record(model, *feed, "--out", "s3://out/one")  # only what works in object storage is suggested
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--overwrite" not in again.stderr, again.stderr
+    assert "already holds a finished recording; pass --resume to continue it, or remove it first (aws s3 rm --recursive" in again.stderr
     weights = run_cli("weights", model, "--out", "s3://out/w.parquet")  # a single file: written locally, then copied
     assert weights.returncode == 2 and weights.stderr.count("\n") == 1
     assert "(only `gatetrace record --out` writes there)" in weights.stderr

@@ -132,7 +132,7 @@ def test_resume_continues_where_the_last_run_stopped(tmp_path):
     # A batch whose files were moved into place but never committed (a kill mid-commit).
     folder = out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f"
     (folder / "part-0000000003.parquet").write_bytes((folder / "part-0000000000.parquet").read_bytes())
-    with pytest.raises(OutputExistsError, match="already holds a partial recording; pass --resume to continue it or --overwrite"):
+    with pytest.raises(OutputExistsError, match="already holds a partial recording; pass --resume to continue it, or pass --overwrite to record it again"):
         RecordingWriter(out, DESCRIPTION, examples=(0, 6))
     with RecordingWriter(out, DESCRIPTION, examples=(0, 6), resume=True) as writer:
         assert writer.resumed and writer.remaining() == [(2, 6)]
@@ -149,7 +149,7 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     with RecordingWriter(out, DESCRIPTION, examples=(0, 2)) as writer:
         batch(writer, 0, 2)
     other = {"cells": [{"name": "c/d"}]}
-    with pytest.raises(OutputExistsError, match=r"holds another recording \(different cells\); choose another folder or pass --overwrite"):
+    with pytest.raises(OutputExistsError, match=r"holds another recording \(different cells\); choose another folder, or pass --overwrite to record it again"):
         RecordingWriter(out, other, examples=(0, 2), resume=True)
     with pytest.raises(OutputExistsError, match=r"holds another recording \(it is split into 1 shards, not 2\)"):
         RecordingWriter(out, DESCRIPTION, examples=(0, 2), shard=Shard(1, 2))
@@ -158,7 +158,7 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "keep.txt").write_text("mine")
-    with pytest.raises(OutputExistsError, match=f"--out {mine} exists and is not empty; .*--overwrite"):
+    with pytest.raises(OutputExistsError, match=rf"--out {mine} holds what gatetrace did not write \(keep.txt\); choose another path$"):
         RecordingWriter(mine, DESCRIPTION)
     with pytest.raises(OutputExistsError, match=r"holds what gatetrace did not write \(keep.txt\); --overwrite replaces only"):
         RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2))

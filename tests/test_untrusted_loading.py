@@ -210,10 +210,10 @@ def test_an_endless_loop_is_stopped_by_the_timeout(endless, tmp_path, capsys):
     started = time.monotonic()
     msg = _cli_error(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--timeout", "1"])
     assert time.monotonic() - started < 60
+    assert not (tmp_path / "out").exists()
     assert msg == (
         "gatetrace: error: running the model took longer than --timeout 1 s and was stopped (a loop that never ends, or a "
-        "batch too large for the limit); the 0 sequences recorded before are kept: rerun with a larger --timeout "
-        "(or a smaller --batch-size) and --resume"
+        "batch too large for the limit); nothing was recorded: rerun with a larger --timeout (or a smaller --batch-size)"
     )
 
 

@@ -549,12 +549,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _return_freed_memory()
     from recorders.errors import GatetraceError, Interrupted
 
-    from tracer import running
-
-    running.end_process_after_interrupt(4.0, _INTERRUPTED)
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
     try:
         with _native_logs_silenced():
+            from tracer import running  # (imports TensorFlow)
+
+            running.end_process_after_interrupt(4.0, _INTERRUPTED)
             run(args)
     except Interrupted as err:
         print(f"gatetrace: {err}", file=sys.stderr)
@@ -565,14 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and cut short
         return 0
     except OSError as err:
-        print(f"gatetrace: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"gatetrace: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)
+        from tracer import running
+
         if running.interrupted_run_pending():  # TensorFlow may still be busy with the cancelled step: do not wait for it
             sys.stderr.flush()
             os._exit(running.INTERRUPT_EXIT)
-        return running.INTERRUPT_EXIT
+        return 130
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
             raise

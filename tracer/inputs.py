@@ -175,7 +175,10 @@ class _Rows:
         start, stop, _ = key.indices(self.shape[0])
         try:
             return self._read(start, max(start, stop))
-        except FeedError:
+        except FeedError as err:
+            where = getattr(self, "what", None)
+            if where and not str(err).startswith(where):
+                raise FeedError(f"{where}: {err}") from None
             raise
         except (OSError, EOFError, ValueError, zlib.error, zipfile.BadZipFile) as err:
             where = getattr(self, "what", None)
@@ -382,6 +385,11 @@ class ParquetColumn(_Rows):
             end = self._at + len(self._buffer)
             if start >= end:
                 self._at, self._buffer = end, self._to_numpy(next(self._batches).column(0))
+                if self._buffer.shape[1:] != self.shape[1:]:
+                    raise FeedError(
+                        f"{self.path}:{self.column}: the rows from row {self._at:,} on are {list(self._buffer.shape[1:])}, the first "
+                        f"ones {list(self.shape[1:])}; every sequence must have one shape: pad them to one"
+                    )
                 continue
             take = self._buffer[start - self._at : min(stop, end) - self._at]
             parts.append(take)

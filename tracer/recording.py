@@ -256,31 +256,24 @@ def _reading(batches, writer: RecordingWriter) -> Any:
     try:
         yield from batches
     except FeedError as err:
-        if writer.replacing or not writer.complete.total():
-            raise
-        raise FeedError(
-            f"{err}; the {writer.complete.total():,} sequences recorded before are kept: fix the input and rerun with --resume"
-        ) from None
+        kept, flag = writer.kept()
+        raise FeedError(f"{err}; {kept}: fix the input and rerun{' with ' + flag if flag else ''}") from None
 
 
 def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> GatetraceError:
     """The error for a batch that does not fit in memory or ran out of time, with what to do."""
     size = max((len(v) for v in batch.values() if np.ndim(v)), default=0)
-    if writer.replacing:
-        kept = f"{writer.target} is left as it was (--overwrite replaces it only once the new recording is complete)"
-        then = "and --overwrite"
-    else:
-        kept = f"the {writer.complete.total():,} sequences recorded before are kept"
-        then = "and --resume"
+    kept, flag = writer.kept()
+    then = f" and {flag}" if flag else ""
     if isinstance(err, RunTimeout):
-        return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size) {then}")
+        return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size){then}")
     if size <= 1:
         return RecordingError(
             f"running the model on a single sequence does not fit in memory ({type(err).__name__}): the model itself needs "
             f"more than this machine has; {kept}"
         )
     return RecordingError(
-        f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size {then}"
+        f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size{then}"
     )
 
 
