@@ -475,3 +475,30 @@ def test_a_parquet_input_whose_steps_change_midway_names_the_file_and_what_is_ke
         "pad them to one; the 8 sequences recorded before are kept: fix the input and rerun with --resume"
     )
     assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(8))
+
+
+@pytest.mark.parametrize("how", ["BroadcastTo", "Fill", "Fill of a size known only when it runs"])
+def test_a_tensor_no_batch_size_makes_fit_is_named_with_its_size(how, tmp_path, capsys):
+    from tracer._tf import tf
+
+    def body(x):
+        if how == "BroadcastTo":
+            big = tf.broadcast_to(tf.reduce_sum(x), [10**6, 10**6], name="huge")
+        elif how == "Fill":
+            big = tf.fill(tf.constant([2**40], tf.int64), 1.0, name="huge")
+        else:  # the size comes from the data: nothing tells it before the run
+            rows = tf.cast(tf.reduce_sum(x) * 0.0 + 1e6, tf.int32)
+            big = tf.fill(tf.stack([rows, rows]), 1.0, name="huge")
+        return static_body(CONFIGS["GRUCell"])(x + 0.0 * tf.reduce_sum(big))
+
+    model = save(build(body), "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    msg = fails(capsys, ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
+    if how == "BroadcastTo":
+        assert msg.startswith(f"{model}: its op huge (BroadcastTo) makes a tensor of [1000000, 1000000] float32 (3725.3 GB) "
+                              "whatever the batch size, more than this machine's available memory")
+    elif how == "Fill":
+        assert msg.startswith(f"{model}: its op huge (Fill) makes a tensor of [1099511627776] float32 (4096.0 GB) whatever")
+    else:
+        assert msg == "the model's op huge, a tensor of [1000000, 1000000] float (3725.3 GB) does not fit in memory, whatever the batch size; nothing was recorded"
+    assert "--batch-size" not in msg and not (tmp_path / "out").exists()

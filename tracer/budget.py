@@ -30,7 +30,7 @@ from recorders.errors import SelectionError
 
 __all__ = [
     "COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
-    "default_budget", "parse_size", "bytes_per_sequence", "check_rows", "choose_batch", "describe_size",
+    "default_budget", "parse_size", "bytes_per_sequence", "fixed_size_problem", "check_rows", "choose_batch", "describe_size",
 ]
 
 COPIES = 2
@@ -131,6 +131,23 @@ class BatchChoice:
     def to_dict(self) -> dict[str, Any]:
         d = {"size": self.size, "requested": self.requested, "budget": self.budget, "used": self.used, "per_sequence": self.per_sequence}
         return d if self.why is None else {**d, "why": self.why}
+
+
+def fixed_size_problem(ops: Iterable[Any], limit: int | None = None) -> str | None:
+    """`name (Type) makes ...` for the first op whose output has a fully known shape (one
+    that no batch size changes) too large for `limit` bytes (default: the available memory),
+    or None. A model can ask for a tensor of 10^12 values that no batch size makes fit."""
+    limit = available_memory() if limit is None else limit
+    for op in ops:
+        for out in op.outputs:
+            shape = out.shape
+            if shape.rank is None or not shape.is_fully_defined() or out.dtype.size is None:
+                continue
+            size = int(np.prod([int(d) for d in shape], dtype=object)) * out.dtype.size
+            if size > limit:
+                return (f"{op.name} ({op.type}) makes a tensor of {shape.as_list()} {out.dtype.name} ({describe_size(size)}) "
+                        f"whatever the batch size, more than this machine's available memory ({describe_size(limit)})")
+    return None
 
 
 def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:

@@ -9,6 +9,7 @@ crash and splittable into shards.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
 from recorders.errors import FeedError, GatetraceError, Interrupted, RecordingError, RunTimeout, SelectionError
-from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, check_rows, choose_batch
+from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, check_rows, choose_batch, describe_size, fixed_size_problem
 from tracer.feeds import batches, count_sequences, resolve_feeds, unfed_placeholders
 from tracer.fetch import FetchPlan, Trace, assemble
 from tracer.found import Cell
@@ -28,7 +29,7 @@ from tracer.graph import find_cells
 from tracer.keras_layers import KerasModel, KerasPlan, find_layers, hidden_layers, is_keras, resolve_inputs, wrap
 from tracer._tf import tf
 from tracer.model import Model
-from tracer.safety import check_model
+from tracer.safety import check_model, ops_to_run
 from tracer.select import Selection
 from tracer.weights import read_weights, weights_columns
 
@@ -98,6 +99,11 @@ def _prepare(
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
+    too_large = fixed_size_problem(
+        model.graph.get_operation_by_name(name) for name, _ in ops_to_run(model.graph, [*plan.tensors, *weights]) if " in function " not in name
+    )
+    if too_large:
+        raise RecordingError(f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
     return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
 
@@ -267,6 +273,9 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
     then = f" and {flag}" if flag else ""
     if isinstance(err, RunTimeout):
         return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size){then}")
+    fixed = _fixed_allocation(err, size)
+    if fixed:
+        return RecordingError(f"the model's op {fixed} does not fit in memory, whatever the batch size; {kept}")
     if size <= 1:
         return RecordingError(
             f"running the model on a single sequence does not fit in memory ({type(err).__name__}): the model itself needs "
@@ -275,6 +284,23 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
     return RecordingError(
         f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size{then}"
     )
+
+
+def _fixed_allocation(err: Exception, batch: int) -> str | None:
+    """`NAME, a tensor of [shape] TYPE (SIZE)` when TensorFlow ran out of memory allocating a
+    tensor none of whose dimensions is the batch size (a smaller batch would not help)."""
+    text = getattr(err, "message", None) or str(err)
+    found = re.search(r"OOM when allocating tensor with shape\[([\d,\s]*)\] and type (\w+)", text)
+    node = re.search(r"\{\{node ([^}]+)\}\}", text)
+    if not found:
+        return None
+    shape = [int(d) for d in found.group(1).replace(" ", "").split(",") if d]
+    if batch in shape:
+        return None
+    width = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1}.get(found.group(2))
+    size = int(np.prod(shape, dtype=object)) * width if width else None
+    where = node.group(1) if node else "(unnamed)"
+    return f"{where}, a tensor of {shape} {found.group(2)}" + (f" ({describe_size(size)})" if size else "")
 
 
 def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
