@@ -18,7 +18,13 @@ __all__ = [
     "UnsafeGraphError",
     "ReplayMismatchError",
     "RunTimeout",
+    "listing",
 ]
+
+
+def listing(items: list[str], most: int) -> str:
+    """`a, b, c and 4 more`: the first `most` of `items`, for a one-line error."""
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 class GatetraceError(Exception):

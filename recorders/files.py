@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import OutputExistsError, RecordingError, listing
 
 __all__ = ["is_uri", "local_path", "check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
 
@@ -52,7 +52,7 @@ def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[P
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        shown = listing(foreign, 5)
         raise OutputExistsError(
             f"--out {out} holds what gatetrace did not write ({shown}); --overwrite replaces only gatetrace's own output: "
             "choose another path, or move those files away first"

@@ -50,7 +50,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import OutputExistsError, RecordingError, listing
 from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
 from recorders.long import KeyCache, long_columns
 from recorders.folder import Folder
@@ -325,7 +325,7 @@ class RecordingWriter:
         if not found and any(not _ours(name) for name in self.place.entries()):
             foreign = _not_a_recording(out) if self.place.local else self.place.entries()
             if foreign:
-                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                shown = listing(foreign, 5)
                 raise OutputExistsError(f"--out {out} holds what gatetrace did not write ({shown}); choose another path")
             raise OutputExistsError(f"--out {out} holds parts of a recording but no progress file; choose another path, or {self._replace_it}")
         for progress in found.values():

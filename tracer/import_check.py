@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from recorders.errors import ModelFormatError, UnsafeGraphError
+from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
 from tracer.safety import SAFE_OPS, bind_defaults, function_calls, function_values
 
@@ -201,7 +201,7 @@ def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
         return
     found = import_problems(graph_def)
     if found:
-        shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+        shown = listing(found, 8)
         raise UnsafeGraphError(
             f"{source}: importing its graph could run {len(found)} op{'s' if len(found) != 1 else ''} that TensorFlow evaluates "
             f"while it infers shapes and that do more than compute: {shown}; nothing was imported. "

@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from recorders.errors import ModelFormatError, UnsafeGraphError
+from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 
 __all__ = ["KNOWN_CLASSES", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
 
@@ -101,7 +101,7 @@ def _refused(config: Any) -> list[str]:
 
 def _refuse(source: str, found: list[str]) -> None:
     if found:
-        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+        shown = listing(found, 6)
         raise UnsafeGraphError(
             f"{source}: loading it would build objects gatetrace does not check as safe: {shown}; nothing was loaded. "
             "If you trust this model, pass --allow-unsafe-ops"
@@ -172,7 +172,7 @@ def h5_problems(source: str, file) -> list[str]:
 
 def _refuse_h5(source: str, found: list[str]) -> None:
     if found:
-        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        shown = listing(found, 4)
         raise UnsafeGraphError(
             f"{source}: its HDF5 weights would be read from outside the file: {shown}; a Keras file holds its weights "
             "itself, and nothing was loaded. If you trust this model, pass --allow-unsafe-ops"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from recorders.errors import UnsafeGraphError
+from recorders.errors import UnsafeGraphError, listing
 from tracer._tf import tf
 
 __all__ = [
@@ -69,6 +69,14 @@ def _resolved(value, bound: dict):
     return bound.get(value.placeholder) if value.placeholder else value
 
 
+def _bound_call(name: str, attrs, bound: dict) -> Iterator[tuple[str, dict] | None]:
+    """A call of function `name` with `attrs` resolved in `bound`; None first if one cannot be."""
+    resolved = {k: _resolved(a, bound) for k, a in attrs.items()}
+    if any(a is None for a in resolved.values()):
+        yield None
+    yield name, {k: a for k, a in resolved.items() if a is not None}
+
+
 def function_values(value, bound: dict) -> Iterator[tuple[str, dict] | None]:
     """(name, attributes) of every function an attribute value names, the functions named
     inside those attributes included, placeholders resolved in `bound`; None for a
@@ -79,10 +87,7 @@ def function_values(value, bound: dict) -> Iterator[tuple[str, dict] | None]:
         return
     named = [value.func] if value.HasField("func") else list(value.list.func) if value.HasField("list") else []
     for func in named:
-        attrs = {k: _resolved(a, bound) for k, a in func.attr.items()}
-        if any(a is None for a in attrs.values()):
-            yield None
-        yield func.name, {k: a for k, a in attrs.items() if a is not None}
+        yield from _bound_call(func.name, func.attr, bound)
         for a in func.attr.values():
             yield from function_values(a, bound)
 
@@ -91,10 +96,7 @@ def function_calls(node, library: dict, bound: dict) -> Iterator[tuple[str, dict
     """The functions a node calls, with the attributes bound inside each: by its type (a
     call by name) and through any attribute (`f`, `body`, `then_branch`, nested ones)."""
     if node.op in library:
-        attrs = {k: _resolved(a, bound) for k, a in node.attr.items()}
-        if any(a is None for a in attrs.values()):
-            yield None
-        yield node.op, {k: a for k, a in attrs.items() if a is not None}
+        yield from _bound_call(node.op, node.attr, bound)
     for value in node.attr.values():
         yield from function_values(value, bound)
 
@@ -239,7 +241,7 @@ def restore_ops(graph: tf.Graph, restore_op: str, ran: Iterable[tuple[str, str]]
 def refuse(found: list[str], what: str, source: str) -> None:
     """Raise UnsafeGraphError naming `found` (`name (why)` items), if there are any."""
     if found:
-        shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+        shown = listing(found, 8)
         raise UnsafeGraphError(
             f"{source}: {what} would run {len(found)} op{'s' if len(found) != 1 else ''} outside the allowlist of pure math, "
             f"array, variable and control-flow ops: {shown}; nothing was run. If you trust this model, pass --allow-unsafe-ops"
