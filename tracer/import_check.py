@@ -24,7 +24,7 @@ the graph and of every function, called or not, and accepts only:
                                         they call, hold only ops that compute
 
 An op of a TensorFlow that is not this one cannot be imported at all and is left to the
-importer to name. `call_problems` refuses what TensorFlow itself would crash on: a
+importer to name. `call_problem` finds what TensorFlow itself would crash on: a
 function that calls itself, and calls nested deeper than `MAX_CALL_DEPTH`. Both read
 protobuf messages only; nothing here imports a graph.
 """
@@ -37,7 +37,7 @@ from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
 from tracer.safety import SAFE_OPS, bind_defaults, function_calls, function_values
 
-__all__ = ["PURE_TEXT_OPS", "MAX_CALL_DEPTH", "import_problems", "call_problems", "check_before_import"]
+__all__ = ["PURE_TEXT_OPS", "MAX_CALL_DEPTH", "import_problems", "call_problem", "check_before_import"]
 
 # Ops that take or give strings, or carry free text in an attribute, and still touch
 # nothing outside the session.
@@ -130,12 +130,12 @@ def _callees(library: dict) -> tuple[dict[str, set[str]], bool]:
     return callees, unknown
 
 
-def call_problems(graph_def) -> list[str]:
-    """Function calls TensorFlow would crash on: recursion, and nesting over MAX_CALL_DEPTH."""
+def call_problem(graph_def) -> str | None:
+    """The first function call TensorFlow would crash on (recursion, or nesting deeper than
+    MAX_CALL_DEPTH), in words; None if there is none. Walked without recursion."""
     library = {f.signature.name: f for f in graph_def.library.function}
     callees, _ = _callees(library)
     depth: dict[str, int] = {}
-    problems = []
     for root in sorted(library):
         if root in depth:
             continue
@@ -148,14 +148,14 @@ def call_problems(graph_def) -> list[str]:
                 path.discard(name)
                 depth[name] = 1 + max((depth[c] for c in callees[name]), default=0)
                 if depth[name] > MAX_CALL_DEPTH:
-                    return [f"function {name} (calls nested {depth[name]:,} deep, more than the {MAX_CALL_DEPTH} gatetrace follows)"]
+                    return f"function {name} (calls nested {depth[name]:,} deep, more than the {MAX_CALL_DEPTH} gatetrace follows)"
                 continue
             if child in path:
-                return [f"function {child} (calls itself, through {' -> '.join([s[0] for s in stack] + [child])})"]
+                return f"function {child} (calls itself, through {' -> '.join([s[0] for s in stack] + [child])})"
             if child not in depth:
                 stack.append((child, iter(sorted(callees[child]))))
                 path.add(child)
-    return problems
+    return None
 
 
 def import_problems(graph_def) -> list[str]:
@@ -194,9 +194,9 @@ def import_problems(graph_def) -> list[str]:
 def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
     """Refuse a serialized graph before it is imported: ModelFormatError for calls TensorFlow
     would crash on (always), UnsafeGraphError for ops importing could run (unless `allow_unsafe_ops`)."""
-    crash = call_problems(graph_def)
+    crash = call_problem(graph_def)
     if crash:
-        raise ModelFormatError(f"{source}: its graph holds a {crash[0]}; TensorFlow cannot run it: nothing was imported")
+        raise ModelFormatError(f"{source}: its graph holds a {crash}; TensorFlow cannot run it: nothing was imported")
     if allow_unsafe_ops:
         return
     found = import_problems(graph_def)
