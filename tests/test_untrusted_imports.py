@@ -123,6 +123,21 @@ def test_functions_named_through_attribute_placeholders_are_checked(how, tmp_pat
     assert marker.read_text() == "pwned"
 
 
+def test_a_call_not_marked_stateful_into_a_function_that_writes_is_refused_before_import(tmp_path, capsys):
+    """TensorFlow's constant folder may evaluate a call that is not marked stateful, body and
+    all: a PartitionedCall of a WriteFile function is refused before the graph is imported."""
+    marker = tmp_path / "pwned.txt"
+    graph_def = _hidden_behind_a_placeholder(marker, "bound")
+    through = next(n for n in graph_def.node if n.name == "through")
+    through.op = "PartitionedCall"
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    msg = _cli_error(capsys, ["inspect", str(path)])
+    assert "importing its graph could run 1 op" in msg and "through (PartitionedCall, not marked stateful, calls function " in msg
+    assert ", which reaches " in msg and "(WriteFile)); nothing was imported" in msg
+    assert not marker.exists()
+
+
 def _function(name: str, calls: str | None):
     from tensorflow.core.framework import function_pb2
 

@@ -114,7 +114,7 @@ def _names(nodes, library: dict) -> tuple[set[str], bool]:
                 unknown = True
             else:
                 names.add(call[0])
-    return names & set(library), unknown
+    return {n for n in names if n in library}, unknown
 
 
 def _callees(library: dict) -> tuple[dict[str, set[str]], bool]:
@@ -125,7 +125,7 @@ def _callees(library: dict) -> tuple[dict[str, set[str]], bool]:
         found, blind = _names(function.node_def, library)
         for value in bind_defaults(function, {}).values():
             found |= {call[0] for call in function_values(value, {}) if call is not None}
-        callees[name] = found & set(library)
+        callees[name] = {n for n in found if n in library}
         unknown = unknown or blind
     return callees, unknown
 
@@ -164,7 +164,7 @@ def import_problems(graph_def) -> list[str]:
     library = {f.signature.name: f for f in graph_def.library.function}
     callees, unknown = _callees(library)
     problems = []
-    impure: dict[str, str] = {}  # function -> an op in it that is not pure
+    impure: dict[str, str] = {}  # function -> an op in it that is not pure, `name (Type) in function F`
     for where, function, node in _nodes(graph_def):
         if node.op in library:
             continue
@@ -172,22 +172,28 @@ def import_problems(graph_def) -> list[str]:
         if pure is False:
             problems.append(f"{where} ({node.op})")
         if function is not None and pure is not True and function not in impure:
-            impure[function] = f"{node.name} ({node.op})"
+            impure[function] = f"{where} ({node.op})"
+    # A function is tainted when it, or a function it calls, holds an op that is not pure:
+    # found backwards from the impure ones along the call edges, once for all the calls.
+    callers: dict[str, set[str]] = {}
+    for name, called in callees.items():
+        for c in called:
+            callers.setdefault(c, set()).add(name)
+    tainted, todo = dict(impure), list(impure)
+    while todo:
+        name = todo.pop()
+        for caller in callers.get(name, ()):
+            if caller not in tainted:
+                tainted[caller] = tainted[name]
+                todo.append(caller)
     for where, function, node in _nodes(graph_def):
         if _stateful_call(node, library):
             continue
         direct, blind = _names([node], library)
-        reach, todo = set(), list(direct)
-        while todo:
-            name = todo.pop()
-            if name not in reach:
-                reach.add(name)
-                todo += callees.get(name, ())
-        if blind or (reach and unknown):
-            reach = set(library)
-        stateful = sorted(f"{name}: {impure[name]}" for name in reach if name in impure)
-        if stateful:
-            problems.append(f"{where} ({node.op}, not marked stateful, calls function {stateful[0]})")
+        reach = set(library) if blind or (direct and unknown) else direct
+        hit = sorted(f"{name}, which reaches {tainted[name]}" for name in reach if name in tainted)
+        if hit:
+            problems.append(f"{where} ({node.op}, not marked stateful, calls function {hit[0]})")
     return sorted(set(problems))
 
 
