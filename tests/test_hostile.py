@@ -362,6 +362,7 @@ def test_a_folder_swapped_for_a_link_during_a_run_is_never_written_through(tmp_p
     assert _snapshot(outside) == before  # (aborting removes the staging link itself, never what it points to)
 
 
+@pytest.mark.e2e
 def test_an_npz_bomb_is_refused_before_a_row_is_read(tmp_path):
     """A 2 MB .npz whose compressed member declares sequences of 2 GiB: reading one would
     end the process with no word; it is refused in one line, from its header alone."""
