@@ -129,7 +129,7 @@ import sys
 from tracer.cli import _quiet_tensorflow
 _quiet_tensorflow()
 import tracer
-from tracer.inputs import open_input
+from tracer.inputs.files import open_input
 model, x, output, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 with tracer.load_model(model) as m:
     rows = open_input(x, "x")

@@ -34,7 +34,7 @@ import numpy as np
 
 import tracer
 from tracer._tf import tf, v1
-from tracer.replay import _blas_threads, _row_blocks
+from tracer.values.replay import _blas_threads, _row_blocks
 
 STEPS, FEATURES, UNITS, BATCH = 50, 64, 256, 256
 HERE = Path(__file__).resolve().parent

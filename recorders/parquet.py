@@ -204,7 +204,7 @@ def _rows(values, rows: slice) -> np.ndarray:
 def write_weights(
     path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any], overwrite: bool = False
 ) -> int:
-    """Write the weights table (`tracer.weights.weights_columns`) to one Parquet file, atomically."""
+    """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file, atomically."""
     path = local_path(path)
     check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
     tmp = temp_sibling(path)
@@ -514,7 +514,7 @@ class RecordingWriter:
         self._save_progress(finished=False)
 
     def write_weights(self, columns: Mapping[str, Any]) -> None:
-        """The weights table (`tracer.weights.weights_columns`), written at once."""
+        """The weights table (`tracer.values.weights.weights_columns`), written at once."""
         self._guard()
         try:
             if self.place.local:

@@ -36,7 +36,7 @@ class Shard:
     """Part `index` of `count` disjoint parts of a recording's examples (0-based).
 
     With `unit` > 1 the parts are cut at multiples of `unit` examples from the start (the
-    tasks of `tracer.parallel` are cut at batch boundaries, so that each batch holds the
+    tasks of `tracer.run.parallel` are cut at batch boundaries, so that each batch holds the
     same rows as in one process, and the values are the same to the last bit)."""
 
     index: int = 0

@@ -8,7 +8,7 @@ import pytest
 from recorders.errors import SelectionError
 from tests.conftest import R, build, save
 from tracer._tf import tf, v1
-from tracer.budget import COPIES, RESERVE, choose_batch, parse_size
+from tracer.run.budget import COPIES, RESERVE, choose_batch, parse_size
 from tracer.cli import main
 
 
@@ -29,11 +29,11 @@ USED = 500 * 2**20  # what the process is taken to hold: the tests fix it, pytes
 @pytest.fixture
 def held(monkeypatch):
     """The process holds USED bytes and the machine has 24 GiB available, whatever they are."""
-    import tracer.budget
+    import tracer.run.budget
 
-    monkeypatch.setattr(tracer.budget, "current_rss", lambda: USED)
-    monkeypatch.setattr(tracer.budget, "available_memory", lambda: 24 * 2**30)
-    return tracer.budget
+    monkeypatch.setattr(tracer.run.budget, "current_rss", lambda: USED)
+    monkeypatch.setattr(tracer.run.budget, "available_memory", lambda: 24 * 2**30)
+    return tracer.run.budget
 
 
 def test_choose_batch_keeps_the_process_within_the_budget(held):

@@ -167,7 +167,7 @@ def test_cell_names_too_long_for_a_folder_are_shortened_and_read_back_whole(tmp_
 
 def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monkeypatch):
     """The second batch exhausts memory (simulated): the first stays recorded, and the error says what to do."""
-    from tracer.fetch import FetchPlan
+    from tracer.values.fetch import FetchPlan
 
     _, paths = models
     np.save(tmp_path / "x.npy", np.zeros((8, 5, 4), np.float32))

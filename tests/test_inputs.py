@@ -11,7 +11,7 @@ import pytest
 from recorders.errors import FeedError
 from tests.conftest import CONFIGS, build, save, static_body
 from tracer.cli import main
-from tracer.inputs import ParquetColumn, RawRows, open_input
+from tracer.inputs.files import ParquetColumn, RawRows, open_input
 
 DATA = np.random.RandomState(3).randn(11, 5, 4).astype(np.float32)
 
@@ -102,7 +102,7 @@ def test_every_input_form_records_the_same_rows(tmp_path, capsys):
 
 def test_float64_inputs_are_cast_batch_by_batch(tmp_path):
     np.save(tmp_path / "x64.npy", DATA.astype(np.float64))
-    from tracer.feeds import batches, parse_feed_args, resolve_feeds
+    from tracer.inputs.feeds import batches, parse_feed_args, resolve_feeds
 
     built = build(static_body(CONFIGS["BasicRNNCell"]))
     feeds = parse_feed_args([f"x={tmp_path / 'x64.npy'}"])

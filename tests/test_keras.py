@@ -14,7 +14,9 @@ import pytest
 
 import tracer
 from recorders import GatetraceError, Recording, ReplayMismatchError
-from tracer.keras_layers import KerasPlan, find_layers, resolve_inputs, wrap
+from tracer.values.keras import KerasPlan, resolve_inputs
+from tracer.find.keras import find_layers
+from tracer.load.keras import wrap
 from tests.conftest import run_cli
 
 FRAMEWORKS = ("keras3", "tf-keras")

@@ -19,7 +19,7 @@ import pytest
 from recorders import Recording
 from tests.test_keras import FEATURES, T, keras_module, randomise, reference
 from tracer.cli import main
-from tracer.keras_layers import KerasPlan
+from tracer.values.keras import KerasPlan
 
 pytestmark = pytest.mark.e2e
 BATCH = 2

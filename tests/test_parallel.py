@@ -177,7 +177,7 @@ def test_the_local_dask_cluster_refuses_a_foreign_client():
     from distributed import Client
     from distributed.security import Security
 
-    from tracer.parallel import local_cluster
+    from tracer.run.parallel import local_cluster
 
     with local_cluster(1) as cluster:
         address = cluster.scheduler_address

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import tables
 from tracer._tf import tf
-from tracer.inputs import open_input
+from tracer.inputs.files import open_input
 
 STEPS, FEATURES = 5, 4
 
@@ -97,11 +97,11 @@ def test_unreadable_tfrecords_are_refused_in_one_line(rows, tmp_path):
 def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, monkeypatch):
     """The tasks of a parallel job that run in one worker reuse the index of each file; a
     file rewritten since is indexed again."""
-    import tracer.tfrecords
+    import tracer.inputs.tfrecords
 
     scans = []
-    records = tracer.tfrecords._records
-    monkeypatch.setattr(tracer.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    records = tracer.inputs.tfrecords._records
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
     path = tmp_path / "data.tfrecord"
     write_examples(path, rows[:5])
     for _ in range(3):
@@ -115,22 +115,22 @@ def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, mon
 
 
 def test_with_the_counts_a_driver_found_a_task_indexes_only_its_files(rows, tmp_path, monkeypatch):
-    import tracer.tfrecords
+    import tracer.inputs.tfrecords
 
     for k, part in enumerate(np.array_split(rows, 3)):  # 8, 8 and 7 records
         write_examples(tmp_path / f"part-{k}.tfrecord", part)
     spec = str(tmp_path / "part-*.tfrecord:x")
-    monkeypatch.setattr(tracer.tfrecords, "_INDEXES", {})
-    monkeypatch.setattr(tracer.tfrecords, "_COUNTS", {})
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_INDEXES", {})
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_COUNTS", {})
     assert open_input(spec, "feed x").shape[0] == 23  # the driver indexes every file
-    counts = tracer.tfrecords.record_counts()
+    counts = tracer.inputs.tfrecords.record_counts()
     assert sorted(counts.values()) == [7, 8, 8]
-    monkeypatch.setattr(tracer.tfrecords, "_INDEXES", {})  # a fresh worker process, told the counts
-    monkeypatch.setattr(tracer.tfrecords, "_COUNTS", {})
-    tracer.tfrecords.know_counts(counts)
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_INDEXES", {})  # a fresh worker process, told the counts
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_COUNTS", {})
+    tracer.inputs.tfrecords.know_counts(counts)
     scans = []
-    records = tracer.tfrecords._records
-    monkeypatch.setattr(tracer.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    records = tracer.inputs.tfrecords._records
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
     feed = open_input(spec, "feed x")
     feed.fit((STEPS, FEATURES))
     assert feed.shape == (23, STEPS, FEATURES) and scans == []

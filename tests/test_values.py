@@ -150,7 +150,7 @@ def test_a_fixed_batch_placeholder_takes_any_number_of_sequences(tmp_path, input
     config = CONFIGS["GRUCell"]
     built = build(static_body(config), batch=2)
     np.save(tmp_path / "x.npy", inputs[:5])  # 5 sequences: the last batch is padded
-    from tracer.feeds import parse_feed_args
+    from tracer.inputs.feeds import parse_feed_args
 
     feeds = parse_feed_args([f"x={tmp_path / 'x.npy'}"])
     assert not isinstance(feeds["x"], np.ndarray)  # read batch by batch

@@ -6,11 +6,20 @@
         result = tracer.trace(model, {"inputs": x})
         df = result.frame("rnn/basic_lstm_cell")     # example, step, gate, unit, ...
 
-Modules: `graph` (the walker), `cells` (one spec per cell type), `fetch` (the one-run
-fetch plan), `weights` (per-gate slices), `reference` (numpy recomputation), `model`
-(loading), `loops` and `replay` (cells inside while loops), `keras_layers` (Keras LSTM, GRU
-and SimpleRNN layers), `feeds`, `inputs`, `safety`, `select`, `recording` (the main job),
-`cli`, `demo`.
+The package is laid out by stage, in the order data flows; a module imports only from its
+own stage and the stages below it (`tests/test_layout.py` holds it to that):
+
+    stage  package          what it holds
+    0      tracer._tf       TensorFlow, imported once and quiet (any stage may use it)
+    1      tracer.spec      cell specs and gate orders, what a finder returns, the numpy math
+    2      tracer.inputs    input files read by rows (.npy, .npz, Parquet, TFRecord), feeds
+    3      tracer.load      model files: formats, the checks before import and before running
+    4      tracer.find      finding cells: step patterns per cell family, chains, loops, fused ops
+    5      tracer.values    the values: the one-run fetch, loop replay, Keras capture, weights
+    6      tracer.run       the recording job: selection, memory budget, parallel tasks
+    7      tracer.cli, tracer.demo   the command line on top
+
+The public names below are loaded from their stage on first use.
 """
 
 from importlib import import_module
@@ -21,37 +30,37 @@ from recorders.errors import *  # noqa: F403  (the exception classes, listed in 
 from recorders.progress import Shard
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
-# `tracer.reference` stay light and the CLI can quiet TensorFlow before it loads.
+# `tracer.spec.reference` stay light and the CLI can quiet TensorFlow before it loads.
 _LAZY = {
-    "CellSpec": "tracer.cells",
-    "SPECS": "tracer.cells",
-    "spec_for": "tracer.cells",
-    "Cell": "tracer.graph",
-    "Step": "tracer.graph",
-    "find_cells": "tracer.graph",
-    "Model": "tracer.model",
-    "load_model": "tracer.model",
-    "from_session": "tracer.model",
-    "FetchPlan": "tracer.fetch",
-    "Trace": "tracer.fetch",
-    "CellTrace": "tracer.fetch",
-    "trace": "tracer.recording",
-    "find_all": "tracer.recording",
-    "KerasModel": "tracer.keras_layers",
-    "KerasCell": "tracer.keras_layers",
-    "KerasPlan": "tracer.keras_layers",
-    "find_layers": "tracer.keras_layers",
-    "load_keras": "tracer.keras_layers",
-    "Selection": "tracer.select",
-    "record": "tracer.recording",
-    "Job": "tracer.parallel",
-    "record_task": "tracer.parallel",
-    "record_parallel": "tracer.parallel",
-    "run_cell": "tracer.reference",
-    "GateWeights": "tracer.weights",
-    "read_weights": "tracer.weights",
-    "gate_weights": "tracer.weights",
-    "weights_columns": "tracer.weights",
+    "CellSpec": "tracer.spec.cells",
+    "SPECS": "tracer.spec.cells",
+    "spec_for": "tracer.spec.cells",
+    "Cell": "tracer.spec.found",
+    "Step": "tracer.spec.found",
+    "find_cells": "tracer.find.graph",
+    "Model": "tracer.load.model",
+    "load_model": "tracer.load.model",
+    "from_session": "tracer.load.model",
+    "FetchPlan": "tracer.values.fetch",
+    "Trace": "tracer.values.fetch",
+    "CellTrace": "tracer.values.fetch",
+    "trace": "tracer.run.recording",
+    "find_all": "tracer.run.recording",
+    "KerasModel": "tracer.load.keras",
+    "KerasCell": "tracer.spec.found",
+    "KerasPlan": "tracer.values.keras",
+    "find_layers": "tracer.find.keras",
+    "load_keras": "tracer.load.keras",
+    "Selection": "tracer.run.select",
+    "record": "tracer.run.recording",
+    "Job": "tracer.run.parallel",
+    "record_task": "tracer.run.parallel",
+    "record_parallel": "tracer.run.parallel",
+    "run_cell": "tracer.spec.reference",
+    "GateWeights": "tracer.values.weights",
+    "read_weights": "tracer.values.weights",
+    "gate_weights": "tracer.values.weights",
+    "weights_columns": "tracer.values.weights",
 }
 
 

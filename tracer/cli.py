@@ -117,7 +117,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tracer.budget import DEFAULT_ROOM  # no TensorFlow
+    from tracer.run.budget import DEFAULT_ROOM  # no TensorFlow
 
     p = _Parser(
         prog="gatetrace",
@@ -275,7 +275,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _batch_note(cells) -> str:
     """What the default memory budget makes of the default batch size, as `inspect` says it."""
-    from tracer.budget import DEFAULT_BATCH_SIZE, bytes_per_sequence, choose_batch, describe_size
+    from tracer.run.budget import (
+        DEFAULT_BATCH_SIZE,
+        bytes_per_sequence,
+        choose_batch,
+        describe_size,
+    )
 
     choice = choose_batch(DEFAULT_BATCH_SIZE, bytes_per_sequence(cells, {}))
     why = "fits" if choice.size == DEFAULT_BATCH_SIZE else f"lowered to {choice.size} to fit"
@@ -295,9 +300,8 @@ def _signature_input(graph, name: str, tensor: str) -> dict:
 
 def _inspect(args) -> None:
     import tracer
-    from tracer.keras_layers import KerasModel
-
-    from tracer.safety import unsafe_ops
+    from tracer.load.keras import KerasModel
+    from tracer.load.safety import unsafe_ops
 
     model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False, allow_unsafe_ops=args.allow_unsafe_ops)
     if isinstance(model, KerasModel):
@@ -346,13 +350,13 @@ def _inspect(args) -> None:
 
 
 def _inspect_keras(args, model) -> None:
-    from tracer.keras_layers import find_layers, hidden_layers
+    from tracer.find.keras import find_layers, hidden_layers
 
     cells = find_layers(model)
     hidden = hidden_layers(model)
     inputs = [{"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs]
     if args.json:
-        # The file passed the Keras file check before loading (tracer.keras_files): nothing in it runs unchecked.
+        # The file passed the Keras file check before loading (tracer.load.keras_files): nothing in it runs unchecked.
         described = [c.describe() for c in cells]
         print(json.dumps({"source": args.model, "format": model.format, "inputs": inputs, "cells": described, "unsafe_ops": [], "not_recorded": hidden}))
         return
@@ -388,8 +392,8 @@ def _split(text: str | None) -> tuple[str, ...]:
 def _record(args) -> None:
     from recorders import Shard
     from recorders.progress import recorded_layout
-    from tracer.budget import parse_size
-    from tracer.select import Selection, parse_range
+    from tracer.run.budget import parse_size
+    from tracer.run.select import Selection, parse_range
 
     selection = Selection(
         cells=_split(args.cells),
@@ -408,7 +412,7 @@ def _record(args) -> None:
     if args.workers > 1 or args.engine != "processes" or args.scheduler or args.scheduler_file:
         return _record_parallel(args, selection, memory)  # the driver imports no TensorFlow
     import tracer
-    from tracer.feeds import load_array, parse_feed_args
+    from tracer.inputs.feeds import load_array, parse_feed_args
 
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
@@ -435,7 +439,7 @@ def _record(args) -> None:
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
     from recorders.files import is_uri, local_path
-    from tracer.parallel import Job, dask_executor, record_parallel
+    from tracer.run.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):
         if given:
@@ -517,10 +521,9 @@ def _report(args, summary: dict, part: str) -> None:
 def _weights(args) -> None:
     import tracer
     from recorders import write_weights
-    from tracer.keras_layers import KerasModel
-    from tracer.recording import describe, find_all, weight_values
-
-    from tracer.safety import check_model
+    from tracer.load.keras import KerasModel
+    from tracer.load.safety import check_model
+    from tracer.run.recording import describe, find_all, weight_values
 
     with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
         cells = find_all(model)
@@ -552,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
     try:
         with _native_logs_silenced():
-            from tracer import running  # (imports TensorFlow)
+            from tracer.values import running  # (imports TensorFlow)
 
             running.end_process_after_interrupt(4.0, _INTERRUPTED)
             run(args)
@@ -570,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)
-        from tracer import running
+        from tracer.values import running
 
         if running.interrupted_run_pending():  # TensorFlow may still be busy with the cancelled step: do not wait for it
             sys.stderr.flush()
@@ -579,7 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
             raise
-        from tracer.model import error_line
+        from tracer.load.model import error_line
 
         print(f"gatetrace: error: {type(err).__name__}: {error_line(err)} (set GATETRACE_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2

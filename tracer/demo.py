@@ -15,10 +15,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recorders.files import check_out, foreign_entries, local_path, publish, remove, temp_sibling
+from recorders.files import (
+    check_out,
+    foreign_entries,
+    local_path,
+    publish,
+    remove,
+    temp_sibling,
+)
 from tracer._tf import tf, v1
-from tracer.model import load_model
-from tracer.recording import record
+from tracer.load.model import load_model
+from tracer.run.recording import record
 
 __all__ = ["make_task", "build_and_train", "run_demo"]
 

@@ -1,0 +1,102 @@
+"""The house rules, read from the source with `ast`: each module of `tracer` imports only
+from its own stage and the stages below it, and no modules import each other in a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The stages of tracer, lowest first (tracer/__init__.py documents them).
+STAGES = ["tracer._tf", "tracer.spec", "tracer.inputs", "tracer.load", "tracer.find", "tracer.values", "tracer.run", "tracer.cli", "tracer.demo"]
+TOP = len(STAGES) - 2  # cli and demo stand side by side on top
+
+
+def stage(module: str) -> int | None:
+    """The stage of a module of tracer (None for the package's own __init__, the public facade)."""
+    if module == "tracer":
+        return None
+    for k, prefix in enumerate(STAGES):
+        if module == prefix or module.startswith(prefix + "."):
+            return min(k, TOP)
+    raise AssertionError(f"{module} is in no stage: add it to a stage's folder (and to STAGES if it is a new stage)")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / "tracer").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(module: str, path: Path) -> set[str]:
+    """Every module of tracer that `module` imports, at its top or inside a function."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "tracer"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "tracer":
+                continue
+            known = modules()
+            for alias in node.names:  # `from tracer.values import running` imports a module
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return found
+
+
+def test_every_module_imports_only_from_its_stage_and_below():
+    wrong = []
+    for module, path in modules().items():
+        own = stage(module)
+        if own is None:
+            continue
+        for imported in sorted(imports(module, path)):
+            theirs = stage(imported)
+            if (theirs is None and own < TOP) or (theirs is not None and theirs > own):  # the facade: for the top only
+                wrong.append(f"{module} (stage {own}) imports {imported} (stage {theirs if theirs is not None else 'the public facade'})")
+    assert not wrong, "imports from a stage above:\n" + "\n".join(wrong)
+
+
+def test_no_import_circles():
+    graph = {m: {i for i in imports(m, p) if i in modules() and i != m} for m, p in modules().items() if m != "tracer"}
+    circles = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(start: str) -> None:
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            module, todo = stack[-1]
+            nxt = next(todo, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                state[module] = 2
+            elif state.get(nxt) == 1:
+                circles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state and nxt in graph:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_the_rules_catch_what_they_are_for(tmp_path):
+    """The checks themselves: an upward import and a circle, in a made-up package, are found."""
+    upward = tmp_path / "up.py"
+    upward.write_text("from tracer.run.recording import record\n")
+    assert imports("tracer.spec.fake", upward) == {"tracer.run.recording"}
+    assert stage("tracer.run.recording") > stage("tracer.spec.fake")
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    from tracer.values import running\n    import tracer.find.graph\n")
+    assert imports("tracer.run.fake", lazy) == {"tracer.values.running", "tracer.find.graph"}

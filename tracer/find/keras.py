@@ -1,0 +1,128 @@
+"""Keras RNN layers: finding every LSTM, GRU and SimpleRNN layer of a Keras model.
+
+A Keras `LSTM`, `GRU` or `SimpleRNN` layer (tf-keras or Keras 3) runs its cell inside a
+loop whose gates nobody can fetch. `find_layers(model)` lists these layers, inside
+`Bidirectional` wrappers and nested models too, as `tracer.spec.found.KerasCell`s, with
+their weights in gatetrace's block order: LSTM i, f, c, o -> i, f, j, o; GRU z, r, h ->
+u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name it).
+`hidden_layers` names the RNN layers inside wrappers that are not recorded through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from recorders.errors import GraphPatternError
+from tracer.load.keras import KerasModel, framework_of, to_numpy
+from tracer.spec.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
+from tracer.spec.found import KerasCell
+from tracer.spec.reference import ACTIVATIONS
+
+__all__ = ["find_layers", "hidden_layers", "walk_layers"]
+
+# Keras cell class -> spec. The states a layer carries, in Keras' order: LSTM [h, c], others [h].
+_SPECS = {"LSTMCell": KERAS_LSTM, "GRUCell": KERAS_GRU, "SimpleRNNCell": KERAS_SIMPLE_RNN}
+
+
+def _variable_name(v: Any) -> str:
+    return str(getattr(v, "path", None) or v.name).removesuffix(":0")
+
+
+def _hard_sigmoid_tf_keras(x: np.ndarray) -> np.ndarray:
+    return np.clip(x * np.float32(0.2) + np.float32(0.5), 0, 1)
+
+
+def _hard_sigmoid_keras3(x: np.ndarray) -> np.ndarray:
+    return np.clip(x + np.float32(3), 0, 6) / np.float32(6)
+
+
+def _activation(fn: Any, framework: str) -> tuple[str, Any]:
+    """(name, what replay computes it with): numpy for the usual ones, else Keras' own function."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if name == "hard_sigmoid":  # tf-keras: clip(0.2 x + 0.5); Keras 3: relu6(x + 3) / 6
+        return name, _hard_sigmoid_tf_keras if framework == "tf-keras" else _hard_sigmoid_keras3
+    if name in ACTIVATIONS:
+        return name, name
+    return name, lambda x: np.asarray(fn(x), dtype=np.float32)
+
+
+def walk_layers(layers: Sequence[Any], prefix: str, hidden: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+    """(path, layer) for every RNN layer, inside Bidirectional wrappers and nested models.
+    RNN layers inside any other wrapper (TimeDistributed, ...) are appended to `hidden`."""
+    for layer in layers:
+        path = prefix + layer.name
+        if hasattr(layer, "forward_layer") and hasattr(layer, "backward_layer"):  # Bidirectional
+            yield from walk_layers([layer.forward_layer, layer.backward_layer], path + "/", hidden)
+        elif hasattr(layer, "cell") and hasattr(layer, "go_backwards"):  # an RNN layer
+            yield path, layer
+        elif hasattr(layer, "layers") and layer.layers:  # a nested model
+            yield from walk_layers(layer.layers, path + "/", hidden)
+        elif hasattr(layer, "layer") and hidden is not None:  # another wrapper: say what it hides
+            inner = [f"{p} (a {type(l).__name__} inside {type(layer).__name__})" for p, l in walk_layers([layer.layer], path + "/", hidden)]
+            hidden.extend(inner)
+
+
+def hidden_layers(model: KerasModel) -> list[str]:
+    """RNN layers inside wrappers gatetrace does not record through (TimeDistributed and
+    others, whose inner layer runs on reshaped rows), as `path (what)`."""
+    hidden: list[str] = []
+    list(walk_layers(model.model.layers, "", hidden))
+    return hidden
+
+
+def find_layers(model: KerasModel) -> list[KerasCell]:
+    """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
+    cells, others = [], []
+    framework = framework_of(model.model)
+    others += [f"{h}: wrapped layers run on reshaped rows and are not recorded" for h in hidden_layers(model)]
+    for path, layer in walk_layers(model.model.layers, ""):
+        cell = layer.cell
+        spec = _SPECS.get(type(cell).__name__)
+        if spec is None or getattr(cell, "kernel", None) is None:
+            others.append(f"{path} ({type(layer).__name__} of {type(cell).__name__})")
+            continue
+        kernel, recurrent = to_numpy(cell.kernel), to_numpy(cell.recurrent_kernel)
+        units = recurrent.shape[0]
+        bias = to_numpy(cell.bias) if getattr(cell, "use_bias", True) and cell.bias is not None else None
+        reset_after = bool(cell.reset_after) if spec is KERAS_GRU else None
+        weights = {"kernel": np.concatenate([kernel, recurrent]), "bias": np.zeros(kernel.shape[1], np.float32)}
+        if bias is not None and bias.ndim == 2:  # GRU with reset_after: [input bias, recurrent bias]
+            weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
+        elif bias is not None:
+            weights["bias"] = bias
+        elif reset_after:
+            weights["recurrent_bias"] = np.zeros(kernel.shape[1], np.float32)
+        variables = {"kernel": _variable_name(cell.kernel), "recurrent_kernel": _variable_name(cell.recurrent_kernel)}
+        if bias is not None:
+            variables["bias"] = _variable_name(cell.bias)
+        act_name, act = _activation(cell.activation, framework)
+        gate_name, gate_act = _activation(getattr(cell, "recurrent_activation", None) or (lambda x: x), framework)
+        cells.append(
+            KerasCell(
+                name=path,
+                spec=spec,
+                units=units,
+                input_size=kernel.shape[0],
+                activation=act_name,
+                recurrent_activation=gate_name if spec is not KERAS_SIMPLE_RNN else "-",
+                weights=weights,
+                variables=variables,
+                backward=bool(layer.go_backwards),
+                reset_after=reset_after,
+                layer=layer,
+                framework=framework,
+                act=act,
+                gate_act=gate_act,
+            )
+        )
+    if not cells:
+        found = f"; RNN layers of other cells: {', '.join(others)}" if others else ""
+        raise GraphPatternError(
+            f"no RNN layer found in {model.source}: looked for Keras LSTM, GRU and SimpleRNN layers "
+            f"(also inside Bidirectional and nested models){found}"
+        )
+    return cells
+
+

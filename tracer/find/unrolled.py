@@ -1,0 +1,107 @@
+"""Unrolled cells (`static_rnn`, `static_bidirectional_rnn`, `rnn_decoder`, cells called by hand):
+chains of steps whose gate ops can be fetched.
+
+The steps (`tracer.find.steps.find_steps`) outside any while loop are grouped by the kernel
+variable they read (variable scopes and op scopes differ, so names are never guessed),
+and each group is split into chains linked by their state edges: one kernel may serve
+several chains (both directions of a bidirectional RNN given one cell object, a
+sampling unroll beside the training one), each a cell of its own. Each chain is ordered
+along the recurrence, and each step is mapped to the input position it read, so that the
+backward half of a bidirectional RNN lines up with the forward half.
+"""
+
+from __future__ import annotations
+
+from recorders.errors import GraphPatternError
+from tracer._tf import tf
+from tracer.find.application import Application, cell_of
+from tracer.find.edges import (
+    cell_name,
+    chains,
+    input_position,
+    topological_index,
+    weight_source,
+)
+from tracer.spec.found import Cell, Step
+
+__all__ = ["unrolled_cells"]
+
+
+def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
+    """A Cell for each chain of the steps `apps` (found outside while loops)."""
+    order = topological_index(graph)
+    by_kernel: dict[str, list[Application]] = {}
+    for app in apps:
+        by_kernel.setdefault(app.kernel.name, []).append(app)
+    # A cell is one chain of steps linked by their state edges; several chains may share a
+    # kernel (both directions of a bidirectional RNN given one cell, a sampling unroll
+    # beside the training one): each is a cell of its own.
+    by_chain: dict[str, list[Application]] = {}
+    for kernel, group in by_kernel.items():
+        group.sort(key=lambda a: order.get(a.gate_op.name, 0))
+        for k, chain in enumerate(chains(group, lambda a: a.states[-1], lambda a: a.previous[-1], lambda a: a.gate_op.name)):
+            by_chain[f"{kernel}#{k}"] = chain
+    names = {k: cell_name(g[0].kernel, g[0].spec) for k, g in by_chain.items()}
+
+    # The output of every step, so that a stacked layer finds the step it reads.
+    owners = {}
+    for k, group in by_chain.items():
+        for idx, app in enumerate(group):
+            owners[app.states[-1].name] = (k, idx)
+    gate_ops = {app.gate_op.name for app in apps}
+    positions: dict[str, list[int]] = {}
+    in_progress: set[str] = set()
+
+    def position_of(kernel: str, idx: int) -> int | None:
+        if kernel not in positions:
+            if kernel in in_progress:
+                return None
+            in_progress.add(kernel)
+            group = by_chain[kernel]
+            found = [input_position(a.input, owners, position_of, gate_ops) for a in group]
+            in_order = list(range(len(group)))
+            # Trust the traced positions only when they are a permutation of the steps.
+            traced = None not in found and sorted(found) == in_order
+            positions[kernel] = found if traced else in_order
+            in_progress.discard(kernel)
+        return positions[kernel][idx]
+
+    cells = []
+    for k, group in by_chain.items():
+        position_of(k, 0)
+        cells.append(_build_cell(names[k], group, positions[k]))
+    return cells
+
+
+def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cell:
+    first = apps[0]
+    for app in apps[1:]:
+        if app.spec is not first.spec or app.activation_name != first.activation_name:
+            raise GraphPatternError(
+                f"cell {name}: its steps differ ({first.gate_op.name} is a {first.spec.kind} "
+                f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
+                f"{app.activation_name}); expected one cell class applied at every step"
+            )
+    steps = [
+        Step(
+            position=pos,
+            gate_op=app.gate_op.name,
+            preactivation=tuple(t.name for t in app.preactivation),
+            activation=tuple(t.name for t in app.activation),
+            states=tuple(t.name for t in app.states),
+            input=app.input.name,
+            previous=tuple(t.name for t in app.previous),
+        )
+        for pos, app in zip(positions, apps)
+    ]
+    steps.sort(key=lambda s: s.position)
+    return cell_of(
+        first,
+        name,
+        first.weights["kernel"],
+        first.weights.get("projection"),
+        weights={role: t.name for role, t in first.weights.items()},
+        variables={role: weight_source(t).name for role, t in first.weights.items()},
+        steps=tuple(steps),
+        backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
+    )

@@ -1,0 +1,195 @@
+"""Feeds: what the user gives the model's placeholders, checked before anything runs.
+
+`parse_feed_args` reads the CLI's `NAME=FILE.npy` and `NAME=VALUE` arguments;
+`resolve_feeds` maps feed names (with or without `:0`, or a SavedModel signature's input
+names) to the graph's placeholders and
+checks every shape and dtype, and that every placeholder the fetches need is fed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from recorders.errors import FeedError
+from tracer._tf import tf
+from tracer.inputs.files import is_input_spec, open_input
+
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "batches"]
+
+_PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
+
+
+def _parse_scalar(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return np.bool_(low == "true")
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return None
+
+
+def load_array(path: str, what: str) -> np.ndarray:
+    """A whole (small) array from a .npy, .npz or Parquet file (see `tracer.inputs.files`)."""
+    return np.asarray(open_input(path, what))
+
+
+def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
+    """`["x=inputs.npy", "keep_prob=1.0"]` -> `{"x": array, "keep_prob": 1.0}`.
+
+    Files are opened to be read batch by batch (see `tracer.inputs.files`), not loaded.
+    """
+    feeds: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
+        if is_input_spec(value):
+            feeds[name] = open_input(value, f"feed {name}")
+        else:
+            scalar = _parse_scalar(value)
+            if scalar is None:
+                raise FeedError(f"feed {name}={value}: {value!r} is neither a .npy/.npz/.parquet file nor a number or true/false")
+            feeds[name] = scalar
+    return feeds
+
+
+def _placeholders(graph: tf.Graph) -> str:
+    """The graph's placeholders, leaving out the string ones a Saver adds for its file name."""
+    names = [op.name for op in graph.get_operations() if op.type in _PLACEHOLDERS and op.outputs[0].dtype != tf.string]
+    return ", ".join(names[:10]) if names else "(none)"
+
+
+def _shape(shape: tf.TensorShape) -> str:
+    if shape.rank is None:
+        return "any shape"
+    return "[" + ", ".join("None" if d is None else str(d) for d in shape.as_list()) + "]"
+
+
+def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.Tensor:
+    tensor_name = aliases.get(name) or (name if ":" in name else name + ":0")
+    try:
+        tensor = graph.get_tensor_by_name(tensor_name)
+    except (KeyError, ValueError):
+        raise FeedError(f"unknown feed {name!r}: the graph has no tensor {tensor_name}; its placeholders are {_placeholders(graph)}") from None
+    if tensor.op.type not in _PLACEHOLDERS:
+        raise FeedError(
+            f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, not a placeholder; "
+            f"its placeholders are {_placeholders(graph)}"
+        )
+    return tensor
+
+
+def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placeholder") -> Any:
+    """Check `value` against the placeholder (or Keras input: `what`); arrays stay on disk
+    (cast batch by batch in `batches`)."""
+    on_disk = hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) > 0
+    if hasattr(value, "fit") and tensor.shape.rank:  # TFRecord rows stored flat take the placeholder's shape
+        value.fit(tuple(tensor.shape.as_list()[1:]))
+    array = value if on_disk else np.asarray(value)
+    want = tensor.dtype.as_numpy_dtype
+    if array.dtype != want and not np.can_cast(array.dtype, want, casting="same_kind"):
+        raise FeedError(
+            f"feed {name}: {what} {tensor.name} expects {tensor.dtype.name}, given {array.dtype}; "
+            f"convert the array to {tensor.dtype.name}"
+        )
+    # The first dimension counts sequences and is fed in batches, so a placeholder with a
+    # fixed batch size (say 1) takes any number of sequences.
+    shape = tensor.shape
+    if shape.rank and array.ndim == shape.rank and shape[0] is not None:
+        shape = tf.TensorShape([None]).concatenate(shape[1:])
+    if not shape.is_compatible_with(array.shape):
+        raise FeedError(
+            f"feed {name}: {what} {tensor.name} expects shape {_shape(tensor.shape)}, "
+            f"given {list(array.shape)}"
+        )
+    return array if on_disk or array.dtype == want else array.astype(want)
+
+
+def unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
+    """Placeholders without a default that the fetches depend on and that are not fed."""
+    queue = deque(t.op for t in fetches)
+    seen: set[str] = set()
+    missing = []
+    while queue:
+        op = queue.popleft()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "Placeholder" and op.outputs[0].name not in fed:
+            missing.append(op)
+        queue.extend(t.op for t in op.inputs if t.name not in fed)
+        queue.extend(op.control_inputs)
+    return missing
+
+
+def resolve_feeds(
+    graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = (), aliases: Mapping[str, str] | None = None
+) -> dict[tf.Tensor, np.ndarray]:
+    """A checked feed dict for `Session.run`; raises FeedError naming what does not fit.
+    `aliases` maps other feed names (a SavedModel signature's input names) to tensor names."""
+    feed_dict, given = {}, {}
+    for name, value in feeds.items():
+        tensor = _placeholder(graph, name, aliases or {})
+        if tensor in feed_dict:
+            raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
+        feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value), name
+    missing = unfed_placeholders(fetches, {t.name for t in feed_dict})
+    if missing:
+        op = missing[0]
+        t = op.outputs[0]
+        raise FeedError(
+            f"placeholder {op.name} ({t.dtype.name}, shape {_shape(t.shape)}) must be fed: "
+            f"add --feed {op.name}=FILE.npy"
+        )
+    return feed_dict
+
+
+def count_sequences(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
+    """The number of sequences in the feeds: the first dimension shared by the array feeds."""
+    sizes = {t.name: v.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{n} has {s}" for n, s in sizes.items())
+        raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
+    return next(iter(sizes.values()), None)
+
+
+def batches(
+    feed_dict: Mapping[tf.Tensor, np.ndarray], size: int, ranges: Iterable[tuple[int, int]] | None = None
+) -> Iterator[tuple[int, int | None, dict[tf.Tensor, np.ndarray]]]:
+    """Yield `(start, stop, feed_dict)` for consecutive batches of at most `size` sequences.
+
+    `ranges` lists the [start, stop) ranges of sequences to feed (default: all); no batch
+    crosses a range's end. Array feeds are sliced along their first dimension
+    (input files are read one batch at a time); scalars are fed as they are.
+    Where a placeholder fixes the batch size, batches take that size and the last one is
+    padded by repeating its last sequence: rows past `stop - start` are padding to drop.
+    Without array feeds there is one batch of whatever size the graph makes, and `stop`
+    is None.
+    """
+    n = count_sequences(feed_dict)
+    if n is None:
+        yield 0, None, dict(feed_dict)
+        return
+    fixed = {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
+    if len(fixed) > 1:
+        raise FeedError(f"placeholders fix different batch sizes: {sorted(fixed)}")
+    size = fixed.pop() if fixed else max(1, size)
+    for first, last in [(0, n)] if ranges is None else ranges:
+        for start in range(first, last, size) if last > first else [first]:  # an empty range: one empty batch
+            stop = min(start + size, last)
+            batch = {}
+            for t, v in feed_dict.items():
+                if np.ndim(v) == 0:
+                    batch[t] = v
+                    continue
+                part = np.asarray(v[start:stop], dtype=t.dtype.as_numpy_dtype)
+                if t.shape.rank and t.shape[0] is not None and 0 < len(part) < size:
+                    part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
+                batch[t] = part
+            yield start, stop, batch

@@ -1,0 +1,8 @@
+"""Stage 3, the model: reading every model format, with the checks that come before anything runs.
+
+`safety` (the op allowlist and what a fetch would run), `import_check` (the serialized
+graph checked before it is imported), `inline` (a TF2 SavedModel's signature functions
+inlined), `keras_files` (Keras files checked as data), `keras` (Keras files loaded, and the
+`KerasModel` they give), `model` (`load_model`: checkpoints, SavedModels, frozen graphs).
+May import `tracer.inputs`, `tracer.spec` and `tracer._tf`.
+"""

@@ -1,0 +1,192 @@
+"""Keras models: reading `.keras`, `.h5` and tf-keras SavedModel files, and the model they give.
+
+`load_keras` reads `.keras` and `.h5` files (tf-keras or Keras 3, told from the file) and
+tf-keras SavedModel folders (those holding keras_metadata.pb), in Keras' safe mode, after
+`tracer.load.keras_files` has checked them; Keras 2.0/2.1 files are read as those versions
+meant them (`keras2_fixes`). A `KerasModel` is the model with where it came from; `wrap`
+makes one of a live model object. Finding the RNN layers is `tracer.find.keras`, capturing
+and replaying them `tracer.values.keras`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError
+from tracer._tf import tf
+from tracer.load.keras_files import check_keras_file, keras2_fixes, keras_config
+
+__all__ = ["KerasModel", "KerasInput", "is_keras", "framework_of", "wrap", "is_keras_file", "load_keras", "to_numpy"]
+
+@dataclass(frozen=True)
+class KerasInput:
+    """One input of a Keras model, standing where a placeholder stands in a graph's feeds."""
+
+    name: str
+    shape: tf.TensorShape
+    dtype: tf.DType
+
+
+@dataclass
+class KerasModel:
+    """A Keras model (tf-keras or Keras 3) and where it came from.
+
+    format says which Keras and which file: `keras3 .keras`, `tf-keras savedmodel`,
+    `keras3 model` (an object handed to `wrap`) and so on.
+    """
+
+    model: Any
+    source: str
+    format: str
+
+    @property
+    def inputs(self) -> list[KerasInput]:
+        names = getattr(self.model, "input_names", None) or [t.name for t in self.model.inputs]
+        return [KerasInput(n.split(":")[0], tf.TensorShape(t.shape), tf.as_dtype(t.dtype)) for n, t in zip(names, self.model.inputs)]
+
+    def close(self) -> None:
+        """Nothing to release (the model is an ordinary Python object); for symmetry with `Model`."""
+
+    def __enter__(self) -> "KerasModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def is_keras(obj: Any) -> bool:
+    """Whether `obj` is a Keras model object (tf-keras or Keras 3)."""
+    return any(c.__module__.startswith(("keras.", "tf_keras.")) and c.__name__ in ("Model", "Functional", "Sequential") for c in type(obj).__mro__)
+
+
+def framework_of(obj: Any) -> str:
+    """`tf-keras` or `keras3`: which Keras a model object is of."""
+    return "tf-keras" if type(obj).__module__.startswith("tf_keras") else "keras3"
+
+
+def wrap(model: Any, source: str = "Keras model") -> KerasModel:
+    """A live Keras model object as a KerasModel (nothing is copied)."""
+    return KerasModel(model, source, f"{framework_of(model)} model")
+
+
+def is_keras_file(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return (p.is_file() and p.suffix in (".keras", ".h5", ".hdf5")) or (p.is_dir() and (p / "keras_metadata.pb").is_file())
+
+
+def _saved_by(p: Path) -> str:
+    """`keras3` or `tf-keras`: which Keras wrote the file."""
+    if p.is_dir():
+        return "tf-keras"  # Keras 3 cannot save a SavedModel it can load again (only `export`)
+    try:
+        if p.suffix == ".keras":
+            with zipfile.ZipFile(p) as z:
+                version = json.loads(z.read("metadata.json")).get("keras_version", "")
+        else:
+            import h5py
+
+            with h5py.File(p, "r") as f:
+                version = f.attrs.get("keras_version", "")
+                version = version.decode() if isinstance(version, bytes) else str(version)
+    except Exception as err:
+        raise ModelFormatError(f"{p}: cannot read it as a Keras {p.suffix} file: {err}") from None
+    return "keras3" if version.startswith("3.") else "tf-keras"
+
+
+def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> KerasModel:
+    """Load a Keras model file (see the module docstring), without compiling it.
+
+    Unless `allow_unsafe_ops`, the file is checked first (`tracer.keras_files`): anything
+    beyond Keras' own layers is refused before Keras reads it, and a tf-keras SavedModel
+    is built from its checked configuration, its weights read from its checkpoint, so
+    that none of the functions stored in it run. Whatever Keras unpacks goes to a
+    temporary folder that is removed afterwards.
+    """
+    p, source = Path(path), str(path)
+    framework = _saved_by(p)
+    kind = "savedmodel" if p.is_dir() else p.suffix
+    if not allow_unsafe_ops:
+        check_keras_file(p)
+    try:
+        with _private_tempdir():
+            if framework == "keras3":
+                import keras
+
+                model = keras.saving.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+            elif p.is_dir() and not allow_unsafe_ops:
+                model = _tf_keras_from_saved_model(p, source)
+            elif p.suffix in (".h5", ".hdf5") and keras2_fixes(keras_config(p)) is not None:
+                model = _tf_keras_from_h5(p, keras2_fixes(keras_config(p)), allow_unsafe_ops)
+            else:
+                import tf_keras
+                from tf_keras.src.saving.serialization_lib import SafeModeScope
+
+                with SafeModeScope(not allow_unsafe_ops):
+                    model = tf_keras.models.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+    except GatetraceError:
+        raise
+    except Exception as err:
+        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if "safe_mode" in str(err) or "arbitrary code" in str(err):
+            raise UnsafeGraphError(
+                f"{source}: loading it would run Python code stored in the file ({text[:160]}); "
+                "if you trust its source, rerun with --allow-unsafe-ops"
+            ) from None
+        raise ModelFormatError(f"{source}: cannot load it with {framework}: {text}") from None
+    return KerasModel(model, source, f"{framework} {kind}")
+
+
+def _tf_keras_from_saved_model(p: Path, source: str) -> Any:
+    """A tf-keras model built from a SavedModel's checked configuration, with the weights of
+    its variables checkpoint; every weight of the model must be found there."""
+    from tf_keras.src.saving.legacy import model_config
+    from tf_keras.src.saving.legacy.saved_model import json_utils
+
+    config = json_utils.decode(json.dumps(keras_config(p)))
+    model = model_config.model_from_config(config)
+    status = model.load_weights(str(p / "variables" / "variables"))
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as err:
+        raise ModelFormatError(f"{source}: its variables do not match the model its keras_metadata.pb describes: {str(err)[:200]}") from None
+    status.expect_partial()
+    return model
+
+
+def _tf_keras_from_h5(p: Path, config: dict, allow_unsafe_ops: bool) -> Any:
+    """A tf-keras model built from a Keras 2 `.h5` file's configuration as fixed by
+    `keras2_fixes`, with the file's weights."""
+    import tf_keras
+    from tf_keras.src.saving.serialization_lib import SafeModeScope
+
+    with SafeModeScope(not allow_unsafe_ops):
+        model = tf_keras.models.model_from_json(json.dumps(config))
+    model.load_weights(str(p))
+    return model
+
+
+@contextmanager
+def _private_tempdir() -> Iterator[None]:
+    """Point Python's temporary files at a folder of our own while Keras reads a file, then remove it."""
+    import tempfile
+
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="gatetrace-keras-") as folder:
+        tempfile.tempdir = folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = previous
+
+
+def to_numpy(v: Any) -> np.ndarray:
+    """A Keras variable or tensor (either Keras) as a numpy array."""
+    return np.asarray(v.numpy() if hasattr(v, "numpy") else v)

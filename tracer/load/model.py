@@ -1,0 +1,434 @@
+"""Loading a model: a TF1 checkpoint, a SavedModel, a frozen GraphDef, a Keras file, or a live session.
+
+`load_model(path)` returns a `Model`: a graph with its weights in a session, ready for
+`find_cells` and `Session.run`. The format is told from what is on disk:
+
+    P with P.meta beside it (or P.meta itself)     checkpoint: import meta graph, restore
+    a directory holding a `checkpoint` file        its latest checkpoint
+    a directory holding saved_model.pb             SavedModel: the meta graph tagged exactly `serve`;
+                                                   a TF2 one (its signatures call functions) has the
+                                                   functions of `signature` inlined (`tracer.load.inline`)
+    a file ending in .pb                           frozen GraphDef: weights are Consts
+    .keras, .h5, a folder with keras_metadata.pb   Keras: a `tracer.load.keras.KerasModel`
+
+Before any graph is imported, `tracer.load.import_check` reads its serialized form and refuses
+ops that TensorFlow could evaluate while importing and that do more than compute.
+Loading runs what TensorFlow's loaders would run, taken from the file the way they take
+it (a `LoadPlan`: the Saver's restore op, a SavedModel's init op), but gatetrace runs
+those ops itself, after `tracer.load.safety` has checked them: every op on the allowlist,
+every restore op reading the model's own checkpoint, and every variable it restores
+present in that checkpoint. `allow_unsafe_ops` skips the op check. With `restore=False`
+nothing runs at all (for `inspect`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recorders.errors import GatetraceError, ModelFormatError
+from tracer._tf import tf, v1
+from tracer.load.import_check import check_before_import
+from tracer.load.inline import (
+    DEFAULT_SIGNATURE,
+    inline_signature,
+    is_function_graph,
+    keras_note,
+    signature_of,
+)
+from tracer.load.keras import KerasModel, is_keras_file, load_keras
+from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
+
+__all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "FORMATS"]
+
+FORMATS = (
+    "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
+    "a SavedModel directory (saved_model.pb), a frozen GraphDef .pb, or a Keras .keras/.h5 file"
+)
+
+
+@dataclass
+class Model:
+    """A graph, the session that holds its weights, and where it came from.
+
+    format is `checkpoint`, `savedmodel`, `frozen` or `session`. A Model made by
+    `load_model` owns its session: use it as a context manager, or call `close()`.
+    `load_plan` says what loading runs (restore, init); `allow_unsafe_ops` turns
+    off the allowlist check before running the graph (see `tracer.load.safety`). `inputs`
+    maps a SavedModel signature's input names to tensor names: either can be fed.
+    """
+
+    graph: tf.Graph
+    session: v1.Session
+    source: str
+    format: str
+    owns_session: bool = True
+    allow_unsafe_ops: bool = False
+    load_plan: "LoadPlan | None" = None
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def load_ops(self) -> tuple[str, ...]:
+        """The ops loading runs (restore, init)."""
+        return self.load_plan.ops if self.load_plan else ()
+
+    def close(self) -> None:
+        if self.owns_session and not self.session._closed:
+            self.session.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def from_session(session: v1.Session, source: str = "live session", allow_unsafe_ops: bool = True) -> Model:
+    """Wrap a live `tf.compat.v1.Session`; the caller keeps ownership of it.
+
+    The graph is the caller's own code, so it is trusted unless `allow_unsafe_ops=False`.
+    """
+    return Model(session.graph, session, source, "session", owns_session=False, allow_unsafe_ops=allow_unsafe_ops)
+
+
+_NOISE = ("Graph execution error", "Detected at node", "Node:", "File ", "[[", "Stack trace", "Original stack trace", "Errors may have")
+
+
+def error_line(err: BaseException) -> str:
+    """The informative line of an error: TensorFlow's own message, without its stack notes."""
+    text = err.message if isinstance(err, tf.errors.OpError) else str(err)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
+    return lines[0] if lines else type(err).__name__
+
+
+def _read_meta_graph(path: str, source: str):
+    """A MetaGraphDef from a binary (or text) .meta file; ModelFormatError if it is neither."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    data = Path(path).read_bytes()
+    meta = meta_graph_pb2.MetaGraphDef()
+    try:
+        meta.ParseFromString(data)
+        return meta
+    except message.DecodeError:
+        pass
+    try:
+        return text_format.Parse(data.decode("utf-8"), meta_graph_pb2.MetaGraphDef())
+    except (UnicodeDecodeError, text_format.ParseError):
+        raise ModelFormatError(
+            f"{source}: {path} is not a readable MetaGraphDef ({len(data):,} bytes, neither binary nor text protobuf): "
+            "the file is truncated or corrupted; export it again"
+        ) from None
+
+
+def _checkpoint_prefix(path: Path) -> str | None:
+    """The checkpoint prefix `path` names, if it names one."""
+    if path.is_dir() and (path / "checkpoint").is_file():
+        prefix = tf.train.latest_checkpoint(str(path))
+        if prefix is None:
+            raise ModelFormatError(
+                f"{path}: its 'checkpoint' file names no checkpoint that exists; "
+                "point at a checkpoint prefix P with P.meta beside it instead"
+            )
+        return prefix
+    if path.suffix == ".meta" and path.is_file():
+        return str(path)[: -len(".meta")]
+    if Path(str(path) + ".meta").is_file():
+        return str(path)
+    return None
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What loading a graph runs, taken from the meta graph exactly as TensorFlow's loaders
+    take it, then run by gatetrace itself (never by a loader that could build other ops).
+
+    `restore_op` runs with `filename_tensor` fed the model's own checkpoint path;
+    `init_op` (a SavedModel's `__saved_model_init_op` signature, else its main op, else its
+    legacy init op) with `asset_feeds`, the paths of the model's asset files.
+    """
+
+    restore_op: str | None = None
+    filename_tensor: str | None = None
+    checkpoint: str | None = None
+    init_op: str | None = None
+    asset_feeds: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(op for op in (self.restore_op, self.init_op) if op)
+
+    def problems(self, graph: tf.Graph) -> list[str]:
+        """Every op loading would run that is not allowed (see `tracer.load.safety`)."""
+        found = restore_problems(graph, self.restore_op, self.filename_tensor) if self.restore_op else []
+        found += unsafe_ops(graph, [self.init_op]) if self.init_op else []
+        return sorted(set(found))
+
+    def run(self, session: v1.Session, source: str, allow_unsafe_ops: bool) -> None:
+        """Check (unless `allow_unsafe_ops`), then restore the variables and run the init op."""
+        if not allow_unsafe_ops:
+            what = "restoring its variables" + (" and running its init op" if self.init_op else "")
+            refuse(self.problems(session.graph), what, source)
+        if self.restore_op:
+            _check_checkpoint_holds(session.graph, self, source)
+            session.run(self.restore_op, {self.filename_tensor: self.checkpoint})
+        if self.init_op:
+            session.run(self.init_op, dict(self.asset_feeds))
+
+
+def _saver_plan(saver, checkpoint: str) -> dict:
+    """LoadPlan fields for a Saver's restore op (none when the graph has no Saver)."""
+    if saver is None or not saver.saver_def.restore_op_name:
+        return {}
+    return {"restore_op": saver.saver_def.restore_op_name, "filename_tensor": saver.saver_def.filename_tensor_name, "checkpoint": checkpoint}
+
+
+def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> None:
+    """Name, before anything runs, the variables the restore op reads that the checkpoint lacks
+    or holds in another shape (a checkpoint of another model, or an object-based one)."""
+    try:
+        stored = dict(tf.train.list_variables(plan.checkpoint))
+    except Exception as err:
+        raise ModelFormatError(
+            f"{source}: cannot restore the variables from checkpoint {plan.checkpoint}: {error_line(err)} "
+            "(are its .index and .data files complete?)"
+        ) from None
+    missing, mismatched = [], []
+    for op in restore_ops(graph, plan.restore_op):
+        names, slices = (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
+        for k, name in enumerate(names or ()):
+            name = name.decode()
+            want = _restored_shape(op.outputs[k])
+            if name not in stored:
+                missing.append(name)
+            elif not (slices and slices[k]) and want.rank is not None and not want.is_compatible_with(stored[name]):
+                mismatched.append(f"{name} (graph {want.as_list()}, checkpoint {list(stored[name])})")
+    if missing or mismatched:
+        what = [f"lacks {len(missing)} variable{'s' * (len(missing) != 1)} the graph restores: {', '.join(missing[:6])}"] if missing else []
+        what += [f"holds {len(mismatched)} in another shape: {', '.join(mismatched[:4])}"] if mismatched else []
+        hint = " (it is object-based, as tf.train.Checkpoint and Keras write them)" if any("/.ATTRIBUTES/" in n for n in stored) else ""
+        raise ModelFormatError(
+            f"{source}: the checkpoint {plan.checkpoint} {' and '.join(what)}{hint}; "
+            "it was written by another model or another version of it: point at the checkpoint saved with this graph"
+        )
+
+
+def _restored_shape(tensor: tf.Tensor) -> tf.TensorShape:
+    """The shape of the variable a restored tensor is assigned to (unknown if it is not assigned)."""
+    for consumer in tensor.consumers():
+        if consumer.type == "Identity":
+            shape = _restored_shape(consumer.outputs[0])
+            if shape.rank is not None:
+                return shape
+        if consumer.type in ("Assign", "AssignVariableOp") and consumer.inputs[1] is tensor:
+            target = consumer.inputs[0]
+            if target.dtype == tf.resource:
+                return tf.TensorShape(target.op.get_attr("shape")) if target.op.type == "VarHandleOp" else tf.TensorShape(None)
+            return target.shape
+    return tf.TensorShape(None)
+
+
+def _const(tensor: tf.Tensor) -> list | None:
+    """The value of a Const tensor, as a list (None for anything else)."""
+    if tensor.op.type != "Const":
+        return None
+    return tf.make_ndarray(tensor.op.get_attr("value")).tolist()
+
+
+def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+    meta = prefix + ".meta"
+    if not os.path.isfile(meta):
+        raise ModelFormatError(f"{source}: checkpoint {prefix} has no {meta} beside it; gatetrace needs the meta graph")
+    meta_graph = _read_meta_graph(meta, source)
+    check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
+    graph = tf.Graph()
+    session = v1.Session(graph=graph)
+    try:
+        with graph.as_default():
+            plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
+        if restore:
+            plan.run(session, source, allow_unsafe_ops)
+    except GatetraceError:
+        session.close()
+        raise
+    except Exception as err:
+        session.close()
+        raise ModelFormatError(
+            f"{source}: cannot restore the variables from checkpoint {prefix}: {error_line(err)} "
+            "(are its .index and .data files complete?)"
+        ) from err
+    return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
+
+
+INIT_OP_SIGNATURE = "__saved_model_init_op"  # where TensorFlow's loader looks for the init op first
+
+
+def _saved_model_meta_graph(path: Path, tag: str, source: str):
+    """The meta graph whose tag set is exactly `tag` (tags comma-separated), as TensorFlow's
+    loader picks it; ModelFormatError listing the tag sets if there is none."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    try:
+        if (path / "saved_model.pb").is_file():
+            proto.ParseFromString((path / "saved_model.pb").read_bytes())
+        else:
+            text_format.Parse((path / "saved_model.pbtxt").read_text(), proto)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as err:
+        raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from None
+    wanted = {t.strip() for t in tag.split(",") if t.strip()}
+    for meta in proto.meta_graphs:
+        if set(meta.meta_info_def.tags) == wanted:
+            return meta
+    tags = [",".join(sorted(m.meta_info_def.tags)) for m in proto.meta_graphs]
+    raise ModelFormatError(
+        f"{source}: SavedModel has no meta graph tagged exactly {tag!r}; its tag sets are "
+        f"{', '.join(repr(t) for t in tags) or '(none)'}: choose one with --tag (several tags comma-separated)"
+    )
+
+
+def _collection_op(graph: tf.Graph, meta, key: str, source: str) -> str | None:
+    if key not in meta.collection_def:
+        return None
+    names = list(meta.collection_def[key].node_list.value)
+    if len(names) != 1:
+        raise ModelFormatError(f"{source}: its {key} collection holds {len(names)} ops; a SavedModel has exactly one init op")
+    return graph.as_graph_element(names[0]).name
+
+
+def _saved_model_plan(path: Path, meta, graph: tf.Graph, saver, source: str) -> LoadPlan:
+    """The restore and init ops TensorFlow's SavedModel loader would run, found as it finds them."""
+    init_op = None
+    signature = meta.signature_def.get(INIT_OP_SIGNATURE)
+    if signature is not None and INIT_OP_SIGNATURE in signature.outputs:
+        init_op = graph.as_graph_element(signature.outputs[INIT_OP_SIGNATURE].name).name
+    for key in ("saved_model_main_op", "legacy_init_op"):
+        init_op = init_op or _collection_op(graph, meta, key, source)
+    assets = tuple((a.tensor_info.name, str(path / "assets" / a.filename)) for a in meta.asset_file_def)
+    return LoadPlan(**_saver_plan(saver, str(path / "variables" / "variables")), init_op=init_op, asset_feeds=assets)
+
+
+# Sessions on an inlined graph run it as written. Grappler's run-time rewriting, given a
+# fetch inside the inlined functions, was seen to return the value of another tensor
+# (a tf-keras GRU's time-major input fetched as the batch-major output of the LSTM below:
+# the two transposes between them cancelled), while the model's output stayed right.
+UNOPTIMIZED = v1.ConfigProto()
+UNOPTIMIZED.graph_options.rewrite_options.disable_meta_optimizer = True
+
+
+def _signature_inputs(meta, signature: str, source: str, tf2: bool) -> dict[str, str]:
+    """Feed names the signature gives its inputs (`saved_model_cli show` prints them), to
+    tensor names. A TF1 SavedModel without the default signature is fed by tensor names."""
+    if signature == DEFAULT_SIGNATURE and signature not in meta.signature_def and not tf2:
+        return {}
+    return {key: t.name for key, t in signature_of(meta, signature, source).inputs.items()}
+
+
+def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+    meta = _saved_model_meta_graph(path, tag, source)
+    check_before_import(meta.graph_def, source, allow_unsafe_ops)
+    tf2 = is_function_graph(meta)
+    inputs = _signature_inputs(meta, signature, source, tf2)
+    if tf2:  # the signature's functions inlined, so that the loops in them can be read
+        init = meta.signature_def.get(INIT_OP_SIGNATURE)
+        init_op = init.outputs[INIT_OP_SIGNATURE].name.partition(":")[0] if init and INIT_OP_SIGNATURE in init.outputs else ""
+        meta = inline_signature(meta, signature, [meta.saver_def.restore_op_name, init_op], source)
+    graph = tf.Graph()
+    session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else None)
+    try:
+        with graph.as_default():
+            plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
+        if tf2:
+            _check_restored(graph, meta.signature_def[signature], plan, source, signature)
+        if restore:
+            plan.run(session, source, allow_unsafe_ops)
+    except GatetraceError:
+        session.close()
+        raise
+    except Exception as err:
+        session.close()
+        raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
+    kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
+    return Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
+
+
+def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
+    """Refuse a TF2 SavedModel whose signature reads variables its restore function does not
+    fill (they would be read uninitialized): a Keras 3 layer inside a tf.Module is saved so,
+    its weights once for the layer's objects and once more for the module's."""
+    def handles(start: list[tf.Operation]) -> set[str]:
+        seen, todo, found = set(), list(start), set()
+        while todo:
+            op = todo.pop()
+            if op.name in seen:
+                continue
+            seen.add(op.name)
+            if op.type == "VarHandleOp":
+                found.add(op.name)
+            todo += [t.op for t in op.inputs]
+        return found
+
+    if not plan.restore_op:
+        return
+    read = handles([graph.as_graph_element(t.name).op for t in signature_def.outputs.values()])
+    restored = handles([graph.as_graph_element(plan.restore_op)])
+    if plan.init_op:
+        restored |= handles([graph.as_graph_element(plan.init_op)])
+    missing = sorted(read - restored)
+    if missing:
+        raise ModelFormatError(
+            f"{source}: signature {signature!r} reads {len(missing)} variable{'s' if len(missing) != 1 else ''} that restoring "
+            f"does not fill ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); Keras 3 layers inside a tf.Module are "
+            "saved this way: export the Keras model itself with model.export() and record that"
+        )
+
+
+def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
+    graph_def = v1.GraphDef()
+    try:
+        graph_def.ParseFromString(path.read_bytes())
+    except Exception as err:
+        raise ModelFormatError(f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}") from err
+    check_before_import(graph_def, source, allow_unsafe_ops)
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.import_graph_def(graph_def, name="")
+    except Exception as err:
+        raise ModelFormatError(
+            f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
+        ) from err
+    return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
+
+
+def load_model(
+    path: str | os.PathLike,
+    tag: str = "serve",
+    *,
+    signature: str = DEFAULT_SIGNATURE,
+    restore: bool = True,
+    allow_unsafe_ops: bool = False,
+) -> Model | KerasModel:
+    """Load the model at `path` (see the module docstring for the formats and the checks).
+
+    `restore=False` loads the graph only, running nothing (enough to find cells). A Keras
+    file (`.keras`, `.h5`, a SavedModel folder with keras_metadata.pb) gives a
+    `tracer.load.keras.KerasModel` instead.
+    """
+    source = str(path)
+    p = Path(path)
+    if is_keras_file(p):
+        return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
+    if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
+        return _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
+    prefix = _checkpoint_prefix(p)
+    if prefix is not None:
+        return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
+    if p.is_file() and p.suffix == ".pb":
+        return _load_frozen(p, source, allow_unsafe_ops)
+    if not p.exists():
+        raise ModelFormatError(f"model not found: {source} does not exist (and neither does {source}.meta); expected {FORMATS}")
+    raise ModelFormatError(f"{source} is in no format gatetrace reads; expected {FORMATS}")

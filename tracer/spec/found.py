@@ -1,0 +1,299 @@
+"""What the finders return: a found cell and where its values are.
+
+`Cell` is a cell of a graph: its unrolled `Step`s (one per application of the cell
+outside a loop), or the `Loop` it runs in (a while loop: `dynamic_rnn`, Keras' `K.rnn`,
+TF2 SavedModels), or the `Fused` op that computes it (`LSTMBlockCell`, `BlockLSTM`,
+`GRUBlockCell`). `KerasCell` is an RNN layer of a Keras model object. Every finder of
+`tracer.find` returns these, and everything above reads them: they live below all of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from tracer.spec.cells import CellSpec, HasSpec
+
+__all__ = ["Step", "Loop", "Fused", "Cell", "KerasCell"]
+
+# Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
+# ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
+LSTM_BLOCK_OUTPUTS = {"i": 0, "c": 1, "f": 2, "o": 3, "j": 4, "h": 6}
+GRU_BLOCK_OUTPUTS = {"r": 0, "u": 1, "c": 2, "h": 3}
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Where one cell inside a while loop meets the outside (tensor names of the outer graph).
+
+    control_flow: "v1" or "v2".
+    loop:         the loop (the `While` op, or the frame of a v1 loop).
+    inputs:       the input sequence, time-major [steps, batch, features]; None when the
+                  cell reads the outputs of the cell `below` (a stacked layer).
+    initial:      the initial state, one tensor per state of the cell (`c`, `h` or `h`).
+    final:        the state after the loop, likewise; None for a state whose Exit a graph
+                  pruned for deployment dropped.
+    lengths:      the sequence lengths the loop compares time with, or None.
+    outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
+    reversed:     the loop reads its input reversed (the backward half of
+                  `bidirectional_dynamic_rnn`): loop step t of an example of length n is
+                  input position n - 1 - t.
+    reverse_lengths: the lengths its input was reversed by (`ReverseSequence`), or None
+                  when the whole sequence was reversed (`ReverseV2`).
+    """
+
+    control_flow: str
+    loop: str
+    inputs: str | None
+    below: str | None
+    initial: tuple[str, ...]
+    final: tuple[str | None, ...]
+    lengths: str | None
+    outputs: str | None
+    reversed: bool = False
+    reverse_lengths: str | None = None
+    length: int | None = None  # the number of steps, where the input's time axis is static
+
+
+@dataclass(frozen=True)
+class Fused:
+    """Where a fused cell's values are: its op for each step in input-position order (one
+    op for the whole sequence for BlockLSTM), the tensors each op reads as x and as its
+    previous states, and whether it uses peepholes."""
+
+    op_type: str
+    ops: tuple[str, ...]
+    x: tuple[str, ...]
+    h_prev: tuple[str, ...]
+    c_prev: tuple[str, ...] = ()
+    use_peephole: bool = False
+    length: int | None = None  # the number of steps, where it is static
+
+    @property
+    def per_step(self) -> bool:
+        return self.op_type in ("LSTMBlockCell", "GRUBlockCell")
+
+    def outputs(self) -> dict[str, int]:
+        return GRU_BLOCK_OUTPUTS if self.op_type == "GRUBlockCell" else LSTM_BLOCK_OUTPUTS
+
+    def tensors(self) -> list[str]:
+        """Every tensor to fetch: what each op reads, then its outputs."""
+        return [*self.x, *self.h_prev, *self.c_prev, *(f"{op}:{k}" for op in self.ops for k in self.outputs().values())]
+
+@dataclass(frozen=True)
+class Step:
+    """One application of a cell: the tensors of one timestep.
+
+    position:      the input position this step read (for a backward RNN, the reverse
+                   of the order in which the graph computed it).
+    gate_op:       the op holding the gates: `.../split_k` for LSTM and GRU cells, the
+                   `BiasAdd` for BasicRNNCell.
+    preactivation: tensors whose concatenation along axis 1 is `[gate_0 | gate_1 | ...]`,
+                   each gate `units` wide, in the spec's gate order.
+    activation:    the same for the gate values the cell used.
+    states:        one tensor per `spec.states` (`c`, `h`) after this step.
+    input:         the input `x` the cell read.
+    previous:      the states the cell read, one per `spec.states`.
+    """
+
+    position: int
+    gate_op: str
+    preactivation: tuple[str, ...]
+    activation: tuple[str, ...]
+    states: tuple[str, ...]
+    input: str
+    previous: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cell(HasSpec):
+    """One RNN cell found in a graph, with all its steps ordered by input position.
+
+    name is the scope holding the cell's weights: the kernel's variable name without
+    `/kernel` (`/gates/kernel` for GRUCell). `weights` maps a role (`kernel`, `bias`,
+    `candidate_kernel`, `candidate_bias`, `w_i_diag`, `w_f_diag`, `w_o_diag`,
+    `projection`) to the tensor the cell reads it from; `variables` maps the same roles
+    to the variable (or, in a frozen graph, Const) names.
+    """
+
+    name: str
+    spec: CellSpec
+    units: int
+    input_size: int
+    output_size: int
+    activation: str
+    forget_bias: float | None
+    cell_clip: float | None
+    proj_clip: float | None
+    weights: Mapping[str, str]
+    variables: Mapping[str, str]
+    steps: tuple[Step, ...]
+    backward: bool = False
+    loop: Loop | None = None
+    shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
+    fused: Fused | None = None  # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.find.fused
+    recurrent_activation: str | None = None  # a Keras cell's gate nonlinearity (its `activation` is the candidate's)
+
+    def __repr__(self) -> str:
+        where = f"in {self.loop.loop}" if self.loop else f"ops {self.fused.ops[0]}..." if self.fused else f"steps={len(self.steps)}"
+        return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {where})"
+
+    @property
+    def path(self) -> str:
+        """How its gates are recorded: `fetch` (the graph's own gate ops, one per step),
+        `replay` (recomputed in numpy from what enters and leaves its while loop) or `fused`
+        (a fused op's own outputs, preactivations recomputed from its inputs)."""
+        return "replay" if self.loop is not None else "fused" if self.fused is not None else "fetch"
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The input position of each step, in step order (int32)."""
+        return np.array([s.position for s in self.steps], dtype=np.int32)
+
+    @property
+    def num_proj(self) -> int | None:
+        return self.output_size if "projection" in self.weights else None
+
+    def describe(self) -> dict:
+        """A JSON-ready description, as `inspect --json` and the manifest show it."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "units": self.units,
+            "input_size": self.input_size,
+            "output_size": self.output_size,
+            "num_proj": self.num_proj,
+            "steps": self.loop.length if self.loop else self.fused.length if self.fused else len(self.steps),
+            "gates": list(self.gates),
+            "states": list(self.spec.states),
+            "forget_bias": self.forget_bias,
+            "activation": self.activation,
+            "recurrent_activation": self.recurrent_activation,
+            "cell_clip": self.cell_clip,
+            "proj_clip": self.proj_clip,
+            "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),
+            "direction": "backward" if self.backward else "forward",
+            "variables": dict(self.variables),
+            "shares_weights_with": list(self.shares_weights_with),
+            "path": self.path,
+            **(
+                {"loop": asdict(self.loop), "why": _why_replay(self.loop)}
+                if self.loop is not None
+                else {"fused": asdict(self.fused), "why": _why_fused(self.fused)}
+                if self.fused is not None
+                else {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
+            ),
+        }
+
+
+def _why_replay(loop: Loop) -> str:
+    kind = "a While op's body function" if loop.control_flow == "v2" else "a TF1 while loop (Enter/Exit)"
+    return (
+        f"its gate ops run inside {kind} ({loop.loop}) and cannot be fetched: its gates are recomputed in numpy "
+        "from the loop's input, initial state and weights, and checked against the loop's outputs and final state"
+    )
+
+
+def _why_fused(fused: Fused) -> str:
+    return (
+        f"a fused {fused.op_type} op computes its gates ({fused.ops[0]}"
+        f"{f' ... {fused.ops[-1]}' if len(fused.ops) > 1 else ''}): the activations are its own outputs, the "
+        "preactivations are recomputed from its inputs and weights and checked against them"
+    )
+
+
+def _describe_step(cell: Cell, step: Step) -> dict:
+    if cell.spec.is_lstm:
+        # The four outputs of the step's Split op are the four gates' preactivations.
+        gate_tensors = [f"{step.gate_op}:{k}" for k in range(4)]
+    else:
+        gate_tensors = list(step.preactivation)
+    return {
+        "position": step.position,
+        "gate_op": step.gate_op,
+        "gate_tensors": gate_tensors,
+        "activation_tensors": list(step.activation),
+        "state_tensors": list(step.states),
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class KerasCell(HasSpec):
+    """One Keras RNN layer's cell, as gatetrace records it.
+
+    name is the layer's path in the model (`bidirectional/backward_gru`). `weights` holds
+    numpy arrays by role: `kernel` (the layer's kernel stacked on its recurrent kernel:
+    input rows first), `bias`, and for a GRU with reset_after `recurrent_bias`.
+    `backward` is the layer's `go_backwards`.
+    """
+
+    name: str
+    spec: CellSpec
+    units: int
+    input_size: int
+    activation: str
+    recurrent_activation: str
+    weights: Mapping[str, np.ndarray]
+    variables: Mapping[str, str]
+    backward: bool
+    reset_after: bool | None
+    layer: Any = field(repr=False)
+    framework: str = "keras3"
+    act: Any = field(default=None, repr=False)  # the numpy activation: a name in ACTIVATIONS or a callable
+    gate_act: Any = field(default=None, repr=False)
+    forget_bias: None = None
+    cell_clip: None = None
+    proj_clip: None = None
+    num_proj: None = None
+    loop: None = None
+
+    path = "replay"
+
+    def __repr__(self) -> str:
+        return f"KerasCell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {self.framework})"
+
+    @property
+    def output_size(self) -> int:
+        return self.units
+
+    def describe(self) -> dict:
+        """A JSON-ready description, as `inspect --json` and the manifest show it."""
+        layer = self.layer
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "framework": self.framework,
+            "units": self.units,
+            "input_size": self.input_size,
+            "output_size": self.output_size,
+            "steps": _static_steps(layer),
+            "gates": list(self.gates),
+            "states": list(self.spec.states),
+            "activation": self.activation,
+            "recurrent_activation": self.recurrent_activation,
+            "reset_after": self.reset_after,
+            "direction": "backward" if self.backward else "forward",
+            "return_sequences": bool(layer.return_sequences),
+            "return_state": bool(layer.return_state),
+            "stateful": bool(layer.stateful),
+            "variables": dict(self.variables),
+            "path": self.path,
+            "why": (
+                f"a Keras {type(layer).__name__} layer runs its cell inside its own loop: its gates are recomputed in numpy "
+                "from the layer's input, mask, initial state and weights, and checked against what the layer returns"
+            ),
+        }
+
+
+def _static_steps(layer: Any) -> int | None:
+    """The number of steps of the layer's own input, where its shape fixes it (None otherwise)."""
+    try:
+        shape = layer.input_shape if hasattr(layer, "input_shape") else layer.input.shape
+    except (AttributeError, ValueError, RuntimeError):  # a layer called on several inputs, or never called
+        return None
+    if isinstance(shape, list):
+        shape = shape[0]
+    shape = tuple(shape) if shape is not None else ()
+    return int(shape[1]) if len(shape) > 1 and shape[1] is not None else None

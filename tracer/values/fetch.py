@@ -1,0 +1,327 @@
+"""The one-run fetch plan: every gate of every cell at every step in one `Session.run`.
+
+A plan lists each tensor once (a tensor shared by several uses is fetched once) and
+remembers, per cell and step, which fetched values make up its preactivations,
+activations and states. `run` returns a `Trace`: per cell, numpy arrays
+
+    preactivation, activation   [examples, steps, gates, units]   float32
+    states[name]                [examples, steps, width]          float32
+
+with `steps` ordered by input position (see `tracer.find.graph.Step.position`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from recorders.errors import GraphPatternError
+from recorders.long import gate_frame
+from tracer._tf import tf, v1
+from tracer.spec.found import Cell
+from tracer.values import running
+from tracer.values.fused import fused_values
+from tracer.values.replay import Replayed, check, replay
+from tracer.values.weights import stacked
+
+__all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
+
+
+@dataclass
+class CellTrace:
+    """One cell's recorded values for one batch."""
+
+    cell: Cell
+    preactivation: np.ndarray
+    activation: np.ndarray
+    states: dict[str, np.ndarray]
+    positions: np.ndarray | None = None  # the input position of each step (default: the cell's)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.cell.positions if self.positions is None else self.positions
+
+    def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
+        """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
+        if examples is None:
+            examples = np.arange(self.preactivation.shape[0])
+        return gate_frame(examples, self.steps, self.cell.gates, self.preactivation, self.activation)
+
+
+@dataclass
+class Trace:
+    """The values of every traced cell for one batch, by cell name."""
+
+    cells: dict[str, CellTrace]
+    examples: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __getitem__(self, name: str) -> CellTrace:
+        try:
+            return self.cells[name]
+        except KeyError:
+            raise KeyError(f"no cell {name!r} in this trace; cells: {', '.join(self.cells)}") from None
+
+    def __iter__(self) -> Iterator[CellTrace]:
+        return iter(self.cells.values())
+
+    def frame(self, cell: str | None = None) -> pd.DataFrame:
+        """The long gate table of one cell, or of all cells with a `cell` column first."""
+        if cell is not None:
+            return self[cell].frame(self.examples)
+        frames = []
+        for name, ct in self.cells.items():
+            df = ct.frame(self.examples)
+            df.insert(0, "cell", name)
+            frames.append(df)
+        df = pd.concat(frames, ignore_index=True)
+        df["cell"] = df["cell"].astype("category")
+        return df
+
+
+class FetchPlan:
+    """The tensors to fetch for `cells`, and how to put the fetched values back together.
+
+    An unrolled cell's gates are fetched from its own ops. A cell inside a while loop
+    (`cell.loop`) is replayed (`tracer.values.replay`): the plan fetches what enters and leaves
+    its loop in the same run, and `fetch` recomputes its gates and checks them. A fused
+    op's cell (`cell.fused`) has its op's inputs and outputs fetched (`tracer.find.fused`). A stacked
+    layer needs the layer below it: `context` (all cells found) supplies those that are
+    not among `cells`. `steps` keeps a [start, stop) window of a replayed cell's steps.
+    """
+
+    def __init__(self, graph: tf.Graph, cells: Sequence[Cell], context: Sequence[Cell] = (), steps: tuple[int | None, int | None] = (None, None)):
+        self.cells = list(cells)
+        self._names: list[str] = []
+        self._steps = slice(*steps)
+        slots: dict[str, int] = {}
+
+        def slot(name: str) -> int:
+            if name not in slots:
+                slots[name] = len(self._names)
+                self._names.append(name)
+            return slots[name]
+
+        # Per cell and step: slots of the preactivation tensors, activation tensors, states.
+        self._layout = [
+            [
+                (
+                    [slot(n) for n in step.preactivation],
+                    [slot(n) for n in step.activation],
+                    [slot(n) for n in step.states],
+                )
+                for step in cell.steps
+            ]
+            for cell in self.cells
+        ]
+        # Replayed cells, lower layers first, each with the slots of its loop's tensors.
+        self._replays = _replay_order(self.cells, context)
+        self._loop_slots = {
+            c.name: {
+                "weights": {role: slot(t) for role, t in c.weights.items()},
+                "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
+                "initial": [slot(t) for t in c.loop.initial],
+                "final": [None if t is None else slot(t) for t in c.loop.final],
+                "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
+                "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
+                "reverse_lengths": None if c.loop.reverse_lengths is None else slot(c.loop.reverse_lengths),
+            }
+            for c in self._replays
+        }
+        # Fused cells: what their ops read and return, by name.
+        self._fused = [c for c in self.cells if c.fused is not None]
+        self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
+        self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
+        computed = [*self._replays, *self._fused]  # each gets a `Replayed` after the fetched values
+        self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(computed)}
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def check_verifiable(self) -> None:
+        """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""
+        _check_something_checks(self._replays)
+
+    def batch_of(self, values: Sequence) -> int:
+        """How many examples the fetched `values` hold (when nothing fed says so)."""
+        c = self.cells[0]
+        if c.path == "fetch":
+            return len(values[self._layout[0][0][1][0]])
+        return values[self._replayed_at[c.name]].preactivation.shape[0]
+
+    def run(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, examples: np.ndarray | None = None) -> Trace:
+        """Fetch everything in one `session.run` and assemble a Trace."""
+        return self.assemble(self.fetch(session, feed_dict), examples)
+
+    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, timeout: float | None = None) -> list:
+        """The fetched values, in the order of `self.tensors`, then one `Replayed` per
+        replayed cell (see `gate`, `state` and `steps`). `timeout` limits the run in seconds;
+        Ctrl-C cancels it (see `tracer.values.running`)."""
+        values = list(running.run(session, self.tensors, feed_dict, timeout))
+        for cell in self._replays:
+            values.append(self._replay(cell, values))
+        for cell in self._fused:
+            slots = self._fused_slots[cell.name]
+            weights = {role: values[slots[name]] for role, name in cell.weights.items()}
+            values.append(fused_values(cell, {name: values[k] for name, k in slots.items()}, weights))
+        return values
+
+    def _replay(self, cell: Cell, values: list) -> Replayed:
+        where = self._loop_slots[cell.name]
+        if cell.loop.below is None:
+            inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
+        else:
+            inputs = values[self._replayed_at[cell.loop.below]].states["h"]
+        lengths = None if where["lengths"] is None else values[where["lengths"]]
+        got = replay(
+            cell.kind,
+            stacked({role: values[k] for role, k in where["weights"].items()}),
+            inputs,
+            dict(zip(cell.spec.states, (values[k] for k in where["initial"]))),
+            lengths,
+            forget_bias=cell.forget_bias,
+            activation=cell.activation,
+            recurrent_activation=cell.recurrent_activation or "sigmoid",
+            cell_clip=cell.cell_clip,
+            proj_clip=cell.proj_clip,
+        )
+        outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
+        if outputs is not None and outputs.shape[1] == 1 and got.outputs.shape[1] > 1:
+            outputs = outputs[:, 0]  # a Keras loop that keeps its last output only (return_sequences=False)
+        final = {state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None}
+        check(cell.name, got, outputs, final)
+        return got
+
+    def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
+        """A replayed cell's [examples, loop steps, ...] values (of the examples `rows`) as a
+        new array ordered by input position, in the plan's step window. A reversed loop's
+        step t of an example of length n read input position n - 1 - t (positions at or
+        past n are not recorded)."""
+        if cell.loop is not None and cell.loop.reversed:
+            n, steps = a.shape[:2]
+            where = self._loop_slots[cell.name]["reverse_lengths"]
+            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[rows][:n]
+            p = np.arange(steps)[None, :]
+            order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
+            a = np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
+        return np.ascontiguousarray(a[:, self._steps])
+
+    def steps(self, values: Sequence, cell: int) -> np.ndarray:
+        """The input positions of cell number `cell`'s recorded steps."""
+        c = self.cells[cell]
+        if c.path == "fetch":
+            return c.positions
+        n = values[self._replayed_at[c.name]].preactivation.shape[1]
+        return np.arange(n, dtype=np.int32)[self._steps]
+
+    def lengths(self, values: Sequence, cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
+        """Per example, how many steps of cell number `cell` to record: the `given` lengths and,
+        for a replayed cell, the sequence lengths its loop was run with (the smaller of the two)."""
+        c = self.cells[cell]
+        where = self._loop_slots.get(c.name, {}).get("lengths")
+        if where is None:
+            return given
+        own = np.asarray(values[where])[:keep]
+        return own if given is None else np.minimum(own, given)
+
+    def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+        """One gate's `preactivation` or `activation` of cell number `cell`, for the examples
+        `rows` of the batch: a new contiguous [examples, steps, units] array."""
+        c = self.cells[cell]
+        if c.path != "fetch":
+            return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[rows, :, gate], rows)
+        units, which = c.units, 0 if column == "preactivation" else 1
+        layout = self._layout[cell]
+        first = self._piece(c, [values[i] for i in layout[0][which]], gate)
+        out = np.empty((first[rows].shape[0], len(layout), units), np.float32)
+        for t, slots in enumerate(layout):
+            out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[rows]
+        return out
+
+    def state(self, values: Sequence[np.ndarray], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+        """One state (`c` or `h`) of cell number `cell`, for the examples `rows`: a new [examples, steps, width] array."""
+        c = self.cells[cell]
+        if c.path != "fetch":
+            return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][rows], rows)
+        k = c.spec.states.index(state)
+        return np.stack([values[slots[2][k]][rows] for slots in self._layout[cell]], axis=1)
+
+    @staticmethod
+    def _piece(cell: Cell, parts: list[np.ndarray], gate: int) -> np.ndarray:
+        """Gate number `gate`'s [batch, units] columns among one step's fetched tensors.
+
+        `parts` hold the step's gates side by side, in gate order: one [batch, gates *
+        units] tensor (a split's input), one [batch, units] tensor per gate (a split's
+        outputs), or a mix (GRUCell: r and u together, then c).
+        """
+        units, at = cell.units, 0
+        want = gate * units
+        for part in parts:
+            width = part.shape[1] if part.ndim == 2 else -1
+            if at <= want and want + units <= at + width:
+                return part[:, want - at : want - at + units]
+            at += max(width, 0)
+        widths = [list(p.shape) for p in parts]
+        raise GraphPatternError(
+            f"cell {cell.name}: expected gate values of width {len(cell.gates)} x {units} side by side, fetched shapes {widths}"
+        )
+
+    def assemble(self, values: Sequence[np.ndarray], examples: np.ndarray | None = None) -> Trace:
+        """Build a Trace from the fetched values, in the order of `self.tensors`."""
+        return assemble(self, values, examples)
+
+
+def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) -> Trace:
+    """A Trace from what `plan.fetch` returned (a FetchPlan's or a Keras plan's).
+
+    `preactivation` and `activation` are [examples, steps, gates, units] views of
+    gate-major storage, in which each gate's [examples, steps, units] block is contiguous.
+    """
+    cells = {}
+    batch = 0
+    for k, cell in enumerate(plan.cells):
+        gates = range(len(cell.gates))
+        pre = np.stack([plan.gate(values, k, g, "preactivation") for g in gates])
+        act = np.stack([plan.gate(values, k, g, "activation") for g in gates])
+        states = {s: plan.state(values, k, s) for s in cell.spec.states}
+        cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k))
+        batch = pre.shape[1]
+    if examples is None:
+        examples = np.arange(batch, dtype=np.int64)
+    return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+
+def _check_something_checks(replays: Sequence[Cell]) -> None:
+    """Refuse a loop whose replay nothing in the graph can confirm: no outputs, no final
+    state (a graph pruned down to something else), and no layer above it whose check
+    would fail with it."""
+    above = {c.loop.below for c in replays}
+    for c in replays:
+        if c.loop.outputs is None and all(t is None for t in c.loop.final) and c.name not in above:
+            raise GraphPatternError(
+                f"cell {c.name}: nothing its loop {c.loop.loop} computes is left in the graph (no outputs, no final state), "
+                "so its replay cannot be checked; record it from a graph that keeps the loop's outputs or final state"
+            )
+
+
+def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:
+    """The loop cells of `cells` and the layers below them, each after the one it reads."""
+    known = {c.name: c for c in [*context, *cells]}
+    order: list[Cell] = []
+
+    def add(cell: Cell) -> None:
+        if any(c.name == cell.name for c in order):
+            return
+        below = cell.loop.below
+        if below is not None:
+            if below not in known:
+                raise GraphPatternError(f"cell {cell.name} reads the outputs of cell {below}, which is not among the cells found")
+            add(known[below])
+        order.append(cell)
+
+    for cell in cells:
+        if cell.loop is not None:
+            add(cell)
+    return order

@@ -1,0 +1,210 @@
+"""Keras RNN layers: capturing what enters and leaves each in one call, and replaying their cells.
+
+A `KerasPlan` calls the model once per batch with a hook on each layer's `call` that keeps
+what enters the layer (its input sequence, mask and initial state) and what it returns;
+then it replays each cell in numpy (`tracer.values.replay`) and checks the replay against
+the layer's own outputs (and final states, where the layer returns them). A backward
+layer (`go_backwards`, the backward half of `Bidirectional`) reads the whole sequence
+reversed; its rows are indexed by input position. No rows are written where the mask is
+False. `resolve_inputs` checks a batch's feeds against the model's inputs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from recorders.errors import FeedError, GraphPatternError
+from tracer.find.keras import walk_layers
+from tracer.inputs.feeds import convert_feed
+from tracer.load.keras import KerasInput, KerasModel, to_numpy
+from tracer.spec.found import KerasCell
+from tracer.values.replay import Replayed, check, replay
+
+__all__ = ["KerasPlan", "resolve_inputs"]
+
+
+def resolve_inputs(model: KerasModel, feeds: Any) -> dict[KerasInput, Any]:
+    """Feeds for the model's inputs, checked: a mapping by input name, a list in input order,
+    or (for a model with one input) one array under any name or none."""
+    inputs = model.inputs
+    listing = ", ".join(f"{i.name} ({i.dtype.name}, shape {i.shape})" for i in inputs)
+    if isinstance(feeds, Mapping):
+        given = {str(k).split(":")[0]: v for k, v in feeds.items()}
+        if len(inputs) == 1 and len(given) == 1:
+            given = {inputs[0].name: next(iter(given.values()))}
+    elif isinstance(feeds, (list, tuple)):
+        if len(feeds) != len(inputs):
+            raise FeedError(f"{len(feeds)} input arrays given; the model takes {len(inputs)}: {listing}")
+        given = {i.name: v for i, v in zip(inputs, feeds)}
+    else:
+        given = {inputs[0].name: feeds} if len(inputs) == 1 else {}
+    names = {i.name for i in inputs}
+    unknown = [k for k in given if k not in names]
+    missing = [i.name for i in inputs if i.name not in given]
+    if unknown or missing:
+        what = f"unknown input {', '.join(unknown)}" if unknown else f"input {', '.join(missing)} not fed"
+        raise FeedError(f"{what}: the model's inputs are {listing}; feed each, e.g. --feed {inputs[0].name}=FILE.npy")
+    out = {}
+    for i in inputs:
+        value = given[i.name]
+        if np.ndim(value) == 0:
+            raise FeedError(f"feed {i.name}: expected an array of shape {i.shape}, given a scalar")
+        out[i] = convert_feed(i.name, i, value, "input")
+    return out
+
+
+@dataclass
+class _Seen:
+    """What one layer received and returned in one call, as numpy arrays."""
+
+    inputs: np.ndarray
+    mask: np.ndarray | None
+    initial: list[np.ndarray] | None
+    outputs: np.ndarray
+    states: list[np.ndarray]
+
+
+@contextmanager
+def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
+    """While active, each cell's layer records what enters and leaves its `call`."""
+    seen: dict[str, _Seen] = {}
+
+    def hook(cell: KerasCell, original):
+        signature = inspect.signature(original)
+        first = next(iter(signature.parameters))
+
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs).arguments
+            initial = bound.get("initial_state")
+            layer = cell.layer
+            if initial is None and layer.stateful and layer.states is not None and layer.states[0] is not None:
+                initial = list(layer.states)
+            if initial is not None:
+                initial = [to_numpy(s) for s in (initial if isinstance(initial, (list, tuple)) else [initial])]
+            out = original(*args, **kwargs)
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            mask = bound.get("mask")
+            if cell.name in seen:
+                raise GraphPatternError(f"layer {cell.name} ran twice in one call of the model: shared RNN layers are not supported")
+            seen[cell.name] = _Seen(
+                to_numpy(bound[first]), None if mask is None else to_numpy(mask).astype(bool), initial, to_numpy(outs[0]), [to_numpy(s) for s in outs[1:]]
+            )
+            return out
+
+        return call
+
+    hooked = []  # (layer, its own instance attribute `call` if it had one)
+    try:
+        for cell in cells:
+            layer = cell.layer
+            hooked.append((layer, layer.__dict__.get("call")))
+            layer.call = hook(cell, layer.call)
+        yield seen
+    finally:
+        for layer, own in hooked:
+            if own is None:
+                del layer.call  # the class's own method again
+            else:
+                layer.call = own
+
+
+@dataclass
+class _Result:
+    """One cell replayed over one batch; `mask` [examples, steps] in input position order, or None."""
+
+    replayed: Replayed
+    mask: np.ndarray | None
+
+
+class KerasPlan:
+    """How a batch becomes gate values for `cells`: one call of the model with every layer
+    hooked, then one replay per cell (the counterpart of `tracer.fetch.FetchPlan`).
+    `steps` keeps a [start, stop) window of input positions.
+
+    Stateful layers (`stateful=True`) are reset before each batch, so that every row is an
+    independent sequence from zero state and a row's gates never depend on which rows were
+    fed before it. With `carry_state`, they keep the state the previous batch left: row k
+    of a batch continues row k of the batch before (Keras' stateful semantics).
+    """
+
+    def __init__(
+        self, model: KerasModel, cells: Sequence[KerasCell], steps: tuple[int | None, int | None] = (None, None), carry_state: bool = False
+    ):
+        self.model = model
+        self.cells = list(cells)
+        self._steps = slice(*steps)
+        self.carry_state = carry_state
+        self.stateful = [layer for _, layer in walk_layers(model.model.layers, "") if getattr(layer, "stateful", False)]
+
+    def batch_of(self, values: Sequence[_Result]) -> int:
+        """How many examples the replayed `values` hold."""
+        return values[0].replayed.preactivation.shape[0]
+
+    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[_Result]:
+        """Call the model once on `batch` and replay every cell; one `_Result` per cell."""
+        arrays = [np.asarray(batch[i]) for i in self.model.inputs]
+        if not self.carry_state:
+            for layer in self.stateful:
+                layer.reset_states()
+        with _capture(self.cells) as seen:
+            self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
+        missing = [c.name for c in self.cells if c.name not in seen]
+        if missing:
+            raise GraphPatternError(f"layers {', '.join(missing)} did not run when the model was called on its inputs")
+        return [self._replay(c, seen[c.name]) for c in self.cells]
+
+    @staticmethod
+    def _replay(cell: KerasCell, seen: _Seen) -> _Result:
+        x, mask = seen.inputs, seen.mask
+        if cell.backward:  # Keras reverses the whole sequence (and mask) along time
+            x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
+        layer = cell.layer
+        order = ("h", "c") if cell.spec.is_lstm else ("h",)  # Keras' state order
+        got = replay(
+            cell.kind,
+            cell.weights,
+            x,
+            None if seen.initial is None else dict(zip(order, seen.initial)),
+            mask=mask,
+            carry_outputs=not layer.zero_output_for_mask,
+            activation=cell.act,
+            recurrent_activation=cell.gate_act,
+        )
+        final = dict(zip(order, seen.states)) if layer.return_state else {}
+        check(cell.name, got, seen.outputs, final)
+        return _Result(got, seen.mask)
+
+    def _by_position(self, cell: KerasCell, a: np.ndarray) -> np.ndarray:
+        """[examples, loop steps, ...] as input positions, in the step window (a backward
+        layer's step t read position steps - 1 - t)."""
+        if cell.backward:
+            a = a[:, ::-1]
+        return np.ascontiguousarray(a[:, self._steps])
+
+    def steps(self, values: Sequence[_Result], cell: int) -> np.ndarray:
+        n = values[cell].replayed.preactivation.shape[1]
+        return np.arange(n, dtype=np.int32)[self._steps]
+
+    def lengths(self, values: Sequence[_Result], cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
+        """Which rows to write: the layer's mask ([examples, steps] booleans) where it had
+        one, and the `given` lengths (rows at or past them are left out)."""
+        mask = values[cell].mask
+        if mask is None:
+            return given
+        mask = mask[:keep, self._steps]
+        if given is not None:
+            mask = mask & (self.steps(values, cell)[None, :] < np.asarray(given)[:, None])
+        return mask
+
+    def gate(self, values: Sequence[_Result], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+        """One gate's `preactivation` or `activation` of the examples `rows`: a new [examples, steps, units] array."""
+        return self._by_position(self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate])
+
+    def state(self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+        """One state (`c` or `h`) of the examples `rows`: a new [examples, steps, width] array."""
+        return self._by_position(self.cells[cell], values[cell].replayed.states[state][rows])
