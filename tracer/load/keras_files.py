@@ -99,12 +99,11 @@ def _refused(config: Any) -> list[str]:
     return sorted(set(found))
 
 
-def _refuse(source: str, found: list[str]) -> None:
+def _refuse(source: str, found: list[str], what: str = "loading it would build objects gatetrace does not check as safe") -> None:
+    """UnsafeGraphError naming `found` (`thing (why)` items), if there are any."""
     if found:
-        shown = listing(found, 6)
         raise UnsafeGraphError(
-            f"{source}: loading it would build objects gatetrace does not check as safe: {shown}; nothing was loaded. "
-            "If you trust this model, pass --allow-unsafe-ops"
+            f"{source}: {what}: {listing(found, 6)}; nothing was loaded. If you trust this model, pass --allow-unsafe-ops"
         )
 
 
@@ -130,6 +129,9 @@ def _zip_config(p: Path, source: str) -> dict:
             return json.loads(z.read("config.json"))
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         raise ModelFormatError(f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}") from None
+
+
+_OUTSIDE = "its HDF5 weights would be read from outside the file (a Keras file holds its own)"
 
 
 def h5_problems(source: str, file) -> list[str]:
@@ -168,15 +170,6 @@ def h5_problems(source: str, file) -> list[str]:
     except (OSError, ValueError, KeyError) as err:
         raise ModelFormatError(f"{source}: cannot read it as an HDF5 file: {err}") from None
     return sorted(problems)
-
-
-def _refuse_h5(source: str, found: list[str]) -> None:
-    if found:
-        shown = listing(found, 4)
-        raise UnsafeGraphError(
-            f"{source}: its HDF5 weights would be read from outside the file: {shown}; a Keras file holds its weights "
-            "itself, and nothing was loaded. If you trust this model, pass --allow-unsafe-ops"
-        )
 
 
 def _h5_config(p: Path, source: str) -> dict:
@@ -232,9 +225,9 @@ def check_keras_file(path: str | Path) -> None:
         with zipfile.ZipFile(p) as z:
             if "model.weights.h5" in z.namelist():
                 with z.open("model.weights.h5") as weights:
-                    _refuse_h5(f"{source} (model.weights.h5)", h5_problems(source, weights))
+                    _refuse(f"{source} (model.weights.h5)", h5_problems(source, weights), _OUTSIDE)
     else:
-        _refuse_h5(source, h5_problems(source, p))
+        _refuse(source, h5_problems(source, p), _OUTSIDE)
 
 
 def keras2_fixes(config: dict) -> dict | None:

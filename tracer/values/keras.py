@@ -123,7 +123,7 @@ class _Result:
 
 class KerasPlan:
     """How a batch becomes gate values for `cells`: one call of the model with every layer
-    hooked, then one replay per cell (the counterpart of `tracer.fetch.FetchPlan`).
+    hooked, then one replay per cell (the counterpart of `tracer.values.fetch.FetchPlan`).
     `steps` keeps a [start, stop) window of input positions.
 
     Stateful layers (`stateful=True`) are reset before each batch, so that every row is an
