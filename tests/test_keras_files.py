@@ -245,3 +245,33 @@ def test_hdf5_weights_stored_outside_the_file_are_refused(framework, name, how, 
         assert "its HDF5 weights would be read from outside the file (a Keras file holds its own): " in msg and "nothing was loaded" in msg, msg
         assert {"external storage": "another file)", "external link": "a link to ", "virtual dataset": "a virtual dataset"}[how] in msg
     assert not out.exists()
+
+
+@pytest.mark.parametrize("framework, name", [("tf-keras", "saved"), ("tf-keras", "m.h5"), ("tf-keras", "m.keras"), ("keras3", "m.keras")])
+def test_a_compiled_model_records_exactly_in_every_format(framework, name, tmp_path):
+    """Nearly every trained model was compiled before it was saved: its optimizer, loss and
+    metrics are in the file (a SavedModel even lists them as objects) but loading never
+    builds them. An LSTM with relu, an Orthogonal initializer under the name each Keras gives
+    it, and a weight constraint and regularizer of Keras' own."""
+    from tests.test_keras import randomise, reference
+
+    keras = keras_module(framework)
+    orthogonal = keras.initializers.OrthogonalInitializer() if framework == "keras3" else keras.initializers.Orthogonal()
+    x = keras.Input((T, FEATURES), name="x")
+    lstm = keras.layers.LSTM(3, activation="relu", return_sequences=True, recurrent_initializer=orthogonal,
+                             kernel_constraint=keras.constraints.MaxNorm(3.0), kernel_regularizer=keras.regularizers.L2(1e-3), name="lstm")
+    model = keras.Model(x, keras.layers.Dense(1)(lstm(x)))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae", keras.metrics.RootMeanSquaredError()])
+    model.fit(np.ones((4, T, FEATURES), np.float32), np.ones((4, T, 1), np.float32), epochs=1, verbose=0)
+    randomise(model, seed=3)
+    path = tmp_path / name
+    model.save(str(path)) if name != "saved" else model.save(str(path), save_format="tf")
+    xs = sequences()
+    np.save(tmp_path / "x.npy", xs)
+    done = run_cli("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    expected, _, _ = reference(model.get_layer("lstm"), xs, None, None, framework)
+    rec = Recording(tmp_path / "rec")
+    for g in "ifjo":
+        np.testing.assert_allclose(rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5)
+        np.testing.assert_allclose(rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5)

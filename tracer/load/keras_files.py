@@ -9,15 +9,20 @@ and accepts only what it knows to be Keras' own pure building blocks:
     .keras   a zip of exactly config.json, metadata.json and model.weights.h5, within
              size limits (no extra members: nothing else is unpacked anywhere)
     .h5      the `model_config` attribute (a file without it holds weights only)
-    folder   keras_metadata.pb of a tf-keras SavedModel: every object it lists
+    folder   keras_metadata.pb of a tf-keras SavedModel: the model's configuration (its root)
 
 HDF5 files (`.h5`, and the `.keras` archive's model.weights.h5) are walked first, link by
 link, without reading any data: a dataset stored in another file (external raw storage),
 a link to another file, or a virtual dataset (which maps other files' datasets in) would
 make Keras read a file that is not the model, so any of them is refused.
 
-Every `class_name` in them must be a known layer, initializer, regularizer, constraint
-or dtype policy of Keras (`KNOWN_CLASSES`), from Keras' own modules. A tf-keras
+What is checked is what the loader builds: the model's layers and what they hold. Loading
+never compiles, so a compiled model's optimizer, loss and metrics (`compile_config`,
+`training_config`, the metric objects a SavedModel lists) are never built and not checked.
+Every `class_name` must be a known layer or dtype policy of Keras (`KNOWN_CLASSES`), or one
+of the initializers, regularizers and constraints Keras itself ships (read from the modules
+of each Keras installed, at run time: `OrthogonalInitializer` is Keras 3's name for
+`Orthogonal`), from Keras' own modules. A tf-keras
 SavedModel is then never handed to a loader: the model is built from its checked
 configuration and its weights read from its variables checkpoint, so none of the
 functions or resource initializers stored in the folder run. `allow_unsafe_ops` skips
@@ -26,6 +31,8 @@ all of this and loads the file as Keras would.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import re
 import zipfile
@@ -34,7 +41,7 @@ from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 
-__all__ = ["KNOWN_CLASSES", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
+__all__ = ["KNOWN_CLASSES", "keras_own_classes", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
 
 KNOWN_CLASSES = frozenset(
     """
@@ -67,6 +74,27 @@ _MEMBERS = {"config.json": 64 << 20, "metadata.json": 1 << 20, "model.weights.h5
 _WEIGHTS_RATIO = 50  # the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
 
 
+@functools.cache
+def keras_own_classes() -> frozenset[str]:
+    """The names of the initializers, regularizers and constraints that Keras ships, read from
+    the modules of each Keras installed (tf-keras, Keras 3): pure objects that make weights'
+    starting values or penalties, whatever names a version gives them."""
+    names: set[str] = set()
+    for package in ("keras", "tf_keras"):
+        try:
+            keras = importlib.import_module(package)
+        except ImportError:
+            continue
+        for kind, base in (("initializers", "Initializer"), ("regularizers", "Regularizer"), ("constraints", "Constraint")):
+            module = getattr(keras, kind, None)
+            root = getattr(module, base, None)
+            for name in dir(module) if root is not None else ():
+                obj = getattr(module, name)
+                if isinstance(obj, type) and issubclass(obj, root) and obj is not root and obj.__module__.split(".")[0] == package:
+                    names |= {name, obj.__name__}
+    return frozenset(names)
+
+
 def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:
     """Every (path, object) of a configuration that names a class."""
     if isinstance(value, dict):
@@ -89,7 +117,7 @@ def _refused(config: Any) -> list[str]:
         elif module is not None and _OPS_MODULE.fullmatch(module):
             if not _OP_CLASS.fullmatch(name):
                 found.append(f"{name} (not an operation of {module})")
-        elif name not in KNOWN_CLASSES:
+        elif name not in KNOWN_CLASSES and name not in keras_own_classes():
             why = "runs a Python function named in the file" if name in ("Lambda", "function") else "not one of Keras' own layers"
             found.append(f"{name} ({why})")
         elif module not in _MODULES and not (name in ("Functional", "Sequential", "Model") and module in _MODEL_MODULES):
@@ -217,10 +245,9 @@ def check_keras_file(path: str | Path) -> None:
     """UnsafeGraphError (ModelFormatError) if the Keras file at `path` names anything beyond
     Keras' own building blocks (is not a Keras file gatetrace can read); nothing is loaded."""
     p, source = Path(path), str(path)
+    _refuse(source, _refused(keras_config(p)))  # (an archive's members and sizes are checked first)
     if p.is_dir():
-        _refuse(source, _refused(_saved_model_metadata(p, source)))
         return
-    _refuse(source, _refused(keras_config(p)))  # the archive's members and sizes are checked first
     if p.suffix == ".keras":
         with zipfile.ZipFile(p) as z:
             if "model.weights.h5" in z.namelist():
