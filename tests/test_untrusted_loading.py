@@ -272,3 +272,22 @@ def test_functions_nothing_calls_are_not_held_against_the_model(tmp_path, capsys
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
     assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["tf.train.Checkpoint", "a folder of them", "a Saver without its meta graph"])
+def test_a_checkpoint_of_weights_only_says_what_to_give_instead(how, tmp_path, capsys):
+    """An object-based checkpoint (an .index and .data, no .meta) holds no graph: the line says
+    so and names what to give, instead of saying the path does not exist."""
+    with tf.Graph().as_default(), v1.Session() as session:
+        kernel = v1.Variable(np.ones((7, 12), np.float32), name="kernel")
+        session.run(kernel.initializer)
+        if how == "a Saver without its meta graph":
+            v1.train.Saver().save(session, str(tmp_path / "encoder"), write_meta_graph=False)
+        else:
+            v1.train.Checkpoint(kernel=kernel).write(str(tmp_path / "encoder"), session=session)
+    if how == "a folder of them":
+        (tmp_path / "checkpoint").write_text('model_checkpoint_path: "encoder"\n')
+    path = str(tmp_path if how == "a folder of them" else tmp_path / "encoder")
+    msg = _cli_error(capsys, ["inspect", path])
+    assert f"the checkpoint {tmp_path / 'encoder'} holds weights but no graph ({tmp_path / 'encoder'}.index and its data files, no " in msg
+    assert "give the model's SavedModel (tf.saved_model.save, model.export), its Keras file (model.save)" in msg

@@ -123,6 +123,17 @@ def _read_meta_graph(path: str, source: str):
         ) from None
 
 
+def _weights_only(source: str, prefix: str) -> str:
+    """What to say of a checkpoint with no meta graph: an object-based one (`tf.train.Checkpoint`,
+    Keras' `save_weights`) or a Saver's written with `write_meta_graph=False`."""
+    return (
+        f"{source}: the checkpoint {prefix} holds weights but no graph ({prefix}.index and its data files, no "
+        f"{prefix}.meta), as tf.train.Checkpoint and save_weights write them: there are no cells to find in it; give "
+        "the model's SavedModel (tf.saved_model.save, model.export), its Keras file (model.save), or a checkpoint "
+        "saved with its meta graph (tf.compat.v1.train.Saver().save)"
+    )
+
+
 def _checkpoint_prefix(path: Path) -> str | None:
     """The checkpoint prefix `path` names, if it names one."""
     if path.is_dir() and (path / "checkpoint").is_file():
@@ -240,7 +251,7 @@ def _const(tensor: tf.Tensor) -> list | None:
 def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = prefix + ".meta"
     if not os.path.isfile(meta):
-        raise ModelFormatError(f"{source}: checkpoint {prefix} has no {meta} beside it; gatetrace needs the meta graph")
+        raise ModelFormatError(_weights_only(source, prefix))
     meta_graph = _read_meta_graph(meta, source)
     check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
     graph = tf.Graph()
@@ -429,6 +440,8 @@ def load_model(
         return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
     if p.is_file() and p.suffix == ".pb":
         return _load_frozen(p, source, allow_unsafe_ops)
+    if not p.exists() and Path(f"{source}.index").is_file():
+        raise ModelFormatError(_weights_only(source, source))
     if not p.exists():
         raise ModelFormatError(f"model not found: {source} does not exist (and neither does {source}.meta); expected {FORMATS}")
     raise ModelFormatError(f"{source} is in no format gatetrace reads; expected {FORMATS}")
