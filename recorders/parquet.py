@@ -595,6 +595,7 @@ class RecordingWriter:
         shards = [found[Shard(k, self.shard.count, self.shard.unit).tag] for k in range(self.shard.count)]
         manifest = {
             **self.description,
+            "cells": [self._with_recorded_steps(c) for c in self.description.get("cells", [])],
             "examples": sum(Intervals(p["complete"]).total() for p in shards),
             "rows": {
                 "gates": sum(p["rows"]["gates"] for p in shards),
@@ -605,6 +606,23 @@ class RecordingWriter:
         }
         self.place.write_json("manifest.json", manifest)
         return True
+
+    def _with_recorded_steps(self, cell: Any) -> Any:
+        """A cell's description with `steps` as recorded where the model leaves it open (an
+        input of [None, None, F]): one more than the largest step of its first gate's part
+        files, read from their row-group statistics (no values are read)."""
+        if not isinstance(cell, Mapping) or cell.get("steps") is not None or not cell.get("gates"):
+            return cell
+        folder = "gates/" + partition_dir(cell=cell["name"], gate=cell["gates"][0])
+        last = -1
+        for rel in self.place.files(folder):
+            meta = self.place.parquet_metadata(rel)
+            column = meta.schema.to_arrow_schema().get_field_index("step")
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(column).statistics
+                if stats is not None and stats.has_min_max:
+                    last = max(last, int(stats.max))
+        return {**cell, "steps": last + 1} if last >= 0 else cell
 
     def abort(self) -> None:
         """Discard the batch in flight; committed batches and the progress file stay."""

@@ -356,6 +356,7 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
     assert [c["name"] for c in info["cells"]] == ["lstm", "bi/forward_gru", "bi/backward_gru", "gru_back", "rnn"]
     assert info["format"].startswith(framework) and info["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, T, FEATURES]}]
     assert {c["path"] for c in info["cells"]} == {"replay"} and info["cells"][3]["direction"] == "backward"
+    assert [c["steps"] for c in info["cells"]] == [T] * 5  # the halves of Bidirectional too, from the wrapper's input
     done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
     assert done.returncode == 0, done.stderr
     assert "recorded 5 cells on 7 sequences" in done.stdout

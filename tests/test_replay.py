@@ -306,3 +306,22 @@ def test_bidirectional_dynamic_rnn_steps_are_input_positions(cf, lengths):
         ref = run_cell("GRUCell", built.weights["bidirectional_rnn/bw/gru_cell"], x[b : b + 1, :k], backward=True)
         np.testing.assert_allclose(bw.activation[b, :k], ref["activation"][0], atol=1e-5)
         np.testing.assert_allclose(bw.preactivation[b, :k], ref["preactivation"][0], atol=1e-5)
+
+
+def test_the_manifest_says_how_many_steps_were_recorded_where_the_model_leaves_them_open(tmp_path, capsys):
+    """An input of [None, None, 4]: `inspect` cannot tell the steps (null); the manifest of a
+    recording of 16-step sequences says 16, for the stacked cells of the loop alike."""
+    import json
+
+    from tracer.cli import main
+
+    def body(x):
+        return [v1.nn.dynamic_rnn(R.MultiRNNCell([R.GRUCell(3), R.BasicLSTMCell(2)]), x, dtype=tf.float32)[0]]
+
+    model = save(build(body, steps=None), "checkpoint", tmp_path)
+    assert main(["inspect", model, "--json"]) == 0
+    assert [c["steps"] for c in json.loads(capsys.readouterr().out)["cells"]] == [None, None]
+    np.save(tmp_path / "x.npy", np.random.RandomState(1).randn(3, 16, 4).astype(np.float32))
+    assert main(["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [c["steps"] for c in manifest["cells"]] == [16, 16]

@@ -72,11 +72,40 @@ def hidden_layers(model: KerasModel) -> list[str]:
     return hidden
 
 
+def _static_steps(layer: Any) -> int | None:
+    """The number of steps of the layer's own input, where its shape fixes it (None otherwise)."""
+    try:
+        if hasattr(layer, "input_shape"):  # tf-keras
+            shape = layer.input_shape
+        else:  # Keras 3: a layer called with a mask or states takes a list, the sequence first
+            given = layer.input
+            shape = (given[0] if isinstance(given, (list, tuple)) else given).shape
+    except (AttributeError, ValueError, RuntimeError):  # a layer called on several inputs, or never called
+        return None
+    if isinstance(shape, list):
+        shape = shape[0]
+    shape = tuple(shape) if shape is not None else ()
+    return int(shape[1]) if len(shape) > 1 and shape[1] is not None else None
+
+
+def _wrappers(layers: Sequence[Any]) -> dict[int, Any]:
+    """The Bidirectional wrapper of each of its halves (by id): the halves are never called
+    on the model's tensors themselves, so their input's shape is the wrapper's."""
+    found = {}
+    for layer in layers:
+        if hasattr(layer, "forward_layer") and hasattr(layer, "backward_layer"):
+            found |= {id(layer.forward_layer): layer, id(layer.backward_layer): layer}
+        elif hasattr(layer, "layers") and layer.layers:
+            found |= _wrappers(layer.layers)
+    return found
+
+
 def find_layers(model: KerasModel) -> list[KerasCell]:
     """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
     cells, others = [], []
     framework = framework_of(model.model)
     others += [f"{h}: wrapped layers run on reshaped rows and are not recorded" for h in hidden_layers(model)]
+    wrappers = _wrappers(model.model.layers)
     for path, layer in walk_layers(model.model.layers, ""):
         cell = layer.cell
         spec = _SPECS.get(type(cell).__name__)
@@ -115,6 +144,7 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
                 framework=framework,
                 act=act,
                 gate_act=gate_act,
+                steps=_static_steps(layer) or (_static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None),
             )
         )
     if not cells:

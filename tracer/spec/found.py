@@ -248,6 +248,7 @@ class KerasCell(HasSpec):
     proj_clip: None = None
     num_proj: None = None
     loop: None = None
+    steps: int | None = None  # the steps of the layer's input, where its shape fixes them
 
     path = "replay"
 
@@ -268,7 +269,7 @@ class KerasCell(HasSpec):
             "units": self.units,
             "input_size": self.input_size,
             "output_size": self.output_size,
-            "steps": _static_steps(layer),
+            "steps": self.steps,
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "activation": self.activation,
@@ -285,15 +286,3 @@ class KerasCell(HasSpec):
                 "from the layer's input, mask, initial state and weights, and checked against what the layer returns"
             ),
         }
-
-
-def _static_steps(layer: Any) -> int | None:
-    """The number of steps of the layer's own input, where its shape fixes it (None otherwise)."""
-    try:
-        shape = layer.input_shape if hasattr(layer, "input_shape") else layer.input.shape
-    except (AttributeError, ValueError, RuntimeError):  # a layer called on several inputs, or never called
-        return None
-    if isinstance(shape, list):
-        shape = shape[0]
-    shape = tuple(shape) if shape is not None else ()
-    return int(shape[1]) if len(shape) > 1 and shape[1] is not None else None
