@@ -134,6 +134,27 @@ def _weights_only(source: str, prefix: str) -> str:
     )
 
 
+# cuDNN's fused RNN kernels: a model exported on a GPU calls them directly (Keras 3 under
+# tf.saved_model.save), and TensorFlow has no CPU kernel for them.
+GPU_ONLY_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
+
+
+def _refuse_gpu_only(graph: tf.Graph, source: str) -> None:
+    """Refuse a graph that runs a cuDNN RNN op, in its own ops or its functions, naming it:
+    it cannot run on a CPU, and its cell is not one gatetrace would find."""
+    found = [(op.name, op.type) for op in graph.get_operations() if op.type in GPU_ONLY_OPS]
+    if not found:
+        found = [(f"{n.name} in function {f.signature.name}", n.op) for f in graph.as_graph_def().library.function
+                 for n in f.node_def if n.op in GPU_ONLY_OPS]
+    if found:
+        name, kind = found[0]
+        raise ModelFormatError(
+            f"{source}: it runs {kind} ({name}{' and ' + str(len(found) - 1) + ' more' if len(found) > 1 else ''}), cuDNN's fused "
+            "RNN kernel, which runs on a GPU only (the model was exported on a GPU) and has no CPU kernel: export it again "
+            "on a CPU, or save the Keras model itself (model.save('model.keras')), which gatetrace reads on any machine"
+        )
+
+
 def _checkpoint_prefix(path: Path) -> str | None:
     """The checkpoint prefix `path` names, if it names one."""
     if path.is_dir() and (path / "checkpoint").is_file():
@@ -259,6 +280,7 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     try:
         with graph.as_default():
             plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
+        _refuse_gpu_only(graph, source)
         if restore:
             plan.run(session, source, allow_unsafe_ops)
     except GatetraceError:
@@ -352,6 +374,7 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     try:
         with graph.as_default():
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
+        _refuse_gpu_only(graph, source)
         if tf2:
             _check_restored(graph, meta.signature_def[signature], plan, source, signature)
         if restore:
@@ -412,6 +435,7 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
         raise ModelFormatError(
             f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
         ) from err
+    _refuse_gpu_only(graph, source)
     return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
 
 
