@@ -148,7 +148,8 @@ def test_a_cudnn_rnn_is_named_in_one_line(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "model.ckpt.meta")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "the graph runs a cuDNN RNN, cudnn_lstm/CudnnRNN (CudnnRNN), whose weights are one opaque parameter buffer" in err
+    assert "it runs CudnnRNN (cudnn_lstm/CudnnRNN), cuDNN's fused RNN kernel, which runs on a GPU only" in err
+    assert "keeps its weights in one opaque buffer: record the same model built for the CPU" in err
 
 
 def test_a_fused_cell_inside_a_while_loop_is_named_in_one_line(tmp_path, capsys):

@@ -97,6 +97,7 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
     cells = json.loads(capsys.readouterr().out)["cells"]
     names = sorted(c["name"] for c in cells)
     assert len(names) == 2 and len(set(names)) == 2 and all(name.startswith("bidirectional_rnn/fw/basic_lstm_cell@") for name in names)
+    assert names == ["bidirectional_rnn/fw/basic_lstm_cell@bw", "bidirectional_rnn/fw/basic_lstm_cell@fw"]  # the shortest part that differs
     assert all(c["shares_weights_with"] == [other] for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1]))
     assert [c["steps"] for c in cells] == [T, T]  # from the loop input's static time axis where the cells are replayed
     feeds = ["--feed", f"x={tmp_path / 'x.npy'}"] + (["--feed", f"lengths={tmp_path / 'n.npy'}"] if how != "static" else [])
@@ -224,3 +225,12 @@ def test_cells_are_named_by_their_scope_in_every_era(kernel, bias, tmp_path, cap
     assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
     pre, act = lstm64(xs, kernel_value, bias_value, 1.0)
     check_gates(Recording(tmp_path / "rec"), "rnn/basic_lstm_cell", pre, act, np.ones((3, T), bool))
+
+
+def test_a_shared_kernel_chain_is_named_by_the_shortest_part_of_its_scope_that_differs():
+    from tracer.find.graph import _shortest
+
+    assert _shortest(["bidirectional_rnn/fw/fw/while/", "rnn/bidirectional_rnn/bw/bw/while/rnn/bidirectional_rnn/bw/bw/while/"]) == ["fw", "bw"]
+    assert _shortest(["rnnlm/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell",
+                      "rnnlm_1/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell"]) == ["rnnlm", "rnnlm_1"]
+    assert _shortest(["a/b/", "a/b/c"]) == ["a/b", "a/b/c"]  # one has no part of its own: the whole scopes

@@ -251,4 +251,4 @@ def test_a_model_exported_on_a_gpu_is_refused_naming_its_cudnn_op(tmp_path):
     done = run_cli("inspect", str(tmp_path / "gpu"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "it runs CudnnRNNV3 (" in done.stderr and "cuDNN's fused RNN kernel, which runs on a GPU only" in done.stderr
-    assert "save the Keras model itself (model.save('model.keras'))" in done.stderr
+    assert "the Keras model itself saved with model.save('model.keras')" in done.stderr

@@ -22,6 +22,7 @@ from tracer.find.fused import FUSED_OPS, fused_cells
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
+from tracer.load.model import gpu_only_problem
 from tracer.spec.found import Cell, Step
 
 __all__ = ["Step", "Cell", "find_cells"]
@@ -49,16 +50,12 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
         ops = graph.get_operations()
         loops = [op.name for op in ops if op.type in ("While", "StatelessWhile", "Enter")]
         conds = [op.name for op in ops if op.type in ("If", "StatelessIf", "Switch")]
-        cudnn = [f"{op.name} ({op.type})" for op in ops if op.type.startswith("CudnnRNN")]
+        cudnn = gpu_only_problem(graph)
         layer_norm = [op.name for op in ops if op.type == "Split" and "layer_norm" in op.name.lower() + "".join(
             c.name.lower() for t in op.outputs for c in t.consumers())]
         hint = ""
         if cudnn:
-            hint = (
-                f"; the graph runs a cuDNN RNN, {cudnn[0]}, whose weights are one opaque parameter buffer and whose "
-                "gates no op exposes: gatetrace does not support CudnnLSTM/CudnnGRU (convert the model to "
-                "CudnnCompatibleLSTMCell or an LSTMBlockFusedCell)"
-            )
+            hint = f"; {cudnn}"
         elif layer_norm:
             hint = (
                 f"; the graph normalizes its gates ({layer_norm[0]}), as LayerNormBasicLSTMCell does: "
@@ -117,10 +114,26 @@ def _where(c: Cell) -> list[str]:
     return [first.gate_op.rpartition("/")[0], "/".join(parts) or scope or first.previous[-1], first.gate_op]
 
 
+def _shortest(wheres: list[str]) -> list[str]:
+    """For each of several distinct scopes, the shortest part that tells it from the others:
+    its innermost path component that no other scope has (`bw` of `rnn/bidirectional_rnn/bw/bw/while`
+    beside `bidirectional_rnn/fw/fw/while`, `rnnlm_1` of `rnnlm_1/rnn_decoder/...` beside
+    `rnnlm/rnn_decoder/...`), where every scope has one and they come out distinct; else the
+    whole scope, without its trailing `/`. The same graph gives the same names, run after run."""
+    parts = [[p for p in w.split("/") if p] for w in wheres]
+    short = []
+    for k, mine in enumerate(parts):
+        others = {p for j, theirs in enumerate(parts) if j != k for p in theirs}
+        short.append(next((p for p in reversed(mine) if p not in others), None))
+    if None in short or len(set(short)) != len(short):
+        return [w.rstrip("/") for w in wheres]
+    return short
+
+
 def _distinct_names(cells: list[Cell]) -> list[Cell]:
     """Give cells that share a name (one kernel serving several chains or loops) distinct
-    names: the kernel's scope, `@`, and where the chain runs (`_where`); and tell each
-    which cells share its weights. A stacked loop layer's `below` follows the renaming
+    names: the kernel's scope, `@`, and the shortest part of where the chain runs (`_where`,
+    `_shortest`) that tells the chains apart; and tell each which cells share its weights. A stacked loop layer's `below` follows the renaming
     (the layer below runs in the same loop)."""
     by_name: dict[str, list[Cell]] = {}
     for c in cells:
@@ -132,7 +145,7 @@ def _distinct_names(cells: list[Cell]) -> list[Cell]:
         wheres = [_where(c) for c in group]
         for k in range(3):
             if len({w[k] for w in wheres}) == len(group):
-                new.update((id(c), f"{name}@{w[k]}") for c, w in zip(group, wheres))
+                new.update((id(c), f"{name}@{short}") for c, short in zip(group, _shortest([w[k] for w in wheres])))
                 break
         else:
             raise GraphPatternError(

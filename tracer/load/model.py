@@ -40,7 +40,7 @@ from tracer.load.inline import (
 from tracer.load.keras import KerasModel, is_keras_file, load_keras
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
-__all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "FORMATS"]
+__all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "gpu_only_problem", "FORMATS", "GPU_ONLY_OPS"]
 
 FORMATS = (
     "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
@@ -139,20 +139,29 @@ def _weights_only(source: str, prefix: str) -> str:
 GPU_ONLY_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
 
 
-def _refuse_gpu_only(graph: tf.Graph, source: str) -> None:
-    """Refuse a graph that runs a cuDNN RNN op, in its own ops or its functions, naming it:
-    it cannot run on a CPU, and its cell is not one gatetrace would find."""
+def gpu_only_problem(graph: tf.Graph) -> str | None:
+    """What to say of a graph that runs a cuDNN RNN op, in its own ops or its functions (None
+    if it runs none): no CPU kernel exists for it, and its weights are one opaque buffer."""
     found = [(op.name, op.type) for op in graph.get_operations() if op.type in GPU_ONLY_OPS]
     if not found:
         found = [(f"{n.name} in function {f.signature.name}", n.op) for f in graph.as_graph_def().library.function
                  for n in f.node_def if n.op in GPU_ONLY_OPS]
-    if found:
-        name, kind = found[0]
-        raise ModelFormatError(
-            f"{source}: it runs {kind} ({name}{' and ' + str(len(found) - 1) + ' more' if len(found) > 1 else ''}), cuDNN's fused "
-            "RNN kernel, which runs on a GPU only (the model was exported on a GPU) and has no CPU kernel: export it again "
-            "on a CPU, or save the Keras model itself (model.save('model.keras')), which gatetrace reads on any machine"
-        )
+    if not found:
+        return None
+    name, kind = found[0]
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return (
+        f"it runs {kind} ({name}{more}), cuDNN's fused RNN kernel, which runs on a GPU only (the model was exported on a "
+        "GPU, or built with CudnnLSTM/CudnnGRU) and keeps its weights in one opaque buffer: record the same model built "
+        "for the CPU: the Keras model itself saved with model.save('model.keras'), a SavedModel exported on a CPU, or a TF1 "
+        "graph with CudnnCompatibleLSTMCell or LSTMBlockFusedCell"
+    )
+
+
+def _refuse_gpu_only(graph: tf.Graph, source: str) -> None:
+    problem = gpu_only_problem(graph)
+    if problem:
+        raise ModelFormatError(f"{source}: {problem}")
 
 
 def _checkpoint_prefix(path: Path) -> str | None:
