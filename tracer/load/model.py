@@ -24,8 +24,10 @@ nothing runs at all (for `inspect`).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
@@ -278,6 +280,20 @@ def _const(tensor: tf.Tensor) -> list | None:
     return tf.make_ndarray(tensor.op.get_attr("value")).tolist()
 
 
+@contextmanager
+def _closed_if_it_fails(session: v1.Session, failed: Callable[[str], str]) -> Iterator[None]:
+    """Close `session` if loading fails: a GatetraceError goes on as it is, any other error as
+    the ModelFormatError `failed(TensorFlow's line)`."""
+    try:
+        yield
+    except GatetraceError:
+        session.close()
+        raise
+    except Exception as err:
+        session.close()
+        raise ModelFormatError(failed(error_line(err))) from err
+
+
 def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     meta = prefix + ".meta"
     if not os.path.isfile(meta):
@@ -286,21 +302,15 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
     graph = tf.Graph()
     session = v1.Session(graph=graph)
-    try:
+    def failed(line: str) -> str:
+        return f"{source}: cannot restore the variables from checkpoint {prefix}: {line} (are its .index and .data files complete?)"
+
+    with _closed_if_it_fails(session, failed):
         with graph.as_default():
             plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
         _refuse_gpu_only(graph, source)
         if restore:
             plan.run(session, source, allow_unsafe_ops)
-    except GatetraceError:
-        session.close()
-        raise
-    except Exception as err:
-        session.close()
-        raise ModelFormatError(
-            f"{source}: cannot restore the variables from checkpoint {prefix}: {error_line(err)} "
-            "(are its .index and .data files complete?)"
-        ) from err
     return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
 
 
@@ -380,7 +390,7 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
         meta = inline_signature(meta, signature, [meta.saver_def.restore_op_name, init_op], source)
     graph = tf.Graph()
     session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else None)
-    try:
+    with _closed_if_it_fails(session, lambda line: f"{source}: cannot read SavedModel: {line}"):
         with graph.as_default():
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
         _refuse_gpu_only(graph, source)
@@ -388,12 +398,6 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
             _check_restored(graph, meta.signature_def[signature], plan, source, signature)
         if restore:
             plan.run(session, source, allow_unsafe_ops)
-    except GatetraceError:
-        session.close()
-        raise
-    except Exception as err:
-        session.close()
-        raise ModelFormatError(f"{source}: cannot read SavedModel: {error_line(err)}") from err
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
     return Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
 
