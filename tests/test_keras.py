@@ -89,6 +89,7 @@ def activation(name: str, framework: str):
         "sigmoid": _sigmoid,
         "relu": lambda v: np.maximum(v, 0),
         "softsign": lambda v: v / (1 + np.abs(v)),
+        "linear": lambda v: v,
         "hard_sigmoid": (lambda v: np.clip(0.2 * v + 0.5, 0, 1)) if framework == "tf-keras" else (lambda v: np.clip(v + 3, 0, 6) / 6),
     }[name]
 

@@ -252,3 +252,25 @@ def test_a_model_exported_on_a_gpu_is_refused_naming_its_cudnn_op(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "it runs CudnnRNNV3 (" in done.stderr and "cuDNN's fused RNN kernel, which runs on a GPU only" in done.stderr
     assert "the Keras model itself saved with model.save('model.keras')" in done.stderr
+
+
+@pytest.mark.parametrize("steps", [1, T])
+def test_activations_other_than_tanh_in_a_saved_model_without_keras_metadata(steps, tmp_path):
+    """As TF 2.2 to 2.4 wrote them: no keras_metadata.pb. A GRU with activation="linear" (Keras
+    applies no op at all to its candidate) over one step or several, and an LSTM with relu."""
+    keras = keras_module("tf-keras")
+    x = keras.Input((steps, FEATURES), name="x")
+    gru = keras.layers.GRU(7, activation="linear", return_sequences=True, name="gru")(x)
+    model = keras.Model(x, keras.layers.LSTM(3, activation="relu", name="lstm")(gru))
+    randomise(model, seed=4)
+    path = tmp_path / "model"
+    save(model, "tf-keras", "no keras_metadata.pb", path)
+    xs = np.random.RandomState(5).uniform(-1, 1, (6, steps, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "rec")
+    cells = {c: (c.partition("/")[0], None) for c in rec.cells}
+    assert sorted(cells) == ["gru/gru_cell", "lstm/lstm_cell"]
+    assert check_recording(rec, model, "tf-keras", xs, cells) == 2
+    assert {c["name"]: c["activation"] for c in rec.manifest["cells"]} == {"gru/gru_cell": "linear", "lstm/lstm_cell": "relu"}

@@ -20,6 +20,7 @@ TensorFlow draws one step inside `K.rnn`'s while loop body:
         not reset_after (Keras 2):        MatMul(h_prev, recurrent_kernel[:, :2u]) -> SplitV
                                           c = act(x_h + MatMul(r * h_prev, recurrent_kernel[:, 2u:]))
         z, r = rec_act(x_k + rec_k); h = z * h_prev + (1 - z) * c
+        with activation="linear" Keras applies no op to the candidate: c is the sum itself
     GRUCell, implementation 1             the same sums, one MatMul per block (column slices)
 
     SimpleRNNCell
@@ -137,6 +138,15 @@ def _gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
                     break
             if out is not add[0].outputs[0]:
                 return out, "hard_sigmoid"
+    return None
+
+
+def _linear_into(t: tf.Tensor, state: tf.Operation) -> tuple[tf.Tensor, str] | None:
+    """(t, "linear") when no nonlinearity follows `t` (`activation="linear"`: Keras applies
+    nothing) and its one user is the `Mul` whose product the state update `state` adds."""
+    users = _users(t)
+    if len(users) == 1 and users[0].type == "Mul" and any(op is state for op in _users(users[0].outputs[0])):
+        return t, "linear"
     return None
 
 
@@ -361,9 +371,11 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
     c_add = [op for op in _users(split.outputs[2]) if op.type in ADDS]
     if len(c_add) != 1:
         return None
-    candidate = _gate_nonlinearity(c_add[0].outputs[0])
     h_new = [a for m in _users(gates[0][0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in ADDS]
-    if candidate is None or len(h_new) != 1 or gates[0][1] != gates[1][1]:
+    if len(h_new) != 1 or gates[0][1] != gates[1][1]:
+        return None
+    candidate = _gate_nonlinearity(c_add[0].outputs[0]) or _linear_into(c_add[0].outputs[0], h_new[0])
+    if candidate is None:
         return None
     weights = {"kernel": mm.inputs[1], "recurrent_kernel": recurrent}
     if bias is not None:
