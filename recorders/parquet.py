@@ -205,6 +205,9 @@ def write_weights(
     path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any], overwrite: bool = False
 ) -> int:
     """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file, atomically."""
+    if os.fspath(path).endswith(("/", os.sep)):
+        shown = os.fspath(path)
+        raise OutputExistsError(f"--out {shown} names a folder; give a file path, e.g. {shown.rstrip('/' + os.sep)}/weights.parquet")
     path = local_path(path)
     check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
     tmp = temp_sibling(path)
@@ -276,7 +279,7 @@ class RecordingWriter:
             self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
             # ...and holds the locks of the recording it replaces until then: no process may
             # still be writing it, nor start to.
-            self._replaced_locks = _hold_every_lock(self.target) if self.replacing else []
+            self._replaced_locks, self._created_locks = _hold_every_lock(self.target) if self.replacing else ([], [])
             self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
             self.place = LocalPlace(self.out)
         else:  # object storage: objects are written at their final keys (see recorders.place)
@@ -286,7 +289,7 @@ class RecordingWriter:
                     "one first (aws s3 rm --recursive, gsutil rm -r), then record"
                 )
             self.target = self.out = self.place
-            self.replacing, self._replaced_locks = False, []
+            self.replacing, self._replaced_locks, self._created_locks = False, [], []
         self._created = not self.place.exists()
         self.shard = shard
         self.description = json.loads(json.dumps(dict(description)))
@@ -567,6 +570,8 @@ class RecordingWriter:
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
+        if self.place.local:  # a finished shard's lock file goes (the lock itself is held until _release)
+            self.place.remove(f"{PROGRESS_DIR}/{self.shard.tag}.lock")
         try:
             if self.replacing:  # the new recording is complete: now it may replace the old one
                 publish(self.out, self.target)
@@ -650,10 +655,11 @@ class RecordingWriter:
                 self.out.rmdir()
 
     def _release(self) -> None:
-        for fd in [self._lock, *self._replaced_locks]:
-            if fd is not None:
-                os.close(fd)
-        self._lock, self._replaced_locks = None, []
+        if self._lock is not None:
+            os.close(self._lock)
+        if self.replacing:  # the recording it was to replace keeps no lock file of ours (gone if replaced)
+            _drop_locks(self.target, self._replaced_locks, self._created_locks)
+        self._lock, self._replaced_locks, self._created_locks = None, [], []
         self.place.close()
 
     def __enter__(self) -> "RecordingWriter":
@@ -696,23 +702,38 @@ def _hold_lock(folder: Folder, rel: str, out: Path, which: str = "", then: str =
     return fd
 
 
-def _hold_every_lock(out: Path) -> list[int]:
+def _hold_every_lock(out: Path) -> tuple[list[int], list[str]]:
     """The lock of every shard of the recording in `out` (one for each lock or progress file
-    there), for --overwrite: RecordingError, holding none, if any other process holds one."""
+    there), for --overwrite: RecordingError, holding none, if any other process holds one.
+    Returns the locks' file descriptors and the lock files it had to create (a finished
+    shard's lock file is removed), which `_drop_locks` removes again."""
     held: list[int] = []
+    created: list[str] = []
     with Folder(out) as folder:
         names = [Path(n) for n in folder.entries(PROGRESS_DIR)]
         tags = sorted({n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")})
         try:
             for tag in tags:
-                fd = _hold_lock(folder, f"{PROGRESS_DIR}/{tag}.lock", out, then="stop it, then rerun with --overwrite")
+                rel = f"{PROGRESS_DIR}/{tag}.lock"
+                if f"{tag}.lock" not in {n.name for n in names}:
+                    created.append(rel)
+                fd = _hold_lock(folder, rel, out, then="stop it, then rerun with --overwrite")
                 if fd is not None:
                     held.append(fd)
         except BaseException:
-            for fd in held:
-                os.close(fd)
+            _drop_locks(out, held, created)
             raise
-    return held
+    return held, created
+
+
+def _drop_locks(out: Path, held: list[int], created: list[str]) -> None:
+    """Remove the lock files `_hold_every_lock` created in `out` (if it is still there), then let the locks go."""
+    if created and out.is_dir():
+        with Folder(out) as folder:
+            for rel in created:
+                folder.remove(rel)
+    for fd in held:
+        os.close(fd)
 
 
 _RECORDING = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
@@ -756,13 +777,12 @@ def create_folder(out: str | os.PathLike) -> bool:
 def _in_use(folder: Path) -> bool:
     """Whether a process holds a lock of the recording in `folder` (it is being written)."""
     try:
-        held = _hold_every_lock(folder)
+        held, created = _hold_every_lock(folder)
     except RecordingError:
         return True
     except OSError:
         return False
-    for fd in held:
-        os.close(fd)
+    _drop_locks(folder, held, created)
     return False
 
 

@@ -46,6 +46,7 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json", "states", "weights.parquet"]
+    assert [p.name for p in (out / "_progress").iterdir()] == ["shard-0-of-1.json"]  # a finished shard leaves no lock file
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == {"path": path, "format": "checkpoint"}
     assert manifest["feeds"] == {"x:0": [3, 5, 4]}
@@ -264,3 +265,31 @@ def test_demo(tmp_path):
     sort = ["example", "step", "unit"]
     np.testing.assert_array_equal(f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy())
     assert "exists and is not empty" in run_cli("demo", "--out", str(tmp_path / "demo")).stderr
+
+
+def test_the_version_and_python_m_tracer():
+    from recorders import __version__
+
+    for command in (["gatetrace"], [sys.executable, "-m", "tracer"]):
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == f"gatetrace {__version__}", done
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["record", "m", "--gate", "i", "--out", "o"], "unrecognized arguments: --gate i (did you mean --gates?); see gatetrace --help"),
+        (["record", "m", "--feeds", "x=a.npy", "--out", "o"], "unrecognized arguments: --feeds x=a.npy (did you mean --feed?)"),
+        (["record", "m", "--feed", "x", "a/x.npy", "--out", "o"],
+         "unrecognized arguments: a/x.npy (--feed takes NAME=FILE as one word: --feed x=a/x.npy)"),
+    ],
+)
+def test_flags_are_taken_only_in_full_and_the_nearest_is_suggested(argv, expected, capsys):
+    assert fails(capsys, argv).startswith(expected)
+
+
+def test_weights_out_naming_a_folder_is_refused(model, tmp_path, capsys):
+    path, _ = model
+    msg = fails(capsys, ["weights", path, "--out", f"{tmp_path / 'wdir'}/"])
+    assert msg == f"--out {tmp_path / 'wdir'}/ names a folder; give a file path, e.g. {tmp_path / 'wdir'}/weights.parquet"
+    assert not (tmp_path / "wdir").exists()

@@ -124,9 +124,9 @@ def test_a_second_process_on_the_same_shard_is_told_another_holds_it(model, tmp_
     assert main(record(model, out, "--examples", "0:2")) == 0
     progress = out / "_progress" / "shard-0-of-1.json"
     progress.write_text(progress.read_text().replace('"finished": true', '"finished": false'))
-    before = snapshot(out)
     with open(out / "_progress" / "shard-0-of-1.lock", "w") as held:  # another run holds the shard
         fcntl.flock(held, fcntl.LOCK_EX)
+        before = snapshot(out)
         msg = error(capsys, record(model, out, "--examples", "0:2", "--resume"))
     assert msg == (
         f"another gatetrace process is recording {out} (it holds {out / '_progress' / 'shard-0-of-1.lock'}); "

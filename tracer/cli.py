@@ -16,6 +16,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from typing import Sequence
@@ -110,13 +111,34 @@ def _positive(text: str) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with errors in one line (the usage block stays behind --help)."""
+    """argparse, with errors in one line (the usage block stays behind --help), flags taken
+    only when spelled in full (`--gate` is not `--gates`), and the nearest flag suggested for
+    one it does not know."""
+
+    known: set[str] = set()  # every flag of every command
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        _Parser.known.update(a for a in args if a.startswith("--"))
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        import difflib
+
+        unknown = re.findall(r"(--[\w-]+)", message) if message.startswith("unrecognized arguments") else []
+        near = [m for flag in unknown for m in difflib.get_close_matches(flag.split("=")[0], sorted(_Parser.known), n=1, cutoff=0.6)]
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        argv = getattr(self, "argv", [])
+        for k in range(len(argv) - 2):  # `--feed x a/x.npy`: the file became an argument of its own
+            if argv[k] == "--feed" and "=" not in argv[k + 1] and not argv[k + 2].startswith("-"):
+                hint = f" (--feed takes NAME=FILE as one word: --feed {argv[k + 1]}={argv[k + 2]})"
+        self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from recorders import __version__
     from tracer.run.budget import DEFAULT_ROOM  # no TensorFlow
 
     p = _Parser(
@@ -124,7 +146,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Record every gate of every TensorFlow RNN cell, at every step, on your data.",
         epilog="example: gatetrace record model.ckpt --feed inputs=x.npy --out run1/",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p.add_argument("--version", action="version", version=f"gatetrace {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, help: str, example: str, reads_model: bool = True, runs_model: bool = True) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help, epilog=f"example: {example}")
@@ -545,7 +568,9 @@ _INTERRUPTED = "gatetrace: interrupted; finished batches are kept (record: rerun
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        parser.argv = list(sys.argv[1:] if argv is None else argv)
+        args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed in one line
         return int(stop.code or 0)
     _quiet_tensorflow()
