@@ -291,3 +291,23 @@ def test_a_checkpoint_of_weights_only_says_what_to_give_instead(how, tmp_path, c
     msg = _cli_error(capsys, ["inspect", path])
     assert f"the checkpoint {tmp_path / 'encoder'} holds weights but no graph ({tmp_path / 'encoder'}.index and its data files, no " in msg
     assert "give the model's SavedModel (tf.saved_model.save, model.export), its Keras file (model.save)" in msg
+
+
+def test_a_checkpoint_that_never_saved_the_cell_weights_says_so(tmp_path, capsys):
+    """A published checkpoint whose Saver was given a var_list without the LSTM's variables:
+    TensorFlow's 'Could not find variable' becomes what it means."""
+
+    def body(x):
+        v1.get_variable("global_step", [], initializer=v1.zeros_initializer())
+        return static_body(CONFIGS["BasicLSTMCell"])(x)
+
+    built = build(body)
+    with built.graph.as_default():
+        step = [v for v in v1.global_variables() if v.op.name == "global_step"]
+        v1.train.Saver(var_list=step).save(built.session, str(tmp_path / "model.ckpt"))
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    for argv in (["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+                 ["weights", str(tmp_path / "model.ckpt"), "--out", str(tmp_path / "w.parquet")]):
+        msg = _cli_error(capsys, argv)
+        assert "gatetrace: error: the model's variable rnn/basic_lstm_cell/" in msg and "holds no value: the checkpoint has none for it" in msg
+    assert not (tmp_path / "out").exists() and not (tmp_path / "w.parquet").exists()

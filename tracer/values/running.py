@@ -17,11 +17,12 @@ TensorFlow still does (a library caller's process, a notebook's kernel, is never
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from typing import Any
 
-from recorders.errors import RunTimeout
+from recorders.errors import ModelFormatError, RunTimeout
 from tracer._tf import tf, v1
 
 __all__ = ["run", "end_process_after_interrupt", "INTERRUPT_EXIT"]
@@ -87,6 +88,14 @@ def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float
             f"running the model took longer than --timeout {timeout:g} s and was stopped "
             "(a loop that never ends, or a batch too large for the limit)"
         ) from None
+    if isinstance(error, tf.errors.FailedPreconditionError):
+        missing = re.search(r"(?:Could not find variable|uninitialized value) ([\w./-]+)", error.message)
+        if missing:
+            raise ModelFormatError(
+                f"the model's variable {missing.group(1).rstrip('.')} holds no value: the checkpoint has none for it (its "
+                "Saver was made with a var_list that left it out, or the graph was changed after saving); give a "
+                "checkpoint that holds every variable the cells read"
+            ) from None
     if error is not None:
         raise error
     return outcome["value"]
