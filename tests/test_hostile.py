@@ -88,10 +88,21 @@ def test_an_empty_feed_is_an_empty_valid_recording(models, tmp_path, capsys):
     _, paths = models
     np.save(tmp_path / "x.npy", np.zeros((0, 5, 4), np.float32))
     assert main(["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    assert "on 0 sequences: 0 gate rows, 0 state rows, 96 weight rows" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "on 0 sequences: 0 gate rows, 0 state rows, 96 weight rows" in out
+    assert "the inputs hold no sequences (x:0 [0, 5, 4]): the recording is empty, its tables have no rows" in out
     gates = pd.read_parquet(tmp_path / "out" / "gates")
     assert len(gates) == 0 and list(gates.columns) == ["example", "step", "unit", "preactivation", "activation", "cell", "gate"]
     assert len(pd.read_parquet(tmp_path / "out" / "states")) == 0 and (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_empty_feed_for_a_fixed_batch_placeholder_is_named(tmp_path, capsys):
+    model = save(build(static_body(CONFIGS["GRUCell"]), batch=2), "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((0, 5, 4), np.float32))
+    msg = fails(capsys, ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
+    assert msg == ("feed x:0: the input holds no sequences, and the graph's placeholders take batches of exactly 2: feed at least "
+                   "one sequence; nothing was recorded: fix the input and rerun")
+    assert not (tmp_path / "out").exists()
 
 
 def test_nan_and_inf_inputs_are_recorded_as_computed(models, tmp_path):

@@ -529,6 +529,9 @@ def _report(args, summary: dict, part: str) -> None:
         f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
+    if summary["examples"] == 0 and summary.get("complete", True):
+        feeds = ", ".join(f"{name} {shape}" for name, shape in summary.get("feeds", {}).items() if shape and shape[0] == 0)
+        print(f"the inputs hold no sequences ({feeds or 'no rows'}): the recording is empty, its tables have no rows")
     if "why" in summary.get("batch", {}):
         print(summary["batch"]["why"])
     for hidden in summary.get("not_recorded", []):

@@ -17,7 +17,7 @@ from recorders.errors import FeedError
 from tracer._tf import tf
 from tracer.inputs.files import is_input_spec, open_input
 
-__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "batches"]
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "fixed_size", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 
@@ -159,6 +159,11 @@ def count_sequences(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
     return next(iter(sizes.values()), None)
 
 
+def fixed_size(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> set[int]:
+    """The batch sizes the fed placeholders fix (their static first dimension), if any."""
+    return {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
+
+
 def batches(
     feed_dict: Mapping[tf.Tensor, np.ndarray], size: int, ranges: Iterable[tuple[int, int]] | None = None
 ) -> Iterator[tuple[int, int | None, dict[tf.Tensor, np.ndarray]]]:
@@ -176,10 +181,16 @@ def batches(
     if n is None:
         yield 0, None, dict(feed_dict)
         return
-    fixed = {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
+    fixed = fixed_size(feed_dict)
     if len(fixed) > 1:
         raise FeedError(f"placeholders fix different batch sizes: {sorted(fixed)}")
     size = fixed.pop() if fixed else max(1, size)
+    if n == 0 and fixed_size(feed_dict):
+        empty = next(t.name for t, v in feed_dict.items() if np.ndim(v) > 0)
+        raise FeedError(
+            f"feed {empty}: the input holds no sequences, and the graph's placeholders take batches of exactly {size}: "
+            "feed at least one sequence"
+        )
     for first, last in [(0, n)] if ranges is None else ranges:
         for start in range(first, last, size) if last > first else [first]:  # an empty range: one empty batch
             stop = min(start + size, last)
