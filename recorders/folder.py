@@ -196,10 +196,10 @@ class Folder:
         except (FileNotFoundError, NotADirectoryError):
             return []
         try:
-            modes = [(name, stat.S_IFMT(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)) for name in sorted(os.listdir(fd))]
+            modes = [(name, _mode(name, fd)) for name in sorted(os.listdir(fd))]
         finally:
             os.close(fd)
-        return [(name, kinds.get(mode, "not a regular file")) for name, mode in modes if mode not in (stat.S_IFREG, stat.S_IFDIR)]
+        return [(name, kinds.get(mode, "not a regular file")) for name, mode in modes if mode not in (None, stat.S_IFREG, stat.S_IFDIR)]
 
     def files(self, sub: str) -> list[str]:
         """Every regular file below the folder `sub`, as paths relative to the root, sorted (links are not followed)."""
@@ -211,8 +211,17 @@ class Folder:
         try:
             for top, _, names, top_fd in os.fwalk(".", dir_fd=fd):
                 for name in names:
-                    if stat.S_ISREG(os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode):
+                    if _mode(name, top_fd) == stat.S_IFREG:
                         found.append(os.path.normpath(f"{sub}/{top}/{name}"))
         finally:
             os.close(fd)
         return sorted(found)
+
+
+def _mode(name: str, dir_fd: int) -> int | None:
+    """The file type of the entry `name` (`stat.S_IFREG`, ...), never following a link; None if
+    it is gone (another writer renamed its temporary file into place meanwhile)."""
+    try:
+        return stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return None
