@@ -61,8 +61,10 @@ def test_inspect_table_and_json(model, capsys):
     table = capsys.readouterr().out
     assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      5      i,j,f,o  forward" in table
     assert "rnn/basic_lstm_cell/split ... rnn/basic_lstm_cell/split_4" in table
+    assert "feed x (float32 [None, 5, 4], tensor x:0): --feed x=FILE.npy" in table  # what to feed, and how
     assert main(["inspect", path, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"] == [{"name": "x", "tensor": "x:0", "dtype": "float32", "shape": [None, 5, 4]}]
     (cell,) = doc["cells"]
     assert {k: cell[k] for k in ("name", "kind", "units", "input_size", "steps", "gates")} == {
         "name": "rnn/basic_lstm_cell",

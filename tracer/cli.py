@@ -336,13 +336,18 @@ def _inspect(args) -> None:
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
         unsafe = sorted(set(loading + unsafe_ops(model.graph, fetches)))
         inputs = [_signature_input(model.graph, name, tensor) for name, tensor in model.inputs.items()]
+        if not inputs:  # a checkpoint or frozen graph: the placeholders the gates need
+            from tracer.inputs.feeds import unfed_placeholders
+
+            needed = sorted(op.name for op in unfed_placeholders(plan.tensors, set()))
+            inputs = [_signature_input(model.graph, name, f"{name}:0") for name in needed]
     if args.json:
         described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}
         print(json.dumps({**described, "inputs": inputs} if inputs else described))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
     for i in inputs:
-        print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']})")
+        print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
         steps = f"{c.loop.length or '?'} (loop)" if c.loop else f"{c.fused.length or '?'}" if c.fused else str(len(c.steps))
