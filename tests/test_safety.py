@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracer
+from recorders import Recording
 from recorders.errors import UnsafeGraphError
 from tests.conftest import CONFIGS, build, save
 from tracer._tf import tf, v1
@@ -93,3 +94,39 @@ def test_safe_models_say_so(tmp_path, capsys):
     path = save(build(lambda x: [v1.nn.static_rnn(CONFIGS["LSTMCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]), "savedmodel", tmp_path)
     assert main(["inspect", path]) == 0
     assert "unsafe ops: none (loading and recording run only allowlisted ops)" in capsys.readouterr().out
+
+
+def test_dropout_between_stacked_cells_records_with_keep_prob_1(tmp_path, capsys):
+    """MultiRNNCell of DropoutWrapper cells, as TF1 scripts built them: the upper cell's input
+    passes through dropout's RandomUniform, which reads and writes nothing. Fed keep_prob=1.0
+    (the example of `record --help`), the gates equal a float64 GRU written here."""
+    R = v1.nn.rnn_cell
+
+    def body(x):
+        keep = v1.placeholder_with_default(0.5, [], name="keep_prob")
+        cells = R.MultiRNNCell([R.DropoutWrapper(R.GRUCell(3), output_keep_prob=keep) for _ in range(2)])
+        return [v1.nn.static_rnn(cells, tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    built = build(body)
+    path = save(built, "checkpoint", tmp_path)
+    xs = np.random.RandomState(4).uniform(-1, 1, (3, 5, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", "keep_prob=1.0", "--out", str(tmp_path / "rec"), "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+
+    def sigmoid(v):
+        return 1 / (1 + np.exp(-v))
+
+    inputs = xs.astype(np.float64)
+    for layer in range(2):
+        w = {k: v.astype(np.float64) for k, v in built.weights[f"rnn/multi_rnn_cell/cell_{layer}/gru_cell"].items()}
+        h, outs, u_act = np.zeros((3, 3)), [], []
+        for t in range(5):
+            r, u = np.split(sigmoid(np.concatenate([inputs[:, t], h], 1) @ w["kernel"] + w["bias"]), 2, axis=1)
+            c = np.tanh(np.concatenate([inputs[:, t], r * h], 1) @ w["candidate_kernel"] + w["candidate_bias"])
+            h = u * h + (1 - u) * c
+            outs.append(h)
+            u_act.append(u)
+        cell = f"rnn/multi_rnn_cell/cell_{layer}/gru_cell"
+        np.testing.assert_allclose(Recording(tmp_path / "rec").gate_array(cell, "u", "activation"), np.stack(u_act, 1), atol=1e-5)
+        inputs = np.stack(outs, 1)

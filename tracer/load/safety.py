@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
-# nothing outside the session. Fused RNN kernels and the in-memory audio ops that speech
+# nothing outside the session. Random ops (dropout's) too: they read and write nothing. Fused RNN kernels and the in-memory audio ops that speech
 # models run before their RNN (DecodeWav decodes bytes it is given; it reads no file) too.
 SAFE_OPS = frozenset(
     """
@@ -50,6 +50,11 @@ SAFE_OPS = frozenset(
     TensorListFromTensor TensorListGetItem TensorListSetItem TensorListReserve TensorListStack
     TensorListElementShape TensorListLength TensorListPushBack TensorListPopBack EmptyTensorList TensorListResize
     TensorListConcatV2 TensorListSplit TensorListScatterIntoExistingList TensorListGather TensorListScatterV2
+    RandomUniform RandomUniformInt RandomStandardNormal TruncatedNormal Multinomial RandomShuffle RandomGamma
+    RandomPoisson RandomPoissonV2 StatelessRandomUniform StatelessRandomUniformV2 StatelessRandomUniformInt
+    StatelessRandomUniformIntV2 StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2 StatelessRandomNormal
+    StatelessRandomNormalV2 StatelessTruncatedNormal StatelessTruncatedNormalV2 StatelessMultinomial
+    StatelessRandomGetKeyCounter StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg
     LSTMBlockCell BlockLSTM BlockLSTMV2 GRUBlockCell
     DecodeWav AudioSpectrogram Mfcc
     """.split()
