@@ -514,3 +514,24 @@ def test_a_tensor_no_batch_size_makes_fit_is_named_with_its_size(how, tmp_path, 
     else:
         assert msg == "the model's op huge, a tensor of [1000000, 1000000] float (3725.3 GB) does not fit in memory, whatever the batch size; nothing was recorded"
     assert "--batch-size" not in msg and not (tmp_path / "out").exists()
+
+
+def test_inputs_of_another_type_are_cast_with_a_word_and_never_changed(models, tmp_path, capfd):
+    _, paths = models
+    x = np.random.RandomState(6).randn(3, 5, 4)
+    np.save(tmp_path / "x64.npy", x)
+    np.save(tmp_path / "x32.npy", x.astype(np.float32))
+    run = lambda name, *flags: main(["record", paths["checkpoint"], "--feed", f"x={tmp_path / name}", "--out", str(tmp_path / name[:-4]), *flags])  # noqa: E731
+    assert run("x64.npy") == 0
+    assert "gatetrace: feed x:0: the input is float64, the placeholder float32: values are cast, rounding each value" in capfd.readouterr().err
+    assert run("x32.npy", "--quiet") == 0 and capfd.readouterr().err == ""
+    assert pd.read_parquet(tmp_path / "x64" / "gates").equals(pd.read_parquet(tmp_path / "x32" / "gates"))
+    big = np.ones((3, 5, 4), np.int64)
+    big[2, 1, 0] = 2**24 + 1  # float32 would make it 2**24
+    np.save(tmp_path / "xint.npy", big)
+    assert run("xint.npy", "--quiet") == 2
+    assert capfd.readouterr().err.strip().endswith(
+        "feed x:0: row 2 holds the integer 16,777,217, which float32 (the placeholder's type) cannot hold exactly (beyond "
+        "16,777,216): convert the input to the values the model expects; nothing was recorded: fix the input and rerun"
+    )
+    assert not (tmp_path / "xint").exists()

@@ -17,7 +17,7 @@ from recorders.errors import FeedError
 from tracer._tf import tf
 from tracer.inputs.files import is_input_spec, open_input
 
-__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "fixed_size", "batches"]
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "fixed_size", "cast_notes", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 
@@ -159,6 +159,34 @@ def count_sequences(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> int | None:
     return next(iter(sizes.values()), None)
 
 
+def _exactly(part: np.ndarray, tensor: tf.Tensor, start: int) -> np.ndarray:
+    """`part` in the placeholder's dtype; FeedError for integers the float type cannot hold
+    exactly (beyond 2^24 for float32): a cast must not change what the model is fed."""
+    want = np.dtype(tensor.dtype.as_numpy_dtype)
+    if part.dtype.kind in "iu" and want.kind == "f" and part.size:
+        limit = 2 ** (np.finfo(want).nmant + 1)
+        largest = int(np.abs(part.astype(np.int64)).max())
+        if largest > limit:
+            row = start + int(np.flatnonzero((np.abs(part.astype(np.int64)) > limit).reshape(len(part), -1).any(1))[0])
+            raise FeedError(
+                f"feed {tensor.name}: row {row:,} holds the integer {largest:,}, which {want.name} (the placeholder's type) cannot "
+                f"hold exactly (beyond {limit:,}): convert the input to the values the model expects"
+            )
+    return part.astype(want, copy=False)
+
+
+def cast_notes(feed_dict: Mapping[tf.Tensor, Any]) -> list[str]:
+    """A line for each array feed whose values are cast to the placeholder's type."""
+    notes = []
+    for t, v in feed_dict.items():
+        given = np.dtype(v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)  # an input file's rows stay unread
+        want = np.dtype(t.dtype.as_numpy_dtype)
+        if np.ndim(v) > 0 and given != want:
+            how = "exactly (a value it cannot hold exactly is refused)" if given.kind in "iub" else "rounding each value"
+            notes.append(f"feed {t.name}: the input is {given.name}, the placeholder {want.name}: values are cast, {how}")
+    return notes
+
+
 def fixed_size(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> set[int]:
     """The batch sizes the fed placeholders fix (their static first dimension), if any."""
     return {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
@@ -199,7 +227,7 @@ def batches(
                 if np.ndim(v) == 0:
                     batch[t] = v
                     continue
-                part = np.asarray(v[start:stop], dtype=t.dtype.as_numpy_dtype)
+                part = _exactly(np.asarray(v[start:stop]), t, start)
                 if t.shape.rank and t.shape[0] is not None and 0 < len(part) < size:
                     part = np.concatenate([part, np.repeat(part[-1:], size - len(part), axis=0)])
                 batch[t] = part

@@ -33,6 +33,7 @@ from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers, hidden_layers
 from tracer.inputs.feeds import (
     batches,
+    cast_notes,
     count_sequences,
     resolve_feeds,
     unfed_placeholders,
@@ -223,6 +224,9 @@ def record(
     if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
         choice = replace(choice, size=batch_size)
     batch_size = choice.size
+    if progress:
+        for note in cast_notes(feed_dict) if not isinstance(model, KerasModel) else []:
+            print(f"gatetrace: {note}", file=sys.stderr)
     if choice.why and progress:
         print(f"gatetrace: {choice.why}", file=sys.stderr)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
