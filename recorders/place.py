@@ -99,11 +99,16 @@ class LocalPlace(Place):
     def exists(self) -> bool:
         return self.path.exists()
 
+    @property
+    def _there(self) -> bool:
+        """Whether the folder is open, or exists to be opened."""
+        return self._folder is not None or self.path.is_dir()
+
     def entries(self) -> list[str]:
-        return self.folder.entries() if self._folder is not None or self.path.is_dir() else []
+        return self.folder.entries() if self._there else []
 
     def files(self, sub: str) -> list[str]:
-        return self.folder.files(sub) if self._folder is not None or self.path.is_dir() else []
+        return self.folder.files(sub) if self._there else []
 
     def read_bytes(self, rel: str) -> bytes:
         return self.folder.read_bytes(rel)
@@ -116,7 +121,7 @@ class LocalPlace(Place):
             raise RecordingError(f"cannot write {self.path / rel}: {err.strerror or err}") from err
 
     def remove(self, rel: str) -> None:
-        if self._folder is not None or self.path.is_dir():
+        if self._there:
             self.folder.remove(rel)
 
     def parquet_metadata(self, rel: str) -> Any:

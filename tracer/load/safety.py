@@ -258,7 +258,10 @@ def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: f
     refuse(unsafe_ops(graph, fetches, allowed), what, source)
 
 
-def check_model(model, fetches: Iterable, what: str) -> None:
-    """`check` on a `tracer.load.model.Model`'s graph, unless it was loaded with allow_unsafe_ops."""
+def check_model(model, fetches: Iterable, what: str) -> list[tuple[str, str]]:
+    """`check` on a `tracer.load.model.Model`'s graph, unless it was loaded with allow_unsafe_ops;
+    returns what running `fetches` runs (`ops_to_run`), walked once for the caller's use too."""
+    ran = ops_to_run(model.graph, fetches)
     if not model.allow_unsafe_ops:
-        check(model.graph, fetches, what, model.source)
+        refuse(_outside(ran, frozenset()), what, model.source)
+    return ran

@@ -40,7 +40,7 @@ from tracer.inputs.feeds import (
 )
 from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.model import Model
-from tracer.load.safety import check_model, ops_to_run
+from tracer.load.safety import check_model
 from tracer.run.budget import (
     DEFAULT_BATCH_SIZE,
     bytes_per_sequence,
@@ -120,10 +120,8 @@ def _prepare(
     plan = FetchPlan(model.graph, cells, context=found, steps=steps)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
-    check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
-    too_large = fixed_size_problem(
-        model.graph.get_operation_by_name(name) for name, _ in ops_to_run(model.graph, [*plan.tensors, *weights]) if " in function " not in name
-    )
+    ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
+    too_large = fixed_size_problem(model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name)
     if too_large:
         raise RecordingError(f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run")
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
