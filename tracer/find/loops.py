@@ -80,7 +80,18 @@ def _value(t: tf.Tensor) -> tf.Tensor:
     for op in t.consumers():
         if op.type == "ReadVariableOp":
             return op.outputs[0]
-    raise GraphPatternError(f"{t.name}: a variable handle entering a while loop, and the graph holds no read of it to fetch")
+    # Only the loop body reads it (TF 2.2-2.4 exports, whose layers read their weights inside
+    # the step): add the read outside, as the body does it.
+    handle = t
+    while handle.op.type == "Identity":
+        handle = handle.op.inputs[0]
+    if handle.op.type != "VarHandleOp":
+        raise GraphPatternError(
+            f"{t.name}: a resource entering a while loop as the cell's weight, made by {handle.op.type} "
+            f"({handle.op.name}) where a VarHandleOp was expected, and no read of it outside the loop to fetch"
+        )
+    with t.graph.as_default(), t.graph.name_scope(None):
+        return tf.raw_ops.ReadVariableOp(resource=t, dtype=handle.op.get_attr("dtype"), name=f"{handle.op.name}/gatetrace_read")
 
 
 def _whole(t: tf.Tensor) -> tf.Tensor:
