@@ -20,7 +20,6 @@ import pytest
 from recorders import Recording
 from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
 from tests.conftest import run_cli
-from tracer._tf import tf
 
 pytestmark = pytest.mark.e2e
 
@@ -264,31 +263,6 @@ def test_a_signature_reading_variables_that_restoring_does_not_fill_is_refused(t
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "signature 'serving_default' reads 3 variables that restoring does not fill (lstm/lstm_cell/bias" in done.stderr
     assert "export the Keras model itself with model.export()" in done.stderr
-
-
-class _CudnnLSTM(tf.Module):
-    """What a model exported on a GPU runs: cuDNN's fused LSTM kernel, called directly."""
-
-    def __init__(self):
-        self.params = tf.Variable(tf.zeros([4 * (3 * 2 + 2 * 2) + 8 * 2]), name="params")
-
-    @tf.function(input_signature=[tf.TensorSpec([5, None, 3], tf.float32)], autograph=False)
-    def __call__(self, x):
-        batch = tf.shape(x)[1]
-        h = tf.zeros(tf.stack([1, batch, 2]))
-        out = tf.raw_ops.CudnnRNNV3(input=x, input_h=h, input_c=h, params=self.params, sequence_lengths=tf.fill([batch], 5),
-                                    rnn_mode="lstm", is_training=False)
-        return out[0]
-
-
-def test_a_model_exported_on_a_gpu_is_refused_naming_its_cudnn_op(tmp_path):
-    """No CPU kernel exists for CudnnRNNV3: the refusal names it and what to do, instead of
-    saying that no cell was found (or blaming a tf.Module)."""
-    tf.saved_model.save(_CudnnLSTM(), str(tmp_path / "gpu"))
-    done = run_cli("inspect", str(tmp_path / "gpu"))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "it runs CudnnRNNV3 (" in done.stderr and "cuDNN's fused RNN kernel, which runs on a GPU only" in done.stderr
-    assert "the Keras model itself saved with model.save('model.keras')" in done.stderr
 
 
 @pytest.mark.parametrize("steps", [1, T])

@@ -19,18 +19,25 @@ those ops itself, after `tracer.load.safety` has checked them: every op on the a
 every restore op reading the model's own checkpoint, and every variable it restores
 present in that checkpoint. `allow_unsafe_ops` skips the op check. With `restore=False`
 nothing runs at all (for `inspect`).
+
+A graph calling cuDNN's RNN ops (exported on a GPU), which have no CPU kernel, is loaded with
+those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
+from tracer.load.cudnn import cudnn_calls, params_size, replace_cudnn
 from tracer.load.import_check import check_before_import
 from tracer.load.inline import (
     DEFAULT_SIGNATURE,
@@ -137,33 +144,79 @@ def _weights_only(source: str, prefix: str) -> str:
 
 
 # cuDNN's fused RNN kernels: a model exported on a GPU calls them directly (Keras 3 under
-# tf.saved_model.save), and TensorFlow has no CPU kernel for them.
+# tf.saved_model.save), and TensorFlow has no CPU kernel for them: `tracer.load.cudnn`
+# replaces those in the graph itself; those left inside functions cannot be.
 GPU_ONLY_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
 
 
 def gpu_only_problem(graph: tf.Graph) -> str | None:
-    """What to say of a graph that runs a cuDNN RNN op, in its own ops or its functions (None
-    if it runs none): no CPU kernel exists for it, and its weights are one opaque buffer."""
-    found = [(op.name, op.type) for op in graph.get_operations() if op.type in GPU_ONLY_OPS]
-    if not found:
-        found = [(f"{n.name} in function {f.signature.name}", n.op) for f in graph.as_graph_def().library.function
-                 for n in f.node_def if n.op in GPU_ONLY_OPS]
+    """What to say of a graph that runs a cuDNN RNN op inside a function (None if it runs
+    none there): no CPU kernel exists for it, and the op cannot be replaced inside a function."""
+    found = [(f"{n.name} in function {f.signature.name}", n.op) for f in graph.as_graph_def().library.function
+             for n in f.node_def if n.op in GPU_ONLY_OPS]
     if not found:
         return None
     name, kind = found[0]
     more = f" and {len(found) - 1} more" if len(found) > 1 else ""
     return (
         f"it runs {kind} ({name}{more}), cuDNN's fused RNN kernel, which runs on a GPU only (the model was exported on a "
-        "GPU, or built with CudnnLSTM/CudnnGRU) and keeps its weights in one opaque buffer: record the same model built "
-        "for the CPU: the Keras model itself saved with model.save('model.keras'), a SavedModel exported on a CPU, or a TF1 "
-        "graph with CudnnCompatibleLSTMCell or LSTMBlockFusedCell"
+        "GPU), inside a function that gatetrace does not inline, so it cannot be replaced by steps that run on the CPU: "
+        "record the same model built for the CPU: the Keras model itself saved with model.save('model.keras'), or a "
+        "SavedModel exported on a CPU"
     )
 
 
-def _refuse_gpu_only(graph: tf.Graph, source: str) -> None:
+def _refuse_gpu_only_in_functions(graph: tf.Graph, source: str) -> None:
     problem = gpu_only_problem(graph)
     if problem:
         raise ModelFormatError(f"{source}: {problem}")
+
+
+def _runs_cudnn(graph: tf.Graph) -> bool:
+    return any(op.type in GPU_ONLY_OPS for op in graph.get_operations())
+
+
+def _on_the_cpu(model: Model, restore: bool, config=None) -> Model:
+    """`model` (not restored yet if it runs cuDNN ops) with its cuDNN RNN ops replaced by the
+    same steps (`tracer.load.cudnn`), in a new graph and session, restored if `restore`; or
+    `model` itself if it runs none. A graph holding an op without a CPU kernel cannot run at
+    all, so the steps are first drawn with zero weights, restored, and the packed params
+    read there; then drawn again with the weights cut from them, and restored. With
+    `restore=False` nothing runs: the steps keep zero weights (enough to find and list cells)."""
+    if not _runs_cudnn(model.graph):
+        return model
+    with _closed_if_it_fails(model.session, lambda line: f"{model.source}: cannot read its cuDNN ops: {line}"):
+        calls = cudnn_calls(model.graph, model.source)
+        with model.graph.as_default():
+            meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
+    model.close()
+    zeros = {c.params: np.zeros(params_size(c.mode, c.input_size, c.units), np.float32) for c in calls}
+    drawn = _replaced(model, meta, calls, zeros, restore, config)
+    if not restore:
+        return drawn
+    with _closed_if_it_fails(drawn.session, lambda line: f"{model.source}: cannot read its cuDNN weights: {line}"):
+        tensors = sorted({call.params for call in calls})
+        if not model.allow_unsafe_ops:
+            refuse(unsafe_ops(drawn.graph, tensors), "reading its cuDNN weights", model.source)
+        values = dict(zip(tensors, drawn.session.run(tensors)))
+    drawn.close()
+    return _replaced(model, meta, calls, values, restore, config)
+
+
+def _replaced(model: Model, meta, calls, params: dict, restore: bool, config) -> Model:
+    """`model` from the meta graph `meta` with `calls` replaced (weights from `params`), checked
+    before it is imported, in a session of its own, restored if `restore`."""
+    meta = copy.deepcopy(meta)
+    meta.graph_def.CopyFrom(replace_cudnn(meta.graph_def, calls, params))
+    check_before_import(meta.graph_def, model.source, model.allow_unsafe_ops)
+    graph = tf.Graph()
+    session = v1.Session(graph=graph, config=config)
+    with _closed_if_it_fails(session, lambda line: f"{model.source}: cannot run its cuDNN ops' replacement: {line}"):
+        with graph.as_default():
+            v1.train.import_meta_graph(meta, clear_devices=True)
+        if restore and model.load_plan:
+            model.load_plan.run(session, model.source, model.allow_unsafe_ops)
+    return replace(model, graph=graph, session=session)
 
 
 def _checkpoint_prefix(path: Path) -> str | None:
@@ -308,10 +361,10 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     with _closed_if_it_fails(session, failed):
         with graph.as_default():
             plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
-        _refuse_gpu_only(graph, source)
-        if restore:
+        _refuse_gpu_only_in_functions(graph, source)
+        if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
-    return Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan)
+    return _on_the_cpu(Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan), restore)
 
 
 INIT_OP_SIGNATURE = "__saved_model_init_op"  # where TensorFlow's loader looks for the init op first
@@ -393,13 +446,14 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     with _closed_if_it_fails(session, lambda line: f"{source}: cannot read SavedModel: {line}"):
         with graph.as_default():
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
-        _refuse_gpu_only(graph, source)
+        _refuse_gpu_only_in_functions(graph, source)
         if tf2:
             _check_restored(graph, meta.signature_def[signature], plan, source, signature)
-        if restore:
+        if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
-    return Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
+    model = Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
+    return _on_the_cpu(model, restore, UNOPTIMIZED if tf2 else None)
 
 
 def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
@@ -433,7 +487,7 @@ def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str,
         )
 
 
-def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
+def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
     graph_def = v1.GraphDef()
     try:
         graph_def.ParseFromString(path.read_bytes())
@@ -448,8 +502,8 @@ def _load_frozen(path: Path, source: str, allow_unsafe_ops: bool) -> Model:
         raise ModelFormatError(
             f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
         ) from err
-    _refuse_gpu_only(graph, source)
-    return Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops)
+    _refuse_gpu_only_in_functions(graph, source)
+    return _on_the_cpu(Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops), restore)
 
 
 def load_model(
@@ -476,7 +530,7 @@ def load_model(
     if prefix is not None:
         return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
     if p.is_file() and p.suffix == ".pb":
-        return _load_frozen(p, source, allow_unsafe_ops)
+        return _load_frozen(p, source, restore, allow_unsafe_ops)
     if not p.exists() and Path(f"{source}.index").is_file():
         raise ModelFormatError(_weights_only(source, source))
     if not p.exists():
