@@ -137,20 +137,6 @@ def test_fused_ops_are_recorded_exactly(kind, tmp_path, capsys):
     np.testing.assert_array_equal(got["value"].to_numpy().reshape(D, U), kernel[:D, block * U : (block + 1) * U])
 
 
-def test_a_cudnn_rnn_is_named_in_one_line(tmp_path, capsys):
-    graph = tf.Graph()
-    with graph.as_default():
-        x = v1.placeholder(tf.float32, [T, None, D], name="x")
-        params = v1.get_variable("cudnn_lstm/opaque_kernel", [4 * U * (D + U + 2)])
-        h = tf.zeros([1, tf.shape(x)[1], U])
-        tf.raw_ops.CudnnRNN(input=x, input_h=h, input_c=h, params=params, rnn_mode="lstm", name="cudnn_lstm/CudnnRNN")
-        v1.train.export_meta_graph(str(tmp_path / "model.ckpt.meta"))  # CudnnRNN has no CPU kernel: nothing runs here
-    assert main(["inspect", str(tmp_path / "model.ckpt.meta")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "it runs CudnnRNN (cudnn_lstm/CudnnRNN), cuDNN's fused RNN kernel, which runs on a GPU only" in err
-    assert "keeps its weights in one opaque buffer: record the same model built for the CPU" in err
-
 
 def test_a_fused_cell_inside_a_while_loop_is_named_in_one_line(tmp_path, capsys):
     """LSTMBlockCell under dynamic_rnn (control flow v1): its outputs live inside the loop."""

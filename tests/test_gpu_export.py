@@ -3,7 +3,7 @@ the same LSTM and GRU steps (`tracer.load.cudnn`) and recorded on the CPU.
 
 Keras 3 exports are built by Keras' own code, in a fresh interpreter told that a GPU is
 there (Keras then calls `CudnnRNNV3`, as on a GPU); a raw `CudnnRNNV3` with both of cuDNN's
-biases stands for TF1's CudnnLSTM. Every value is compared with a float64 numpy
+biases, and TF1's `CudnnRNN` in a checkpoint, stand for TF1's CudnnLSTM. Every value is compared with a float64 numpy
 recomputation: Keras' formulas for the Keras models, cuDNN's documented layout and equations
 (written out here) for the raw op; the model's output with that of the same model on the CPU.
 """
@@ -20,7 +20,7 @@ import pytest
 from recorders import Recording
 from tests.conftest import run_cli
 from tests.test_keras import keras_module, layer_inputs, reference
-from tracer._tf import tf
+from tracer._tf import tf, v1
 
 pytestmark = pytest.mark.e2e
 
@@ -212,3 +212,35 @@ def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
     done = run_cli("inspect", str(tmp_path / "gpu"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "CudnnRNN (" in done.stderr and "runs 2 layers" in done.stderr
+
+
+def test_a_tf1_cudnn_lstm_checkpoint_records_on_the_cpu(tmp_path):
+    """TF1's CudnnLSTM: the v1 op `CudnnRNN` on a time-major input, its packed params one
+    variable (`opaque_kernel`), saved with a Saver on the CPU (nothing runs the op there)."""
+    rng = np.random.RandomState(4)
+    params = rng.uniform(-0.8, 0.8, 4 * UNITS * (FEATURES + UNITS) + 8 * UNITS).astype(np.float32)
+    with tf.Graph().as_default() as graph:  # the weights, as the GPU session saved them
+        v1.get_variable("cudnn_lstm/opaque_kernel", initializer=params)
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), write_meta_graph=False)
+    with tf.Graph().as_default():  # the graph, which no CPU session can run
+        x = v1.placeholder(tf.float32, [None, T, FEATURES], name="x")
+        kernel = v1.get_variable("cudnn_lstm/opaque_kernel", initializer=params)
+        h = tf.zeros(tf.stack([1, tf.shape(x)[0], UNITS]))
+        out = tf.raw_ops.CudnnRNN(input=tf.transpose(x, [1, 0, 2]), input_h=h, input_c=h, params=kernel, rnn_mode="lstm",
+                                  name="cudnn_lstm/CudnnRNN")[0]
+        tf.identity(out, name="y")
+        v1.train.Saver().export_meta_graph(str(tmp_path / "model.ckpt.meta"))
+    xs = rng.uniform(-1, 1, (EXAMPLES, T, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    done = run_cli("record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "rec")
+    assert rec.cells == ["cudnn_lstm/lstm_cell"]
+    gates, states, _ = cudnn_lstm_reference(xs.transpose(1, 0, 2).astype(np.float64), params)
+    for g, (pre, act) in gates.items():
+        np.testing.assert_allclose(rec.gate_array("cudnn_lstm/lstm_cell", g, "preactivation"), pre, atol=1e-5, err_msg=g)
+        np.testing.assert_allclose(rec.gate_array("cudnn_lstm/lstm_cell", g, "activation"), act, atol=1e-5, err_msg=g)
+    for s, want in states.items():
+        np.testing.assert_allclose(rec.state_array("cudnn_lstm/lstm_cell", s), want, atol=1e-5, err_msg=s)
