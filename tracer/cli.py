@@ -325,12 +325,12 @@ def _inspect(args) -> None:
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
+    from tracer.run.recording import from_loops
 
     model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False, allow_unsafe_ops=args.allow_unsafe_ops)
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
-    with model:
-        cells = tracer.find_cells(model.graph, model.source)
+    with model, from_loops(model, tracer.find_cells(model.graph, model.source), progress=False, restore=False) as (model, cells):
         plan = tracer.FetchPlan(model.graph, cells)
         fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
@@ -367,7 +367,7 @@ def _inspect(args) -> None:
             span = first if len(c.steps) == 1 else f"{first} ... {last}"
             print(f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}")
         else:
-            how = "replayed" if c.path == "replay" else "fused"
+            how = {"replay": "replayed", "loop": "from its loop", "fused": "fused"}[c.path]
             print(f"{c.name}: {how}, {', '.join(extras)}: {c.describe()['why']}")
     print(f"\n{_batch_note(cells)}")
     if unsafe:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from tracer._tf import tf
 from tracer.spec.cells import CellSpec
-from tracer.spec.found import Cell
+from tracer.spec.found import Cell, Step
 
-__all__ = ["ADDS", "ACTIVATIONS", "Application", "cell_of"]
+__all__ = ["ADDS", "ACTIVATIONS", "Application", "cell_of", "step_of"]
 
 ADDS = {"Add", "AddV2"}  # the op types of `a + b`
 
@@ -61,6 +61,19 @@ def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None, sepa
     units = columns // spec.weights[0].blocks
     output_size = units if projection is None else projection.shape.as_list()[1]
     return units, rows if separate else rows - output_size, output_size
+
+
+def step_of(app: Application, position: int) -> Step:
+    """The tensor names of `app`, a step that read input position `position`."""
+    return Step(
+        position=position,
+        gate_op=app.gate_op.name,
+        preactivation=tuple(t.name for t in app.preactivation),
+        activation=tuple(t.name for t in app.activation),
+        states=tuple(t.name for t in app.states),
+        input=app.input.name,
+        previous=tuple(t.name for t in app.previous),
+    )
 
 
 def cell_of(app: Application, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest) -> Cell:

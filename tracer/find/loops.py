@@ -23,7 +23,7 @@ from typing import Callable
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.find.application import cell_of
+from tracer.find.application import cell_of, step_of
 from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_source
 from tracer.find.steps import find_steps
 from tracer.spec.found import Loop
@@ -62,6 +62,11 @@ def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
         if op.type in ("Select", "SelectV2") and op.inputs[0].op.type == "GreaterEqual":
             return op.inputs[0].op.inputs[1]
     return None
+
+
+def _selected(h_new: tf.Tensor) -> bool:
+    """Whether the loop keeps its state or the new one by a `Select` (Keras' mask inside `K.rnn`)."""
+    return any(op.type in ("Select", "SelectV2") for op in h_new.consumers())
 
 
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
@@ -273,6 +278,8 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 lengths=None if lengths is None else op.inputs[arg(lengths)].name,
                 outputs=None if stacked is None else stacked.outputs[0].name,
                 length=_length(graph, inputs, below),
+                masked=lengths is None and _selected(app.states[-1]),
+                body=step_of(app, 0),
                 **_reversal(graph, inputs, below),
             )
             weights = {role: _value(_whole(op.inputs[arg(t)])).name for role, t in app.weights.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.find.application import Application, cell_of
+from tracer.find.application import Application, cell_of, step_of
 from tracer.find.edges import (
     cell_name,
     chains,
@@ -22,7 +22,7 @@ from tracer.find.edges import (
     topological_index,
     weight_source,
 )
-from tracer.spec.found import Cell, Step
+from tracer.spec.found import Cell
 
 __all__ = ["unrolled_cells"]
 
@@ -82,18 +82,7 @@ def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cel
                 f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
                 f"{app.activation_name}); expected one cell class applied at every step"
             )
-    steps = [
-        Step(
-            position=pos,
-            gate_op=app.gate_op.name,
-            preactivation=tuple(t.name for t in app.preactivation),
-            activation=tuple(t.name for t in app.activation),
-            states=tuple(t.name for t in app.states),
-            input=app.input.name,
-            previous=tuple(t.name for t in app.previous),
-        )
-        for pos, app in zip(positions, apps)
-    ]
+    steps = [step_of(app, pos) for pos, app in zip(positions, apps)]
     steps.sort(key=lambda s: s.position)
     return cell_of(
         first,

@@ -31,7 +31,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from tracer.load.inline import (
 from tracer.load.keras import KerasModel, is_keras_file, load_keras
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
-__all__ = ["Model", "LoadPlan", "load_model", "from_session", "error_line", "gpu_only_problem", "FORMATS", "GPU_ONLY_OPS"]
+__all__ = ["Model", "LoadPlan", "load_model", "rebuilt", "from_session", "error_line", "gpu_only_problem", "FORMATS", "GPU_ONLY_OPS"]
 
 FORMATS = (
     "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
@@ -76,6 +76,7 @@ class Model:
     allow_unsafe_ops: bool = False
     load_plan: "LoadPlan | None" = None
     inputs: dict[str, str] = field(default_factory=dict)
+    session_config: Any = None  # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
 
     @property
     def load_ops(self) -> tuple[str, ...]:
@@ -176,7 +177,7 @@ def _runs_cudnn(graph: tf.Graph) -> bool:
     return any(op.type in GPU_ONLY_OPS for op in graph.get_operations())
 
 
-def _on_the_cpu(model: Model, restore: bool, config=None) -> Model:
+def _on_the_cpu(model: Model, restore: bool) -> Model:
     """`model` (not restored yet if it runs cuDNN ops) with its cuDNN RNN ops replaced by the
     same steps (`tracer.load.cudnn`), in a new graph and session, restored if `restore`; or
     `model` itself if it runs none. A graph holding an op without a CPU kernel cannot run at
@@ -191,7 +192,7 @@ def _on_the_cpu(model: Model, restore: bool, config=None) -> Model:
             meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
     model.close()
     zeros = {c.params: np.zeros(params_size(c.mode, c.input_size, c.units), np.float32) for c in calls}
-    drawn = _replaced(model, meta, calls, zeros, restore, config)
+    drawn = _replaced(model, meta, calls, zeros, restore)
     if not restore:
         return drawn
     with _closed_if_it_fails(drawn.session, lambda line: f"{model.source}: cannot read its cuDNN weights: {line}"):
@@ -200,23 +201,29 @@ def _on_the_cpu(model: Model, restore: bool, config=None) -> Model:
             refuse(unsafe_ops(drawn.graph, tensors), "reading its cuDNN weights", model.source)
         values = dict(zip(tensors, drawn.session.run(tensors)))
     drawn.close()
-    return _replaced(model, meta, calls, values, restore, config)
+    return _replaced(model, meta, calls, values, restore)
 
 
-def _replaced(model: Model, meta, calls, params: dict, restore: bool, config) -> Model:
-    """`model` from the meta graph `meta` with `calls` replaced (weights from `params`), checked
-    before it is imported, in a session of its own, restored if `restore`."""
+def _replaced(model: Model, meta, calls, params: dict, restore: bool) -> Model:
+    """`model` from the meta graph `meta` with `calls` replaced (weights from `params`)."""
     meta = copy.deepcopy(meta)
     meta.graph_def.CopyFrom(replace_cudnn(meta.graph_def, calls, params))
+    return rebuilt(model, meta, restore)
+
+
+def rebuilt(model: Model, meta, restore: bool = True) -> Model:
+    """A new Model of the meta graph `meta` (a rewrite of `model`'s), checked before it is
+    imported as every graph is, in a session of its own, restored by `model`'s load plan if
+    `restore`; `model` itself is left as it is (its owner closes it)."""
     check_before_import(meta.graph_def, model.source, model.allow_unsafe_ops)
     graph = tf.Graph()
-    session = v1.Session(graph=graph, config=config)
-    with _closed_if_it_fails(session, lambda line: f"{model.source}: cannot run its cuDNN ops' replacement: {line}"):
+    session = v1.Session(graph=graph, config=model.session_config)
+    with _closed_if_it_fails(session, lambda line: f"{model.source}: cannot run its rewritten graph: {line}"):
         with graph.as_default():
             v1.train.import_meta_graph(meta, clear_devices=True)
         if restore and model.load_plan:
             model.load_plan.run(session, model.source, model.allow_unsafe_ops)
-    return replace(model, graph=graph, session=session)
+    return replace(model, graph=graph, session=session, owns_session=True)
 
 
 def _checkpoint_prefix(path: Path) -> str | None:
@@ -452,8 +459,9 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
         if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
-    model = Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs)
-    return _on_the_cpu(model, restore, UNOPTIMIZED if tf2 else None)
+    model = Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs,
+                  session_config=UNOPTIMIZED if tf2 else None)
+    return _on_the_cpu(model, restore)
 
 
 def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:

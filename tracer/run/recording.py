@@ -15,7 +15,8 @@ import sys
 import threading
 from dataclasses import replace
 from functools import partial
-from typing import Any, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from tracer.run.budget import (
 )
 from tracer.run.select import Selection
 from tracer.spec.found import Cell
+from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan, Trace, assemble
 from tracer.values.keras import KerasPlan, resolve_inputs
 from tracer.values.weights import read_weights, weights_columns
@@ -100,6 +102,7 @@ def _prepare(
     timeout: float | None = None,
     skip_unfed: list | None = None,
     carry_state: bool = False,
+    verify: bool = False,
 ):
     """The cells, the plan, the checked feeds, and the function that runs one batch.
     With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there."""
@@ -117,7 +120,7 @@ def _prepare(
         cells = _reachable(model, cells, found, feeds, skip_unfed)
     if carry_state:
         raise SelectionError("--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs")
-    plan = FetchPlan(model.graph, cells, context=found, steps=steps)
+    plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
@@ -138,8 +141,32 @@ def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | N
     scalars. For a Keras model (a file loaded with `load_model`, or the model object
     itself), feeds is the input array, a list of them, or a mapping by input name.
     """
-    _, plan, feed_dict, run = _prepare(_as_model(model), feeds, cells, carry_state=carry_state)
-    return assemble(plan, run(feed_dict))
+    model = _as_model(model)
+    with from_loops(model, cells if cells is not None else find_all(model), progress=False) as (model, cells):
+        _, plan, feed_dict, run = _prepare(model, feeds, cells, carry_state=carry_state)
+        return assemble(plan, run(feed_dict))
+
+
+@contextmanager
+def from_loops(
+    model: Model | KerasModel, cells: Sequence[Cell], progress: bool, restore: bool = True
+) -> Iterator[tuple[Model | KerasModel, list[Cell]]]:
+    """The model and cells to record: a graph rebuilt (restored if `restore`) so that the
+    loops holding `cells` emit their gates (`tracer.values.emit.emitting`; closed on
+    leaving), or the model and cells as they are (a Keras model, a graph without such
+    loops). With `progress`, a line on stderr for each loop cell left to replay."""
+    if isinstance(model, KerasModel):
+        yield model, list(cells)
+        return
+    rebuilt, cells, notes = emitting(model, cells, restore)
+    if progress:
+        for note in notes:
+            print(f"gatetrace: {note}", file=sys.stderr)
+    try:
+        yield rebuilt, cells
+    finally:
+        if rebuilt is not model:
+            rebuilt.close()
 
 
 def describe(model: Model | KerasModel, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
@@ -169,6 +196,7 @@ def record(
     timeout: float | None = None,
     carry_state: bool = False,
     memory: int | None = None,
+    verify: bool = False,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -192,21 +220,32 @@ def record(
     their state from batch to batch, rows fed in order as one stream: row k of a batch
     continues row k of the batch before. Such a recording cannot be sharded, and a resume
     feeds the batches recorded before again (without writing them) to rebuild the state.
+    Cells in control-flow-v2 loops are taken from the loop itself, rewritten to emit them
+    (`from_loops`); with `verify` they are also replayed in numpy and must agree within 1e-4.
     The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     model = _as_model(model)
-    skipped: list[tuple[str, str]] = []
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
-    if cells is None:
-        cells = find_all(model)
     if carry_state and shard.count > 1:
         raise SelectionError(
             f"--carry-state with --shard {shard}: each shard would start its stream from zero state, not from the state "
             "the rows before it leave; record the stream in one process"
         )
+    with from_loops(model, selection.apply(cells if cells is not None else find_all(model)), progress) as (model, cells):
+        return _record(
+            model, feeds, out, cells, chosen, overwrite=overwrite, resume=resume, shard=shard, batch_size=batch_size,
+            selection=selection, progress=progress, lengths=lengths, compression=compression, timeout=timeout,
+            carry_state=carry_state, memory=memory, verify=verify,
+        )
+
+
+def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard, batch_size, selection, progress, lengths,
+            compression, timeout, carry_state, memory, verify) -> dict:
+    """`record` of the `cells` chosen, on a model whose loops emit them (see `from_loops`)."""
+    skipped: list[tuple[str, str]] = []
     cells, plan, feed_dict, run = _prepare(
-        model, feeds, selection.apply(cells), selection, timeout, None if chosen else skipped, carry_state=carry_state
+        model, feeds, cells, selection, timeout, None if chosen else skipped, carry_state=carry_state, verify=verify
     )
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)

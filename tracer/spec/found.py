@@ -37,6 +37,10 @@ class Loop:
                   pruned for deployment dropped.
     lengths:      the sequence lengths the loop compares time with, or None.
     outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
+    body:         (control flow v2) the cell's step inside the body function, which
+                  `tracer.values.emit` makes the loop emit.
+    emitted:      once it does: the outer tensors holding those values at every iteration
+                  (`Step` fields, each stacked [iterations, batch, ...]); None while replayed.
     reversed:     the loop reads its input reversed (the backward half of
                   `bidirectional_dynamic_rnn`): loop step t of an example of length n is
                   input position n - 1 - t.
@@ -55,6 +59,9 @@ class Loop:
     reversed: bool = False
     reverse_lengths: str | None = None
     length: int | None = None  # the number of steps, where the input's time axis is static
+    masked: bool = False  # the loop keeps the state where a mask (not a length) says so
+    body: "Step | None" = None  # control flow v2: the cell's step, tensor names in the body function
+    emitted: "Step | None" = None  # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,12 @@ class Cell(HasSpec):
     @property
     def path(self) -> str:
         """How its gates are recorded: `fetch` (the graph's own gate ops, one per step),
-        `replay` (recomputed in numpy from what enters and leaves its while loop) or `fused`
-        (a fused op's own outputs, preactivations recomputed from its inputs)."""
-        return "replay" if self.loop is not None else "fused" if self.fused is not None else "fetch"
+        `loop` (the gate ops inside a while loop, which the rewritten loop emits: see
+        `tracer.values.emit`), `replay` (recomputed in numpy from what enters and leaves its
+        while loop) or `fused` (a fused op's own outputs, preactivations recomputed from its inputs)."""
+        if self.loop is not None:
+            return "loop" if self.loop.emitted is not None else "replay"
+        return "fused" if self.fused is not None else "fetch"
 
     @property
     def positions(self) -> np.ndarray:
@@ -190,6 +200,13 @@ class Cell(HasSpec):
 
 def _why_replay(loop: Loop) -> str:
     kind = "a While op's body function" if loop.control_flow == "v2" else "a TF1 while loop (Enter/Exit)"
+    if loop.emitted is not None:
+        return (
+            f"its gate ops run inside {kind} ({loop.loop}), rewritten to emit them at every step (one TensorList "
+            "per tensor, as while_v2 keeps intermediates): they are fetched as TensorFlow computed them"
+        )
+    if loop.masked:
+        kind += ", which keeps its state where a mask says so"
     return (
         f"its gate ops run inside {kind} ({loop.loop}) and cannot be fetched: its gates are recomputed in numpy "
         "from the loop's input, initial state and weights, and checked against the loop's outputs and final state"

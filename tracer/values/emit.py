@@ -15,19 +15,27 @@ does the same to a loaded graph, at the GraphDef level:
 Only `EmptyTensorList`, `TensorListPushBack` and `TensorListStack` ops (with the Consts they
 read) are added; the loop computes exactly what it computed before, so the model's outputs are
 the same bit for bit, and so are the emitted values (the very tensors of the body).
+
+`emitting` does this for the loops of found cells (`Loop.body`, the cell's step inside the
+body) and rebuilds the model from the rewritten graph: the cells' `Loop.emitted` name the
+stacked tensors, fetched like any other (`tracer.values.fetch`). Loops of control flow v1
+(Enter/Exit frames) are not rewritten: their cells are replayed (`tracer.values.replay`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf, v1
+from tracer.load.model import Model, rebuilt
+from tracer.spec.found import Cell
 
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
 from tensorflow.python.ops import control_flow_util_v2, list_ops  # noqa: E402  # isort: skip
 
-__all__ = ["emit_loops", "LOOP_TYPES"]
+__all__ = ["emit_loops", "emitting", "LOOP_TYPES"]
 
 LOOP_TYPES = ("While", "StatelessWhile")
 _PREFIX = "gatetrace_emit"
@@ -142,3 +150,44 @@ def _extend_loop(node, count: int, nodes: dict) -> None:
                 node.attr[shapes].list.shape.add()  # a scalar variant
     if "_num_original_outputs" in node.attr:
         node.attr["_num_original_outputs"].i += count
+
+
+def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple[Model, list[Cell], list[str]]:
+    """`model` rebuilt (`tracer.load.model.rebuilt`, restored if `restore`) so that every
+    control-flow-v2 loop holding one of `cells` emits their gates and states, and the cells
+    with `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
+    replay. The new Model is the caller's to close. Where no cell is in such a loop, or the
+    model cannot be rebuilt (a live session's graph, whose variables only that session holds),
+    `model` and `cells` come back as they are."""
+    wanted: dict[str, list[str]] = {}
+    notes = []
+    for c in cells:
+        if c.loop is None or c.loop.emitted is not None:
+            continue
+        if c.loop.body is None:
+            notes.append(f"{c.name}: replayed: its loop {c.loop.loop} is a TF1 while loop (Enter/Exit), which gatetrace does not rewrite")
+        elif c.loop.masked:  # the replay's check against the loop's outputs fails, saying so
+            notes.append(f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow")
+        else:
+            names = wanted.setdefault(c.loop.loop, [])
+            names += [n for n in (*c.loop.body.preactivation, *c.loop.body.activation, *c.loop.body.states) if n not in names]
+    if not wanted:
+        return model, list(cells), notes
+    if model.load_plan is None and model.format != "frozen":
+        notes += [f"{c.name}: replayed: the graph of a live session cannot be rebuilt to emit it" for c in cells
+                  if c.loop and c.loop.loop in wanted]
+        return model, list(cells), notes
+    with model.graph.as_default():
+        meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
+    graph_def, emitted = emit_loops(meta.graph_def, wanted)
+    meta.graph_def.CopyFrom(graph_def)
+    new = rebuilt(model, meta, restore)
+
+    def outer(c: Cell) -> Cell:
+        if c.loop is None or c.loop.loop not in wanted or c.loop.body is None or c.loop.masked:
+            return c
+        body = c.loop.body
+        names = {field_: tuple(emitted[(c.loop.loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
+        return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
+
+    return new, [outer(c) for c in cells], notes

@@ -24,7 +24,7 @@ from tracer._tf import tf, v1
 from tracer.spec.found import Cell
 from tracer.values import running
 from tracer.values.fused import fused_values
-from tracer.values.replay import Replayed, check, replay
+from tracer.values.replay import Replayed, check, compare, replay
 from tracer.values.weights import stacked
 
 __all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
@@ -85,14 +85,23 @@ class FetchPlan:
     """The tensors to fetch for `cells`, and how to put the fetched values back together.
 
     An unrolled cell's gates are fetched from its own ops. A cell inside a while loop
-    (`cell.loop`) is replayed (`tracer.values.replay`): the plan fetches what enters and leaves
-    its loop in the same run, and `fetch` recomputes its gates and checks them. A fused
+    (`cell.loop`) is fetched from what its rewritten loop emits (`cell.loop.emitted`, see
+    `tracer.values.emit`), or else replayed (`tracer.values.replay`): the plan fetches what
+    enters and leaves its loop in the same run, and `fetch` recomputes its gates and checks
+    them. With `verify`, emitted cells are replayed too and must agree within 1e-4. A fused
     op's cell (`cell.fused`) has its op's inputs and outputs fetched (`tracer.find.fused`). A stacked
     layer needs the layer below it: `context` (all cells found) supplies those that are
     not among `cells`. `steps` keeps a [start, stop) window of a replayed cell's steps.
     """
 
-    def __init__(self, graph: tf.Graph, cells: Sequence[Cell], context: Sequence[Cell] = (), steps: tuple[int | None, int | None] = (None, None)):
+    def __init__(
+        self,
+        graph: tf.Graph,
+        cells: Sequence[Cell],
+        context: Sequence[Cell] = (),
+        steps: tuple[int | None, int | None] = (None, None),
+        verify: bool = False,
+    ):
         self.cells = list(cells)
         self._names: list[str] = []
         self._steps = slice(*steps)
@@ -116,25 +125,38 @@ class FetchPlan:
             ]
             for cell in self.cells
         ]
-        # Replayed cells, lower layers first, each with the slots of its loop's tensors.
-        self._replays = _replay_order(self.cells, context)
+        # Loop cells, lower layers first: emitted by their rewritten loop (`tracer.values.emit`),
+        # or replayed from the slots of what enters and leaves it. With `verify`, emitted ones
+        # are replayed too, and the two compared.
+        self._loops = _replay_order(self.cells, context)
+        self._verify = verify
+        replayed = [c for c in self._loops if c.path == "replay" or verify]
         self._loop_slots = {
             c.name: {
-                "weights": {role: slot(t) for role, t in c.weights.items()},
-                "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
-                "initial": [slot(t) for t in c.loop.initial],
-                "final": [None if t is None else slot(t) for t in c.loop.final],
                 "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
-                "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
                 "reverse_lengths": None if c.loop.reverse_lengths is None else slot(c.loop.reverse_lengths),
+                **(
+                    {"emitted": tuple([slot(n) for n in names] for names in (c.loop.emitted.preactivation, c.loop.emitted.activation, c.loop.emitted.states))}
+                    if c.path == "loop" else {}
+                ),
+                **(
+                    {
+                        "weights": {role: slot(t) for role, t in c.weights.items()},
+                        "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
+                        "initial": [slot(t) for t in c.loop.initial],
+                        "final": [None if t is None else slot(t) for t in c.loop.final],
+                        "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
+                    }
+                    if c in replayed else {}
+                ),
             }
-            for c in self._replays
+            for c in self._loops
         }
         # Fused cells: what their ops read and return, by name.
         self._fused = [c for c in self.cells if c.fused is not None]
         self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
-        computed = [*self._replays, *self._fused]  # each gets a `Replayed` after the fetched values
+        computed = [*self._loops, *self._fused]  # each gets a `Replayed` after the fetched values
         self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(computed)}
 
     def __len__(self) -> int:
@@ -142,7 +164,7 @@ class FetchPlan:
 
     def check_verifiable(self) -> None:
         """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""
-        _check_something_checks(self._replays)
+        _check_something_checks([c for c in self._loops if c.path == "replay"])
 
     def batch_of(self, values: Sequence) -> int:
         """How many examples the fetched `values` hold (when nothing fed says so)."""
@@ -160,15 +182,36 @@ class FetchPlan:
         replayed cell (see `gate`, `state` and `steps`). `timeout` limits the run in seconds;
         Ctrl-C cancels it (see `tracer.values.running`)."""
         values = list(running.run(session, self.tensors, feed_dict, timeout))
-        for cell in self._replays:
-            values.append(self._replay(cell, values))
+        for cell in self._loops:
+            if cell.path == "loop":
+                values.append(self._emitted(cell, values))
+                if self._verify:
+                    lengths = self._loop_slots[cell.name]["lengths"]
+                    replayed = self._replay(cell, values, check_outputs=False)
+                    compare(cell.name, replayed, values[-1], None if lengths is None else values[lengths])
+            else:
+                values.append(self._replay(cell, values))
         for cell in self._fused:
             slots = self._fused_slots[cell.name]
             weights = {role: values[slots[name]] for role, name in cell.weights.items()}
             values.append(fused_values(cell, {name: values[k] for name, k in slots.items()}, weights))
         return values
 
-    def _replay(self, cell: Cell, values: list) -> Replayed:
+    def _emitted(self, cell: Cell, values: list) -> Replayed:
+        """A loop cell's values as its rewritten loop emitted them: each tensor of its step
+        stacked [iterations, batch, ...], turned [batch, iterations, ...] (gates cut apart as
+        for an unrolled step)."""
+        pre, act, states = ([values[k] for k in slots] for slots in self._loop_slots[cell.name]["emitted"])
+
+        def gates(parts: list[np.ndarray]) -> np.ndarray:
+            steps, batch = parts[0].shape[:2]
+            flat = [p.reshape(steps * batch, -1) for p in parts]
+            each = np.stack([self._piece(cell, flat, g) for g in range(len(cell.gates))], axis=1)
+            return np.swapaxes(each.reshape(steps, batch, len(cell.gates), cell.units), 0, 1)
+
+        return Replayed(gates(pre), gates(act), {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)}, None, {})
+
+    def _replay(self, cell: Cell, values: list, check_outputs: bool = True) -> Replayed:
         where = self._loop_slots[cell.name]
         if cell.loop.below is None:
             inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
@@ -191,7 +234,8 @@ class FetchPlan:
         if outputs is not None and outputs.shape[1] == 1 and got.outputs.shape[1] > 1:
             outputs = outputs[:, 0]  # a Keras loop that keeps its last output only (return_sequences=False)
         final = {state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None}
-        check(cell.name, got, outputs, final)
+        if check_outputs:
+            check(cell.name, got, outputs, final)
         return got
 
     def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray, rows: slice = slice(None)) -> np.ndarray:

@@ -43,7 +43,7 @@ from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.spec.cells import spec_for
 from tracer.spec.reference import ACTIVATIONS
 
-__all__ = ["Replayed", "replay", "check", "TOLERANCE"]
+__all__ = ["Replayed", "replay", "check", "compare", "TOLERANCE"]
 
 TOLERANCE = 1e-4
 
@@ -340,6 +340,26 @@ def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[s
             raise ReplayMismatchError(
                 f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); "
                 "the loop computes something gatetrace does not replay (a modified cell?), so its gates are not recorded"
+            )
+
+
+def compare(name: str, replayed: Replayed, emitted: Replayed, lengths: np.ndarray | None = None) -> None:
+    """Raise ReplayMismatchError unless a replay's gates and states match what the cell's loop
+    emitted (`--verify`), at every step before each example's length."""
+    steps = emitted.preactivation.shape[1]
+    alive = _alive(None, lengths, replayed.preactivation.shape[0], steps)
+    pairs = [("preactivations", replayed.preactivation, emitted.preactivation), ("activations", replayed.activation, emitted.activation)]
+    pairs += [(f"state {k}", replayed.states[k], v) for k, v in emitted.states.items()]
+    for what, mine, theirs in pairs:
+        mine = mine[:, :steps]
+        if alive is not None:  # past a length the loop's cell ran on a state that was then dropped
+            keep = alive.reshape(alive.shape + (1,) * (mine.ndim - 2))
+            mine, theirs = np.where(keep, mine, 0), np.where(keep, theirs, 0)
+        err, same_finite = _difference(mine, theirs)
+        if err > TOLERANCE or not same_finite:
+            raise ReplayMismatchError(
+                f"cell {name}: --verify: the replayed {what} differ from those its loop computed by up to {err:.3g} "
+                f"(tolerance {TOLERANCE}); the loop computes something gatetrace does not replay (a modified cell?)"
             )
 
 
