@@ -281,6 +281,13 @@ def _parser() -> argparse.ArgumentParser:
         "by default they are reset before each batch, so that every row starts from zero state",
     )
 
+    c.add_argument(
+        "--verify",
+        action="store_true",
+        help="also recompute the gates of cells taken from while loops in numpy (the replay) and stop if they differ "
+        "from what the loop computed by more than 1e-4",
+    )
+
     c = command("weights", "write every cell's per-gate W, U, b to one Parquet file", "gatetrace weights model.ckpt --out weights.parquet")
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
     c.add_argument("--overwrite", action="store_true", help="replace --out if it is a weights table gatetrace wrote")
@@ -460,6 +467,7 @@ def _record(args) -> None:
             timeout=args.timeout,
             carry_state=args.carry_state,
             memory=memory,
+            verify=args.verify,
         )
     _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
 
@@ -497,6 +505,7 @@ def _record_parallel(args, selection, memory) -> None:
             "compression": args.compression,
             "timeout": args.timeout,
             "memory": memory,
+            "verify": args.verify,
         },
     )
     bar = None

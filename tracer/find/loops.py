@@ -64,6 +64,24 @@ def _lengths_compare(h_new: tf.Tensor) -> tf.Tensor | None:
     return None
 
 
+def _carries(out: tf.Tensor, new: tf.Tensor) -> bool:
+    """Whether the body returns the cell's new state `new` as the loop variable `out`, as it
+    is (through Identity, or a Select keeping it or the old one); not if a wrapper changes it."""
+    todo, seen = [out], set()
+    while todo:
+        t = todo.pop()
+        if t.name == new.name:
+            return True
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        if t.op.type == "Identity":
+            todo.append(t.op.inputs[0])
+        elif t.op.type in ("Select", "SelectV2"):
+            todo += [t.op.inputs[1], t.op.inputs[2]]
+    return False
+
+
 def _selected(h_new: tf.Tensor) -> bool:
     """Whether the loop keeps its state or the new one by a `Select` (Keras' mask inside `K.rnn`)."""
     return any(op.type in ("Select", "SelectV2") for op in h_new.consumers())
@@ -256,7 +274,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 raise GraphPatternError(f"{op.name}: expected {start.name} of its body to be a loop argument, found a {t.op.type} op")
             return index[t.name]
 
-        def one(app, below, op=op, arg=arg):
+        def one(app, below, op=op, arg=arg, body=body):
             inputs = None
             if below is None:
                 if app.input.op.type != "TensorListGetItem":
@@ -279,6 +297,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 outputs=None if stacked is None else stacked.outputs[0].name,
                 length=_length(graph, inputs, below),
                 masked=lengths is None and _selected(app.states[-1]),
+                carried=all(_carries(body.outputs[arg(p)], new) for p, new in zip(app.previous, app.states)),
                 body=step_of(app, 0),
                 **_reversal(graph, inputs, below),
             )

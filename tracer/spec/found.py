@@ -60,6 +60,7 @@ class Loop:
     reverse_lengths: str | None = None
     length: int | None = None  # the number of steps, where the input's time axis is static
     masked: bool = False  # the loop keeps the state where a mask (not a length) says so
+    carried: bool = True  # the loop carries the cell's new state as it is (no wrapper changes it)
     body: "Step | None" = None  # control flow v2: the cell's step, tensor names in the body function
     emitted: "Step | None" = None  # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
 

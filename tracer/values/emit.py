@@ -168,6 +168,8 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
             notes.append(f"{c.name}: replayed: its loop {c.loop.loop} is a TF1 while loop (Enter/Exit), which gatetrace does not rewrite")
         elif c.loop.masked:  # the replay's check against the loop's outputs fails, saying so
             notes.append(f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow")
+        elif not c.loop.carried:  # the replay's check decides whether the change matters
+            notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
         else:
             names = wanted.setdefault(c.loop.loop, [])
             names += [n for n in (*c.loop.body.preactivation, *c.loop.body.activation, *c.loop.body.states) if n not in names]
@@ -184,7 +186,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
     new = rebuilt(model, meta, restore)
 
     def outer(c: Cell) -> Cell:
-        if c.loop is None or c.loop.loop not in wanted or c.loop.body is None or c.loop.masked:
+        if c.loop is None or c.loop.loop not in wanted or c.loop.body is None or c.loop.masked or not c.loop.carried:
             return c
         body = c.loop.body
         names = {field_: tuple(emitted[(c.loop.loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}

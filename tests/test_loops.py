@@ -1,0 +1,174 @@
+"""Cells in control-flow-v2 loops, recorded from the loop itself (`tracer.values.emit`): the
+values are TensorFlow's own, bit for bit those of the same cells unrolled by `static_rnn` with
+the same weights, and a float64 numpy recomputation agrees within 1e-5. `--verify` replays them
+in numpy as well and stops on a difference.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from recorders import Recording
+from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
+from tests.test_replay import LENGTHS, dynamic_body, expected, feeds, grid
+from tracer._tf import tf, v1
+
+pytestmark = pytest.mark.e2e
+
+X = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
+
+
+def record(path: str, tmp_path, name: str, *flags: str, **arrays: np.ndarray) -> Recording:
+    args = []
+    for key, value in arrays.items():
+        np.save(tmp_path / f"{name}-{key}.npy", value)
+        args += ["--feed", f"{key}={tmp_path / f'{name}-{key}.npy'}"]
+    done = run_cli("record", path, *args, "--out", str(tmp_path / name), "--quiet", *flags)
+    assert done.returncode == 0, done.stderr
+    return Recording(tmp_path / name)
+
+
+def saved(built, root) -> str:
+    """`built` saved as a checkpoint in the new folder `root`."""
+    root.mkdir()
+    return save(built, "checkpoint", root)
+
+
+def paths(rec: Recording) -> dict[str, str]:
+    return {c["name"]: c["path"] for c in rec.manifest["cells"]}
+
+
+def assert_same(a: Recording, b: Recording, cell: str) -> None:
+    """Every gate and state of `cell` equal, bit for bit, in two recordings."""
+    for gate in a.gates(cell):
+        for column in ("preactivation", "activation"):
+            assert np.array_equal(a.gate_array(cell, gate, column), b.gate_array(cell, gate, column)), f"{cell} {gate} {column}"
+    for state in a.states(cell):
+        assert np.array_equal(a.state_array(cell, state), b.state_array(cell, state)), f"{cell} {state}"
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_dynamic_rnn_records_bit_for_bit_what_the_same_static_rnn_computes(name, tmp_path):
+    config = CONFIGS[name]
+    looped = build(dynamic_body(config, lengths=False, initial=False))
+    unrolled = build(static_body(config))  # the same seed, the same variables: the same weights
+    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", x=X)
+    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
+    (cell,) = loop.cells
+    assert paths(loop) == {cell: "loop"} and paths(fetched) == {cell: "fetch"}
+    assert_same(loop, fetched, cell)
+    (weights,) = looped.weights.values()  # and a float64 numpy cell agrees
+    units, width = (config.make().state_size.c, config.make().output_size) if config.kind.endswith("LSTMCell") else (None, None)
+    zeros = {"h0": np.zeros((len(X), width or config.make().output_size), np.float32)}
+    if config.kind.endswith("LSTMCell"):
+        zeros["c0"] = np.zeros((len(X), units), np.float32)
+    ref = expected(config, weights, {"x": X, **zeros})
+    for g, gate in enumerate(loop.gates(cell)):
+        np.testing.assert_allclose(loop.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(loop.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+    for s, values in ref["states"].items():
+        np.testing.assert_allclose(loop.state_array(cell, s), values, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["LSTMCell-peepholes-proj-clip", "GRUCell"])
+def test_lengths_initial_state_and_time_major_from_the_loop(name, tmp_path):
+    """Nothing past a length is written; before it, the loop's values are the reference's."""
+    config = CONFIGS[name]
+    built = build(dynamic_body(config, time_major=True))
+    (weights,) = built.weights.values()
+    f = feeds(config, X)
+    rec = record(saved(built, tmp_path / "model"), tmp_path, "rec", "--verify", **f)
+    (cell,) = rec.cells
+    assert paths(rec) == {cell: "loop"}
+    ref = expected(config, weights, f)
+    gates = len(rec.gates(cell))
+    for g, gate in enumerate(rec.gates(cell)):
+        got = grid(tmp_path / "rec", cell, "gates", gate, "preactivation", ref["preactivation"][:, :, g].shape)
+        for b, n in enumerate(LENGTHS):
+            np.testing.assert_allclose(got[b, :n], ref["preactivation"][b, :n, g], atol=1e-5)
+            assert np.isnan(got[b, n:]).all(), "rows past a length were written"
+    assert gates == ref["preactivation"].shape[2]
+
+
+@pytest.mark.parametrize("lengths", [False, True])
+def test_bidirectional_and_stacked_loops_by_input_position(lengths, tmp_path):
+    """bidirectional_dynamic_rnn of a MultiRNNCell [LSTMCell(peepholes, proj), GRUCell] each way,
+    against static_bidirectional_rnn of the same cells: the backward loop's steps are mapped
+    back to input positions, the stacked layer is read from the same loop."""
+    layers = lambda: R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3)])  # noqa: E731
+
+    def dynamic(x):
+        seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
+        return list(tf.nest.flatten(v1.nn.bidirectional_dynamic_rnn(layers(), layers(), x, sequence_length=seq, dtype=tf.float32)))
+
+    def static(x):
+        return [v1.nn.static_bidirectional_rnn(layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    looped, unrolled = build(dynamic), build(static)
+    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=X, **({"len": LENGTHS} if lengths else {}))
+    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
+    assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 4
+    assert set(paths(loop).values()) == {"loop"}
+    for cell in loop.cells:
+        if not lengths:
+            assert_same(loop, fetched, cell)
+            continue
+        # Nothing past a length; before it, the forward half is the unrolled one's (the backward
+        # half reads each sequence from its own end, the unrolled one from the last step: the
+        # replay of --verify checked it)
+        for gate in loop.gates(cell):
+            a, b = loop.gate_array(cell, gate, "preactivation"), fetched.gate_array(cell, gate, "preactivation")
+            for e, n in enumerate(LENGTHS[: len(a)]):
+                assert np.isnan(a[e, n:]).all()
+                assert "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n]), f"{cell} {gate} example {e}"
+
+
+def test_verify_replays_the_loop_and_stops_on_a_difference(tmp_path, monkeypatch):
+    built = build(dynamic_body(CONFIGS["BasicLSTMCell"], lengths=False, initial=False))
+    path = saved(built, tmp_path / "model")
+    record(path, tmp_path, "checked", "--verify", x=X)
+
+    import tracer.values.fetch as fetch
+
+    real = fetch.replay
+
+    def off(*args, **kwargs):  # a replay that disagrees with the loop in one value
+        got = real(*args, **kwargs)
+        got.preactivation[0, 2, 1, 0] += 1e-3
+        return got
+
+    monkeypatch.setattr(fetch, "replay", off)
+    np.save(tmp_path / "x.npy", X)
+    done = run_cli("record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "off"), "--quiet", "--verify")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--verify: the replayed preactivations differ from those its loop computed by up to 0.001" in done.stderr
+    assert not (tmp_path / "off" / "manifest.json").exists()
+    assert run_cli("record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "unverified"), "--quiet").returncode == 0
+
+
+def test_inspect_says_the_loop_path_and_a_wrapped_state_stays_replayed(tmp_path):
+    built = build(dynamic_body(CONFIGS["GRUCell"], lengths=False, initial=False))
+    shown = run_cli("inspect", saved(built, tmp_path / "a"), "--json")
+    assert shown.returncode == 0, shown.stderr
+    (cell,) = json.loads(shown.stdout)["cells"]
+    assert cell["path"] == "loop" and "rewritten to emit them at every step" in cell["why"]
+
+    class Doubled(R.RNNCell):  # a wrapper changes the state the loop carries: the replay's check decides
+        def __init__(self):
+            super().__init__()
+            self._inner = R.GRUCell(3)
+
+        state_size = property(lambda self: self._inner.state_size)
+        output_size = property(lambda self: self._inner.output_size)
+
+        def call(self, inputs, state):
+            out, h = self._inner(inputs, state)
+            return out * 2.0, h * 2.0
+
+    wrapped = build(lambda x: [v1.nn.dynamic_rnn(Doubled(), x, dtype=tf.float32)[0]])
+    shown = run_cli("inspect", saved(wrapped, tmp_path / "b"), "--json")
+    (cell,) = json.loads(shown.stdout)["cells"]
+    assert cell["path"] == "replay"
