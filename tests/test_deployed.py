@@ -71,16 +71,28 @@ def test_a_loop_pruned_to_its_final_h_is_replayed_and_checked(cf, layers, tmp_pa
         inputs = np.where(valid[:, :, None], h, 0.0)  # dynamic_rnn's outputs are zero past each length
 
 
-def test_a_pruned_layer_that_nothing_checks_is_refused(tmp_path, capsys):
-    path, _ = pruned_stack(tmp_path, "v1", 2)
-    np.save(tmp_path / "x.npy", np.ones((2, T, D), np.float32))
+def test_a_pruned_layer_that_nothing_checks_is_recorded_from_its_loop_and_refused_to_replay(tmp_path, capsys):
+    """The lower layer of a stack pruned to the top layer's final h: nothing of its loop's own
+    outputs is left. Its loop emits its gates all the same; a replay (the path left for a
+    live session's graph, which cannot be rebuilt) could not be checked, and is refused."""
+    import tracer
+
+    path, values = pruned_stack(tmp_path, "v1", 2)
+    xs = np.random.RandomState(2).uniform(-1, 1, (2, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
     np.save(tmp_path / "n.npy", np.array([T, T], np.int32))
+    lower = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell"
     argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"lengths={tmp_path / 'n.npy'}", "--out", str(tmp_path / "rec"),
-            "--cells", "rnn/multi_rnn_cell/cell_0/*"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "nothing its loop rnn/while/while_context computes is left in the graph" in err
-    assert not (tmp_path / "rec").exists()
+            "--cells", "rnn/multi_rnn_cell/cell_0/*", "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+    act, _ = lstm64(xs, values[f"{lower}/kernel"], values[f"{lower}/bias"])
+    for g, gate in enumerate("ijfo"):
+        np.testing.assert_allclose(Recording(tmp_path / "rec").gate_array(lower, gate, "activation"), act[:, :, g], atol=1e-5)
+
+    with tracer.load_model(path) as model:
+        cells = [c for c in tracer.find_cells(model.graph) if c.name == lower]
+        with pytest.raises(tracer.GatetraceError, match="nothing its loop rnn/while/while_context computes is left in the graph"):
+            tracer.trace(tracer.from_session(model.session), {"x": xs, "lengths": np.array([T, T], np.int32)}, cells)
 
 
 def test_a_constant_input_and_no_feed_records_one_example(tmp_path, capsys):

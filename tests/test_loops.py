@@ -1,4 +1,4 @@
-"""Cells in control-flow-v2 loops, recorded from the loop itself (`tracer.values.emit`): the
+"""Cells in while loops (control flow v1 and v2), recorded from the loop itself (`tracer.values.emit`): the
 values are TensorFlow's own, bit for bit those of the same cells unrolled by `static_rnn` with
 the same weights, and a float64 numpy recomputation agrees within 1e-5. `--verify` replays them
 in numpy as well and stops on a difference.
@@ -13,7 +13,7 @@ import pytest
 
 from recorders import Recording
 from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
-from tests.test_replay import LENGTHS, dynamic_body, expected, feeds, grid
+from tests.test_replay import LENGTHS, control_flow, dynamic_body, expected, feeds, grid
 from tracer._tf import tf, v1
 
 pytestmark = pytest.mark.e2e
@@ -50,10 +50,12 @@ def assert_same(a: Recording, b: Recording, cell: str) -> None:
         assert np.array_equal(a.state_array(cell, state), b.state_array(cell, state)), f"{cell} {state}"
 
 
+@pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_a_dynamic_rnn_records_bit_for_bit_what_the_same_static_rnn_computes(name, tmp_path):
+def test_a_dynamic_rnn_records_bit_for_bit_what_the_same_static_rnn_computes(cf, name, tmp_path):
     config = CONFIGS[name]
-    looped = build(dynamic_body(config, lengths=False, initial=False))
+    with control_flow(cf):
+        looped = build(dynamic_body(config, lengths=False, initial=False))
     unrolled = build(static_body(config))  # the same seed, the same variables: the same weights
     loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", x=X)
     fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
@@ -73,11 +75,13 @@ def test_a_dynamic_rnn_records_bit_for_bit_what_the_same_static_rnn_computes(nam
         np.testing.assert_allclose(loop.state_array(cell, s), values, atol=1e-5)
 
 
+@pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("name", ["LSTMCell-peepholes-proj-clip", "GRUCell"])
-def test_lengths_initial_state_and_time_major_from_the_loop(name, tmp_path):
+def test_lengths_initial_state_and_time_major_from_the_loop(cf, name, tmp_path):
     """Nothing past a length is written; before it, the loop's values are the reference's."""
     config = CONFIGS[name]
-    built = build(dynamic_body(config, time_major=True))
+    with control_flow(cf):
+        built = build(dynamic_body(config, time_major=True))
     (weights,) = built.weights.values()
     f = feeds(config, X)
     rec = record(saved(built, tmp_path / "model"), tmp_path, "rec", "--verify", **f)
@@ -93,8 +97,9 @@ def test_lengths_initial_state_and_time_major_from_the_loop(name, tmp_path):
     assert gates == ref["preactivation"].shape[2]
 
 
+@pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("lengths", [False, True])
-def test_bidirectional_and_stacked_loops_by_input_position(lengths, tmp_path):
+def test_bidirectional_and_stacked_loops_by_input_position(cf, lengths, tmp_path):
     """bidirectional_dynamic_rnn of a MultiRNNCell [LSTMCell(peepholes, proj), GRUCell] each way,
     against static_bidirectional_rnn of the same cells: the backward loop's steps are mapped
     back to input positions, the stacked layer is read from the same loop."""
@@ -107,7 +112,9 @@ def test_bidirectional_and_stacked_loops_by_input_position(lengths, tmp_path):
     def static(x):
         return [v1.nn.static_bidirectional_rnn(layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
 
-    looped, unrolled = build(dynamic), build(static)
+    with control_flow(cf):
+        looped = build(dynamic)
+    unrolled = build(static)
     loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=X, **({"len": LENGTHS} if lengths else {}))
     fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
     assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 4

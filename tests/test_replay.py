@@ -267,8 +267,9 @@ def test_the_cli_inspects_and_records_a_dynamic_rnn_checkpoint(tmp_path, capsys)
     model = save(built, "checkpoint", tmp_path)
     assert main(["inspect", model]) == 0
     out = capsys.readouterr().out
-    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      5 (loop)  i,j,f,o  forward    replay" in out
-    assert "rnn/basic_lstm_cell: replayed, forget_bias=0.7, activation=tanh: its gate ops run inside a TF1 while loop (Enter/Exit) (rnn/while/while_context)" in out
+    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      5 (loop)  i,j,f,o  forward    loop" in out
+    assert ("rnn/basic_lstm_cell: from its loop, forget_bias=0.7, activation=tanh: its gate ops run inside a TF1 while loop "
+            "(Enter/Exit) (rnn/while/while_context), rewritten to emit them at every step") in out
     x = np.random.RandomState(1).randn(6, 5, 4).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "len.npy", LENGTHS)

@@ -236,6 +236,9 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             lengths=None if lengths is None else _v1_outside(lengths).name,
             outputs=None if write is None else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
             length=_length(graph, inputs, below),
+            masked=lengths is None and _selected(app.states[-1]),
+            carried=all(_carries(_v1_merge(p).inputs[1].op.inputs[0], new) for p, new in zip(app.previous, app.states)),
+            body=step_of(app, 0),
             **_reversal(graph, inputs, below),
         )
         weights = {role: _value(_v1_outside(t)).name for role, t in app.weights.items()}

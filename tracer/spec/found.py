@@ -37,8 +37,8 @@ class Loop:
                   pruned for deployment dropped.
     lengths:      the sequence lengths the loop compares time with, or None.
     outputs:      the stacked outputs, time-major [steps, batch, width], or None (not the top layer).
-    body:         (control flow v2) the cell's step inside the body function, which
-                  `tracer.values.emit` makes the loop emit.
+    body:         the cell's step inside the loop (tensors of the body function, or of
+                  the graph inside the frame), which `tracer.values.emit` makes the loop emit.
     emitted:      once it does: the outer tensors holding those values at every iteration
                   (`Step` fields, each stacked [iterations, batch, ...]); None while replayed.
     reversed:     the loop reads its input reversed (the backward half of
@@ -61,7 +61,7 @@ class Loop:
     length: int | None = None  # the number of steps, where the input's time axis is static
     masked: bool = False  # the loop keeps the state where a mask (not a length) says so
     carried: bool = True  # the loop carries the cell's new state as it is (no wrapper changes it)
-    body: "Step | None" = None  # control flow v2: the cell's step, tensor names in the body function
+    body: "Step | None" = None  # the cell's step: tensor names in the body function (v2) or the frame (v1)
     emitted: "Step | None" = None  # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
 
 

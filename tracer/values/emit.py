@@ -75,31 +75,42 @@ def _extended(node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], sc
     with scratch.as_default():
         control_flow_util_v2.create_new_tf_function(body)
         control_flow_util_v2.create_new_tf_function(cond)
+    with scratch.as_default(), scratch.name_scope(f"{scope}/"):  # every op drawn under the scope
         for k, t in enumerate(tensors):
-            list_ops.empty_tensor_list(element_shape=t.shape, element_dtype=t.dtype, max_num_elements=-1, name=f"{scope}/acc_{k}")
-            out = v1.placeholder(tf.variant, [], name=f"{scope}/out_{k}")
-            stacks.append(list_ops.tensor_list_stack(out, element_dtype=t.dtype, element_shape=t.shape, name=f"{scope}/stack_{k}").name)
+            list_ops.empty_tensor_list(element_shape=t.shape, element_dtype=t.dtype, max_num_elements=-1, name=f"acc_{k}")
+            out = v1.placeholder(tf.variant, [], name=f"out_{k}")
+            stacks.append(list_ops.tensor_list_stack(out, element_dtype=t.dtype, element_shape=t.shape, name=f"stack_{k}").name)
     return stacks
 
 
-def emit_loops(graph_def: v1.GraphDef, wanted: Mapping[str, Sequence[str]]) -> tuple[v1.GraphDef, dict[tuple[str, str], str]]:
-    """`graph_def` with each loop named in `wanted` emitting the body tensors named there (as
-    `function_def_to_graph` names them). Returns the new GraphDef and, for each (loop, body
-    tensor), the name of the tensor holding its value at every iteration, stacked on axis 0."""
+def emit_loops(
+    graph_def: v1.GraphDef, wanted: Mapping[str, Sequence[str]], graph: tf.Graph | None = None
+) -> tuple[v1.GraphDef, dict[tuple[str, str], str]]:
+    """`graph_def` with each loop named in `wanted` emitting the tensors named there: a `While`
+    op's name with tensors of its body function (as `function_def_to_graph` names them), or a
+    control-flow-v1 frame's name with tensors of the graph inside it (`graph`, the graph
+    imported from `graph_def`, tells their types). Returns the new GraphDef and, for each
+    (loop, tensor), the name of the tensor holding its value at every iteration, stacked on axis 0."""
     library = {f.signature.name: f for f in graph_def.library.function}
     nodes = {n.name: n for n in graph_def.node}
     scratch = tf.Graph()
     emitted: dict[tuple[str, str], str] = {}
     counts: dict[str, int] = {}
+    fed: dict[str, str] = {}  # scratch placeholder -> the graph's tensor it stands for
     for loop, names in wanted.items():
         node = nodes.get(loop)
-        if node is None or node.op not in LOOP_TYPES:
-            raise GraphPatternError(f"{loop}: expected a While or StatelessWhile op, found {node.op if node else 'no such op'}")
-        body, cond = _function_graphs(library, node, scratch)
-        tensors = [body.get_tensor_by_name(name) for name in names]
-        stacks = _extended(node, body, cond, tensors, scratch)
+        if node is not None and node.op in LOOP_TYPES:
+            body, cond = _function_graphs(library, node, scratch)
+            tensors = [body.get_tensor_by_name(name) for name in names]
+            stacks = _extended(node, body, cond, tensors, scratch)
+            data = len([i for i in node.input if not i.startswith("^")])
+            fed.update({f"{loop}/{_PREFIX}/out_{k}": f"{loop}:{data + k}" for k in range(len(tensors))})
+            counts[loop] = len(tensors)
+        elif graph is not None:
+            stacks = _frame_accumulators(loop, [graph.get_tensor_by_name(n) for n in names], nodes, scratch, fed)
+        else:
+            raise GraphPatternError(f"{loop}: expected a While or StatelessWhile op, or a while loop's frame, found neither")
         emitted.update({(loop, name): stack for name, stack in zip(names, stacks)})
-        counts[loop] = len(tensors)
     drawn = scratch.as_graph_def()
 
     out = v1.GraphDef()
@@ -110,32 +121,77 @@ def emit_loops(graph_def: v1.GraphDef, wanted: Mapping[str, Sequence[str]]) -> t
             out.library.function.add().CopyFrom(function)
     taken = set(nodes)
     for node in drawn.node:
-        if node.op == "Placeholder":  # out_k: the loop's new output
+        if node.name in fed:  # a placeholder standing for a tensor of the graph
             continue
         if node.name in taken:
             raise GraphPatternError(f"{node.name}: the graph already has an op of this name; it cannot emit its loops")
         added = out.node.add()
         added.CopyFrom(node)
-        inputs = [_loop_output(i, counts, nodes) for i in node.input]
+        inputs = [_fed(i, fed) for i in node.input]
         del added.input[:]
         added.input.extend(inputs)
     for node in out.node:
         if node.name in counts:
-            _extend_loop(node, counts[node.name], nodes)
+            _extend_loop(node, counts[node.name])
     return out, emitted
 
 
-def _loop_output(name: str, counts: dict[str, int], nodes: dict) -> str:
-    """A drawn op's input: `<loop>/gatetrace_emit/out_k` is the loop's (n + k)th output."""
-    op = name.partition(":")[0]
-    loop, _, leaf = op.rpartition(f"/{_PREFIX}/out_")
-    if loop in counts:
-        data = [i for i in nodes[loop].input if not i.startswith("^")]
-        return f"{loop}:{len(data) + int(leaf)}"
-    return name
+def _fed(name: str, fed: dict[str, str]) -> str:
+    """A drawn op's input, a placeholder replaced by the tensor it stands for."""
+    control, op = name.startswith("^"), name.lstrip("^").partition(":")[0]
+    if op not in fed:
+        return name
+    return f"^{fed[op].partition(':')[0]}" if control else fed[op]
 
 
-def _extend_loop(node, count: int, nodes: dict) -> None:
+def _frame_accumulators(frame: str, tensors: list[tf.Tensor], nodes: dict, scratch: tf.Graph, fed: dict[str, str]) -> list[str]:
+    """Draw in `scratch` what `dynamic_rnn` draws for its output TensorArray, once per tensor of
+    the control-flow-v1 loop `frame`: a TensorArray outside, its handle and flow entering
+    the frame, the flow a loop variable (Merge, Switch on the loop's condition, NextIteration)
+    that each iteration writes the tensor to at the iteration's index (a counter of its own),
+    the flow leaving by an Exit and the array gathered after the loop. Placeholders stand
+    for the loop's condition, the tensors and the back edges (`fed`). Returns the gathered
+    tensors' names."""
+    enters = {n.name for n in nodes.values() if n.op in ("Enter", "RefEnter") and n.attr["frame_name"].s.decode() == frame}
+    merges = {n.name for n in nodes.values() if n.op == "Merge" and n.input[0].partition(":")[0] in enters}
+    switches = [n for n in nodes.values() if n.op == "Switch" and n.input[0].partition(":")[0] in merges]
+    if not switches:
+        raise GraphPatternError(f"{frame}: expected a TF1 while loop (Enter, Merge, Switch) of this frame, found none")
+    condition = switches[0].input[1]
+    parallel = nodes[sorted(enters)[0]].attr["parallel_iterations"].i
+    scope = f"{frame.rpartition('/')[0] or frame}/{_PREFIX}"
+    stacks = []
+    with scratch.as_default(), scratch.name_scope(f"{scope}/"):  # every op drawn under the scope
+        go = v1.placeholder(tf.bool, [], name="cond")
+        fed[go.op.name] = condition
+
+        def variable(initial: tf.Tensor, name: str) -> tuple[tf.Tensor, tf.Tensor, str]:
+            """A loop variable entering the frame: (inside, after the loop, its back edge's placeholder)."""
+            back = v1.placeholder(initial.dtype, [], name=f"{name}_back")
+            entered = tf.raw_ops.Enter(data=initial, frame_name=frame, is_constant=False, parallel_iterations=parallel)
+            merged = tf.raw_ops.Merge(inputs=[entered, back]).output
+            leave, stay = tf.raw_ops.Switch(data=merged, pred=go)
+            return tf.identity(stay), tf.raw_ops.Exit(data=leave), back.op.name
+
+        index, _, count_back = variable(tf.constant(0, tf.int32), "index")
+        with tf.control_dependencies([index]):  # a constant inside the frame, as while_loop places its own
+            one = tf.constant(1, tf.int32)
+        fed[count_back] = tf.raw_ops.NextIteration(data=index + one).name
+        for k, t in enumerate(tensors):
+            value = v1.placeholder(t.dtype, name=f"value_{k}")
+            fed[value.op.name] = t.name
+            array = tf.raw_ops.TensorArrayV3(size=0, dtype=t.dtype, dynamic_size=True, name=f"acc_{k}")
+            handle = tf.raw_ops.Enter(data=array.handle, frame_name=frame, is_constant=True, parallel_iterations=parallel)
+            flow, after, flow_back = variable(array.flow, f"flow_{k}")
+            written = tf.raw_ops.TensorArrayWriteV3(handle=handle, index=index, value=value, flow_in=flow)
+            fed[flow_back] = tf.raw_ops.NextIteration(data=written).name
+            size = tf.raw_ops.TensorArraySizeV3(handle=array.handle, flow_in=after)
+            stacks.append(tf.raw_ops.TensorArrayGatherV3(
+                handle=array.handle, indices=tf.range(size), flow_in=after, dtype=t.dtype, name=f"stack_{k}").name)
+    return stacks
+
+
+def _extend_loop(node, count: int) -> None:
     """The While node with `count` more loop variables: the accumulators, empty."""
     data = [i for i in node.input if not i.startswith("^")]
     control = [i for i in node.input if i.startswith("^")]
@@ -164,9 +220,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
     for c in cells:
         if c.loop is None or c.loop.emitted is not None:
             continue
-        if c.loop.body is None:
-            notes.append(f"{c.name}: replayed: its loop {c.loop.loop} is a TF1 while loop (Enter/Exit), which gatetrace does not rewrite")
-        elif c.loop.masked:  # the replay's check against the loop's outputs fails, saying so
+        if c.loop.masked:  # the replay's check against the loop's outputs fails, saying so
             notes.append(f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow")
         elif not c.loop.carried:  # the replay's check decides whether the change matters
             notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
@@ -181,7 +235,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
         return model, list(cells), notes
     with model.graph.as_default():
         meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
-    graph_def, emitted = emit_loops(meta.graph_def, wanted)
+    graph_def, emitted = emit_loops(meta.graph_def, wanted, model.graph)
     meta.graph_def.CopyFrom(graph_def)
     new = rebuilt(model, meta, restore)
 
