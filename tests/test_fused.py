@@ -137,27 +137,73 @@ def test_fused_ops_are_recorded_exactly(kind, tmp_path, capsys):
     np.testing.assert_array_equal(got["value"].to_numpy().reshape(D, U), kernel[:D, block * U : (block + 1) * U])
 
 
+class _BlockCell(v1.nn.rnn_cell.RNNCell):
+    """tf.contrib's LSTMBlockCell (peepholes, forget bias, cell clip) or GRUBlockCellV2, as an
+    RNNCell whose step is the fused op, for dynamic_rnn."""
 
-def test_a_fused_cell_inside_a_while_loop_is_named_in_one_line(tmp_path, capsys):
-    """LSTMBlockCell under dynamic_rnn (control flow v1): its outputs live inside the loop."""
-    v1.disable_control_flow_v2()
+    def __init__(self, kind: str):
+        super().__init__(name="lstm_cell" if kind == "LSTMBlockCell" else "gru_cell")
+        self.kind = kind
+
+    state_size = property(lambda self: v1.nn.rnn_cell.LSTMStateTuple(U, U) if self.kind == "LSTMBlockCell" else U)
+    output_size = property(lambda self: U)
+
+    def build(self, shape):
+        if self.kind == "LSTMBlockCell":
+            self.w, self.b = self.add_weight("kernel", [D + U, 4 * U]), self.add_weight("bias", [4 * U])
+            self.peep = [self.add_weight(n, [U]) for n in ("w_i_diag", "w_f_diag", "w_o_diag")]
+        else:
+            self.w_ru, self.b_ru = self.add_weight("gates/kernel", [D + U, 2 * U]), self.add_weight("gates/bias", [2 * U])
+            self.w_c, self.b_c = self.add_weight("candidate/kernel", [D + U, U]), self.add_weight("candidate/bias", [U])
+        self.built = True
+
+    def call(self, x, state):
+        if self.kind == "GRUBlockCell":
+            h = tf.raw_ops.GRUBlockCell(x=x, h_prev=state, w_ru=self.w_ru, w_c=self.w_c, b_ru=self.b_ru, b_c=self.b_c).h
+            return h, h
+        c, h = state
+        out = tf.raw_ops.LSTMBlockCell(x=x, cs_prev=c, h_prev=h, w=self.w, wci=self.peep[0], wcf=self.peep[1], wco=self.peep[2],
+                                       b=self.b, forget_bias=0.6, cell_clip=0.8, use_peephole=True)
+        return out.h, v1.nn.rnn_cell.LSTMStateTuple(out.cs, out.h)
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+@pytest.mark.parametrize("kind", ["LSTMBlockCell", "GRUBlockCell"])
+def test_a_fused_cell_inside_a_while_loop_is_recorded_from_the_loop(cf, kind, tmp_path, capsys):
+    """LSTMBlockCell and GRUBlockCell under dynamic_rnn (control flow v1 and v2, as the DL4J
+    graph `lstmblockcell_dynamic`): the loop, rewritten, emits the op's outputs and inputs."""
+    if cf == "v1":
+        v1.disable_control_flow_v2()
     try:
         graph = tf.Graph()
         with graph.as_default():
             x = v1.placeholder(tf.float32, [None, T, D], name="x")
-            with v1.variable_scope("rnn/lstm_cell"):
-                w, b = v1.get_variable("kernel", [D + U, 4 * U]), v1.get_variable("bias", [4 * U])
-            z = tf.zeros([U])
-
-            def step(t, c, h):
-                out = tf.raw_ops.LSTMBlockCell(x=x[:, 0] * tf.cast(t, tf.float32), cs_prev=c, h_prev=h, w=w, wci=z, wcf=z, wco=z, b=b)
-                return t + 1, out.cs, out.h
-
-            zeros = tf.zeros([tf.shape(x)[0], U])
-            tf.while_loop(lambda t, c, h: t < T, step, [tf.constant(0), zeros, zeros])
-            v1.train.export_meta_graph(str(tmp_path / "model.ckpt.meta"))
+            v1.nn.dynamic_rnn(_BlockCell(kind), x, dtype=tf.float32)
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        with graph.as_default():
+            # by name inside the cell's scope: rnn/lstm_cell/kernel -> kernel, rnn/gru_cell/gates/kernel -> gates/kernel
+            values = {v.op.name.split("/", 2)[2]: session.run(v) for v in v1.global_variables()}
+            v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
     finally:
         v1.enable_control_flow_v2()
-    assert main(["inspect", str(tmp_path / "model.ckpt.meta")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "(LSTMBlockCell) runs inside a while loop, where its outputs cannot be fetched" in err
+    xs = np.random.RandomState(4).uniform(-1, 1, (N, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    argv = ["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+    rec = Recording(tmp_path / "rec")
+    (name,) = rec.cells
+    assert {c["name"]: (c["kind"], c["path"]) for c in rec.manifest["cells"]} == {name: (kind, "loop")}
+    if kind == "GRUBlockCell":
+        pre, act, h = gru_block64(xs, values["gates/kernel"], values["candidate/kernel"], values["gates/bias"], values["candidate/bias"])
+        states = {"h": h}
+    else:
+        peep = (values["w_i_diag"], values["w_f_diag"], values["w_o_diag"])
+        pre, act, c, h = lstm_block64(xs, values["kernel"], values["bias"], "icfo", 0.6, peep, 0.8)
+        states = {"c": c, "h": h}
+    for g, gate in enumerate(rec.gates(name)):
+        np.testing.assert_allclose(rec.gate_array(name, gate, "preactivation"), pre[:, :, g], atol=1e-5, err_msg=gate)
+        np.testing.assert_allclose(rec.gate_array(name, gate, "activation"), act[:, :, g], atol=1e-5, err_msg=gate)
+    for state, expected in states.items():
+        np.testing.assert_allclose(rec.state_array(name, state), expected, atol=1e-5, err_msg=state)

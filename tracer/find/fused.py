@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
+from tracer.find.application import Application
 from tracer.find.edges import (
     cell_name,
     chains,
@@ -35,7 +36,7 @@ from tracer.find.edges import (
 from tracer.spec.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
 from tracer.spec.found import GRU_BLOCK_OUTPUTS, LSTM_BLOCK_OUTPUTS, Cell, Fused
 
-__all__ = ["FUSED_OPS", "fused_cells"]
+__all__ = ["FUSED_OPS", "fused_cells", "fused_steps"]
 
 # Column blocks of `w`, in gatetrace's labels: ci is j (new input).
 LSTM_BLOCK = CellSpec(**{**BASIC_LSTM.__dict__, "kind": "LSTMBlockCell"})
@@ -56,11 +57,8 @@ def fused_cells(graph: tf.Graph) -> list:
     cells = []
     groups: dict[tuple[str, str], list[tf.Operation]] = {}
     for op in ops:
-        if in_v1_frame(op.inputs[0]):
-            raise GraphPatternError(
-                f"{op.name} ({op.type}) runs inside a while loop, where its outputs cannot be fetched: gatetrace records "
-                "fused ops only outside loops (unrolled with static_rnn, or LSTMBlockFusedCell over the whole sequence)"
-            )
+        if in_v1_frame(op.inputs[0]):  # a step of a TF1 while loop: see fused_steps and tracer.find.loops
+            continue
         roles = (_GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN if op.type == "LSTMBlockCell" else _BLOCK_IN)
         kernel = weight_source(op.inputs[roles["kernel"]])
         if kernel is None:
@@ -112,3 +110,38 @@ def fused_cells(graph: tf.Graph) -> list:
                 )
             )
     return cells
+
+
+def fused_steps(graph: tf.Graph, inside_v1_frames: bool = False) -> list[Application]:
+    """The per-step fused ops of `graph` (`LSTMBlockCell`, `GRUBlockCell`) as steps of a cell
+    inside a while loop (`tracer.find.loops`): a loop body's, or with `inside_v1_frames` those
+    of a graph's TF1 while loops. Their gates are the op's outputs, in the spec's order."""
+    apps = []
+    for op in graph.get_operations():
+        if op.type not in ("LSTMBlockCell", "GRUBlockCell") or (inside_v1_frames and not in_v1_frame(op.inputs[0])):
+            continue
+        spec = FUSED_OPS[op.type]
+        if op.type == "GRUBlockCell":
+            roles = {r: op.inputs[_GRU_IN[r]] for r in ("kernel", "candidate_kernel", "bias", "candidate_bias")}
+            outputs, states, previous = GRU_BLOCK_OUTPUTS, ("h",), ("h_prev",)
+        else:
+            peephole = bool(op.get_attr("use_peephole"))
+            roles = {r: op.inputs[_LSTM_IN[r]] for r in ("kernel", "bias", *(("w_i_diag", "w_f_diag", "w_o_diag") if peephole else ()))}
+            outputs, states, previous = LSTM_BLOCK_OUTPUTS, ("c", "h"), ("c_prev", "h_prev")
+        inputs = _GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN
+        clip = None if op.type == "GRUBlockCell" else float(op.get_attr("cell_clip"))
+        apps.append(Application(
+            spec=spec,
+            kernel=weight_source(roles["kernel"]),
+            gate_op=op,
+            preactivation=(),  # no op holds them: computed from the op's inputs (tracer.values.fused)
+            activation=tuple(op.outputs[outputs[g]] for g in spec.gates),
+            states=tuple(op.outputs[outputs[s]] for s in states),
+            input=op.inputs[inputs["x"]],
+            previous=tuple(op.inputs[inputs[p]] for p in previous),
+            weights=roles,
+            activation_name="tanh",
+            forget_bias=float(op.get_attr("forget_bias")) if op.type == "LSTMBlockCell" else None,
+            cell_clip=clip if clip is not None and clip > 0 else None,
+        ))
+    return apps

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer._tf import tf
-from tracer.find.fused import FUSED_OPS, fused_cells
+from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
@@ -43,7 +43,8 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     apps = find_steps(graph)
     # Cells inside while loops (dynamic_rnn) are replayed: see tracer.find.loops. Fused ops'
     # outputs are their gates: see tracer.find.fused.
-    loop_cells = v1_loop_cells(graph, [a for a in apps if in_v1_loop(a)]) + v2_loop_cells(graph)
+    in_frames = [a for a in apps if in_v1_loop(a)] + fused_steps(graph, inside_v1_frames=True)
+    loop_cells = v1_loop_cells(graph, in_frames) + v2_loop_cells(graph)
     loop_cells += fused_cells(graph)
     apps = [a for a in apps if not in_v1_loop(a)]
     if not apps and not loop_cells:

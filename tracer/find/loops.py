@@ -25,8 +25,9 @@ from recorders.errors import GraphPatternError
 from tracer._tf import tf
 from tracer.find.application import cell_of, step_of
 from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_source
+from tracer.find.fused import fused_steps
 from tracer.find.steps import find_steps
-from tracer.spec.found import Loop
+from tracer.spec.found import Fused, Loop
 
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
 
@@ -88,12 +89,20 @@ def _selected(h_new: tf.Tensor) -> bool:
 
 
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
-    """A `tracer.spec.found.Cell` for `app`, whose weights are read from the outer tensors `weights`."""
+    """A `tracer.spec.found.Cell` for `app`, whose weights are read from the outer tensors `weights`.
+    A fused op's cell (`LSTMBlockCell`, `GRUBlockCell`) also gets its `Fused`, of the body's
+    tensors, which the rewritten loop stacks (`tracer.values.emit`)."""
     kernel = graph.get_tensor_by_name(weights["kernel"])
     variables = variables_of(graph, weights, f"{loop.loop}: the cell at {app.gate_op.name}")
     projection = graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
     name = cell_name(weight_source(kernel), app.spec)
-    return cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop, backward=loop.reversed)
+    fused = None
+    if app.gate_op.type in ("LSTMBlockCell", "GRUBlockCell"):
+        peephole = "w_i_diag" in weights
+        fused = Fused(app.gate_op.type, (app.gate_op.name,), x=(app.input.name,), h_prev=(app.previous[-1].name,),
+                      c_prev=(app.previous[0].name,) if peephole else (), use_peephole=peephole, length=loop.length, stacked=True)
+    return cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop,
+                   backward=loop.reversed, fused=fused)
 
 
 def _value(t: tf.Tensor) -> tf.Tensor:
@@ -264,7 +273,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
         # ...and named after the variables they carry, which tell a kernel from a recurrent one.
         outer = {i.name: weight_source(t) for i, t in zip(body.inputs, op.inputs) if i.name in body.loop_invariants}
         body.outer_names = {name: source.name for name, source in outer.items() if source is not None}
-        apps = find_steps(body)
+        apps = find_steps(body) + fused_steps(body)
         if not apps:
             continue
         index = {t.name: k for k, t in enumerate(body.inputs)}

@@ -68,8 +68,8 @@ class Loop:
 @dataclass(frozen=True)
 class Fused:
     """Where a fused cell's values are: its op for each step in input-position order (one
-    op for the whole sequence for BlockLSTM), the tensors each op reads as x and as its
-    previous states, and whether it uses peepholes."""
+    op for the whole sequence for BlockLSTM; the one op of a loop body, `stacked`), the
+    tensors each op reads as x and as its previous states, and whether it uses peepholes."""
 
     op_type: str
     ops: tuple[str, ...]
@@ -78,10 +78,12 @@ class Fused:
     c_prev: tuple[str, ...] = ()
     use_peephole: bool = False
     length: int | None = None  # the number of steps, where it is static
+    stacked: bool = False  # one op inside a while loop: each tensor named is stacked over the steps by the loop
 
     @property
     def per_step(self) -> bool:
-        return self.op_type in ("LSTMBlockCell", "GRUBlockCell")
+        """One op per step, each fetched apart (not a sequence op, nor an op inside a loop)."""
+        return self.op_type in ("LSTMBlockCell", "GRUBlockCell") and not self.stacked
 
     def outputs(self) -> dict[str, int]:
         return GRU_BLOCK_OUTPUTS if self.op_type == "GRUBlockCell" else LSTM_BLOCK_OUTPUTS

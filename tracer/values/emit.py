@@ -226,7 +226,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
             notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
         else:
             names = wanted.setdefault(c.loop.loop, [])
-            names += [n for n in (*c.loop.body.preactivation, *c.loop.body.activation, *c.loop.body.states) if n not in names]
+            names += [n for n in _wanted(c) if n not in names]
     if not wanted:
         return model, list(cells), notes
     if model.load_plan is None and model.format != "frozen":
@@ -242,8 +242,18 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
     def outer(c: Cell) -> Cell:
         if c.loop is None or c.loop.loop not in wanted or c.loop.body is None or c.loop.masked or not c.loop.carried:
             return c
-        body = c.loop.body
-        names = {field_: tuple(emitted[(c.loop.loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
+        body, loop = c.loop.body, c.loop.loop
+        names = {field_: tuple(emitted[(loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
+        if c.fused is not None:
+            names.update(input=emitted[(loop, body.input)], previous=tuple(emitted[(loop, n)] for n in body.previous))
         return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
 
     return new, [outer(c) for c in cells], notes
+
+
+def _wanted(cell: Cell) -> tuple[str, ...]:
+    """The tensors of a loop cell's step to emit: its gates and states; for a fused op also
+    what it reads (its preactivations are computed from them, `tracer.values.fused`)."""
+    body = cell.loop.body
+    own = (*body.preactivation, *body.activation, *body.states)
+    return (*own, body.input, *body.previous) if cell.fused is not None else own

@@ -140,6 +140,11 @@ class FetchPlan:
                     if c.path == "loop" else {}
                 ),
                 **(
+                    {"fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
+                     "weights": {role: slot(t) for role, t in c.weights.items()}}
+                    if c.path == "loop" and c.fused is not None else {}
+                ),
+                **(
                     {
                         "weights": {role: slot(t) for role, t in c.weights.items()},
                         "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
@@ -152,8 +157,8 @@ class FetchPlan:
             }
             for c in self._loops
         }
-        # Fused cells: what their ops read and return, by name.
-        self._fused = [c for c in self.cells if c.fused is not None]
+        # Fused cells outside loops: what their ops read and return, by name.
+        self._fused = [c for c in self.cells if c.fused is not None and c.loop is None]
         self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
         computed = [*self._loops, *self._fused]  # each gets a `Replayed` after the fetched values
@@ -201,7 +206,11 @@ class FetchPlan:
         """A loop cell's values as its rewritten loop emitted them: each tensor of its step
         stacked [iterations, batch, ...], turned [batch, iterations, ...] (gates cut apart as
         for an unrolled step)."""
-        pre, act, states = ([values[k] for k in slots] for slots in self._loop_slots[cell.name]["emitted"])
+        where = self._loop_slots[cell.name]
+        if cell.fused is not None:  # the op's outputs and inputs, each stacked over the steps
+            weights = {role: values[k] for role, k in where["weights"].items()}
+            return fused_values(cell, {name: values[k] for name, k in where["fused"].items()}, weights)
+        pre, act, states = ([values[k] for k in slots] for slots in where["emitted"])
 
         def gates(parts: list[np.ndarray]) -> np.ndarray:
             steps, batch = parts[0].shape[:2]
@@ -212,6 +221,11 @@ class FetchPlan:
         return Replayed(gates(pre), gates(act), {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)}, None, {})
 
     def _replay(self, cell: Cell, values: list, check_outputs: bool = True) -> Replayed:
+        if cell.fused is not None:
+            raise GraphPatternError(
+                f"cell {cell.name}: its {cell.fused.op_type} op runs inside a while loop, whose values gatetrace takes from "
+                "the loop rewritten to emit them; the graph of a live session cannot be rebuilt: record the model from its file"
+            )
         where = self._loop_slots[cell.name]
         if cell.loop.below is None:
             inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
@@ -335,6 +349,13 @@ def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) ->
     if examples is None:
         examples = np.arange(batch, dtype=np.int64)
     return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+
+def _pairs(body, emitted) -> Iterator[tuple[str, str]]:
+    """(tensor in the loop, its stack outside) for each tensor of a loop cell's step."""
+    for field_ in ("preactivation", "activation", "states", "previous"):
+        yield from zip(getattr(body, field_), getattr(emitted, field_))
+    yield body.input, emitted.input
 
 
 def _check_something_checks(replays: Sequence[Cell]) -> None:

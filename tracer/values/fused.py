@@ -27,7 +27,7 @@ def fused_values(cell, fetched: Mapping[str, np.ndarray], weights: Mapping[str, 
     outs, units = fused.outputs(), cell.units
 
     def series(names: tuple[str, ...]) -> np.ndarray:
-        """[batch, steps, width]: one tensor per step, or a sequence op's [steps, batch, width]."""
+        """[batch, steps, width]: one tensor per step, or a sequence op's (or a loop's stack's) [steps, batch, width]."""
         if fused.per_step:
             return np.stack([np.asarray(fetched[n]) for n in names], axis=1)
         return np.swapaxes(np.asarray(fetched[names[0]]), 0, 1)
@@ -36,7 +36,7 @@ def fused_values(cell, fetched: Mapping[str, np.ndarray], weights: Mapping[str, 
         return series(tuple(f"{op}:{outs[label]}" for op in fused.ops))
 
     x = series(fused.x)
-    if fused.per_step:
+    if fused.per_step or fused.stacked:
         h_prev = series(fused.h_prev)
     else:  # the state before step t is the op's h of step t - 1
         h_prev = np.concatenate([np.asarray(fetched[fused.h_prev[0]])[:, None], out("h")[:, :-1]], axis=1)
@@ -56,7 +56,7 @@ def fused_values(cell, fetched: Mapping[str, np.ndarray], weights: Mapping[str, 
     states = {"c": out("c"), "h": out("h")}
     i_pre = blocks[:, :, cell.gates.index("i")]
     if fused.use_peephole:
-        c_prev = series(fused.c_prev) if fused.per_step else np.concatenate(
+        c_prev = series(fused.c_prev) if fused.per_step or fused.stacked else np.concatenate(
             [np.asarray(fetched[fused.c_prev[0]])[:, None], states["c"][:, :-1]], axis=1)
         i_pre = i_pre + c_prev * weights["w_i_diag"]
     _check(cell, i_pre, act[:, :, cell.gates.index("i")])
