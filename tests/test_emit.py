@@ -2,9 +2,8 @@
 (control flow v2) gives every step's gate tensors, bit for bit those of the same cells unrolled
 by `static_rnn` with the same weights, and the model's outputs do not change.
 
-This is the ground for recording loops from the loop itself (not yet what `record` does:
-it replays them); the values are checked against TensorFlow's own unrolled tensors and against
-a float64 numpy LSTM.
+The rewrite alone, on a GraphDef: `tests/test_loops.py` records through it. The values are
+checked against TensorFlow's own unrolled tensors and against a float64 numpy LSTM.
 """
 
 from __future__ import annotations

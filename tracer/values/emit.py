@@ -1,10 +1,10 @@
-"""Loops rewritten to emit their own tensors: every step's value of chosen body tensors, as
-TensorFlow computed them, out of a control-flow-v2 `While`/`StatelessWhile` op.
+"""Loops rewritten to emit their own tensors: every step's value of chosen tensors inside a
+while loop, as TensorFlow computed them, out of a `While`/`StatelessWhile` op or a TF1 frame.
 
-A cell inside a while loop computes its gates in the loop's body function, where nothing can
-be fetched. `while_v2` keeps the intermediates its gradient needs by giving the loop one more
+A cell inside a while loop computes its gates in the loop's body, where nothing can be
+fetched. `while_v2` keeps the intermediates its gradient needs by giving the loop one more
 loop variable per tensor, a `TensorList` that the body appends the tensor to; `emit_loops`
-does the same to a loaded graph, at the GraphDef level:
+does the same to a loaded graph, at the GraphDef level (control flow v2):
 
     body:  new arguments acc_k (variant), new outputs TensorListPushBack(acc_k, tensor_k)
     cond:  the same new arguments, unused
@@ -12,14 +12,20 @@ does the same to a loaded graph, at the GraphDef level:
            inputs + EmptyTensorList per tensor, types + variant, the new body and cond
     after: TensorListStack(While:n+k): the tensor's value at every iteration, stacked [T, ...]
 
-Only `EmptyTensorList`, `TensorListPushBack` and `TensorListStack` ops (with the Consts they
-read) are added; the loop computes exactly what it computed before, so the model's outputs are
-the same bit for bit, and so are the emitted values (the very tensors of the body).
+In a TF1 frame (control flow v1: Enter, Merge, Switch, NextIteration, Exit) it draws what
+`dynamic_rnn` draws for its output array: a `TensorArray` per tensor, written at each
+iteration's index (a counter of its own), its flow a loop variable leaving by an `Exit`, then
+gathered (`_frame_accumulators`).
+
+Only TensorList ops, or TensorArray ops and the frame's own control flow ops (with the Consts
+they read), are added; the loop computes exactly what it computed before, so the model's
+outputs are the same bit for bit, and so are the emitted values (the very tensors of the body).
 
 `emitting` does this for the loops of found cells (`Loop.body`, the cell's step inside the
-body) and rebuilds the model from the rewritten graph: the cells' `Loop.emitted` name the
-stacked tensors, fetched like any other (`tracer.values.fetch`). Loops of control flow v1
-(Enter/Exit frames) are not rewritten: their cells are replayed (`tracer.values.replay`).
+loop) and rebuilds the model from the rewritten graph: the cells' `Loop.emitted` name the
+stacked tensors, fetched like any other (`tracer.values.fetch`). A cell whose loop keeps its
+state by a mask, or carries another state than the cell computes, is left to the replay
+(`tracer.values.replay`), as is every cell of a live session's graph, which cannot be rebuilt.
 """
 
 from __future__ import annotations
@@ -210,9 +216,9 @@ def _extend_loop(node, count: int) -> None:
 
 def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple[Model, list[Cell], list[str]]:
     """`model` rebuilt (`tracer.load.model.rebuilt`, restored if `restore`) so that every
-    control-flow-v2 loop holding one of `cells` emits their gates and states, and the cells
-    with `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
-    replay. The new Model is the caller's to close. Where no cell is in such a loop, or the
+    loop holding one of `cells` emits their gates and states, and the cells with
+    `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
+    replay. The new Model is the caller's to close. Where no cell can be emitted, or the
     model cannot be rebuilt (a live session's graph, whose variables only that session holds),
     `model` and `cells` come back as they are."""
     wanted: dict[str, list[str]] = {}
@@ -224,7 +230,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
             notes.append(f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow")
         elif not c.loop.carried:  # the replay's check decides whether the change matters
             notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
-        else:
+        elif _emittable(c):
             names = wanted.setdefault(c.loop.loop, [])
             names += [n for n in _wanted(c) if n not in names]
     if not wanted:
@@ -240,7 +246,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
     new = rebuilt(model, meta, restore)
 
     def outer(c: Cell) -> Cell:
-        if c.loop is None or c.loop.loop not in wanted or c.loop.body is None or c.loop.masked or not c.loop.carried:
+        if not _emittable(c) or c.loop.loop not in wanted:
             return c
         body, loop = c.loop.body, c.loop.loop
         names = {field_: tuple(emitted[(loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
@@ -249,6 +255,11 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
         return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
 
     return new, [outer(c) for c in cells], notes
+
+
+def _emittable(cell: Cell) -> bool:
+    loop = cell.loop
+    return loop is not None and loop.body is not None and loop.emitted is None and not loop.masked and loop.carried
 
 
 def _wanted(cell: Cell) -> tuple[str, ...]:

@@ -176,7 +176,7 @@ class FetchPlan:
         c = self.cells[0]
         if c.path == "fetch":
             return len(values[self._layout[0][0][1][0]])
-        return values[self._replayed_at[c.name]].preactivation.shape[0]
+        return _examples_steps(values[self._replayed_at[c.name]])[0]
 
     def run(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, examples: np.ndarray | None = None) -> Trace:
         """Fetch everything in one `session.run` and assemble a Trace."""
@@ -211,14 +211,7 @@ class FetchPlan:
             weights = {role: values[k] for role, k in where["weights"].items()}
             return fused_values(cell, {name: values[k] for name, k in where["fused"].items()}, weights)
         pre, act, states = ([values[k] for k in slots] for slots in where["emitted"])
-
-        def gates(parts: list[np.ndarray]) -> np.ndarray:
-            steps, batch = parts[0].shape[:2]
-            flat = [p.reshape(steps * batch, -1) for p in parts]
-            each = np.stack([self._piece(cell, flat, g) for g in range(len(cell.gates))], axis=1)
-            return np.swapaxes(each.reshape(steps, batch, len(cell.gates), cell.units), 0, 1)
-
-        return Replayed(gates(pre), gates(act), {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)}, None, {})
+        return Emitted(cell, {"preactivation": pre, "activation": act}, {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)})
 
     def _replay(self, cell: Cell, values: list, check_outputs: bool = True) -> Replayed:
         if cell.fused is not None:
@@ -271,7 +264,7 @@ class FetchPlan:
         c = self.cells[cell]
         if c.path == "fetch":
             return c.positions
-        n = values[self._replayed_at[c.name]].preactivation.shape[1]
+        n = _examples_steps(values[self._replayed_at[c.name]])[1]
         return np.arange(n, dtype=np.int32)[self._steps]
 
     def lengths(self, values: Sequence, cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
@@ -289,7 +282,9 @@ class FetchPlan:
         `rows` of the batch: a new contiguous [examples, steps, units] array."""
         c = self.cells[cell]
         if c.path != "fetch":
-            return self._by_position(values, c, getattr(values[self._replayed_at[c.name]], column)[rows, :, gate], rows)
+            got = values[self._replayed_at[c.name]]
+            a = got.gate(column, gate) if isinstance(got, Emitted) else getattr(got, column)[:, :, gate]
+            return self._by_position(values, c, a[rows], rows)
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
         first = self._piece(c, [values[i] for i in layout[0][which]], gate)
@@ -316,10 +311,10 @@ class FetchPlan:
         """
         units, at = cell.units, 0
         want = gate * units
-        for part in parts:
-            width = part.shape[1] if part.ndim == 2 else -1
+        for part in parts:  # [batch, width], or [steps, batch, width] as a loop stacks them
+            width = part.shape[-1] if part.ndim >= 2 else -1
             if at <= want and want + units <= at + width:
-                return part[:, want - at : want - at + units]
+                return part[..., want - at : want - at + units]
             at += max(width, 0)
         widths = [list(p.shape) for p in parts]
         raise GraphPatternError(
@@ -349,6 +344,30 @@ def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) ->
     if examples is None:
         examples = np.arange(batch, dtype=np.int64)
     return Trace(cells, np.asarray(examples, dtype=np.int64))
+
+
+class Emitted:
+    """A loop cell's values for one batch as its rewritten loop emitted them: each tensor of
+    its step stacked [iterations, batch, ...]. `gate` cuts one gate out as a [batch,
+    iterations, units] view (no copy); `preactivation` and `activation` build the whole
+    [batch, iterations, gates, units] arrays of a `Replayed` only when asked (`--verify`)."""
+
+    def __init__(self, cell: Cell, parts: dict[str, list[np.ndarray]], states: dict[str, np.ndarray]):
+        self.cell, self.parts, self.states = cell, parts, states
+
+    def gate(self, column: str, gate: int) -> np.ndarray:
+        return np.swapaxes(FetchPlan._piece(self.cell, self.parts[column], gate), 0, 1)
+
+    def _all(self, column: str) -> np.ndarray:
+        return np.stack([self.gate(column, g) for g in range(len(self.cell.gates))], axis=2)
+
+    preactivation = property(lambda self: self._all("preactivation"))
+    activation = property(lambda self: self._all("activation"))
+
+
+def _examples_steps(got: Any) -> tuple[int, int]:
+    """(examples, steps) of a loop cell's values for one batch (`Replayed` or `Emitted`)."""
+    return next(iter(got.states.values())).shape[:2]
 
 
 def _pairs(body, emitted) -> Iterator[tuple[str, str]]:
