@@ -29,11 +29,15 @@ import numpy as np
 from recorders.errors import SelectionError
 
 __all__ = [
-    "COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
+    "COPIES", "LOOP_COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
     "default_budget", "parse_size", "bytes_per_sequence", "fixed_size_problem", "check_rows", "choose_batch", "describe_size",
 ]
 
 COPIES = 2
+# A cell taken from its loop (tracer.values.emit) holds two copies more while a batch runs: the
+# loop's TensorLists and their stack (measured: 1,346 MB against 1,067 MB for the same cells
+# unrolled, 2 x BasicLSTMCell(256), 50 steps, batch 256, whose values are 131 MB a copy).
+LOOP_COPIES = 2
 RESERVE = 128 * 2**20
 DEFAULT_ROOM = 384 * 2**20  # on top of what TensorFlow and the model hold, by default
 DEFAULT_BATCH_SIZE = 256  # sequences per Session.run, before the budget lowers it
@@ -95,16 +99,18 @@ def _steps(cell: Any, hint: int | None) -> int:
 
 def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> int:
     """One sequence's share of a batch at its peak: COPIES times its recorded values (two
-    float32 columns per gate, one per state, every unit and step) plus its input rows."""
+    float32 columns per gate, one per state, every unit and step; LOOP_COPIES more for a
+    cell taken from its loop) plus its input rows."""
     shapes = [tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()]
     hint = max((s[1] for s in shapes if len(s) >= 3), default=None)  # [sequences, steps, ...] inputs
     values = 0
     for cell in cells:
         per_step = len(cell.gates) * cell.units * 2 + len(cell.spec.states) * max(cell.units, cell.output_size)
-        values += _steps(cell, hint) * per_step * 4
+        copies = COPIES + (LOOP_COPIES if getattr(cell, "path", None) == "loop" else 0)
+        values += copies * _steps(cell, hint) * per_step * 4
     inputs = sum(int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize
                  for s, v in zip(shapes, feeds.values()) if len(s) >= 1)
-    return int(COPIES * values) + inputs
+    return int(values) + inputs
 
 
 @dataclass(frozen=True)
