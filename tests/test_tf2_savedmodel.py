@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -289,3 +290,24 @@ def test_activations_other_than_tanh_in_a_saved_model_without_keras_metadata(ste
     assert sorted(cells) == ["gru/gru_cell", "lstm/lstm_cell"]
     assert check_recording(rec, model, "tf-keras", xs, cells) == 2
     assert {c["name"]: c["activation"] for c in rec.manifest["cells"]} == {"gru/gru_cell": "linear", "lstm/lstm_cell": "relu"}
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "keras3_exports"
+
+
+@pytest.mark.parametrize("version", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_keras_3_exports_of_older_versions_record_from_their_loops(version, tmp_path):
+    """Exports written by Keras 3.0 and 3.10 (`tests/fixtures/keras3_exports/make.py`), whose loop
+    bodies add each bias with AddV2: every cell found and recorded from its loop, each value the
+    float64 reference of the same model read back by the Keras installed here."""
+    folder = FIXTURES / version
+    x = np.load(folder / "x.npy")
+    done = gatetrace("record", str(folder / "export"), "--feed", f"x={folder / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "rec")
+    cells = {"bi/forward_lstm/lstm_cell": ("bi", "forward_layer"), "bi/backward_lstm/lstm_cell": ("bi", "backward_layer"),
+             "gru/gru_cell": ("gru", None), "rnn/simple_rnn_cell": ("rnn", None), "back/lstm_cell": ("back", None)}
+    assert sorted(rec.cells) == sorted(cells)
+    assert {c["path"] for c in rec.manifest["cells"]} == {"loop"}
+    model = keras_module("keras3").models.load_model(folder / "model.keras")
+    assert check_recording(rec, model, "keras3", x, cells) == len(cells)

@@ -26,6 +26,9 @@ TensorFlow draws one step inside `K.rnn`'s while loop body:
     SimpleRNNCell
         AddV2(BiasAdd(MatMul(x, kernel), bias), MatMul(h_prev, recurrent_kernel)) -> act: h
 
+The bias is added by `BiasAdd` (tf-keras, Keras 3.11 and later) or by `AddV2` (Keras 3.0 to
+3.10, whose exports draw `AddV2(AddV2(MatMul, MatMul), bias)`): both are read.
+
 Inside a loop body the kernels enter as the body's arguments, named after the variables
 (`..._recurrent_kernel_0`): that is how the input and recurrent products are told apart.
 """
@@ -46,14 +49,28 @@ def _users(t: tf.Tensor) -> list[tf.Operation]:
     return [op for op in t.consumers() if op.type != "TensorListPushBack"]
 
 
+def _bias_added(t: tf.Tensor, onto: tuple[str, ...]) -> tuple[tf.Tensor, tf.Tensor] | None:
+    """(what a bias is added onto, the bias) if `t` adds a bias weight to the output of an op of
+    a type in `onto`: by BiasAdd (tf-keras, Keras 3.11 and later) or by AddV2 (Keras 3.0 to
+    3.10); the bias may be a row of Keras' [2, 3u] GRU bias. None otherwise."""
+    if t.op.type == "BiasAdd" and t.op.inputs[0].op.type in onto and weight_source(_whole_bias(t.op.inputs[1])) is not None:
+        return t.op.inputs[0], t.op.inputs[1]
+    if t.op.type in ADDS and len(t.op.inputs) == 2:
+        for a, b in (t.op.inputs, reversed(t.op.inputs)):
+            if a.op.type in onto and b.shape.rank == 1 and weight_source(_whole_bias(b)) is not None:
+                return a, b
+    return None
+
+
 def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation] | None:
     """(x MatMul, h MatMul) if `add` is `AddV2` of a MatMul on a `kernel` and one on a
-    `recurrent_kernel` (the x side possibly through a BiasAdd, returned as the MatMul)."""
+    `recurrent_kernel` (the x side possibly through an added bias, returned as the MatMul)."""
     if add.type not in ADDS or len(add.inputs) != 2:
         return None
     sides = []
     for t in add.inputs:
-        op = t.op.inputs[0].op if t.op.type == "BiasAdd" else t.op
+        biased = _bias_added(t, ("MatMul",))
+        op = biased[0].op if biased else t.op
         if op.type != "MatMul" or op.get_attr("transpose_a") or op.get_attr("transpose_b"):
             return None
         sides.append(op)
@@ -87,8 +104,9 @@ def _keras_weights(kernel: tf.Tensor, recurrent: tf.Tensor, bias: tf.Tensor | No
 def keras_lstm_step(split: tf.Operation) -> Application | None:
     z = split.inputs[1].op
     bias = None
-    if z.type == "BiasAdd" and weight_source(z.inputs[1]) is not None:
-        bias, z = z.inputs[1], z.inputs[0].op
+    biased = _bias_added(split.inputs[1], tuple(ADDS))
+    if biased is not None:
+        z, bias = biased[0].op, biased[1]
     sides = _input_and_recurrent(z)
     if sides is None:
         return None
@@ -350,8 +368,9 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
     split likewise; z, r = act(x_k + rec_k); c = act(x_h + r * rec_h) (reset_after) or
     act(x_h + (r * h_prev) @ recurrent_kernel[:, 2u:]); h = z * h_prev + (1 - z) * c."""
     mm, bias = split.inputs[1].op, None
-    if mm.type == "BiasAdd":
-        bias, mm = mm.inputs[1], mm.inputs[0].op
+    biased = _bias_added(split.inputs[1], ("MatMul",))
+    if biased is not None:
+        mm, bias = biased[0].op, biased[1]
     if mm.type != "MatMul" or weight_source(mm.inputs[1]) is None or "recurrent" in weight_name(mm.inputs[1]):
         return None
     adds = []
@@ -402,10 +421,11 @@ def keras_rnn_step(add: tf.Operation) -> Application | None:
     if sides is None or len(users) != 1:
         return None
     x_mm, h_mm = sides
-    x_side = next(t for t in add.inputs if t.op is x_mm or t.op.inputs[0].op is x_mm)
     weights = {"kernel": x_mm.inputs[1], "recurrent_kernel": h_mm.inputs[1]}
-    if x_side.op.type == "BiasAdd":
-        weights["bias"] = x_side.op.inputs[1]
+    for t in add.inputs:
+        biased = _bias_added(t, ("MatMul",))
+        if biased is not None and biased[0].op is x_mm:
+            weights["bias"] = biased[1]
     h = users[0].outputs[0]
     return Application(
         spec=KERAS_SIMPLE_RNN,
