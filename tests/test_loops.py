@@ -179,3 +179,39 @@ def test_inspect_says_the_loop_path_and_a_wrapped_state_stays_replayed(tmp_path)
     shown = run_cli("inspect", saved(wrapped, tmp_path / "b"), "--json")
     (cell,) = json.loads(shown.stdout)["cells"]
     assert cell["path"] == "replay"
+
+
+EXPORT = """
+import sys
+import numpy as np
+import keras
+path, unroll = sys.argv[1], sys.argv[2] == "unroll"
+x = keras.Input((5, 4), name="x")
+h = keras.layers.LSTM(3, return_sequences=True, unroll=unroll, name="lstm")(x)
+h = keras.layers.GRU(2, return_sequences=True, unroll=unroll, name="gru")(h)
+model = keras.Model(x, keras.layers.SimpleRNN(2, unroll=unroll, name="rnn")(h))
+rng = np.random.RandomState(0)
+model.set_weights([rng.uniform(-0.8, 0.8, w.shape).astype("float32") for w in model.get_weights()])
+model.export(path)
+"""
+
+
+def test_a_keras_3_export_records_from_its_loops_what_the_same_model_unrolled_computes(tmp_path):
+    """Keras 3 `model.export()` of LSTM, GRU and SimpleRNN layers: their While loops, rewritten,
+    give bit for bit the values of the same model exported with `unroll=True`, whose steps
+    are fetched from their own ops."""
+    import subprocess
+    import sys
+
+    recs = {}
+    for how in ("loop", "unroll"):
+        done = subprocess.run([sys.executable, "-c", EXPORT, str(tmp_path / how), how], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        recs[how] = record(str(tmp_path / how), tmp_path, f"rec-{how}", x=X)
+    assert set(paths(recs["loop"]).values()) == {"loop"} and set(paths(recs["unroll"]).values()) == {"fetch"}
+    assert sorted(recs["loop"].cells) == sorted(recs["unroll"].cells) == ["gru/gru_cell", "lstm/lstm_cell", "rnn/simple_rnn_cell"]
+    for cell in recs["loop"].cells:
+        for gate in recs["loop"].gates(cell):
+            for column in ("preactivation", "activation"):
+                a, b = (recs[k].gate_array(cell, gate, column) for k in ("loop", "unroll"))
+                assert np.array_equal(a, b), f"{cell} {gate} {column}: {np.nanmax(np.abs(a - b))}"
