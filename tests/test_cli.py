@@ -41,7 +41,9 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     out = tmp_path / "run1"
     assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--batch-size", "2"]) == 0
     stdout, stderr = capfd.readouterr()
-    assert "recording, batches of 2: 100%" in stderr and "3/3" in stderr and "270 rows" in stderr  # the progress bar
+    # stderr is not a terminal here: a line per tenth of the work, no carriage returns
+    assert "gatetrace: recording, batches of 2: 66% (2 of 3 seq), 180 rows\n" in stderr and "\r" not in stderr
+    assert "gatetrace: recording, batches of 2: 100% (3 of 3 seq), 270 rows\n" in stderr
     assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
@@ -295,3 +297,31 @@ def test_weights_out_naming_a_folder_is_refused(model, tmp_path, capsys):
     msg = fails(capsys, ["weights", path, "--out", f"{tmp_path / 'wdir'}/"])
     assert msg == f"--out {tmp_path / 'wdir'}/ names a folder; give a file path, e.g. {tmp_path / 'wdir'}/weights.parquet"
     assert not (tmp_path / "wdir").exists()
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
+    import io
+
+    from tracer.run.bar import LineProgress, progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert not isinstance(progress_bar(100, True, "x", Terminal()), LineProgress)
+    log = io.StringIO()
+    with progress_bar(100, True, "recording", log) as bar:
+        for _ in range(20):
+            bar.set_postfix_str("5 rows")
+            bar.update(5)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 10 and lines[0] == "gatetrace: recording: 10% (10 of 100 seq), 5 rows"
+    assert lines[-1] == "gatetrace: recording: 100% (100 of 100 seq), 5 rows"
+    unknown = io.StringIO()
+    with progress_bar(None, True, "recording", unknown) as bar:
+        for _ in range(25):
+            bar.update(3)
+    assert unknown.getvalue().splitlines() == ["gatetrace: recording: 30 seq", "gatetrace: recording: 60 seq"]
+    quiet = io.StringIO()
+    progress_bar(100, False, "recording", quiet).update(100)
+    assert quiet.getvalue() == ""

@@ -513,9 +513,9 @@ def _record_parallel(args, selection, memory) -> None:
     def progress(n: int, total: int) -> None:
         nonlocal bar
         if bar is None and not args.quiet:  # once the folder is ready: nothing shows for a job refused before
-            from tqdm import tqdm
+            from tracer.run.bar import progress_bar  # imports no TensorFlow
 
-            bar = tqdm(total=total, unit="seq", desc="recording, in tasks", file=sys.stderr, dynamic_ncols=True)
+            bar = progress_bar(total, True, "recording, in tasks")
         if bar is not None:
             bar.update(n)
 

@@ -2,5 +2,6 @@
 
 `select` (which cells, gates, steps, sequences), `budget` (the memory budget and the batch
 size it allows; imports no TensorFlow), `recording` (`record` and `trace`: the main job),
-`parallel` (tasks on a process pool or a Dask cluster). May import every stage below.
+`parallel` (tasks on a process pool or a Dask cluster), `bar` (progress on stderr; imports no
+TensorFlow). May import every stage below.
 """

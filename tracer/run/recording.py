@@ -42,6 +42,7 @@ from tracer.inputs.feeds import (
 from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.model import Model
 from tracer.load.safety import check_model
+from tracer.run.bar import progress_bar
 from tracer.run.budget import (
     DEFAULT_BATCH_SIZE,
     bytes_per_sequence,
@@ -301,8 +302,8 @@ def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard,
                     writer.begin(start, stop)
                     _write_batch(writer, plan, values, selection, ids, keep, lens)
                     writer.commit()
-                    bar.update(stop - start)
                     bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
+                    bar.update(stop - start)
                 values = None  # freed before the next run
                 if ctrl_c.pressed:
                     break
@@ -434,8 +435,5 @@ def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | No
 
 
 def _progress_bar(total: int | None, show: bool, batch_size: int):
-    """A tqdm bar on stderr counting sequences (and saying the batch size), or a silent stand-in."""
-    from tqdm import tqdm
-
-    desc = f"recording, batches of {batch_size}"
-    return tqdm(total=total, unit="seq", file=sys.stderr, disable=not show, dynamic_ncols=True, desc=desc)
+    """Progress on stderr counting sequences and saying the batch size (`tracer.run.bar`)."""
+    return progress_bar(total, show, f"recording, batches of {batch_size}")
