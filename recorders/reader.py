@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.parquet import partition_dir, partition_value
@@ -89,6 +90,32 @@ class Recording:
     def examples(self) -> list[list[int]]:
         """The complete example ranges, [start, stop) pairs."""
         return self._examples.pairs()
+
+    def summary(self) -> dict[str, Any]:
+        """What the folder holds, read from its manifest (or progress files) and its files'
+        metadata only: the model, whether it is complete, the examples, each cell with the
+        steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
+        progress = read_progress(self.path)
+        rows = {t: ds.dataset(self.path / t, format="parquet").count_rows() if (self.path / t).is_dir() else 0
+                for t in ("gates", "states")}
+        weights = self.path / "weights.parquet"
+        rows["weights"] = pq.ParquetFile(weights).metadata.num_rows if weights.is_file() else 0
+        shards = self.description.get("shards") if self.complete else None
+        return {
+            "path": str(self.path),
+            "complete": self.complete,
+            "source": self.description["source"],
+            "gatetrace_version": self.description.get("gatetrace_version"),
+            "examples": {"complete": self.examples, "count": self._examples.total()},
+            "cells": [
+                {"name": name, "kind": c["kind"], "units": c["units"], "gates": c["gates"], "states": c["states"],
+                 "steps": int(len(self.steps(name))), "path": c.get("path")}
+                for name, c in self._cells.items()
+            ],
+            "rows": rows,
+            "shards": {"finished": sum(bool(p.get("finished")) for p in progress.values()), "of": shards or len(progress)},
+            "bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
+        }
 
     def steps(self, cell: str) -> np.ndarray:
         """The input positions recorded for `cell` (read from the step column of one file)."""

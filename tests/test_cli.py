@@ -325,3 +325,20 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
     quiet = io.StringIO()
     progress_bar(100, False, "recording", quiet).update(100)
     assert quiet.getvalue() == ""
+
+
+def test_inspect_on_a_recording_folder_says_what_it_holds(model, tmp_path, capsys):
+    path, x = model
+    out = tmp_path / "run1"
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert f"{out}: a gatetrace recording (complete) of {path} (checkpoint)" in shown
+    assert "examples: 3 (0:3)" in shown
+    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      i,j,f,o  c,h     5      fetch" in shown
+    assert "rows: 180 gate rows, 90 state rows, 96 weight rows; shards finished: 1 of 1;" in shown
+    assert main(["inspect", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["complete"] and doc["rows"] == {"gates": 180, "states": 90, "weights": 96}
+    assert doc["bytes"] == sum(f.stat().st_size for f in out.rglob("*") if f.is_file())

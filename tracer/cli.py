@@ -16,6 +16,7 @@ import ctypes
 import json
 import logging
 import os
+from pathlib import Path
 import re
 import sys
 import warnings
@@ -179,7 +180,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command(
         "inspect",
-        "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing)",
+        "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing); "
+        "given a recording folder, what it holds",
         "gatetrace inspect model.ckpt --json",
         runs_model=False,
     )
@@ -329,6 +331,8 @@ def _signature_input(graph, name: str, tensor: str) -> dict:
 
 
 def _inspect(args) -> None:
+    if _is_recording(args.model):
+        return _inspect_recording(args)
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
@@ -382,6 +386,38 @@ def _inspect(args) -> None:
         print("record and weights refuse this model unless --allow-unsafe-ops")
     else:
         print("\nunsafe ops: none (loading and recording run only allowlisted ops)")
+
+
+def _is_recording(path: str) -> bool:
+    """Whether `path` is a folder `gatetrace record` wrote (finished, or partial)."""
+    p = Path(path)
+    return (p / "gates").is_dir() and ((p / "manifest.json").is_file() or (p / "_progress").is_dir())
+
+
+def _inspect_recording(args) -> None:
+    """What a recording folder holds (`recorders.Recording.summary`); reads no values."""
+    from recorders import Recording
+    from tracer.run.budget import describe_size  # imports no TensorFlow
+
+    summary = Recording(args.model).summary()
+    if args.json:
+        print(json.dumps(summary))
+        return
+    source, examples = summary["source"], summary["examples"]
+    state = "complete" if summary["complete"] else "partial: run the same record command with --resume to finish it"
+    print(f"{args.model}: a gatetrace recording ({state}) of {source['path']} ({source['format']}), gatetrace {summary['gatetrace_version']}")
+    ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
+    print(f"examples: {examples['count']:,} ({ranges})")
+    rows = [("cell", "kind", "units", "gates", "states", "steps", "path")]
+    rows += [(c["name"], c["kind"], str(c["units"]), ",".join(c["gates"]), ",".join(c["states"]), str(c["steps"]), c["path"] or "")
+             for c in summary["cells"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    n, shards = summary["rows"], summary["shards"]
+    print(f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows, {n['weights']:,} weight rows; "
+          f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk")
+    print(f"read it with: pandas.read_parquet({os.path.join(args.model, 'gates')!r}) or recorders.Recording({args.model!r})")
 
 
 def _inspect_keras(args, model) -> None:
