@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -258,6 +259,12 @@ def test_demo(tmp_path):
     assert "mean forget-gate activation per step:" in result.stdout
     accuracy = float(result.stdout.split("held-out accuracy ")[1].split("%")[0])
     assert accuracy > 75.0  # chance is 50%
+    # The demo's seeds are fixed: its summary is the one the README shows, line for line.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = readme.split("training a BasicLSTMCell(16)", 1)[1].split("```", 1)[0]
+    for line in shown.splitlines()[1:]:
+        if line.strip() and line != "...":
+            assert line in result.stdout.splitlines(), f"the README shows {line!r}; the demo printed:\n{result.stdout}"
     recording = tmp_path / "demo" / "recording"
     f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")])
     assert len(f) == 512 * 20 * 16
