@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from recorders.analysis import quantile_column, saturation, step_stats
@@ -18,10 +19,13 @@ __all__ = ["gate_heatmap", "saturation_scatter", "step_band"]
 
 
 def _pyplot():
+    """pyplot; outside a Jupyter kernel on the Agg backend (no display needed). In a kernel the
+    backend is left as it is (inline by default), so that a cell's figures show."""
     try:
         import matplotlib
 
-        matplotlib.use("Agg", force=False)
+        if "ipykernel" not in sys.modules:
+            matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
     except ImportError:
         raise SelectionError('plots need matplotlib: pip install "gatetrace[plots]"') from None
@@ -34,9 +38,16 @@ def gate_heatmap(rec: Recording, cell: str, gate: str, example: int, column: str
     values = rec.gate_array(cell, gate, column, examples=(example, example + 1))
     if values.size == 0:
         raise SelectionError(f"example {example} has no rows of {cell} gate {gate} in {rec.path}")
+    from matplotlib.ticker import MaxNLocator
+
+    steps = rec.steps(cell)  # the input positions recorded (a --steps window starts later than 0)
+    first, last = int(steps[0]), int(steps[0]) + values.shape[1] - 1
     fig, ax = plt.subplots(figsize=(6, 4))
-    image = ax.imshow(values[0], aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set(xlabel="unit", ylabel="step", title=f"{cell} {gate} {column}, example {example}")
+    extent = (-0.5, values.shape[2] - 0.5, last + 0.5, first - 0.5)  # each cell centred on its unit and step
+    image = ax.imshow(values[0], aspect="auto", cmap="viridis", interpolation="nearest", extent=extent)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="unit", ylabel="step (input position)", title=f"{cell} {gate} {column}, example {example}")
     fig.colorbar(image, ax=ax)
     return fig
 

@@ -27,7 +27,8 @@ def test_notebooks_are_stored_without_outputs(name):
 
 
 def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
-    """Run notebook `name` with `folder` as working directory; return the probe cell's JSON."""
+    """Run notebook `name` with `folder` as working directory; return the probe cell's JSON,
+    with `"images"`: for each code cell that calls `plots.`, whether it displayed a PNG."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     # A kernel of this very interpreter, whatever kernels the machine has installed.
@@ -45,7 +46,9 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
     client = nbclient.NotebookClient(book, timeout=600, kernel_name="gatetrace-tests", resources={"metadata": {"path": str(folder)}})
     client.execute()
     out = "".join(o.get("text", "") for o in book.cells[-1].outputs if o.get("name") == "stdout")
-    return json.loads(out)
+    images = ["image/png" in o.get("data", {}) for c in book.cells if c.cell_type == "code" and "plots." in c.source
+              for o in [next((o for o in c.outputs if "image/png" in o.get("data", {})), {})]]
+    return {**json.loads(out), "images": images}
 
 
 @pytest.mark.e2e
@@ -96,6 +99,7 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     }""")
     from recorders import Recording
 
+    assert got["images"] == [True, True, True], "each plot cell shows its figure"
     rec = Recording(tmp_path / "gate-analysis" / "recording")
     cell = "rnn/basic_lstm_cell"
     x = np.load(tmp_path / "gate-analysis" / "inputs.npy")

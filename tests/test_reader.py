@@ -136,6 +136,12 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     fig = gate_heatmap(rec, LSTM, "f", example=2)
     (image,) = fig.axes[0].get_images()
     np.testing.assert_array_equal(image.get_array(), rec.gate_array(LSTM, "f", examples=(2, 3))[0])
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_yticks() if fig.axes[0].get_ylim()[1] <= t <= fig.axes[0].get_ylim()[0]]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # steps are whole input positions
+    assert fig.axes[0].get_ylabel() == "step (input position)"
+    shown = rec.gate_array(LSTM, "f", examples=(2, 3)).shape[1]  # the steps example 2 has rows for
+    assert fig.axes[0].get_ylim() == (shown - 0.5, -0.5)
     fig = saturation_scatter(rec, GRU)
     assert [ax.get_title() for ax in fig.axes] == ["r", "u", "c"]
     offsets = fig.axes[0].collections[0].get_offsets()
