@@ -53,6 +53,7 @@ def disk(tmp_path_factory) -> Path:
     pq.write_table(pa.table({"x": pa.array([], pa.list_(pa.list_(pa.float32())))}), root / "empty.parquet")
     pq.write_table(pa.table({"y": [[1.0] * 4] * 6}), root / "other.parquet")
     (root / "notes.txt").write_text("hello")
+    np.save(root / "big.npy", np.full((6, 5, 4), 2**24 + 1, np.int64))
     np.save(root / "lengths_bad.npy", np.array([[1, 2]]))
     np.save(root / "lengths_negative.npy", np.array([5, 5, -1, 5, 5, 5]))
     np.save(root / "lengths_float.npy", np.ones(6, np.float32))
@@ -149,7 +150,13 @@ CASES = {
     "negative lengths": ([*R, "--lengths", "{d}/lengths_negative.npy"], "lengths: expected 6 non-negative integers"),
     "lengths as floats": ([*R, "--lengths", "{d}/lengths_float.npy"], "given shape [6] of float32"),
     "lengths file missing": ([*R, "--lengths", "{d}/nope.npy"], "no such file"),
+    "an integer float32 cannot hold": (["record", M, "--feed", "x={d}/big.npy", "--out", "{o}"], "feed x:0: row 0 holds the integer 16,777,217, which float32 (the placeholder's type) cannot hold exactly"),
+    # flags a newcomer mistypes
+    "--feeds for --feed": (["record", M, "--feeds", X, "--out", "{o}"], "unrecognized arguments: --feeds x={d}/x.npy (did you mean --feed?)"),
+    "--feed NAME FILE": (["record", M, "--feed", "x", "{d}/x.npy", "--out", "{o}"], "(--feed takes NAME=FILE as one word: --feed x={d}/x.npy)"),
+    "--gate for --gates": ([*R, "--gate", "i"], "unrecognized arguments: --gate i (did you mean --gates?)"),
     # the output
+    "weights out with a trailing slash": (["weights", M, "--out", "{d}/wdir/"], "--out {d}/wdir/ names a folder; give a file path, e.g. {d}/wdir/weights.parquet"),
     "out is a file": ([*R[:-1], "{d}/afile"], "--out {d}/afile exists and is a file; give a folder path"),
     "out inside a file": ([*R[:-1], "{d}/afile/out"], "cannot create {d}/afile/out: Not a directory"),
     "out not empty": ([*R[:-1], "{d}/mine"], "--out {d}/mine holds what gatetrace did not write (keep.txt); choose another path"),
@@ -182,3 +189,15 @@ def test_one_clear_line(disk, tmp_path, capsys, case):
 
 def test_the_catalogue_is_large():
     assert len(CASES) >= 75
+
+
+def test_an_object_store_that_cannot_be_reached_is_named_with_its_endpoint(disk, tmp_path, capsys, monkeypatch):
+    """Nothing listens at the endpoint: not "no such file", but that the store could not be reached, and where."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert main(["record", M.format(d=disk), "--feed", "x=s3://bkt/x.npy", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "feed x: cannot reach bkt/x.npy in object storage at http://127.0.0.1:9 (AWS_ENDPOINT_URL)" in err
+    assert not (tmp_path / "out").exists()

@@ -59,7 +59,7 @@ def open_input(spec: str, what: str) -> Any:
         path, member = head, tail
     suffix = Path(path).suffix
     store, where = _location(path, what)
-    kind, _ = file_kind(store, where)
+    kind, _ = file_kind(store, where, what)
     if suffix in (".tfrecord", ".tfrecords"):
         return _tfrecord(store, where, path, member, what)
     if kind == "dir":  # a Parquet dataset: its files in name order
