@@ -322,13 +322,14 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
             bar.set_postfix_str("5 rows")
             bar.update(5)
     lines = log.getvalue().splitlines()
-    assert len(lines) == 10 and lines[0] == "gatetrace: recording: 10% (10 of 100 seq), 5 rows"
+    assert len(lines) == 11 and lines[0] == "gatetrace: recording: started of 100 seq"
+    assert lines[1] == "gatetrace: recording: 10% (10 of 100 seq), 5 rows"
     assert lines[-1] == "gatetrace: recording: 100% (100 of 100 seq), 5 rows"
     unknown = io.StringIO()
     with progress_bar(None, True, "recording", unknown) as bar:
         for _ in range(25):
             bar.update(3)
-    assert unknown.getvalue().splitlines() == ["gatetrace: recording: 30 seq", "gatetrace: recording: 60 seq"]
+    assert unknown.getvalue().splitlines() == ["gatetrace: recording: started", "gatetrace: recording: 30 seq", "gatetrace: recording: 60 seq"]
     quiet = io.StringIO()
     progress_bar(100, False, "recording", quiet).update(100)
     assert quiet.getvalue() == ""

@@ -130,3 +130,32 @@ def test_dropout_between_stacked_cells_records_with_keep_prob_1(tmp_path, capsys
         cell = f"rnn/multi_rnn_cell/cell_{layer}/gru_cell"
         np.testing.assert_allclose(Recording(tmp_path / "rec").gate_array(cell, "u", "activation"), np.stack(u_act, 1), atol=1e-5)
         inputs = np.stack(outs, 1)
+
+
+def test_inspect_says_exactly_what_each_command_will_do(tmp_path, capsys):
+    """One of two cells reads its input through a WriteFile: `weights` runs nothing unsafe,
+    `record` is refused, `record --cells` of the other cell is not; inspect says each, and each
+    command then does what it said."""
+    target = tmp_path / "pwned.txt"
+
+    def body(x):
+        with tf.control_dependencies([tf.io.write_file(str(target), "pwned", name="evil_write")]):
+            tainted = tf.identity(x)
+        clean, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32, scope="clean")
+        dirty, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(tainted, axis=1), dtype=tf.float32, scope="dirty")
+        return [clean[-1], dirty[-1]]
+
+    path = save(build(body), "checkpoint", tmp_path)
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "  weights: runs only allowlisted ops" in out
+    assert "  record: refused unless --allow-unsafe-ops (it would run evil_write (WriteFile))" in out
+    assert "  record --cells clean/gru_cell: runs only allowlisted ops" in out
+    assert main(["inspect", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["refused_without_allow_unsafe_ops"] == {"record": ["evil_write (WriteFile)"]}
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}"]
+    assert main(["weights", path, "--out", str(tmp_path / "w.parquet")]) == 0
+    assert main(["record", path, *feed, "--out", str(tmp_path / "all"), "--quiet"]) == 2
+    assert main(["record", path, *feed, "--out", str(tmp_path / "clean"), "--cells", "clean/gru_cell", "--quiet"]) == 0
+    assert not target.exists()

@@ -343,9 +343,18 @@ def _inspect(args) -> None:
         return _inspect_keras(args, model)
     with model, from_loops(model, tracer.find_cells(model.graph, model.source), progress=False, restore=False) as (model, cells):
         plan = tracer.FetchPlan(model.graph, cells)
-        fetches = [*plan.tensors, *(t for c in cells for t in c.weights.values())]
+        weights = [t for c in cells for t in c.weights.values()]
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
-        unsafe = sorted(set(loading + unsafe_ops(model.graph, fetches)))
+        # What each command would run beyond the allowlist: loading, then the weights (weights)
+        # or the gates and weights of every cell (record); and which cells record alone safely.
+        refused = {
+            "weights": sorted(set(loading + unsafe_ops(model.graph, weights))),
+            "record": sorted(set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights]))),
+        }
+        safe_cells = [] if loading else [
+            c.name for c in cells if not unsafe_ops(model.graph, [*tracer.FetchPlan(model.graph, [c], context=cells).tensors, *c.weights.values()])
+        ]
+        unsafe = sorted(set(refused["weights"] + refused["record"]))
         inputs = [_signature_input(model.graph, name, tensor) for name, tensor in model.inputs.items()]
         if not inputs:  # a checkpoint or frozen graph: the placeholders the gates need
             from tracer.inputs.feeds import unfed_placeholders
@@ -353,7 +362,8 @@ def _inspect(args) -> None:
             needed = sorted(op.name for op in unfed_placeholders(plan.tensors, set()))
             inputs = [_signature_input(model.graph, name, f"{name}:0") for name in needed]
     if args.json:
-        described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe}
+        described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe,
+                     "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v}}
         print(json.dumps({**described, "inputs": inputs} if inputs else described))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
@@ -383,7 +393,13 @@ def _inspect(args) -> None:
     print(f"\n{_batch_note(cells)}")
     if unsafe:
         print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
-        print("record and weights refuse this model unless --allow-unsafe-ops")
+        for command, ops in refused.items():
+            if ops:
+                print(f"  {command}: refused unless --allow-unsafe-ops (it would run {', '.join(ops)})")
+            else:
+                print(f"  {command}: runs only allowlisted ops")
+        if refused["record"] and safe_cells:
+            print(f"  record --cells {','.join(safe_cells)}: runs only allowlisted ops")
     else:
         print("\nunsafe ops: none (loading and recording run only allowlisted ops)")
 

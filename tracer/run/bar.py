@@ -15,12 +15,15 @@ __all__ = ["progress_bar", "LineProgress"]
 
 
 class LineProgress:
-    """tqdm's `update`/`set_postfix_str`/`close` as lines: `gatetrace: <desc>: 30% (300 of 1,000
-    seq), <postfix>` each time another tenth is done (every 10 updates when the total is unknown)."""
+    """tqdm's `update`/`set_postfix_str`/`close` as lines: `gatetrace: <desc>: started of 1,000 seq`,
+    then `gatetrace: <desc>: 30% (300 of 1,000 seq), <postfix>` each time another tenth is done
+    (every 10 updates when the total is unknown)."""
 
     def __init__(self, total: int | None, desc: str, stream: Any = None):
         self.total, self.desc, self.stream = total, desc, stream or sys.stderr
         self.n, self.updates, self.postfix, self._tenths = 0, 0, "", 0
+        of = f" of {total:,} seq" if total else ""
+        print(f"gatetrace: {desc}: started{of}", file=self.stream, flush=True)  # before the first batch runs
 
     def update(self, n: int = 1) -> None:
         self.n += n
