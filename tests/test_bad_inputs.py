@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CONFIGS, build, save, static_body
+from tracer._tf import v1
 from tracer.cli import main
 
 
@@ -54,6 +55,14 @@ def disk(tmp_path_factory) -> Path:
     pq.write_table(pa.table({"y": [[1.0] * 4] * 6}), root / "other.parquet")
     (root / "notes.txt").write_text("hello")
     np.save(root / "big.npy", np.full((6, 5, 4), 2**24 + 1, np.int64))
+    np.save(root / "none.npy", np.zeros((0, 5, 4), np.float32))
+    (root / "fixed").mkdir()  # a graph whose placeholder takes batches of exactly 2
+    save(build(static_body(CONFIGS["GRUCell"]), batch=2), "checkpoint", root / "fixed")
+    (root / "partial").mkdir()  # a Saver given a var_list without the cell's weights, as a published one was
+    partial = build(lambda x: [v1.get_variable("global_step", [], initializer=v1.zeros_initializer()), *static_body(CONFIGS["GRUCell"])(x)])
+    with partial.graph.as_default():
+        step = [v for v in v1.global_variables() if v.op.name == "global_step"]
+        v1.train.Saver(var_list=step).save(partial.session, str(root / "partial" / "model.ckpt"))
     np.save(root / "lengths_bad.npy", np.array([[1, 2]]))
     np.save(root / "lengths_negative.npy", np.array([5, 5, -1, 5, 5, 5]))
     np.save(root / "lengths_float.npy", np.ones(6, np.float32))
@@ -150,6 +159,10 @@ CASES = {
     "negative lengths": ([*R, "--lengths", "{d}/lengths_negative.npy"], "lengths: expected 6 non-negative integers"),
     "lengths as floats": ([*R, "--lengths", "{d}/lengths_float.npy"], "given shape [6] of float32"),
     "lengths file missing": ([*R, "--lengths", "{d}/nope.npy"], "no such file"),
+    "no sequences for a fixed batch": (["record", "{d}/fixed/ckpt/model.ckpt", "--feed", "x={d}/none.npy", "--out", "{o}"],
+                                       "feed x:0: the input holds no sequences, and the graph's placeholders take batches of exactly 2: feed at least one sequence"),
+    "a checkpoint without the cell's weights": (["record", "{d}/partial/model.ckpt", "--feed", X, "--out", "{o}"],
+                                                "holds no value: the checkpoint has none for it"),
     "an integer float32 cannot hold": (["record", M, "--feed", "x={d}/big.npy", "--out", "{o}"], "feed x:0: row 0 holds the integer 16,777,217, which float32 (the placeholder's type) cannot hold exactly"),
     # flags a newcomer mistypes
     "--feeds for --feed": (["record", M, "--feeds", X, "--out", "{o}"], "unrecognized arguments: --feeds x={d}/x.npy (did you mean --feed?)"),
