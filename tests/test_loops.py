@@ -215,3 +215,24 @@ def test_a_keras_3_export_records_from_its_loops_what_the_same_model_unrolled_co
             for column in ("preactivation", "activation"):
                 a, b = (recs[k].gate_array(cell, gate, column) for k in ("loop", "unroll"))
                 assert np.array_equal(a, b), f"{cell} {gate} {column}: {np.nanmax(np.abs(a - b))}"
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_stack_of_dropout_wrapped_cells_under_dynamic_rnn(cf, tmp_path):
+    """MultiRNNCell of DropoutWrapper cells (keep_prob left at its default 1.0), as TF1 scripts
+    built them: the upper layer reads the lower one through the dropout, and both record bit
+    for bit what the same cells under static_rnn compute (and --verify's replay agrees)."""
+    def layers():
+        keep = v1.placeholder_with_default(1.0, [], name="keep_prob")
+        return R.MultiRNNCell([R.DropoutWrapper(R.BasicLSTMCell(4), output_keep_prob=keep),
+                               R.DropoutWrapper(R.GRUCell(3), output_keep_prob=keep)])
+
+    with control_flow(cf):
+        looped = build(lambda x: [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]])
+    unrolled = build(lambda x: [v1.nn.static_rnn(layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]])
+    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=X)
+    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
+    assert sorted(loop.cells) == sorted(fetched.cells) == ["rnn/multi_rnn_cell/cell_0/basic_lstm_cell", "rnn/multi_rnn_cell/cell_1/gru_cell"]
+    assert set(paths(loop).values()) == {"loop"}
+    for cell in loop.cells:
+        assert_same(loop, fetched, cell)

@@ -162,11 +162,29 @@ def _stack(apps, one: Callable) -> list:
 
     def build(app):
         if id(app) not in built:
-            lower = out_of.get(app.input.name)
+            lower = _below(app.input, out_of)
             built[id(app)] = one(app, None if lower is None else build(lower))
         return built[id(app)]
 
     return [build(app) for app in apps]
+
+
+# What a wrapper between two stacked layers does to the output on its way up: DropoutWrapper's
+# `tf.nn.dropout` (`where(keep, x * scale, 0)`, or `x * scale * mask` in older TensorFlow).
+_ELEMENTWISE = {"Identity": (0,), "Mul": (0, 1), "RealDiv": (0,), "Select": (1, 2), "SelectV2": (1, 2)}
+
+
+def _below(x: tf.Tensor, out_of: dict, depth: int = 4):
+    """The step whose new state `x` is, directly or through a dropout between the layers."""
+    if x.name in out_of:
+        return out_of[x.name]
+    if depth == 0 or x.op.type not in _ELEMENTWISE:
+        return None
+    for k in _ELEMENTWISE[x.op.type]:
+        found = _below(x.op.inputs[k], out_of, depth - 1)
+        if found is not None:
+            return found
+    return None
 
 
 # -- control flow v1 ------------------------------------------------------------------------
