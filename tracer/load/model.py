@@ -248,9 +248,11 @@ class LoadPlan:
     """What loading a graph runs, taken from the meta graph exactly as TensorFlow's loaders
     take it, then run by gatetrace itself (never by a loader that could build other ops).
 
-    `restore_op` runs with `filename_tensor` fed the model's own checkpoint path;
-    `init_op` (a SavedModel's `__saved_model_init_op` signature, else its main op, else its
-    legacy init op) with `asset_feeds`, the paths of the model's asset files.
+    `restore_op` runs with `filename_tensor` fed the model's own checkpoint path, then
+    `captures_op` likewise (the variables a TF2 signature captures that the restore op does
+    not fill, see `_restore_captures`); `init_op` (a SavedModel's `__saved_model_init_op`
+    signature, else its main op, else its legacy init op) with `asset_feeds`, the paths of
+    the model's asset files.
     """
 
     restore_op: str | None = None
@@ -258,14 +260,15 @@ class LoadPlan:
     checkpoint: str | None = None
     init_op: str | None = None
     asset_feeds: tuple[tuple[str, str], ...] = ()
+    captures_op: str | None = None
 
     @property
     def ops(self) -> tuple[str, ...]:
-        return tuple(op for op in (self.restore_op, self.init_op) if op)
+        return tuple(op for op in (self.restore_op, self.captures_op, self.init_op) if op)
 
     def problems(self, graph: tf.Graph) -> list[str]:
         """Every op loading would run that is not allowed (see `tracer.load.safety`)."""
-        found = restore_problems(graph, self.restore_op, self.filename_tensor) if self.restore_op else []
+        found = [p for op in (self.restore_op, self.captures_op) if op for p in restore_problems(graph, op, self.filename_tensor)]
         found += unsafe_ops(graph, [self.init_op]) if self.init_op else []
         return sorted(set(found))
 
@@ -277,6 +280,8 @@ class LoadPlan:
         if self.restore_op:
             _check_checkpoint_holds(session.graph, self, source)
             session.run(self.restore_op, {self.filename_tensor: self.checkpoint})
+        if self.captures_op:
+            session.run(self.captures_op, {self.filename_tensor: self.checkpoint})
         if self.init_op:
             session.run(self.init_op, dict(self.asset_feeds))
 
@@ -444,6 +449,7 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     check_before_import(meta.graph_def, source, allow_unsafe_ops)
     tf2 = is_function_graph(meta)
     inputs = _signature_inputs(meta, signature, source, tf2)
+    saved = meta
     if tf2:  # the signature's functions inlined, so that the loops in them can be read
         init = meta.signature_def.get(INIT_OP_SIGNATURE)
         init_op = init.outputs[INIT_OP_SIGNATURE].name.partition(":")[0] if init and INIT_OP_SIGNATURE in init.outputs else ""
@@ -455,6 +461,7 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
             plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
         _refuse_gpu_only_in_functions(graph, source)
         if tf2:
+            plan = _restore_captures(graph, saved, signature, plan)
             _check_restored(graph, meta.signature_def[signature], plan, source, signature)
         if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
@@ -464,34 +471,76 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     return _on_the_cpu(model, restore)
 
 
-def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
-    """Refuse a TF2 SavedModel whose signature reads variables its restore function does not
-    fill (they would be read uninitialized): a Keras 3 layer inside a tf.Module is saved so,
-    its weights once for the layer's objects and once more for the module's."""
-    def handles(start: list[tf.Operation]) -> set[str]:
-        seen, todo, found = set(), list(start), set()
-        while todo:
-            op = todo.pop()
-            if op.name in seen:
-                continue
-            seen.add(op.name)
-            if op.type == "VarHandleOp":
-                found.add(op.name)
-            todo += [t.op for t in op.inputs]
-        return found
+def _handles(start: list[tf.Operation]) -> set[str]:
+    """The VarHandleOps the ops `start` read, directly or through other ops."""
+    seen, todo, found = set(), list(start), set()
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "VarHandleOp":
+            found.add(op.name)
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)  # a group's members are its control inputs
+    return found
 
+
+def _restored(graph: tf.Graph, plan: LoadPlan) -> set[str]:
+    return _handles([graph.as_graph_element(op) for op in plan.ops])
+
+
+def _restore_captures(graph: tf.Graph, saved, signature: str, plan: LoadPlan) -> LoadPlan:
+    """`plan`, restoring also the variables the signature's function captures that its restore
+    function does not fill, as TensorFlow's TF2 loader does: it binds each capture to the object
+    the object graph saved (`bound_inputs`), and restores objects by the keys the checkpoint's
+    own object graph gives them, not through the restore function. tf.saved_model.save of a
+    Keras 3 model captures a second handle per variable, filled only that way. A capture whose
+    object has no value in the checkpoint is left for `_check_restored` to refuse."""
+    calls = {n.name: n for n in saved.graph_def.node}
+    outputs = saved.signature_def[signature].outputs.values()
+    call = calls.get(next(iter(outputs)).name.partition(":")[0]) if outputs else None
+    functions = saved.object_graph_def.concrete_functions
+    if not plan.restore_op or not plan.checkpoint or call is None or call.attr["f"].func.name not in functions:
+        return plan
+    bound = list(functions[call.attr["f"].func.name].bound_inputs)
+    data = [i.partition(":")[0] for i in call.input if not i.startswith("^")]
+    restored = _restored(graph, plan)
+    missing = {h: node for h, node in zip(data[len(data) - len(bound):], bound)
+               if calls[h].op == "VarHandleOp" and h not in restored}
+    if not missing:
+        return plan
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    objects = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+        tf.train.load_checkpoint(plan.checkpoint).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    keys = {}
+    for handle, node in sorted(missing.items()):
+        key = [a.checkpoint_key for a in objects.nodes[node].attributes if a.name == "VARIABLE_VALUE"] if node < len(objects.nodes) else []
+        if key:
+            keys[handle] = key[0]
+    if not keys:
+        return plan
+    with graph.as_default(), graph.name_scope("gatetrace_restore_captures/"):
+        values = tf.raw_ops.RestoreV2(prefix=graph.get_tensor_by_name(plan.filename_tensor), tensor_names=list(keys.values()),
+                                      shape_and_slices=[""] * len(keys), dtypes=[calls[h].attr["dtype"].type for h in keys])
+        assigns = [tf.raw_ops.AssignVariableOp(resource=graph.get_tensor_by_name(f"{h}:0"), value=v) for h, v in zip(keys, values)]
+        restore = tf.group(*assigns, name="restore")
+    return replace(plan, captures_op=restore.name)
+
+
+def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
+    """Refuse a TF2 SavedModel whose signature reads variables that restoring does not fill,
+    even by the checkpoint's object graph (`_restore_captures`): they would be read uninitialized."""
     if not plan.restore_op:
         return
-    read = handles([graph.as_graph_element(t.name).op for t in signature_def.outputs.values()])
-    restored = handles([graph.as_graph_element(plan.restore_op)])
-    if plan.init_op:
-        restored |= handles([graph.as_graph_element(plan.init_op)])
-    missing = sorted(read - restored)
+    read = _handles([graph.as_graph_element(t.name).op for t in signature_def.outputs.values()])
+    missing = sorted(read - _restored(graph, plan))
     if missing:
         raise ModelFormatError(
             f"{source}: signature {signature!r} reads {len(missing)} variable{'s' if len(missing) != 1 else ''} that restoring "
-            f"does not fill ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); Keras 3 layers inside a tf.Module are "
-            "saved this way: export the Keras model itself with model.export() and record that"
+            f"does not fill ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}), neither its restore function nor "
+            "the checkpoint's object graph: they would be read uninitialized; save the model again with its variables "
+            "(tf.saved_model.save, or model.export() for a Keras model) and record that"
         )
 
 
