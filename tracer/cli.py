@@ -351,7 +351,7 @@ def _inspect(args) -> None:
             "weights": sorted(set(loading + unsafe_ops(model.graph, weights))),
             "record": sorted(set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights]))),
         }
-        safe_cells = [] if loading else [
+        safe_cells = [] if loading or not refused["record"] else [  # walked only when record would be refused
             c.name for c in cells if not unsafe_ops(model.graph, [*tracer.FetchPlan(model.graph, [c], context=cells).tensors, *c.weights.values()])
         ]
         unsafe = sorted(set(refused["weights"] + refused["record"]))
@@ -398,7 +398,7 @@ def _inspect(args) -> None:
                 print(f"  {command}: refused unless --allow-unsafe-ops (it would run {', '.join(ops)})")
             else:
                 print(f"  {command}: runs only allowlisted ops")
-        if refused["record"] and safe_cells:
+        if safe_cells:
             print(f"  record --cells {','.join(safe_cells)}: runs only allowlisted ops")
     else:
         print("\nunsafe ops: none (loading and recording run only allowlisted ops)")
