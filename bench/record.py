@@ -138,7 +138,8 @@ with tracer.load_model(model) as m:
 """
 
 
-def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10, forward_large: int = 30) -> dict:
+def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10, forward_large: int = 30,
+                  variants: dict[str, list[str]] | None = None) -> dict:
     """The marginal cost of a batch as a user meets it: whole processes, `gatetrace record
     --batch-size 256 --quiet` against a script that loads the same checkpoint and runs only
     the forward pass over the same kind of file. Per round, each one's marginal cost of a
@@ -146,7 +147,9 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
     at `small` and `large` batches, the forward pass at `small` and `forward_large` (a
     forward batch is short beside a process's start, whose noise would swamp it over fewer
     batches); and their ratio. Rounds interleave the runs (in alternating order); medians
-    of the per-round figures."""
+    of the per-round figures. `variants`: more `record` runs by name, each with its own flags
+    (e.g. {"record_parts": ["--values", "preactivation,activation,contributions"]}), measured in
+    the same rounds: `<name>_s_per_batch` and `<name>_ratio`."""
     files = {}
     for n in sorted({small, large, forward_large}):
         files[n] = root / f"whole{n}.npy"
@@ -157,30 +160,35 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
         subprocess.run([sys.executable, *argv], check=True, capture_output=True)
         return time.perf_counter() - start
 
-    spans = {"forward": (small, forward_large), "record": (small, large)}
+    records = {"record": [], **(variants or {})}
+    spans = {"forward": (small, forward_large), **{name: (small, large) for name in records}}
     jobs = {}
     for n in spans["forward"]:
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
-    for n in spans["record"]:
-        jobs[("record", n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet",
-                               "--memory", "8G"]  # batches of 256, as the forward pass runs them
-    per_round = {"forward": [], "record": [], "ratio": []}
+    for name, flags in records.items():
+        for n in spans[name]:
+            jobs[(name, n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet",
+                               "--memory", "8G", *flags]  # batches of 256, as the forward pass runs them
+    per_round: dict[str, list[float]] = {k: [] for name in spans for k in (name, f"{name}_ratio")}
     for r in range(rounds):
         t = {}
         for key, argv in (list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]):
-            out = root / f"whole-out-{r}-{key[1]}"
-            t[key] = run(argv + (["--out", str(out)] if key[0] == "record" else []))
+            out = root / f"whole-out-{r}-{key[0]}-{key[1]}"
+            t[key] = run(argv + (["--out", str(out)] if key[0] != "forward" else []))
             shutil.rmtree(out, ignore_errors=True)
         marginal = {kind: (t[(kind, hi)] - t[(kind, lo)]) / (hi - lo) for kind, (lo, hi) in spans.items()}
-        per_round["forward"].append(marginal["forward"])
-        per_round["record"].append(marginal["record"])
-        per_round["ratio"].append(marginal["record"] / marginal["forward"])
+        for kind in spans:
+            per_round[kind].append(marginal[kind])
+            per_round[f"{kind}_ratio"].append(marginal[kind] / marginal["forward"])
+    median = lambda k: statistics.median(per_round[k])  # noqa: E731
     return {
         "batches": {kind: list(span) for kind, span in spans.items()},
-        "forward_s_per_batch": round(statistics.median(per_round["forward"]), 3),
-        "record_s_per_batch": round(statistics.median(per_round["record"]), 3),
-        "ratio": round(statistics.median(per_round["ratio"]), 2),
-        "per_round": {k: [round(v, 3) for v in vs] for k, vs in per_round.items()},
+        "forward_s_per_batch": round(median("forward"), 3),
+        "record_s_per_batch": round(median("record"), 3),
+        "ratio": round(median("record_ratio"), 2),
+        **{f"{name}_s_per_batch": round(median(name), 3) for name in variants or {}},
+        **{f"{name}_ratio": round(median(f"{name}_ratio"), 2) for name in variants or {}},
+        "per_round": {k: [round(v, 3) for v in vs] for k, vs in per_round.items() if not k.startswith("forward_")},
     }
 
 

@@ -8,7 +8,9 @@ Networks", and the LSTMVis / RNNVis tools:
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
 - `time_courses`: per-unit values along the steps of chosen examples;
 - `top_positions`: the (example, step) positions that drive a unit highest or lowest;
-- `label_correlation`: the correlation of each unit with a per-step label.
+- `label_correlation`: the correlation of each unit with a per-step label;
+- `dominant_part`: which part of the preactivation (input, recurrent, bias, ...) drives
+  each unit of a gate over a range of steps (recordings made with `--values ...,contributions`).
 
 Each takes a `recorders.Recording` and reads only what it needs. No TensorFlow.
 """
@@ -21,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.reader import Range, Recording
+from recorders.long import PARTS
+from recorders.reader import Range, Recording, part_shares
 
-__all__ = ["saturation", "step_stats", "quantile_column", "time_courses", "top_positions", "label_correlation"]
+__all__ = ["saturation", "step_stats", "quantile_column", "time_courses", "top_positions", "label_correlation", "dominant_part"]
 
 
 def quantile_column(q: float) -> str:
@@ -102,3 +105,15 @@ def label_correlation(
         r = np.corrcoef(x[ok], y[ok])[0, 1] if ok.sum() > 1 and x[ok].std() > 0 and y[ok].std() > 0 else np.nan
         rows.append((unit, r, int(ok.sum())))
     return pd.DataFrame(rows, columns=["unit", "correlation", "n"])
+
+
+def dominant_part(
+    rec: Recording, cell: str, gate: str, units: Sequence[int] | None = None, steps: Range | None = None, examples: Range | None = None
+) -> pd.DataFrame:
+    """unit, part, mean, mean_abs, share, rows, dominant: per unit of `gate`, how much each
+    part of its preactivation contributes over the steps `steps` ([start, stop)) of
+    `examples`, by mean absolute value; `dominant` marks each unit's largest part. Parts
+    the cell does not have (all null) are left out. Needs a recording made with
+    `--values ...,contributions`."""
+    df = rec.gate_frame([cell], [gate], steps, examples, units, columns=list(PARTS))
+    return part_shares(df, by=["unit"])

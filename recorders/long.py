@@ -11,7 +11,27 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_columns", "KeyCache", "long_columns", "gate_columns", "state_columns", "weight_columns", "gate_frame"]
+__all__ = [
+    "key_columns", "KeyCache", "long_columns", "gate_columns", "state_columns", "weight_columns", "gate_frame",
+    "PARTS", "GATE_COLUMNS", "ABSENT",
+]
+
+# The parts a gate's preactivation is the sum of (what drives a gate), in the order the
+# gates table holds them: `tracer.values.parts` defines each per cell kind.
+PARTS = ("input", "recurrent", "bias", "peephole", "recurrent_bias")
+# Every value column the gates table can hold.
+GATE_COLUMNS = ("preactivation", "activation", *PARTS)
+
+
+class _Absent:
+    """A value column with no values for this gate: written as a column of nulls (a part the
+    cell kind does not have, e.g. `peephole` of a BasicLSTMCell)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 def key_columns(examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str, np.ndarray]:
@@ -65,23 +85,26 @@ def long_columns(
     lengths: np.ndarray | None,
     keys=key_columns,
 ) -> dict[str, np.ndarray]:
-    """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out).
+    """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out;
+    `ABSENT`: kept as `ABSENT`, a column of nulls to the writer).
 
     With `lengths` (one per example), rows at or past an example's length are dropped;
     `lengths` may instead be a boolean [examples, steps] mask of the rows to keep (the
     steps a Keras mask let run). `keys` builds the key columns (`key_columns`, or a `KeyCache`).
     """
-    units = next(v.shape[2] for v in values.values() if v is not None)
+    units = next(v.shape[2] for v in values.values() if v is not None and v is not ABSENT)
     columns = dict(keys(examples, steps, units))
     for name, v in values.items():
-        if v is not None:
+        if v is ABSENT:
+            columns[name] = ABSENT
+        elif v is not None:
             columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
     if lengths is not None:
         lengths = np.asarray(lengths)
         valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]  # [examples, steps]
         if not valid.all():
             keep = np.repeat(valid.reshape(-1), units)
-            columns = {k: c[keep] for k, c in columns.items()}
+            columns = {k: c if c is ABSENT else c[keep] for k, c in columns.items()}
     return columns
 
 

@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError, listing
 from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
-from recorders.long import KeyCache, long_columns
+from recorders.long import ABSENT, PARTS, KeyCache, long_columns
 from recorders.folder import Folder
 from recorders.place import LocalPlace, place_of
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress
@@ -66,7 +66,7 @@ METADATA_KEY = b"gatetrace"
 COMPRESSIONS = ("lz4", "zstd", "snappy", "none")
 DEFAULT_COMPRESSION = "lz4"
 _WEIGHT_LABELS = ("cell", "gate", "source")  # the weights table's text columns, dictionary-encoded
-_FLOATS = ("preactivation", "activation", "value")
+_FLOATS = ("preactivation", "activation", *PARTS, "value")
 # Rows per row group of a part file: a batch is encoded this many rows at a time, so that
 # the long columns of a whole batch never exist at once; readers that filter on
 # `example` skip row groups by their statistics.
@@ -132,7 +132,11 @@ def _write_parquet(
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         for columns in chunks:
-            arrays = [_labels(v) if name in dictionary_columns else pa.array(v) for name, v in columns.items()]
+            size = next(len(v) for v in columns.values() if v is not ABSENT)
+            arrays = [
+                pa.nulls(size, pa.float32()) if v is ABSENT else _labels(v) if name in dictionary_columns else pa.array(v)
+                for name, v in columns.items()
+            ]
             table = pa.Table.from_arrays(arrays, names=list(columns))
             if writer is None:
                 writer = pq.ParquetWriter(
@@ -180,19 +184,22 @@ def _labels(values) -> pa.DictionaryArray:
     return pa.array(values, type=pa.string()).dictionary_encode()
 
 
-def _chunks(examples, steps, values: Mapping[str, Any], lengths, keys) -> Iterator[dict[str, Any]]:
+def _chunks(examples, steps, values: Mapping[str, Any], lengths, keys, parts=None) -> Iterator[dict[str, Any]]:
     """The long columns of one part file (`recorders.long`), a chunk of examples at a time,
     each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
     (the column is left out), or callables taking a slice of examples and returning their
-    rows; only one chunk's columns exist at a time."""
+    rows; `parts`, a callable taking a slice of examples and returning several columns at
+    once ({name: rows, or None for a column of nulls}). Only one chunk's columns exist at a time."""
     examples = np.asarray(examples, dtype=np.int64)
     steps = np.asarray(steps)
     present = {name: v for name, v in values.items() if v is not None}
-    width = _rows(next(iter(present.values())), slice(0, 1)).shape[2]
-    n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * width))
+    first = _rows(next(iter(present.values())), slice(0, 1)) if present else next(a for a in parts(slice(0, 1)).values() if a is not None)
+    n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * first.shape[2]))
     for start in range(0, max(n, 1), per_chunk):
         rows = slice(start, min(n, start + per_chunk))
         chunk = {name: _rows(v, rows) for name, v in present.items()}
+        if parts is not None:
+            chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
         yield long_columns(examples[rows], steps, chunk, None if lengths is None else np.asarray(lengths)[rows], keys)
 
 
@@ -457,12 +464,12 @@ class RecordingWriter:
             raise RecordingError(f"batch {self._batch[0]}:{self._batch[1]} is not committed yet")
         self._batch = (int(start), int(stop))
 
-    def _submit(self, table: str, folder: str, examples, steps, values: Mapping[str, Any], lengths) -> None:
+    def _submit(self, table: str, folder: str, examples, steps, values: Mapping[str, Any], lengths, parts=None) -> None:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
-        chunks = _chunks(examples, steps, values, lengths, self._keys)
+        chunks = _chunks(examples, steps, values, lengths, self._keys, parts)
         if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
             staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
             future = self._pool.submit(_write_in, self.place.folder, staged, chunks, self._metadata, compression=self._compression)
@@ -472,17 +479,21 @@ class RecordingWriter:
             future = self._pool.submit(_write_parquet, where, chunks, self._metadata, compression=self._compression, filesystem=store)
         self._pending.append((future, staged, final, table))
 
-    def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None) -> None:
+    def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None, parts=None) -> None:
         """One gate of one cell: value arrays [examples, steps, units], None (the column is
         left out), or callables taking a slice of examples and returning their rows (called
         on a worker thread, a row group's examples at a time).
+
+        `parts`: the preactivation's parts (`recorders.long.PARTS`), a callable taking a
+        slice of examples and returning {part: [examples, steps, units] rows, or None where
+        the cell has no such part (a column of nulls)}; None leaves the part columns out.
 
         With `lengths`, no rows are written for steps at or past an example's length (or,
         given a boolean [examples, steps] mask, where it is False). The arrays must not
         change until `commit()` returns.
         """
         folder = partition_dir(cell=cell, gate=gate)
-        self._submit("gates", folder, examples, steps, {"preactivation": preactivation, "activation": activation}, lengths)
+        self._submit("gates", folder, examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, parts)
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
         """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable as for `write_gate`."""

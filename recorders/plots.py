@@ -1,9 +1,11 @@
-"""Three plots of a recording (matplotlib, the optional `plots` extra); each returns its figure.
+"""Four plots of a recording (matplotlib, the optional `plots` extra); each returns its figure.
 
 - `gate_heatmap`: one gate of one cell for one example, steps x units;
 - `saturation_scatter`: left- vs right-saturation of every unit, one panel per gate
   (as in Karpathy, Johnson and Fei-Fei 2015, figure 3);
-- `step_band`: the per-step mean of a gate with a quantile band.
+- `step_band`: the per-step mean of a gate with a quantile band;
+- `gate_parts`: what drives one unit of a gate along the steps of one example: its
+  preactivation's parts stacked (recordings made with `--values ...,contributions`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from collections.abc import Sequence
 
 from recorders.analysis import quantile_column, saturation, step_stats
 from recorders.errors import SelectionError
+from recorders.long import PARTS
 from recorders.reader import Recording
 
-__all__ = ["gate_heatmap", "saturation_scatter", "step_band"]
+__all__ = ["gate_heatmap", "saturation_scatter", "step_band", "gate_parts"]
 
 
 def _pyplot():
@@ -78,4 +81,34 @@ def step_band(rec: Recording, cell: str, gate: str, column: str = "activation", 
     ax.plot(stats["step"], stats["mean"], label="mean")
     ax.set(xlabel="step", ylabel=column, title=f"{cell} {gate}")
     ax.legend()
+    return fig
+
+
+def gate_parts(rec: Recording, cell: str, gate: str, unit: int, example: int, steps: tuple[int | None, int | None] | None = None):
+    """One unit of a gate along the steps of one example: the parts of its preactivation
+    (input, recurrent, bias, and peephole or recurrent bias where the cell has them) as
+    stacked bars, the preactivation as a line. The peephole, outside the recorded
+    preactivation, is drawn beside the stack."""
+    plt = _pyplot()
+    df = rec.gate_frame([cell], [gate], steps, (example, example + 1), [unit], columns=["preactivation", *PARTS])
+    if df.empty:
+        raise SelectionError(f"example {example} has no rows of {cell} gate {gate} unit {unit} in {rec.path}")
+    df = df.set_index("step").sort_index()
+    held = [p for p in PARTS if df[p].notna().any()]
+    summed = [p for p in held if p != "peephole"]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    x = range(len(df))
+    for sign in (1, -1):  # positive parts stack up from 0, negative ones down
+        base = [0.0] * len(df)
+        for k, part in enumerate(summed):
+            values = [v if v * sign > 0 else 0.0 for v in df[part].to_numpy()]
+            ax.bar(x, values, bottom=base, color=f"C{k}", label=part if sign == 1 else None, width=0.6)
+            base = [b + v for b, v in zip(base, values)]
+    if "peephole" in held:
+        ax.bar([i + 0.35 for i in x], df["peephole"], width=0.2, color="grey", label="peephole (not in it)")
+    ax.plot(x, df["preactivation"], "k.-", label="preactivation")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xticks(list(x), [str(s) for s in df.index])
+    ax.set(xlabel="step (input position)", ylabel="part of the preactivation", title=f"{cell} {gate}, unit {unit}, example {example}")
+    ax.legend(fontsize="small", loc="best")
     return fig

@@ -26,10 +26,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.long import GATE_COLUMNS, PARTS
 from recorders.parquet import partition_dir, partition_value
 from recorders.progress import Intervals, read_progress
 
-__all__ = ["Recording"]
+__all__ = ["Recording", "part_shares"]
 
 Range = tuple[int | None, int | None]
 
@@ -135,8 +136,26 @@ class Recording:
         units: Sequence[int] | None = None,
         columns: Sequence[str] = ("preactivation", "activation"),
     ) -> pd.DataFrame:
-        """The long gate table for a selection: example, step, unit, the value columns, cell, gate."""
+        """The long gate table for a selection: example, step, unit, the value columns, cell, gate.
+
+        `columns`: some of preactivation, activation and, in a recording made with
+        `--values ...,contributions`, the parts input, recurrent, bias, peephole, recurrent_bias.
+        """
         return self._frame("gates", "gate", cells, gates, steps, examples, units, columns)
+
+    def has_parts(self) -> bool:
+        """Whether the gates table holds the preactivations' parts (`--values ...,contributions`)."""
+        return "contributions" in self.description.get("selection", {}).get("values", ())
+
+    def dominant_part(self, cell: str, gate: str, unit: int, steps: Range | None = None, examples: Range | None = None) -> str:
+        """Which part of the preactivation drives `gate` of `unit` most over the steps
+        `steps` ([start, stop)) of `examples`: the part with the largest mean absolute value
+        (`input`, `recurrent`, `bias`, `peephole` or `recurrent_bias`). The whole table, with
+        each part's mean and share: `recorders.analysis.dominant_part`."""
+        shares = part_shares(self.gate_frame([cell], [gate], steps, examples, [unit], columns=list(PARTS)))
+        if shares.empty:
+            raise SelectionError(f"cell {cell}, gate {gate}, unit {unit}: no rows recorded in steps {steps}, examples {examples}")
+        return str(shares.loc[shares["dominant"], "part"].iloc[0])
 
     def state_frame(
         self,
@@ -180,10 +199,16 @@ class Recording:
     def _frame(self, table, kind, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
         for name in cells or ():
             self.cell(name)
-        known = ("preactivation", "activation") if table == "gates" else ("value",)
+        known = GATE_COLUMNS if table == "gates" else ("value",)
         unknown = [c for c in columns if c not in known]
         if unknown or not columns:
             raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
+        dataset = self._dataset(table)
+        missing = [c for c in columns if c not in dataset.schema.names]
+        if missing:
+            held = [c for c in known if c in dataset.schema.names]
+            hint = " (record with --values preactivation,activation,contributions for the parts)" if set(missing) & set(PARTS) else ""
+            raise SelectionError(f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}")
         where = []
         if cells:
             where.append(ds.field("cell").isin([self._stored[c] for c in cells]))
@@ -201,7 +226,7 @@ class Recording:
         for e in where:
             expression = e if expression is None else expression & e
         wanted = ["example", "step", "unit", *columns, "cell", kind]
-        df = self._dataset(table).to_table(columns=wanted, filter=expression).to_pandas()
+        df = dataset.to_table(columns=wanted, filter=expression).to_pandas()
         if self._names:
             df["cell"] = df["cell"].cat.rename_categories(lambda stored: self._names.get(stored, stored))
         return df
@@ -222,6 +247,22 @@ class Recording:
         out = np.full((len(ids), int(step.max()) - first + 1, width), np.nan, np.float32)
         out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
+
+
+def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """How much each part of the preactivation contributes, over the rows of a gate frame
+    holding the part columns: per group of `by` and part, `mean` (signed), `mean_abs`,
+    `share` (its mean_abs over the sum of the group's), `rows`, and `dominant` (True for
+    the part with the largest mean_abs). Parts the cell does not have (all null) are left out."""
+    rows = []
+    groups = frame.groupby(list(by), observed=True, sort=True) if by else [((), frame)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        stats = [(p, g[p].mean(), g[p].abs().mean(), int(g[p].notna().sum())) for p in PARTS if p in g and g[p].notna().any()]
+        total = sum(s[2] for s in stats)
+        top = max(range(len(stats)), key=lambda k: stats[k][2], default=None)
+        rows += [(*key, p, float(m), float(a), float(a / total) if total else np.nan, n, k == top) for k, (p, m, a, n) in enumerate(stats)]
+    return pd.DataFrame(rows, columns=[*by, "part", "mean", "mean_abs", "share", "rows", "dominant"])
 
 
 def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -96,10 +96,12 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
         "courses": courses[["example", "step", "value", "c"]].values.tolist(), "pos": pos, "neg": neg,
         "correlation": corr["correlation"].tolist(), "writer": writer,
         "lowest": lowest[["example", "step", "value"]].values.tolist(),
+        "parts": parts[["input", "recurrent", "bias"]].values.tolist(), "parts_error": parts_error,
+        "drivers": drivers[["part", "mean_abs", "dominant"]].values.tolist(),
     }""")
     from recorders import Recording
 
-    assert got["images"] == [True, True, True], "each plot cell shows its figure"
+    assert got["images"] == [True, True, True, True], "each plot cell shows its figure"
     rec = Recording(tmp_path / "gate-analysis" / "recording")
     cell = "rnn/basic_lstm_cell"
     x = np.load(tmp_path / "gate-analysis" / "inputs.npy")
@@ -138,3 +140,23 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     np.testing.assert_allclose([r[2] for r in got["lowest"]], np.sort(column, axis=None)[:10], atol=0)
     for example, step, value in got["lowest"]:
         assert column[int(example), int(step)] == value
+
+    # The parts of the forget gate of the keeper unit over steps 0-5 of the +1 example, recomputed in
+    # float64 from the checkpoint's own weights and the inputs (BasicLSTMCell: i, j, f, o blocks).
+    from tracer._tf import tf
+
+    reader = tf.train.load_checkpoint(str(tmp_path / "gate-analysis" / "model" / "model.ckpt"))
+    kernel, bias = (reader.get_tensor(f"rnn/basic_lstm_cell/{n}").astype(np.float64) for n in ("kernel", "bias"))
+    u, pos, units = got["keeper"], got["pos"], 16
+    h, cs, want = np.zeros(units), np.zeros(units), []
+    for t in range(6):
+        xt = x[pos, t].astype(np.float64)
+        z = np.concatenate([xt, h]) @ kernel + bias
+        i, jj, ff, o = np.split(z, 4)
+        col = 2 * units + u
+        want.append([xt @ kernel[:2, col], h @ kernel[2:, col], bias[col]])
+        cs = cs / (1 + np.exp(-(ff + 1.0))) + np.tanh(jj) / (1 + np.exp(-i))
+        h = np.tanh(cs) / (1 + np.exp(-o))
+    np.testing.assert_allclose(got["parts"], want, atol=1e-5)
+    assert got["parts_error"] < 1e-5
+    assert sum(r[2] for r in got["drivers"]) == 1 and {r[0] for r in got["drivers"]} == {"input", "recurrent", "bias"}

@@ -62,7 +62,7 @@ def test_every_selection_flag_together(stack, tmp_path, inputs, capsys):
         (["--gates", "z"], "--gates: no selected cell has gate z; their gates are c, f, i, j, o, r, u"),
         (["--steps", "7:9"], "--steps 7:9 selects no step of rnn/multi_rnn_cell/cell_0/basic_lstm_cell, whose steps are 0:5"),
         (["--steps", "a:b"], "--steps 'a:b': expected START:STOP, e.g. --steps 0:10"),
-        (["--values", "gradient"], "--values gradient: expected one or both of preactivation, activation"),
+        (["--values", "gradient"], "--values gradient: expected some of preactivation, activation, contributions, e.g. --values preactivation,activation,contributions"),
     ],
 )
 def test_bad_selections(stack, tmp_path, capsys, flag, expected):

@@ -236,7 +236,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
     c.add_argument("--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f")
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
-    c.add_argument("--values", metavar="COLUMNS", default="preactivation,activation", help="value columns to keep (default: both)")
+    c.add_argument(
+        "--values", metavar="COLUMNS", default="preactivation,activation",
+        help="gate value columns, comma-separated: preactivation, activation, contributions (the preactivation's parts: "
+        "input, recurrent, bias, peephole, recurrent_bias); default: preactivation,activation. "
+        "E.g. --values preactivation,activation,contributions",
+    )
     c.add_argument("--examples", metavar="START:STOP", help="record only these sequences (rows of the inputs): 0:1000")
     c.add_argument(
         "--memory",

@@ -109,7 +109,8 @@ def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False,
         np.save(tmp / "inputs.npy", x)
         with load_model(prefix) as model:
             model.source = str(out / "model" / "model.ckpt")  # where it will be once published
-            manifest = record(model, {"inputs": x}, tmp / "recording")
+            # every value column, the preactivations' parts included (what drives each gate)
+            manifest = record(model, {"inputs": x}, tmp / "recording", values=("preactivation", "activation", "contributions"))
         publish(tmp, out)
     except BaseException:
         remove(tmp)

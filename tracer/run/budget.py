@@ -97,15 +97,18 @@ def _steps(cell: Any, hint: int | None) -> int:
     return int(steps) if steps else int(hint or 1)
 
 
-def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> int:
+def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any], parts: bool = False) -> int:
     """One sequence's share of a batch at its peak: COPIES times its recorded values (two
     float32 columns per gate, one per state, every unit and step; LOOP_COPIES more for a
-    cell taken from its loop) plus its input rows."""
+    cell taken from its loop; with `parts`, what each step read: its input and states) plus
+    its input rows. (The parts themselves are computed a row group at a time.)"""
     shapes = [tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()]
     hint = max((s[1] for s in shapes if len(s) >= 3), default=None)  # [sequences, steps, ...] inputs
     values = 0
     for cell in cells:
         per_step = len(cell.gates) * cell.units * 2 + len(cell.spec.states) * max(cell.units, cell.output_size)
+        if parts:
+            per_step += cell.input_size + len(cell.spec.states) * max(cell.units, cell.output_size)
         copies = COPIES + (LOOP_COPIES if getattr(cell, "path", None) == "loop" else 0)
         values += copies * _steps(cell, hint) * per_step * 4
     inputs = sum(int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize

@@ -121,7 +121,8 @@ def _prepare(
         cells = _reachable(model, cells, found, feeds, skip_unfed)
     if carry_state:
         raise SelectionError("--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs")
-    plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify)
+    parts = selection is not None and selection.parts
+    plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
@@ -150,16 +151,17 @@ def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | N
 
 @contextmanager
 def from_loops(
-    model: Model | KerasModel, cells: Sequence[Cell], progress: bool, restore: bool = True
+    model: Model | KerasModel, cells: Sequence[Cell], progress: bool, restore: bool = True, reads: bool = False
 ) -> Iterator[tuple[Model | KerasModel, list[Cell]]]:
     """The model and cells to record: a graph rebuilt (restored if `restore`) so that the
-    loops holding `cells` emit their gates (`tracer.values.emit.emitting`; closed on
-    leaving), or the model and cells as they are (a Keras model, a graph without such
-    loops). With `progress`, a line on stderr for each loop cell left to replay."""
+    loops holding `cells` emit their gates (and with `reads` what each step read: see
+    `tracer.values.emit.emitting`; closed on leaving), or the model and cells as they are
+    (a Keras model, a graph without such loops). With `progress`, a line on stderr for each
+    loop cell left to replay."""
     if isinstance(model, KerasModel):
         yield model, list(cells)
         return
-    rebuilt, cells, notes = emitting(model, cells, restore)
+    rebuilt, cells, notes = emitting(model, cells, restore, reads)
     if progress:
         for note in notes:
             print(f"gatetrace: {note}", file=sys.stderr)
@@ -198,6 +200,7 @@ def record(
     carry_state: bool = False,
     memory: int | None = None,
     verify: bool = False,
+    values: Sequence[str] | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -223,9 +226,13 @@ def record(
     feeds the batches recorded before again (without writing them) to rebuild the state.
     Cells in control-flow-v2 loops are taken from the loop itself, rewritten to emit them
     (`from_loops`); with `verify` they are also replayed in numpy and must agree within 1e-4.
+    `values` picks the gates table's value columns (`selection.values` otherwise): some of
+    preactivation, activation and contributions (the preactivations' parts, `tracer.values.parts`).
     The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
+    if values is not None:
+        selection = replace(selection, values=tuple(values))
     model = _as_model(model)
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     if carry_state and shard.count > 1:
@@ -233,7 +240,7 @@ def record(
             f"--carry-state with --shard {shard}: each shard would start its stream from zero state, not from the state "
             "the rows before it leave; record the stream in one process"
         )
-    with from_loops(model, selection.apply(cells if cells is not None else find_all(model)), progress) as (model, cells):
+    with from_loops(model, selection.apply(cells if cells is not None else find_all(model)), progress, reads=selection.parts) as (model, cells):
         return _record(
             model, feeds, out, cells, chosen, overwrite=overwrite, resume=resume, shard=shard, batch_size=batch_size,
             selection=selection, progress=progress, lengths=lengths, compression=compression, timeout=timeout,
@@ -257,7 +264,7 @@ def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard,
         examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
     elif shard.count > 1:
         raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
-    choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict), memory)
+    choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), memory)
     check_rows(feed_dict, choice)
     if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
         choice = replace(choice, size=batch_size)
@@ -381,7 +388,8 @@ def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: l
             if selection.keeps_gate(gate):
                 pre = partial(plan.gate, values, k, g, "preactivation") if pre_on else None
                 act = partial(plan.gate, values, k, g, "activation") if act_on else None
-                writer.write_gate(cell.name, gate, ids, steps, pre, act, lens)
+                parts = partial(plan.parts, values, k, g) if selection.parts else None
+                writer.write_gate(cell.name, gate, ids, steps, pre, act, lens, parts)
         for state in cell.spec.states:
             writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state), lens)
 

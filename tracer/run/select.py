@@ -15,9 +15,12 @@ from typing import Sequence
 from recorders.errors import SelectionError
 from tracer.spec.found import Cell
 
-__all__ = ["Selection", "parse_range", "VALUE_COLUMNS"]
+__all__ = ["Selection", "parse_range", "VALUE_COLUMNS", "DEFAULT_VALUES"]
 
-VALUE_COLUMNS = ("preactivation", "activation")
+# What `--values` can keep in the gates table: `contributions` adds the preactivation's parts
+# (input, recurrent, bias, peephole, recurrent_bias: `tracer.values.parts`).
+VALUE_COLUMNS = ("preactivation", "activation", "contributions")
+DEFAULT_VALUES = ("preactivation", "activation")
 
 
 def parse_range(text: str, what: str) -> tuple[int | None, int | None]:
@@ -39,13 +42,20 @@ class Selection:
     cells: tuple[str, ...] = ()
     gates: tuple[str, ...] = ()
     steps: tuple[int | None, int | None] = (None, None)
-    values: tuple[str, ...] = VALUE_COLUMNS
+    values: tuple[str, ...] = DEFAULT_VALUES
     examples: tuple[int | None, int | None] = (None, None)
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.values if v not in VALUE_COLUMNS]
         if unknown or not self.values:
-            raise SelectionError(f"--values {','.join(self.values)}: expected one or both of {', '.join(VALUE_COLUMNS)}")
+            raise SelectionError(
+                f"--values {','.join(self.values)}: expected some of {', '.join(VALUE_COLUMNS)}, e.g. --values {','.join(VALUE_COLUMNS)}"
+            )
+
+    @property
+    def parts(self) -> bool:
+        """Whether the preactivations' parts are recorded (`--values ...,contributions`)."""
+        return "contributions" in self.values
 
     def describe(self) -> dict:
         return {

@@ -84,6 +84,10 @@ class HasSpec:
 
 # i = input_gate, j = new_input, f = forget_gate, o = output_gate: the order of
 # `i, j, f, o = array_ops.split(value=gate_inputs, num_or_size_splits=4, axis=1)`.
+# Parts of each preactivation (`--values ...,contributions`, tracer.values.parts):
+# input = x W_g, recurrent = h_prev U_g, bias = b_g; forget_bias is the cell's own constant,
+# in no part. LSTMCell(use_peepholes=True): peephole = w_i * c_prev, w_f * c_prev, w_o * c,
+# reported beside the preactivation, not in it (the split's output does not hold it).
 BASIC_LSTM = CellSpec(
     kind="BasicLSTMCell",
     gates=("i", "j", "f", "o"),
@@ -100,6 +104,7 @@ LSTM = replace(BASIC_LSTM, kind="LSTMCell")
 
 # r = reset gate, u = update gate: `value = sigmoid(gate_inputs); r, u = split(value, 2)`;
 # c = candidate: `activation(concat([x, r * h_prev]) @ candidate_kernel + candidate_bias)`.
+# Parts: r, u as for the LSTM; c: input = x W_c, recurrent = (r * h_prev) U_c, bias = b_c.
 GRU = CellSpec(
     kind="GRUCell",
     gates=("r", "u", "c"),
@@ -115,6 +120,7 @@ GRU = CellSpec(
 )
 
 # h = activation(concat([x, h_prev]) @ kernel + bias): the single "gate" is the new state.
+# Parts: input = x W, recurrent = h_prev U, bias = b.
 BASIC_RNN = CellSpec(
     kind="BasicRNNCell",
     gates=("h",),
@@ -137,6 +143,8 @@ KERAS_LSTM = replace(
 
 # Keras GRU blocks are z, r, h: z is our u (update gate), h our c (candidate). With
 # reset_after (the default) the recurrent bias is separate: `recurrent_bias`.
+# Parts with reset_after: u, r: input, recurrent, bias, recurrent_bias = b_r (its slice);
+# c: recurrent = r * (h_prev U_c), recurrent_bias = r * b_r. Without: as GRUCell.
 KERAS_GRU = CellSpec(
     kind="GRU",
     gates=("u", "r", "c"),

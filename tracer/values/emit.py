@@ -214,10 +214,11 @@ def _extend_loop(node, count: int) -> None:
         node.attr["_num_original_outputs"].i += count
 
 
-def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple[Model, list[Cell], list[str]]:
+def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: bool = False) -> tuple[Model, list[Cell], list[str]]:
     """`model` rebuilt (`tracer.load.model.rebuilt`, restored if `restore`) so that every
-    loop holding one of `cells` emits their gates and states, and the cells with
-    `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
+    loop holding one of `cells` emits their gates and states (with `reads`, also what each
+    step read: its input and previous states, for the preactivations' parts), and the cells
+    with `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
     replay. The new Model is the caller's to close. Where no cell can be emitted, or the
     model cannot be rebuilt (a live session's graph, whose variables only that session holds),
     `model` and `cells` come back as they are."""
@@ -232,7 +233,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
             notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
         elif _emittable(c):
             names = wanted.setdefault(c.loop.loop, [])
-            names += [n for n in _wanted(c) if n not in names]
+            names += [n for n in _wanted(c, reads) if n not in names]
     if not wanted:
         return model, list(cells), notes
     if model.load_plan is None and model.format != "frozen":
@@ -250,8 +251,10 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True) -> tuple
             return c
         body, loop = c.loop.body, c.loop.loop
         names = {field_: tuple(emitted[(loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
-        if c.fused is not None:
+        if c.fused is not None or reads:
             names.update(input=emitted[(loop, body.input)], previous=tuple(emitted[(loop, n)] for n in body.previous))
+        else:  # not emitted: nothing outside the loop holds them
+            names.update(input="", previous=())
         return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
 
     return new, [outer(c) for c in cells], notes
@@ -262,9 +265,10 @@ def _emittable(cell: Cell) -> bool:
     return loop is not None and loop.body is not None and loop.emitted is None and not loop.masked and loop.carried
 
 
-def _wanted(cell: Cell) -> tuple[str, ...]:
-    """The tensors of a loop cell's step to emit: its gates and states; for a fused op also
-    what it reads (its preactivations are computed from them, `tracer.values.fused`)."""
+def _wanted(cell: Cell, reads: bool) -> tuple[str, ...]:
+    """The tensors of a loop cell's step to emit: its gates and states; also what it reads
+    for a fused op (its preactivations are computed from them, `tracer.values.fused`) and
+    with `reads` (the parts, `tracer.values.parts`)."""
     body = cell.loop.body
     own = (*body.preactivation, *body.activation, *body.states)
-    return (*own, body.input, *body.previous) if cell.fused is not None else own
+    return (*own, body.input, *body.previous) if cell.fused is not None or reads else own

@@ -24,8 +24,9 @@ from tracer._tf import tf, v1
 from tracer.spec.found import Cell
 from tracer.values import running
 from tracer.values.fused import fused_values
+from tracer.values.parts import Read, plan_parts
 from tracer.values.replay import Replayed, check, compare, replay
-from tracer.values.weights import stacked
+from tracer.values.weights import gate_weights, stacked
 
 __all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
 
@@ -92,6 +93,9 @@ class FetchPlan:
     op's cell (`cell.fused`) has its op's inputs and outputs fetched (`tracer.find.fused`). A stacked
     layer needs the layer below it: `context` (all cells found) supplies those that are
     not among `cells`. `steps` keeps a [start, stop) window of a replayed cell's steps.
+    With `parts`, the plan also fetches what each step read and each cell's weights, for
+    the preactivations' parts (`parts`, `tracer.values.parts`); an emitted loop must then
+    emit what its steps read (`tracer.values.emit.emitting(..., reads=True)`).
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class FetchPlan:
         context: Sequence[Cell] = (),
         steps: tuple[int | None, int | None] = (None, None),
         verify: bool = False,
+        parts: bool = False,
     ):
         self.cells = list(cells)
         self._names: list[str] = []
@@ -141,6 +146,10 @@ class FetchPlan:
                     if c.path == "loop" else {}
                 ),
                 **(
+                    {"reads": (slot(c.loop.emitted.input), [slot(n) for n in c.loop.emitted.previous])}
+                    if parts and c.path == "loop" and c.fused is None else {}
+                ),
+                **(
                     {"fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
                      "weights": {role: slot(t) for role, t in c.weights.items()}}
                     if c.path == "loop" and c.fused is not None else {}
@@ -158,6 +167,13 @@ class FetchPlan:
             }
             for c in self._loops
         }
+        # With parts: per unrolled step, the slots of what it read (input, previous states);
+        # per cell, its weights. An emitted loop cell's reads come with its `Emitted`.
+        self._reads = [[(slot(step.input), [slot(n) for n in step.previous]) for step in cell.steps] if parts else [] for cell in self.cells]
+        self._weight_slots = {c.name: {role: slot(t) for role, t in c.weights.items()} for c in self.cells} if parts else {}
+        for c in self.cells:
+            if parts and c.path == "loop" and not c.loop.emitted.input:
+                raise GraphPatternError(f"cell {c.name}: its loop does not emit what its steps read; rebuild it with emitting(..., reads=True)")
         # Fused cells outside loops: what their ops read and return, by name.
         self._fused = [c for c in self.cells if c.fused is not None and c.loop is None]
         self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
@@ -212,7 +228,12 @@ class FetchPlan:
             weights = {role: values[k] for role, k in where["weights"].items()}
             return fused_values(cell, {name: values[k] for name, k in where["fused"].items()}, weights)
         pre, act, states = ([values[k] for k in slots] for slots in where["emitted"])
-        return Emitted(cell, {"preactivation": pre, "activation": act}, {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)})
+        got = Emitted(cell, {"preactivation": pre, "activation": act}, {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)})
+        if "reads" in where:
+            x, previous = where["reads"]
+            got.inputs = np.swapaxes(values[x], 0, 1)
+            got.read = {s: np.swapaxes(values[k], 0, 1) for s, k in zip(cell.spec.states, previous)}
+        return got
 
     def _replay(self, cell: Cell, values: list, check_outputs: bool = True) -> Replayed:
         if cell.fused is not None:
@@ -302,6 +323,28 @@ class FetchPlan:
         k = c.spec.states.index(state)
         return np.stack([values[slots[2][k]][rows] for slots in self._layout[cell]], axis=1)
 
+    def read(self, values: Sequence, cell: int, rows: slice = slice(None)) -> Read:
+        """What cell number `cell` read at each recorded step, for the examples `rows` (a plan made with `parts`)."""
+        c = self.cells[cell]
+        states = c.spec.states
+        if c.path == "fetch":
+            reads = self._reads[cell]
+            x = np.stack([values[k][rows] for k, _ in reads], axis=1)
+            previous = {s: np.stack([values[p[j]][rows] for _, p in reads], axis=1) for j, s in enumerate(states)}
+        else:
+            got = values[self._replayed_at[c.name]]
+            x = self._by_position(values, c, got.inputs[rows], rows)
+            previous = {s: self._by_position(values, c, got.previous(s)[rows], rows) for s in states if s in got.read or s in got.initial}
+        return Read(x, previous["h"], previous.get("c"))
+
+    def parts(self, values: Sequence, cell: int, gate: int, rows: slice = slice(None)) -> dict[str, np.ndarray | None]:
+        """The parts of gate number `gate`'s preactivation (`tracer.values.parts`) for the
+        examples `rows`: {part: [examples, steps, units] float32, or None where the cell has
+        no such part}. For a plan made with `parts`."""
+        c = self.cells[cell]
+        weights = stacked({role: values[k] for role, k in self._weight_slots[c.name].items()})
+        return plan_parts(self, values, cell, gate, gate_weights(c, weights), rows)
+
     @staticmethod
     def _piece(cell: Cell, parts: list[np.ndarray], gate: int) -> np.ndarray:
         """Gate number `gate`'s [batch, units] columns among one step's fetched tensors.
@@ -355,6 +398,12 @@ class Emitted:
 
     def __init__(self, cell: Cell, parts: dict[str, list[np.ndarray]], states: dict[str, np.ndarray]):
         self.cell, self.parts, self.states = cell, parts, states
+        self.inputs: np.ndarray | None = None  # what each step read, where the loop emits it (reads=True)
+        self.read: dict[str, np.ndarray] = {}
+        self.initial: dict[str, np.ndarray] = {}  # (every state read is emitted: see `read`)
+
+    def previous(self, state: str) -> np.ndarray:
+        return self.read[state]
 
     def gate(self, column: str, gate: int) -> np.ndarray:
         return np.swapaxes(FetchPlan._piece(self.cell, self.parts[column], gate), 0, 1)

@@ -49,18 +49,19 @@ def fused_values(cell, fetched: Mapping[str, np.ndarray], weights: Mapping[str, 
         act = np.stack([r, u, c], axis=2)
         states = {"h": out("h")}
         _check(cell, pre[:, :, 0], r)
-        return Replayed(pre, act, states, states["h"], {})
+        return Replayed(pre, act, states, states["h"], {}, inputs=x, read={"h": h_prev})
     z = xh @ weights["kernel"] + weights["bias"]
     blocks = np.stack(np.split(z, 4, axis=2), axis=2)  # [batch, steps, 4, units], in the spec's gate order
     act = np.stack([out(g) for g in cell.gates], axis=2)
     states = {"c": out("c"), "h": out("h")}
     i_pre = blocks[:, :, cell.gates.index("i")]
-    if fused.use_peephole:
-        c_prev = series(fused.c_prev) if fused.per_step or fused.stacked else np.concatenate(
+    read = {"h": h_prev}
+    if fused.use_peephole:  # (the op's c_prev is only kept for its peepholes)
+        read["c"] = series(fused.c_prev) if fused.per_step or fused.stacked else np.concatenate(
             [np.asarray(fetched[fused.c_prev[0]])[:, None], states["c"][:, :-1]], axis=1)
-        i_pre = i_pre + c_prev * weights["w_i_diag"]
+        i_pre = i_pre + read["c"] * weights["w_i_diag"]
     _check(cell, i_pre, act[:, :, cell.gates.index("i")])
-    return Replayed(blocks, act, states, states["h"], {})
+    return Replayed(blocks, act, states, states["h"], {}, inputs=x, read=read)
 
 
 def _check(cell, pre: np.ndarray, act: np.ndarray) -> None:

@@ -23,7 +23,9 @@ from tracer.find.keras import walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.spec.found import KerasCell
+from tracer.values.parts import Read, plan_parts
 from tracer.values.replay import Replayed, check, replay
+from tracer.values.weights import gate_weights
 
 __all__ = ["KerasPlan", "resolve_inputs"]
 
@@ -204,6 +206,17 @@ class KerasPlan:
     def gate(self, values: Sequence[_Result], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
         """One gate's `preactivation` or `activation` of the examples `rows`: a new [examples, steps, units] array."""
         return self._by_position(self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate])
+
+    def read(self, values: Sequence[_Result], cell: int, rows: slice = slice(None)) -> Read:
+        """What cell number `cell` read at each step (the replay's input and carried states), for the examples `rows`."""
+        c, got = self.cells[cell], values[cell].replayed
+        previous = {s: self._by_position(c, got.previous(s)[rows]) for s in c.spec.states}
+        return Read(self._by_position(c, got.inputs[rows]), previous["h"], previous.get("c"))
+
+    def parts(self, values: Sequence[_Result], cell: int, gate: int, rows: slice = slice(None)) -> dict[str, np.ndarray | None]:
+        """The parts of gate number `gate`'s preactivation for the examples `rows` (`tracer.values.parts`)."""
+        c = self.cells[cell]
+        return plan_parts(self, values, cell, gate, gate_weights(c, dict(c.weights)), rows)
 
     def state(self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
         """One state (`c` or `h`) of the examples `rows`: a new [examples, steps, width] array."""

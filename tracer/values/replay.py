@@ -32,7 +32,7 @@ import ctypes
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -79,6 +79,10 @@ class Replayed:
     states[name]               [examples, steps, width] after each step
     outputs                    [examples, steps, width], zero past each length
     final[name]                [examples, width], the state after each example's last step
+    inputs                     [examples, steps, features], what the cell read (None: not kept)
+    initial[name]              [examples, width], the state before the first step
+    read[name]                 [examples, steps, width], the state the cell read at each
+                               step, where it is not `initial` then each step's state
     """
 
     preactivation: np.ndarray
@@ -86,6 +90,16 @@ class Replayed:
     states: dict[str, np.ndarray]
     outputs: np.ndarray
     final: dict[str, np.ndarray]
+    inputs: np.ndarray | None = None
+    initial: dict[str, np.ndarray] = field(default_factory=dict)
+    read: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def previous(self, state: str) -> np.ndarray:
+        """[examples, steps, width]: the state `state` the cell read at each step (a state is
+        carried through a step skipped past a length or where a mask is False)."""
+        if state in self.read:
+            return self.read[state]
+        return np.concatenate([self.initial[state][:, None], self.states[state][:, :-1]], axis=1)
 
 
 def replay(
@@ -261,6 +275,8 @@ def replay(
         {k: batch_major(v) for k, v in states.items()},
         batch_major(outputs),
         final,
+        inputs=x,
+        initial={"h": h0, **({"c": c0} if lstm else {})},
     )
 
 
