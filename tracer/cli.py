@@ -188,6 +188,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     c = command(
+        "view",
+        "look at a recording in the browser: overview, one sequence's heatmap, units over the dataset, select and "
+        'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 only, read-only)',
+        "gatetrace view gatetrace-demo/recording --port 8050",
+        reads_model=False,
+    )
+    c.add_argument("run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it")
+    c.add_argument("--port", type=int, default=8050, help="the local port to serve on (default: 8050)")
+    c.add_argument("--tokens", metavar="FILE", help="labels for the steps: a .npy or .json of [examples, steps] (e.g. the tokens read)")
+    c.add_argument("--open", action="store_true", help="open the page in the default browser")
+
+    c = command(
         "record",
         "record every gate, state and weight of every cell to Parquet",
         "gatetrace record model.ckpt --feed inputs=x.npy --feed keep_prob=1.0 --out run1/",
@@ -640,6 +652,21 @@ def _demo(args) -> None:
 _INTERRUPTED = "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)"
 
 
+def _view(args: argparse.Namespace) -> int:
+    """`gatetrace view RUN`: serve the recording's page until Ctrl-C (`recorders.view`)."""
+    from recorders.errors import GatetraceError
+    from recorders.view import serve
+
+    try:
+        serve(args.run, port=args.port, tokens=args.tokens, open_browser=args.open)
+    except GatetraceError as err:
+        print(f"gatetrace: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
@@ -647,9 +674,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed in one line
         return int(stop.code or 0)
+    from recorders.errors import GatetraceError, Interrupted
+
+    if args.command == "view":  # reads Parquet only: no TensorFlow
+        return _view(args)
     _quiet_tensorflow()
     _return_freed_memory()
-    from recorders.errors import GatetraceError, Interrupted
 
     run = {"inspect": _inspect, "record": _record, "weights": _weights, "demo": _demo}[args.command]
     try:

@@ -1,0 +1,87 @@
+"""`gatetrace view`: look at a recording in the browser (the optional `view` extra).
+
+`serve` checks the recording, the tokens and the port, then serves the page of
+`recorders.view.server` on 127.0.0.1 until Ctrl-C. The data it shows comes from
+`recorders.view.data`, which reads through `recorders.Recording`; no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+import webbrowser
+from pathlib import Path
+
+import numpy as np
+
+from recorders.errors import SelectionError
+from recorders.reader import Recording
+from recorders.view.data import Labels
+
+__all__ = ["serve", "load_labels", "check_installed", "ViewSetupError"]
+
+INSTALL = 'pip install "gatetrace[view]"'
+
+
+class ViewSetupError(SelectionError):
+    """The view cannot start: its extra is not installed, or the port is taken."""
+
+
+def check_installed() -> None:
+    """Refuse, in one line, when the view's libraries are missing."""
+    missing = []
+    for module in ("starlette", "uvicorn", "plotly"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ViewSetupError(f"gatetrace view needs {', '.join(missing)}: {INSTALL}")
+
+
+def load_labels(path: str | os.PathLike) -> Labels:
+    """Step labels from a file: `.npy` or `.json` holding one label per example and step
+    ([examples, steps]: tokens as strings, or ids)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            table = np.load(path, allow_pickle=False)
+        elif path.suffix == ".json":
+            table = np.asarray(json.loads(path.read_text()), dtype=object)
+        else:
+            raise SelectionError(f"--tokens {path}: expected a .npy or .json file of [examples, steps] labels")
+    except (OSError, ValueError) as err:
+        raise SelectionError(f"--tokens {path}: cannot read it ({err}); give a .npy or .json file of [examples, steps] labels") from None
+    return Labels(table)
+
+
+def _check_port(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise ViewSetupError(f"port {port} on {host} is in use (or not allowed): choose another with --port, e.g. --port {port + 1}") from None
+            raise
+
+
+def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | None = None, open_browser: bool = False,
+          host: str = "127.0.0.1") -> None:
+    """Serve the view of the recording `run` at http://host:port/ until interrupted."""
+    check_installed()
+    rec = Recording(run)
+    labels = load_labels(tokens) if tokens is not None else None
+    _check_port(host, port)
+    import uvicorn
+
+    from recorders.view.server import make_app
+
+    url = f"http://{host}:{port}/"
+    print(f"gatetrace view: {rec.path} at {url} (Ctrl-C to stop)", file=sys.stderr)
+    if open_browser:
+        threading.Timer(1.0, lambda: webbrowser.open(url)).start()
+    uvicorn.run(make_app(rec, labels), host=host, port=port, log_level="warning")

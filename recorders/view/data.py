@@ -1,0 +1,231 @@
+"""What `gatetrace view` shows, as plain data: each function takes a `Recording` and typed
+arguments, reads only what it needs through it (cell and gate folders, example and step
+row groups, columns), and returns JSON-ready dicts. No web framework here, no TensorFlow.
+
+- `overview`: the manifest's figures, and per cell and gate the saturation of every unit
+  and the per-step mean with a quantile band (`recorders.analysis`);
+- `heatmap`: steps x units of one gate (or state) of one example;
+- `unit`: one unit along the steps of one example, and the positions where it is highest;
+- `select`: the units that stay above a threshold over a step range of one example (and,
+  optionally, below it just before and after), as LSTMVis' select does;
+- `match`: the places in the whole recording where the same units are on together;
+- `parts`: a step's preactivation split into its parts (recordings with contributions).
+
+Each answer carries `python`, the code that reproduces it in a notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from recorders.analysis import saturation, step_stats, top_positions
+from recorders.errors import SelectionError
+from recorders.long import PARTS
+from recorders.reader import Recording
+
+__all__ = ["overview", "heatmap", "unit", "select", "match", "parts", "Labels"]
+
+
+class Labels:
+    """Labels for the step axis: one per (example, step), from an [examples, steps] array."""
+
+    def __init__(self, table: np.ndarray):
+        table = np.asarray(table)
+        if table.ndim != 2:
+            raise SelectionError(f"--tokens: expected one label per example and step ([examples, steps]), given shape {list(table.shape)}")
+        self.table = table.astype(str)
+
+    def of(self, example: int, steps: Sequence[int]) -> list[str] | None:
+        if example >= len(self.table):
+            return None
+        row = self.table[example]
+        return [row[s] if 0 <= s < len(row) else "" for s in steps]
+
+
+def _check(rec: Recording, cell: str, label: str | None = None, kind: str = "gate", column: str | None = None) -> None:
+    """Refuse a cell, gate or state, or value column the recording does not hold."""
+    if cell not in rec.cells:
+        raise SelectionError(f"cell {cell!r}: the recording's cells are {', '.join(rec.cells)}")
+    if label is not None:
+        known = rec.gates(cell) if kind == "gate" else rec.states(cell)
+        if label not in known:
+            raise SelectionError(f"{kind} {label!r} of {cell}: expected one of {', '.join(known)}")
+    if column is not None and kind == "gate" and column not in ("preactivation", "activation", *PARTS):
+        raise SelectionError(f"column {column!r}: expected preactivation, activation or a part")
+
+
+def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dict[str, Any]:
+    """The recording's figures, and per cell and gate: each unit's saturation (left, right)
+    and the activation's per-step mean and quantile band."""
+    summary = rec.summary()
+    cells = []
+    sat = saturation(rec)
+    stats = step_stats(rec, quantiles=quantiles)
+    lo, hi = (f"q{round(q * 100):g}" for q in quantiles)
+    for name in rec.cells:
+        gates = []
+        for gate in rec.gates(name):
+            s = sat[(sat["cell"] == name) & (sat["gate"] == gate)]
+            t = stats[(stats["cell"] == name) & (stats["gate"] == gate)]
+            gates.append({
+                "gate": gate,
+                "units": s["unit"].tolist(), "left": s["left"].round(4).tolist(), "right": s["right"].round(4).tolist(),
+                "steps": t["step"].tolist(), "mean": t["mean"].round(5).tolist(), "low": t[lo].round(5).tolist(), "high": t[hi].round(5).tolist(),
+            })
+        cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
+    return {
+        "path": str(rec.path),
+        "summary": summary,
+        "cells": cells,
+        "parts": rec.has_parts(),
+        "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
+                  "analysis.saturation(rec)\nanalysis.step_stats(rec)",
+    }
+
+
+def heatmap(rec: Recording, cell: str, label: str, example: int, kind: str = "gate", column: str = "activation",
+            labels: Labels | None = None) -> dict[str, Any]:
+    """Steps x units of one gate (or state) of one example: `values[step][unit]`, null where no row."""
+    _check(rec, cell, label, kind, column)
+    if kind == "gate":
+        a = rec.gate_array(cell, label, column, examples=(example, example + 1))
+        code = f"rec.gate_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}), columns=[{column!r}])"
+    else:
+        a = rec.state_array(cell, label, examples=(example, example + 1))
+        code = f"rec.state_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}))"
+    if a.size == 0:
+        raise SelectionError(f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})")
+    steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
+    values = [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in a[0]]
+    return {
+        "cell": cell, "label": label, "kind": kind, "column": column, "example": example,
+        "steps": steps, "units": list(range(a.shape[2])), "values": values,
+        "tokens": labels.of(example, steps) if labels is not None else None,
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n{code}",
+    }
+
+
+def unit(rec: Recording, cell: str, gate: str, unit_: int, example: int, column: str = "activation", k: int = 10) -> dict[str, Any]:
+    """One unit along the steps of `example`, and the `k` positions over all examples where it is highest."""
+    _check(rec, cell, gate, "gate", column)
+    df = rec.gate_frame([cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column])
+    top = top_positions(rec, cell, gate, unit_, k=k, column=column)
+    return {
+        "cell": cell, "gate": gate, "unit": unit_, "example": example, "column": column,
+        "steps": df["step"].tolist(), "values": df[column].round(6).tolist(),
+        "top": {"example": top["example"].tolist(), "step": top["step"].tolist(), "value": top["value"].round(6).tolist()},
+        "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
+                  f"analysis.time_courses(rec, {cell!r}, {gate!r}, examples=[{example}], units=[{unit_}], column={column!r})\n"
+                  f"analysis.top_positions(rec, {cell!r}, {gate!r}, {unit_}, k={k}, column={column!r})",
+    }
+
+
+def select(rec: Recording, cell: str, label: str, example: int, start: int, stop: int, threshold: float,
+           kind: str = "gate", column: str = "activation", outside: bool = False) -> dict[str, Any]:
+    """The units whose value is above `threshold` at every step of [start, stop) of
+    `example`; with `outside`, also below it at the steps just before and after the range."""
+    _check(rec, cell, label, kind, column)
+    if not 0 <= start < stop:
+        raise SelectionError(f"steps {start}:{stop}: expected 0 <= start < stop")
+    a = _values(rec, cell, label, kind, column, (example, example + 1), (max(start - 1, 0), stop + 1))[0]  # [steps, units]
+    first = max(start - 1, 0)
+    inside = a[start - first : stop - first]
+    if len(inside) < stop - start or np.isnan(inside).any():
+        raise SelectionError(f"steps {start}:{stop} of example {example}: not all recorded")
+    on = (inside > threshold).all(axis=0)
+    if outside:
+        for edge in (start - 1 - first, stop - first):
+            if 0 <= edge < len(a) and edge not in range(start - first, stop - first):
+                on &= ~(a[edge] > threshold)
+    units = np.flatnonzero(on).tolist()
+    return {
+        "cell": cell, "label": label, "kind": kind, "column": column, "example": example, "start": start, "stop": stop,
+        "threshold": threshold, "outside": outside, "units": units,
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
+                  f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
+                  f"{f', {column!r}' if kind == 'gate' else ''}, examples=({example}, {example + 1}), steps=({start}, {stop}))[0]\n"
+                  f"units = (a > {threshold}).all(axis=0).nonzero()[0]",
+    }
+
+
+def match(rec: Recording, cell: str, label: str, units: Sequence[int], threshold: float, length: int = 1,
+          kind: str = "gate", column: str = "activation", k: int = 20) -> dict[str, Any]:
+    """Where in the whole recording all `units` are above `threshold` together for at least
+    `length` consecutive steps: per example its longest such run, ranked longest first
+    (then by the mean value of the units over it), the `k` best."""
+    _check(rec, cell, label, kind, column)
+    if not units:
+        raise SelectionError("match: select some units first")
+    a = _values(rec, cell, label, kind, column, None, None, units)  # [examples, steps, units]
+    ids = _example_ids(rec, a.shape[0])
+    on = (a > threshold).all(axis=2)  # [examples, steps]; NaN (no row) is off
+    best_len, best_start = _longest_runs(on)
+    keep = np.flatnonzero(best_len >= max(length, 1))
+    means = np.array([np.nanmean(a[e, best_start[e] : best_start[e] + best_len[e]]) for e in keep]) if len(keep) else np.zeros(0)
+    order = keep[np.lexsort((-means, -best_len[keep]))] if len(keep) else keep
+    steps0 = int(rec.steps(cell)[0]) if len(rec.steps(cell)) else 0
+    found = [{"example": int(ids[e]), "start": int(best_start[e]) + steps0, "stop": int(best_start[e] + best_len[e]) + steps0,
+              "length": int(best_len[e])} for e in order[:k]]
+    return {
+        "cell": cell, "label": label, "kind": kind, "column": column, "units": [int(u) for u in units],
+        "threshold": threshold, "length": length, "matches": found, "count": int(len(keep)),
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
+                  f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
+                  f"{f', {column!r}' if kind == 'gate' else ''})[:, :, {list(map(int, units))}]\n"
+                  f"on = (a > {threshold}).all(axis=2)   # [examples, steps]: where the units are on together",
+    }
+
+
+def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict[str, Any]:
+    """The preactivation of every unit of `gate` at one step, and its parts (null where the cell has none)."""
+    _check(rec, cell, gate, "gate")
+    if not rec.has_parts():
+        raise SelectionError("this recording holds no parts: record with --values preactivation,activation,contributions")
+    df = rec.gate_frame([cell], [gate], steps=(step, step + 1), examples=(example, example + 1), columns=["preactivation", *PARTS])
+    if df.empty:
+        raise SelectionError(f"example {example}, step {step}: no rows of {cell} gate {gate}")
+    out = {p: [None if np.isnan(v) else round(float(v), 6) for v in df[p]] for p in ("preactivation", *PARTS)}
+    return {
+        "cell": cell, "gate": gate, "example": example, "step": step, "units": df["unit"].tolist(), **out,
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
+                  f"rec.gate_frame([{cell!r}], [{gate!r}], steps=({step}, {step + 1}), examples=({example}, {example + 1}), "
+                  f"columns=['preactivation', {', '.join(map(repr, PARTS))}])",
+    }
+
+
+def _values(rec: Recording, cell: str, label: str, kind: str, column: str, examples, steps, units: Sequence[int] | None = None) -> np.ndarray:
+    """[examples, steps, units] of a gate column or a state, only the `units` asked (NaN where no row)."""
+    if kind == "gate":
+        df = rec.gate_frame([cell], [label], steps, examples, units, columns=[column])
+    else:
+        df = rec.state_frame([cell], [label], steps, examples, units)
+        column = "value"
+    if units is not None:  # the unit axis holds the units asked, in that order
+        position = {int(u): k for k, u in enumerate(units)}
+        df = df.assign(unit=df["unit"].map(position))
+    a = rec._array(df, column, examples)
+    if units is not None and a.shape[2] < len(units):
+        a = np.concatenate([a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2)
+    return a
+
+
+def _example_ids(rec: Recording, n: int) -> np.ndarray:
+    ids = np.concatenate([np.arange(a, b) for a, b in rec.examples] or [np.zeros(0, np.int64)])
+    return ids[:n]
+
+
+def _longest_runs(on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a boolean [rows, steps] array, the length and start of its longest run of True."""
+    rows, steps = on.shape
+    length = np.zeros(rows, np.int64)
+    start = np.zeros(rows, np.int64)
+    run = np.zeros(rows, np.int64)
+    for t in range(steps):
+        run = np.where(on[:, t], run + 1, 0)
+        longer = run > length
+        length = np.where(longer, run, length)
+        start = np.where(longer, t - run + 1, start)
+    return length, start

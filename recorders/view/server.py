@@ -1,0 +1,163 @@
+"""The web server of `gatetrace view`: a small Starlette app over one recording, read-only.
+
+    GET /                          the page (static/index.html), its script and style
+    GET /static/plotly.min.js      Plotly's JavaScript, from the installed `plotly` package
+    GET /api/overview              `data.overview`
+    GET /api/heatmap?cell=&label=&kind=gate|state&column=&example=
+    GET /api/unit?cell=&gate=&unit=&example=&column=
+    GET /api/select?cell=&label=&kind=&column=&example=&start=&stop=&threshold=&outside=0|1
+    GET /api/match?cell=&label=&kind=&column=&units=3,7&threshold=&length=
+    GET /api/parts?cell=&gate=&example=&step=
+
+Every parameter is parsed into its type and checked against the recording (cells, gates,
+states and columns it holds) before anything is read; queries are built by `data` from
+those values, never from text the page sends. A bad parameter gets a 400 with a JSON
+`error`, a path outside the page's own files a 404: never a traceback. Nothing is served
+but the page's files and answers about the recording. Everything ships in the installed
+packages: the page needs no internet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from recorders.errors import GatetraceError, SelectionError
+from recorders.reader import Recording
+from recorders.view import data
+
+__all__ = ["make_app", "STATIC"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+_PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+class _Params:
+    """The query's parameters, each parsed into its type: a bad one raises SelectionError naming it."""
+
+    def __init__(self, query):
+        self.query = query
+
+    def text(self, name: str, default: str | None = None) -> str:
+        value = self.query.get(name, default)
+        if value is None or value == "":
+            raise SelectionError(f"parameter {name!r} is missing")
+        return value
+
+    def integer(self, name: str, default: int | None = None, low: int = 0, high: int = 10**12) -> int:
+        raw = self.query.get(name)
+        if raw is None and default is not None:
+            return default
+        try:
+            value = int(self.text(name))
+        except ValueError:
+            raise SelectionError(f"parameter {name!r}: expected an integer, given {self.query.get(name)!r}") from None
+        if not low <= value <= high:
+            raise SelectionError(f"parameter {name!r}: expected {low} to {high}, given {value}")
+        return value
+
+    def number(self, name: str, default: float | None = None) -> float:
+        raw = self.query.get(name)
+        if raw is None and default is not None:
+            return default
+        try:
+            value = float(self.text(name))
+        except ValueError:
+            raise SelectionError(f"parameter {name!r}: expected a number, given {raw!r}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SelectionError(f"parameter {name!r}: expected a finite number, given {raw!r}")
+        return value
+
+    def choice(self, name: str, options: tuple[str, ...], default: str) -> str:
+        value = self.query.get(name, default)
+        if value not in options:
+            raise SelectionError(f"parameter {name!r}: expected one of {', '.join(options)}, given {value!r}")
+        return value
+
+    def integers(self, name: str, limit: int = 4096) -> list[int]:
+        raw = self.text(name)
+        try:
+            values = [int(v) for v in raw.split(",") if v.strip()]
+        except ValueError:
+            raise SelectionError(f"parameter {name!r}: expected integers separated by commas, given {raw!r}") from None
+        if not values or len(values) > limit or min(values) < 0:
+            raise SelectionError(f"parameter {name!r}: expected 1 to {limit} non-negative integers, given {raw!r}")
+        return values
+
+
+def make_app(rec: Recording, labels: data.Labels | None = None):
+    """The Starlette app serving `rec` (and step labels, if given)."""
+    from starlette.applications import Starlette
+    from starlette.responses import FileResponse, JSONResponse, Response
+    from starlette.routing import Route
+
+    columns = ("preactivation", "activation", *(data.PARTS if rec.has_parts() else ()))
+    kinds = ("gate", "state")
+
+    def api(answer: Callable[[_Params], dict[str, Any]]):
+        async def endpoint(request):
+            try:
+                return JSONResponse(answer(_Params(request.query_params)))
+            except (GatetraceError, ValueError, KeyError) as err:
+                message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+                return JSONResponse({"error": str(message)}, status_code=400)
+
+        return endpoint
+
+    def heatmap(p: _Params) -> dict:
+        return data.heatmap(rec, p.text("cell"), p.text("label"), p.integer("example"), p.choice("kind", kinds, "gate"),
+                            p.choice("column", columns, "activation"), labels)
+
+    def unit(p: _Params) -> dict:
+        return data.unit(rec, p.text("cell"), p.text("gate"), p.integer("unit"), p.integer("example"), p.choice("column", columns, "activation"),
+                         p.integer("k", 10, 1, 1000))
+
+    def select(p: _Params) -> dict:
+        return data.select(rec, p.text("cell"), p.text("label"), p.integer("example"), p.integer("start"), p.integer("stop"),
+                           p.number("threshold"), p.choice("kind", kinds, "gate"), p.choice("column", columns, "activation"),
+                           p.choice("outside", ("0", "1"), "0") == "1")
+
+    def match(p: _Params) -> dict:
+        return data.match(rec, p.text("cell"), p.text("label"), p.integers("units"), p.number("threshold"), p.integer("length", 1, 1),
+                          p.choice("kind", kinds, "gate"), p.choice("column", columns, "activation"), p.integer("k", 20, 1, 1000))
+
+    def parts(p: _Params) -> dict:
+        return data.parts(rec, p.text("cell"), p.text("gate"), p.integer("example"), p.integer("step"))
+
+    overview_cache: dict[str, Any] = {}
+
+    def overview(p: _Params) -> dict:
+        if not overview_cache:
+            overview_cache.update(data.overview(rec))
+        return {**overview_cache, "tokens": labels is not None}
+
+    async def page(request):
+        name = request.path_params.get("name", "index.html")
+        if name not in _PAGE_FILES:
+            return Response("not found", status_code=404, media_type="text/plain")
+        return FileResponse(STATIC / name, media_type=_PAGE_FILES[name])
+
+    async def plotly_js(request):
+        return FileResponse(_plotly_js(), media_type="text/javascript; charset=utf-8")
+
+    async def not_found(request, exc):
+        return Response("not found", status_code=404, media_type="text/plain")
+
+    routes = [
+        Route("/", page),
+        Route("/static/plotly.min.js", plotly_js),
+        Route("/static/{name}", page),
+        Route("/api/overview", api(overview)),
+        Route("/api/heatmap", api(heatmap)),
+        Route("/api/unit", api(unit)),
+        Route("/api/select", api(select)),
+        Route("/api/match", api(match)),
+        Route("/api/parts", api(parts)),
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found})

@@ -1,0 +1,212 @@
+// The page of `gatetrace view`: asks the server's /api/* for data (typed parameters only) and
+// draws it with Plotly (served from the installed plotly package). What each view shows is
+// kept in `window.gatetrace` (the browser tests read the page's data from there).
+"use strict";
+
+const state = { overview: null, heatmap: null, unit: null, select: null, match: null, parts: null };
+window.gatetrace = state;
+const $ = (id) => document.getElementById(id);
+
+async function api(path, params) {
+  const query = new URLSearchParams(params).toString();
+  const response = await fetch(`/api/${path}?${query}`);
+  const body = await response.json();
+  if (!response.ok) {
+    showError(body.error || `${response.status}`);
+    throw new Error(body.error);
+  }
+  $("error").hidden = true;
+  return body;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = false;
+}
+
+function options(select, values, chosen) {
+  select.innerHTML = "";
+  for (const v of values) {
+    const o = document.createElement("option");
+    o.value = o.textContent = v;
+    if (v === chosen) o.selected = true;
+    select.appendChild(o);
+  }
+}
+
+function row(table, cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (c instanceof Node) td.appendChild(c); else td.textContent = c;
+    tr.appendChild(td);
+  }
+  table.querySelector("tbody").appendChild(tr);
+  return tr;
+}
+
+function openLink(example, start) {
+  const a = document.createElement("a");
+  a.className = "open";
+  a.textContent = "open";
+  a.onclick = () => { $("example").value = example; showHeatmap().then(() => { if (start !== undefined) $("start").value = start; }); };
+  return a;
+}
+
+const cellInfo = (name) => state.overview.cells.find((c) => c.name === name);
+
+// -- overview ---------------------------------------------------------------------------------
+async function loadOverview() {
+  const o = await api("overview", {});
+  state.overview = o;
+  $("source").textContent = `${o.path}: ${o.summary.source ? o.summary.source.path : ""}`;
+  const summary = $("summary");
+  summary.innerHTML = "";
+  for (const [k, v] of Object.entries(o.summary)) {
+    if (typeof v !== "object") { const tr = summary.insertRow(); tr.insertCell().textContent = k; tr.insertCell().textContent = v; }
+  }
+  if (o.summary.rows) for (const [k, v] of Object.entries(o.summary.rows)) { const tr = summary.insertRow(); tr.insertCell().textContent = `${k} rows`; tr.insertCell().textContent = v.toLocaleString("en"); }
+  const body = $("cells").querySelector("tbody");
+  body.innerHTML = "";
+  for (const c of o.cells) row($("cells"), [c.name, c.kind, c.units, c.steps, c.gates.join(" "), c.states.join(" "), c.path]);
+  const names = o.cells.map((c) => c.name);
+  options($("overview-cell"), names, names[0]);
+  options($("cell"), names, names[0]);
+  $("overview-python").textContent = o.python;
+  const columns = ["activation", "preactivation", ...(o.parts ? ["input", "recurrent", "bias", "peephole", "recurrent_bias"] : [])];
+  options($("column"), columns, "activation");
+  drawOverview(names[0]);
+  fillLabels();
+}
+
+function drawOverview(name) {
+  const c = cellInfo(name);
+  for (const id of ["saturation", "bands"]) $(id).innerHTML = "";
+  for (const g of c.gate_stats) {
+    const sat = document.createElement("div");
+    $("saturation").appendChild(sat);
+    Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u) => `unit ${u}`), mode: "markers", type: "scatter",
+      hovertemplate: "%{text}<br>left %{x:.3f}<br>right %{y:.3f}<extra></extra>" }],
+      { title: { text: `${g.gate}: saturation` }, margin: { t: 30, l: 40, r: 10, b: 35 }, xaxis: { title: { text: "left" }, range: [0, 1] },
+        yaxis: { title: { text: "right" }, range: [0, 1] } }, { displayModeBar: false });
+    const band = document.createElement("div");
+    $("bands").appendChild(band);
+    Plotly.newPlot(band, [
+      { x: g.steps, y: g.high, mode: "lines", line: { width: 0 }, showlegend: false, hoverinfo: "skip" },
+      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty", name: "q10-q90", hoverinfo: "skip" },
+      { x: g.steps, y: g.mean, mode: "lines", name: "mean" }],
+      { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 40, r: 10, b: 35 }, showlegend: false, xaxis: { title: { text: "step" } } },
+      { displayModeBar: false });
+  }
+}
+
+// -- one sequence -------------------------------------------------------------------------------
+function fillLabels() {
+  const c = cellInfo($("cell").value);
+  const labels = $("kind").value === "gate" ? c.gates : c.states;
+  options($("label"), labels, labels.includes("f") ? "f" : labels[0]);
+  $("column").disabled = $("kind").value !== "gate";
+}
+
+function params() {
+  return { cell: $("cell").value, kind: $("kind").value, label: $("label").value, column: $("column").value, example: $("example").value };
+}
+
+async function showHeatmap() {
+  const h = await api("heatmap", params());
+  state.heatmap = h;
+  const ticks = h.tokens ? h.steps.map((s, k) => `${s} ${h.tokens[k]}`) : h.steps.map(String);
+  const text = h.values.map((r, s) => r.map((v, u) => `example ${h.example}<br>step ${h.steps[s]}${h.tokens ? " (" + h.tokens[s] + ")" : ""}<br>unit ${u}<br>${h.kind === "gate" ? h.column : "value"} ${v}`));
+  await Plotly.newPlot($("heatmap"), [{ z: h.values, x: h.units, y: ticks, type: "heatmap", colorscale: "Viridis", text, hoverinfo: "text" }],
+    { title: { text: `${h.cell} ${h.label}${h.kind === "gate" ? " " + h.column : ""}, example ${h.example}` }, dragmode: "select",
+      xaxis: { title: { text: "unit" }, dtick: 1 }, yaxis: { title: { text: "step" }, autorange: "reversed", type: "category" }, margin: { t: 40 } });
+  $("heatmap-python").textContent = h.python;
+  $("heatmap").on("plotly_click", (e) => clicked(e.points[0]));
+  $("heatmap").on("plotly_selected", (e) => brushed(e));
+}
+
+function stepOf(point) {
+  return state.heatmap.steps[point.pointIndex ? point.pointIndex[0] : state.heatmap.steps.length - 1];
+}
+
+async function clicked(point) {
+  const h = state.heatmap;
+  const step = stepOf(point), unit = point.x;
+  if (h.kind === "gate") {
+    await showUnit(unit);
+    if (state.overview.parts) await showParts(step);
+  }
+}
+
+function brushed(event) {
+  if (!event || !event.range) return;
+  const [a, b] = event.range.y;
+  const steps = state.heatmap.steps;
+  const lo = Math.max(0, Math.ceil(Math.min(a, b))), hi = Math.min(steps.length - 1, Math.floor(Math.max(a, b)));
+  $("start").value = steps[lo];
+  $("stop").value = steps[hi] + 1;
+}
+
+async function showUnit(unit) {
+  const p = params();
+  const u = await api("unit", { cell: p.cell, gate: p.label, unit, example: p.example, column: p.column });
+  state.unit = u;
+  $("unit-title").textContent = `${u.cell} ${u.gate} unit ${u.unit}`;
+  await Plotly.newPlot($("course"), [{ x: u.steps, y: u.values, mode: "lines+markers", name: `example ${u.example}` }],
+    { title: { text: `unit ${u.unit} along example ${u.example}` }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: u.column } }, margin: { t: 40 } });
+  const table = $("top");
+  table.querySelector("tbody").innerHTML = "";
+  u.top.example.forEach((e, k) => row(table, [k + 1, e, u.top.step[k], u.top.value[k], openLink(e)]));
+  $("unit-python").textContent = u.python;
+}
+
+async function showParts(step) {
+  const p = params();
+  const r = await api("parts", { cell: p.cell, gate: p.label, example: p.example, step });
+  state.parts = r;
+  $("parts-title").textContent = `${r.cell} ${r.gate}, example ${r.example}, step ${r.step}`;
+  $("parts-note").textContent = "input + recurrent + bias (+ recurrent_bias) = preactivation; a peephole is beside it, not in it.";
+  const names = ["input", "recurrent", "bias", "recurrent_bias", "peephole"].filter((k) => r[k].some((v) => v !== null));
+  const traces = names.map((k) => ({ x: r.units, y: r[k], type: "bar", name: k }));
+  traces.push({ x: r.units, y: r.preactivation, mode: "markers", name: "preactivation", marker: { color: "black" } });
+  await Plotly.newPlot($("parts"), traces, { barmode: "relative", xaxis: { title: { text: "unit" }, dtick: 1 }, margin: { t: 20 } });
+  $("parts-python").textContent = r.python;
+}
+
+// -- select and match ---------------------------------------------------------------------------
+async function doSelect() {
+  const p = params();
+  const s = await api("select", { ...p, start: $("start").value, stop: $("stop").value, threshold: $("threshold").value, outside: $("outside").checked ? 1 : 0 });
+  state.select = s;
+  $("selected-units").textContent = s.units.length ? s.units.join(", ") : "(none)";
+  $("match").disabled = !s.units.length;
+  $("select-python").textContent = s.python;
+}
+
+async function doMatch() {
+  const s = state.select;
+  const m = await api("match", { cell: s.cell, kind: s.kind, label: s.label, column: s.column, units: s.units.join(","), threshold: s.threshold,
+    length: s.stop - s.start });
+  state.match = m;
+  const table = $("matches");
+  table.querySelector("tbody").innerHTML = "";
+  for (const x of m.matches) row(table, [x.example, `${x.start}-${x.stop - 1}`, x.length, openLink(x.example, x.start)]);
+  $("match-count").textContent = `${m.count} example(s) with the units on together for ${m.length} step(s) or more; the ${m.matches.length} longest shown`;
+  $("select-python").textContent = m.python;
+}
+
+window.addEventListener("DOMContentLoaded", async () => {
+  $("overview-cell").onchange = () => drawOverview($("overview-cell").value);
+  $("cell").onchange = fillLabels;
+  $("kind").onchange = fillLabels;
+  $("show").onclick = showHeatmap;
+  $("select").onclick = doSelect;
+  $("match").onclick = doMatch;
+  try {
+    await loadOverview();
+    await showHeatmap();
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    document.body.dataset.ready = "error";
+  }
+});

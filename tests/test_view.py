@@ -1,0 +1,239 @@
+"""`gatetrace view` in a real browser: headless Chromium (the OS package) driven by Playwright
+against a whole `gatetrace view` process, on a recording of a real model with a planted
+pattern (unit 3 of the forget gate forced high over steps 5-9 in some examples), and the
+server's answers to bad requests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders import Recording
+from tracer._tf import tf, v1
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+CELL = "rnn/basic_lstm_cell"
+PLANTED = [1, 4, 6]  # the examples whose unit 3 of f is on over steps 5-9
+STEPS, UNITS, N = 14, 6, 9
+
+
+def planted_recording(root: Path) -> Path:
+    """A BasicLSTMCell(6) whose forget gate unit 3 follows input feature 0 (weight 6) and no other
+    unit does (weights of 0.05): feature 0 is +2 over steps 5-9 of the planted examples, -2 elsewhere."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, STEPS, 2], name="x")
+        v1.nn.static_rnn(v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32)
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        kernel = next(v for v in v1.global_variables() if v.op.name.endswith("kernel"))
+        k = np.random.RandomState(0).uniform(-0.05, 0.05, kernel.shape.as_list()).astype(np.float32)
+        k[0, 2 * UNITS + 3] = 6.0  # feature 0 -> f (third block), unit 3
+        kernel.load(k, session)
+        path = v1.train.Saver().save(session, str(root / "model" / "model.ckpt"))
+    xs = np.full((N, STEPS, 2), 0.0, np.float32)
+    xs[:, :, 0] = -2.0
+    xs[PLANTED, 5:10, 0] = 2.0
+    with tracer.load_model(path) as model:
+        tracer.record(model, {"x": xs}, root / "rec", values=["preactivation", "activation", "contributions"])
+    tokens = np.array([[f"t{e}.{s}" for s in range(STEPS)] for e in range(N)])
+    np.save(root / "tokens.npy", tokens)
+    return root / "rec"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def view(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tracer.cli", "view", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_up(port: int, process: subprocess.Popen) -> None:
+    for _ in range(200):
+        if process.poll() is not None:
+            raise AssertionError(process.stderr.read())
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("gatetrace view did not start")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("view")
+    rec = planted_recording(root)
+    port = free_port()
+    process = view(str(rec), "--port", str(port), "--tokens", str(root / "tokens.npy"))
+    try:
+        wait_up(port, process)
+        yield rec, port, root
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs the OS package chromium")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield b
+        b.close()
+
+
+def shots_folder(tmp_path: Path) -> list[Path]:
+    """Where screenshots go: the test's folder, and docs/ when GATETRACE_DOCS_SCREENSHOTS is set."""
+    folders = [tmp_path]
+    if os.environ.get("GATETRACE_DOCS_SCREENSHOTS"):
+        folders.append(Path(__file__).resolve().parent.parent / "docs")
+    return folders
+
+
+def test_every_view_in_a_browser(served, browser, tmp_path):
+    rec_path, port, root = served
+    rec = Recording(rec_path)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector("body[data-ready='1']", timeout=30000)
+    assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in requests), "the page loads nothing from elsewhere"
+
+    # overview: the cells, their gates, a saturation and a band plot per gate
+    rows = page.locator("#cells tbody tr").all_inner_texts()
+    assert len(rows) == 1 and rows[0].split("\t")[:3] == [CELL, "BasicLSTMCell", str(UNITS)]
+    assert page.locator("#saturation .main-svg").count() >= 4 and page.locator("#bands .main-svg").count() >= 4
+    shots = shots_folder(tmp_path)
+    for folder in shots:
+        page.locator("#overview").screenshot(path=str(folder / "view-overview.png"))
+
+    # one sequence: example 2 of gate f, values equal the recording's, steps labelled by --tokens
+    page.fill("#example", "2")
+    page.select_option("#label", "f")
+    page.click("#show")
+    page.wait_for_function("window.gatetrace.heatmap && window.gatetrace.heatmap.example === 2")
+    heat = page.evaluate("window.gatetrace.heatmap")
+    want = rec.gate_array(CELL, "f", examples=(2, 3))[0]
+    assert np.array(heat["values"]).shape == (STEPS, UNITS)
+    np.testing.assert_allclose(np.array(heat["values"], dtype=np.float64), want, atol=1e-6)
+    assert heat["tokens"] == [f"t2.{s}" for s in range(STEPS)]
+    ticks = page.eval_on_selector_all("#heatmap .ytick text", "els => els.map(e => e.textContent)")
+    assert "5 t2.5" in ticks
+    for folder in shots:
+        page.locator("#sequence").screenshot(path=str(folder / "view-sequence.png"))
+
+    # select over the planted pattern, in a planted example: unit 3 only; match finds the planted examples
+    page.fill("#example", "4")
+    page.click("#show")
+    page.wait_for_function("window.gatetrace.heatmap.example === 4")
+    page.fill("#start", "5")
+    page.fill("#stop", "10")
+    page.fill("#threshold", "0.95")
+    page.check("#outside")
+    page.click("#select")
+    page.wait_for_function("window.gatetrace.select && window.gatetrace.select.example === 4")
+    assert page.inner_text("#selected-units") == "3"
+    page.click("#match")
+    page.wait_for_function("window.gatetrace.match !== null")
+    found = page.evaluate("window.gatetrace.match.matches")
+    assert sorted(m["example"] for m in found) == PLANTED and {(m["start"], m["stop"]) for m in found} == {(5, 10)}
+    assert len(page.locator("#matches tbody tr").all()) == len(PLANTED)
+    for folder in shots:
+        page.locator("#select-panel").screenshot(path=str(folder / "view-select.png"))
+
+    # clicking a cell: the unit's time course and top positions, and the step's parts
+    page.locator("#heatmap").scroll_into_view_if_needed()
+    box = page.locator("#heatmap .nsewdrag").first.bounding_box()
+    page.evaluate("Plotly.relayout('heatmap', {dragmode: 'zoom'})")
+    at = (box["x"] + box["width"] * (3.5 / UNITS), box["y"] + box["height"] * (6.5 / STEPS))  # unit 3, step 6
+    page.mouse.move(*at)
+    page.wait_for_selector("#heatmap .hovertext")  # Plotly's tooltip: the exact value, example, step, unit
+    tooltip = page.eval_on_selector("#heatmap .hovertext", "e => e.textContent")
+    assert "example 4" in tooltip and "step 6 (t4.6)" in tooltip and "unit 3" in tooltip
+    value = float(rec.gate_array(CELL, "f", examples=(4, 5))[0, 6, 3])
+    assert f"activation {round(value, 6)}"[:20] in tooltip
+    page.mouse.click(*at)
+    page.wait_for_function("window.gatetrace.unit !== null && window.gatetrace.parts !== null")
+    unit = page.evaluate("window.gatetrace.unit")
+    assert unit["unit"] == 3 and unit["example"] == 4
+    np.testing.assert_allclose(unit["values"], rec.gate_array(CELL, "f", examples=(4, 5))[0, :, 3], atol=1e-6)
+    top = unit["top"]
+    assert set(zip(top["example"], top["step"])) <= {(e, s) for e in PLANTED for s in range(5, 10)}  # where unit 3 is forced on
+    column = rec.gate_array(CELL, "f")[:, :, 3]
+    np.testing.assert_allclose(top["value"], np.sort(column, axis=None)[::-1][:10], atol=1e-6)
+    parts = page.evaluate("window.gatetrace.parts")
+    assert parts["step"] == 6
+    df = rec.gate_frame([CELL], ["f"], steps=(6, 7), examples=(4, 5), columns=["input", "recurrent", "bias"])
+    np.testing.assert_allclose(parts["input"], df["input"], atol=1e-6)
+    np.testing.assert_allclose(parts["recurrent"], df["recurrent"], atol=1e-6)
+    code = page.eval_on_selector("#parts-python", "e => e.textContent")  # the link to Python: run it, get the same
+    *setup, last = code.strip().splitlines()
+    scope: dict = {}
+    exec("\n".join(setup), scope)  # noqa: S102  (the code the page shows)
+    np.testing.assert_allclose(eval(last, scope)["input"], parts["input"], atol=1e-6)  # noqa: S307
+    for folder in shots:
+        page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
+        page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))
+
+    # a malformed request from the page gets an answer in the page, not a traceback
+    page.fill("#example", "-1")
+    page.click("#show")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "parameter 'example'" in page.inner_text("#error")
+    page.close()
+
+
+def test_bad_requests_get_clear_answers(served):
+    rec_path, port, _ = served
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    for path in ("/static/../manifest.json", "/static/..%2Fmanifest.json", "/gates/", "/manifest.json", "/static/x.py"):
+        code, body = get(path)
+        assert code == 404 and "Traceback" not in body, path
+    code, body = get("/api/heatmap?cell=rnn/basic_lstm_cell&label=f&example=abc")
+    assert code == 400 and "expected an integer" in body
+    code, body = get("/api/match?cell=rnn/basic_lstm_cell&label=f&units=1;DROP&threshold=0.5")
+    assert code == 400 and "integers separated by commas" in body
+    code, body = get("/api/heatmap?cell=../../etc&label=f&example=0")
+    assert code == 400 and "the recording's cells are" in body
+    code, body = get("/api/select?cell=rnn/basic_lstm_cell&label=f&example=0&start=5&stop=10&threshold=nan")
+    assert code == 400 and "finite" in body
+
+
+def test_a_bad_run_folder_and_a_port_in_use_get_one_line(served, tmp_path):
+    _, port, _ = served
+    done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(tmp_path / "nothing"), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is not a gatetrace recording" in done.stderr
+    rec_path, _, _ = served
+    done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(rec_path), "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and f"port {port}" in done.stderr and "--port" in done.stderr
