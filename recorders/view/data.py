@@ -136,9 +136,9 @@ def select(rec: Recording, cell: str, label: str, example: int, start: int, stop
     if len(inside) < stop - start or np.isnan(inside).any():
         raise SelectionError(f"steps {start}:{stop} of example {example}: not all recorded")
     on = (inside > threshold).all(axis=0)
-    if outside:
+    if outside:  # the steps just before and after the range, where they were recorded
         for edge in (start - 1 - first, stop - first):
-            if 0 <= edge < len(a) and edge not in range(start - first, stop - first):
+            if 0 <= edge < len(a):
                 on &= ~(a[edge] > threshold)
     units = np.flatnonzero(on).tolist()
     return {

@@ -19,6 +19,7 @@ packages: the page needs no internet.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,28 +51,26 @@ class _Params:
             raise SelectionError(f"parameter {name!r} is missing")
         return value
 
-    def integer(self, name: str, default: int | None = None, low: int = 0, high: int = 10**12) -> int:
+    def _converted(self, name: str, default, convert: Callable[[str], Any], what: str):
+        """The parameter `name` converted (or `default` when it is absent and there is one)."""
         raw = self.query.get(name)
         if raw is None and default is not None:
             return default
         try:
-            value = int(self.text(name))
+            return convert(self.text(name))
         except ValueError:
-            raise SelectionError(f"parameter {name!r}: expected an integer, given {self.query.get(name)!r}") from None
+            raise SelectionError(f"parameter {name!r}: expected {what}, given {raw!r}") from None
+
+    def integer(self, name: str, default: int | None = None, low: int = 0, high: int = 10**12) -> int:
+        value = self._converted(name, default, int, "an integer")
         if not low <= value <= high:
             raise SelectionError(f"parameter {name!r}: expected {low} to {high}, given {value}")
         return value
 
     def number(self, name: str, default: float | None = None) -> float:
-        raw = self.query.get(name)
-        if raw is None and default is not None:
-            return default
-        try:
-            value = float(self.text(name))
-        except ValueError:
-            raise SelectionError(f"parameter {name!r}: expected a number, given {raw!r}") from None
-        if value != value or value in (float("inf"), float("-inf")):
-            raise SelectionError(f"parameter {name!r}: expected a finite number, given {raw!r}")
+        value = self._converted(name, default, float, "a number")
+        if not math.isfinite(value):
+            raise SelectionError(f"parameter {name!r}: expected a finite number, given {self.query.get(name)!r}")
         return value
 
     def choice(self, name: str, options: tuple[str, ...], default: str) -> str:

@@ -54,14 +54,14 @@ def gate_parts(gate: str, w: GateWeights, read: Read, r: np.ndarray | None = Non
     candidate = r is not None
     out: dict[str, np.ndarray | None] = dict.fromkeys(PARTS)
     out["input"] = read.x.astype(f64) @ w.W.astype(f64)
-    h = read.h_prev.astype(f64)
+    U = w.U.astype(f64)
     if candidate and w.recurrent_b is not None:  # Keras GRU, reset_after: r scales the product
-        out["recurrent"] = r.astype(f64) * (h @ w.U.astype(f64))
+        out["recurrent"] = r.astype(f64) * (read.h_prev.astype(f64) @ U)
         out["recurrent_bias"] = r.astype(f64) * w.recurrent_b.astype(f64)
     elif candidate:  # r scales what the product reads: the graph multiplies in float32
-        out["recurrent"] = (np.asarray(r, np.float32) * np.asarray(read.h_prev, np.float32)).astype(f64) @ w.U.astype(f64)
+        out["recurrent"] = (np.asarray(r, np.float32) * np.asarray(read.h_prev, np.float32)).astype(f64) @ U
     else:
-        out["recurrent"] = h @ w.U.astype(f64)
+        out["recurrent"] = read.h_prev.astype(f64) @ U
         if w.recurrent_b is not None:
             out["recurrent_bias"] = np.broadcast_to(w.recurrent_b, out["recurrent"].shape)
     out["bias"] = np.broadcast_to(w.b, out["input"].shape)
