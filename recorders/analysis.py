@@ -6,6 +6,8 @@ Networks", and the LSTMVis / RNNVis tools:
 - `saturation`: per cell, gate and unit, the fraction of activations below 0.1
   (left-saturated) and above 0.9 (right-saturated);
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
+- `gate_summaries`: both of those as arrays per gate, from one read of each gate (what
+  `gatetrace view`'s overview shows);
 - `time_courses`: per-unit values along the steps of chosen examples;
 - `top_positions`: the (example, step) positions that drive a unit highest or lowest;
 - `label_correlation`: the correlation of each unit with a per-step label;
@@ -17,7 +19,10 @@ Each takes a `recorders.Recording` and reads only what it needs. No TensorFlow.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -26,7 +31,7 @@ from recorders.errors import SelectionError
 from recorders.long import PARTS
 from recorders.reader import Range, Recording, part_shares
 
-__all__ = ["saturation", "step_stats", "quantile_column", "time_courses", "top_positions", "label_correlation", "dominant_part"]
+__all__ = ["saturation", "step_stats", "gate_summaries", "Summary", "quantile_column", "time_courses", "top_positions", "label_correlation", "dominant_part"]
 
 
 def quantile_column(q: float) -> str:
@@ -36,11 +41,14 @@ def quantile_column(q: float) -> str:
 
 def saturation(rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, low: float = 0.1, high: float = 0.9) -> pd.DataFrame:
     """cell, gate, unit, left (fraction of activations < low), right (fraction > high), n."""
-    df = rec.gate_frame(cells, gates, columns=["activation"])
-    a = df["activation"]
-    df = df.assign(left=(a < low).astype(np.float64), right=(a > high).astype(np.float64))
-    out = df.groupby(["cell", "gate", "unit"], observed=True).agg(left=("left", "mean"), right=("right", "mean"), n=("left", "size"))
-    return out.reset_index()
+    rows = []
+    for (cell, gate), s in _summaries(rec, cells, gates, "activation", low, high, ()).items():
+        units = np.flatnonzero(s.n)
+        rows.append(pd.DataFrame({
+            "cell": cell, "gate": gate, "unit": units,
+            "left": s.left[units] / s.n[units], "right": s.right[units] / s.n[units], "n": s.n[units],
+        }))
+    return _frame(rows, ["cell", "gate", "unit", "left", "right", "n"])
 
 
 def step_stats(
@@ -51,12 +59,84 @@ def step_stats(
     quantiles: Sequence[float] = (0.1, 0.5, 0.9),
 ) -> pd.DataFrame:
     """cell, gate, step, mean, and one column per quantile (`q10`, `q50`, `q90`), over examples and units."""
-    df = rec.gate_frame(cells, gates, columns=[column])
-    grouped = df.groupby(["cell", "gate", "step"], observed=True)[column]
-    out = grouped.mean().rename("mean").to_frame()
-    for q in quantiles:
-        out[quantile_column(q)] = grouped.quantile(q)
-    return out.reset_index()
+    rows = []
+    for (cell, gate), s in _summaries(rec, cells, gates, column, 0.1, 0.9, quantiles).items():
+        frame = pd.DataFrame({"cell": cell, "gate": gate, "step": s.steps, "mean": s.mean})
+        for q, values in zip(quantiles, s.quantiles):
+            frame[quantile_column(q)] = values
+        rows.append(frame)
+    return _frame(rows, ["cell", "gate", "step", "mean", *map(quantile_column, quantiles)])
+
+
+def gate_summaries(
+    rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, column: str = "activation",
+    low: float = 0.1, high: float = 0.9, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+) -> dict[tuple[str, str], Summary]:
+    """`saturation` and `step_stats` of each (cell, gate) as arrays, from one read of each
+    gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads."""
+    return _summaries(rec, cells, gates, column, low, high, quantiles)
+
+
+class Summary(NamedTuple):
+    """One gate over a recording: per unit, `left` and `right` (rows below `low`, above
+    `high`) and `n` (rows); per step of `steps`, the `mean` and one array per quantile."""
+
+    left: np.ndarray
+    right: np.ndarray
+    n: np.ndarray
+    steps: np.ndarray
+    mean: np.ndarray
+    quantiles: list[np.ndarray]
+
+
+def _summaries(rec, cells, gates, column, low, high, quantiles) -> dict[tuple[str, str], Summary]:
+    pairs = [(c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
+        return dict(zip(pairs, done))
+
+
+def _summary(rec: Recording, cell: str, gate: str, column: str, low: float, high: float, quantiles: Sequence[float]) -> Summary:
+    left = right = n = np.zeros(0, np.int64)
+    by_step: dict[int, list[np.ndarray]] = {}
+    for block in rec.gate_blocks(cell, gate, column):
+        v = block.values
+        rows = v.shape[0] * v.shape[1] if block.present is None else int(block.present.sum())
+        left = _padded_sum(left, (v < low).sum(axis=(0, 1)))
+        right = _padded_sum(right, (v > high).sum(axis=(0, 1)))
+        n = _padded_sum(n, np.full(v.shape[2], rows, np.int64))
+        for j, step in enumerate(block.steps):
+            at = v[:, j, :] if block.present is None else v[block.present[:, j], j, :]
+            if at.size:
+                by_step.setdefault(int(step), []).append(at.reshape(-1))
+    steps = np.array(sorted(by_step), dtype=np.int32)
+    mean = np.empty(len(steps))
+    qs = np.empty((len(quantiles), len(steps)))
+    for k, step in enumerate(steps):
+        values = np.concatenate(by_step.pop(int(step)))
+        values = values[~np.isnan(values)]  # as pandas does, NaN values count in n but not in the statistics
+        if not values.size:
+            mean[k], qs[:, k] = np.nan, np.nan
+            continue
+        mean[k] = values.mean(dtype=np.float64)
+        if len(quantiles):
+            qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
+    return Summary(left, right, n, steps, mean, list(qs))
+
+
+def _padded_sum(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """total + part, the shorter padded with zeros (blocks may end before the last unit)."""
+    if len(part) > len(total):
+        total, part = part, total
+    total = total.astype(np.int64, copy=True)
+    total[: len(part)] += part
+    return total
+
+
+def _frame(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """The per-gate frames as one, `cell` and `gate` categoricals as gate_frame gives them."""
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    return out.astype({"cell": "category", "gate": "category"})[columns]
 
 
 def time_courses(

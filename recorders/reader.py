@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import glob
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ from recorders.long import GATE_COLUMNS, PARTS
 from recorders.parquet import partition_dir, partition_value
 from recorders.progress import Intervals, read_progress
 
-__all__ = ["Recording", "part_shares"]
+__all__ = ["Recording", "Block", "part_shares"]
 
 Range = tuple[int | None, int | None]
 
@@ -181,6 +181,29 @@ class Recording:
         """One state as a float32 array [examples, steps, width] (axes as for `gate_array`)."""
         return self._array(self.state_frame([cell], [state], steps, examples), "value", examples)
 
+    def gate_blocks(self, cell: str, gate: str, column: str = "activation") -> Iterator[Block]:
+        """One gate's `column`, a row group at a time, as dense `Block`s: the whole gate is
+        read once, in file order, without building the long key columns where a row group
+        holds every (example, step, unit) of its ranges (the row count equals the product of
+        the key ranges in its statistics: then only the value column is read)."""
+        self.cell(cell)
+        if gate not in self.gates(cell):
+            raise SelectionError(f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}")
+        folder = self.path / "gates" / partition_dir(cell=cell, gate=gate)
+        for path in sorted(folder.glob("part-*.parquet")):
+            file = pq.ParquetFile(path)
+            if column not in file.schema_arrow.names:
+                raise SelectionError(f"column {column!r}: {path} holds {', '.join(file.schema_arrow.names)}")
+            for k in range(file.num_row_groups):
+                ranges = _key_ranges(file.metadata.row_group(k))
+                if ranges is not None:
+                    values = file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy()
+                    (e0, e1), (s0, s1), (u0, u1) = ranges
+                    yield Block(np.arange(e0, e1 + 1), np.arange(s0, s1 + 1), values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1), None)
+                else:
+                    t = file.read_row_group(k, columns=["example", "step", "unit", column], use_threads=False)
+                    yield _scattered(*(t.column(n).to_numpy() for n in ("example", "step", "unit", column)))
+
     def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
         """One gate as an (example, step) x unit frame."""
         df = self.gate_frame([cell], [gate], steps, examples, columns=[column])
@@ -247,6 +270,44 @@ class Recording:
         out = np.full((len(ids), int(step.max()) - first + 1, width), np.nan, np.float32)
         out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
+
+
+class Block(NamedTuple):
+    """Some examples of one gate as arrays (`Recording.gate_blocks`): `values[e, s, u]` is
+    unit u at step `steps[s]` of example `examples[e]`; `present[e, s]` says whether that
+    (example, step) has rows (None: all have; NaN values where not)."""
+
+    examples: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+    present: np.ndarray | None
+
+
+def _key_ranges(group: Any) -> tuple[tuple[int, int], ...] | None:
+    """The (min, max) of example, step and unit of a row group whose rows are every
+    combination of them (in C order, as the writer writes them), else None."""
+    names = [group.column(i).path_in_schema for i in range(group.num_columns)]
+    ranges = []
+    for key in ("example", "step", "unit"):
+        if key not in names:
+            return None
+        stats = group.column(names.index(key)).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        ranges.append((int(stats.min), int(stats.max)))
+    size = np.prod([hi - lo + 1 for lo, hi in ranges], dtype=np.int64)
+    return tuple(ranges) if size == group.num_rows > 0 and ranges[2][0] == 0 else None
+
+
+def _scattered(example: np.ndarray, step: np.ndarray, unit: np.ndarray, value: np.ndarray) -> Block:
+    """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
+    examples, e = _sorted_unique(example)
+    steps, s = _sorted_unique(step)
+    values = np.full((len(examples), len(steps), int(unit.max(initial=-1)) + 1), np.nan, np.float32)
+    present = np.zeros(values.shape[:2], bool)
+    values[e, s, unit] = value
+    present[e, s] = True
+    return Block(examples, steps, values, present)
 
 
 def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:

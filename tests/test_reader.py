@@ -14,17 +14,22 @@ from tracer._tf import tf, v1
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """A BasicLSTMCell(3) under a GRUCell(2), recorded on 6 sequences with lengths, and its trace."""
+def model():
+    """A BasicLSTMCell(3) under a GRUCell(2), and 6 sequences of 5 steps for it."""
 
     def body(x):
         outputs, _ = v1.nn.static_rnn(R.MultiRNNCell([R.BasicLSTMCell(3), R.GRUCell(2)]), tf.unstack(x, axis=1), dtype=tf.float32)
         return [outputs[-1]]
 
     built = build(body)
-    x = np.random.RandomState(7).randn(6, 5, 4).astype(np.float32)
+    return tracer.from_session(built.session), np.random.RandomState(7).randn(6, 5, 4).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def recorded(model, tmp_path_factory):
+    """The model recorded on its 6 sequences with lengths, and its trace."""
+    model, x = model
     out = tmp_path_factory.mktemp("rec") / "run"
-    model = tracer.from_session(built.session)
     tracer.record(model, {"x": x}, out, batch_size=4, lengths=np.array([5, 5, 3, 5, 1, 5]))
     return Recording(out), tracer.trace(model, {"x": x})
 
@@ -102,6 +107,36 @@ def test_saturation_and_step_stats(recorded):
         assert row["mean"] == pytest.approx(values.mean(), rel=1e-6)
         assert row["q50"] == pytest.approx(np.quantile(values, 0.5), rel=1e-6)
         assert row["q90"] == pytest.approx(np.quantile(values, 0.9), rel=1e-6)
+
+
+@pytest.mark.parametrize("lengths", [None, [5, 5, 3, 5, 1, 5]], ids=["every-step", "lengths"])
+def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tmp_path):
+    """One read per gate, dense row groups from the value column alone; saturation, means and
+    quantiles equal a float64 numpy computation over the trace's activations."""
+    from recorders.analysis import gate_summaries
+
+    rec, trace = recorded
+    if lengths is None:
+        tracer.record(model[0], {"x": model[1]}, tmp_path / "run", batch_size=4)
+        rec = Recording(tmp_path / "run")
+    blocks = list(rec.gate_blocks(LSTM, "f"))
+    assert [b.present is None for b in blocks] == [lengths is None] * 2  # two batches, one row group each
+    valid = np.ones((6, 5), bool) if lengths is None else np.arange(5)[None, :] < np.array(lengths)[:, None]
+    got = gate_summaries(rec, quantiles=(0.25, 0.9))
+    assert sorted(got) == sorted((c, g) for c in (LSTM, GRU) for g in rec.gates(c))
+    for cell in (LSTM, GRU):
+        for k, gate in enumerate(rec.gates(cell)):
+            a = trace[cell].activation[:, :, k].astype(np.float64)  # [examples, steps, units]
+            s = got[(cell, gate)]
+            rows = a[valid]  # [rows, units]
+            np.testing.assert_array_equal(s.n, [valid.sum()] * a.shape[2])
+            np.testing.assert_array_equal(s.left, (rows < 0.1).sum(axis=0))
+            np.testing.assert_array_equal(s.right, (rows > 0.9).sum(axis=0))
+            assert s.steps.tolist() == [t for t in range(5) if valid[:, t].any()]
+            for j, t in enumerate(s.steps):
+                at = a[valid[:, t], t, :].reshape(-1)
+                assert s.mean[j] == pytest.approx(at.mean(), abs=1e-6)
+                np.testing.assert_allclose([q[j] for q in s.quantiles], np.quantile(at, [0.25, 0.9]), atol=1e-6)
 
 
 def test_time_courses_top_positions_and_label_correlation(recorded):

@@ -1,7 +1,7 @@
 """`gatetrace view` in a real browser: headless Chromium (the OS package) driven by Playwright
 against a whole `gatetrace view` process, on a recording of a real model with a planted
-pattern (unit 3 of the forget gate forced high over steps 5-9 in some examples), and the
-server's answers to bad requests.
+pattern (unit 3 of the forget gate forced high over steps 5-9 in some examples), on the
+demo's recording, and the server's answers to bad requests.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     rows = page.locator("#cells tbody tr").all_inner_texts()
     assert len(rows) == 1 and rows[0].split("\t")[:3] == [CELL, "BasicLSTMCell", str(UNITS)]
     assert page.locator("#saturation .main-svg").count() >= 4 and page.locator("#bands .main-svg").count() >= 4
-    shots = shots_folder(tmp_path)
+    shots = [tmp_path]  # the README's screenshots come from the demo's recording (below)
     for folder in shots:
         page.locator("#overview").screenshot(path=str(folder / "view-overview.png"))
 
@@ -237,3 +237,96 @@ def test_a_bad_run_folder_and_a_port_in_use_get_one_line(served, tmp_path):
     rec_path, _, _ = served
     done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(rec_path), "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and f"port {port}" in done.stderr and "--port" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_served(tmp_path_factory):
+    """`gatetrace view` over the recording `gatetrace demo` makes."""
+    from tracer.demo import run_demo
+
+    root = tmp_path_factory.mktemp("demo")
+    run_demo(root / "demo")
+    port = free_port()
+    process = view(str(root / "demo" / "recording"), "--port", str(port))
+    try:
+        wait_up(port, process)
+        yield root / "demo", port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
+    """Every view over the demo's recording, each checked against numpy over the recording;
+    the README's screenshots are these."""
+    from recorders.analysis import saturation
+
+    demo, port = demo_served
+    rec = Recording(demo / "recording")
+    (cell,) = rec.cells
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector("body[data-ready='1']", timeout=60000)
+    shots = shots_folder(tmp_path)
+
+    # overview: the cell, and each gate's saturation as analysis computes it
+    rows = page.locator("#cells tbody tr").all_inner_texts()
+    assert [r.split("\t")[:2] for r in rows] == [[cell, "BasicLSTMCell"]]
+    shown = {g["gate"]: g for g in page.evaluate("window.gatetrace.overview.cells[0].gate_stats")}
+    sat = saturation(rec)
+    for gate in rec.gates(cell):
+        want = sat[sat["gate"] == gate].sort_values("unit")
+        np.testing.assert_allclose(shown[gate]["left"], want["left"], atol=1e-4)
+        np.testing.assert_allclose(shown[gate]["right"], want["right"], atol=1e-4)
+    for folder in shots:
+        page.locator("#overview").screenshot(path=str(folder / "view-overview.png"))
+
+    # one sequence whose marker was +1: the forget gate's heatmap equals the recording's
+    marked = np.load(demo / "inputs.npy")[:, 0, 1]
+    example = int(np.flatnonzero(marked > 0)[0])
+    page.fill("#example", str(example))
+    page.select_option("#label", "f")
+    page.click("#show")
+    page.wait_for_function(f"window.gatetrace.heatmap && window.gatetrace.heatmap.example === {example}")
+    f = rec.gate_array(cell, "f")  # [examples, steps, units]
+    np.testing.assert_allclose(np.array(page.evaluate("window.gatetrace.heatmap.values"), np.float64), f[example], atol=1e-6)
+
+    # select: the units of f on over steps 1-19 (the threshold just under the best unit's minimum);
+    # match: every example where they are on together as long, ranked as numpy ranks them
+    lows = f[example, 1:].min(axis=0)
+    threshold = round(float(lows.max()) - 0.005, 3)
+    want_units = np.flatnonzero((f[example, 1:] > threshold).all(axis=0)).tolist()
+    page.fill("#start", "1")
+    page.fill("#stop", str(f.shape[1]))
+    page.fill("#threshold", str(threshold))
+    page.click("#select")
+    page.wait_for_function(f"window.gatetrace.select && window.gatetrace.select.example === {example}")
+    assert page.evaluate("window.gatetrace.select.units") == want_units
+    page.click("#match")
+    page.wait_for_function("window.gatetrace.match !== null")
+    got = page.evaluate("window.gatetrace.match")
+    on = (f[:, :, want_units] > threshold).all(axis=2)
+    runs = [max((len(r) for r in "".join("1" if v else "0" for v in row).split("0")), default=0) for row in on]
+    assert got["count"] == sum(r >= f.shape[1] - 1 for r in runs) and example in [m["example"] for m in got["matches"]]
+    for folder in shots:
+        page.locator("#select-panel").screenshot(path=str(folder / "view-select.png"))
+        page.locator("#sequence").screenshot(path=str(folder / "view-sequence.png"))
+
+    # clicking the heatmap at the first selected unit, step 1: its course, and the step's parts
+    unit_ = want_units[0]
+    page.locator("#heatmap").scroll_into_view_if_needed()
+    page.evaluate("Plotly.relayout('heatmap', {dragmode: 'zoom'})")
+    box = page.locator("#heatmap .nsewdrag").first.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * ((unit_ + 0.5) / f.shape[2]), box["y"] + box["height"] * (1.5 / f.shape[1]))
+    page.wait_for_function("window.gatetrace.unit !== null && window.gatetrace.parts !== null")
+    assert page.evaluate("window.gatetrace.unit.unit") == unit_
+    np.testing.assert_allclose(page.evaluate("window.gatetrace.unit.values"), f[example, :, unit_], atol=1e-6)
+    parts = page.evaluate("window.gatetrace.parts")
+    df = rec.gate_frame([cell], ["f"], steps=(parts["step"], parts["step"] + 1), examples=(example, example + 1),
+                        columns=["preactivation", "input", "recurrent", "bias"])
+    for column in ("preactivation", "input", "recurrent", "bias"):
+        np.testing.assert_allclose(parts[column], df[column], atol=1e-6)
+    for folder in shots:
+        page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
+        page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))
+    page.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.analysis import saturation, step_stats, top_positions
+from recorders.analysis import gate_summaries, top_positions
 from recorders.errors import SelectionError
 from recorders.long import PARTS
 from recorders.reader import Recording
@@ -62,18 +62,16 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
     and the activation's per-step mean and quantile band."""
     summary = rec.summary()
     cells = []
-    sat = saturation(rec)
-    stats = step_stats(rec, quantiles=quantiles)
-    lo, hi = (f"q{round(q * 100):g}" for q in quantiles)
+    stats = gate_summaries(rec, quantiles=quantiles)
     for name in rec.cells:
         gates = []
         for gate in rec.gates(name):
-            s = sat[(sat["cell"] == name) & (sat["gate"] == gate)]
-            t = stats[(stats["cell"] == name) & (stats["gate"] == gate)]
+            s = stats[(name, gate)]
+            units = np.flatnonzero(s.n)
             gates.append({
-                "gate": gate,
-                "units": s["unit"].tolist(), "left": s["left"].round(4).tolist(), "right": s["right"].round(4).tolist(),
-                "steps": t["step"].tolist(), "mean": t["mean"].round(5).tolist(), "low": t[lo].round(5).tolist(), "high": t[hi].round(5).tolist(),
+                "gate": gate, "units": units.tolist(),
+                "left": _rounded(s.left[units] / s.n[units], 4), "right": _rounded(s.right[units] / s.n[units], 4),
+                "steps": s.steps.tolist(), "mean": _rounded(s.mean, 5), "low": _rounded(s.quantiles[0], 5), "high": _rounded(s.quantiles[1], 5),
             })
         cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
     return {
@@ -210,6 +208,11 @@ def _values(rec: Recording, cell: str, label: str, kind: str, column: str, examp
     if units is not None and a.shape[2] < len(units):
         a = np.concatenate([a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2)
     return a
+
+
+def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
+    """Values for JSON: rounded, NaN as null."""
+    return [None if np.isnan(v) else v for v in np.round(values, digits).tolist()]
 
 
 def _example_ids(rec: Recording, n: int) -> np.ndarray:
