@@ -108,6 +108,44 @@ def test_a_batch_is_written_a_row_group_of_examples_at_a_time(tmp_path, monkeypa
     assert states["value"].tolist() == values.reshape(-1).tolist() and states["step"].tolist() == np.tile(np.repeat([0, 1, 2], 2), 5).tolist()
 
 
+def test_columns_without_nulls_are_required_and_read_as_before(tmp_path):
+    """Keys and values are written as required columns (no definition levels), the parts a
+    cell kind may lack as optional; pandas, pyarrow and DuckDB read the same rows and dtypes,
+    also from a folder mixing such files with files of optional columns (a recording resumed
+    from an older version)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recorders.long import ABSENT
+
+    out = tmp_path / "run"
+    examples = np.arange(0, 3)
+    values = (100 * examples[:, None, None] + np.arange(6).reshape(1, 3, 2)).astype(np.float32)
+    with RecordingWriter(out, DESCRIPTION, examples=(0, 3)) as writer:
+        writer.begin(0, 3)
+        parts = {"input": values, "recurrent": -values, "bias": ABSENT, "peephole": None}
+        writer.write_gate("a/b", "f", examples, np.arange(3), values, -values,
+                          parts=lambda r: {k: (v if v is None or v is ABSENT else v[r]) for k, v in parts.items()})
+        writer.write_state("a/b", "h", examples, np.arange(3), values)
+    gate_file = next((out / "gates").rglob("*.parquet"))
+    schema = pq.read_schema(gate_file)
+    assert {f.name: f.nullable for f in schema} == {
+        "example": False, "step": False, "unit": False, "preactivation": False, "activation": False,
+        "input": True, "recurrent": True, "bias": True, "peephole": True,
+    }
+    assert not any(f.nullable for f in pq.read_schema(next((out / "states").rglob("*.parquet"))))
+    # an older file of the same gate, with optional columns, beside the new one
+    old = pq.read_table(gate_file)
+    old = pa.Table.from_arrays(old.columns, schema=pa.schema([f.with_nullable(True) for f in old.schema]))
+    pq.write_table(old, gate_file.with_name("part-0000000003.parquet"))
+    df = pd.read_parquet(out / "gates")
+    assert len(df) == 2 * values.size and df["example"].dtype == np.int64 and df["activation"].dtype == np.float32
+    assert df["preactivation"].tolist() == values.reshape(-1).tolist() * 2 and df["bias"].isna().all()
+    duckdb = pytest.importorskip("duckdb")
+    got = duckdb.sql(f"select count(*), sum(preactivation), count(bias) from read_parquet('{out}/gates/*/*/*.parquet')").fetchall()[0]
+    assert got == (2 * values.size, 2 * float(values.sum()), 0)
+
+
 def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="model failed"):
