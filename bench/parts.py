@@ -68,7 +68,8 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "model": "2 x BasicLSTMCell(256), static_rnn, T=50, D=64, batch 256",
             "sum_vs_preactivation": closeness(model, root),
-            "whole_process": kept or whole_process(model, output.name, root, args.whole_rounds, variants={"record_parts": PARTS_FLAGS}),
+            "whole_process": kept or whole_process(model, output.name, root, args.whole_rounds, variants={"record_parts": PARTS_FLAGS},
+                                                     base_flags=("--batch-size", "256", "--memory", "8G")),
         }
     (HERE / "parts_results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

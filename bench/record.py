@@ -14,7 +14,8 @@ each round:
    `melt` to long, `to_parquet`;
 
 then 5. bytes on disk per stored value (keys included); 6. whole processes as a user
-runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` against
+runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` (at default
+settings, and with `--memory 8G`) against
 a script running only the forward pass; and 7. the peak RSS of `gatetrace record` at
 each of `--sizes` sequences, each in a fresh process at the default memory budget. Ratios
 are medians of per-round ratios against the same round's forward pass. Prints a table
@@ -139,10 +140,10 @@ with tracer.load_model(model) as m:
 
 
 def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10, forward_large: int = 30,
-                  variants: dict[str, list[str]] | None = None) -> dict:
+                  variants: dict[str, list[str]] | None = None, base_flags: tuple[str, ...] = ()) -> dict:
     """The marginal cost of a batch as a user meets it: whole processes, `gatetrace record
-    --batch-size 256 --quiet` against a script that loads the same checkpoint and runs only
-    the forward pass over the same kind of file. Per round, each one's marginal cost of a
+    --quiet` at default settings (plus `base_flags`) against a script that loads the same
+    checkpoint and runs only the forward pass over the same kind of file, in batches of 256. Per round, each one's marginal cost of a
     batch, (time at many batches - time at `small`) / (the difference in batches): record
     at `small` and `large` batches, the forward pass at `small` and `forward_large` (a
     forward batch is short beside a process's start, whose noise would swamp it over fewer
@@ -167,8 +168,7 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
     for name, flags in records.items():
         for n in spans[name]:
-            jobs[(name, n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--batch-size", str(BATCH), "--quiet",
-                               "--memory", "8G", *flags]  # batches of 256, as the forward pass runs them
+            jobs[(name, n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--quiet", *base_flags, *flags]
     per_round: dict[str, list[float]] = {k: [] for name in spans for k in (name, f"{name}_ratio")}
     for r in range(rounds):
         t = {}
@@ -311,7 +311,7 @@ def main() -> None:
         if args.profile:
             results["profile_s"] = profile(session, plan, feed, root, args.rounds)
         if args.whole_rounds:
-            results["whole_process"] = whole_process(model_path, output.name, root, args.whole_rounds)
+            results["whole_process"] = whole_process(model_path, output.name, root, args.whole_rounds, variants={"memory_8g": ["--memory", "8G"]})
         for n in [int(s) for s in args.sizes.split(",") if s]:
             results["peak_rss"].append(peak_rss(model_path, n, root))
             print(f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB", file=sys.stderr)

@@ -40,8 +40,8 @@ def test_choose_batch_keeps_the_process_within_the_budget(held):
     mb = 2**20
     assert choose_batch(256, mb, memory=USED + RESERVE + 10 * mb).size == 10
     assert choose_batch(256, mb, memory=2**40).size == 256
-    default = choose_batch(256, 2 * mb)  # the default: what is held plus 384 MB, of which the reserve is 128 MB
-    assert (default.budget, default.used, default.size) == (USED + 384 * mb, USED, 128)
+    default = choose_batch(256, 3 * mb)  # the default: what is held plus 768 MB, of which the reserve is 128 MB
+    assert (default.budget, default.used, default.size) == (USED + 768 * mb, USED, 213)
     assert choose_batch(256, 2**30).size == 1  # the default budget never refuses: one sequence at a time
     assert choose_batch(256, mb, memory=USED + RESERVE + 10 * mb).why == (
         "batch size 256 lowered to 10 to keep the process within the memory budget of 638.0 MB (TensorFlow and the model "

@@ -217,7 +217,7 @@ def record(
     first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
     second one cancels the `Session.run` in flight. `memory` (bytes) is the peak RSS the
     process may reach: `batch_size` is lowered to stay within it (default: what the
-    process holds when recording starts plus 384 MB, see `tracer.run.budget`); the summary's
+    process holds when recording starts plus 768 MB, see `tracer.run.budget`); the summary's
     `batch` says what was chosen. `timeout` (seconds) limits each
     batch's run (RunTimeout). A Keras model's stateful layers are reset before each batch
     (every row an independent sequence from zero state); with `carry_state` they carry
