@@ -73,7 +73,9 @@ def gate_summaries(
     low: float = 0.1, high: float = 0.9, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
 ) -> dict[tuple[str, str], Summary]:
     """`saturation` and `step_stats` of each (cell, gate) as arrays, from one read of each
-    gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads."""
+    gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads. The
+    quantiles are exact (numpy's, as pandas computes them), so each thread holds one gate's
+    column: 4 bytes per row of that gate."""
     return _summaries(rec, cells, gates, column, low, high, quantiles)
 
 
