@@ -13,7 +13,7 @@ the reserve and the batch stay within the budget.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less): enough for batches of 256 of the
-benchmark model (whole processes in batches of 130 cost 6% to 14% more per sequence,
+benchmark model (whole processes in batches of 130 cost 6% to 17% more per sequence,
 measured), while a large model's batch is lowered and a tiny model keeps DEFAULT_BATCH_SIZE.
 `--memory` sets the budget of the whole process instead.
 """
