@@ -42,12 +42,9 @@ def quantile_column(q: float) -> str:
 def saturation(rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, low: float = 0.1, high: float = 0.9) -> pd.DataFrame:
     """cell, gate, unit, left (fraction of activations < low), right (fraction > high), n."""
     rows = []
-    for (cell, gate), s in _summaries(rec, cells, gates, "activation", low, high, ()).items():
-        units = np.flatnonzero(s.n)
-        rows.append(pd.DataFrame({
-            "cell": cell, "gate": gate, "unit": units,
-            "left": s.left[units] / s.n[units], "right": s.right[units] / s.n[units], "n": s.n[units],
-        }))
+    for (cell, gate), s in gate_summaries(rec, cells, gates, "activation", low, high, ()).items():
+        units, left, right = s.saturated()
+        rows.append(pd.DataFrame({"cell": cell, "gate": gate, "unit": units, "left": left, "right": right, "n": s.n[units]}))
     return _frame(rows, ["cell", "gate", "unit", "left", "right", "n"])
 
 
@@ -60,7 +57,7 @@ def step_stats(
 ) -> pd.DataFrame:
     """cell, gate, step, mean, and one column per quantile (`q10`, `q50`, `q90`), over examples and units."""
     rows = []
-    for (cell, gate), s in _summaries(rec, cells, gates, column, 0.1, 0.9, quantiles).items():
+    for (cell, gate), s in gate_summaries(rec, cells, gates, column, 0.1, 0.9, quantiles).items():
         frame = pd.DataFrame({"cell": cell, "gate": gate, "step": s.steps, "mean": s.mean})
         for q, values in zip(quantiles, s.quantiles):
             frame[quantile_column(q)] = values
@@ -76,7 +73,10 @@ def gate_summaries(
     gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads. The
     quantiles are exact (numpy's, as pandas computes them), so each thread holds one gate's
     column: 4 bytes per row of that gate."""
-    return _summaries(rec, cells, gates, column, low, high, quantiles)
+    pairs = [(c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
+        return dict(zip(pairs, done))
 
 
 class Summary(NamedTuple):
@@ -90,12 +90,10 @@ class Summary(NamedTuple):
     mean: np.ndarray
     quantiles: list[np.ndarray]
 
-
-def _summaries(rec, cells, gates, column, low, high, quantiles) -> dict[tuple[str, str], Summary]:
-    pairs = [(c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
-        return dict(zip(pairs, done))
+    def saturated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The units with rows, and their fractions of rows below `low` and above `high`."""
+        units = np.flatnonzero(self.n)
+        return units, self.left[units] / self.n[units], self.right[units] / self.n[units]
 
 
 def _summary(rec: Recording, cell: str, gate: str, column: str, low: float, high: float, quantiles: Sequence[float]) -> Summary:

@@ -67,10 +67,9 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
         gates = []
         for gate in rec.gates(name):
             s = stats[(name, gate)]
-            units = np.flatnonzero(s.n)
+            units, left, right = s.saturated()
             gates.append({
-                "gate": gate, "units": units.tolist(),
-                "left": _rounded(s.left[units] / s.n[units], 4), "right": _rounded(s.right[units] / s.n[units], 4),
+                "gate": gate, "units": units.tolist(), "left": _rounded(left, 4), "right": _rounded(right, 4),
                 "steps": s.steps.tolist(), "mean": _rounded(s.mean, 5), "low": _rounded(s.quantiles[0], 5), "high": _rounded(s.quantiles[1], 5),
             })
         cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
@@ -97,7 +96,7 @@ def heatmap(rec: Recording, cell: str, label: str, example: int, kind: str = "ga
     if a.size == 0:
         raise SelectionError(f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})")
     steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
-    values = [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in a[0]]
+    values = [_rounded(row, 6) for row in a[0]]
     return {
         "cell": cell, "label": label, "kind": kind, "column": column, "example": example,
         "steps": steps, "units": list(range(a.shape[2])), "values": values,
@@ -185,7 +184,7 @@ def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict
     df = rec.gate_frame([cell], [gate], steps=(step, step + 1), examples=(example, example + 1), columns=["preactivation", *PARTS])
     if df.empty:
         raise SelectionError(f"example {example}, step {step}: no rows of {cell} gate {gate}")
-    out = {p: [None if np.isnan(v) else round(float(v), 6) for v in df[p]] for p in ("preactivation", *PARTS)}
+    out = {p: _rounded(df[p], 6) for p in ("preactivation", *PARTS)}
     return {
         "cell": cell, "gate": gate, "example": example, "step": step, "units": df["unit"].tolist(), **out,
         "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
@@ -210,9 +209,9 @@ def _values(rec: Recording, cell: str, label: str, kind: str, column: str, examp
     return a
 
 
-def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
+def _rounded(values: Sequence[float], digits: int) -> list[float | None]:
     """Values for JSON: rounded, NaN as null."""
-    return [None if np.isnan(v) else v for v in np.round(values, digits).tolist()]
+    return [None if np.isnan(v) else round(float(v), digits) for v in values]
 
 
 def _example_ids(rec: Recording, n: int) -> np.ndarray:
