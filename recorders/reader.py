@@ -7,8 +7,9 @@
     a = rec.gate_array("rnn/basic_lstm_cell", "f")          # [examples, steps, units]
 
 Selections are pushed down: cell and gate (or state) pick partition folders, and
-example, step and unit ranges are checked against each row group's statistics, so
-only the files, row groups and columns needed are read. `cell`, `gate` and `state`
+example and step ranges are checked against each row group's statistics, so only the
+files, row groups and columns needed are read (every row group holds every unit: a unit
+range filters rows). `cell`, `gate` and `state`
 come back as categoricals. This module does not import TensorFlow.
 """
 
@@ -185,17 +186,18 @@ class Recording:
         """One gate's `column`, a row group at a time, as dense `Block`s: the whole gate is
         read once, in file order, without building the long key columns where a row group
         holds every (example, step, unit) of its ranges (the row count equals the product of
-        the key ranges in its statistics: then only the value column is read)."""
+        its example and step ranges, from its statistics, and the cell's units: then only
+        the value column is read)."""
         self.cell(cell)
         if gate not in self.gates(cell):
             raise SelectionError(f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}")
-        folder = self.path / "gates" / partition_dir(cell=cell, gate=gate)
+        folder, units = self.path / "gates" / partition_dir(cell=cell, gate=gate), self.units(cell)
         for path in sorted(folder.glob("part-*.parquet")):
             file = pq.ParquetFile(path)
             if column not in file.schema_arrow.names:
                 raise SelectionError(f"column {column!r}: {path} holds {', '.join(file.schema_arrow.names)}")
             for k in range(file.num_row_groups):
-                ranges = _key_ranges(file.metadata.row_group(k))
+                ranges = _key_ranges(file.metadata.row_group(k), units)
                 if ranges is not None:
                     values = file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy()
                     (e0, e1), (s0, s1), (u0, u1) = ranges
@@ -283,20 +285,22 @@ class Block(NamedTuple):
     present: np.ndarray | None
 
 
-def _key_ranges(group: Any) -> tuple[tuple[int, int], ...] | None:
+def _key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
     """The (min, max) of example, step and unit of a row group whose rows are every
-    combination of them (in C order, as the writer writes them), else None."""
+    combination of them (in C order, as the writer writes them), else None. Example and
+    step ranges come from the row group's statistics; units are 0 to `units` - 1."""
     names = [group.column(i).path_in_schema for i in range(group.num_columns)]
     ranges = []
-    for key in ("example", "step", "unit"):
+    for key in ("example", "step"):
         if key not in names:
             return None
         stats = group.column(names.index(key)).statistics
         if stats is None or not stats.has_min_max:
             return None
         ranges.append((int(stats.min), int(stats.max)))
+    ranges.append((0, units - 1))
     size = np.prod([hi - lo + 1 for lo, hi in ranges], dtype=np.int64)
-    return tuple(ranges) if size == group.num_rows > 0 and ranges[2][0] == 0 else None
+    return tuple(ranges) if size == group.num_rows > 0 else None
 
 
 def _scattered(example: np.ndarray, step: np.ndarray, unit: np.ndarray, value: np.ndarray) -> Block:

@@ -21,6 +21,7 @@ from recorders import (
     key_columns,
     partition_dir,
 )
+from recorders.parquet import COMPRESSIONS
 
 DESCRIPTION = {"cells": [{"name": "a/b"}]}
 
@@ -48,10 +49,29 @@ def test_key_columns_are_c_ordered():
 
 
 def test_key_cache_equals_key_columns():
-    cache = KeyCache(size=2)
-    for examples in ([3, 4, 5], [6, 7, 8], [9, 10], [4, 2, 7], []):
+    cache = KeyCache(size=2, starts=2)
+    for examples in ([3, 4, 5], [6, 7, 8], [9, 10], [4, 2, 7], [], [3, 4, 5], [0, 1, 2], [6, 7, 8], [3, 4, 5]):
         got, want = cache(np.array(examples), np.array([2, 3]), 3), key_columns(np.array(examples), np.array([2, 3]), 3)
         assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+
+
+def test_key_cache_hands_out_one_example_column_per_start_across_threads():
+    """A batch's files ask for the same row groups from two writer threads: each start's
+    example column is built once and shared, and every column stays right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache, steps = KeyCache(starts=3), np.arange(50)
+    starts = [0, 81, 162] * 40
+
+    def keys(start: int) -> dict:
+        return cache(np.arange(start, start + 81), steps, 256)
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(keys, starts))
+    for start, columns in zip(starts, got):
+        want = key_columns(np.arange(start, start + 81), steps, 256)
+        assert all(np.array_equal(columns[k], want[k]) for k in want)
+    assert len({id(columns["example"]) for columns in got}) == 3
 
 
 def test_recording_round_trips_and_close_is_idempotent(tmp_path):
@@ -144,6 +164,52 @@ def test_columns_without_nulls_are_required_and_read_as_before(tmp_path):
     duckdb = pytest.importorskip("duckdb")
     got = duckdb.sql(f"select count(*), sum(preactivation), count(bias) from read_parquet('{out}/gates/*/*/*.parquet')").fetchall()[0]
     assert got == (2 * values.size, 2 * float(values.sum()), 0)
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_each_compression_lays_out_the_columns_as_documented_and_reads_back_exactly(tmp_path, compression):
+    """`fast` (the default): keys plain and lz4, floats plain and uncompressed; lz4, zstd,
+    snappy: that codec on every column, floats byte-stream-split; none: no codec. Min and
+    max are written for example and step, never for unit or the floats. Every value reads
+    back bit for bit (pandas and DuckDB)."""
+    import pyarrow.parquet as pq
+
+    from recorders.long import ABSENT
+
+    out = tmp_path / "run"
+    rng = np.random.default_rng(0)
+    examples, steps = np.arange(4, 7), np.arange(2, 6)
+    values = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    with RecordingWriter(out, DESCRIPTION, examples=(4, 7), compression=None if compression == "fast" else compression) as writer:
+        writer.begin(4, 7)
+        writer.write_gate("a/b", "f", examples, steps, values, -values,
+                          parts=lambda r: {"input": values[r], "recurrent": None, "bias": ABSENT, "peephole": None})
+        writer.write_state("a/b", "c", examples, steps, 2 * values)
+    codec = {"fast": "LZ4", "lz4": "LZ4", "zstd": "ZSTD", "snappy": "SNAPPY", "none": "UNCOMPRESSED"}[compression]
+    floats = ("UNCOMPRESSED", "PLAIN") if compression == "fast" else (codec, "BYTE_STREAM_SPLIT")
+    for table, expected in (("gates", {"preactivation": values, "activation": -values, "input": values}), ("states", {"value": 2 * values})):
+        file = pq.ParquetFile(next((out / table).rglob("*.parquet")))
+        group = file.metadata.row_group(0)
+        for k in range(group.num_columns):
+            column = group.column(k)
+            name, stats = column.path_in_schema, column.statistics
+            is_float = name not in ("example", "step", "unit")
+            assert (column.compression, "BYTE_STREAM_SPLIT" if "BYTE_STREAM_SPLIT" in column.encodings else "PLAIN") == (
+                floats if is_float else (codec, "PLAIN")
+            ), name
+            if name in ("example", "step"):
+                assert (stats.min, stats.max) == {"example": (4, 6), "step": (2, 5)}[name]
+            else:
+                assert stats is None or not stats.has_min_max, name
+        df = file.read().to_pandas()
+        assert df["example"].tolist() == np.repeat(examples, 20).tolist()
+        assert df["step"].tolist() == np.tile(np.repeat(steps, 5), 3).tolist() and df["unit"].tolist() == list(range(5)) * 12
+        for name, want in expected.items():
+            assert np.array_equal(df[name].to_numpy().view(np.uint32), want.reshape(-1).view(np.uint32)), name
+    duckdb = pytest.importorskip("duckdb")
+    got = duckdb.sql(f"select preactivation from read_parquet('{out}/gates/*/*/*.parquet') order by example, step, unit").fetchnumpy()
+    assert np.array_equal(got["preactivation"].view(np.uint32), values.reshape(-1).view(np.uint32))
+    assert duckdb.sql(f"select count(bias), count(*) from read_parquet('{out}/gates/*/*/*.parquet')").fetchall() == [(0, 60)]
 
 
 def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):

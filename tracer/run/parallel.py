@@ -50,7 +50,7 @@ from recorders.parquet import create_folder
 from recorders.place import place_of
 from recorders.progress import read_progress, recorded_layout
 from tracer.inputs.files import is_input_spec, open_input
-from tracer.run.budget import DEFAULT_BATCH_SIZE
+from tracer.run.budget import DEFAULT_BATCH_SIZE, tune_allocators
 
 __all__ = ["Job", "record_task", "record_parallel", "task_count", "task_shard", "dask_executor", "DEFAULT_TASK_SIZE"]
 
@@ -148,7 +148,7 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     # TensorFlow cannot run in a forked child of a process that imported it: spawn.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=tune_allocators)
 
 
 def record_parallel(
