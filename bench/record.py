@@ -15,7 +15,7 @@ each round:
 
 then 5. bytes on disk per stored value (keys included); 6. whole processes as a user
 runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` (at default
-settings, and with `--memory 8G`) against
+settings, with `--memory 8G`, and with `--compression lz4`) against
 a script running only the forward pass; and 7. the peak RSS of `gatetrace record` at
 each of `--sizes` sequences, each in a fresh process at the default memory budget. Ratios
 are medians of per-round ratios against the same round's forward pass. Prints a table
@@ -311,7 +311,10 @@ def main() -> None:
         if args.profile:
             results["profile_s"] = profile(session, plan, feed, root, args.rounds)
         if args.whole_rounds:
-            results["whole_process"] = whole_process(model_path, output.name, root, args.whole_rounds, variants={"memory_8g": ["--memory", "8G"]})
+            results["whole_process"] = whole_process(
+                model_path, output.name, root, args.whole_rounds,
+                variants={"memory_8g": ["--memory", "8G"], "compression_lz4": ["--compression", "lz4"]},
+            )
         for n in [int(s) for s in args.sizes.split(",") if s]:
             results["peak_rss"].append(peak_rss(model_path, n, root))
             print(f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB", file=sys.stderr)
@@ -356,6 +359,9 @@ def _print(r: dict) -> None:
             f"whole processes, marginal per batch (forward {b['forward'][0]} -> {b['forward'][1]} batches, record {b['record'][0]} -> "
             f"{b['record'][1]}): forward {w['forward_s_per_batch']:.3f} s, record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
         )
+        for name in ("memory_8g", "compression_lz4"):
+            if f"{name}_ratio" in w:
+                print(f"  record {name}: {w[f'{name}_s_per_batch']:.3f} s: {w[f'{name}_ratio']:.2f}x")
     for p in r["peak_rss"]:
         print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s, batches of {p['batch_size']})")
 
