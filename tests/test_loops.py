@@ -236,3 +236,37 @@ def test_a_stack_of_dropout_wrapped_cells_under_dynamic_rnn(cf, tmp_path):
     assert set(paths(loop).values()) == {"loop"}
     for cell in loop.cells:
         assert_same(loop, fetched, cell)
+
+
+def test_a_frozen_loop_pruned_to_its_projected_final_state_records_its_projection(tmp_path):
+    """LSTMCell(num_proj) with peepholes under a TF1 dynamic_rnn loop, frozen on its final h
+    alone, its TensorArray without an element shape (as TF 1.x wrote it, and as keyword-spotting
+    models fed their MFCCs): inside the loop no width is known, and the recurrent input is
+    the projection (2 wide), found from what enters the loop. The gates equal a float64 numpy
+    LSTM with projection."""
+    config = CONFIGS["LSTMCell-peepholes-proj-clip"]
+
+    def body(x):
+        _, final = v1.nn.dynamic_rnn(config.make(), x, dtype=tf.float32)
+        return [final.h]
+
+    with control_flow("v1"):
+        built = build(body)
+    frozen = v1.graph_util.convert_variables_to_constants(built.session, built.graph.as_graph_def(), built.output_ops())
+    arrays = [n for n in frozen.node if n.op == "TensorArrayV3"]
+    assert arrays
+    for node in arrays:
+        node.attr["element_shape"].shape.unknown_rank = True
+        node.attr["element_shape"].shape.ClearField("dim")
+    (tmp_path / "frozen.pb").write_bytes(frozen.SerializeToString())
+    rec = record(str(tmp_path / "frozen.pb"), tmp_path, "rec", x=X)
+    (cell,) = rec.cells
+    (spec,) = rec.manifest["cells"]
+    assert (spec["units"], spec["input_size"]) == (4, 4), spec
+    (weights,) = built.weights.values()
+    ref = expected(config, weights, {"x": X, "h0": np.zeros((len(X), 2), np.float32), "c0": np.zeros((len(X), 4), np.float32)})
+    for g, gate in enumerate(rec.gates(cell)):
+        np.testing.assert_allclose(rec.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+    for s, values in ref["states"].items():
+        np.testing.assert_allclose(rec.state_array(cell, s), values, atol=1e-5)

@@ -172,3 +172,47 @@ def test_recursive_and_deeply_nested_functions_are_refused_in_one_line(chain, ex
     path.write_bytes(graph_def.SerializeToString())
     for flags in ([], ["--allow-unsafe-ops"]):  # TensorFlow would crash: no flag lets it through
         assert expected in _cli_error(capsys, ["inspect", str(path), *flags])
+
+
+def _reading_and_dumping(secret, dump_dir):
+    """ReadFile of `secret` through DebugIdentity into `dump_dir`, sized by a Fill: every path
+    back ends at a constant, so a shape function asking for the Fill's dims evaluates it."""
+    read = tf.expand_dims(tf.raw_ops.ReadFile(filename=tf.constant(str(secret)), name="read_secret"), 0)
+    dumped = tf.raw_ops.DebugIdentity(input=read, tensor_name="secret:0", debug_urls=[f"file://{dump_dir}"], name="dump")
+    return tf.reduce_sum(tf.fill(tf.strings.length(dumped), 1.0, name="filled"))
+
+
+@pytest.mark.parametrize("where", ["call", "cond"])
+def test_function_bodies_are_judged_by_what_importing_evaluates(where, tmp_path, capsys):
+    """A call's function body is shape-inferred while importing, constants and all: the dump
+    it holds is refused before import (and, allowed, really happens at import). A `cond`'s
+    branch is not entered while importing, and off the path to the gates it never runs: the
+    model records, and nothing is dumped."""
+    secret, dump_dir = tmp_path / "secret.txt", tmp_path / "exfiltrated"
+    secret.write_text("AWS_SECRET_ACCESS_KEY=hunter2")
+
+    def body(x):
+        if where == "call":
+            leak = tf.function(lambda: _reading_and_dumping(secret, dump_dir), autograph=False)()
+        else:
+            leak = tf.cond(tf.constant(False), lambda: _reading_and_dumping(secret, dump_dir), lambda: tf.constant(0.0))
+        gated = static_body(CONFIGS["GRUCell"])(x)
+        return [*gated, tf.identity(leak, name="leak")]
+
+    built = build(body)
+    shutil.rmtree(dump_dir, ignore_errors=True)  # building ran it in the call's case
+    types = {op.type for op in built.graph.get_operations()}
+    assert ("PartitionedCall" in types) if where == "call" else ({"If", "StatelessIf"} & types)
+    path = save(built, "frozen", tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
+    record = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    if where == "call":
+        msg = _cli_error(capsys, ["inspect", path])
+        assert "importing its graph could run 2 ops" in msg and "dump in function " in msg and "(DebugIdentity)" in msg, msg
+        assert "read_secret in function " in msg and not dump_dir.exists()
+        assert main(["inspect", path, "--allow-unsafe-ops"]) == 0  # the route is real: the import itself dumps
+        assert dump_dir.is_dir()
+    else:
+        assert main(["inspect", path]) == 0
+        assert main(record) == 0, capsys.readouterr().err
+        assert not dump_dir.exists()

@@ -43,11 +43,30 @@ from tracer.spec.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM
 __all__ = ["lstm_step", "gru_step", "rnn_step"]
 
 
+def _static_width(t: tf.Tensor) -> int | None:
+    """The last dimension of `t`, or, inside a TF1 while loop where the body's shapes are
+    unknown (a frozen, pruned loop), of what enters it: back through Identity, Switch,
+    Merge and Enter to the loop variable's initial value or the next iteration's."""
+    todo, seen = [t], set()
+    while todo:
+        t = todo.pop()
+        if t.shape.rank and t.shape[-1] is not None:
+            return t.shape[-1]
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        if t.op.type in ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter", "NextIteration", "RefNextIteration"):
+            todo.append(t.op.inputs[0])
+        elif t.op.type in ("Merge", "RefMerge"):
+            todo += list(t.op.inputs)
+    return None
+
+
 def _recurrent_width(concat: tf.Operation, kernel: tf.Tensor) -> int | None:
     """How wide the recurrent state a step reads is: h_prev's width, or kernel rows - input width."""
-    width = concat.inputs[1].shape[-1] if concat.inputs[1].shape.rank else None
+    width = _static_width(concat.inputs[1])
     if width is None:
-        rows, x_width = kernel.shape[0], concat.inputs[0].shape[-1] if concat.inputs[0].shape.rank else None
+        rows, x_width = kernel.shape[0], _static_width(concat.inputs[0])
         width = rows - x_width if rows is not None and x_width is not None else None
     return width
 

@@ -1,46 +1,59 @@
 """What importing a serialized graph could run, checked on the bytes before TensorFlow sees them.
 
-Importing a GraphDef is not inert. TensorFlow's shape inference evaluates small constant
-subgraphs with real kernels when a shape function wants an input's value (`Fill` dims,
-`Reshape` shape, `Tile` multiples...), and grappler folds constants while it inlines a
-SavedModel's functions. `ReadFile`, `MatchingFiles` and `DebugIdentity` are not marked
-stateful, so a model can make an import read any file and dump it into a folder it names.
-What is evaluated is decided by TensorFlow's constant folder: every op that is not
-registered as stateful, whatever is fetched later (its rule, `IsConstantFoldable`).
+Importing a GraphDef is not inert. When a shape function wants an input's value (`Fill`'s
+dims, `Reshape`'s shape, `Tile`'s multiples...), TensorFlow's `EvaluateConstantTensor`
+runs the subgraph that computes it with real kernels. `ReadFile`, `MatchingFiles` and
+`DebugIdentity` are not marked stateful, so a model can make an import read any file and
+dump it into a folder it names. TensorFlow's own rule (`IsSupportedForEvaluation` and
+`ExtractConstantSubgraph` in `eval_const_tensor.cc`) says what such a subgraph may hold:
+walking back along data edges (control edges are ignored), every path must end at a
+`Const` (or, inside a function, at an argument whose value the caller knows, or at a
+`Shape`, `Rank` or `Size` known from shapes), and no node on the way may be
 
-So `import_problems` reads the GraphDef and its whole function library, every node of
-the graph and of every function, called or not, and accepts only:
+    marked stateful                     variables, queues, iterators, gradient stacks, `SaveV2`
+    a `Placeholder`, a `PlaceholderWithDefault`, or any op without inputs but `Const`
+    a `Merge`, `Enter` or `Exit`        TF1 control flow
+    a call or an op with a function     `PartitionedCall`, `If`, `While`, a function by name
 
-    an op registered as stateful       never evaluated while importing (`SaveV2`, `Assign`,
-                                        `ReadVariableOp`...); `tracer.load.safety` checks what
-                                        actually runs before it runs
+So `evaluable` computes, for the graph and for each function, the nodes that pass that rule
+(a fixpoint forwards from the constants; arguments are taken as known, which can only
+widen it), and `import_problems` accepts each of them only if it computes:
+
     an op that only computes            `tracer.load.safety.SAFE_OPS`, `PURE_TEXT_OPS` (a Saver's
-                                        file-name arithmetic, example parsing, einsum), or
-                                        any op whose inputs and outputs are numbers and whose
-                                        text attributes are chosen from a fixed list (a path
-                                        or a URL needs free text): `Conv2D`, `TanhGrad`, ...
-    a call of a function                marked stateful (`StatefulPartitionedCall`, `While`),
-                                        or, if not, one whose functions, and the functions
-                                        they call, hold only ops that compute
+                                        file-name arithmetic, example parsing, summaries), or any
+                                        op whose inputs and outputs are numbers and whose text
+                                        attributes are chosen from a fixed list (a path or a URL
+                                        needs free text): `Conv2D`, `TanhGrad`, ...
 
-An op of a TensorFlow that is not this one cannot be imported at all and is left to the
-importer to name. `call_problem` finds what TensorFlow itself would crash on: a
-function that calls itself, and calls nested deeper than `MAX_CALL_DEPTH`. Both read
-protobuf messages only; nothing here imports a graph.
+A node outside that set never runs at import: a summary of the loss (fed by a placeholder
+and variables), a `while` loop's gradient stacks (stateful), a dataset rooted at its source
+(stateful). Function bodies are shape-inferred (and so evaluated by the same rule) only
+where a call node calls them (`PartitionedCall`, `StatefulPartitionedCall`,
+`SymbolicGradient`, a function used as an op); `If` and `While` never enter their branches
+while importing, so their bodies are judged when they run (`tracer.load.safety`).
+
+One more thing is refused at import: a call not marked stateful into a function that holds
+a stateful op. TensorFlow never writes such a call (it marks a call stateful when its
+function is), and its constant folder would run one whose inputs are constants, body and
+all. An op of a TensorFlow that is not this one cannot be imported at all and is left to
+the importer to name. `call_problem` finds what TensorFlow itself would crash on: a
+function that calls itself, and calls nested deeper than `MAX_CALL_DEPTH`. All of this
+reads protobuf messages only; nothing here imports a graph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
 from tracer.load.safety import SAFE_OPS, bind_defaults, function_calls, function_values
 
-__all__ = ["PURE_TEXT_OPS", "MAX_CALL_DEPTH", "import_problems", "call_problem", "check_before_import"]
+__all__ = ["PURE_TEXT_OPS", "MAX_CALL_DEPTH", "evaluable", "import_problems", "call_problem", "check_before_import"]
 
 # Ops that take or give strings, or carry free text in an attribute, and still touch
-# nothing outside the session.
+# nothing outside the session. A summary op serializes its inputs into a Summary protocol
+# buffer (a `tf.summary.scalar` of a constant learning rate is constant-evaluable).
 PURE_TEXT_OPS = frozenset(
     """
     StringJoin ShardedFilename ShardedFilespec StaticRegexFullMatch StaticRegexReplace RegexFullMatch RegexReplace
@@ -50,12 +63,23 @@ PURE_TEXT_OPS = frozenset(
     ParseExample ParseExampleV2 ParseSingleExample ParseSequenceExample ParseSequenceExampleV2 ParseSingleSequenceExample
     ParseTensor SerializeTensor Einsum PreventGradient DataFormatDimMap DataFormatVecPermute ScatterNd GatherNd
     TensorScatterUpdate TensorScatterAdd TensorScatterSub TensorScatterMax TensorScatterMin
+    ScalarSummary HistogramSummary TensorSummary TensorSummaryV2 ImageSummary AudioSummary AudioSummaryV2 MergeSummary
     """.split()
 )
 
 MAX_CALL_DEPTH = 100  # functions calling functions; a Keras model saved by TF2 nests fewer than 20
 
 _NOT_PLAIN_TYPES = {tf.string.as_datatype_enum, tf.resource.as_datatype_enum, tf.variant.as_datatype_enum}
+
+# TensorFlow's rule, by its own names (eval_const_tensor.cc): the control-flow ops constant
+# evaluation never walks through (IsMerge, IsEnter, IsExit); the constants it starts from
+# (IsConstant); the ops whose value it may take from their input's shape without running
+# the input (TryInferFromShapes); the node classes it calls function calls (IsFunctionCall:
+# these, and a function used as an op), whose bodies shape inference enters.
+_FRAME_OPS = frozenset({"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "PlaceholderWithDefault"})
+_CONSTANT_OPS = frozenset({"Const", "HostConst"})
+_SHAPE_OPS = frozenset({"Shape", "ShapeN", "Rank", "Size"})
+_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient"})
 
 
 def _op_def(op_type: str):
@@ -77,15 +101,18 @@ def _computes_only(op_def) -> bool:
     return True
 
 
-def _pure(op_type: str) -> bool | None:
-    """True for an op that only computes, False for one that does not, None if stateful or unknown
-    (not evaluated while importing)."""
+def _pure(op_type: str) -> bool:
+    """Whether an op only computes (see the module docstring)."""
     if op_type in SAFE_OPS or op_type in PURE_TEXT_OPS:
         return True
     op_def = _op_def(op_type)
-    if op_def is None or op_def.is_stateful:
-        return None
-    return _computes_only(op_def)
+    return op_def is not None and _computes_only(op_def)
+
+
+def _stateful(op_type: str) -> bool:
+    """Marked stateful in TensorFlow's registry, or not known to this TensorFlow (an unknown op cannot be imported)."""
+    op_def = _op_def(op_type)
+    return op_def is None or op_def.is_stateful
 
 
 def _stateful_call(node, library: dict) -> bool:
@@ -93,6 +120,63 @@ def _stateful_call(node, library: dict) -> bool:
         return library[node.op].signature.is_stateful
     op_def = _op_def(node.op)
     return op_def is not None and op_def.is_stateful
+
+
+def _walkable(node, library: dict) -> bool:
+    """TensorFlow's IsSupportedForEvaluation for a node with inputs: not stateful, no frame
+    op, no call, no function in an attribute."""
+    if node.op in library or node.op in _FRAME_OPS or _stateful(node.op):
+        return False
+    if any(a.type in ("func", "list(func)") for a in _op_def(node.op).attr):
+        return False
+    return not any(v.HasField("func") or len(v.list.func) for v in node.attr.values())
+
+
+def _sources(node, in_function: bool) -> set[str]:
+    """What feeds a node's data inputs: node names, and `arg NAME` for a function's argument
+    (inside a function a node's output is `node:output:index`, an argument a bare name)."""
+    found = set()
+    for name in node.input:
+        if name.startswith("^"):
+            continue
+        if in_function and ":" not in name:
+            found.add(f"arg {name}")
+        else:
+            found.add(name.partition(":")[0])
+    return found
+
+
+def evaluable(nodes, library: dict, args: Iterable[str] = (), in_function: bool = False) -> set[str]:
+    """Names of the `nodes` (of a graph, or of a function with arguments `args`) that constant
+    evaluation could run while importing, by the rule of the module docstring: a fixpoint
+    forwards from the constants, the shape ops and the arguments (all taken as known)."""
+    known = {f"arg {a}" for a in args}
+    waiting: dict[str, int] = {}
+    consumers: dict[str, list[str]] = {}
+    ready = []
+    for node in nodes:
+        if node.op in _CONSTANT_OPS or node.op in _SHAPE_OPS:
+            ready.append(node.name)
+            continue
+        if not any(not i.startswith("^") for i in node.input) or not _walkable(node, library):
+            continue  # no data input (a placeholder, a variable), or an op TensorFlow does not evaluate
+        sources = _sources(node, in_function) - known
+        waiting[node.name] = len(sources)
+        for s in sources:
+            consumers.setdefault(s, []).append(node.name)
+        if not sources:
+            ready.append(node.name)
+    found = set()
+    while ready:
+        name = ready.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for c in consumers.get(name, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    return found
 
 
 def _nodes(graph_def) -> Iterator[tuple[str, str | None, object]]:
@@ -130,6 +214,23 @@ def _callees(library: dict) -> tuple[dict[str, set[str]], bool]:
     return callees, unknown
 
 
+def _shape_inferred(graph_def, library: dict) -> set[str]:
+    """The functions whose bodies shape inference may enter: those a call node (anywhere)
+    calls, with what they call in turn; every function if a call's function is not written down."""
+    calls = [node for _, _, node in _nodes(graph_def) if node.op in library or node.op in _CALL_OPS]
+    names, unknown = _names(calls, library)
+    if unknown:
+        return set(library)
+    callees, _ = _callees(library)
+    todo, found = list(names), set()
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo.extend(callees[name])
+    return found
+
+
 def call_problem(graph_def) -> str | None:
     """The first function call TensorFlow would crash on (recursion, or nesting deeper than
     MAX_CALL_DEPTH), in words; None if there is none. Walked without recursion."""
@@ -160,33 +261,42 @@ def call_problem(graph_def) -> str | None:
 
 def import_problems(graph_def) -> list[str]:
     """`name (type)` of every op that importing `graph_def` could evaluate and that does not
-    only compute (see the module docstring); empty if importing runs nothing else."""
+    only compute, and of every call not marked stateful into a function that holds a stateful
+    op (see the module docstring); empty if importing runs nothing else."""
     library = {f.signature.name: f for f in graph_def.library.function}
+    runs = evaluable(graph_def.node, library)
+    problems = [f"{node.name} ({node.op})" for node in graph_def.node if node.name in runs and not _pure(node.op)]
+    for name in sorted(_shape_inferred(graph_def, library)):
+        function = library[name]
+        inside = evaluable(function.node_def, library, [a.name for a in function.signature.input_arg], in_function=True)
+        problems += [f"{node.name} in function {name} ({node.op})" for node in function.node_def
+                     if node.name in inside and not _pure(node.op)]
+    problems += _mislabelled_calls(graph_def, library)
+    return sorted(set(problems))
+
+
+def _mislabelled_calls(graph_def, library: dict) -> list[str]:
+    """Calls not marked stateful that reach a function holding a stateful op."""
     callees, unknown = _callees(library)
-    problems = []
-    impure: dict[str, str] = {}  # function -> an op in it that is not pure, `name (Type) in function F`
+    stateful: dict[str, str] = {}  # function -> a stateful op in it, `name (Type) in function F`
     for where, function, node in _nodes(graph_def):
-        if node.op in library:
-            continue
-        pure = _pure(node.op)
-        if pure is False:
-            problems.append(f"{where} ({node.op})")
-        if function is not None and pure is not True and function not in impure:
-            impure[function] = f"{where} ({node.op})"
-    # A function is tainted when it, or a function it calls, holds an op that is not pure:
-    # found backwards from the impure ones along the call edges, once for all the calls.
+        if function is not None and node.op not in library and _stateful(node.op) and function not in stateful:
+            stateful[function] = f"{where} ({node.op})"
+    # A function is tainted when it, or a function it calls, holds a stateful op: found
+    # backwards from those along the call edges, once for all the calls.
     callers: dict[str, set[str]] = {}
     for name, called in callees.items():
         for c in called:
             callers.setdefault(c, set()).add(name)
-    tainted, todo = dict(impure), list(impure)
+    tainted, todo = dict(stateful), list(stateful)
     while todo:
         name = todo.pop()
         for caller in callers.get(name, ()):
             if caller not in tainted:
                 tainted[caller] = tainted[name]
                 todo.append(caller)
-    for where, function, node in _nodes(graph_def):
+    problems = []
+    for where, _, node in _nodes(graph_def):
         if _stateful_call(node, library):
             continue
         direct, blind = _names([node], library)
@@ -194,7 +304,7 @@ def import_problems(graph_def) -> list[str]:
         hit = sorted(f"{name}, which reaches {tainted[name]}" for name in reach if name in tainted)
         if hit:
             problems.append(f"{where} ({node.op}, not marked stateful, calls function {hit[0]})")
-    return sorted(set(problems))
+    return problems
 
 
 def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
