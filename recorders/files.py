@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError, listing
 
-__all__ = ["is_uri", "local_path", "check_out", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+__all__ = ["is_uri", "local_path", "check_out", "refuse_inputs_inside", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
 
 
 _URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
@@ -59,6 +59,21 @@ def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[P
         )
     if taken and not overwrite:
         raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+
+
+def refuse_inputs_inside(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]) -> None:
+    """`--overwrite` removes the recording at `out`: refuse (OutputExistsError) when the model or
+    an input file (`inputs`, local paths; URIs and None are passed over) is `out` or lies inside
+    it, before anything is read or written."""
+    if is_uri(os.fspath(out)):
+        return
+    root = Path(out).resolve()
+    inside = [os.fspath(p) for p in inputs if p is not None and not is_uri(os.fspath(p)) and Path(p).resolve().is_relative_to(root)]
+    if inside:
+        raise OutputExistsError(
+            f"--overwrite would delete what this recording reads: {listing(inside, 3)} lie{'s' if len(inside) == 1 else ''} inside "
+            f"--out {out}; write the new recording to another --out, or move {'it' if len(inside) == 1 else 'them'} out first"
+        )
 
 
 def foreign_entries(folder: Path, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> list[str]:

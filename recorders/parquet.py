@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError, listing
-from recorders.files import check_out, foreign_entries, local_path, publish, refuse_links, remove, temp_sibling
+from recorders.files import check_out, foreign_entries, local_path, publish, refuse_inputs_inside, refuse_links, remove, temp_sibling
 from recorders.long import ABSENT, PARTS, KeyCache, long_columns
 from recorders.folder import Folder
 from recorders.place import LocalPlace, place_of
@@ -280,7 +280,9 @@ class RecordingWriter:
         examples: tuple[int, int] | None = None,
         threads: int = 2,
         compression: str | None = None,
+        reads: Iterable[str | os.PathLike | None] = (),
     ):
+        self._reads = list(reads)  # the model and input files: --overwrite may not delete them
         if overwrite and resume:
             raise RecordingError("--overwrite starts again and --resume continues: pass one of them")
         if overwrite and shard.count > 1:
@@ -353,6 +355,7 @@ class RecordingWriter:
             raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
         if overwrite:
             check_out(out, overwrite, ours=_not_a_recording)
+            refuse_inputs_inside(out, self._reads)
             out = self.out  # a new, empty sibling
         found = read_progress(self.place)
         if not found and any(not _ours(name) for name in self.place.entries()):

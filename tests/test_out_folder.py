@@ -182,3 +182,33 @@ def test_complete_batches_whose_files_are_gone_are_not_taken_as_recorded(model, 
     victim.unlink()
     msg = error(capsys, record(model, out, "--resume"))
     assert msg.startswith(f"cannot resume into {out}: its progress file counts 270 gate rows as complete but their part files hold 240")
+
+
+@pytest.mark.parametrize("what", ["feed", "lengths", "model"])
+def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path, capsys):
+    """An input kept inside the recording being replaced (here below its gates/ folder, which
+    is gatetrace's own) would be deleted by the swap: refused in one line, and nothing changes."""
+    path, x = model
+    out = tmp_path / "out"
+    assert main(record(model, out)) == 0
+    inner = next((out / "gates").iterdir())
+    argv = record(model, out, "--overwrite")
+    if what == "feed":
+        (inner / "x.npy").write_bytes(Path(x).read_bytes())
+        argv[argv.index(f"x={x}")] = f"x={inner / 'x.npy'}"
+        named = inner / "x.npy"
+    elif what == "lengths":
+        np.save(inner / "lengths.npy", np.full(6, 5))
+        argv += ["--lengths", str(inner / "lengths.npy")]
+        named = inner / "lengths.npy"
+    else:
+        copy = inner / "model"
+        copy.mkdir()
+        for f in Path(path).parent.iterdir():
+            (copy / f.name).write_bytes(f.read_bytes())
+        argv[1] = named = str(copy / Path(path).name)
+    before = snapshot(out)
+    msg = error(capsys, argv)
+    assert msg == (f"--overwrite would delete what this recording reads: {named} lies inside --out {out}; "
+                   "write the new recording to another --out, or move it out first")
+    assert snapshot(out) == before

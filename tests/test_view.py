@@ -229,6 +229,60 @@ def test_bad_requests_get_clear_answers(served):
     assert code == 400 and "finite" in body
 
 
+def _get(url: str, headers: dict | None = None) -> tuple[int, str, dict]:
+    """(status, body, headers) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(), dict(err.headers)
+
+
+def test_a_foreign_host_is_refused_and_no_cors_header_is_sent(served):
+    """DNS rebinding: a page of another site whose name resolves to 127.0.0.1 sends its own name
+    as Host. Refused (400); the page's own names are served, and no answer allows another origin."""
+    _, port, _ = served
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+        code, body, _ = _get(f"http://127.0.0.1:{port}/api/overview", {"Host": host})
+        assert code == 400 and "Traceback" not in body, host
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        code, body, headers = _get(f"http://127.0.0.1:{port}/api/overview", {"Host": host, "Origin": "http://evil.example"})
+        assert code == 200 and '"cells"' in body, host
+        assert not any(k.lower().startswith("access-control-") for k in headers), headers
+
+
+def test_on_another_address_the_view_needs_its_token(served):
+    """Bound to another address (here 127.0.0.2, still this machine), the server prints a URL with a
+    token; without it every request gets a 403, with it the page and the API answer, and the
+    cookie it sets lets the page's own requests through."""
+    rec_path, _, _ = served
+    port = free_port()
+    process = view(str(rec_path), "--port", str(port), "--host", "127.0.0.2")
+    try:
+        line = process.stderr.readline()
+        assert f"at http://127.0.0.2:{port}/?token=" in line, line
+        url = line.split(" at ")[1].split()[0]
+        token = url.split("token=")[1]
+        for _ in range(200):
+            try:
+                code, body, headers = _get(url)
+                break
+            except urllib.error.URLError:  # not listening yet
+                time.sleep(0.1)
+        assert code == 200 and "<html" in body.lower()
+        cookie = headers.get("set-cookie") or headers.get("Set-Cookie")
+        assert cookie.startswith(f"gatetrace_view_token={token};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        base = f"http://127.0.0.2:{port}"
+        for path in ("/", "/api/overview", f"/api/overview?token={token[:-1]}x"):
+            code, body, _ = _get(base + path)
+            assert code == 403 and "needs its token" in body, path
+        assert _get(base + "/api/overview", {"Cookie": cookie.split(";")[0]})[0] == 200
+        assert _get(base + f"/api/overview?token={token}", {"Host": "evil.example"})[0] == 200  # the token is the check here
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
 def test_a_bad_run_folder_and_a_port_in_use_get_one_line(served, tmp_path):
     _, port, _ = served
     done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(tmp_path / "nothing"), "--port", str(free_port())],

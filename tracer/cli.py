@@ -171,12 +171,14 @@ def _parser() -> argparse.ArgumentParser:
     c = command(
         "view",
         "look at a recording in the browser: overview, one sequence's heatmap, units over the dataset, select and "
-        'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 only, read-only)',
+        'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 by default, read-only)',
         "gatetrace view gatetrace-demo/recording --port 8050",
         reads_model=False,
     )
     c.add_argument("run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it")
     c.add_argument("--port", type=int, default=8050, help="the local port to serve on (default: 8050)")
+    c.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
+                   help="the address to serve on (default: 127.0.0.1, this machine only); any other needs the secret token the printed URL carries")
     c.add_argument("--tokens", metavar="FILE", help="labels for the steps: a .npy or .json of [examples, steps] (e.g. the tokens read)")
     c.add_argument("--open", action="store_true", help="open the page in the default browser")
 
@@ -363,10 +365,12 @@ def _inspect(args) -> None:
             inputs = [_signature_input(model.graph, name, f"{name}:0") for name in needed]
     if args.json:
         described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe,
-                     "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v}}
+                     "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v}, **({"notes": list(model.notes)} if model.notes else {})}
         print(json.dumps({**described, "inputs": inputs} if inputs else described))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
+    for note in model.notes:
+        print(f"note: {note}")
     for i in inputs:
         print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
@@ -476,6 +480,17 @@ def _split(text: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip()) if text else ()
 
 
+def _feed_path(item: str) -> str | None:
+    """The file a `--feed NAME=FILE[:MEMBER]` reads, None for a value."""
+    from tracer.inputs.files import is_input_spec
+
+    value = item.partition("=")[2]
+    if not value or not is_input_spec(value):
+        return None
+    head, _, tail = value.rpartition(":")
+    return head if head and "/" not in tail and not Path(value).exists() else value
+
+
 def _record(args) -> None:
     from recorders import Shard
     from recorders.progress import recorded_layout
@@ -518,6 +533,7 @@ def _record(args) -> None:
             compression=args.compression,
             timeout=args.timeout,
             carry_state=args.carry_state,
+            reads=[args.lengths, *(_feed_path(item) for item in args.feed)],
             memory=memory,
             verify=args.verify,
         )
@@ -641,7 +657,7 @@ def _view(args: argparse.Namespace) -> int:
     from recorders.view import serve
 
     try:
-        serve(args.run, port=args.port, tokens=args.tokens, open_browser=args.open)
+        serve(args.run, port=args.port, tokens=args.tokens, open_browser=args.open, host=args.host)
     except GatetraceError as err:
         print(f"gatetrace: error: {err}", file=sys.stderr)
         return 2

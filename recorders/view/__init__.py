@@ -1,7 +1,8 @@
 """`gatetrace view`: look at a recording in the browser (the optional `view` extra).
 
 `serve` checks the recording, the tokens and the port, then serves the page of
-`recorders.view.server` on 127.0.0.1 until Ctrl-C. The data it shows comes from
+`recorders.view.server` on 127.0.0.1 (or `host`, then with a secret token in its URL) until
+Ctrl-C. The data it shows comes from
 `recorders.view.data`, which reads through `recorders.Recording`; no TensorFlow.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -71,7 +73,8 @@ def _check_port(host: str, port: int) -> None:
 
 def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | None = None, open_browser: bool = False,
           host: str = "127.0.0.1") -> None:
-    """Serve the view of the recording `run` at http://host:port/ until interrupted."""
+    """Serve the view of the recording `run` at http://host:port/ until interrupted. On an address
+    other than 127.0.0.1 the page asks for a secret token, which the printed URL carries."""
     check_installed()
     rec = Recording(run)
     labels = load_labels(tokens) if tokens is not None else None
@@ -80,8 +83,12 @@ def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | 
 
     from recorders.view.server import make_app
 
-    url = f"http://{host}:{port}/"
+    if host == "127.0.0.1":
+        app, url = make_app(rec, labels), f"http://{host}:{port}/"
+    else:
+        token = secrets.token_urlsafe(24)
+        app, url = make_app(rec, labels, hosts=("*",), token=token), f"http://{host}:{port}/?token={token}"
     print(f"gatetrace view: {rec.path} at {url} (Ctrl-C to stop)", file=sys.stderr)
     if open_browser:
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()
-    uvicorn.run(make_app(rec, labels), host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -15,11 +15,19 @@ those values, never from text the page sends. A bad parameter gets a 400 with a 
 `error`, a path outside the page's own files a 404: never a traceback. Nothing is served
 but the page's files and answers about the recording. Everything ships in the installed
 packages: the page needs no internet.
+
+A server on 127.0.0.1 can still be reached by any web page the user visits, through DNS
+rebinding (a name of the attacker's that resolves to 127.0.0.1): every request's `Host`
+header must name one of `hosts` (Starlette's `TrustedHostMiddleware`, 400 otherwise), and no
+CORS header is ever sent, so no other origin may read an answer. Bound to another address,
+the server also requires `token`, as Jupyter does: `?token=` in the URL that `serve`
+prints, which sets a same-site cookie for the page's own requests; without it, a 403.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +35,10 @@ from recorders.errors import GatetraceError, SelectionError
 from recorders.reader import Recording
 from recorders.view import data
 
-__all__ = ["make_app", "STATIC"]
+__all__ = ["make_app", "STATIC", "LOOPBACK_HOSTS"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")  # the names a browser on this machine uses for the default address
+_COOKIE = "gatetrace_view_token"
 
 STATIC = Path(__file__).resolve().parent / "static"
 _PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -90,9 +101,42 @@ class _Params:
         return values
 
 
-def make_app(rec: Recording, labels: data.Labels | None = None):
-    """The Starlette app serving `rec` (and step labels, if given)."""
+class _TokenGate:
+    """ASGI middleware: a request passes with the token as `?token=` (its answer then sets the
+    cookie) or as the cookie; any other gets a 403 with a JSON error."""
+
+    def __init__(self, app, token: str):
+        self.app, self.token = app, token
+
+    async def __call__(self, scope, receive, send):
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        given = request.query_params.get("token")
+        if not secrets.compare_digest((given or request.cookies.get(_COOKIE) or "").encode(), self.token.encode()):
+            error = "this view needs its token: open the URL that gatetrace view printed (it ends in ?token=...)"
+            return await JSONResponse({"error": error}, status_code=403)(scope, receive, send)
+        if given is None:
+            return await self.app(scope, receive, send)
+
+        async def with_cookie(message):
+            if message["type"] == "http.response.start":
+                cookie = f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode()
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        return await self.app(scope, receive, with_cookie)
+
+
+def make_app(rec: Recording, labels: data.Labels | None = None, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, token: str | None = None):
+    """The Starlette app serving `rec` (and step labels, if given), answering only requests
+    whose `Host` is one of `hosts` and, with `token`, that carry it."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Route
 
@@ -159,4 +203,7 @@ def make_app(rec: Recording, labels: data.Labels | None = None):
         Route("/api/match", api(match)),
         Route("/api/parts", api(parts)),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found})
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)]
+    if token is not None:
+        middleware.append(Middleware(_TokenGate, token=token))
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})

@@ -27,6 +27,7 @@ those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`).
 from __future__ import annotations
 
 import copy
+import glob
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,7 @@ class Model:
     load_plan: "LoadPlan | None" = None
     inputs: dict[str, str] = field(default_factory=dict)
     session_config: Any = None  # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
+    notes: tuple[str, ...] = ()  # what loading took differently from what the files named, said by `inspect`
 
     @property
     def load_ops(self) -> tuple[str, ...]:
@@ -226,20 +228,52 @@ def rebuilt(model: Model, meta, restore: bool = True) -> Model:
     return replace(model, graph=graph, session=session, owns_session=True)
 
 
-def _checkpoint_prefix(path: Path) -> str | None:
-    """The checkpoint prefix `path` names, if it names one."""
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, lies inside `folder`."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _state_prefix(folder: Path) -> tuple[str, str | None]:
+    """The checkpoint prefix a folder's `checkpoint` state file names, inside the folder, and a
+    note if the file named one outside it (published checkpoints carry their trainer's
+    absolute paths: the same name inside the folder is taken, as a user who moved it would).
+    Nothing outside the folder is read because the file names it."""
+    from google.protobuf import text_format
+    from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
+
+    state_file = folder / "checkpoint"
+    try:
+        if state_file.stat().st_size > 1 << 20 or not _inside(state_file, folder):
+            raise ValueError("not a checkpoint state file of this folder (over 1 MB, or a link out of it)")
+        named = text_format.Parse(state_file.read_text(), CheckpointState()).model_checkpoint_path
+    except (OSError, ValueError, text_format.ParseError) as err:
+        raise ModelFormatError(f"{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}; "
+                               "point at a checkpoint prefix P with P.meta beside it instead") from None
+    if not named:
+        raise ModelFormatError(f"{folder}: its 'checkpoint' file names no checkpoint; point at a checkpoint prefix P with P.meta beside it instead")
+    candidate, note = folder / named, None
+    if Path(named).is_absolute() or not _inside(candidate, folder):
+        candidate = folder / Path(named).name
+        note = f"its 'checkpoint' file names {named}, outside {folder}: read {candidate.name} in the folder instead"
+    files = [Path(f"{candidate}.meta"), Path(f"{candidate}.index"), *candidate.parent.glob(f"{glob.escape(candidate.name)}.data-*")]
+    if not Path(f"{candidate}.index").is_file() and not Path(f"{candidate}.meta").is_file():
+        where = f"names {named}, outside the folder, and the folder holds no {candidate.name}" if note else f"names no checkpoint that exists ({named})"
+        raise ModelFormatError(f"{folder}: its 'checkpoint' file {where}; point at a checkpoint prefix P with P.meta beside it instead")
+    outside = [f.name for f in files if f.exists() and not _inside(f, folder)]
+    if outside:
+        raise ModelFormatError(f"{folder}: {', '.join(outside)} link{'s' if len(outside) == 1 else ''} out of the folder; "
+                               "gatetrace reads a checkpoint's files only inside its folder: copy them in")
+    return str(candidate), note
+
+
+def _checkpoint_prefix(path: Path) -> tuple[str, str | None] | None:
+    """The checkpoint prefix `path` names, if it names one, with a note on how it was found."""
     if path.is_dir() and (path / "checkpoint").is_file():
-        prefix = tf.train.latest_checkpoint(str(path))
-        if prefix is None:
-            raise ModelFormatError(
-                f"{path}: its 'checkpoint' file names no checkpoint that exists; "
-                "point at a checkpoint prefix P with P.meta beside it instead"
-            )
-        return prefix
+        return _state_prefix(path)
     if path.suffix == ".meta" and path.is_file():
-        return str(path)[: -len(".meta")]
+        return str(path)[: -len(".meta")], None
     if Path(str(path) + ".meta").is_file():
-        return str(path)
+        return str(path), None
     return None
 
 
@@ -444,7 +478,22 @@ def _signature_inputs(meta, signature: str, source: str, tf2: bool) -> dict[str,
     return {key: t.name for key, t in signature_of(meta, signature, source).inputs.items()}
 
 
+def _links_out(folder: Path) -> list[str]:
+    """The entries of `folder` (walked without following links) that are links leading out of it."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            entry = Path(root) / name
+            if entry.is_symlink() and not _inside(entry, folder):
+                found.append(str(entry.relative_to(folder)))
+    return sorted(found)
+
+
 def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+    outside = _links_out(path)
+    if outside:
+        raise ModelFormatError(f"{source}: {', '.join(outside[:3])} link{'s' if len(outside) == 1 else ''} out of the SavedModel's folder; "
+                               "gatetrace reads a SavedModel's files only inside its folder: copy them in")
     meta = _saved_model_meta_graph(path, tag, source)
     check_before_import(meta.graph_def, source, allow_unsafe_ops)
     tf2 = is_function_graph(meta)
@@ -583,9 +632,11 @@ def load_model(
         return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
         return _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
-    prefix = _checkpoint_prefix(p)
-    if prefix is not None:
-        return _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
+    found = _checkpoint_prefix(p)
+    if found is not None:
+        prefix, note = found
+        model = _load_checkpoint(prefix, source, restore, allow_unsafe_ops)
+        return replace(model, notes=(note,)) if note else model
     if p.is_file() and p.suffix == ".pb":
         return _load_frozen(p, source, restore, allow_unsafe_ops)
     if not p.exists() and Path(f"{source}.index").is_file():

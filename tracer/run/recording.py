@@ -201,6 +201,7 @@ def record(
     memory: int | None = None,
     verify: bool = False,
     values: Sequence[str] | None = None,
+    reads: Sequence[str | os.PathLike | None] = (),
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -228,12 +229,16 @@ def record(
     (`from_loops`); with `verify` they are also replayed in numpy and must agree within 1e-4.
     `values` picks the gates table's value columns (`selection.values` otherwise): some of
     preactivation, activation and contributions (the preactivations' parts, `tracer.values.parts`).
+    `reads` names the files the feeds come from: with `overwrite`, the recording at `out` is
+    not replaced when they (or the model's own files) lie inside it.
     The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
     if values is not None:
         selection = replace(selection, values=tuple(values))
     model = _as_model(model)
+    if isinstance(model.source, (str, os.PathLike)) and any(os.path.exists(f"{model.source}{end}") for end in ("", ".meta")):
+        reads = [*reads, model.source]  # replacing a recording never deletes the model it reads
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     if carry_state and shard.count > 1:
         raise SelectionError(
@@ -244,12 +249,12 @@ def record(
         return _record(
             model, feeds, out, cells, chosen, overwrite=overwrite, resume=resume, shard=shard, batch_size=batch_size,
             selection=selection, progress=progress, lengths=lengths, compression=compression, timeout=timeout,
-            carry_state=carry_state, memory=memory, verify=verify,
+            carry_state=carry_state, memory=memory, verify=verify, reads=reads,
         )
 
 
 def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard, batch_size, selection, progress, lengths,
-            compression, timeout, carry_state, memory, verify) -> dict:
+            compression, timeout, carry_state, memory, verify, reads) -> dict:
     """`record` of the `cells` chosen, on a model whose loops emit them (see `from_loops`)."""
     skipped: list[tuple[str, str]] = []
     cells, plan, feed_dict, run = _prepare(
@@ -282,7 +287,7 @@ def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard,
     if carry_state:  # a resume must cut the stream into the same batches
         description["carry_state"] = {"batch_size": batch_size}
     with RecordingWriter(
-        out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression
+        out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression, reads=reads,
     ) as writer:
         writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
         todo = writer.remaining()
