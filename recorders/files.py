@@ -6,6 +6,8 @@ complete, so a run that fails (or is killed) leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import re
 import shutil
@@ -15,7 +17,7 @@ from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError, listing
 
-__all__ = ["is_uri", "local_path", "check_out", "refuse_inputs_inside", "refuse_links", "foreign_entries", "temp_sibling", "publish", "remove"]
+__all__ = ["is_uri", "local_path", "check_out", "refuse_inputs_inside", "refuse_links", "foreign_entries", "temp_sibling", "exchange", "publish", "remove"]
 
 
 _URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
@@ -101,19 +103,44 @@ def temp_sibling(out: Path, tag: str = "partial") -> Path:
     return out.parent / f".{out.name}.{tag}-{uuid.uuid4().hex[:8]}"
 
 
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the two existing paths `a` and `b` in one step (Linux `renameat2` with
+    RENAME_EXCHANGE): at every instant each name holds one of the two. False, with nothing
+    changed, where the C library, the kernel or the file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def publish(tmp: Path, out: Path) -> None:
-    """Move the finished `tmp` (file or folder) to `out`, replacing what is there."""
+    """Move the finished `tmp` (file or folder) to `out`, replacing what is there: in one
+    exchange where the OS has it (a kill at any instant leaves the old or the new at `out`),
+    else by moving the old aside first (a kill between the two renames leaves it aside, and
+    the next run puts it back or finishes the move; `tracer`'s writer does)."""
     try:
         old = None
-        if out.exists():
+        if out.exists() and exchange(tmp, out):
+            old = tmp  # it holds what `out` held
+        elif out.exists():
             old = temp_sibling(out, "old")
             os.replace(out, old)
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            if old is not None:
-                os.replace(old, out)
-            raise
+        if old is not tmp:
+            try:
+                os.replace(tmp, out)
+            except OSError:
+                if old is not None:
+                    os.replace(old, out)
+                raise
     except OSError as err:
         raise RecordingError(f"cannot move the finished output into place at {out}: {err.strerror or err}") from err
     if old is not None:

@@ -472,7 +472,9 @@ def test_a_fifo_planted_as_a_progress_file_is_named_and_never_opened(tmp_path):
         RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2), resume=True)
 
 
-def test_a_parquet_input_whose_steps_change_midway_names_the_file_and_what_is_kept(models, tmp_path, capsys):
+def test_a_parquet_input_whose_steps_change_midway_is_refused_before_anything_is_recorded(models, tmp_path, capsys):
+    """A later row group of sequences of another length is found from the file's metadata,
+    before a row is read: one line, and no partial --out."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -483,10 +485,10 @@ def test_a_parquet_input_whose_steps_change_midway_names_the_file_and_what_is_ke
     out = tmp_path / "out"
     msg = fails(capsys, ["record", paths["checkpoint"], "--feed", f"x={data}:x", "--out", str(out), "--batch-size", "8"])
     assert msg == (
-        f"feed x: {data}:x: the rows from row 8 on are [6, 4], the first ones [5, 4]; every sequence must have one shape: "
-        "pad them to one; the 8 sequences recorded before are kept: fix the input and rerun with --resume"
+        f"{data}:x: the 8 rows from row 8 on hold 192 values, not 160 (20 a row, as the first rows [5, 4]); every sequence "
+        "must have one shape: pad them to one; nothing was recorded"
     )
-    assert sorted(pd.read_parquet(out / "gates")["example"].unique()) == list(range(8))
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("how", ["BroadcastTo", "Fill", "Fill of a size known only when it runs"])
@@ -535,3 +537,46 @@ def test_inputs_of_another_type_are_cast_with_a_word_and_never_changed(models, t
         "16,777,216): convert the input to the values the model expects; nothing was recorded: fix the input and rerun"
     )
     assert not (tmp_path / "xint").exists()
+
+
+def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_recording(tmp_path):
+    """Where the OS swaps two folders in one step (renameat2 RENAME_EXCHANGE), `--out` holds a
+    whole recording at every instant: a watcher reading its manifest while it is swapped back
+    and forth 300 times never finds it missing. Killed after the exchange, before the old one
+    (now at the temporary name) is removed, the next run removes it and keeps the new one."""
+    import threading
+
+    from recorders import Recording
+    from recorders.errors import OutputExistsError
+    from recorders.files import exchange, publish
+
+    out, spare = tmp_path / "out", tmp_path / "spare"
+    _recording(out, 1.0)
+    _recording(spare, 2.0)
+    if not exchange(spare, out):
+        pytest.skip("this OS or file system cannot exchange two folders in one step")
+    missing, done = [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if not (out / "manifest.json").is_file():
+                missing.append(1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(300):
+            assert exchange(spare, out)
+    finally:
+        done.set()
+        watcher.join()
+    assert not missing
+    new = tmp_path / ".out.overwrite-5e6f7a8b"
+    _recording(new, 3.0)
+    assert exchange(new, out)  # the swap publish makes; killed here, the old one waits at the new one's name
+    with pytest.raises(OutputExistsError, match="already holds a finished recording"):
+        RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))
+    assert set(Recording(out).gate_frame(["a"])["preactivation"]) == {3.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spare"]
+    publish(spare, out)  # and publish itself leaves nothing beside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and set(Recording(out).gate_frame(["a"])["preactivation"]) == {1.0}

@@ -275,3 +275,112 @@ def test_a_compiled_model_records_exactly_in_every_format(framework, name, tmp_p
     for g in "ifjo":
         np.testing.assert_allclose(rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5)
         np.testing.assert_allclose(rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5)
+
+
+def _beyond_the_recurrent_family(keras):
+    """Convolution, normalization, attention, noise and pooling around an LSTM: Keras' own layers."""
+    x = keras.Input((T, FEATURES), name="x")
+    h = keras.layers.Conv1D(4, 3, padding="same")(x)
+    h = keras.layers.LayerNormalization()(h)
+    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=2)(h, h)
+    h = keras.layers.BatchNormalization()(keras.layers.GaussianNoise(0.1)(h))
+    lstm = keras.layers.LSTM(3, return_sequences=True, name="lstm")
+    y = keras.layers.GlobalMaxPooling1D()(keras.layers.SpatialDropout1D(0.2)(lstm(h)))
+    return keras.Model(x, keras.layers.Dense(1)(y)), lstm
+
+
+@pytest.mark.parametrize("framework, name, era", [
+    ("tf-keras", "m.h5", None), ("tf-keras", "m.keras", None), ("tf-keras", "saved", None), ("keras3", "m.keras", None),
+    ("tf-keras", "m.keras", "tf.keras 2.15"),
+])
+def test_keras_own_layers_beyond_the_recurrent_family_record(framework, name, era, tmp_path):
+    """Every layer Keras itself exports is Keras' own (read from its namespaces, not a list):
+    the model records, and the LSTM's gates equal Keras' formulas in float64 on the input the
+    layers before it give. A `.keras` file of tf.keras 2.15 names its modules `keras.src...`
+    (that Keras is tf-keras today): written here by renaming tf-keras' modules as 2.15 had them."""
+    from tests.test_keras import randomise, reference
+
+    keras = keras_module(framework)
+    model, lstm = _beyond_the_recurrent_family(keras)
+    randomise(model, seed=3)
+    path = tmp_path / name
+    model.save(str(path)) if name != "saved" else model.save(str(path), save_format="tf")
+    if era == "tf.keras 2.15":
+        with zipfile.ZipFile(path) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        config = members["config.json"].decode()
+        assert '"module": "tf_keras.src.engine.functional"' in config or '"tf_keras.src' in config
+        members["config.json"] = config.replace('"tf_keras.', '"keras.').encode()
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in members.items():
+                z.writestr(n, data)
+    xs = sequences()
+    np.save(tmp_path / "x.npy", xs)
+    done = run_cli("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    below = np.asarray(keras.Model(model.input, lstm.input)(xs, training=False))
+    expected, _, _ = reference(lstm, below, None, None, framework)
+    rec = Recording(tmp_path / "rec")
+    for g in "ifjo":
+        np.testing.assert_allclose(rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5)
+        np.testing.assert_allclose(rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5)
+
+
+@pytest.mark.parametrize("layer", ["TextVectorization", "StringLookup"])
+def test_a_vocabulary_read_from_a_path_outside_the_file_is_refused(layer, tmp_path):
+    """A lookup layer whose vocabulary is a file name reads that file when Keras builds it: the
+    file is outside the model, so it is refused in one line, naming the path."""
+    keras = keras_module("keras3")
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("a\nb\nc\n")
+    x = keras.Input((), dtype="string")
+    made = keras.layers.TextVectorization(output_sequence_length=T) if layer == "TextVectorization" else keras.layers.StringLookup()
+    model = keras.Model(x, made(x))
+    model.save(tmp_path / "m.keras")
+    with zipfile.ZipFile(tmp_path / "m.keras") as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(members["config.json"])
+    (own,) = [entry for entry in config["config"]["layers"] if entry["class_name"] == layer]
+    own["config"]["vocabulary"] = str(vocabulary)
+    members["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(tmp_path / "m.keras", "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    msg = one_line_error(run_cli("inspect", str(tmp_path / "m.keras")))
+    assert f"{layer} (reads {vocabulary}, a file outside the model)" in msg and "nothing was loaded" in msg
+
+
+def test_a_keras_3_text_classifier_with_its_vocabulary_in_the_archive_records_its_strings(tmp_path):
+    """TextVectorization -> Embedding(mask_zero) -> Bidirectional(LSTM) -> GlobalMaxPooling1D ->
+    Dropout -> Dense, saved by Keras 3: the vocabulary is an asset inside the archive, read by
+    Keras from there. Fed a .npy of strings, both directions record where the text has words,
+    equal to Keras' formulas in float64 on the embedded tokens, and nowhere else."""
+    from tests.test_keras import randomise, reference
+
+    keras = keras_module("keras3")
+    texts = np.array(["the cat sat on the mat", "a dog ran", "the dog and the cat", "hello"])
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=T)
+    vectorize.adapt(texts)
+    x = keras.Input((), dtype="string", name="text")
+    embedded = keras.layers.Embedding(20, 3, mask_zero=True, name="embedding")(vectorize(x))
+    both = keras.layers.Bidirectional(keras.layers.LSTM(2, return_sequences=True, name="lstm"), name="bi")
+    y = keras.layers.Dense(1)(keras.layers.Dropout(0.2)(keras.layers.GlobalMaxPooling1D()(both(embedded))))
+    model = keras.Model(x, y)
+    randomise(model, seed=5)
+    model.save(tmp_path / "m.keras")
+    with zipfile.ZipFile(tmp_path / "m.keras") as z:
+        assert any(n.startswith("assets/layers/text_vectorization/") for n in z.namelist())
+    np.save(tmp_path / "texts.npy", texts)
+    done = run_cli("record", str(tmp_path / "m.keras"), "--feed", f"text={tmp_path / 'texts.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    tokens = np.asarray(vectorize(texts))
+    valid = tokens != 0
+    inputs = np.asarray(keras.Model(x, embedded)(texts)).astype(np.float32)
+    rec = Recording(tmp_path / "rec")
+    assert rec.cells == ["bi/forward_lstm", "bi/backward_lstm"]
+    for name, layer in (("bi/forward_lstm", both.forward_layer), ("bi/backward_lstm", both.backward_layer)):
+        expected, _, _ = reference(layer, inputs, valid, None, "keras3")
+        for g in "ifjo":
+            got = rec.gate_array(name, g, "activation")
+            np.testing.assert_array_equal(np.isnan(got[..., 0]), ~valid)
+            np.testing.assert_allclose(got[valid], expected[g][1][valid], atol=1e-5, err_msg=f"{name} {g}")

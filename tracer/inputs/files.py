@@ -291,6 +291,26 @@ class ParquetColumn(Rows):
         first = self._to_numpy(next(first_file.iter_batches(batch_size=1, columns=[column])).column(0))
         self.shape, self.dtype = (rows, *first.shape[1:]), first.dtype
         self._batches, self._buffer, self._at = None, None, 0  # _buffer holds rows [_at, _at + len)
+        self._check_row_groups(int(np.prod(first.shape[1:], dtype=np.int64)))
+
+    def _check_row_groups(self, per_row: int) -> None:
+        """Refuse, before a row is read, a row group whose values do not come to `per_row` a
+        row (the first row's shape): from each row group's metadata, the count of values of the
+        column's one leaf. A sequence of another shape in a later row group is found here,
+        before anything is recorded; one inside the first rows' group, or inside a group whose
+        count still adds up, as it is read."""
+        for k, (f, g) in enumerate(self._groups):
+            group, start = f.metadata.row_group(g), int(self._starts[k])
+            leaves = [c for c in range(group.num_columns) if group.column(c).path_in_schema.split(".")[0] == self.column]
+            if len(leaves) != 1 or start == 0:  # the first rows' own group: its rows are compared as they are read
+                continue
+            values = group.column(leaves[0]).num_values
+            if values != group.num_rows * per_row:
+                raise FeedError(
+                    f"{self.path}:{self.column}: the {group.num_rows:,} rows from row {start} on hold {values:,} values, not "
+                    f"{group.num_rows * per_row:,} ({per_row} a row, as the first rows {list(self.shape[1:])}); every sequence "
+                    "must have one shape: pad them to one; nothing was recorded"
+                )
 
     def _batches_from(self, group: int):
         for f, g in self._groups[group:]:

@@ -6,8 +6,9 @@ given by name), a custom layer, a function revived from a SavedModel. Keras' saf
 only blocks bytecode. So gatetrace reads the file's configuration itself first, as JSON,
 and accepts only what it knows to be Keras' own pure building blocks:
 
-    .keras   a zip of exactly config.json, metadata.json and model.weights.h5, within
-             size limits (no extra members: nothing else is unpacked anywhere)
+    .keras   a zip of config.json, metadata.json, model.weights.h5 and the assets Keras
+             saves for the model's layers (`assets/layers/NAME/...`: a vocabulary, read by
+             Keras from inside the archive), within size limits; nothing else
     .h5      the `model_config` attribute (a file without it holds weights only)
     folder   keras_metadata.pb of a tf-keras SavedModel: the model's configuration (its root)
 
@@ -19,11 +20,15 @@ make Keras read a file that is not the model, so any of them is refused.
 What is checked is what the loader builds: the model's layers and what they hold. Loading
 never compiles, so a compiled model's optimizer, loss and metrics (`compile_config`,
 `training_config`, the metric objects a SavedModel lists) are never built and not checked.
-Every `class_name` must be a known layer or dtype policy of Keras (`KNOWN_CLASSES`), or one
-of the initializers, regularizers and constraints Keras itself ships (read from the modules
-of each Keras installed, at run time: `OrthogonalInitializer` is Keras 3's name for
-`Orthogonal`), from Keras' own modules. A tf-keras
-SavedModel is then never handed to a loader: the model is built from its checked
+"Keras' own" is read from each Keras installed (tf-keras, Keras 3), not kept in a list:
+every layer, initializer, regularizer and constraint its public namespaces export
+(`keras_own_classes`), from a module of Keras or tf-keras, besides its models, dtype
+policies and tensor markers (`KNOWN_CLASSES`). Out of those, what runs code or reads files
+that are not the model is refused by name (`RUNS_CODE`: `Lambda`, `TFSMLayer`, the
+PyTorch, JAX and Flax wrappers), as is a layer whose configuration names a file to read (a
+lookup layer's vocabulary given as a path) and any function named in the configuration.
+A recurrent layer gatetrace does not record (ConvLSTM2D) loads, and the finder names it.
+A tf-keras SavedModel is then never handed to a loader: the model is built from its checked
 configuration and its weights read from its variables checkpoint, so none of the
 functions or resource initializers stored in the folder run. `allow_unsafe_ops` skips
 all of this and loads the file as Keras would.
@@ -36,37 +41,38 @@ import importlib
 import json
 import re
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 
-__all__ = ["KNOWN_CLASSES", "keras_own_classes", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
+__all__ = ["KNOWN_CLASSES", "RUNS_CODE", "keras_own_classes", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
 
+# What a Keras configuration names besides layers: its models, dtype policies, and the
+# markers Keras writes for tensors and shapes. Layers, initializers, regularizers and
+# constraints are read from the installed Keras and tf-keras themselves (`keras_own_classes`).
 KNOWN_CLASSES = frozenset(
     """
-    InputLayer Functional Model Sequential
-    LSTM GRU SimpleRNN RNN LSTMCell GRUCell SimpleRNNCell StackedRNNCells Bidirectional TimeDistributed
-    Masking Dense Dropout SpatialDropout1D GaussianNoise GaussianDropout AlphaDropout Embedding
-    Activation ReLU LeakyReLU PReLU ELU Softmax ThresholdedReLU Flatten Reshape Permute RepeatVector
-    Cropping1D ZeroPadding1D UpSampling1D Concatenate Add Subtract Multiply Average Maximum Minimum Dot
-    Conv1D SeparableConv1D DepthwiseConv1D MaxPooling1D AveragePooling1D MaxPool1D AvgPool1D
-    GlobalAveragePooling1D GlobalMaxPooling1D GlobalAvgPool1D GlobalMaxPool1D
-    BatchNormalization LayerNormalization UnitNormalization Rescaling Identity
-    GlorotUniform GlorotNormal HeNormal HeUniform LecunNormal LecunUniform Orthogonal Zeros Ones Constant
-    RandomNormal RandomUniform TruncatedNormal VarianceScaling IdentityInitializer
-    L1 L2 L1L2 OrthogonalRegularizer MaxNorm MinMaxNorm NonNeg UnitNorm
-    DTypePolicy FloatDTypePolicy Policy
+    Functional Model Sequential DTypePolicy FloatDTypePolicy Policy
     __keras_tensor__ __tuple__ TensorShape TypeSpec InputSpec
     """.split()
 )
-# Keras 3 names the module of each object; these are Keras' own. Its functional models
-# also hold Keras' math operations (keras.src.ops.*) as nodes.
-_MODULES = {None, "keras", "keras.layers", "keras.initializers", "keras.regularizers", "keras.constraints", "keras.mixed_precision"}
-_MODEL_MODULES = {
-    "keras.models", "keras.src.models.functional", "keras.src.models.sequential", "keras.src.models.model",
-    "tf_keras.src.engine.functional", "tf_keras.src.engine.sequential", "tf_keras.src.engine.training",
+# Keras' own layers that run code, or read files, that are not the model: never accepted.
+RUNS_CODE = {
+    "Lambda": "runs a Python function named in the file",
+    "TFSMLayer": "loads a SavedModel from a path outside the file",
+    "TorchModuleWrapper": "unpickles a PyTorch module stored in the file",
+    "JaxLayer": "calls JAX functions named in the file",
+    "FlaxLayer": "calls a Flax module named in the file",
 }
+# Configuration keys whose text value Keras reads as a file name (a lookup layer's vocabulary
+# given as a path, a vectorizer's IDF weights): a layer naming a file this way reads outside the model.
+_FILE_KEYS = ("vocabulary", "idf_weights", "filepath")
+# A configuration names the module of each object: any module of Keras or tf-keras is
+# Keras' (the class must still be one of Keras' own). tf.keras 2.13-2.15 files name their
+# modules `keras.src.engine...`: that Keras is tf-keras today. Functional models of Keras 3
+# also hold Keras' math operations (keras.src.ops.*) as nodes.
+_KERAS_PACKAGES = ("keras", "tf_keras")
 _OPS_MODULE = re.compile(r"keras\.src\.ops\.\w+")
 _OP_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*")
 
@@ -76,23 +82,34 @@ _WEIGHTS_RATIO = 50  # the most an uncompressed weights file may exceed its comp
 
 @functools.cache
 def keras_own_classes() -> frozenset[str]:
-    """The names of the initializers, regularizers and constraints that Keras ships, read from
-    the modules of each Keras installed (tf-keras, Keras 3): pure objects that make weights'
-    starting values or penalties, whatever names a version gives them."""
+    """The names of the layers, initializers, regularizers and constraints that Keras ships,
+    read from the public namespaces of each Keras installed (tf-keras, Keras 3): every class
+    `keras.layers` (`keras.initializers`, ...) exports that derives from its `Layer`
+    (`Initializer`, ...) and is defined in that package, whatever names a version gives them
+    (`OrthogonalInitializer` is Keras 3's name for `Orthogonal`). `RUNS_CODE` is left out."""
     names: set[str] = set()
-    for package in ("keras", "tf_keras"):
+    for package in _KERAS_PACKAGES:
         try:
             keras = importlib.import_module(package)
         except ImportError:
             continue
-        for kind, base in (("initializers", "Initializer"), ("regularizers", "Regularizer"), ("constraints", "Constraint")):
+        for kind, base in (("layers", "Layer"), ("initializers", "Initializer"), ("regularizers", "Regularizer"), ("constraints", "Constraint")):
             module = getattr(keras, kind, None)
             root = getattr(module, base, None)
             for name in dir(module) if root is not None else ():
                 obj = getattr(module, name)
-                if isinstance(obj, type) and issubclass(obj, root) and obj is not root and obj.__module__.split(".")[0] == package:
+                if isinstance(obj, type) and issubclass(obj, root) and obj.__module__.split(".")[0] == package:
                     names |= {name, obj.__name__}
-    return frozenset(names)
+    return frozenset(names - set(RUNS_CODE))
+
+
+def _reads_a_file(obj: dict) -> str | None:
+    """The file a layer's configuration names for Keras to read (`_FILE_KEYS`), if any."""
+    config = obj.get("config")
+    for key in _FILE_KEYS if isinstance(config, dict) else ():
+        if isinstance(config.get(key), str):
+            return config[key]
+    return None
 
 
 def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:
@@ -117,13 +134,16 @@ def _refused(config: Any) -> list[str]:
         elif module is not None and _OPS_MODULE.fullmatch(module):
             if not _OP_CLASS.fullmatch(name):
                 found.append(f"{name} (not an operation of {module})")
+        elif name in RUNS_CODE or name == "function":
+            found.append(f"{name} ({RUNS_CODE.get(name, 'runs a Python function named in the file')})")
         elif name not in KNOWN_CLASSES and name not in keras_own_classes():
-            why = "runs a Python function named in the file" if name in ("Lambda", "function") else "not one of Keras' own layers"
-            found.append(f"{name} ({why})")
-        elif module not in _MODULES and not (name in ("Functional", "Sequential", "Model") and module in _MODEL_MODULES):
+            found.append(f"{name} (not one of Keras' own layers)")
+        elif module is not None and module.split(".")[0] not in _KERAS_PACKAGES:
             found.append(f"{name} (from the module {module}, not Keras)")
         elif obj.get("registered_name") not in (None, name):
             found.append(f"{name} (registered as {obj['registered_name']}, a custom object)")
+        elif _reads_a_file(obj) is not None:
+            found.append(f"{name} (reads {_reads_a_file(obj)}, a file outside the model)")
     return sorted(set(found))
 
 
@@ -135,28 +155,66 @@ def _refuse(source: str, found: list[str], what: str = "loading it would build o
         )
 
 
+_ASSET_LIMIT = 64 << 20  # the most one asset (a vocabulary, say) may unpack to; all of them: 4 times that
+
+
+def _not_an_asset(name: str) -> bool:
+    """Whether an archive member under `assets/` is not a layer's asset as Keras saves one
+    (`assets/layers/NAME/...`, a plain relative path)."""
+    parts = PurePosixPath(name).parts
+    return name.startswith("/") or "\\" in name or any(part in ("..", ".") for part in parts) or len(parts) < 3 or parts[1] != "layers"
+
+
+def _snake_case(name: str) -> str:
+    """A class name as Keras names its object in a saved archive (`TextVectorization` -> `text_vectorization`)."""
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", re.sub(r"\W+", "", name))  # as keras.src.utils.naming.to_snake_case
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _asset_owner(name: str, classes: set[str]) -> bool:
+    """Whether `assets/layers/DIR/...` belongs to a layer of the model: Keras names DIR after
+    the layer's class, numbered from the second of a class on (`string_lookup_1`)."""
+    folder = PurePosixPath(name).parts[2]
+    return re.sub(r"_\d+$", "", folder) in classes or folder in classes
+
+
 def _zip_config(p: Path, source: str) -> dict:
+    """The configuration of a `.keras` archive, after its members are checked: config.json,
+    metadata.json, model.weights.h5 and the assets Keras saves for its layers (a vocabulary
+    under `assets/layers/NAME/`, read by Keras from inside the archive), each within size limits."""
     try:
         with zipfile.ZipFile(p) as z:
             infos = z.infolist()
-            extra = sorted(i.filename for i in infos if i.filename not in _MEMBERS)
+            assets = [i for i in infos if i.filename.startswith("assets/")]
+            extra = sorted(i.filename for i in infos if i.filename not in _MEMBERS and not i.filename.startswith("assets/"))
+            extra += sorted(i.filename for i in assets if _not_an_asset(i.filename))
             if extra:
                 raise UnsafeGraphError(
                     f"{source}: the archive holds members a Keras model file does not ({', '.join(extra[:5])}); "
                     "nothing was unpacked. If you trust this model, pass --allow-unsafe-ops"
                 )
             for i in infos:
-                limit = _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
+                limit = _ASSET_LIMIT if i in assets else _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
                 if i.file_size > limit:
                     raise UnsafeGraphError(
                         f"{source}: its member {i.filename} unpacks to {i.file_size:,} bytes from {i.compress_size:,}, "
                         f"more than the {limit:,} a Keras model file needs; nothing was unpacked"
                     )
+            if sum(i.file_size for i in assets) > 4 * _ASSET_LIMIT:
+                raise UnsafeGraphError(f"{source}: its assets unpack to more than {4 * _ASSET_LIMIT:,} bytes; nothing was unpacked")
             if "config.json" not in z.namelist():
                 raise ModelFormatError(f"{source}: the archive has no config.json; it is not a Keras model file")
-            return json.loads(z.read("config.json"))
+            config = json.loads(z.read("config.json"))
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         raise ModelFormatError(f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}") from None
+    classes = {_snake_case(obj["class_name"]) for _, obj in _objects(config) if isinstance(obj.get("class_name"), str)}
+    strays = sorted(i.filename for i in assets if not _asset_owner(i.filename, classes))
+    if strays:
+        raise UnsafeGraphError(
+            f"{source}: the archive holds assets of no layer of the model ({', '.join(strays[:5])}); nothing was unpacked. "
+            "If you trust this model, pass --allow-unsafe-ops"
+        )
+    return config
 
 
 _OUTSIDE = "its HDF5 weights would be read from outside the file (a Keras file holds its own)"
