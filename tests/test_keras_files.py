@@ -384,3 +384,34 @@ def test_a_keras_3_text_classifier_with_its_vocabulary_in_the_archive_records_it
             got = rec.gate_array(name, g, "activation")
             np.testing.assert_array_equal(np.isnan(got[..., 0]), ~valid)
             np.testing.assert_allclose(got[valid], expected[g][1][valid], atol=1e-5, err_msg=f"{name} {g}")
+
+
+@pytest.mark.parametrize("name", ["m.h5", "m.keras"])
+def test_an_hdf5_dataset_declaring_far_more_than_the_file_holds_is_refused_before_it_is_read(name, tmp_path):
+    """A chunked dataset whose chunks were never written declares 4 TB in a few kilobytes: reading
+    it would allocate it all. Its declared size is checked against what the file stores first."""
+    import h5py
+
+    keras = keras_module("tf-keras" if name == "m.h5" else "keras3")
+    x = keras.Input((T, FEATURES), name="x")
+    model = keras.Model(x, keras.layers.LSTM(2, name="lstm")(x))
+    path = tmp_path / name
+    model.save(str(path))
+    if name == "m.h5":
+        with h5py.File(path, "a") as f:
+            group = f["model_weights"]["lstm"]
+            group.create_dataset("bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024))
+    else:
+        with zipfile.ZipFile(path) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        (tmp_path / "w.h5").write_bytes(members["model.weights.h5"])
+        with h5py.File(tmp_path / "w.h5", "a") as f:
+            f.create_dataset("layers/lstm/bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024))
+        members["model.weights.h5"] = (tmp_path / "w.h5").read_bytes()
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in members.items():
+                z.writestr(n, data)
+    assert path.stat().st_size < 1 << 20
+    msg = one_line_error(run_cli("inspect", str(path)))
+    assert "its HDF5 weights declare far more than the file holds (" in msg and "bomb (declares 4,398,046,511,104 bytes of [1048576, 1048576], stores 0)" in msg
+    assert "nothing was loaded" in msg

@@ -46,7 +46,7 @@ from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 
-__all__ = ["KNOWN_CLASSES", "RUNS_CODE", "keras_own_classes", "h5_problems", "check_keras_file", "keras_config", "keras2_fixes"]
+__all__ = ["KNOWN_CLASSES", "RUNS_CODE", "keras_own_classes", "h5_problems", "h5_oversized", "check_keras_file", "keras_config", "keras2_fixes"]
 
 # What a Keras configuration names besides layers: its models, dtype policies, and the
 # markers Keras writes for tensors and shapes. Layers, initializers, regularizers and
@@ -220,13 +220,21 @@ def _zip_config(p: Path, source: str) -> dict:
 _OUTSIDE = "its HDF5 weights would be read from outside the file (a Keras file holds its own)"
 
 
-def h5_problems(source: str, file) -> list[str]:
-    """`path (why)` for every object of an HDF5 file (a path or a binary file object) whose
-    data would be read from outside it: external raw storage, external links, virtual
-    datasets. Only the file's structure is read, never a dataset's values, and no link is followed."""
+def _refuse_oversized(source: str, found: list[str]) -> None:
+    if found:
+        raise ModelFormatError(
+            f"{source}: its HDF5 weights declare far more than the file holds ({listing(found, 3)}); reading them would "
+            "allocate it all: nothing was loaded. The file is damaged or made to exhaust memory: save the model again"
+        )
+
+
+def _h5_datasets(source: str, file) -> Iterator[tuple[str, Any]]:
+    """(path, what) for every object of an HDF5 file (a path or a binary file object): a dataset,
+    or an `h5py.ExternalLink`. Only the file's structure is read, never a dataset's values, and
+    no link is followed; an object linked twice is given once."""
     import h5py
 
-    problems, seen = [], set()
+    seen = set()
     try:
         with h5py.File(file, "r") as f:
             stack = [f]
@@ -236,26 +244,56 @@ def h5_problems(source: str, file) -> list[str]:
                     path = f"{group.name.rstrip('/')}/{name}"
                     link = group.get(name, getlink=True)
                     if isinstance(link, h5py.ExternalLink):
-                        problems.append(f"{path} (a link to {link.filename}, another file)")
+                        yield path, link
                         continue
                     if isinstance(link, h5py.SoftLink):  # a name for an object of this file, visited by its own
                         continue
                     obj = group[name]
-                    address = h5py.h5o.get_info(obj.id).addr  # an object linked twice is walked once
+                    address = h5py.h5o.get_info(obj.id).addr
                     if address in seen:
                         continue
                     seen.add(address)
                     if isinstance(obj, h5py.Group):
                         stack.append(obj)
                     elif isinstance(obj, h5py.Dataset):
-                        plist = obj.id.get_create_plist()
-                        if plist.get_external_count():
-                            problems.append(f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)")
-                        elif plist.get_layout() == h5py.h5d.VIRTUAL:
-                            problems.append(f"{path} (a virtual dataset, mapping other files in)")
+                        yield path, obj
     except (OSError, ValueError, KeyError) as err:
         raise ModelFormatError(f"{source}: cannot read it as an HDF5 file: {err}") from None
+
+
+def h5_problems(source: str, file) -> list[str]:
+    """`path (why)` for every object of an HDF5 file (a path or a binary file object) whose
+    data would be read from outside it: external raw storage, external links, virtual
+    datasets. Only the file's structure is read, never a dataset's values, and no link is followed."""
+    import h5py
+
+    problems = []
+    for path, obj in _h5_datasets(source, file):
+        if isinstance(obj, h5py.ExternalLink):
+            problems.append(f"{path} (a link to {obj.filename}, another file)")
+            continue
+        plist = obj.id.get_create_plist()
+        if plist.get_external_count():
+            problems.append(f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)")
+        elif plist.get_layout() == h5py.h5d.VIRTUAL:
+            problems.append(f"{path} (a virtual dataset, mapping other files in)")
     return sorted(problems)
+
+
+def h5_oversized(source: str, file) -> list[str]:
+    """`path (why)` for every dataset that declares far more bytes than the file stores for it
+    (a chunked dataset whose chunks were never written reads back as its fill value: a few
+    bytes on disk can declare terabytes): more than 64 MiB and `_WEIGHTS_RATIO` times its stored
+    bytes. Keras writes its weights uncompressed, so what it saved declares what it stores."""
+    import h5py
+
+    found = []
+    for path, obj in _h5_datasets(source, file):
+        if isinstance(obj, h5py.Dataset):
+            declared, stored = int(obj.size) * obj.dtype.itemsize, obj.id.get_storage_size()
+            if declared > max(64 << 20, _WEIGHTS_RATIO * stored):
+                found.append(f"{path} (declares {declared:,} bytes of {list(obj.shape)}, stores {stored:,})")
+    return sorted(found)
 
 
 def _h5_config(p: Path, source: str) -> dict:
@@ -311,8 +349,11 @@ def check_keras_file(path: str | Path) -> None:
             if "model.weights.h5" in z.namelist():
                 with z.open("model.weights.h5") as weights:
                     _refuse(f"{source} (model.weights.h5)", h5_problems(source, weights), _OUTSIDE)
+                with z.open("model.weights.h5") as weights:
+                    _refuse_oversized(f"{source} (model.weights.h5)", h5_oversized(source, weights))
     else:
         _refuse(source, h5_problems(source, p), _OUTSIDE)
+        _refuse_oversized(source, h5_oversized(source, p))
 
 
 def keras2_fixes(config: dict) -> dict | None:
