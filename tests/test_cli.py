@@ -150,7 +150,7 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
     "feed, expected",
     [
         ("nope={x}", "unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"),
-        ("unstack={x}", "feed 'unstack': unstack:0 is the output of a Unpack op, not a placeholder; its placeholders are x"),
+        ("unstack={x}", "feed unstack: tensor (Unpack output) unstack:0 expects shape [None, 4], given [3, 5, 4]"),  # any feedable tensor
         ("x={bad_shape}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 5, 3]"),
         ("x={bad_dtype}", "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32"),
         ("x={bad_rank}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 20]"),

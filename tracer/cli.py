@@ -343,15 +343,20 @@ def _inspect(args) -> None:
     model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False, allow_unsafe_ops=args.allow_unsafe_ops)
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
+    from tracer.inputs.feeds import describe_entry, pipeline_entries
+
     with model, from_loops(model, tracer.find_cells(model.graph, model.source), progress=False, restore=False) as (model, cells):
         plan = tracer.FetchPlan(model.graph, cells)
         weights = [t for c in cells for t in c.weights.values()]
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
+        pipelines = [] if model.inputs else pipeline_entries(plan.tensors)  # fed instead of their queue or iterator
+        fed = {t.name for t, _ in pipelines}
         # What each command would run beyond the allowlist: loading, then the weights (weights)
-        # or the gates and weights of every cell (record); and which cells record alone safely.
+        # or the gates and weights of every cell (record, with the pipeline's tensors fed); and
+        # which cells record alone safely.
         refused = {
             "weights": sorted(set(loading + unsafe_ops(model.graph, weights))),
-            "record": sorted(set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights]))),
+            "record": sorted(set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights], fed=fed))),
         }
         safe_cells = [] if loading or not refused["record"] else [  # walked only when record would be refused
             c.name for c in cells if not unsafe_ops(model.graph, [*tracer.FetchPlan(model.graph, [c], context=cells).tensors, *c.weights.values()])
@@ -361,8 +366,9 @@ def _inspect(args) -> None:
         if not inputs:  # a checkpoint or frozen graph: the placeholders the gates need
             from tracer.inputs.feeds import unfed_placeholders
 
-            needed = sorted(op.name for op in unfed_placeholders(plan.tensors, set()))
+            needed = sorted(op.name for op in unfed_placeholders(plan.tensors, fed))
             inputs = [_signature_input(model.graph, name, f"{name}:0") for name in needed]
+            inputs += [{**_signature_input(model.graph, t.name.removesuffix(":0"), t.name), "from": describe_entry(t, op)} for t, op in pipelines]
     if args.json:
         described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe,
                      "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v}, **({"notes": list(model.notes)} if model.notes else {})}
@@ -372,6 +378,9 @@ def _inspect(args) -> None:
     for note in model.notes:
         print(f"note: {note}")
     for i in inputs:
+        if "from" in i:
+            print(f"the cells read their inputs from {i['from']}: record with --feed {i['name']}=FILE.npy")
+            continue
         print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:

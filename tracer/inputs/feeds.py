@@ -2,8 +2,14 @@
 
 `parse_feed_args` reads the CLI's `NAME=FILE.npy` and `NAME=VALUE` arguments;
 `resolve_feeds` maps feed names (with or without `:0`, or a SavedModel signature's input
-names) to the graph's placeholders and
-checks every shape and dtype, and that every placeholder the fetches need is fed.
+names) to the graph's tensors and checks every shape and dtype, and that every placeholder
+the fetches need is fed. Any tensor TensorFlow can feed (`Graph.is_feedable`) may be fed, not
+only a placeholder: models that read their data through a queue (`QueueDequeue*`, the TF1
+input producers) or a `tf.data` iterator (`IteratorGetNext`) are fed the tensor the pipeline
+produces, and what lies only upstream of a fed tensor never runs. `pipeline_entries` finds
+those tensors (the first of rank 2 or more on the way from the pipeline to the fetches), and
+`resolve_feeds` refuses, naming them, a fetch that would dequeue or iterate: without a
+queue runner that would wait forever.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from recorders.errors import FeedError
 from tracer._tf import tf
 from tracer.inputs.files import is_input_spec, open_input
 
-__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "unfed_placeholders", "count_sequences", "fixed_size", "cast_notes", "batches"]
+__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "fed_names", "pipeline_entries", "describe_entry", "unfed_placeholders", "count_sequences", "fixed_size", "cast_notes", "batches"]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
+# Ops that hand out the next batch of an input pipeline: a queue's dequeues (TF1 input
+# producers, `tf.train.batch`), a tf.data iterator's next element, a TF1 reader's next record.
+_PIPELINE_PREFIXES = ("QueueDequeue", "IteratorGetNext", "ReaderRead")
 
 
 def _parse_scalar(text: str) -> Any:
@@ -72,17 +81,73 @@ def _shape(shape: tf.TensorShape) -> str:
 
 
 def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.Tensor:
+    """The tensor a feed name names: a placeholder, or any tensor TensorFlow can feed."""
     tensor_name = aliases.get(name) or (name if ":" in name else name + ":0")
     try:
         tensor = graph.get_tensor_by_name(tensor_name)
     except (KeyError, ValueError):
         raise FeedError(f"unknown feed {name!r}: the graph has no tensor {tensor_name}; its placeholders are {_placeholders(graph)}") from None
-    if tensor.op.type not in _PLACEHOLDERS:
+    if not graph.is_feedable(tensor):
         raise FeedError(
-            f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, not a placeholder; "
+            f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, which TensorFlow cannot feed; "
             f"its placeholders are {_placeholders(graph)}"
         )
     return tensor
+
+
+def fed_names(graph: tf.Graph, feeds: Mapping[str, Any], aliases: Mapping[str, str] | None = None) -> set[str]:
+    """The names of the tensors `feeds` feed (names that name none are left to `resolve_feeds`)."""
+    found = set()
+    for name in feeds:
+        try:
+            found.add(_placeholder(graph, name, aliases or {}).name)
+        except FeedError:
+            pass
+    return found
+
+
+def _fanin(fetches: Iterable[tf.Tensor], fed: set[str]) -> dict[str, tf.Operation]:
+    """The ops running `fetches` runs when the tensors named in `fed` are fed."""
+    queue, seen = deque(t.op for t in fetches), {}
+    while queue:
+        op = queue.popleft()
+        if op.name not in seen:
+            seen[op.name] = op
+            queue.extend(t.op for t in op.inputs if t.name not in fed)
+            queue.extend(op.control_inputs)
+    return seen
+
+
+def pipeline_entries(fetches: Iterable[tf.Tensor], fed: set[str] = frozenset()) -> list[tuple[tf.Tensor, tf.Operation]]:
+    """(tensor to feed, pipeline op) for each input pipeline op that running `fetches` would
+    run: the first tensors of rank 2 or more (a batch of sequences) on the way from the op to
+    the fetches, or the op's own outputs if none is."""
+    fanin = _fanin(list(fetches), fed)
+    found = []
+    for op in fanin.values():
+        if not op.type.startswith(_PIPELINE_PREFIXES):
+            continue
+        todo, seen, entries = list(op.outputs), set(), []
+        while todo:
+            t = todo.pop(0)
+            if t.name in seen:
+                continue
+            seen.add(t.name)
+            if t.shape.rank is not None and t.shape.rank >= 2:
+                entries.append(t)
+                continue
+            todo += [o for c in t.consumers() if c.name in fanin for o in c.outputs]
+        found += [(t, op) for t in (entries or [o for o in op.outputs if any(c.name in fanin for c in o.consumers())])]
+    return sorted(found, key=lambda e: e[0].name)
+
+
+def _pipeline_kind(op: tf.Operation) -> str:
+    return "a tf.data iterator" if op.type.startswith("IteratorGetNext") else "a queue" if op.type.startswith("QueueDequeue") else "a reader"
+
+
+def describe_entry(tensor: tf.Tensor, op: tf.Operation) -> str:
+    """`NAME (dtype [shape]) produced by a queue (OP)`: what to feed instead of a pipeline."""
+    return f"{tensor.name} ({tensor.dtype.name} {_shape(tensor.shape)}) produced by {_pipeline_kind(op)} ({op.name}, {op.type})"
 
 
 def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placeholder") -> Any:
@@ -138,7 +203,16 @@ def resolve_feeds(
         tensor = _placeholder(graph, name, aliases or {})
         if tensor in feed_dict:
             raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
-        feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value), name
+        what = "placeholder" if tensor.op.type in _PLACEHOLDERS else f"tensor ({tensor.op.type} output)"
+        feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value, what), name
+    fetches = list(fetches)
+    pipelines = pipeline_entries(fetches, {t.name for t in feed_dict})
+    if pipelines:
+        tensor, op = pipelines[0]
+        raise FeedError(
+            f"the cells read their inputs from {describe_entry(tensor, op)}; running it would dequeue, and nothing fills "
+            f"the pipeline here: feed that tensor instead, e.g. --feed {tensor.name.removesuffix(':0')}=FILE.npy"
+        )
     missing = unfed_placeholders(fetches, {t.name for t in feed_dict})
     if missing:
         op = missing[0]

@@ -80,6 +80,10 @@ _FRAME_OPS = frozenset({"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefEx
 _CONSTANT_OPS = frozenset({"Const", "HostConst"})
 _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Rank", "Size"})
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient"})
+# The calls TensorFlow writes only for functions without stateful ops, choosing the stateful
+# twin otherwise (`StatefulPartitionedCall`, `If`, `While`, `Case`); a function used as an op
+# is one too, its statefulness in its signature. Dataset ops taking functions are not calls.
+_STATELESS_CALLS = frozenset({"PartitionedCall", "SymbolicGradient", "StatelessIf", "StatelessWhile", "StatelessCase"})
 
 
 def _op_def(op_type: str):
@@ -113,13 +117,6 @@ def _stateful(op_type: str) -> bool:
     """Marked stateful in TensorFlow's registry, or not known to this TensorFlow (an unknown op cannot be imported)."""
     op_def = _op_def(op_type)
     return op_def is None or op_def.is_stateful
-
-
-def _stateful_call(node, library: dict) -> bool:
-    if node.op in library:
-        return library[node.op].signature.is_stateful
-    op_def = _op_def(node.op)
-    return op_def is not None and op_def.is_stateful
 
 
 def _walkable(node, library: dict) -> bool:
@@ -276,7 +273,8 @@ def import_problems(graph_def) -> list[str]:
 
 
 def _mislabelled_calls(graph_def, library: dict) -> list[str]:
-    """Calls not marked stateful that reach a function holding a stateful op."""
+    """Calls not marked stateful (`_STATELESS_CALLS`, or a function used as an op whose signature
+    says so) that reach a function holding a stateful op."""
     callees, unknown = _callees(library)
     stateful: dict[str, str] = {}  # function -> a stateful op in it, `name (Type) in function F`
     for where, function, node in _nodes(graph_def):
@@ -297,7 +295,7 @@ def _mislabelled_calls(graph_def, library: dict) -> list[str]:
                 todo.append(caller)
     problems = []
     for where, _, node in _nodes(graph_def):
-        if _stateful_call(node, library):
+        if not (node.op in _STATELESS_CALLS or (node.op in library and not library[node.op].signature.is_stateful)):
             continue
         direct, blind = _names([node], library)
         reach = set(library) if blind or (direct and unknown) else direct

@@ -119,14 +119,16 @@ def _key(name: str, bound: dict) -> tuple:
     return name, tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in bound.items()))
 
 
-def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
+def ops_to_run(graph: tf.Graph, fetches: Iterable, fed: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(name, type) of the ops running `fetches` (tensors, ops or their names) would
     execute: those of the graph, following data and control edges, and those of every
     function they call (by an attribute such as `f` or `body`, by using a function's name
     as their type, or through an attribute placeholder bound by the caller or by the
     function's default), and of the functions those call, and so on. A call itself is not
     listed; the function's ops are, as `op in function NAME`. A function attribute nothing
-    binds is listed as `(function attribute nothing sets)`, which no allowlist holds."""
+    binds is listed as `(function attribute nothing sets)`, which no allowlist holds. What
+    only feeds the tensors named in `fed` does not run (Session.run prunes it)."""
+    fed = set(fed)
     queue = deque()
     for f in fetches:
         if isinstance(f, str):
@@ -138,7 +140,7 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable) -> list[tuple[str, str]]:
         if op.name in seen:
             continue
         seen[op.name] = op
-        queue.extend(t.op for t in op.inputs)
+        queue.extend(t.op for t in op.inputs if t.name not in fed)
         queue.extend(op.control_inputs)
     library = {}
     if any(op.node_def.attr for op in seen.values()):
@@ -175,9 +177,10 @@ def _outside(ran: Iterable[tuple[str, str]], allowed: frozenset) -> list[str]:
     return sorted(f"{name} ({kind})" for name, kind in ran if kind not in ok)
 
 
-def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset()) -> list[str]:
-    """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` would execute."""
-    return _outside(ops_to_run(graph, fetches), allowed)
+def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset(), fed: Iterable[str] = ()) -> list[str]:
+    """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` (the
+    tensors named in `fed` fed) would execute."""
+    return _outside(ops_to_run(graph, fetches, fed), allowed)
 
 
 def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> list[str]:
@@ -258,10 +261,11 @@ def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: f
     refuse(unsafe_ops(graph, fetches, allowed), what, source)
 
 
-def check_model(model, fetches: Iterable, what: str) -> list[tuple[str, str]]:
+def check_model(model, fetches: Iterable, what: str, fed: Iterable[str] = ()) -> list[tuple[str, str]]:
     """`check` on a `tracer.load.model.Model`'s graph, unless it was loaded with allow_unsafe_ops;
-    returns what running `fetches` runs (`ops_to_run`), walked once for the caller's use too."""
-    ran = ops_to_run(model.graph, fetches)
+    returns what running `fetches` (with the tensors named in `fed` fed) runs (`ops_to_run`),
+    walked once for the caller's use too."""
+    ran = ops_to_run(model.graph, fetches, fed)
     if not model.allow_unsafe_ops:
         refuse(_outside(ran, frozenset()), what, model.source)
     return ran

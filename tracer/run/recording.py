@@ -36,6 +36,8 @@ from tracer.inputs.feeds import (
     batches,
     cast_notes,
     count_sequences,
+    fed_names,
+    pipeline_entries,
     resolve_feeds,
     unfed_placeholders,
 )
@@ -125,7 +127,10 @@ def _prepare(
     plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
-    ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights")
+    fed = fed_names(model.graph, feeds, model.inputs)
+    if pipeline_entries(plan.tensors, fed):  # named, with the tensor to feed, before the op check would call it unsafe
+        resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
+    ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights", fed)
     too_large = fixed_size_problem(model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name)
     if too_large:
         raise RecordingError(f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run")
