@@ -270,3 +270,69 @@ def test_a_frozen_loop_pruned_to_its_projected_final_state_records_its_projectio
         np.testing.assert_allclose(rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
     for s, values in ref["states"].items():
         np.testing.assert_allclose(rec.state_array(cell, s), values, atol=1e-5)
+
+
+RESIDUAL = {name: CONFIGS[name] for name in ("LSTMCell", "GRUCell", "BasicLSTMCell")}
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+@pytest.mark.parametrize("name", list(RESIDUAL))
+def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes(name, cf, tmp_path):
+    """GNMT's stacking: MultiRNNCell of ResidualWrapper cells under dynamic_rnn, each upper layer
+    reading the sum of the layer below's output and its own input. The loop emits what each
+    upper step read; `--verify` replays from it; every gate equals static_rnn's with the same
+    weights bit for bit, the parts sum to the preactivation, and the upper layer equals a float64
+    numpy cell on h_below + x."""
+    config = RESIDUAL[name]
+    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(config.make()) for _ in range(2)])  # noqa: E731
+    wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)  # 3 features: the residual adds them to 3 units
+
+    def dynamic(x):
+        return [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]]
+
+    def static(x):
+        return [v1.nn.static_rnn(layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    with control_flow(cf):
+        looped = build(dynamic, features=3)
+    unrolled = build(static, features=3)
+    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", "--values", "preactivation,activation,contributions", x=wide)
+    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=wide)
+    assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 2 and set(paths(loop).values()) == {"loop"}
+    for cell in loop.cells:
+        assert_same(loop, fetched, cell)
+    lower, upper = sorted(loop.cells)
+    below = fetched.state_array(lower, "h").astype(np.float64)
+    zeros = {"h0": np.zeros((6, 3), np.float32), **({"c0": np.zeros((6, 3), np.float32)} if "LSTM" in name else {})}
+    ref = expected(config, looped.weights[upper.rsplit("/", 1)[0] + "/" + config.scope_name], {"x": (below + wide).astype(np.float32), **zeros})
+    for g, gate in enumerate(loop.gates(upper)):
+        np.testing.assert_allclose(loop.gate_array(upper, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+    frame = loop.gate_frame([upper], columns=["preactivation", "input", "recurrent", "bias"])
+    parts = frame[["input", "recurrent", "bias"]].sum(axis=1)
+    np.testing.assert_allclose(parts, frame["preactivation"], atol=1e-5)
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_bidirectional_residual_stack_with_lengths_records_what_static_rnn_computes(cf, tmp_path):
+    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(R.LSTMCell(3)) for _ in range(2)])  # noqa: E731
+    wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)
+
+    def dynamic(x):
+        seq = v1.placeholder(tf.int32, [None], name="len")
+        return list(tf.nest.flatten(v1.nn.bidirectional_dynamic_rnn(layers(), layers(), x, sequence_length=seq, dtype=tf.float32)))
+
+    def static(x):  # static_rnn with sequence_length runs its steps in conds: recorded with --lengths instead
+        return [v1.nn.static_bidirectional_rnn(layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+
+    with control_flow(cf):
+        looped = build(dynamic, features=3)
+    unrolled = build(static, features=3)
+    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=wide, len=LENGTHS)
+    np.save(tmp_path / "len.npy", LENGTHS)
+    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", "--lengths", str(tmp_path / "len.npy"), x=wide)
+    assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 4
+    for cell in loop.cells:  # the backward half reads each sequence from its own end, the unrolled one from
+        for gate in loop.gates(cell):  # the last step: --verify replayed it from what each step read
+            a, b = loop.gate_array(cell, gate, "preactivation"), fetched.gate_array(cell, gate, "preactivation")
+            for e, n in enumerate(LENGTHS):
+                assert np.isnan(a[e, n:]).all() and ("/bw/" in cell or np.array_equal(a[e, :n], b[e, :n])), f"{cell} {gate} example {e}"

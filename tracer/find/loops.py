@@ -170,8 +170,14 @@ def _stack(apps, one: Callable) -> list:
 
 
 # What a wrapper between two stacked layers does to the output on its way up: DropoutWrapper's
-# `tf.nn.dropout` (`where(keep, x * scale, 0)`, or `x * scale * mask` in older TensorFlow).
-_ELEMENTWISE = {"Identity": (0,), "Mul": (0, 1), "RealDiv": (0,), "Select": (1, 2), "SelectV2": (1, 2)}
+# `tf.nn.dropout` (`where(keep, x * scale, 0)`, or `x * scale * mask` in older TensorFlow),
+# ResidualWrapper's add of the layer's own input (GNMT's stacking).
+_ELEMENTWISE = {"Identity": (0,), "Mul": (0, 1), "RealDiv": (0,), "Select": (1, 2), "SelectV2": (1, 2), "AddV2": (0, 1), "Add": (0, 1)}
+
+
+def _direct(app, below) -> bool:
+    """Whether a stacked step reads the output of the layer below as it is (through Identity only)."""
+    return below is None or _through_identity(app.input).name == below.loop.body.states[-1]
 
 
 def _below(x: tf.Tensor, out_of: dict, depth: int = 4):
@@ -265,6 +271,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             length=_length(graph, inputs, below),
             masked=lengths is None and _selected(app.states[-1]),
             carried=all(_carries(_v1_merge(p).inputs[1].op.inputs[0], new) for p, new in zip(app.previous, app.states)),
+            direct=_direct(app, below),
             body=step_of(app, 0),
             **_reversal(graph, inputs, below),
         )
@@ -328,6 +335,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 length=_length(graph, inputs, below),
                 masked=lengths is None and _selected(app.states[-1]),
                 carried=all(_carries(body.outputs[arg(p)], new) for p, new in zip(app.previous, app.states)),
+                direct=_direct(app, below),
                 body=step_of(app, 0),
                 **_reversal(graph, inputs, below),
             )

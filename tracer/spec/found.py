@@ -46,6 +46,9 @@ class Loop:
                   input position n - 1 - t.
     reverse_lengths: the lengths its input was reversed by (`ReverseSequence`), or None
                   when the whole sequence was reversed (`ReverseV2`).
+    direct:       False when a stacked cell reads the layer below through other ops (a residual
+                  add, a dropout): its own input is then emitted with its gates, and is what
+                  `--verify` replays it from.
     """
 
     control_flow: str
@@ -61,6 +64,7 @@ class Loop:
     length: int | None = None  # the number of steps, where the input's time axis is static
     masked: bool = False  # the loop keeps the state where a mask (not a length) says so
     carried: bool = True  # the loop carries the cell's new state as it is (no wrapper changes it)
+    direct: bool = True  # a stacked cell reads the output of the cell `below` itself, not through other ops (a residual add)
     body: "Step | None" = None  # the cell's step: tensor names in the body function (v2) or the frame (v1)
     emitted: "Step | None" = None  # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
 

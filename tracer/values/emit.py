@@ -251,7 +251,7 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: b
             return c
         body, loop = c.loop.body, c.loop.loop
         names = {field_: tuple(emitted[(loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
-        if c.fused is not None or reads:
+        if c.fused is not None or reads or not c.loop.direct:
             names.update(input=emitted[(loop, body.input)], previous=tuple(emitted[(loop, n)] for n in body.previous))
         else:  # not emitted: nothing outside the loop holds them
             names.update(input="", previous=())
@@ -267,8 +267,9 @@ def _emittable(cell: Cell) -> bool:
 
 def _wanted(cell: Cell, reads: bool) -> tuple[str, ...]:
     """The tensors of a loop cell's step to emit: its gates and states; also what it reads
-    for a fused op (its preactivations are computed from them, `tracer.values.fused`) and
-    with `reads` (the parts, `tracer.values.parts`)."""
+    for a fused op (its preactivations are computed from them, `tracer.values.fused`), with
+    `reads` (the parts, `tracer.values.parts`), and for a stacked cell that reads the layer
+    below through other ops (its input is not the other's output: `--verify` replays from it)."""
     body = cell.loop.body
     own = (*body.preactivation, *body.activation, *body.states)
-    return (*own, body.input, *body.previous) if cell.fused is not None or reads else own
+    return (*own, body.input, *body.previous) if cell.fused is not None or reads or not cell.loop.direct else own

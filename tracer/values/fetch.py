@@ -147,7 +147,7 @@ class FetchPlan:
                 ),
                 **(
                     {"reads": (slot(c.loop.emitted.input), [slot(n) for n in c.loop.emitted.previous])}
-                    if parts and c.path == "loop" and c.fused is None else {}
+                    if (parts or not c.loop.direct) and c.path == "loop" and c.fused is None else {}
                 ),
                 **(
                     {"fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
@@ -244,6 +244,13 @@ class FetchPlan:
         where = self._loop_slots[cell.name]
         if cell.loop.below is None:
             inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
+        elif "reads" in where:  # what the step itself read, emitted by the loop
+            inputs = np.swapaxes(values[where["reads"][0]], 0, 1)
+        elif not cell.loop.direct:
+            raise GraphPatternError(
+                f"cell {cell.name} reads the layer below ({cell.loop.below}) through other ops (a residual add, a dropout), "
+                "which a replay cannot rebuild; record the model from its file, whose loop then emits what the cell reads"
+            )
         else:
             inputs = values[self._replayed_at[cell.loop.below]].states["h"]
         lengths = None if where["lengths"] is None else values[where["lengths"]]
