@@ -71,12 +71,12 @@ MAX_CALL_DEPTH = 100  # functions calling functions; a Keras model saved by TF2 
 
 _NOT_PLAIN_TYPES = {tf.string.as_datatype_enum, tf.resource.as_datatype_enum, tf.variant.as_datatype_enum}
 
-# TensorFlow's rule, by its own names (eval_const_tensor.cc): the control-flow ops constant
-# evaluation never walks through (IsMerge, IsEnter, IsExit); the constants it starts from
+# TensorFlow's rule, by its own names (eval_const_tensor.cc): the ops constant evaluation
+# never walks through (IsMerge, IsEnter, IsExit, IsPlaceholderWithDefault); the constants it starts from
 # (IsConstant); the ops whose value it may take from their input's shape without running
 # the input (TryInferFromShapes); the node classes it calls function calls (IsFunctionCall:
 # these, and a function used as an op), whose bodies shape inference enters.
-_FRAME_OPS = frozenset({"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "PlaceholderWithDefault"})
+_NEVER_WALKED = frozenset({"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "PlaceholderWithDefault"})
 _CONSTANT_OPS = frozenset({"Const", "HostConst"})
 _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Rank", "Size"})
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient"})
@@ -122,7 +122,7 @@ def _stateful(op_type: str) -> bool:
 def _walkable(node, library: dict) -> bool:
     """TensorFlow's IsSupportedForEvaluation for a node with inputs: not stateful, no frame
     op, no call, no function in an attribute."""
-    if node.op in library or node.op in _FRAME_OPS or _stateful(node.op):
+    if node.op in library or node.op in _NEVER_WALKED or _stateful(node.op):
         return False
     if any(a.type in ("func", "list(func)") for a in _op_def(node.op).attr):
         return False
