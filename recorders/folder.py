@@ -11,6 +11,11 @@ writing, renaming or removing what it points to. Paths are relative, with `/`.
 Parquet files are written by pyarrow's own native writer through `/proc/self/fd/N`,
 which names the file already opened (not a path to resolve again), where the system has
 it; elsewhere through the Python file object.
+
+Reading a recording someone else wrote goes the same way (`open_regular`, and pyarrow's
+reads through `ReadOnlyFiles`): only regular files below the root are opened, never
+through a link, and never a FIFO (which would block) or a device (which may act on being
+opened); anything else is a `NotRegularFile` error naming what it is.
 """
 
 from __future__ import annotations
@@ -23,11 +28,24 @@ import uuid
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["Folder"]
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+__all__ = ["Folder", "NotRegularFile", "ReadOnlyFiles"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _PROC_FD = Path("/proc/self/fd")
+
+
+class NotRegularFile(OSError):
+    """A path below a folder that is not a regular file reached through folders only (a link,
+    a FIFO, a device, a socket), or a link among the folders above it."""
+
+
+_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder"}
 
 
 class Folder:
@@ -109,17 +127,59 @@ class Folder:
         the system has it (the open file itself, not a path looked up again), else `file`."""
         proc = _PROC_FD / str(file.fileno())
         if _PROC_FD.is_dir() and proc.exists():
-            import pyarrow as pa
-
             return pa.OSFile(str(proc), "wb")
         return file
 
-    def read_bytes(self, rel: str) -> bytes:
-        with os.fdopen(self.open_fd(rel, os.O_RDONLY), "rb") as f:
-            return f.read()
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """The regular file `rel` (`open_regular`), whole: with `limit`, OSError if it holds more bytes."""
+        with os.fdopen(self.open_regular(rel), "rb") as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise OSError(errno.EFBIG, f"it holds more than the {limit:,} bytes expected", rel)
+        return data
 
     def open_read(self, rel: str) -> BinaryIO:
         return os.fdopen(self.open_fd(rel, os.O_RDONLY), "rb")
+
+    def open_regular(self, rel: str) -> int:
+        """A read-only descriptor of the regular file `rel`. Its type is looked at before it is
+        opened (opening a FIFO blocks, a device may act on it) and checked again once open;
+        anything else, or a link on the way, is a NotRegularFile error saying what it is."""
+        parents, name = self._split(rel)
+        try:
+            parent = self._open_dir(parents, create=False)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotRegularFile(err.errno, f"a folder on the way is {self.kind(rel)}", rel) from None
+            raise
+        try:
+            before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISREG(before.st_mode):
+                raise NotRegularFile(errno.EINVAL, f"it is {_KINDS.get(stat.S_IFMT(before.st_mode), 'not a regular file')}", rel)
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=parent)
+        finally:
+            os.close(parent)
+        after = os.fstat(fd)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            os.close(fd)
+            raise NotRegularFile(errno.EINVAL, "it was replaced while being opened", rel)
+        return fd
+
+    def kind(self, rel: str) -> str:
+        """What `rel` is, in words, for a message ("a symbolic link to /x", "a FIFO", ...):
+        the first component on the way that is not a folder, looked at without following it."""
+        at = self.path
+        for part in rel.split("/"):
+            at = at / part
+            try:
+                mode = stat.S_IFMT(os.lstat(at).st_mode)
+            except OSError:
+                return "missing"
+            if mode == stat.S_IFLNK:
+                return f"a symbolic link to {os.readlink(at)}"
+            if mode != stat.S_IFDIR:
+                return _KINDS.get(mode, "a regular file" if mode == stat.S_IFREG else "not a regular file")
+        return "a folder"
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file: to a hidden sibling, flushed, then renamed over `rel` (a link
@@ -189,8 +249,6 @@ class Folder:
     def special(self, rel: str = "") -> list[tuple[str, str]]:
         """(name, what it is) of each entry directly in the folder `rel` that is neither a
         regular file nor a folder: a link, a FIFO, a socket, a device."""
-        kinds = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
         try:
             fd = self._open_dir(rel.split("/") if rel else [], create=False)
         except (FileNotFoundError, NotADirectoryError):
@@ -199,23 +257,36 @@ class Folder:
             modes = [(name, _mode(name, fd)) for name in sorted(os.listdir(fd))]
         finally:
             os.close(fd)
-        return [(name, kinds.get(mode, "not a regular file")) for name, mode in modes if mode not in (None, stat.S_IFREG, stat.S_IFDIR)]
+        return [(name, _KINDS.get(mode, "not a regular file")) for name, mode in modes if mode not in (None, stat.S_IFREG, stat.S_IFDIR)]
 
     def files(self, sub: str) -> list[str]:
         """Every regular file below the folder `sub`, as paths relative to the root, sorted (links are not followed)."""
+        return [rel for rel, _ in self.tree(sub)[0]]
+
+    def tree(self, sub: str) -> tuple[list[tuple[str, int]], list[str]]:
+        """Below the folder `sub` (the root: "", nothing if it is not a folder): every regular file as (path
+        relative to the root, size), sorted, and every other entry (a link, a FIFO, a socket, a
+        device), sorted; links are not followed."""
         try:
-            fd = self._open_dir(sub.split("/"), create=False)
+            fd = self._open_dir(sub.split("/") if sub else [], create=False)
         except (FileNotFoundError, NotADirectoryError):
-            return []
-        found = []
+            return [], []
+        found, odd = [], []
         try:
-            for top, _, names, top_fd in os.fwalk(".", dir_fd=fd):
-                for name in names:
-                    if _mode(name, top_fd) == stat.S_IFREG:
-                        found.append(os.path.normpath(f"{sub}/{top}/{name}"))
+            for top, folders, names, top_fd in os.fwalk(".", dir_fd=fd):
+                for name in names + [f for f in folders if _mode(f, top_fd) == stat.S_IFLNK]:
+                    rel = os.path.normpath(os.path.join(sub, top, name))
+                    try:
+                        info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+                    except FileNotFoundError:  # another writer renamed its temporary file into place meanwhile
+                        continue
+                    if stat.S_ISREG(info.st_mode):
+                        found.append((rel, info.st_size))
+                    else:
+                        odd.append(rel)
         finally:
             os.close(fd)
-        return sorted(found)
+        return sorted(found), sorted(odd)
 
 
 def _mode(name: str, dir_fd: int) -> int | None:
@@ -225,3 +296,54 @@ def _mode(name: str, dir_fd: int) -> int | None:
         return stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except FileNotFoundError:
         return None
+
+
+class ReadOnlyFiles(pafs.FileSystemHandler):
+    """A pyarrow file system handler (`pyarrow.fs.PyFileSystem(ReadOnlyFiles(folder))`) that
+    reads the regular files below `folder` by relative path through `Folder.open_regular`,
+    with pyarrow's native reader on `/proc/self/fd/N` where the system has it; it lists and
+    writes nothing (paths are given to pyarrow, never discovered)."""
+
+    def __init__(self, folder: Folder):
+        self.folder = folder
+
+    def get_type_name(self) -> str:
+        return "gatetrace-recording"
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def equals(self, other: Any) -> bool:
+        return isinstance(other, ReadOnlyFiles) and other.folder is self.folder
+
+    def get_file_info(self, paths: list[str]) -> list:
+        infos = []
+        for path in paths:
+            try:
+                fd = self.folder.open_regular(path)
+            except FileNotFoundError:
+                infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
+                continue
+            try:
+                infos.append(pafs.FileInfo(path, pafs.FileType.File, size=os.fstat(fd).st_size))
+            finally:
+                os.close(fd)
+        return infos
+
+    def open_input_file(self, path: str) -> Any:
+        fd = self.folder.open_regular(path)
+        proc = _PROC_FD / str(fd)
+        if _PROC_FD.is_dir():
+            try:
+                return pa.OSFile(str(proc), "rb")
+            finally:
+                os.close(fd)
+        return pa.PythonFile(os.fdopen(fd, "rb"), mode="r")
+
+    open_input_stream = open_input_file
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EROFS, "a recording is read, never written, through this file system")
+
+    get_file_info_selector = create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
+    delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only

@@ -26,6 +26,7 @@ from typing import Any
 from recorders.errors import RecordingError
 from recorders.files import is_uri
 from recorders.folder import Folder
+from recorders.schema import MAX_JSON_BYTES, parse_json
 
 __all__ = ["Place", "LocalPlace", "StorePlace", "place_of"]
 
@@ -47,7 +48,8 @@ class Place(ABC):
         """Every file below the folder `sub`, as paths relative to the root, sorted."""
 
     @abstractmethod
-    def read_bytes(self, rel: str) -> bytes: ...
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """A whole file (RecordingError, or OSError locally, if it holds more than `limit` bytes)."""
 
     @abstractmethod
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -65,7 +67,8 @@ class Place(ABC):
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
     def read_json(self, rel: str) -> Any:
-        return json.loads(self.read_bytes(rel))
+        """A JSON file, of bounded size and nesting (`recorders.schema.parse_json`)."""
+        return parse_json(self.read_bytes(rel, limit=MAX_JSON_BYTES), f"{self}/{rel}")
 
     def write_json(self, rel: str, content: Any) -> None:
         self.write_bytes(rel, (json.dumps(content, indent=1) + "\n").encode())
@@ -110,8 +113,8 @@ class LocalPlace(Place):
     def files(self, sub: str) -> list[str]:
         return self.folder.files(sub) if self._there else []
 
-    def read_bytes(self, rel: str) -> bytes:
-        return self.folder.read_bytes(rel)
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        return self.folder.read_bytes(rel, limit)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write to a temporary sibling, flush it to disk, and rename it into place."""
@@ -165,12 +168,15 @@ class StorePlace(Place):
         cut = len(self.root) + 1
         return sorted(i.path[cut:] for i in self._listed(sub, recursive=True) if i.type == fs.FileType.File)
 
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
         try:
             with self.store.open_input_stream(self._key(rel)) as f:
-                return f.read()
+                data = f.read() if limit is None else f.read(limit + 1)
         except OSError as err:
             raise RecordingError(f"cannot read {self.uri}/{rel}: {err}") from None
+        if limit is not None and len(data) > limit:
+            raise RecordingError(f"{self.uri}/{rel} holds more than the {limit:,} bytes expected")
+        return data
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """One PUT: the object appears whole, or not at all."""
@@ -208,8 +214,8 @@ class StorePlace(Place):
         made again. (Seen against moto's S3 server with four tasks writing at once.)"""
         for attempt in range(attempts):
             try:
-                return json.loads(self.read_bytes(rel))
-            except ValueError:
+                return super().read_json(rel)
+            except RecordingError:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.schema import description_problem
 
 if TYPE_CHECKING:
     from recorders.place import Place
@@ -146,8 +147,11 @@ def progress_problem(tag: str, p: Any) -> str | None:
         return f"shard {shard!r} is not [K, N] with 0 <= K < N (or [K, N, UNIT], UNIT > 1)"
     if Shard(*shard).tag != tag:
         return f"it is named {tag}.json but holds shard {shard[0]}/{shard[1]}"
-    if not isinstance(p["description"], dict) or not isinstance(p["finished"], bool):
-        return "description must be an object and finished true or false"
+    if not isinstance(p["finished"], bool):
+        return "finished must be true or false"
+    why = description_problem(p["description"])
+    if why:
+        return f"its description: {why}"
     if total is None:
         if examples is not None:
             return "examples is given but total is null"

@@ -9,58 +9,136 @@
 Selections are pushed down: cell and gate (or state) pick partition folders, and
 example and step ranges are checked against each row group's statistics, so only the
 files, row groups and columns needed are read (every row group holds every unit: a unit
-range filters rows). `cell`, `gate` and `state`
-come back as categoricals. This module does not import TensorFlow.
+range filters rows). `cell`, `gate` and `state` come back as categoricals, their
+categories in the recording's order. This module does not import TensorFlow.
+
+A recording may come from anyone, so the folder is untrusted input. Its manifest and
+progress files must pass `recorders.schema` before anything is taken from them; only
+the regular files inside the folder are opened (`recorders.folder`: a link, a FIFO or a
+device is refused in one line, never followed or opened), and of those only the part
+files of the cells and gates (or states) the description lists. What a part file says is
+checked against the description before anything is allocated from it: its columns and
+their types; each row group's example and step statistics (present, within the cell's
+steps, and, in a complete recording, within its examples); its row count (at most one
+row per example, step and unit of those ranges); the units of the rows read (below the
+cell's units). Every array built from a file (a row group, a selection, a dense array)
+must fit `memory` bytes first. Anything off is a RecordingError naming the file (a
+selection too large for `memory`, a SelectionError): never a traceback or a runaway
+allocation.
 """
 
 from __future__ import annotations
 
-import glob
-import json
+import os
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.folder import Folder, ReadOnlyFiles
 from recorders.long import GATE_COLUMNS, PARTS
-from recorders.parquet import partition_dir, partition_value
-from recorders.progress import Intervals, read_progress
+from recorders.parquet import partition_dir
+from recorders.progress import PROGRESS_DIR, Intervals, read_progress
+from recorders.schema import MAX_JSON_BYTES, description_problem, parse_json
 
-__all__ = ["Recording", "Block", "part_shares"]
+__all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
 Range = tuple[int | None, int | None]
+_TABLES = {"gates": "gate", "states": "state"}  # table: its label column
+_KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
+_VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}  # float32, the value columns each table may hold
+_DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
+_READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)  # what a reader opens in the root
+
+
+def default_memory() -> int:
+    """The default memory budget of a reader: half of the memory available now (4 GiB where
+    the system does not say)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 * 2**30
 
 
 class Recording:
-    """A recording folder written by `gatetrace record` (finished, or partial after a crash)."""
+    """A recording folder written by `gatetrace record` (finished, or partial after a crash).
 
-    def __init__(self, path: str | Path):
+    `memory`: the most bytes one read may allocate (default: `default_memory()`). The files
+    are listed when first read; the folder is held open until the Recording is dropped.
+    """
+
+    def __init__(self, path: str | Path, memory: int | None = None):
         self.path = Path(path)
-        if not (self.path / "gates").is_dir():
-            raise RecordingError(f"{self.path} is not a gatetrace recording: it has no gates/ folder")
-        manifest = self.path / "manifest.json"
-        progress = read_progress(self.path)
-        self.manifest: dict[str, Any] | None = json.loads(manifest.read_text()) if manifest.is_file() else None
+        self.memory = int(memory) if memory is not None else default_memory()
+        not_one = RecordingError(f"{self.path} is not a gatetrace recording: it has no gates/ folder")
+        try:
+            self._folder = Folder(self.path.resolve())  # a link the user named is followed; none below it is
+        except OSError:
+            raise not_one from None
+        weakref.finalize(self, self._folder.close)
+        odd = dict(self._folder.special())
+        for name in _READ:
+            if name in odd:
+                self._refuse(name)
+        if not self._folder.is_dir("gates"):
+            raise not_one
+        self._fs = pafs.PyFileSystem(ReadOnlyFiles(self._folder))
+        progress = read_progress(self._folder.path)
+        self.manifest: dict[str, Any] | None = self._manifest() if "manifest.json" in self._folder.entries() else None
         self.complete = self.manifest is not None
         description = self.manifest or next((p["description"] for p in progress.values()), None)
         if description is None:
             raise RecordingError(f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace")
         self.description: dict[str, Any] = description
         self._cells = {c["name"]: c for c in description["cells"]}
-        # A name too long for a folder is stored shortened in the `cell` column (see
-        # `recorders.parquet.partition_value`); frames map it back.
-        self._stored = {name: partition_value("cell", name) for name in self._cells}
-        self._names = {stored: name for name, stored in self._stored.items() if stored != name}
         done = Intervals()
         for p in progress.values():
             for start, stop in p["complete"]:
                 done.add(start, stop)
         self._examples = done
+        if self.manifest is not None and progress and self.manifest.get("examples", done.total()) != done.total():
+            raise RecordingError(
+                f"{self.path}/manifest.json counts {self.manifest['examples']:,} examples but the progress files "
+                f"{done.total():,}: {_DAMAGED}"
+            )
+        self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
+        self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
+
+    def _manifest(self) -> dict[str, Any]:
+        """manifest.json, checked against `recorders.schema`."""
+        shown = f"{self.path}/manifest.json"
+        try:
+            manifest = parse_json(self._folder.read_bytes("manifest.json", MAX_JSON_BYTES), shown)
+            why = description_problem(manifest)
+        except OSError as err:
+            why = f"cannot read it: {err.strerror or err}"
+        except RecordingError as err:
+            why = str(err).removeprefix(f"{shown} ")
+        if why:
+            raise RecordingError(f"{shown} is not a manifest gatetrace wrote ({why}): {_DAMAGED}")
+        return manifest
+
+    def _refuse(self, rel: str) -> None:
+        """RecordingError for an entry that is not a regular file or a folder."""
+        kind = self._folder.kind(rel)
+        advice = ("if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
+                  if kind.startswith("a symbolic link") else "remove it")
+        raise RecordingError(
+            f"{self.path}/{rel} is {kind}: gatetrace reads only the regular files inside a recording "
+            f"(it writes nothing else) and read nothing from it; {advice}"
+        )
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else "partial"
@@ -93,15 +171,23 @@ class Recording:
         """The complete example ranges, [start, stop) pairs."""
         return self._examples.pairs()
 
+    def check(self) -> None:
+        """Check every file of the recording against its description, reading their footers
+        only (no values): RecordingError naming the first that is not as gatetrace writes it.
+        Each file is otherwise checked when first read."""
+        for table in _TABLES:
+            for (cell, _), files in self._files(table).items():
+                for rel in files:
+                    self._footer(table, cell, rel)
+        self._weights_rows()
+
     def summary(self) -> dict[str, Any]:
         """What the folder holds, read from its manifest (or progress files) and its files'
         metadata only: the model, whether it is complete, the examples, each cell with the
         steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
-        progress = read_progress(self.path)
-        rows = {t: ds.dataset(self.path / t, format="parquet").count_rows() if (self.path / t).is_dir() else 0
-                for t in ("gates", "states")}
-        weights = self.path / "weights.parquet"
-        rows["weights"] = pq.ParquetFile(weights).metadata.num_rows if weights.is_file() else 0
+        progress = read_progress(self._folder.path)
+        rows = {t: sum(self._footer(t, c, rel).num_rows for (c, _), files in self._files(t).items() for rel in files) for t in _TABLES}
+        rows["weights"] = self._weights_rows()
         shards = self.description.get("shards") if self.complete else None
         return {
             "path": str(self.path),
@@ -116,15 +202,25 @@ class Recording:
             ],
             "rows": rows,
             "shards": {"finished": sum(bool(p.get("finished")) for p in progress.values()), "of": shards or len(progress)},
-            "bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
+            "bytes": sum(size for _, size in self._folder.tree("")[0]),
         }
+
+    def _weights_rows(self) -> int:
+        if "weights.parquet" not in self._folder.entries():
+            return 0
+        try:
+            with self._fs.open_input_file("weights.parquet") as f:
+                return pq.read_metadata(f).num_rows
+        except (OSError, pa.ArrowException) as err:
+            raise RecordingError(f"{self.path}/weights.parquet is not readable Parquet ({err}): {_DAMAGED}") from None
 
     def steps(self, cell: str) -> np.ndarray:
         """The input positions recorded for `cell` (read from the step column of one file)."""
-        files = sorted((self.path / "gates").glob(f"cell={_folder(cell)}/gate=*/part-*.parquet"))
+        files = self._files("gates").get((cell, self.gates(cell)[0]), [])
         if not files:
             return np.zeros(0, np.int32)
-        return np.unique(pd.read_parquet(files[0], columns=["step"])["step"].to_numpy())
+        file = self._parquet("gates", cell, files[0])
+        return np.unique(self._read(files[0], lambda: file.read(columns=["step"], use_threads=False).column(0).to_numpy()))
 
     # -- selections ------------------------------------------------------------------------
 
@@ -142,7 +238,7 @@ class Recording:
         `columns`: some of preactivation, activation and, in a recording made with
         `--values ...,contributions`, the parts input, recurrent, bias, peephole, recurrent_bias.
         """
-        return self._frame("gates", "gate", cells, gates, steps, examples, units, columns)
+        return self._frame("gates", cells, gates, steps, examples, units, columns)
 
     def has_parts(self) -> bool:
         """Whether the gates table holds the preactivations' parts (`--values ...,contributions`)."""
@@ -167,7 +263,7 @@ class Recording:
         units: Sequence[int] | None = None,
     ) -> pd.DataFrame:
         """The long state table for a selection: example, step, unit, value, cell, state."""
-        return self._frame("states", "state", cells, states, steps, examples, units, ("value",))
+        return self._frame("states", cells, states, steps, examples, units, ("value",))
 
     def gate_array(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
         """One gate as a float32 array [examples, steps, units].
@@ -191,20 +287,22 @@ class Recording:
         self.cell(cell)
         if gate not in self.gates(cell):
             raise SelectionError(f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}")
-        folder, units = self.path / "gates" / partition_dir(cell=cell, gate=gate), self.units(cell)
-        for path in sorted(folder.glob("part-*.parquet")):
-            file = pq.ParquetFile(path)
+        units = self.units(cell)
+        for rel in self._files("gates").get((cell, gate), []):
+            file = self._parquet("gates", cell, rel)
             if column not in file.schema_arrow.names:
-                raise SelectionError(f"column {column!r}: {path} holds {', '.join(file.schema_arrow.names)}")
+                raise SelectionError(f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}")
             for k in range(file.num_row_groups):
                 ranges = _key_ranges(file.metadata.row_group(k), units)
                 if ranges is not None:
-                    values = file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy()
+                    values = self._read(rel, lambda: file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy())
                     (e0, e1), (s0, s1), (u0, u1) = ranges
                     yield Block(np.arange(e0, e1 + 1), np.arange(s0, s1 + 1), values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1), None)
                 else:
-                    t = file.read_row_group(k, columns=["example", "step", "unit", column], use_threads=False)
-                    yield _scattered(*(t.column(n).to_numpy() for n in ("example", "step", "unit", column)))
+                    t = self._read(rel, lambda: file.read_row_group(k, columns=["example", "step", "unit", column], use_threads=False))
+                    keys = [t.column(n).to_numpy() for n in ("example", "step", "unit")]
+                    self._check_units(rel, keys[2], units)
+                    yield self._scattered(rel, *keys, t.column(column).to_numpy(), units)
 
     def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
         """One gate as an (example, step) x unit frame."""
@@ -215,30 +313,130 @@ class Recording:
         """One state as an (example, step) x unit frame."""
         return self.state_frame([cell], [state], steps, examples).pivot(index=["example", "step"], columns="unit", values="value")
 
+    # -- the files, checked ------------------------------------------------------------------
+
+    def _labels(self, table: str, cell: str) -> list[str]:
+        return self.gates(cell) if table == "gates" else self.states(cell)
+
+    def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
+        """(cell, gate or state): its part files, for the cells and labels of the description,
+        listed once; RecordingError if anything below the table is not a regular file or a folder."""
+        if table not in self._listed:
+            files, odd = self._folder.tree(table)
+            if odd:
+                self._refuse(odd[0])
+            folders = {f"{table}/{partition_dir(cell=c, **{_TABLES[table]: label})}": (c, label)
+                       for c in self._cells for label in self._labels(table, c)}
+            found: dict[tuple[str, str], list[str]] = {}
+            for rel, _ in files:
+                folder, _, name = rel.rpartition("/")
+                if folder in folders and name.startswith("part-") and name.endswith(".parquet"):
+                    found.setdefault(folders[folder], []).append(rel)
+            self._listed[table] = found
+        return self._listed[table]
+
+    def _footer(self, table: str, cell: str, rel: str) -> Any:
+        """The checked footer (`pyarrow.parquet.FileMetaData`) of a part file of `cell`."""
+        if rel not in self._metadata:
+            try:
+                with self._fs.open_input_file(rel) as f:
+                    metadata = pq.read_metadata(f)
+            except (OSError, pa.ArrowException) as err:
+                raise RecordingError(f"{self.path}/{rel} is not readable Parquet ({err}): {_DAMAGED}") from None
+            why = self._part_problem(table, self._cells[cell], metadata)
+            if why:
+                raise RecordingError(f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {_DAMAGED}")
+            self._metadata[rel] = metadata
+        return self._metadata[rel]
+
+    def _parquet(self, table: str, cell: str, rel: str) -> pq.ParquetFile:
+        """A checked part file, open for reading."""
+        metadata = self._footer(table, cell, rel)
+        return pq.ParquetFile(self._fs.open_input_file(rel), metadata=metadata)
+
+    def _part_problem(self, table: str, cell: dict[str, Any], metadata: Any) -> str | None:
+        """Why a part file's footer does not fit the description (None if it does)."""
+        schema = metadata.schema.to_arrow_schema()
+        types = dict(zip(schema.names, schema.types))
+        values = [n for n in schema.names if n not in _KEYS]
+        if any(types.get(k) != t for k, t in _KEYS.items()) or not values or any(
+                n not in _VALUES[table] or types[n] != pa.float32() for n in values):
+            shown = ", ".join(f"{n} {t}" for n, t in types.items())
+            return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
+        span = (0, self._examples.pairs()[-1][1] - 1) if self.complete and self._examples.total() else (0, 2**53)
+        steps = cell["steps"]
+        row_bytes = 16 + 4 * len(values)
+        for k in range(metadata.num_row_groups):
+            group = metadata.row_group(k)
+            ranges = _statistics(group)
+            if ranges is None:
+                return f"row group {k} has no example and step statistics"
+            (e0, e1), (s0, s1) = ranges
+            if not span[0] <= e0 <= e1 <= span[1]:
+                return f"row group {k} holds examples {e0} to {e1}, outside the recording's {span[0]} to {span[1]}"
+            if not 0 <= s0 <= s1 < (steps or 2**31):
+                return f"row group {k} holds steps {s0} to {s1}, outside the cell's {steps or 'open'} steps"
+            if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * cell["units"]:
+                return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {cell['units']} units have"
+            if group.num_rows * row_bytes > self.memory:
+                return f"row group {k} claims {group.num_rows:,} rows, more than the memory budget of {self.memory:,} bytes holds"
+        return None
+
+    def _read(self, rel: str, read: Any) -> Any:
+        """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
+        try:
+            return read()
+        except (OSError, pa.ArrowException) as err:
+            raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {_DAMAGED}") from None
+
+    def _check_units(self, rel: str, unit: np.ndarray, units: int) -> None:
+        if len(unit) and not 0 <= int(unit.min()) <= int(unit.max()) < units:
+            raise RecordingError(f"{self.path}/{rel} holds rows of unit {int(unit.max())}, but its cell has {units} units: {_DAMAGED}")
+
+    def _allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
+        """SelectionError unless an array of `shape` fits the memory budget."""
+        size = int(np.prod([int(n) for n in shape], dtype=object)) * itemsize
+        if size > self.memory:
+            raise SelectionError(
+                f"{what} would take {size:,} bytes, more than the memory budget of {self.memory:,}: select fewer examples "
+                "or steps, or open the recording with Recording(path, memory=...) for more"
+            )
+
     # -- how ---------------------------------------------------------------------------------
 
-    def _dataset(self, table: str) -> ds.Dataset:
-        partitioning = ds.HivePartitioning.discover(infer_dictionary=True, segment_encoding="uri")
-        return ds.dataset(self.path / table, format="parquet", partitioning=partitioning)
+    def _dataset(self, table: str, keys: Sequence[tuple[str, str]] | None = None) -> ds.Dataset:
+        """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
+        dataset, each with its cell and label as partition values (no folder is discovered)."""
+        listed = self._files(table)
+        kind = _TABLES[table]
+        chosen = [(c, label, rel) for (c, label), files in listed.items() if keys is None or (c, label) in keys for rel in files]
+        if not chosen:
+            return ds.dataset(pa.table({}), schema=pa.schema([]))
+        first = self._footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
+        schema = pa.schema([*first, pa.field("cell", pa.string()), pa.field(kind, pa.string())])
+        return ds.FileSystemDataset.from_paths(
+            [rel for _, _, rel in chosen], schema=schema, format=ds.ParquetFileFormat(), filesystem=self._fs,
+            partitions=[(ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen],
+        )
 
-    def _frame(self, table, kind, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
+    def _frame(self, table, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
+        kind = _TABLES[table]
         for name in cells or ():
             self.cell(name)
         known = GATE_COLUMNS if table == "gates" else ("value",)
         unknown = [c for c in columns if c not in known]
         if unknown or not columns:
             raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
-        dataset = self._dataset(table)
-        missing = [c for c in columns if c not in dataset.schema.names]
+        keys = [(c, label) for c in (cells or self.cells) for label in self._labels(table, c) if not labels or label in labels]
+        files = [(key[0], rel) for key in keys for rel in self._files(table).get(key, [])]
+        held = [c for c in known if files and c in self._footer(table, files[0][0], files[0][1]).schema.names] or list(known[:2])
+        missing = [c for c in columns if c not in held]
         if missing:
-            held = [c for c in known if c in dataset.schema.names]
             hint = " (record with --values preactivation,activation,contributions for the parts)" if set(missing) & set(PARTS) else ""
             raise SelectionError(f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}")
+        rows = sum(self._overlapping_rows(self._footer(table, c, rel), steps, examples) for c, rel in files)
+        self._allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
         where = []
-        if cells:
-            where.append(ds.field("cell").isin([self._stored[c] for c in cells]))
-        if labels:
-            where.append(ds.field(kind).isin(list(labels)))
         for field, bounds in (("step", steps), ("example", examples)):
             lo, hi = bounds or (None, None)
             if lo is not None:
@@ -251,10 +449,31 @@ class Recording:
         for e in where:
             expression = e if expression is None else expression & e
         wanted = ["example", "step", "unit", *columns, "cell", kind]
-        df = dataset.to_table(columns=wanted, filter=expression).to_pandas()
-        if self._names:
-            df["cell"] = df["cell"].cat.rename_categories(lambda stored: self._names.get(stored, stored))
+        try:
+            df = self._dataset(table, keys).to_table(columns=wanted, filter=expression).to_pandas()
+        except (OSError, pa.ArrowException) as err:
+            raise RecordingError(f"cannot read the {table} of {self.path}: a part file is damaged ({err})") from None
+        df["cell"] = pd.Categorical(df["cell"], categories=self.cells)
+        df[kind] = pd.Categorical(df[kind], categories=list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
+        if len(df):
+            limit = np.array([self.units(c) for c in self.cells])[df["cell"].cat.codes.to_numpy()]
+            if ((df["unit"].to_numpy() >= limit) | (df["unit"].to_numpy() < 0)).any():
+                for c, rel in files:  # name the file
+                    unit = self._read(rel, lambda: self._parquet(table, c, rel).read(columns=["unit"]).column(0).to_numpy())
+                    self._check_units(rel, unit, self.units(c))
         return df
+
+    @staticmethod
+    def _overlapping_rows(metadata: Any, steps: Range | None, examples: Range | None) -> int:
+        """The rows of the row groups a selection of steps and examples reads (from their statistics)."""
+        total = 0
+        for k in range(metadata.num_row_groups):
+            group = metadata.row_group(k)
+            (e0, e1), (s0, s1) = _statistics(group)
+            if all((lo is None or hi_ >= lo) and (hi is None or lo_ < hi)
+                   for (lo_, hi_), (lo, hi) in (((e0, e1), examples or (None, None)), ((s0, s1), steps or (None, None)))):
+                total += group.num_rows
+        return total
 
     def _array(self, df: pd.DataFrame, column: str, examples: Range | None) -> np.ndarray:
         if df.empty:
@@ -262,16 +481,32 @@ class Recording:
         ex = df["example"].to_numpy()
         lo, hi = examples or (None, None)
         ranges = [(a if lo is None else max(a, lo), b if hi is None else min(b, hi)) for a, b in self._examples.pairs()]
-        ids = np.concatenate([np.arange(a, b) for a, b in ranges] or [np.zeros(0, np.int64)])
-        ex_idx = np.searchsorted(ids, ex)
-        if len(ids) == 0 or ex_idx.max() >= len(ids) or not np.array_equal(ids[ex_idx], ex):
+        wanted = sum(max(b - a, 0) for a, b in ranges)
+        if wanted <= 4 * len(ex) + 1024:  # the complete examples, even those without rows; else those present
+            ids = np.concatenate([np.arange(a, b) for a, b in ranges if b > a] or [np.zeros(0, np.int64)])
+            ex_idx = np.searchsorted(ids, ex)
+        if wanted > 4 * len(ex) + 1024 or len(ids) == 0 or ex_idx.max() >= len(ids) or not np.array_equal(ids[ex_idx], ex):
             ids, ex_idx = _sorted_unique(ex)  # rows outside the complete ranges: index the examples present
         step = df["step"].to_numpy()
         first = int(step.min())
         width = int(df["unit"].max()) + 1
-        out = np.full((len(ids), int(step.max()) - first + 1, width), np.nan, np.float32)
+        shape = (len(ids), int(step.max()) - first + 1, width)
+        self._allot(shape, 4, f"an array of {' x '.join(map(str, shape))} (examples, steps, units)")
+        out = np.full(shape, np.nan, np.float32)
         out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
+
+    def _scattered(self, rel: str, example: np.ndarray, step: np.ndarray, unit: np.ndarray, value: np.ndarray, units: int) -> Block:
+        """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
+        examples, e = _sorted_unique(example)
+        steps, s = _sorted_unique(step)
+        self._allot((len(examples), len(steps), units), 5, f"a row group of {self.path}/{rel} spread over {len(examples)} examples "
+                    f"and {len(steps)} steps")
+        values = np.full((len(examples), len(steps), units), np.nan, np.float32)
+        present = np.zeros(values.shape[:2], bool)
+        values[e, s, unit] = value
+        present[e, s] = True
+        return Block(examples, steps, values, present)
 
 
 class Block(NamedTuple):
@@ -285,33 +520,29 @@ class Block(NamedTuple):
     present: np.ndarray | None
 
 
+def _statistics(group: Any) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The (min, max) of `example` and of `step` in a row group, from its statistics (None
+    where they are missing, as gatetrace always writes them)."""
+    names = [group.column(i).path_in_schema for i in range(group.num_columns)]
+    ranges = []
+    for key in ("example", "step"):
+        stats = group.column(names.index(key)).statistics if key in names else None
+        if stats is None or not stats.has_min_max:
+            return None
+        ranges.append((int(stats.min), int(stats.max)))
+    return ranges[0], ranges[1]
+
+
 def _key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
     """The (min, max) of example, step and unit of a row group whose rows are every
     combination of them (in C order, as the writer writes them), else None. Example and
     step ranges come from the row group's statistics; units are 0 to `units` - 1."""
-    names = [group.column(i).path_in_schema for i in range(group.num_columns)]
-    ranges = []
-    for key in ("example", "step"):
-        if key not in names:
-            return None
-        stats = group.column(names.index(key)).statistics
-        if stats is None or not stats.has_min_max:
-            return None
-        ranges.append((int(stats.min), int(stats.max)))
-    ranges.append((0, units - 1))
-    size = np.prod([hi - lo + 1 for lo, hi in ranges], dtype=np.int64)
-    return tuple(ranges) if size == group.num_rows > 0 else None
-
-
-def _scattered(example: np.ndarray, step: np.ndarray, unit: np.ndarray, value: np.ndarray) -> Block:
-    """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
-    examples, e = _sorted_unique(example)
-    steps, s = _sorted_unique(step)
-    values = np.full((len(examples), len(steps), int(unit.max(initial=-1)) + 1), np.nan, np.float32)
-    present = np.zeros(values.shape[:2], bool)
-    values[e, s, unit] = value
-    present[e, s] = True
-    return Block(examples, steps, values, present)
+    ranges = _statistics(group)
+    if ranges is None:
+        return None
+    (e0, e1), (s0, s1) = ranges
+    size = (e1 - e0 + 1) * (s1 - s0 + 1) * units
+    return ((e0, e1), (s0, s1), (0, units - 1)) if size == group.num_rows > 0 else None
 
 
 def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
@@ -342,8 +573,3 @@ def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     present[values - lo] = True
     position = np.cumsum(present) - 1
     return np.flatnonzero(present) + lo, position[values - lo]
-
-
-def _folder(name: str) -> str:
-    """`cell` folder name of a cell, as `recorders.parquet.partition_dir` writes it, escaped for glob."""
-    return glob.escape(partition_dir(cell=name)[len("cell=") :])

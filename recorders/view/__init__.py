@@ -9,7 +9,7 @@ Ctrl-C. The data it shows comes from
 from __future__ import annotations
 
 import errno
-import json
+import io
 import os
 import secrets
 import socket
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from recorders.errors import SelectionError
+from recorders.errors import GatetraceError, SelectionError
+from recorders.folder import Folder
 from recorders.reader import Recording
+from recorders.schema import MAX_JSON_BYTES, parse_json
 from recorders.view.data import Labels
 
 __all__ = ["serve", "load_labels", "check_installed", "ViewSetupError"]
@@ -49,15 +51,18 @@ def load_labels(path: str | os.PathLike) -> Labels:
     """Step labels from a file: `.npy` or `.json` holding one label per example and step
     ([examples, steps]: tokens as strings, or ids)."""
     path = Path(path)
+    if path.suffix not in (".npy", ".json"):
+        raise SelectionError(f"--tokens {path}: expected a .npy or .json file of [examples, steps] labels")
     try:
+        with Folder(path.resolve().parent) as folder:  # a regular file only: a FIFO would block, a device act
+            data = folder.read_bytes(path.resolve().name, MAX_JSON_BYTES)
         if path.suffix == ".npy":
-            table = np.load(path, allow_pickle=False)
-        elif path.suffix == ".json":
-            table = np.asarray(json.loads(path.read_text()), dtype=object)
+            table = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            raise SelectionError(f"--tokens {path}: expected a .npy or .json file of [examples, steps] labels")
-    except (OSError, ValueError) as err:
-        raise SelectionError(f"--tokens {path}: cannot read it ({err}); give a .npy or .json file of [examples, steps] labels") from None
+            table = np.asarray(parse_json(data, path.name), dtype=object)
+    except (OSError, ValueError, GatetraceError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise SelectionError(f"--tokens {path}: cannot read it ({why}); give a .npy or .json file of [examples, steps] labels") from None
     return Labels(table)
 
 
@@ -77,6 +82,7 @@ def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | 
     other than 127.0.0.1 the page asks for a secret token, which the printed URL carries."""
     check_installed()
     rec = Recording(run)
+    rec.check()
     labels = load_labels(tokens) if tokens is not None else None
     _check_port(host, port)
     import uvicorn

@@ -36,13 +36,17 @@ class Labels:
         table = np.asarray(table)
         if table.ndim != 2:
             raise SelectionError(f"--tokens: expected one label per example and step ([examples, steps]), given shape {list(table.shape)}")
-        self.table = table.astype(str)
+        self.table = table  # labels become text one example at a time: a whole table as text can be many times larger
 
     def of(self, example: int, steps: Sequence[int]) -> list[str] | None:
         if example >= len(self.table):
             return None
         row = self.table[example]
-        return [row[s] if 0 <= s < len(row) else "" for s in steps]
+        return [_text(row[s]) if 0 <= s < len(row) else "" for s in steps]
+
+
+def _text(label: Any) -> str:
+    return label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
 
 
 def _check(rec: Recording, cell: str, label: str | None = None, kind: str = "gate", column: str | None = None) -> None:
@@ -215,8 +219,13 @@ def _rounded(values: Sequence[float], digits: int) -> list[float | None]:
 
 
 def _example_ids(rec: Recording, n: int) -> np.ndarray:
-    ids = np.concatenate([np.arange(a, b) for a, b in rec.examples] or [np.zeros(0, np.int64)])
-    return ids[:n]
+    """The first `n` recorded example ids (only those: the ranges may be long)."""
+    ids: list[np.ndarray] = []
+    for a, b in rec.examples:
+        ids.append(np.arange(a, min(b, a + n - sum(map(len, ids)))))
+        if sum(map(len, ids)) >= n:
+            break
+    return np.concatenate(ids or [np.zeros(0, np.int64)])
 
 
 def _longest_runs(on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

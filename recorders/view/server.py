@@ -12,7 +12,8 @@
 Every parameter is parsed into its type and checked against the recording (cells, gates,
 states and columns it holds) before anything is read; queries are built by `data` from
 those values, never from text the page sends. A bad parameter gets a 400 with a JSON
-`error`, a path outside the page's own files a 404: never a traceback. Nothing is served
+`error`, a question the recording's files cannot answer (a damaged or edited file, see
+`recorders.reader`) a 422, a path outside the page's own files a 404: never a traceback. Nothing is served
 but the page's files and answers about the recording. Everything ships in the installed
 packages: the page needs no internet.
 
@@ -28,10 +29,11 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from recorders.errors import GatetraceError, SelectionError
+from recorders.errors import GatetraceError, RecordingError, SelectionError
 from recorders.reader import Recording
 from recorders.view import data
 
@@ -147,9 +149,14 @@ def make_app(rec: Recording, labels: data.Labels | None = None, *, hosts: tuple[
         async def endpoint(request):
             try:
                 return JSONResponse(answer(_Params(request.query_params)))
+            except RecordingError as err:  # the recording's files cannot answer it (damaged, edited)
+                return JSONResponse({"error": str(err)}, status_code=422)
             except (GatetraceError, ValueError, KeyError) as err:
                 message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
                 return JSONResponse({"error": str(message)}, status_code=400)
+            except Exception as err:  # a defect of gatetrace's: one line in the server's output, no traceback
+                print(f"gatetrace view: {request.url.path} failed: {type(err).__name__}: {err}", file=sys.stderr)
+                return JSONResponse({"error": f"gatetrace failed to answer ({type(err).__name__}); please report it"}, status_code=500)
 
         return endpoint
 

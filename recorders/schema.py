@@ -1,0 +1,134 @@
+"""What the JSON files of a recording must hold, checked before anything is taken from them.
+
+A recording may come from anyone (a shared drive, an archive attached to a bug report), so
+its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose own fields
+`recorders.progress` checks) and a view's `--tokens` file are untrusted input:
+
+- `parse_json` parses text of a bounded size and nesting (`MAX_DEPTH` levels: Python's
+  parser would otherwise recurse once per level and die of a 100,000-deep list);
+- `description_problem` says why a description (the manifest, or a progress file's
+  `description`) is not of the form the writer writes: an object whose `cells` is a list
+  of cells, each with a unique `name`, a `kind`, `units` (1 to `MAX_UNITS`), unique
+  `gates` and `states`, `steps` (a count, or null where the model left the length open)
+  and `path`; `selection.values`, `shards`, `examples` and `rows` where present.
+
+Anything else the writer puts in a description (a cell's tensors, the feeds) is shown,
+never used to reach a file or size an array, so only its JSON types are bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from recorders.errors import RecordingError
+
+__all__ = ["MAX_DEPTH", "MAX_UNITS", "MAX_JSON_BYTES", "parse_json", "description_problem"]
+
+MAX_DEPTH = 32  # a description nests 6 levels deep (cells, a cell, first_step, its tensors)
+MAX_UNITS = 2**24  # units of one cell (a layer of 16 million units: far beyond any RNN cell)
+MAX_STEPS = 2**31  # int32, the type of the step column
+MAX_JSON_BYTES = 256 * 2**20  # a manifest of thousands of cells is a few megabytes
+_MAX_NAMES = 64  # gates or states of one cell (TensorFlow's cells have at most 4 and 2)
+_MAX_COUNT = 2**53  # examples and rows: exact in every JSON reader
+_MISSING = object()  # a key that is not there, as `_shown` shows it
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """The JSON value of `data`, read from `what` (a file's name, for the message): RecordingError
+    if it is larger than `MAX_JSON_BYTES`, nested deeper than `MAX_DEPTH`, or not JSON."""
+    if len(data) > MAX_JSON_BYTES:
+        raise RecordingError(f"{what} holds {len(data):,} bytes, more than the {MAX_JSON_BYTES:,} gatetrace reads from a JSON file")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as err:
+        raise RecordingError(f"{what} is not JSON: it is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    depth = _depth(text)
+    if depth > MAX_DEPTH:
+        raise RecordingError(f"{what} nests {depth} levels deep; gatetrace writes and reads at most {MAX_DEPTH}")
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise RecordingError(f"{what} is not JSON: {err}") from None
+
+
+def _depth(text: str) -> int:
+    """How deep the lists and objects of JSON text nest (strings, and the brackets in them, left out)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _count(x: Any, low: int, high: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and low <= x <= high
+
+
+def _names(x: Any, least: int) -> bool:
+    """A list of `least` to `_MAX_NAMES` different non-empty strings."""
+    return (isinstance(x, list) and least <= len(x) <= _MAX_NAMES and all(isinstance(n, str) and n for n in x)
+            and len(set(x)) == len(x))
+
+
+def _cell_problem(k: int, cell: Any) -> str | None:
+    if not isinstance(cell, dict):
+        return f"cells[{k}] is {type(cell).__name__}, not an object"
+    name = cell.get("name", _MISSING)
+    if not (isinstance(name, str) and name):
+        return f"cells[{k}] has no name (a non-empty string)"
+    checks = (
+        ("kind", isinstance(cell.get("kind"), str), "a string"),
+        ("units", _count(cell.get("units"), 1, MAX_UNITS), f"a count of 1 to {MAX_UNITS:,}"),
+        ("gates", _names(cell.get("gates"), 1), f"a list of 1 to {_MAX_NAMES} different names"),
+        ("states", _names(cell.get("states"), 0), f"a list of up to {_MAX_NAMES} different names"),
+        ("steps", cell.get("steps") is None or _count(cell.get("steps"), 1, MAX_STEPS), f"null or a count of 1 to {MAX_STEPS:,}"),
+        ("path", cell.get("path") is None or isinstance(cell.get("path"), str), "null or a string"),
+    )
+    for key, ok, expected in checks:
+        if not ok:
+            return f"cell {name!r}: {key} is {_shown(cell.get(key, _MISSING))}, expected {expected}"
+    return None
+
+
+def description_problem(d: Any) -> str | None:
+    """Why `d` is not a recording's description as the writer writes it (None if it is)."""
+    if not isinstance(d, dict):
+        return f"expected a JSON object, found {type(d).__name__}"
+    cells = d.get("cells", _MISSING)
+    if not isinstance(cells, list):
+        return f"cells is {_shown(cells)}, expected a list of cells"
+    for k, cell in enumerate(cells):
+        why = _cell_problem(k, cell)
+        if why:
+            return why
+    names = [c["name"] for c in cells]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        return f"the cell {twice!r} is listed twice"
+    source = d.get("source", _MISSING)
+    if not (isinstance(source, dict) and all(isinstance(source.get(k), str) for k in ("path", "format"))):
+        return f"source is {_shown(source)}, expected an object with the model's path and format"
+    if not (d.get("gatetrace_version") is None or isinstance(d.get("gatetrace_version"), str)):
+        return f"gatetrace_version is {_shown(d.get('gatetrace_version'))}, expected a string"
+    selection = d.get("selection", {})
+    if not (isinstance(selection, dict) and _names(selection.get("values", []), 0)):
+        return "selection.values is not a list of names"
+    for key in ("shards", "examples"):
+        if key in d and not _count(d[key], 1 if key == "shards" else 0, _MAX_COUNT):
+            return f"{key} is {_shown(d[key])}, expected a count"
+    rows = d.get("rows", {})
+    if not (isinstance(rows, dict) and all(_count(v, 0, _MAX_COUNT) for v in rows.values())):
+        return "rows is not an object of row counts"
+    return None
+
+
+def _shown(x: Any) -> str:
+    """A value as an error shows it: short."""
+    if x is _MISSING:
+        return "missing"
+    text = json.dumps(x) if not isinstance(x, (dict, list)) else type(x).__name__.replace("dict", "an object").replace("list", "a list")
+    return text if len(text) <= 40 else text[:37] + "..."
