@@ -60,6 +60,7 @@ from recorders.long import ABSENT, PARTS, KeyCache, long_columns
 from recorders.folder import Folder
 from recorders.place import LocalPlace, place_of
 from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress
+from recorders.schema import description_problem
 
 __all__ = [
     "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "create_folder", "write_weights", "partition_dir", "partition_value",
@@ -297,6 +298,9 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
+        why = description_problem(json.loads(json.dumps(dict(description))))
+        if why and not twice:
+            raise RecordingError(f"the recording's description: {why} (see recorders.schema)")
         self._compression = compression or DEFAULT_COMPRESSION
         if self._compression not in COMPRESSIONS:
             raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")

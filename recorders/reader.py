@@ -29,11 +29,11 @@ allocation.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,7 @@ from recorders.folder import Folder, ReadOnlyFiles
 from recorders.long import GATE_COLUMNS, PARTS
 from recorders.parquet import partition_dir
 from recorders.progress import PROGRESS_DIR, Intervals, read_progress
-from recorders.schema import MAX_JSON_BYTES, description_problem, parse_json
+from recorders.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -158,13 +158,19 @@ class Recording:
             raise SelectionError(f"no cell {name!r} in {self.path}; its cells are {', '.join(self._cells)}") from None
 
     def gates(self, cell: str) -> list[str]:
-        return list(self.cell(cell)["gates"])
+        return self._labels("gates", cell)
 
     def states(self, cell: str) -> list[str]:
-        return list(self.cell(cell)["states"])
+        return self._labels("states", cell)
 
     def units(self, cell: str) -> int:
-        return int(self.cell(cell)["units"])
+        """The cell's units, from its description (or, where a description written through
+        `RecordingWriter` leaves them out, one more than the largest unit of its files)."""
+        units = self.cell(cell).get("units")
+        if units is None:
+            units = max((int(self._column("gates", cell, rel, "unit").max(initial=-1)) + 1
+                         for key, files in self._files("gates").items() if key[0] == cell for rel in files), default=0)
+        return int(units)
 
     @property
     def examples(self) -> list[list[int]]:
@@ -192,11 +198,11 @@ class Recording:
         return {
             "path": str(self.path),
             "complete": self.complete,
-            "source": self.description["source"],
+            "source": self.description.get("source", {}),
             "gatetrace_version": self.description.get("gatetrace_version"),
             "examples": {"complete": self.examples, "count": self._examples.total()},
             "cells": [
-                {"name": name, "kind": c["kind"], "units": c["units"], "gates": c["gates"], "states": c["states"],
+                {"name": name, "kind": c.get("kind"), "units": self.units(name), "gates": self.gates(name), "states": self.states(name),
                  "steps": int(len(self.steps(name))), "path": c.get("path")}
                 for name, c in self._cells.items()
             ],
@@ -216,11 +222,8 @@ class Recording:
 
     def steps(self, cell: str) -> np.ndarray:
         """The input positions recorded for `cell` (read from the step column of one file)."""
-        files = self._files("gates").get((cell, self.gates(cell)[0]), [])
-        if not files:
-            return np.zeros(0, np.int32)
-        file = self._parquet("gates", cell, files[0])
-        return np.unique(self._read(files[0], lambda: file.read(columns=["step"], use_threads=False).column(0).to_numpy()))
+        files = self._files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
+        return np.unique(self._column("gates", cell, files[0], "step")) if files else np.zeros(0, np.int32)
 
     # -- selections ------------------------------------------------------------------------
 
@@ -316,24 +319,41 @@ class Recording:
     # -- the files, checked ------------------------------------------------------------------
 
     def _labels(self, table: str, cell: str) -> list[str]:
-        return self.gates(cell) if table == "gates" else self.states(cell)
+        """The gates (or states) of `cell`: as its description lists them, or, where a description
+        written through `RecordingWriter` leaves them out, as its folders are named."""
+        listed = self.cell(cell).get(table)
+        if listed is not None:
+            return list(listed)
+        return [label for c, label in self._files(table) if c == cell]
 
     def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
-        """(cell, gate or state): its part files, for the cells and labels of the description,
-        listed once; RecordingError if anything below the table is not a regular file or a folder."""
+        """(cell, gate or state): its part files, for the cells (and the labels) of the
+        description, listed once; RecordingError if anything below the table is not a
+        regular file or a folder."""
         if table not in self._listed:
             files, odd = self._folder.tree(table)
             if odd:
                 self._refuse(odd[0])
-            folders = {f"{table}/{partition_dir(cell=c, **{_TABLES[table]: label})}": (c, label)
-                       for c in self._cells for label in self._labels(table, c)}
+            kind = _TABLES[table]
+            cells = {f"{table}/{partition_dir(cell=c)}": c for c in self._cells}
             found: dict[tuple[str, str], list[str]] = {}
             for rel, _ in files:
                 folder, _, name = rel.rpartition("/")
-                if folder in folders and name.startswith("part-") and name.endswith(".parquet"):
-                    found.setdefault(folders[folder], []).append(rel)
+                cell_folder, _, label_folder = folder.rpartition("/")
+                cell = cells.get(cell_folder)
+                if cell is None or not label_folder.startswith(f"{kind}=") or not (name.startswith("part-") and name.endswith(".parquet")):
+                    continue
+                label = unquote(label_folder[len(kind) + 1 :])
+                listed = self._cells[cell].get(kind + "s")
+                if (listed is None or label in listed) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
+                    found.setdefault((cell, label), []).append(rel)
             self._listed[table] = found
         return self._listed[table]
+
+    def _column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
+        """One column of a checked part file, whole."""
+        file = self._parquet(table, cell, rel)
+        return self._read(rel, lambda: file.read(columns=[column], use_threads=False).column(0).to_numpy())
 
     def _footer(self, table: str, cell: str, rel: str) -> Any:
         """The checked footer (`pyarrow.parquet.FileMetaData`) of a part file of `cell`."""
@@ -364,7 +384,7 @@ class Recording:
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
         span = (0, self._examples.pairs()[-1][1] - 1) if self.complete and self._examples.total() else (0, 2**53)
-        steps = cell["steps"]
+        steps, units = cell.get("steps"), cell.get("units") or MAX_UNITS
         row_bytes = 16 + 4 * len(values)
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
@@ -376,8 +396,8 @@ class Recording:
                 return f"row group {k} holds examples {e0} to {e1}, outside the recording's {span[0]} to {span[1]}"
             if not 0 <= s0 <= s1 < (steps or 2**31):
                 return f"row group {k} holds steps {s0} to {s1}, outside the cell's {steps or 'open'} steps"
-            if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * cell["units"]:
-                return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {cell['units']} units have"
+            if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
+                return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
             if group.num_rows * row_bytes > self.memory:
                 return f"row group {k} claims {group.num_rows:,} rows, more than the memory budget of {self.memory:,} bytes holds"
         return None
@@ -459,8 +479,7 @@ class Recording:
             limit = np.array([self.units(c) for c in self.cells])[df["cell"].cat.codes.to_numpy()]
             if ((df["unit"].to_numpy() >= limit) | (df["unit"].to_numpy() < 0)).any():
                 for c, rel in files:  # name the file
-                    unit = self._read(rel, lambda: self._parquet(table, c, rel).read(columns=["unit"]).column(0).to_numpy())
-                    self._check_units(rel, unit, self.units(c))
+                    self._check_units(rel, self._column(table, c, rel, "unit"), self.units(c))
         return df
 
     @staticmethod

@@ -8,9 +8,9 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   parser would otherwise recurse once per level and die of a 100,000-deep list);
 - `description_problem` says why a description (the manifest, or a progress file's
   `description`) is not of the form the writer writes: an object whose `cells` is a list
-  of cells, each with a unique `name`, a `kind`, `units` (1 to `MAX_UNITS`), unique
-  `gates` and `states`, `steps` (a count, or null where the model left the length open)
-  and `path`; `selection.values`, `shards`, `examples` and `rows` where present.
+  of cells, each with a unique `name` and, where present, `units` (1 to `MAX_UNITS`), different `gates`, different `states`, a `kind`, `steps` (a
+  count, or null where the model left the length open) and `path`; `source` (the model's
+  `path` and `format`), `selection.values`, `shards`, `examples` and `rows` where present.
 
 Anything else the writer puts in a description (a cell's tensors, the feeds) is shown,
 never used to reach a file or size an array, so only its JSON types are bounded.
@@ -81,21 +81,24 @@ def _cell_problem(k: int, cell: Any) -> str | None:
     if not (isinstance(name, str) and name):
         return f"cells[{k}] has no name (a non-empty string)"
     checks = (
-        ("kind", isinstance(cell.get("kind"), str), "a string"),
-        ("units", _count(cell.get("units"), 1, MAX_UNITS), f"a count of 1 to {MAX_UNITS:,}"),
-        ("gates", _names(cell.get("gates"), 1), f"a list of 1 to {_MAX_NAMES} different names"),
-        ("states", _names(cell.get("states"), 0), f"a list of up to {_MAX_NAMES} different names"),
-        ("steps", cell.get("steps") is None or _count(cell.get("steps"), 1, MAX_STEPS), f"null or a count of 1 to {MAX_STEPS:,}"),
-        ("path", cell.get("path") is None or isinstance(cell.get("path"), str), "null or a string"),
+        ("units", lambda x: _count(x, 1, MAX_UNITS), f"a count of 1 to {MAX_UNITS:,}"),
+        ("gates", lambda x: _names(x, 1), f"a list of 1 to {_MAX_NAMES} different names"),
+        ("states", lambda x: _names(x, 0), f"a list of up to {_MAX_NAMES} different names"),
+        ("kind", lambda x: isinstance(x, str), "a string"),
+        ("steps", lambda x: x is None or _count(x, 1, MAX_STEPS), f"null or a count of 1 to {MAX_STEPS:,}"),
+        ("path", lambda x: x is None or isinstance(x, str), "null or a string"),
     )
     for key, ok, expected in checks:
-        if not ok:
-            return f"cell {name!r}: {key} is {_shown(cell.get(key, _MISSING))}, expected {expected}"
+        if key in cell and not ok(cell[key]):
+            return f"cell {name!r}: {key} is {_shown(cell[key])}, expected {expected}"
     return None
 
 
 def description_problem(d: Any) -> str | None:
-    """Why `d` is not a recording's description as the writer writes it (None if it is)."""
+    """Why `d` is not a recording's description as the writer writes it (None if it is): an
+    object whose `cells` are objects with different names, every other key listed in the
+    module docstring of the right type where present (`gatetrace record` writes them all;
+    a description given to `RecordingWriter` may hold names only)."""
     if not isinstance(d, dict):
         return f"expected a JSON object, found {type(d).__name__}"
     cells = d.get("cells", _MISSING)
@@ -109,8 +112,8 @@ def description_problem(d: Any) -> str | None:
     if len(set(names)) != len(names):
         twice = next(n for n in names if names.count(n) > 1)
         return f"the cell {twice!r} is listed twice"
-    source = d.get("source", _MISSING)
-    if not (isinstance(source, dict) and all(isinstance(source.get(k), str) for k in ("path", "format"))):
+    source = d.get("source", {})
+    if not (isinstance(source, dict) and all(isinstance(source.get(k, ""), str) for k in ("path", "format"))):
         return f"source is {_shown(source)}, expected an object with the model's path and format"
     if not (d.get("gatetrace_version") is None or isinstance(d.get("gatetrace_version"), str)):
         return f"gatetrace_version is {_shown(d.get('gatetrace_version'))}, expected a string"
