@@ -217,7 +217,7 @@ class Recording:
         try:
             with self._fs.open_input_file("weights.parquet") as f:
                 return pq.read_metadata(f).num_rows
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
             raise RecordingError(f"{self.path}/weights.parquet is not readable Parquet ({err}): {_DAMAGED}") from None
 
     def steps(self, cell: str) -> np.ndarray:
@@ -303,9 +303,9 @@ class Recording:
                     yield Block(np.arange(e0, e1 + 1), np.arange(s0, s1 + 1), values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1), None)
                 else:
                     t = self._read(rel, lambda: file.read_row_group(k, columns=["example", "step", "unit", column], use_threads=False))
-                    keys = [t.column(n).to_numpy() for n in ("example", "step", "unit")]
-                    self._check_units(rel, keys[2], units)
-                    yield self._scattered(rel, *keys, t.column(column).to_numpy(), units)
+                    keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
+                    self._check_keys(rel, cell, keys)
+                    yield self._scattered(rel, *keys.values(), t.column(column).to_numpy(), units)
 
     def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
         """One gate as an (example, step) x unit frame."""
@@ -361,9 +361,9 @@ class Recording:
             try:
                 with self._fs.open_input_file(rel) as f:
                     metadata = pq.read_metadata(f)
-            except (OSError, pa.ArrowException) as err:
+                why = self._part_problem(table, cell, metadata)
+            except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
                 raise RecordingError(f"{self.path}/{rel} is not readable Parquet ({err}): {_DAMAGED}") from None
-            why = self._part_problem(table, self._cells[cell], metadata)
             if why:
                 raise RecordingError(f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {_DAMAGED}")
             self._metadata[rel] = metadata
@@ -374,7 +374,7 @@ class Recording:
         metadata = self._footer(table, cell, rel)
         return pq.ParquetFile(self._fs.open_input_file(rel), metadata=metadata)
 
-    def _part_problem(self, table: str, cell: dict[str, Any], metadata: Any) -> str | None:
+    def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
         """Why a part file's footer does not fit the description (None if it does)."""
         schema = metadata.schema.to_arrow_schema()
         types = dict(zip(schema.names, schema.types))
@@ -383,8 +383,8 @@ class Recording:
                 n not in _VALUES[table] or types[n] != pa.float32() for n in values):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
-        span = (0, self._examples.pairs()[-1][1] - 1) if self.complete and self._examples.total() else (0, 2**53)
-        steps, units = cell.get("steps"), cell.get("units") or MAX_UNITS
+        bounds = self._bounds(cell)
+        (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
         row_bytes = 16 + 4 * len(values)
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
@@ -392,10 +392,10 @@ class Recording:
             if ranges is None:
                 return f"row group {k} has no example and step statistics"
             (e0, e1), (s0, s1) = ranges
-            if not span[0] <= e0 <= e1 <= span[1]:
-                return f"row group {k} holds examples {e0} to {e1}, outside the recording's {span[0]} to {span[1]}"
-            if not 0 <= s0 <= s1 < (steps or 2**31):
-                return f"row group {k} holds steps {s0} to {s1}, outside the cell's {steps or 'open'} steps"
+            if not 0 <= e0 <= e1 < examples:
+                return f"row group {k} holds examples {e0} to {e1}, outside the recording's 0 to {examples - 1}"
+            if not 0 <= s0 <= s1 < steps:
+                return f"row group {k} holds steps {s0} to {s1}, outside the cell's 0 to {steps - 1}"
             if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
                 return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
             if group.num_rows * row_bytes > self.memory:
@@ -406,12 +406,28 @@ class Recording:
         """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
         try:
             return read()
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
             raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {_DAMAGED}") from None
 
-    def _check_units(self, rel: str, unit: np.ndarray, units: int) -> None:
-        if len(unit) and not 0 <= int(unit.min()) <= int(unit.max()) < units:
-            raise RecordingError(f"{self.path}/{rel} holds rows of unit {int(unit.max())}, but its cell has {units} units: {_DAMAGED}")
+    def _bounds(self, cell: str) -> dict[str, tuple[int, int]]:
+        """The [low, high) of each key column of `cell`'s rows: examples within the recording's
+        (any, while it is partial), steps within the cell's, units within its units."""
+        examples = self._examples.pairs()[-1][1] if self.complete and self._examples.total() else 2**53
+        c = self._cells[cell]
+        # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
+        first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
+        steps = first + c["steps"] if c.get("steps") else 2**31
+        return {"example": (0, examples), "step": (0, steps), "unit": (0, c.get("units") or MAX_UNITS)}
+
+    def _check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
+        """RecordingError naming `rel` if the key columns read from it leave `_bounds` (the
+        statistics a file's footer shows are checked before; its pages may still disagree)."""
+        for key, (low, high) in self._bounds(cell).items():
+            values = keys.get(key)
+            if values is not None and len(values) and not low <= int(values.min()) <= int(values.max()) < high:
+                bad = int(values.min()) if int(values.min()) < low else int(values.max())
+                raise RecordingError(f"{self.path}/{rel} holds rows of {key} {bad}, outside the {low} to {high - 1} of "
+                                     f"its cell in the recording's description: {_DAMAGED}")
 
     def _allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
         """SelectionError unless an array of `shape` fits the memory budget."""
@@ -471,15 +487,17 @@ class Recording:
         wanted = ["example", "step", "unit", *columns, "cell", kind]
         try:
             df = self._dataset(table, keys).to_table(columns=wanted, filter=expression).to_pandas()
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
             raise RecordingError(f"cannot read the {table} of {self.path}: a part file is damaged ({err})") from None
         df["cell"] = pd.Categorical(df["cell"], categories=self.cells)
         df[kind] = pd.Categorical(df[kind], categories=list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
-        if len(df):
-            limit = np.array([self.units(c) for c in self.cells])[df["cell"].cat.codes.to_numpy()]
-            if ((df["unit"].to_numpy() >= limit) | (df["unit"].to_numpy() < 0)).any():
+        codes = df["cell"].cat.codes.to_numpy()
+        for key in ("example", "step", "unit"):
+            low, high = (np.array(bound) for bound in zip(*(self._bounds(c)[key] for c in self.cells)))
+            values = df[key].to_numpy()
+            if len(df) and ((values < low[codes]) | (values >= high[codes])).any():
                 for c, rel in files:  # name the file
-                    self._check_units(rel, self._column(table, c, rel, "unit"), self.units(c))
+                    self._check_keys(rel, c, {key: self._column(table, c, rel, key)})
         return df
 
     @staticmethod

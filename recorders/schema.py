@@ -10,7 +10,7 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   `description`) is not of the form the writer writes: an object whose `cells` is a list
   of cells, each with a unique `name` and, where present, `units` (1 to `MAX_UNITS`), different `gates`, different `states`, a `kind`, `steps` (a
   count, or null where the model left the length open) and `path`; `source` (the model's
-  `path` and `format`), `selection.values`, `shards`, `examples` and `rows` where present.
+  `path` and `format`), `selection.values` and `.steps`, `shards`, `examples` and `rows` where present.
 
 Anything else the writer puts in a description (a cell's tensors, the feeds) is shown,
 never used to reach a file or size an array, so only its JSON types are bounded.
@@ -120,6 +120,9 @@ def description_problem(d: Any) -> str | None:
     selection = d.get("selection", {})
     if not (isinstance(selection, dict) and _names(selection.get("values", []), 0)):
         return "selection.values is not a list of names"
+    steps = selection.get("steps", [None, None])
+    if not (isinstance(steps, list) and len(steps) == 2 and all(s is None or _count(s, -MAX_STEPS, MAX_STEPS) for s in steps)):
+        return f"selection.steps is {_shown(steps)}, expected [START, STOP] (null for open)"
     for key in ("shards", "examples"):
         if key in d and not _count(d[key], 1 if key == "shards" else 0, _MAX_COUNT):
             return f"{key} is {_shown(d[key])}, expected a count"
