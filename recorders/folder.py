@@ -139,7 +139,8 @@ class Folder:
         return data
 
     def open_read(self, rel: str) -> BinaryIO:
-        return os.fdopen(self.open_fd(rel, os.O_RDONLY), "rb")
+        """The regular file `rel`, open for reading (`open_regular`)."""
+        return os.fdopen(self.open_regular(rel), "rb")
 
     def open_regular(self, rel: str) -> int:
         """A read-only descriptor of the regular file `rel`. Its type is looked at before it is

@@ -434,11 +434,12 @@ def _inspect_recording(args) -> None:
         return
     source, examples = summary["source"], summary["examples"]
     state = "complete" if summary["complete"] else "partial: run the same record command with --resume to finish it"
-    print(f"{args.model}: a gatetrace recording ({state}) of {source['path']} ({source['format']}), gatetrace {summary['gatetrace_version']}")
+    print(f"{args.model}: a gatetrace recording ({state}) of {source.get('path', 'a model it does not name')} "
+          f"({source.get('format', 'format not given')}), gatetrace {summary['gatetrace_version']}")
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
     print(f"examples: {examples['count']:,} ({ranges})")
     rows = [("cell", "kind", "units", "gates", "states", "steps", "path")]
-    rows += [(c["name"], c["kind"], str(c["units"]), ",".join(c["gates"]), ",".join(c["states"]), str(c["steps"]), c["path"] or "")
+    rows += [(c["name"], c["kind"] or "", str(c["units"]), ",".join(c["gates"]), ",".join(c["states"]), str(c["steps"]), c["path"] or "")
              for c in summary["cells"]]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
