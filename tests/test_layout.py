@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stages of tracer, lowest first (tracer/__init__.py documents them).
-STAGES = ["tracer._tf", "tracer.spec", "tracer.inputs", "tracer.load", "tracer.find", "tracer.values", "tracer.run"]
+STAGES = ["tracer._tf", "tracer.cells", "tracer.inputs", "tracer.load", "tracer.find", "tracer.values", "tracer.run"]
 TOP = len(STAGES)  # the command line, the demo and `python -m tracer` stand side by side on top
 ON_TOP = ("tracer.cli", "tracer.demo", "tracer.__main__")
 
@@ -98,8 +98,8 @@ def test_the_rules_catch_what_they_are_for(tmp_path):
     """The checks themselves: an upward import and a circle, in a made-up package, are found."""
     upward = tmp_path / "up.py"
     upward.write_text("from tracer.run.recording import record\n")
-    assert imports("tracer.spec.fake", upward) == {"tracer.run.recording"}
-    assert stage("tracer.run.recording") > stage("tracer.spec.fake")
+    assert imports("tracer.cells.fake", upward) == {"tracer.run.recording"}
+    assert stage("tracer.run.recording") > stage("tracer.cells.fake")
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    from tracer.values import running\n    import tracer.find.graph\n")
     assert imports("tracer.run.fake", lazy) == {"tracer.values.running", "tracer.find.graph"}

@@ -333,7 +333,7 @@ def test_partition_names_are_percent_encoded_and_read_back(tmp_path):
 
 
 def test_recorders_never_import_tensorflow():
-    code = "import sys, recorders, recorders.parquet, tracer.spec.reference; print('tensorflow' in sys.modules)"
+    code = "import sys, recorders, recorders.parquet, tracer.cells.reference; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -12,7 +12,7 @@ from recorders import ReplayMismatchError
 from recorders import Recording
 from tests.conftest import CONFIGS, R, build, read_gates, save, static_body
 from tracer._tf import tf, v1
-from tracer.spec.reference import run_cell
+from tracer.cells.reference import run_cell
 from tracer.values.replay import replay
 
 LENGTHS = np.array([5, 3, 0, 1, 5, 2], np.int32)

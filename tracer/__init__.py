@@ -11,7 +11,7 @@ own stage and the stages below it (`tests/test_layout.py` holds it to that):
 
     stage  package          what it holds
     0      tracer._tf       TensorFlow, imported once and quiet (any stage may use it)
-    1      tracer.spec      cell specs and gate orders, what a finder returns, the numpy math
+    1      tracer.cells     cell specs and gate orders, what a finder returns, the numpy math
     2      tracer.inputs    input files read by rows (.npy, .npz, Parquet, TFRecord), feeds
     3      tracer.load      model files: formats, the checks before import and before running
     4      tracer.find      finding cells: step patterns per cell family, chains, loops, fused ops
@@ -30,13 +30,13 @@ from recorders.errors import *  # noqa: F403  (the exception classes, listed in 
 from recorders.progress import Shard
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
-# `tracer.spec.reference` stay light and the CLI can quiet TensorFlow before it loads.
+# `tracer.cells.reference` stay light and the CLI can quiet TensorFlow before it loads.
 _LAZY = {
-    "CellSpec": "tracer.spec.cells",
-    "SPECS": "tracer.spec.cells",
-    "spec_for": "tracer.spec.cells",
-    "Cell": "tracer.spec.found",
-    "Step": "tracer.spec.found",
+    "CellSpec": "tracer.cells.kinds",
+    "SPECS": "tracer.cells.kinds",
+    "spec_for": "tracer.cells.kinds",
+    "Cell": "tracer.cells.found",
+    "Step": "tracer.cells.found",
     "find_cells": "tracer.find.graph",
     "Model": "tracer.load.model",
     "load_model": "tracer.load.model",
@@ -47,7 +47,7 @@ _LAZY = {
     "trace": "tracer.run.recording",
     "find_all": "tracer.run.recording",
     "KerasModel": "tracer.load.keras",
-    "KerasCell": "tracer.spec.found",
+    "KerasCell": "tracer.cells.found",
     "KerasPlan": "tracer.values.keras",
     "find_layers": "tracer.find.keras",
     "load_keras": "tracer.load.keras",
@@ -56,7 +56,7 @@ _LAZY = {
     "Job": "tracer.run.parallel",
     "record_task": "tracer.run.parallel",
     "record_parallel": "tracer.run.parallel",
-    "run_cell": "tracer.spec.reference",
+    "run_cell": "tracer.cells.reference",
     "GateWeights": "tracer.values.weights",
     "read_weights": "tracer.values.weights",
     "gate_weights": "tracer.values.weights",

@@ -5,5 +5,5 @@ it), `tf_cells` and `keras_cells` (the step patterns of each cell family, every 
 side), `steps` (all patterns over a graph), `unrolled` (chains of steps outside loops),
 `loops` (cells inside while loops), `fused` (fused RNN ops), `keras` (a Keras model's RNN
 layers), `graph` (`find_cells`: the finders side by side). May import `tracer.load`,
-`tracer.inputs`, `tracer.spec` and `tracer._tf`.
+`tracer.inputs`, `tracer.cells` and `tracer._tf`.
 """

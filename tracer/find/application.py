@@ -3,7 +3,7 @@
 `tracer.find.tf_cells` and `tracer.find.keras_cells` recognise a step by the ops a cell
 class builds and return an `Application`: the step's gate tensors (preactivation and
 activation, in the spec's gate order), its states, its input, its previous states and its
-weights. `cell_of` makes the `tracer.spec.found.Cell` of a chain or loop of them.
+weights. `cell_of` makes the `tracer.cells.found.Cell` of a chain or loop of them.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracer._tf import tf
-from tracer.spec.cells import CellSpec
-from tracer.spec.found import Cell, Step
+from tracer.cells.kinds import CellSpec
+from tracer.cells.found import Cell, Step
 
 __all__ = ["ADDS", "ACTIVATIONS", "Application", "cell_of", "step_of"]
 

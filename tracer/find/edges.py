@@ -17,7 +17,7 @@ import numpy as np
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
-from tracer.spec.cells import CellSpec
+from tracer.cells.kinds import CellSpec
 
 __all__ = [
     "weight_source", "weight_name", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",

@@ -16,7 +16,7 @@ add `cs_prev * wci` to i, `cs_prev * wcf` to f and `cs * wco` to o; `cell_clip` 
 clips cs. For GRUBlockCell, `r, u = sigmoid([x, h_prev] @ w_ru + b_ru)` and
 `c = tanh([x, r * h_prev] @ w_c + b_c)`.
 
-`fused_cells` finds these ops and gives each chain a `tracer.spec.found.Cell` with its
+`fused_cells` finds these ops and gives each chain a `tracer.cells.found.Cell` with its
 `Fused`; their values are read by `tracer.values.fused`.
 """
 
@@ -33,8 +33,8 @@ from tracer.find.edges import (
     variables_of,
     weight_source,
 )
-from tracer.spec.cells import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
-from tracer.spec.found import GRU_BLOCK_OUTPUTS, LSTM_BLOCK_OUTPUTS, Cell, Fused
+from tracer.cells.kinds import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
+from tracer.cells.found import GRU_BLOCK_OUTPUTS, LSTM_BLOCK_OUTPUTS, Cell, Fused
 
 __all__ = ["FUSED_OPS", "fused_cells", "fused_steps"]
 
@@ -52,7 +52,7 @@ _GRU_IN = {"x": 0, "h_prev": 1, "kernel": 2, "candidate_kernel": 3, "bias": 4, "
 
 
 def fused_cells(graph: tf.Graph) -> list:
-    """A `tracer.spec.found.Cell` for each chain of fused ops in `graph` (top level only)."""
+    """A `tracer.cells.found.Cell` for each chain of fused ops in `graph` (top level only)."""
     ops = [op for op in graph.get_operations() if op.type in FUSED_OPS]
     cells = []
     groups: dict[tuple[str, str], list[tf.Operation]] = {}

@@ -2,7 +2,7 @@
 
 A Keras `LSTM`, `GRU` or `SimpleRNN` layer (tf-keras or Keras 3) runs its cell inside a
 loop whose gates nobody can fetch. `find_layers(model)` lists these layers, inside
-`Bidirectional` wrappers and nested models too, as `tracer.spec.found.KerasCell`s, with
+`Bidirectional` wrappers and nested models too, as `tracer.cells.found.KerasCell`s, with
 their weights in gatetrace's block order: LSTM i, f, c, o -> i, f, j, o; GRU z, r, h ->
 u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name it).
 `hidden_layers` names the RNN layers inside wrappers that are not recorded through.
@@ -16,9 +16,9 @@ import numpy as np
 
 from recorders.errors import GraphPatternError
 from tracer.load.keras import KerasModel, framework_of, to_numpy
-from tracer.spec.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
-from tracer.spec.found import KerasCell
-from tracer.spec.reference import ACTIVATIONS
+from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
+from tracer.cells.found import KerasCell
+from tracer.cells.reference import ACTIVATIONS
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from tracer._tf import tf
 from tracer.find.application import ACTIVATIONS, ADDS, Application
 from tracer.find.edges import const_scalar, other_input, weight_name, weight_source
-from tracer.spec.cells import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
+from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 
 __all__ = ["keras_lstm_step", "keras_lstm1_step", "keras_gru_step", "keras_gru1_step", "keras_rnn_step"]
 

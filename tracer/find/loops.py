@@ -27,7 +27,7 @@ from tracer.find.application import cell_of, step_of
 from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_source
 from tracer.find.fused import fused_steps
 from tracer.find.steps import find_steps
-from tracer.spec.found import Fused, Loop
+from tracer.cells.found import Fused, Loop
 
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
 
@@ -89,7 +89,7 @@ def _selected(h_new: tf.Tensor) -> bool:
 
 
 def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
-    """A `tracer.spec.found.Cell` for `app`, whose weights are read from the outer tensors `weights`.
+    """A `tracer.cells.found.Cell` for `app`, whose weights are read from the outer tensors `weights`.
     A fused op's cell (`LSTMBlockCell`, `GRUBlockCell`) also gets its `Fused`, of the body's
     tensors, which the rewritten loop stacks (`tracer.values.emit`)."""
     kernel = graph.get_tensor_by_name(weights["kernel"])

@@ -38,7 +38,7 @@ from tracer.find.edges import (
     reads,
     weight_source,
 )
-from tracer.spec.cells import BASIC_LSTM, BASIC_RNN, GRU, LSTM
+from tracer.cells.kinds import BASIC_LSTM, BASIC_RNN, GRU, LSTM
 
 __all__ = ["lstm_step", "gru_step", "rnn_step"]
 

@@ -22,7 +22,7 @@ from tracer.find.edges import (
     topological_index,
     weight_source,
 )
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 
 __all__ = ["unrolled_cells"]
 

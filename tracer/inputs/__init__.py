@@ -3,5 +3,5 @@
 `rows` (the row-slicing base every reader shares, and reaching files locally or in object
 storage), `files` (`.npy`, `.npz` members, Parquet columns and folders), `tfrecords`
 (TFRecord features, CRCs checked), `feeds` (`--feed` values resolved to placeholders and
-cut into batches). May import `tracer.spec` and `tracer._tf`.
+cut into batches). May import `tracer.cells` and `tracer._tf`.
 """

@@ -4,5 +4,5 @@
 graph checked before it is imported), `inline` (a TF2 SavedModel's signature functions
 inlined), `keras_files` (Keras files checked as data), `keras` (Keras files loaded, and the
 `KerasModel` they give), `model` (`load_model`: checkpoints, SavedModels, frozen graphs).
-May import `tracer.inputs`, `tracer.spec` and `tracer._tf`.
+May import `tracer.inputs`, `tracer.cells` and `tracer._tf`.
 """

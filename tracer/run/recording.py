@@ -54,7 +54,7 @@ from tracer.run.budget import (
     fixed_size_problem,
 )
 from tracer.run.select import Selection
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan, Trace, assemble
 from tracer.values.keras import KerasPlan, resolve_inputs

@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 from typing import Sequence
 
 from recorders.errors import SelectionError
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 
 __all__ = ["Selection", "parse_range", "VALUE_COLUMNS", "DEFAULT_VALUES"]
 

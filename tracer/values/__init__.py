@@ -4,5 +4,5 @@
 recomputed in numpy and checked against the loop's outputs), `fused` (a fused op's
 values), `weights` (per-gate W, U, b), `fetch` (`FetchPlan`: the one-run fetch of a graph),
 `keras` (`KerasPlan`: a Keras model's layers captured in one call and replayed). May import
-`tracer.find`, `tracer.load`, `tracer.inputs`, `tracer.spec` and `tracer._tf`.
+`tracer.find`, `tracer.load`, `tracer.inputs`, `tracer.cells` and `tracer._tf`.
 """

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 from recorders.errors import GraphPatternError
 from tracer._tf import tf, v1
 from tracer.load.model import Model, rebuilt
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
 from tensorflow.python.ops import control_flow_util_v2, list_ops  # noqa: E402  # isort: skip

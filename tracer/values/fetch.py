@@ -21,7 +21,7 @@ import pandas as pd
 from recorders.errors import GraphPatternError
 from recorders.long import gate_frame
 from tracer._tf import tf, v1
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 from tracer.values import running
 from tracer.values.fused import fused_values
 from tracer.values.parts import Read, plan_parts

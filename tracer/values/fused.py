@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from recorders.errors import ReplayMismatchError
-from tracer.spec.found import Fused
+from tracer.cells.found import Fused
 from tracer.values.replay import TOLERANCE, Replayed
 
 __all__ = ["fused_values"]

@@ -22,7 +22,7 @@ from recorders.errors import FeedError, GraphPatternError
 from tracer.find.keras import walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
-from tracer.spec.found import KerasCell
+from tracer.cells.found import KerasCell
 from tracer.values.parts import Read, plan_parts
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.weights import gate_weights

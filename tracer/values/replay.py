@@ -40,8 +40,8 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from recorders.errors import GraphPatternError, ReplayMismatchError
-from tracer.spec.cells import spec_for
-from tracer.spec.reference import ACTIVATIONS
+from tracer.cells.kinds import spec_for
+from tracer.cells.reference import ACTIVATIONS
 
 __all__ = ["Replayed", "replay", "check", "compare", "TOLERANCE"]
 

@@ -2,7 +2,7 @@
 
 A cell's kernel is `[input_size + recurrent_size, blocks * units]`: its first
 `input_size` rows act on the input (`W`), the rest on the recurrent state (`U`), and
-column block k belongs to gate k in the spec's gate order (`tracer.spec.cells`). For GRUCell
+column block k belongs to gate k in the spec's gate order (`tracer.cells.kinds`). For GRUCell
 the candidate has its own kernel, whose recurrent rows act on `r * h_prev`.
 """
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 from recorders.long import weight_columns
 from tracer._tf import v1
-from tracer.spec.found import Cell
+from tracer.cells.found import Cell
 from tracer.values import running
 
 __all__ = ["GateWeights", "read_weights", "stacked", "gate_weights", "weights_columns"]

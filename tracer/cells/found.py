@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tracer.spec.cells import CellSpec, HasSpec
+from tracer.cells.kinds import CellSpec, HasSpec
 
 __all__ = ["Step", "Loop", "Fused", "Cell", "KerasCell"]
 
