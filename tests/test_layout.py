@@ -10,14 +10,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # The stages of tracer, lowest first (tracer/__init__.py documents them).
 STAGES = ["tracer._tf", "tracer.cells", "tracer.inputs", "tracer.load", "tracer.find", "tracer.values", "tracer.run"]
 TOP = len(STAGES)  # the command line, the demo and `python -m tracer` stand side by side on top
-ON_TOP = ("tracer.cli", "tracer.demo", "tracer.__main__")
+ON_TOP = ("tracer.cli", "tracer.commands", "tracer.demo", "tracer.__main__")
 
 
 def stage(module: str) -> int | None:
     """The stage of a module of tracer (None for the package's own __init__, the public facade)."""
     if module == "tracer":
         return None
-    if module in ON_TOP:
+    if any(module == top or module.startswith(top + ".") for top in ON_TOP):
         return TOP
     for k, prefix in enumerate(STAGES):
         if module == prefix or module.startswith(prefix + "."):

@@ -17,7 +17,7 @@ own stage and the stages below it (`tests/test_layout.py` holds it to that):
     4      tracer.find      finding cells: step patterns per cell family, chains, loops, fused ops
     5      tracer.values    the values: the one-run fetch, loop replay, Keras capture, weights
     6      tracer.run       the recording job: selection, memory budget, parallel tasks
-    7      tracer.cli, tracer.demo   the command line on top
+    7      tracer.cli, tracer.commands, tracer.demo   the command line (one module a command) on top
 
 The public names below are loaded from their stage on first use.
 """

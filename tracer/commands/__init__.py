@@ -1,0 +1,6 @@
+"""The commands of `gatetrace`, one module each, on top of every stage (`tracer.cli` assembles them).
+
+Each module holds `NAME`, `HELP`, `EXAMPLE` (the help's epilog: a command that works),
+`READS_MODEL` and `RUNS_MODEL` (which of the model's arguments it takes, `common.model_arguments`),
+`arguments(parser)`, its own flags, and `run(args)`, which calls the library and prints.
+"""

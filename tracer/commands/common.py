@@ -1,0 +1,95 @@
+"""What the commands share: the one-line argument parser, argument types, the model's arguments.
+
+`Parser` is argparse with errors in one line, flags only in full and the nearest flag
+suggested; `model_arguments` adds MODEL and the flags every command that reads a model takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+__all__ = ["Parser", "MODEL_HELP", "seconds", "positive", "split", "model_arguments"]
+
+MODEL_HELP = (
+    "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file, "
+    "a SavedModel folder, a frozen GraphDef .pb, or a Keras .keras/.h5 file (or tf-keras SavedModel folder)"
+)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, given {text!r}")
+    return value
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, given {text!r}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with errors in one line (the usage block stays behind --help), flags taken
+    only when spelled in full (`--gate` is not `--gates`), and the nearest flag suggested for
+    one it does not know."""
+
+    known: set[str] = set()  # every flag of every command
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        Parser.known.update(a for a in args if a.startswith("--"))
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str):
+        import difflib
+
+        unknown = re.findall(r"(--[\w-]+)", message) if message.startswith("unrecognized arguments") else []
+        near = [m for flag in unknown for m in difflib.get_close_matches(flag.split("=")[0], sorted(Parser.known), n=1, cutoff=0.6)]
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        argv = getattr(self, "argv", [])
+        for k in range(len(argv) - 2):  # `--feed x a/x.npy`: the file became an argument of its own
+            if argv[k] == "--feed" and "=" not in argv[k + 1] and not argv[k + 2].startswith("-"):
+                hint = f" (--feed takes NAME=FILE as one word: --feed {argv[k + 1]}={argv[k + 2]})"
+        self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
+
+
+def split(text: str | None) -> tuple[str, ...]:
+    """`"a, b,"` -> ("a", "b"): a comma-separated flag's values."""
+    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else ()
+
+
+def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None:
+    """MODEL, --tag, --signature, --timeout (if the command runs the model) and --allow-unsafe-ops."""
+    c.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    c.add_argument("--tag", default="serve", help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)")
+    c.add_argument(
+        "--signature",
+        default="serving_default",
+        help="the SavedModel signature to record, whose input names --feed takes: --signature serve (default: serving_default)",
+    )
+    if runs_model:
+        c.add_argument(
+            "--timeout",
+            type=seconds,
+            metavar="SECONDS",
+            help="stop a run of the model (one batch) that takes longer than this: --timeout 600 (default: no limit)",
+        )
+    c.add_argument(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help="run the model even if it holds ops outside the allowlist of pure math, array, variable and "
+        "control-flow ops (file access, Python, printing): only for models you trust" if runs_model else
+        "read the model even if importing its graph could run ops that do more than compute (file access), "
+        "or loading its Keras file would build objects gatetrace does not check: only for models you trust",
+    )

@@ -1,0 +1,31 @@
+"""`gatetrace weights MODEL --out FILE.parquet`: every cell's per-gate W, U and b, in one Parquet file."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "weights"
+HELP = "write every cell's per-gate W, U, b to one Parquet file"
+EXAMPLE = "gatetrace weights model.ckpt --out weights.parquet"
+READS_MODEL, RUNS_MODEL = True, True
+
+
+def arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
+    c.add_argument("--overwrite", action="store_true", help="replace --out if it is a weights table gatetrace wrote")
+
+
+def run(args) -> None:
+    import tracer
+    from recorders import write_weights
+    from tracer.load.keras import KerasModel
+    from tracer.load.safety import check_model
+    from tracer.run.recording import describe, find_all, weight_values
+
+    with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
+        cells = find_all(model)
+        if not isinstance(model, KerasModel):  # a Keras layer's weights are arrays already: nothing runs
+            check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
+        columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
+        rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
+    print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
