@@ -198,8 +198,9 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
     [examples, steps, units] array out of the fetched tensors, building its long columns
     (keys and values), and encoding the Parquet files. In `record` the last three run on
     two worker threads while the next batch is fetched."""
-    from recorders.long import KeyCache, gate_columns, state_columns
-    from recorders.parquet import _write_parquet
+    from recorders.write.keys import KeyCache
+    from recorders.write.columns import gate_columns, state_columns
+    from recorders.write.rowgroups import _write_parquet
 
     keep = BATCH
     times: dict[str, list[float]] = {k: [] for k in ("fetch", "cut", "columns", "encode")}

@@ -1,17 +1,23 @@
 """gatetrace recorders: long-format Parquet tables of gate values, states and weights.
 
 This package never imports TensorFlow: it takes numpy arrays and plain descriptions,
-so reading and writing recordings costs only numpy, pandas and pyarrow.
+so reading and writing recordings costs only numpy, pandas and pyarrow. By direction:
+`recorders.write` (the format, and the writer), `recorders.read` (`Recording`, analysis,
+plots), `recorders.view` (`gatetrace view`); `recorders.errors` is shared by all of them.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
-from recorders.parquet import METADATA_KEY, RecordingWriter, partition_dir, partition_value, write_weights
-from recorders.long import KeyCache, gate_columns, gate_frame, key_columns, state_columns, weight_columns
-from recorders.progress import Intervals, Shard
-from recorders.reader import Recording
+from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
+from recorders.write.writer import RecordingWriter, write_weights
+from recorders.write.keys import KeyCache, key_columns
+from recorders.write.columns import gate_columns, state_columns, weight_columns
+from recorders.read.frames import gate_frame
+from recorders.write.progress import Intervals, Shard
+from recorders.read.reader import Recording
+from recorders.read import analysis, plots  # `from recorders import analysis`
 
 try:
     __version__ = version("gatetrace")
@@ -35,4 +41,6 @@ __all__ = [
     "Shard",
     "Intervals",
     "Recording",
+    "analysis",
+    "plots",
 ]

@@ -194,13 +194,13 @@ def test_out_not_empty(model, tmp_path, capsys):
 
 
 def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, tmp_path, capsys, monkeypatch):
-    import recorders.parquet
+    import recorders.write.rowgroups
 
     path, x = model
     out, clean = tmp_path / "out", tmp_path / "clean"
     argv = ["record", path, "--feed", f"x={x}", "--batch-size", "1", "--quiet"]
     assert main([*argv, "--out", str(clean)]) == 0
-    write_table, calls = recorders.parquet._write_parquet, []
+    write_table, calls = recorders.write.rowgroups.write_parquet, []
 
     def disk_full_in_the_second_batch(path, *args, **kwargs):
         calls.append(path)
@@ -208,14 +208,14 @@ def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, 
             raise OSError(28, "No space left on device")
         return write_table(path, *args, **kwargs)
 
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", disk_full_in_the_second_batch)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", disk_full_in_the_second_batch)
     msg = fails(capsys, [*argv, "--out", str(out)])
     assert msg.startswith(f"cannot write {out}/") and msg.endswith(
         "No space left on device; the 1 sequences recorded before are kept: fix the cause and rerun with --resume"
     )
     assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "states", "weights.parquet"]
     assert json.loads((out / "_progress" / "shard-0-of-1.json").read_text())["complete"] == [[0, 1]]
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", write_table)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write_table)
     assert "already holds a partial recording; pass --resume" in fails(capsys, [*argv, "--out", str(out)])
     assert main([*argv, "--out", str(out), "--resume"]) == 0
     assert "recorded 1 cell on 3 sequences (2 in this run): 180 gate rows, 90 state rows" in capsys.readouterr().out

@@ -548,7 +548,7 @@ def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_re
 
     from recorders import Recording
     from recorders.errors import OutputExistsError
-    from recorders.files import exchange, publish
+    from recorders.write.files import exchange, publish
 
     out, spare = tmp_path / "out", tmp_path / "spare"
     _recording(out, 1.0)

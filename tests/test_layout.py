@@ -1,10 +1,14 @@
 """The house rules, read from the source with `ast`: each module of `tracer` imports only
-from its own stage and the stages below it, and no modules import each other in a circle."""
+from its own stage and the stages below it; `recorders` goes by direction (writing never
+imports reading or the view, reading never the writer's own parts); and no modules import
+each other in a circle."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stages of tracer, lowest first (tracer/__init__.py documents them).
@@ -25,28 +29,29 @@ def stage(module: str) -> int | None:
     raise AssertionError(f"{module} is in no stage: add it to a stage's folder (and to STAGES if it is a new stage)")
 
 
-def modules() -> dict[str, Path]:
+def modules(package: str = "tracer") -> dict[str, Path]:
     found = {}
-    for path in sorted((ROOT / "tracer").rglob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
 def imports(module: str, path: Path) -> set[str]:
-    """Every module of tracer that `module` imports, at its top or inside a function."""
+    """Every module of its package (tracer, or recorders) that `module` imports, at its top or inside a function."""
     found = set()
+    top = module.split(".")[0]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "tracer"}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == top}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            if base.split(".")[0] != "tracer":
+            if base.split(".")[0] != top:
                 continue
-            known = modules()
+            known = modules(top)
             for alias in node.names:  # `from tracer.values import running` imports a module
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
     return found
@@ -65,8 +70,43 @@ def test_every_module_imports_only_from_its_stage_and_below():
     assert not wrong, "imports from a stage above:\n" + "\n".join(wrong)
 
 
-def test_no_import_circles():
-    graph = {m: {i for i in imports(m, p) if i in modules() and i != m} for m, p in modules().items() if m != "tracer"}
+# recorders by direction: what each part may import. The format modules of `recorders.write` are
+# what readers share with the writer; the writer's own parts (writer, rowgroups, swap, place,
+# files) are imported by nothing outside it.
+FORMAT = tuple(f"recorders.write.{m}" for m in ("layout", "columns", "keys", "schema", "progress", "folder"))
+DIRECTIONS = {
+    "recorders.errors": ("recorders.errors",),
+    "recorders.write": ("recorders.errors", "recorders.write"),
+    "recorders.read": ("recorders.errors", "recorders.read", *FORMAT),
+    "recorders.view": ("recorders.errors", "recorders.read", "recorders.view", *FORMAT),
+}
+
+
+def allowed(module: str) -> tuple[str, ...] | None:
+    """What a module of recorders may import (module prefixes); None for the package's facade."""
+    for part, may in DIRECTIONS.items():
+        if module == part or module.startswith(part + "."):
+            return may
+    if module == "recorders":
+        return None
+    raise AssertionError(f"{module} is in none of {', '.join(DIRECTIONS)}: put it in one")
+
+
+def test_recorders_imports_go_by_direction():
+    wrong = []
+    for module, path in modules("recorders").items():
+        may = allowed(module)
+        if may is None:
+            continue
+        for imported in sorted(imports(module, path)):
+            if not any(imported == m or imported.startswith(m + ".") for m in may):
+                wrong.append(f"{module} imports {imported}")
+    assert not wrong, "imports against the direction:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", ["tracer", "recorders"])
+def test_no_import_circles(package):
+    graph = {m: {i for i in imports(m, p) if i in modules(package) and i != m} for m, p in modules(package).items() if m != package}
     circles = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
@@ -103,3 +143,8 @@ def test_the_rules_catch_what_they_are_for(tmp_path):
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    from tracer.values import running\n    import tracer.find.graph\n")
     assert imports("tracer.run.fake", lazy) == {"tracer.values.running", "tracer.find.graph"}
+    backward = tmp_path / "back.py"
+    backward.write_text("from recorders.read.reader import Recording\nfrom recorders.write import rowgroups\n")
+    assert imports("recorders.write.fake", backward) == {"recorders.read.reader", "recorders.write.rowgroups"}
+    assert "recorders.read.reader" not in allowed("recorders.write.fake") and not any(
+        "recorders.write.rowgroups".startswith(m) for m in allowed("recorders.read.fake"))

@@ -136,7 +136,7 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     """--out s3://...: objects written at their final keys, each batch committed by its
     progress object; a failure midway keeps the committed batches, and a resume with
     another batch size replaces the uncommitted part objects (no row twice)."""
-    import recorders.parquet
+    import recorders.write.rowgroups
 
     env, store = s3
     store.create_dir("out")
@@ -157,7 +157,7 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
         "_progress", "gates", "manifest.json", "states", "weights.parquet"
     ]
 
-    write, calls = recorders.parquet._write_parquet, []
+    write, calls = recorders.write.rowgroups.write_parquet, []
 
     def fails_at_once(path, *args, **kwargs):
         calls.append(path)
@@ -165,9 +165,9 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
             raise OSError(28, "No space left on device")
         return write(path, *args, **kwargs)
 
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", fails_at_once)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", fails_at_once)
     assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 2
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", write)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write)
     assert store.get_file_info(fs_selector("out/first", recursive=True)) == []  # nothing a rerun would refuse
     assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 0
     calls.clear()
@@ -178,11 +178,11 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
             raise OSError(28, "No space left on device")
         return write(path, *args, **kwargs)
 
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", disk_full_in_the_second_batch)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", disk_full_in_the_second_batch)
     failed = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "4")
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
     assert "No space left on device; the 4 sequences recorded before are kept" in failed.stderr
-    monkeypatch.setattr(recorders.parquet, "_write_parquet", write)
+    monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write)
     assert read_json(store, "out/crash/_progress/shard-0-of-1.json")["complete"] == [[0, 4]]
     listed = [i.path for i in store.get_file_info(fs_selector("out/crash/gates", recursive=True))]
     assert any(p.endswith("part-0000000004.parquet") for p in listed)  # written, not committed: the resume replaces it

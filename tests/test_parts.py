@@ -12,7 +12,7 @@ import pytest
 
 import tracer
 from recorders import Recording, SelectionError
-from recorders.analysis import dominant_part
+from recorders.read.analysis import dominant_part
 from tests.conftest import CONFIGS, build, randomise, run_cli, save, static_body
 from tests.test_fused import build as build_fused
 from tests.test_loops import EXPORT

@@ -87,7 +87,7 @@ def test_not_a_recording(tmp_path):
 
 
 def test_saturation_and_step_stats(recorded):
-    from recorders.analysis import saturation, step_stats
+    from recorders.read.analysis import saturation, step_stats
 
     rec, _ = recorded
     f = rec.gate_array(LSTM, "f")  # NaN where no row
@@ -113,7 +113,7 @@ def test_saturation_and_step_stats(recorded):
 def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tmp_path):
     """One read per gate, dense row groups from the value column alone; saturation, means and
     quantiles equal a float64 numpy computation over the trace's activations."""
-    from recorders.analysis import gate_summaries
+    from recorders.read.analysis import gate_summaries
 
     rec, trace = recorded
     if lengths is None:
@@ -140,7 +140,7 @@ def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tm
 
 
 def test_time_courses_top_positions_and_label_correlation(recorded):
-    from recorders.analysis import label_correlation, time_courses, top_positions
+    from recorders.read.analysis import label_correlation, time_courses, top_positions
 
     rec, _ = recorded
     i = rec.gate_array(LSTM, "i")
@@ -165,7 +165,7 @@ def test_time_courses_top_positions_and_label_correlation(recorded):
 
 
 def test_plots_draw_what_the_analysis_computes(recorded):
-    from recorders.plots import gate_heatmap, saturation_scatter, step_band
+    from recorders.read.plots import gate_heatmap, saturation_scatter, step_band
 
     rec, _ = recorded
     fig = gate_heatmap(rec, LSTM, "f", example=2)
@@ -183,7 +183,7 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     assert len(offsets) == 2 and ((offsets >= 0) & (offsets <= 1)).all()
     fig = step_band(rec, LSTM, "o")
     line = fig.axes[0].get_lines()[0]
-    from recorders.analysis import step_stats
+    from recorders.read.analysis import step_stats
 
     np.testing.assert_allclose(line.get_ydata(), step_stats(rec, [LSTM], ["o"])["mean"])
     with pytest.raises(SelectionError, match="example 99 has no rows"):
@@ -192,7 +192,7 @@ def test_plots_draw_what_the_analysis_computes(recorded):
 
 @pytest.mark.parametrize("values", [[5, 3, 3, 9], [7], [0, 10**9, 4], list(range(100, 0, -3)) * 2, []])
 def test_sorted_unique_is_numpys_unique(values):
-    from recorders.reader import _sorted_unique
+    from recorders.read.reader import _sorted_unique
 
     v = np.asarray(values, dtype=np.int64)
     got, expected = _sorted_unique(v), np.unique(v, return_inverse=True)

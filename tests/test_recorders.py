@@ -21,7 +21,7 @@ from recorders import (
     key_columns,
     partition_dir,
 )
-from recorders.parquet import COMPRESSIONS
+from recorders.write.layout import COMPRESSIONS
 
 DESCRIPTION = {"cells": [{"name": "a/b"}]}
 
@@ -101,9 +101,9 @@ def test_a_batch_is_written_a_row_group_of_examples_at_a_time(tmp_path, monkeypa
     file holds one row group per chunk, with every value in place and lengths applied."""
     import pyarrow.parquet as pq
 
-    import recorders.parquet
+    import recorders.write.rowgroups
 
-    monkeypatch.setattr(recorders.parquet, "ROW_GROUP_ROWS", 12)  # 2 examples of 3 steps x 2 units
+    monkeypatch.setattr(recorders.write.rowgroups, "ROW_GROUP_ROWS", 12)  # 2 examples of 3 steps x 2 units
     examples = np.arange(10, 15)
     values = (100 * examples[:, None, None] + np.arange(6).reshape(1, 3, 2)).astype(np.float32)
     asked = []
@@ -136,7 +136,7 @@ def test_columns_without_nulls_are_required_and_read_as_before(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recorders.long import ABSENT
+    from recorders.write.columns import ABSENT
 
     out = tmp_path / "run"
     examples = np.arange(0, 3)
@@ -174,7 +174,7 @@ def test_each_compression_lays_out_the_columns_as_documented_and_reads_back_exac
     back bit for bit (pandas and DuckDB)."""
     import pyarrow.parquet as pq
 
-    from recorders.long import ABSENT
+    from recorders.write.columns import ABSENT
 
     out = tmp_path / "run"
     rng = np.random.default_rng(0)
@@ -333,7 +333,7 @@ def test_partition_names_are_percent_encoded_and_read_back(tmp_path):
 
 
 def test_recorders_never_import_tensorflow():
-    code = "import sys, recorders, recorders.parquet, tracer.cells.reference; print('tensorflow' in sys.modules)"
+    code = "import sys, recorders, recorders.write.writer, tracer.cells.reference; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

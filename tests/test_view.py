@@ -313,7 +313,7 @@ def demo_served(tmp_path_factory):
 def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     """Every view over the demo's recording, each checked against numpy over the recording;
     the README's screenshots are these."""
-    from recorders.analysis import saturation
+    from recorders.read.analysis import saturation
 
     demo, port = demo_served
     rec = Recording(demo / "recording")

@@ -27,7 +27,7 @@ from importlib import import_module
 from recorders import __version__
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
-from recorders.progress import Shard
+from recorders.write.progress import Shard
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
 # `tracer.cells.reference` stay light and the CLI can quiet TensorFlow before it loads.

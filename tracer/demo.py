@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recorders.files import (
+from recorders.write.files import (
     check_out,
     foreign_entries,
     local_path,

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from recorders.errors import GatetraceError, SelectionError
-from recorders.folder import Folder
-from recorders.reader import Recording
-from recorders.schema import MAX_JSON_BYTES, parse_json
+from recorders.write.folder import Folder
+from recorders.read.reader import Recording
+from recorders.write.schema import MAX_JSON_BYTES, parse_json
 from recorders.view.data import Labels
 
 __all__ = ["serve", "load_labels", "check_installed", "ViewSetupError"]

@@ -3,7 +3,7 @@ arguments, reads only what it needs through it (cell and gate folders, example a
 row groups, columns), and returns JSON-ready dicts. No web framework here, no TensorFlow.
 
 - `overview`: the manifest's figures, and per cell and gate the saturation of every unit
-  and the per-step mean with a quantile band (`recorders.analysis`);
+  and the per-step mean with a quantile band (`recorders.read.analysis`);
 - `heatmap`: steps x units of one gate (or state) of one example;
 - `unit`: one unit along the steps of one example, and the positions where it is highest;
 - `select`: the units that stay above a threshold over a step range of one example (and,
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from recorders.analysis import gate_summaries, top_positions
+from recorders.read.analysis import gate_summaries, top_positions
 from recorders.errors import SelectionError
-from recorders.long import PARTS
-from recorders.reader import Recording
+from recorders.write.columns import PARTS
+from recorders.read.reader import Recording
 
 __all__ = ["overview", "heatmap", "unit", "select", "match", "parts", "Labels"]
 

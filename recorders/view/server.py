@@ -13,7 +13,7 @@ Every parameter is parsed into its type and checked against the recording (cells
 states and columns it holds) before anything is read; queries are built by `data` from
 those values, never from text the page sends. A bad parameter gets a 400 with a JSON
 `error`, a question the recording's files cannot answer (a damaged or edited file, see
-`recorders.reader`) a 422, a path outside the page's own files a 404: never a traceback. Nothing is served
+`recorders.read.reader`) a 422, a path outside the page's own files a 404: never a traceback. Nothing is served
 but the page's files and answers about the recording. Everything ships in the installed
 packages: the page needs no internet.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from recorders.errors import GatetraceError, RecordingError, SelectionError
-from recorders.reader import Recording
+from recorders.read.reader import Recording
 from recorders.view import data
 
 __all__ = ["make_app", "STATIC", "LOOPBACK_HOSTS"]

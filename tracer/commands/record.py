@@ -19,7 +19,7 @@ READS_MODEL, RUNS_MODEL = True, True
 
 
 def arguments(c: argparse.ArgumentParser) -> None:
-    from recorders.parquet import COMPRESSIONS, DEFAULT_COMPRESSION
+    from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION
     from tracer.run.budget import DEFAULT_ROOM  # no TensorFlow
 
     c.add_argument(
@@ -141,7 +141,7 @@ def _feed_path(item: str) -> str | None:
 
 def run(args) -> None:
     from recorders import Shard
-    from recorders.progress import recorded_layout
+    from recorders.write.progress import recorded_layout
     from tracer.run.budget import parse_size
     from tracer.run.select import Selection, parse_range
 
@@ -190,7 +190,7 @@ def run(args) -> None:
 
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
-    from recorders.files import is_uri, local_path
+    from recorders.write.files import is_uri, local_path
     from tracer.run.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):

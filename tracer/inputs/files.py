@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import FeedError
-from recorders.files import is_uri
+from recorders.write.files import is_uri
 from tracer.inputs.rows import Rows, file_kind, open_file
 
 __all__ = ["INPUT_SUFFIXES", "is_input_spec", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]

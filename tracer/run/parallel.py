@@ -46,9 +46,9 @@ from recorders.errors import (
     RecordingError,
     SelectionError,
 )
-from recorders.parquet import create_folder
-from recorders.place import place_of
-from recorders.progress import read_progress, recorded_layout
+from recorders.write.swap import create_folder
+from recorders.write.place import place_of
+from recorders.write.progress import read_progress, recorded_layout
 from tracer.inputs.files import is_input_spec, open_input
 from tracer.run.budget import DEFAULT_BATCH_SIZE, tune_allocators
 

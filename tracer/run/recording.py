@@ -2,7 +2,7 @@
 
 `trace` fetches every gate of every cell for one batch and returns numpy arrays;
 `record` does the same batch after batch and writes the gates, states and weights
-tables with a manifest (see `recorders.parquet` for the layout), resumable after a
+tables with a manifest (see `recorders.write.layout` for the layout), resumable after a
 crash and splittable into shards.
 """
 
@@ -219,7 +219,7 @@ def record(
     recording that was killed or interrupted; `shard` records one of N disjoint parts
     of the sequences. `selection` narrows what is fetched and written; `progress` shows
     a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
-    sequence's length. `compression` is one of `recorders.parquet.COMPRESSIONS`. The
+    sequence's length. `compression` is one of `recorders.write.layout.COMPRESSIONS`. The
     first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
     second one cancels the `Session.run` in flight. `memory` (bytes) is the peak RSS the
     process may reach: `batch_size` is lowered to stay within it (default: what the

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import GraphPatternError
-from recorders.long import gate_frame
+from recorders.read.frames import gate_frame
 from tracer._tf import tf, v1
 from tracer.cells.found import Cell
 from tracer.values import running

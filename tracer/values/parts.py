@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from recorders.long import PARTS
+from recorders.write.columns import PARTS
 from tracer.values.weights import GateWeights
 
 __all__ = ["Read", "gate_parts", "plan_parts", "PARTS"]

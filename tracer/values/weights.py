@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from recorders.long import weight_columns
+from recorders.write.columns import weight_columns
 from tracer._tf import v1
 from tracer.cells.found import Cell
 from tracer.values import running

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.schema import description_problem
+from recorders.write.schema import description_problem
 
 if TYPE_CHECKING:
-    from recorders.place import Place
+    from recorders.write.place import Place
 
 __all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "recorded_layout", "progress_problem"]
 
@@ -174,10 +174,10 @@ def progress_problem(tag: str, p: Any) -> str | None:
 
 
 def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
-    """The progress files of the recording in `out` (a folder, or a `recorders.place.Place`),
+    """The progress files of the recording in `out` (a folder, or a `recorders.write.place.Place`),
     by shard tag (empty if there are none), each checked against the form gatetrace
     writes: RecordingError naming the file if one is not."""
-    from recorders.place import LocalPlace, Place
+    from recorders.write.place import LocalPlace, Place
 
     place = out if isinstance(out, Place) else LocalPlace(Path(out))
     folder = f"{place}/{PROGRESS_DIR}"
@@ -216,7 +216,7 @@ def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
 def recorded_layout(out: "str | os.PathLike | Place") -> Shard | None:
     """How the recording in `out` (a folder, a URI or a Place) is split, as a Shard of
     index 0 (count and unit), or None if `out` holds no progress file yet."""
-    from recorders.place import Place, place_of
+    from recorders.write.place import Place, place_of
 
     found = read_progress(out if isinstance(out, Place) else place_of(out))
     if not found:

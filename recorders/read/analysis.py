@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.long import PARTS
-from recorders.reader import Range, Recording, part_shares
+from recorders.write.columns import PARTS
+from recorders.read.reader import Range, Recording, part_shares
 
 __all__ = ["saturation", "step_stats", "gate_summaries", "Summary", "quantile_column", "time_courses", "top_positions", "label_correlation", "dominant_part"]
 

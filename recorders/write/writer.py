@@ -1,35 +1,12 @@
 """Writing a recording folder as Parquet, batch by batch, so that a crash loses nothing finished.
 
-Layout of a recording `OUT/`:
-
-    gates/cell=<cell>/gate=<gate>/part-<first example>.parquet   example, step, unit, preactivation, activation
-    states/cell=<cell>/state=<c|h>/part-<first example>.parquet  example, step, unit, value
-    weights.parquet                                              cell, gate, source, row, unit, value
-    _progress/shard-K-of-N.json                                  which examples are complete (see recorders.progress)
-    manifest.json                                                what was recorded, from what, row counts
-
-`gates/` and `states/` are Hive-partitioned datasets: `pandas.read_parquet("OUT/gates")`
-returns the long table with `cell` and `gate` as categoricals, and a filter on them
-reads only the matching folders. In partition values, characters that are unsafe in
-folder names are percent-encoded (`/` in a cell name becomes `%2F`, see
-`partition_dir`); pyarrow decodes them on reading. Each batch of examples is one
-part file per (cell, gate) and (cell, state), named by the batch's first example, so
-the files sort in example order and shards never collide. Within a file, rows are in
-(example, step, unit) order, in row groups of whole examples of about a million rows
-(`ROW_GROUP_ROWS`): the writer builds one row group's columns at a time.
-
-By default (`fast`) the key columns are plain and lz4-compressed (their repeats compress
-to almost nothing) and the float columns are plain and uncompressed: the random low bits
-of float32 values leave lz4 5% to 12% to save on most of them (a quarter on an often
-saturated gate's activations), for two to three times their encoding time (measured).
-`lz4`, `zstd` and `snappy` compress every column, the floats byte-stream-split; `none`
-compresses nothing. Every file carries the recording's description in its schema
-metadata under the key `gatetrace`.
+The layout of what it writes: `recorders.write.layout`; a part file's row groups:
+`recorders.write.rowgroups`; locks and the `--overwrite` swap: `recorders.write.swap`.
 
 Crash safety: a batch's files are encoded (on worker threads) into a hidden staging
 folder and renamed into place once all of them are written; only then does the
 progress file list the batch's examples as complete. In object storage (`--out
-s3://...`, see `recorders.place`) there is no rename: each file is written at its final
+s3://...`, see `recorders.write.place`) there is no rename: each file is written at its final
 key, where it appears only once complete, and the progress object is rewritten after
 all of a batch's files; a file that no progress object counts is deleted by a resume.
 `manifest.json` appears when every shard has finished, so a folder without it is not a
@@ -38,197 +15,28 @@ finished recording.
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
-import re
-import shutil
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError, listing
-from recorders.files import check_out, foreign_entries, local_path, publish, refuse_inputs_inside, refuse_links, remove, temp_sibling
-from recorders.long import ABSENT, PARTS, KeyCache, long_columns
-from recorders.folder import Folder
-from recorders.place import LocalPlace, place_of
-from recorders.progress import PROGRESS_DIR, Intervals, Shard, read_progress
-from recorders.schema import description_problem
+from recorders.write.files import check_out, local_path, publish, refuse_inputs_inside, refuse_links, remove, temp_sibling
+from recorders.write.keys import KeyCache
+from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS, partition_dir
+from recorders.write.place import LocalPlace, place_of
+from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
+from recorders.write import rowgroups  # its functions by module, so that a test can stand in for them
+from recorders.write.rowgroups import failure_reason
+from recorders.write.schema import description_problem
+from recorders.write.swap import drop_locks, hold_every_lock, hold_lock, not_a_recording, not_a_weights_table, ours, settle_swap
 
-__all__ = [
-    "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "RecordingWriter", "create_folder", "write_weights", "partition_dir", "partition_value",
-]
-
-METADATA_KEY = b"gatetrace"
-# `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
-# (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.
-COMPRESSIONS = ("fast", "lz4", "zstd", "snappy", "none")
-DEFAULT_COMPRESSION = "fast"
-_WEIGHT_LABELS = ("cell", "gate", "source")  # the weights table's text columns, dictionary-encoded
-_FLOATS = ("preactivation", "activation", *PARTS, "value")
-# Columns that never hold a null, written as required: no definition levels to encode (a
-# quarter of the encoding time, measured). The parts stay optional (null where a cell kind
-# has no such part).
-_REQUIRED = ("example", "step", "unit", "row", "preactivation", "activation", "value")
-# Columns whose min and max per row group are not written: the floats (their statistics
-# skip nothing) and `unit`, which spans every unit in every row group. Statistics cost 6%
-# of the encoding for the floats, 0.6 ns a row for `unit` (measured).
-_NO_STATISTICS = (*_FLOATS, "unit")
-# Rows per row group of a part file: a batch is encoded this many rows at a time, so that
-# the long columns of a whole batch never exist at once; readers that filter on
-# `example` skip row groups by their statistics.
-ROW_GROUP_ROWS = 1 << 20
-
-
-# ASCII characters that must not appear in a folder name on any common file system, or
-# that Hive partitioning gives a meaning: percent-encoded. Other characters stay as they
-# are, so that non-ASCII names stay short.
-_UNSAFE = set('/\\:*?"<>|%=') | {chr(i) for i in range(32)} | {chr(127)}
-_MAX_FOLDER_BYTES = 255
-
-
-def _encode(value: str) -> str:
-    return "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in value)
-
-
-def partition_value(key: str, name: str) -> str:
-    """The value that stands for `name` in the `key` partition column, as readers see it.
-
-    It is `name` itself unless its folder would exceed the 255 bytes file systems allow;
-    then it is the longest start of `name` that fits, `~`, and 16 hex digits of the name's
-    SHA-256, unique and stable. `recorders.Recording` maps it back to the full name.
-    """
-    if len(f"{key}={_encode(name)}".encode("utf-8")) <= _MAX_FOLDER_BYTES:
-        return name
-    digest = "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
-    budget = _MAX_FOLDER_BYTES - len(f"{key}=".encode()) - len(digest)
-    kept, used = [], 0
-    for c in name:
-        size = len(_encode(c).encode("utf-8"))
-        if used + size > budget:
-            break
-        kept.append(c)
-        used += size
-    return "".join(kept) + digest
-
-
-def partition_dir(**parts: str) -> str:
-    """`cell=rnn%2Fbasic_lstm_cell/gate=f`: Hive partition folders, one per part.
-
-    Characters in `_UNSAFE` are percent-encoded (pyarrow, DuckDB and Spark decode them),
-    so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table;
-    a name too long for a folder is shortened (`partition_value`).
-    """
-    return "/".join(f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items())
-
-
-def _write_parquet(
-    path: Path | str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None,
-    filesystem: Any = None,
-) -> int:
-    """Write column chunks as one Parquet file, one row group per chunk with rows (a file
-    with no rows still has the schema of the first). Columns that never hold a null are
-    required (`_REQUIRED`); `dictionary_columns` are dictionary-encoded, the others as
-    `_layout` says for `compression` (one of COMPRESSIONS, None: DEFAULT_COMPRESSION).
-    Statistics (min and max per row group, which readers use to skip row groups) are
-    kept for every column but `_NO_STATISTICS`. `filesystem`: a pyarrow FileSystem that
-    `path` is in (default: the local one). Returns the rows written."""
-    writer, rows = None, 0
-    if filesystem is None and isinstance(path, (str, Path)):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        for columns in chunks:
-            size = next(len(v) for v in columns.values() if v is not ABSENT)
-            arrays = [
-                pa.nulls(size, pa.float32()) if v is ABSENT else _labels(v) if name in dictionary_columns else pa.array(v)
-                for name, v in columns.items()
-            ]
-            fields = [pa.field(name, a.type, nullable=name not in _REQUIRED) for name, a in zip(columns, arrays)]
-            table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-            if writer is None:
-                writer = pq.ParquetWriter(
-                    str(path) if isinstance(path, Path) else path, table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
-                    use_dictionary=list(dictionary_columns), write_statistics=[n for n in columns if n not in _NO_STATISTICS],
-                    **_layout(list(columns), compression or DEFAULT_COMPRESSION),
-                )
-            if table.num_rows:
-                writer.write_table(table, row_group_size=table.num_rows)
-                rows += table.num_rows
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
-
-
-def _layout(names: list[str], compression: str) -> dict[str, Any]:
-    """The codec and encoding of each column for `compression`: with `fast`, lz4 for the
-    keys and labels and no codec for the floats, all plain; otherwise that codec for every
-    column, the floats byte-stream-split (which groups their bytes so that the codec
-    finds the runs in the signs and exponents)."""
-    if compression == "fast":
-        return {"compression": {n: "none" if n in _FLOATS else "lz4" for n in names}}
-    return {"compression": compression, "column_encoding": {n: "BYTE_STREAM_SPLIT" for n in names if n in _FLOATS}}
-
-
-def _write_in(folder: Folder, rel: str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(),
-              compression: str | None = None) -> int:
-    """`_write_parquet` into the new file `rel` of a local folder, reached through its handle."""
-    with folder.create(rel) as f:
-        sink = folder.native_target(f)
-        try:
-            return _write_parquet(sink, chunks, metadata, dictionary_columns, compression)
-        finally:
-            if sink is not f:
-                sink.close()
-
-
-def _reason(err: BaseException) -> str:
-    """Why a write failed, as the system says it (`No space left on device`), from an OSError
-    or from pyarrow's wording of one (`Error writing bytes to file. Detail: [errno 28] ...`)."""
-    text = getattr(err, "strerror", None) or str(err)
-    found = re.search(r"\[errno (\d+)\] ([^\n]+)", text)
-    return found.group(2).strip() if found else text
-
-
-def _labels(values) -> pa.DictionaryArray:
-    """A text column, dictionary-encoded: from a pandas Categorical (its codes, no string
-    per row) or from a sequence of strings (None: a null)."""
-    if isinstance(values, pd.Categorical):
-        codes = np.asarray(values.codes, dtype=np.int32)
-        dictionary = pa.array(list(values.categories), type=pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), dictionary)
-    return pa.array(values, type=pa.string()).dictionary_encode()
-
-
-def _chunks(examples, steps, values: Mapping[str, Any], lengths, keys, parts=None) -> Iterator[dict[str, Any]]:
-    """The long columns of one part file (`recorders.long`), a chunk of examples at a time,
-    each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
-    (the column is left out), or callables taking a slice of examples and returning their
-    rows; `parts`, a callable taking a slice of examples and returning several columns at
-    once ({name: rows, or None for a column of nulls}). Only one chunk's columns exist at a time."""
-    examples = np.asarray(examples, dtype=np.int64)
-    steps = np.asarray(steps)
-    present = {name: v for name, v in values.items() if v is not None}
-    first = _rows(next(iter(present.values())), slice(0, 1)) if present else next(a for a in parts(slice(0, 1)).values() if a is not None)
-    n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * first.shape[2]))
-    for start in range(0, max(n, 1), per_chunk):
-        rows = slice(start, min(n, start + per_chunk))
-        chunk = {name: _rows(v, rows) for name, v in present.items()}
-        if parts is not None:
-            chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
-        yield long_columns(examples[rows], steps, chunk, None if lengths is None else np.asarray(lengths)[rows], keys)
-
-
-def _rows(values, rows: slice) -> np.ndarray:
-    """The examples `rows` of an [examples, steps, units] array, or of what a callable returns for them."""
-    return values(rows) if callable(values) else np.asarray(values)[rows]
+__all__ = ["RecordingWriter", "write_weights"]
 
 
 def write_weights(
@@ -239,15 +47,15 @@ def write_weights(
         shown = os.fspath(path)
         raise OutputExistsError(f"--out {shown} names a folder; give a file path, e.g. {shown.rstrip('/' + os.sep)}/weights.parquet")
     path = local_path(path)
-    check_out(path, overwrite, folder=False, ours=_not_a_weights_table)
+    check_out(path, overwrite, folder=False, ours=not_a_weights_table)
     tmp = temp_sibling(path)
     try:
-        rows = _write_parquet(tmp, [columns], json.dumps(description).encode(), dictionary_columns=_WEIGHT_LABELS)
+        rows = rowgroups.write_parquet(tmp, [columns], json.dumps(description).encode(), dictionary_columns=WEIGHT_LABELS)
         publish(tmp, path)
     except (OSError, pa.ArrowException) as err:
         remove(tmp)
         kept = "the file there is left as it was" if path.exists() else "nothing was written"
-        raise RecordingError(f"cannot write {path}: {_reason(err)}; {kept}: fix the cause and rerun") from err
+        raise RecordingError(f"cannot write {path}: {failure_reason(err)}; {kept}: fix the cause and rerun") from err
     except BaseException:
         remove(tmp)
         raise
@@ -300,7 +108,7 @@ class RecordingWriter:
             )
         why = description_problem(json.loads(json.dumps(dict(description))))
         if why and not twice:
-            raise RecordingError(f"the recording's description: {why} (see recorders.schema)")
+            raise RecordingError(f"the recording's description: {why} (see recorders.write.schema)")
         self._compression = compression or DEFAULT_COMPRESSION
         if self._compression not in COMPRESSIONS:
             raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")
@@ -315,10 +123,10 @@ class RecordingWriter:
             self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
             # ...and holds the locks of the recording it replaces until then: no process may
             # still be writing it, nor start to.
-            self._replaced_locks, self._created_locks = _hold_every_lock(self.target) if self.replacing else ([], [])
+            self._replaced_locks, self._created_locks = hold_every_lock(self.target) if self.replacing else ([], [])
             self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
             self.place = LocalPlace(self.out)
-        else:  # object storage: objects are written at their final keys (see recorders.place)
+        else:  # object storage: objects are written at their final keys (see recorders.write.place)
             if overwrite:
                 raise RecordingError(
                     f"--overwrite with --out {out}: object storage cannot swap a new recording in at once; remove the old "
@@ -358,12 +166,12 @@ class RecordingWriter:
         if self.place.local and out.exists() and not out.is_dir():
             raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
         if overwrite:
-            check_out(out, overwrite, ours=_not_a_recording)
+            check_out(out, overwrite, ours=not_a_recording)
             refuse_inputs_inside(out, self._reads)
             out = self.out  # a new, empty sibling
         found = read_progress(self.place)
-        if not found and any(not _ours(name) for name in self.place.entries()):
-            foreign = _not_a_recording(out) if self.place.local else self.place.entries()
+        if not found and any(not ours(name) for name in self.place.entries()):
+            foreign = not_a_recording(out) if self.place.local else self.place.entries()
             if foreign:
                 shown = listing(foreign, 5)
                 raise OutputExistsError(f"--out {out} holds what gatetrace did not write ({shown}); choose another path")
@@ -392,7 +200,7 @@ class RecordingWriter:
             folder = self.place.folder
             folder.mkdir(PROGRESS_DIR)
             which = "" if self.shard.count == 1 else f" shard {self.shard} of"
-            self._lock = _hold_lock(folder, f"{PROGRESS_DIR}/{self.shard.tag}.lock", out, which)
+            self._lock = hold_lock(folder, f"{PROGRESS_DIR}/{self.shard.tag}.lock", out, which)
             folder.remove(self._staging)
             folder.mkdir(self._staging)
         except OSError as err:
@@ -499,14 +307,14 @@ class RecordingWriter:
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
-        chunks = _chunks(examples, steps, values, lengths, self._keys, parts)
+        groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts)
         if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
             staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
-            future = self._pool.submit(_write_in, self.place.folder, staged, chunks, self._metadata, compression=self._compression)
+            future = self._pool.submit(rowgroups.write_in, self.place.folder, staged, groups, self._metadata, compression=self._compression)
         else:  # an object appears only once complete: written at its final key
             staged = None
             where, store = self.place.parquet_target(final)
-            future = self._pool.submit(_write_parquet, where, chunks, self._metadata, compression=self._compression, filesystem=store)
+            future = self._pool.submit(rowgroups.write_parquet, where, groups, self._metadata, compression=self._compression, filesystem=store)
         self._pending.append((future, staged, final, table))
 
     def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None, parts=None) -> None:
@@ -514,7 +322,7 @@ class RecordingWriter:
         left out), or callables taking a slice of examples and returning their rows (called
         on a worker thread, a row group's examples at a time).
 
-        `parts`: the preactivation's parts (`recorders.long.PARTS`), a callable taking a
+        `parts`: the preactivation's parts (`recorders.write.columns.PARTS`), a callable taking a
         slice of examples and returning {part: [examples, steps, units] rows, or None where
         the cell has no such part (a column of nulls)}; None leaves the part columns out.
 
@@ -549,7 +357,7 @@ class RecordingWriter:
         except (OSError, pa.ArrowException, RecordingError) as err:
             kept, flag = self.kept()
             self.abort()
-            reason = _reason(err)
+            reason = failure_reason(err)
             raise RecordingError(f"cannot write {where}: {reason}; {kept}: fix the cause and rerun{' with ' + flag if flag else ''}") from err
         self._pending, self._batch = [], None
         self.complete.add(start, stop)
@@ -564,15 +372,15 @@ class RecordingWriter:
             if self.place.local:
                 staged = f"{self._staging}/weights.parquet"
                 self.place.folder.remove(staged)
-                n = _write_in(self.place.folder, staged, [columns], self._metadata, _WEIGHT_LABELS, self._compression)
+                n = rowgroups.write_in(self.place.folder, staged, [columns], self._metadata, WEIGHT_LABELS, self._compression)
                 self.place.folder.replace(staged, "weights.parquet")
             else:
                 where, store = self.place.parquet_target("weights.parquet")
-                n = _write_parquet(where, [columns], self._metadata, _WEIGHT_LABELS, self._compression, filesystem=store)
+                n = rowgroups.write_parquet(where, [columns], self._metadata, WEIGHT_LABELS, self._compression, filesystem=store)
         except (OSError, pa.ArrowException) as err:
             kept, flag = self.kept()
             raise RecordingError(
-                f"cannot write {self._shown('weights.parquet')}: {_reason(err)}; {kept}: fix the cause "
+                f"cannot write {self._shown('weights.parquet')}: {failure_reason(err)}; {kept}: fix the cause "
                 f"and rerun{' with ' + flag if flag else ''}"
             ) from err
         self.rows["weights"] = n
@@ -699,7 +507,7 @@ class RecordingWriter:
         if self._lock is not None:
             os.close(self._lock)
         if self.replacing:  # the recording it was to replace keeps no lock file of ours (gone if replaced)
-            _drop_locks(self.target, self._replaced_locks, self._created_locks)
+            drop_locks(self.target, self._replaced_locks, self._created_locks)
         self._lock, self._replaced_locks, self._created_locks = None, [], []
         self.place.close()
 
@@ -722,148 +530,6 @@ def _part_start(path: str) -> int | None:
         return int(name[len("part-") : -len(".parquet")])
     except ValueError:
         return None
-
-
-def _hold_lock(folder: Folder, rel: str, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
-    """Take the lock file `rel` of the recording in `folder` for as long as this process
-    writes it; RecordingError if another process holds it. Returns the lock's file descriptor."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system: no lock
-        return None
-    path = out / rel
-    fd = folder.open_fd(rel, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise RecordingError(
-            f"another gatetrace process is recording{which} {out} (it holds {path}); wait for it to finish, or {then}"
-        ) from None
-    return fd
-
-
-def _hold_every_lock(out: Path) -> tuple[list[int], list[str]]:
-    """The lock of every shard of the recording in `out` (one for each lock or progress file
-    there), for --overwrite: RecordingError, holding none, if any other process holds one.
-    Returns the locks' file descriptors and the lock files it had to create (a finished
-    shard's lock file is removed), which `_drop_locks` removes again."""
-    held: list[int] = []
-    created: list[str] = []
-    with Folder(out) as folder:
-        names = [Path(n) for n in folder.entries(PROGRESS_DIR)]
-        tags = sorted({n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")})
-        try:
-            for tag in tags:
-                rel = f"{PROGRESS_DIR}/{tag}.lock"
-                if f"{tag}.lock" not in {n.name for n in names}:
-                    created.append(rel)
-                fd = _hold_lock(folder, rel, out, then="stop it, then rerun with --overwrite")
-                if fd is not None:
-                    held.append(fd)
-        except BaseException:
-            _drop_locks(out, held, created)
-            raise
-    return held, created
-
-
-def _drop_locks(out: Path, held: list[int], created: list[str]) -> None:
-    """Remove the lock files `_hold_every_lock` created in `out` (if it is still there), then let the locks go."""
-    if created and out.is_dir():
-        with Folder(out) as folder:
-            for rel in created:
-                folder.remove(rel)
-    for fd in held:
-        os.close(fd)
-
-
-_RECORDING = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
-
-
-def _not_a_weights_table(path: Path) -> list[str]:
-    """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
-    try:
-        metadata = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException):
-        metadata = {}
-    return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
-
-
-def create_folder(out: str | os.PathLike) -> bool:
-    """Create the folder of a recording whose shards are about to start side by side (and
-    its progress folder), so that no shard is the one that created it and none removes it
-    on failure. Refuses a file, a link, or a folder holding anything but a recording.
-    In object storage there is no folder to create: only what the prefix holds is checked.
-    Returns whether the folder was created."""
-    place = place_of(out)
-    if not place.local:
-        if any(not (name in _RECORDING or _ours(name)) for name in place.entries()):
-            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
-        return False
-    out = place.path.resolve()
-    refuse_links(out)
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
-    foreign = _not_a_recording(out) if out.is_dir() else []
-    if foreign:
-        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
-    created = not out.exists()
-    try:
-        (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RecordingError(f"cannot create {out}: {err.strerror or err}") from None
-    return created
-
-
-def _in_use(folder: Path) -> bool:
-    """Whether a process holds a lock of the recording in `folder` (it is being written)."""
-    try:
-        held, created = _hold_every_lock(folder)
-    except RecordingError:
-        return True
-    except OSError:
-        return False
-    _drop_locks(folder, held, created)
-    return False
-
-
-def settle_swap(target: Path) -> None:
-    """Finish or undo what a killed --overwrite left, before anything else looks at `target`.
-
-    --overwrite records into `.NAME.overwrite-*` beside the recording and, once that is
-    complete, renames the old one to `.NAME.old-*`, the new one into place, and removes
-    the old one. Killed between the renames, `target` is missing: the swap is finished
-    if the new recording is complete (it has its manifest), else undone. Siblings left by
-    killed runs (an unfinished new recording no process writes, an old one already
-    replaced) are removed. Only folders that hold a `_progress` folder, gatetrace's own,
-    are touched."""
-    parent, name = target.parent, target.name
-    if not parent.is_dir():
-        return
-
-    def siblings(tag: str) -> list[Path]:
-        found = parent.glob(f".{glob.escape(name)}.{tag}-*")
-        return sorted(p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir())
-
-    old, new = siblings("old"), [p for p in siblings("overwrite") if not _in_use(p)]
-    if not os.path.lexists(target):
-        finished = [p for p in new if (p / "manifest.json").is_file()]
-        if finished or old:
-            os.replace(finished[0] if finished else old[0], target)
-    if os.path.lexists(target):
-        for p in old + new:
-            if p.exists():
-                shutil.rmtree(p, ignore_errors=True)
-
-
-def _not_a_recording(out: Path) -> list[str]:
-    """What in `out` is not part of a gatetrace recording (for --overwrite)."""
-    return foreign_entries(out, _RECORDING, (".staging-",))
-
-
-def _ours(name: str) -> bool:
-    """Entries of `OUT` that a run killed before its first progress file may leave."""
-    return name == PROGRESS_DIR or name.startswith(".staging-")
 
 
 def _comparable(description: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ reads them, e.g. AWS_ENDPOINT_URL).
 
 What each guarantees when a file is written: locally, under a temporary name, flushed,
 then renamed into place, every operation below the root reached through the root's
-handle without following links (`recorders.folder`); in object storage, an object appears only once it is
+handle without following links (`recorders.write.folder`); in object storage, an object appears only once it is
 completely written (a PUT, or a multipart upload completed at close), so it is written
 at its final key and never renamed. Object stores have no locks: two processes must
 not write the same shard at once (shards write disjoint objects).
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import RecordingError
-from recorders.files import is_uri
-from recorders.folder import Folder
-from recorders.schema import MAX_JSON_BYTES, parse_json
+from recorders.write.files import is_uri
+from recorders.write.folder import Folder
+from recorders.write.schema import MAX_JSON_BYTES, parse_json
 
 __all__ = ["Place", "LocalPlace", "StorePlace", "place_of"]
 
@@ -67,7 +67,7 @@ class Place(ABC):
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
     def read_json(self, rel: str) -> Any:
-        """A JSON file, of bounded size and nesting (`recorders.schema.parse_json`)."""
+        """A JSON file, of bounded size and nesting (`recorders.write.schema.parse_json`)."""
         return parse_json(self.read_bytes(rel, limit=MAX_JSON_BYTES), f"{self}/{rel}")
 
     def write_json(self, rel: str, content: Any) -> None:
@@ -76,7 +76,7 @@ class Place(ABC):
 
 class LocalPlace(Place):
     """A folder of the local file system; once it exists, everything below it is reached
-    through its handle (`recorders.folder.Folder`), so that no write follows a link."""
+    through its handle (`recorders.write.folder.Folder`), so that no write follows a link."""
 
     local = True
 

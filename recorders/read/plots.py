@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from recorders.analysis import quantile_column, saturation, step_stats
+from recorders.read.analysis import quantile_column, saturation, step_stats
 from recorders.errors import SelectionError
-from recorders.long import PARTS
-from recorders.reader import Recording
+from recorders.write.columns import PARTS
+from recorders.read.reader import Recording
 
 __all__ = ["gate_heatmap", "saturation_scatter", "step_band", "gate_parts"]
 

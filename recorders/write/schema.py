@@ -2,7 +2,7 @@
 
 A recording may come from anyone (a shared drive, an archive attached to a bug report), so
 its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose own fields
-`recorders.progress` checks) and a view's `--tokens` file are untrusted input:
+`recorders.write.progress` checks) and a view's `--tokens` file are untrusted input:
 
 - `parse_json` parses text of a bounded size and nesting (`MAX_DEPTH` levels: Python's
   parser would otherwise recurse once per level and die of a 100,000-deep list);

@@ -13,8 +13,8 @@ range filters rows). `cell`, `gate` and `state` come back as categoricals, their
 categories in the recording's order. This module does not import TensorFlow.
 
 A recording may come from anyone, so the folder is untrusted input. Its manifest and
-progress files must pass `recorders.schema` before anything is taken from them; only
-the regular files inside the folder are opened (`recorders.folder`: a link, a FIFO or a
+progress files must pass `recorders.write.schema` before anything is taken from them; only
+the regular files inside the folder are opened (`recorders.write.folder`: a link, a FIFO or a
 device is refused in one line, never followed or opened), and of those only the part
 files of the cells and gates (or states) the description lists. What a part file says is
 checked against the description before anything is allocated from it: its columns and
@@ -43,11 +43,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.folder import Folder, ReadOnlyFiles
-from recorders.long import GATE_COLUMNS, PARTS
-from recorders.parquet import partition_dir
-from recorders.progress import PROGRESS_DIR, Intervals, read_progress
-from recorders.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
+from recorders.write.folder import Folder, ReadOnlyFiles
+from recorders.write.columns import GATE_COLUMNS, PARTS
+from recorders.write.layout import partition_dir
+from recorders.write.progress import PROGRESS_DIR, Intervals, read_progress
+from recorders.write.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -117,7 +117,7 @@ class Recording:
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
 
     def _manifest(self) -> dict[str, Any]:
-        """manifest.json, checked against `recorders.schema`."""
+        """manifest.json, checked against `recorders.write.schema`."""
         shown = f"{self.path}/manifest.json"
         try:
             manifest = parse_json(self._folder.read_bytes("manifest.json", MAX_JSON_BYTES), shown)
@@ -251,7 +251,7 @@ class Recording:
         """Which part of the preactivation drives `gate` of `unit` most over the steps
         `steps` ([start, stop)) of `examples`: the part with the largest mean absolute value
         (`input`, `recurrent`, `bias`, `peephole` or `recurrent_bias`). The whole table, with
-        each part's mean and share: `recorders.analysis.dominant_part`."""
+        each part's mean and share: `recorders.read.analysis.dominant_part`."""
         shares = part_shares(self.gate_frame([cell], [gate], steps, examples, [unit], columns=list(PARTS)))
         if shares.empty:
             raise SelectionError(f"cell {cell}, gate {gate}, unit {unit}: no rows recorded in steps {steps}, examples {examples}")

@@ -1,0 +1,110 @@
+"""What a recording is on disk: its layout, its partition folders' names, each column's encoding.
+
+Layout of a recording `OUT/`:
+
+    gates/cell=<cell>/gate=<gate>/part-<first example>.parquet   example, step, unit, preactivation, activation
+    states/cell=<cell>/state=<c|h>/part-<first example>.parquet  example, step, unit, value
+    weights.parquet                                              cell, gate, source, row, unit, value
+    _progress/shard-K-of-N.json                                  which examples are complete (see recorders.write.progress)
+    manifest.json                                                what was recorded, from what, row counts
+
+`gates/` and `states/` are Hive-partitioned datasets: `pandas.read_parquet("OUT/gates")`
+returns the long table with `cell` and `gate` as categoricals, and a filter on them
+reads only the matching folders. In partition values, characters that are unsafe in
+folder names are percent-encoded (`/` in a cell name becomes `%2F`, see
+`partition_dir`); pyarrow decodes them on reading. Each batch of examples is one
+part file per (cell, gate) and (cell, state), named by the batch's first example, so
+the files sort in example order and shards never collide. Within a file, rows are in
+(example, step, unit) order, in row groups of whole examples of about a million rows
+(`ROW_GROUP_ROWS`): the writer builds one row group's columns at a time.
+
+By default (`fast`) the key columns are plain and lz4-compressed (their repeats compress
+to almost nothing) and the float columns are plain and uncompressed: the random low bits
+of float32 values leave lz4 5% to 12% to save on most of them (a quarter on an often
+saturated gate's activations), for two to three times their encoding time (measured).
+`lz4`, `zstd` and `snappy` compress every column, the floats byte-stream-split; `none`
+compresses nothing. Every file carries the recording's description in its schema
+metadata under the key `gatetrace`.
+
+The writer (`recorders.write.writer`) and every reader follow this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from recorders.write.columns import PARTS
+
+__all__ = [
+    "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "WEIGHT_LABELS", "FLOATS", "REQUIRED", "NO_STATISTICS",
+    "partition_value", "partition_dir", "encodings",
+]
+
+METADATA_KEY = b"gatetrace"
+# `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
+# (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.
+COMPRESSIONS = ("fast", "lz4", "zstd", "snappy", "none")
+DEFAULT_COMPRESSION = "fast"
+WEIGHT_LABELS = ("cell", "gate", "source")  # the weights table's text columns, dictionary-encoded
+FLOATS = ("preactivation", "activation", *PARTS, "value")
+# Columns that never hold a null, written as required: no definition levels to encode (a
+# quarter of the encoding time, measured). The parts stay optional (null where a cell kind
+# has no such part).
+REQUIRED = ("example", "step", "unit", "row", "preactivation", "activation", "value")
+# Columns whose min and max per row group are not written: the floats (their statistics
+# skip nothing) and `unit`, which spans every unit in every row group. Statistics cost 6%
+# of the encoding for the floats, 0.6 ns a row for `unit` (measured).
+NO_STATISTICS = (*FLOATS, "unit")
+
+
+# ASCII characters that must not appear in a folder name on any common file system, or
+# that Hive partitioning gives a meaning: percent-encoded. Other characters stay as they
+# are, so that non-ASCII names stay short.
+_UNSAFE = set('/\\:*?"<>|%=') | {chr(i) for i in range(32)} | {chr(127)}
+_MAX_FOLDER_BYTES = 255
+
+
+def _encode(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in value)
+
+
+def partition_value(key: str, name: str) -> str:
+    """The value that stands for `name` in the `key` partition column, as readers see it.
+
+    It is `name` itself unless its folder would exceed the 255 bytes file systems allow;
+    then it is the longest start of `name` that fits, `~`, and 16 hex digits of the name's
+    SHA-256, unique and stable. `recorders.Recording` maps it back to the full name.
+    """
+    if len(f"{key}={_encode(name)}".encode("utf-8")) <= _MAX_FOLDER_BYTES:
+        return name
+    digest = "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+    budget = _MAX_FOLDER_BYTES - len(f"{key}=".encode()) - len(digest)
+    kept, used = [], 0
+    for c in name:
+        size = len(_encode(c).encode("utf-8"))
+        if used + size > budget:
+            break
+        kept.append(c)
+        used += size
+    return "".join(kept) + digest
+
+
+def partition_dir(**parts: str) -> str:
+    """`cell=rnn%2Fbasic_lstm_cell/gate=f`: Hive partition folders, one per part.
+
+    Characters in `_UNSAFE` are percent-encoded (pyarrow, DuckDB and Spark decode them),
+    so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table;
+    a name too long for a folder is shortened (`partition_value`).
+    """
+    return "/".join(f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items())
+
+
+def encodings(names: list[str], compression: str) -> dict[str, Any]:
+    """The codec and encoding of each column for `compression`: with `fast`, lz4 for the
+    keys and labels and no codec for the floats, all plain; otherwise that codec for every
+    column, the floats byte-stream-split (which groups their bytes so that the codec
+    finds the runs in the signs and exponents)."""
+    if compression == "fast":
+        return {"compression": {n: "none" if n in FLOATS else "lz4" for n in names}}
+    return {"compression": compression, "column_encoding": {n: "BYTE_STREAM_SPLIT" for n in names if n in FLOATS}}

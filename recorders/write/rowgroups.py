@@ -1,0 +1,121 @@
+"""Encoding one Parquet file of long rows, a row group at a time, so that a batch's long columns never exist at once.
+
+`chunks` cuts a batch's [examples, steps, units] arrays into row groups of whole examples
+of about `ROW_GROUP_ROWS` rows, each as long columns (`recorders.write.columns`);
+`write_parquet` encodes them as `recorders.write.layout` says (required columns,
+statistics, codecs), `write_in` into a new file of a local folder through its handle.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from recorders.write.columns import ABSENT, long_columns
+from recorders.write.folder import Folder
+from recorders.write.layout import DEFAULT_COMPRESSION, METADATA_KEY, NO_STATISTICS, REQUIRED, encodings
+
+__all__ = ["ROW_GROUP_ROWS", "write_parquet", "write_in", "failure_reason", "chunks"]
+
+# Rows per row group of a part file: a batch is encoded this many rows at a time, so that
+# the long columns of a whole batch never exist at once; readers that filter on
+# `example` skip row groups by their statistics.
+ROW_GROUP_ROWS = 1 << 20
+
+
+def write_parquet(
+    path: Path | str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None,
+    filesystem: Any = None,
+) -> int:
+    """Write column chunks as one Parquet file, one row group per chunk with rows (a file
+    with no rows still has the schema of the first). Columns that never hold a null are
+    required (`REQUIRED`); `dictionary_columns` are dictionary-encoded, the others as
+    `_layout` says for `compression` (one of COMPRESSIONS, None: DEFAULT_COMPRESSION).
+    Statistics (min and max per row group, which readers use to skip row groups) are
+    kept for every column but `NO_STATISTICS`. `filesystem`: a pyarrow FileSystem that
+    `path` is in (default: the local one). Returns the rows written."""
+    writer, rows = None, 0
+    if filesystem is None and isinstance(path, (str, Path)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        for columns in chunks:
+            size = next(len(v) for v in columns.values() if v is not ABSENT)
+            arrays = [
+                pa.nulls(size, pa.float32()) if v is ABSENT else _labels(v) if name in dictionary_columns else pa.array(v)
+                for name, v in columns.items()
+            ]
+            fields = [pa.field(name, a.type, nullable=name not in REQUIRED) for name, a in zip(columns, arrays)]
+            table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+            if writer is None:
+                writer = pq.ParquetWriter(
+                    str(path) if isinstance(path, Path) else path, table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
+                    use_dictionary=list(dictionary_columns), write_statistics=[n for n in columns if n not in NO_STATISTICS],
+                    **encodings(list(columns), compression or DEFAULT_COMPRESSION),
+                )
+            if table.num_rows:
+                writer.write_table(table, row_group_size=table.num_rows)
+                rows += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def write_in(folder: Folder, rel: str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(),
+              compression: str | None = None) -> int:
+    """`write_parquet` into the new file `rel` of a local folder, reached through its handle."""
+    with folder.create(rel) as f:
+        sink = folder.native_target(f)
+        try:
+            return write_parquet(sink, chunks, metadata, dictionary_columns, compression)
+        finally:
+            if sink is not f:
+                sink.close()
+
+
+def failure_reason(err: BaseException) -> str:
+    """Why a write failed, as the system says it (`No space left on device`), from an OSError
+    or from pyarrow's wording of one (`Error writing bytes to file. Detail: [errno 28] ...`)."""
+    text = getattr(err, "strerror", None) or str(err)
+    found = re.search(r"\[errno (\d+)\] ([^\n]+)", text)
+    return found.group(2).strip() if found else text
+
+
+def _labels(values) -> pa.DictionaryArray:
+    """A text column, dictionary-encoded: from a pandas Categorical (its codes, no string
+    per row) or from a sequence of strings (None: a null)."""
+    if isinstance(values, pd.Categorical):
+        codes = np.asarray(values.codes, dtype=np.int32)
+        dictionary = pa.array(list(values.categories), type=pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), dictionary)
+    return pa.array(values, type=pa.string()).dictionary_encode()
+
+
+def chunks(examples, steps, values: Mapping[str, Any], lengths, keys, parts=None) -> Iterator[dict[str, Any]]:
+    """The long columns of one part file (`recorders.write.columns`), a chunk of examples at a time,
+    each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
+    (the column is left out), or callables taking a slice of examples and returning their
+    rows; `parts`, a callable taking a slice of examples and returning several columns at
+    once ({name: rows, or None for a column of nulls}). Only one chunk's columns exist at a time."""
+    examples = np.asarray(examples, dtype=np.int64)
+    steps = np.asarray(steps)
+    present = {name: v for name, v in values.items() if v is not None}
+    first = _rows(next(iter(present.values())), slice(0, 1)) if present else next(a for a in parts(slice(0, 1)).values() if a is not None)
+    n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * first.shape[2]))
+    for start in range(0, max(n, 1), per_chunk):
+        rows = slice(start, min(n, start + per_chunk))
+        chunk = {name: _rows(v, rows) for name, v in present.items()}
+        if parts is not None:
+            chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
+        yield long_columns(examples[rows], steps, chunk, None if lengths is None else np.asarray(lengths)[rows], keys)
+
+
+def _rows(values, rows: slice) -> np.ndarray:
+    """The examples `rows` of an [examples, steps, units] array, or of what a callable returns for them."""
+    return values(rows) if callable(values) else np.asarray(values)[rows]

@@ -1,0 +1,169 @@
+"""Who may write a recording, and replacing one: the shards' lock files and the `--overwrite` swap.
+
+Each shard holds `_progress/shard-K-of-N.lock` while it writes (`hold_lock`); `--overwrite`
+records into a hidden sibling, holds every lock of the recording it replaces
+(`hold_every_lock`) and swaps the new one in once it is complete; `settle_swap` finishes
+or undoes a swap a killed run left. `create_folder` prepares the folder that parallel
+shards write into.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from recorders.errors import OutputExistsError, RecordingError
+from recorders.write.files import foreign_entries, refuse_links
+from recorders.write.folder import Folder
+from recorders.write.layout import METADATA_KEY
+from recorders.write.place import place_of
+from recorders.write.progress import PROGRESS_DIR
+
+__all__ = ["RECORDING", "hold_lock", "hold_every_lock", "drop_locks", "not_a_weights_table", "create_folder", "settle_swap",
+           "not_a_recording", "ours"]
+
+def hold_lock(folder: Folder, rel: str, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
+    """Take the lock file `rel` of the recording in `folder` for as long as this process
+    writes it; RecordingError if another process holds it. Returns the lock's file descriptor."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock
+        return None
+    path = out / rel
+    fd = folder.open_fd(rel, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RecordingError(
+            f"another gatetrace process is recording{which} {out} (it holds {path}); wait for it to finish, or {then}"
+        ) from None
+    return fd
+
+
+def hold_every_lock(out: Path) -> tuple[list[int], list[str]]:
+    """The lock of every shard of the recording in `out` (one for each lock or progress file
+    there), for --overwrite: RecordingError, holding none, if any other process holds one.
+    Returns the locks' file descriptors and the lock files it had to create (a finished
+    shard's lock file is removed), which `drop_locks` removes again."""
+    held: list[int] = []
+    created: list[str] = []
+    with Folder(out) as folder:
+        names = [Path(n) for n in folder.entries(PROGRESS_DIR)]
+        tags = sorted({n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")})
+        try:
+            for tag in tags:
+                rel = f"{PROGRESS_DIR}/{tag}.lock"
+                if f"{tag}.lock" not in {n.name for n in names}:
+                    created.append(rel)
+                fd = hold_lock(folder, rel, out, then="stop it, then rerun with --overwrite")
+                if fd is not None:
+                    held.append(fd)
+        except BaseException:
+            drop_locks(out, held, created)
+            raise
+    return held, created
+
+
+def drop_locks(out: Path, held: list[int], created: list[str]) -> None:
+    """Remove the lock files `hold_every_lock` created in `out` (if it is still there), then let the locks go."""
+    if created and out.is_dir():
+        with Folder(out) as folder:
+            for rel in created:
+                folder.remove(rel)
+    for fd in held:
+        os.close(fd)
+
+
+RECORDING = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
+
+
+def not_a_weights_table(path: Path) -> list[str]:
+    """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):
+        metadata = {}
+    return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
+
+
+def create_folder(out: str | os.PathLike) -> bool:
+    """Create the folder of a recording whose shards are about to start side by side (and
+    its progress folder), so that no shard is the one that created it and none removes it
+    on failure. Refuses a file, a link, or a folder holding anything but a recording.
+    In object storage there is no folder to create: only what the prefix holds is checked.
+    Returns whether the folder was created."""
+    place = place_of(out)
+    if not place.local:
+        if any(not (name in RECORDING or ours(name)) for name in place.entries()):
+            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+        return False
+    out = place.path.resolve()
+    refuse_links(out)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
+    foreign = not_a_recording(out) if out.is_dir() else []
+    if foreign:
+        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+    created = not out.exists()
+    try:
+        (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RecordingError(f"cannot create {out}: {err.strerror or err}") from None
+    return created
+
+
+def _in_use(folder: Path) -> bool:
+    """Whether a process holds a lock of the recording in `folder` (it is being written)."""
+    try:
+        held, created = hold_every_lock(folder)
+    except RecordingError:
+        return True
+    except OSError:
+        return False
+    drop_locks(folder, held, created)
+    return False
+
+
+def settle_swap(target: Path) -> None:
+    """Finish or undo what a killed --overwrite left, before anything else looks at `target`.
+
+    --overwrite records into `.NAME.overwrite-*` beside the recording and, once that is
+    complete, renames the old one to `.NAME.old-*`, the new one into place, and removes
+    the old one. Killed between the renames, `target` is missing: the swap is finished
+    if the new recording is complete (it has its manifest), else undone. Siblings left by
+    killed runs (an unfinished new recording no process writes, an old one already
+    replaced) are removed. Only folders that hold a `_progress` folder, gatetrace's own,
+    are touched."""
+    parent, name = target.parent, target.name
+    if not parent.is_dir():
+        return
+
+    def siblings(tag: str) -> list[Path]:
+        found = parent.glob(f".{glob.escape(name)}.{tag}-*")
+        return sorted(p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir())
+
+    old, new = siblings("old"), [p for p in siblings("overwrite") if not _in_use(p)]
+    if not os.path.lexists(target):
+        finished = [p for p in new if (p / "manifest.json").is_file()]
+        if finished or old:
+            os.replace(finished[0] if finished else old[0], target)
+    if os.path.lexists(target):
+        for p in old + new:
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def not_a_recording(out: Path) -> list[str]:
+    """What in `out` is not part of a gatetrace recording (for --overwrite)."""
+    return foreign_entries(out, RECORDING, (".staging-",))
+
+
+def ours(name: str) -> bool:
+    """Entries of `OUT` that a run killed before its first progress file may leave."""
+    return name == PROGRESS_DIR or name.startswith(".staging-")
