@@ -11,6 +11,10 @@ key, where it appears only once complete, and the progress object is rewritten a
 all of a batch's files; a file that no progress object counts is deleted by a resume.
 `manifest.json` appears when every shard has finished, so a folder without it is not a
 finished recording.
+
+Why one module of over 400 lines: it is one class, `RecordingWriter`, whose states (open,
+resumed, a batch in flight, closed, aborted) are one lifecycle, read top to bottom; the
+layout, the row groups and the swap are modules of their own.
 """
 
 from __future__ import annotations
@@ -20,9 +24,8 @@ import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-import numpy as np
 import pyarrow as pa
 
 from recorders.errors import OutputExistsError, RecordingError, listing

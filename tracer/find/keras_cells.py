@@ -31,6 +31,9 @@ The bias is added by `BiasAdd` (tf-keras, Keras 3.11 and later) or by `AddV2` (K
 
 Inside a loop body the kernels enter as the body's arguments, named after the variables
 (`..._recurrent_kernel_0`): that is how the input and recurrent products are told apart.
+
+Why one module of over 400 lines: three Keras cells, two implementations each, and their
+recurrent-dropout variants, each pattern drawn above the code that matches it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ nothing runs at all (for `inspect`).
 
 A graph calling cuDNN's RNN ops (exported on a GPU), which have no CPU kernel, is loaded with
 those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`).
+
+Why one module of over 600 lines: every format ends in the same `Model` (graph, session,
+load plan, notes) through the same path rules (what a model may point at), and the formats
+are told apart from one another here; split by format, each part would import the others.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
 `record` does the same batch after batch and writes the gates, states and weights
 tables with a manifest (see `recorders.write.layout` for the layout), resumable after a
 crash and splittable into shards.
+
+Why one module of over 400 lines: `trace` and `record` share the batch loop, the feeds, the
+selection and the budget; the writing they differ in is `recorders.write`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ activations and states. `run` returns a `Trace`: per cell, numpy arrays
     states[name]                [examples, steps, width]          float32
 
 with `steps` ordered by input position (see `tracer.find.graph.Step.position`).
+
+Why one module of over 400 lines: the plan's two halves, which tensors to fetch and how their
+values are put back together per cell and step, are one bookkeeping and must change together.
 """
 
 from __future__ import annotations

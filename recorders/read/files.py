@@ -1,0 +1,204 @@
+"""The files of a recording folder, listed once and each checked before anything is read from it.
+
+A recording may come from anyone, so the folder is untrusted input. Its manifest and
+progress files must pass `recorders.write.schema` before anything is taken from them; only
+the regular files inside the folder are opened (`recorders.write.folder`: a link, a FIFO or a
+device is refused in one line, never followed or opened), and of those only the part
+files of the cells and gates (or states) the description lists. What a part file says is
+checked against the description before anything is allocated from it: its columns and
+their types; each row group's example and step statistics (present, within the cell's
+steps, and, in a complete recording, within its examples); its row count (at most one
+row per example, step and unit of those ranges); the units of the rows read (below the
+cell's units). Every array built from a file (a row group, a selection, a dense array)
+must fit `memory` bytes first. Anything off is a RecordingError naming the file (a
+selection too large for `memory`, a SelectionError): never a traceback or a runaway
+allocation.
+
+`CheckedFiles` is the part of `recorders.Recording` that does this; it reads the attributes
+the Recording sets when it opens the folder (`path`, `memory`, `complete`, `description`,
+`_folder`, `_fs`, `_cells`, `_examples`, `_listed`, `_metadata`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from recorders.errors import RecordingError, SelectionError
+from recorders.write.columns import GATE_COLUMNS
+from recorders.write.layout import partition_dir
+from recorders.write.progress import PROGRESS_DIR
+from recorders.write.schema import MAX_UNITS
+
+__all__ = ["CheckedFiles", "TABLES", "DAMAGED", "READ", "statistics", "key_ranges"]
+
+TABLES = {"gates": "gate", "states": "state"}  # table: its label column
+_KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
+_VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}  # float32, the value columns each table may hold
+DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
+READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)  # what a reader opens in the root
+
+
+class CheckedFiles:
+    """Listing and checking a recording's files (see the module docstring)."""
+
+    def _refuse(self, rel: str) -> None:
+        """RecordingError for an entry that is not a regular file or a folder."""
+        kind = self._folder.kind(rel)
+        advice = ("if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
+                  if kind.startswith("a symbolic link") else "remove it")
+        raise RecordingError(
+            f"{self.path}/{rel} is {kind}: gatetrace reads only the regular files inside a recording "
+            f"(it writes nothing else) and read nothing from it; {advice}"
+        )
+
+    def _weights_rows(self) -> int:
+        if "weights.parquet" not in self._folder.entries():
+            return 0
+        try:
+            with self._fs.open_input_file("weights.parquet") as f:
+                return pq.read_metadata(f).num_rows
+        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+            raise RecordingError(f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}") from None
+
+    def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
+        """(cell, gate or state): its part files, for the cells (and the labels) of the
+        description, listed once; RecordingError if anything below the table is not a
+        regular file or a folder."""
+        if table not in self._listed:
+            files, odd = self._folder.tree(table)
+            if odd:
+                self._refuse(odd[0])
+            kind = TABLES[table]
+            cells = {f"{table}/{partition_dir(cell=c)}": c for c in self._cells}
+            found: dict[tuple[str, str], list[str]] = {}
+            for rel, _ in files:
+                folder, _, name = rel.rpartition("/")
+                cell_folder, _, label_folder = folder.rpartition("/")
+                cell = cells.get(cell_folder)
+                if cell is None or not label_folder.startswith(f"{kind}=") or not (name.startswith("part-") and name.endswith(".parquet")):
+                    continue
+                label = unquote(label_folder[len(kind) + 1 :])
+                listed = self._cells[cell].get(kind + "s")
+                if (listed is None or label in listed) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
+                    found.setdefault((cell, label), []).append(rel)
+            self._listed[table] = found
+        return self._listed[table]
+
+    def _column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
+        """One column of a checked part file, whole."""
+        file = self._parquet(table, cell, rel)
+        return self._read(rel, lambda: file.read(columns=[column], use_threads=False).column(0).to_numpy())
+
+    def _footer(self, table: str, cell: str, rel: str) -> Any:
+        """The checked footer (`pyarrow.parquet.FileMetaData`) of a part file of `cell`."""
+        if rel not in self._metadata:
+            try:
+                with self._fs.open_input_file(rel) as f:
+                    metadata = pq.read_metadata(f)
+                why = self._part_problem(table, cell, metadata)
+            except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+                raise RecordingError(f"{self.path}/{rel} is not readable Parquet ({err}): {DAMAGED}") from None
+            if why:
+                raise RecordingError(f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}")
+            self._metadata[rel] = metadata
+        return self._metadata[rel]
+
+    def _parquet(self, table: str, cell: str, rel: str) -> pq.ParquetFile:
+        """A checked part file, open for reading."""
+        metadata = self._footer(table, cell, rel)
+        return pq.ParquetFile(self._fs.open_input_file(rel), metadata=metadata)
+
+    def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
+        """Why a part file's footer does not fit the description (None if it does)."""
+        schema = metadata.schema.to_arrow_schema()
+        types = dict(zip(schema.names, schema.types))
+        values = [n for n in schema.names if n not in _KEYS]
+        if any(types.get(k) != t for k, t in _KEYS.items()) or not values or any(
+                n not in _VALUES[table] or types[n] != pa.float32() for n in values):
+            shown = ", ".join(f"{n} {t}" for n, t in types.items())
+            return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
+        bounds = self._bounds(cell)
+        (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
+        row_bytes = 16 + 4 * len(values)
+        for k in range(metadata.num_row_groups):
+            group = metadata.row_group(k)
+            ranges = statistics(group)
+            if ranges is None:
+                return f"row group {k} has no example and step statistics"
+            (e0, e1), (s0, s1) = ranges
+            if not 0 <= e0 <= e1 < examples:
+                return f"row group {k} holds examples {e0} to {e1}, outside the recording's 0 to {examples - 1}"
+            if not 0 <= s0 <= s1 < steps:
+                return f"row group {k} holds steps {s0} to {s1}, outside the cell's 0 to {steps - 1}"
+            if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
+                return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
+            if group.num_rows * row_bytes > self.memory:
+                return f"row group {k} claims {group.num_rows:,} rows, more than the memory budget of {self.memory:,} bytes holds"
+        return None
+
+    def _read(self, rel: str, read: Any) -> Any:
+        """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
+        try:
+            return read()
+        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+            raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {DAMAGED}") from None
+
+    def _bounds(self, cell: str) -> dict[str, tuple[int, int]]:
+        """The [low, high) of each key column of `cell`'s rows: examples within the recording's
+        (any, while it is partial), steps within the cell's, units within its units."""
+        examples = self._examples.pairs()[-1][1] if self.complete and self._examples.total() else 2**53
+        c = self._cells[cell]
+        # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
+        first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
+        steps = first + c["steps"] if c.get("steps") else 2**31
+        return {"example": (0, examples), "step": (0, steps), "unit": (0, c.get("units") or MAX_UNITS)}
+
+    def _check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
+        """RecordingError naming `rel` if the key columns read from it leave `_bounds` (the
+        statistics a file's footer shows are checked before; its pages may still disagree)."""
+        for key, (low, high) in self._bounds(cell).items():
+            values = keys.get(key)
+            if values is not None and len(values) and not low <= int(values.min()) <= int(values.max()) < high:
+                bad = int(values.min()) if int(values.min()) < low else int(values.max())
+                raise RecordingError(f"{self.path}/{rel} holds rows of {key} {bad}, outside the {low} to {high - 1} of "
+                                     f"its cell in the recording's description: {DAMAGED}")
+
+    def _allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
+        """SelectionError unless an array of `shape` fits the memory budget."""
+        size = int(np.prod([int(n) for n in shape], dtype=object)) * itemsize
+        if size > self.memory:
+            raise SelectionError(
+                f"{what} would take {size:,} bytes, more than the memory budget of {self.memory:,}: select fewer examples "
+                "or steps, or open the recording with Recording(path, memory=...) for more"
+            )
+
+
+def statistics(group: Any) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The (min, max) of `example` and of `step` in a row group, from its statistics (None
+    where they are missing, as gatetrace always writes them)."""
+    names = [group.column(i).path_in_schema for i in range(group.num_columns)]
+    ranges = []
+    for key in ("example", "step"):
+        stats = group.column(names.index(key)).statistics if key in names else None
+        if stats is None or not stats.has_min_max:
+            return None
+        ranges.append((int(stats.min), int(stats.max)))
+    return ranges[0], ranges[1]
+
+
+def key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
+    """The (min, max) of example, step and unit of a row group whose rows are every
+    combination of them (in C order, as the writer writes them), else None. Example and
+    step ranges come from the row group's statistics; units are 0 to `units` - 1."""
+    ranges = statistics(group)
+    if ranges is None:
+        return None
+    (e0, e1), (s0, s1) = ranges
+    size = (e1 - e0 + 1) * (s1 - s0 + 1) * units
+    return ((e0, e1), (s0, s1), (0, units - 1)) if size == group.num_rows > 0 else None
