@@ -1,0 +1,110 @@
+"""Every example the README and the pages under docs/ show is run, as a reader would run it.
+
+Each page runs in a folder of its own holding what its examples name: the demo's output
+(`gatetrace demo`, run once for all pages), its checkpoint as `model.ckpt`, its inputs as
+`x.npy` and `inputs.npy`, a small Keras model as `model.keras` and, for the pages under docs/,
+a recording `run1/` of the demo model with its preactivations' parts. In a page, top to bottom:
+
+- a `python` block runs in one namespace per page (a later block may use an earlier one's names);
+- an `sql` block runs in DuckDB;
+- in any other block, each line that starts with `gatetrace ` runs as that command and must
+  exit 0, except `gatetrace view` (it serves until stopped: tests/test_view.py runs it) and a
+  usage synopsis (a line with MODEL, RUN or `[`) or a line of shell variables (`$`).
+
+A block that cannot run here (a Slurm cluster) is preceded by `<!-- not run: why -->`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- not run: [^>]*-->\s*)?^```(\w*)\n(.*?)^```", re.S | re.M)
+
+pytestmark = pytest.mark.e2e
+
+
+def blocks(markdown: str) -> list[tuple[str, str, bool]]:
+    """(language, text, run) of each fenced block of a page's text, in order."""
+    return [(lang, text, not skip) for skip, lang, text in BLOCK.findall(markdown)]
+
+
+def commands(text: str) -> list[list[str]]:
+    """The `gatetrace` command lines of a block that run here (see the module docstring)."""
+    found = []
+    for line in text.splitlines():
+        line = line.split("  #", 1)[0].strip()
+        if not line.startswith("gatetrace ") or line.startswith("gatetrace view") or "$" in line:
+            continue
+        if re.search(r"\bMODEL\b|\bRUN\b|\[", line):
+            continue
+        found.append(shlex.split(line)[1:])
+    return found
+
+
+def gatetrace(args: list[str], cwd: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "tracer.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"gatetrace {' '.join(args)} exited {done.returncode}: {done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """What the examples name, made once: see the module docstring."""
+    root = tmp_path_factory.mktemp("world")
+    gatetrace(["demo", "--out", "gatetrace-demo"], root)
+    for part in (root / "gatetrace-demo" / "model").glob("model.ckpt*"):
+        shutil.copy(part, root / part.name)
+    shutil.copy(root / "gatetrace-demo" / "inputs.npy", root / "x.npy")
+    shutil.copy(root / "gatetrace-demo" / "inputs.npy", root / "inputs.npy")
+    x = np.load(root / "x.npy")
+    keras_model = (
+        "import keras, numpy as np\n"
+        f"inputs = keras.Input(shape=(None, {x.shape[2]}))\n"
+        "model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.LSTM(4)(inputs)))\n"
+        "model.save('model.keras')\n"
+    )
+    subprocess.run([sys.executable, "-c", keras_model], cwd=root, check=True, capture_output=True, timeout=600)
+    gatetrace(["record", "model.ckpt", "--feed", "inputs=x.npy", "--out", "docs-run1", "--quiet",
+               "--values", "preactivation,activation,contributions"], root)
+    return root
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_example_of_the_page_runs(page, world, tmp_path, monkeypatch):
+    here = tmp_path / "page"
+    if page == "README.md":  # the README runs the demo and records run1 itself
+        shutil.copytree(world, here, ignore=shutil.ignore_patterns("docs-run1", "gatetrace-demo"))
+    else:  # the reference pages read the demo and a recording with the preactivations' parts
+        shutil.copytree(world, here, ignore=shutil.ignore_patterns("docs-run1"))
+        shutil.copytree(world / "docs-run1", here / "run1")
+    monkeypatch.chdir(here)
+    namespace: dict = {"__name__": "__docs__"}
+    for lang, text, run in blocks((ROOT / page).read_text()):
+        if not run:
+            continue
+        if lang == "python":
+            exec(compile(text, f"{page} python block", "exec"), namespace)
+        elif lang == "sql":
+            import duckdb
+
+            assert len(duckdb.sql(text).df()) > 0, f"{page}: the query returned no rows"
+        else:
+            for args in commands(text):
+                gatetrace(args, here)
+
+
+def test_the_rules_find_the_examples():
+    """The parser itself: a synopsis, a shell variable and a view are left out; a marker skips a block."""
+    text = "gatetrace inspect MODEL [--json]\ngatetrace record m --feed x=$X\ngatetrace view run1\ngatetrace weights m --out w.parquet  # w\n"
+    assert commands(text) == [["weights", "m", "--out", "w.parquet"]]
+    page = "<!-- not run: no cluster -->\n```python\nboom()\n```\n\n```python\nok = 1\n```\n"
+    assert blocks(page) == [("python", "boom()\n", False), ("python", "ok = 1\n", True)]
