@@ -407,3 +407,9 @@ def test_any_damage_gives_the_right_data_or_one_clean_error(pristine, tmp_path, 
                 assert want is not None and np.allclose(values, want, equal_nan=True), (cell, lab, example, step, unit)
     if "array" in got:
         assert not (got["array"] == OUTSIDE).any()
+
+
+def test_a_selection_of_no_files_is_an_empty_frame_of_the_tables_columns(pristine):
+    frame = Recording(pristine / "run").gate_frame(gates=["no such gate"], columns=["activation"])
+    assert frame.empty and list(frame.columns) == ["example", "step", "unit", "activation", "cell", "gate"]
+    assert frame["example"].dtype == np.int64 and frame["activation"].dtype == np.float32

@@ -35,10 +35,10 @@ from recorders.write.layout import partition_dir
 from recorders.write.progress import PROGRESS_DIR
 from recorders.write.schema import MAX_UNITS
 
-__all__ = ["CheckedFiles", "TABLES", "DAMAGED", "READ", "statistics", "key_ranges"]
+__all__ = ["CheckedFiles", "TABLES", "KEYS", "DAMAGED", "READ", "statistics", "key_ranges"]
 
 TABLES = {"gates": "gate", "states": "state"}  # table: its label column
-_KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
+KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
 _VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}  # float32, the value columns each table may hold
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
 READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)  # what a reader opens in the root
@@ -118,8 +118,8 @@ class CheckedFiles:
         """Why a part file's footer does not fit the description (None if it does)."""
         schema = metadata.schema.to_arrow_schema()
         types = dict(zip(schema.names, schema.types))
-        values = [n for n in schema.names if n not in _KEYS]
-        if any(types.get(k) != t for k, t in _KEYS.items()) or not values or any(
+        values = [n for n in schema.names if n not in KEYS]
+        if any(types.get(k) != t for k, t in KEYS.items()) or not values or any(
                 n not in _VALUES[table] or types[n] != pa.float32() for n in values):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"

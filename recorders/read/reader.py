@@ -30,7 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.read.files import DAMAGED, READ, TABLES, CheckedFiles, key_ranges, statistics
+from recorders.read.files import DAMAGED, KEYS, READ, TABLES, CheckedFiles, key_ranges, statistics
 from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.progress import Intervals, read_progress
@@ -295,10 +295,13 @@ class Recording(CheckedFiles):
         listed = self._files(table)
         kind = TABLES[table]
         chosen = [(c, label, rel) for (c, label), files in listed.items() if keys is None or (c, label) in keys for rel in files]
-        if not chosen:
-            return ds.dataset(pa.table({}), schema=pa.schema([]))
+        labels = [pa.field("cell", pa.string()), pa.field(kind, pa.string())]
+        if not chosen:  # no file: no rows, in the columns a file would have
+            values = [pa.field(n, pa.float32()) for n in (GATE_COLUMNS if table == "gates" else ("value",))]
+            empty = pa.schema([*(pa.field(k, t) for k, t in KEYS.items()), *values, *labels])
+            return ds.dataset(empty.empty_table())
         first = self._footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
-        schema = pa.schema([*first, pa.field("cell", pa.string()), pa.field(kind, pa.string())])
+        schema = pa.schema([*first, *labels])
         return ds.FileSystemDataset.from_paths(
             [rel for _, _, rel in chosen], schema=schema, format=ds.ParquetFileFormat(), filesystem=self._fs,
             partitions=[(ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen],
