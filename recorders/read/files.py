@@ -22,6 +22,7 @@ the Recording sets when it opens the folder (`path`, `memory`, `complete`, `desc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -31,8 +32,9 @@ import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
+from recorders.write.folder import Folder
 from recorders.write.layout import partition_dir
-from recorders.write.progress import PROGRESS_DIR
+from recorders.write.progress import PROGRESS_DIR, Intervals
 from recorders.write.schema import MAX_UNITS
 
 __all__ = ["CheckedFiles", "TABLES", "KEYS", "DAMAGED", "READ", "statistics", "key_ranges"]
@@ -46,6 +48,18 @@ READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)  # 
 
 class CheckedFiles:
     """Listing and checking a recording's files (see the module docstring)."""
+
+    # set by `recorders.Recording` when it opens the folder
+    path: Path
+    memory: int
+    complete: bool
+    description: dict[str, Any]
+    _folder: Folder
+    _fs: Any  # a pyarrow PyFileSystem over `ReadOnlyFiles(_folder)`
+    _cells: dict[str, dict[str, Any]]
+    _examples: Intervals
+    _listed: dict[str, dict[tuple[str, str], list[str]]]
+    _metadata: dict[str, Any]
 
     def _refuse(self, rel: str) -> None:
         """RecordingError for an entry that is not a regular file or a folder."""
