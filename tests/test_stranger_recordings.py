@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -413,3 +414,26 @@ def test_a_selection_of_no_files_is_an_empty_frame_of_the_tables_columns(pristin
     frame = Recording(pristine / "run").gate_frame(gates=["no such gate"], columns=["activation"])
     assert frame.empty and list(frame.columns) == ["example", "step", "unit", "activation", "cell", "gate"]
     assert frame["example"].dtype == np.int64 and frame["activation"].dtype == np.float32
+
+
+def test_a_footer_whose_names_are_not_text_is_one_clean_error_to_readers_and_to_resume(pristine, tmp_path):
+    """Found by the property test: pyarrow raises UnicodeDecodeError on such a footer."""
+    run = fresh(pristine, tmp_path / "run")
+    target = part(run)
+    data = target.read_bytes()
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    for at in (m.start() for m in re.finditer(b"example", data[footer:])):  # a column name that pyarrow decodes
+        damaged = bytearray(data)
+        damaged[footer + at] = 0x80
+        target.write_bytes(bytes(damaged))
+        try:
+            pq.read_metadata(target)
+        except UnicodeDecodeError:
+            break
+    else:
+        pytest.fail("no column name in the footer is decoded as text")
+    with pytest.raises(RecordingError, match="is not readable Parquet"):
+        Recording(run).check()
+    description = json.loads((run / "_progress" / "shard-0-of-1.json").read_text())["description"]
+    with pytest.raises(RecordingError, match="is not readable Parquet"):
+        RecordingWriter(run, description, examples=(0, 6), resume=True)

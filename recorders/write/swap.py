@@ -87,7 +87,7 @@ def not_a_weights_table(path: Path) -> list[str]:
     """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
     try:
         metadata = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException):
+    except (OSError, ValueError, pa.ArrowException):  # ValueError: text in a damaged footer
         metadata = {}
     return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
 

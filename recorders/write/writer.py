@@ -262,7 +262,7 @@ class RecordingWriter:
             if start in complete:
                 try:
                     found[table] += self.place.parquet_metadata(rel).num_rows
-                except (OSError, pa.ArrowException) as err:
+                except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
                     raise RecordingError(
                         f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); {self._replace_it}"
                     ) from None
