@@ -437,3 +437,12 @@ def test_a_footer_whose_names_are_not_text_is_one_clean_error_to_readers_and_to_
     description = json.loads((run / "_progress" / "shard-0-of-1.json").read_text())["description"]
     with pytest.raises(RecordingError, match="is not readable Parquet"):
         RecordingWriter(run, description, examples=(0, 6), resume=True)
+
+
+def test_a_manifest_of_no_cells_reads_as_a_recording_of_no_rows(pristine, tmp_path):
+    """Found by the property test: frames of a recording whose manifest lists no cell."""
+    run = fresh(pristine, tmp_path / "run")
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "cells": []}))
+    rec = Recording(run)
+    assert rec.cells == [] and rec.gate_frame().empty and rec.state_frame().empty and rec.summary()["cells"] == []

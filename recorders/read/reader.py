@@ -344,10 +344,10 @@ class Recording(CheckedFiles):
         df["cell"] = pd.Categorical(df["cell"], categories=self.cells)
         df[kind] = pd.Categorical(df[kind], categories=list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
         codes = df["cell"].cat.codes.to_numpy()
-        for key in ("example", "step", "unit"):
-            low, high = (np.array(bound) for bound in zip(*(self._bounds(c)[key] for c in self.cells)))
+        for key in ("example", "step", "unit") if len(df) else ():
+            low, high = (np.array([self._bounds(c)[key][k] for c in self.cells]) for k in (0, 1))
             values = df[key].to_numpy()
-            if len(df) and ((values < low[codes]) | (values >= high[codes])).any():
+            if ((values < low[codes]) | (values >= high[codes])).any():
                 for c, rel in files:  # name the file
                     self._check_keys(rel, c, {key: self._column(table, c, rel, key)})
         return df
