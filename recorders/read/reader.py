@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
@@ -338,11 +339,14 @@ class Recording(CheckedFiles):
             expression = e if expression is None else expression & e
         wanted = ["example", "step", "unit", *columns, "cell", kind]
         try:
-            df = self._dataset(table, keys).to_table(columns=wanted, filter=expression).to_pandas()
+            read = self._dataset(table, keys).to_table(columns=wanted, filter=expression)
+            for name in ("cell", kind):  # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
+                read = read.set_column(read.schema.get_field_index(name), name, pc.dictionary_encode(read[name]))
+            df = read.to_pandas()
         except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
             raise RecordingError(f"cannot read the {table} of {self.path}: a part file is damaged ({err})") from None
-        df["cell"] = pd.Categorical(df["cell"], categories=self.cells)
-        df[kind] = pd.Categorical(df[kind], categories=list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
+        df["cell"] = df["cell"].cat.set_categories(self.cells)
+        df[kind] = df[kind].cat.set_categories(list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
         codes = df["cell"].cat.codes.to_numpy()
         for key in ("example", "step", "unit") if len(df) else ():
             low, high = (np.array([self._bounds(c)[key][k] for c in self.cells]) for k in (0, 1))
