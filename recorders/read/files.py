@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder
-from recorders.write.layout import partition_dir
+from recorders.write.layout import UNREADABLE, partition_dir
 from recorders.write.progress import PROGRESS_DIR, Intervals
 from recorders.write.schema import MAX_UNITS
 
@@ -77,7 +77,7 @@ class CheckedFiles:
         try:
             with self._fs.open_input_file("weights.parquet") as f:
                 return pq.read_metadata(f).num_rows
-        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+        except UNREADABLE as err:
             raise RecordingError(f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}") from None
 
     def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
@@ -116,7 +116,7 @@ class CheckedFiles:
                 with self._fs.open_input_file(rel) as f:
                     metadata = pq.read_metadata(f)
                 why = self._part_problem(table, cell, metadata)
-            except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+            except UNREADABLE as err:
                 raise RecordingError(f"{self.path}/{rel} is not readable Parquet ({err}): {DAMAGED}") from None
             if why:
                 raise RecordingError(f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}")
@@ -160,7 +160,7 @@ class CheckedFiles:
         """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
         try:
             return read()
-        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+        except UNREADABLE as err:
             raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {DAMAGED}") from None
 
     def _bounds(self, cell: str) -> dict[str, tuple[int, int]]:

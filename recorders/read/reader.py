@@ -34,6 +34,7 @@ from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import DAMAGED, KEYS, READ, TABLES, CheckedFiles, key_ranges, statistics
 from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.columns import GATE_COLUMNS, PARTS
+from recorders.write.layout import UNREADABLE
 from recorders.write.progress import Intervals, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_json
 
@@ -76,7 +77,7 @@ class Recording(CheckedFiles):
         if not self._folder.is_dir("gates"):
             raise not_one
         self._fs = pafs.PyFileSystem(ReadOnlyFiles(self._folder))
-        progress = read_progress(self._folder.path)
+        progress = self._progress = read_progress(self._folder.path)  # the shards' progress files, as opened
         self.manifest: dict[str, Any] | None = self._manifest() if "manifest.json" in self._folder.entries() else None
         self.complete = self.manifest is not None
         description = self.manifest or next((p["description"] for p in progress.values()), None)
@@ -162,7 +163,7 @@ class Recording(CheckedFiles):
         """What the folder holds, read from its manifest (or progress files) and its files'
         metadata only: the model, whether it is complete, the examples, each cell with the
         steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
-        progress = read_progress(self._folder.path)
+        progress = self._progress
         rows = {t: sum(self._footer(t, c, rel).num_rows for (c, _), files in self._files(t).items() for rel in files) for t in TABLES}
         rows["weights"] = self._weights_rows()
         shards = self.description.get("shards") if self.complete else None
@@ -343,7 +344,7 @@ class Recording(CheckedFiles):
             for name in ("cell", kind):  # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
                 read = read.set_column(read.schema.get_field_index(name), name, pc.dictionary_encode(read[name]))
             df = read.to_pandas()
-        except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+        except UNREADABLE as err:
             raise RecordingError(f"cannot read the {table} of {self.path}: a part file is damaged ({err})") from None
         df["cell"] = df["cell"].cat.set_categories(self.cells)
         df[kind] = df[kind].cat.set_categories(list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))

@@ -222,9 +222,10 @@ def _example_ids(rec: Recording, n: int) -> np.ndarray:
     """The first `n` recorded example ids (only those: the ranges may be long)."""
     ids: list[np.ndarray] = []
     for a, b in rec.examples:
-        ids.append(np.arange(a, min(b, a + n - sum(map(len, ids)))))
-        if sum(map(len, ids)) >= n:
+        if n <= 0:
             break
+        ids.append(np.arange(a, min(b, a + n)))
+        n -= len(ids[-1])
     return np.concatenate(ids or [np.zeros(0, np.int64)])
 
 

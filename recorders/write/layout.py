@@ -34,13 +34,18 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import pyarrow as pa
+
 from recorders.write.columns import PARTS
 
 __all__ = [
-    "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "WEIGHT_LABELS", "FLOATS", "REQUIRED", "NO_STATISTICS",
+    "UNREADABLE", "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "WEIGHT_LABELS", "FLOATS", "REQUIRED", "NO_STATISTICS",
     "partition_value", "partition_dir", "encodings",
 ]
 
+# What reading a Parquet file that is damaged or not Parquet raises: pyarrow's errors, the system's,
+# and ValueError (a footer whose names are not UTF-8 raises UnicodeDecodeError).
+UNREADABLE = (OSError, ValueError, pa.ArrowException)
 METADATA_KEY = b"gatetrace"
 # `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
 # (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.

@@ -14,13 +14,12 @@ import os
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError
 from recorders.write.files import foreign_entries, refuse_links
 from recorders.write.folder import Folder
-from recorders.write.layout import METADATA_KEY
+from recorders.write.layout import METADATA_KEY, UNREADABLE
 from recorders.write.place import place_of
 from recorders.write.progress import PROGRESS_DIR
 
@@ -87,7 +86,7 @@ def not_a_weights_table(path: Path) -> list[str]:
     """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
     try:
         metadata = pq.read_schema(path).metadata or {}
-    except (OSError, ValueError, pa.ArrowException):  # ValueError: text in a damaged footer
+    except UNREADABLE:
         metadata = {}
     return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 from recorders.errors import OutputExistsError, RecordingError, listing
 from recorders.write.files import check_out, local_path, publish, refuse_inputs_inside, refuse_links, remove, temp_sibling
 from recorders.write.keys import KeyCache
-from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS, partition_dir
+from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, UNREADABLE, WEIGHT_LABELS, partition_dir
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 from recorders.write import rowgroups  # its functions by module, so that a test can stand in for them
@@ -109,7 +109,8 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
-        why = description_problem(json.loads(json.dumps(dict(description))))
+        self.description = json.loads(json.dumps(dict(description)))  # plain JSON types, as the files will hold it
+        why = description_problem(self.description)
         if why and not twice:
             raise RecordingError(f"the recording's description: {why} (see recorders.write.schema)")
         self._compression = compression or DEFAULT_COMPRESSION
@@ -139,7 +140,6 @@ class RecordingWriter:
             self.replacing, self._replaced_locks, self._created_locks = False, [], []
         self._created = not self.place.exists()
         self.shard = shard
-        self.description = json.loads(json.dumps(dict(description)))
         self.examples = None if examples is None else tuple(int(e) for e in examples)
         self.range = None if examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
@@ -262,7 +262,7 @@ class RecordingWriter:
             if start in complete:
                 try:
                     found[table] += self.place.parquet_metadata(rel).num_rows
-                except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: text in a damaged footer
+                except UNREADABLE as err:
                     raise RecordingError(
                         f"cannot resume into {self.out}: {self.place}/{rel} is not readable Parquet ({err}); {self._replace_it}"
                     ) from None

@@ -178,19 +178,7 @@ def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placehol
 
 def unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
     """Placeholders without a default that the fetches depend on and that are not fed."""
-    queue = deque(t.op for t in fetches)
-    seen: set[str] = set()
-    missing = []
-    while queue:
-        op = queue.popleft()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        if op.type == "Placeholder" and op.outputs[0].name not in fed:
-            missing.append(op)
-        queue.extend(t.op for t in op.inputs if t.name not in fed)
-        queue.extend(op.control_inputs)
-    return missing
+    return [op for op in _fanin(fetches, fed).values() if op.type == "Placeholder" and op.outputs[0].name not in fed]
 
 
 def resolve_feeds(
