@@ -44,10 +44,17 @@ KEYS = ("example", "step", "unit")
 FLOATS = ("preactivation", "activation", "value")
 
 
-def encode(tables: list[pa.Table], rounds: int, required: bool = True, **options) -> tuple[float, int]:
+def encode(
+    tables: list[pa.Table], rounds: int, required: bool = True, **options
+) -> tuple[float, int]:
     """Median seconds to write every table into memory with `options`, and the bytes written."""
     if required:
-        tables = [pa.Table.from_arrays(t.columns, schema=pa.schema([f.with_nullable(False) for f in t.schema])) for t in tables]
+        tables = [
+            pa.Table.from_arrays(
+                t.columns, schema=pa.schema([f.with_nullable(False) for f in t.schema])
+            )
+            for t in tables
+        ]
     times, size = [], 0
     for _ in range(rounds):
         size, start = 0, time.perf_counter()
@@ -84,32 +91,79 @@ def main() -> None:
     values = sum(t.num_rows * t.num_columns for t in floats)
     rows = sum(t.num_rows for t in keys)
     split = {"use_dictionary": False, "write_statistics": False}
-    codecs = {"none": {"compression": "none"}, "lz4": {"compression": "lz4"},
-              **{f"zstd{level}": {"compression": "zstd", "compression_level": level} for level in (1, 2, 3, 5)},
-              "brotli5": {"compression": "brotli", "compression_level": 5}}
-    results = {"processor": _cpu_name(), "cpus": os.cpu_count(), "float_values": values, "key_rows": rows, "floats": {}, "keys": {}, "nullability": {}}
+    codecs = {
+        "none": {"compression": "none"},
+        "lz4": {"compression": "lz4"},
+        **{
+            f"zstd{level}": {"compression": "zstd", "compression_level": level}
+            for level in (1, 2, 3, 5)
+        },
+        "brotli5": {"compression": "brotli", "compression_level": 5},
+    }
+    results = {
+        "processor": _cpu_name(),
+        "cpus": os.cpu_count(),
+        "float_values": values,
+        "key_rows": rows,
+        "floats": {},
+        "keys": {},
+        "nullability": {},
+    }
     float_choices = {"plain+none (the writer's, fast)": {"compression": "none"}}
     for name, codec in codecs.items():
-        float_choices[f"byte_stream_split+{name}"] = {**codec, "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in FLOATS}}
+        float_choices[f"byte_stream_split+{name}"] = {
+            **codec,
+            "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in FLOATS},
+        }
     for name, choice in float_choices.items():
         seconds, size = encode(floats, args.rounds, **split, **choice)
-        results["floats"][name] = {"bytes_per_value": round(size / values, 3), "ns_per_value": round(seconds / values * 1e9, 2)}
+        results["floats"][name] = {
+            "bytes_per_value": round(size / values, 3),
+            "ns_per_value": round(seconds / values * 1e9, 2),
+        }
     stats = ["example", "step"]
     key_choices = {
-        "plain+lz4 (the writer's)": {"compression": "lz4", "use_dictionary": False, "write_statistics": stats},
-        "plain+lz4, statistics on unit too": {"compression": "lz4", "use_dictionary": False, "write_statistics": list(KEYS)},
-        "delta_binary_packed": {"compression": "none", "use_dictionary": False, "write_statistics": stats,
-                                "column_encoding": {k: "DELTA_BINARY_PACKED" for k in KEYS}},
+        "plain+lz4 (the writer's)": {
+            "compression": "lz4",
+            "use_dictionary": False,
+            "write_statistics": stats,
+        },
+        "plain+lz4, statistics on unit too": {
+            "compression": "lz4",
+            "use_dictionary": False,
+            "write_statistics": list(KEYS),
+        },
+        "delta_binary_packed": {
+            "compression": "none",
+            "use_dictionary": False,
+            "write_statistics": stats,
+            "column_encoding": {k: "DELTA_BINARY_PACKED" for k in KEYS},
+        },
         "dictionary": {"compression": "none", "use_dictionary": True, "write_statistics": stats},
     }
     for name, choice in key_choices.items():
         seconds, size = encode(keys, args.rounds, **choice)
-        results["keys"][name] = {"bytes_per_row": round(size / rows, 4), "ns_per_row": round(seconds / rows * 1e9, 2)}
-    whole = {"compression": "lz4", "use_dictionary": False, "write_statistics": list(KEYS),
-             "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in FLOATS}}
+        results["keys"][name] = {
+            "bytes_per_row": round(size / rows, 4),
+            "ns_per_row": round(seconds / rows * 1e9, 2),
+        }
+    whole = {
+        "compression": "lz4",
+        "use_dictionary": False,
+        "write_statistics": list(KEYS),
+        "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in FLOATS},
+    }
     for required in (False, True):
-        seconds, size = encode([t.select([c for c in t.column_names if c in KEYS + FLOATS]) for t in tables], args.rounds, required, **whole)
-        results["nullability"]["required" if required else "optional"] = {"seconds": round(seconds, 3), "bytes": size}
+        seconds, size = encode(
+            [t.select([c for c in t.column_names if c in KEYS + FLOATS]) for t in tables],
+            args.rounds,
+            required,
+            **whole,
+        )
+        results["nullability"]["required" if required else "optional"] = {
+            "seconds": round(seconds, 3),
+            "bytes": size,
+        }
     (HERE / "encodings_results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

@@ -42,10 +42,15 @@ HERE = Path(__file__).resolve().parent
 FEATURES, SEQUENCES = 64, 256
 BASE = {"units": 256, "steps": 50, "cells": 2, "values": "preactivation,activation"}
 CONFIGS = [
-    {**BASE, "units": 64}, BASE, {**BASE, "units": 1024},
-    {**BASE, "steps": 10}, {**BASE, "steps": 500},
-    {**BASE, "cells": 1}, {**BASE, "cells": 4},
-    {**BASE, "values": "activation"}, {**BASE, "values": "preactivation,activation,contributions"},
+    {**BASE, "units": 64},
+    BASE,
+    {**BASE, "units": 1024},
+    {**BASE, "steps": 10},
+    {**BASE, "steps": 500},
+    {**BASE, "cells": 1},
+    {**BASE, "cells": 4},
+    {**BASE, "values": "activation"},
+    {**BASE, "values": "preactivation,activation,contributions"},
 ]
 
 
@@ -56,7 +61,9 @@ def build(root: Path, units: int, steps: int, cells: int) -> tuple[str, str]:
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, steps, FEATURES], name="x")
-        cell = v1.nn.rnn_cell.MultiRNNCell([v1.nn.rnn_cell.BasicLSTMCell(units) for _ in range(cells)])
+        cell = v1.nn.rnn_cell.MultiRNNCell(
+            [v1.nn.rnn_cell.BasicLSTMCell(units) for _ in range(cells)]
+        )
         outputs, _ = v1.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float32)
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
@@ -83,7 +90,12 @@ def main() -> None:
             files = {}
             for n in (small, large, forward_large):
                 files[n] = folder / f"x{n}.npy"
-                np.save(files[n], np.random.RandomState(n).randn(n * SEQUENCES, c["steps"], FEATURES).astype(np.float32))
+                np.save(
+                    files[n],
+                    np.random.RandomState(n)
+                    .randn(n * SEQUENCES, c["steps"], FEATURES)
+                    .astype(np.float32),
+                )
             setups.append((c, path, output, files))
 
         def run(argv: list[str]) -> float:
@@ -91,24 +103,44 @@ def main() -> None:
             subprocess.run([sys.executable, *argv], check=True, capture_output=True)
             return time.perf_counter() - start
 
-        per: dict[str, dict[str, list[float]]] = {name_of(c): {"forward": [], "record": [], "rows": [], "bytes": []} for c in CONFIGS}
+        per: dict[str, dict[str, list[float]]] = {
+            name_of(c): {"forward": [], "record": [], "rows": [], "bytes": []} for c in CONFIGS
+        }
         for r in range(args.rounds):
             order = setups if r % 2 == 0 else setups[::-1]
             for c, path, output, files in order:
                 t = {}
                 for n in (small, forward_large):
-                    t[("forward", n)] = run(["-c", FORWARD_SCRIPT, path, str(files[n]), output, str(SEQUENCES)])
+                    t[("forward", n)] = run(
+                        ["-c", FORWARD_SCRIPT, path, str(files[n]), output, str(SEQUENCES)]
+                    )
                 for n in (small, large):
                     out = root / f"out-{n}"
-                    t[("record", n)] = run(["-m", "tracer.cli", "record", path, "--feed", f"x={files[n]}", "--out", str(out), "--quiet",
-                                            "--values", c["values"]])
+                    t[("record", n)] = run(
+                        [
+                            "-m",
+                            "tracer.cli",
+                            "record",
+                            path,
+                            "--feed",
+                            f"x={files[n]}",
+                            "--out",
+                            str(out),
+                            "--quiet",
+                            "--values",
+                            c["values"],
+                        ]
+                    )
                     if n == large:
                         manifest = json.loads((out / "manifest.json").read_text())
                         rows = manifest["rows"]["gates"] + manifest["rows"]["states"]
                         size = sum(f.stat().st_size for f in out.rglob("*.parquet"))
                     shutil.rmtree(out)
                 p = per[name_of(c)]
-                p["forward"].append((t[("forward", forward_large)] - t[("forward", small)]) / (forward_large - small))
+                p["forward"].append(
+                    (t[("forward", forward_large)] - t[("forward", small)])
+                    / (forward_large - small)
+                )
                 p["record"].append((t[("record", large)] - t[("record", small)]) / (large - small))
                 p["rows"].append(rows / large)
                 p["bytes"].append(size / large)
@@ -117,22 +149,33 @@ def main() -> None:
             p = per[name_of(c)]
             ratios = [rec / fwd for rec, fwd in zip(p["record"], p["forward"])]
             record = statistics.median(p["record"])
-            table.append({
-                **c,
-                "forward_s": round(statistics.median(p["forward"]), 3),
-                "record_s": round(record, 3),
-                "ratio": round(statistics.median(ratios), 2),
-                "rows_per_s": round(p["rows"][0] / record),
-                "mb_per_s": round(p["bytes"][0] / record / 1e6, 1),
-                "ratios": [round(x, 2) for x in ratios],
-            })
-        results = {"processor": _cpu_name(), "cpus": os.cpu_count(), "per": f"{SEQUENCES} sequences, default settings", "rounds": args.rounds,
-                   "table": table}
+            table.append(
+                {
+                    **c,
+                    "forward_s": round(statistics.median(p["forward"]), 3),
+                    "record_s": round(record, 3),
+                    "ratio": round(statistics.median(ratios), 2),
+                    "rows_per_s": round(p["rows"][0] / record),
+                    "mb_per_s": round(p["bytes"][0] / record / 1e6, 1),
+                    "ratios": [round(x, 2) for x in ratios],
+                }
+            )
+        results = {
+            "processor": _cpu_name(),
+            "cpus": os.cpu_count(),
+            "per": f"{SEQUENCES} sequences, default settings",
+            "rounds": args.rounds,
+            "table": table,
+        }
         (HERE / "growth_results.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(f"{results['processor']}, {results['cpus']} CPUs; seconds per {SEQUENCES} sequences, medians of {args.rounds} rounds")
+        print(
+            f"{results['processor']}, {results['cpus']} CPUs; seconds per {SEQUENCES} sequences, medians of {args.rounds} rounds"
+        )
         for row in table:
-            print(f"{name_of(row):70s} forward {row['forward_s']:7.3f}  record {row['record_s']:7.3f}  {row['ratio']:6.2f}x  "
-                  f"{row['rows_per_s']:>12,} rows/s  {row['mb_per_s']:6.1f} MB/s")
+            print(
+                f"{name_of(row):70s} forward {row['forward_s']:7.3f}  record {row['record_s']:7.3f}  {row['ratio']:6.2f}x  "
+                f"{row['rows_per_s']:>12,} rows/s  {row['mb_per_s']:6.1f} MB/s"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -67,7 +67,9 @@ def tf1_models(root: Path) -> dict[str, str]:
         graph = tf.Graph()
         with graph.as_default():
             x = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")
-            cell = v1.nn.rnn_cell.MultiRNNCell([v1.nn.rnn_cell.BasicLSTMCell(UNITS) for _ in range(2)])
+            cell = v1.nn.rnn_cell.MultiRNNCell(
+                [v1.nn.rnn_cell.BasicLSTMCell(UNITS) for _ in range(2)]
+            )
             if kind == "dynamic":
                 out, _ = v1.nn.dynamic_rnn(cell, x, dtype=tf.float32)
                 tf.identity(out, name="y")
@@ -110,7 +112,7 @@ def in_process(paths: dict[str, str], rounds: int) -> dict:
         run()  # warm-up
     times: dict[str, list[float]] = {k: [] for k in runs}
     for r in range(rounds):
-        for name in (list(runs) if r % 2 == 0 else list(reversed(runs))):
+        for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
             start = time.perf_counter()
             runs[name]()
             times[name].append(time.perf_counter() - start)
@@ -122,13 +124,18 @@ def in_process(paths: dict[str, str], rounds: int) -> dict:
     base = times["dynamic_forward"]
     return {
         "median_seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
-        "ratio_to_dynamic_forward": {k: round(statistics.median([a / b for a, b in zip(v, base)]), 3) for k, v in times.items()},
+        "ratio_to_dynamic_forward": {
+            k: round(statistics.median([a / b for a, b in zip(v, base)]), 3)
+            for k, v in times.items()
+        },
         "paths": {k: paths[f"{k}_paths"] for k in ("dynamic", "static")},
         "fetched_tensors": {k: paths[f"{k}_tensors"] for k in ("dynamic", "static")},
     }
 
 
-def whole_process(models: dict[str, str], root: Path, rounds: int, small: int = 2, large: int = 6) -> dict:
+def whole_process(
+    models: dict[str, str], root: Path, rounds: int, small: int = 2, large: int = 6
+) -> dict:
     """Per model, the marginal cost of a batch of `gatetrace record`, whole processes."""
     files = {n: root / f"x{n}.npy" for n in (small, large)}
     for n, f in files.items():
@@ -136,18 +143,38 @@ def whole_process(models: dict[str, str], root: Path, rounds: int, small: int = 
     times: dict[tuple[str, int], list[float]] = {(m, n): [] for m in models for n in files}
     jobs = list(times)
     for r in range(rounds):
-        for model, n in (jobs if r % 2 == 0 else list(reversed(jobs))):
+        for model, n in jobs if r % 2 == 0 else list(reversed(jobs)):
             out = root / f"rec-{model}-{n}"
-            argv = [sys.executable, "-m", "tracer.cli", "record", models[model], "--feed", f"x={files[n]}", "--out", str(out),
-                    "--batch-size", str(BATCH), "--memory", "8G", "--quiet", "--overwrite"]
+            argv = [
+                sys.executable,
+                "-m",
+                "tracer.cli",
+                "record",
+                models[model],
+                "--feed",
+                f"x={files[n]}",
+                "--out",
+                str(out),
+                "--batch-size",
+                str(BATCH),
+                "--memory",
+                "8G",
+                "--quiet",
+                "--overwrite",
+            ]
             start = time.perf_counter()
             subprocess.run(argv, check=True, capture_output=True)
             times[(model, n)].append(time.perf_counter() - start)
-    per_batch = {m: [(b - a) / (large - small) for a, b in zip(times[(m, small)], times[(m, large)])] for m in models}
+    per_batch = {
+        m: [(b - a) / (large - small) for a, b in zip(times[(m, small)], times[(m, large)])]
+        for m in models
+    }
     return {
         "batches": [small, large],
         "seconds": {f"{m}@{n}": [round(t, 2) for t in v] for (m, n), v in times.items()},
-        "marginal_seconds_per_batch": {m: round(statistics.median(v), 3) for m, v in per_batch.items()},
+        "marginal_seconds_per_batch": {
+            m: round(statistics.median(v), 3) for m, v in per_batch.items()
+        },
     }
 
 
@@ -158,8 +185,19 @@ def main() -> None:
     parser.add_argument("--skip-keras", action="store_true")
     args = parser.parse_args()
     processor = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next((line.split(":", 1)[1].strip() for line in processor.splitlines() if line.startswith("Model name")), "unknown")
-    results = {"processor": name, "cpus": os.cpu_count(), "model": "2 x BasicLSTMCell(256), T=50, D=64, batch 256"}
+    name = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in processor.splitlines()
+            if line.startswith("Model name")
+        ),
+        "unknown",
+    )
+    results = {
+        "processor": name,
+        "cpus": os.cpu_count(),
+        "model": "2 x BasicLSTMCell(256), T=50, D=64, batch 256",
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         paths = tf1_models(root)
@@ -169,12 +207,20 @@ def main() -> None:
             script = KERAS_SCRIPT.format(steps=STEPS, features=FEATURES, units=UNITS)
             for how in ("loop", "unroll"):
                 models[f"keras3_export_{how}"] = str(root / f"keras-{how}")
-                subprocess.run([sys.executable, "-c", script, models[f"keras3_export_{how}"], how], check=True, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "-c", script, models[f"keras3_export_{how}"], how],
+                    check=True,
+                    capture_output=True,
+                )
         results["whole_process"] = whole_process(models, root, args.whole_rounds)
     per = results["whole_process"]["marginal_seconds_per_batch"]
-    results["record_loop_vs_unrolled"] = {"dynamic_rnn / static_rnn": round(per["dynamic_rnn"] / per["static_rnn"], 3)}
+    results["record_loop_vs_unrolled"] = {
+        "dynamic_rnn / static_rnn": round(per["dynamic_rnn"] / per["static_rnn"], 3)
+    }
     if "keras3_export_loop" in per:
-        results["record_loop_vs_unrolled"]["keras3 export: loop / unroll=True"] = round(per["keras3_export_loop"] / per["keras3_export_unroll"], 3)
+        results["record_loop_vs_unrolled"]["keras3 export: loop / unroll=True"] = round(
+            per["keras3_export_loop"] / per["keras3_export_unroll"], 3
+        )
     (HERE / "loops_results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

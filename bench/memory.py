@@ -43,7 +43,9 @@ def build(root: Path, units: int, steps: int) -> str:
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, steps, FEATURES], name="x")
-        v1.nn.static_rnn(v1.nn.rnn_cell.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32)
+        v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
             path = root / "model" / "model.ckpt"
@@ -56,16 +58,30 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--sequences", type=int, default=64)
-    parser.add_argument("--memory", default=None, help="pass --memory SIZE (default: no flag, the default budget)")
+    parser.add_argument(
+        "--memory", default=None, help="pass --memory SIZE (default: no flag, the default budget)"
+    )
     parser.add_argument("--tmp", default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gatetrace-memory-", dir=args.tmp))
     try:
         model = build(root, args.units, args.steps)
         x = root / "x.npy"
-        np.save(x, np.random.RandomState(0).randn(args.sequences, args.steps, FEATURES).astype(np.float32))
+        np.save(
+            x,
+            np.random.RandomState(0).randn(args.sequences, args.steps, FEATURES).astype(np.float32),
+        )
         out = root / "out"
-        argv = ["record", model, "--feed", f"x={x}", "--out", str(out), "--quiet", *(["--memory", args.memory] if args.memory else [])]
+        argv = [
+            "record",
+            model,
+            "--feed",
+            f"x={x}",
+            "--out",
+            str(out),
+            "--quiet",
+            *(["--memory", args.memory] if args.memory else []),
+        ]
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", RECORD, *argv], capture_output=True, text=True)
         seconds = time.perf_counter() - start

@@ -35,12 +35,15 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from record import BATCH, FEATURES, STEPS, _cpu_name, build_model  # noqa: E402  (the benchmark model)
+# noqa: E402  (the benchmark model)
+from record import BATCH, FEATURES, STEPS, _cpu_name, build_model
 
 
 def run(argv: list[str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tracer.cli", *argv], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *argv], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.strip()}")
     return time.perf_counter() - start
@@ -55,14 +58,23 @@ def main() -> None:
     try:
         _, _, _, model = build_model(root)
         x = root / "x.npy"
-        np.save(x, np.random.RandomState(0).randn(args.sequences, STEPS, FEATURES).astype(np.float32))
+        np.save(
+            x, np.random.RandomState(0).randn(args.sequences, STEPS, FEATURES).astype(np.float32)
+        )
         tasks = -(-args.sequences // BATCH)
         base = ["record", model, "--feed", f"x={x}", "--quiet", "--batch-size", str(BATCH)]
         configs = {
             "one process": [],
             "--workers 1, a task per batch": ["--workers", "1", "--task-size", "1"],
             "--workers 2, a task per batch": ["--workers", "2", "--task-size", "1"],
-            "--engine dask --workers 2, a task per batch": ["--engine", "dask", "--workers", "2", "--task-size", "1"],
+            "--engine dask --workers 2, a task per batch": [
+                "--engine",
+                "dask",
+                "--workers",
+                "2",
+                "--task-size",
+                "1",
+            ],
         }
         times: dict[str, list[float]] = {name: [] for name in configs}
         for r in range(args.rounds):
@@ -85,10 +97,14 @@ def main() -> None:
             "overhead_per_task_s": (medians["--workers 1, a task per batch"] - one) / tasks,
         }
         (HERE / "parallel_results.json").write_text(json.dumps(result, indent=1) + "\n")
-        print(f"{args.sequences} sequences, {tasks} batches of {BATCH}; {result['processor']}, {result['cpus']} CPUs; medians of {args.rounds} rounds")
+        print(
+            f"{args.sequences} sequences, {tasks} batches of {BATCH}; {result['processor']}, {result['cpus']} CPUs; medians of {args.rounds} rounds"
+        )
         for name, t in medians.items():
             print(f"  {name:45s} {t:7.2f} s  {t / one:5.2f}x")
-        print(f"  overhead per task (pool of one against one process): {result['overhead_per_task_s']:.2f} s")
+        print(
+            f"  overhead per task (pool of one against one process): {result['overhead_per_task_s']:.2f} s"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

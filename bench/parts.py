@@ -38,8 +38,16 @@ def closeness(model: str, root: Path) -> dict:
     """On one batch: |input + recurrent + bias - preactivation|, absolute and relative."""
     x = np.random.RandomState(0).randn(BATCH, STEPS, FEATURES).astype(np.float32)
     with tracer.load_model(model) as m:
-        tracer.record(m, {"x": x}, root / "closeness", values=["preactivation", "contributions"], memory=8 << 30)
-    df = Recording(root / "closeness").gate_frame(columns=["preactivation", "input", "recurrent", "bias"])
+        tracer.record(
+            m,
+            {"x": x},
+            root / "closeness",
+            values=["preactivation", "contributions"],
+            memory=8 << 30,
+        )
+    df = Recording(root / "closeness").gate_frame(
+        columns=["preactivation", "input", "recurrent", "bias"]
+    )
     parts = df[["input", "recurrent", "bias"]].to_numpy(np.float64)
     pre = df["preactivation"].to_numpy(np.float64)
     diff = np.abs(parts.sum(axis=1) - pre)
@@ -55,10 +63,19 @@ def closeness(model: str, root: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--whole-rounds", type=int, default=3, help="0: keep the whole-process figures of the last run")
+    parser.add_argument(
+        "--whole-rounds",
+        type=int,
+        default=3,
+        help="0: keep the whole-process figures of the last run",
+    )
     args = parser.parse_args()
     last = HERE / "parts_results.json"
-    kept = json.loads(last.read_text()).get("whole_process") if last.is_file() and not args.whole_rounds else None
+    kept = (
+        json.loads(last.read_text()).get("whole_process")
+        if last.is_file() and not args.whole_rounds
+        else None
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         session, _, output, model = build_model(root)
@@ -68,8 +85,15 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "model": "2 x BasicLSTMCell(256), static_rnn, T=50, D=64, batch 256",
             "sum_vs_preactivation": closeness(model, root),
-            "whole_process": kept or whole_process(model, output.name, root, args.whole_rounds, variants={"record_parts": PARTS_FLAGS},
-                                                     base_flags=("--batch-size", "256", "--memory", "8G")),
+            "whole_process": kept
+            or whole_process(
+                model,
+                output.name,
+                root,
+                args.whole_rounds,
+                variants={"record_parts": PARTS_FLAGS},
+                base_flags=("--batch-size", "256", "--memory", "8G"),
+            ),
         }
     (HERE / "parts_results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

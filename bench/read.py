@@ -56,7 +56,9 @@ def child(kind: str, folder: str) -> None:
     elif kind == "one_gate":
         rows = len(rec.gate_frame([cell], ["f"]))
     elif kind == "one_gate_slice":
-        rows = len(rec.gate_frame([cell], ["f"], examples=(0, max(1, n // 100)), columns=["activation"]))
+        rows = len(
+            rec.gate_frame([cell], ["f"], examples=(0, max(1, n // 100)), columns=["activation"])
+        )
     else:
         rows = rec.gate_array(cell, "f").size
     seconds = time.perf_counter() - start
@@ -64,7 +66,12 @@ def child(kind: str, folder: str) -> None:
 
 
 def run_child(kind: str, folder: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, str(folder)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(folder)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -87,7 +94,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
+    parser.add_argument(
+        "--tmp", default=None, help="scratch folder (default: the system's temp folder)"
+    )
     parser.add_argument("--child", nargs=2, metavar=("READ", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -123,7 +132,9 @@ def main() -> None:
         print(results["recording"])
         print(f"{'':18}{'rows':>14}{'median s':>10}{'MB read':>10}{'time vs full':>14}")
         for kind, r in results["reads"].items():
-            print(f"{kind:18}{r['rows']:>14,}{r['median_seconds']:>10.3f}{r['bytes_read'] / 1e6:>10.1f}{r['time_vs_full']:>14.4f}")
+            print(
+                f"{kind:18}{r['rows']:>14,}{r['median_seconds']:>10.3f}{r['bytes_read'] / 1e6:>10.1f}{r['time_vs_full']:>14.4f}"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -67,17 +67,28 @@ def melt_way(trace: tracer.Trace, examples: np.ndarray, out: Path) -> None:
     """The long table of one batch as people write it with pandas: wide frame, melt, to_parquet."""
     for k, ct in enumerate(trace):
         n, t, g, u = ct.preactivation.shape
-        index = pd.MultiIndex.from_product([examples, range(t), list(ct.cell.gates)], names=["example", "step", "gate"])
+        index = pd.MultiIndex.from_product(
+            [examples, range(t), list(ct.cell.gates)], names=["example", "step", "gate"]
+        )
         long = []
         for column in ("preactivation", "activation"):
-            wide = pd.DataFrame(getattr(ct, column).reshape(n * t * g, u), index=index).reset_index()
-            long.append(wide.melt(id_vars=["example", "step", "gate"], var_name="unit", value_name=column))
+            wide = pd.DataFrame(
+                getattr(ct, column).reshape(n * t * g, u), index=index
+            ).reset_index()
+            long.append(
+                wide.melt(id_vars=["example", "step", "gate"], var_name="unit", value_name=column)
+            )
         gates = long[0].assign(activation=long[1]["activation"].to_numpy())
         gates.insert(0, "cell", ct.cell.name)
         gates.to_parquet(out / f"gates-{k}.parquet")
         for name, values in ct.states.items():
-            wide = pd.DataFrame(values.reshape(n * t, -1), index=pd.MultiIndex.from_product([examples, range(t)], names=["example", "step"]))
-            state = wide.reset_index().melt(id_vars=["example", "step"], var_name="unit", value_name="value")
+            wide = pd.DataFrame(
+                values.reshape(n * t, -1),
+                index=pd.MultiIndex.from_product([examples, range(t)], names=["example", "step"]),
+            )
+            state = wide.reset_index().melt(
+                id_vars=["example", "step"], var_name="unit", value_name="value"
+            )
             state.insert(0, "cell", ct.cell.name)
             state.to_parquet(out / f"states-{k}-{name}.parquet")
 
@@ -99,7 +110,9 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
     Linux carries across fork and exec.
     """
     x = root / f"x{sequences}.npy"
-    inputs = np.lib.format.open_memmap(x, mode="w+", dtype=np.float32, shape=(sequences, STEPS, FEATURES))
+    inputs = np.lib.format.open_memmap(
+        x, mode="w+", dtype=np.float32, shape=(sequences, STEPS, FEATURES)
+    )
     rng = np.random.RandomState(1)
     for start in range(0, sequences, 4096):
         inputs[start : start + 4096] = rng.randn(min(4096, sequences - start), STEPS, FEATURES)
@@ -112,16 +125,22 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
         "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
     )
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     seconds = time.perf_counter() - start
     rss_mb = int(result.stdout.strip().splitlines()[-1]) / 1024
-    lowered = re.search(r"batch size \d+ lowered to (\d+)", result.stdout)  # by the default memory budget
+    # by the default memory budget
+    lowered = re.search(r"batch size \d+ lowered to (\d+)", result.stdout)
     size = folder_bytes(out)
     shutil.rmtree(out)
     x.unlink()
     return {
-        "sequences": sequences, "batch_size": int(lowered.group(1)) if lowered else BATCH, "peak_rss_mb": round(rss_mb),
-        "seconds": round(seconds, 1), "bytes_on_disk": size,
+        "sequences": sequences,
+        "batch_size": int(lowered.group(1)) if lowered else BATCH,
+        "peak_rss_mb": round(rss_mb),
+        "seconds": round(seconds, 1),
+        "bytes_on_disk": size,
     }
 
 
@@ -139,8 +158,17 @@ with tracer.load_model(model) as m:
 """
 
 
-def whole_process(model: str, output: str, root: Path, rounds: int, small: int = 2, large: int = 10, forward_large: int = 30,
-                  variants: dict[str, list[str]] | None = None, base_flags: tuple[str, ...] = ()) -> dict:
+def whole_process(
+    model: str,
+    output: str,
+    root: Path,
+    rounds: int,
+    small: int = 2,
+    large: int = 10,
+    forward_large: int = 30,
+    variants: dict[str, list[str]] | None = None,
+    base_flags: tuple[str, ...] = (),
+) -> dict:
     """The marginal cost of a batch as a user meets it: whole processes, `gatetrace record
     --quiet` at default settings (plus `base_flags`) against a script that loads the same
     checkpoint and runs only the forward pass over the same kind of file, in batches of 256. Per round, each one's marginal cost of a
@@ -154,7 +182,9 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
     files = {}
     for n in sorted({small, large, forward_large}):
         files[n] = root / f"whole{n}.npy"
-        np.save(files[n], np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32))
+        np.save(
+            files[n], np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32)
+        )
 
     def run(argv: list[str]) -> float:
         start = time.perf_counter()
@@ -168,15 +198,27 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
     for name, flags in records.items():
         for n in spans[name]:
-            jobs[(name, n)] = ["-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}", "--quiet", *base_flags, *flags]
+            jobs[(name, n)] = [
+                "-m",
+                "tracer.cli",
+                "record",
+                model,
+                "--feed",
+                f"x={files[n]}",
+                "--quiet",
+                *base_flags,
+                *flags,
+            ]
     per_round: dict[str, list[float]] = {k: [] for name in spans for k in (name, f"{name}_ratio")}
     for r in range(rounds):
         t = {}
-        for key, argv in (list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]):
+        for key, argv in list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]:
             out = root / f"whole-out-{r}-{key[0]}-{key[1]}"
             t[key] = run(argv + (["--out", str(out)] if key[0] != "forward" else []))
             shutil.rmtree(out, ignore_errors=True)
-        marginal = {kind: (t[(kind, hi)] - t[(kind, lo)]) / (hi - lo) for kind, (lo, hi) in spans.items()}
+        marginal = {
+            kind: (t[(kind, hi)] - t[(kind, lo)]) / (hi - lo) for kind, (lo, hi) in spans.items()
+        }
         for kind in spans:
             per_round[kind].append(marginal[kind])
             per_round[f"{kind}_ratio"].append(marginal[kind] / marginal["forward"])
@@ -188,7 +230,11 @@ def whole_process(model: str, output: str, root: Path, rounds: int, small: int =
         "ratio": round(median("record_ratio"), 2),
         **{f"{name}_s_per_batch": round(median(name), 3) for name in variants or {}},
         **{f"{name}_ratio": round(median(f"{name}_ratio"), 2) for name in variants or {}},
-        "per_round": {k: [round(v, 3) for v in vs] for k, vs in per_round.items() if not k.startswith("forward_")},
+        "per_round": {
+            k: [round(v, 3) for v in vs]
+            for k, vs in per_round.items()
+            if not k.startswith("forward_")
+        },
     }
 
 
@@ -213,14 +259,23 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
         for k, cell in enumerate(plan.cells):
             steps = plan.steps(values, k)
             for g in range(len(cell.gates)):
-                arrays.append(("gate", steps, plan.gate(values, k, g, "preactivation", slice(keep)), plan.gate(values, k, g, "activation", slice(keep))))
+                arrays.append(
+                    (
+                        "gate",
+                        steps,
+                        plan.gate(values, k, g, "preactivation", slice(keep)),
+                        plan.gate(values, k, g, "activation", slice(keep)),
+                    )
+                )
             for state in cell.spec.states:
                 arrays.append(("state", steps, plan.state(values, k, state, slice(keep)), None))
         times["cut"].append(time.perf_counter() - start)
         ids, keys = np.arange(keep, dtype=np.int64), KeyCache()
         start = time.perf_counter()
         columns = [
-            gate_columns(ids, steps, a, b, None, keys) if kind == "gate" else state_columns(ids, steps, a, None, keys)
+            gate_columns(ids, steps, a, b, None, keys)
+            if kind == "gate"
+            else state_columns(ids, steps, a, None, keys)
             for kind, steps, a, b in arrays
         ]
         times["columns"].append(time.perf_counter() - start)
@@ -236,11 +291,28 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=8, help="batches per end-to-end record round")
-    parser.add_argument("--sizes", default="1000,8000,32000", help="sequence counts for the peak-RSS runs ('' to skip)")
-    parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
-    parser.add_argument("--whole-rounds", type=int, default=3, help="rounds of the whole-process measurement (0 to skip)")
-    parser.add_argument("--profile", action="store_true", help="also time each pass over a batch's values (fetch, cut, columns, encode)")
+    parser.add_argument(
+        "--batches", type=int, default=8, help="batches per end-to-end record round"
+    )
+    parser.add_argument(
+        "--sizes",
+        default="1000,8000,32000",
+        help="sequence counts for the peak-RSS runs ('' to skip)",
+    )
+    parser.add_argument(
+        "--tmp", default=None, help="scratch folder (default: the system's temp folder)"
+    )
+    parser.add_argument(
+        "--whole-rounds",
+        type=int,
+        default=3,
+        help="rounds of the whole-process measurement (0 to skip)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each pass over a batch's values (fetch, cut, columns, encode)",
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="gatetrace-bench-", dir=args.tmp))
@@ -258,7 +330,9 @@ def main() -> None:
             f()
             return time.perf_counter() - start
 
-        times: dict[str, list[float]] = {k: [] for k in ("forward", "fetch", "fetch_assembled", "record_per_batch", "melt")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("forward", "fetch", "fetch_assembled", "record_per_batch", "melt")
+        }
         manifest = None
         session.run(plan.tensors, feed)  # warm-up
         for r in range(args.rounds):
@@ -266,7 +340,9 @@ def main() -> None:
 
             def record() -> None:
                 nonlocal manifest
-                manifest = tracer.record(model, {"x": inputs}, out, cells=cells, batch_size=BATCH, memory=2**40)
+                manifest = tracer.record(
+                    model, {"x": inputs}, out, cells=cells, batch_size=BATCH, memory=2**40
+                )
 
             def melt() -> None:
                 folder = root / f"melt{r}"
@@ -282,13 +358,21 @@ def main() -> None:
             ]
             for name, job in jobs if r % 2 == 0 else jobs[::-1]:
                 seconds = timed(job)
-                times[name].append(seconds / args.batches if name == "record_per_batch" else seconds)
+                times[name].append(
+                    seconds / args.batches if name == "record_per_batch" else seconds
+                )
             if r == 0:
-                record_bytes, melt_bytes = folder_bytes(out), folder_bytes(root / "melt0") * args.batches
+                record_bytes, melt_bytes = (
+                    folder_bytes(out),
+                    folder_bytes(root / "melt0") * args.batches,
+                )
             shutil.rmtree(out)
             shutil.rmtree(root / f"melt{r}")
 
-        ratio = {k: statistics.median(t / f for t, f in zip(v, times["forward"])) for k, v in times.items()}
+        ratio = {
+            k: statistics.median(t / f for t, f in zip(v, times["forward"]))
+            for k, v in times.items()
+        }
         results = {
             "model": f"2-layer MultiRNNCell of BasicLSTMCell({UNITS}), static_rnn, T={STEPS}, D={FEATURES}, batch {BATCH}",
             "machine": {
@@ -304,7 +388,10 @@ def main() -> None:
             "fetched_tensors": len(plan),
             "median_seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
             "ratio_to_forward": {k: round(v, 2) for k, v in ratio.items()},
-            "record_vs_melt": round(statistics.median(m / r for m, r in zip(times["melt"], times["record_per_batch"])), 1),
+            "record_vs_melt": round(
+                statistics.median(m / r for m, r in zip(times["melt"], times["record_per_batch"])),
+                1,
+            ),
             "bytes_per_value": round(record_bytes / stored_values(manifest), 2),
             "melt_bytes_per_value": round(melt_bytes / stored_values(manifest), 2),
             "peak_rss": [],
@@ -313,12 +400,21 @@ def main() -> None:
             results["profile_s"] = profile(session, plan, feed, root, args.rounds)
         if args.whole_rounds:
             results["whole_process"] = whole_process(
-                model_path, output.name, root, args.whole_rounds,
-                variants={"memory_8g": ["--memory", "8G"], "compression_lz4": ["--compression", "lz4"]},
+                model_path,
+                output.name,
+                root,
+                args.whole_rounds,
+                variants={
+                    "memory_8g": ["--memory", "8G"],
+                    "compression_lz4": ["--compression", "lz4"],
+                },
             )
         for n in [int(s) for s in args.sizes.split(",") if s]:
             results["peak_rss"].append(peak_rss(model_path, n, root))
-            print(f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB", file=sys.stderr)
+            print(
+                f"  peak RSS at {n:,} sequences: {results['peak_rss'][-1]['peak_rss_mb']} MB",
+                file=sys.stderr,
+            )
         (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         _print(results)
     finally:
@@ -337,7 +433,9 @@ def _cpu_name() -> str:
 
 def _print(r: dict) -> None:
     m, ratio = r["median_seconds"], r["ratio_to_forward"]
-    print(f"{r['model']}; {r['machine']['cpus']} CPUs ({r['machine']['processor']}); {r['rounds']} rounds")
+    print(
+        f"{r['model']}; {r['machine']['cpus']} CPUs ({r['machine']['processor']}); {r['rounds']} rounds"
+    )
     print(f"{'':28}{'median s':>10}{'x forward':>11}")
     rows = [
         ("forward pass", "forward"),
@@ -349,7 +447,9 @@ def _print(r: dict) -> None:
     for label, key in rows:
         print(f"{label:28}{m[key]:>10.3f}{ratio[key]:>10.2f}x")
     print(f"record is {r['record_vs_melt']}x faster than the pandas way")
-    print(f"bytes on disk per stored value: {r['bytes_per_value']} (pandas way: {r['melt_bytes_per_value']})")
+    print(
+        f"bytes on disk per stored value: {r['bytes_per_value']} (pandas way: {r['melt_bytes_per_value']})"
+    )
     if "profile_s" in r:
         passes = ", ".join(f"{k} {v:.3f} s" for k, v in r["profile_s"].items())
         print(f"passes over one batch, each alone on one thread: {passes}")
@@ -362,9 +462,13 @@ def _print(r: dict) -> None:
         )
         for name in ("memory_8g", "compression_lz4"):
             if f"{name}_ratio" in w:
-                print(f"  record {name}: {w[f'{name}_s_per_batch']:.3f} s: {w[f'{name}_ratio']:.2f}x")
+                print(
+                    f"  record {name}: {w[f'{name}_s_per_batch']:.3f} s: {w[f'{name}_ratio']:.2f}x"
+                )
     for p in r["peak_rss"]:
-        print(f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s, batches of {p['batch_size']})")
+        print(
+            f"peak RSS recording {p['sequences']:>6,} sequences: {p['peak_rss_mb']:>5} MB ({p['seconds']} s, batches of {p['batch_size']})"
+        )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,11 @@ def starlette_plotly(rec, cell):
     client = TestClient(make_app(rec))
 
     def ask(kind):
-        params = {"cell": cell, "label": GATE, "example": EXAMPLE} if kind == "heatmap" else {"cell": cell, "gate": GATE, "unit": UNIT, "example": EXAMPLE}
+        params = (
+            {"cell": cell, "label": GATE, "example": EXAMPLE}
+            if kind == "heatmap"
+            else {"cell": cell, "gate": GATE, "unit": UNIT, "example": EXAMPLE}
+        )
         response = client.get(f"/api/{kind}", params=params)
         assert response.status_code == 200, response.text
         return len(response.content)
@@ -68,7 +72,13 @@ def dash(rec, cell):
     from recorders.view import data
 
     app = Dash(__name__)
-    app.layout = html.Div([dcc.Input(id="example", type="number", value=EXAMPLE), dcc.Graph(id="heatmap"), dcc.Graph(id="unit")])
+    app.layout = html.Div(
+        [
+            dcc.Input(id="example", type="number", value=EXAMPLE),
+            dcc.Graph(id="heatmap"),
+            dcc.Graph(id="unit"),
+        ]
+    )
 
     @app.callback(Output("heatmap", "figure"), Input("example", "value"))
     def heatmap(example):
@@ -78,14 +88,26 @@ def dash(rec, cell):
     @app.callback(Output("unit", "figure"), Input("example", "value"))
     def unit(example):
         d = data.unit(rec, cell, GATE, UNIT, int(example))
-        return go.Figure([go.Scatter(x=d["steps"], y=d["values"]), go.Scatter(x=[f"{e}:{t}" for e, t in zip(d["top"]["example"], d["top"]["step"])], y=d["top"]["value"])])
+        return go.Figure(
+            [
+                go.Scatter(x=d["steps"], y=d["values"]),
+                go.Scatter(
+                    x=[f"{e}:{t}" for e, t in zip(d["top"]["example"], d["top"]["step"])],
+                    y=d["top"]["value"],
+                ),
+            ]
+        )
 
     client = app.server.test_client()
     client.get("/")  # builds the layout and the callback map
 
     def ask(kind):
-        body = {"output": f"{kind}.figure", "outputs": {"id": kind, "property": "figure"},
-                "inputs": [{"id": "example", "property": "value", "value": EXAMPLE}], "changedPropIds": ["example.value"]}
+        body = {
+            "output": f"{kind}.figure",
+            "outputs": {"id": kind, "property": "figure"},
+            "inputs": [{"id": "example", "property": "value", "value": EXAMPLE}],
+            "changedPropIds": ["example.value"],
+        }
         response = client.post("/_dash-update-component", json=body)
         assert response.status_code == 200, response.data[:200]
         return len(response.data)
@@ -104,7 +126,9 @@ def panel_bokeh(rec, cell):
     def ask(kind):
         if kind == "heatmap":
             d = data.heatmap(rec, cell, GATE, EXAMPLE)
-            z = np.array([[np.nan if v is None else v for v in row] for row in d["values"]], dtype=np.float32)
+            z = np.array(
+                [[np.nan if v is None else v for v in row] for row in d["values"]], dtype=np.float32
+            )
             fig = figure(tooltips=[("step", "$y"), ("unit", "$x"), ("value", "@image")])
             fig.image(image=[z], x=0, y=0, dw=z.shape[1], dh=z.shape[0], palette="Viridis256")
         else:
@@ -129,7 +153,12 @@ def javascript_bytes(dash_client) -> dict[str, int]:
     import plotly
 
     plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").stat().st_size
-    ours = sum(p.stat().st_size for p in (Path(__file__).resolve().parents[1] / "recorders" / "view" / "static").glob("*.js"))
+    ours = sum(
+        p.stat().st_size
+        for p in (Path(__file__).resolve().parents[1] / "recorders" / "view" / "static").glob(
+            "*.js"
+        )
+    )
     page = dash_client.get("/").get_data(as_text=True)
     scripts = re.findall(r'<script src="([^"]+)"', page)
     dash_js = sum(len(dash_client.get(src).data) for src in scripts)
@@ -138,7 +167,10 @@ def javascript_bytes(dash_client) -> dict[str, int]:
     return {
         "starlette+plotly.js": plotly_js + ours,
         "dash": dash_js + sum(p.stat().st_size for p in graph) + plotly_js,
-        "panel+bokeh": sum((bokeh_js / f"{n}.min.js").stat().st_size for n in ("bokeh", "bokeh-widgets", "bokeh-tables"))
+        "panel+bokeh": sum(
+            (bokeh_js / f"{n}.min.js").stat().st_size
+            for n in ("bokeh", "bokeh-widgets", "bokeh-tables")
+        )
         + (Path(panel.__file__).parent / "dist" / "panel.min.js").stat().st_size,
     }
 
@@ -168,7 +200,9 @@ def main() -> None:
         "processor": _cpu_name(),
         "cpus": os.cpu_count(),
         "gate_rows": manifest["rows"]["gates"],
-        "median_seconds": {f"{n}/{k}": round(statistics.median(v), 4) for (n, k), v in times.items()},
+        "median_seconds": {
+            f"{n}/{k}": round(statistics.median(v), 4) for (n, k), v in times.items()
+        },
         "answer_bytes": {f"{n}/{k}": b for (n, k), b in sizes.items()},
         "javascript_bytes": javascript_bytes(asks["dash"].client),
     }

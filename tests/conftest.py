@@ -34,16 +34,25 @@ class CellConfig:
 
 
 CONFIGS = {
-    "BasicLSTMCell": CellConfig("BasicLSTMCell", lambda: R.BasicLSTMCell(3, forget_bias=0.7), "basic_lstm_cell", {"forget_bias": 0.7}),
+    "BasicLSTMCell": CellConfig(
+        "BasicLSTMCell",
+        lambda: R.BasicLSTMCell(3, forget_bias=0.7),
+        "basic_lstm_cell",
+        {"forget_bias": 0.7},
+    ),
     "LSTMCell": CellConfig("LSTMCell", lambda: R.LSTMCell(3), "lstm_cell", {"forget_bias": 1.0}),
     "LSTMCell-peepholes-proj-clip": CellConfig(
         "LSTMCell",
-        lambda: R.LSTMCell(4, use_peepholes=True, num_proj=2, cell_clip=0.4, proj_clip=0.25, forget_bias=0.5),
+        lambda: R.LSTMCell(
+            4, use_peepholes=True, num_proj=2, cell_clip=0.4, proj_clip=0.25, forget_bias=0.5
+        ),
         "lstm_cell",
         {"forget_bias": 0.5, "cell_clip": 0.4, "proj_clip": 0.25},
     ),
     "GRUCell": CellConfig("GRUCell", lambda: R.GRUCell(3), "gru_cell"),
-    "GRUCell-relu": CellConfig("GRUCell", lambda: R.GRUCell(3, activation=tf.nn.relu), "gru_cell", {"activation": "relu"}),
+    "GRUCell-relu": CellConfig(
+        "GRUCell", lambda: R.GRUCell(3, activation=tf.nn.relu), "gru_cell", {"activation": "relu"}
+    ),
     "BasicRNNCell": CellConfig("BasicRNNCell", lambda: R.BasicRNNCell(3), "basic_rnn_cell"),
 }
 
@@ -76,7 +85,9 @@ class Built:
         return sorted({t.op.name for t in self.outputs})
 
 
-def randomise(session: v1.Session, graph: tf.Graph, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+def randomise(
+    session: v1.Session, graph: tf.Graph, seed: int = 0
+) -> dict[str, dict[str, np.ndarray]]:
     """Give every variable random values; return them by cell scope and role."""
     rng = np.random.RandomState(seed)
     weights: dict[str, dict[str, np.ndarray]] = {}
@@ -92,7 +103,13 @@ def randomise(session: v1.Session, graph: tf.Graph, seed: int = 0) -> dict[str, 
     return weights
 
 
-def build(body: Callable[[tf.Tensor], list], steps: int = 5, features: int = 4, batch: int | None = None, seed: int = 0) -> Built:
+def build(
+    body: Callable[[tf.Tensor], list],
+    steps: int = 5,
+    features: int = 4,
+    batch: int | None = None,
+    seed: int = 0,
+) -> Built:
     """Build `body(inputs)` (which returns the tensors to keep) on a [batch, steps, features] placeholder."""
     graph = tf.Graph()
     with graph.as_default():
@@ -106,7 +123,9 @@ def build(body: Callable[[tf.Tensor], list], steps: int = 5, features: int = 4, 
 
 def static_body(config: CellConfig, scope: str | None = None) -> Callable[[tf.Tensor], list]:
     def body(x):
-        outputs, state = v1.nn.static_rnn(config.make(), tf.unstack(x, axis=1), dtype=tf.float32, scope=scope)
+        outputs, state = v1.nn.static_rnn(
+            config.make(), tf.unstack(x, axis=1), dtype=tf.float32, scope=scope
+        )
         return [outputs[-1], *tf.nest.flatten(state)]
 
     return body
@@ -124,10 +143,17 @@ def save(built: Built, fmt: str, root: Path) -> str:
             return str(root / "ckptdir")
         if fmt == "savedmodel":
             path = root / "savedmodel"
-            v1.saved_model.simple_save(built.session, str(path), inputs={"x": built.inputs}, outputs={"y": built.outputs[0]})
+            v1.saved_model.simple_save(
+                built.session,
+                str(path),
+                inputs={"x": built.inputs},
+                outputs={"y": built.outputs[0]},
+            )
             return str(path)
         if fmt == "frozen":
-            frozen = v1.graph_util.convert_variables_to_constants(built.session, built.graph.as_graph_def(), built.output_ops())
+            frozen = v1.graph_util.convert_variables_to_constants(
+                built.session, built.graph.as_graph_def(), built.output_ops()
+            )
             path = root / "frozen.pb"
             path.write_bytes(frozen.SerializeToString())
             return str(path)
@@ -147,7 +173,9 @@ def read_gates(out: Path, cell: str, gates: tuple[str, ...]) -> tuple[np.ndarray
     df["gate"] = pd.Categorical(df["gate"].astype(str), categories=list(gates))
     df = df.sort_values(["example", "step", "gate", "unit"])
     shape = (df["example"].nunique(), df["step"].nunique(), len(gates), df["unit"].nunique())
-    assert len(df) == np.prod(shape), "the recording is not a full example x step x gate x unit grid"
+    assert len(df) == np.prod(shape), (
+        "the recording is not a full example x step x gate x unit grid"
+    )
     return df["preactivation"].to_numpy().reshape(shape), df["activation"].to_numpy().reshape(shape)
 
 
@@ -161,7 +189,13 @@ def read_state(out: Path, cell: str, state: str) -> np.ndarray:
     return df["value"].to_numpy().reshape(shape)
 
 
-def session_model(body: Callable[[], object], root: Path, fmt: str = "checkpoint", output: str | None = None, control_flow: str = "v2"):
+def session_model(
+    body: Callable[[], object],
+    root: Path,
+    fmt: str = "checkpoint",
+    output: str | None = None,
+    control_flow: str = "v2",
+):
     """Build `body()` in a fresh graph and session as a TF1 script would, give every variable
     random values, and save a checkpoint (`root/model.ckpt`) or freeze the graph down to the
     op `output` (`root/frozen.pb`); returns (model path, variable values by name)."""
@@ -179,7 +213,9 @@ def session_model(body: Callable[[], object], root: Path, fmt: str = "checkpoint
             if fmt == "checkpoint":
                 v1.train.Saver().save(session, str(root / "model.ckpt"))
                 return str(root / "model.ckpt"), values
-            frozen = v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), [output])
+            frozen = v1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), [output]
+            )
             (root / "frozen.pb").write_bytes(frozen.SerializeToString())
             return str(root / "frozen.pb"), values
     finally:

@@ -12,7 +12,16 @@ from tracer.run.budget import COPIES, RESERVE, choose_batch, parse_size
 from tracer.cli import main
 
 
-@pytest.mark.parametrize("text, size", [("2G", 2 * 2**30), ("500M", 500 * 2**20), ("1.5GB", int(1.5 * 2**30)), ("800k", 800 * 2**10), ("4096", 4096)])
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("2G", 2 * 2**30),
+        ("500M", 500 * 2**20),
+        ("1.5GB", int(1.5 * 2**30)),
+        ("800k", 800 * 2**10),
+        ("4096", 4096),
+    ],
+)
 def test_sizes(text, size):
     assert parse_size(text) == size
 
@@ -40,9 +49,11 @@ def test_choose_batch_keeps_the_process_within_the_budget(held):
     mb = 2**20
     assert choose_batch(256, mb, memory=USED + RESERVE + 10 * mb).size == 10
     assert choose_batch(256, mb, memory=2**40).size == 256
-    default = choose_batch(256, 3 * mb)  # the default: what is held plus 768 MB, of which the reserve is 128 MB
+    # the default: what is held plus 768 MB, of which the reserve is 128 MB
+    default = choose_batch(256, 3 * mb)
     assert (default.budget, default.used, default.size) == (USED + 768 * mb, USED, 213)
-    assert choose_batch(256, 2**30).size == 1  # the default budget never refuses: one sequence at a time
+    # the default budget never refuses: one sequence at a time
+    assert choose_batch(256, 2**30).size == 1
     assert choose_batch(256, mb, memory=USED + RESERVE + 10 * mb).why == (
         "batch size 256 lowered to 10 to keep the process within the memory budget of 638.0 MB (TensorFlow and the model "
         "hold 500.0 MB; about 1.0 MB per sequence); set it with --memory"
@@ -59,31 +70,53 @@ def test_a_small_budget_lowers_the_batch_size(tmp_path, capsys, held):
     steps, features, units = 50, 8, 64
 
     def body(x):
-        return [v1.nn.static_rnn(R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+        return [
+            v1.nn.static_rnn(R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]
+        ]
 
     model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
     xs = np.random.RandomState(0).randn(30, steps, features).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
     per_sequence = int(COPIES * steps * (4 * units * 2 + 2 * units) * 4) + steps * features * 4
-    assert per_sequence == 257_600  # 2 copies x 50 steps x (4 gates x 64 units x 2 columns + 2 states x 64) x 4 bytes, + input
+    # 2 copies x 50 steps x (4 gates x 64 units x 2 columns + 2 states x 64) x 4 bytes, + input
+    assert per_sequence == 257_600
     budget = USED + RESERVE + 10 * per_sequence + 1000  # room for 10 sequences
-    argv = ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet", "--memory", str(budget)]
+    argv = [
+        "record",
+        model,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+        "--memory",
+        str(budget),
+    ]
     assert main(argv) == 0
     assert (
         "batch size 256 lowered to 10 to keep the process within the memory budget of 630.5 MB (TensorFlow and the model "
         "hold 500.0 MB; about 251.6 KB per sequence); set it with --memory"
     ) in capsys.readouterr().out
     parts = sorted(p.name for p in (tmp_path / "rec" / "gates").glob("cell=*/gate=f/*.parquet"))
-    assert parts == ["part-0000000000.parquet", "part-0000000010.parquet", "part-0000000020.parquet"]
+    assert parts == [
+        "part-0000000000.parquet",
+        "part-0000000010.parquet",
+        "part-0000000020.parquet",
+    ]
     assert main([*argv[:-2], "--out", str(tmp_path / "small"), "--memory", "600M"]) == 2
-    assert "give at least --memory 628.3MB" in capsys.readouterr().err and not (tmp_path / "small").exists()
+    assert (
+        "give at least --memory 628.3MB" in capsys.readouterr().err
+        and not (tmp_path / "small").exists()
+    )
     assert main([*argv[:-2], "--memory", "lots"]) == 2
     assert "--memory 'lots': expected a size such as 2G, 500M or 1.5GB" in capsys.readouterr().err
 
 
 def test_inspect_says_what_the_budget_makes_of_the_batch_size(tmp_path, capsys, held, monkeypatch):
     def body(x):
-        return [v1.nn.static_rnn(R.BasicLSTMCell(64), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+        return [
+            v1.nn.static_rnn(R.BasicLSTMCell(64), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]
+        ]
 
     model = save(build(body, steps=50, features=8), "checkpoint", tmp_path)
     per_sequence = int(COPIES * 50 * (4 * 64 * 2 + 2 * 64) * 4)  # inputs are not known to inspect
@@ -95,4 +128,7 @@ def test_inspect_says_what_the_budget_makes_of_the_batch_size(tmp_path, capsys, 
     ) in capsys.readouterr().out
     monkeypatch.setattr(held, "DEFAULT_ROOM", 2**40)
     assert main(["inspect", model]) == 0
-    assert "batch size: 256 by default, fits the memory budget of 2.9 GB (TensorFlow and the model hold 500.0 MB;" in capsys.readouterr().out
+    assert (
+        "batch size: 256 by default, fits the memory budget of 2.9 GB (TensorFlow and the model hold 500.0 MB;"
+        in capsys.readouterr().out
+    )

@@ -43,13 +43,25 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--batch-size", "2"]) == 0
     stdout, stderr = capfd.readouterr()
     # stderr is not a terminal here: a line per tenth of the work, no carriage returns
-    assert "gatetrace: recording, batches of 2: 66% (2 of 3 seq), 180 rows\n" in stderr and "\r" not in stderr
+    assert (
+        "gatetrace: recording, batches of 2: 66% (2 of 3 seq), 180 rows\n" in stderr
+        and "\r" not in stderr
+    )
     assert "gatetrace: recording, batches of 2: 100% (3 of 3 seq), 270 rows\n" in stderr
-    assert main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert (
+        main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    )
     assert capfd.readouterr().err == ""
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
-    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json", "states", "weights.parquet"]
-    assert [p.name for p in (out / "_progress").iterdir()] == ["shard-0-of-1.json"]  # a finished shard leaves no lock file
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_progress",
+        "gates",
+        "manifest.json",
+        "states",
+        "weights.parquet",
+    ]
+    # a finished shard leaves no lock file
+    assert [p.name for p in (out / "_progress").iterdir()] == ["shard-0-of-1.json"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == {"path": path, "format": "checkpoint"}
     assert manifest["feeds"] == {"x:0": [3, 5, 4]}
@@ -64,10 +76,13 @@ def test_inspect_table_and_json(model, capsys):
     table = capsys.readouterr().out
     assert "rnn/basic_lstm_cell  BasicLSTMCell  3      4      5      i,j,f,o  forward" in table
     assert "rnn/basic_lstm_cell/split ... rnn/basic_lstm_cell/split_4" in table
-    assert "feed x (float32 [None, 5, 4], tensor x:0): --feed x=FILE.npy" in table  # what to feed, and how
+    # what to feed, and how
+    assert "feed x (float32 [None, 5, 4], tensor x:0): --feed x=FILE.npy" in table
     assert main(["inspect", path, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["inputs"] == [{"name": "x", "tensor": "x:0", "dtype": "float32", "shape": [None, 5, 4]}]
+    assert doc["inputs"] == [
+        {"name": "x", "tensor": "x:0", "dtype": "float32", "shape": [None, 5, 4]}
+    ]
     (cell,) = doc["cells"]
     assert {k: cell[k] for k in ("name", "kind", "units", "input_size", "steps", "gates")} == {
         "name": "rnn/basic_lstm_cell",
@@ -100,8 +115,25 @@ def test_scalar_feeds_and_names_with_index(tmp_path, capsys):
     path = save(build(body), "checkpoint", tmp_path)
     x = tmp_path / "x.npy"
     np.save(x, np.ones((2, 5, 4), np.float32))
-    assert main(["record", path, "--feed", f"x:0={x}", "--feed", "keep_prob=1.0", "--out", str(tmp_path / "o")]) == 0
-    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["feeds"] == {"x:0": [2, 5, 4], "keep_prob:0": []}
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x:0={x}",
+                "--feed",
+                "keep_prob=1.0",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["feeds"] == {
+        "x:0": [2, 5, 4],
+        "keep_prob:0": [],
+    }
 
 
 # ---- bad input: one line, exit code 2, nothing half-written --------------------------
@@ -116,12 +148,16 @@ def test_missing_model(tmp_path, capsys):
 def test_model_in_no_known_format(tmp_path, capsys):
     (tmp_path / "model.txt").write_text("hello")
     msg = fails(capsys, ["inspect", str(tmp_path / "model.txt")])
-    assert msg.startswith(f"{tmp_path / 'model.txt'} is in no format gatetrace reads; expected a checkpoint prefix")
+    assert msg.startswith(
+        f"{tmp_path / 'model.txt'} is in no format gatetrace reads; expected a checkpoint prefix"
+    )
 
 
 def test_corrupt_frozen_graph(tmp_path, capsys):
     (tmp_path / "model.pb").write_bytes(b"\x00\x01not a graph")
-    assert "cannot read it as a frozen GraphDef" in fails(capsys, ["inspect", str(tmp_path / "model.pb")])
+    assert "cannot read it as a frozen GraphDef" in fails(
+        capsys, ["inspect", str(tmp_path / "model.pb")]
+    )
 
 
 def test_savedmodel_without_the_tag(tmp_path, capsys):
@@ -142,7 +178,9 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
             s.run(v1.global_variables_initializer())
             v1.train.Saver().save(s, str(tmp_path / "dense.ckpt"))
     msg = fails(capsys, ["inspect", str(tmp_path / "dense.ckpt")])
-    assert msg.startswith(f"no RNN cell found in {tmp_path / 'dense.ckpt'}: looked for Split ops fed by a kernel MatMul")
+    assert msg.startswith(
+        f"no RNN cell found in {tmp_path / 'dense.ckpt'}: looked for Split ops fed by a kernel MatMul"
+    )
     assert "nearest ops: classifier/" in msg
 
 
@@ -150,13 +188,26 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
     "feed, expected",
     [
         ("nope={x}", "unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"),
-        ("unstack={x}", "feed unstack: tensor (Unpack output) unstack:0 expects shape [None, 4], given [3, 5, 4]"),  # any feedable tensor
+        # any feedable tensor
+        (
+            "unstack={x}",
+            "feed unstack: tensor (Unpack output) unstack:0 expects shape [None, 4], given [3, 5, 4]",
+        ),
         ("x={bad_shape}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 5, 3]"),
-        ("x={bad_dtype}", "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32"),
+        (
+            "x={bad_dtype}",
+            "feed x: placeholder x:0 expects float32, given complex64; convert the array to float32",
+        ),
         ("x={bad_rank}", "feed x: placeholder x:0 expects shape [None, 5, 4], given [3, 20]"),
         ("x=missing.npy", "feed x: no such file missing.npy"),
-        ("x", "feed 'x': expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"),
-        ("x=abc", "feed x=abc: 'abc' is neither a .npy/.npz/.parquet file nor a number or true/false"),
+        (
+            "x",
+            "feed 'x': expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0",
+        ),
+        (
+            "x=abc",
+            "feed x=abc: 'abc' is neither a .npy/.npz/.parquet file nor a number or true/false",
+        ),
     ],
 )
 def test_bad_feeds(model, tmp_path, capsys, feed, expected):
@@ -164,7 +215,12 @@ def test_bad_feeds(model, tmp_path, capsys, feed, expected):
     np.save(tmp_path / "bad_shape.npy", np.zeros((3, 5, 3), np.float32))
     np.save(tmp_path / "bad_dtype.npy", np.zeros((3, 5, 4), np.complex64))
     np.save(tmp_path / "bad_rank.npy", np.zeros((3, 20), np.float32))
-    feed = feed.format(x=x, bad_shape=tmp_path / "bad_shape.npy", bad_dtype=tmp_path / "bad_dtype.npy", bad_rank=tmp_path / "bad_rank.npy")
+    feed = feed.format(
+        x=x,
+        bad_shape=tmp_path / "bad_shape.npy",
+        bad_dtype=tmp_path / "bad_dtype.npy",
+        bad_rank=tmp_path / "bad_rank.npy",
+    )
     out = tmp_path / "out"
     assert fails(capsys, ["record", path, "--feed", feed, "--out", str(out)]) == expected
     assert not out.exists()
@@ -185,15 +241,23 @@ def test_out_not_empty(model, tmp_path, capsys):
     assert msg == f"--out {out} holds what gatetrace did not write (mine.txt); choose another path"
     assert (out / "mine.txt").read_text() == "keep me"
     msg = fails(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"])
-    assert msg.startswith(f"--out {out} holds what gatetrace did not write (mine.txt); --overwrite replaces only gatetrace's own output")
+    assert msg.startswith(
+        f"--out {out} holds what gatetrace did not write (mine.txt); --overwrite replaces only gatetrace's own output"
+    )
     assert (out / "mine.txt").read_text() == "keep me"
     (out / "mine.txt").unlink()
     assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--quiet"]) == 0
-    assert main(["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite", "--quiet"]) == 0
-    assert (out / "manifest.json").exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    assert (
+        main(["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite", "--quiet"]) == 0
+    )
+    assert (out / "manifest.json").exists() and sorted(
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".")
+    ) == []
 
 
-def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, tmp_path, capsys, monkeypatch):
+def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(
+    model, tmp_path, capsys, monkeypatch
+):
     import recorders.write.rowgroups
 
     path, x = model
@@ -213,12 +277,22 @@ def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, 
     assert msg.startswith(f"cannot write {out}/") and msg.endswith(
         "No space left on device; the 1 sequences recorded before are kept: fix the cause and rerun with --resume"
     )
-    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "states", "weights.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_progress",
+        "gates",
+        "states",
+        "weights.parquet",
+    ]
     assert json.loads((out / "_progress" / "shard-0-of-1.json").read_text())["complete"] == [[0, 1]]
     monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write_table)
-    assert "already holds a partial recording; pass --resume" in fails(capsys, [*argv, "--out", str(out)])
+    assert "already holds a partial recording; pass --resume" in fails(
+        capsys, [*argv, "--out", str(out)]
+    )
     assert main([*argv, "--out", str(out), "--resume"]) == 0
-    assert "recorded 1 cell on 3 sequences (2 in this run): 180 gate rows, 90 state rows" in capsys.readouterr().out
+    assert (
+        "recorded 1 cell on 3 sequences (2 in this run): 180 gate rows, 90 state rows"
+        in capsys.readouterr().out
+    )
     for table in ("gates", "states"):
         pd.testing.assert_frame_equal(pd.read_parquet(out / table), pd.read_parquet(clean / table))
     manifest, clean_manifest = (json.loads((d / "manifest.json").read_text()) for d in (out, clean))
@@ -229,8 +303,17 @@ def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(model, 
 
 
 def run(*args, cwd=None):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GATETRACE_DEBUG")}
-    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GATETRACE_DEBUG")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.mark.e2e
@@ -241,7 +324,9 @@ def test_command_output_is_free_of_tensorflow_noise(model, tmp_path):
     assert json.loads(result.stdout)["cells"][0]["name"] == "rnn/basic_lstm_cell"
     result = run("record", path, "--feed", f"nope={x}", "--out", str(tmp_path / "o"))
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.splitlines() == ["gatetrace: error: unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"]
+    assert result.stderr.splitlines() == [
+        "gatetrace: error: unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"
+    ]
 
 
 @pytest.mark.e2e
@@ -264,17 +349,28 @@ def test_demo(tmp_path):
     shown = readme.split("training a BasicLSTMCell(16)", 1)[1].split("```", 1)[0]
     for line in shown.splitlines()[1:]:
         if line.strip() and line != "...":
-            assert line in result.stdout.splitlines(), f"the README shows {line!r}; the demo printed:\n{result.stdout}"
+            assert line in result.stdout.splitlines(), (
+                f"the README shows {line!r}; the demo printed:\n{result.stdout}"
+            )
     recording = tmp_path / "demo" / "recording"
     f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")])
     assert len(f) == 512 * 20 * 16
     assert f["activation"].between(0, 1).all()
     # The recording is reproducible from the saved model and inputs by the record command.
-    again = run_cli("record", str(tmp_path / "demo" / "model"), "--feed", f"inputs={tmp_path / 'demo' / 'inputs.npy'}", "--out", str(tmp_path / "again"))
+    again = run_cli(
+        "record",
+        str(tmp_path / "demo" / "model"),
+        "--feed",
+        f"inputs={tmp_path / 'demo' / 'inputs.npy'}",
+        "--out",
+        str(tmp_path / "again"),
+    )
     assert again.returncode == 0, again.stderr
     g = pd.read_parquet(tmp_path / "again" / "gates", filters=[("gate", "==", "f")])
     sort = ["example", "step", "unit"]
-    np.testing.assert_array_equal(f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy())
+    np.testing.assert_array_equal(
+        f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy()
+    )
     assert "exists and is not empty" in run_cli("demo", "--out", str(tmp_path / "demo")).stderr
 
 
@@ -289,10 +385,18 @@ def test_the_version_and_python_m_tracer():
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["record", "m", "--gate", "i", "--out", "o"], "unrecognized arguments: --gate i (did you mean --gates?); see gatetrace --help"),
-        (["record", "m", "--feeds", "x=a.npy", "--out", "o"], "unrecognized arguments: --feeds x=a.npy (did you mean --feed?)"),
-        (["record", "m", "--feed", "x", "a/x.npy", "--out", "o"],
-         "unrecognized arguments: a/x.npy (--feed takes NAME=FILE as one word: --feed x=a/x.npy)"),
+        (
+            ["record", "m", "--gate", "i", "--out", "o"],
+            "unrecognized arguments: --gate i (did you mean --gates?); see gatetrace --help",
+        ),
+        (
+            ["record", "m", "--feeds", "x=a.npy", "--out", "o"],
+            "unrecognized arguments: --feeds x=a.npy (did you mean --feed?)",
+        ),
+        (
+            ["record", "m", "--feed", "x", "a/x.npy", "--out", "o"],
+            "unrecognized arguments: a/x.npy (--feed takes NAME=FILE as one word: --feed x=a/x.npy)",
+        ),
     ],
 )
 def test_flags_are_taken_only_in_full_and_the_nearest_is_suggested(argv, expected, capsys):
@@ -302,7 +406,10 @@ def test_flags_are_taken_only_in_full_and_the_nearest_is_suggested(argv, expecte
 def test_weights_out_naming_a_folder_is_refused(model, tmp_path, capsys):
     path, _ = model
     msg = fails(capsys, ["weights", path, "--out", f"{tmp_path / 'wdir'}/"])
-    assert msg == f"--out {tmp_path / 'wdir'}/ names a folder; give a file path, e.g. {tmp_path / 'wdir'}/weights.parquet"
+    assert (
+        msg
+        == f"--out {tmp_path / 'wdir'}/ names a folder; give a file path, e.g. {tmp_path / 'wdir'}/weights.parquet"
+    )
     assert not (tmp_path / "wdir").exists()
 
 
@@ -329,7 +436,11 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
     with progress_bar(None, True, "recording", unknown) as bar:
         for _ in range(25):
             bar.update(3)
-    assert unknown.getvalue().splitlines() == ["gatetrace: recording: started", "gatetrace: recording: 30 seq", "gatetrace: recording: 60 seq"]
+    assert unknown.getvalue().splitlines() == [
+        "gatetrace: recording: started",
+        "gatetrace: recording: 30 seq",
+        "gatetrace: recording: 60 seq",
+    ]
     quiet = io.StringIO()
     progress_bar(100, False, "recording", quiet).update(100)
     assert quiet.getvalue() == ""

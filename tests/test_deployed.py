@@ -43,9 +43,14 @@ def pruned_stack(tmp_path, cf: str, layers: int):
     def body():
         x = v1.placeholder(tf.float32, [None, T, D], name="x")
         lengths = v1.placeholder(tf.int32, [None], name="lengths")
-        cell = R.MultiRNNCell([R.BasicLSTMCell(U) for _ in range(layers)]) if layers > 1 else R.BasicLSTMCell(U)
+        cell = (
+            R.MultiRNNCell([R.BasicLSTMCell(U) for _ in range(layers)])
+            if layers > 1
+            else R.BasicLSTMCell(U)
+        )
         _, state = v1.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
-        tf.identity((state[-1] if layers > 1 else state).h, name="final_h")  # all that the deployed model returns
+        # all that the deployed model returns
+        tf.identity((state[-1] if layers > 1 else state).h, name="final_h")
 
     return session_model(body, tmp_path, "frozen", "final_h", cf)
 
@@ -58,20 +63,39 @@ def test_a_loop_pruned_to_its_final_h_is_replayed_and_checked(cf, layers, tmp_pa
     n = np.array([5, 3, 0, 1, 5, 2], np.int32)
     np.save(tmp_path / "x.npy", xs)
     np.save(tmp_path / "n.npy", n)
-    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"lengths={tmp_path / 'n.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]
+    argv = [
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--feed",
+        f"lengths={tmp_path / 'n.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     rec = Recording(tmp_path / "rec")
     valid = np.arange(T)[None, :] < n[:, None]
     inputs = xs
     for layer in range(layers):
-        scope = f"rnn/multi_rnn_cell/cell_{layer}/basic_lstm_cell" if layers > 1 else "rnn/basic_lstm_cell"
+        scope = (
+            f"rnn/multi_rnn_cell/cell_{layer}/basic_lstm_cell"
+            if layers > 1
+            else "rnn/basic_lstm_cell"
+        )
         act, h = lstm64(inputs, values[f"{scope}/kernel"], values[f"{scope}/bias"], lengths=n)
         for g, gate in enumerate("ijfo"):
-            np.testing.assert_allclose(rec.gate_array(scope, gate, "activation")[valid], act[:, :, g][valid], atol=1e-5)
-        inputs = np.where(valid[:, :, None], h, 0.0)  # dynamic_rnn's outputs are zero past each length
+            np.testing.assert_allclose(
+                rec.gate_array(scope, gate, "activation")[valid], act[:, :, g][valid], atol=1e-5
+            )
+        # dynamic_rnn's outputs are zero past each length
+        inputs = np.where(valid[:, :, None], h, 0.0)
 
 
-def test_a_pruned_layer_that_nothing_checks_is_recorded_from_its_loop_and_refused_to_replay(tmp_path, capsys):
+def test_a_pruned_layer_that_nothing_checks_is_recorded_from_its_loop_and_refused_to_replay(
+    tmp_path, capsys
+):
     """The lower layer of a stack pruned to the top layer's final h: nothing of its loop's own
     outputs is left. Its loop emits its gates all the same; a replay (the path left for a
     live session's graph, which cannot be rebuilt) could not be checked, and is refused."""
@@ -82,17 +106,39 @@ def test_a_pruned_layer_that_nothing_checks_is_recorded_from_its_loop_and_refuse
     np.save(tmp_path / "x.npy", xs)
     np.save(tmp_path / "n.npy", np.array([T, T], np.int32))
     lower = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell"
-    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"lengths={tmp_path / 'n.npy'}", "--out", str(tmp_path / "rec"),
-            "--cells", "rnn/multi_rnn_cell/cell_0/*", "--quiet"]
+    argv = [
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--feed",
+        f"lengths={tmp_path / 'n.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--cells",
+        "rnn/multi_rnn_cell/cell_0/*",
+        "--quiet",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     act, _ = lstm64(xs, values[f"{lower}/kernel"], values[f"{lower}/bias"])
     for g, gate in enumerate("ijfo"):
-        np.testing.assert_allclose(Recording(tmp_path / "rec").gate_array(lower, gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            Recording(tmp_path / "rec").gate_array(lower, gate, "activation"),
+            act[:, :, g],
+            atol=1e-5,
+        )
 
     with tracer.load_model(path) as model:
         cells = [c for c in tracer.find_cells(model.graph) if c.name == lower]
-        with pytest.raises(tracer.GatetraceError, match="nothing its loop rnn/while/while_context computes is left in the graph"):
-            tracer.trace(tracer.from_session(model.session), {"x": xs, "lengths": np.array([T, T], np.int32)}, cells)
+        with pytest.raises(
+            tracer.GatetraceError,
+            match="nothing its loop rnn/while/while_context computes is left in the graph",
+        ):
+            tracer.trace(
+                tracer.from_session(model.session),
+                {"x": xs, "lengths": np.array([T, T], np.int32)},
+                cells,
+            )
 
 
 def test_a_constant_input_and_no_feed_records_one_example(tmp_path, capsys):
@@ -100,16 +146,22 @@ def test_a_constant_input_and_no_feed_records_one_example(tmp_path, capsys):
     xs = np.random.RandomState(1).uniform(-1, 1, (1, T, D)).astype(np.float32)
 
     def body():
-        _, state = v1.nn.dynamic_rnn(R.BasicLSTMCell(U), tf.constant(xs, name="audio_features"), dtype=tf.float32)
+        _, state = v1.nn.dynamic_rnn(
+            R.BasicLSTMCell(U), tf.constant(xs, name="audio_features"), dtype=tf.float32
+        )
         tf.identity(state.h, name="final_h")
 
     path, values = session_model(body, tmp_path, "frozen", "final_h")
-    assert main(["record", path, "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["record", path, "--out", str(tmp_path / "rec"), "--quiet"]) == 0, (
+        capsys.readouterr().err
+    )
     assert "on 1 sequences" in capsys.readouterr().out
     act, _ = lstm64(xs, values["rnn/basic_lstm_cell/kernel"], values["rnn/basic_lstm_cell/bias"])
     rec = Recording(tmp_path / "rec")
     for g, gate in enumerate("ijfo"):
-        np.testing.assert_allclose(rec.gate_array("rnn/basic_lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("rnn/basic_lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5
+        )
 
 
 def test_a_scalar_keep_prob_fed_from_a_0d_npy(tmp_path, capsys):
@@ -123,9 +175,20 @@ def test_a_scalar_keep_prob_fed_from_a_0d_npy(tmp_path, capsys):
     xs = np.random.RandomState(2).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
     np.save(tmp_path / "keep.npy", np.float32(1.0))
-    argv = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"keep_prob={tmp_path / 'keep.npy'}",
-            "--out", str(tmp_path / "rec"), "--quiet"]
+    argv = [
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--feed",
+        f"keep_prob={tmp_path / 'keep.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     act, _ = lstm64(xs, values["rnn/basic_lstm_cell/kernel"], values["rnn/basic_lstm_cell/bias"])
     rec = Recording(tmp_path / "rec")
-    np.testing.assert_allclose(rec.gate_array("rnn/basic_lstm_cell", "f", "activation"), act[:, :, 2], atol=1e-5)
+    np.testing.assert_allclose(
+        rec.gate_array("rnn/basic_lstm_cell", "f", "activation"), act[:, :, 2], atol=1e-5
+    )

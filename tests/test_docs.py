@@ -52,8 +52,16 @@ def commands(text: str) -> list[list[str]]:
 
 
 def gatetrace(args: list[str], cwd: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "tracer.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"gatetrace {' '.join(args)} exited {done.returncode}: {done.stderr}"
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (
+        f"gatetrace {' '.join(args)} exited {done.returncode}: {done.stderr}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +80,23 @@ def world(tmp_path_factory) -> Path:
         "model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.LSTM(4)(inputs)))\n"
         "model.save('model.keras')\n"
     )
-    subprocess.run([sys.executable, "-c", keras_model], cwd=root, check=True, capture_output=True, timeout=600)
-    gatetrace(["record", "model.ckpt", "--feed", "inputs=x.npy", "--out", "docs-run1", "--quiet",
-               "--values", "preactivation,activation,contributions"], root)
+    subprocess.run(
+        [sys.executable, "-c", keras_model], cwd=root, check=True, capture_output=True, timeout=600
+    )
+    gatetrace(
+        [
+            "record",
+            "model.ckpt",
+            "--feed",
+            "inputs=x.npy",
+            "--out",
+            "docs-run1",
+            "--quiet",
+            "--values",
+            "preactivation,activation,contributions",
+        ],
+        root,
+    )
     return root
 
 

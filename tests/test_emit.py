@@ -15,13 +15,16 @@ from tracer._tf import tf, v1
 from tracer.load.import_check import check_before_import
 from tracer.values.emit import emit_loops
 
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip
+# noqa: E402  # isort: skip
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 T, B, F, U = 6, 4, 3, 5
 CELLS = {
     "lstm": lambda: v1.nn.rnn_cell.BasicLSTMCell(U),
     "gru": lambda: v1.nn.rnn_cell.GRUCell(U),
-    "two lstm layers": lambda: v1.nn.rnn_cell.MultiRNNCell([v1.nn.rnn_cell.BasicLSTMCell(U), v1.nn.rnn_cell.BasicLSTMCell(U)]),
+    "two lstm layers": lambda: v1.nn.rnn_cell.MultiRNNCell(
+        [v1.nn.rnn_cell.BasicLSTMCell(U), v1.nn.rnn_cell.BasicLSTMCell(U)]
+    ),
 }
 
 
@@ -46,7 +49,9 @@ def build(kind: str, dynamic: bool, prefix):
 
 def splits(graph) -> list[tf.Operation]:
     """The cells' Split ops (their gate blocks) in the order of their names, step by step."""
-    return sorted((op for op in graph.get_operations() if op.type == "Split"), key=lambda op: op.name)
+    return sorted(
+        (op for op in graph.get_operations() if op.type == "Split"), key=lambda op: op.name
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(CELLS))
@@ -69,7 +74,9 @@ def test_a_dynamic_rnn_loop_emits_its_gates_as_static_rnn_computes_them(kind, tm
     added = {n.op for n in rewritten.node} - {n.op for n in graph_def.node}
     assert added <= {"EmptyTensorList", "TensorListStack"}, added
     new_functions = [f for f in rewritten.library.function if f.signature.name not in library]
-    assert {n.op for f in new_functions for n in f.node_def} - {n.op for f in library.values() for n in f.node_def} == {"TensorListPushBack"}
+    assert {n.op for f in new_functions for n in f.node_def} - {
+        n.op for f in library.values() for n in f.node_def
+    } == {"TensorListPushBack"}
 
     meta_def.graph_def.CopyFrom(rewritten)
     with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
@@ -77,7 +84,9 @@ def test_a_dynamic_rnn_loop_emits_its_gates_as_static_rnn_computes_them(kind, tm
         stacks = session.run([emitted[(loop.name, name)] for name in wanted], {"x:0": x})
         y = session.run("y:0", {"x:0": x})
     with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
-        v1.train.import_meta_graph(str(tmp_path / "dynamic.meta")).restore(session, str(tmp_path / "dynamic"))
+        v1.train.import_meta_graph(str(tmp_path / "dynamic.meta")).restore(
+            session, str(tmp_path / "dynamic")
+        )
         y_before = session.run("y:0", {"x:0": x})
     assert np.array_equal(y, y_before), "the rewrite changed the model's outputs"
 
@@ -85,14 +94,21 @@ def test_a_dynamic_rnn_loop_emits_its_gates_as_static_rnn_computes_them(kind, tm
         v1.train.Saver().restore(session, str(tmp_path / "dynamic"))
         per_step = splits(static)  # T steps per layer, each with its Split's outputs
         values = session.run([t for op in per_step for t in op.outputs], {"x:0": x})
-        weights = {v.op.name: session.run(v) for v in static.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
+        weights = {
+            v.op.name: session.run(v) for v in static.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
+        }
     blocks = len(per_step[0].outputs)
     layers = len(wanted) // blocks
     for k, name in enumerate(wanted):
         layer, block = divmod(k, blocks)
-        steps = [values[(layer * T + t) * blocks + block] if layers > 1 else values[t * blocks + block] for t in range(T)]
+        steps = [
+            values[(layer * T + t) * blocks + block] if layers > 1 else values[t * blocks + block]
+            for t in range(T)
+        ]
         assert stacks[k].shape == (T, B, stacks[k].shape[2])
-        assert np.array_equal(stacks[k], np.stack(steps)), f"{name}: not bit for bit the unrolled cell's"
+        assert np.array_equal(stacks[k], np.stack(steps)), (
+            f"{name}: not bit for bit the unrolled cell's"
+        )
 
     if kind == "lstm":  # and a float64 numpy LSTM agrees
         kernel, bias = weights["rnn/basic_lstm_cell/kernel"], weights["rnn/basic_lstm_cell/bias"]
@@ -100,7 +116,7 @@ def test_a_dynamic_rnn_loop_emits_its_gates_as_static_rnn_computes_them(kind, tm
         for t in range(T):
             z = np.concatenate([x[:, t], h], 1).astype(np.float64) @ kernel + bias
             for g in range(4):  # i, j, f, o
-                np.testing.assert_allclose(stacks[g][t], z[:, g * U:(g + 1) * U], atol=1e-5)
+                np.testing.assert_allclose(stacks[g][t], z[:, g * U : (g + 1) * U], atol=1e-5)
             i, j, f, o = np.split(z, 4, axis=1)
             c = c * _sigmoid(f + 1.0) + _sigmoid(i) * np.tanh(j)  # BasicLSTMCell's forget_bias 1
             h = np.tanh(c) * _sigmoid(o)

@@ -27,7 +27,12 @@ def lstm_block64(x, w, b, layout, forget_bias=0.0, peep=None, clip=None):
     [N, T, i j f o, U], c, h), blocks of w in `layout` order ("icfo" or "ifco")."""
     x, w, b = (np.asarray(a, np.float64) for a in (x, w, b))
     c, h = np.zeros((len(x), U)), np.zeros((len(x), U))
-    pre, act, cs, hs = np.zeros((len(x), T, 4, U)), np.zeros((len(x), T, 4, U)), np.zeros((len(x), T, U)), np.zeros((len(x), T, U))
+    pre, act, cs, hs = (
+        np.zeros((len(x), T, 4, U)),
+        np.zeros((len(x), T, 4, U)),
+        np.zeros((len(x), T, U)),
+        np.zeros((len(x), T, U)),
+    )
     wci, wcf, wco = peep if peep is not None else (0.0, 0.0, 0.0)
     for t in range(T):
         blocks = dict(zip(layout, np.split(np.concatenate([x[:, t], h], 1) @ w + b, 4, axis=1)))
@@ -48,7 +53,11 @@ def lstm_block64(x, w, b, layout, forget_bias=0.0, peep=None, clip=None):
 def gru_block64(x, w_ru, w_c, b_ru, b_c):
     x = np.asarray(x, np.float64)
     h = np.zeros((len(x), U))
-    pre, act, hs = np.zeros((len(x), T, 3, U)), np.zeros((len(x), T, 3, U)), np.zeros((len(x), T, U))
+    pre, act, hs = (
+        np.zeros((len(x), T, 3, U)),
+        np.zeros((len(x), T, 3, U)),
+        np.zeros((len(x), T, U)),
+    )
     for t in range(T):
         z = np.concatenate([x[:, t], h], 1) @ w_ru + b_ru
         r, u = sig(z[:, :U]), sig(z[:, U:])
@@ -68,19 +77,38 @@ def build(kind):
         zeros = tf.zeros([tf.shape(x)[0], U])
         if kind == "GRUBlockCell":
             with v1.variable_scope("rnn/gru_cell"):
-                w_ru, b_ru = v1.get_variable("gates/kernel", [D + U, 2 * U]), v1.get_variable("gates/bias", [2 * U])
-                w_c, b_c = v1.get_variable("candidate/kernel", [D + U, U]), v1.get_variable("candidate/bias", [U])
+                w_ru, b_ru = (
+                    v1.get_variable("gates/kernel", [D + U, 2 * U]),
+                    v1.get_variable("gates/bias", [2 * U]),
+                )
+                w_c, b_c = (
+                    v1.get_variable("candidate/kernel", [D + U, U]),
+                    v1.get_variable("candidate/bias", [U]),
+                )
             h = zeros
             for step in tf.unstack(x, axis=1):
-                h = tf.raw_ops.GRUBlockCell(x=step, h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c).h
+                h = tf.raw_ops.GRUBlockCell(
+                    x=step, h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c
+                ).h
         elif kind == "LSTMBlockCell":  # with peepholes, forget bias and cell clip
             with v1.variable_scope("rnn/lstm_cell"):
                 w, b = v1.get_variable("kernel", [D + U, 4 * U]), v1.get_variable("bias", [4 * U])
                 peep = [v1.get_variable(n, [U]) for n in ("w_i_diag", "w_f_diag", "w_o_diag")]
             c = h = zeros
             for step in tf.unstack(x, axis=1):
-                out = tf.raw_ops.LSTMBlockCell(x=step, cs_prev=c, h_prev=h, w=w, wci=peep[0], wcf=peep[1], wco=peep[2], b=b,
-                                               forget_bias=0.6, cell_clip=0.8, use_peephole=True)
+                out = tf.raw_ops.LSTMBlockCell(
+                    x=step,
+                    cs_prev=c,
+                    h_prev=h,
+                    w=w,
+                    wci=peep[0],
+                    wcf=peep[1],
+                    wco=peep[2],
+                    b=b,
+                    forget_bias=0.6,
+                    cell_clip=0.8,
+                    use_peephole=True,
+                )
                 c, h = out.cs, out.h
         else:  # LSTMBlockFusedCell: one op over the time-major sequence
             with v1.variable_scope("lstm_fused_cell"):
@@ -88,8 +116,20 @@ def build(kind):
             op = tf.raw_ops.BlockLSTMV2 if kind == "BlockLSTMV2" else tf.raw_ops.BlockLSTM
             extra = {} if kind == "BlockLSTMV2" else {"forget_bias": 1.0}
             z = tf.zeros([U])
-            op(seq_len_max=tf.constant(T, tf.int64), x=tf.transpose(x, [1, 0, 2]), cs_prev=zeros, h_prev=zeros, w=w, wci=z, wcf=z, wco=z, b=b,
-               cell_clip=-1.0, use_peephole=False, **extra)
+            op(
+                seq_len_max=tf.constant(T, tf.int64),
+                x=tf.transpose(x, [1, 0, 2]),
+                cs_prev=zeros,
+                h_prev=zeros,
+                w=w,
+                wci=z,
+                wcf=z,
+                wco=z,
+                b=b,
+                cell_clip=-1.0,
+                use_peephole=False,
+                **extra,
+            )
         session = v1.Session(graph=graph)
         session.run(v1.global_variables_initializer())
     randomise(session, graph)
@@ -108,12 +148,29 @@ def test_fused_ops_are_recorded_exactly(kind, tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "model.ckpt"), "--json"]) == 0
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert (cell["kind"], cell["path"], cell["steps"]) == (kind, "fused", T)
-    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet", "--batch-size", "4"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                str(tmp_path / "model.ckpt"),
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+                "--batch-size",
+                "4",
+            ]
+        )
+        == 0
+    )
     rec = Recording(tmp_path / "rec")
     if kind == "GRUBlockCell":
         name = "rnn/gru_cell"
         v = {k.rpartition("gru_cell/")[2]: a for k, a in values.items()}
-        pre, act, h = gru_block64(xs, v["gates/kernel"], v["candidate/kernel"], v["gates/bias"], v["candidate/bias"])
+        pre, act, h = gru_block64(
+            xs, v["gates/kernel"], v["candidate/kernel"], v["gates/bias"], v["candidate/bias"]
+        )
         states = {"h": h}
     else:
         name = "rnn/lstm_cell" if kind == "LSTMBlockCell" else "lstm_fused_cell"
@@ -121,20 +178,37 @@ def test_fused_ops_are_recorded_exactly(kind, tmp_path, capsys):
         peep = (v["w_i_diag"], v["w_f_diag"], v["w_o_diag"]) if kind == "LSTMBlockCell" else None
         layout = "ifco" if kind == "BlockLSTMV2" else "icfo"
         forget_bias = {"LSTMBlockCell": 0.6, "BlockLSTM": 1.0, "BlockLSTMV2": 0.0}[kind]
-        pre, act, c, h = lstm_block64(xs, v["kernel"], v["bias"], layout, forget_bias, peep, 0.8 if kind == "LSTMBlockCell" else None)
+        pre, act, c, h = lstm_block64(
+            xs,
+            v["kernel"],
+            v["bias"],
+            layout,
+            forget_bias,
+            peep,
+            0.8 if kind == "LSTMBlockCell" else None,
+        )
         states = {"c": c, "h": h}
     gates = "ruc" if kind == "GRUBlockCell" else "ijfo"
     for g, gate in enumerate(gates):
-        np.testing.assert_allclose(rec.gate_array(name, gate, "preactivation"), pre[:, :, g], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array(name, gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(name, gate, "preactivation"), pre[:, :, g], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array(name, gate, "activation"), act[:, :, g], atol=1e-5
+        )
     for state, expected in states.items():
         np.testing.assert_allclose(rec.state_array(name, state), expected, atol=1e-5)
     weights = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     j = "c" if kind == "GRUBlockCell" else "j"
-    got = weights[(weights["cell"] == name) & (weights["gate"] == j) & (weights["source"] == "input")].sort_values(["row", "unit"])
-    block = {"GRUBlockCell": 0, "BlockLSTMV2": 2}.get(kind, 1)  # where j (ci) sits among w's column blocks
+    got = weights[
+        (weights["cell"] == name) & (weights["gate"] == j) & (weights["source"] == "input")
+    ].sort_values(["row", "unit"])
+    # where j (ci) sits among w's column blocks
+    block = {"GRUBlockCell": 0, "BlockLSTMV2": 2}.get(kind, 1)
     kernel = v["candidate/kernel"] if kind == "GRUBlockCell" else v["kernel"]
-    np.testing.assert_array_equal(got["value"].to_numpy().reshape(D, U), kernel[:D, block * U : (block + 1) * U])
+    np.testing.assert_array_equal(
+        got["value"].to_numpy().reshape(D, U), kernel[:D, block * U : (block + 1) * U]
+    )
 
 
 class _BlockCell(v1.nn.rnn_cell.RNNCell):
@@ -145,25 +219,49 @@ class _BlockCell(v1.nn.rnn_cell.RNNCell):
         super().__init__(name="lstm_cell" if kind == "LSTMBlockCell" else "gru_cell")
         self.kind = kind
 
-    state_size = property(lambda self: v1.nn.rnn_cell.LSTMStateTuple(U, U) if self.kind == "LSTMBlockCell" else U)
+    state_size = property(
+        lambda self: v1.nn.rnn_cell.LSTMStateTuple(U, U) if self.kind == "LSTMBlockCell" else U
+    )
     output_size = property(lambda self: U)
 
     def build(self, shape):
         if self.kind == "LSTMBlockCell":
-            self.w, self.b = self.add_weight("kernel", [D + U, 4 * U]), self.add_weight("bias", [4 * U])
+            self.w, self.b = (
+                self.add_weight("kernel", [D + U, 4 * U]),
+                self.add_weight("bias", [4 * U]),
+            )
             self.peep = [self.add_weight(n, [U]) for n in ("w_i_diag", "w_f_diag", "w_o_diag")]
         else:
-            self.w_ru, self.b_ru = self.add_weight("gates/kernel", [D + U, 2 * U]), self.add_weight("gates/bias", [2 * U])
-            self.w_c, self.b_c = self.add_weight("candidate/kernel", [D + U, U]), self.add_weight("candidate/bias", [U])
+            self.w_ru, self.b_ru = (
+                self.add_weight("gates/kernel", [D + U, 2 * U]),
+                self.add_weight("gates/bias", [2 * U]),
+            )
+            self.w_c, self.b_c = (
+                self.add_weight("candidate/kernel", [D + U, U]),
+                self.add_weight("candidate/bias", [U]),
+            )
         self.built = True
 
     def call(self, x, state):
         if self.kind == "GRUBlockCell":
-            h = tf.raw_ops.GRUBlockCell(x=x, h_prev=state, w_ru=self.w_ru, w_c=self.w_c, b_ru=self.b_ru, b_c=self.b_c).h
+            h = tf.raw_ops.GRUBlockCell(
+                x=x, h_prev=state, w_ru=self.w_ru, w_c=self.w_c, b_ru=self.b_ru, b_c=self.b_c
+            ).h
             return h, h
         c, h = state
-        out = tf.raw_ops.LSTMBlockCell(x=x, cs_prev=c, h_prev=h, w=self.w, wci=self.peep[0], wcf=self.peep[1], wco=self.peep[2],
-                                       b=self.b, forget_bias=0.6, cell_clip=0.8, use_peephole=True)
+        out = tf.raw_ops.LSTMBlockCell(
+            x=x,
+            cs_prev=c,
+            h_prev=h,
+            w=self.w,
+            wci=self.peep[0],
+            wcf=self.peep[1],
+            wco=self.peep[2],
+            b=self.b,
+            forget_bias=0.6,
+            cell_clip=0.8,
+            use_peephole=True,
+        )
         return out.h, v1.nn.rnn_cell.LSTMStateTuple(out.cs, out.h)
 
 
@@ -190,21 +288,42 @@ def test_a_fused_cell_inside_a_while_loop_is_recorded_from_the_loop(cf, kind, tm
         v1.enable_control_flow_v2()
     xs = np.random.RandomState(4).uniform(-1, 1, (N, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    argv = ["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet",
-            "--verify"]  # a fused op is checked by its own outputs: --verify has nothing more to replay
+    # a fused op is checked by its own outputs: --verify has nothing more to replay
+    argv = [
+        "record",
+        str(tmp_path / "model.ckpt"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+        "--verify",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     rec = Recording(tmp_path / "rec")
     (name,) = rec.cells
-    assert {c["name"]: (c["kind"], c["path"]) for c in rec.manifest["cells"]} == {name: (kind, "loop")}
+    assert {c["name"]: (c["kind"], c["path"]) for c in rec.manifest["cells"]} == {
+        name: (kind, "loop")
+    }
     if kind == "GRUBlockCell":
-        pre, act, h = gru_block64(xs, values["gates/kernel"], values["candidate/kernel"], values["gates/bias"], values["candidate/bias"])
+        pre, act, h = gru_block64(
+            xs,
+            values["gates/kernel"],
+            values["candidate/kernel"],
+            values["gates/bias"],
+            values["candidate/bias"],
+        )
         states = {"h": h}
     else:
         peep = (values["w_i_diag"], values["w_f_diag"], values["w_o_diag"])
         pre, act, c, h = lstm_block64(xs, values["kernel"], values["bias"], "icfo", 0.6, peep, 0.8)
         states = {"c": c, "h": h}
     for g, gate in enumerate(rec.gates(name)):
-        np.testing.assert_allclose(rec.gate_array(name, gate, "preactivation"), pre[:, :, g], atol=1e-5, err_msg=gate)
-        np.testing.assert_allclose(rec.gate_array(name, gate, "activation"), act[:, :, g], atol=1e-5, err_msg=gate)
+        np.testing.assert_allclose(
+            rec.gate_array(name, gate, "preactivation"), pre[:, :, g], atol=1e-5, err_msg=gate
+        )
+        np.testing.assert_allclose(
+            rec.gate_array(name, gate, "activation"), act[:, :, g], atol=1e-5, err_msg=gate
+        )
     for state, expected in states.items():
         np.testing.assert_allclose(rec.state_array(name, state), expected, atol=1e-5, err_msg=state)

@@ -48,7 +48,12 @@ model.export(path)
 
 def export_on_a_gpu(layer: str, path) -> None:
     script = EXPORT_ON_A_GPU.format(T=T, FEATURES=FEATURES, EXAMPLES=EXAMPLES)
-    done = subprocess.run([sys.executable, "-c", script, layer, str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, layer, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert cudnn_ops(path) == 2, "the export runs no cuDNN op: the test would prove nothing"
 
@@ -59,7 +64,12 @@ def cudnn_ops(path) -> int:
 
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((path / "saved_model.pb").read_bytes())
-    names = {n.name for f in saved.meta_graphs[0].graph_def.library.function for n in f.node_def if n.op.startswith("CudnnRNN")}
+    names = {
+        n.name
+        for f in saved.meta_graphs[0].graph_def.library.function
+        for n in f.node_def
+        if n.op.startswith("CudnnRNN")
+    }
     return len(names)
 
 
@@ -68,7 +78,11 @@ def signature_output(path, x: np.ndarray) -> np.ndarray:
     from tracer.load.model import load_model
 
     with load_model(path) as model:
-        (output,) = [op.outputs[0] for op in model.graph.get_operations() if op.name == "StatefulPartitionedCall_1"]
+        (output,) = [
+            op.outputs[0]
+            for op in model.graph.get_operations()
+            if op.name == "StatefulPartitionedCall_1"
+        ]
         return model.session.run(output, {model.inputs["x"]: x})
 
 
@@ -77,7 +91,9 @@ def test_a_keras_model_exported_on_a_gpu_records_on_the_cpu(layer, tmp_path):
     path = tmp_path / "model"
     export_on_a_gpu(layer, path)
     x = np.load(f"{path}.x.npy")
-    done = run_cli("record", str(path), "--feed", f"x={path}.x.npy", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record", str(path), "--feed", f"x={path}.x.npy", "--out", str(tmp_path / "rec"), "--quiet"
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
     first = "first/lstm_cell" if layer == "lstm" else "first/gru_cell"
@@ -91,25 +107,41 @@ def test_a_keras_model_exported_on_a_gpu_records_on_the_cpu(layer, tmp_path):
         gates, states, _ = reference(model.get_layer(name), inputs[name], None, None, "keras3")
         for g, values in gates.items():
             for column, want in zip(("preactivation", "activation"), values):
-                np.testing.assert_allclose(rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}")
+                np.testing.assert_allclose(
+                    rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}"
+                )
         for s, want in states.items():
-            np.testing.assert_allclose(rec.state_array(cell, s), want, atol=1e-5, err_msg=f"{cell} {s}")
+            np.testing.assert_allclose(
+                rec.state_array(cell, s), want, atol=1e-5, err_msg=f"{cell} {s}"
+            )
 
     # the weights table: Keras' kernels per gate, and its bias (cuDNN's recurrent bias; the input bias Keras gives is 0)
     weights = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     cell = model.get_layer("first").cell
-    kernel, recurrent, bias = (np.asarray(v.numpy(), np.float64) for v in (cell.kernel, cell.recurrent_kernel, cell.bias))
+    kernel, recurrent, bias = (
+        np.asarray(v.numpy(), np.float64) for v in (cell.kernel, cell.recurrent_kernel, cell.bias)
+    )
     labels = ("i", "f", "j", "o") if layer == "lstm" else ("u", "r", "c")
     for k, gate in enumerate(labels):
         block = slice(k * 4, (k + 1) * 4)
         mine = weights[(weights.cell == first) & (weights.gate == gate)]
         for source, want in (("input", kernel[:, block]), ("recurrent", recurrent[:, block])):
-            got = mine[mine.source == source].pivot(index="row", columns="unit", values="value").to_numpy()
+            got = (
+                mine[mine.source == source]
+                .pivot(index="row", columns="unit", values="value")
+                .to_numpy()
+            )
             np.testing.assert_allclose(got, want, atol=1e-7, err_msg=f"{gate} {source}")
         b = bias[block] if layer == "lstm" else bias[0, block]
-        np.testing.assert_allclose(mine[mine.source == "bias"].sort_values("unit").value, b, atol=1e-7)
+        np.testing.assert_allclose(
+            mine[mine.source == "bias"].sort_values("unit").value, b, atol=1e-7
+        )
         if layer == "gru":
-            np.testing.assert_allclose(mine[mine.source == "recurrent_bias"].sort_values("unit").value, bias[1, block], atol=1e-7)
+            np.testing.assert_allclose(
+                mine[mine.source == "recurrent_bias"].sort_values("unit").value,
+                bias[1, block],
+                atol=1e-7,
+            )
 
     # downstream of the replaced ops, the model computes what the same model computes on the CPU
     np.testing.assert_allclose(signature_output(path, x), np.load(f"{path}.y.npy"), atol=1e-5)
@@ -121,7 +153,10 @@ def test_a_keras_mask_on_a_gpu_export_is_refused_in_one_line(tmp_path):
     export_on_a_gpu("lstm mask", path)
     done = run_cli("inspect", str(path))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "CudnnRNNV3 (" in done.stderr and "per-example sequence_lengths (a Keras mask)" in done.stderr
+    assert (
+        "CudnnRNNV3 (" in done.stderr
+        and "per-example sequence_lengths (a Keras mask)" in done.stderr
+    )
 
 
 # cuDNN's LSTM, one layer, one direction (as its documentation lays out the packed params):
@@ -134,15 +169,23 @@ def cudnn_lstm_reference(x: np.ndarray, params: np.ndarray):
     u, k = UNITS, x.shape[2]
     p = params.astype(np.float64)
     W = p[: 4 * u * k].reshape(4, u, k)
-    R = p[4 * u * k: 4 * u * (k + u)].reshape(4, u, u)
-    bW, bR = p[4 * u * (k + u): 4 * u * (k + u) + 4 * u].reshape(4, u), p[4 * u * (k + u) + 4 * u:].reshape(4, u)
+    R = p[4 * u * k : 4 * u * (k + u)].reshape(4, u, u)
+    bW, bR = (
+        p[4 * u * (k + u) : 4 * u * (k + u) + 4 * u].reshape(4, u),
+        p[4 * u * (k + u) + 4 * u :].reshape(4, u),
+    )
     h = c = np.zeros((x.shape[1], u))
     pre = {g: [] for g in "ifjo"}
     act = {g: [] for g in "ifjo"}
     cs, hs = [], []
     for t in range(x.shape[0]):
         z = [x[t] @ W[g].T + bW[g] + h @ R[g].T + bR[g] for g in range(4)]  # i, f, c~, o
-        a = [1 / (1 + np.exp(-z[0])), 1 / (1 + np.exp(-z[1])), np.tanh(z[2]), 1 / (1 + np.exp(-z[3]))]
+        a = [
+            1 / (1 + np.exp(-z[0])),
+            1 / (1 + np.exp(-z[1])),
+            np.tanh(z[2]),
+            1 / (1 + np.exp(-z[3])),
+        ]
         c = a[1] * c + a[0] * a[2]
         h = a[3] * np.tanh(c)
         for g, zz, aa in zip("ifjo", z, a):
@@ -150,10 +193,15 @@ def cudnn_lstm_reference(x: np.ndarray, params: np.ndarray):
             act[g].append(aa)
         cs.append(c)
         hs.append(h)
+
     def by_example(xs):  # [B, T, u]
         return np.stack(xs, axis=1)
 
-    return {g: (by_example(pre[g]), by_example(act[g])) for g in "ifjo"}, {"c": by_example(cs), "h": by_example(hs)}, np.stack(hs)
+    return (
+        {g: (by_example(pre[g]), by_example(act[g])) for g in "ifjo"},
+        {"c": by_example(cs), "h": by_example(hs)},
+        np.stack(hs),
+    )
 
 
 class CudnnLSTM(tf.Module):
@@ -163,12 +211,21 @@ class CudnnLSTM(tf.Module):
     def __init__(self, params: np.ndarray):
         self.params = tf.Variable(params, name="params")
 
-    @tf.function(input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")], autograph=False)
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, T, FEATURES], tf.float32, name="x")], autograph=False
+    )
     def __call__(self, x):
         batch = tf.shape(x)[0]
         h = tf.zeros(tf.stack([1, batch, UNITS]))
-        out = tf.raw_ops.CudnnRNNV3(input=tf.transpose(x, [1, 0, 2]), input_h=h, input_c=h, params=self.params, sequence_lengths=tf.fill([batch], T),
-                                    rnn_mode="lstm", is_training=False)
+        out = tf.raw_ops.CudnnRNNV3(
+            input=tf.transpose(x, [1, 0, 2]),
+            input_h=h,
+            input_c=h,
+            params=self.params,
+            sequence_lengths=tf.fill([batch], T),
+            rnn_mode="lstm",
+            is_training=False,
+        )
         return {"y": out[0]}
 
 
@@ -181,32 +238,57 @@ def test_a_raw_cudnn_lstm_with_both_biases_records_as_cudnn_computes_it(tmp_path
     np.save(tmp_path / "x.npy", x)
     shown = run_cli("inspect", str(tmp_path / "gpu"))
     assert shown.returncode == 0, shown.stderr
-    done = run_cli("record", str(tmp_path / "gpu"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(tmp_path / "gpu"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
     (cell,) = rec.cells
     gates, states, outputs = cudnn_lstm_reference(x.transpose(1, 0, 2).astype(np.float64), params)
     for g, (pre, act) in gates.items():
-        np.testing.assert_allclose(rec.gate_array(cell, g, "preactivation"), pre, atol=1e-5, err_msg=g)
+        np.testing.assert_allclose(
+            rec.gate_array(cell, g, "preactivation"), pre, atol=1e-5, err_msg=g
+        )
         np.testing.assert_allclose(rec.gate_array(cell, g, "activation"), act, atol=1e-5, err_msg=g)
     for s, want in states.items():
         np.testing.assert_allclose(rec.state_array(cell, s), want, atol=1e-5, err_msg=s)
     from tracer.load.model import load_model
 
     with load_model(tmp_path / "gpu") as model:
-        (y,) = [op.outputs[0] for op in model.graph.get_operations() if op.name == "StatefulPartitionedCall"]
+        (y,) = [
+            op.outputs[0]
+            for op in model.graph.get_operations()
+            if op.name == "StatefulPartitionedCall"
+        ]
         np.testing.assert_allclose(model.session.run(y, {model.inputs["x"]: x}), outputs, atol=1e-5)
 
 
 def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
     class TwoLayers(tf.Module):
         def __init__(self):
-            self.params = tf.Variable(tf.zeros([2 * (4 * UNITS * (FEATURES + UNITS) + 8 * UNITS)]), name="params")
+            self.params = tf.Variable(
+                tf.zeros([2 * (4 * UNITS * (FEATURES + UNITS) + 8 * UNITS)]), name="params"
+            )
 
-        @tf.function(input_signature=[tf.TensorSpec([T, None, FEATURES], tf.float32)], autograph=False)
+        @tf.function(
+            input_signature=[tf.TensorSpec([T, None, FEATURES], tf.float32)], autograph=False
+        )
         def __call__(self, x):
             h = tf.zeros(tf.stack([2, tf.shape(x)[1], UNITS]))
-            return tf.raw_ops.CudnnRNN(input=x, input_h=h, input_c=h, params=self.params, rnn_mode="lstm", is_training=False)[0]
+            return tf.raw_ops.CudnnRNN(
+                input=x,
+                input_h=h,
+                input_c=h,
+                params=self.params,
+                rnn_mode="lstm",
+                is_training=False,
+            )[0]
 
     tf.saved_model.save(TwoLayers(), str(tmp_path / "gpu"))
     done = run_cli("inspect", str(tmp_path / "gpu"))
@@ -228,19 +310,39 @@ def test_a_tf1_cudnn_lstm_checkpoint_records_on_the_cpu(tmp_path):
         x = v1.placeholder(tf.float32, [None, T, FEATURES], name="x")
         kernel = v1.get_variable("cudnn_lstm/opaque_kernel", initializer=params)
         h = tf.zeros(tf.stack([1, tf.shape(x)[0], UNITS]))
-        out = tf.raw_ops.CudnnRNN(input=tf.transpose(x, [1, 0, 2]), input_h=h, input_c=h, params=kernel, rnn_mode="lstm",
-                                  name="cudnn_lstm/CudnnRNN")[0]
+        out = tf.raw_ops.CudnnRNN(
+            input=tf.transpose(x, [1, 0, 2]),
+            input_h=h,
+            input_c=h,
+            params=kernel,
+            rnn_mode="lstm",
+            name="cudnn_lstm/CudnnRNN",
+        )[0]
         tf.identity(out, name="y")
         v1.train.Saver().export_meta_graph(str(tmp_path / "model.ckpt.meta"))
     xs = rng.uniform(-1, 1, (EXAMPLES, T, FEATURES)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    done = run_cli("record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(tmp_path / "model.ckpt"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
     assert rec.cells == ["cudnn_lstm/lstm_cell"]
     gates, states, _ = cudnn_lstm_reference(xs.transpose(1, 0, 2).astype(np.float64), params)
     for g, (pre, act) in gates.items():
-        np.testing.assert_allclose(rec.gate_array("cudnn_lstm/lstm_cell", g, "preactivation"), pre, atol=1e-5, err_msg=g)
-        np.testing.assert_allclose(rec.gate_array("cudnn_lstm/lstm_cell", g, "activation"), act, atol=1e-5, err_msg=g)
+        np.testing.assert_allclose(
+            rec.gate_array("cudnn_lstm/lstm_cell", g, "preactivation"), pre, atol=1e-5, err_msg=g
+        )
+        np.testing.assert_allclose(
+            rec.gate_array("cudnn_lstm/lstm_cell", g, "activation"), act, atol=1e-5, err_msg=g
+        )
     for s, want in states.items():
-        np.testing.assert_allclose(rec.state_array("cudnn_lstm/lstm_cell", s), want, atol=1e-5, err_msg=s)
+        np.testing.assert_allclose(
+            rec.state_array("cudnn_lstm/lstm_cell", s), want, atol=1e-5, err_msg=s
+        )

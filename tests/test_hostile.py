@@ -29,7 +29,9 @@ def models(tmp_path_factory):
     return built, {fmt: save(built, fmt, root) for fmt in ("checkpoint", "savedmodel", "frozen")}
 
 
-def damaged(tmp_path, path: str, part: str, keep: float = 0.5, flip: bool = False) -> tuple[str, int]:
+def damaged(
+    tmp_path, path: str, part: str, keep: float = 0.5, flip: bool = False
+) -> tuple[str, int]:
     """A copy of the model at `path` whose file `part` (relative to the model's folder) is
     cut to `keep` of its bytes, or with `flip` keeps its size but has 16 bytes in the middle
     inverted; returns the copy's model path and the damaged file's size."""
@@ -51,12 +53,36 @@ def damaged(tmp_path, path: str, part: str, keep: float = 0.5, flip: bool = Fals
 @pytest.mark.parametrize(
     "fmt, part, expected",
     [
-        ("checkpoint", "model.ckpt.meta", "model.ckpt.meta is not a readable MetaGraphDef ({size} bytes, neither binary nor text protobuf): the file is truncated or corrupted; export it again"),
-        ("checkpoint", "model.ckpt.data-00000-of-00001", "cannot restore the variables from checkpoint {model}: Read less bytes than requested (are its .index and .data files complete?)"),
-        ("checkpoint", "model.ckpt.index", "cannot restore the variables from checkpoint {model}: not an sstable (bad magic number) (are its .index and .data files complete?)"),
-        ("frozen", "frozen.pb", "cannot read it as a frozen GraphDef: Error parsing message with type 'tensorflow.GraphDef': Wire format was corrupt"),
-        ("savedmodel", "saved_model.pb", "cannot read SavedModel: Error parsing message with type 'tensorflow.SavedModel': Wire format was corrupt"),
-        ("savedmodel", "variables/variables.data-00000-of-00001", "cannot read SavedModel: Read less bytes than requested"),
+        (
+            "checkpoint",
+            "model.ckpt.meta",
+            "model.ckpt.meta is not a readable MetaGraphDef ({size} bytes, neither binary nor text protobuf): the file is truncated or corrupted; export it again",
+        ),
+        (
+            "checkpoint",
+            "model.ckpt.data-00000-of-00001",
+            "cannot restore the variables from checkpoint {model}: Read less bytes than requested (are its .index and .data files complete?)",
+        ),
+        (
+            "checkpoint",
+            "model.ckpt.index",
+            "cannot restore the variables from checkpoint {model}: not an sstable (bad magic number) (are its .index and .data files complete?)",
+        ),
+        (
+            "frozen",
+            "frozen.pb",
+            "cannot read it as a frozen GraphDef: Error parsing message with type 'tensorflow.GraphDef': Wire format was corrupt",
+        ),
+        (
+            "savedmodel",
+            "saved_model.pb",
+            "cannot read SavedModel: Error parsing message with type 'tensorflow.SavedModel': Wire format was corrupt",
+        ),
+        (
+            "savedmodel",
+            "variables/variables.data-00000-of-00001",
+            "cannot read SavedModel: Read less bytes than requested",
+        ),
     ],
 )
 def test_truncated_model_files(models, tmp_path, capsys, fmt, part, expected):
@@ -66,11 +92,27 @@ def test_truncated_model_files(models, tmp_path, capsys, fmt, part, expected):
 @pytest.mark.parametrize(
     "fmt, part, expected",
     [
-        ("checkpoint", "model.ckpt.data-00000-of-00001", "cannot restore the variables from checkpoint {model}: TensorBundle at {model} shard 0 ("),
+        (
+            "checkpoint",
+            "model.ckpt.data-00000-of-00001",
+            "cannot restore the variables from checkpoint {model}: TensorBundle at {model} shard 0 (",
+        ),
         ("checkpoint", "model.ckpt.data-00000-of-00001", "Checksum does not match: stored "),
-        ("checkpoint", "model.ckpt.index", "Perhaps the file is corrupt or was produced by a newer version of TensorFlow with format changes"),
-        ("savedmodel", "variables/variables.data-00000-of-00001", "cannot read SavedModel: TensorBundle at "),
-        ("savedmodel", "variables/variables.data-00000-of-00001", "Checksum does not match: stored "),
+        (
+            "checkpoint",
+            "model.ckpt.index",
+            "Perhaps the file is corrupt or was produced by a newer version of TensorFlow with format changes",
+        ),
+        (
+            "savedmodel",
+            "variables/variables.data-00000-of-00001",
+            "cannot read SavedModel: TensorBundle at ",
+        ),
+        (
+            "savedmodel",
+            "variables/variables.data-00000-of-00001",
+            "Checksum does not match: stored ",
+        ),
     ],
 )
 def test_corrupted_model_files(models, tmp_path, capsys, fmt, part, expected):
@@ -87,21 +129,53 @@ def check_damaged(models, tmp_path, capsys, fmt, part, expected, flip):
 def test_an_empty_feed_is_an_empty_valid_recording(models, tmp_path, capsys):
     _, paths = models
     np.save(tmp_path / "x.npy", np.zeros((0, 5, 4), np.float32))
-    assert main(["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                paths["checkpoint"],
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "out"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "on 0 sequences: 0 gate rows, 0 state rows, 96 weight rows" in out
-    assert "the inputs hold no sequences (x:0 [0, 5, 4]): the recording is empty, its tables have no rows" in out
+    assert (
+        "the inputs hold no sequences (x:0 [0, 5, 4]): the recording is empty, its tables have no rows"
+        in out
+    )
     gates = pd.read_parquet(tmp_path / "out" / "gates")
-    assert len(gates) == 0 and list(gates.columns) == ["example", "step", "unit", "preactivation", "activation", "cell", "gate"]
-    assert len(pd.read_parquet(tmp_path / "out" / "states")) == 0 and (tmp_path / "out" / "manifest.json").exists()
+    assert len(gates) == 0 and list(gates.columns) == [
+        "example",
+        "step",
+        "unit",
+        "preactivation",
+        "activation",
+        "cell",
+        "gate",
+    ]
+    assert (
+        len(pd.read_parquet(tmp_path / "out" / "states")) == 0
+        and (tmp_path / "out" / "manifest.json").exists()
+    )
 
 
 def test_an_empty_feed_for_a_fixed_batch_placeholder_is_named(tmp_path, capsys):
     model = save(build(static_body(CONFIGS["GRUCell"]), batch=2), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.zeros((0, 5, 4), np.float32))
-    msg = fails(capsys, ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
-    assert msg == ("feed x:0: the input holds no sequences, and the graph's placeholders take batches of exactly 2: feed at least "
-                   "one sequence; nothing was recorded: fix the input and rerun")
+    msg = fails(
+        capsys,
+        ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+    )
+    assert msg == (
+        "feed x:0: the input holds no sequences, and the graph's placeholders take batches of exactly 2: feed at least "
+        "one sequence; nothing was recorded: fix the input and rerun"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -111,9 +185,12 @@ def test_nan_and_inf_inputs_are_recorded_as_computed(models, tmp_path):
     x[1, 2, 0], x[2, 0, 3] = np.nan, np.inf
     result = tracer.trace(tracer.from_session(built.session), {"x": x})
     tracer.record(tracer.from_session(built.session), {"x": x}, tmp_path / "out")
-    df = pd.read_parquet(tmp_path / "out" / "gates", filters=[("gate", "==", "f")]).sort_values(["example", "step", "unit"])
+    df = pd.read_parquet(tmp_path / "out" / "gates", filters=[("gate", "==", "f")]).sort_values(
+        ["example", "step", "unit"]
+    )
     expected = result["rnn/basic_lstm_cell"].activation[:, :, 2].reshape(-1)
-    np.testing.assert_array_equal(df["activation"].to_numpy(), expected)  # NaN where TensorFlow computed NaN
+    # NaN where TensorFlow computed NaN
+    np.testing.assert_array_equal(df["activation"].to_numpy(), expected)
     assert np.isnan(expected[1 * 15 :]).any() and not np.isnan(expected[:10]).any()
 
 
@@ -122,13 +199,26 @@ def test_an_out_that_cannot_be_created_names_the_path(models, tmp_path, capsys):
     (tmp_path / "file").write_text("not a folder")
     np.save(tmp_path / "x.npy", np.zeros((2, 5, 4), np.float32))
     out = tmp_path / "file" / "out"
-    msg = fails(capsys, ["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(out)])
+    msg = fails(
+        capsys,
+        ["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(out)],
+    )
     assert msg == f"cannot create {out}: Not a directory"
 
 
 @pytest.mark.parametrize(
     "name",
-    ["../../escape", "..", "a\\b\\..\\c", "/etc/passwd", "C:\\Windows", "cell=x%2F", "zelle/über/€", "x" * 240, "rnn/" + "ü" * 100],
+    [
+        "../../escape",
+        "..",
+        "a\\b\\..\\c",
+        "/etc/passwd",
+        "C:\\Windows",
+        "cell=x%2F",
+        "zelle/über/€",
+        "x" * 240,
+        "rnn/" + "ü" * 100,
+    ],
 )
 def test_cell_names_become_folders_inside_out(tmp_path, name):
     out = tmp_path / "out"
@@ -152,7 +242,11 @@ def test_cell_names_too_long_for_a_folder_are_shortened_and_read_back_whole(tmp_
     twins = ["ü" * 200 + "/fw", "ü" * 200 + "/bw"]  # share the start that fits
     names = [long_ascii, long_slashes, *twins, "short"]
     out = tmp_path / "out"
-    with RecordingWriter(out, {"cells": [{"name": n, "gates": ["f"], "states": ["h"], "units": 4} for n in names]}, examples=(0, 2)) as writer:
+    with RecordingWriter(
+        out,
+        {"cells": [{"name": n, "gates": ["f"], "states": ["h"], "units": 4} for n in names]},
+        examples=(0, 2),
+    ) as writer:
         writer.begin(0, 2)
         for k, name in enumerate(names):
             values = np.full((2, 3, 4), k, np.float32)
@@ -164,11 +258,20 @@ def test_cell_names_too_long_for_a_folder_are_shortened_and_read_back_whole(tmp_
     assert all(out.resolve() in p.resolve().parents for p in tmp_path.rglob("*.parquet"))
     stored = [partition_value("cell", n) for n in names]
     assert stored[-1] == "short" and len(set(stored)) == 5
-    assert stored[0] == "x" * (255 - len("cell=") - 17) + "~" + hashlib.sha256(long_ascii.encode()).hexdigest()[:16]
+    assert (
+        stored[0]
+        == "x" * (255 - len("cell=") - 17)
+        + "~"
+        + hashlib.sha256(long_ascii.encode()).hexdigest()[:16]
+    )
     rec = Recording(out)
     for k, name in enumerate(names):
         df = rec.gate_frame([name])
-        assert df["cell"].astype(str).unique().tolist() == [name] and (df["activation"] == k).all() and len(df) == 24
+        assert (
+            df["cell"].astype(str).unique().tolist() == [name]
+            and (df["activation"] == k).all()
+            and len(df) == 24
+        )
         assert (rec.state_array(name, "h") == k).all() and rec.steps(name).tolist() == [0, 1, 2]
     everything = rec.gate_frame()
     assert sorted(everything["cell"].astype(str).unique()) == sorted(names)
@@ -191,7 +294,15 @@ def test_a_batch_too_large_for_memory_gets_advice(models, tmp_path, capsys, monk
         return fetch(self, session, feed_dict)
 
     monkeypatch.setattr(FetchPlan, "fetch", out_of_memory)
-    argv = ["record", paths["checkpoint"], "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    argv = [
+        "record",
+        paths["checkpoint"],
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     msg = fails(capsys, [*argv, "--batch-size", "4"])
     assert msg == (
         "a batch of 4 sequences does not fit in memory (MemoryError); the 4 sequences recorded before are kept: "
@@ -210,12 +321,24 @@ def three_batches(tmp_path):
     from tracer._tf import tf, v1
 
     def body(x):
-        return [v1.nn.static_rnn(R.BasicLSTMCell(16), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+        return [
+            v1.nn.static_rnn(R.BasicLSTMCell(16), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]
+        ]
 
     model = save(build(body, steps=40), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.random.RandomState(2).randn(24, 40, 4).astype(np.float32))
     np.save(tmp_path / "len.npy", np.array([1] * 8 + [2] * 8 + [40] * 8))
-    argv = ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--lengths", str(tmp_path / "len.npy"), "--batch-size", "8", "--quiet"]
+    argv = [
+        "record",
+        model,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--lengths",
+        str(tmp_path / "len.npy"),
+        "--batch-size",
+        "8",
+        "--quiet",
+    ]
     clean = tmp_path / "clean"
     assert main([*argv, "--out", str(clean)]) == 0
     return argv, clean
@@ -234,7 +357,9 @@ def assert_first_two_batches_kept(line: str, out: Path, reason: str) -> None:
 
 
 @pytest.mark.e2e
-def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(three_batches, tmp_path):
+def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(
+    three_batches, tmp_path
+):
     """A real fault: the kernel refuses writes past RLIMIT_FSIZE."""
     import resource
 
@@ -250,7 +375,11 @@ def test_a_file_size_limit_midway_keeps_finished_batches_and_resume_completes(th
 
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300
+        [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_file_size,
+        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
@@ -265,7 +394,12 @@ def mount_namespace() -> list[str]:
     except in CI (CI=true), whose machines allow it: there it fails, so it cannot silently stop running."""
     for prefix in (["unshare", "-m"], ["unshare", "-r", "-m"]):
         try:
-            if subprocess.run([*prefix, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True).returncode == 0:
+            if (
+                subprocess.run(
+                    [*prefix, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True
+                ).returncode
+                == 0
+            ):
                 return prefix
         except FileNotFoundError:
             break
@@ -275,17 +409,27 @@ def mount_namespace() -> list[str]:
     pytest.skip(why)
 
 
-def cli_in(prefix: list[str], setup: str, argv: list[str], keep: Path | None = None) -> subprocess.CompletedProcess:
+def cli_in(
+    prefix: list[str], setup: str, argv: list[str], keep: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run the CLI after the shell commands `setup` in a private mount namespace; its mounts end
     with it, so with `keep` the mounted folder's `out` is first copied there."""
     command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tracer.cli", *argv])
-    copy = f"cp -a {shlex.quote(str(keep.parent / 'disk' / 'out'))} {shlex.quote(str(keep))}" if keep else "true"
+    copy = (
+        f"cp -a {shlex.quote(str(keep.parent / 'disk' / 'out'))} {shlex.quote(str(keep))}"
+        if keep
+        else "true"
+    )
     script = f"set -e; {setup}; set +e; {command}; rc=$?; {copy}; exit $rc"
-    return subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.e2e
-def test_a_full_file_system_midway_keeps_finished_batches_and_resume_completes(three_batches, tmp_path):
+def test_a_full_file_system_midway_keeps_finished_batches_and_resume_completes(
+    three_batches, tmp_path
+):
     """A real full disk: a tmpfs with room for the first two batches but not the third."""
     prefix = mount_namespace()
     argv, clean = three_batches
@@ -296,11 +440,18 @@ def test_a_full_file_system_midway_keeps_finished_batches_and_resume_completes(t
     size = 4096 * (kept + 8 + third // 2)
     disk, keep = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()
-    result = cli_in(prefix, f"mount -t tmpfs -o size={size} tmpfs {disk}", [*argv, "--out", str(disk / "out")], keep)
+    result = cli_in(
+        prefix,
+        f"mount -t tmpfs -o size={size} tmpfs {disk}",
+        [*argv, "--out", str(disk / "out")],
+        keep,
+    )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
     assert "No space left on device" in line
-    assert_first_two_batches_kept(line.replace(str(disk / "out"), str(keep)), keep, "No space left on device")
+    assert_first_two_batches_kept(
+        line.replace(str(disk / "out"), str(keep)), keep, "No space left on device"
+    )
     assert main([*argv, "--out", str(keep), "--resume"]) == 0
     assert_same_recording_of(keep, clean)
 
@@ -318,7 +469,9 @@ def test_a_read_only_folder_is_named_and_its_recording_stays_resumable(three_bat
 
     result = cli_in(prefix, read_only, [*argv, "--out", str(folder / "new")])
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"gatetrace: error: cannot create {folder / 'new'}: Read-only file system"]
+    assert result.stderr.splitlines() == [
+        f"gatetrace: error: cannot create {folder / 'new'}: Read-only file system"
+    ]
     assert list(folder.iterdir()) == []
 
     # An unfinished recording (its third batch failed), then the folder turns read-only.
@@ -326,7 +479,9 @@ def test_a_read_only_folder_is_named_and_its_recording_stays_resumable(three_bat
     out = folder / "run"
     subprocess.run(
         [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out)],
-        capture_output=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)), timeout=300,
+        capture_output=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+        timeout=300,
     )
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     result = cli_in(prefix, read_only, [*argv, "--out", str(out), "--resume"])
@@ -344,15 +499,24 @@ def test_a_read_only_folder_is_named_and_its_recording_stays_resumable(three_bat
 def assert_same_recording_of(out: Path, clean: Path) -> None:
     for table in ("gates", "states"):
         keys = ["cell", table[:-1], "example", "step", "unit"]  # gate or state
-        got, want = (pd.read_parquet(d / table).astype({keys[0]: str, keys[1]: str}).sort_values(keys, ignore_index=True) for d in (out, clean))
+        got, want = (
+            pd.read_parquet(d / table)
+            .astype({keys[0]: str, keys[1]: str})
+            .sort_values(keys, ignore_index=True)
+            for d in (out, clean)
+        )
         pd.testing.assert_frame_equal(got, want, check_exact=True)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
-@pytest.mark.parametrize("swapped", ["gates/cell=a%2Fb/gate=f", "gates", "_progress", ".staging-shard-0-of-1"])
+@pytest.mark.parametrize(
+    "swapped", ["gates/cell=a%2Fb/gate=f", "gates", "_progress", ".staging-shard-0-of-1"]
+)
 def test_a_folder_swapped_for_a_link_during_a_run_is_never_written_through(tmp_path, swapped):
     """Someone replaces a folder of a running recording by a link to a folder outside it:
     the writer fails on the link instead of writing, renaming or removing through it."""
@@ -370,7 +534,8 @@ def test_a_folder_swapped_for_a_link_during_a_run_is_never_written_through(tmp_p
         batch(writer, 2, 4, cell="a/b")
         writer.close()
     writer.abort()
-    assert _snapshot(outside) == before  # (aborting removes the staging link itself, never what it points to)
+    # (aborting removes the staging link itself, never what it points to)
+    assert _snapshot(outside) == before
 
 
 @pytest.mark.e2e
@@ -387,20 +552,44 @@ def test_an_npz_bomb_is_refused_before_a_row_is_read(tmp_path):
     model = save(build(body, steps=None), "checkpoint", tmp_path)
     shape = (1, 2**27, 4)  # one sequence of 2**27 steps: 2 GiB of float32
     bomb = tmp_path / "bomb.npz"
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z, z.open("x.npy", "w", force_zip64=True) as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with (
+        zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z,
+        z.open("x.npy", "w", force_zip64=True) as f,
+    ):
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": shape}
+        )
         zeros = bytes(64 << 20)
         for _ in range(2**31 // len(zeros)):
             f.write(zeros)
     assert bomb.stat().st_size < 16 << 20
     done = subprocess.run(
-        [sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={bomb}", "--out", str(tmp_path / "out"), "--quiet"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        [
+            sys.executable,
+            "-m",
+            "tracer.cli",
+            "record",
+            model,
+            "--feed",
+            f"x={bomb}",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("gatetrace: error: feed x:0: its header declares sequences of [134217728, 4] float32, 2.0 GB each, "
-                           "more than the memory budget of ") and "nothing was read: check the input" in line
+    assert (
+        line.startswith(
+            "gatetrace: error: feed x:0: its header declares sequences of [134217728, 4] float32, 2.0 GB each, "
+            "more than the memory budget of "
+        )
+        and "nothing was read: check the input" in line
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -416,19 +605,37 @@ def test_a_fault_under_overwrite_says_the_old_recording_is_kept(three_batches, t
     before = _snapshot(out)
     weights = (clean / "weights.parquet").stat().st_size
     for command, limit in (
-        ([*argv, "--out", str(out), "--overwrite"], max(p.stat().st_size for p in batch_files(clean, 0, 8)) + weights),
+        (
+            [*argv, "--out", str(out), "--overwrite"],
+            max(p.stat().st_size for p in batch_files(clean, 0, 8)) + weights,
+        ),
         (["weights", argv[1], "--out", str(out / "weights.parquet"), "--overwrite"], weights // 2),
     ):
-        result = subprocess.run([sys.executable, "-m", "tracer.cli", *command], capture_output=True, text=True, timeout=300,
-                                preexec_fn=lambda limit=limit: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+        result = subprocess.run(
+            [sys.executable, "-m", "tracer.cli", *command],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda limit=limit: resource.setrlimit(
+                resource.RLIMIT_FSIZE, (limit, limit)
+            ),
+        )
         assert result.returncode == 2, result.stderr
         (line,) = result.stderr.splitlines()
         if command[0] == "record":
-            assert line.endswith(f"File too large; {out} is left as it was (--overwrite replaces it only once the new recording is "
-                                 "complete): fix the cause and rerun with --overwrite"), line
+            assert line.endswith(
+                f"File too large; {out} is left as it was (--overwrite replaces it only once the new recording is "
+                "complete): fix the cause and rerun with --overwrite"
+            ), line
         else:
-            assert line == f"gatetrace: error: cannot write {out / 'weights.parquet'}: File too large; the file there is left as it was: fix the cause and rerun"
-        assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+            assert (
+                line
+                == f"gatetrace: error: cannot write {out / 'weights.parquet'}: File too large; the file there is left as it was: fix the cause and rerun"
+            )
+        assert (
+            _snapshot(out) == before
+            and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+        )
 
 
 def _recording(path: Path, value: float, finished: bool = True) -> None:
@@ -442,8 +649,17 @@ def _recording(path: Path, value: float, finished: bool = True) -> None:
     writer.close() if finished else writer.abort()
 
 
-@pytest.mark.parametrize("left", ["killed between the renames", "killed before the new one was complete", "killed after the swap"])
-def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_litter(tmp_path, left):
+@pytest.mark.parametrize(
+    "left",
+    [
+        "killed between the renames",
+        "killed before the new one was complete",
+        "killed after the swap",
+    ],
+)
+def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_litter(
+    tmp_path, left
+):
     from recorders import Recording
     from recorders.errors import OutputExistsError
 
@@ -451,10 +667,14 @@ def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_l
     old, new = tmp_path / ".out.old-1a2b3c4d", tmp_path / ".out.overwrite-5e6f7a8b"
     _recording(old, 1.0)
     _recording(new, 2.0, finished=left != "killed before the new one was complete")
-    if left == "killed after the swap":  # the old one renamed away and the new one in place, not yet removed
+    # the old one renamed away and the new one in place, not yet removed
+    if left == "killed after the swap":
         shutil.copytree(new, out)
-    with pytest.raises(OutputExistsError, match="already holds a finished recording; pass --resume to continue it"):
-        RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))  # any next run into --out settles it first
+    with pytest.raises(
+        OutputExistsError, match="already holds a finished recording; pass --resume to continue it"
+    ):
+        # any next run into --out settles it first
+        RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))
     expected = 1.0 if left == "killed before the new one was complete" else 2.0
     assert set(Recording(out).gate_frame(["a"])["preactivation"]) == {expected}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -467,12 +687,17 @@ def test_a_fifo_planted_as_a_progress_file_is_named_and_never_opened(tmp_path):
     _recording(out, 1.0, finished=False)
     (out / "_progress" / "shard-0-of-1.json").unlink()
     os.mkfifo(out / "_progress" / "shard-0-of-1.json")  # opening it to read would wait forever
-    with pytest.raises(RecordingError, match=r"_progress/shard-0-of-1.json is a FIFO, not a progress file gatetrace wrote "
-                                             r"\(nothing was read from it\): remove it, or record into a new folder"):
+    with pytest.raises(
+        RecordingError,
+        match=r"_progress/shard-0-of-1.json is a FIFO, not a progress file gatetrace wrote "
+        r"\(nothing was read from it\): remove it, or record into a new folder",
+    ):
         RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2), resume=True)
 
 
-def test_a_parquet_input_whose_steps_change_midway_is_refused_before_anything_is_recorded(models, tmp_path, capsys):
+def test_a_parquet_input_whose_steps_change_midway_is_refused_before_anything_is_recorded(
+    models, tmp_path, capsys
+):
     """A later row group of sequences of another length is found from the file's metadata,
     before a row is read: one line, and no partial --out."""
     import pyarrow as pa
@@ -481,9 +706,23 @@ def test_a_parquet_input_whose_steps_change_midway_is_refused_before_anything_is
     _, paths = models
     rows = [np.ones((5, 4), np.float32).tolist()] * 8 + [np.ones((6, 4), np.float32).tolist()] * 8
     data = tmp_path / "x.parquet"
-    pq.write_table(pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32())))}), data, row_group_size=8)
+    pq.write_table(
+        pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32())))}), data, row_group_size=8
+    )
     out = tmp_path / "out"
-    msg = fails(capsys, ["record", paths["checkpoint"], "--feed", f"x={data}:x", "--out", str(out), "--batch-size", "8"])
+    msg = fails(
+        capsys,
+        [
+            "record",
+            paths["checkpoint"],
+            "--feed",
+            f"x={data}:x",
+            "--out",
+            str(out),
+            "--batch-size",
+            "8",
+        ],
+    )
     assert msg == (
         f"{data}:x: the 8 rows from row 8 on hold 192 values, not 160 (20 a row, as the first rows [5, 4]); every sequence "
         "must have one shape: pad them to one; nothing was recorded"
@@ -507,14 +746,24 @@ def test_a_tensor_no_batch_size_makes_fit_is_named_with_its_size(how, tmp_path, 
 
     model = save(build(body), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    msg = fails(capsys, ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
+    msg = fails(
+        capsys,
+        ["record", model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+    )
     if how == "BroadcastTo":
-        assert msg.startswith(f"{model}: its op huge (BroadcastTo) makes a tensor of [1000000, 1000000] float32 (3725.3 GB) "
-                              "whatever the batch size, more than this machine's available memory")
+        assert msg.startswith(
+            f"{model}: its op huge (BroadcastTo) makes a tensor of [1000000, 1000000] float32 (3725.3 GB) "
+            "whatever the batch size, more than this machine's available memory"
+        )
     elif how == "Fill":
-        assert msg.startswith(f"{model}: its op huge (Fill) makes a tensor of [1099511627776] float32 (4096.0 GB) whatever")
+        assert msg.startswith(
+            f"{model}: its op huge (Fill) makes a tensor of [1099511627776] float32 (4096.0 GB) whatever"
+        )
     else:
-        assert msg == "the model's op huge, a tensor of [1000000, 1000000] float (3725.3 GB) does not fit in memory, whatever the batch size; nothing was recorded"
+        assert (
+            msg
+            == "the model's op huge, a tensor of [1000000, 1000000] float (3725.3 GB) does not fit in memory, whatever the batch size; nothing was recorded"
+        )
     assert "--batch-size" not in msg and not (tmp_path / "out").exists()
 
 
@@ -523,18 +772,38 @@ def test_inputs_of_another_type_are_cast_with_a_word_and_never_changed(models, t
     x = np.random.RandomState(6).randn(3, 5, 4)
     np.save(tmp_path / "x64.npy", x)
     np.save(tmp_path / "x32.npy", x.astype(np.float32))
-    run = lambda name, *flags: main(["record", paths["checkpoint"], "--feed", f"x={tmp_path / name}", "--out", str(tmp_path / name[:-4]), *flags])  # noqa: E731
+    # noqa: E731
+    run = lambda name, *flags: main(
+        [
+            "record",
+            paths["checkpoint"],
+            "--feed",
+            f"x={tmp_path / name}",
+            "--out",
+            str(tmp_path / name[:-4]),
+            *flags,
+        ]
+    )
     assert run("x64.npy") == 0
-    assert "gatetrace: feed x:0: the input is float64, the placeholder float32: values are cast, rounding each value" in capfd.readouterr().err
+    assert (
+        "gatetrace: feed x:0: the input is float64, the placeholder float32: values are cast, rounding each value"
+        in capfd.readouterr().err
+    )
     assert run("x32.npy", "--quiet") == 0 and capfd.readouterr().err == ""
-    assert pd.read_parquet(tmp_path / "x64" / "gates").equals(pd.read_parquet(tmp_path / "x32" / "gates"))
+    assert pd.read_parquet(tmp_path / "x64" / "gates").equals(
+        pd.read_parquet(tmp_path / "x32" / "gates")
+    )
     big = np.ones((3, 5, 4), np.int64)
     big[2, 1, 0] = 2**24 + 1  # float32 would make it 2**24
     np.save(tmp_path / "xint.npy", big)
     assert run("xint.npy", "--quiet") == 2
-    assert capfd.readouterr().err.strip().endswith(
-        "feed x:0: row 2 holds the integer 16,777,217, which float32 (the placeholder's type) cannot hold exactly (beyond "
-        "16,777,216): convert the input to the values the model expects; nothing was recorded: fix the input and rerun"
+    assert (
+        capfd.readouterr()
+        .err.strip()
+        .endswith(
+            "feed x:0: row 2 holds the integer 16,777,217, which float32 (the placeholder's type) cannot hold exactly (beyond "
+            "16,777,216): convert the input to the values the model expects; nothing was recorded: fix the input and rerun"
+        )
     )
     assert not (tmp_path / "xint").exists()
 
@@ -573,10 +842,13 @@ def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_re
     assert not missing
     new = tmp_path / ".out.overwrite-5e6f7a8b"
     _recording(new, 3.0)
-    assert exchange(new, out)  # the swap publish makes; killed here, the old one waits at the new one's name
+    # the swap publish makes; killed here, the old one waits at the new one's name
+    assert exchange(new, out)
     with pytest.raises(OutputExistsError, match="already holds a finished recording"):
         RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))
     assert set(Recording(out).gate_frame(["a"])["preactivation"]) == {3.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "spare"]
     publish(spare, out)  # and publish itself leaves nothing beside
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and set(Recording(out).gate_frame(["a"])["preactivation"]) == {1.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and set(
+        Recording(out).gate_frame(["a"])["preactivation"]
+    ) == {1.0}

@@ -21,15 +21,26 @@ def write_inputs(root):
     np.save(root / "x.npy", DATA)
     np.savez(root / "stored.npz", x=DATA, other=np.zeros(3))
     np.savez_compressed(root / "packed.npz", DATA)
-    table = pa.table({"id": np.arange(11), "x": pa.array([row.tolist() for row in DATA], type=pa.list_(pa.list_(pa.float32())))})
+    table = pa.table(
+        {
+            "id": np.arange(11),
+            "x": pa.array([row.tolist() for row in DATA], type=pa.list_(pa.list_(pa.float32()))),
+        }
+    )
     pq.write_table(table, root / "x.parquet", row_group_size=4)
     pq.write_table(table.select(["x"]), root / "only.parquet", row_group_size=3)
     flat = pa.FixedSizeListArray.from_arrays(pa.array(DATA.reshape(-1)), 20)
-    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(flat.flatten(), 20)}), root / "fixed.parquet")
-    dataset = root / "dataset"  # a folder of Parquet files, one partition folder, a file to leave out
+    pq.write_table(
+        pa.table({"x": pa.FixedSizeListArray.from_arrays(flat.flatten(), 20)}),
+        root / "fixed.parquet",
+    )
+    # a folder of Parquet files, one partition folder, a file to leave out
+    dataset = root / "dataset"
     for k, (a, b) in enumerate([(0, 2), (2, 7), (7, 11)]):
         (dataset / f"part={k}").mkdir(parents=True)
-        pq.write_table(table.slice(a, b - a), dataset / f"part={k}" / "data.parquet", row_group_size=2)
+        pq.write_table(
+            table.slice(a, b - a), dataset / f"part={k}" / "data.parquet", row_group_size=2
+        )
     pq.write_table(table.slice(0, 1), dataset / "_summary.parquet")
     return {
         "parquet-dataset": f"{dataset}:x",
@@ -41,10 +52,17 @@ def write_inputs(root):
     }
 
 
-@pytest.mark.parametrize("form", ["npz-stored", "npz-compressed", "parquet", "parquet-one-column", "parquet-dataset"])
+@pytest.mark.parametrize(
+    "form", ["npz-stored", "npz-compressed", "parquet", "parquet-one-column", "parquet-dataset"]
+)
 def test_readers_slice_like_the_array(tmp_path, form):
     array = open_input(write_inputs(tmp_path)[form], "feed x")
-    assert array.shape == DATA.shape and array.dtype == DATA.dtype and len(array) == 11 and array.ndim == 3
+    assert (
+        array.shape == DATA.shape
+        and array.dtype == DATA.dtype
+        and len(array) == 11
+        and array.ndim == 3
+    )
     # forward batches across row-group / buffer boundaries, then a jump back (a resume)
     for start, stop in [(0, 3), (3, 7), (7, 11), (2, 9), (10, 11), (5, 5)]:
         np.testing.assert_array_equal(array[start:stop], DATA[start:stop])
@@ -62,13 +80,41 @@ def test_fixed_size_list_columns(tmp_path):
 @pytest.mark.parametrize(
     "make, spec, expected",
     [
-        (lambda p: np.savez(p / "two.npz", a=DATA, b=DATA), "two.npz", "two.npz holds 2 arrays (a, b); name one: {p}/two.npz:a"),
-        (lambda p: np.savez(p / "two.npz", a=DATA), "two.npz:c", "two.npz has no array 'c'; it holds a"),
-        (lambda p: np.savez(p / "f.npz", a=np.asfortranarray(DATA)), "f.npz", "f.npz:a is stored in Fortran order"),
-        (lambda p: pq.write_table(pa.table({"a": [1], "b": [2]}), p / "t.parquet"), "t.parquet", "t.parquet holds 2 columns (a, b); name one: {p}/t.parquet:a"),
-        (lambda p: pq.write_table(pa.table({"a": [1]}), p / "t.parquet"), "t.parquet:z", "t.parquet has no column 'z'; it holds a"),
-        (lambda p: (p / "x.csv").write_text("1"), "x.csv", "feed x: '{p}/x.csv' is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files"),
-        (lambda p: (p / "bad.npz").write_text("no zip"), "bad.npz", "feed x: cannot read {p}/bad.npz as a .npz file"),
+        (
+            lambda p: np.savez(p / "two.npz", a=DATA, b=DATA),
+            "two.npz",
+            "two.npz holds 2 arrays (a, b); name one: {p}/two.npz:a",
+        ),
+        (
+            lambda p: np.savez(p / "two.npz", a=DATA),
+            "two.npz:c",
+            "two.npz has no array 'c'; it holds a",
+        ),
+        (
+            lambda p: np.savez(p / "f.npz", a=np.asfortranarray(DATA)),
+            "f.npz",
+            "f.npz:a is stored in Fortran order",
+        ),
+        (
+            lambda p: pq.write_table(pa.table({"a": [1], "b": [2]}), p / "t.parquet"),
+            "t.parquet",
+            "t.parquet holds 2 columns (a, b); name one: {p}/t.parquet:a",
+        ),
+        (
+            lambda p: pq.write_table(pa.table({"a": [1]}), p / "t.parquet"),
+            "t.parquet:z",
+            "t.parquet has no column 'z'; it holds a",
+        ),
+        (
+            lambda p: (p / "x.csv").write_text("1"),
+            "x.csv",
+            "feed x: '{p}/x.csv' is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files",
+        ),
+        (
+            lambda p: (p / "bad.npz").write_text("no zip"),
+            "bad.npz",
+            "feed x: cannot read {p}/bad.npz as a .npz file",
+        ),
     ],
 )
 def test_bad_input_files(tmp_path, make, spec, expected):
@@ -82,7 +128,9 @@ def test_ragged_parquet_rows_are_refused_when_read(tmp_path):
     pq.write_table(pa.table({"a": [[1.0, 2.0], [3.0, 4.0], [5.0]]}), tmp_path / "t.parquet")
     column = open_input(f"{tmp_path}/t.parquet:a", "feed x")
     assert column.shape == (3, 2)
-    with pytest.raises(FeedError, match=r"t.parquet:a: rows differ in length \(1 to 2\); pad them to one shape"):
+    with pytest.raises(
+        FeedError, match=r"t.parquet:a: rows differ in length \(1 to 2\); pad them to one shape"
+    ):
         column[0:3]
 
 
@@ -92,7 +140,22 @@ def test_every_input_form_records_the_same_rows(tmp_path, capsys):
     frames = {}
     for form, spec in forms.items():
         out = tmp_path / f"out-{form}"
-        assert main(["record", path, "--feed", f"x={spec}", "--out", str(out), "--batch-size", "3", "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "record",
+                    path,
+                    "--feed",
+                    f"x={spec}",
+                    "--out",
+                    str(out),
+                    "--batch-size",
+                    "3",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         df = pd.read_parquet(out / "gates")
         frames[form] = df.sort_values(["gate", "example", "step", "unit"], ignore_index=True)
     for form, df in frames.items():

@@ -58,7 +58,9 @@ def masked_model(framework: str):
     x = keras.Input((T, FEATURES), name="x")
     m = L.Masking(0.0)(x)
     a = L.LSTM(4, return_sequences=True, recurrent_activation="hard_sigmoid", name="lstm")(m)
-    b = L.Bidirectional(L.GRU(3, reset_after=False, return_sequences=True, name="gru"), name="bi")(a)
+    b = L.Bidirectional(L.GRU(3, reset_after=False, return_sequences=True, name="gru"), name="bi")(
+        a
+    )
     c = L.GRU(3, return_sequences=True, go_backwards=True, name="gru_back")(b)
     d, h = L.SimpleRNN(2, activation="relu", return_state=True, name="rnn")(c)
     model = keras.Model(x, [d, h])
@@ -72,7 +74,9 @@ def initial_state_model(framework: str):
     L = keras.layers
     x = keras.Input((T, FEATURES), name="x")
     h0, c0 = keras.Input((4,), name="h0"), keras.Input((4,), name="c0")
-    a, h, c = L.LSTM(4, return_sequences=True, return_state=True, name="lstm")(x, initial_state=[h0, c0])
+    a, h, c = L.LSTM(4, return_sequences=True, return_state=True, name="lstm")(
+        x, initial_state=[h0, c0]
+    )
     b = L.GRU(2, activation="softsign", name="gru")(a)
     model = keras.Model([x, h0, c0], [b, h, c])
     randomise(model, seed=2)
@@ -90,7 +94,9 @@ def activation(name: str, framework: str):
         "relu": lambda v: np.maximum(v, 0),
         "softsign": lambda v: v / (1 + np.abs(v)),
         "linear": lambda v: v,
-        "hard_sigmoid": (lambda v: np.clip(0.2 * v + 0.5, 0, 1)) if framework == "tf-keras" else (lambda v: np.clip(v + 3, 0, 6) / 6),
+        "hard_sigmoid": (lambda v: np.clip(0.2 * v + 0.5, 0, 1))
+        if framework == "tf-keras"
+        else (lambda v: np.clip(v + 3, 0, 6) / 6),
     }[name]
 
 
@@ -103,11 +109,19 @@ def reference(layer, x, mask, initial, framework):
     K, R = (np.asarray(v.numpy(), np.float64) for v in (cell.kernel, cell.recurrent_kernel))
     b = np.asarray(cell.bias.numpy(), np.float64) if cell.bias is not None else np.zeros(K.shape[1])
     act = activation(cell.activation.__name__, framework)
-    ract = activation(cell.recurrent_activation.__name__, framework) if hasattr(cell, "recurrent_activation") else None
+    ract = (
+        activation(cell.recurrent_activation.__name__, framework)
+        if hasattr(cell, "recurrent_activation")
+        else None
+    )
     n, steps, _ = x.shape
     u = R.shape[0]
     h = np.zeros((n, u)) if initial is None else np.asarray(initial[0], np.float64)
-    c = np.zeros((n, u)) if initial is None or len(initial) < 2 else np.asarray(initial[1], np.float64)
+    c = (
+        np.zeros((n, u))
+        if initial is None or len(initial) < 2
+        else np.asarray(initial[1], np.float64)
+    )
     mask = np.ones((n, steps), bool) if mask is None else mask
     labels = {"LSTMCell": "ifjo", "GRUCell": "urc", "SimpleRNNCell": "h"}[kind]
     gates = {g: (np.zeros((n, steps, u)), np.zeros((n, steps, u))) for g in labels}
@@ -154,12 +168,18 @@ def reference(layer, x, mask, initial, framework):
 
 def layer_inputs(keras, model, feeds):
     """Each RNN layer's (or Bidirectional's) input as Keras computes it, by layer name."""
-    names = [layer.name for layer in model.layers if hasattr(layer, "cell") or hasattr(layer, "forward_layer")]
+    names = [
+        layer.name
+        for layer in model.layers
+        if hasattr(layer, "cell") or hasattr(layer, "forward_layer")
+    ]
     # Keras 3 lists a layer's mask after its input: keep the sequence
     first = [model.get_layer(n).input for n in names]
     probe = keras.Model(model.inputs, [t[0] if isinstance(t, (list, tuple)) else t for t in first])
     got = probe(feeds, training=False)
-    return dict(zip(names, [np.asarray(v) for v in (got if isinstance(got, (list, tuple)) else [got])]))
+    return dict(
+        zip(names, [np.asarray(v) for v in (got if isinstance(got, (list, tuple)) else [got])])
+    )
 
 
 def check_against_reference(framework, model, feeds, trace, mask, initial_of=lambda name: None):
@@ -175,10 +195,22 @@ def check_against_reference(framework, model, feeds, trace, mask, initial_of=lam
         valid = np.ones(x.shape[:2], bool) if mask is None else mask
         assert list(ct.steps) == list(range(T))
         for k, g in enumerate(ct.cell.gates):
-            np.testing.assert_allclose(ct.preactivation[:, :, k][valid], gates[g][0][valid], atol=1e-5, err_msg=f"{ct.cell.name} {g}")
-            np.testing.assert_allclose(ct.activation[:, :, k][valid], gates[g][1][valid], atol=1e-5, err_msg=f"{ct.cell.name} {g}")
+            np.testing.assert_allclose(
+                ct.preactivation[:, :, k][valid],
+                gates[g][0][valid],
+                atol=1e-5,
+                err_msg=f"{ct.cell.name} {g}",
+            )
+            np.testing.assert_allclose(
+                ct.activation[:, :, k][valid],
+                gates[g][1][valid],
+                atol=1e-5,
+                err_msg=f"{ct.cell.name} {g}",
+            )
         for s, v in ct.states.items():
-            np.testing.assert_allclose(v[valid], states[s][valid], atol=1e-5, err_msg=f"{ct.cell.name} {s}")
+            np.testing.assert_allclose(
+                v[valid], states[s][valid], atol=1e-5, err_msg=f"{ct.cell.name} {s}"
+            )
         checked += 1
     return checked
 
@@ -195,7 +227,11 @@ def test_masked_stack_equals_the_reference(framework):
     x = sequences()
     trace = tracer.trace(model, x)
     assert list(trace.cells) == ["lstm", "bi/forward_gru", "bi/backward_gru", "gru_back", "rnn"]
-    assert [trace[n].cell.gates for n in ("lstm", "bi/forward_gru", "rnn")] == [("i", "f", "j", "o"), ("u", "r", "c"), ("h",)]
+    assert [trace[n].cell.gates for n in ("lstm", "bi/forward_gru", "rnn")] == [
+        ("i", "f", "j", "o"),
+        ("u", "r", "c"),
+        ("h",),
+    ]
     assert check_against_reference(framework, model, x, trace, zero_mask(x)) == 5
 
 
@@ -207,16 +243,26 @@ def test_fed_initial_state_and_unmasked_layers(framework):
     h0, c0 = (rng.uniform(-1, 1, (len(x), 4)).astype(np.float32) for _ in range(2))
     trace = tracer.trace(model, {"x": x, "h0": h0, "c0": c0})
     initial = {"lstm": [h0, c0]}
-    assert check_against_reference(framework, model, [x, h0, c0], trace, None, lambda name: initial.get(name)) == 2
+    assert (
+        check_against_reference(
+            framework, model, [x, h0, c0], trace, None, lambda name: initial.get(name)
+        )
+        == 2
+    )
     # the initial state matters: without it the first step's forget-gated c differs
-    assert not np.allclose(trace["lstm"].states["c"][:, 0], tracer.trace(model, [x, 0 * h0, 0 * c0])["lstm"].states["c"][:, 0])
+    assert not np.allclose(
+        trace["lstm"].states["c"][:, 0],
+        tracer.trace(model, [x, 0 * h0, 0 * c0])["lstm"].states["c"][:, 0],
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_sequential_model(framework):
     keras = keras_module(framework)
     L = keras.layers
-    model = keras.Sequential([keras.Input((T, FEATURES)), L.GRU(3, return_sequences=True), L.LSTM(2, go_backwards=True)])
+    model = keras.Sequential(
+        [keras.Input((T, FEATURES)), L.GRU(3, return_sequences=True), L.LSTM(2, go_backwards=True)]
+    )
     randomise(model, seed=5)
     x = sequences(seed=6)
     trace = tracer.trace(model, {"any_name_for_the_only_input": x})
@@ -250,14 +296,27 @@ def test_record_writes_no_rows_where_masked_and_keras_weight_blocks(framework, t
     w = pd_read(tmp_path / "rec" / "weights.parquet")
     lstm = model.get_layer("lstm").cell
     u = 4
-    j_in = w[(w.cell == "lstm") & (w.gate == "j") & (w.source == "input")].pivot(index="row", columns="unit", values="value").to_numpy()
+    j_in = (
+        w[(w.cell == "lstm") & (w.gate == "j") & (w.source == "input")]
+        .pivot(index="row", columns="unit", values="value")
+        .to_numpy()
+    )
     np.testing.assert_array_equal(j_in, lstm.kernel.numpy()[:, 2 * u : 3 * u])
-    f_rec = w[(w.cell == "lstm") & (w.gate == "f") & (w.source == "recurrent")].pivot(index="row", columns="unit", values="value").to_numpy()
+    f_rec = (
+        w[(w.cell == "lstm") & (w.gate == "f") & (w.source == "recurrent")]
+        .pivot(index="row", columns="unit", values="value")
+        .to_numpy()
+    )
     np.testing.assert_array_equal(f_rec, lstm.recurrent_kernel.numpy()[:, u : 2 * u])
     gru = model.get_layer("gru_back").cell
-    rb = w[(w.cell == "gru_back") & (w.gate == "u") & (w.source == "recurrent_bias")].sort_values("unit").value.to_numpy()
+    rb = (
+        w[(w.cell == "gru_back") & (w.gate == "u") & (w.source == "recurrent_bias")]
+        .sort_values("unit")
+        .value.to_numpy()
+    )
     np.testing.assert_array_equal(rb, gru.bias.numpy()[1, :3])
-    assert not ((w.cell == "bi/forward_gru") & (w.source == "recurrent_bias")).any()  # reset_after=False: one bias
+    # reset_after=False: one bias
+    assert not ((w.cell == "bi/forward_gru") & (w.source == "recurrent_bias")).any()
 
 
 def pd_read(path):
@@ -271,7 +330,13 @@ def test_steps_window_and_lengths_with_a_mask(framework, tmp_path):
     model = masked_model(framework)
     x = sequences()
     lengths = np.array([6, 6, 5, 6, 2, 6, 4])
-    tracer.record(model, x, tmp_path / "rec", selection=tracer.Selection(cells=("lstm",), gates=("f",), steps=(1, 5)), lengths=lengths)
+    tracer.record(
+        model,
+        x,
+        tmp_path / "rec",
+        selection=tracer.Selection(cells=("lstm",), gates=("f",), steps=(1, 5)),
+        lengths=lengths,
+    )
     rec = Recording(tmp_path / "rec")
     df = rec.gate_frame()
     assert rec.cells == ["lstm"] and set(df["gate"]) == {"f"}
@@ -281,7 +346,9 @@ def test_steps_window_and_lengths_with_a_mask(framework, tmp_path):
     got[df["example"], df["step"]] = True
     np.testing.assert_array_equal(got, want)
     ref = tracer.trace(model, x)["lstm"].activation[:, :, 1]
-    np.testing.assert_allclose(df["activation"], ref[df["example"], df["step"], df["unit"]], atol=1e-6)
+    np.testing.assert_allclose(
+        df["activation"], ref[df["example"], df["step"], df["unit"]], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -290,7 +357,9 @@ def test_a_stateful_layer_starts_from_its_state(framework):
     layer held; by default the layer is reset and starts from zero."""
     keras = keras_module(framework)
     x = keras.Input(batch_shape=(7, T, FEATURES), name="x")
-    model = keras.Model(x, keras.layers.LSTM(4, stateful=True, return_sequences=True, name="lstm")(x))
+    model = keras.Model(
+        x, keras.layers.LSTM(4, stateful=True, return_sequences=True, name="lstm")(x)
+    )
     randomise(model)
     xs = sequences()
     model(xs)  # moves the state away from zero
@@ -313,22 +382,34 @@ def test_a_changed_layer_fails_loudly():
     cells = find_layers(km)
     lstm = model.get_layer("lstm").cell
     lstm.recurrent_kernel.assign(lstm.recurrent_kernel.numpy() * 1.5)
-    with pytest.raises(ReplayMismatchError, match=r"cell lstm: replayed outputs differ .* by up to"):
+    with pytest.raises(
+        ReplayMismatchError, match=r"cell lstm: replayed outputs differ .* by up to"
+    ):
         KerasPlan(km, cells).fetch(resolve_inputs(km, sequences()))
 
 
 def test_feed_errors_name_the_inputs():
     model = initial_state_model("keras3")
-    with pytest.raises(GatetraceError, match=r"input h0, c0 not fed: the model's inputs are x \(float32, shape \(None, 6, 3\)\)"):
+    with pytest.raises(
+        GatetraceError,
+        match=r"input h0, c0 not fed: the model's inputs are x \(float32, shape \(None, 6, 3\)\)",
+    ):
         tracer.trace(model, {"x": sequences()})
-    with pytest.raises(GatetraceError, match=r"feed x: input x expects shape \[None, 6, 3\], given \[7, 5, 3\]"):
-        tracer.trace(model, {"x": sequences()[:, :5], "h0": np.zeros((7, 4)), "c0": np.zeros((7, 4))})
+    with pytest.raises(
+        GatetraceError, match=r"feed x: input x expects shape \[None, 6, 3\], given \[7, 5, 3\]"
+    ):
+        tracer.trace(
+            model, {"x": sequences()[:, :5], "h0": np.zeros((7, 4)), "c0": np.zeros((7, 4))}
+        )
 
 
 def test_no_rnn_layer():
     keras = keras_module("keras3")
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    with pytest.raises(GatetraceError, match="no RNN layer found in .*looked for Keras LSTM, GRU and SimpleRNN layers"):
+    with pytest.raises(
+        GatetraceError,
+        match="no RNN layer found in .*looked for Keras LSTM, GRU and SimpleRNN layers",
+    ):
         tracer.trace(model, np.zeros((2, 3), np.float32))
 
 
@@ -336,7 +417,12 @@ def test_no_rnn_layer():
 
 # Keras 3 writes .h5 files of masked models that it cannot read back itself ("Unknown layer:
 # 'NotEqual'"), and SavedModels only as serving exports: its format is .keras.
-FILES = [("keras3", "m.keras"), ("tf-keras", "m.keras"), ("tf-keras", "m.h5"), ("tf-keras", "saved")]
+FILES = [
+    ("keras3", "m.keras"),
+    ("tf-keras", "m.keras"),
+    ("tf-keras", "m.h5"),
+    ("tf-keras", "saved"),
+]
 
 
 gatetrace = run_cli
@@ -354,11 +440,30 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
     shown = gatetrace("inspect", str(path), "--json")
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)
-    assert [c["name"] for c in info["cells"]] == ["lstm", "bi/forward_gru", "bi/backward_gru", "gru_back", "rnn"]
-    assert info["format"].startswith(framework) and info["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, T, FEATURES]}]
-    assert {c["path"] for c in info["cells"]} == {"replay"} and info["cells"][3]["direction"] == "backward"
-    assert [c["steps"] for c in info["cells"]] == [T] * 5  # the halves of Bidirectional too, from the wrapper's input
-    done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    assert [c["name"] for c in info["cells"]] == [
+        "lstm",
+        "bi/forward_gru",
+        "bi/backward_gru",
+        "gru_back",
+        "rnn",
+    ]
+    assert info["format"].startswith(framework) and info["inputs"] == [
+        {"name": "x", "dtype": "float32", "shape": [None, T, FEATURES]}
+    ]
+    assert {c["path"] for c in info["cells"]} == {"replay"} and info["cells"][3][
+        "direction"
+    ] == "backward"
+    # the halves of Bidirectional too, from the wrapper's input
+    assert [c["steps"] for c in info["cells"]] == [T] * 5
+    done = gatetrace(
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert "recorded 5 cells on 7 sequences" in done.stdout
     trace = tracer.trace(model, x)
@@ -366,4 +471,8 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
     valid = zero_mask(x)
     for ct in trace:
         for k, g in enumerate(ct.cell.gates):
-            np.testing.assert_allclose(rec.gate_array(ct.cell.name, g, "preactivation")[valid], ct.preactivation[:, :, k][valid], atol=1e-5)
+            np.testing.assert_allclose(
+                rec.gate_array(ct.cell.name, g, "preactivation")[valid],
+                ct.preactivation[:, :, k][valid],
+                atol=1e-5,
+            )

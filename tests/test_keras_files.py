@@ -38,13 +38,20 @@ def lambda_model(framework: str):
     return keras.Model(x, keras.layers.LSTM(2)(keras.layers.Lambda(lambda v: v * 2)(x)))
 
 
-@pytest.mark.parametrize("framework, name", [("keras3", "m.keras"), ("tf-keras", "m.keras"), ("tf-keras", "m.h5"), ("tf-keras", "saved")])
+@pytest.mark.parametrize(
+    "framework, name",
+    [("keras3", "m.keras"), ("tf-keras", "m.keras"), ("tf-keras", "m.h5"), ("tf-keras", "saved")],
+)
 def test_a_lambda_layer_is_refused_in_every_file_format(framework, name, tmp_path):
     model, path = lambda_model(framework), tmp_path / name
     model.save(str(path)) if name != "saved" else model.save(str(path), save_format="tf")
     msg = one_line_error(run_cli("inspect", str(path)))
     assert "loading it would build objects gatetrace does not check as safe: " in msg
-    assert "Lambda (runs a Python function named in the file)" in msg and "nothing was loaded" in msg and "--allow-unsafe-ops" in msg
+    assert (
+        "Lambda (runs a Python function named in the file)" in msg
+        and "nothing was loaded" in msg
+        and "--allow-unsafe-ops" in msg
+    )
 
 
 def _rewrite_keras(path, change) -> None:
@@ -70,17 +77,28 @@ def test_a_module_function_named_in_the_config_never_runs(framework, tmp_path):
         masking = next(l for l in layers if l["class_name"] == "Masking")
         masking["class_name"] = "Lambda"
         masking["config"] = {
-            "name": masking["config"]["name"], "function": "system", "module": "os", "function_type": "function",
-            "output_shape": None, "arguments": {"command": f"touch {marker}"},
+            "name": masking["config"]["name"],
+            "function": "system",
+            "module": "os",
+            "function_type": "function",
+            "output_shape": None,
+            "arguments": {"command": f"touch {marker}"},
         }
 
     _rewrite_keras(path, plant)
-    for command in (["inspect", str(path)], ["weights", str(path), "--out", str(tmp_path / "w.parquet")]):
-        assert "Lambda (runs a Python function named in the file)" in one_line_error(run_cli(*command))
+    for command in (
+        ["inspect", str(path)],
+        ["weights", str(path), "--out", str(tmp_path / "w.parquet")],
+    ):
+        assert "Lambda (runs a Python function named in the file)" in one_line_error(
+            run_cli(*command)
+        )
         assert not marker.exists() and not (tmp_path / "w.parquet").exists()
 
 
-def test_extra_archive_members_and_bombs_are_refused_before_anything_is_unpacked(tmp_path, monkeypatch):
+def test_extra_archive_members_and_bombs_are_refused_before_anything_is_unpacked(
+    tmp_path, monkeypatch
+):
     import tempfile
 
     path = tmp_path / "m.keras"
@@ -94,13 +112,18 @@ def test_extra_archive_members_and_bombs_are_refused_before_anything_is_unpacked
         out.writestr("assets/blob.bin", b"\0" * (32 << 20))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # where anything unpacked would go
     msg = one_line_error(run_cli("inspect", str(extra)))
-    assert msg.endswith("the archive holds members a Keras model file does not (assets/blob.bin); nothing was unpacked. If you trust this model, pass --allow-unsafe-ops")
+    assert msg.endswith(
+        "the archive holds members a Keras model file does not (assets/blob.bin); nothing was unpacked. If you trust this model, pass --allow-unsafe-ops"
+    )
     bomb = tmp_path / "bomb.keras"
     with zipfile.ZipFile(path) as z, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as out:
         for n in z.namelist():
             out.writestr(n, z.read(n) if n != "model.weights.h5" else b"\0" * (200 << 20))
     msg = one_line_error(run_cli("inspect", str(bomb)))
-    assert "its member model.weights.h5 unpacks to 209,715,200 bytes from " in msg and "nothing was unpacked" in msg
+    assert (
+        "its member model.weights.h5 unpacks to 209,715,200 bytes from " in msg
+        and "nothing was unpacked" in msg
+    )
     assert list(tmp.iterdir()) == []
 
 
@@ -112,7 +135,9 @@ def test_a_custom_layer_in_a_saved_model_is_refused(tmp_path):
             return v * 2
 
     x = keras.Input((T, FEATURES), name="x")
-    keras.Model(x, keras.layers.LSTM(2)(Doubler(name="doubler")(x))).save(str(tmp_path / "saved"), save_format="tf")
+    keras.Model(x, keras.layers.LSTM(2)(Doubler(name="doubler")(x))).save(
+        str(tmp_path / "saved"), save_format="tf"
+    )
     with pytest.raises(UnsafeGraphError, match=r"Doubler \(not one of Keras' own layers\)"):
         tracer.load_model(tmp_path / "saved", restore=False)
 
@@ -133,28 +158,52 @@ def test_a_resource_initializer_stored_in_a_saved_model_never_runs(tmp_path):
 
     keras = keras_module("tf-keras")
     x = keras.Input((T, FEATURES), name="x")
-    model = keras.Model(x, keras.layers.LSTM(3, name="lstm")(keras.layers.Masking(0.0)(x)))  # small: saving traces every layer
+    # small: saving traces every layer
+    model = keras.Model(x, keras.layers.LSTM(3, name="lstm")(keras.layers.Masking(0.0)(x)))
     model.planted = Planted()
     model.save(str(tmp_path / "saved"), save_format="tf")
     marker.unlink(missing_ok=True)  # saving ran it once, in this process
     x = sequences()
     np.save(tmp_path / "x.npy", x)
     assert run_cli("inspect", str(tmp_path / "saved")).returncode == 0 and not marker.exists()
-    done = run_cli("record", str(tmp_path / "saved"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(tmp_path / "saved"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
     trace = tracer.trace(model, x)  # the in-memory model the file was saved from
     rec, valid = Recording(tmp_path / "rec"), zero_mask(x)
     for ct in trace:
         for k, g in enumerate(ct.cell.gates):
-            np.testing.assert_allclose(rec.gate_array(ct.cell.name, g, "activation")[valid], ct.activation[:, :, k][valid], atol=1e-5)
-    loaded = subprocess.run([sys.executable, "-c", f"import tensorflow as tf; tf.saved_model.load({str(tmp_path / 'saved')!r})"], capture_output=True)
-    assert loaded.returncode == 0 and marker.exists()  # the planted initializer is real: TensorFlow's loader runs it
+            np.testing.assert_allclose(
+                rec.gate_array(ct.cell.name, g, "activation")[valid],
+                ct.activation[:, :, k][valid],
+                atol=1e-5,
+            )
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import tensorflow as tf; tf.saved_model.load({str(tmp_path / 'saved')!r})",
+        ],
+        capture_output=True,
+    )
+    # the planted initializer is real: TensorFlow's loader runs it
+    assert loaded.returncode == 0 and marker.exists()
 
 
 def test_a_weights_only_h5_says_so(tmp_path):
     masked_model("tf-keras").save_weights(str(tmp_path / "w.h5"))
-    with pytest.raises(ModelFormatError, match=r"holds weights only \(saved with save_weights\?\) and no architecture: save the model with model.save"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"holds weights only \(saved with save_weights\?\) and no architecture: save the model with model.save",
+    ):
         tracer.load_model(tmp_path / "w.h5")
 
 
@@ -167,7 +216,9 @@ def test_a_keras_2_0_gru_without_reset_after_is_read_as_it_was_meant(tmp_path):
 
     keras = keras_module("tf-keras")
     x = keras.Input((T, FEATURES), name="x")
-    model = keras.Model(x, keras.layers.GRU(3, reset_after=False, return_sequences=True, name="gru")(x))
+    model = keras.Model(
+        x, keras.layers.GRU(3, reset_after=False, return_sequences=True, name="gru")(x)
+    )
     randomise(model, seed=5)
     model.save(str(tmp_path / "old.h5"))
     with h5py.File(tmp_path / "old.h5", "r+") as f:  # as Keras 2.0.8 wrote it
@@ -180,13 +231,25 @@ def test_a_keras_2_0_gru_without_reset_after_is_read_as_it_was_meant(tmp_path):
         keras.models.load_model(str(tmp_path / "old.h5"), compile=False)
     xs = sequences()
     np.save(tmp_path / "x.npy", xs)
-    done = run_cli("record", str(tmp_path / "old.h5"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(tmp_path / "old.h5"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     expected, _, _ = reference(model.get_layer("gru"), xs, None, None, "tf-keras")
     rec = Recording(tmp_path / "rec")
     for g in "urc":
-        np.testing.assert_allclose(rec.gate_array("gru", g, "preactivation"), expected[g][0], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("gru", g, "preactivation"), expected[g][0], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5
+        )
 
 
 def _kernel(f) -> str:
@@ -194,7 +257,11 @@ def _kernel(f) -> str:
     import h5py
 
     found = []
-    f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None)
+    f.visititems(
+        lambda name, obj: (
+            found.append(name) if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None
+        )
+    )
     return sorted(found)[0]
 
 
@@ -211,13 +278,17 @@ def _plant(h5_path, how: str, secret) -> None:
             f.create_dataset(name, shape, dtype, external=[(str(secret), 0, size)])
         elif how == "external link":
             with h5py.File(secret.with_suffix(".h5"), "w") as other:
-                other.create_dataset("k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape))
+                other.create_dataset(
+                    "k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape)
+                )
             f[name] = h5py.ExternalLink(str(secret.with_suffix(".h5")), "k")
         else:
             layout = h5py.VirtualLayout(shape, dtype)
             layout[...] = h5py.VirtualSource(str(secret.with_suffix(".h5")), "k", shape=shape)
             with h5py.File(secret.with_suffix(".h5"), "w") as other:
-                other.create_dataset("k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape))
+                other.create_dataset(
+                    "k", data=np.frombuffer(secret.read_bytes()[:size], dtype).reshape(shape)
+                )
             f.create_virtual_dataset(name, layout)
 
 
@@ -242,12 +313,23 @@ def test_hdf5_weights_stored_outside_the_file_are_refused(framework, name, how, 
     out = tmp_path / "weights.parquet"
     for command in (["inspect", str(path)], ["weights", str(path), "--out", str(out)]):
         msg = one_line_error(run_cli(*command))
-        assert "its HDF5 weights would be read from outside the file (a Keras file holds its own): " in msg and "nothing was loaded" in msg, msg
-        assert {"external storage": "another file)", "external link": "a link to ", "virtual dataset": "a virtual dataset"}[how] in msg
+        assert (
+            "its HDF5 weights would be read from outside the file (a Keras file holds its own): "
+            in msg
+            and "nothing was loaded" in msg
+        ), msg
+        assert {
+            "external storage": "another file)",
+            "external link": "a link to ",
+            "virtual dataset": "a virtual dataset",
+        }[how] in msg
     assert not out.exists()
 
 
-@pytest.mark.parametrize("framework, name", [("tf-keras", "saved"), ("tf-keras", "m.h5"), ("tf-keras", "m.keras"), ("keras3", "m.keras")])
+@pytest.mark.parametrize(
+    "framework, name",
+    [("tf-keras", "saved"), ("tf-keras", "m.h5"), ("tf-keras", "m.keras"), ("keras3", "m.keras")],
+)
 def test_a_compiled_model_records_exactly_in_every_format(framework, name, tmp_path):
     """Nearly every trained model was compiled before it was saved: its optimizer, loss and
     metrics are in the file (a SavedModel even lists them as objects) but loading never
@@ -256,25 +338,52 @@ def test_a_compiled_model_records_exactly_in_every_format(framework, name, tmp_p
     from tests.test_keras import randomise, reference
 
     keras = keras_module(framework)
-    orthogonal = keras.initializers.OrthogonalInitializer() if framework == "keras3" else keras.initializers.Orthogonal()
+    orthogonal = (
+        keras.initializers.OrthogonalInitializer()
+        if framework == "keras3"
+        else keras.initializers.Orthogonal()
+    )
     x = keras.Input((T, FEATURES), name="x")
-    lstm = keras.layers.LSTM(3, activation="relu", return_sequences=True, recurrent_initializer=orthogonal,
-                             kernel_constraint=keras.constraints.MaxNorm(3.0), kernel_regularizer=keras.regularizers.L2(1e-3), name="lstm")
+    lstm = keras.layers.LSTM(
+        3,
+        activation="relu",
+        return_sequences=True,
+        recurrent_initializer=orthogonal,
+        kernel_constraint=keras.constraints.MaxNorm(3.0),
+        kernel_regularizer=keras.regularizers.L2(1e-3),
+        name="lstm",
+    )
     model = keras.Model(x, keras.layers.Dense(1)(lstm(x)))
-    model.compile(optimizer="adam", loss="mse", metrics=["mae", keras.metrics.RootMeanSquaredError()])
-    model.fit(np.ones((4, T, FEATURES), np.float32), np.ones((4, T, 1), np.float32), epochs=1, verbose=0)
+    model.compile(
+        optimizer="adam", loss="mse", metrics=["mae", keras.metrics.RootMeanSquaredError()]
+    )
+    model.fit(
+        np.ones((4, T, FEATURES), np.float32), np.ones((4, T, 1), np.float32), epochs=1, verbose=0
+    )
     randomise(model, seed=3)
     path = tmp_path / name
     model.save(str(path)) if name != "saved" else model.save(str(path), save_format="tf")
     xs = sequences()
     np.save(tmp_path / "x.npy", xs)
-    done = run_cli("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     expected, _, _ = reference(model.get_layer("lstm"), xs, None, None, framework)
     rec = Recording(tmp_path / "rec")
     for g in "ifjo":
-        np.testing.assert_allclose(rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5
+        )
 
 
 def _beyond_the_recurrent_family(keras):
@@ -289,10 +398,16 @@ def _beyond_the_recurrent_family(keras):
     return keras.Model(x, keras.layers.Dense(1)(y)), lstm
 
 
-@pytest.mark.parametrize("framework, name, era", [
-    ("tf-keras", "m.h5", None), ("tf-keras", "m.keras", None), ("tf-keras", "saved", None), ("keras3", "m.keras", None),
-    ("tf-keras", "m.keras", "tf.keras 2.15"),
-])
+@pytest.mark.parametrize(
+    "framework, name, era",
+    [
+        ("tf-keras", "m.h5", None),
+        ("tf-keras", "m.keras", None),
+        ("tf-keras", "saved", None),
+        ("keras3", "m.keras", None),
+        ("tf-keras", "m.keras", "tf.keras 2.15"),
+    ],
+)
 def test_keras_own_layers_beyond_the_recurrent_family_record(framework, name, era, tmp_path):
     """Every layer Keras itself exports is Keras' own (read from its namespaces, not a list):
     the model records, and the LSTM's gates equal Keras' formulas in float64 on the input the
@@ -316,14 +431,26 @@ def test_keras_own_layers_beyond_the_recurrent_family_record(framework, name, er
                 z.writestr(n, data)
     xs = sequences()
     np.save(tmp_path / "x.npy", xs)
-    done = run_cli("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     below = np.asarray(keras.Model(model.input, lstm.input)(xs, training=False))
     expected, _, _ = reference(lstm, below, None, None, framework)
     rec = Recording(tmp_path / "rec")
     for g in "ifjo":
-        np.testing.assert_allclose(rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm", g, "preactivation"), expected[g][0], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array("lstm", g, "activation"), expected[g][1], atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("layer", ["TextVectorization", "StringLookup"])
@@ -334,7 +461,11 @@ def test_a_vocabulary_read_from_a_path_outside_the_file_is_refused(layer, tmp_pa
     vocabulary = tmp_path / "vocab.txt"
     vocabulary.write_text("a\nb\nc\n")
     x = keras.Input((), dtype="string")
-    made = keras.layers.TextVectorization(output_sequence_length=T) if layer == "TextVectorization" else keras.layers.StringLookup()
+    made = (
+        keras.layers.TextVectorization(output_sequence_length=T)
+        if layer == "TextVectorization"
+        else keras.layers.StringLookup()
+    )
     model = keras.Model(x, made(x))
     model.save(tmp_path / "m.keras")
     with zipfile.ZipFile(tmp_path / "m.keras") as z:
@@ -347,7 +478,10 @@ def test_a_vocabulary_read_from_a_path_outside_the_file_is_refused(layer, tmp_pa
         for n, data in members.items():
             z.writestr(n, data)
     msg = one_line_error(run_cli("inspect", str(tmp_path / "m.keras")))
-    assert f"{layer} (reads {vocabulary}, a file outside the model)" in msg and "nothing was loaded" in msg
+    assert (
+        f"{layer} (reads {vocabulary}, a file outside the model)" in msg
+        and "nothing was loaded" in msg
+    )
 
 
 def test_a_keras_3_text_classifier_with_its_vocabulary_in_the_archive_records_its_strings(tmp_path):
@@ -363,31 +497,50 @@ def test_a_keras_3_text_classifier_with_its_vocabulary_in_the_archive_records_it
     vectorize.adapt(texts)
     x = keras.Input((), dtype="string", name="text")
     embedded = keras.layers.Embedding(20, 3, mask_zero=True, name="embedding")(vectorize(x))
-    both = keras.layers.Bidirectional(keras.layers.LSTM(2, return_sequences=True, name="lstm"), name="bi")
-    y = keras.layers.Dense(1)(keras.layers.Dropout(0.2)(keras.layers.GlobalMaxPooling1D()(both(embedded))))
+    both = keras.layers.Bidirectional(
+        keras.layers.LSTM(2, return_sequences=True, name="lstm"), name="bi"
+    )
+    y = keras.layers.Dense(1)(
+        keras.layers.Dropout(0.2)(keras.layers.GlobalMaxPooling1D()(both(embedded)))
+    )
     model = keras.Model(x, y)
     randomise(model, seed=5)
     model.save(tmp_path / "m.keras")
     with zipfile.ZipFile(tmp_path / "m.keras") as z:
         assert any(n.startswith("assets/layers/text_vectorization/") for n in z.namelist())
     np.save(tmp_path / "texts.npy", texts)
-    done = run_cli("record", str(tmp_path / "m.keras"), "--feed", f"text={tmp_path / 'texts.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = run_cli(
+        "record",
+        str(tmp_path / "m.keras"),
+        "--feed",
+        f"text={tmp_path / 'texts.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     tokens = np.asarray(vectorize(texts))
     valid = tokens != 0
     inputs = np.asarray(keras.Model(x, embedded)(texts)).astype(np.float32)
     rec = Recording(tmp_path / "rec")
     assert rec.cells == ["bi/forward_lstm", "bi/backward_lstm"]
-    for name, layer in (("bi/forward_lstm", both.forward_layer), ("bi/backward_lstm", both.backward_layer)):
+    for name, layer in (
+        ("bi/forward_lstm", both.forward_layer),
+        ("bi/backward_lstm", both.backward_layer),
+    ):
         expected, _, _ = reference(layer, inputs, valid, None, "keras3")
         for g in "ifjo":
             got = rec.gate_array(name, g, "activation")
             np.testing.assert_array_equal(np.isnan(got[..., 0]), ~valid)
-            np.testing.assert_allclose(got[valid], expected[g][1][valid], atol=1e-5, err_msg=f"{name} {g}")
+            np.testing.assert_allclose(
+                got[valid], expected[g][1][valid], atol=1e-5, err_msg=f"{name} {g}"
+            )
 
 
 @pytest.mark.parametrize("name", ["m.h5", "m.keras"])
-def test_an_hdf5_dataset_declaring_far_more_than_the_file_holds_is_refused_before_it_is_read(name, tmp_path):
+def test_an_hdf5_dataset_declaring_far_more_than_the_file_holds_is_refused_before_it_is_read(
+    name, tmp_path
+):
     """A chunked dataset whose chunks were never written declares 4 TB in a few kilobytes: reading
     it would allocate it all. Its declared size is checked against what the file stores first."""
     import h5py
@@ -400,18 +553,25 @@ def test_an_hdf5_dataset_declaring_far_more_than_the_file_holds_is_refused_befor
     if name == "m.h5":
         with h5py.File(path, "a") as f:
             group = f["model_weights"]["lstm"]
-            group.create_dataset("bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024))
+            group.create_dataset(
+                "bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024)
+            )
     else:
         with zipfile.ZipFile(path) as z:
             members = {n: z.read(n) for n in z.namelist()}
         (tmp_path / "w.h5").write_bytes(members["model.weights.h5"])
         with h5py.File(tmp_path / "w.h5", "a") as f:
-            f.create_dataset("layers/lstm/bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024))
+            f.create_dataset(
+                "layers/lstm/bomb", shape=(1 << 20, 1 << 20), dtype="float32", chunks=(1024, 1024)
+            )
         members["model.weights.h5"] = (tmp_path / "w.h5").read_bytes()
         with zipfile.ZipFile(path, "w") as z:
             for n, data in members.items():
                 z.writestr(n, data)
     assert path.stat().st_size < 1 << 20
     msg = one_line_error(run_cli("inspect", str(path)))
-    assert "its HDF5 weights declare far more than the file holds (" in msg and "bomb (declares 4,398,046,511,104 bytes of [1048576, 1048576], stores 0)" in msg
+    assert (
+        "its HDF5 weights declare far more than the file holds (" in msg
+        and "bomb (declares 4,398,046,511,104 bytes of [1048576, 1048576], stores 0)" in msg
+    )
     assert "nothing was loaded" in msg

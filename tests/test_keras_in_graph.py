@@ -75,7 +75,10 @@ def keras_gru64(x, kernel, recurrent, bias):
             c = np.tanh(xz[:, 2 * u :] + r * rz[:, 2 * u :])
         else:
             xz = x[:, t] @ kernel + bias
-            z, r = sig(xz[:, :u] + h @ recurrent[:, :u]), sig(xz[:, u : 2 * u] + h @ recurrent[:, u : 2 * u])
+            z, r = (
+                sig(xz[:, :u] + h @ recurrent[:, :u]),
+                sig(xz[:, u : 2 * u] + h @ recurrent[:, u : 2 * u]),
+            )
             c = np.tanh(xz[:, 2 * u :] + (r * h) @ recurrent[:, 2 * u :])
         h = z * h + (1 - z) * c
         act[:, t] = np.stack([z, r, c], 1)
@@ -103,41 +106,92 @@ def test_keras_layers_in_a_session_graph_are_replayed_exactly(style, cf, fmt, tm
         y = K.layers.LSTM(3, return_sequences=True, name="lstm", **STYLES[style])(x)
         tf.identity(K.layers.SimpleRNN(2, return_sequences=True, name="rnn")(y), name="output")
 
-    path, values = session_model(body, tmp_path, fmt, "output", cf)  # frozen: as Keras 2 models were served
+    # frozen: as Keras 2 models were served
+    path, values = session_model(body, tmp_path, fmt, "output", cf)
     xs = np.random.RandomState(3).uniform(-1, 1, (5, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert "recorded 2 cells on 5 sequences" in capsys.readouterr().out
     rec = Recording(tmp_path / "rec")
-    act, h = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"), gate=hard_sigmoid if style == "keras-2.2" else sig)
+    act, h = keras_lstm64(
+        xs, *weights(values, "lstm/lstm_cell"), gate=hard_sigmoid if style == "keras-2.2" else sig
+    )
     for g, gate in enumerate("ifjo"):
-        np.testing.assert_allclose(rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
-    np.testing.assert_allclose(rec.state_array("rnn/simple_rnn_cell", "h"), keras_rnn64(h, *weights(values, "rnn/simple_rnn_cell")), atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5
+        )
+    np.testing.assert_allclose(
+        rec.state_array("rnn/simple_rnn_cell", "h"),
+        keras_rnn64(h, *weights(values, "rnn/simple_rnn_cell")),
+        atol=1e-5,
+    )
     table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
-    j = table[(table["cell"] == "lstm/lstm_cell") & (table["gate"] == "j") & (table["source"] == "recurrent")].sort_values(["row", "unit"])
-    np.testing.assert_array_equal(j["value"].to_numpy().reshape(3, 3), values["lstm/lstm_cell/recurrent_kernel"][:, 6:9])
+    j = table[
+        (table["cell"] == "lstm/lstm_cell")
+        & (table["gate"] == "j")
+        & (table["source"] == "recurrent")
+    ].sort_values(["row", "unit"])
+    np.testing.assert_array_equal(
+        j["value"].to_numpy().reshape(3, 3), values["lstm/lstm_cell/recurrent_kernel"][:, 6:9]
+    )
 
 
 @pytest.mark.parametrize("implementation", [1, 2])
 @pytest.mark.parametrize("reset_after", [True, False])
 @pytest.mark.parametrize("cf", ["v1", "v2"])
-def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(implementation, reset_after, cf, tmp_path, capsys):
+def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(
+    implementation, reset_after, cf, tmp_path, capsys
+):
     K = keras()
 
     def body():
         x = v1.placeholder(tf.float32, [None, T, D], name="x")
         # return_sequences=False under control flow v1 makes tf-keras' own loop write one
         # TensorArray index twice (the model cannot run): v1 keeps all outputs, v2 the last.
-        K.layers.GRU(3, reset_after=reset_after, implementation=implementation, return_sequences=cf == "v1", name="gru")(x)
+        K.layers.GRU(
+            3,
+            reset_after=reset_after,
+            implementation=implementation,
+            return_sequences=cf == "v1",
+            name="gru",
+        )(x)
 
     path, values = session_model(body, tmp_path, control_flow=cf)
     xs = np.random.RandomState(5).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     rec = Recording(tmp_path / "rec")
     act = keras_gru64(xs, *weights(values, "gru/gru_cell"))
     for g, gate in enumerate("urc"):
-        np.testing.assert_allclose(rec.gate_array("gru/gru_cell", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("gru/gru_cell", gate, "activation"), act[:, :, g], atol=1e-5
+        )
     table = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     assert ("recurrent_bias" in set(table["source"])) == reset_after
 
@@ -145,16 +199,35 @@ def test_a_keras_gru_in_a_session_graph_is_replayed_exactly(implementation, rese
 def test_a_layer_unrolled_by_keras_is_fetched_from_its_own_ops(tmp_path, capsys):
     """`LSTM(unroll=True)`: Keras applies its cell once per step in the graph, no loop."""
     K = keras()
-    path, values = session_model(lambda: K.layers.LSTM(3, unroll=True, return_sequences=True, name="lstm")(
-        v1.placeholder(tf.float32, [None, T, D], name="x")), tmp_path)
+    path, values = session_model(
+        lambda: K.layers.LSTM(3, unroll=True, return_sequences=True, name="lstm")(
+            v1.placeholder(tf.float32, [None, T, D], name="x")
+        ),
+        tmp_path,
+    )
     xs = np.random.RandomState(8).uniform(-1, 1, (3, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
     act, _ = keras_lstm64(xs, *weights(values, "lstm/lstm_cell"))
     rec = Recording(tmp_path / "rec")
     for g, gate in enumerate("ifjo"):
-        np.testing.assert_allclose(rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm/lstm_cell", gate, "activation"), act[:, :, g], atol=1e-5
+        )
 
 
 def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, capsys):
@@ -182,15 +255,36 @@ def test_keras_cells_called_by_hand_are_fetched_from_their_own_ops(tmp_path, cap
     np.save(tmp_path / "x.npy", xs)
     assert main(["inspect", path]) == 0
     assert "by_hand: fetched from gate ops" in capsys.readouterr().out
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rec = Recording(tmp_path / "rec")
-    np.testing.assert_allclose(rec.gate_array("by_hand", "h", "activation"), keras_rnn64(xs, *weights(values, "by_hand")), atol=1e-5)
+    np.testing.assert_allclose(
+        rec.gate_array("by_hand", "h", "activation"),
+        keras_rnn64(xs, *weights(values, "by_hand")),
+        atol=1e-5,
+    )
     act, _ = keras_lstm64(xs[:, :T], *weights(values, "lstm_by_hand"))
     for g, gate in enumerate("ifjo"):
-        np.testing.assert_allclose(rec.gate_array("lstm_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm_by_hand", gate, "activation"), act[:, :, g], atol=1e-5
+        )
     act = keras_gru64(xs[:, :T], *weights(values, "gru_by_hand"))
     for g, gate in enumerate("urc"):
-        np.testing.assert_allclose(rec.gate_array("gru_by_hand", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("gru_by_hand", gate, "activation"), act[:, :, g], atol=1e-5
+        )
 
 
 def keras_2_2_lstm(x, units):
@@ -225,34 +319,73 @@ def keras_2_2_lstm(x, units):
         h = o * tf.tanh(c)
         return t + 1, out.write(t, h), h, c
 
-    _, out, _, _ = tf.while_loop(lambda t, *_: t < steps, step, [tf.constant(0), outputs, zeros, zeros])
+    _, out, _, _ = tf.while_loop(
+        lambda t, *_: t < steps, step, [tf.constant(0), outputs, zeros, zeros]
+    )
     return tf.transpose(out.stack(), [1, 0, 2])
 
 
 def test_a_keras_2_2_lstm_frozen_for_serving(tmp_path, capsys):
     def body():
-        tf.identity(keras_2_2_lstm(v1.placeholder(tf.float32, [None, T, D], name="x"), 3), name="output")
+        tf.identity(
+            keras_2_2_lstm(v1.placeholder(tf.float32, [None, T, D], name="x"), 3), name="output"
+        )
 
     path, values = session_model(body, tmp_path, "frozen", "output", "v1")
     xs = np.random.RandomState(6).uniform(-1, 1, (4, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     act, _ = keras_lstm64(xs, *weights(values, "lstm_1"), gate=hard_sigmoid)
     rec = Recording(tmp_path / "rec")
     for g, gate in enumerate("ifjo"):
-        np.testing.assert_allclose(rec.gate_array("lstm_1", gate, "activation"), act[:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("lstm_1", gate, "activation"), act[:, :, g], atol=1e-5
+        )
 
 
 def test_a_masked_keras_loop_in_a_session_graph_fails_loudly(tmp_path, capsys):
     """Masking inside K.rnn's loop is not replayed: the check against the loop says so in one
     line, and nothing of the cell is written."""
     K = keras()
-    path, _ = session_model(lambda: K.layers.LSTM(3, return_sequences=True, name="lstm")(
-        K.layers.Masking(0.0)(v1.placeholder(tf.float32, [None, T, D], name="x"))), tmp_path)
+    path, _ = session_model(
+        lambda: K.layers.LSTM(3, return_sequences=True, name="lstm")(
+            K.layers.Masking(0.0)(v1.placeholder(tf.float32, [None, T, D], name="x"))
+        ),
+        tmp_path,
+    )
     xs = np.random.RandomState(9).uniform(-1, 1, (3, T, D)).astype(np.float32)
     xs[1, 3:] = 0.0  # masked steps
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cell lstm/lstm_cell: replayed final c differ from the graph's by up to" in err
+    assert (
+        err.count("\n") == 1
+        and "cell lstm/lstm_cell: replayed final c differ from the graph's by up to" in err
+    )
     assert not (tmp_path / "rec").exists()

@@ -39,7 +39,21 @@ def stateful(tmp_path_factory):
 
 
 def run(root, out, *extra) -> None:
-    assert main(["record", str(root / "m.keras"), "--feed", f"x={root / 'x.npy'}", "--out", str(out), "--quiet", *extra]) == 0
+    assert (
+        main(
+            [
+                "record",
+                str(root / "m.keras"),
+                "--feed",
+                f"x={root / 'x.npy'}",
+                "--out",
+                str(out),
+                "--quiet",
+                *extra,
+            ]
+        )
+        == 0
+    )
 
 
 def gates(out) -> pd.DataFrame:
@@ -53,16 +67,24 @@ def test_every_row_starts_from_zero_state_and_every_path_agrees(stateful, tmp_pa
     expected, _, _ = reference(model.get_layer("gru"), xs, None, None, "keras3")
     rec = Recording(tmp_path / "full")
     for g in "urc":
-        np.testing.assert_allclose(rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array("gru", g, "activation"), expected[g][1], atol=1e-5
+        )
     full = gates(tmp_path / "full")
     run(root, tmp_path / "part", "--examples", "2:6")
-    pd.testing.assert_frame_equal(gates(tmp_path / "part"), full[full["example"] >= 2].reset_index(drop=True), check_categorical=False)
+    pd.testing.assert_frame_equal(
+        gates(tmp_path / "part"),
+        full[full["example"] >= 2].reset_index(drop=True),
+        check_categorical=False,
+    )
     for k in range(2):
         run(root, tmp_path / "shards", "--shard", f"{k}/2")
     pd.testing.assert_frame_equal(gates(tmp_path / "shards"), full, check_categorical=False)
 
 
-def test_carry_state_continues_each_row_slot_and_resumes_exactly(stateful, tmp_path, monkeypatch, capsys):
+def test_carry_state_continues_each_row_slot_and_resumes_exactly(
+    stateful, tmp_path, monkeypatch, capsys
+):
     model, root, xs = stateful
     run(root, tmp_path / "stream", "--carry-state")
     layer = model.get_layer("gru")
@@ -71,10 +93,32 @@ def test_carry_state_continues_each_row_slot_and_resumes_exactly(stateful, tmp_p
     for start in range(0, 6, BATCH):  # row k of each batch continues row k of the batch before
         expected, states, _ = reference(layer, xs[start : start + BATCH], None, h, "keras3")
         for g in "urc":
-            np.testing.assert_allclose(rec.gate_array("gru", g, "activation")[start : start + BATCH], expected[g][1], atol=1e-5)
+            np.testing.assert_allclose(
+                rec.gate_array("gru", g, "activation")[start : start + BATCH],
+                expected[g][1],
+                atol=1e-5,
+            )
         h = [states["h"][:, -1]]
-    assert main(["record", str(root / "m.keras"), "--feed", f"x={root / 'x.npy'}", "--out", str(tmp_path / "s"), "--carry-state", "--shard", "0/2"]) == 2
-    assert "--carry-state with --shard 0/2: each shard would start its stream from zero state" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                str(root / "m.keras"),
+                "--feed",
+                f"x={root / 'x.npy'}",
+                "--out",
+                str(tmp_path / "s"),
+                "--carry-state",
+                "--shard",
+                "0/2",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "--carry-state with --shard 0/2: each shard would start its stream from zero state"
+        in capsys.readouterr().err
+    )
     real, calls = KerasPlan.fetch, []
 
     def fails_on_the_third_batch(self, batch):
@@ -84,13 +128,30 @@ def test_carry_state_continues_each_row_slot_and_resumes_exactly(stateful, tmp_p
         return real(self, batch)
 
     monkeypatch.setattr(KerasPlan, "fetch", fails_on_the_third_batch)
-    assert main(["record", str(root / "m.keras"), "--feed", f"x={root / 'x.npy'}", "--out", str(tmp_path / "cut"), "--quiet", "--carry-state"]) == 2
+    assert (
+        main(
+            [
+                "record",
+                str(root / "m.keras"),
+                "--feed",
+                f"x={root / 'x.npy'}",
+                "--out",
+                str(tmp_path / "cut"),
+                "--quiet",
+                "--carry-state",
+            ]
+        )
+        == 2
+    )
     monkeypatch.setattr(KerasPlan, "fetch", real)
     capsys.readouterr()
     progress = json.loads((tmp_path / "cut" / "_progress" / "shard-0-of-1.json").read_text())
     assert progress["complete"] == [[0, 4]]  # two batches kept; the third failed
-    run(root, tmp_path / "cut", "--carry-state", "--resume")  # feeds batches 0:2 and 2:4 again to rebuild the state
-    pd.testing.assert_frame_equal(gates(tmp_path / "cut"), gates(tmp_path / "stream"), check_categorical=False)
+    # feeds batches 0:2 and 2:4 again to rebuild the state
+    run(root, tmp_path / "cut", "--carry-state", "--resume")
+    pd.testing.assert_frame_equal(
+        gates(tmp_path / "cut"), gates(tmp_path / "stream"), check_categorical=False
+    )
     assert len(calls) == 3
 
 
@@ -106,11 +167,33 @@ def test_a_layer_inside_time_distributed_is_named_not_hidden(framework, tmp_path
     assert main(["inspect", str(tmp_path / "m.keras"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert [c["name"] for c in info["cells"]] == ["sentence_gru"] and info["cells"][0]["steps"] == 4
-    assert info["not_recorded"] == ["td/word_lstm (a LSTM inside TimeDistributed)"] and info["unsafe_ops"] == []
+    assert (
+        info["not_recorded"] == ["td/word_lstm (a LSTM inside TimeDistributed)"]
+        and info["unsafe_ops"] == []
+    )
     np.save(tmp_path / "x.npy", np.ones((2, 4, T, FEATURES), np.float32))
-    assert main(["record", str(tmp_path / "m.keras"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
-    assert "not recorded: td/word_lstm (a LSTM inside TimeDistributed); its inner layer runs on reshaped rows" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "record",
+                str(tmp_path / "m.keras"),
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        "not recorded: td/word_lstm (a LSTM inside TimeDistributed); its inner layer runs on reshaped rows"
+        in capsys.readouterr().out
+    )
     only = keras.Model(x, words)
     only.save(tmp_path / "only.keras")
     assert main(["inspect", str(tmp_path / "only.keras")]) == 2
-    assert "td/word_lstm (a LSTM inside TimeDistributed): wrapped layers run on reshaped rows and are not recorded" in capsys.readouterr().err
+    assert (
+        "td/word_lstm (a LSTM inside TimeDistributed): wrapped layers run on reshaped rows and are not recorded"
+        in capsys.readouterr().err
+    )

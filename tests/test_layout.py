@@ -12,7 +12,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stages of tracer, lowest first (tracer/__init__.py documents them).
-STAGES = ["tracer._tf", "tracer.cells", "tracer.inputs", "tracer.load", "tracer.find", "tracer.values", "tracer.run"]
+STAGES = [
+    "tracer._tf",
+    "tracer.cells",
+    "tracer.inputs",
+    "tracer.load",
+    "tracer.find",
+    "tracer.values",
+    "tracer.run",
+]
 TOP = len(STAGES)  # the command line, the demo and `python -m tracer` stand side by side on top
 ON_TOP = ("tracer.cli", "tracer.commands", "tracer.demo", "tracer.__main__")
 
@@ -26,7 +34,9 @@ def stage(module: str) -> int | None:
     for k, prefix in enumerate(STAGES):
         if module == prefix or module.startswith(prefix + "."):
             return k
-    raise AssertionError(f"{module} is in no stage: add it to a stage's folder (and to STAGES if it is a new stage)")
+    raise AssertionError(
+        f"{module} is in no stage: add it to a stage's folder (and to STAGES if it is a new stage)"
+    )
 
 
 def modules(package: str = "tracer") -> dict[str, Path]:
@@ -48,7 +58,10 @@ def imports(module: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
             if base.split(".")[0] != top:
                 continue
             known = modules(top)
@@ -65,15 +78,20 @@ def test_every_module_imports_only_from_its_stage_and_below():
             continue
         for imported in sorted(imports(module, path)):
             theirs = stage(imported)
-            if (theirs is None and own < TOP) or (theirs is not None and theirs > own):  # the facade: for the top only
-                wrong.append(f"{module} (stage {own}) imports {imported} (stage {theirs if theirs is not None else 'the public facade'})")
+            # the facade: for the top only
+            if (theirs is None and own < TOP) or (theirs is not None and theirs > own):
+                wrong.append(
+                    f"{module} (stage {own}) imports {imported} (stage {theirs if theirs is not None else 'the public facade'})"
+                )
     assert not wrong, "imports from a stage above:\n" + "\n".join(wrong)
 
 
 # recorders by direction: what each part may import. The format modules of `recorders.write` are
 # what readers share with the writer; the writer's own parts (writer, rowgroups, swap, place,
 # files) are imported by nothing outside it.
-FORMAT = tuple(f"recorders.write.{m}" for m in ("layout", "columns", "keys", "schema", "progress", "folder"))
+FORMAT = tuple(
+    f"recorders.write.{m}" for m in ("layout", "columns", "keys", "schema", "progress", "folder")
+)
 DIRECTIONS = {
     "recorders.errors": ("recorders.errors",),
     "recorders.write": ("recorders.errors", "recorders.write"),
@@ -106,7 +124,11 @@ def test_recorders_imports_go_by_direction():
 
 @pytest.mark.parametrize("package", ["tracer", "recorders"])
 def test_no_import_circles(package):
-    graph = {m: {i for i in imports(m, p) if i in modules(package) and i != m} for m, p in modules(package).items() if m != package}
+    graph = {
+        m: {i for i in imports(m, p) if i in modules(package) and i != m}
+        for m, p in modules(package).items()
+        if m != package
+    }
     circles = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
@@ -122,7 +144,7 @@ def test_no_import_circles(package):
                 path.pop()
                 state[module] = 2
             elif state.get(nxt) == 1:
-                circles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+                circles.append(" -> ".join(path[path.index(nxt) :] + [nxt]))
             elif nxt not in state and nxt in graph:
                 state[nxt] = 1
                 path.append(nxt)
@@ -141,10 +163,18 @@ def test_the_rules_catch_what_they_are_for(tmp_path):
     assert imports("tracer.cells.fake", upward) == {"tracer.run.recording"}
     assert stage("tracer.run.recording") > stage("tracer.cells.fake")
     lazy = tmp_path / "lazy.py"
-    lazy.write_text("def f():\n    from tracer.values import running\n    import tracer.find.graph\n")
+    lazy.write_text(
+        "def f():\n    from tracer.values import running\n    import tracer.find.graph\n"
+    )
     assert imports("tracer.run.fake", lazy) == {"tracer.values.running", "tracer.find.graph"}
     backward = tmp_path / "back.py"
-    backward.write_text("from recorders.read.reader import Recording\nfrom recorders.write import rowgroups\n")
-    assert imports("recorders.write.fake", backward) == {"recorders.read.reader", "recorders.write.rowgroups"}
+    backward.write_text(
+        "from recorders.read.reader import Recording\nfrom recorders.write import rowgroups\n"
+    )
+    assert imports("recorders.write.fake", backward) == {
+        "recorders.read.reader",
+        "recorders.write.rowgroups",
+    }
     assert "recorders.read.reader" not in allowed("recorders.write.fake") and not any(
-        "recorders.write.rowgroups".startswith(m) for m in allowed("recorders.read.fake"))
+        "recorders.write.rowgroups".startswith(m) for m in allowed("recorders.read.fake")
+    )

@@ -45,9 +45,13 @@ def assert_same(a: Recording, b: Recording, cell: str) -> None:
     """Every gate and state of `cell` equal, bit for bit, in two recordings."""
     for gate in a.gates(cell):
         for column in ("preactivation", "activation"):
-            assert np.array_equal(a.gate_array(cell, gate, column), b.gate_array(cell, gate, column)), f"{cell} {gate} {column}"
+            assert np.array_equal(
+                a.gate_array(cell, gate, column), b.gate_array(cell, gate, column)
+            ), f"{cell} {gate} {column}"
     for state in a.states(cell):
-        assert np.array_equal(a.state_array(cell, state), b.state_array(cell, state)), f"{cell} {state}"
+        assert np.array_equal(a.state_array(cell, state), b.state_array(cell, state)), (
+            f"{cell} {state}"
+        )
 
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
@@ -63,14 +67,22 @@ def test_a_dynamic_rnn_records_bit_for_bit_what_the_same_static_rnn_computes(cf,
     assert paths(loop) == {cell: "loop"} and paths(fetched) == {cell: "fetch"}
     assert_same(loop, fetched, cell)
     (weights,) = looped.weights.values()  # and a float64 numpy cell agrees
-    units, width = (config.make().state_size.c, config.make().output_size) if config.kind.endswith("LSTMCell") else (None, None)
+    units, width = (
+        (config.make().state_size.c, config.make().output_size)
+        if config.kind.endswith("LSTMCell")
+        else (None, None)
+    )
     zeros = {"h0": np.zeros((len(X), width or config.make().output_size), np.float32)}
     if config.kind.endswith("LSTMCell"):
         zeros["c0"] = np.zeros((len(X), units), np.float32)
     ref = expected(config, weights, {"x": X, **zeros})
     for g, gate in enumerate(loop.gates(cell)):
-        np.testing.assert_allclose(loop.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5)
-        np.testing.assert_allclose(loop.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            loop.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            loop.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5
+        )
     for s, values in ref["states"].items():
         np.testing.assert_allclose(loop.state_array(cell, s), values, atol=1e-5)
 
@@ -90,7 +102,14 @@ def test_lengths_initial_state_and_time_major_from_the_loop(cf, name, tmp_path):
     ref = expected(config, weights, f)
     gates = len(rec.gates(cell))
     for g, gate in enumerate(rec.gates(cell)):
-        got = grid(tmp_path / "rec", cell, "gates", gate, "preactivation", ref["preactivation"][:, :, g].shape)
+        got = grid(
+            tmp_path / "rec",
+            cell,
+            "gates",
+            gate,
+            "preactivation",
+            ref["preactivation"][:, :, g].shape,
+        )
         for b, n in enumerate(LENGTHS):
             np.testing.assert_allclose(got[b, :n], ref["preactivation"][b, :n, g], atol=1e-5)
             assert np.isnan(got[b, n:]).all(), "rows past a length were written"
@@ -103,19 +122,37 @@ def test_bidirectional_and_stacked_loops_by_input_position(cf, lengths, tmp_path
     """bidirectional_dynamic_rnn of a MultiRNNCell [LSTMCell(peepholes, proj), GRUCell] each way,
     against static_bidirectional_rnn of the same cells: the backward loop's steps are mapped
     back to input positions, the stacked layer is read from the same loop."""
-    layers = lambda: R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3)])  # noqa: E731
+    # noqa: E731
+    layers = lambda: R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3)])
 
     def dynamic(x):
         seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
-        return list(tf.nest.flatten(v1.nn.bidirectional_dynamic_rnn(layers(), layers(), x, sequence_length=seq, dtype=tf.float32)))
+        return list(
+            tf.nest.flatten(
+                v1.nn.bidirectional_dynamic_rnn(
+                    layers(), layers(), x, sequence_length=seq, dtype=tf.float32
+                )
+            )
+        )
 
     def static(x):
-        return [v1.nn.static_bidirectional_rnn(layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+        return [
+            v1.nn.static_bidirectional_rnn(
+                layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32
+            )[0][-1]
+        ]
 
     with control_flow(cf):
         looped = build(dynamic)
     unrolled = build(static)
-    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=X, **({"len": LENGTHS} if lengths else {}))
+    loop = record(
+        saved(looped, tmp_path / "a"),
+        tmp_path,
+        "loop",
+        "--verify",
+        x=X,
+        **({"len": LENGTHS} if lengths else {}),
+    )
     fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
     assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 4
     assert set(paths(loop).values()) == {"loop"}
@@ -127,10 +164,15 @@ def test_bidirectional_and_stacked_loops_by_input_position(cf, lengths, tmp_path
         # half reads each sequence from its own end, the unrolled one from the last step: the
         # replay of --verify checked it)
         for gate in loop.gates(cell):
-            a, b = loop.gate_array(cell, gate, "preactivation"), fetched.gate_array(cell, gate, "preactivation")
+            a, b = (
+                loop.gate_array(cell, gate, "preactivation"),
+                fetched.gate_array(cell, gate, "preactivation"),
+            )
             for e, n in enumerate(LENGTHS[: len(a)]):
                 assert np.isnan(a[e, n:]).all()
-                assert "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n]), f"{cell} {gate} example {e}"
+                assert "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n]), (
+                    f"{cell} {gate} example {e}"
+                )
 
 
 def test_verify_replays_the_loop_and_stops_on_a_difference(tmp_path, monkeypatch):
@@ -149,11 +191,34 @@ def test_verify_replays_the_loop_and_stops_on_a_difference(tmp_path, monkeypatch
 
     monkeypatch.setattr(fetch, "replay", off)
     np.save(tmp_path / "x.npy", X)
-    done = run_cli("record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "off"), "--quiet", "--verify")
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "off"),
+        "--quiet",
+        "--verify",
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "--verify: the replayed preactivations differ from those its loop computed by up to 0.001" in done.stderr
+    assert (
+        "--verify: the replayed preactivations differ from those its loop computed by up to 0.001"
+        in done.stderr
+    )
     assert not (tmp_path / "off" / "manifest.json").exists()
-    assert run_cli("record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "unverified"), "--quiet").returncode == 0
+    assert (
+        run_cli(
+            "record",
+            path,
+            "--feed",
+            f"x={tmp_path / 'x.npy'}",
+            "--out",
+            str(tmp_path / "unverified"),
+            "--quiet",
+        ).returncode
+        == 0
+    )
 
 
 def test_inspect_says_the_loop_path_and_a_wrapped_state_stays_replayed(tmp_path):
@@ -163,7 +228,8 @@ def test_inspect_says_the_loop_path_and_a_wrapped_state_stays_replayed(tmp_path)
     (cell,) = json.loads(shown.stdout)["cells"]
     assert cell["path"] == "loop" and "rewritten to emit them at every step" in cell["why"]
 
-    class Doubled(R.RNNCell):  # a wrapper changes the state the loop carries: the replay's check decides
+    # a wrapper changes the state the loop carries: the replay's check decides
+    class Doubled(R.RNNCell):
         def __init__(self):
             super().__init__()
             self._inner = R.GRUCell(3)
@@ -205,11 +271,22 @@ def test_a_keras_3_export_records_from_its_loops_what_the_same_model_unrolled_co
 
     recs = {}
     for how in ("loop", "unroll"):
-        done = subprocess.run([sys.executable, "-c", EXPORT, str(tmp_path / how), how], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", EXPORT, str(tmp_path / how), how],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         recs[how] = record(str(tmp_path / how), tmp_path, f"rec-{how}", x=X)
-    assert set(paths(recs["loop"]).values()) == {"loop"} and set(paths(recs["unroll"]).values()) == {"fetch"}
-    assert sorted(recs["loop"].cells) == sorted(recs["unroll"].cells) == ["gru/gru_cell", "lstm/lstm_cell", "rnn/simple_rnn_cell"]
+    assert set(paths(recs["loop"]).values()) == {"loop"} and set(
+        paths(recs["unroll"]).values()
+    ) == {"fetch"}
+    assert (
+        sorted(recs["loop"].cells)
+        == sorted(recs["unroll"].cells)
+        == ["gru/gru_cell", "lstm/lstm_cell", "rnn/simple_rnn_cell"]
+    )
     for cell in recs["loop"].cells:
         for gate in recs["loop"].gates(cell):
             for column in ("preactivation", "activation"):
@@ -222,17 +299,28 @@ def test_a_stack_of_dropout_wrapped_cells_under_dynamic_rnn(cf, tmp_path):
     """MultiRNNCell of DropoutWrapper cells (keep_prob left at its default 1.0), as TF1 scripts
     built them: the upper layer reads the lower one through the dropout, and both record bit
     for bit what the same cells under static_rnn compute (and --verify's replay agrees)."""
+
     def layers():
         keep = v1.placeholder_with_default(1.0, [], name="keep_prob")
-        return R.MultiRNNCell([R.DropoutWrapper(R.BasicLSTMCell(4), output_keep_prob=keep),
-                               R.DropoutWrapper(R.GRUCell(3), output_keep_prob=keep)])
+        return R.MultiRNNCell(
+            [
+                R.DropoutWrapper(R.BasicLSTMCell(4), output_keep_prob=keep),
+                R.DropoutWrapper(R.GRUCell(3), output_keep_prob=keep),
+            ]
+        )
 
     with control_flow(cf):
         looped = build(lambda x: [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]])
-    unrolled = build(lambda x: [v1.nn.static_rnn(layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]])
+    unrolled = build(
+        lambda x: [v1.nn.static_rnn(layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+    )
     loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=X)
     fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=X)
-    assert sorted(loop.cells) == sorted(fetched.cells) == ["rnn/multi_rnn_cell/cell_0/basic_lstm_cell", "rnn/multi_rnn_cell/cell_1/gru_cell"]
+    assert (
+        sorted(loop.cells)
+        == sorted(fetched.cells)
+        == ["rnn/multi_rnn_cell/cell_0/basic_lstm_cell", "rnn/multi_rnn_cell/cell_1/gru_cell"]
+    )
     assert set(paths(loop).values()) == {"loop"}
     for cell in loop.cells:
         assert_same(loop, fetched, cell)
@@ -252,7 +340,9 @@ def test_a_frozen_loop_pruned_to_its_projected_final_state_records_its_projectio
 
     with control_flow("v1"):
         built = build(body)
-    frozen = v1.graph_util.convert_variables_to_constants(built.session, built.graph.as_graph_def(), built.output_ops())
+    frozen = v1.graph_util.convert_variables_to_constants(
+        built.session, built.graph.as_graph_def(), built.output_ops()
+    )
     arrays = [n for n in frozen.node if n.op == "TensorArrayV3"]
     assert arrays
     for node in arrays:
@@ -264,10 +354,18 @@ def test_a_frozen_loop_pruned_to_its_projected_final_state_records_its_projectio
     (spec,) = rec.manifest["cells"]
     assert (spec["units"], spec["input_size"]) == (4, 4), spec
     (weights,) = built.weights.values()
-    ref = expected(config, weights, {"x": X, "h0": np.zeros((len(X), 2), np.float32), "c0": np.zeros((len(X), 4), np.float32)})
+    ref = expected(
+        config,
+        weights,
+        {"x": X, "h0": np.zeros((len(X), 2), np.float32), "c0": np.zeros((len(X), 4), np.float32)},
+    )
     for g, gate in enumerate(rec.gates(cell)):
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "preactivation"), ref["preactivation"][:, :, g], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5
+        )
     for s, values in ref["states"].items():
         np.testing.assert_allclose(rec.state_array(cell, s), values, atol=1e-5)
 
@@ -277,15 +375,19 @@ RESIDUAL = {name: CONFIGS[name] for name in ("LSTMCell", "GRUCell", "BasicLSTMCe
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("name", list(RESIDUAL))
-def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes(name, cf, tmp_path):
+def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes(
+    name, cf, tmp_path
+):
     """GNMT's stacking: MultiRNNCell of ResidualWrapper cells under dynamic_rnn, each upper layer
     reading the sum of the layer below's output and its own input. The loop emits what each
     upper step read; `--verify` replays from it; every gate equals static_rnn's with the same
     weights bit for bit, the parts sum to the preactivation, and the upper layer equals a float64
     numpy cell on h_below + x."""
     config = RESIDUAL[name]
-    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(config.make()) for _ in range(2)])  # noqa: E731
-    wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)  # 3 features: the residual adds them to 3 units
+    # noqa: E731
+    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(config.make()) for _ in range(2)])
+    # 3 features: the residual adds them to 3 units
+    wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)
 
     def dynamic(x):
         return [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]]
@@ -296,17 +398,38 @@ def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes
     with control_flow(cf):
         looped = build(dynamic, features=3)
     unrolled = build(static, features=3)
-    loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", "--values", "preactivation,activation,contributions", x=wide)
+    loop = record(
+        saved(looped, tmp_path / "a"),
+        tmp_path,
+        "loop",
+        "--verify",
+        "--values",
+        "preactivation,activation,contributions",
+        x=wide,
+    )
     fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", x=wide)
-    assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 2 and set(paths(loop).values()) == {"loop"}
+    assert (
+        sorted(loop.cells) == sorted(fetched.cells)
+        and len(loop.cells) == 2
+        and set(paths(loop).values()) == {"loop"}
+    )
     for cell in loop.cells:
         assert_same(loop, fetched, cell)
     lower, upper = sorted(loop.cells)
     below = fetched.state_array(lower, "h").astype(np.float64)
-    zeros = {"h0": np.zeros((6, 3), np.float32), **({"c0": np.zeros((6, 3), np.float32)} if "LSTM" in name else {})}
-    ref = expected(config, looped.weights[upper.rsplit("/", 1)[0] + "/" + config.scope_name], {"x": (below + wide).astype(np.float32), **zeros})
+    zeros = {
+        "h0": np.zeros((6, 3), np.float32),
+        **({"c0": np.zeros((6, 3), np.float32)} if "LSTM" in name else {}),
+    }
+    ref = expected(
+        config,
+        looped.weights[upper.rsplit("/", 1)[0] + "/" + config.scope_name],
+        {"x": (below + wide).astype(np.float32), **zeros},
+    )
     for g, gate in enumerate(loop.gates(upper)):
-        np.testing.assert_allclose(loop.gate_array(upper, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            loop.gate_array(upper, gate, "activation"), ref["activation"][:, :, g], atol=1e-5
+        )
     frame = loop.gate_frame([upper], columns=["preactivation", "input", "recurrent", "bias"])
     parts = frame[["input", "recurrent", "bias"]].sum(axis=1)
     np.testing.assert_allclose(parts, frame["preactivation"], atol=1e-5)
@@ -314,25 +437,51 @@ def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 def test_a_bidirectional_residual_stack_with_lengths_records_what_static_rnn_computes(cf, tmp_path):
-    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(R.LSTMCell(3)) for _ in range(2)])  # noqa: E731
+    # noqa: E731
+    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(R.LSTMCell(3)) for _ in range(2)])
     wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)
 
     def dynamic(x):
         seq = v1.placeholder(tf.int32, [None], name="len")
-        return list(tf.nest.flatten(v1.nn.bidirectional_dynamic_rnn(layers(), layers(), x, sequence_length=seq, dtype=tf.float32)))
+        return list(
+            tf.nest.flatten(
+                v1.nn.bidirectional_dynamic_rnn(
+                    layers(), layers(), x, sequence_length=seq, dtype=tf.float32
+                )
+            )
+        )
 
-    def static(x):  # static_rnn with sequence_length runs its steps in conds: recorded with --lengths instead
-        return [v1.nn.static_bidirectional_rnn(layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]]
+    # static_rnn with sequence_length runs its steps in conds: recorded with --lengths instead
+    def static(x):
+        return [
+            v1.nn.static_bidirectional_rnn(
+                layers(), layers(), tf.unstack(x, axis=1), dtype=tf.float32
+            )[0][-1]
+        ]
 
     with control_flow(cf):
         looped = build(dynamic, features=3)
     unrolled = build(static, features=3)
     loop = record(saved(looped, tmp_path / "a"), tmp_path, "loop", "--verify", x=wide, len=LENGTHS)
     np.save(tmp_path / "len.npy", LENGTHS)
-    fetched = record(saved(unrolled, tmp_path / "b"), tmp_path, "fetch", "--lengths", str(tmp_path / "len.npy"), x=wide)
+    fetched = record(
+        saved(unrolled, tmp_path / "b"),
+        tmp_path,
+        "fetch",
+        "--lengths",
+        str(tmp_path / "len.npy"),
+        x=wide,
+    )
     assert sorted(loop.cells) == sorted(fetched.cells) and len(loop.cells) == 4
-    for cell in loop.cells:  # the backward half reads each sequence from its own end, the unrolled one from
-        for gate in loop.gates(cell):  # the last step: --verify replayed it from what each step read
-            a, b = loop.gate_array(cell, gate, "preactivation"), fetched.gate_array(cell, gate, "preactivation")
+    # the backward half reads each sequence from its own end, the unrolled one from
+    for cell in loop.cells:
+        # the last step: --verify replayed it from what each step read
+        for gate in loop.gates(cell):
+            a, b = (
+                loop.gate_array(cell, gate, "preactivation"),
+                fetched.gate_array(cell, gate, "preactivation"),
+            )
             for e, n in enumerate(LENGTHS):
-                assert np.isnan(a[e, n:]).all() and ("/bw/" in cell or np.array_equal(a[e, :n], b[e, :n])), f"{cell} {gate} example {e}"
+                assert np.isnan(a[e, n:]).all() and (
+                    "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n])
+                ), f"{cell} {gate} example {e}"

@@ -25,7 +25,9 @@ def peak_rss_mb(model: str, x, out, *flags: str) -> float:
         f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet', *{list(flags)!r}]); "
         "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return int(result.stdout.split()[-1]) / 1024
 
@@ -46,25 +48,35 @@ def test_peak_memory_does_not_grow_with_the_number_of_sequences(tmp_path):
     this span, against a limit near 100 KB."""
 
     def body(x):
-        outputs, _ = v1.nn.static_rnn(R.BasicLSTMCell(UNITS), tf.unstack(x[:, :, :FEATURES], axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(UNITS), tf.unstack(x[:, :, :FEATURES], axis=1), dtype=tf.float32
+        )
         return [outputs[-1]]
 
     model = save(build(body, steps=STEPS, features=WIDE), "checkpoint", tmp_path)
     peaks, written = {}, {}
     for n in SIZES:
         x = tmp_path / f"x{n}.npy"
-        rows = np.lib.format.open_memmap(x, mode="w+", dtype=np.float32, shape=(n, STEPS, WIDE))  # written without holding it
+        # written without holding it
+        rows = np.lib.format.open_memmap(x, mode="w+", dtype=np.float32, shape=(n, STEPS, WIDE))
         for start in range(0, n, 100):
-            rows[start : start + 100] = np.random.RandomState(start).randn(min(100, n - start), STEPS, WIDE)
+            rows[start : start + 100] = np.random.RandomState(start).randn(
+                min(100, n - start), STEPS, WIDE
+            )
         rows.flush()
         del rows
         peaks[n] = peak_rss_mb(model, x, tmp_path / f"out{n}")
         written[n] = folder_bytes(tmp_path / f"out{n}")
         x.unlink()
-    slope = np.polyfit(SIZES, [peaks[n] * 2**20 for n in SIZES], 1)[0]  # bytes of peak RSS per sequence
-    per_sequence = (written[SIZES[-1]] - written[SIZES[0]]) / (SIZES[-1] - SIZES[0])  # bytes written per sequence
+    # bytes of peak RSS per sequence
+    slope = np.polyfit(SIZES, [peaks[n] * 2**20 for n in SIZES], 1)[0]
+    # bytes written per sequence
+    per_sequence = (written[SIZES[-1]] - written[SIZES[0]]) / (SIZES[-1] - SIZES[0])
     assert per_sequence > 150_000, per_sequence  # the values the limit is derived from
-    assert slope < per_sequence / 2, (f"{slope / 1024:.1f} KB of peak RSS per sequence, limit {per_sequence / 2048:.1f} KB", peaks)
+    assert slope < per_sequence / 2, (
+        f"{slope / 1024:.1f} KB of peak RSS per sequence, limit {per_sequence / 2048:.1f} KB",
+        peaks,
+    )
 
 
 @pytest.mark.e2e
@@ -75,7 +87,9 @@ def test_the_memory_budget_bounds_the_peak_rss_of_the_process(tmp_path):
     steps, features, units = 100, 8, 64
 
     def body(x):
-        outputs, _ = v1.nn.static_rnn(R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         return [outputs[-1]]
 
     model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
@@ -84,7 +98,9 @@ def test_the_memory_budget_bounds_the_peak_rss_of_the_process(tmp_path):
     base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4")
     budget = round(base + 200)
     whole = peak_rss_mb(model, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G")
-    budgeted = peak_rss_mb(model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M")
+    budgeted = peak_rss_mb(
+        model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M"
+    )
     assert whole > budget, (base, whole)
     assert budgeted <= budget, (base, budgeted)
     import json

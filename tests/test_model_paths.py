@@ -48,15 +48,20 @@ def _weights(folder) -> np.ndarray:
 def test_a_state_file_naming_a_checkpoint_outside_reads_the_one_inside(how, two_models, capsys):
     tmp_path, ours, theirs = two_models
     named = f"{theirs}/model.ckpt" if how == "absolute" else "../../b/ckptdir/model.ckpt"
-    (tmp_path / "a" / "ckptdir" / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\nall_model_checkpoint_paths: "{named}"\n')
+    (tmp_path / "a" / "ckptdir" / "checkpoint").write_text(
+        f'model_checkpoint_path: "{named}"\nall_model_checkpoint_paths: "{named}"\n'
+    )
     x = f"x={tmp_path / 'x.npy'}"
     for folder, out in ((ours, "ours"), (theirs, "theirs")):
-        assert main(["record", folder, "--feed", x, "--out", str(tmp_path / out), "--quiet"]) == 0, capsys.readouterr().err
+        assert (
+            main(["record", folder, "--feed", x, "--out", str(tmp_path / out), "--quiet"]) == 0
+        ), capsys.readouterr().err
     assert not np.array_equal(_weights(tmp_path / "ours"), _weights(tmp_path / "theirs"))
     assert main(["inspect", ours, "--json"]) == 0
     printed = capsys.readouterr().out
     assert json.loads(printed.splitlines()[-1])["notes"] == [
-        f"its 'checkpoint' file names {named}, outside {ours}: read model.ckpt in the folder instead"]
+        f"its 'checkpoint' file names {named}, outside {ours}: read model.ckpt in the folder instead"
+    ]
     # the inside checkpoint is what was recorded: its weights, not the other model's
     assert main(["record", ours, "--feed", x, "--out", str(tmp_path / "again"), "--quiet"]) == 0
     assert np.array_equal(_weights(tmp_path / "again"), _weights(tmp_path / "ours"))
@@ -64,7 +69,10 @@ def test_a_state_file_naming_a_checkpoint_outside_reads_the_one_inside(how, two_
     for f in (tmp_path / "a" / "ckptdir").glob("model.ckpt*"):
         f.rename(f.with_name(f.name.replace("model.ckpt", "other.ckpt")))
     msg = _cli_error(capsys, ["record", ours, "--feed", x, "--out", str(tmp_path / "none")])
-    assert f"its 'checkpoint' file names {named}, outside the folder, and the folder holds no model.ckpt" in msg
+    assert (
+        f"its 'checkpoint' file names {named}, outside the folder, and the folder holds no model.ckpt"
+        in msg
+    )
     assert not (tmp_path / "none").exists()
 
 
@@ -74,7 +82,10 @@ def test_a_checkpoint_whose_files_link_out_of_the_folder_is_refused(two_models, 
     index.unlink()
     index.symlink_to(f"{theirs}/model.ckpt.index")
     msg = _cli_error(capsys, ["inspect", ours])
-    assert "model.ckpt.index links out of the folder; gatetrace reads a checkpoint's files only inside its folder" in msg
+    assert (
+        "model.ckpt.index links out of the folder; gatetrace reads a checkpoint's files only inside its folder"
+        in msg
+    )
 
 
 def test_a_savedmodel_whose_variables_link_out_of_its_folder_is_refused(tmp_path, capsys):
@@ -85,6 +96,9 @@ def test_a_savedmodel_whose_variables_link_out_of_its_folder_is_refused(tmp_path
     shutil.rmtree(f"{ours}/variables")
     (tmp_path / "a" / "savedmodel" / "variables").symlink_to(f"{theirs}/variables")
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    msg = _cli_error(capsys, ["record", ours, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
+    msg = _cli_error(
+        capsys,
+        ["record", ours, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+    )
     assert f"{ours}: variables links out of the SavedModel's folder" in msg
     assert not (tmp_path / "out").exists()

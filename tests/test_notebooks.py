@@ -23,7 +23,9 @@ def test_notebooks_are_stored_without_outputs(name):
     book = json.loads((NOTEBOOKS / name).read_text())
     code = [c for c in book["cells"] if c["cell_type"] == "code"]
     assert code, name
-    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), f"{name}: strip its outputs"
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), (
+        f"{name}: strip its outputs"
+    )
 
 
 def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
@@ -34,30 +36,48 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
     # A kernel of this very interpreter, whatever kernels the machine has installed.
     spec = folder / "jupyter" / "kernels" / "gatetrace-tests"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "gatetrace tests",
-        "language": "python",
-        "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "gatetrace tests",
+                "language": "python",
+                "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(folder / "jupyter"))
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
     book.cells.append(nbformat.v4.new_code_cell("import json\nprint(json.dumps(" + probe + "))"))
-    client = nbclient.NotebookClient(book, timeout=600, kernel_name="gatetrace-tests", resources={"metadata": {"path": str(folder)}})
+    client = nbclient.NotebookClient(
+        book,
+        timeout=600,
+        kernel_name="gatetrace-tests",
+        resources={"metadata": {"path": str(folder)}},
+    )
     client.execute()
     out = "".join(o.get("text", "") for o in book.cells[-1].outputs if o.get("name") == "stdout")
-    images = ["image/png" in o.get("data", {}) for c in book.cells if c.cell_type == "code" and "plots." in c.source
-              for o in [next((o for o in c.outputs if "image/png" in o.get("data", {})), {})]]
+    images = [
+        "image/png" in o.get("data", {})
+        for c in book.cells
+        if c.cell_type == "code" and "plots." in c.source
+        for o in [next((o for o in c.outputs if "image/png" in o.get("data", {})), {})]
+    ]
     return {**json.loads(out), "images": images}
 
 
 @pytest.mark.e2e
 def test_quickstart_recomputes_the_recorded_gates(tmp_path, monkeypatch):
-    got = run_notebook("01_quickstart.ipynb", tmp_path, monkeypatch, """{
+    got = run_notebook(
+        "01_quickstart.ipynb",
+        tmp_path,
+        monkeypatch,
+        """{
         "by_hand": float(by_hand), "by_hand_pre": float(by_hand_pre), "recorded": float(recorded),
         "hand_error": float(hand_error), "reference_error": reference_error, "record_error": record_error,
         "gates": list(lstm.gates), "weight_rows": len(weights),
-    }""")
+    }""",
+    )
     import tracer
     from recorders import Recording
 
@@ -78,8 +98,14 @@ def test_quickstart_recomputes_the_recorded_gates(tmp_path, monkeypatch):
     rec = Recording(folder / "recording")
     assert rec.examples == [[0, 5]]
     for k, gate in enumerate(cell.gates):
-        np.testing.assert_allclose(rec.gate_array(cell.name, gate), ref["activation"][:, :, k], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array(cell.name, gate, "preactivation"), ref["preactivation"][:, :, k], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(cell.name, gate), ref["activation"][:, :, k], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array(cell.name, gate, "preactivation"),
+            ref["preactivation"][:, :, k],
+            atol=1e-5,
+        )
     np.testing.assert_allclose(rec.state_array(cell.name, "c"), ref["states"]["c"], atol=1e-5)
     # weights: W (3 rows) + U (4 rows) + b (1 row) per gate, 4 units each
     assert got["weight_rows"] == 4 * (3 + 4 + 1) * 4
@@ -87,7 +113,11 @@ def test_quickstart_recomputes_the_recorded_gates(tmp_path, monkeypatch):
 
 @pytest.mark.e2e
 def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
-    got = run_notebook("02_gate_analysis.ipynb", tmp_path, monkeypatch, """{
+    got = run_notebook(
+        "02_gate_analysis.ipynb",
+        tmp_path,
+        monkeypatch,
+        """{
         "sequences": SEQUENCES,
         "saturation": sat.sort_values(["gate", "unit"])[["gate", "unit", "left", "right", "n"]].astype({"gate": str}).values.tolist(),
         "forget_mean": forget["mean"].tolist(), "forget_q90": forget["q90"].tolist(),
@@ -98,7 +128,8 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
         "lowest": lowest[["example", "step", "value"]].values.tolist(),
         "parts": parts[["input", "recurrent", "bias"]].values.tolist(), "parts_error": parts_error,
         "drivers": drivers[["part", "mean_abs", "dominant"]].values.tolist(),
-    }""")
+    }""",
+    )
     from recorders import Recording
 
     assert got["images"] == [True, True, True, True], "each plot cell shows its figure"
@@ -111,13 +142,19 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     expected = []
     for g in sorted(gates):
         a = gates[g].reshape(-1, 16)
-        expected += [[g, u, (a[:, u] < 0.1).mean(), (a[:, u] > 0.9).mean(), 8192 * 20] for u in range(16)]
+        expected += [
+            [g, u, (a[:, u] < 0.1).mean(), (a[:, u] > 0.9).mean(), 8192 * 20] for u in range(16)
+        ]
     assert [r[:2] for r in got["saturation"]] == [r[:2] for r in expected]
-    np.testing.assert_allclose([r[2:] for r in got["saturation"]], [r[2:] for r in expected], atol=1e-12)
+    np.testing.assert_allclose(
+        [r[2:] for r in got["saturation"]], [r[2:] for r in expected], atol=1e-12
+    )
 
     f = gates["f"].astype(np.float64)
     np.testing.assert_allclose(got["forget_mean"], f.mean(axis=(0, 2)), atol=1e-6)
-    np.testing.assert_allclose(got["forget_q90"], np.quantile(f.transpose(1, 0, 2).reshape(20, -1), 0.9, axis=1), atol=1e-6)
+    np.testing.assert_allclose(
+        got["forget_q90"], np.quantile(f.transpose(1, 0, 2).reshape(20, -1), 0.9, axis=1), atol=1e-6
+    )
     np.testing.assert_allclose(got["duckdb_mean"], f.mean(axis=(0, 2)), atol=1e-6)
     assert got["duckdb_error"] < 1e-6
 
@@ -129,15 +166,21 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     e = np.array([r[0] for r in got["courses"]], int)
     s = np.array([r[1] for r in got["courses"]], int)
     assert sorted(set(e)) == sorted({got["pos"], got["neg"]}) and len(e) == 40
-    np.testing.assert_allclose([r[2] for r in got["courses"]], gates["f"][e, s, got["keeper"]], atol=0)
+    np.testing.assert_allclose(
+        [r[2] for r in got["courses"]], gates["f"][e, s, got["keeper"]], atol=0
+    )
     np.testing.assert_allclose([r[3] for r in got["courses"]], c[e, s, got["keeper"]], atol=0)
 
     j = gates["j"].astype(np.float64).reshape(-1, 16)
     label = x[:, :, 1].reshape(-1)
-    np.testing.assert_allclose(got["correlation"], [np.corrcoef(j[:, u], label)[0, 1] for u in range(16)], atol=1e-9)
+    np.testing.assert_allclose(
+        got["correlation"], [np.corrcoef(j[:, u], label)[0, 1] for u in range(16)], atol=1e-9
+    )
     assert got["writer"] == int(np.argmax(np.abs(got["correlation"])))
     column = gates["j"][:, :, got["writer"]]
-    np.testing.assert_allclose([r[2] for r in got["lowest"]], np.sort(column, axis=None)[:10], atol=0)
+    np.testing.assert_allclose(
+        [r[2] for r in got["lowest"]], np.sort(column, axis=None)[:10], atol=0
+    )
     for example, step, value in got["lowest"]:
         assert column[int(example), int(step)] == value
 
@@ -146,7 +189,9 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     from tracer._tf import tf
 
     reader = tf.train.load_checkpoint(str(tmp_path / "gate-analysis" / "model" / "model.ckpt"))
-    kernel, bias = (reader.get_tensor(f"rnn/basic_lstm_cell/{n}").astype(np.float64) for n in ("kernel", "bias"))
+    kernel, bias = (
+        reader.get_tensor(f"rnn/basic_lstm_cell/{n}").astype(np.float64) for n in ("kernel", "bias")
+    )
     u, pos, units = got["keeper"], got["pos"], 16
     h, cs, want = np.zeros(units), np.zeros(units), []
     for t in range(6):
@@ -159,4 +204,8 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
         h = np.tanh(cs) / (1 + np.exp(-o))
     np.testing.assert_allclose(got["parts"], want, atol=1e-5)
     assert got["parts_error"] < 1e-5
-    assert sum(r[2] for r in got["drivers"]) == 1 and {r[0] for r in got["drivers"]} == {"input", "recurrent", "bias"}
+    assert sum(r[2] for r in got["drivers"]) == 1 and {r[0] for r in got["drivers"]} == {
+        "input",
+        "recurrent",
+        "bias",
+    }

@@ -37,7 +37,11 @@ def s3():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(200):
             try:
@@ -46,10 +50,20 @@ def s3():
             except OSError:
                 time.sleep(0.05)
         endpoint = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-               "AWS_DEFAULT_REGION": "us-east-1"}
-        store = fs.S3FileSystem(endpoint_override=endpoint, access_key="test", secret_key="test", region="us-east-1",
-                                allow_bucket_creation=True)
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        store = fs.S3FileSystem(
+            endpoint_override=endpoint,
+            access_key="test",
+            secret_key="test",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
         store.create_dir("data")
         yield env, store
     finally:
@@ -64,7 +78,9 @@ def put(store, key: str, data: bytes) -> None:
 
 def parquet_bytes(rows: np.ndarray) -> bytes:
     buffer = pa.BufferOutputStream()
-    table = pa.table({"x": pa.array([r.tolist() for r in rows], type=pa.list_(pa.list_(pa.float32())))})
+    table = pa.table(
+        {"x": pa.array([r.tolist() for r in rows], type=pa.list_(pa.list_(pa.float32())))}
+    )
     pq.write_table(table, buffer, row_group_size=3)
     return buffer.getvalue().to_pybytes()
 
@@ -74,7 +90,12 @@ def record(s3, monkeypatch):
     """`gatetrace record ... --quiet` in this process, with the environment pointing at the server
     (spawned workers inherit it)."""
     env, _ = s3
-    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+    for key in (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+    ):
         monkeypatch.setenv(key, env[key])
     return lambda *args: run_cli("record", *args, "--quiet")
 
@@ -82,7 +103,11 @@ def record(s3, monkeypatch):
 def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
     env, store = s3
     rows = np.random.RandomState(2).randn(13, STEPS, FEATURES).astype(np.float32)
-    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    model = save(
+        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
+        "checkpoint",
+        tmp_path,
+    )
     np.save(tmp_path / "x.npy", rows)
     npy, npz = io.BytesIO(), io.BytesIO()
     np.save(npy, rows)
@@ -90,34 +115,66 @@ def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
     put(store, "data/x.npy", npy.getvalue())
     put(store, "data/x.npz", npz.getvalue())
     put(store, "data/x.parquet", parquet_bytes(rows))
-    put(store, "data/set/part-0.parquet", parquet_bytes(rows[:6]))  # a dataset: two files, read in name order
+    # a dataset: two files, read in name order
+    put(store, "data/set/part-0.parquet", parquet_bytes(rows[:6]))
     put(store, "data/set/part-1.parquet", parquet_bytes(rows[6:]))
     for k, part in enumerate(np.array_split(rows, 2)):  # TFRecord shards, matched by a pattern
         write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence=True)
         put(store, f"data/tf/train-{k}.tfrecord", (tmp_path / f"train-{k}.tfrecord").read_bytes())
-    done = record(model, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "local"), "--batch-size", "4")
+    done = record(
+        model,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "local"),
+        "--batch-size",
+        "4",
+    )
     assert done.returncode == 0, done.stderr
     want = tables(tmp_path / "local")
-    for name, spec in {"npy": "s3://data/x.npy", "npz": "s3://data/x.npz:x", "parquet": "s3://data/x.parquet:x",
-                       "dataset": "s3://data/set:x", "tfrecord": "s3://data/tf/train-*.tfrecord:x"}.items():
-        done = record(model, "--feed", f"x={spec}", "--out", str(tmp_path / name), "--batch-size", "4")
+    for name, spec in {
+        "npy": "s3://data/x.npy",
+        "npz": "s3://data/x.npz:x",
+        "parquet": "s3://data/x.parquet:x",
+        "dataset": "s3://data/set:x",
+        "tfrecord": "s3://data/tf/train-*.tfrecord:x",
+    }.items():
+        done = record(
+            model, "--feed", f"x={spec}", "--out", str(tmp_path / name), "--batch-size", "4"
+        )
         assert done.returncode == 0, (name, done.stderr)
         got = tables(tmp_path / name)
         for table in want:
             assert got[table].equals(want[table]), (name, table)
-    done = record(model, "--feed", "x=s3://data/x.npy", "--out", str(tmp_path / "pool"), "--batch-size", "4", "--workers", "2",
-                  "--task-size", "1")
+    done = record(
+        model,
+        "--feed",
+        "x=s3://data/x.npy",
+        "--out",
+        str(tmp_path / "pool"),
+        "--batch-size",
+        "4",
+        "--workers",
+        "2",
+        "--task-size",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     assert "in 4 tasks" in done.stdout
     got = tables(tmp_path / "pool")
     assert all(got[t].equals(want[t]) for t in want)
     missing = record(model, "--feed", "x=s3://data/nothing.npy", "--out", str(tmp_path / "none"))
-    assert missing.returncode == 2 and "feed x: no such file s3://data/nothing.npy" in missing.stderr
+    assert (
+        missing.returncode == 2 and "feed x: no such file s3://data/nothing.npy" in missing.stderr
+    )
 
 
 def s3_tables(store, prefix: str) -> dict[str, pd.DataFrame]:
     """`tables` of a recording in the S3 server (`prefix` is bucket/key)."""
-    keys = {"gates": ["cell", "gate", "example", "step", "unit"], "states": ["cell", "state", "example", "step", "unit"]}
+    keys = {
+        "gates": ["cell", "gate", "example", "step", "unit"],
+        "states": ["cell", "state", "example", "step", "unit"],
+    }
     frames = {}
     for table, order in keys.items():
         df = pd.read_parquet(f"{prefix}/{table}", filesystem=store)
@@ -132,7 +189,9 @@ def read_json(store, key: str):
         return json.loads(f.read())
 
 
-def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_resume(s3, record, tmp_path, monkeypatch):
+def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_resume(
+    s3, record, tmp_path, monkeypatch
+):
     """--out s3://...: objects written at their final keys, each batch committed by its
     progress object; a failure midway keeps the committed batches, and a resume with
     another batch size replaces the uncommitted part objects (no row twice)."""
@@ -141,10 +200,16 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     env, store = s3
     store.create_dir("out")
     rows = np.random.RandomState(3).randn(13, STEPS, FEATURES).astype(np.float32)
-    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    model = save(
+        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
+        "checkpoint",
+        tmp_path,
+    )
     np.save(tmp_path / "x.npy", rows)
     feed = ["--feed", f"x={tmp_path / 'x.npy'}"]
-    assert record(model, *feed, "--out", str(tmp_path / "local"), "--batch-size", "4").returncode == 0
+    assert (
+        record(model, *feed, "--out", str(tmp_path / "local"), "--batch-size", "4").returncode == 0
+    )
     want = tables(tmp_path / "local")
 
     done = record(model, *feed, "--out", "s3://out/one", "--batch-size", "4")
@@ -154,7 +219,11 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     assert read_json(store, "out/one/manifest.json")["examples"] == 13
     assert read_json(store, "out/one/_progress/shard-0-of-1.json")["complete"] == [[0, 13]]
     assert sorted(i.base_name for i in store.get_file_info(fs_selector("out/one"))) == [
-        "_progress", "gates", "manifest.json", "states", "weights.parquet"
+        "_progress",
+        "gates",
+        "manifest.json",
+        "states",
+        "weights.parquet",
     ]
 
     write, calls = recorders.write.rowgroups.write_parquet, []
@@ -168,13 +237,15 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", fails_at_once)
     assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 2
     monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write)
-    assert store.get_file_info(fs_selector("out/first", recursive=True)) == []  # nothing a rerun would refuse
+    # nothing a rerun would refuse
+    assert store.get_file_info(fs_selector("out/first", recursive=True)) == []
     assert record(model, *feed, "--out", "s3://out/first", "--batch-size", "4").returncode == 0
     calls.clear()
 
     def disk_full_in_the_second_batch(path, *args, **kwargs):
         calls.append(path)
-        if len(calls) == 8:  # the weights, 4 files of the first batch (3 gates, 1 state), then the second's third
+        # the weights, 4 files of the first batch (3 gates, 1 state), then the second's third
+        if len(calls) == 8:
             raise OSError(28, "No space left on device")
         return write(path, *args, **kwargs)
 
@@ -185,27 +256,55 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     monkeypatch.setattr(recorders.write.rowgroups, "write_parquet", write)
     assert read_json(store, "out/crash/_progress/shard-0-of-1.json")["complete"] == [[0, 4]]
     listed = [i.path for i in store.get_file_info(fs_selector("out/crash/gates", recursive=True))]
-    assert any(p.endswith("part-0000000004.parquet") for p in listed)  # written, not committed: the resume replaces it
-    assert "already holds a partial recording; pass --resume" in record(model, *feed, "--out", "s3://out/crash").stderr
+    # written, not committed: the resume replaces it
+    assert any(p.endswith("part-0000000004.parquet") for p in listed)
+    assert (
+        "already holds a partial recording; pass --resume"
+        in record(model, *feed, "--out", "s3://out/crash").stderr
+    )
     done = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "3", "--resume")
     assert done.returncode == 0, done.stderr
     got = s3_tables(store, "out/crash")
-    for t in want:  # another batch size after the resume: the same rows, values to float32 precision
+    # another batch size after the resume: the same rows, values to float32 precision
+    for t in want:
         assert len(got[t]) == len(want[t])
         pd.testing.assert_frame_equal(got[t], want[t], check_exact=False, rtol=1e-5, atol=1e-6)
 
-    done = record(model, *feed, "--out", "s3://out/pool", "--batch-size", "4", "--workers", "2", "--task-size", "1")
+    done = record(
+        model,
+        *feed,
+        "--out",
+        "s3://out/pool",
+        "--batch-size",
+        "4",
+        "--workers",
+        "2",
+        "--task-size",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     assert "in 4 tasks" in done.stdout
     got = s3_tables(store, "out/pool")
     assert all(got[t].equals(want[t]) for t in want)
 
     refused = record(model, *feed, "--out", "s3://out/one", "--overwrite")
-    assert refused.returncode == 2 and "object storage cannot swap a new recording in at once" in refused.stderr
-    again = record(model, *feed, "--out", "s3://out/one")  # only what works in object storage is suggested
-    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--overwrite" not in again.stderr, again.stderr
-    assert "already holds a finished recording; pass --resume to continue it, or remove it first (aws s3 rm --recursive" in again.stderr
-    weights = run_cli("weights", model, "--out", "s3://out/w.parquet")  # a single file: written locally, then copied
+    assert (
+        refused.returncode == 2
+        and "object storage cannot swap a new recording in at once" in refused.stderr
+    )
+    # only what works in object storage is suggested
+    again = record(model, *feed, "--out", "s3://out/one")
+    assert (
+        again.returncode == 2
+        and again.stderr.count("\n") == 1
+        and "--overwrite" not in again.stderr
+    ), again.stderr
+    assert (
+        "already holds a finished recording; pass --resume to continue it, or remove it first (aws s3 rm --recursive"
+        in again.stderr
+    )
+    # a single file: written locally, then copied
+    weights = run_cli("weights", model, "--out", "s3://out/w.parquet")
     assert weights.returncode == 2 and weights.stderr.count("\n") == 1
     assert "(only `gatetrace record --out` writes there)" in weights.stderr
 

@@ -32,18 +32,23 @@ def _training(config, normalized: bool):
         logits = v1.layers.dense(outputs[:, -1], 2, name="readout")
         if normalized:
             training = v1.placeholder_with_default(False, [], name="is_training")
-            logits = v1.layers.batch_normalization(v1.layers.dropout(logits, 0.5, training=training), training=training)
+            logits = v1.layers.batch_normalization(
+                v1.layers.dropout(logits, 0.5, training=training), training=training
+            )
         loss = tf.reduce_mean(tf.square(logits))
         rate = tf.constant(0.1, name="learning_rate")
         v1.summary.scalar("loss", loss)
-        v1.summary.scalar("learning_rate", rate)  # a summary of a constant: constant-evaluable, and harmless
+        # a summary of a constant: constant-evaluable, and harmless
+        v1.summary.scalar("learning_rate", rate)
         for var in v1.trainable_variables():
             v1.summary.histogram(var.op.name, var)
         v1.summary.merge_all()
         grads, variables = zip(*v1.train.GradientDescentOptimizer(rate).compute_gradients(loss))
         clipped, _ = tf.clip_by_global_norm(grads, 5.0)
         step = v1.train.get_or_create_global_step()
-        v1.train.GradientDescentOptimizer(rate).apply_gradients(zip(clipped, variables), global_step=step)
+        v1.train.GradientDescentOptimizer(rate).apply_gradients(
+            zip(clipped, variables), global_step=step
+        )
         return [outputs, *tf.nest.flatten(final)]
 
     return body
@@ -52,21 +57,43 @@ def _training(config, normalized: bool):
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 @pytest.mark.parametrize("normalized", [False, True], ids=["summaries", "dropout-batchnorm"])
 @pytest.mark.parametrize("name", ["BasicLSTMCell", "GRUCell"])
-def test_a_training_checkpoint_with_summaries_and_its_optimizer_records(name, normalized, cf, tmp_path, capsys):
+def test_a_training_checkpoint_with_summaries_and_its_optimizer_records(
+    name, normalized, cf, tmp_path, capsys
+):
     config = CONFIGS[name]
     with control_flow(cf):
         built = build(_training(config, normalized))
     path = save(built, "checkpoint", tmp_path)
     types = {op.type for op in built.graph.get_operations()}
     assert {"ScalarSummary", "HistogramSummary", "MergeSummary"} <= types
-    assert ("StackV2" in types) == (cf == "v1") and ("If" in types or "StatelessIf" in types) == (normalized and cf == "v2")
+    assert ("StackV2" in types) == (cf == "v1") and ("If" in types or "StatelessIf" in types) == (
+        normalized and cf == "v2"
+    )
     np.save(tmp_path / "x.npy", X)
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     rec = Recording(tmp_path / "rec")
     (cell,) = rec.cells
     weights = built.weights[next(k for k in built.weights if k.endswith(config.scope_name))]
     units = config.make().output_size
-    zeros = {"h0": np.zeros((len(X), units), np.float32), **({"c0": np.zeros((len(X), units), np.float32)} if "LSTM" in name else {})}
+    zeros = {
+        "h0": np.zeros((len(X), units), np.float32),
+        **({"c0": np.zeros((len(X), units), np.float32)} if "LSTM" in name else {}),
+    }
     ref = expected(config, weights, {"x": X, **zeros})
     for g, gate in enumerate(rec.gates(cell)):
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5
+        )

@@ -31,7 +31,18 @@ def model(tmp_path_factory):
 
 def record(model, out, *extra) -> list[str]:
     path, x = model
-    return ["record", path, "--feed", f"x={x}", "--out", str(out), "--quiet", "--batch-size", "2", *extra]
+    return [
+        "record",
+        path,
+        "--feed",
+        f"x={x}",
+        "--out",
+        str(out),
+        "--quiet",
+        "--batch-size",
+        "2",
+        *extra,
+    ]
 
 
 def error(capsys, argv) -> str:
@@ -51,7 +62,9 @@ def test_a_progress_link_planted_in_an_empty_out_is_refused(model, tmp_path, cap
     elsewhere.mkdir()
     (out / "_progress").symlink_to(elsewhere)
     msg = error(capsys, record(model, out))
-    assert msg.startswith(f"--out {out} holds a symbolic link, {out / '_progress'} -> {elsewhere}; gatetrace writes only real files")
+    assert msg.startswith(
+        f"--out {out} holds a symbolic link, {out / '_progress'} -> {elsewhere}; gatetrace writes only real files"
+    )
     assert list(elsewhere.iterdir()) == []
 
 
@@ -62,7 +75,9 @@ def test_tables_replaced_by_links_are_not_followed_on_resume(model, tmp_path, ca
     (out / table).rename(elsewhere)
     (out / table).symlink_to(elsewhere)
     (out / "_progress" / "shard-0-of-1.json").write_text(
-        (out / "_progress" / "shard-0-of-1.json").read_text().replace('"finished": true', '"finished": false')
+        (out / "_progress" / "shard-0-of-1.json")
+        .read_text()
+        .replace('"finished": true', '"finished": false')
     )
     before = snapshot(elsewhere)
     msg = error(capsys, record(model, out, "--resume"))
@@ -88,11 +103,15 @@ def test_overwrite_never_deletes_what_gatetrace_did_not_write(model, tmp_path, c
     x = out / "inputs.npy"  # the user's input, inside the folder named as --out
     np.save(x, np.ones((4, 5, 4), np.float32))
     msg = error(capsys, ["record", path, "--feed", f"x={x}", "--out", str(out), "--overwrite"])
-    assert msg.startswith(f"--out {out} holds what gatetrace did not write (inputs.npy); --overwrite replaces only gatetrace's own output")
+    assert msg.startswith(
+        f"--out {out} holds what gatetrace did not write (inputs.npy); --overwrite replaces only gatetrace's own output"
+    )
     assert np.array_equal(np.load(x), np.ones((4, 5, 4), np.float32))
 
 
-def test_a_failing_overwrite_keeps_the_recording_it_was_to_replace(model, tmp_path, capsys, monkeypatch):
+def test_a_failing_overwrite_keeps_the_recording_it_was_to_replace(
+    model, tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "out"
     assert main(record(model, out)) == 0
     before = snapshot(out)
@@ -115,7 +134,11 @@ def test_an_out_given_as_a_link_is_recorded_into_its_target(model, tmp_path, cap
     assert main(record(model, target)) == 0
     link.symlink_to(target)
     assert main(record(model, link, "--overwrite")) == 0
-    assert link.is_symlink() and os.readlink(link) == str(target) and (target / "manifest.json").exists()
+    assert (
+        link.is_symlink()
+        and os.readlink(link) == str(target)
+        and (target / "manifest.json").exists()
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
 
 
@@ -161,7 +184,10 @@ def test_tampered_progress_files_are_refused_naming_the_file(model, tmp_path, ca
     path.write_text(json.dumps(TAMPERED[how](json.loads(path.read_text()))))
     before = snapshot(out)
     msg = error(capsys, record(model, out, "--resume"))
-    assert msg.startswith(f"the progress file {path} is not one gatetrace wrote (") and "record into a new folder" in msg
+    assert (
+        msg.startswith(f"the progress file {path} is not one gatetrace wrote (")
+        and "record into a new folder" in msg
+    )
     assert snapshot(out) == before
 
 
@@ -170,7 +196,9 @@ def test_an_extra_shard_file_is_refused(model, tmp_path, capsys):
     assert main(record(model, out)) == 0
     (out / "_progress" / "shard-5-of-3.json").write_text("{}")
     msg = error(capsys, record(model, out, "--resume"))
-    assert msg.startswith(f"the progress file {out / '_progress' / 'shard-5-of-3.json'} is not one gatetrace wrote (expected the keys")
+    assert msg.startswith(
+        f"the progress file {out / '_progress' / 'shard-5-of-3.json'} is not one gatetrace wrote (expected the keys"
+    )
 
 
 def test_complete_batches_whose_files_are_gone_are_not_taken_as_recorded(model, tmp_path, capsys):
@@ -181,7 +209,9 @@ def test_complete_batches_whose_files_are_gone_are_not_taken_as_recorded(model, 
     victim = sorted((out / "gates").rglob("part-0000000002.parquet"))[0]
     victim.unlink()
     msg = error(capsys, record(model, out, "--resume"))
-    assert msg.startswith(f"cannot resume into {out}: its progress file counts 270 gate rows as complete but their part files hold 240")
+    assert msg.startswith(
+        f"cannot resume into {out}: its progress file counts 270 gate rows as complete but their part files hold 240"
+    )
 
 
 @pytest.mark.parametrize("what", ["feed", "lengths", "model"])
@@ -209,6 +239,8 @@ def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path,
         argv[1] = named = str(copy / Path(path).name)
     before = snapshot(out)
     msg = error(capsys, argv)
-    assert msg == (f"--overwrite would delete what this recording reads: {named} lies inside --out {out}; "
-                   "write the new recording to another --out, or move it out first")
+    assert msg == (
+        f"--overwrite would delete what this recording reads: {named} lies inside --out {out}; "
+        "write the new recording to another --out, or move it out first"
+    )
     assert snapshot(out) == before

@@ -46,7 +46,13 @@ def assert_same_recording(out: Path, one: Path) -> None:
 
 
 def gatetrace(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracer.cli", *args], capture_output=True, text=True, timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kw,
+    )
 
 
 def _children(pid: int) -> list[int]:
@@ -67,14 +73,20 @@ def _committed(out: Path) -> int:
 
 
 def _start(argv: list[str], out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tracer.cli", *argv, "--out", str(out), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracer.cli", *argv, "--out", str(out), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(condition, proc: subprocess.Popen, limit: float = 300) -> None:
     end = time.time() + limit
     while not condition():
-        assert proc.poll() is None, f"the job ended before the moment the test waits for: {proc.communicate()}"
+        assert proc.poll() is None, (
+            f"the job ended before the moment the test waits for: {proc.communicate()}"
+        )
         assert time.time() < end, "the job never reached the moment the test waits for"
         time.sleep(0.05)
 
@@ -82,16 +94,21 @@ def _wait_for(condition, proc: subprocess.Popen, limit: float = 300) -> None:
 def test_a_killed_worker_is_replaced_and_its_task_resumed(job, tmp_path):
     argv, one = job
     out = tmp_path / "killed"
-    proc = _start(argv, out, "--workers", "2", "--task-size", "15")  # 2 tasks of 15 batches, one per worker
+    # 2 tasks of 15 batches, one per worker
+    proc = _start(argv, out, "--workers", "2", "--task-size", "15")
     _wait_for(lambda: _committed(out) >= BATCH, proc)
-    victims = [k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+    victims = [
+        k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()
+    ]
     assert len(victims) == 2, "expected the pool's two worker processes"
     os.kill(victims[0], signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
     assert f"recorded 1 cell on {SEQUENCES} sequences in 2 tasks" in stdout
     assert_same_recording(out, one)
-    parts = sorted(json.loads(p.read_text())["examples"] for p in (out / "_progress").glob("*.json"))
+    parts = sorted(
+        json.loads(p.read_text())["examples"] for p in (out / "_progress").glob("*.json")
+    )
     assert parts == [[0, 150], [150, 300]]  # 30 batches of 10, 15 per task
 
 
@@ -102,9 +119,12 @@ def test_a_killed_dask_worker_is_replaced_and_its_task_resumed(job, tmp_path):
     out = tmp_path / "killed-dask"
     proc = _start(argv, out, "--engine", "dask", "--workers", "2", "--task-size", "15")
     _wait_for(lambda: _committed(out) >= BATCH, proc)
-    workers = [k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+    workers = [
+        k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()
+    ]
     assert len(workers) == 2, "expected the local cluster's two worker processes"
-    os.kill(workers[0], signal.SIGKILL)  # its nanny starts a new one; the task runs again and resumes
+    # its nanny starts a new one; the task runs again and resumes
+    os.kill(workers[0], signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
     assert "in 2 tasks" in stdout
@@ -122,7 +142,8 @@ def test_a_stopped_job_resumes_with_another_worker_count_or_by_hand(job, tmp_pat
     assert not (out / "manifest.json").exists() and 0 < _committed(out) < SEQUENCES
     layout = json.loads(next((out / "_progress").glob("*.json")).read_text())["shard"]
     assert layout[1:] == [10, BATCH]
-    by_hand = run_cli(*argv, "--out", str(out), "--shard", "9/10", "--resume")  # one task by hand, cut as the job cut it
+    # one task by hand, cut as the job cut it
+    by_hand = run_cli(*argv, "--out", str(out), "--shard", "9/10", "--resume")
     assert by_hand.returncode == 0, by_hand.stderr
     assert "(shard 9/10)" in by_hand.stdout
     rest = gatetrace(*argv, "--out", str(out), "--resume")  # the others, on a pool of one worker
@@ -136,7 +157,10 @@ def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path, capsys):
     for extra, why in (
         (["--shard", "0/2"], "--shard with --workers or --engine: the tasks are shards already"),
         (["--overwrite"], "--overwrite with --workers or --engine: remove the old recording first"),
-        (["--engine", "processes", "--scheduler", "tcp://head:8786"], "--scheduler and --scheduler-file are for --engine dask"),
+        (
+            ["--engine", "processes", "--scheduler", "tcp://head:8786"],
+            "--scheduler and --scheduler-file are for --engine dask",
+        ),
     ):
         assert main([*argv, "--out", str(tmp_path / "x"), "--workers", "2", *extra]) == 2
         err = capsys.readouterr().err
@@ -153,15 +177,29 @@ def test_record_parallel_takes_any_executor(job, tmp_path):
     import tracer
 
     argv, one = job
-    job_spec = tracer.Job(model=argv[1], feeds={"x": argv[3].split("=", 1)[1]}, out=str(tmp_path / "api"), options={"batch_size": BATCH})
+    job_spec = tracer.Job(
+        model=argv[1],
+        feeds={"x": argv[3].split("=", 1)[1]},
+        out=str(tmp_path / "api"),
+        options={"batch_size": BATCH},
+    )
     finished = []
     with ThreadPoolExecutor(2) as executor:
         summary = tracer.record_parallel(
-            job_spec, executor=executor, task_size=5, progress=lambda n, total: finished.append((n, total)), poll=0.05
+            job_spec,
+            executor=executor,
+            task_size=5,
+            progress=lambda n, total: finished.append((n, total)),
+            poll=0.05,
         )
         assert executor.submit(abs, -1).result() == 1  # still the caller's, open
-    assert summary["complete"] and summary["tasks"] == {"count": 6, "task_size": 5} and summary["examples"] == SEQUENCES
-    assert finished[0] == (0, SEQUENCES) and sum(n for n, _ in finished) == SEQUENCES  # reported as batches commit
+    assert (
+        summary["complete"]
+        and summary["tasks"] == {"count": 6, "task_size": 5}
+        and summary["examples"] == SEQUENCES
+    )
+    # reported as batches commit
+    assert finished[0] == (0, SEQUENCES) and sum(n for n, _ in finished) == SEQUENCES
     assert all(total == SEQUENCES and n % BATCH == 0 for n, total in finished)
     assert_same_recording(tmp_path / "api", one)
 
@@ -184,14 +222,22 @@ def test_the_local_dask_cluster_refuses_a_foreign_client():
         assert address.startswith("tls://127.0.0.1:")
         with Client(cluster) as ours:  # the credentials it was made with work
             assert ours.submit(sum, [1, 2]).result(timeout=60) == 3
-        for foreign in ({"address": address.replace("tls://", "tcp://")}, {"address": address, "security": Security.temporary()}):
-            with pytest.raises((OSError, TimeoutError)):  # no TLS, or credentials of another cluster
+        for foreign in (
+            {"address": address.replace("tls://", "tcp://")},
+            {"address": address, "security": Security.temporary()},
+        ):
+            # no TLS, or credentials of another cluster
+            with pytest.raises((OSError, TimeoutError)):
                 Client(**foreign, timeout="3s")
-        host, port = address[len("tls://"):].rsplit(":", 1)
+        host, port = address[len("tls://") :].rsplit(":", 1)
         context = ssl.create_default_context()
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # trusts anything, shows no certificate
+        # trusts anything, shows no certificate
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         with pytest.raises((ssl.SSLError, ConnectionError)):
-            with context.wrap_socket(socket.create_connection((host, int(port)), timeout=10)) as conn:
+            with context.wrap_socket(
+                socket.create_connection((host, int(port)), timeout=10)
+            ) as conn:
                 conn.sendall(b"\0" * 64)
-                if not conn.recv(1):  # the server ends the connection of a client without a certificate
+                # the server ends the connection of a client without a certificate
+                if not conn.recv(1):
                     raise ConnectionResetError("closed")

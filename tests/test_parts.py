@@ -31,8 +31,17 @@ def sig(v):
 ACT = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sig}
 
 
-def expected_parts(kind: str, w: dict, x: np.ndarray, order: tuple[str, ...], forget_bias=1.0, cell_clip=None, proj_clip=None,
-                   activation="tanh", with_outputs=False) -> dict[str, dict[str, np.ndarray]]:
+def expected_parts(
+    kind: str,
+    w: dict,
+    x: np.ndarray,
+    order: tuple[str, ...],
+    forget_bias=1.0,
+    cell_clip=None,
+    proj_clip=None,
+    activation="tanh",
+    with_outputs=False,
+) -> dict[str, dict[str, np.ndarray]]:
     """Per gate and part, [examples, steps, units] float64 (None where the kind has no such
     part), running the cell in float64 over `x` from zero state. `w` holds `kernel` on
     [x, h_prev] (input rows first), `bias`, and per kind `candidate_kernel`/`candidate_bias`
@@ -48,7 +57,8 @@ def expected_parts(kind: str, w: dict, x: np.ndarray, order: tuple[str, ...], fo
     width = k.shape[0] - d
     h, c = np.zeros((n, width)), np.zeros((n, units))
     outputs = []
-    out = {g: {p: [] for p in PARTS} for g in (*order, "c") if g in order or kind == "GRUCell"}  # GRUCell: c has its own kernel
+    # GRUCell: c has its own kernel
+    out = {g: {p: [] for p in PARTS} for g in (*order, "c") if g in order or kind == "GRUCell"}
     act = ACT[activation]
 
     def put(gate, **parts):
@@ -69,8 +79,13 @@ def expected_parts(kind: str, w: dict, x: np.ndarray, order: tuple[str, ...], fo
             o = sig(z["o"] + (w["w_o_diag"] * c_new if peep else 0))
             for g in "ijfo":
                 pp = {"i": c, "f": c, "o": c_new}.get(g)
-                put(g, input=block(xt @ k[:d], g), recurrent=block(h @ k[d:], g), bias=np.broadcast_to(block(b, g), (n, units)),
-                    peephole=w[f"w_{g}_diag"] * pp if peep and pp is not None else None)
+                put(
+                    g,
+                    input=block(xt @ k[:d], g),
+                    recurrent=block(h @ k[d:], g),
+                    bias=np.broadcast_to(block(b, g), (n, units)),
+                    peephole=w[f"w_{g}_diag"] * pp if peep and pp is not None else None,
+                )
             h_new = o * act(c_new)
             if "projection" in w:
                 h_new = h_new @ w["projection"]
@@ -80,28 +95,53 @@ def expected_parts(kind: str, w: dict, x: np.ndarray, order: tuple[str, ...], fo
         elif gru:
             gates = [g for g in order if g != "c"]
             rb = w.get("recurrent_bias")
-            inner = h @ k[d:] + (0 if rb is None else rb)  # the recurrent product (+ Keras' recurrent bias)
+            # the recurrent product (+ Keras' recurrent bias)
+            inner = h @ k[d:] + (0 if rb is None else rb)
             for g in gates:
-                put(g, input=block(xt @ k[:d], g), recurrent=block(h @ k[d:], g), bias=np.broadcast_to(block(b, g), (n, units)),
-                    recurrent_bias=None if rb is None else np.broadcast_to(block(rb, g), (n, units)))
+                put(
+                    g,
+                    input=block(xt @ k[:d], g),
+                    recurrent=block(h @ k[d:], g),
+                    bias=np.broadcast_to(block(b, g), (n, units)),
+                    recurrent_bias=None
+                    if rb is None
+                    else np.broadcast_to(block(rb, g), (n, units)),
+                )
             ru = {g: sig(block(xt @ k[:d] + b + inner, g)) for g in gates}
             r, u = ru["r"], ru["u"]
             if kind == "GRUCell":
                 kc, bc = w["candidate_kernel"], w["candidate_bias"]
-                parts = dict(input=xt @ kc[:d], recurrent=(r * h) @ kc[d:], bias=np.broadcast_to(bc, (n, units)))
+                parts = dict(
+                    input=xt @ kc[:d],
+                    recurrent=(r * h) @ kc[d:],
+                    bias=np.broadcast_to(bc, (n, units)),
+                )
             elif rb is not None:  # Keras, reset_after
-                parts = dict(input=block(xt @ k[:d], "c"), recurrent=r * block(h @ k[d:], "c"), bias=np.broadcast_to(block(b, "c"), (n, units)),
-                             recurrent_bias=r * block(rb, "c"))
+                parts = dict(
+                    input=block(xt @ k[:d], "c"),
+                    recurrent=r * block(h @ k[d:], "c"),
+                    bias=np.broadcast_to(block(b, "c"), (n, units)),
+                    recurrent_bias=r * block(rb, "c"),
+                )
             else:
-                parts = dict(input=block(xt @ k[:d], "c"), recurrent=(r * h) @ block(k[d:], "c"), bias=np.broadcast_to(block(b, "c"), (n, units)))
+                parts = dict(
+                    input=block(xt @ k[:d], "c"),
+                    recurrent=(r * h) @ block(k[d:], "c"),
+                    bias=np.broadcast_to(block(b, "c"), (n, units)),
+                )
             put("c", **parts)
             cand = act(sum(v for v in parts.values()))
             h = u * h + (1 - u) * cand
         else:  # BasicRNNCell, SimpleRNN
-            put(order[0], input=xt @ k[:d], recurrent=h @ k[d:], bias=np.broadcast_to(b, (n, units)))
+            put(
+                order[0], input=xt @ k[:d], recurrent=h @ k[d:], bias=np.broadcast_to(b, (n, units))
+            )
             h = act(xt @ k[:d] + h @ k[d:] + b)
         outputs.append(h)
-    parts = {g: {p: None if v[0] is None else np.stack(v, axis=1) for p, v in ps.items()} for g, ps in out.items()}
+    parts = {
+        g: {p: None if v[0] is None else np.stack(v, axis=1) for p, v in ps.items()}
+        for g, ps in out.items()
+    }
     return (parts, np.stack(outputs, axis=1)) if with_outputs else parts
 
 
@@ -117,8 +157,19 @@ def check(rec: Recording, cell: str, want: dict, gates=None, steps=None) -> None
                 assert g[p].isna().all(), (gate, p)
             else:
                 assert g[p].notna().all(), (gate, p)
-                np.testing.assert_allclose(g[p].to_numpy(), want[gate][p][ex, st, un], atol=TOL, rtol=0, err_msg=f"{gate} {p}")
-        total = g[["input", "recurrent", "bias", "recurrent_bias"]].fillna(0).astype(np.float64).sum(axis=1)
+                np.testing.assert_allclose(
+                    g[p].to_numpy(),
+                    want[gate][p][ex, st, un],
+                    atol=TOL,
+                    rtol=0,
+                    err_msg=f"{gate} {p}",
+                )
+        total = (
+            g[["input", "recurrent", "bias", "recurrent_bias"]]
+            .fillna(0)
+            .astype(np.float64)
+            .sum(axis=1)
+        )
         scale = g[["input", "recurrent", "bias", "recurrent_bias"]].abs().fillna(0).sum(axis=1)
         assert (np.abs(total - g["preactivation"]) <= 1e-6 * (scale + 1)).all(), gate
 
@@ -131,8 +182,16 @@ def tf1_expected(name: str, w: dict) -> dict:
     config = CONFIGS[name]
     p = config.params
     kind = config.kind
-    want = expected_parts(kind, w, X, tf1_order(kind), forget_bias=p.get("forget_bias", 1.0), cell_clip=p.get("cell_clip"),
-                          proj_clip=p.get("proj_clip"), activation=p.get("activation", "tanh"))
+    want = expected_parts(
+        kind,
+        w,
+        X,
+        tf1_order(kind),
+        forget_bias=p.get("forget_bias", 1.0),
+        cell_clip=p.get("cell_clip"),
+        proj_clip=p.get("proj_clip"),
+        activation=p.get("activation", "tanh"),
+    )
     return want
 
 
@@ -142,7 +201,9 @@ def save_session(session, graph, root) -> str:
 
 
 def record(model, out, **kw) -> Recording:
-    tracer.record(model, {"x": X}, out, values=["preactivation", "activation", "contributions"], **kw)
+    tracer.record(
+        model, {"x": X}, out, values=["preactivation", "activation", "contributions"], **kw
+    )
     return Recording(out)
 
 
@@ -154,7 +215,9 @@ def test_parts_of_every_tf1_cell_on_every_path(name, how, tmp_path):
         built = build(static_body(config), features=4)
     else:
         with control_flow("v1" if how == "loop-v1" else "v2"):
-            built = build(lambda x: [v1.nn.dynamic_rnn(config.make(), x, dtype=tf.float32)[0]], features=4)
+            built = build(
+                lambda x: [v1.nn.dynamic_rnn(config.make(), x, dtype=tf.float32)[0]], features=4
+            )
     cell = f"rnn/{config.scope_name}"
     if how == "replay":  # a live session's loop cannot be rebuilt: its cells are replayed
         model = tracer.from_session(built.session)
@@ -163,7 +226,9 @@ def test_parts_of_every_tf1_cell_on_every_path(name, how, tmp_path):
     with model:
         rec = record(model, tmp_path / "out")
     path = rec.cell(cell)["path"]
-    assert path == {"static": "fetch", "loop-v2": "loop", "loop-v1": "loop", "replay": "replay"}[how]
+    assert (
+        path == {"static": "fetch", "loop-v2": "loop", "loop-v1": "loop", "replay": "replay"}[how]
+    )
     check(rec, cell, tf1_expected(name, built.weights[cell]))
 
 
@@ -180,26 +245,43 @@ def test_parts_of_fused_ops(kind, where, tmp_path):
         with control_flow(where[-2:]):
             graph = tf.Graph()
             with graph.as_default():
-                v1.nn.dynamic_rnn(_BlockCell(kind), v1.placeholder(tf.float32, [None, T, D], name="x"), dtype=tf.float32)
+                v1.nn.dynamic_rnn(
+                    _BlockCell(kind),
+                    v1.placeholder(tf.float32, [None, T, D], name="x"),
+                    dtype=tf.float32,
+                )
                 session = v1.Session(graph=graph)
                 session.run(v1.global_variables_initializer())
             randomise(session, graph)
             with graph.as_default():
                 values = {v.op.name: session.run(v) for v in v1.global_variables()}
     x = np.random.RandomState(5).randn(3, T, D).astype(np.float32)
-    with tracer.from_session(session) if where == "unrolled" else tracer.load_model(save_session(session, graph, tmp_path)) as model:
+    with (
+        tracer.from_session(session)
+        if where == "unrolled"
+        else tracer.load_model(save_session(session, graph, tmp_path)) as model
+    ):
         tracer.record(model, {"x": x}, tmp_path / "out", values=["contributions", "preactivation"])
     rec = Recording(tmp_path / "out")
     (cell,) = rec.cells
     assert rec.cell(cell)["path"] == ("fused" if where == "unrolled" else "loop")
     if kind == "GRUBlockCell":
-        w = {"kernel": values["rnn/gru_cell/gates/kernel"], "bias": values["rnn/gru_cell/gates/bias"],
-             "candidate_kernel": values["rnn/gru_cell/candidate/kernel"], "candidate_bias": values["rnn/gru_cell/candidate/bias"]}
+        w = {
+            "kernel": values["rnn/gru_cell/gates/kernel"],
+            "bias": values["rnn/gru_cell/gates/bias"],
+            "candidate_kernel": values["rnn/gru_cell/candidate/kernel"],
+            "candidate_bias": values["rnn/gru_cell/candidate/bias"],
+        }
         want = expected_parts("GRUCell", w, x, ("r", "u"))
     else:
-        w = {"kernel": values["rnn/lstm_cell/kernel"], "bias": values["rnn/lstm_cell/bias"],
-             **{n: values[f"rnn/lstm_cell/{n}"] for n in ("w_i_diag", "w_f_diag", "w_o_diag")}}
-        want = expected_parts("LSTMCell", w, x, ("i", "j", "f", "o"), forget_bias=0.6, cell_clip=0.8)
+        w = {
+            "kernel": values["rnn/lstm_cell/kernel"],
+            "bias": values["rnn/lstm_cell/bias"],
+            **{n: values[f"rnn/lstm_cell/{n}"] for n in ("w_i_diag", "w_f_diag", "w_o_diag")},
+        }
+        want = expected_parts(
+            "LSTMCell", w, x, ("i", "j", "f", "o"), forget_bias=0.6, cell_clip=0.8
+        )
     check(rec, cell, want)
     assert "activation" not in pd.read_parquet(tmp_path / "out" / "gates").columns
 
@@ -213,8 +295,12 @@ def keras_models():
 
     return {
         "LSTM": lambda: one(keras.layers.LSTM(3, return_sequences=True)),
-        "GRU-reset_after": lambda: one(keras.layers.GRU(3, return_sequences=True, reset_after=True)),
-        "GRU-reset_before": lambda: one(keras.layers.GRU(3, return_sequences=True, reset_after=False)),
+        "GRU-reset_after": lambda: one(
+            keras.layers.GRU(3, return_sequences=True, reset_after=True)
+        ),
+        "GRU-reset_before": lambda: one(
+            keras.layers.GRU(3, return_sequences=True, reset_after=False)
+        ),
         "SimpleRNN": lambda: one(keras.layers.SimpleRNN(3, return_sequences=True)),
     }
 
@@ -229,9 +315,12 @@ def test_parts_of_keras_layers(name, tmp_path):
     w = {"kernel": np.concatenate([kernel, recurrent]), "bias": bias[0] if bias.ndim == 2 else bias}
     if bias.ndim == 2:
         w["recurrent_bias"] = bias[1]
-    order = {"LSTM": ("i", "f", "j", "o"), "SimpleRNN": ("h",)}.get(name.split("-")[0], ("u", "r", "c"))
+    order = {"LSTM": ("i", "f", "j", "o"), "SimpleRNN": ("h",)}.get(
+        name.split("-")[0], ("u", "r", "c")
+    )
     kind = name.split("-")[0]
-    want = expected_parts(kind, w, X, order, forget_bias=0.0)  # Keras adds no forget bias of its own
+    # Keras adds no forget bias of its own
+    want = expected_parts(kind, w, X, order, forget_bias=0.0)
     rec = record(model, tmp_path / "out")
     (cell,) = rec.cells
     check(rec, cell, want)
@@ -242,8 +331,21 @@ def test_a_selection_writes_parts_only_for_what_it_selects(tmp_path):
     built = build(static_body(config), features=4)
     path = save(built, "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", X)
-    done = run_cli("record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet",
-                   "--gates", "f,o", "--steps", "1:3", "--values", "activation,contributions")
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        "--gates",
+        "f,o",
+        "--steps",
+        "1:3",
+        "--values",
+        "activation,contributions",
+    )
     assert done.returncode == 0, done.stderr
     gates = pd.read_parquet(tmp_path / "out" / "gates")
     assert set(gates["gate"]) == {"f", "o"} and set(gates["step"]) == {1, 2}
@@ -262,9 +364,13 @@ def test_parts_are_refused_by_name_in_a_recording_without_them(tmp_path):
     built = build(static_body(CONFIGS["BasicRNNCell"]), features=4)
     with tracer.load_model(save(built, "checkpoint", tmp_path)) as model:
         tracer.record(model, {"x": X}, tmp_path / "out")
-    with pytest.raises(SelectionError, match="record with --values preactivation,activation,contributions"):
+    with pytest.raises(
+        SelectionError, match="record with --values preactivation,activation,contributions"
+    ):
         Recording(tmp_path / "out").gate_frame(columns=["input"])
-    with pytest.raises(SelectionError, match="expected some of preactivation, activation, contributions"):
+    with pytest.raises(
+        SelectionError, match="expected some of preactivation, activation, contributions"
+    ):
         tracer.Selection(values=("inputs",))
 
 
@@ -295,9 +401,12 @@ def test_dominant_part(tmp_path):
     df = rec.gate_frame([cell], ["h"], steps=(1, 4), columns=PARTS)
     for (unit, part), row in table.set_index(["unit", "part"]).iterrows():
         values = df.loc[df["unit"] == unit, part]
-        assert row["mean_abs"] == pytest.approx(values.abs().mean()) and row["mean"] == pytest.approx(values.mean())
+        assert row["mean_abs"] == pytest.approx(values.abs().mean()) and row[
+            "mean"
+        ] == pytest.approx(values.mean())
         assert row["rows"] == len(values) == 4 * 3
-    assert set(table["part"]) == {"input", "recurrent", "bias"}  # the kind has no peephole nor recurrent bias
+    # the kind has no peephole nor recurrent bias
+    assert set(table["part"]) == {"input", "recurrent", "bias"}
     assert table.groupby("unit")["share"].sum().to_numpy() == pytest.approx(np.ones(3))
     assert table.loc[table["dominant"], "part"].tolist() == ["input"] * 3
 
@@ -311,22 +420,49 @@ def test_parts_of_a_keras_3_export(how, tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", EXPORT, str(tmp_path / "model"), how], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT, str(tmp_path / "model"), how],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     rng = np.random.RandomState(0)  # the weights the script sets, in model.get_weights() order
-    shapes = {"lstm": [(4, 12), (3, 12), (12,)], "gru": [(3, 6), (2, 6), (2, 6)], "rnn": [(2, 2), (2, 2), (2,)]}
-    weights = {name: [rng.uniform(-0.8, 0.8, shape).astype(np.float32) for shape in s] for name, s in shapes.items()}
+    shapes = {
+        "lstm": [(4, 12), (3, 12), (12,)],
+        "gru": [(3, 6), (2, 6), (2, 6)],
+        "rnn": [(2, 2), (2, 2), (2,)],
+    }
+    weights = {
+        name: [rng.uniform(-0.8, 0.8, shape).astype(np.float32) for shape in s]
+        for name, s in shapes.items()
+    }
     np.save(tmp_path / "x.npy", X)
-    done = run_cli("record", str(tmp_path / "model"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"),
-                   "--quiet", "--values", "preactivation,contributions")
+    done = run_cli(
+        "record",
+        str(tmp_path / "model"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        "--values",
+        "preactivation,contributions",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "out")
     assert {rec.cell(c)["path"] for c in rec.cells} == {"loop" if how == "loop" else "fetch"}
     x = X
-    for layer, kind, order, cell in [("lstm", "LSTM", ("i", "f", "j", "o"), "lstm/lstm_cell"), ("gru", "GRU", ("u", "r", "c"), "gru/gru_cell"),
-                                     ("rnn", "SimpleRNN", ("h",), "rnn/simple_rnn_cell")]:
+    for layer, kind, order, cell in [
+        ("lstm", "LSTM", ("i", "f", "j", "o"), "lstm/lstm_cell"),
+        ("gru", "GRU", ("u", "r", "c"), "gru/gru_cell"),
+        ("rnn", "SimpleRNN", ("h",), "rnn/simple_rnn_cell"),
+    ]:
         kernel, recurrent, bias = weights[layer]
-        w = {"kernel": np.concatenate([kernel, recurrent]), "bias": bias[0] if bias.ndim == 2 else bias}
+        w = {
+            "kernel": np.concatenate([kernel, recurrent]),
+            "bias": bias[0] if bias.ndim == 2 else bias,
+        }
         if bias.ndim == 2:
             w["recurrent_bias"] = bias[1]
         want, x = expected_parts(kind, w, x, order, forget_bias=0.0, with_outputs=True)

@@ -31,7 +31,7 @@ def _lm(inputs, summaries: bool):
     embedded = tf.nn.embedding_lookup(embedding, inputs)
     outputs, _ = v1.nn.static_rnn(CONFIG.make(), tf.unstack(embedded, axis=1), dtype=tf.float32)
     logits = v1.layers.dense(tf.stack(outputs, 1), VOCAB, name="softmax")
-    loss = tf.reduce_mean(logits ** 2)
+    loss = tf.reduce_mean(logits**2)
     if summaries:
         v1.summary.scalar("loss", loss)
     grads, _ = tf.clip_by_global_norm(tf.gradients(loss, v1.trainable_variables()), 5.0)
@@ -53,15 +53,23 @@ def _build(how: str, root):
         else:
             sequences = corpus[: 40 * STEPS].reshape(40, STEPS)
             if how == "one-shot":
-                dataset = tf.data.Dataset.from_tensor_slices(sequences).shuffle(8).batch(BATCH).repeat()
+                dataset = (
+                    tf.data.Dataset.from_tensor_slices(sequences).shuffle(8).batch(BATCH).repeat()
+                )
                 entry = v1.data.make_one_shot_iterator(dataset).get_next()
             elif how == "initializable":  # its file name fed when it is initialized
                 files = v1.placeholder(tf.string, [None], name="filenames")
-                dataset = tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_tensor(r, tf.int32)).batch(BATCH)
+                dataset = (
+                    tf.data.TFRecordDataset(files)
+                    .map(lambda r: tf.io.parse_tensor(r, tf.int32))
+                    .batch(BATCH)
+                )
                 entry = v1.data.make_initializable_iterator(dataset).get_next()
                 entry.set_shape([None, STEPS])
             else:  # an Estimator input_fn: features as a dict
-                dataset = tf.data.Dataset.from_tensor_slices(({"tokens": sequences}, sequences[:, 0])).batch(BATCH)
+                dataset = tf.data.Dataset.from_tensor_slices(
+                    ({"tokens": sequences}, sequences[:, 0])
+                ).batch(BATCH)
                 features, _ = v1.data.make_one_shot_iterator(dataset).get_next()
                 entry = features["tokens"]
         with v1.variable_scope("Model"):
@@ -73,27 +81,62 @@ def _build(how: str, root):
     return path, entry.name, weights
 
 
-@pytest.mark.parametrize("how", ["queue", "queue with summaries", "one-shot", "initializable", "input_fn"])
+@pytest.mark.parametrize(
+    "how", ["queue", "queue with summaries", "one-shot", "initializable", "input_fn"]
+)
 def test_a_pipeline_model_records_with_the_pipelines_tensor_fed(how, tmp_path, capsys):
     path, entry, weights = _build(how, tmp_path)
     name = entry.removesuffix(":0")
     assert main(["inspect", path, "--json"]) == 0
     described = json.loads(capsys.readouterr().out)
     (given,) = described["inputs"]
-    assert given["tensor"] == entry and ("queue" if how.startswith("queue") else "tf.data iterator") in given["from"]
+    assert (
+        given["tensor"] == entry
+        and ("queue" if how.startswith("queue") else "tf.data iterator") in given["from"]
+    )
     assert "record" not in described.get("refused_without_allow_unsafe_ops", {}), described
     out = tmp_path / "rec"
-    assert main(["record", path, "--out", str(out), "--quiet"]) == 2  # no feed: one line, never a dequeue
+    # no feed: one line, never a dequeue
+    assert main(["record", path, "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"the cells read their inputs from {entry} " in err and f"--feed {name}=FILE.npy" in err, err
+    assert (
+        err.count("\n") == 1
+        and f"the cells read their inputs from {entry} " in err
+        and f"--feed {name}=FILE.npy" in err
+    ), err
     assert not out.exists()
-    tokens = np.random.RandomState(1).randint(0, VOCAB, (2 * BATCH - 1, STEPS)).astype(np.int32)  # the queue fixes batches of 4: the last is padded
+    # the queue fixes batches of 4: the last is padded
+    tokens = np.random.RandomState(1).randint(0, VOCAB, (2 * BATCH - 1, STEPS)).astype(np.int32)
     np.save(tmp_path / "tokens.npy", tokens)
-    assert main(["record", path, "--feed", f"{name}={tmp_path / 'tokens.npy'}", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"{name}={tmp_path / 'tokens.npy'}",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     rec = Recording(out)
     (cell,) = rec.cells
-    x = tf.train.load_checkpoint(path).get_tensor("Model/embedding")[tokens]  # what the cell reads: the embedded tokens
+    # what the cell reads: the embedded tokens
+    x = tf.train.load_checkpoint(path).get_tensor("Model/embedding")[tokens]
     units = CONFIG.make().output_size
-    ref = expected(CONFIG, weights[cell], {"x": x, "h0": np.zeros((len(x), units), np.float32), "c0": np.zeros((len(x), units), np.float32)})
+    ref = expected(
+        CONFIG,
+        weights[cell],
+        {
+            "x": x,
+            "h0": np.zeros((len(x), units), np.float32),
+            "c0": np.zeros((len(x), units), np.float32),
+        },
+    )
     for g, gate in enumerate(rec.gates(cell)):
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "activation"), ref["activation"][:, :, g], atol=1e-5
+        )

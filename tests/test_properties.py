@@ -25,10 +25,14 @@ def setups(draw):
         make = lambda: R.BasicLSTMCell(units, forget_bias=params["forget_bias"])  # noqa: E731
     elif kind == "LSTMCell":
         peep = draw(st.booleans())
-        proj = draw(st.sampled_from([None] + [p for p in range(1, 4) if p != units]))  # num_proj == units is not recognised
+        # num_proj == units is not recognised
+        proj = draw(st.sampled_from([None] + [p for p in range(1, 4) if p != units]))
         clip = draw(st.sampled_from([None, 0.5]))
         params.update(forget_bias=1.0, cell_clip=clip, proj_clip=0.3 if proj else None)
-        make = lambda: R.LSTMCell(units, use_peepholes=peep, num_proj=proj, cell_clip=clip, proj_clip=params["proj_clip"])  # noqa: E731
+        # noqa: E731
+        make = lambda: R.LSTMCell(
+            units, use_peepholes=peep, num_proj=proj, cell_clip=clip, proj_clip=params["proj_clip"]
+        )
     else:
         params["activation"] = draw(st.sampled_from(["tanh", "relu"]))
         cls = R.GRUCell if kind == "GRUCell" else R.BasicRNNCell
@@ -41,7 +45,9 @@ def setups(draw):
 
 
 @pytest.mark.e2e
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(setup=setups())
 def test_random_cells_record_what_numpy_computes(setup, tmp_path_factory):
     kind, make, params, scope, steps, features, sequences, batch_size, seed = setup
@@ -51,15 +57,24 @@ def test_random_cells_record_what_numpy_computes(setup, tmp_path_factory):
         return [outputs[-1]]
 
     built = build(body, steps=steps, features=features, seed=seed)
-    (cell_scope, weights), = built.weights.items()
+    ((cell_scope, weights),) = built.weights.items()
     x = np.random.RandomState(seed).randn(sequences, steps, features).astype(np.float32)
     out = tmp_path_factory.mktemp("prop") / "out"
-    summary = tracer.record(tracer.from_session(built.session), {"x": x}, out, batch_size=batch_size)
+    summary = tracer.record(
+        tracer.from_session(built.session), {"x": x}, out, batch_size=batch_size
+    )
     (cell,) = summary["cells"]
-    assert (cell["name"], cell["kind"], cell["steps"], summary["examples"]) == (cell_scope, kind, steps, sequences)
+    assert (cell["name"], cell["kind"], cell["steps"], summary["examples"]) == (
+        cell_scope,
+        kind,
+        steps,
+        sequences,
+    )
     expected = tracer.run_cell(kind, weights, x, **params)
     pre, act = read_gates(out, cell_scope, tuple(cell["gates"]))
     np.testing.assert_allclose(pre, expected["preactivation"], atol=TOL, rtol=0)
     np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
     for state in cell["states"]:
-        np.testing.assert_allclose(read_state(out, cell_scope, state), expected["states"][state], atol=TOL, rtol=0)
+        np.testing.assert_allclose(
+            read_state(out, cell_scope, state), expected["states"][state], atol=TOL, rtol=0
+        )

@@ -18,11 +18,17 @@ def model():
     """A BasicLSTMCell(3) under a GRUCell(2), and 6 sequences of 5 steps for it."""
 
     def body(x):
-        outputs, _ = v1.nn.static_rnn(R.MultiRNNCell([R.BasicLSTMCell(3), R.GRUCell(2)]), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            R.MultiRNNCell([R.BasicLSTMCell(3), R.GRUCell(2)]),
+            tf.unstack(x, axis=1),
+            dtype=tf.float32,
+        )
         return [outputs[-1]]
 
     built = build(body)
-    return tracer.from_session(built.session), np.random.RandomState(7).randn(6, 5, 4).astype(np.float32)
+    return tracer.from_session(built.session), np.random.RandomState(7).randn(6, 5, 4).astype(
+        np.float32
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +46,21 @@ LSTM, GRU = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell", "rnn/multi_rnn_cell/cel
 def test_listings(recorded):
     rec, _ = recorded
     assert rec.complete and rec.cells == [LSTM, GRU]
-    assert rec.gates(LSTM) == ["i", "j", "f", "o"] and rec.gates(GRU) == ["r", "u", "c"] and rec.states(LSTM) == ["c", "h"]
-    assert rec.units(GRU) == 2 and rec.examples == [[0, 6]] and rec.steps(LSTM).tolist() == [0, 1, 2, 3, 4]
+    assert (
+        rec.gates(LSTM) == ["i", "j", "f", "o"]
+        and rec.gates(GRU) == ["r", "u", "c"]
+        and rec.states(LSTM) == ["c", "h"]
+    )
+    assert (
+        rec.units(GRU) == 2
+        and rec.examples == [[0, 6]]
+        and rec.steps(LSTM).tolist() == [0, 1, 2, 3, 4]
+    )
     assert repr(rec).endswith("2 cells, 6 examples, complete)")
-    with pytest.raises(SelectionError, match="no cell 'nope' in .*; its cells are rnn/multi_rnn_cell/cell_0/basic_lstm_cell"):
+    with pytest.raises(
+        SelectionError,
+        match="no cell 'nope' in .*; its cells are rnn/multi_rnn_cell/cell_0/basic_lstm_cell",
+    ):
         rec.gates("nope")
 
 
@@ -61,25 +78,46 @@ def test_arrays_and_wide_views_equal_the_trace(recorded):
     np.testing.assert_allclose(h[~past], trace[GRU].states["h"][~past], atol=1e-6, rtol=0)
     wide = rec.gate_wide(GRU, "c", "preactivation")
     assert wide.shape == ((~past).sum(), 2)
-    np.testing.assert_allclose(wide.loc[(2, 1)].to_numpy(), trace[GRU].preactivation[2, 1, 2], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        wide.loc[(2, 1)].to_numpy(), trace[GRU].preactivation[2, 1, 2], atol=1e-6, rtol=0
+    )
 
 
 def test_selections_read_only_what_is_asked(recorded):
     rec, _ = recorded
-    df = rec.gate_frame(cells=[LSTM], gates=["i", "o"], steps=(1, 3), examples=(0, 2), units=[2], columns=["activation"])
+    df = rec.gate_frame(
+        cells=[LSTM],
+        gates=["i", "o"],
+        steps=(1, 3),
+        examples=(0, 2),
+        units=[2],
+        columns=["activation"],
+    )
     assert list(df.columns) == ["example", "step", "unit", "activation", "cell", "gate"]
-    assert isinstance(df["cell"].dtype, pd.CategoricalDtype) and isinstance(df["gate"].dtype, pd.CategoricalDtype)
-    assert sorted(df["gate"].astype(str).unique()) == ["i", "o"] and set(df["step"]) == {1, 2} and set(df["unit"]) == {2}
+    assert isinstance(df["cell"].dtype, pd.CategoricalDtype) and isinstance(
+        df["gate"].dtype, pd.CategoricalDtype
+    )
+    assert (
+        sorted(df["gate"].astype(str).unique()) == ["i", "o"]
+        and set(df["step"]) == {1, 2}
+        and set(df["unit"]) == {2}
+    )
     assert len(df) == 2 * 2 * 2 * 1
     # The cell and gate filter picks folders: 2 of the 14 gate partitions' files are opened.
-    fragments = list(rec._dataset("gates").get_fragments(filter=(ds.field("cell") == LSTM) & ds.field("gate").isin(["i", "o"])))
+    fragments = list(
+        rec._dataset("gates").get_fragments(
+            filter=(ds.field("cell") == LSTM) & ds.field("gate").isin(["i", "o"])
+        )
+    )
     assert len(fragments) == 2 * 2  # two gates x two batches
     with pytest.raises(SelectionError, match="expected some of preactivation, activation"):
         rec.gate_frame(columns=["value"])
 
 
 def test_not_a_recording(tmp_path):
-    with pytest.raises(RecordingError, match="is not a gatetrace recording: it has no gates/ folder"):
+    with pytest.raises(
+        RecordingError, match="is not a gatetrace recording: it has no gates/ folder"
+    ):
         Recording(tmp_path)
 
 
@@ -98,7 +136,9 @@ def test_saturation_and_step_stats(recorded):
         row = sat[sat["unit"] == u].iloc[0]
         values = f[:, :, u][valid]
         assert row["n"] == valid.sum()
-        assert row["left"] == pytest.approx((values < 0.1).mean()) and row["right"] == pytest.approx((values > 0.9).mean())
+        assert row["left"] == pytest.approx((values < 0.1).mean()) and row[
+            "right"
+        ] == pytest.approx((values > 0.9).mean())
     stats = step_stats(rec, cells=[GRU], gates=["u"])
     u = rec.gate_array(GRU, "u")
     for step in range(5):
@@ -120,8 +160,13 @@ def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tm
         tracer.record(model[0], {"x": model[1]}, tmp_path / "run", batch_size=4)
         rec = Recording(tmp_path / "run")
     blocks = list(rec.gate_blocks(LSTM, "f"))
-    assert [b.present is None for b in blocks] == [lengths is None] * 2  # two batches, one row group each
-    valid = np.ones((6, 5), bool) if lengths is None else np.arange(5)[None, :] < np.array(lengths)[:, None]
+    # two batches, one row group each
+    assert [b.present is None for b in blocks] == [lengths is None] * 2
+    valid = (
+        np.ones((6, 5), bool)
+        if lengths is None
+        else np.arange(5)[None, :] < np.array(lengths)[:, None]
+    )
     got = gate_summaries(rec, quantiles=(0.25, 0.9))
     assert sorted(got) == sorted((c, g) for c in (LSTM, GRU) for g in rec.gates(c))
     for cell in (LSTM, GRU):
@@ -136,7 +181,9 @@ def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tm
             for j, t in enumerate(s.steps):
                 at = a[valid[:, t], t, :].reshape(-1)
                 assert s.mean[j] == pytest.approx(at.mean(), abs=1e-6)
-                np.testing.assert_allclose([q[j] for q in s.quantiles], np.quantile(at, [0.25, 0.9]), atol=1e-6)
+                np.testing.assert_allclose(
+                    [q[j] for q in s.quantiles], np.quantile(at, [0.25, 0.9]), atol=1e-6
+                )
 
 
 def test_time_courses_top_positions_and_label_correlation(recorded):
@@ -145,12 +192,16 @@ def test_time_courses_top_positions_and_label_correlation(recorded):
     rec, _ = recorded
     i = rec.gate_array(LSTM, "i")
     tc = time_courses(rec, LSTM, "i", examples=[3, 0], units=[1])
-    assert tc["example"].tolist() == [0] * 5 + [3] * 5 and tc["step"].tolist() == [0, 1, 2, 3, 4] * 2
+    assert (
+        tc["example"].tolist() == [0] * 5 + [3] * 5 and tc["step"].tolist() == [0, 1, 2, 3, 4] * 2
+    )
     np.testing.assert_array_equal(tc["value"].to_numpy(), np.concatenate([i[0, :, 1], i[3, :, 1]]))
     top = top_positions(rec, LSTM, "i", unit=2, k=3)
     flat = np.where(np.isnan(i[:, :, 2]), -np.inf, i[:, :, 2])
     best = np.argsort(flat, axis=None)[::-1][:3]
-    assert list(zip(top["example"], top["step"])) == [tuple(int(v) for v in np.unravel_index(b, flat.shape)) for b in best]
+    assert list(zip(top["example"], top["step"])) == [
+        tuple(int(v) for v in np.unravel_index(b, flat.shape)) for b in best
+    ]
     assert top["rank"].tolist() == [1, 2, 3] and top["value"].is_monotonic_decreasing
     low = top_positions(rec, LSTM, "i", unit=2, k=2, lowest=True)
     assert low["value"].iloc[0] == np.nanmin(i[:, :, 2])
@@ -172,7 +223,11 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     (image,) = fig.axes[0].get_images()
     np.testing.assert_array_equal(image.get_array(), rec.gate_array(LSTM, "f", examples=(2, 3))[0])
     fig.canvas.draw()
-    ticks = [t for t in fig.axes[0].get_yticks() if fig.axes[0].get_ylim()[1] <= t <= fig.axes[0].get_ylim()[0]]
+    ticks = [
+        t
+        for t in fig.axes[0].get_yticks()
+        if fig.axes[0].get_ylim()[1] <= t <= fig.axes[0].get_ylim()[0]
+    ]
     assert ticks and all(float(t).is_integer() for t in ticks)  # steps are whole input positions
     assert fig.axes[0].get_ylabel() == "step (input position)"
     shown = rec.gate_array(LSTM, "f", examples=(2, 3)).shape[1]  # the steps example 2 has rows for
@@ -190,7 +245,9 @@ def test_plots_draw_what_the_analysis_computes(recorded):
         gate_heatmap(rec, LSTM, "f", example=99)
 
 
-@pytest.mark.parametrize("values", [[5, 3, 3, 9], [7], [0, 10**9, 4], list(range(100, 0, -3)) * 2, []])
+@pytest.mark.parametrize(
+    "values", [[5, 3, 3, 9], [7], [0, 10**9, 4], list(range(100, 0, -3)) * 2, []]
+)
 def test_sorted_unique_is_numpys_unique(values):
     from recorders.read.reader import _sorted_unique
 

@@ -50,8 +50,21 @@ def test_key_columns_are_c_ordered():
 
 def test_key_cache_equals_key_columns():
     cache = KeyCache(size=2, starts=2)
-    for examples in ([3, 4, 5], [6, 7, 8], [9, 10], [4, 2, 7], [], [3, 4, 5], [0, 1, 2], [6, 7, 8], [3, 4, 5]):
-        got, want = cache(np.array(examples), np.array([2, 3]), 3), key_columns(np.array(examples), np.array([2, 3]), 3)
+    for examples in (
+        [3, 4, 5],
+        [6, 7, 8],
+        [9, 10],
+        [4, 2, 7],
+        [],
+        [3, 4, 5],
+        [0, 1, 2],
+        [6, 7, 8],
+        [3, 4, 5],
+    ):
+        got, want = (
+            cache(np.array(examples), np.array([2, 3]), 3),
+            key_columns(np.array(examples), np.array([2, 3]), 3),
+        )
         assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
 
 
@@ -87,9 +100,16 @@ def test_recording_round_trips_and_close_is_idempotent(tmp_path):
     assert df["example"].tolist() == np.repeat([0, 1, 2, 3], 6).tolist()
     assert df["preactivation"].tolist() == values.reshape(-1).tolist()
     assert df["activation"].tolist() == (-values).reshape(-1).tolist()
-    assert json.loads((out / "manifest.json").read_text()) == {**DESCRIPTION, "examples": 4, "rows": manifest["rows"], "shards": 1}
+    assert json.loads((out / "manifest.json").read_text()) == {
+        **DESCRIPTION,
+        "examples": 4,
+        "rows": manifest["rows"],
+        "shards": 1,
+    }
     assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json"]
-    assert sorted(p.name for p in (out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f").iterdir()) == [
+    assert sorted(
+        p.name for p in (out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f").iterdir()
+    ) == [
         "part-0000000000.parquet",
         "part-0000000002.parquet",
     ]
@@ -103,7 +123,8 @@ def test_a_batch_is_written_a_row_group_of_examples_at_a_time(tmp_path, monkeypa
 
     import recorders.write.rowgroups
 
-    monkeypatch.setattr(recorders.write.rowgroups, "ROW_GROUP_ROWS", 12)  # 2 examples of 3 steps x 2 units
+    # 2 examples of 3 steps x 2 units
+    monkeypatch.setattr(recorders.write.rowgroups, "ROW_GROUP_ROWS", 12)
     examples = np.arange(10, 15)
     values = (100 * examples[:, None, None] + np.arange(6).reshape(1, 3, 2)).astype(np.float32)
     asked = []
@@ -125,7 +146,10 @@ def test_a_batch_is_written_a_row_group_of_examples_at_a_time(tmp_path, monkeypa
     assert df["example"].tolist() == np.repeat(examples, keep.sum(1) * 2).tolist()
     assert df["preactivation"].tolist() == values[keep].reshape(-1).tolist()
     states = pd.read_parquet(tmp_path / "run" / "states")
-    assert states["value"].tolist() == values.reshape(-1).tolist() and states["step"].tolist() == np.tile(np.repeat([0, 1, 2], 2), 5).tolist()
+    assert (
+        states["value"].tolist() == values.reshape(-1).tolist()
+        and states["step"].tolist() == np.tile(np.repeat([0, 1, 2], 2), 5).tolist()
+    )
 
 
 def test_columns_without_nulls_are_required_and_read_as_before(tmp_path):
@@ -144,30 +168,58 @@ def test_columns_without_nulls_are_required_and_read_as_before(tmp_path):
     with RecordingWriter(out, DESCRIPTION, examples=(0, 3)) as writer:
         writer.begin(0, 3)
         parts = {"input": values, "recurrent": -values, "bias": ABSENT, "peephole": None}
-        writer.write_gate("a/b", "f", examples, np.arange(3), values, -values,
-                          parts=lambda r: {k: (v if v is None or v is ABSENT else v[r]) for k, v in parts.items()})
+        writer.write_gate(
+            "a/b",
+            "f",
+            examples,
+            np.arange(3),
+            values,
+            -values,
+            parts=lambda r: {
+                k: (v if v is None or v is ABSENT else v[r]) for k, v in parts.items()
+            },
+        )
         writer.write_state("a/b", "h", examples, np.arange(3), values)
     gate_file = next((out / "gates").rglob("*.parquet"))
     schema = pq.read_schema(gate_file)
     assert {f.name: f.nullable for f in schema} == {
-        "example": False, "step": False, "unit": False, "preactivation": False, "activation": False,
-        "input": True, "recurrent": True, "bias": True, "peephole": True,
+        "example": False,
+        "step": False,
+        "unit": False,
+        "preactivation": False,
+        "activation": False,
+        "input": True,
+        "recurrent": True,
+        "bias": True,
+        "peephole": True,
     }
     assert not any(f.nullable for f in pq.read_schema(next((out / "states").rglob("*.parquet"))))
     # an older file of the same gate, with optional columns, beside the new one
     old = pq.read_table(gate_file)
-    old = pa.Table.from_arrays(old.columns, schema=pa.schema([f.with_nullable(True) for f in old.schema]))
+    old = pa.Table.from_arrays(
+        old.columns, schema=pa.schema([f.with_nullable(True) for f in old.schema])
+    )
     pq.write_table(old, gate_file.with_name("part-0000000003.parquet"))
     df = pd.read_parquet(out / "gates")
-    assert len(df) == 2 * values.size and df["example"].dtype == np.int64 and df["activation"].dtype == np.float32
-    assert df["preactivation"].tolist() == values.reshape(-1).tolist() * 2 and df["bias"].isna().all()
+    assert (
+        len(df) == 2 * values.size
+        and df["example"].dtype == np.int64
+        and df["activation"].dtype == np.float32
+    )
+    assert (
+        df["preactivation"].tolist() == values.reshape(-1).tolist() * 2 and df["bias"].isna().all()
+    )
     duckdb = pytest.importorskip("duckdb")
-    got = duckdb.sql(f"select count(*), sum(preactivation), count(bias) from read_parquet('{out}/gates/*/*/*.parquet')").fetchall()[0]
+    got = duckdb.sql(
+        f"select count(*), sum(preactivation), count(bias) from read_parquet('{out}/gates/*/*/*.parquet')"
+    ).fetchall()[0]
     assert got == (2 * values.size, 2 * float(values.sum()), 0)
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_each_compression_lays_out_the_columns_as_documented_and_reads_back_exactly(tmp_path, compression):
+def test_each_compression_lays_out_the_columns_as_documented_and_reads_back_exactly(
+    tmp_path, compression
+):
     """`fast` (the default): keys plain and lz4, floats plain and uncompressed; lz4, zstd,
     snappy: that codec on every column, floats byte-stream-split; none: no codec. Min and
     max are written for example and step, never for unit or the floats. Every value reads
@@ -180,36 +232,72 @@ def test_each_compression_lays_out_the_columns_as_documented_and_reads_back_exac
     rng = np.random.default_rng(0)
     examples, steps = np.arange(4, 7), np.arange(2, 6)
     values = rng.standard_normal((3, 4, 5)).astype(np.float32)
-    with RecordingWriter(out, DESCRIPTION, examples=(4, 7), compression=None if compression == "fast" else compression) as writer:
+    with RecordingWriter(
+        out,
+        DESCRIPTION,
+        examples=(4, 7),
+        compression=None if compression == "fast" else compression,
+    ) as writer:
         writer.begin(4, 7)
-        writer.write_gate("a/b", "f", examples, steps, values, -values,
-                          parts=lambda r: {"input": values[r], "recurrent": None, "bias": ABSENT, "peephole": None})
+        writer.write_gate(
+            "a/b",
+            "f",
+            examples,
+            steps,
+            values,
+            -values,
+            parts=lambda r: {
+                "input": values[r],
+                "recurrent": None,
+                "bias": ABSENT,
+                "peephole": None,
+            },
+        )
         writer.write_state("a/b", "c", examples, steps, 2 * values)
-    codec = {"fast": "LZ4", "lz4": "LZ4", "zstd": "ZSTD", "snappy": "SNAPPY", "none": "UNCOMPRESSED"}[compression]
+    codec = {
+        "fast": "LZ4",
+        "lz4": "LZ4",
+        "zstd": "ZSTD",
+        "snappy": "SNAPPY",
+        "none": "UNCOMPRESSED",
+    }[compression]
     floats = ("UNCOMPRESSED", "PLAIN") if compression == "fast" else (codec, "BYTE_STREAM_SPLIT")
-    for table, expected in (("gates", {"preactivation": values, "activation": -values, "input": values}), ("states", {"value": 2 * values})):
+    for table, expected in (
+        ("gates", {"preactivation": values, "activation": -values, "input": values}),
+        ("states", {"value": 2 * values}),
+    ):
         file = pq.ParquetFile(next((out / table).rglob("*.parquet")))
         group = file.metadata.row_group(0)
         for k in range(group.num_columns):
             column = group.column(k)
             name, stats = column.path_in_schema, column.statistics
             is_float = name not in ("example", "step", "unit")
-            assert (column.compression, "BYTE_STREAM_SPLIT" if "BYTE_STREAM_SPLIT" in column.encodings else "PLAIN") == (
-                floats if is_float else (codec, "PLAIN")
-            ), name
+            assert (
+                column.compression,
+                "BYTE_STREAM_SPLIT" if "BYTE_STREAM_SPLIT" in column.encodings else "PLAIN",
+            ) == (floats if is_float else (codec, "PLAIN")), name
             if name in ("example", "step"):
                 assert (stats.min, stats.max) == {"example": (4, 6), "step": (2, 5)}[name]
             else:
                 assert stats is None or not stats.has_min_max, name
         df = file.read().to_pandas()
         assert df["example"].tolist() == np.repeat(examples, 20).tolist()
-        assert df["step"].tolist() == np.tile(np.repeat(steps, 5), 3).tolist() and df["unit"].tolist() == list(range(5)) * 12
+        assert (
+            df["step"].tolist() == np.tile(np.repeat(steps, 5), 3).tolist()
+            and df["unit"].tolist() == list(range(5)) * 12
+        )
         for name, want in expected.items():
-            assert np.array_equal(df[name].to_numpy().view(np.uint32), want.reshape(-1).view(np.uint32)), name
+            assert np.array_equal(
+                df[name].to_numpy().view(np.uint32), want.reshape(-1).view(np.uint32)
+            ), name
     duckdb = pytest.importorskip("duckdb")
-    got = duckdb.sql(f"select preactivation from read_parquet('{out}/gates/*/*/*.parquet') order by example, step, unit").fetchnumpy()
+    got = duckdb.sql(
+        f"select preactivation from read_parquet('{out}/gates/*/*/*.parquet') order by example, step, unit"
+    ).fetchnumpy()
     assert np.array_equal(got["preactivation"].view(np.uint32), values.reshape(-1).view(np.uint32))
-    assert duckdb.sql(f"select count(bias), count(*) from read_parquet('{out}/gates/*/*/*.parquet')").fetchall() == [(0, 60)]
+    assert duckdb.sql(
+        f"select count(bias), count(*) from read_parquet('{out}/gates/*/*/*.parquet')"
+    ).fetchall() == [(0, 60)]
 
 
 def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):
@@ -235,8 +323,13 @@ def test_resume_continues_where_the_last_run_stopped(tmp_path):
     writer.abort()
     # A batch whose files were moved into place but never committed (a kill mid-commit).
     folder = out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f"
-    (folder / "part-0000000003.parquet").write_bytes((folder / "part-0000000000.parquet").read_bytes())
-    with pytest.raises(OutputExistsError, match="already holds a partial recording; pass --resume to continue it, or pass --overwrite to record it again"):
+    (folder / "part-0000000003.parquet").write_bytes(
+        (folder / "part-0000000000.parquet").read_bytes()
+    )
+    with pytest.raises(
+        OutputExistsError,
+        match="already holds a partial recording; pass --resume to continue it, or pass --overwrite to record it again",
+    ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 6))
     with RecordingWriter(out, DESCRIPTION, examples=(0, 6), resume=True) as writer:
         assert writer.resumed and writer.remaining() == [(2, 6)]
@@ -253,20 +346,34 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     with RecordingWriter(out, DESCRIPTION, examples=(0, 2)) as writer:
         batch(writer, 0, 2)
     other = {"cells": [{"name": "c/d"}]}
-    with pytest.raises(OutputExistsError, match=r"holds another recording \(different cells\); choose another folder, or pass --overwrite to record it again"):
+    with pytest.raises(
+        OutputExistsError,
+        match=r"holds another recording \(different cells\); choose another folder, or pass --overwrite to record it again",
+    ):
         RecordingWriter(out, other, examples=(0, 2), resume=True)
-    with pytest.raises(OutputExistsError, match=r"holds another recording \(it is split into 1 shards, not 2\)"):
+    with pytest.raises(
+        OutputExistsError, match=r"holds another recording \(it is split into 1 shards, not 2\)"
+    ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 2), shard=Shard(1, 2))
     with pytest.raises(RecordingError, match="pass one of them"):
         RecordingWriter(out, DESCRIPTION, overwrite=True, resume=True)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "keep.txt").write_text("mine")
-    with pytest.raises(OutputExistsError, match=rf"--out {mine} holds what gatetrace did not write \(keep.txt\); choose another path$"):
+    with pytest.raises(
+        OutputExistsError,
+        match=rf"--out {mine} holds what gatetrace did not write \(keep.txt\); choose another path$",
+    ):
         RecordingWriter(mine, DESCRIPTION)
-    with pytest.raises(OutputExistsError, match=r"holds what gatetrace did not write \(keep.txt\); --overwrite replaces only"):
+    with pytest.raises(
+        OutputExistsError,
+        match=r"holds what gatetrace did not write \(keep.txt\); --overwrite replaces only",
+    ):
         RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2))
-    assert sorted(p.name for p in mine.iterdir()) == ["keep.txt"] and (mine / "keep.txt").read_text() == "mine"
+    assert (
+        sorted(p.name for p in mine.iterdir()) == ["keep.txt"]
+        and (mine / "keep.txt").read_text() == "mine"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]
 
 
@@ -282,11 +389,15 @@ def test_overwrite_replaces_a_recording_only_once_the_new_one_is_complete(tmp_pa
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no hidden sibling left behind
     with RecordingWriter(out, DESCRIPTION, overwrite=True, examples=(0, 2)) as writer:
-        assert writer.out != out.resolve() and (out / "manifest.json").exists()  # the old one stays until the end
+        # the old one stays until the end
+        assert writer.out != out.resolve() and (out / "manifest.json").exists()
         batch(writer, 0, 2)
     assert json.loads((out / "manifest.json").read_text())["examples"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-    with pytest.raises(RecordingError, match=r"--overwrite with --shard 0/2: it would replace the folder the other shards write into"):
+    with pytest.raises(
+        RecordingError,
+        match=r"--overwrite with --shard 0/2: it would replace the folder the other shards write into",
+    ):
         RecordingWriter(out, DESCRIPTION, overwrite=True, examples=(0, 2), shard=Shard(0, 2))
 
 
@@ -296,14 +407,16 @@ def test_shards_write_one_dataset_and_the_last_one_writes_the_manifest(tmp_path)
     assert [s.part(10, 20) for s in shards] == [(10, 13), (13, 16), (16, 20)]
     writers = [RecordingWriter(out, DESCRIPTION, examples=(10, 20), shard=s) for s in shards]
     for w in writers:
-        (start, stop), = w.remaining()
+        ((start, stop),) = w.remaining()
         batch(w, start, stop)
     summaries = [w.close() for w in reversed(writers)]
     assert [s["complete"] for s in summaries] == [False, False, True]
     assert [s["examples"] for s in summaries] == [4, 3, 3]
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["examples"], manifest["rows"]["gates"], manifest["shards"]) == (10, 60, 3)
-    assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == list(range(10, 20))
+    assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == list(
+        range(10, 20)
+    )
 
 
 @pytest.mark.parametrize("text", ["3/3", "-1/2", "1", "a/b", "0/0"])
@@ -317,7 +430,15 @@ def test_intervals():
     done.add(2, 3)
     done.add(9, 9)
     assert done.pairs() == [[0, 3], [5, 7]] and done.total() == 5
-    assert [x in done for x in (0, 2, 3, 4, 5, 6, 7)] == [True, True, False, False, True, True, False]
+    assert [x in done for x in (0, 2, 3, 4, 5, 6, 7)] == [
+        True,
+        True,
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
     assert done.missing(1, 10) == [(3, 5), (7, 10)] and done.missing(0, 3) == []
     done.add(3, 5)
     assert done.pairs() == [[0, 7]]
@@ -334,7 +455,9 @@ def test_partition_names_are_percent_encoded_and_read_back(tmp_path):
 
 def test_recorders_never_import_tensorflow():
     code = "import sys, recorders, recorders.write.writer, tracer.cells.reference; print('tensorflow' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -348,9 +471,13 @@ def test_a_shard_that_fails_before_its_first_batch_leaves_the_other_shards_work(
             raise RuntimeError("the shard fails")
     assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before and before
     assert progress(out, "shard-1-of-2")["complete"] == []
-    with pytest.raises(OutputExistsError, match="already holds a partial recording of shard 1/2; pass --resume"):
+    with pytest.raises(
+        OutputExistsError, match="already holds a partial recording of shard 1/2; pass --resume"
+    ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2))
-    with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2), resume=True) as writer:
+    with RecordingWriter(
+        out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2), resume=True
+    ) as writer:
         batch(writer, 2, 4)
     assert json.loads((out / "manifest.json").read_text())["examples"] == 4
 
@@ -362,13 +489,23 @@ def test_shards_that_all_fail_before_their_first_batch_can_be_resumed(tmp_path):
     for k in range(2):
         with pytest.raises(RuntimeError, match="the shard fails"):
             with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(k, 2)) as writer:
-                writer.write_weights({"cell": ["a/b"], "gate": ["f"], "source": ["input"], "row": np.zeros(1, np.int32),
-                                      "unit": np.zeros(1, np.int32), "value": np.ones(1, np.float32)})
+                writer.write_weights(
+                    {
+                        "cell": ["a/b"],
+                        "gate": ["f"],
+                        "source": ["input"],
+                        "row": np.zeros(1, np.int32),
+                        "unit": np.zeros(1, np.int32),
+                        "value": np.ones(1, np.float32),
+                    }
+                )
                 raise RuntimeError("the shard fails")
     assert sorted(p.name for p in out.iterdir()) == ["_progress", "weights.parquet"]
     assert [progress(out, f"shard-{k}-of-2")["complete"] for k in range(2)] == [[], []]
     for k in range(2):
-        with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(k, 2), resume=True) as writer:
+        with RecordingWriter(
+            out, DESCRIPTION, examples=(0, 4), shard=Shard(k, 2), resume=True
+        ) as writer:
             batch(writer, 2 * k, 2 * k + 2)
     assert sorted(pd.read_parquet(out / "gates")["example"].unique().tolist()) == [0, 1, 2, 3]
     assert json.loads((out / "manifest.json").read_text())["examples"] == 4
@@ -381,8 +518,11 @@ def test_overwrite_is_refused_while_another_writer_holds_the_recording(tmp_path)
     running = RecordingWriter(out, DESCRIPTION, examples=(0, 6))
     first = batch(running, 0, 2)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    with pytest.raises(RecordingError, match=r"another gatetrace process is recording .*run \(it holds .*shard-0-of-1.lock\); "
-                       r"wait for it to finish, or stop it, then rerun with --overwrite"):
+    with pytest.raises(
+        RecordingError,
+        match=r"another gatetrace process is recording .*run \(it holds .*shard-0-of-1.lock\); "
+        r"wait for it to finish, or stop it, then rerun with --overwrite",
+    ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 6), overwrite=True)
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no sibling was left behind

@@ -38,7 +38,10 @@ def long_run(tmp_path_factory):
 
 
 def tables(out: Path) -> dict[str, pd.DataFrame]:
-    keys = {"gates": ["cell", "gate", "example", "step", "unit"], "states": ["cell", "state", "example", "step", "unit"]}
+    keys = {
+        "gates": ["cell", "gate", "example", "step", "unit"],
+        "states": ["cell", "state", "example", "step", "unit"],
+    }
     frames = {}
     for table, order in keys.items():
         df = pd.read_parquet(out / table)
@@ -48,7 +51,9 @@ def tables(out: Path) -> dict[str, pd.DataFrame]:
     return frames
 
 
-def assert_same_recording(out: Path, clean: Path, exact: bool = True, sequences: int = SEQUENCES) -> None:
+def assert_same_recording(
+    out: Path, clean: Path, exact: bool = True, sequences: int = SEQUENCES
+) -> None:
     """Equal row for row; bit for bit when both ran the same batches (`exact`).
 
     TensorFlow's matrix products may round differently for another batch size, so
@@ -56,9 +61,14 @@ def assert_same_recording(out: Path, clean: Path, exact: bool = True, sequences:
     """
     got, want = tables(out), tables(clean)
     for table in want:
-        pd.testing.assert_frame_equal(got[table], want[table], check_exact=exact, rtol=1e-6, atol=1e-6)
+        pd.testing.assert_frame_equal(
+            got[table], want[table], check_exact=exact, rtol=1e-6, atol=1e-6
+        )
     manifest, expected = (json.loads((d / "manifest.json").read_text()) for d in (out, clean))
-    assert manifest["rows"] == expected["rows"] and manifest["examples"] == expected["examples"] == sequences
+    assert (
+        manifest["rows"] == expected["rows"]
+        and manifest["examples"] == expected["examples"] == sequences
+    )
 
 
 def complete(out: Path) -> int:
@@ -76,20 +86,29 @@ def complete(out: Path) -> int:
 # test that looked a little late found the recording finished.
 PACED = (
     "import os, sys, time; from tracer.cli import main; saved = os.dup(2); os.dup2(os.open(os.devnull, os.O_WRONLY), 2); "
-    "import tracer.run.recording as r; os.dup2(saved, 2); hand = r._write_batch; "  # TensorFlow's import logs, as main() hides them
+    # TensorFlow's import logs, as main() hides them
+    "import tracer.run.recording as r; os.dup2(saved, 2); hand = r._write_batch; "
     "r._write_batch = lambda *a, **k: (time.sleep(0.05), hand(*a, **k))[1]; sys.exit(main(sys.argv[1:]))"
 )
 
 
 def start(argv: list[str]) -> subprocess.Popen:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.Popen([sys.executable, "-c", PACED, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", PACED, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_until(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
-        assert proc.poll() is None, f"the recording ended before the moment to interrupt it: {proc.communicate()}"
+        assert proc.poll() is None, (
+            f"the recording ended before the moment to interrupt it: {proc.communicate()}"
+        )
         assert time.monotonic() < deadline, "timed out waiting for the recording to make progress"
         time.sleep(0.005)
 
@@ -115,7 +134,12 @@ def test_killed_at_many_moments_then_resumed_equals_an_uninterrupted_run(long_ru
     moments = [
         lambda: out.exists(),  # the folder was just created
         lambda: complete(out) >= 2,  # right after the first batch
-        lambda: any((out / "gates").rglob("part-0000000030.parquet")) if (out / "gates").exists() else False,  # mid-commit
+        # mid-commit
+        lambda: (
+            any((out / "gates").rglob("part-0000000030.parquet"))
+            if (out / "gates").exists()
+            else False
+        ),
         lambda: complete(out) >= 40,
     ]
     for k, moment in enumerate(moments):
@@ -141,7 +165,9 @@ def test_ctrl_c_stops_after_the_batch_in_flight(long_run, tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     done = complete(out)
-    assert stderr.splitlines() == [f"gatetrace: interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"]
+    assert stderr.splitlines() == [
+        f"gatetrace: interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
+    ]
     assert 4 <= done < SEQUENCES and stdout == ""
     assert not list(out.glob(".staging-*")) and not (out / "manifest.json").exists()
     assert main([*run, "--resume", "--batch-size", "5"]) == 0  # another batch size is fine
@@ -166,7 +192,9 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
     argv, clean = long_run
     out = tmp_path / "out"
     for k, batch_size in ((1, "2"), (0, "7"), (2, "4")):
-        assert main([*argv, "--out", str(out), "--shard", f"{k}/3", "--batch-size", batch_size]) == 0
+        assert (
+            main([*argv, "--out", str(out), "--shard", f"{k}/3", "--batch-size", batch_size]) == 0
+        )
     assert_same_recording(out, clean, exact=False)
     # Each example was written by exactly one shard, in files named by their first example.
     starts = sorted(int(p.stem[5:]) for p in (out / "gates").glob("cell=*/gate=i/part-*.parquet"))
@@ -176,11 +204,19 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
 def test_the_readme_duckdb_query_reads_the_dataset(long_run):
     """The DuckDB query shown in the README, on a finished recording, agrees with pandas."""
     import duckdb
+
     _, clean = long_run
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    query = readme.split("```sql\n")[1].split("```")[0].replace("'run1/", f"'{clean}/").replace("rnn/basic_lstm_cell", "rnn/lstm_cell")
+    query = (
+        readme.split("```sql\n")[1]
+        .split("```")[0]
+        .replace("'run1/", f"'{clean}/")
+        .replace("rnn/basic_lstm_cell", "rnn/lstm_cell")
+    )
     got = duckdb.sql(query).df()
-    f = pd.read_parquet(clean / "gates", filters=[("cell", "==", "rnn/lstm_cell"), ("gate", "==", "f")])
+    f = pd.read_parquet(
+        clean / "gates", filters=[("cell", "==", "rnn/lstm_cell"), ("gate", "==", "f")]
+    )
     want = f.groupby("step")["activation"].agg(["mean", lambda a: (a > 0.9).mean()])
     assert got["step"].tolist() == list(range(30))
     np.testing.assert_allclose(got["forget"], want["mean"], rtol=1e-6)

@@ -53,8 +53,12 @@ def reversed_within(x, lengths):
 
 def check_gates(rec: Recording, cell: str, pre, act, valid) -> None:
     for g, gate in enumerate("ijfo"):
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "preactivation")[valid], pre[:, :, g][valid], atol=1e-5)
-        np.testing.assert_allclose(rec.gate_array(cell, gate, "activation")[valid], act[:, :, g][valid], atol=1e-5)
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "preactivation")[valid], pre[:, :, g][valid], atol=1e-5
+        )
+        np.testing.assert_allclose(
+            rec.gate_array(cell, gate, "activation")[valid], act[:, :, g][valid], atol=1e-5
+        )
         assert np.isnan(rec.gate_array(cell, gate, "activation")[~valid]).all()
 
 
@@ -75,11 +79,16 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
         with graph.as_default():
             x = v1.placeholder(tf.float32, [None, T, FEATURES], name="x")
             lengths = v1.placeholder(tf.int32, [None], name="lengths")
-            cell = R.BasicLSTMCell(UNITS, forget_bias=0.7)  # one object: one kernel for both directions
+            # one object: one kernel for both directions
+            cell = R.BasicLSTMCell(UNITS, forget_bias=0.7)
             if how == "static":
-                outputs = v1.nn.static_bidirectional_rnn(cell, cell, tf.unstack(x, axis=1), dtype=tf.float32, sequence_length=None)[0][-1]
+                outputs = v1.nn.static_bidirectional_rnn(
+                    cell, cell, tf.unstack(x, axis=1), dtype=tf.float32, sequence_length=None
+                )[0][-1]
             else:
-                outputs = v1.nn.bidirectional_dynamic_rnn(cell, cell, x, sequence_length=lengths, dtype=tf.float32)[0][1]
+                outputs = v1.nn.bidirectional_dynamic_rnn(
+                    cell, cell, x, sequence_length=lengths, dtype=tf.float32
+                )[0][1]
             session = v1.Session(graph=graph)
             session.run(v1.global_variables_initializer())
         randomise(session, graph)
@@ -96,11 +105,25 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
     assert main(["inspect", path, "--json"]) == 0
     cells = json.loads(capsys.readouterr().out)["cells"]
     names = sorted(c["name"] for c in cells)
-    assert len(names) == 2 and len(set(names)) == 2 and all(name.startswith("bidirectional_rnn/fw/basic_lstm_cell@") for name in names)
-    assert names == ["bidirectional_rnn/fw/basic_lstm_cell@bw", "bidirectional_rnn/fw/basic_lstm_cell@fw"]  # the shortest part that differs
-    assert all(c["shares_weights_with"] == [other] for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1]))
-    assert [c["steps"] for c in cells] == [T, T]  # from the loop input's static time axis where the cells are replayed
-    feeds = ["--feed", f"x={tmp_path / 'x.npy'}"] + (["--feed", f"lengths={tmp_path / 'n.npy'}"] if how != "static" else [])
+    assert (
+        len(names) == 2
+        and len(set(names)) == 2
+        and all(name.startswith("bidirectional_rnn/fw/basic_lstm_cell@") for name in names)
+    )
+    # the shortest part that differs
+    assert names == [
+        "bidirectional_rnn/fw/basic_lstm_cell@bw",
+        "bidirectional_rnn/fw/basic_lstm_cell@fw",
+    ]
+    assert all(
+        c["shares_weights_with"] == [other]
+        for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1])
+    )
+    # from the loop input's static time axis where the cells are replayed
+    assert [c["steps"] for c in cells] == [T, T]
+    feeds = ["--feed", f"x={tmp_path / 'x.npy'}"] + (
+        ["--feed", f"lengths={tmp_path / 'n.npy'}"] if how != "static" else []
+    )
     assert main(["record", path, *feeds, "--out", str(tmp_path / "rec"), "--quiet"]) == 0
     assert "recorded 2 cells on 6 sequences" in capsys.readouterr().out
     rec = Recording(tmp_path / "rec")
@@ -125,7 +148,10 @@ def char_rnn(tmp_path):
         def unroll(tokens, steps, size):
             with v1.variable_scope(v1.get_variable_scope(), reuse=v1.AUTO_REUSE):
                 embedding = v1.get_variable("embedding", [vocab, FEATURES])
-                inputs = [tf.squeeze(i, [1]) for i in tf.split(tf.nn.embedding_lookup(embedding, tokens), steps, 1)]
+                inputs = [
+                    tf.squeeze(i, [1])
+                    for i in tf.split(tf.nn.embedding_lookup(embedding, tokens), steps, 1)
+                ]
                 return rnn_decoder(inputs, cell.zero_state(size, tf.float32), cell, scope="rnnlm")
 
         unroll(v1.placeholder(tf.int32, [batch, T], name="input_data"), T, batch)
@@ -158,13 +184,36 @@ def test_a_char_rnn_with_sampling_unrolls_records_the_training_chains(tmp_path, 
     cells = json.loads(capsys.readouterr().out)["cells"]
     assert len(cells) == 6 and len({c["name"] for c in cells}) == 6
     assert sorted(c["steps"] for c in cells) == [1, 1, 1, 1, T, T]
-    tokens = np.random.RandomState(0).randint(0, 7, (6, T)).astype(np.int32)  # 6 rows: batches of 4, the last padded
+    # 6 rows: batches of 4, the last padded
+    tokens = np.random.RandomState(0).randint(0, 7, (6, T)).astype(np.int32)
     np.save(tmp_path / "tokens.npy", tokens)
-    assert main(["record", path, "--feed", f"input_data={tmp_path / 'tokens.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"input_data={tmp_path / 'tokens.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "recorded 2 cells on 6 sequences" in out and out.count("skipped cell ") == 4 and "it needs placeholder sample_input" in out
+    assert (
+        "recorded 2 cells on 6 sequences" in out
+        and out.count("skipped cell ") == 4
+        and "it needs placeholder sample_input" in out
+    )
     manifest = json.loads((tmp_path / "rec" / "manifest.json").read_text())
-    assert sorted(s["needs"] for s in manifest["skipped"]) == ["sample_input", "sample_input", "sample_input_2", "sample_input_2"]
+    assert sorted(s["needs"] for s in manifest["skipped"]) == [
+        "sample_input",
+        "sample_input",
+        "sample_input_2",
+        "sample_input_2",
+    ]
     rec = Recording(tmp_path / "rec")
     recorded = {c["name"]: c for c in manifest["cells"]}
     x = values["embedding"][tokens]
@@ -173,7 +222,10 @@ def test_a_char_rnn_with_sampling_unrolls_records_the_training_chains(tmp_path, 
         name = next(n for n in recorded if n.startswith(scope))
         pre, act = lstm64(x, values[f"{scope}/kernel"], values[f"{scope}/bias"], 1.0)
         check_gates(rec, name, pre, act, np.ones((6, T), bool))
-        h = np.tanh(_cell_state(x, values[f"{scope}/kernel"], values[f"{scope}/bias"])) * act[:, :, 3]
+        h = (
+            np.tanh(_cell_state(x, values[f"{scope}/kernel"], values[f"{scope}/bias"]))
+            * act[:, :, 3]
+        )
         x = h  # the next layer reads this one's h
     assert len(recorded) == 2
 
@@ -193,7 +245,10 @@ def _cell_state(x, kernel, bias):
 
 def test_two_cells_can_never_write_one_folder(tmp_path):
     cells = [{"name": "rnn/basic_lstm_cell"}, {"name": "rnn/basic_lstm_cell"}]
-    with pytest.raises(RecordingError, match=r"two cells are both named 'rnn/basic_lstm_cell': each cell is written to a folder of its own"):
+    with pytest.raises(
+        RecordingError,
+        match=r"two cells are both named 'rnn/basic_lstm_cell': each cell is written to a folder of its own",
+    ):
         RecordingWriter(tmp_path / "out", {"cells": cells}, examples=(0, 2))
     assert not (tmp_path / "out").exists()
 
@@ -210,7 +265,9 @@ def test_cells_are_named_by_their_scope_in_every_era(kernel, bias, tmp_path, cap
             b = v1.get_variable(bias, [4 * UNITS])
         c = h = tf.zeros([tf.shape(x)[0], UNITS])
         for step in tf.unstack(x, axis=1):
-            i, j, f, o = tf.split(tf.nn.bias_add(tf.matmul(tf.concat([step, h], 1), w), b), 4, axis=1)
+            i, j, f, o = tf.split(
+                tf.nn.bias_add(tf.matmul(tf.concat([step, h], 1), w), b), 4, axis=1
+            )
             c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
             h = tf.tanh(c) * tf.sigmoid(o)
         session = v1.Session(graph=graph)
@@ -221,7 +278,20 @@ def test_cells_are_named_by_their_scope_in_every_era(kernel, bias, tmp_path, cap
         v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
     xs = np.random.RandomState(4).uniform(-1, 1, (3, T, FEATURES)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    assert main(["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                str(tmp_path / "model.ckpt"),
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "rec"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "recorded 1 cell on 3 sequences" in capsys.readouterr().out
     pre, act = lstm64(xs, kernel_value, bias_value, 1.0)
     check_gates(Recording(tmp_path / "rec"), "rnn/basic_lstm_cell", pre, act, np.ones((3, T), bool))
@@ -230,7 +300,17 @@ def test_cells_are_named_by_their_scope_in_every_era(kernel, bias, tmp_path, cap
 def test_a_shared_kernel_chain_is_named_by_the_shortest_part_of_its_scope_that_differs():
     from tracer.find.graph import _shortest
 
-    assert _shortest(["bidirectional_rnn/fw/fw/while/", "rnn/bidirectional_rnn/bw/bw/while/rnn/bidirectional_rnn/bw/bw/while/"]) == ["fw", "bw"]
-    assert _shortest(["rnnlm/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell",
-                      "rnnlm_1/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell"]) == ["rnnlm", "rnnlm_1"]
-    assert _shortest(["a/b/", "a/b/c"]) == ["a/b", "a/b/c"]  # one has no part of its own: the whole scopes
+    assert _shortest(
+        [
+            "bidirectional_rnn/fw/fw/while/",
+            "rnn/bidirectional_rnn/bw/bw/while/rnn/bidirectional_rnn/bw/bw/while/",
+        ]
+    ) == ["fw", "bw"]
+    assert _shortest(
+        [
+            "rnnlm/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell",
+            "rnnlm_1/rnn_decoder/rnn_decoder/multi_rnn_cell/cell_0/lstm_cell",
+        ]
+    ) == ["rnnlm", "rnnlm_1"]
+    # one has no part of its own: the whole scopes
+    assert _shortest(["a/b/", "a/b/c"]) == ["a/b", "a/b/c"]

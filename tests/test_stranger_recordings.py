@@ -49,20 +49,34 @@ def pristine(tmp_path_factory) -> Path:
     and, beside it, a tokens file and a Parquet file and folder of 777s that links may point to."""
 
     def body(x):
-        outputs, _ = v1.nn.static_rnn(R.MultiRNNCell([R.BasicLSTMCell(3), R.GRUCell(2)]), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            R.MultiRNNCell([R.BasicLSTMCell(3), R.GRUCell(2)]),
+            tf.unstack(x, axis=1),
+            dtype=tf.float32,
+        )
         return [outputs[-1]]
 
     root = tmp_path_factory.mktemp("stranger")
     model = tracer.from_session(build(body).session)
     x = np.random.RandomState(3).randn(6, 5, 4).astype(np.float32)
-    tracer.record(model, {"x": x}, root / "run", batch_size=4, lengths=np.array([5, 5, 3, 5, 1, 5]),
-                  values=("preactivation", "activation", "contributions"))
-    (root / "tokens.json").write_text(json.dumps([[f"t{e}.{s}" for s in range(5)] for e in range(6)]))
+    tracer.record(
+        model,
+        {"x": x},
+        root / "run",
+        batch_size=4,
+        lengths=np.array([5, 5, 3, 5, 1, 5]),
+        values=("preactivation", "activation", "contributions"),
+    )
+    (root / "tokens.json").write_text(
+        json.dumps([[f"t{e}.{s}" for s in range(5)] for e in range(6)])
+    )
     first = next((root / "run" / "gates").glob("cell=*/gate=*/part-*.parquet"))
     table = pq.read_table(first)
     floats = [n for n in table.column_names if table.schema.field(n).type == pa.float32()]
     for n in floats:
-        table = table.set_column(table.column_names.index(n), n, pa.array(np.full(table.num_rows, OUTSIDE, np.float32)))
+        table = table.set_column(
+            table.column_names.index(n), n, pa.array(np.full(table.num_rows, OUTSIDE, np.float32))
+        )
     (root / "outside" / "gate=f").mkdir(parents=True)
     pq.write_table(table, root / "outside.parquet")
     pq.write_table(table, root / "outside" / "gate=f" / first.name)
@@ -73,7 +87,10 @@ def pristine(tmp_path_factory) -> Path:
 def expected(pristine: Path) -> dict:
     """Every row of the pristine recording, by table and key."""
     rec = Recording(pristine / "run")
-    return {"gates": rows_of(rec.gate_frame(columns=VALUES), "gate"), "states": rows_of(rec.state_frame(), "state")}
+    return {
+        "gates": rows_of(rec.gate_frame(columns=VALUES), "gate"),
+        "states": rows_of(rec.state_frame(), "state"),
+    }
 
 
 def fresh(pristine: Path, to: Path) -> Path:
@@ -91,8 +108,15 @@ def rewrite(path: Path, **columns) -> None:
     """The part file at `path` with some columns replaced (their row count sets the file's)."""
     table = pq.read_table(path)
     rows = len(next(iter(columns.values())))
-    new = {n: columns.get(n, pa.concat_arrays([table.column(n).combine_chunks()] * (rows // table.num_rows + 1))[:rows])
-           for n in table.column_names}
+    new = {
+        n: columns.get(
+            n,
+            pa.concat_arrays([table.column(n).combine_chunks()] * (rows // table.num_rows + 1))[
+                :rows
+            ],
+        )
+        for n in table.column_names
+    }
     path.unlink()
     pq.write_table(pa.table(new, schema=table.schema), path)
 
@@ -103,7 +127,10 @@ MANIFESTS = {
     "not JSON": (b"{not json", "manifest.json is not a manifest gatetrace wrote (is not JSON: "),
     "no cells": (None, "(cells is missing, expected a list of cells)"),
     "cells a number": (3, "(cells is 3, expected a list of cells)"),
-    "nested 100,000 deep": (b"[" * 100_000 + b"]" * 100_000, "(nests 100000 levels deep; gatetrace writes and reads at most 32)"),
+    "nested 100,000 deep": (
+        b"[" * 100_000 + b"]" * 100_000,
+        "(nests 100000 levels deep; gatetrace writes and reads at most 32)",
+    ),
 }
 
 
@@ -133,7 +160,11 @@ def test_a_deep_tokens_file_is_one_line(pristine, tmp_path):
     with pytest.raises(SelectionError, match="tokens.json nests 100000 levels deep"):
         load_labels(tokens)
     result = run_cli("view", str(pristine / "run"), "--tokens", str(tokens), "--port", "1")
-    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "nests 100000 levels deep" in result.stderr
+    assert (
+        result.returncode == 2
+        and len(result.stderr.splitlines()) == 1
+        and "nests 100000 levels deep" in result.stderr
+    )
 
 
 def client(rec: Recording, labels=None):
@@ -148,33 +179,56 @@ def test_a_linked_part_file_is_not_read(pristine, tmp_path):
     target.unlink()
     target.symlink_to(pristine / "outside.parquet")
     shown = f"{target} is a symbolic link to {pristine / 'outside.parquet'}: gatetrace reads only the regular files inside a recording"
-    answer = client(Recording(run)).get("/api/heatmap", params={"cell": LSTM, "label": "f", "example": 0})
+    answer = client(Recording(run)).get(
+        "/api/heatmap", params={"cell": LSTM, "label": "f", "example": 0}
+    )
     assert answer.status_code == 422 and answer.json()["error"].startswith(shown)
     with pytest.raises(RecordingError, match="copy the recording with its links resolved"):
         Recording(run).gate_frame([LSTM], ["f"])
     with pytest.raises(RecordingError, match="is a symbolic link"):
-        Recording(run).gate_frame([LSTM], ["i"])  # nothing of the table is read: a folder with a link is not as gatetrace writes it
-    assert len(Recording(run).state_frame()) == len(Recording(pristine / "run").state_frame()) == 192  # the other table reads as before
+        # nothing of the table is read: a folder with a link is not as gatetrace writes it
+        Recording(run).gate_frame([LSTM], ["i"])
+    # the other table reads as before
+    assert (
+        len(Recording(run).state_frame()) == len(Recording(pristine / "run").state_frame()) == 192
+    )
     result = run_cli("view", str(run), "--port", "1")
-    assert result.returncode == 2 and result.stderr.splitlines() == [f"gatetrace: error: {shown} (it writes nothing else) and "
-                                                                     "read nothing from it; if you trust what it points to, copy the "
-                                                                     "recording with its links resolved (cp -rL) and open the copy"]
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"gatetrace: error: {shown} (it writes nothing else) and "
+        "read nothing from it; if you trust what it points to, copy the "
+        "recording with its links resolved (cp -rL) and open the copy"
+    ]
 
 
-@pytest.mark.parametrize("step, unit, message", [
-    (4095, 2**20, "row group 0 holds steps 4095 to 4095, outside the cell's 0 to 4"),
-    (4, 2**20, "holds rows of unit 1048576, outside the 0 to 2 of its cell in the recording's description"),
-])
+@pytest.mark.parametrize(
+    "step, unit, message",
+    [
+        (4095, 2**20, "row group 0 holds steps 4095 to 4095, outside the cell's 0 to 4"),
+        (
+            4,
+            2**20,
+            "holds rows of unit 1048576, outside the 0 to 2 of its cell in the recording's description",
+        ),
+    ],
+)
 def test_a_part_file_claiming_far_steps_or_units_is_named(pristine, tmp_path, step, unit, message):
     run = fresh(pristine, tmp_path / "run")
     target = part(run)
-    rewrite(target, step=pa.array([step, step], pa.int32()), unit=pa.array([unit, unit], pa.int32()),
-            example=pa.array([0, 0], pa.int64()))
+    rewrite(
+        target,
+        step=pa.array([step, step], pa.int32()),
+        unit=pa.array([unit, unit], pa.int32()),
+        example=pa.array([0, 0], pa.int64()),
+    )
     assert target.stat().st_size < 20_000
     rec = Recording(run)
     for path in ("/api/heatmap", "/api/overview"):
         answer = client(rec).get(path, params={"cell": LSTM, "label": "f", "example": 0})
-        assert answer.status_code == 422 and answer.json()["error"].startswith(f"{target} ") and message in answer.json()["error"]
+        assert (
+            answer.status_code == 422
+            and answer.json()["error"].startswith(f"{target} ")
+            and message in answer.json()["error"]
+        )
     with pytest.raises(RecordingError, match=message):
         rec.gate_array(LSTM, "f")
 
@@ -191,7 +245,8 @@ def test_only_regular_files_inside_are_opened(pristine, tmp_path, kind):
         target.unlink()
         if os.geteuid() != 0:
             pytest.skip("making a device node needs root")
-        os.mknod(target, 0o600 | 0o020000, os.makedev(1, 3))  # a character device (/dev/null's numbers)
+        # a character device (/dev/null's numbers)
+        os.mknod(target, 0o600 | 0o020000, os.makedev(1, 3))
         what = f"{target} is a character device"
     else:
         shutil.rmtree(target.parent)
@@ -206,16 +261,27 @@ def test_only_regular_files_inside_are_opened(pristine, tmp_path, kind):
 
 def test_a_selection_larger_than_the_memory_budget_is_refused_before_it_is_read(pristine):
     rec = Recording(pristine / "run", memory=4_000)
-    with pytest.raises(SelectionError, match="more than the memory budget of 4,000: select fewer examples or steps"):
+    with pytest.raises(
+        SelectionError, match="more than the memory budget of 4,000: select fewer examples or steps"
+    ):
         rec.gate_frame()
-    assert len(Recording(pristine / "run", memory=4_000).gate_frame([LSTM], ["f"], examples=(0, 1))) == 5 * 3
+    assert (
+        len(Recording(pristine / "run", memory=4_000).gate_frame([LSTM], ["f"], examples=(0, 1)))
+        == 5 * 3
+    )
 
 
 # ---- the property test ------------------------------------------------------------------
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 KEY_VALUES = st.integers(-3, 8) | st.sampled_from([4095, 2**20, 2**31 - 1, -(2**31)])
@@ -256,19 +322,41 @@ def mutations(draw, pristine: Path):
     if where == "manifest":
         return where, draw(json_edits(json.loads((pristine / "run" / "manifest.json").read_text())))
     if where == "progress":
-        return where, draw(json_edits(json.loads((pristine / "run" / "_progress" / "shard-0-of-1.json").read_text())))
+        return where, draw(
+            json_edits(
+                json.loads((pristine / "run" / "_progress" / "shard-0-of-1.json").read_text())
+            )
+        )
     if where == "tokens":
-        return where, draw(json_edits(json.loads((pristine / "tokens.json").read_text())) | st.just("fifo"))
+        return where, draw(
+            json_edits(json.loads((pristine / "tokens.json").read_text())) | st.just("fifo")
+        )
     cell, gate = draw(st.sampled_from([(LSTM, "f"), (LSTM, "i"), (GRU, "c")]))
-    how = draw(st.sampled_from(["keys", "keys", "type", "bytes", "cut", "link", "fifo", "linked folder"]))
+    how = draw(
+        st.sampled_from(["keys", "keys", "type", "bytes", "cut", "link", "fifo", "linked folder"])
+    )
     detail: object = None
     if how == "keys":
         rows = draw(st.integers(1, 40))
-        detail = {c: draw(st.lists(KEY_VALUES, min_size=rows, max_size=rows)) for c in draw(st.sets(st.sampled_from(["example", "step", "unit"]), min_size=1))}
+        detail = {
+            c: draw(st.lists(KEY_VALUES, min_size=rows, max_size=rows))
+            for c in draw(st.sets(st.sampled_from(["example", "step", "unit"]), min_size=1))
+        }
     elif how == "type":
-        detail = draw(st.sampled_from([("step", pa.int64()), ("example", pa.int32()), ("activation", pa.float64()), ("unit", pa.string())]))
+        detail = draw(
+            st.sampled_from(
+                [
+                    ("step", pa.int64()),
+                    ("example", pa.int32()),
+                    ("activation", pa.float64()),
+                    ("unit", pa.string()),
+                ]
+            )
+        )
     elif how == "bytes":
-        detail = draw(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8))
+        detail = draw(
+            st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8)
+        )
     elif how == "cut":
         detail = draw(st.floats(0, 1, exclude_max=True))
     return where, (cell, gate, how, detail)
@@ -277,7 +365,9 @@ def mutations(draw, pristine: Path):
 def mutate(root: Path, run: Path, tokens: Path, where: str, how) -> set[tuple[str, str]]:
     """Apply a mutation; the (cell, gate) partitions whose files it changed."""
     if where in ("manifest", "progress"):
-        (run / ("manifest.json" if where == "manifest" else "_progress/shard-0-of-1.json")).write_bytes(how)
+        (
+            run / ("manifest.json" if where == "manifest" else "_progress/shard-0-of-1.json")
+        ).write_bytes(how)
         return set()
     if where == "tokens":
         tokens.unlink()
@@ -291,7 +381,11 @@ def mutate(root: Path, run: Path, tokens: Path, where: str, how) -> set[tuple[st
     elif kind == "type":
         name, type_ = detail
         table = pq.read_table(target)
-        column = table.column(name).cast(type_) if type_ != pa.string() else pa.array([str(v) for v in table.column(name).to_pylist()])
+        column = (
+            table.column(name).cast(type_)
+            if type_ != pa.string()
+            else pa.array([str(v) for v in table.column(name).to_pylist()])
+        )
         target.unlink()
         pq.write_table(table.set_column(table.column_names.index(name), name, column), target)
     elif kind == "bytes":
@@ -324,7 +418,9 @@ def bounded(seconds: int = 20):
     with open("/proc/self/status") as f:
         size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Hang(f"no answer in {seconds} s")))
+    previous = signal.signal(
+        signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Hang(f"no answer in {seconds} s"))
+    )
     signal.alarm(seconds)
     resource.setrlimit(resource.RLIMIT_AS, (size + HEADROOM, hard))
     try:
@@ -336,8 +432,19 @@ def bounded(seconds: int = 20):
 
 
 def rows_of(frame, label: str) -> dict:
-    keys = zip(frame["cell"].astype(str), frame[label].astype(str), frame["example"], frame["step"], frame["unit"])
-    return dict(zip(keys, frame.drop(columns=["cell", label, "example", "step", "unit"]).itertuples(index=False)))
+    keys = zip(
+        frame["cell"].astype(str),
+        frame[label].astype(str),
+        frame["example"],
+        frame["step"],
+        frame["unit"],
+    )
+    return dict(
+        zip(
+            keys,
+            frame.drop(columns=["cell", label, "example", "step", "unit"]).itertuples(index=False),
+        )
+    )
 
 
 def read_everything(run: Path, tokens: Path, description: dict) -> dict:
@@ -366,9 +473,12 @@ def read_everything(run: Path, tokens: Path, description: dict) -> dict:
             pass
     answers = []
     app = client(rec, labels)
-    for path, params in [("/api/overview", {}), ("/api/heatmap", {"cell": LSTM, "label": "f", "example": 1}),
-                         ("/api/heatmap", {"cell": GRU, "label": "h", "kind": "state", "example": 0}),
-                         ("/api/unit", {"cell": LSTM, "gate": "i", "unit": 1, "example": 0})]:
+    for path, params in [
+        ("/api/overview", {}),
+        ("/api/heatmap", {"cell": LSTM, "label": "f", "example": 1}),
+        ("/api/heatmap", {"cell": GRU, "label": "h", "kind": "state", "example": 0}),
+        ("/api/unit", {"cell": LSTM, "gate": "i", "unit": 1, "example": 0}),
+    ]:
         answer = app.get(path, params=params)
         assert answer.status_code in (200, 400, 422), (path, answer.status_code, answer.text[:300])
         assert "error" in answer.json() if answer.status_code != 200 else True
@@ -381,7 +491,12 @@ def read_everything(run: Path, tokens: Path, description: dict) -> dict:
     return out
 
 
-@settings(max_examples=80, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=80,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_any_damage_gives_the_right_data_or_one_clean_error(pristine, tmp_path, data):
     where, how = data.draw(mutations(pristine))
@@ -390,7 +505,13 @@ def test_any_damage_gives_the_right_data_or_one_clean_error(pristine, tmp_path, 
     shutil.copy(pristine / "tokens.json", tokens)
     changed = mutate(pristine, run, tokens, where, how)
     with bounded():
-        got = read_everything(run, tokens, json.loads((pristine / "run" / "_progress" / "shard-0-of-1.json").read_text())["description"])
+        got = read_everything(
+            run,
+            tokens,
+            json.loads((pristine / "run" / "_progress" / "shard-0-of-1.json").read_text())[
+                "description"
+            ],
+        )
     # no value from outside the folder, anywhere
     assert str(OUTSIDE) not in json.dumps(got.get("answers", []))
     for name in ("gates", "states"):
@@ -400,29 +521,47 @@ def test_any_damage_gives_the_right_data_or_one_clean_error(pristine, tmp_path, 
         label = name[:-1]
         for (cell, lab, example, step, unit), values in rows_of(frame, label).items():
             assert OUTSIDE not in values
-            if (cell, lab) in changed:  # what a changed file holds, as long as it fits the description
+            # what a changed file holds, as long as it fits the description
+            if (cell, lab) in changed:
                 rec = Recording(run, memory=MEMORY)
-                assert 0 <= unit < rec.units(cell) and 0 <= step < rec.cell(cell)["steps"]  # (the selection starts at 0)
+                # (the selection starts at 0)
+                assert 0 <= unit < rec.units(cell) and 0 <= step < rec.cell(cell)["steps"]
             else:  # every other row is a row of the recording, with its values
                 want = expected(pristine)[name].get((cell, lab, example, step, unit))
-                assert want is not None and np.allclose(values, want, equal_nan=True), (cell, lab, example, step, unit)
+                assert want is not None and np.allclose(values, want, equal_nan=True), (
+                    cell,
+                    lab,
+                    example,
+                    step,
+                    unit,
+                )
     if "array" in got:
         assert not (got["array"] == OUTSIDE).any()
 
 
 def test_a_selection_of_no_files_is_an_empty_frame_of_the_tables_columns(pristine):
     frame = Recording(pristine / "run").gate_frame(gates=["no such gate"], columns=["activation"])
-    assert frame.empty and list(frame.columns) == ["example", "step", "unit", "activation", "cell", "gate"]
+    assert frame.empty and list(frame.columns) == [
+        "example",
+        "step",
+        "unit",
+        "activation",
+        "cell",
+        "gate",
+    ]
     assert frame["example"].dtype == np.int64 and frame["activation"].dtype == np.float32
 
 
-def test_a_footer_whose_names_are_not_text_is_one_clean_error_to_readers_and_to_resume(pristine, tmp_path):
+def test_a_footer_whose_names_are_not_text_is_one_clean_error_to_readers_and_to_resume(
+    pristine, tmp_path
+):
     """Found by the property test: pyarrow raises UnicodeDecodeError on such a footer."""
     run = fresh(pristine, tmp_path / "run")
     target = part(run)
     data = target.read_bytes()
     footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
-    for at in (m.start() for m in re.finditer(b"example", data[footer:])):  # a column name that pyarrow decodes
+    # a column name that pyarrow decodes
+    for at in (m.start() for m in re.finditer(b"example", data[footer:])):
         damaged = bytearray(data)
         damaged[footer + at] = 0x80
         target.write_bytes(bytes(damaged))
@@ -445,4 +584,9 @@ def test_a_manifest_of_no_cells_reads_as_a_recording_of_no_rows(pristine, tmp_pa
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "cells": []}))
     rec = Recording(run)
-    assert rec.cells == [] and rec.gate_frame().empty and rec.state_frame().empty and rec.summary()["cells"] == []
+    assert (
+        rec.cells == []
+        and rec.gate_frame().empty
+        and rec.state_frame().empty
+        and rec.summary()["cells"] == []
+    )

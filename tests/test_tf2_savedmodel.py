@@ -65,7 +65,8 @@ def save(model, framework: str, how: str, path) -> int:
         model.export(str(path))
     elif how == "tf.saved_model.save":
         tf.saved_model.save(model, str(path))
-    else:  # a Keras SavedModel as TF 2.2 wrote it: no keras_metadata.pb, layers in the object graph only
+    # a Keras SavedModel as TF 2.2 wrote it: no keras_metadata.pb, layers in the object graph only
+    else:
         model.save(str(path), save_format="tf")
         os.remove(path / "keras_metadata.pb")
         return drop_unused_reads(path)
@@ -80,16 +81,32 @@ def drop_unused_reads(path) -> int:
     weights. Returns how many reads were dropped."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    effects = {"NoOp", "While", "StatelessWhile", "StatefulPartitionedCall", "PartitionedCall", "If", "StatelessIf"}
+    effects = {
+        "NoOp",
+        "While",
+        "StatelessWhile",
+        "StatefulPartitionedCall",
+        "PartitionedCall",
+        "If",
+        "StatelessIf",
+    }
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((path / "saved_model.pb").read_bytes())
     dropped = 0
     for function in saved.meta_graphs[0].graph_def.library.function:
         while True:
-            used = {i.partition(":")[0] for n in function.node_def for i in n.input if not i.startswith("^")}
+            used = {
+                i.partition(":")[0]
+                for n in function.node_def
+                for i in n.input
+                if not i.startswith("^")
+            }
             used |= {v.partition(":")[0] for v in function.ret.values()}
-            dead = {n.name for n in function.node_def if n.name not in used and n.op not in effects
-                    and not n.op.startswith("Assign")}
+            dead = {
+                n.name
+                for n in function.node_def
+                if n.name not in used and n.op not in effects and not n.op.startswith("Assign")
+            }
             if not dead:
                 break
             dropped += sum(n.op == "ReadVariableOp" for n in function.node_def if n.name in dead)
@@ -116,16 +133,25 @@ def check_recording(rec: Recording, model, framework: str, x: np.ndarray, cells:
         gates, states, _ = reference(layer, inputs[name], None, None, framework)
         for g, values in gates.items():  # our gate names: Keras' c of an LSTM is j
             for column, want in zip(("preactivation", "activation"), values):
-                np.testing.assert_allclose(rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}")
+                np.testing.assert_allclose(
+                    rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}"
+                )
         for s, want in states.items():
-            np.testing.assert_allclose(rec.state_array(cell, s), want, atol=1e-5, err_msg=f"{cell} {s}")
+            np.testing.assert_allclose(
+                rec.state_array(cell, s), want, atol=1e-5, err_msg=f"{cell} {s}"
+            )
         checked += 1
     return checked
 
 
 @pytest.mark.parametrize(
     "framework, how",
-    [("keras3", "export"), ("keras3", "tf.saved_model.save"), ("tf-keras", "tf.saved_model.save"), ("tf-keras", "no keras_metadata.pb")],
+    [
+        ("keras3", "export"),
+        ("keras3", "tf.saved_model.save"),
+        ("tf-keras", "tf.saved_model.save"),
+        ("tf-keras", "no keras_metadata.pb"),
+    ],
 )
 def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, tmp_path):
     small = how == "no keras_metadata.pb"
@@ -140,13 +166,37 @@ def test_every_value_of_a_tf2_saved_model_equals_keras_formulas(framework, how, 
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)
     assert sorted(c["name"] for c in info["cells"]) == sorted(cells) and info["unsafe_ops"] == []
-    assert small or {c["name"]: c["direction"] for c in info["cells"]}["bi/backward_gru/gru_cell"] == "backward"
-    name = "inputs" if (framework, how) == ("keras3", "tf.saved_model.save") else "x"  # Keras 3's call argument, or the Input's name
-    assert info["inputs"] == [{"name": name, "tensor": f"serving_default_{name}:0", "dtype": "float32", "shape": [None, T, FEATURES]}]
-    keras_objects = framework == "tf-keras"  # the object graph of a tf-keras model names its layers' kinds
-    assert info["format"] == f"TF2 savedmodel{', of tf-keras layers' if keras_objects else ''}, signature serving_default"
+    assert (
+        small
+        or {c["name"]: c["direction"] for c in info["cells"]}["bi/backward_gru/gru_cell"]
+        == "backward"
+    )
+    # Keras 3's call argument, or the Input's name
+    name = "inputs" if (framework, how) == ("keras3", "tf.saved_model.save") else "x"
+    assert info["inputs"] == [
+        {
+            "name": name,
+            "tensor": f"serving_default_{name}:0",
+            "dtype": "float32",
+            "shape": [None, T, FEATURES],
+        }
+    ]
+    # the object graph of a tf-keras model names its layers' kinds
+    keras_objects = framework == "tf-keras"
+    assert (
+        info["format"]
+        == f"TF2 savedmodel{', of tf-keras layers' if keras_objects else ''}, signature serving_default"
+    )
 
-    done = gatetrace("record", str(path), "--feed", f"{name}={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = gatetrace(
+        "record",
+        str(path),
+        "--feed",
+        f"{name}={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert f"recorded {len(cells)} cells on 9 sequences" in done.stdout
     rec = Recording(tmp_path / "rec")
@@ -167,7 +217,12 @@ def run_script(body: str, **fields: str) -> None:
     """Run `body`, a script that builds and saves a tf.Module as users' scripts do, in a fresh
     interpreter (tracing tf.functions in this one is affected by the tests before)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    built = subprocess.run([sys.executable, "-c", (SCRIPT_HEAD + body).format(root=root, **fields)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-c", (SCRIPT_HEAD + body).format(root=root, **fields)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
 
 
@@ -210,21 +265,40 @@ def test_a_tf_module_with_a_keras_gru_and_its_own_signature(tmp_path):
 
     missing = gatetrace("inspect", str(tmp_path / "module"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
-    assert "has no signature 'serving_default'; its signatures are 'tag': choose one with --signature" in missing.stderr
+    assert (
+        "has no signature 'serving_default'; its signatures are 'tag': choose one with --signature"
+        in missing.stderr
+    )
 
     for feed in ("tokens", "tag_tokens"):  # the signature's input name, and the placeholder's
         out = tmp_path / feed
-        done = gatetrace("record", str(tmp_path / "module"), "--signature", "tag", "--feed", f"{feed}={tmp_path / 'x.npy'}", "--out", str(out), "--quiet")
+        done = gatetrace(
+            "record",
+            str(tmp_path / "module"),
+            "--signature",
+            "tag",
+            "--feed",
+            f"{feed}={tmp_path / 'x.npy'}",
+            "--out",
+            str(out),
+            "--quiet",
+        )
         assert done.returncode == 0, done.stderr
         rec = Recording(out)
         assert sorted(rec.cells) == ["gru_cell", "lstm_cell"]
         gates, states, outputs = reference(gru, x, None, None, "tf-keras")
         for g in "urc":
-            np.testing.assert_allclose(rec.gate_array("gru_cell", g, "activation"), gates[g][1], atol=1e-5)
-            np.testing.assert_allclose(rec.gate_array("gru_cell", g, "preactivation"), gates[g][0], atol=1e-5)
+            np.testing.assert_allclose(
+                rec.gate_array("gru_cell", g, "activation"), gates[g][1], atol=1e-5
+            )
+            np.testing.assert_allclose(
+                rec.gate_array("gru_cell", g, "preactivation"), gates[g][0], atol=1e-5
+            )
         gates, states, _ = reference(lstm, outputs, None, None, "tf-keras")
         for g in "ifjo":
-            np.testing.assert_allclose(rec.gate_array("lstm_cell", g, "activation"), gates[g][1], atol=1e-5)
+            np.testing.assert_allclose(
+                rec.gate_array("lstm_cell", g, "activation"), gates[g][1], atol=1e-5
+            )
         np.testing.assert_allclose(rec.state_array("lstm_cell", "c"), states["c"], atol=1e-5)
 
 
@@ -249,12 +323,25 @@ def test_an_unsafe_op_in_a_signature_function_is_refused_before_anything_runs(tm
     """A WriteFile inside the function the signature calls, before a GRU: after inlining it
     sits in the graph that recording would run, and nothing runs."""
     marker = tmp_path / "pwned.txt"
-    write = f"with tf.control_dependencies([tf.io.write_file({str(marker)!r}, 'pwned')]): x = tf.identity(x)"  # the GRU waits for it
-    run_script(ONE_LAYER_SCRIPT, framework="tf-keras", layer='GRU(2, return_sequences=True, name="gru")', before=write,
-               path=str(tmp_path / "planted"))
+    # the GRU waits for it
+    write = f"with tf.control_dependencies([tf.io.write_file({str(marker)!r}, 'pwned')]): x = tf.identity(x)"
+    run_script(
+        ONE_LAYER_SCRIPT,
+        framework="tf-keras",
+        layer='GRU(2, return_sequences=True, name="gru")',
+        before=write,
+        path=str(tmp_path / "planted"),
+    )
     marker.unlink(missing_ok=True)  # tracing the function ran it once
     np.save(tmp_path / "x.npy", np.zeros((2, T, FEATURES), np.float32))
-    done = gatetrace("record", str(tmp_path / "planted"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"))
+    done = gatetrace(
+        "record",
+        str(tmp_path / "planted"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "WriteFile" in done.stderr and "nothing was run" in done.stderr
     assert not marker.exists() and not (tmp_path / "rec").exists()
@@ -265,15 +352,32 @@ def test_a_keras_3_layer_inside_a_tf_module_is_restored_as_tensorflow_restores_i
     which the restore function does not fill; TensorFlow's loader binds it to the saved object
     and restores it by the checkpoint's object graph, and so does gatetrace. Each recorded h is
     the layer's output as TensorFlow's own loader computes it."""
-    run_script(ONE_LAYER_SCRIPT, framework="keras3", layer='LSTM(2, return_sequences=True, name="lstm")', before="pass",
-               path=str(tmp_path / "holder"))
+    run_script(
+        ONE_LAYER_SCRIPT,
+        framework="keras3",
+        layer='LSTM(2, return_sequences=True, name="lstm")',
+        before="pass",
+        path=str(tmp_path / "holder"),
+    )
     x = np.random.RandomState(6).uniform(-1, 1, (4, T, FEATURES)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    done = gatetrace("record", str(tmp_path / "holder"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = gatetrace(
+        "record",
+        str(tmp_path / "holder"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
     (cell,) = rec.cells
-    expected = tf.saved_model.load(str(tmp_path / "holder")).signatures["serving_default"](x=tf.constant(x))["y"].numpy()
+    expected = (
+        tf.saved_model.load(str(tmp_path / "holder"))
+        .signatures["serving_default"](x=tf.constant(x))["y"]
+        .numpy()
+    )
     assert np.abs(expected).max() > 0.05  # real weights, not zeros
     np.testing.assert_allclose(rec.state_array(cell, "h"), expected, atol=1e-6)
 
@@ -293,13 +397,24 @@ def test_activations_other_than_tanh_in_a_saved_model_without_keras_metadata(ste
     assert save(model, "tf-keras", "no keras_metadata.pb", path) > 0
     xs = np.random.RandomState(5).uniform(-1, 1, (6, steps, FEATURES)).astype(np.float32)
     np.save(tmp_path / "x.npy", xs)
-    done = gatetrace("record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = gatetrace(
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
     cells = {c: (c.partition("/")[0], None) for c in rec.cells}
     assert sorted(cells) == ["gru/gru_cell", "lstm/lstm_cell"]
     assert check_recording(rec, model, "tf-keras", xs, cells) == 2
-    assert {c["name"]: c["activation"] for c in rec.manifest["cells"]} == {"gru/gru_cell": "linear", "lstm/lstm_cell": "relu"}
+    assert {c["name"]: c["activation"] for c in rec.manifest["cells"]} == {
+        "gru/gru_cell": "linear",
+        "lstm/lstm_cell": "relu",
+    }
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "keras3_exports"
@@ -312,11 +427,24 @@ def test_keras_3_exports_of_older_versions_record_from_their_loops(version, tmp_
     float64 reference of the same model read back by the Keras installed here."""
     folder = FIXTURES / version
     x = np.load(folder / "x.npy")
-    done = gatetrace("record", str(folder / "export"), "--feed", f"x={folder / 'x.npy'}", "--out", str(tmp_path / "rec"), "--quiet")
+    done = gatetrace(
+        "record",
+        str(folder / "export"),
+        "--feed",
+        f"x={folder / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "rec")
-    cells = {"bi/forward_lstm/lstm_cell": ("bi", "forward_layer"), "bi/backward_lstm/lstm_cell": ("bi", "backward_layer"),
-             "gru/gru_cell": ("gru", None), "rnn/simple_rnn_cell": ("rnn", None), "back/lstm_cell": ("back", None)}
+    cells = {
+        "bi/forward_lstm/lstm_cell": ("bi", "forward_layer"),
+        "bi/backward_lstm/lstm_cell": ("bi", "backward_layer"),
+        "gru/gru_cell": ("gru", None),
+        "rnn/simple_rnn_cell": ("rnn", None),
+        "back/lstm_cell": ("back", None),
+    }
     assert sorted(rec.cells) == sorted(cells)
     assert {c["path"] for c in rec.manifest["cells"]} == {"loop"}
     model = keras_module("keras3").models.load_model(folder / "model.keras")

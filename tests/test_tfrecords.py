@@ -20,16 +20,30 @@ def write_examples(path, rows: np.ndarray, sequence: bool = False) -> None:
     with tf.io.TFRecordWriter(str(path)) as w:
         for row in rows:
             if sequence:
-                steps = [tf.train.Feature(float_list=tf.train.FloatList(value=step)) for step in row]
+                steps = [
+                    tf.train.Feature(float_list=tf.train.FloatList(value=step)) for step in row
+                ]
                 record = tf.train.SequenceExample(
-                    context=tf.train.Features(feature={"label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}),
-                    feature_lists=tf.train.FeatureLists(feature_list={"x": tf.train.FeatureList(feature=steps)}),
+                    context=tf.train.Features(
+                        feature={
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))
+                        }
+                    ),
+                    feature_lists=tf.train.FeatureLists(
+                        feature_list={"x": tf.train.FeatureList(feature=steps)}
+                    ),
                 )
             else:
-                record = tf.train.Example(features=tf.train.Features(feature={
-                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=row.reshape(-1))),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
-                }))
+                record = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "x": tf.train.Feature(
+                                float_list=tf.train.FloatList(value=row.reshape(-1))
+                            ),
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
+                        }
+                    )
+                )
             w.write(record.SerializeToString())
 
 
@@ -48,20 +62,39 @@ def test_rows_are_read_by_slices_in_file_order(rows, tmp_path):
     np.testing.assert_array_equal(feed[6:17], rows[6:17])
     np.testing.assert_array_equal(feed[:], rows)
     write_examples(tmp_path / "seq.tfrecord", rows, sequence=True)
-    np.testing.assert_array_equal(open_input(str(tmp_path / "seq.tfrecord:x"), "feed x")[20:23], rows[20:23])
+    np.testing.assert_array_equal(
+        open_input(str(tmp_path / "seq.tfrecord:x"), "feed x")[20:23], rows[20:23]
+    )
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("sequence", [False, True], ids=["Example", "SequenceExample"])
 def test_a_tfrecord_recording_equals_the_npy_one(rows, sequence, tmp_path):
-    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    model = save(
+        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
+        "checkpoint",
+        tmp_path,
+    )
     np.save(tmp_path / "x.npy", rows)
     for k, part in enumerate(np.array_split(rows, 2)):
         write_examples(tmp_path / f"train-{k}.tfrecord", part, sequence)
-    for name, feed, extra in (("npy", "x.npy", ()), ("tfrecord", "train-*.tfrecord:x", ()),
-                              ("tasks", "train-*.tfrecord:x", ("--workers", "2", "--task-size", "1"))):
-        done = run_cli("record", model, "--feed", f"x={tmp_path / feed}", "--out", str(tmp_path / name), "--batch-size", "8",
-                       "--quiet", *extra)
+    for name, feed, extra in (
+        ("npy", "x.npy", ()),
+        ("tfrecord", "train-*.tfrecord:x", ()),
+        ("tasks", "train-*.tfrecord:x", ("--workers", "2", "--task-size", "1")),
+    ):
+        done = run_cli(
+            "record",
+            model,
+            "--feed",
+            f"x={tmp_path / feed}",
+            "--out",
+            str(tmp_path / name),
+            "--batch-size",
+            "8",
+            "--quiet",
+            *extra,
+        )
         assert done.returncode == 0, done.stderr
     want = tables(tmp_path / "npy")
     for name in ("tfrecord", "tasks"):
@@ -91,7 +124,11 @@ def test_unreadable_tfrecords_are_refused_in_one_line(rows, tmp_path):
             continue
         with pytest.raises(Exception) as err:
             open_input(str(tmp_path / spec), "feed x")
-        assert why in str(err.value) and "\n" not in str(err.value) and str(err.value).startswith("feed x: ")
+        assert (
+            why in str(err.value)
+            and "\n" not in str(err.value)
+            and str(err.value).startswith("feed x: ")
+        )
 
 
 def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, monkeypatch):
@@ -101,7 +138,9 @@ def test_a_file_is_indexed_once_per_process_until_it_changes(rows, tmp_path, mon
 
     scans = []
     records = tracer.inputs.tfrecords._records
-    monkeypatch.setattr(tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    monkeypatch.setattr(
+        tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path)
+    )
     path = tmp_path / "data.tfrecord"
     write_examples(path, rows[:5])
     for _ in range(3):
@@ -125,12 +164,15 @@ def test_with_the_counts_a_driver_found_a_task_indexes_only_its_files(rows, tmp_
     assert open_input(spec, "feed x").shape[0] == 23  # the driver indexes every file
     counts = tracer.inputs.tfrecords.record_counts()
     assert sorted(counts.values()) == [7, 8, 8]
-    monkeypatch.setattr(tracer.inputs.tfrecords, "_INDEXES", {})  # a fresh worker process, told the counts
+    # a fresh worker process, told the counts
+    monkeypatch.setattr(tracer.inputs.tfrecords, "_INDEXES", {})
     monkeypatch.setattr(tracer.inputs.tfrecords, "_COUNTS", {})
     tracer.inputs.tfrecords.know_counts(counts)
     scans = []
     records = tracer.inputs.tfrecords._records
-    monkeypatch.setattr(tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path))
+    monkeypatch.setattr(
+        tracer.inputs.tfrecords, "_records", lambda f, path: scans.append(path) or records(f, path)
+    )
     feed = open_input(spec, "feed x")
     feed.fit((STEPS, FEATURES))
     assert feed.shape == (23, STEPS, FEATURES) and scans == []
@@ -145,20 +187,30 @@ def test_a_record_failing_its_crc_is_refused_in_one_line(rows, tmp_path, damage)
     record the changed values."""
     import struct
 
-    model = save(build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path)
+    model = save(
+        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
+        "checkpoint",
+        tmp_path,
+    )
     path = tmp_path / "train.tfrecord"
     write_examples(path, rows[:4])
     data = bytearray(path.read_bytes())
     (length,) = struct.unpack("<Q", data[:8])
     second = 12 + length + 4  # where record 1 starts
     if damage == "data":
-        data[second + 12 + length // 2] ^= 0x01  # one bit of a float inside record 1: it still parses
+        # one bit of a float inside record 1: it still parses
+        data[second + 12 + length // 2] ^= 0x01
     else:
         data[second + 8] ^= 0x01  # the CRC of record 1's length field
     path.write_bytes(bytes(data))
     with pytest.raises(tf.errors.DataLossError):
         list(tf.data.TFRecordDataset(str(path)))
-    done = run_cli("record", model, "--feed", f"x={path}:x", "--out", str(tmp_path / "out"), "--quiet")
+    done = run_cli(
+        "record", model, "--feed", f"x={path}:x", "--out", str(tmp_path / "out"), "--quiet"
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert f"{path}: record 1 fails the CRC32C check of its {damage}; the file is damaged" in done.stderr
+    assert (
+        f"{path}: record 1 fails the CRC32C check of its {damage}; the file is damaged"
+        in done.stderr
+    )
     assert not (tmp_path / "out").exists()

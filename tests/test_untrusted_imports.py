@@ -33,8 +33,12 @@ def _dumping(dump_dir, secret):
     of `secret` read by ReadFile and passed through DebugIdentity dumping into `dump_dir`."""
 
     def body(x):
-        read = tf.expand_dims(tf.raw_ops.ReadFile(filename=tf.constant(str(secret)), name="read_secret"), 0)
-        dumped = tf.raw_ops.DebugIdentity(input=read, tensor_name="secret:0", debug_urls=[f"file://{dump_dir}"], name="dump")
+        read = tf.expand_dims(
+            tf.raw_ops.ReadFile(filename=tf.constant(str(secret)), name="read_secret"), 0
+        )
+        dumped = tf.raw_ops.DebugIdentity(
+            input=read, tensor_name="secret:0", debug_urls=[f"file://{dump_dir}"], name="dump"
+        )
         filled = tf.fill(tf.strings.length(dumped), 1.0, name="filled")
         x = x + 0.0 * tf.reduce_sum(filled)
         return static_body(CONFIGS["GRUCell"])(x)
@@ -51,10 +55,16 @@ def test_ops_that_would_run_while_importing_are_refused_before_it(fmt, tmp_path,
     assert dump_dir.is_dir()  # building the graph here ran them: this is what an import would do
     shutil.rmtree(dump_dir)
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    for argv in (["inspect", path], ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
-                 ["weights", path, "--out", str(tmp_path / "w.parquet")]):
+    for argv in (
+        ["inspect", path],
+        ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+        ["weights", path, "--out", str(tmp_path / "w.parquet")],
+    ):
         msg = _cli_error(capsys, argv)
-        assert f"{path}: importing its graph could run 2 ops that TensorFlow evaluates while it infers shapes" in msg
+        assert (
+            f"{path}: importing its graph could run 2 ops that TensorFlow evaluates while it infers shapes"
+            in msg
+        )
         assert "dump (DebugIdentity), read_secret (ReadFile); nothing was imported" in msg
         assert not dump_dir.exists()
     assert not (tmp_path / "out").exists() and not (tmp_path / "w.parquet").exists()
@@ -78,7 +88,9 @@ def _hidden_behind_a_placeholder(marker, how: str):
     from tensorflow.core.framework import attr_value_pb2, function_pb2, node_def_pb2
 
     built = build(static_body(CONFIGS["GRUCell"]))
-    graph_def = v1.graph_util.convert_variables_to_constants(built.session, built.graph.as_graph_def(), built.output_ops())
+    graph_def = v1.graph_util.convert_variables_to_constants(
+        built.session, built.graph.as_graph_def(), built.output_ops()
+    )
     evil = _evil_function(marker)
     name = evil.signature.name
     apply = function_pb2.FunctionDef()
@@ -97,7 +109,9 @@ def _hidden_behind_a_placeholder(marker, how: str):
     node = node_def_pb2.NodeDef(name="through", op="StatefulPartitionedCall", input=["x"])
     node.attr["f"].func.name = "apply"
     if how == "bound":
-        node.attr["f"].func.attr["g"].CopyFrom(attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=name)))
+        node.attr["f"].func.attr["g"].CopyFrom(
+            attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=name))
+        )
     node.attr["Tin"].list.type.append(tf.float32.as_datatype_enum)
     node.attr["Tout"].list.type.append(tf.float32.as_datatype_enum)
     for n in graph_def.node:
@@ -112,18 +126,31 @@ def test_functions_named_through_attribute_placeholders_are_checked(how, tmp_pat
     path = tmp_path / "frozen.pb"
     path.write_bytes(_hidden_behind_a_placeholder(marker, how).SerializeToString())
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    argv = ["record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")]
+    argv = [
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     msg = _cli_error(capsys, argv)
-    assert "fetching the gates and weights would run 1 op outside the allowlist" in msg and "(WriteFile)" in msg
+    assert (
+        "fetching the gates and weights would run 1 op outside the allowlist" in msg
+        and "(WriteFile)" in msg
+    )
     assert not marker.exists() and not (tmp_path / "out").exists()
     assert main(["inspect", str(path), "--json"]) == 0
     unsafe = json.loads(capsys.readouterr().out)["unsafe_ops"]
     assert len(unsafe) == 1 and unsafe[0].endswith("(WriteFile)") and " in function " in unsafe[0]
-    assert main([*argv, "--allow-unsafe-ops", "--quiet"]) == 0  # the graph is sound: the check is what stopped it
+    # the graph is sound: the check is what stopped it
+    assert main([*argv, "--allow-unsafe-ops", "--quiet"]) == 0
     assert marker.read_text() == "pwned"
 
 
-def test_a_call_not_marked_stateful_into_a_function_that_writes_is_refused_before_import(tmp_path, capsys):
+def test_a_call_not_marked_stateful_into_a_function_that_writes_is_refused_before_import(
+    tmp_path, capsys
+):
     """TensorFlow's constant folder may evaluate a call that is not marked stateful, body and
     all: a PartitionedCall of a WriteFile function is refused before the graph is imported."""
     marker = tmp_path / "pwned.txt"
@@ -133,7 +160,10 @@ def test_a_call_not_marked_stateful_into_a_function_that_writes_is_refused_befor
     path = tmp_path / "frozen.pb"
     path.write_bytes(graph_def.SerializeToString())
     msg = _cli_error(capsys, ["inspect", str(path)])
-    assert "importing its graph could run 1 op" in msg and "through (PartitionedCall, not marked stateful, calls function " in msg
+    assert (
+        "importing its graph could run 1 op" in msg
+        and "through (PartitionedCall, not marked stateful, calls function " in msg
+    )
     assert ", which reaches " in msg and "(WriteFile)); nothing was imported" in msg
     assert not marker.exists()
 
@@ -156,18 +186,31 @@ def _function(name: str, calls: str | None):
 @pytest.mark.parametrize(
     "chain, expected",
     [
-        (["f", "f"], "its graph holds a function f (calls itself, through f -> f); TensorFlow cannot run it: nothing was imported"),
-        (["a", "b", "c", "a"], "its graph holds a function a (calls itself, through a -> b -> c -> a); TensorFlow cannot run it"),
-        ([f"f{k}" for k in range(20_000)], "its graph holds a function f19899 (calls nested 101 deep, more than the 100 gatetrace follows)"),
+        (
+            ["f", "f"],
+            "its graph holds a function f (calls itself, through f -> f); TensorFlow cannot run it: nothing was imported",
+        ),
+        (
+            ["a", "b", "c", "a"],
+            "its graph holds a function a (calls itself, through a -> b -> c -> a); TensorFlow cannot run it",
+        ),
+        (
+            [f"f{k}" for k in range(20_000)],
+            "its graph holds a function f19899 (calls nested 101 deep, more than the 100 gatetrace follows)",
+        ),
     ],
 )
-def test_recursive_and_deeply_nested_functions_are_refused_in_one_line(chain, expected, tmp_path, capsys):
+def test_recursive_and_deeply_nested_functions_are_refused_in_one_line(
+    chain, expected, tmp_path, capsys
+):
     graph_def = v1.GraphDef()
     graph_def.node.add(name="x", op="Placeholder").attr["dtype"].type = tf.float32.as_datatype_enum
     graph_def.node.add(name="call", op=chain[0], input=["x"])
     names = list(dict.fromkeys(chain))
     for k, name in enumerate(names):
-        graph_def.library.function.append(_function(name, chain[k + 1] if k + 1 < len(chain) else None))
+        graph_def.library.function.append(
+            _function(name, chain[k + 1] if k + 1 < len(chain) else None)
+        )
     path = tmp_path / "frozen.pb"
     path.write_bytes(graph_def.SerializeToString())
     for flags in ([], ["--allow-unsafe-ops"]):  # TensorFlow would crash: no flag lets it through
@@ -177,8 +220,12 @@ def test_recursive_and_deeply_nested_functions_are_refused_in_one_line(chain, ex
 def _reading_and_dumping(secret, dump_dir):
     """ReadFile of `secret` through DebugIdentity into `dump_dir`, sized by a Fill: every path
     back ends at a constant, so a shape function asking for the Fill's dims evaluates it."""
-    read = tf.expand_dims(tf.raw_ops.ReadFile(filename=tf.constant(str(secret)), name="read_secret"), 0)
-    dumped = tf.raw_ops.DebugIdentity(input=read, tensor_name="secret:0", debug_urls=[f"file://{dump_dir}"], name="dump")
+    read = tf.expand_dims(
+        tf.raw_ops.ReadFile(filename=tf.constant(str(secret)), name="read_secret"), 0
+    )
+    dumped = tf.raw_ops.DebugIdentity(
+        input=read, tensor_name="secret:0", debug_urls=[f"file://{dump_dir}"], name="dump"
+    )
     return tf.reduce_sum(tf.fill(tf.strings.length(dumped), 1.0, name="filled"))
 
 
@@ -195,7 +242,11 @@ def test_function_bodies_are_judged_by_what_importing_evaluates(where, tmp_path,
         if where == "call":
             leak = tf.function(lambda: _reading_and_dumping(secret, dump_dir), autograph=False)()
         else:
-            leak = tf.cond(tf.constant(False), lambda: _reading_and_dumping(secret, dump_dir), lambda: tf.constant(0.0))
+            leak = tf.cond(
+                tf.constant(False),
+                lambda: _reading_and_dumping(secret, dump_dir),
+                lambda: tf.constant(0.0),
+            )
         gated = static_body(CONFIGS["GRUCell"])(x)
         return [*gated, tf.identity(leak, name="leak")]
 
@@ -205,12 +256,25 @@ def test_function_bodies_are_judged_by_what_importing_evaluates(where, tmp_path,
     assert ("PartitionedCall" in types) if where == "call" else ({"If", "StatelessIf"} & types)
     path = save(built, "frozen", tmp_path)
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    record = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]
+    record = [
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     if where == "call":
         msg = _cli_error(capsys, ["inspect", path])
-        assert "importing its graph could run 2 ops" in msg and "dump in function " in msg and "(DebugIdentity)" in msg, msg
+        assert (
+            "importing its graph could run 2 ops" in msg
+            and "dump in function " in msg
+            and "(DebugIdentity)" in msg
+        ), msg
         assert "read_secret in function " in msg and not dump_dir.exists()
-        assert main(["inspect", path, "--allow-unsafe-ops"]) == 0  # the route is real: the import itself dumps
+        # the route is real: the import itself dumps
+        assert main(["inspect", path, "--allow-unsafe-ops"]) == 0
         assert dump_dir.is_dir()
     else:
         assert main(["inspect", path]) == 0

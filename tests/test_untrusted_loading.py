@@ -41,13 +41,19 @@ def _saved_model(tmp_path, builder_steps) -> str:
 
 
 def _signature(built):
-    return {"serving_default": v1.saved_model.predict_signature_def({"x": built.inputs}, {"y": built.outputs[0]})}
+    return {
+        "serving_default": v1.saved_model.predict_signature_def(
+            {"x": built.inputs}, {"y": built.outputs[0]}
+        )
+    }
 
 
 def test_an_init_op_given_as_the_init_signature_is_checked(tmp_path, capsys):
     def steps(builder, built, marker):
         evil = tf.io.write_file(str(marker), "pwned", name="evil_init")
-        builder.add_meta_graph_and_variables(built.session, ["serve"], signature_def_map=_signature(built), main_op=evil)
+        builder.add_meta_graph_and_variables(
+            built.session, ["serve"], signature_def_map=_signature(built), main_op=evil
+        )
 
     path, marker = _saved_model(tmp_path, steps)
     from tensorflow.core.protobuf import saved_model_pb2
@@ -59,8 +65,14 @@ def test_an_init_op_given_as_the_init_signature_is_checked(tmp_path, capsys):
     meta.signature_def["__saved_model_init_op"].outputs["__saved_model_init_op"].name = "evil_init"
     open(f"{path}/saved_model.pb", "wb").write(proto.SerializeToString())
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    msg = _cli_error(capsys, ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
-    assert "restoring its variables and running its init op would run 1 op" in msg and "evil_init (WriteFile)" in msg
+    msg = _cli_error(
+        capsys,
+        ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+    )
+    assert (
+        "restoring its variables and running its init op would run 1 op" in msg
+        and "evil_init (WriteFile)" in msg
+    )
     assert not marker.exists() and not (tmp_path / "out").exists()
     assert main(["inspect", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["unsafe_ops"] == ["evil_init (WriteFile)"]
@@ -71,22 +83,33 @@ def test_an_init_op_given_as_the_init_signature_is_checked(tmp_path, capsys):
 
 def test_the_meta_graph_checked_is_the_one_tagged_exactly(tmp_path, capsys):
     def steps(builder, built, marker):
-        builder.add_meta_graph_and_variables(built.session, ["serve", "gpu"], signature_def_map=_signature(built))
+        builder.add_meta_graph_and_variables(
+            built.session, ["serve", "gpu"], signature_def_map=_signature(built)
+        )
         evil = tf.io.write_file(str(marker), "pwned", name="evil_init")
         builder.add_meta_graph(["serve"], signature_def_map=_signature(built), main_op=evil)
 
     path, marker = _saved_model(tmp_path, steps)
-    with pytest.raises(UnsafeGraphError, match=r"running its init op would run 1 op .*: evil_init \(WriteFile\)"):
+    with pytest.raises(
+        UnsafeGraphError, match=r"running its init op would run 1 op .*: evil_init \(WriteFile\)"
+    ):
         tracer.load_model(path)
     assert not marker.exists()
-    with tracer.load_model(path, tag="gpu,serve") as model:  # the harmless one, by its exact tag set
+    # the harmless one, by its exact tag set
+    with tracer.load_model(path, tag="gpu,serve") as model:
         assert model.load_plan.init_op is None
     assert not marker.exists()
-    msg = _cli_error(capsys, ["weights", path, "--tag", "gpu", "--out", str(tmp_path / "w.parquet")])
-    assert msg.endswith("no meta graph tagged exactly 'gpu'; its tag sets are 'gpu,serve', 'serve': choose one with --tag (several tags comma-separated)")
+    msg = _cli_error(
+        capsys, ["weights", path, "--tag", "gpu", "--out", str(tmp_path / "w.parquet")]
+    )
+    assert msg.endswith(
+        "no meta graph tagged exactly 'gpu'; its tag sets are 'gpu,serve', 'serve': choose one with --tag (several tags comma-separated)"
+    )
 
 
-def test_an_object_based_checkpoint_is_named_and_the_saver_fallback_never_runs(tmp_path, monkeypatch):
+def test_an_object_based_checkpoint_is_named_and_the_saver_fallback_never_runs(
+    tmp_path, monkeypatch
+):
     built = build(static_body(CONFIGS["BasicLSTMCell"]))
     with built.graph.as_default():
         v1.train.Saver().export_meta_graph(str(tmp_path / "model.ckpt.meta"))
@@ -103,21 +126,38 @@ def test_an_object_based_checkpoint_is_named_and_the_saver_fallback_never_runs(t
     with pytest.raises(ModelFormatError) as err:
         tracer.load_model(tmp_path / "model.ckpt")
     msg = str(err.value)
-    assert "lacks 2 variables the graph restores: rnn/basic_lstm_cell/bias, rnn/basic_lstm_cell/kernel" in msg
-    assert "(it is object-based, as tf.train.Checkpoint and Keras write them)" in msg and "\n" not in msg
+    assert (
+        "lacks 2 variables the graph restores: rnn/basic_lstm_cell/bias, rnn/basic_lstm_cell/kernel"
+        in msg
+    )
+    assert (
+        "(it is object-based, as tf.train.Checkpoint and Keras write them)" in msg
+        and "\n" not in msg
+    )
 
 
 def test_a_checkpoint_of_another_shape_is_named_before_anything_runs(tmp_path):
     small = build(static_body(CONFIGS["LSTMCell"]))
     path = save(small, "checkpoint", tmp_path)
-    other = build(lambda x: [v1.nn.static_rnn(v1.nn.rnn_cell.LSTMCell(5), tf.unstack(x, axis=1), dtype=tf.float32)[0][-1]])
+    other = build(
+        lambda x: [
+            v1.nn.static_rnn(v1.nn.rnn_cell.LSTMCell(5), tf.unstack(x, axis=1), dtype=tf.float32)[
+                0
+            ][-1]
+        ]
+    )
     with other.graph.as_default():
-        v1.train.Saver().save(other.session, str(tmp_path / "other" / "model.ckpt"), write_meta_graph=False)
+        v1.train.Saver().save(
+            other.session, str(tmp_path / "other" / "model.ckpt"), write_meta_graph=False
+        )
     import shutil
 
     for suffix in (".index", ".data-00000-of-00001"):
         shutil.copy(tmp_path / "other" / f"model.ckpt{suffix}", f"{path}{suffix}")
-    with pytest.raises(ModelFormatError, match=r"holds 2 in another shape: rnn/lstm_cell/bias \(graph \[12\], checkpoint \[20\]\)"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"holds 2 in another shape: rnn/lstm_cell/bias \(graph \[12\], checkpoint \[20\]\)",
+    ):
         tracer.load_model(path)
 
 
@@ -142,7 +182,10 @@ def test_a_restore_op_reading_another_checkpoint_is_refused(tmp_path, capsys):
     path = str(tmp_path / "ckpt" / "model.ckpt")
     msg = _cli_error(capsys, ["weights", path, "--out", str(tmp_path / "w.parquet")])
     assert "restoring its variables would run 1 op" in msg
-    assert "elsewhere (RestoreV2 reading the path other_checkpoint:0, not the model's own checkpoint)" in msg
+    assert (
+        "elsewhere (RestoreV2 reading the path other_checkpoint:0, not the model's own checkpoint)"
+        in msg
+    )
     assert not (tmp_path / "w.parquet").exists()
 
 
@@ -163,26 +206,42 @@ def test_unsafe_ops_inside_functions_and_while_bodies_are_found(where, tmp_path,
         if where == "function":
             x = _write_in_function(marker)(x)
         else:
+
             def step(i, y):
-                with tf.control_dependencies([tf.io.write_file(str(marker), "pwned", name="evil_in_body")]):
+                with tf.control_dependencies(
+                    [tf.io.write_file(str(marker), "pwned", name="evil_in_body")]
+                ):
                     return i + 1, tf.identity(y)
 
             _, x = tf.while_loop(lambda i, y: i < 1, step, [tf.constant(0), x])
-        outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         return [outputs[-1]]
 
     path = save(build(body), "checkpoint", tmp_path)
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    msg = _cli_error(capsys, ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")])
+    msg = _cli_error(
+        capsys,
+        ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
+    )
     name = "evil_in_function" if where == "function" else "evil_in_body"
-    assert "fetching the gates and weights would run 1 op" in msg and f"{name} in function " in msg and "(WriteFile)" in msg
+    assert (
+        "fetching the gates and weights would run 1 op" in msg
+        and f"{name} in function " in msg
+        and "(WriteFile)" in msg
+    )
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
 def _endless(x):
     """A GRUCell graph whose input passes through a while loop that never ends (allowlisted ops only)."""
-    _, x = tf.while_loop(lambda i, y: i >= 0, lambda i, y: (i + 1, y * 1.0), [tf.constant(0), x], name="endless")
-    outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+    _, x = tf.while_loop(
+        lambda i, y: i >= 0, lambda i, y: (i + 1, y * 1.0), [tf.constant(0), x], name="endless"
+    )
+    outputs, _ = v1.nn.static_rnn(
+        CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32
+    )
     return [outputs[-1]]
 
 
@@ -192,7 +251,9 @@ def _stuck(x):
     n = 12000
     big = tf.fill([n, n], 1e-9 + 0.0 * tf.reduce_sum(x))
     x = x + tf.reduce_sum(tf.matmul(big, big)) * 0.0
-    outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+    outputs, _ = v1.nn.static_rnn(
+        CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32
+    )
     return [outputs[-1]]
 
 
@@ -208,7 +269,10 @@ def test_an_endless_loop_is_stopped_by_the_timeout(endless, tmp_path, capsys):
 
     path, x = endless
     started = time.monotonic()
-    msg = _cli_error(capsys, ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--timeout", "1"])
+    msg = _cli_error(
+        capsys,
+        ["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out"), "--timeout", "1"],
+    )
     assert time.monotonic() - started < 60
     assert not (tmp_path / "out").exists()
     assert msg == (
@@ -227,11 +291,23 @@ def test_two_ctrl_c_end_the_process_within_5_s_on_a_busy_machine(body, tmp_path)
 
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
     path, x = save(build(body), "checkpoint", tmp_path), str(tmp_path / "x.npy")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]  # both cores loaded
+    # both cores loaded
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tracer.cli", "record", path, "--feed", f"x={x}", "--out", str(tmp_path / "out")],
-            stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tracer.cli",
+                "record",
+                path,
+                "--feed",
+                f"x={x}",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
         )
         seen = ""
         while "recording" not in seen:  # the progress bar appears just before the first run
@@ -248,7 +324,10 @@ def test_two_ctrl_c_end_the_process_within_5_s_on_a_busy_machine(body, tmp_path)
     finally:
         for p in busy:
             p.kill()
-    assert "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)" in proc.stderr.read()
+    assert (
+        "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)"
+        in proc.stderr.read()
+    )
 
 
 def test_functions_nothing_calls_are_not_held_against_the_model(tmp_path, capsys):
@@ -263,18 +342,35 @@ def test_functions_nothing_calls_are_not_held_against_the_model(tmp_path, capsys
     def body(x):
         _write_in_function(marker)(tf.zeros([1]))  # in the library, called by nothing fetched
         x = harmless(x)  # a call in the gate path: its function is checked, and only it
-        outputs, _ = v1.nn.static_rnn(CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            CONFIGS["GRUCell"].make(), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         return [outputs[-1]]
 
     path = save(build(body), "checkpoint", tmp_path)
     assert main(["inspect", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["unsafe_ops"] == []
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    assert main(["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                path,
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--out",
+                str(tmp_path / "out"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("how", ["tf.train.Checkpoint", "a folder of them", "a Saver without its meta graph"])
+@pytest.mark.parametrize(
+    "how", ["tf.train.Checkpoint", "a folder of them", "a Saver without its meta graph"]
+)
 def test_a_checkpoint_of_weights_only_says_what_to_give_instead(how, tmp_path, capsys):
     """An object-based checkpoint (an .index and .data, no .meta) holds no graph: the line says
     so and names what to give, instead of saying the path does not exist."""
@@ -289,8 +385,14 @@ def test_a_checkpoint_of_weights_only_says_what_to_give_instead(how, tmp_path, c
         (tmp_path / "checkpoint").write_text('model_checkpoint_path: "encoder"\n')
     path = str(tmp_path if how == "a folder of them" else tmp_path / "encoder")
     msg = _cli_error(capsys, ["inspect", path])
-    assert f"the checkpoint {tmp_path / 'encoder'} holds weights but no graph ({tmp_path / 'encoder'}.index and its data files, no " in msg
-    assert "give the model's SavedModel (tf.saved_model.save, model.export), its Keras file (model.save)" in msg
+    assert (
+        f"the checkpoint {tmp_path / 'encoder'} holds weights but no graph ({tmp_path / 'encoder'}.index and its data files, no "
+        in msg
+    )
+    assert (
+        "give the model's SavedModel (tf.saved_model.save, model.export), its Keras file (model.save)"
+        in msg
+    )
 
 
 def test_a_checkpoint_that_never_saved_the_cell_weights_says_so(tmp_path, capsys):
@@ -306,8 +408,20 @@ def test_a_checkpoint_that_never_saved_the_cell_weights_says_so(tmp_path, capsys
         step = [v for v in v1.global_variables() if v.op.name == "global_step"]
         v1.train.Saver(var_list=step).save(built.session, str(tmp_path / "model.ckpt"))
     np.save(tmp_path / "x.npy", np.ones((2, 5, 4), np.float32))
-    for argv in (["record", str(tmp_path / "model.ckpt"), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")],
-                 ["weights", str(tmp_path / "model.ckpt"), "--out", str(tmp_path / "w.parquet")]):
+    for argv in (
+        [
+            "record",
+            str(tmp_path / "model.ckpt"),
+            "--feed",
+            f"x={tmp_path / 'x.npy'}",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        ["weights", str(tmp_path / "model.ckpt"), "--out", str(tmp_path / "w.parquet")],
+    ):
         msg = _cli_error(capsys, argv)
-        assert "gatetrace: error: the model's variable rnn/basic_lstm_cell/" in msg and "holds no value: the checkpoint has none for it" in msg
+        assert (
+            "gatetrace: error: the model's variable rnn/basic_lstm_cell/" in msg
+            and "holds no value: the checkpoint has none for it" in msg
+        )
     assert not (tmp_path / "out").exists() and not (tmp_path / "w.parquet").exists()

@@ -40,13 +40,17 @@ def test_recording_matches_numpy(name, fmt, tmp_path, inputs):
     np.testing.assert_allclose(pre, expected["preactivation"], atol=TOL, rtol=0)
     np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
     for state in cell["states"]:
-        np.testing.assert_allclose(read_state(out, cell_name, state), expected["states"][state], atol=TOL, rtol=0)
+        np.testing.assert_allclose(
+            read_state(out, cell_name, state), expected["states"][state], atol=TOL, rtol=0
+        )
 
     gates = pd.read_parquet(out / "gates")
     assert list(gates["example"].unique()) == list(range(6))
     assert gates["example"].dtype == np.int64
     assert gates["preactivation"].dtype == np.float32 and gates["activation"].dtype == np.float32
-    assert isinstance(gates["cell"].dtype, pd.CategoricalDtype) and isinstance(gates["gate"].dtype, pd.CategoricalDtype)
+    assert isinstance(gates["cell"].dtype, pd.CategoricalDtype) and isinstance(
+        gates["gate"].dtype, pd.CategoricalDtype
+    )
     on_disk = json.loads((out / "manifest.json").read_text())
     assert on_disk["rows"]["gates"] == len(gates) == 6 * 5 * len(cell["gates"]) * cell["units"]
     assert on_disk["source"]["format"] == model.format
@@ -80,7 +84,11 @@ def test_weights_table_slices_the_kernel(name, tmp_path):
     if "w_i_diag" in w:
         for gate in "ifo":
             np.testing.assert_array_equal(matrix(gate, "peephole")[0], w[f"w_{gate}_diag"])
-        proj = table[table.source == "projection"].pivot(index="row", columns="unit", values="value").to_numpy()
+        proj = (
+            table[table.source == "projection"]
+            .pivot(index="row", columns="unit", values="value")
+            .to_numpy()
+        )
         np.testing.assert_array_equal(proj, w["projection"])
         assert table[table.source == "projection"]["gate"].isna().all()
 
@@ -108,7 +116,9 @@ def test_preactivation_is_exactly_the_split_output(inputs):
     model = tracer.from_session(built.session)
     ct = tracer.trace(model, {"x": inputs})["rnn/lstm_cell"]
     names = [f"rnn/lstm_cell/split_{k}" if k else "rnn/lstm_cell/split" for k in range(5)]
-    splits = built.session.run([[f"{n}:{g}" for g in range(4)] for n in names], {built.inputs: inputs})
+    splits = built.session.run(
+        [[f"{n}:{g}" for g in range(4)] for n in names], {built.inputs: inputs}
+    )
     for t, per_gate in enumerate(splits):
         for g, value in enumerate(per_gate):
             np.testing.assert_array_equal(ct.preactivation[:, t, g], value)
@@ -134,7 +144,9 @@ def test_batches_record_the_same_rows_as_one_run(tmp_path, inputs, batch_size):
     config = CONFIGS["LSTMCell-peepholes-proj-clip"]
     built = build(static_body(config))
     expected = reference(config, built.weights["rnn/lstm_cell"], inputs)
-    manifest = tracer.record(tracer.from_session(built.session), {"x": inputs}, tmp_path / "out", batch_size=batch_size)
+    manifest = tracer.record(
+        tracer.from_session(built.session), {"x": inputs}, tmp_path / "out", batch_size=batch_size
+    )
     assert manifest["examples"] == 6
     assert manifest["rows"]["gates"] == 6 * 5 * 4 * 4
     parts = list((tmp_path / "out" / "gates").rglob("*.parquet"))
@@ -142,7 +154,12 @@ def test_batches_record_the_same_rows_as_one_run(tmp_path, inputs, batch_size):
     pre, act = read_gates(tmp_path / "out", "rnn/lstm_cell", ("i", "j", "f", "o"))
     np.testing.assert_allclose(pre, expected["preactivation"], atol=TOL, rtol=0)
     np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
-    np.testing.assert_allclose(read_state(tmp_path / "out", "rnn/lstm_cell", "h"), expected["states"]["h"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(
+        read_state(tmp_path / "out", "rnn/lstm_cell", "h"),
+        expected["states"]["h"],
+        atol=TOL,
+        rtol=0,
+    )
 
 
 def test_a_fixed_batch_placeholder_takes_any_number_of_sequences(tmp_path, inputs):

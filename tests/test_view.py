@@ -36,7 +36,9 @@ def planted_recording(root: Path) -> Path:
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, STEPS, 2], name="x")
-        v1.nn.static_rnn(v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32)
+        v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         session = v1.Session(graph=graph)
         session.run(v1.global_variables_initializer())
         kernel = next(v for v in v1.global_variables() if v.op.name.endswith("kernel"))
@@ -48,7 +50,9 @@ def planted_recording(root: Path) -> Path:
     xs[:, :, 0] = -2.0
     xs[PLANTED, 5:10, 0] = 2.0
     with tracer.load_model(path) as model:
-        tracer.record(model, {"x": xs}, root / "rec", values=["preactivation", "activation", "contributions"])
+        tracer.record(
+            model, {"x": xs}, root / "rec", values=["preactivation", "activation", "contributions"]
+        )
     tokens = np.array([[f"t{e}.{s}" for s in range(STEPS)] for e in range(N)])
     np.save(root / "tokens.npy", tokens)
     return root / "rec"
@@ -61,7 +65,12 @@ def free_port() -> int:
 
 
 def view(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tracer.cli", "view", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracer.cli", "view", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_up(port: int, process: subprocess.Popen) -> None:
@@ -99,7 +108,10 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         yield b
         b.close()
 
@@ -120,12 +132,17 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     page.on("request", lambda r: requests.append(r.url))
     page.goto(f"http://127.0.0.1:{port}/")
     page.wait_for_selector("body[data-ready='1']", timeout=30000)
-    assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in requests), "the page loads nothing from elsewhere"
+    assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in requests), (
+        "the page loads nothing from elsewhere"
+    )
 
     # overview: the cells, their gates, a saturation and a band plot per gate
     rows = page.locator("#cells tbody tr").all_inner_texts()
     assert len(rows) == 1 and rows[0].split("\t")[:3] == [CELL, "BasicLSTMCell", str(UNITS)]
-    assert page.locator("#saturation .main-svg").count() >= 4 and page.locator("#bands .main-svg").count() >= 4
+    assert (
+        page.locator("#saturation .main-svg").count() >= 4
+        and page.locator("#bands .main-svg").count() >= 4
+    )
     shots = [tmp_path]  # the README's screenshots come from the demo's recording (below)
     for folder in shots:
         page.locator("#overview").screenshot(path=str(folder / "view-overview.png"))
@@ -159,7 +176,9 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     page.click("#match")
     page.wait_for_function("window.gatetrace.match !== null")
     found = page.evaluate("window.gatetrace.match.matches")
-    assert sorted(m["example"] for m in found) == PLANTED and {(m["start"], m["stop"]) for m in found} == {(5, 10)}
+    assert sorted(m["example"] for m in found) == PLANTED and {
+        (m["start"], m["stop"]) for m in found
+    } == {(5, 10)}
     assert len(page.locator("#matches tbody tr").all()) == len(PLANTED)
     for folder in shots:
         page.locator("#select-panel").screenshot(path=str(folder / "view-select.png"))
@@ -168,9 +187,11 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     page.locator("#heatmap").scroll_into_view_if_needed()
     box = page.locator("#heatmap .nsewdrag").first.bounding_box()
     page.evaluate("Plotly.relayout('heatmap', {dragmode: 'zoom'})")
-    at = (box["x"] + box["width"] * (3.5 / UNITS), box["y"] + box["height"] * (6.5 / STEPS))  # unit 3, step 6
+    # unit 3, step 6
+    at = (box["x"] + box["width"] * (3.5 / UNITS), box["y"] + box["height"] * (6.5 / STEPS))
     page.mouse.move(*at)
-    page.wait_for_selector("#heatmap .hovertext")  # Plotly's tooltip: the exact value, example, step, unit
+    # Plotly's tooltip: the exact value, example, step, unit
+    page.wait_for_selector("#heatmap .hovertext")
     tooltip = page.eval_on_selector("#heatmap .hovertext", "e => e.textContent")
     assert "example 4" in tooltip and "step 6 (t4.6)" in tooltip and "unit 3" in tooltip
     value = float(rec.gate_array(CELL, "f", examples=(4, 5))[0, 6, 3])
@@ -179,17 +200,23 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     page.wait_for_function("window.gatetrace.unit !== null && window.gatetrace.parts !== null")
     unit = page.evaluate("window.gatetrace.unit")
     assert unit["unit"] == 3 and unit["example"] == 4
-    np.testing.assert_allclose(unit["values"], rec.gate_array(CELL, "f", examples=(4, 5))[0, :, 3], atol=1e-6)
+    np.testing.assert_allclose(
+        unit["values"], rec.gate_array(CELL, "f", examples=(4, 5))[0, :, 3], atol=1e-6
+    )
     top = unit["top"]
-    assert set(zip(top["example"], top["step"])) <= {(e, s) for e in PLANTED for s in range(5, 10)}  # where unit 3 is forced on
+    # where unit 3 is forced on
+    assert set(zip(top["example"], top["step"])) <= {(e, s) for e in PLANTED for s in range(5, 10)}
     column = rec.gate_array(CELL, "f")[:, :, 3]
     np.testing.assert_allclose(top["value"], np.sort(column, axis=None)[::-1][:10], atol=1e-6)
     parts = page.evaluate("window.gatetrace.parts")
     assert parts["step"] == 6
-    df = rec.gate_frame([CELL], ["f"], steps=(6, 7), examples=(4, 5), columns=["input", "recurrent", "bias"])
+    df = rec.gate_frame(
+        [CELL], ["f"], steps=(6, 7), examples=(4, 5), columns=["input", "recurrent", "bias"]
+    )
     np.testing.assert_allclose(parts["input"], df["input"], atol=1e-6)
     np.testing.assert_allclose(parts["recurrent"], df["recurrent"], atol=1e-6)
-    code = page.eval_on_selector("#parts-python", "e => e.textContent")  # the link to Python: run it, get the same
+    # the link to Python: run it, get the same
+    code = page.eval_on_selector("#parts-python", "e => e.textContent")
     *setup, last = code.strip().splitlines()
     scope: dict = {}
     exec("\n".join(setup), scope)  # noqa: S102  (the code the page shows)
@@ -216,7 +243,13 @@ def test_bad_requests_get_clear_answers(served):
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
 
-    for path in ("/static/../manifest.json", "/static/..%2Fmanifest.json", "/gates/", "/manifest.json", "/static/x.py"):
+    for path in (
+        "/static/../manifest.json",
+        "/static/..%2Fmanifest.json",
+        "/gates/",
+        "/manifest.json",
+        "/static/x.py",
+    ):
         code, body = get(path)
         assert code == 404 and "Traceback" not in body, path
     code, body = get("/api/heatmap?cell=rnn/basic_lstm_cell&label=f&example=abc")
@@ -225,14 +258,18 @@ def test_bad_requests_get_clear_answers(served):
     assert code == 400 and "integers separated by commas" in body
     code, body = get("/api/heatmap?cell=../../etc&label=f&example=0")
     assert code == 400 and "the recording's cells are" in body
-    code, body = get("/api/select?cell=rnn/basic_lstm_cell&label=f&example=0&start=5&stop=10&threshold=nan")
+    code, body = get(
+        "/api/select?cell=rnn/basic_lstm_cell&label=f&example=0&start=5&stop=10&threshold=nan"
+    )
     assert code == 400 and "finite" in body
 
 
 def _get(url: str, headers: dict | None = None) -> tuple[int, str, dict]:
     """(status, body, headers) of a GET, errors included."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=10
+        ) as r:
             return r.status, r.read().decode(), dict(r.headers)
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode(), dict(err.headers)
@@ -246,7 +283,9 @@ def test_a_foreign_host_is_refused_and_no_cors_header_is_sent(served):
         code, body, _ = _get(f"http://127.0.0.1:{port}/api/overview", {"Host": host})
         assert code == 400 and "Traceback" not in body, host
     for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
-        code, body, headers = _get(f"http://127.0.0.1:{port}/api/overview", {"Host": host, "Origin": "http://evil.example"})
+        code, body, headers = _get(
+            f"http://127.0.0.1:{port}/api/overview", {"Host": host, "Origin": "http://evil.example"}
+        )
         assert code == 200 and '"cells"' in body, host
         assert not any(k.lower().startswith("access-control-") for k in headers), headers
 
@@ -271,13 +310,18 @@ def test_on_another_address_the_view_needs_its_token(served):
                 time.sleep(0.1)
         assert code == 200 and "<html" in body.lower()
         cookie = headers.get("set-cookie") or headers.get("Set-Cookie")
-        assert cookie.startswith(f"gatetrace_view_token={token};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert (
+            cookie.startswith(f"gatetrace_view_token={token};")
+            and "HttpOnly" in cookie
+            and "SameSite=Strict" in cookie
+        )
         base = f"http://127.0.0.2:{port}"
         for path in ("/", "/api/overview", f"/api/overview?token={token[:-1]}x"):
             code, body, _ = _get(base + path)
             assert code == 403 and "needs its token" in body, path
         assert _get(base + "/api/overview", {"Cookie": cookie.split(";")[0]})[0] == 200
-        assert _get(base + f"/api/overview?token={token}", {"Host": "evil.example"})[0] == 200  # the token is the check here
+        # the token is the check here
+        assert _get(base + f"/api/overview?token={token}", {"Host": "evil.example"})[0] == 200
     finally:
         process.terminate()
         process.wait(10)
@@ -285,12 +329,38 @@ def test_on_another_address_the_view_needs_its_token(served):
 
 def test_a_bad_run_folder_and_a_port_in_use_get_one_line(served, tmp_path):
     _, port, _ = served
-    done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(tmp_path / "nothing"), "--port", str(free_port())],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is not a gatetrace recording" in done.stderr
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracer.cli",
+            "view",
+            str(tmp_path / "nothing"),
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        done.returncode == 2
+        and done.stderr.count("\n") == 1
+        and "is not a gatetrace recording" in done.stderr
+    )
     rec_path, _, _ = served
-    done = subprocess.run([sys.executable, "-m", "tracer.cli", "view", str(rec_path), "--port", str(port)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and f"port {port}" in done.stderr and "--port" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", "view", str(rec_path), "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        done.returncode == 2
+        and done.stderr.count("\n") == 1
+        and f"port {port}" in done.stderr
+        and "--port" in done.stderr
+    )
 
 
 @pytest.fixture(scope="module")
@@ -341,9 +411,15 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     page.fill("#example", str(example))
     page.select_option("#label", "f")
     page.click("#show")
-    page.wait_for_function(f"window.gatetrace.heatmap && window.gatetrace.heatmap.example === {example}")
+    page.wait_for_function(
+        f"window.gatetrace.heatmap && window.gatetrace.heatmap.example === {example}"
+    )
     f = rec.gate_array(cell, "f")  # [examples, steps, units]
-    np.testing.assert_allclose(np.array(page.evaluate("window.gatetrace.heatmap.values"), np.float64), f[example], atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(page.evaluate("window.gatetrace.heatmap.values"), np.float64),
+        f[example],
+        atol=1e-6,
+    )
 
     # select: the units of f on over steps 1-19 (the threshold just under the best unit's minimum);
     # match: every example where they are on together as long, ranked as numpy ranks them
@@ -354,14 +430,21 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     page.fill("#stop", str(f.shape[1]))
     page.fill("#threshold", str(threshold))
     page.click("#select")
-    page.wait_for_function(f"window.gatetrace.select && window.gatetrace.select.example === {example}")
+    page.wait_for_function(
+        f"window.gatetrace.select && window.gatetrace.select.example === {example}"
+    )
     assert page.evaluate("window.gatetrace.select.units") == want_units
     page.click("#match")
     page.wait_for_function("window.gatetrace.match !== null")
     got = page.evaluate("window.gatetrace.match")
     on = (f[:, :, want_units] > threshold).all(axis=2)
-    runs = [max((len(r) for r in "".join("1" if v else "0" for v in row).split("0")), default=0) for row in on]
-    assert got["count"] == sum(r >= f.shape[1] - 1 for r in runs) and example in [m["example"] for m in got["matches"]]
+    runs = [
+        max((len(r) for r in "".join("1" if v else "0" for v in row).split("0")), default=0)
+        for row in on
+    ]
+    assert got["count"] == sum(r >= f.shape[1] - 1 for r in runs) and example in [
+        m["example"] for m in got["matches"]
+    ]
     for folder in shots:
         page.locator("#select-panel").screenshot(path=str(folder / "view-select.png"))
         page.locator("#sequence").screenshot(path=str(folder / "view-sequence.png"))
@@ -371,13 +454,23 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     page.locator("#heatmap").scroll_into_view_if_needed()
     page.evaluate("Plotly.relayout('heatmap', {dragmode: 'zoom'})")
     box = page.locator("#heatmap .nsewdrag").first.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * ((unit_ + 0.5) / f.shape[2]), box["y"] + box["height"] * (1.5 / f.shape[1]))
+    page.mouse.click(
+        box["x"] + box["width"] * ((unit_ + 0.5) / f.shape[2]),
+        box["y"] + box["height"] * (1.5 / f.shape[1]),
+    )
     page.wait_for_function("window.gatetrace.unit !== null && window.gatetrace.parts !== null")
     assert page.evaluate("window.gatetrace.unit.unit") == unit_
-    np.testing.assert_allclose(page.evaluate("window.gatetrace.unit.values"), f[example, :, unit_], atol=1e-6)
+    np.testing.assert_allclose(
+        page.evaluate("window.gatetrace.unit.values"), f[example, :, unit_], atol=1e-6
+    )
     parts = page.evaluate("window.gatetrace.parts")
-    df = rec.gate_frame([cell], ["f"], steps=(parts["step"], parts["step"] + 1), examples=(example, example + 1),
-                        columns=["preactivation", "input", "recurrent", "bias"])
+    df = rec.gate_frame(
+        [cell],
+        ["f"],
+        steps=(parts["step"], parts["step"] + 1),
+        examples=(example, example + 1),
+        columns=["preactivation", "input", "recurrent", "bias"],
+    )
     for column in ("preactivation", "input", "recurrent", "bias"):
         np.testing.assert_allclose(parts[column], df[column], atol=1e-6)
     for folder in shots:

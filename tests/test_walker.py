@@ -20,18 +20,50 @@ def names(cells):
 def test_steps_are_ordered_numerically_past_ten():
     built = build(static_body(CONFIGS["BasicLSTMCell"]), steps=12)
     (cell,) = tracer.find_cells(built.graph)
-    assert [s.gate_op for s in cell.steps] == ["rnn/basic_lstm_cell/split"] + [f"rnn/basic_lstm_cell/split_{k}" for k in range(1, 12)]
+    assert [s.gate_op for s in cell.steps] == ["rnn/basic_lstm_cell/split"] + [
+        f"rnn/basic_lstm_cell/split_{k}" for k in range(1, 12)
+    ]
     assert [s.position for s in cell.steps] == list(range(12))
-    assert cell.describe()["last_step"]["gate_tensors"] == [f"rnn/basic_lstm_cell/split_11:{k}" for k in range(4)]
+    assert cell.describe()["last_step"]["gate_tensors"] == [
+        f"rnn/basic_lstm_cell/split_11:{k}" for k in range(4)
+    ]
 
 
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("BasicLSTMCell", dict(kind="BasicLSTMCell", units=3, input_size=4, output_size=3, forget_bias=0.7, activation="tanh")),
-        ("LSTMCell", dict(kind="LSTMCell", units=3, forget_bias=1.0, cell_clip=None, num_proj=None)),
-        ("LSTMCell-peepholes-proj-clip", dict(kind="LSTMCell", units=4, input_size=4, output_size=2, num_proj=2, forget_bias=0.5, cell_clip=0.4, proj_clip=0.25)),
-        ("GRUCell", dict(kind="GRUCell", units=3, input_size=4, forget_bias=None, activation="tanh")),
+        (
+            "BasicLSTMCell",
+            dict(
+                kind="BasicLSTMCell",
+                units=3,
+                input_size=4,
+                output_size=3,
+                forget_bias=0.7,
+                activation="tanh",
+            ),
+        ),
+        (
+            "LSTMCell",
+            dict(kind="LSTMCell", units=3, forget_bias=1.0, cell_clip=None, num_proj=None),
+        ),
+        (
+            "LSTMCell-peepholes-proj-clip",
+            dict(
+                kind="LSTMCell",
+                units=4,
+                input_size=4,
+                output_size=2,
+                num_proj=2,
+                forget_bias=0.5,
+                cell_clip=0.4,
+                proj_clip=0.25,
+            ),
+        ),
+        (
+            "GRUCell",
+            dict(kind="GRUCell", units=3, input_size=4, forget_bias=None, activation="tanh"),
+        ),
         ("GRUCell-relu", dict(kind="GRUCell", activation="relu")),
         ("BasicRNNCell", dict(kind="BasicRNNCell", units=3, input_size=4, activation="tanh")),
     ],
@@ -59,8 +91,13 @@ def test_user_scope_multirnn_stack_and_weights_by_edges(inputs):
         "encoder/rnn/multi_rnn_cell/cell_2/basic_rnn_cell",
     ]
     # Op scopes repeat `rnn/` (encoder/rnn/rnn/...), variable scopes do not.
-    assert cells[0].steps[0].gate_op == "encoder/rnn/rnn/multi_rnn_cell/cell_0/basic_lstm_cell/split"
-    assert cells[1].variables["candidate_kernel"] == "encoder/rnn/multi_rnn_cell/cell_1/gru_cell/candidate/kernel"
+    assert (
+        cells[0].steps[0].gate_op == "encoder/rnn/rnn/multi_rnn_cell/cell_0/basic_lstm_cell/split"
+    )
+    assert (
+        cells[1].variables["candidate_kernel"]
+        == "encoder/rnn/multi_rnn_cell/cell_1/gru_cell/candidate/kernel"
+    )
     assert [c.input_size for c in cells] == [4, 3, 2]
     # Layer by layer, each layer's input is the one below's output at the same position.
     result = tracer.trace(tracer.from_session(built.session), {"x": inputs})
@@ -68,18 +105,25 @@ def test_user_scope_multirnn_stack_and_weights_by_edges(inputs):
     for cell in cells:
         w = built.weights[cell.name]
         expected = tracer.run_cell(cell.kind, w, x)
-        np.testing.assert_allclose(result[cell.name].activation, expected["activation"], atol=TOL, rtol=0)
+        np.testing.assert_allclose(
+            result[cell.name].activation, expected["activation"], atol=TOL, rtol=0
+        )
         x = expected["states"]["h"]
 
 
 def test_bidirectional_steps_are_input_positions(inputs):
     def body(x):
-        outputs, _, _ = v1.nn.static_bidirectional_rnn(R.BasicLSTMCell(3), R.GRUCell(3), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _, _ = v1.nn.static_bidirectional_rnn(
+            R.BasicLSTMCell(3), R.GRUCell(3), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         return [outputs[-1]]
 
     built = build(body)
     fw, bw = sorted(tracer.find_cells(built.graph), key=lambda c: c.name.split("/")[1] != "fw")
-    assert (fw.name, bw.name) == ("bidirectional_rnn/fw/basic_lstm_cell", "bidirectional_rnn/bw/gru_cell")
+    assert (fw.name, bw.name) == (
+        "bidirectional_rnn/fw/basic_lstm_cell",
+        "bidirectional_rnn/bw/gru_cell",
+    )
     assert (fw.backward, bw.backward) == (False, True)
     # The backward cell's first computed step (split) read the last input position.
     assert bw.steps[-1].gate_op == "bidirectional_rnn/bw/bw/gru_cell/split"
@@ -87,13 +131,19 @@ def test_bidirectional_steps_are_input_positions(inputs):
     result = tracer.trace(tracer.from_session(built.session), {"x": inputs})
     expected = tracer.run_cell("GRUCell", built.weights[bw.name], inputs, backward=True)
     np.testing.assert_allclose(result[bw.name].activation, expected["activation"], atol=TOL, rtol=0)
-    np.testing.assert_allclose(result[bw.name].states["h"], expected["states"]["h"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(
+        result[bw.name].states["h"], expected["states"]["h"], atol=TOL, rtol=0
+    )
 
 
 def test_several_independent_rnns_in_one_graph():
     def body(x):
-        a, _ = v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32, scope="question")
-        b, _ = v1.nn.static_rnn(R.BasicLSTMCell(5), tf.unstack(x[:, :3], axis=1), dtype=tf.float32, scope="answer")
+        a, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32, scope="question"
+        )
+        b, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(5), tf.unstack(x[:, :3], axis=1), dtype=tf.float32, scope="answer"
+        )
         return [a[-1], b[-1]]
 
     cells = tracer.find_cells(build(body).graph)
@@ -107,7 +157,9 @@ def test_training_graph_with_gradients_and_a_readout_layer():
     """Gradient ops read the forward tensors and a dense readout reads the last h."""
 
     def body(x):
-        outputs, _ = v1.nn.static_rnn(R.LSTMCell(4, num_proj=2), tf.unstack(x, axis=1), dtype=tf.float32)
+        outputs, _ = v1.nn.static_rnn(
+            R.LSTMCell(4, num_proj=2), tf.unstack(x, axis=1), dtype=tf.float32
+        )
         logits = v1.layers.dense(outputs[-1], 2, name="readout")
         loss = tf.reduce_mean(tf.square(logits))
         v1.train.AdamOptimizer(0.1).minimize(loss)
@@ -136,7 +188,9 @@ def test_no_cell_names_what_was_looked_for():
     with pytest.raises(NoCellFoundError) as err:
         tracer.find_cells(graph, "model.ckpt.meta")
     message = str(err.value)
-    assert message.startswith("no RNN cell found in model.ckpt.meta: looked for Split ops fed by a kernel MatMul")
+    assert message.startswith(
+        "no RNN cell found in model.ckpt.meta: looked for Split ops fed by a kernel MatMul"
+    )
     assert "nearest ops: classifier/MatMul, classifier/BiasAdd" in message
 
 
@@ -144,8 +198,13 @@ def test_a_while_loop_without_a_cell_says_so():
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, 4], name="x")
-        v1.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.tanh(a) * 2.0), [tf.constant(0), x])
-    with pytest.raises(NoCellFoundError, match=r"runs a while loop \(while\), in which no cell of these kinds was found either"):
+        v1.while_loop(
+            lambda i, a: i < 3, lambda i, a: (i + 1, tf.tanh(a) * 2.0), [tf.constant(0), x]
+        )
+    with pytest.raises(
+        NoCellFoundError,
+        match=r"runs a while loop \(while\), in which no cell of these kinds was found either",
+    ):
         tracer.find_cells(graph)
 
 
@@ -154,6 +213,11 @@ def test_no_cell_in_a_static_rnn_with_sequence_length_says_why():
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, 5, 4], name="x")
         lengths = v1.placeholder(tf.int32, [None], name="lengths")
-        v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), sequence_length=lengths, dtype=tf.float32)
-    with pytest.raises(NoCellFoundError, match=r"runs its steps inside conditionals \(rnn/cond\).*pass the lengths to gatetrace with --lengths"):
+        v1.nn.static_rnn(
+            R.BasicLSTMCell(3), tf.unstack(x, axis=1), sequence_length=lengths, dtype=tf.float32
+        )
+    with pytest.raises(
+        NoCellFoundError,
+        match=r"runs its steps inside conditionals \(rnn/cond\).*pass the lengths to gatetrace with --lengths",
+    ):
         tracer.find_cells(graph)

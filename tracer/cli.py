@@ -35,7 +35,8 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     warnings.filterwarnings("ignore")
-    logging.getLogger("tensorflow").setLevel(logging.CRITICAL)  # gatetrace says what went wrong itself
+    # gatetrace says what went wrong itself
+    logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
     try:
         import absl.logging
 
@@ -82,7 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gatetrace {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS.values():
-        c = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP, epilog=f"example: {command.EXAMPLE}")
+        c = sub.add_parser(
+            command.NAME,
+            help=command.HELP,
+            description=command.HELP,
+            epilog=f"example: {command.EXAMPLE}",
+        )
         if command.READS_MODEL:
             model_arguments(c, runs_model=command.RUNS_MODEL)
         command.arguments(c)
@@ -133,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_INTERRUPTED, file=sys.stderr)
         from tracer.values import running
 
-        if running.interrupted_run_pending():  # TensorFlow may still be busy with the cancelled step: do not wait for it
+        # TensorFlow may still be busy with the cancelled step: do not wait for it
+        if running.interrupted_run_pending():
             sys.stderr.flush()
             os._exit(running.INTERRUPT_EXIT)
         return 130
@@ -142,7 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         from tracer.load.model import error_line
 
-        print(f"gatetrace: error: {type(err).__name__}: {error_line(err)} (set GATETRACE_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"gatetrace: error: {type(err).__name__}: {error_line(err)} (set GATETRACE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

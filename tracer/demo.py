@@ -64,7 +64,9 @@ def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
         logits = tf.squeeze(v1.layers.dense(outputs[-1], 1, name="readout"), axis=1, name="logits")
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         train = v1.train.AdamOptimizer(0.01).minimize(loss)
-        correct = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32))
+        correct = tf.reduce_mean(
+            tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
+        )
         saver = v1.train.Saver(save_relative_paths=True)
         # One thread: sums in the same order on every run, so that the demo's numbers are the same each time.
         one_thread = v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
@@ -81,9 +83,18 @@ def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
 
 def summarise(recording: Path) -> str:
     """A short pandas summary of the recorded forget gates and states."""
-    f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")], columns=["example", "step", "unit", "activation"])
+    f = pd.read_parquet(
+        recording / "gates",
+        filters=[("gate", "==", "f")],
+        columns=["example", "step", "unit", "activation"],
+    )
     per_step = f.groupby("step")["activation"].mean()
-    saturated = (f.assign(high=f["activation"] > 0.9).groupby("unit")["high"].mean().sort_values(ascending=False))
+    saturated = (
+        f.assign(high=f["activation"] > 0.9)
+        .groupby("unit")["high"]
+        .mean()
+        .sort_values(ascending=False)
+    )
     lines = ["mean forget-gate activation per step:"]
     lines.append("  " + " ".join(f"{s:>5d}" for s in per_step.index))
     lines.append("  " + " ".join(f"{v:5.2f}" for v in per_step.values))
@@ -93,16 +104,24 @@ def summarise(recording: Path) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512) -> Path:
+def run_demo(
+    out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
+) -> Path:
     """Train, save, record and summarise into the folder `out` (model/ and recording/)."""
     out = local_path(out)
-    check_out(out, overwrite, ours=lambda folder: foreign_entries(folder, ("model", "recording", "inputs.npy")))
+    check_out(
+        out,
+        overwrite,
+        ours=lambda folder: foreign_entries(folder, ("model", "recording", "inputs.npy")),
+    )
     tmp = temp_sibling(out)
     start = time.perf_counter()
     try:
         (tmp / "model").mkdir(parents=True)
         prefix = str(tmp / "model" / "model.ckpt")
-        print(f"training a BasicLSTMCell({UNITS}) over {STEPS} steps to remember a marker from step 0 ...")
+        print(
+            f"training a BasicLSTMCell({UNITS}) over {STEPS} steps to remember a marker from step 0 ..."
+        )
         accuracy = build_and_train(prefix)
         print(f"  held-out accuracy {accuracy:.1%}")
         x, _ = make_task(sequences, np.random.RandomState(1))
@@ -110,13 +129,20 @@ def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False,
         with load_model(prefix) as model:
             model.source = str(out / "model" / "model.ckpt")  # where it will be once published
             # every value column, the preactivations' parts included (what drives each gate)
-            manifest = record(model, {"inputs": x}, tmp / "recording", values=("preactivation", "activation", "contributions"))
+            manifest = record(
+                model,
+                {"inputs": x},
+                tmp / "recording",
+                values=("preactivation", "activation", "contributions"),
+            )
         publish(tmp, out)
     except BaseException:
         remove(tmp)
         raise
     rows = manifest["rows"]
-    print(f"recorded {sequences} sequences in {time.perf_counter() - start:.1f} s: {rows['gates']:,} gate rows, {rows['states']:,} state rows")
+    print(
+        f"recorded {sequences} sequences in {time.perf_counter() - start:.1f} s: {rows['gates']:,} gate rows, {rows['states']:,} state rows"
+    )
     print(f"  model:     {out / 'model' / 'model.ckpt'}  (inputs: {out / 'inputs.npy'})")
     print(f"  gates:     {out / 'recording' / 'gates'}")
     print(f"  states:    {out / 'recording' / 'states'}")
@@ -125,5 +151,7 @@ def run_demo(out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False,
     print()
     print(summarise(out / "recording"))
     print()
-    print(f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])")
+    print(
+        f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])"
+    )
     return out

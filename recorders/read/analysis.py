@@ -31,7 +31,17 @@ from recorders.errors import SelectionError
 from recorders.write.columns import PARTS
 from recorders.read.reader import Range, Recording, part_shares
 
-__all__ = ["saturation", "step_stats", "gate_summaries", "Summary", "quantile_column", "time_courses", "top_positions", "label_correlation", "dominant_part"]
+__all__ = [
+    "saturation",
+    "step_stats",
+    "gate_summaries",
+    "Summary",
+    "quantile_column",
+    "time_courses",
+    "top_positions",
+    "label_correlation",
+    "dominant_part",
+]
 
 
 def quantile_column(q: float) -> str:
@@ -39,12 +49,29 @@ def quantile_column(q: float) -> str:
     return f"q{round(q * 100):g}"
 
 
-def saturation(rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, low: float = 0.1, high: float = 0.9) -> pd.DataFrame:
+def saturation(
+    rec: Recording,
+    cells: Sequence[str] | None = None,
+    gates: Sequence[str] | None = None,
+    low: float = 0.1,
+    high: float = 0.9,
+) -> pd.DataFrame:
     """cell, gate, unit, left (fraction of activations < low), right (fraction > high), n."""
     rows = []
     for (cell, gate), s in gate_summaries(rec, cells, gates, "activation", low, high, ()).items():
         units, left, right = s.saturated()
-        rows.append(pd.DataFrame({"cell": cell, "gate": gate, "unit": units, "left": left, "right": right, "n": s.n[units]}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "cell": cell,
+                    "gate": gate,
+                    "unit": units,
+                    "left": left,
+                    "right": right,
+                    "n": s.n[units],
+                }
+            )
+        )
     return _frame(rows, ["cell", "gate", "unit", "left", "right", "n"])
 
 
@@ -66,14 +93,21 @@ def step_stats(
 
 
 def gate_summaries(
-    rec: Recording, cells: Sequence[str] | None = None, gates: Sequence[str] | None = None, column: str = "activation",
-    low: float = 0.1, high: float = 0.9, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+    rec: Recording,
+    cells: Sequence[str] | None = None,
+    gates: Sequence[str] | None = None,
+    column: str = "activation",
+    low: float = 0.1,
+    high: float = 0.9,
+    quantiles: Sequence[float] = (0.1, 0.5, 0.9),
 ) -> dict[tuple[str, str], Summary]:
     """`saturation` and `step_stats` of each (cell, gate) as arrays, from one read of each
     gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads. The
     quantiles are exact (numpy's, as pandas computes them), so each thread holds one gate's
     column: 4 bytes per row of that gate."""
-    pairs = [(c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates]
+    pairs = [
+        (c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates
+    ]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
         return dict(zip(pairs, done))
@@ -96,7 +130,15 @@ class Summary(NamedTuple):
         return units, self.left[units] / self.n[units], self.right[units] / self.n[units]
 
 
-def _summary(rec: Recording, cell: str, gate: str, column: str, low: float, high: float, quantiles: Sequence[float]) -> Summary:
+def _summary(
+    rec: Recording,
+    cell: str,
+    gate: str,
+    column: str,
+    low: float,
+    high: float,
+    quantiles: Sequence[float],
+) -> Summary:
     left = right = n = np.zeros(0, np.int64)
     by_step: dict[int, list[np.ndarray]] = {}
     for block in rec.gate_blocks(cell, gate, column):
@@ -114,7 +156,8 @@ def _summary(rec: Recording, cell: str, gate: str, column: str, low: float, high
     qs = np.empty((len(quantiles), len(steps)))
     for k, step in enumerate(steps):
         values = np.concatenate(by_step.pop(int(step)))
-        values = values[~np.isnan(values)]  # as pandas does, NaN values count in n but not in the statistics
+        # as pandas does, NaN values count in n but not in the statistics
+        values = values[~np.isnan(values)]
         if not values.size:
             mean[k], qs[:, k] = np.nan, np.nan
             continue
@@ -140,17 +183,33 @@ def _frame(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 
 
 def time_courses(
-    rec: Recording, cell: str, gate: str, examples: Sequence[int], units: Sequence[int] | None = None, column: str = "activation"
+    rec: Recording,
+    cell: str,
+    gate: str,
+    examples: Sequence[int],
+    units: Sequence[int] | None = None,
+    column: str = "activation",
 ) -> pd.DataFrame:
     """example, step, unit, value: each chosen unit along the steps of each chosen example."""
     lo, hi = min(examples), max(examples) + 1
     df = rec.gate_frame([cell], [gate], examples=(lo, hi), units=units, columns=[column])
     df = df[df["example"].isin(list(examples))]
-    return df[["example", "step", "unit", column]].rename(columns={column: "value"}).sort_values(["example", "unit", "step"], ignore_index=True)
+    return (
+        df[["example", "step", "unit", column]]
+        .rename(columns={column: "value"})
+        .sort_values(["example", "unit", "step"], ignore_index=True)
+    )
 
 
 def top_positions(
-    rec: Recording, cell: str, gate: str, unit: int, k: int = 10, lowest: bool = False, column: str = "activation", examples: Range | None = None
+    rec: Recording,
+    cell: str,
+    gate: str,
+    unit: int,
+    k: int = 10,
+    lowest: bool = False,
+    column: str = "activation",
+    examples: Range | None = None,
 ) -> pd.DataFrame:
     """The k (example, step) positions where `unit` of `gate` is highest (or lowest): example, step, value, rank."""
     df = rec.gate_frame([cell], [gate], examples=examples, units=[unit], columns=[column])
@@ -161,7 +220,12 @@ def top_positions(
 
 
 def label_correlation(
-    rec: Recording, cell: str, gate: str, labels: np.ndarray, column: str = "activation", examples: Range | None = None
+    rec: Recording,
+    cell: str,
+    gate: str,
+    labels: np.ndarray,
+    column: str = "activation",
+    examples: Range | None = None,
 ) -> pd.DataFrame:
     """unit, correlation (Pearson), n: each unit's values against a per-step label.
 
@@ -170,7 +234,9 @@ def label_correlation(
     """
     labels = np.asarray(labels, dtype=np.float64)
     if labels.ndim != 2:
-        raise SelectionError(f"labels: expected an [examples, steps] array, given shape {list(labels.shape)}")
+        raise SelectionError(
+            f"labels: expected an [examples, steps] array, given shape {list(labels.shape)}"
+        )
     df = rec.gate_frame([cell], [gate], examples=examples, columns=[column])
     ex, st = df["example"].to_numpy(), df["step"].to_numpy()
     if len(df) and (ex.max() >= labels.shape[0] or st.max() >= labels.shape[1]):
@@ -182,13 +248,22 @@ def label_correlation(
     for unit, g in df.groupby("unit"):
         x, y = g[column].to_numpy(np.float64), g["label"].to_numpy()
         ok = np.isfinite(x) & np.isfinite(y)
-        r = np.corrcoef(x[ok], y[ok])[0, 1] if ok.sum() > 1 and x[ok].std() > 0 and y[ok].std() > 0 else np.nan
+        r = (
+            np.corrcoef(x[ok], y[ok])[0, 1]
+            if ok.sum() > 1 and x[ok].std() > 0 and y[ok].std() > 0
+            else np.nan
+        )
         rows.append((unit, r, int(ok.sum())))
     return pd.DataFrame(rows, columns=["unit", "correlation", "n"])
 
 
 def dominant_part(
-    rec: Recording, cell: str, gate: str, units: Sequence[int] | None = None, steps: Range | None = None, examples: Range | None = None
+    rec: Recording,
+    cell: str,
+    gate: str,
+    units: Sequence[int] | None = None,
+    steps: Range | None = None,
+    examples: Range | None = None,
 ) -> pd.DataFrame:
     """unit, part, mean, mean_abs, share, rows, dominant: per unit of `gate`, how much each
     part of its preactivation contributes over the steps `steps` ([start, stop)) of

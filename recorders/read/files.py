@@ -41,9 +41,11 @@ __all__ = ["CheckedFiles", "TABLES", "KEYS", "DAMAGED", "READ", "statistics", "k
 
 TABLES = {"gates": "gate", "states": "state"}  # table: its label column
 KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
-_VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}  # float32, the value columns each table may hold
+# float32, the value columns each table may hold
+_VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
-READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)  # what a reader opens in the root
+# what a reader opens in the root
+READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
 
 
 class CheckedFiles:
@@ -64,8 +66,11 @@ class CheckedFiles:
     def _refuse(self, rel: str) -> None:
         """RecordingError for an entry that is not a regular file or a folder."""
         kind = self._folder.kind(rel)
-        advice = ("if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
-                  if kind.startswith("a symbolic link") else "remove it")
+        advice = (
+            "if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
+            if kind.startswith("a symbolic link")
+            else "remove it"
+        )
         raise RecordingError(
             f"{self.path}/{rel} is {kind}: gatetrace reads only the regular files inside a recording "
             f"(it writes nothing else) and read nothing from it; {advice}"
@@ -78,7 +83,9 @@ class CheckedFiles:
             with self._fs.open_input_file("weights.parquet") as f:
                 return pq.read_metadata(f).num_rows
         except UNREADABLE as err:
-            raise RecordingError(f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}") from None
+            raise RecordingError(
+                f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
+            ) from None
 
     def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
         """(cell, gate or state): its part files, for the cells (and the labels) of the
@@ -95,11 +102,17 @@ class CheckedFiles:
                 folder, _, name = rel.rpartition("/")
                 cell_folder, _, label_folder = folder.rpartition("/")
                 cell = cells.get(cell_folder)
-                if cell is None or not label_folder.startswith(f"{kind}=") or not (name.startswith("part-") and name.endswith(".parquet")):
+                if (
+                    cell is None
+                    or not label_folder.startswith(f"{kind}=")
+                    or not (name.startswith("part-") and name.endswith(".parquet"))
+                ):
                     continue
                 label = unquote(label_folder[len(kind) + 1 :])
                 listed = self._cells[cell].get(kind + "s")
-                if (listed is None or label in listed) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
+                if (
+                    listed is None or label in listed
+                ) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
                     found.setdefault((cell, label), []).append(rel)
             self._listed[table] = found
         return self._listed[table]
@@ -107,7 +120,9 @@ class CheckedFiles:
     def _column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
         """One column of a checked part file, whole."""
         file = self._parquet(table, cell, rel)
-        return self._read(rel, lambda: file.read(columns=[column], use_threads=False).column(0).to_numpy())
+        return self._read(
+            rel, lambda: file.read(columns=[column], use_threads=False).column(0).to_numpy()
+        )
 
     def _footer(self, table: str, cell: str, rel: str) -> Any:
         """The checked footer (`pyarrow.parquet.FileMetaData`) of a part file of `cell`."""
@@ -117,9 +132,13 @@ class CheckedFiles:
                     metadata = pq.read_metadata(f)
                 why = self._part_problem(table, cell, metadata)
             except UNREADABLE as err:
-                raise RecordingError(f"{self.path}/{rel} is not readable Parquet ({err}): {DAMAGED}") from None
+                raise RecordingError(
+                    f"{self.path}/{rel} is not readable Parquet ({err}): {DAMAGED}"
+                ) from None
             if why:
-                raise RecordingError(f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}")
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}"
+                )
             self._metadata[rel] = metadata
         return self._metadata[rel]
 
@@ -133,8 +152,11 @@ class CheckedFiles:
         schema = metadata.schema.to_arrow_schema()
         types = dict(zip(schema.names, schema.types))
         values = [n for n in schema.names if n not in KEYS]
-        if any(types.get(k) != t for k, t in KEYS.items()) or not values or any(
-                n not in _VALUES[table] or types[n] != pa.float32() for n in values):
+        if (
+            any(types.get(k) != t for k, t in KEYS.items())
+            or not values
+            or any(n not in _VALUES[table] or types[n] != pa.float32() for n in values)
+        ):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
         bounds = self._bounds(cell)
@@ -149,7 +171,9 @@ class CheckedFiles:
             if not 0 <= e0 <= e1 < examples:
                 return f"row group {k} holds examples {e0} to {e1}, outside the recording's 0 to {examples - 1}"
             if not 0 <= s0 <= s1 < steps:
-                return f"row group {k} holds steps {s0} to {s1}, outside the cell's 0 to {steps - 1}"
+                return (
+                    f"row group {k} holds steps {s0} to {s1}, outside the cell's 0 to {steps - 1}"
+                )
             if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
                 return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
             if group.num_rows * row_bytes > self.memory:
@@ -166,22 +190,34 @@ class CheckedFiles:
     def _bounds(self, cell: str) -> dict[str, tuple[int, int]]:
         """The [low, high) of each key column of `cell`'s rows: examples within the recording's
         (any, while it is partial), steps within the cell's, units within its units."""
-        examples = self._examples.pairs()[-1][1] if self.complete and self._examples.total() else 2**53
+        examples = (
+            self._examples.pairs()[-1][1] if self.complete and self._examples.total() else 2**53
+        )
         c = self._cells[cell]
         # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
         first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
         steps = first + c["steps"] if c.get("steps") else 2**31
-        return {"example": (0, examples), "step": (0, steps), "unit": (0, c.get("units") or MAX_UNITS)}
+        return {
+            "example": (0, examples),
+            "step": (0, steps),
+            "unit": (0, c.get("units") or MAX_UNITS),
+        }
 
     def _check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
         """RecordingError naming `rel` if the key columns read from it leave `_bounds` (the
         statistics a file's footer shows are checked before; its pages may still disagree)."""
         for key, (low, high) in self._bounds(cell).items():
             values = keys.get(key)
-            if values is not None and len(values) and not low <= int(values.min()) <= int(values.max()) < high:
+            if (
+                values is not None
+                and len(values)
+                and not low <= int(values.min()) <= int(values.max()) < high
+            ):
                 bad = int(values.min()) if int(values.min()) < low else int(values.max())
-                raise RecordingError(f"{self.path}/{rel} holds rows of {key} {bad}, outside the {low} to {high - 1} of "
-                                     f"its cell in the recording's description: {DAMAGED}")
+                raise RecordingError(
+                    f"{self.path}/{rel} holds rows of {key} {bad}, outside the {low} to {high - 1} of "
+                    f"its cell in the recording's description: {DAMAGED}"
+                )
 
     def _allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
         """SelectionError unless an array of `shape` fits the memory budget."""

@@ -46,11 +46,18 @@ def gate_heatmap(rec: Recording, cell: str, gate: str, example: int, column: str
     steps = rec.steps(cell)  # the input positions recorded (a --steps window starts later than 0)
     first, last = int(steps[0]), int(steps[0]) + values.shape[1] - 1
     fig, ax = plt.subplots(figsize=(6, 4))
-    extent = (-0.5, values.shape[2] - 0.5, last + 0.5, first - 0.5)  # each cell centred on its unit and step
-    image = ax.imshow(values[0], aspect="auto", cmap="viridis", interpolation="nearest", extent=extent)
+    # each cell centred on its unit and step
+    extent = (-0.5, values.shape[2] - 0.5, last + 0.5, first - 0.5)
+    image = ax.imshow(
+        values[0], aspect="auto", cmap="viridis", interpolation="nearest", extent=extent
+    )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="unit", ylabel="step (input position)", title=f"{cell} {gate} {column}, example {example}")
+    ax.set(
+        xlabel="unit",
+        ylabel="step (input position)",
+        title=f"{cell} {gate} {column}, example {example}",
+    )
     fig.colorbar(image, ax=ax)
     return fig
 
@@ -60,7 +67,9 @@ def saturation_scatter(rec: Recording, cell: str, gates: Sequence[str] | None = 
     plt = _pyplot()
     sat = saturation(rec, [cell], gates)
     labels = list(gates) if gates else rec.gates(cell)
-    fig, axes = plt.subplots(1, len(labels), figsize=(3 * len(labels), 3), squeeze=False, sharex=True, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(labels), figsize=(3 * len(labels), 3), squeeze=False, sharex=True, sharey=True
+    )
     for ax, gate in zip(axes[0], labels, strict=True):
         part = sat[sat["gate"] == gate]
         ax.scatter(part["left"], part["right"], s=12, alpha=0.7)
@@ -71,7 +80,13 @@ def saturation_scatter(rec: Recording, cell: str, gates: Sequence[str] | None = 
     return fig
 
 
-def step_band(rec: Recording, cell: str, gate: str, column: str = "activation", band: tuple[float, float] = (0.1, 0.9)):
+def step_band(
+    rec: Recording,
+    cell: str,
+    gate: str,
+    column: str = "activation",
+    band: tuple[float, float] = (0.1, 0.9),
+):
     """The mean of a gate per step, with the band between two quantiles."""
     plt = _pyplot()
     stats = step_stats(rec, [cell], [gate], column, quantiles=band)
@@ -84,15 +99,26 @@ def step_band(rec: Recording, cell: str, gate: str, column: str = "activation", 
     return fig
 
 
-def gate_parts(rec: Recording, cell: str, gate: str, unit: int, example: int, steps: tuple[int | None, int | None] | None = None):
+def gate_parts(
+    rec: Recording,
+    cell: str,
+    gate: str,
+    unit: int,
+    example: int,
+    steps: tuple[int | None, int | None] | None = None,
+):
     """One unit of a gate along the steps of one example: the parts of its preactivation
     (input, recurrent, bias, and peephole or recurrent bias where the cell has them) as
     stacked bars, the preactivation as a line. The peephole, outside the recorded
     preactivation, is drawn beside the stack."""
     plt = _pyplot()
-    df = rec.gate_frame([cell], [gate], steps, (example, example + 1), [unit], columns=["preactivation", *PARTS])
+    df = rec.gate_frame(
+        [cell], [gate], steps, (example, example + 1), [unit], columns=["preactivation", *PARTS]
+    )
     if df.empty:
-        raise SelectionError(f"example {example} has no rows of {cell} gate {gate} unit {unit} in {rec.path}")
+        raise SelectionError(
+            f"example {example} has no rows of {cell} gate {gate} unit {unit} in {rec.path}"
+        )
     df = df.set_index("step").sort_index()
     held = [p for p in PARTS if df[p].notna().any()]
     summed = [p for p in held if p != "peephole"]
@@ -102,13 +128,25 @@ def gate_parts(rec: Recording, cell: str, gate: str, unit: int, example: int, st
         base = [0.0] * len(df)
         for k, part in enumerate(summed):
             values = [v if v * sign > 0 else 0.0 for v in df[part].to_numpy()]
-            ax.bar(x, values, bottom=base, color=f"C{k}", label=part if sign == 1 else None, width=0.6)
+            ax.bar(
+                x, values, bottom=base, color=f"C{k}", label=part if sign == 1 else None, width=0.6
+            )
             base = [b + v for b, v in zip(base, values)]
     if "peephole" in held:
-        ax.bar([i + 0.35 for i in x], df["peephole"], width=0.2, color="grey", label="peephole (not in it)")
+        ax.bar(
+            [i + 0.35 for i in x],
+            df["peephole"],
+            width=0.2,
+            color="grey",
+            label="peephole (not in it)",
+        )
     ax.plot(x, df["preactivation"], "k.-", label="preactivation")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xticks(list(x), [str(s) for s in df.index])
-    ax.set(xlabel="step (input position)", ylabel="part of the preactivation", title=f"{cell} {gate}, unit {unit}, example {example}")
+    ax.set(
+        xlabel="step (input position)",
+        ylabel="part of the preactivation",
+        title=f"{cell} {gate}, unit {unit}, example {example}",
+    )
     ax.legend(fontsize="small", loc="best")
     return fig

@@ -41,6 +41,8 @@ from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_js
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
 Range = tuple[int | None, int | None]
+
+
 def default_memory() -> int:
     """The default memory budget of a reader: half of the memory available now (4 GiB where
     the system does not say)."""
@@ -64,9 +66,12 @@ class Recording(CheckedFiles):
     def __init__(self, path: str | Path, memory: int | None = None):
         self.path = Path(path)
         self.memory = int(memory) if memory is not None else default_memory()
-        not_one = RecordingError(f"{self.path} is not a gatetrace recording: it has no gates/ folder")
+        not_one = RecordingError(
+            f"{self.path} is not a gatetrace recording: it has no gates/ folder"
+        )
         try:
-            self._folder = Folder(self.path.resolve())  # a link the user named is followed; none below it is
+            # a link the user named is followed; none below it is
+            self._folder = Folder(self.path.resolve())
         except OSError:
             raise not_one from None
         weakref.finalize(self, self._folder.close)
@@ -77,12 +82,17 @@ class Recording(CheckedFiles):
         if not self._folder.is_dir("gates"):
             raise not_one
         self._fs = pafs.PyFileSystem(ReadOnlyFiles(self._folder))
-        progress = self._progress = read_progress(self._folder.path)  # the shards' progress files, as opened
-        self.manifest: dict[str, Any] | None = self._manifest() if "manifest.json" in self._folder.entries() else None
+        # the shards' progress files, as opened
+        progress = self._progress = read_progress(self._folder.path)
+        self.manifest: dict[str, Any] | None = (
+            self._manifest() if "manifest.json" in self._folder.entries() else None
+        )
         self.complete = self.manifest is not None
         description = self.manifest or next((p["description"] for p in progress.values()), None)
         if description is None:
-            raise RecordingError(f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace")
+            raise RecordingError(
+                f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace"
+            )
         self.description: dict[str, Any] = description
         self._cells = {c["name"]: c for c in description["cells"]}
         done = Intervals()
@@ -90,7 +100,11 @@ class Recording(CheckedFiles):
             for start, stop in p["complete"]:
                 done.add(start, stop)
         self._examples = done
-        if self.manifest is not None and progress and self.manifest.get("examples", done.total()) != done.total():
+        if (
+            self.manifest is not None
+            and progress
+            and self.manifest.get("examples", done.total()) != done.total()
+        ):
             raise RecordingError(
                 f"{self.path}/manifest.json counts {self.manifest['examples']:,} examples but the progress files "
                 f"{done.total():,}: {DAMAGED}"
@@ -127,7 +141,9 @@ class Recording(CheckedFiles):
         try:
             return self._cells[name]
         except KeyError:
-            raise SelectionError(f"no cell {name!r} in {self.path}; its cells are {', '.join(self._cells)}") from None
+            raise SelectionError(
+                f"no cell {name!r} in {self.path}; its cells are {', '.join(self._cells)}"
+            ) from None
 
     def gates(self, cell: str) -> list[str]:
         return self._labels("gates", cell)
@@ -140,8 +156,15 @@ class Recording(CheckedFiles):
         `RecordingWriter` leaves them out, one more than the largest unit of its files)."""
         units = self.cell(cell).get("units")
         if units is None:
-            units = max((int(self._column("gates", cell, rel, "unit").max(initial=-1)) + 1
-                         for key, files in self._files("gates").items() if key[0] == cell for rel in files), default=0)
+            units = max(
+                (
+                    int(self._column("gates", cell, rel, "unit").max(initial=-1)) + 1
+                    for key, files in self._files("gates").items()
+                    if key[0] == cell
+                    for rel in files
+                ),
+                default=0,
+            )
         return int(units)
 
     @property
@@ -164,7 +187,14 @@ class Recording(CheckedFiles):
         metadata only: the model, whether it is complete, the examples, each cell with the
         steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
         progress = self._progress
-        rows = {t: sum(self._footer(t, c, rel).num_rows for (c, _), files in self._files(t).items() for rel in files) for t in TABLES}
+        rows = {
+            t: sum(
+                self._footer(t, c, rel).num_rows
+                for (c, _), files in self._files(t).items()
+                for rel in files
+            )
+            for t in TABLES
+        }
         rows["weights"] = self._weights_rows()
         shards = self.description.get("shards") if self.complete else None
         return {
@@ -174,19 +204,33 @@ class Recording(CheckedFiles):
             "gatetrace_version": self.description.get("gatetrace_version"),
             "examples": {"complete": self.examples, "count": self._examples.total()},
             "cells": [
-                {"name": name, "kind": c.get("kind"), "units": self.units(name), "gates": self.gates(name), "states": self.states(name),
-                 "steps": int(len(self.steps(name))), "path": c.get("path")}
+                {
+                    "name": name,
+                    "kind": c.get("kind"),
+                    "units": self.units(name),
+                    "gates": self.gates(name),
+                    "states": self.states(name),
+                    "steps": int(len(self.steps(name))),
+                    "path": c.get("path"),
+                }
                 for name, c in self._cells.items()
             ],
             "rows": rows,
-            "shards": {"finished": sum(bool(p.get("finished")) for p in progress.values()), "of": shards or len(progress)},
+            "shards": {
+                "finished": sum(bool(p.get("finished")) for p in progress.values()),
+                "of": shards or len(progress),
+            },
             "bytes": sum(size for _, size in self._folder.tree("")[0]),
         }
 
     def steps(self, cell: str) -> np.ndarray:
         """The input positions recorded for `cell` (read from the step column of one file)."""
         files = self._files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
-        return np.unique(self._column("gates", cell, files[0], "step")) if files else np.zeros(0, np.int32)
+        return (
+            np.unique(self._column("gates", cell, files[0], "step"))
+            if files
+            else np.zeros(0, np.int32)
+        )
 
     # -- selections ------------------------------------------------------------------------
 
@@ -210,14 +254,25 @@ class Recording(CheckedFiles):
         """Whether the gates table holds the preactivations' parts (`--values ...,contributions`)."""
         return "contributions" in self.description.get("selection", {}).get("values", ())
 
-    def dominant_part(self, cell: str, gate: str, unit: int, steps: Range | None = None, examples: Range | None = None) -> str:
+    def dominant_part(
+        self,
+        cell: str,
+        gate: str,
+        unit: int,
+        steps: Range | None = None,
+        examples: Range | None = None,
+    ) -> str:
         """Which part of the preactivation drives `gate` of `unit` most over the steps
         `steps` ([start, stop)) of `examples`: the part with the largest mean absolute value
         (`input`, `recurrent`, `bias`, `peephole` or `recurrent_bias`). The whole table, with
         each part's mean and share: `recorders.read.analysis.dominant_part`."""
-        shares = part_shares(self.gate_frame([cell], [gate], steps, examples, [unit], columns=list(PARTS)))
+        shares = part_shares(
+            self.gate_frame([cell], [gate], steps, examples, [unit], columns=list(PARTS))
+        )
         if shares.empty:
-            raise SelectionError(f"cell {cell}, gate {gate}, unit {unit}: no rows recorded in steps {steps}, examples {examples}")
+            raise SelectionError(
+                f"cell {cell}, gate {gate}, unit {unit}: no rows recorded in steps {steps}, examples {examples}"
+            )
         return str(shares.loc[shares["dominant"], "part"].iloc[0])
 
     def state_frame(
@@ -231,16 +286,27 @@ class Recording(CheckedFiles):
         """The long state table for a selection: example, step, unit, value, cell, state."""
         return self._frame("states", cells, states, steps, examples, units, ("value",))
 
-    def gate_array(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
+    def gate_array(
+        self,
+        cell: str,
+        gate: str,
+        column: str = "activation",
+        examples: Range | None = None,
+        steps: Range | None = None,
+    ) -> np.ndarray:
         """One gate as a float32 array [examples, steps, units].
 
         The example axis holds every recorded example (of `examples`) in order, including
         those without a single row (length 0, fully masked); the step axis runs from the
         first recorded step to the last. NaN where no row was recorded.
         """
-        return self._array(self.gate_frame([cell], [gate], steps, examples, columns=[column]), column, examples)
+        return self._array(
+            self.gate_frame([cell], [gate], steps, examples, columns=[column]), column, examples
+        )
 
-    def state_array(self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None) -> np.ndarray:
+    def state_array(
+        self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None
+    ) -> np.ndarray:
         """One state as a float32 array [examples, steps, width] (axes as for `gate_array`)."""
         return self._array(self.state_frame([cell], [state], steps, examples), "value", examples)
 
@@ -252,32 +318,64 @@ class Recording(CheckedFiles):
         the value column is read)."""
         self.cell(cell)
         if gate not in self.gates(cell):
-            raise SelectionError(f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}")
+            raise SelectionError(
+                f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
+            )
         units = self.units(cell)
         for rel in self._files("gates").get((cell, gate), []):
             file = self._parquet("gates", cell, rel)
             if column not in file.schema_arrow.names:
-                raise SelectionError(f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}")
+                raise SelectionError(
+                    f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}"
+                )
             for k in range(file.num_row_groups):
                 ranges = key_ranges(file.metadata.row_group(k), units)
                 if ranges is not None:
-                    values = self._read(rel, lambda: file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy())
+                    values = self._read(
+                        rel,
+                        lambda: (
+                            file.read_row_group(k, columns=[column], use_threads=False)
+                            .column(0)
+                            .to_numpy()
+                        ),
+                    )
                     (e0, e1), (s0, s1), (u0, u1) = ranges
-                    yield Block(np.arange(e0, e1 + 1), np.arange(s0, s1 + 1), values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1), None)
+                    yield Block(
+                        np.arange(e0, e1 + 1),
+                        np.arange(s0, s1 + 1),
+                        values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1),
+                        None,
+                    )
                 else:
-                    t = self._read(rel, lambda: file.read_row_group(k, columns=["example", "step", "unit", column], use_threads=False))
+                    t = self._read(
+                        rel,
+                        lambda: file.read_row_group(
+                            k, columns=["example", "step", "unit", column], use_threads=False
+                        ),
+                    )
                     keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
                     self._check_keys(rel, cell, keys)
                     yield self._scattered(rel, *keys.values(), t.column(column).to_numpy(), units)
 
-    def gate_wide(self, cell: str, gate: str, column: str = "activation", examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
+    def gate_wide(
+        self,
+        cell: str,
+        gate: str,
+        column: str = "activation",
+        examples: Range | None = None,
+        steps: Range | None = None,
+    ) -> pd.DataFrame:
         """One gate as an (example, step) x unit frame."""
         df = self.gate_frame([cell], [gate], steps, examples, columns=[column])
         return df.pivot(index=["example", "step"], columns="unit", values=column)
 
-    def state_wide(self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None) -> pd.DataFrame:
+    def state_wide(
+        self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None
+    ) -> pd.DataFrame:
         """One state as an (example, step) x unit frame."""
-        return self.state_frame([cell], [state], steps, examples).pivot(index=["example", "step"], columns="unit", values="value")
+        return self.state_frame([cell], [state], steps, examples).pivot(
+            index=["example", "step"], columns="unit", values="value"
+        )
 
     # -- the files, checked ------------------------------------------------------------------
 
@@ -296,17 +394,30 @@ class Recording(CheckedFiles):
         dataset, each with its cell and label as partition values (no folder is discovered)."""
         listed = self._files(table)
         kind = TABLES[table]
-        chosen = [(c, label, rel) for (c, label), files in listed.items() if keys is None or (c, label) in keys for rel in files]
+        chosen = [
+            (c, label, rel)
+            for (c, label), files in listed.items()
+            if keys is None or (c, label) in keys
+            for rel in files
+        ]
         labels = [pa.field("cell", pa.string()), pa.field(kind, pa.string())]
         if not chosen:  # no file: no rows, in the columns a file would have
-            values = [pa.field(n, pa.float32()) for n in (GATE_COLUMNS if table == "gates" else ("value",))]
+            values = [
+                pa.field(n, pa.float32())
+                for n in (GATE_COLUMNS if table == "gates" else ("value",))
+            ]
             empty = pa.schema([*(pa.field(k, t) for k, t in KEYS.items()), *values, *labels])
             return ds.dataset(empty.empty_table())
         first = self._footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
         schema = pa.schema([*first, *labels])
         return ds.FileSystemDataset.from_paths(
-            [rel for _, _, rel in chosen], schema=schema, format=ds.ParquetFileFormat(), filesystem=self._fs,
-            partitions=[(ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen],
+            [rel for _, _, rel in chosen],
+            schema=schema,
+            format=ds.ParquetFileFormat(),
+            filesystem=self._fs,
+            partitions=[
+                (ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen
+            ],
         )
 
     def _frame(self, table, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
@@ -317,14 +428,31 @@ class Recording(CheckedFiles):
         unknown = [c for c in columns if c not in known]
         if unknown or not columns:
             raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
-        keys = [(c, label) for c in (cells or self.cells) for label in self._labels(table, c) if not labels or label in labels]
+        keys = [
+            (c, label)
+            for c in (cells or self.cells)
+            for label in self._labels(table, c)
+            if not labels or label in labels
+        ]
         files = [(key[0], rel) for key in keys for rel in self._files(table).get(key, [])]
-        held = [c for c in known if files and c in self._footer(table, files[0][0], files[0][1]).schema.names] or list(known[:2])
+        held = [
+            c
+            for c in known
+            if files and c in self._footer(table, files[0][0], files[0][1]).schema.names
+        ] or list(known[:2])
         missing = [c for c in columns if c not in held]
         if missing:
-            hint = " (record with --values preactivation,activation,contributions for the parts)" if set(missing) & set(PARTS) else ""
-            raise SelectionError(f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}")
-        rows = sum(self._overlapping_rows(self._footer(table, c, rel), steps, examples) for c, rel in files)
+            hint = (
+                " (record with --values preactivation,activation,contributions for the parts)"
+                if set(missing) & set(PARTS)
+                else ""
+            )
+            raise SelectionError(
+                f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}"
+            )
+        rows = sum(
+            self._overlapping_rows(self._footer(table, c, rel), steps, examples) for c, rel in files
+        )
         self._allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
         where = []
         for field, bounds in (("step", steps), ("example", examples)):
@@ -341,13 +469,20 @@ class Recording(CheckedFiles):
         wanted = ["example", "step", "unit", *columns, "cell", kind]
         try:
             read = self._dataset(table, keys).to_table(columns=wanted, filter=expression)
-            for name in ("cell", kind):  # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
-                read = read.set_column(read.schema.get_field_index(name), name, pc.dictionary_encode(read[name]))
+            # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
+            for name in ("cell", kind):
+                read = read.set_column(
+                    read.schema.get_field_index(name), name, pc.dictionary_encode(read[name])
+                )
             df = read.to_pandas()
         except UNREADABLE as err:
-            raise RecordingError(f"cannot read the {table} of {self.path}: a part file is damaged ({err})") from None
+            raise RecordingError(
+                f"cannot read the {table} of {self.path}: a part file is damaged ({err})"
+            ) from None
         df["cell"] = df["cell"].cat.set_categories(self.cells)
-        df[kind] = df[kind].cat.set_categories(list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c))))
+        df[kind] = df[kind].cat.set_categories(
+            list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c)))
+        )
         codes = df["cell"].cat.codes.to_numpy()
         for key in ("example", "step", "unit") if len(df) else ():
             low, high = (np.array([self._bounds(c)[key][k] for c in self.cells]) for k in (0, 1))
@@ -364,8 +499,13 @@ class Recording(CheckedFiles):
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
             (e0, e1), (s0, s1) = statistics(group)
-            if all((lo is None or hi_ >= lo) and (hi is None or lo_ < hi)
-                   for (lo_, hi_), (lo, hi) in (((e0, e1), examples or (None, None)), ((s0, s1), steps or (None, None)))):
+            if all(
+                (lo is None or hi_ >= lo) and (hi is None or lo_ < hi)
+                for (lo_, hi_), (lo, hi) in (
+                    ((e0, e1), examples or (None, None)),
+                    ((s0, s1), steps or (None, None)),
+                )
+            ):
                 total += group.num_rows
         return total
 
@@ -374,13 +514,25 @@ class Recording(CheckedFiles):
             return np.zeros((0, 0, 0), np.float32)
         ex = df["example"].to_numpy()
         lo, hi = examples or (None, None)
-        ranges = [(a if lo is None else max(a, lo), b if hi is None else min(b, hi)) for a, b in self._examples.pairs()]
+        ranges = [
+            (a if lo is None else max(a, lo), b if hi is None else min(b, hi))
+            for a, b in self._examples.pairs()
+        ]
         wanted = sum(max(b - a, 0) for a, b in ranges)
-        if wanted <= 4 * len(ex) + 1024:  # the complete examples, even those without rows; else those present
-            ids = np.concatenate([np.arange(a, b) for a, b in ranges if b > a] or [np.zeros(0, np.int64)])
+        # the complete examples, even those without rows; else those present
+        if wanted <= 4 * len(ex) + 1024:
+            ids = np.concatenate(
+                [np.arange(a, b) for a, b in ranges if b > a] or [np.zeros(0, np.int64)]
+            )
             ex_idx = np.searchsorted(ids, ex)
-        if wanted > 4 * len(ex) + 1024 or len(ids) == 0 or ex_idx.max() >= len(ids) or not np.array_equal(ids[ex_idx], ex):
-            ids, ex_idx = _sorted_unique(ex)  # rows outside the complete ranges: index the examples present
+        if (
+            wanted > 4 * len(ex) + 1024
+            or len(ids) == 0
+            or ex_idx.max() >= len(ids)
+            or not np.array_equal(ids[ex_idx], ex)
+        ):
+            # rows outside the complete ranges: index the examples present
+            ids, ex_idx = _sorted_unique(ex)
         step = df["step"].to_numpy()
         first = int(step.min())
         width = int(df["unit"].max()) + 1
@@ -390,12 +542,24 @@ class Recording(CheckedFiles):
         out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
 
-    def _scattered(self, rel: str, example: np.ndarray, step: np.ndarray, unit: np.ndarray, value: np.ndarray, units: int) -> Block:
+    def _scattered(
+        self,
+        rel: str,
+        example: np.ndarray,
+        step: np.ndarray,
+        unit: np.ndarray,
+        value: np.ndarray,
+        units: int,
+    ) -> Block:
         """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
         examples, e = _sorted_unique(example)
         steps, s = _sorted_unique(step)
-        self._allot((len(examples), len(steps), units), 5, f"a row group of {self.path}/{rel} spread over {len(examples)} examples "
-                    f"and {len(steps)} steps")
+        self._allot(
+            (len(examples), len(steps), units),
+            5,
+            f"a row group of {self.path}/{rel} spread over {len(examples)} examples "
+            f"and {len(steps)} steps",
+        )
         values = np.full((len(examples), len(steps), units), np.nan, np.float32)
         present = np.zeros(values.shape[:2], bool)
         values[e, s, unit] = value
@@ -423,11 +587,20 @@ def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     groups = frame.groupby(list(by), observed=True, sort=True) if by else [((), frame)]
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        stats = [(p, g[p].mean(), g[p].abs().mean(), int(g[p].notna().sum())) for p in PARTS if p in g and g[p].notna().any()]
+        stats = [
+            (p, g[p].mean(), g[p].abs().mean(), int(g[p].notna().sum()))
+            for p in PARTS
+            if p in g and g[p].notna().any()
+        ]
         total = sum(s[2] for s in stats)
         top = max(range(len(stats)), key=lambda k: stats[k][2], default=None)
-        rows += [(*key, p, float(m), float(a), float(a / total) if total else np.nan, n, k == top) for k, (p, m, a, n) in enumerate(stats)]
-    return pd.DataFrame(rows, columns=[*by, "part", "mean", "mean_abs", "share", "rows", "dominant"])
+        rows += [
+            (*key, p, float(m), float(a), float(a / total) if total else np.nan, n, k == top)
+            for k, (p, m, a, n) in enumerate(stats)
+        ]
+    return pd.DataFrame(
+        rows, columns=[*by, "part", "mean", "mean_abs", "share", "rows", "dominant"]
+    )
 
 
 def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -52,9 +52,12 @@ def load_labels(path: str | os.PathLike) -> Labels:
     ([examples, steps]: tokens as strings, or ids)."""
     path = Path(path)
     if path.suffix not in (".npy", ".json"):
-        raise SelectionError(f"--tokens {path}: expected a .npy or .json file of [examples, steps] labels")
+        raise SelectionError(
+            f"--tokens {path}: expected a .npy or .json file of [examples, steps] labels"
+        )
     try:
-        with Folder(path.resolve().parent) as folder:  # a regular file only: a FIFO would block, a device act
+        # a regular file only: a FIFO would block, a device act
+        with Folder(path.resolve().parent) as folder:
             data = folder.read_bytes(path.resolve().name, MAX_JSON_BYTES)
         if path.suffix == ".npy":
             table = np.load(io.BytesIO(data), allow_pickle=False)
@@ -62,7 +65,9 @@ def load_labels(path: str | os.PathLike) -> Labels:
             table = np.asarray(parse_json(data, path.name), dtype=object)
     except (OSError, ValueError, GatetraceError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise SelectionError(f"--tokens {path}: cannot read it ({why}); give a .npy or .json file of [examples, steps] labels") from None
+        raise SelectionError(
+            f"--tokens {path}: cannot read it ({why}); give a .npy or .json file of [examples, steps] labels"
+        ) from None
     return Labels(table)
 
 
@@ -72,12 +77,19 @@ def _check_port(host: str, port: int) -> None:
             s.bind((host, port))
         except OSError as err:
             if err.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise ViewSetupError(f"port {port} on {host} is in use (or not allowed): choose another with --port, e.g. --port {port + 1}") from None
+                raise ViewSetupError(
+                    f"port {port} on {host} is in use (or not allowed): choose another with --port, e.g. --port {port + 1}"
+                ) from None
             raise
 
 
-def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | None = None, open_browser: bool = False,
-          host: str = "127.0.0.1") -> None:
+def serve(
+    run: str | os.PathLike,
+    port: int = 8050,
+    tokens: str | os.PathLike | None = None,
+    open_browser: bool = False,
+    host: str = "127.0.0.1",
+) -> None:
     """Serve the view of the recording `run` at http://host:port/ until interrupted. On an address
     other than 127.0.0.1 the page asks for a secret token, which the printed URL carries."""
     check_installed()
@@ -93,7 +105,10 @@ def serve(run: str | os.PathLike, port: int = 8050, tokens: str | os.PathLike | 
         app, url = make_app(rec, labels), f"http://{host}:{port}/"
     else:
         token = secrets.token_urlsafe(24)
-        app, url = make_app(rec, labels, hosts=("*",), token=token), f"http://{host}:{port}/?token={token}"
+        app, url = (
+            make_app(rec, labels, hosts=("*",), token=token),
+            f"http://{host}:{port}/?token={token}",
+        )
     print(f"gatetrace view: {rec.path} at {url} (Ctrl-C to stop)", file=sys.stderr)
     if open_browser:
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()

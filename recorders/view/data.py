@@ -35,8 +35,11 @@ class Labels:
     def __init__(self, table: np.ndarray):
         table = np.asarray(table)
         if table.ndim != 2:
-            raise SelectionError(f"--tokens: expected one label per example and step ([examples, steps]), given shape {list(table.shape)}")
-        self.table = table  # labels become text one example at a time: a whole table as text can be many times larger
+            raise SelectionError(
+                f"--tokens: expected one label per example and step ([examples, steps]), given shape {list(table.shape)}"
+            )
+        # labels become text one example at a time: a whole table as text can be many times larger
+        self.table = table
 
     def of(self, example: int, steps: Sequence[int]) -> list[str] | None:
         if example >= len(self.table):
@@ -49,7 +52,13 @@ def _text(label: Any) -> str:
     return label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
 
 
-def _check(rec: Recording, cell: str, label: str | None = None, kind: str = "gate", column: str | None = None) -> None:
+def _check(
+    rec: Recording,
+    cell: str,
+    label: str | None = None,
+    kind: str = "gate",
+    column: str | None = None,
+) -> None:
     """Refuse a cell, gate or state, or value column the recording does not hold."""
     if cell not in rec.cells:
         raise SelectionError(f"cell {cell!r}: the recording's cells are {', '.join(rec.cells)}")
@@ -57,7 +66,11 @@ def _check(rec: Recording, cell: str, label: str | None = None, kind: str = "gat
         known = rec.gates(cell) if kind == "gate" else rec.states(cell)
         if label not in known:
             raise SelectionError(f"{kind} {label!r} of {cell}: expected one of {', '.join(known)}")
-    if column is not None and kind == "gate" and column not in ("preactivation", "activation", *PARTS):
+    if (
+        column is not None
+        and kind == "gate"
+        and column not in ("preactivation", "activation", *PARTS)
+    ):
         raise SelectionError(f"column {column!r}: expected preactivation, activation or a part")
 
 
@@ -72,10 +85,18 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
         for gate in rec.gates(name):
             s = stats[(name, gate)]
             units, left, right = s.saturated()
-            gates.append({
-                "gate": gate, "units": units.tolist(), "left": _rounded(left, 4), "right": _rounded(right, 4),
-                "steps": s.steps.tolist(), "mean": _rounded(s.mean, 5), "low": _rounded(s.quantiles[0], 5), "high": _rounded(s.quantiles[1], 5),
-            })
+            gates.append(
+                {
+                    "gate": gate,
+                    "units": units.tolist(),
+                    "left": _rounded(left, 4),
+                    "right": _rounded(right, 4),
+                    "steps": s.steps.tolist(),
+                    "mean": _rounded(s.mean, 5),
+                    "low": _rounded(s.quantiles[0], 5),
+                    "high": _rounded(s.quantiles[1], 5),
+                }
+            )
         cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
     return {
         "path": str(rec.path),
@@ -83,12 +104,19 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
         "cells": cells,
         "parts": rec.has_parts(),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
-                  "analysis.saturation(rec)\nanalysis.step_stats(rec)",
+        "analysis.saturation(rec)\nanalysis.step_stats(rec)",
     }
 
 
-def heatmap(rec: Recording, cell: str, label: str, example: int, kind: str = "gate", column: str = "activation",
-            labels: Labels | None = None) -> dict[str, Any]:
+def heatmap(
+    rec: Recording,
+    cell: str,
+    label: str,
+    example: int,
+    kind: str = "gate",
+    column: str = "activation",
+    labels: Labels | None = None,
+) -> dict[str, Any]:
     """Steps x units of one gate (or state) of one example: `values[step][unit]`, null where no row."""
     _check(rec, cell, label, kind, column)
     if kind == "gate":
@@ -98,40 +126,80 @@ def heatmap(rec: Recording, cell: str, label: str, example: int, kind: str = "ga
         a = rec.state_array(cell, label, examples=(example, example + 1))
         code = f"rec.state_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}))"
     if a.size == 0:
-        raise SelectionError(f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})")
+        raise SelectionError(
+            f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})"
+        )
     steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
     values = [_rounded(row, 6) for row in a[0]]
     return {
-        "cell": cell, "label": label, "kind": kind, "column": column, "example": example,
-        "steps": steps, "units": list(range(a.shape[2])), "values": values,
+        "cell": cell,
+        "label": label,
+        "kind": kind,
+        "column": column,
+        "example": example,
+        "steps": steps,
+        "units": list(range(a.shape[2])),
+        "values": values,
         "tokens": labels.of(example, steps) if labels is not None else None,
         "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n{code}",
     }
 
 
-def unit(rec: Recording, cell: str, gate: str, unit_: int, example: int, column: str = "activation", k: int = 10) -> dict[str, Any]:
+def unit(
+    rec: Recording,
+    cell: str,
+    gate: str,
+    unit_: int,
+    example: int,
+    column: str = "activation",
+    k: int = 10,
+) -> dict[str, Any]:
     """One unit along the steps of `example`, and the `k` positions over all examples where it is highest."""
     _check(rec, cell, gate, "gate", column)
-    df = rec.gate_frame([cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column])
+    df = rec.gate_frame(
+        [cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column]
+    )
     top = top_positions(rec, cell, gate, unit_, k=k, column=column)
     return {
-        "cell": cell, "gate": gate, "unit": unit_, "example": example, "column": column,
-        "steps": df["step"].tolist(), "values": df[column].round(6).tolist(),
-        "top": {"example": top["example"].tolist(), "step": top["step"].tolist(), "value": top["value"].round(6).tolist()},
+        "cell": cell,
+        "gate": gate,
+        "unit": unit_,
+        "example": example,
+        "column": column,
+        "steps": df["step"].tolist(),
+        "values": df[column].round(6).tolist(),
+        "top": {
+            "example": top["example"].tolist(),
+            "step": top["step"].tolist(),
+            "value": top["value"].round(6).tolist(),
+        },
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
-                  f"analysis.time_courses(rec, {cell!r}, {gate!r}, examples=[{example}], units=[{unit_}], column={column!r})\n"
-                  f"analysis.top_positions(rec, {cell!r}, {gate!r}, {unit_}, k={k}, column={column!r})",
+        f"analysis.time_courses(rec, {cell!r}, {gate!r}, examples=[{example}], units=[{unit_}], column={column!r})\n"
+        f"analysis.top_positions(rec, {cell!r}, {gate!r}, {unit_}, k={k}, column={column!r})",
     }
 
 
-def select(rec: Recording, cell: str, label: str, example: int, start: int, stop: int, threshold: float,
-           kind: str = "gate", column: str = "activation", outside: bool = False) -> dict[str, Any]:
+def select(
+    rec: Recording,
+    cell: str,
+    label: str,
+    example: int,
+    start: int,
+    stop: int,
+    threshold: float,
+    kind: str = "gate",
+    column: str = "activation",
+    outside: bool = False,
+) -> dict[str, Any]:
     """The units whose value is above `threshold` at every step of [start, stop) of
     `example`; with `outside`, also below it at the steps just before and after the range."""
     _check(rec, cell, label, kind, column)
     if not 0 <= start < stop:
         raise SelectionError(f"steps {start}:{stop}: expected 0 <= start < stop")
-    a = _values(rec, cell, label, kind, column, (example, example + 1), (max(start - 1, 0), stop + 1))[0]  # [steps, units]
+    # [steps, units]
+    a = _values(
+        rec, cell, label, kind, column, (example, example + 1), (max(start - 1, 0), stop + 1)
+    )[0]
     first = max(start - 1, 0)
     inside = a[start - first : stop - first]
     if len(inside) < stop - start or np.isnan(inside).any():
@@ -143,17 +211,34 @@ def select(rec: Recording, cell: str, label: str, example: int, start: int, stop
                 on &= ~(a[edge] > threshold)
     units = np.flatnonzero(on).tolist()
     return {
-        "cell": cell, "label": label, "kind": kind, "column": column, "example": example, "start": start, "stop": stop,
-        "threshold": threshold, "outside": outside, "units": units,
+        "cell": cell,
+        "label": label,
+        "kind": kind,
+        "column": column,
+        "example": example,
+        "start": start,
+        "stop": stop,
+        "threshold": threshold,
+        "outside": outside,
+        "units": units,
         "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
-                  f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
-                  f"{f', {column!r}' if kind == 'gate' else ''}, examples=({example}, {example + 1}), steps=({start}, {stop}))[0]\n"
-                  f"units = (a > {threshold}).all(axis=0).nonzero()[0]",
+        f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
+        f"{f', {column!r}' if kind == 'gate' else ''}, examples=({example}, {example + 1}), steps=({start}, {stop}))[0]\n"
+        f"units = (a > {threshold}).all(axis=0).nonzero()[0]",
     }
 
 
-def match(rec: Recording, cell: str, label: str, units: Sequence[int], threshold: float, length: int = 1,
-          kind: str = "gate", column: str = "activation", k: int = 20) -> dict[str, Any]:
+def match(
+    rec: Recording,
+    cell: str,
+    label: str,
+    units: Sequence[int],
+    threshold: float,
+    length: int = 1,
+    kind: str = "gate",
+    column: str = "activation",
+    k: int = 20,
+) -> dict[str, Any]:
     """Where in the whole recording all `units` are above `threshold` together for at least
     `length` consecutive steps: per example its longest such run, ranked longest first
     (then by the mean value of the units over it), the `k` best."""
@@ -165,18 +250,36 @@ def match(rec: Recording, cell: str, label: str, units: Sequence[int], threshold
     on = (a > threshold).all(axis=2)  # [examples, steps]; NaN (no row) is off
     best_len, best_start = _longest_runs(on)
     keep = np.flatnonzero(best_len >= max(length, 1))
-    means = np.array([np.nanmean(a[e, best_start[e] : best_start[e] + best_len[e]]) for e in keep]) if len(keep) else np.zeros(0)
+    means = (
+        np.array([np.nanmean(a[e, best_start[e] : best_start[e] + best_len[e]]) for e in keep])
+        if len(keep)
+        else np.zeros(0)
+    )
     order = keep[np.lexsort((-means, -best_len[keep]))] if len(keep) else keep
     steps0 = int(rec.steps(cell)[0]) if len(rec.steps(cell)) else 0
-    found = [{"example": int(ids[e]), "start": int(best_start[e]) + steps0, "stop": int(best_start[e] + best_len[e]) + steps0,
-              "length": int(best_len[e])} for e in order[:k]]
+    found = [
+        {
+            "example": int(ids[e]),
+            "start": int(best_start[e]) + steps0,
+            "stop": int(best_start[e] + best_len[e]) + steps0,
+            "length": int(best_len[e]),
+        }
+        for e in order[:k]
+    ]
     return {
-        "cell": cell, "label": label, "kind": kind, "column": column, "units": [int(u) for u in units],
-        "threshold": threshold, "length": length, "matches": found, "count": int(len(keep)),
+        "cell": cell,
+        "label": label,
+        "kind": kind,
+        "column": column,
+        "units": [int(u) for u in units],
+        "threshold": threshold,
+        "length": length,
+        "matches": found,
+        "count": int(len(keep)),
         "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
-                  f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
-                  f"{f', {column!r}' if kind == 'gate' else ''})[:, :, {list(map(int, units))}]\n"
-                  f"on = (a > {threshold}).all(axis=2)   # [examples, steps]: where the units are on together",
+        f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
+        f"{f', {column!r}' if kind == 'gate' else ''})[:, :, {list(map(int, units))}]\n"
+        f"on = (a > {threshold}).all(axis=2)   # [examples, steps]: where the units are on together",
     }
 
 
@@ -184,20 +287,42 @@ def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict
     """The preactivation of every unit of `gate` at one step, and its parts (null where the cell has none)."""
     _check(rec, cell, gate, "gate")
     if not rec.has_parts():
-        raise SelectionError("this recording holds no parts: record with --values preactivation,activation,contributions")
-    df = rec.gate_frame([cell], [gate], steps=(step, step + 1), examples=(example, example + 1), columns=["preactivation", *PARTS])
+        raise SelectionError(
+            "this recording holds no parts: record with --values preactivation,activation,contributions"
+        )
+    df = rec.gate_frame(
+        [cell],
+        [gate],
+        steps=(step, step + 1),
+        examples=(example, example + 1),
+        columns=["preactivation", *PARTS],
+    )
     if df.empty:
         raise SelectionError(f"example {example}, step {step}: no rows of {cell} gate {gate}")
     out = {p: _rounded(df[p], 6) for p in ("preactivation", *PARTS)}
     return {
-        "cell": cell, "gate": gate, "example": example, "step": step, "units": df["unit"].tolist(), **out,
+        "cell": cell,
+        "gate": gate,
+        "example": example,
+        "step": step,
+        "units": df["unit"].tolist(),
+        **out,
         "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
-                  f"rec.gate_frame([{cell!r}], [{gate!r}], steps=({step}, {step + 1}), examples=({example}, {example + 1}), "
-                  f"columns=['preactivation', {', '.join(map(repr, PARTS))}])",
+        f"rec.gate_frame([{cell!r}], [{gate!r}], steps=({step}, {step + 1}), examples=({example}, {example + 1}), "
+        f"columns=['preactivation', {', '.join(map(repr, PARTS))}])",
     }
 
 
-def _values(rec: Recording, cell: str, label: str, kind: str, column: str, examples, steps, units: Sequence[int] | None = None) -> np.ndarray:
+def _values(
+    rec: Recording,
+    cell: str,
+    label: str,
+    kind: str,
+    column: str,
+    examples,
+    steps,
+    units: Sequence[int] | None = None,
+) -> np.ndarray:
     """[examples, steps, units] of a gate column or a state, only the `units` asked (NaN where no row)."""
     if kind == "gate":
         df = rec.gate_frame([cell], [label], steps, examples, units, columns=[column])
@@ -209,7 +334,9 @@ def _values(rec: Recording, cell: str, label: str, kind: str, column: str, examp
         df = df.assign(unit=df["unit"].map(position))
     a = rec._array(df, column, examples)
     if units is not None and a.shape[2] < len(units):
-        a = np.concatenate([a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2)
+        a = np.concatenate(
+            [a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2
+        )
     return a
 
 

@@ -39,11 +39,16 @@ from recorders.view import data
 
 __all__ = ["make_app", "STATIC", "LOOPBACK_HOSTS"]
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")  # the names a browser on this machine uses for the default address
+# the names a browser on this machine uses for the default address
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 _COOKIE = "gatetrace_view_token"
 
 STATIC = Path(__file__).resolve().parent / "static"
-_PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+_PAGE_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
 
 
 def _plotly_js() -> Path:
@@ -74,7 +79,9 @@ class _Params:
         except ValueError:
             raise SelectionError(f"parameter {name!r}: expected {what}, given {raw!r}") from None
 
-    def integer(self, name: str, default: int | None = None, low: int = 0, high: int = 10**12) -> int:
+    def integer(
+        self, name: str, default: int | None = None, low: int = 0, high: int = 10**12
+    ) -> int:
         value = self._converted(name, default, int, "an integer")
         if not low <= value <= high:
             raise SelectionError(f"parameter {name!r}: expected {low} to {high}, given {value}")
@@ -83,13 +90,17 @@ class _Params:
     def number(self, name: str, default: float | None = None) -> float:
         value = self._converted(name, default, float, "a number")
         if not math.isfinite(value):
-            raise SelectionError(f"parameter {name!r}: expected a finite number, given {self.query.get(name)!r}")
+            raise SelectionError(
+                f"parameter {name!r}: expected a finite number, given {self.query.get(name)!r}"
+            )
         return value
 
     def choice(self, name: str, options: tuple[str, ...], default: str) -> str:
         value = self.query.get(name, default)
         if value not in options:
-            raise SelectionError(f"parameter {name!r}: expected one of {', '.join(options)}, given {value!r}")
+            raise SelectionError(
+                f"parameter {name!r}: expected one of {', '.join(options)}, given {value!r}"
+            )
         return value
 
     def integers(self, name: str, limit: int = 4096) -> list[int]:
@@ -97,9 +108,13 @@ class _Params:
         try:
             values = [int(v) for v in raw.split(",") if v.strip()]
         except ValueError:
-            raise SelectionError(f"parameter {name!r}: expected integers separated by commas, given {raw!r}") from None
+            raise SelectionError(
+                f"parameter {name!r}: expected integers separated by commas, given {raw!r}"
+            ) from None
         if not values or len(values) > limit or min(values) < 0:
-            raise SelectionError(f"parameter {name!r}: expected 1 to {limit} non-negative integers, given {raw!r}")
+            raise SelectionError(
+                f"parameter {name!r}: expected 1 to {limit} non-negative integers, given {raw!r}"
+            )
         return values
 
 
@@ -118,7 +133,9 @@ class _TokenGate:
             return await self.app(scope, receive, send)
         request = Request(scope)
         given = request.query_params.get("token")
-        if not secrets.compare_digest((given or request.cookies.get(_COOKIE) or "").encode(), self.token.encode()):
+        if not secrets.compare_digest(
+            (given or request.cookies.get(_COOKIE) or "").encode(), self.token.encode()
+        ):
             error = "this view needs its token: open the URL that gatetrace view printed (it ends in ?token=...)"
             return await JSONResponse({"error": error}, status_code=403)(scope, receive, send)
         if given is None:
@@ -127,13 +144,22 @@ class _TokenGate:
         async def with_cookie(message):
             if message["type"] == "http.response.start":
                 cookie = f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode()
-                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (b"set-cookie", cookie)],
+                }
             await send(message)
 
         return await self.app(scope, receive, with_cookie)
 
 
-def make_app(rec: Recording, labels: data.Labels | None = None, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, token: str | None = None):
+def make_app(
+    rec: Recording,
+    labels: data.Labels | None = None,
+    *,
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS,
+    token: str | None = None,
+):
     """The Starlette app serving `rec` (and step labels, if given), answering only requests
     whose `Host` is one of `hosts` and, with `token`, that carry it."""
     from starlette.applications import Starlette
@@ -149,36 +175,80 @@ def make_app(rec: Recording, labels: data.Labels | None = None, *, hosts: tuple[
         async def endpoint(request):
             try:
                 return JSONResponse(answer(_Params(request.query_params)))
-            except RecordingError as err:  # the recording's files cannot answer it (damaged, edited)
+            # the recording's files cannot answer it (damaged, edited)
+            except RecordingError as err:
                 return JSONResponse({"error": str(err)}, status_code=422)
             except (GatetraceError, ValueError, KeyError) as err:
                 message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
                 return JSONResponse({"error": str(message)}, status_code=400)
-            except Exception as err:  # a defect of gatetrace's: one line in the server's output, no traceback
-                print(f"gatetrace view: {request.url.path} failed: {type(err).__name__}: {err}", file=sys.stderr)
-                return JSONResponse({"error": f"gatetrace failed to answer ({type(err).__name__}); please report it"}, status_code=500)
+            # a defect of gatetrace's: one line in the server's output, no traceback
+            except Exception as err:
+                print(
+                    f"gatetrace view: {request.url.path} failed: {type(err).__name__}: {err}",
+                    file=sys.stderr,
+                )
+                return JSONResponse(
+                    {
+                        "error": f"gatetrace failed to answer ({type(err).__name__}); please report it"
+                    },
+                    status_code=500,
+                )
 
         return endpoint
 
     def heatmap(p: _Params) -> dict:
-        return data.heatmap(rec, p.text("cell"), p.text("label"), p.integer("example"), p.choice("kind", kinds, "gate"),
-                            p.choice("column", columns, "activation"), labels)
+        return data.heatmap(
+            rec,
+            p.text("cell"),
+            p.text("label"),
+            p.integer("example"),
+            p.choice("kind", kinds, "gate"),
+            p.choice("column", columns, "activation"),
+            labels,
+        )
 
     def unit(p: _Params) -> dict:
-        return data.unit(rec, p.text("cell"), p.text("gate"), p.integer("unit"), p.integer("example"), p.choice("column", columns, "activation"),
-                         p.integer("k", 10, 1, 1000))
+        return data.unit(
+            rec,
+            p.text("cell"),
+            p.text("gate"),
+            p.integer("unit"),
+            p.integer("example"),
+            p.choice("column", columns, "activation"),
+            p.integer("k", 10, 1, 1000),
+        )
 
     def select(p: _Params) -> dict:
-        return data.select(rec, p.text("cell"), p.text("label"), p.integer("example"), p.integer("start"), p.integer("stop"),
-                           p.number("threshold"), p.choice("kind", kinds, "gate"), p.choice("column", columns, "activation"),
-                           p.choice("outside", ("0", "1"), "0") == "1")
+        return data.select(
+            rec,
+            p.text("cell"),
+            p.text("label"),
+            p.integer("example"),
+            p.integer("start"),
+            p.integer("stop"),
+            p.number("threshold"),
+            p.choice("kind", kinds, "gate"),
+            p.choice("column", columns, "activation"),
+            p.choice("outside", ("0", "1"), "0") == "1",
+        )
 
     def match(p: _Params) -> dict:
-        return data.match(rec, p.text("cell"), p.text("label"), p.integers("units"), p.number("threshold"), p.integer("length", 1, 1),
-                          p.choice("kind", kinds, "gate"), p.choice("column", columns, "activation"), p.integer("k", 20, 1, 1000))
+        return data.match(
+            rec,
+            p.text("cell"),
+            p.text("label"),
+            p.integers("units"),
+            p.number("threshold"),
+            p.integer("length", 1, 1),
+            p.choice("kind", kinds, "gate"),
+            p.choice("column", columns, "activation"),
+            p.integer("k", 20, 1, 1000),
+        )
 
     def parts(p: _Params) -> dict:
-        return data.parts(rec, p.text("cell"), p.text("gate"), p.integer("example"), p.integer("step"))
+        return data.parts(
+            rec, p.text("cell"), p.text("gate"), p.integer("example"), p.integer("step")
+        )
 
     overview_cache: dict[str, Any] = {}
 

@@ -15,7 +15,15 @@ import numpy as np
 
 from recorders.write.keys import key_columns
 
-__all__ = ["long_columns", "gate_columns", "state_columns", "weight_columns", "PARTS", "GATE_COLUMNS", "ABSENT"]
+__all__ = [
+    "long_columns",
+    "gate_columns",
+    "state_columns",
+    "weight_columns",
+    "PARTS",
+    "GATE_COLUMNS",
+    "ABSENT",
+]
 
 # The parts a gate's preactivation is the sum of (what drives a gate), in the order the
 # gates table holds them: `tracer.values.parts` defines each per cell kind.
@@ -58,7 +66,8 @@ def long_columns(
             columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
     if lengths is not None:
         lengths = np.asarray(lengths)
-        valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]  # [examples, steps]
+        # [examples, steps]
+        valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]
         if not valid.all():
             keep = np.repeat(valid.reshape(-1), units)
             columns = {k: c if c is ABSENT else c[keep] for k, c in columns.items()}
@@ -74,11 +83,17 @@ def gate_columns(
     keys: Callable[..., dict[str, np.ndarray]] = key_columns,
 ) -> dict[str, np.ndarray]:
     """Columns for one gate: keys plus the value columns given ([examples, steps, units])."""
-    return long_columns(examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys)
+    return long_columns(
+        examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys
+    )
 
 
 def state_columns(
-    examples: np.ndarray, steps: np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None, keys: Callable[..., dict[str, np.ndarray]] = key_columns
+    examples: np.ndarray,
+    steps: np.ndarray,
+    values: np.ndarray,
+    lengths: np.ndarray | None = None,
+    keys: Callable[..., dict[str, np.ndarray]] = key_columns,
 ) -> dict[str, np.ndarray]:
     """Columns for one state: keys plus `value` ([examples, steps, units])."""
     return long_columns(examples, steps, {"value": values}, lengths, keys)

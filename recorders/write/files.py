@@ -17,7 +17,18 @@ from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError, listing
 
-__all__ = ["is_uri", "local_path", "check_out", "refuse_inputs_inside", "refuse_links", "foreign_entries", "temp_sibling", "exchange", "publish", "remove"]
+__all__ = [
+    "is_uri",
+    "local_path",
+    "check_out",
+    "refuse_inputs_inside",
+    "refuse_links",
+    "foreign_entries",
+    "temp_sibling",
+    "exchange",
+    "publish",
+    "remove",
+]
 
 
 _URI = re.compile(r"^([a-z][a-z0-9+.-]*)://")
@@ -33,7 +44,7 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
     silently turn into a local folder named after the scheme. (`file://` is a local path.)"""
     text = os.fspath(out)
     if text.startswith("file://"):
-        return Path(text[len("file://"):])
+        return Path(text[len("file://") :])
     scheme = _URI.match(text)
     if scheme:
         raise RecordingError(
@@ -43,14 +54,18 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
     return Path(text)
 
 
-def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[Path], list[str]] | None = None) -> None:
+def check_out(
+    out: Path, overwrite: bool, folder: bool = True, ours: Callable[[Path], list[str]] | None = None
+) -> None:
     """Refuse an output location that holds something, unless `overwrite`; and even then
     refuse to replace what gatetrace did not write: `ours(out)` lists what in `out` is not
     gatetrace's (empty: it may be replaced)."""
     if folder and out.exists() and not out.is_dir():
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
     if not folder and out.is_dir():
-        raise OutputExistsError(f"--out {out} is a folder; give a file path, e.g. {out / 'weights.parquet'}")
+        raise OutputExistsError(
+            f"--out {out} is a folder; give a file path, e.g. {out / 'weights.parquet'}"
+        )
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested
@@ -60,17 +75,25 @@ def check_out(out: Path, overwrite: bool, folder: bool = True, ours: Callable[[P
             "choose another path, or move those files away first"
         )
     if taken and not overwrite:
-        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+        raise OutputExistsError(
+            f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+        )
 
 
-def refuse_inputs_inside(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]) -> None:
+def refuse_inputs_inside(
+    out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]
+) -> None:
     """`--overwrite` removes the recording at `out`: refuse (OutputExistsError) when the model or
     an input file (`inputs`, local paths; URIs and None are passed over) is `out` or lies inside
     it, before anything is read or written."""
     if is_uri(os.fspath(out)):
         return
     root = Path(out).resolve()
-    inside = [os.fspath(p) for p in inputs if p is not None and not is_uri(os.fspath(p)) and Path(p).resolve().is_relative_to(root)]
+    inside = [
+        os.fspath(p)
+        for p in inputs
+        if p is not None and not is_uri(os.fspath(p)) and Path(p).resolve().is_relative_to(root)
+    ]
     if inside:
         raise OutputExistsError(
             f"--overwrite would delete what this recording reads: {listing(inside, 3)} lie{'s' if len(inside) == 1 else ''} inside "
@@ -78,9 +101,19 @@ def refuse_inputs_inside(out: str | os.PathLike, inputs: Iterable[str | os.PathL
         )
 
 
-def foreign_entries(folder: Path, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> list[str]:
+def foreign_entries(
+    folder: Path, names: Iterable[str], prefixes: tuple[str, ...] = ()
+) -> list[str]:
     """The entries of `folder` that are neither one of `names` nor start with one of `prefixes`."""
-    return sorted(p.name for p in folder.iterdir() if p.name not in names and not p.name.startswith(prefixes)) if folder.is_dir() else []
+    return (
+        sorted(
+            p.name
+            for p in folder.iterdir()
+            if p.name not in names and not p.name.startswith(prefixes)
+        )
+        if folder.is_dir()
+        else []
+    )
 
 
 def refuse_links(out: Path) -> None:
@@ -142,7 +175,9 @@ def publish(tmp: Path, out: Path) -> None:
                     os.replace(old, out)
                 raise
     except OSError as err:
-        raise RecordingError(f"cannot move the finished output into place at {out}: {err.strerror or err}") from err
+        raise RecordingError(
+            f"cannot move the finished output into place at {out}: {err.strerror or err}"
+        ) from err
     if old is not None:
         if old.is_dir():
             shutil.rmtree(old, ignore_errors=True)

@@ -44,8 +44,14 @@ class NotRegularFile(OSError):
     a FIFO, a device, a socket), or a link among the folders above it."""
 
 
-_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder"}
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
 
 
 class Folder:
@@ -77,7 +83,9 @@ class Folder:
         try:
             for part in parts:
                 if part in ("", ".", ".."):
-                    raise OSError(errno.EINVAL, f"not a plain path below {self.path}", "/".join(parts))
+                    raise OSError(
+                        errno.EINVAL, f"not a plain path below {self.path}", "/".join(parts)
+                    )
                 if create:
                     try:
                         os.mkdir(part, 0o755, dir_fd=fd)
@@ -151,12 +159,18 @@ class Folder:
             parent = self._open_dir(parents, create=False)
         except OSError as err:
             if err.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise NotRegularFile(err.errno, f"a folder on the way is {self.kind(rel)}", rel) from None
+                raise NotRegularFile(
+                    err.errno, f"a folder on the way is {self.kind(rel)}", rel
+                ) from None
             raise
         try:
             before = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if not stat.S_ISREG(before.st_mode):
-                raise NotRegularFile(errno.EINVAL, f"it is {_KINDS.get(stat.S_IFMT(before.st_mode), 'not a regular file')}", rel)
+                raise NotRegularFile(
+                    errno.EINVAL,
+                    f"it is {_KINDS.get(stat.S_IFMT(before.st_mode), 'not a regular file')}",
+                    rel,
+                )
             fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=parent)
         finally:
             os.close(parent)
@@ -179,7 +193,9 @@ class Folder:
             if mode == stat.S_IFLNK:
                 return f"a symbolic link to {os.readlink(at)}"
             if mode != stat.S_IFDIR:
-                return _KINDS.get(mode, "a regular file" if mode == stat.S_IFREG else "not a regular file")
+                return _KINDS.get(
+                    mode, "a regular file" if mode == stat.S_IFREG else "not a regular file"
+                )
         return "a folder"
 
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -189,7 +205,9 @@ class Folder:
         parent = self._open_dir(parents, create=True)
         tmp = f".{name}.partial-{uuid.uuid4().hex[:8]}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=parent)
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=parent
+            )
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
@@ -231,7 +249,8 @@ class Folder:
                 os.unlink(name, dir_fd=parent)
             except FileNotFoundError:
                 pass
-            except (IsADirectoryError, PermissionError):  # a folder (unlink of a folder: EISDIR, or EPERM on some systems)
+            # a folder (unlink of a folder: EISDIR, or EPERM on some systems)
+            except (IsADirectoryError, PermissionError):
                 shutil.rmtree(name, dir_fd=parent)  # removes links, never what they point to
         finally:
             os.close(parent)
@@ -258,7 +277,11 @@ class Folder:
             modes = [(name, _mode(name, fd)) for name in sorted(os.listdir(fd))]
         finally:
             os.close(fd)
-        return [(name, _KINDS.get(mode, "not a regular file")) for name, mode in modes if mode not in (None, stat.S_IFREG, stat.S_IFDIR)]
+        return [
+            (name, _KINDS.get(mode, "not a regular file"))
+            for name, mode in modes
+            if mode not in (None, stat.S_IFREG, stat.S_IFDIR)
+        ]
 
     def files(self, sub: str) -> list[str]:
         """Every regular file below the folder `sub`, as paths relative to the root, sorted (links are not followed)."""
@@ -279,7 +302,8 @@ class Folder:
                     rel = os.path.normpath(os.path.join(sub, top, name))
                     try:
                         info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
-                    except FileNotFoundError:  # another writer renamed its temporary file into place meanwhile
+                    # another writer renamed its temporary file into place meanwhile
+                    except FileNotFoundError:
                         continue
                     if stat.S_ISREG(info.st_mode):
                         found.append((rel, info.st_size))
@@ -346,5 +370,7 @@ class ReadOnlyFiles(pafs.FileSystemHandler):
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.EROFS, "a recording is read, never written, through this file system")
 
-    get_file_info_selector = create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
+    get_file_info_selector = create_dir = delete_dir = delete_dir_contents = (
+        delete_root_dir_contents
+    ) = _read_only
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only

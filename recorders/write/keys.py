@@ -43,7 +43,9 @@ class KeyCache:
         self._size, self._starts = size, starts
         self._lock = threading.Lock()
 
-    def __call__(self, examples: np.ndarray, steps: np.ndarray, units: int) -> dict[str, np.ndarray]:
+    def __call__(
+        self, examples: np.ndarray, steps: np.ndarray, units: int
+    ) -> dict[str, np.ndarray]:
         examples = np.asarray(examples, dtype=np.int64)
         n = len(examples)
         if n == 0 or examples[-1] - examples[0] != n - 1 or not (np.diff(examples) == 1).all():

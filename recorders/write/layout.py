@@ -39,8 +39,17 @@ import pyarrow as pa
 from recorders.write.columns import PARTS
 
 __all__ = [
-    "UNREADABLE", "METADATA_KEY", "COMPRESSIONS", "DEFAULT_COMPRESSION", "WEIGHT_LABELS", "FLOATS", "REQUIRED", "NO_STATISTICS",
-    "partition_value", "partition_dir", "encodings",
+    "UNREADABLE",
+    "METADATA_KEY",
+    "COMPRESSIONS",
+    "DEFAULT_COMPRESSION",
+    "WEIGHT_LABELS",
+    "FLOATS",
+    "REQUIRED",
+    "NO_STATISTICS",
+    "partition_value",
+    "partition_dir",
+    "encodings",
 ]
 
 # What reading a Parquet file that is damaged or not Parquet raises: pyarrow's errors, the system's,
@@ -102,7 +111,9 @@ def partition_dir(**parts: str) -> str:
     so a name from a graph, `../../x` or `C:\\x`, is always one folder inside the table;
     a name too long for a folder is shortened (`partition_value`).
     """
-    return "/".join(f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items())
+    return "/".join(
+        f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items()
+    )
 
 
 def encodings(names: list[str], compression: str) -> dict[str, Any]:
@@ -112,4 +123,7 @@ def encodings(names: list[str], compression: str) -> dict[str, Any]:
     finds the runs in the signs and exponents)."""
     if compression == "fast":
         return {"compression": {n: "none" if n in FLOATS else "lz4" for n in names}}
-    return {"compression": compression, "column_encoding": {n: "BYTE_STREAM_SPLIT" for n in names if n in FLOATS}}
+    return {
+        "compression": compression,
+        "column_encoding": {n: "BYTE_STREAM_SPLIT" for n in names if n in FLOATS},
+    }

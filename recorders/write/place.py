@@ -30,6 +30,7 @@ from recorders.write.schema import MAX_JSON_BYTES, parse_json
 
 __all__ = ["Place", "LocalPlace", "StorePlace", "place_of"]
 
+
 class Place(ABC):
     """A recording's root; see the module docstring. Paths are relative, with `/`."""
 
@@ -155,7 +156,9 @@ class StorePlace(Place):
         from pyarrow import fs
 
         try:
-            return self.store.get_file_info(fs.FileSelector(self._key(rel), recursive=recursive, allow_not_found=True))
+            return self.store.get_file_info(
+                fs.FileSelector(self._key(rel), recursive=recursive, allow_not_found=True)
+            )
         except OSError as err:
             raise RecordingError(f"cannot list {self.uri}/{rel}: {err}") from None
 
@@ -166,7 +169,9 @@ class StorePlace(Place):
         from pyarrow import fs
 
         cut = len(self.root) + 1
-        return sorted(i.path[cut:] for i in self._listed(sub, recursive=True) if i.type == fs.FileType.File)
+        return sorted(
+            i.path[cut:] for i in self._listed(sub, recursive=True) if i.type == fs.FileType.File
+        )
 
     def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
         try:
@@ -225,7 +230,7 @@ def place_of(out: str | os.PathLike, what: str = "--out") -> Place:
     """The Place for a folder path, a `file://` URI, or an object-storage URI."""
     text = os.fspath(out)
     if text.startswith("file://"):
-        return LocalPlace(Path(text[len("file://"):]))
+        return LocalPlace(Path(text[len("file://") :]))
     if not is_uri(text):
         return LocalPlace(Path(text))
     from pyarrow import fs

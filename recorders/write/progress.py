@@ -27,7 +27,14 @@ from recorders.write.schema import description_problem
 if TYPE_CHECKING:
     from recorders.write.place import Place
 
-__all__ = ["Shard", "Intervals", "PROGRESS_DIR", "read_progress", "recorded_layout", "progress_problem"]
+__all__ = [
+    "Shard",
+    "Intervals",
+    "PROGRESS_DIR",
+    "read_progress",
+    "recorded_layout",
+    "progress_problem",
+]
 
 PROGRESS_DIR = "_progress"
 
@@ -46,9 +53,13 @@ class Shard:
 
     def __post_init__(self) -> None:
         if not (self.count >= 1 and 0 <= self.index < self.count):
-            raise SelectionError(f"--shard {self.index}/{self.count}: expected K/N with 0 <= K < N, e.g. --shard 0/4")
+            raise SelectionError(
+                f"--shard {self.index}/{self.count}: expected K/N with 0 <= K < N, e.g. --shard 0/4"
+            )
         if self.unit < 1:
-            raise SelectionError(f"shard {self.index}/{self.count}: its parts are cut at multiples of {self.unit}, expected 1 or more")
+            raise SelectionError(
+                f"shard {self.index}/{self.count}: its parts are cut at multiples of {self.unit}, expected 1 or more"
+            )
 
     @classmethod
     def parse(cls, text: str) -> "Shard":
@@ -57,7 +68,9 @@ class Shard:
             k, n = text.split("/")
             return cls(int(k), int(n))
         except ValueError:
-            raise SelectionError(f"--shard {text!r}: expected K/N with 0 <= K < N, e.g. --shard 0/4") from None
+            raise SelectionError(
+                f"--shard {text!r}: expected K/N with 0 <= K < N, e.g. --shard 0/4"
+            ) from None
 
     @property
     def tag(self) -> str:
@@ -71,7 +84,10 @@ class Shard:
     def part(self, start: int, stop: int) -> tuple[int, int]:
         """This shard's contiguous part of the examples [start, stop)."""
         units = -(-(stop - start) // self.unit)
-        cut = [min(stop, start + self.unit * (units * k // self.count)) for k in (self.index, self.index + 1)]
+        cut = [
+            min(stop, start + self.unit * (units * k // self.count))
+            for k in (self.index, self.index + 1)
+        ]
         return cut[0], cut[1]
 
     def __str__(self) -> str:
@@ -141,9 +157,16 @@ def progress_problem(tag: str, p: Any) -> str | None:
     expected = {"description", "shard", "total", "examples", "complete", "rows", "finished"}
     if set(p) != expected:
         return f"expected the keys {', '.join(sorted(expected))}, found {', '.join(sorted(map(str, p))) or 'none'}"
-    shard, total, examples, complete, rows = (p[k] for k in ("shard", "total", "examples", "complete", "rows"))
-    if not (isinstance(shard, list) and len(shard) in (2, 3) and all(_is_int(v) for v in shard) and 0 <= shard[0] < shard[1]
-            and (len(shard) == 2 or shard[2] > 1)):
+    shard, total, examples, complete, rows = (
+        p[k] for k in ("shard", "total", "examples", "complete", "rows")
+    )
+    if not (
+        isinstance(shard, list)
+        and len(shard) in (2, 3)
+        and all(_is_int(v) for v in shard)
+        and 0 <= shard[0] < shard[1]
+        and (len(shard) == 2 or shard[2] > 1)
+    ):
         return f"shard {shard!r} is not [K, N] with 0 <= K < N (or [K, N, UNIT], UNIT > 1)"
     if Shard(*shard).tag != tag:
         return f"it is named {tag}.json but holds shard {shard[0]}/{shard[1]}"
@@ -168,7 +191,11 @@ def progress_problem(tag: str, p: Any) -> str | None:
         return f"its complete intervals reach outside the shard's examples {examples}"
     if p["finished"] and examples is not None and Intervals(complete).missing(lo, hi):
         return "it is marked finished but not all of its examples are complete"
-    if not (isinstance(rows, dict) and set(rows) == {"gates", "states", "weights"} and all(_is_int(v) for v in rows.values())):
+    if not (
+        isinstance(rows, dict)
+        and set(rows) == {"gates", "states", "weights"}
+        and all(_is_int(v) for v in rows.values())
+    ):
         return "rows must hold non-negative integer counts of gates, states and weights"
     return None
 
@@ -181,7 +208,11 @@ def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
 
     place = out if isinstance(out, Place) else LocalPlace(Path(out))
     folder = f"{place}/{PROGRESS_DIR}"
-    odd = place.folder.special(PROGRESS_DIR) if isinstance(place, LocalPlace) and place.path.is_dir() else []
+    odd = (
+        place.folder.special(PROGRESS_DIR)
+        if isinstance(place, LocalPlace) and place.path.is_dir()
+        else []
+    )
     if odd:
         raise RecordingError(
             f"{folder}/{odd[0][0]} is {odd[0][1]}, not a progress file gatetrace wrote (nothing was read from it): "
@@ -196,7 +227,9 @@ def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
         try:
             data = place.read_json(rel)
         except (OSError, ValueError, RecordingError) as err:
-            raise RecordingError(f"cannot read the progress file {path}: {err}; remove it to record that shard again") from err
+            raise RecordingError(
+                f"cannot read the progress file {path}: {err}; remove it to record that shard again"
+            ) from err
         why = progress_problem(tag, data)
         if why:
             raise RecordingError(

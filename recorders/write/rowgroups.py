@@ -19,7 +19,13 @@ import pyarrow.parquet as pq
 
 from recorders.write.columns import ABSENT, long_columns
 from recorders.write.folder import Folder
-from recorders.write.layout import DEFAULT_COMPRESSION, METADATA_KEY, NO_STATISTICS, REQUIRED, encodings
+from recorders.write.layout import (
+    DEFAULT_COMPRESSION,
+    METADATA_KEY,
+    NO_STATISTICS,
+    REQUIRED,
+    encodings,
+)
 
 __all__ = ["ROW_GROUP_ROWS", "write_parquet", "write_in", "failure_reason", "chunks"]
 
@@ -30,7 +36,11 @@ ROW_GROUP_ROWS = 1 << 20
 
 
 def write_parquet(
-    path: Path | str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(), compression: str | None = None,
+    path: Path | str,
+    chunks: Iterable[Mapping[str, Any]],
+    metadata: bytes,
+    dictionary_columns=(),
+    compression: str | None = None,
     filesystem: Any = None,
 ) -> int:
     """Write column chunks as one Parquet file, one row group per chunk with rows (a file
@@ -47,15 +57,25 @@ def write_parquet(
         for columns in chunks:
             size = next(len(v) for v in columns.values() if v is not ABSENT)
             arrays = [
-                pa.nulls(size, pa.float32()) if v is ABSENT else _labels(v) if name in dictionary_columns else pa.array(v)
+                pa.nulls(size, pa.float32())
+                if v is ABSENT
+                else _labels(v)
+                if name in dictionary_columns
+                else pa.array(v)
                 for name, v in columns.items()
             ]
-            fields = [pa.field(name, a.type, nullable=name not in REQUIRED) for name, a in zip(columns, arrays)]
+            fields = [
+                pa.field(name, a.type, nullable=name not in REQUIRED)
+                for name, a in zip(columns, arrays)
+            ]
             table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
             if writer is None:
                 writer = pq.ParquetWriter(
-                    str(path) if isinstance(path, Path) else path, table.schema.with_metadata({METADATA_KEY: metadata}), filesystem=filesystem,
-                    use_dictionary=list(dictionary_columns), write_statistics=[n for n in columns if n not in NO_STATISTICS],
+                    str(path) if isinstance(path, Path) else path,
+                    table.schema.with_metadata({METADATA_KEY: metadata}),
+                    filesystem=filesystem,
+                    use_dictionary=list(dictionary_columns),
+                    write_statistics=[n for n in columns if n not in NO_STATISTICS],
                     **encodings(list(columns), compression or DEFAULT_COMPRESSION),
                 )
             if table.num_rows:
@@ -67,8 +87,14 @@ def write_parquet(
     return rows
 
 
-def write_in(folder: Folder, rel: str, chunks: Iterable[Mapping[str, Any]], metadata: bytes, dictionary_columns=(),
-              compression: str | None = None) -> int:
+def write_in(
+    folder: Folder,
+    rel: str,
+    chunks: Iterable[Mapping[str, Any]],
+    metadata: bytes,
+    dictionary_columns=(),
+    compression: str | None = None,
+) -> int:
     """`write_parquet` into the new file `rel` of a local folder, reached through its handle."""
     with folder.create(rel) as f:
         sink = folder.native_target(f)
@@ -97,7 +123,9 @@ def _labels(values) -> pa.DictionaryArray:
     return pa.array(values, type=pa.string()).dictionary_encode()
 
 
-def chunks(examples, steps, values: Mapping[str, Any], lengths, keys, parts=None) -> Iterator[dict[str, Any]]:
+def chunks(
+    examples, steps, values: Mapping[str, Any], lengths, keys, parts=None
+) -> Iterator[dict[str, Any]]:
     """The long columns of one part file (`recorders.write.columns`), a chunk of examples at a time,
     each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
     (the column is left out), or callables taking a slice of examples and returning their
@@ -106,14 +134,24 @@ def chunks(examples, steps, values: Mapping[str, Any], lengths, keys, parts=None
     examples = np.asarray(examples, dtype=np.int64)
     steps = np.asarray(steps)
     present = {name: v for name, v in values.items() if v is not None}
-    first = _rows(next(iter(present.values())), slice(0, 1)) if present else next(a for a in parts(slice(0, 1)).values() if a is not None)
+    first = (
+        _rows(next(iter(present.values())), slice(0, 1))
+        if present
+        else next(a for a in parts(slice(0, 1)).values() if a is not None)
+    )
     n, per_chunk = len(examples), max(1, ROW_GROUP_ROWS // max(1, len(steps) * first.shape[2]))
     for start in range(0, max(n, 1), per_chunk):
         rows = slice(start, min(n, start + per_chunk))
         chunk = {name: _rows(v, rows) for name, v in present.items()}
         if parts is not None:
             chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
-        yield long_columns(examples[rows], steps, chunk, None if lengths is None else np.asarray(lengths)[rows], keys)
+        yield long_columns(
+            examples[rows],
+            steps,
+            chunk,
+            None if lengths is None else np.asarray(lengths)[rows],
+            keys,
+        )
 
 
 def _rows(values, rows: slice) -> np.ndarray:

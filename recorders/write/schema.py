@@ -41,14 +41,20 @@ def parse_json(data: bytes | str, what: str) -> Any:
     """The JSON value of `data`, read from `what` (a file's name, for the message): RecordingError
     if it is larger than `MAX_JSON_BYTES`, nested deeper than `MAX_DEPTH`, or not JSON."""
     if len(data) > MAX_JSON_BYTES:
-        raise RecordingError(f"{what} holds {len(data):,} bytes, more than the {MAX_JSON_BYTES:,} gatetrace reads from a JSON file")
+        raise RecordingError(
+            f"{what} holds {len(data):,} bytes, more than the {MAX_JSON_BYTES:,} gatetrace reads from a JSON file"
+        )
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as err:
-        raise RecordingError(f"{what} is not JSON: it is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise RecordingError(
+            f"{what} is not JSON: it is not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
     depth = _depth(text)
     if depth > MAX_DEPTH:
-        raise RecordingError(f"{what} nests {depth} levels deep; gatetrace writes and reads at most {MAX_DEPTH}")
+        raise RecordingError(
+            f"{what} nests {depth} levels deep; gatetrace writes and reads at most {MAX_DEPTH}"
+        )
     try:
         return json.loads(text)
     except ValueError as err:
@@ -70,8 +76,12 @@ def _count(x: Any, low: int, high: int) -> bool:
 
 def _names(x: Any, least: int) -> bool:
     """A list of `least` to `_MAX_NAMES` different non-empty strings."""
-    return (isinstance(x, list) and least <= len(x) <= _MAX_NAMES and all(isinstance(n, str) and n for n in x)
-            and len(set(x)) == len(x))
+    return (
+        isinstance(x, list)
+        and least <= len(x) <= _MAX_NAMES
+        and all(isinstance(n, str) and n for n in x)
+        and len(set(x)) == len(x)
+    )
 
 
 def _cell_problem(k: int, cell: Any) -> str | None:
@@ -85,7 +95,11 @@ def _cell_problem(k: int, cell: Any) -> str | None:
         ("gates", lambda x: _names(x, 1), f"a list of 1 to {_MAX_NAMES} different names"),
         ("states", lambda x: _names(x, 0), f"a list of up to {_MAX_NAMES} different names"),
         ("kind", lambda x: isinstance(x, str), "a string"),
-        ("steps", lambda x: x is None or _count(x, 1, MAX_STEPS), f"null or a count of 1 to {MAX_STEPS:,}"),
+        (
+            "steps",
+            lambda x: x is None or _count(x, 1, MAX_STEPS),
+            f"null or a count of 1 to {MAX_STEPS:,}",
+        ),
         ("path", lambda x: x is None or isinstance(x, str), "null or a string"),
     )
     for key, ok, expected in checks:
@@ -113,7 +127,10 @@ def description_problem(d: Any) -> str | None:
         twice = next(n for n in names if names.count(n) > 1)
         return f"the cell {twice!r} is listed twice"
     source = d.get("source", {})
-    if not (isinstance(source, dict) and all(isinstance(source.get(k, ""), str) for k in ("path", "format"))):
+    if not (
+        isinstance(source, dict)
+        and all(isinstance(source.get(k, ""), str) for k in ("path", "format"))
+    ):
         return f"source is {_shown(source)}, expected an object with the model's path and format"
     if not (d.get("gatetrace_version") is None or isinstance(d.get("gatetrace_version"), str)):
         return f"gatetrace_version is {_shown(d.get('gatetrace_version'))}, expected a string"
@@ -121,7 +138,11 @@ def description_problem(d: Any) -> str | None:
     if not (isinstance(selection, dict) and _names(selection.get("values", []), 0)):
         return "selection.values is not a list of names"
     steps = selection.get("steps", [None, None])
-    if not (isinstance(steps, list) and len(steps) == 2 and all(s is None or _count(s, -MAX_STEPS, MAX_STEPS) for s in steps)):
+    if not (
+        isinstance(steps, list)
+        and len(steps) == 2
+        and all(s is None or _count(s, -MAX_STEPS, MAX_STEPS) for s in steps)
+    ):
         return f"selection.steps is {_shown(steps)}, expected [START, STOP] (null for open)"
     for key in ("shards", "examples"):
         if key in d and not _count(d[key], 1 if key == "shards" else 0, _MAX_COUNT):
@@ -136,5 +157,9 @@ def _shown(x: Any) -> str:
     """A value as an error shows it: short."""
     if x is _MISSING:
         return "missing"
-    text = json.dumps(x) if not isinstance(x, (dict, list)) else type(x).__name__.replace("dict", "an object").replace("list", "a list")
+    text = (
+        json.dumps(x)
+        if not isinstance(x, (dict, list))
+        else type(x).__name__.replace("dict", "an object").replace("list", "a list")
+    )
     return text if len(text) <= 40 else text[:37] + "..."

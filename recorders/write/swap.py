@@ -23,10 +23,26 @@ from recorders.write.layout import METADATA_KEY, UNREADABLE
 from recorders.write.place import place_of
 from recorders.write.progress import PROGRESS_DIR
 
-__all__ = ["RECORDING", "hold_lock", "hold_every_lock", "drop_locks", "not_a_weights_table", "create_folder", "settle_swap",
-           "not_a_recording", "ours"]
+__all__ = [
+    "RECORDING",
+    "hold_lock",
+    "hold_every_lock",
+    "drop_locks",
+    "not_a_weights_table",
+    "create_folder",
+    "settle_swap",
+    "not_a_recording",
+    "ours",
+]
 
-def hold_lock(folder: Folder, rel: str, out: Path, which: str = "", then: str = "stop it and rerun with --resume") -> int | None:
+
+def hold_lock(
+    folder: Folder,
+    rel: str,
+    out: Path,
+    which: str = "",
+    then: str = "stop it and rerun with --resume",
+) -> int | None:
     """Take the lock file `rel` of the recording in `folder` for as long as this process
     writes it; RecordingError if another process holds it. Returns the lock's file descriptor."""
     try:
@@ -54,7 +70,9 @@ def hold_every_lock(out: Path) -> tuple[list[int], list[str]]:
     created: list[str] = []
     with Folder(out) as folder:
         names = [Path(n) for n in folder.entries(PROGRESS_DIR)]
-        tags = sorted({n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")})
+        tags = sorted(
+            {n.stem for n in names if n.suffix in (".lock", ".json") and not n.name.startswith(".")}
+        )
         try:
             for tag in tags:
                 rel = f"{PROGRESS_DIR}/{tag}.lock"
@@ -100,7 +118,9 @@ def create_folder(out: str | os.PathLike) -> bool:
     place = place_of(out)
     if not place.local:
         if any(not (name in RECORDING or ours(name)) for name in place.entries()):
-            raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+            raise OutputExistsError(
+                f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+            )
         return False
     out = place.path.resolve()
     refuse_links(out)
@@ -108,7 +128,9 @@ def create_folder(out: str | os.PathLike) -> bool:
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
     foreign = not_a_recording(out) if out.is_dir() else []
     if foreign:
-        raise OutputExistsError(f"--out {out} exists and is not empty; choose another path or pass --overwrite")
+        raise OutputExistsError(
+            f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+        )
     created = not out.exists()
     try:
         (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
@@ -145,7 +167,9 @@ def settle_swap(target: Path) -> None:
 
     def siblings(tag: str) -> list[Path]:
         found = parent.glob(f".{glob.escape(name)}.{tag}-*")
-        return sorted(p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir())
+        return sorted(
+            p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir()
+        )
 
     old, new = siblings("old"), [p for p in siblings("overwrite") if not _in_use(p)]
     if not os.path.lexists(target):

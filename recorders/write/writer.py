@@ -29,36 +29,69 @@ from typing import Any, Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from recorders.errors import OutputExistsError, RecordingError, listing
-from recorders.write.files import check_out, local_path, publish, refuse_inputs_inside, refuse_links, remove, temp_sibling
+from recorders.write.files import (
+    check_out,
+    local_path,
+    publish,
+    refuse_inputs_inside,
+    refuse_links,
+    remove,
+    temp_sibling,
+)
 from recorders.write.keys import KeyCache
-from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, UNREADABLE, WEIGHT_LABELS, partition_dir
+from recorders.write.layout import (
+    COMPRESSIONS,
+    DEFAULT_COMPRESSION,
+    UNREADABLE,
+    WEIGHT_LABELS,
+    partition_dir,
+)
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
-from recorders.write import rowgroups  # its functions by module, so that a test can stand in for them
+
+# its functions by module, so that a test can stand in for them
+from recorders.write import rowgroups
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import description_problem
-from recorders.write.swap import drop_locks, hold_every_lock, hold_lock, not_a_recording, not_a_weights_table, ours, settle_swap
+from recorders.write.swap import (
+    drop_locks,
+    hold_every_lock,
+    hold_lock,
+    not_a_recording,
+    not_a_weights_table,
+    ours,
+    settle_swap,
+)
 
 __all__ = ["RecordingWriter", "write_weights"]
 
 
 def write_weights(
-    path: str | os.PathLike, columns: Mapping[str, Any], description: Mapping[str, Any], overwrite: bool = False
+    path: str | os.PathLike,
+    columns: Mapping[str, Any],
+    description: Mapping[str, Any],
+    overwrite: bool = False,
 ) -> int:
     """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file, atomically."""
     if os.fspath(path).endswith(("/", os.sep)):
         shown = os.fspath(path)
-        raise OutputExistsError(f"--out {shown} names a folder; give a file path, e.g. {shown.rstrip('/' + os.sep)}/weights.parquet")
+        raise OutputExistsError(
+            f"--out {shown} names a folder; give a file path, e.g. {shown.rstrip('/' + os.sep)}/weights.parquet"
+        )
     path = local_path(path)
     check_out(path, overwrite, folder=False, ours=not_a_weights_table)
     tmp = temp_sibling(path)
     try:
-        rows = rowgroups.write_parquet(tmp, [columns], json.dumps(description).encode(), dictionary_columns=WEIGHT_LABELS)
+        rows = rowgroups.write_parquet(
+            tmp, [columns], json.dumps(description).encode(), dictionary_columns=WEIGHT_LABELS
+        )
         publish(tmp, path)
     except (OSError, pa.ArrowException) as err:
         remove(tmp)
         kept = "the file there is left as it was" if path.exists() else "nothing was written"
-        raise RecordingError(f"cannot write {path}: {failure_reason(err)}; {kept}: fix the cause and rerun") from err
+        raise RecordingError(
+            f"cannot write {path}: {failure_reason(err)}; {kept}: fix the cause and rerun"
+        ) from err
     except BaseException:
         remove(tmp)
         raise
@@ -96,7 +129,9 @@ class RecordingWriter:
     ):
         self._reads = list(reads)  # the model and input files: --overwrite may not delete them
         if overwrite and resume:
-            raise RecordingError("--overwrite starts again and --resume continues: pass one of them")
+            raise RecordingError(
+                "--overwrite starts again and --resume continues: pass one of them"
+            )
         if overwrite and shard.count > 1:
             raise RecordingError(
                 f"--overwrite with --shard {shard}: it would replace the folder the other shards write into; "
@@ -109,17 +144,21 @@ class RecordingWriter:
                 f"two cells are both named {twice[0]!r}: each cell is written to a folder of its own, and one folder "
                 "cannot hold two cells; name them apart"
             )
-        self.description = json.loads(json.dumps(dict(description)))  # plain JSON types, as the files will hold it
+        # plain JSON types, as the files will hold it
+        self.description = json.loads(json.dumps(dict(description)))
         why = description_problem(self.description)
         if why and not twice:
             raise RecordingError(f"the recording's description: {why} (see recorders.write.schema)")
         self._compression = compression or DEFAULT_COMPRESSION
         if self._compression not in COMPRESSIONS:
-            raise RecordingError(f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}")
+            raise RecordingError(
+                f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}"
+            )
         self.place = place_of(out)
         self._lock: int | None = None
         if self.place.local:
-            self.target = self.place.path.resolve()  # where the recording is, or will be once published
+            # where the recording is, or will be once published
+            self.target = self.place.path.resolve()
             settle_swap(self.target)
             refuse_links(self.target)
             # --overwrite records into a hidden sibling and swaps it in at the end (`close`), so
@@ -127,7 +166,9 @@ class RecordingWriter:
             self.replacing = overwrite and self.target.is_dir() and any(self.target.iterdir())
             # ...and holds the locks of the recording it replaces until then: no process may
             # still be writing it, nor start to.
-            self._replaced_locks, self._created_locks = hold_every_lock(self.target) if self.replacing else ([], [])
+            self._replaced_locks, self._created_locks = (
+                hold_every_lock(self.target) if self.replacing else ([], [])
+            )
             self.out = temp_sibling(self.target, "overwrite") if self.replacing else self.target
             self.place = LocalPlace(self.out)
         else:  # object storage: objects are written at their final keys (see recorders.write.place)
@@ -143,10 +184,12 @@ class RecordingWriter:
         self.examples = None if examples is None else tuple(int(e) for e in examples)
         self.range = None if examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
-        self._staging = f".staging-{shard.tag}" if self.place.local else None  # a folder in the root
+        # a folder in the root
+        self._staging = f".staging-{shard.tag}" if self.place.local else None
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
-        self._pending: list[tuple[Future, str | None, str, str]] = []  # (future, staged file or None, final path, table)
+        # (future, staged file or None, final path, table)
+        self._pending: list[tuple[Future, str | None, str, str]] = []
         self.manifest: dict[str, Any] | None = None
         self._state = "open"
         try:
@@ -159,7 +202,9 @@ class RecordingWriter:
         self._complete_before = self.complete.total()
         self.rows = dict(previous["rows"]) if previous else {"gates": 0, "states": 0, "weights": 0}
         self._save_progress(finished=False)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="gatetrace-write")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, threads), thread_name_prefix="gatetrace-write"
+        )
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -177,17 +222,25 @@ class RecordingWriter:
             foreign = not_a_recording(out) if self.place.local else self.place.entries()
             if foreign:
                 shown = listing(foreign, 5)
-                raise OutputExistsError(f"--out {out} holds what gatetrace did not write ({shown}); choose another path")
-            raise OutputExistsError(f"--out {out} holds parts of a recording but no progress file; choose another path, or {self._replace_it}")
+                raise OutputExistsError(
+                    f"--out {out} holds what gatetrace did not write ({shown}); choose another path"
+                )
+            raise OutputExistsError(
+                f"--out {out} holds parts of a recording but no progress file; choose another path, or {self._replace_it}"
+            )
         for progress in found.values():
             why = self._difference(progress)
             if why:
-                raise OutputExistsError(f"--out {out} holds another recording ({why}); choose another folder, or {self._replace_it}")
+                raise OutputExistsError(
+                    f"--out {out} holds another recording ({why}); choose another folder, or {self._replace_it}"
+                )
         mine = found.get(self.shard.tag)
         if mine is not None and not resume:
             which = "" if self.shard.count == 1 else f" of shard {self.shard}"
             state = "finished" if mine.get("finished") else "partial"
-            raise OutputExistsError(f"--out {out} already holds a {state} recording{which}; pass --resume to continue it, or {self._replace_it}")
+            raise OutputExistsError(
+                f"--out {out} already holds a {state} recording{which}; pass --resume to continue it, or {self._replace_it}"
+            )
         if self.place.local:
             self._prepare_folder(out, mine)
         complete = Intervals(mine["complete"]) if mine else Intervals()
@@ -199,7 +252,8 @@ class RecordingWriter:
     def _prepare_folder(self, out: Path, mine: Mapping[str, Any] | None) -> None:
         """A local folder: its progress folder, this shard's lock, an empty staging folder."""
         try:
-            out.mkdir(parents=True, exist_ok=True)  # the root, and the folders above it, by path; below it, by handle
+            # the root, and the folders above it, by path; below it, by handle
+            out.mkdir(parents=True, exist_ok=True)
             folder = self.place.folder
             folder.mkdir(PROGRESS_DIR)
             which = "" if self.shard.count == 1 else f" shard {self.shard} of"
@@ -280,7 +334,10 @@ class RecordingWriter:
     def kept(self) -> tuple[str, str]:
         """What a failure now leaves, in words, and the flag a rerun continues with ("" for none)."""
         if self.replacing:
-            return f"{self.target} is left as it was (--overwrite replaces it only once the new recording is complete)", "--overwrite"
+            return (
+                f"{self.target} is left as it was (--overwrite replaces it only once the new recording is complete)",
+                "--overwrite",
+            )
         done = self.complete.total()
         if not done and not self.resumed and self.shard.count == 1:
             return "nothing was recorded", ""
@@ -305,7 +362,16 @@ class RecordingWriter:
             raise RecordingError(f"batch {self._batch[0]}:{self._batch[1]} is not committed yet")
         self._batch = (int(start), int(stop))
 
-    def _submit(self, table: str, folder: str, examples, steps, values: Mapping[str, Any], lengths, parts=None) -> None:
+    def _submit(
+        self,
+        table: str,
+        folder: str,
+        examples,
+        steps,
+        values: Mapping[str, Any],
+        lengths,
+        parts=None,
+    ) -> None:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
@@ -313,14 +379,38 @@ class RecordingWriter:
         groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts)
         if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
             staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
-            future = self._pool.submit(rowgroups.write_in, self.place.folder, staged, groups, self._metadata, compression=self._compression)
+            future = self._pool.submit(
+                rowgroups.write_in,
+                self.place.folder,
+                staged,
+                groups,
+                self._metadata,
+                compression=self._compression,
+            )
         else:  # an object appears only once complete: written at its final key
             staged = None
             where, store = self.place.parquet_target(final)
-            future = self._pool.submit(rowgroups.write_parquet, where, groups, self._metadata, compression=self._compression, filesystem=store)
+            future = self._pool.submit(
+                rowgroups.write_parquet,
+                where,
+                groups,
+                self._metadata,
+                compression=self._compression,
+                filesystem=store,
+            )
         self._pending.append((future, staged, final, table))
 
-    def write_gate(self, cell: str, gate: str, examples, steps, preactivation, activation, lengths=None, parts=None) -> None:
+    def write_gate(
+        self,
+        cell: str,
+        gate: str,
+        examples,
+        steps,
+        preactivation,
+        activation,
+        lengths=None,
+        parts=None,
+    ) -> None:
         """One gate of one cell: value arrays [examples, steps, units], None (the column is
         left out), or callables taking a slice of examples and returning their rows (called
         on a worker thread, a row group's examples at a time).
@@ -334,7 +424,15 @@ class RecordingWriter:
         change until `commit()` returns.
         """
         folder = partition_dir(cell=cell, gate=gate)
-        self._submit("gates", folder, examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, parts)
+        self._submit(
+            "gates",
+            folder,
+            examples,
+            steps,
+            {"preactivation": preactivation, "activation": activation},
+            lengths,
+            parts,
+        )
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
         """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable as for `write_gate`."""
@@ -348,7 +446,8 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
-        where = self._shown(self._staging or "")  # the file being written or moved, for the error message
+        # the file being written or moved, for the error message
+        where = self._shown(self._staging or "")
         try:
             for future, _, final, table in self._pending:
                 where = self._shown(final)
@@ -361,7 +460,9 @@ class RecordingWriter:
             kept, flag = self.kept()
             self.abort()
             reason = failure_reason(err)
-            raise RecordingError(f"cannot write {where}: {reason}; {kept}: fix the cause and rerun{' with ' + flag if flag else ''}") from err
+            raise RecordingError(
+                f"cannot write {where}: {reason}; {kept}: fix the cause and rerun{' with ' + flag if flag else ''}"
+            ) from err
         self._pending, self._batch = [], None
         self.complete.add(start, stop)
         for table, n in rows.items():
@@ -375,11 +476,25 @@ class RecordingWriter:
             if self.place.local:
                 staged = f"{self._staging}/weights.parquet"
                 self.place.folder.remove(staged)
-                n = rowgroups.write_in(self.place.folder, staged, [columns], self._metadata, WEIGHT_LABELS, self._compression)
+                n = rowgroups.write_in(
+                    self.place.folder,
+                    staged,
+                    [columns],
+                    self._metadata,
+                    WEIGHT_LABELS,
+                    self._compression,
+                )
                 self.place.folder.replace(staged, "weights.parquet")
             else:
                 where, store = self.place.parquet_target("weights.parquet")
-                n = rowgroups.write_parquet(where, [columns], self._metadata, WEIGHT_LABELS, self._compression, filesystem=store)
+                n = rowgroups.write_parquet(
+                    where,
+                    [columns],
+                    self._metadata,
+                    WEIGHT_LABELS,
+                    self._compression,
+                    filesystem=store,
+                )
         except (OSError, pa.ArrowException) as err:
             kept, flag = self.kept()
             raise RecordingError(
@@ -422,7 +537,8 @@ class RecordingWriter:
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
-        if self.place.local:  # a finished shard's lock file goes (the lock itself is held until _release)
+        # a finished shard's lock file goes (the lock itself is held until _release)
+        if self.place.local:
             self.place.remove(f"{PROGRESS_DIR}/{self.shard.tag}.lock")
         try:
             if self.replacing:  # the new recording is complete: now it may replace the old one
@@ -449,7 +565,9 @@ class RecordingWriter:
         found = read_progress(self.place)
         if len(found) != self.shard.count or not all(p.get("finished") for p in found.values()):
             return False
-        shards = [found[Shard(k, self.shard.count, self.shard.unit).tag] for k in range(self.shard.count)]
+        shards = [
+            found[Shard(k, self.shard.count, self.shard.unit).tag] for k in range(self.shard.count)
+        ]
         manifest = {
             **self.description,
             "cells": [self._with_recorded_steps(c) for c in self.description.get("cells", [])],
@@ -509,7 +627,8 @@ class RecordingWriter:
     def _release(self) -> None:
         if self._lock is not None:
             os.close(self._lock)
-        if self.replacing:  # the recording it was to replace keeps no lock file of ours (gone if replaced)
+        # the recording it was to replace keeps no lock file of ours (gone if replaced)
+        if self.replacing:
             drop_locks(self.target, self._replaced_locks, self._created_locks)
         self._lock, self._replaced_locks, self._created_locks = None, [], []
         self.place.close()

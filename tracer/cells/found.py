@@ -64,9 +64,12 @@ class Loop:
     length: int | None = None  # the number of steps, where the input's time axis is static
     masked: bool = False  # the loop keeps the state where a mask (not a length) says so
     carried: bool = True  # the loop carries the cell's new state as it is (no wrapper changes it)
-    direct: bool = True  # a stacked cell reads the output of the cell `below` itself, not through other ops (a residual add)
-    body: "Step | None" = None  # the cell's step: tensor names in the body function (v2) or the frame (v1)
-    emitted: "Step | None" = None  # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
+    # a stacked cell reads the output of the cell `below` itself, not through other ops (a residual add)
+    direct: bool = True
+    # the cell's step: tensor names in the body function (v2) or the frame (v1)
+    body: "Step | None" = None
+    # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
+    emitted: "Step | None" = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class Fused:
     c_prev: tuple[str, ...] = ()
     use_peephole: bool = False
     length: int | None = None  # the number of steps, where it is static
-    stacked: bool = False  # one op inside a while loop: each tensor named is stacked over the steps by the loop
+    # one op inside a while loop: each tensor named is stacked over the steps by the loop
+    stacked: bool = False
 
     @property
     def per_step(self) -> bool:
@@ -94,7 +98,13 @@ class Fused:
 
     def tensors(self) -> list[str]:
         """Every tensor to fetch: what each op reads, then its outputs."""
-        return [*self.x, *self.h_prev, *self.c_prev, *(f"{op}:{k}" for op in self.ops for k in self.outputs().values())]
+        return [
+            *self.x,
+            *self.h_prev,
+            *self.c_prev,
+            *(f"{op}:{k}" for op in self.ops for k in self.outputs().values()),
+        ]
+
 
 @dataclass(frozen=True)
 class Step:
@@ -147,11 +157,19 @@ class Cell(HasSpec):
     backward: bool = False
     loop: Loop | None = None
     shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
-    fused: Fused | None = None  # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.find.fused
-    recurrent_activation: str | None = None  # a Keras cell's gate nonlinearity (its `activation` is the candidate's)
+    # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.find.fused
+    fused: Fused | None = None
+    # a Keras cell's gate nonlinearity (its `activation` is the candidate's)
+    recurrent_activation: str | None = None
 
     def __repr__(self) -> str:
-        where = f"in {self.loop.loop}" if self.loop else f"ops {self.fused.ops[0]}..." if self.fused else f"steps={len(self.steps)}"
+        where = (
+            f"in {self.loop.loop}"
+            if self.loop
+            else f"ops {self.fused.ops[0]}..."
+            if self.fused
+            else f"steps={len(self.steps)}"
+        )
         return f"Cell({self.name!r}, {self.kind}, units={self.units}, input_size={self.input_size}, {where})"
 
     @property
@@ -182,7 +200,11 @@ class Cell(HasSpec):
             "input_size": self.input_size,
             "output_size": self.output_size,
             "num_proj": self.num_proj,
-            "steps": self.loop.length if self.loop else self.fused.length if self.fused else len(self.steps),
+            "steps": self.loop.length
+            if self.loop
+            else self.fused.length
+            if self.fused
+            else len(self.steps),
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "forget_bias": self.forget_bias,
@@ -200,13 +222,20 @@ class Cell(HasSpec):
                 if self.loop is not None
                 else {"fused": asdict(self.fused), "why": _why_fused(self.fused)}
                 if self.fused is not None
-                else {"first_step": _describe_step(self, self.steps[0]), "last_step": _describe_step(self, self.steps[-1])}
+                else {
+                    "first_step": _describe_step(self, self.steps[0]),
+                    "last_step": _describe_step(self, self.steps[-1]),
+                }
             ),
         }
 
 
 def _why_replay(loop: Loop) -> str:
-    kind = "a While op's body function" if loop.control_flow == "v2" else "a TF1 while loop (Enter/Exit)"
+    kind = (
+        "a While op's body function"
+        if loop.control_flow == "v2"
+        else "a TF1 while loop (Enter/Exit)"
+    )
     if loop.emitted is not None:
         return (
             f"its gate ops run inside {kind} ({loop.loop}), rewritten to emit them at every step (one TensorList "
@@ -265,7 +294,8 @@ class KerasCell(HasSpec):
     reset_after: bool | None
     layer: Any = field(repr=False)
     framework: str = "keras3"
-    act: Any = field(default=None, repr=False)  # the numpy activation: a name in ACTIVATIONS or a callable
+    # the numpy activation: a name in ACTIVATIONS or a callable
+    act: Any = field(default=None, repr=False)
     gate_act: Any = field(default=None, repr=False)
     forget_bias: None = None
     cell_clip: None = None

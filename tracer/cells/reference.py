@@ -24,7 +24,9 @@ ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0.0),
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
-    "selu": lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(np.minimum(x, 0.0))),
+    "selu": lambda x: (
+        1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(np.minimum(x, 0.0)))
+    ),
     "softsign": lambda x: x / (1.0 + np.abs(x)),
     "softplus": lambda x: np.logaddexp(0.0, x),
     "linear": lambda x: x,
@@ -85,7 +87,9 @@ def run_cell(
             i, j, f, o = np.split(z, 4, axis=1)
             peep = "w_i_diag" in w
             ig = _sigmoid(i + w["w_i_diag"] * c) if peep else _sigmoid(i)
-            fg = _sigmoid(f + forget_bias + w["w_f_diag"] * c) if peep else _sigmoid(f + forget_bias)
+            fg = (
+                _sigmoid(f + forget_bias + w["w_f_diag"] * c) if peep else _sigmoid(f + forget_bias)
+            )
             jg = act(j)
             c = _clip(fg * c + ig * jg, cell_clip)
             og = _sigmoid(o + w["w_o_diag"] * c) if peep else _sigmoid(o)
@@ -98,7 +102,10 @@ def run_cell(
         elif kind == "GRUCell":
             # r = reset gate, u = update gate (sigmoid applied before the split), c = candidate
             r, u = np.split(_sigmoid(z), 2, axis=1)
-            zc = np.concatenate([x[:, t], r * h], axis=1) @ w["candidate_kernel"] + w["candidate_bias"]
+            zc = (
+                np.concatenate([x[:, t], r * h], axis=1) @ w["candidate_kernel"]
+                + w["candidate_bias"]
+            )
             cand = act(zc)
             pre[:, t] = np.stack([z[:, :units], z[:, units:], zc], axis=1)
             post[:, t] = np.stack([r, u, cand], axis=1)

@@ -54,8 +54,18 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         import difflib
 
-        unknown = re.findall(r"(--[\w-]+)", message) if message.startswith("unrecognized arguments") else []
-        near = [m for flag in unknown for m in difflib.get_close_matches(flag.split("=")[0], sorted(Parser.known), n=1, cutoff=0.6)]
+        unknown = (
+            re.findall(r"(--[\w-]+)", message)
+            if message.startswith("unrecognized arguments")
+            else []
+        )
+        near = [
+            m
+            for flag in unknown
+            for m in difflib.get_close_matches(
+                flag.split("=")[0], sorted(Parser.known), n=1, cutoff=0.6
+            )
+        ]
         hint = f" (did you mean {near[0]}?)" if near else ""
         argv = getattr(self, "argv", [])
         for k in range(len(argv) - 2):  # `--feed x a/x.npy`: the file became an argument of its own
@@ -72,7 +82,11 @@ def split(text: str | None) -> tuple[str, ...]:
 def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None:
     """MODEL, --tag, --signature, --timeout (if the command runs the model) and --allow-unsafe-ops."""
     c.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    c.add_argument("--tag", default="serve", help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)")
+    c.add_argument(
+        "--tag",
+        default="serve",
+        help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)",
+    )
     c.add_argument(
         "--signature",
         default="serving_default",
@@ -89,7 +103,8 @@ def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None
         "--allow-unsafe-ops",
         action="store_true",
         help="run the model even if it holds ops outside the allowlist of pure math, array, variable and "
-        "control-flow ops (file access, Python, printing): only for models you trust" if runs_model else
-        "read the model even if importing its graph could run ops that do more than compute (file access), "
+        "control-flow ops (file access, Python, printing): only for models you trust"
+        if runs_model
+        else "read the model even if importing its graph could run ops that do more than compute (file access), "
         "or loading its Keras file would build objects gatetrace does not check: only for models you trust",
     )

@@ -11,7 +11,12 @@ READS_MODEL, RUNS_MODEL = False, False
 
 
 def arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--out", default="gatetrace-demo", metavar="DIR", help="output folder (default: ./gatetrace-demo)")
+    c.add_argument(
+        "--out",
+        default="gatetrace-demo",
+        metavar="DIR",
+        help="output folder (default: ./gatetrace-demo)",
+    )
     c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
 
 

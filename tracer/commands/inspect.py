@@ -12,8 +12,10 @@ import os
 from pathlib import Path
 
 NAME = "inspect"
-HELP = ("list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing); "
-        "given a recording folder, what it holds")
+HELP = (
+    "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing); "
+    "given a recording folder, what it holds"
+)
 EXAMPLE = "gatetrace inspect model.ckpt --json"
 READS_MODEL, RUNS_MODEL = True, False
 
@@ -55,38 +57,79 @@ def run(args) -> None:
     from tracer.load.safety import unsafe_ops
     from tracer.run.recording import from_loops
 
-    model = tracer.load_model(args.model, tag=args.tag, signature=args.signature, restore=False, allow_unsafe_ops=args.allow_unsafe_ops)
+    model = tracer.load_model(
+        args.model,
+        tag=args.tag,
+        signature=args.signature,
+        restore=False,
+        allow_unsafe_ops=args.allow_unsafe_ops,
+    )
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
     from tracer.inputs.feeds import describe_entry, pipeline_entries
 
-    with model, from_loops(model, tracer.find_cells(model.graph, model.source), progress=False, restore=False) as (model, cells):
+    with (
+        model,
+        from_loops(
+            model, tracer.find_cells(model.graph, model.source), progress=False, restore=False
+        ) as (model, cells),
+    ):
         plan = tracer.FetchPlan(model.graph, cells)
         weights = [t for c in cells for t in c.weights.values()]
         loading = model.load_plan.problems(model.graph) if model.load_plan else []
-        pipelines = [] if model.inputs else pipeline_entries(plan.tensors)  # fed instead of their queue or iterator
+        # fed instead of their queue or iterator
+        pipelines = [] if model.inputs else pipeline_entries(plan.tensors)
         fed = {t.name for t, _ in pipelines}
         # What each command would run beyond the allowlist: loading, then the weights (weights)
         # or the gates and weights of every cell (record, with the pipeline's tensors fed); and
         # which cells record alone safely.
         refused = {
             "weights": sorted(set(loading + unsafe_ops(model.graph, weights))),
-            "record": sorted(set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights], fed=fed))),
+            "record": sorted(
+                set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights], fed=fed))
+            ),
         }
-        safe_cells = [] if loading or not refused["record"] else [  # walked only when record would be refused
-            c.name for c in cells if not unsafe_ops(model.graph, [*tracer.FetchPlan(model.graph, [c], context=cells).tensors, *c.weights.values()])
-        ]
+        # walked only when record would be refused
+        safe_cells = (
+            []
+            if loading or not refused["record"]
+            else [
+                c.name
+                for c in cells
+                if not unsafe_ops(
+                    model.graph,
+                    [
+                        *tracer.FetchPlan(model.graph, [c], context=cells).tensors,
+                        *c.weights.values(),
+                    ],
+                )
+            ]
+        )
         unsafe = sorted(set(refused["weights"] + refused["record"]))
-        inputs = [_signature_input(model.graph, name, tensor) for name, tensor in model.inputs.items()]
+        inputs = [
+            _signature_input(model.graph, name, tensor) for name, tensor in model.inputs.items()
+        ]
         if not inputs:  # a checkpoint or frozen graph: the placeholders the gates need
             from tracer.inputs.feeds import unfed_placeholders
 
             needed = sorted(op.name for op in unfed_placeholders(plan.tensors, fed))
             inputs = [_signature_input(model.graph, name, f"{name}:0") for name in needed]
-            inputs += [{**_signature_input(model.graph, t.name.removesuffix(":0"), t.name), "from": describe_entry(t, op)} for t, op in pipelines]
+            inputs += [
+                {
+                    **_signature_input(model.graph, t.name.removesuffix(":0"), t.name),
+                    "from": describe_entry(t, op),
+                }
+                for t, op in pipelines
+            ]
     if args.json:
-        described = {"source": args.model, "format": model.format, "cells": [c.describe() for c in cells], "unsafe_ops": unsafe,
-                     "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v}, **({"notes": list(model.notes)} if model.notes else {})}
+        described = {
+            "source": args.model,
+            "format": model.format,
+            "cells": [c.describe() for c in cells],
+            "unsafe_ops": unsafe,
+            "refused_without_allow_unsafe_ops": {k: v for k, v in refused.items() if v},
+            **({"notes": list(model.notes)} if model.notes else {}),
+        }
         print(json.dumps({**described, "inputs": inputs} if inputs else described))
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN cell{'s' if len(cells) != 1 else ''}")
@@ -94,13 +137,34 @@ def run(args) -> None:
         print(f"note: {note}")
     for i in inputs:
         if "from" in i:
-            print(f"the cells read their inputs from {i['from']}: record with --feed {i['name']}=FILE.npy")
+            print(
+                f"the cells read their inputs from {i['from']}: record with --feed {i['name']}=FILE.npy"
+            )
             continue
-        print(f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy")
+        print(
+            f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy"
+        )
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
-        steps = f"{c.loop.length or '?'} (loop)" if c.loop else f"{c.fused.length or '?'}" if c.fused else str(len(c.steps))
-        rows.append((c.name, c.kind, str(c.units), str(c.input_size), steps, ",".join(c.gates), "backward" if c.backward else "forward", c.path))
+        steps = (
+            f"{c.loop.length or '?'} (loop)"
+            if c.loop
+            else f"{c.fused.length or '?'}"
+            if c.fused
+            else str(len(c.steps))
+        )
+        rows.append(
+            (
+                c.name,
+                c.kind,
+                str(c.units),
+                str(c.input_size),
+                steps,
+                ",".join(c.gates),
+                "backward" if c.backward else "forward",
+                c.path,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -108,22 +172,36 @@ def run(args) -> None:
     for c in cells:
         extras = [f"forget_bias={c.forget_bias}"] if c.forget_bias is not None else []
         extras += [f"activation={c.activation}"]
-        extras += [f"{k}={v}" for k, v in (("num_proj", c.num_proj), ("cell_clip", c.cell_clip), ("proj_clip", c.proj_clip)) if v is not None]
+        extras += [
+            f"{k}={v}"
+            for k, v in (
+                ("num_proj", c.num_proj),
+                ("cell_clip", c.cell_clip),
+                ("proj_clip", c.proj_clip),
+            )
+            if v is not None
+        ]
         if "w_i_diag" in c.weights:
             extras.append("peepholes")
         if c.path == "fetch":
             first, last = c.steps[0].gate_op, c.steps[-1].gate_op
             span = first if len(c.steps) == 1 else f"{first} ... {last}"
-            print(f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}")
+            print(
+                f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}"
+            )
         else:
             how = {"replay": "replayed", "loop": "from its loop", "fused": "fused"}[c.path]
             print(f"{c.name}: {how}, {', '.join(extras)}: {c.describe()['why']}")
     print(f"\n{_batch_note(cells)}")
     if unsafe:
-        print(f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}")
+        print(
+            f"\nunsafe ops that loading or recording would run ({len(unsafe)}): {', '.join(unsafe)}"
+        )
         for command, ops in refused.items():
             if ops:
-                print(f"  {command}: refused unless --allow-unsafe-ops (it would run {', '.join(ops)})")
+                print(
+                    f"  {command}: refused unless --allow-unsafe-ops (it would run {', '.join(ops)})"
+                )
             else:
                 print(f"  {command}: runs only allowlisted ops")
         if safe_cells:
@@ -135,7 +213,9 @@ def run(args) -> None:
 def _is_recording(path: str) -> bool:
     """Whether `path` is a folder `gatetrace record` wrote (finished, or partial)."""
     p = Path(path)
-    return (p / "gates").is_dir() and ((p / "manifest.json").is_file() or (p / "_progress").is_dir())
+    return (p / "gates").is_dir() and (
+        (p / "manifest.json").is_file() or (p / "_progress").is_dir()
+    )
 
 
 def _inspect_recording(args) -> None:
@@ -148,21 +228,41 @@ def _inspect_recording(args) -> None:
         print(json.dumps(summary))
         return
     source, examples = summary["source"], summary["examples"]
-    state = "complete" if summary["complete"] else "partial: run the same record command with --resume to finish it"
-    print(f"{args.model}: a gatetrace recording ({state}) of {source.get('path', 'a model it does not name')} "
-          f"({source.get('format', 'format not given')}), gatetrace {summary['gatetrace_version']}")
+    state = (
+        "complete"
+        if summary["complete"]
+        else "partial: run the same record command with --resume to finish it"
+    )
+    print(
+        f"{args.model}: a gatetrace recording ({state}) of {source.get('path', 'a model it does not name')} "
+        f"({source.get('format', 'format not given')}), gatetrace {summary['gatetrace_version']}"
+    )
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
     print(f"examples: {examples['count']:,} ({ranges})")
     rows = [("cell", "kind", "units", "gates", "states", "steps", "path")]
-    rows += [(c["name"], c["kind"] or "", str(c["units"]), ",".join(c["gates"]), ",".join(c["states"]), str(c["steps"]), c["path"] or "")
-             for c in summary["cells"]]
+    rows += [
+        (
+            c["name"],
+            c["kind"] or "",
+            str(c["units"]),
+            ",".join(c["gates"]),
+            ",".join(c["states"]),
+            str(c["steps"]),
+            c["path"] or "",
+        )
+        for c in summary["cells"]
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     n, shards = summary["rows"], summary["shards"]
-    print(f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows, {n['weights']:,} weight rows; "
-          f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk")
-    print(f"read it with: pandas.read_parquet({os.path.join(args.model, 'gates')!r}) or recorders.Recording({args.model!r})")
+    print(
+        f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows, {n['weights']:,} weight rows; "
+        f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk"
+    )
+    print(
+        f"read it with: pandas.read_parquet({os.path.join(args.model, 'gates')!r}) or recorders.Recording({args.model!r})"
+    )
 
 
 def _inspect_keras(args, model) -> None:
@@ -170,19 +270,40 @@ def _inspect_keras(args, model) -> None:
 
     cells = find_layers(model)
     hidden = hidden_layers(model)
-    inputs = [{"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs]
+    inputs = [
+        {"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs
+    ]
     if args.json:
         # The file passed the Keras file check before loading (tracer.load.keras_files): nothing in it runs unchecked.
         described = [c.describe() for c in cells]
-        print(json.dumps({"source": args.model, "format": model.format, "inputs": inputs, "cells": described, "unsafe_ops": [], "not_recorded": hidden}))
+        print(
+            json.dumps(
+                {
+                    "source": args.model,
+                    "format": model.format,
+                    "inputs": inputs,
+                    "cells": described,
+                    "unsafe_ops": [],
+                    "not_recorded": hidden,
+                }
+            )
+        )
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN layer{'s' if len(cells) != 1 else ''}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
         steps = c.describe()["steps"]
         rows.append(
-            (c.name, c.kind, str(c.units), str(c.input_size), "?" if steps is None else str(steps), ",".join(c.gates),
-             "backward" if c.backward else "forward", c.path)
+            (
+                c.name,
+                c.kind,
+                str(c.units),
+                str(c.input_size),
+                "?" if steps is None else str(steps),
+                ",".join(c.gates),
+                "backward" if c.backward else "forward",
+                c.path,
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

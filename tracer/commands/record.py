@@ -30,7 +30,9 @@ def arguments(c: argparse.ArgumentParser) -> None:
         help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0': --feed x=inputs.npy",
     )
     c.add_argument(
-        "--out", required=True, metavar="DIR",
+        "--out",
+        required=True,
+        metavar="DIR",
         help="output folder (must be new or empty), or a prefix in object storage: --out s3://bucket/run1",
     )
     c.add_argument(
@@ -64,17 +66,33 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "50%% slower); none: nothing: --compression zstd",
     )
     c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    c.add_argument("--lengths", metavar="FILE.npy", help="sequence lengths, one per input row: no rows at or past them")
-    c.add_argument("--cells", metavar="PATTERN", help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'")
-    c.add_argument("--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f")
+    c.add_argument(
+        "--lengths",
+        metavar="FILE.npy",
+        help="sequence lengths, one per input row: no rows at or past them",
+    )
+    c.add_argument(
+        "--cells",
+        metavar="PATTERN",
+        help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'",
+    )
+    c.add_argument(
+        "--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f"
+    )
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
     c.add_argument(
-        "--values", metavar="COLUMNS", default="preactivation,activation",
+        "--values",
+        metavar="COLUMNS",
+        default="preactivation,activation",
         help="gate value columns, comma-separated: preactivation, activation, contributions (the preactivation's parts: "
         "input, recurrent, bias, peephole, recurrent_bias); default: preactivation,activation. "
         "E.g. --values preactivation,activation,contributions",
     )
-    c.add_argument("--examples", metavar="START:STOP", help="record only these sequences (rows of the inputs): 0:1000")
+    c.add_argument(
+        "--examples",
+        metavar="START:STOP",
+        help="record only these sequences (rows of the inputs): 0:1000",
+    )
     c.add_argument(
         "--memory",
         metavar="SIZE",
@@ -93,11 +111,19 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("processes", "dask"),
         default="processes",
-        help="what runs the tasks: a process pool of --workers (default), or Dask (pip install \"gatetrace[dask]\"): "
+        help='what runs the tasks: a process pool of --workers (default), or Dask (pip install "gatetrace[dask]"): '
         "a local cluster of --workers processes, or the cluster at --scheduler: --engine dask --scheduler tcp://head:8786",
     )
-    c.add_argument("--scheduler", metavar="ADDRESS", help="with --engine dask: the address of an existing Dask scheduler")
-    c.add_argument("--scheduler-file", metavar="FILE", help="with --engine dask: a Dask scheduler file (dask-jobqueue, dask-mpi)")
+    c.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --engine dask: the address of an existing Dask scheduler",
+    )
+    c.add_argument(
+        "--scheduler-file",
+        metavar="FILE",
+        help="with --engine dask: a Dask scheduler file (dask-jobqueue, dask-mpi)",
+    )
     c.add_argument(
         "--task-size",
         type=positive,
@@ -155,9 +181,11 @@ def run(args) -> None:
     shard = Shard.parse(args.shard) if args.shard else Shard()
     memory = parse_size(args.memory) if args.memory else None
     layout = recorded_layout(args.out) if args.resume else None
-    if layout is not None and layout.unit > 1 and not args.shard:  # a --workers recording: resumed by tasks
+    # a --workers recording: resumed by tasks
+    if layout is not None and layout.unit > 1 and not args.shard:
         return _record_parallel(args, selection, memory)
-    if layout is not None and layout.count == shard.count:  # a task resumed by hand: cut as the job cut it
+    # a task resumed by hand: cut as the job cut it
+    if layout is not None and layout.count == shard.count:
         shard = Shard(shard.index, shard.count, layout.unit)
     if args.workers > 1 or args.engine != "processes" or args.scheduler or args.scheduler_file:
         return _record_parallel(args, selection, memory)  # the driver imports no TensorFlow
@@ -166,7 +194,9 @@ def run(args) -> None:
 
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
-    with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
+    with tracer.load_model(
+        args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops
+    ) as model:
         summary = tracer.record(
             model,
             feeds,
@@ -193,7 +223,11 @@ def _record_parallel(args, selection, memory) -> None:
     from recorders.write.files import is_uri, local_path
     from tracer.run.parallel import Job, dask_executor, record_parallel
 
-    for flag, given in (("--shard", args.shard), ("--carry-state", args.carry_state), ("--overwrite", args.overwrite)):
+    for flag, given in (
+        ("--shard", args.shard),
+        ("--carry-state", args.carry_state),
+        ("--overwrite", args.overwrite),
+    ):
         if given:
             why = {
                 "--shard": "the tasks are shards already",
@@ -209,7 +243,10 @@ def _record_parallel(args, selection, memory) -> None:
         feeds[name] = value
     job = Job(
         model=os.path.abspath(args.model),
-        feeds={n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v) for n, v in feeds.items()},
+        feeds={
+            n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v)
+            for n, v in feeds.items()
+        },
         out=args.out if is_uri(args.out) else str(local_path(args.out).resolve()),
         tag=args.tag,
         signature=args.signature,
@@ -228,14 +265,20 @@ def _record_parallel(args, selection, memory) -> None:
 
     def progress(n: int, total: int) -> None:
         nonlocal bar
-        if bar is None and not args.quiet:  # once the folder is ready: nothing shows for a job refused before
+        # once the folder is ready: nothing shows for a job refused before
+        if bar is None and not args.quiet:
             from tracer.run.bar import progress_bar  # imports no TensorFlow
 
             bar = progress_bar(total, True, "recording, in tasks")
         if bar is not None:
             bar.update(n)
 
-    options = {"task_size": args.task_size, "max_attempts": args.max_attempts, "resume": args.resume, "progress": progress}
+    options = {
+        "task_size": args.task_size,
+        "max_attempts": args.max_attempts,
+        "resume": args.resume,
+        "progress": progress,
+    }
     try:
         if args.engine == "dask":
             with dask_executor(args.workers, args.scheduler, args.scheduler_file) as executor:
@@ -260,15 +303,25 @@ def _report(args, summary: dict, part: str) -> None:
         f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
     )
     if summary["examples"] == 0 and summary.get("complete", True):
-        feeds = ", ".join(f"{name} {shape}" for name, shape in summary.get("feeds", {}).items() if shape and shape[0] == 0)
-        print(f"the inputs hold no sequences ({feeds or 'no rows'}): the recording is empty, its tables have no rows")
+        feeds = ", ".join(
+            f"{name} {shape}"
+            for name, shape in summary.get("feeds", {}).items()
+            if shape and shape[0] == 0
+        )
+        print(
+            f"the inputs hold no sequences ({feeds or 'no rows'}): the recording is empty, its tables have no rows"
+        )
     if "why" in summary.get("batch", {}):
         print(summary["batch"]["why"])
     for hidden in summary.get("not_recorded", []):
         print(f"not recorded: {hidden}; its inner layer runs on reshaped rows")
     for skipped in summary.get("skipped", []):
-        print(f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)")
+        print(
+            f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)"
+        )
     if summary["complete"]:
         print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
     else:
-        print(f"the other shards are not finished yet; {os.path.join(args.out, 'manifest.json')} appears when they are")
+        print(
+            f"the other shards are not finished yet; {os.path.join(args.out, 'manifest.json')} appears when they are"
+        )

@@ -5,18 +5,32 @@ from __future__ import annotations
 import argparse
 
 NAME = "view"
-HELP = ("look at a recording in the browser: overview, one sequence's heatmap, units over the dataset, select and "
-        'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 by default, read-only)')
+HELP = (
+    "look at a recording in the browser: overview, one sequence's heatmap, units over the dataset, select and "
+    'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 by default, read-only)'
+)
 EXAMPLE = "gatetrace view gatetrace-demo/recording --port 8050"
 READS_MODEL, RUNS_MODEL = False, False
 
 
 def arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it")
-    c.add_argument("--port", type=int, default=8050, help="the local port to serve on (default: 8050)")
-    c.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
-                   help="the address to serve on (default: 127.0.0.1, this machine only); any other needs the secret token the printed URL carries")
-    c.add_argument("--tokens", metavar="FILE", help="labels for the steps: a .npy or .json of [examples, steps] (e.g. the tokens read)")
+    c.add_argument(
+        "run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it"
+    )
+    c.add_argument(
+        "--port", type=int, default=8050, help="the local port to serve on (default: 8050)"
+    )
+    c.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address to serve on (default: 127.0.0.1, this machine only); any other needs the secret token the printed URL carries",
+    )
+    c.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="labels for the steps: a .npy or .json of [examples, steps] (e.g. the tokens read)",
+    )
     c.add_argument("--open", action="store_true", help="open the page in the default browser")
 
 

@@ -12,7 +12,11 @@ READS_MODEL, RUNS_MODEL = True, True
 
 def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--out", required=True, metavar="FILE", help="output Parquet file")
-    c.add_argument("--overwrite", action="store_true", help="replace --out if it is a weights table gatetrace wrote")
+    c.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out if it is a weights table gatetrace wrote",
+    )
 
 
 def run(args) -> None:
@@ -22,10 +26,17 @@ def run(args) -> None:
     from tracer.load.safety import check_model
     from tracer.run.recording import describe, find_all, weight_values
 
-    with tracer.load_model(args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops) as model:
+    with tracer.load_model(
+        args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops
+    ) as model:
         cells = find_all(model)
-        if not isinstance(model, KerasModel):  # a Keras layer's weights are arrays already: nothing runs
-            check_model(model, [t for c in cells for t in c.weights.values()], "reading the weights")
+        # a Keras layer's weights are arrays already: nothing runs
+        if not isinstance(model, KerasModel):
+            check_model(
+                model, [t for c in cells for t in c.weights.values()], "reading the weights"
+            )
         columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
-    print(f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}")
+    print(
+        f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}"
+    )

@@ -54,7 +54,9 @@ class Application:
     recurrent_activation: str | None = None  # a Keras cell's gate nonlinearity
 
 
-def _sizes(spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None, separate: bool = False) -> tuple[int, int, int]:
+def _sizes(
+    spec: CellSpec, kernel: tf.Tensor, projection: tf.Tensor | None, separate: bool = False
+) -> tuple[int, int, int]:
     """(units, input size, output size) from the main kernel's and the projection's shapes.
     A kernel `separate` from the recurrent one (Keras) has the input rows only."""
     rows, columns = kernel.shape.as_list()
@@ -76,10 +78,14 @@ def step_of(app: Application, position: int) -> Step:
     )
 
 
-def cell_of(app: Application, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest) -> Cell:
+def cell_of(
+    app: Application, name: str, kernel: tf.Tensor, projection: tf.Tensor | None, **rest
+) -> Cell:
     """A Cell of `app`'s class and settings, its sizes read from the kernel and projection;
     `rest` holds weights, variables, steps, and backward or loop."""
-    units, input_size, output_size = _sizes(app.spec, kernel, projection, separate="recurrent_kernel" in app.weights)
+    units, input_size, output_size = _sizes(
+        app.spec, kernel, projection, separate="recurrent_kernel" in app.weights
+    )
     return Cell(
         name=name,
         spec=app.spec,

@@ -20,8 +20,21 @@ from tracer._tf import tf
 from tracer.cells.kinds import CellSpec
 
 __all__ = [
-    "weight_source", "weight_name", "const_scalar", "other_input", "consumers_of", "only_one", "reads", "feeds_into",
-    "topological_index", "input_position", "state_source", "chains", "cell_name", "variables_of", "in_v1_frame",
+    "weight_source",
+    "weight_name",
+    "const_scalar",
+    "other_input",
+    "consumers_of",
+    "only_one",
+    "reads",
+    "feeds_into",
+    "topological_index",
+    "input_position",
+    "state_source",
+    "chains",
+    "cell_name",
+    "variables_of",
+    "in_v1_frame",
 ]
 
 # Ops that hold weights, and ops that only pass a value through on its way from them.
@@ -75,7 +88,9 @@ def other_input(op: tf.Operation, t: tf.Tensor) -> tf.Tensor:
     return b if a.name == t.name else a
 
 
-def consumers_of(t: tf.Tensor, types: Iterable[str], where: Callable[[tf.Operation], bool] | None = None) -> list[tf.Operation]:
+def consumers_of(
+    t: tf.Tensor, types: Iterable[str], where: Callable[[tf.Operation], bool] | None = None
+) -> list[tf.Operation]:
     """The ops of the given types that read `t` (and satisfy `where`).
 
     Training graphs also hold gradient ops that read the forward tensors (a Mul's
@@ -155,6 +170,7 @@ def input_position(
     (a stacked layer: same position as that step) or one output of an Unpack/Split
     (`tf.unstack(x, axis=1)`: the output's index).
     """
+
     def hit(t: tf.Tensor):
         if t.name in owners:
             return (position_of(*owners[t.name]),)
@@ -199,7 +215,9 @@ def chains(group: list, state: Callable, previous: Callable, name: Callable) -> 
     return out
 
 
-def _search_back(t: tf.Tensor, hit: Callable[[tf.Tensor], tuple | None], limit: int) -> tuple | None:
+def _search_back(
+    t: tf.Tensor, hit: Callable[[tf.Tensor], tuple | None], limit: int
+) -> tuple | None:
     """What `hit` says of the nearest tensor behind `t` (breadth first, `limit` tensors at
     most) for which it says anything (a 1-tuple); None if none is found."""
     queue, seen = deque([t]), set()
@@ -222,7 +240,9 @@ def variables_of(graph: tf.Graph, weights: Mapping[str, str], where: str) -> dic
     for role, name in weights.items():
         source = weight_source(graph.get_tensor_by_name(name))
         if source is None:
-            raise GraphPatternError(f"{where}: its {role} does not come from a variable or constant")
+            raise GraphPatternError(
+                f"{where}: its {role} does not come from a variable or constant"
+            )
         variables[role] = source.name
     return variables
 

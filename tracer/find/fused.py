@@ -43,10 +43,21 @@ LSTM_BLOCK = CellSpec(**{**BASIC_LSTM.__dict__, "kind": "LSTMBlockCell"})
 BLOCK_LSTM = CellSpec(**{**BASIC_LSTM.__dict__, "kind": "BlockLSTM"})
 BLOCK_LSTM_V2 = CellSpec(**{**KERAS_LSTM.__dict__, "kind": "BlockLSTMV2"})  # blocks i, f, ci, o
 GRU_BLOCK = CellSpec(**{**GRU.__dict__, "kind": "GRUBlockCell", "sigmoid_before_split": False})
-FUSED_OPS: dict[str, CellSpec] = {s.kind: s for s in (LSTM_BLOCK, BLOCK_LSTM, BLOCK_LSTM_V2, GRU_BLOCK)}
+FUSED_OPS: dict[str, CellSpec] = {
+    s.kind: s for s in (LSTM_BLOCK, BLOCK_LSTM, BLOCK_LSTM_V2, GRU_BLOCK)
+}
 
 # Input and output indices of each op: where x, the previous states and the weights enter.
-_LSTM_IN = {"x": 0, "c_prev": 1, "h_prev": 2, "kernel": 3, "w_i_diag": 4, "w_f_diag": 5, "w_o_diag": 6, "bias": 7}
+_LSTM_IN = {
+    "x": 0,
+    "c_prev": 1,
+    "h_prev": 2,
+    "kernel": 3,
+    "w_i_diag": 4,
+    "w_f_diag": 5,
+    "w_o_diag": 6,
+    "bias": 7,
+}
 _BLOCK_IN = {role: k + 1 for role, k in _LSTM_IN.items()}  # after seq_len_max
 _GRU_IN = {"x": 0, "h_prev": 1, "kernel": 2, "candidate_kernel": 3, "bias": 4, "candidate_bias": 5}
 
@@ -57,25 +68,55 @@ def fused_cells(graph: tf.Graph) -> list:
     cells = []
     groups: dict[tuple[str, str], list[tf.Operation]] = {}
     for op in ops:
-        if in_v1_frame(op.inputs[0]):  # a step of a TF1 while loop: see fused_steps and tracer.find.loops
+        # a step of a TF1 while loop: see fused_steps and tracer.find.loops
+        if in_v1_frame(op.inputs[0]):
             continue
-        roles = (_GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN if op.type == "LSTMBlockCell" else _BLOCK_IN)
+        roles = (
+            _GRU_IN
+            if op.type == "GRUBlockCell"
+            else _LSTM_IN
+            if op.type == "LSTMBlockCell"
+            else _BLOCK_IN
+        )
         kernel = weight_source(op.inputs[roles["kernel"]])
         if kernel is None:
-            raise GraphPatternError(f"{op.name} ({op.type}): its weights w do not come from a variable or constant")
+            raise GraphPatternError(
+                f"{op.name} ({op.type}): its weights w do not come from a variable or constant"
+            )
         groups.setdefault((op.type, kernel.name), []).append(op)
     for (kind, kernel_name), group in groups.items():
         spec = FUSED_OPS[kind]
-        roles = _GRU_IN if kind == "GRUBlockCell" else _LSTM_IN if kind == "LSTMBlockCell" else _BLOCK_IN
+        roles = (
+            _GRU_IN
+            if kind == "GRUBlockCell"
+            else _LSTM_IN
+            if kind == "LSTMBlockCell"
+            else _BLOCK_IN
+        )
         peephole = kind != "GRUBlockCell" and bool(group[0].get_attr("use_peephole"))
-        weight_roles = [r for r in roles if r not in ("x", "c_prev", "h_prev") and (peephole or not r.startswith("w_"))]
+        weight_roles = [
+            r
+            for r in roles
+            if r not in ("x", "c_prev", "h_prev") and (peephole or not r.startswith("w_"))
+        ]
         h_out = (GRU_BLOCK_OUTPUTS if kind == "GRUBlockCell" else LSTM_BLOCK_OUTPUTS)["h"]
-        found = [[op] for op in group] if kind in ("BlockLSTM", "BlockLSTMV2") else chains(
-            group, lambda op: op.outputs[h_out], lambda op: op.inputs[roles["h_prev"]], lambda op: op.name)
+        found = (
+            [[op] for op in group]
+            if kind in ("BlockLSTM", "BlockLSTMV2")
+            else chains(
+                group,
+                lambda op: op.outputs[h_out],
+                lambda op: op.inputs[roles["h_prev"]],
+                lambda op: op.name,
+            )
+        )
         for chain in found:
             first = chain[0]
             if kind in ("LSTMBlockCell", "GRUBlockCell"):
-                positions = [input_position(op.inputs[roles["x"]], {}, lambda *a: None, set()) for op in chain]
+                positions = [
+                    input_position(op.inputs[roles["x"]], {}, lambda *a: None, set())
+                    for op in chain
+                ]
                 if None in positions or sorted(positions) != list(range(len(chain))):
                     positions = list(range(len(chain)))
                 chain = [op for _, op in sorted(zip(positions, chain), key=lambda pair: pair[0])]
@@ -92,7 +133,9 @@ def fused_cells(graph: tf.Graph) -> list:
                     input_size=rows - units,
                     output_size=units,
                     activation="tanh",
-                    forget_bias=float(first.get_attr("forget_bias")) if kind in ("LSTMBlockCell", "BlockLSTM") else None,
+                    forget_bias=float(first.get_attr("forget_bias"))
+                    if kind in ("LSTMBlockCell", "BlockLSTM")
+                    else None,
                     cell_clip=clip if clip is not None and clip > 0 else None,
                     proj_clip=None,
                     weights=weights,
@@ -103,9 +146,13 @@ def fused_cells(graph: tf.Graph) -> list:
                         tuple(op.name for op in chain),
                         x=tuple(op.inputs[roles["x"]].name for op in chain),
                         h_prev=tuple(op.inputs[roles["h_prev"]].name for op in chain),
-                        c_prev=tuple(op.inputs[roles["c_prev"]].name for op in chain) if peephole else (),
+                        c_prev=tuple(op.inputs[roles["c_prev"]].name for op in chain)
+                        if peephole
+                        else (),
                         use_peephole=peephole,
-                        length=len(chain) if kind in ("LSTMBlockCell", "GRUBlockCell") else first.inputs[roles["x"]].shape[0],
+                        length=len(chain)
+                        if kind in ("LSTMBlockCell", "GRUBlockCell")
+                        else first.inputs[roles["x"]].shape[0],
                     ),
                 )
             )
@@ -118,30 +165,47 @@ def fused_steps(graph: tf.Graph, inside_v1_frames: bool = False) -> list[Applica
     of a graph's TF1 while loops. Their gates are the op's outputs, in the spec's order."""
     apps = []
     for op in graph.get_operations():
-        if op.type not in ("LSTMBlockCell", "GRUBlockCell") or (inside_v1_frames and not in_v1_frame(op.inputs[0])):
+        if op.type not in ("LSTMBlockCell", "GRUBlockCell") or (
+            inside_v1_frames and not in_v1_frame(op.inputs[0])
+        ):
             continue
         spec = FUSED_OPS[op.type]
         if op.type == "GRUBlockCell":
-            roles = {r: op.inputs[_GRU_IN[r]] for r in ("kernel", "candidate_kernel", "bias", "candidate_bias")}
+            roles = {
+                r: op.inputs[_GRU_IN[r]]
+                for r in ("kernel", "candidate_kernel", "bias", "candidate_bias")
+            }
             outputs, states, previous = GRU_BLOCK_OUTPUTS, ("h",), ("h_prev",)
         else:
             peephole = bool(op.get_attr("use_peephole"))
-            roles = {r: op.inputs[_LSTM_IN[r]] for r in ("kernel", "bias", *(("w_i_diag", "w_f_diag", "w_o_diag") if peephole else ()))}
+            roles = {
+                r: op.inputs[_LSTM_IN[r]]
+                for r in (
+                    "kernel",
+                    "bias",
+                    *(("w_i_diag", "w_f_diag", "w_o_diag") if peephole else ()),
+                )
+            }
             outputs, states, previous = LSTM_BLOCK_OUTPUTS, ("c", "h"), ("c_prev", "h_prev")
         inputs = _GRU_IN if op.type == "GRUBlockCell" else _LSTM_IN
         clip = None if op.type == "GRUBlockCell" else float(op.get_attr("cell_clip"))
-        apps.append(Application(
-            spec=spec,
-            kernel=weight_source(roles["kernel"]),
-            gate_op=op,
-            preactivation=(),  # no op holds them: computed from the op's inputs (tracer.values.fused)
-            activation=tuple(op.outputs[outputs[g]] for g in spec.gates),
-            states=tuple(op.outputs[outputs[s]] for s in states),
-            input=op.inputs[inputs["x"]],
-            previous=tuple(op.inputs[inputs[p]] for p in previous),
-            weights=roles,
-            activation_name="tanh",
-            forget_bias=float(op.get_attr("forget_bias")) if op.type == "LSTMBlockCell" else None,
-            cell_clip=clip if clip is not None and clip > 0 else None,
-        ))
+        apps.append(
+            Application(
+                spec=spec,
+                kernel=weight_source(roles["kernel"]),
+                gate_op=op,
+                # no op holds them: computed from the op's inputs (tracer.values.fused)
+                preactivation=(),
+                activation=tuple(op.outputs[outputs[g]] for g in spec.gates),
+                states=tuple(op.outputs[outputs[s]] for s in states),
+                input=op.inputs[inputs["x"]],
+                previous=tuple(op.inputs[inputs[p]] for p in previous),
+                weights=roles,
+                activation_name="tanh",
+                forget_bias=float(op.get_attr("forget_bias"))
+                if op.type == "LSTMBlockCell"
+                else None,
+                cell_clip=clip if clip is not None and clip > 0 else None,
+            )
+        )
     return apps

@@ -52,8 +52,13 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
         loops = [op.name for op in ops if op.type in ("While", "StatelessWhile", "Enter")]
         conds = [op.name for op in ops if op.type in ("If", "StatelessIf", "Switch")]
         cudnn = gpu_only_problem(graph)
-        layer_norm = [op.name for op in ops if op.type == "Split" and "layer_norm" in op.name.lower() + "".join(
-            c.name.lower() for t in op.outputs for c in t.consumers())]
+        layer_norm = [
+            op.name
+            for op in ops
+            if op.type == "Split"
+            and "layer_norm"
+            in op.name.lower() + "".join(c.name.lower() for t in op.outputs for c in t.consumers())
+        ]
         hint = ""
         if cudnn:
             hint = f"; {cudnn}"
@@ -82,7 +87,8 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
     return cells
 
 
-_SHAPE_ONLY = {"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank"}  # ops that read only a tensor's shape
+# ops that read only a tensor's shape
+_SHAPE_ONLY = {"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank"}
 
 
 def _without_shape_probes(graph: tf.Graph, cells: list[Cell]) -> list[Cell]:
@@ -94,8 +100,14 @@ def _without_shape_probes(graph: tf.Graph, cells: list[Cell]) -> list[Cell]:
     def probe(c: Cell) -> bool:
         keras = "recurrent_kernel" in c.weights
         return (
-            keras and c.path == "fetch" and len(c.steps) == 1 and c.variables["kernel"] in in_loops
-            and all(op.type in _SHAPE_ONLY for op in graph.get_tensor_by_name(c.steps[0].states[-1]).consumers())
+            keras
+            and c.path == "fetch"
+            and len(c.steps) == 1
+            and c.variables["kernel"] in in_loops
+            and all(
+                op.type in _SHAPE_ONLY
+                for op in graph.get_tensor_by_name(c.steps[0].states[-1]).consumers()
+            )
         )
 
     return [c for c in cells if not probe(c)]
@@ -108,11 +120,19 @@ def _where(c: Cell) -> list[str]:
     if c.loop is not None:
         return [c.loop.loop.removesuffix("/while_context")] * 3
     if c.fused is not None:
-        return [c.fused.ops[0].rpartition("/")[0], c.fused.h_prev[0].rpartition(":")[0], c.fused.ops[0]]
+        return [
+            c.fused.ops[0].rpartition("/")[0],
+            c.fused.h_prev[0].rpartition(":")[0],
+            c.fused.ops[0],
+        ]
     first = c.steps[-1] if c.backward else c.steps[0]  # the step computed first
     scope = first.previous[-1].rpartition(":")[0].rpartition("/")[0]
     parts = [p for p in scope.split("/") if not re.fullmatch(r"\w*ZeroState(_\d+)?", p)]
-    return [first.gate_op.rpartition("/")[0], "/".join(parts) or scope or first.previous[-1], first.gate_op]
+    return [
+        first.gate_op.rpartition("/")[0],
+        "/".join(parts) or scope or first.previous[-1],
+        first.gate_op,
+    ]
 
 
 def _shortest(wheres: list[str]) -> list[str]:
@@ -146,7 +166,10 @@ def _distinct_names(cells: list[Cell]) -> list[Cell]:
         wheres = [_where(c) for c in group]
         for k in range(3):
             if len({w[k] for w in wheres}) == len(group):
-                new.update((id(c), f"{name}@{short}") for c, short in zip(group, _shortest([w[k] for w in wheres])))
+                new.update(
+                    (id(c), f"{name}@{short}")
+                    for c, short in zip(group, _shortest([w[k] for w in wheres]))
+                )
                 break
         else:
             raise GraphPatternError(

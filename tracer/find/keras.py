@@ -48,7 +48,9 @@ def _activation(fn: Any, framework: str) -> tuple[str, Any]:
     return name, lambda x: np.asarray(fn(x), dtype=np.float32)
 
 
-def walk_layers(layers: Sequence[Any], prefix: str, hidden: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+def walk_layers(
+    layers: Sequence[Any], prefix: str, hidden: list[str] | None = None
+) -> Iterator[tuple[str, Any]]:
     """(path, layer) for every RNN layer, inside Bidirectional wrappers and nested models.
     RNN layers inside any other wrapper (TimeDistributed, ...) are appended to `hidden`."""
     for layer in layers:
@@ -60,7 +62,10 @@ def walk_layers(layers: Sequence[Any], prefix: str, hidden: list[str] | None = N
         elif hasattr(layer, "layers") and layer.layers:  # a nested model
             yield from walk_layers(layer.layers, path + "/", hidden)
         elif hasattr(layer, "layer") and hidden is not None:  # another wrapper: say what it hides
-            inner = [f"{p} (a {type(l).__name__} inside {type(layer).__name__})" for p, l in walk_layers([layer.layer], path + "/", hidden)]
+            inner = [
+                f"{p} (a {type(l).__name__} inside {type(layer).__name__})"
+                for p, l in walk_layers([layer.layer], path + "/", hidden)
+            ]
             hidden.extend(inner)
 
 
@@ -80,7 +85,8 @@ def _static_steps(layer: Any) -> int | None:
         else:  # Keras 3: a layer called with a mask or states takes a list, the sequence first
             given = layer.input
             shape = (given[0] if isinstance(given, (list, tuple)) else given).shape
-    except (AttributeError, ValueError, RuntimeError):  # a layer called on several inputs, or never called
+    # a layer called on several inputs, or never called
+    except (AttributeError, ValueError, RuntimeError):
         return None
     if isinstance(shape, list):
         shape = shape[0]
@@ -104,7 +110,10 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
     """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
     cells, others = [], []
     framework = framework_of(model.model)
-    others += [f"{h}: wrapped layers run on reshaped rows and are not recorded" for h in hidden_layers(model)]
+    others += [
+        f"{h}: wrapped layers run on reshaped rows and are not recorded"
+        for h in hidden_layers(model)
+    ]
     wrappers = _wrappers(model.model.layers)
     for path, layer in walk_layers(model.model.layers, ""):
         cell = layer.cell
@@ -114,20 +123,33 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
             continue
         kernel, recurrent = to_numpy(cell.kernel), to_numpy(cell.recurrent_kernel)
         units = recurrent.shape[0]
-        bias = to_numpy(cell.bias) if getattr(cell, "use_bias", True) and cell.bias is not None else None
+        bias = (
+            to_numpy(cell.bias)
+            if getattr(cell, "use_bias", True) and cell.bias is not None
+            else None
+        )
         reset_after = bool(cell.reset_after) if spec is KERAS_GRU else None
-        weights = {"kernel": np.concatenate([kernel, recurrent]), "bias": np.zeros(kernel.shape[1], np.float32)}
-        if bias is not None and bias.ndim == 2:  # GRU with reset_after: [input bias, recurrent bias]
+        weights = {
+            "kernel": np.concatenate([kernel, recurrent]),
+            "bias": np.zeros(kernel.shape[1], np.float32),
+        }
+        # GRU with reset_after: [input bias, recurrent bias]
+        if bias is not None and bias.ndim == 2:
             weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
         elif bias is not None:
             weights["bias"] = bias
         elif reset_after:
             weights["recurrent_bias"] = np.zeros(kernel.shape[1], np.float32)
-        variables = {"kernel": _variable_name(cell.kernel), "recurrent_kernel": _variable_name(cell.recurrent_kernel)}
+        variables = {
+            "kernel": _variable_name(cell.kernel),
+            "recurrent_kernel": _variable_name(cell.recurrent_kernel),
+        }
         if bias is not None:
             variables["bias"] = _variable_name(cell.bias)
         act_name, act = _activation(cell.activation, framework)
-        gate_name, gate_act = _activation(getattr(cell, "recurrent_activation", None) or (lambda x: x), framework)
+        gate_name, gate_act = _activation(
+            getattr(cell, "recurrent_activation", None) or (lambda x: x), framework
+        )
         cells.append(
             KerasCell(
                 name=path,
@@ -144,7 +166,8 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
                 framework=framework,
                 act=act,
                 gate_act=gate_act,
-                steps=_static_steps(layer) or (_static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None),
+                steps=_static_steps(layer)
+                or (_static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None),
             )
         )
     if not cells:
@@ -154,5 +177,3 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
             f"(also inside Bidirectional and nested models){found}"
         )
     return cells
-
-

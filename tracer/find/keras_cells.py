@@ -43,7 +43,13 @@ from tracer.find.application import ACTIVATIONS, ADDS, Application
 from tracer.find.edges import const_scalar, other_input, weight_name, weight_source
 from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 
-__all__ = ["keras_lstm_step", "keras_lstm1_step", "keras_gru_step", "keras_gru1_step", "keras_rnn_step"]
+__all__ = [
+    "keras_lstm_step",
+    "keras_lstm1_step",
+    "keras_gru_step",
+    "keras_gru1_step",
+    "keras_rnn_step",
+]
 
 
 def _users(t: tf.Tensor) -> list[tf.Operation]:
@@ -56,11 +62,19 @@ def _bias_added(t: tf.Tensor, onto: tuple[str, ...]) -> tuple[tf.Tensor, tf.Tens
     """(what a bias is added onto, the bias) if `t` adds a bias weight to the output of an op of
     a type in `onto`: by BiasAdd (tf-keras, Keras 3.11 and later) or by AddV2 (Keras 3.0 to
     3.10); the bias may be a row of Keras' [2, 3u] GRU bias. None otherwise."""
-    if t.op.type == "BiasAdd" and t.op.inputs[0].op.type in onto and weight_source(_whole_bias(t.op.inputs[1])) is not None:
+    if (
+        t.op.type == "BiasAdd"
+        and t.op.inputs[0].op.type in onto
+        and weight_source(_whole_bias(t.op.inputs[1])) is not None
+    ):
         return t.op.inputs[0], t.op.inputs[1]
     if t.op.type in ADDS and len(t.op.inputs) == 2:
         for a, b in (t.op.inputs, reversed(t.op.inputs)):
-            if a.op.type in onto and b.shape.rank == 1 and weight_source(_whole_bias(b)) is not None:
+            if (
+                a.op.type in onto
+                and b.shape.rank == 1
+                and weight_source(_whole_bias(b)) is not None
+            ):
                 return a, b
     return None
 
@@ -82,7 +96,9 @@ def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation]
     names = [weight_name(m.inputs[1]) for m in sides]
     if sum("recurrent_kernel" in n for n in names) != 1:
         return None
-    x_side, h_side = (sides[0], sides[1]) if "recurrent_kernel" in names[1] else (sides[1], sides[0])
+    x_side, h_side = (
+        (sides[0], sides[1]) if "recurrent_kernel" in names[1] else (sides[1], sides[0])
+    )
     return x_side, h_side
 
 
@@ -97,7 +113,9 @@ def _lstm_states(f: tf.Tensor, o: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.T
     return other_input(f_mul[0], f), c_new[0].outputs[0], h_mul[0].outputs[0]
 
 
-def _keras_weights(kernel: tf.Tensor, recurrent: tf.Tensor, bias: tf.Tensor | None) -> dict[str, tf.Tensor]:
+def _keras_weights(
+    kernel: tf.Tensor, recurrent: tf.Tensor, bias: tf.Tensor | None
+) -> dict[str, tf.Tensor]:
     weights = {"kernel": kernel, "recurrent_kernel": recurrent}
     if bias is not None:
         weights["bias"] = bias
@@ -166,7 +184,11 @@ def _linear_into(t: tf.Tensor, state: tf.Operation) -> tuple[tf.Tensor, str] | N
     """(t, "linear") when no nonlinearity follows `t` (`activation="linear"`: Keras applies
     nothing) and its one user is the `Mul` whose product the state update `state` adds."""
     users = _users(t)
-    if len(users) == 1 and users[0].type == "Mul" and any(op is state for op in _users(users[0].outputs[0])):
+    if (
+        len(users) == 1
+        and users[0].type == "Mul"
+        and any(op is state for op in _users(users[0].outputs[0]))
+    ):
         return t, "linear"
     return None
 
@@ -181,7 +203,11 @@ def _column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
     if op.type == "Split" and const_scalar(op.inputs[0]) in (1, -1):
         return op.inputs[1], t.value_index
     if op.type == "StridedSlice" and op.inputs[0].shape.rank in (None, 2):
-        begin = tf.make_ndarray(op.inputs[1].op.get_attr("value")) if op.inputs[1].op.type == "Const" else None
+        begin = (
+            tf.make_ndarray(op.inputs[1].op.get_attr("value"))
+            if op.inputs[1].op.type == "Const"
+            else None
+        )
         if begin is None or len(begin) != 2:
             return None
         return op.inputs[0], 0 if op.get_attr("begin_mask") & 2 else int(begin[1])
@@ -207,14 +233,25 @@ def _input_blocks(first: tf.Operation) -> tuple[tf.Operation, dict[int, tf.Opera
         return None
     sliced = _column_slice(first.inputs[1])
     kernel = weight_source(sliced[0]) if sliced else None
-    if sliced is None or sliced[1] != 0 or kernel is None or "recurrent" in kernel.name or "kernel" not in kernel.name:
+    if (
+        sliced is None
+        or sliced[1] != 0
+        or kernel is None
+        or "recurrent" in kernel.name
+        or "kernel" not in kernel.name
+    ):
         return None
     x = first.inputs[0]
     blocks = {}
     for op in _users(x):
-        cut = _column_slice(op.inputs[1]) if op.type == "MatMul" and op.inputs[0].name == x.name else None
+        cut = (
+            _column_slice(op.inputs[1])
+            if op.type == "MatMul" and op.inputs[0].name == x.name
+            else None
+        )
         source = weight_source(cut[0]) if cut is not None else None
-        if source is not None and source.name == kernel.name:  # blocks of one variable (perhaps several reads)
+        # blocks of one variable (perhaps several reads)
+        if source is not None and source.name == kernel.name:
             blocks[cut[1]] = op
     return kernel, blocks
 
@@ -256,7 +293,10 @@ def keras_lstm1_step(first: tf.Operation) -> Application | None:
         rec = other_input(adds[0], z).op
         cut = _column_slice(rec.inputs[1]) if rec.type == "MatMul" else None
         source = weight_source(cut[0]) if cut is not None else None
-        if source is None or (recurrent is not None and source.name != weight_source(recurrent).name):  # reads of one variable
+        # reads of one variable
+        if source is None or (
+            recurrent is not None and source.name != weight_source(recurrent).name
+        ):
             return None
         h_prev, recurrent = rec.inputs[0], cut[0]
         order.append(cut[1])
@@ -298,7 +338,8 @@ def keras_gru1_step(first: tf.Operation) -> Application | None:
         return None
     kernel, blocks = found
     full, x = _column_slice(first.inputs[1])[0], first.inputs[0]
-    parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]  # Keras order z (our u), r, h (our c)
+    # Keras order z (our u), r, h (our c)
+    parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]
     bias = parts[0][1]
     pre, act, names, recurrent, h_prev = [], [], [], None, None
     for z, _ in parts[:2]:
@@ -314,7 +355,9 @@ def keras_gru1_step(first: tf.Operation) -> Application | None:
     z_c = parts[2][0]
     adds = [op for op in _users(z_c) if op.type in ADDS]
     candidate = _gate_nonlinearity(adds[0].outputs[0]) if len(adds) == 1 else None
-    h_new = [a for m in _users(act[0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in ADDS]
+    h_new = [
+        a for m in _users(act[0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in ADDS
+    ]
     if candidate is None or len(h_new) != 1 or names[0] != names[1]:
         return None
     return Application(
@@ -374,7 +417,11 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
     biased = _bias_added(split.inputs[1], ("MatMul",))
     if biased is not None:
         mm, bias = biased[0].op, biased[1]
-    if mm.type != "MatMul" or weight_source(mm.inputs[1]) is None or "recurrent" in weight_name(mm.inputs[1]):
+    if (
+        mm.type != "MatMul"
+        or weight_source(mm.inputs[1]) is None
+        or "recurrent" in weight_name(mm.inputs[1])
+    ):
         return None
     adds = []
     for block in split.outputs[:2]:  # z (our u), r
@@ -389,14 +436,26 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
     if product is None:
         return None
     h_prev = product.inputs[0]
-    recurrent = product.inputs[1].op.inputs[0] if product.inputs[1].op.type == "StridedSlice" else product.inputs[1]
+    recurrent = (
+        product.inputs[1].op.inputs[0]
+        if product.inputs[1].op.type == "StridedSlice"
+        else product.inputs[1]
+    )
     c_add = [op for op in _users(split.outputs[2]) if op.type in ADDS]
     if len(c_add) != 1:
         return None
-    h_new = [a for m in _users(gates[0][0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in ADDS]
+    h_new = [
+        a
+        for m in _users(gates[0][0])
+        if m.type == "Mul"
+        for a in _users(m.outputs[0])
+        if a.type in ADDS
+    ]
     if len(h_new) != 1 or gates[0][1] != gates[1][1]:
         return None
-    candidate = _gate_nonlinearity(c_add[0].outputs[0]) or _linear_into(c_add[0].outputs[0], h_new[0])
+    candidate = _gate_nonlinearity(c_add[0].outputs[0]) or _linear_into(
+        c_add[0].outputs[0], h_new[0]
+    )
     if candidate is None:
         return None
     weights = {"kernel": mm.inputs[1], "recurrent_kernel": recurrent}

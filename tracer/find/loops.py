@@ -29,7 +29,8 @@ from tracer.find.fused import fused_steps
 from tracer.find.steps import find_steps
 from tracer.cells.found import Fused, Loop
 
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
+# noqa: E402  # isort: skip  (after tracer._tf)
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 __all__ = ["in_v1_loop", "v1_loop_cells", "v2_loop_cells"]
 
@@ -94,15 +95,35 @@ def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
     tensors, which the rewritten loop stacks (`tracer.values.emit`)."""
     kernel = graph.get_tensor_by_name(weights["kernel"])
     variables = variables_of(graph, weights, f"{loop.loop}: the cell at {app.gate_op.name}")
-    projection = graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
+    projection = (
+        graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
+    )
     name = cell_name(weight_source(kernel), app.spec)
     fused = None
     if app.gate_op.type in ("LSTMBlockCell", "GRUBlockCell"):
         peephole = "w_i_diag" in weights
-        fused = Fused(app.gate_op.type, (app.gate_op.name,), x=(app.input.name,), h_prev=(app.previous[-1].name,),
-                      c_prev=(app.previous[0].name,) if peephole else (), use_peephole=peephole, length=loop.length, stacked=True)
-    return cell_of(app, name, kernel, projection, weights=weights, variables=variables, steps=(), loop=loop,
-                   backward=loop.reversed, fused=fused)
+        fused = Fused(
+            app.gate_op.type,
+            (app.gate_op.name,),
+            x=(app.input.name,),
+            h_prev=(app.previous[-1].name,),
+            c_prev=(app.previous[0].name,) if peephole else (),
+            use_peephole=peephole,
+            length=loop.length,
+            stacked=True,
+        )
+    return cell_of(
+        app,
+        name,
+        kernel,
+        projection,
+        weights=weights,
+        variables=variables,
+        steps=(),
+        loop=loop,
+        backward=loop.reversed,
+        fused=fused,
+    )
 
 
 def _value(t: tf.Tensor) -> tf.Tensor:
@@ -123,7 +144,9 @@ def _value(t: tf.Tensor) -> tf.Tensor:
             f"({handle.op.name}) where a VarHandleOp was expected, and no read of it outside the loop to fetch"
         )
     with t.graph.as_default(), t.graph.name_scope(None):
-        return tf.raw_ops.ReadVariableOp(resource=t, dtype=handle.op.get_attr("dtype"), name=f"{handle.op.name}/gatetrace_read")
+        return tf.raw_ops.ReadVariableOp(
+            resource=t, dtype=handle.op.get_attr("dtype"), name=f"{handle.op.name}/gatetrace_read"
+        )
 
 
 def _whole(t: tf.Tensor) -> tf.Tensor:
@@ -172,7 +195,15 @@ def _stack(apps, one: Callable) -> list:
 # What a wrapper between two stacked layers does to the output on its way up: DropoutWrapper's
 # `tf.nn.dropout` (`where(keep, x * scale, 0)`, or `x * scale * mask` in older TensorFlow),
 # ResidualWrapper's add of the layer's own input (GNMT's stacking).
-_ELEMENTWISE = {"Identity": (0,), "Mul": (0, 1), "RealDiv": (0,), "Select": (1, 2), "SelectV2": (1, 2), "AddV2": (0, 1), "Add": (0, 1)}
+_ELEMENTWISE = {
+    "Identity": (0,),
+    "Mul": (0, 1),
+    "RealDiv": (0,),
+    "Select": (1, 2),
+    "SelectV2": (1, 2),
+    "AddV2": (0, 1),
+    "Add": (0, 1),
+}
 
 
 def _direct(app, below) -> bool:
@@ -217,13 +248,16 @@ def _v1_outside(t: tf.Tensor) -> tf.Tensor:
     if merge is not None:
         t = merge.inputs[0]
     start = t
-    while t.op.type in ("Identity", "ReadVariableOp"):  # a resource variable is read inside the loop
+    # a resource variable is read inside the loop
+    while t.op.type in ("Identity", "ReadVariableOp"):
         t = t.op.inputs[0]
     if t.op.type == "Enter":
         return t.op.inputs[0]
     if not in_v1_frame(start):
         return start
-    raise GraphPatternError(f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op")
+    raise GraphPatternError(
+        f"{t.name}: expected a value entering the while loop (Enter), found a {t.op.type} op"
+    )
 
 
 def _v1_after(t: tf.Tensor) -> str | None:
@@ -255,7 +289,9 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
         inputs = None
         if below is None:
             if app.input.op.type != "TensorArrayReadV3":
-                raise GraphPatternError(f"{app.gate_op.name}: expected the cell's input to be read from a TensorArray, found a {app.input.op.type} op")
+                raise GraphPatternError(
+                    f"{app.gate_op.name}: expected the cell's input to be read from a TensorArray, found a {app.input.op.type} op"
+                )
             inputs = _v1_array_source(app.input.op.inputs[0], {"TensorArrayScatterV3"}, 2)
         lengths = _lengths_compare(app.states[-1])
         write = _consumer(app.states[-1], {"TensorArrayWriteV3"}, index=2)
@@ -267,10 +303,15 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             initial=tuple(_v1_outside(t).name for t in app.previous),
             final=tuple(_v1_after(t) for t in app.previous),
             lengths=None if lengths is None else _v1_outside(lengths).name,
-            outputs=None if write is None else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
+            outputs=None
+            if write is None
+            else _v1_array_source(write.inputs[0], {"TensorArrayGatherV3"}, -1),
             length=_length(graph, inputs, below),
             masked=lengths is None and _selected(app.states[-1]),
-            carried=all(_carries(_v1_merge(p).inputs[1].op.inputs[0], new) for p, new in zip(app.previous, app.states)),
+            carried=all(
+                _carries(_v1_merge(p).inputs[1].op.inputs[0], new)
+                for p, new in zip(app.previous, app.states)
+            ),
             direct=_direct(app, below),
             body=step_of(app, 0),
             **_reversal(graph, inputs, below),
@@ -294,10 +335,18 @@ def v2_loop_cells(graph: tf.Graph) -> list:
     for op in loops:
         body = function_def_to_graph(library[op.get_attr("body").name])
         # Arguments the body returns unchanged are constant over the loop (weights, lengths).
-        body.loop_invariants = {i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name}
+        body.loop_invariants = {
+            i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name
+        }
         # ...and named after the variables they carry, which tell a kernel from a recurrent one.
-        outer = {i.name: weight_source(t) for i, t in zip(body.inputs, op.inputs) if i.name in body.loop_invariants}
-        body.outer_names = {name: source.name for name, source in outer.items() if source is not None}
+        outer = {
+            i.name: weight_source(t)
+            for i, t in zip(body.inputs, op.inputs)
+            if i.name in body.loop_invariants
+        }
+        body.outer_names = {
+            name: source.name for name, source in outer.items() if source is not None
+        }
         apps = find_steps(body) + fused_steps(body)
         if not apps:
             continue
@@ -308,21 +357,31 @@ def v2_loop_cells(graph: tf.Graph) -> list:
             while t.op.type in ("Identity", "ReadVariableOp") and t.name not in index:
                 t = t.op.inputs[0]
             if t.name not in index:
-                raise GraphPatternError(f"{op.name}: expected {start.name} of its body to be a loop argument, found a {t.op.type} op")
+                raise GraphPatternError(
+                    f"{op.name}: expected {start.name} of its body to be a loop argument, found a {t.op.type} op"
+                )
             return index[t.name]
 
         def one(app, below, op=op, arg=arg, body=body):
             inputs = None
             if below is None:
                 if app.input.op.type != "TensorListGetItem":
-                    raise GraphPatternError(f"{op.name}: expected the cell's input to be read from a TensorList, found a {app.input.op.type} op")
+                    raise GraphPatternError(
+                        f"{op.name}: expected the cell's input to be read from a TensorList, found a {app.input.op.type} op"
+                    )
                 source = op.inputs[arg(app.input.op.inputs[0])]
                 if source.op.type != "TensorListFromTensor":
-                    raise GraphPatternError(f"{op.name}: expected its input sequence to come from TensorListFromTensor, found {source.op.type}")
+                    raise GraphPatternError(
+                        f"{op.name}: expected its input sequence to come from TensorListFromTensor, found {source.op.type}"
+                    )
                 inputs = source.op.inputs[0].name
             lengths = _lengths_compare(app.states[-1])
             write = _consumer(app.states[-1], {"TensorListSetItem"}, index=2)
-            stacked = None if write is None else _consumer(op.outputs[arg(write.inputs[0])], {"TensorListStack"}, index=0)
+            stacked = (
+                None
+                if write is None
+                else _consumer(op.outputs[arg(write.inputs[0])], {"TensorListStack"}, index=0)
+            )
             loop = Loop(
                 control_flow="v2",
                 loop=op.name,
@@ -334,12 +393,16 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 outputs=None if stacked is None else stacked.outputs[0].name,
                 length=_length(graph, inputs, below),
                 masked=lengths is None and _selected(app.states[-1]),
-                carried=all(_carries(body.outputs[arg(p)], new) for p, new in zip(app.previous, app.states)),
+                carried=all(
+                    _carries(body.outputs[arg(p)], new) for p, new in zip(app.previous, app.states)
+                ),
                 direct=_direct(app, below),
                 body=step_of(app, 0),
                 **_reversal(graph, inputs, below),
             )
-            weights = {role: _value(_whole(op.inputs[arg(t)])).name for role, t in app.weights.items()}
+            weights = {
+                role: _value(_whole(op.inputs[arg(t)])).name for role, t in app.weights.items()
+            }
             return _loop_cell(graph, app, weights, loop)
 
         cells += _stack(apps, one)

@@ -34,15 +34,19 @@ def find_steps(graph: tf.Graph) -> list[Application]:
             continue
         n = op.get_attr("num_split")
         app = (
-            (lstm_step(op) or keras_lstm_step(op)) if n == 4
-            else gru_step(op) if n == 2
-            else keras_gru_step(op) if n == 3
+            (lstm_step(op) or keras_lstm_step(op))
+            if n == 4
+            else gru_step(op)
+            if n == 2
+            else keras_gru_step(op)
+            if n == 3
             else None
         )
         if app is not None:
             apps.append(app)
             claimed.update(app.claimed)
-    for op in graph.get_operations():  # Keras cells with implementation=1: keyed on their first input block
+    # Keras cells with implementation=1: keyed on their first input block
+    for op in graph.get_operations():
         if op.type == "MatMul" and op.name not in claimed:
             app = keras_lstm1_step(op) or keras_gru1_step(op)
             if app is not None:

@@ -55,7 +55,16 @@ def _static_width(t: tf.Tensor) -> int | None:
         if t.name in seen:
             continue
         seen.add(t.name)
-        if t.op.type in ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter", "NextIteration", "RefNextIteration"):
+        if t.op.type in (
+            "Identity",
+            "RefIdentity",
+            "Switch",
+            "RefSwitch",
+            "Enter",
+            "RefEnter",
+            "NextIteration",
+            "RefNextIteration",
+        ):
             todo.append(t.op.inputs[0])
         elif t.op.type in ("Merge", "RefMerge"):
             todo += list(t.op.inputs)
@@ -73,7 +82,11 @@ def _recurrent_width(concat: tf.Operation, kernel: tf.Tensor) -> int | None:
 
 def _is_projection(op: tf.Operation, m: tf.Tensor, units: int, width: int) -> bool:
     kernel = op.inputs[1]
-    return op.inputs[0].name == m.name and weight_source(kernel) is not None and kernel.shape.as_list() == [units, width]
+    return (
+        op.inputs[0].name == m.name
+        and weight_source(kernel) is not None
+        and kernel.shape.as_list() == [units, width]
+    )
 
 
 def _chain_to_sigmoid(t: tf.Tensor) -> tuple[tf.Operation, list[tf.Tensor]]:
@@ -152,18 +165,26 @@ def lstm_step(split: tf.Operation) -> Application | None:
     # c = f * c_prev + i * j: the Mul of sigmoid(i) and act(j), the Add it feeds, and
     # that Add's other operand, the Mul of sigmoid(f) and c_prev.
     input_mul = only_one(
-        consumers_of(sig_i.outputs[0], {"Mul"}, lambda op: reads(op, act_j.outputs[0])), "Mul of the input gate", sig_i
+        consumers_of(sig_i.outputs[0], {"Mul"}, lambda op: reads(op, act_j.outputs[0])),
+        "Mul of the input gate",
+        sig_i,
     )
-    c_raw = only_one(consumers_of(input_mul.outputs[0], ADDS), "Add forming the cell state", input_mul)
+    c_raw = only_one(
+        consumers_of(input_mul.outputs[0], ADDS), "Add forming the cell state", input_mul
+    )
     forget_mul = other_input(c_raw, input_mul.outputs[0]).op
     if forget_mul.type != "Mul" or not reads(forget_mul, sig_f.outputs[0]):
-        raise GraphPatternError(f"{c_raw.name}: expected the cell state to add sigmoid(f) * c_prev, found a {forget_mul.type} op")
+        raise GraphPatternError(
+            f"{c_raw.name}: expected the cell state to add sigmoid(f) * c_prev, found a {forget_mul.type} op"
+        )
     c_prev = other_input(forget_mul, sig_f.outputs[0])
     c, cell_clip = _clip(c_raw.outputs[0])
 
     # h = sigmoid(o) * act(c): the Mul of sigmoid(o) whose other operand reads c.
     m = only_one(
-        consumers_of(sig_o.outputs[0], {"Mul"}, lambda op: reads(other_input(op, sig_o.outputs[0]).op, c)),
+        consumers_of(
+            sig_o.outputs[0], {"Mul"}, lambda op: reads(other_input(op, sig_o.outputs[0]).op, c)
+        ),
         "Mul of the output gate",
         sig_o,
     ).outputs[0]
@@ -213,18 +234,36 @@ def gru_step(split: tf.Operation) -> Application | None:
         return None
     _, concat, kernel = found
     r, u = split.outputs  # r = reset gate, u = update gate
-    r_state = only_one(consumers_of(r, {"Mul"}, lambda op: feeds_into(op, {"ConcatV2"})), "Mul of the reset gate", split)
-    cand_concat = only_one(consumers_of(r_state.outputs[0], {"ConcatV2"}), "ConcatV2 of the candidate", r_state)
+    r_state = only_one(
+        consumers_of(r, {"Mul"}, lambda op: feeds_into(op, {"ConcatV2"})),
+        "Mul of the reset gate",
+        split,
+    )
+    cand_concat = only_one(
+        consumers_of(r_state.outputs[0], {"ConcatV2"}), "ConcatV2 of the candidate", r_state
+    )
     cand_matmul = only_one(
-        consumers_of(cand_concat.outputs[0], {"MatMul"}, lambda op: weight_source(op.inputs[1]) is not None),
+        consumers_of(
+            cand_concat.outputs[0], {"MatMul"}, lambda op: weight_source(op.inputs[1]) is not None
+        ),
         "MatMul of the candidate",
         cand_concat,
     )
-    cand_bias_add = only_one(consumers_of(cand_matmul.outputs[0], {"BiasAdd"}), "BiasAdd of the candidate", cand_matmul)
+    cand_bias_add = only_one(
+        consumers_of(cand_matmul.outputs[0], {"BiasAdd"}), "BiasAdd of the candidate", cand_matmul
+    )
     if _kernel_step(cand_bias_add) is None:
         return None
-    act = only_one(consumers_of(cand_bias_add.outputs[0], ACTIVATIONS), "activation of the candidate", cand_bias_add)
-    mix = only_one(consumers_of(act.outputs[0], {"Mul"}, lambda op: feeds_into(op, ADDS)), "Mul of (1 - u) and the candidate", act)
+    act = only_one(
+        consumers_of(cand_bias_add.outputs[0], ACTIVATIONS),
+        "activation of the candidate",
+        cand_bias_add,
+    )
+    mix = only_one(
+        consumers_of(act.outputs[0], {"Mul"}, lambda op: feeds_into(op, ADDS)),
+        "Mul of (1 - u) and the candidate",
+        act,
+    )
     new_h = only_one(consumers_of(mix.outputs[0], ADDS), "Add forming the new state", mix)
     return Application(
         spec=GRU,

@@ -39,7 +39,11 @@ def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
     by_chain: dict[str, list[Application]] = {}
     for kernel, group in by_kernel.items():
         group.sort(key=lambda a: order.get(a.gate_op.name, 0))
-        for k, chain in enumerate(chains(group, lambda a: a.states[-1], lambda a: a.previous[-1], lambda a: a.gate_op.name)):
+        for k, chain in enumerate(
+            chains(
+                group, lambda a: a.states[-1], lambda a: a.previous[-1], lambda a: a.gate_op.name
+            )
+        ):
             by_chain[f"{kernel}#{k}"] = chain
     names = {k: cell_name(g[0].kernel, g[0].spec) for k, g in by_chain.items()}
 

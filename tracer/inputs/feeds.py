@@ -23,7 +23,19 @@ from recorders.errors import FeedError
 from tracer._tf import tf
 from tracer.inputs.files import is_input_spec, open_input
 
-__all__ = ["load_array", "parse_feed_args", "resolve_feeds", "fed_names", "pipeline_entries", "describe_entry", "unfed_placeholders", "count_sequences", "fixed_size", "cast_notes", "batches"]
+__all__ = [
+    "load_array",
+    "parse_feed_args",
+    "resolve_feeds",
+    "fed_names",
+    "pipeline_entries",
+    "describe_entry",
+    "unfed_placeholders",
+    "count_sequences",
+    "fixed_size",
+    "cast_notes",
+    "batches",
+]
 
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
 # Ops that hand out the next batch of an input pipeline: a queue's dequeues (TF1 input
@@ -57,20 +69,28 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
-            raise FeedError(f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0")
+            raise FeedError(
+                f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"
+            )
         if is_input_spec(value):
             feeds[name] = open_input(value, f"feed {name}")
         else:
             scalar = _parse_scalar(value)
             if scalar is None:
-                raise FeedError(f"feed {name}={value}: {value!r} is neither a .npy/.npz/.parquet file nor a number or true/false")
+                raise FeedError(
+                    f"feed {name}={value}: {value!r} is neither a .npy/.npz/.parquet file nor a number or true/false"
+                )
             feeds[name] = scalar
     return feeds
 
 
 def _placeholders(graph: tf.Graph) -> str:
     """The graph's placeholders, leaving out the string ones a Saver adds for its file name."""
-    names = [op.name for op in graph.get_operations() if op.type in _PLACEHOLDERS and op.outputs[0].dtype != tf.string]
+    names = [
+        op.name
+        for op in graph.get_operations()
+        if op.type in _PLACEHOLDERS and op.outputs[0].dtype != tf.string
+    ]
     return ", ".join(names[:10]) if names else "(none)"
 
 
@@ -86,7 +106,9 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
     try:
         tensor = graph.get_tensor_by_name(tensor_name)
     except (KeyError, ValueError):
-        raise FeedError(f"unknown feed {name!r}: the graph has no tensor {tensor_name}; its placeholders are {_placeholders(graph)}") from None
+        raise FeedError(
+            f"unknown feed {name!r}: the graph has no tensor {tensor_name}; its placeholders are {_placeholders(graph)}"
+        ) from None
     if not graph.is_feedable(tensor):
         raise FeedError(
             f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, which TensorFlow cannot feed; "
@@ -95,7 +117,9 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
     return tensor
 
 
-def fed_names(graph: tf.Graph, feeds: Mapping[str, Any], aliases: Mapping[str, str] | None = None) -> set[str]:
+def fed_names(
+    graph: tf.Graph, feeds: Mapping[str, Any], aliases: Mapping[str, str] | None = None
+) -> set[str]:
     """The names of the tensors `feeds` feed (names that name none are left to `resolve_feeds`)."""
     found = set()
     for name in feeds:
@@ -118,7 +142,9 @@ def _fanin(fetches: Iterable[tf.Tensor], fed: set[str]) -> dict[str, tf.Operatio
     return seen
 
 
-def pipeline_entries(fetches: Iterable[tf.Tensor], fed: set[str] = frozenset()) -> list[tuple[tf.Tensor, tf.Operation]]:
+def pipeline_entries(
+    fetches: Iterable[tf.Tensor], fed: set[str] = frozenset()
+) -> list[tuple[tf.Tensor, tf.Operation]]:
     """(tensor to feed, pipeline op) for each input pipeline op that running `fetches` would
     run: the first tensors of rank 2 or more (a batch of sequences) on the way from the op to
     the fetches, or the op's own outputs if none is."""
@@ -137,12 +163,23 @@ def pipeline_entries(fetches: Iterable[tf.Tensor], fed: set[str] = frozenset()) 
                 entries.append(t)
                 continue
             todo += [o for c in t.consumers() if c.name in fanin for o in c.outputs]
-        found += [(t, op) for t in (entries or [o for o in op.outputs if any(c.name in fanin for c in o.consumers())])]
+        found += [
+            (t, op)
+            for t in (
+                entries or [o for o in op.outputs if any(c.name in fanin for c in o.consumers())]
+            )
+        ]
     return sorted(found, key=lambda e: e[0].name)
 
 
 def _pipeline_kind(op: tf.Operation) -> str:
-    return "a tf.data iterator" if op.type.startswith("IteratorGetNext") else "a queue" if op.type.startswith("QueueDequeue") else "a reader"
+    return (
+        "a tf.data iterator"
+        if op.type.startswith("IteratorGetNext")
+        else "a queue"
+        if op.type.startswith("QueueDequeue")
+        else "a reader"
+    )
 
 
 def describe_entry(tensor: tf.Tensor, op: tf.Operation) -> str:
@@ -154,7 +191,8 @@ def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placehol
     """Check `value` against the placeholder (or Keras input: `what`); arrays stay on disk
     (cast batch by batch in `batches`)."""
     on_disk = hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) > 0
-    if hasattr(value, "fit") and tensor.shape.rank:  # TFRecord rows stored flat take the placeholder's shape
+    # TFRecord rows stored flat take the placeholder's shape
+    if hasattr(value, "fit") and tensor.shape.rank:
         value.fit(tuple(tensor.shape.as_list()[1:]))
     array = value if on_disk else np.asarray(value)
     want = tensor.dtype.as_numpy_dtype
@@ -178,11 +216,18 @@ def convert_feed(name: str, tensor: tf.Tensor, value: Any, what: str = "placehol
 
 def unfed_placeholders(fetches: Iterable[tf.Tensor], fed: set[str]) -> list[tf.Operation]:
     """Placeholders without a default that the fetches depend on and that are not fed."""
-    return [op for op in _fanin(fetches, fed).values() if op.type == "Placeholder" and op.outputs[0].name not in fed]
+    return [
+        op
+        for op in _fanin(fetches, fed).values()
+        if op.type == "Placeholder" and op.outputs[0].name not in fed
+    ]
 
 
 def resolve_feeds(
-    graph: tf.Graph, feeds: Mapping[str, Any], fetches: Iterable[tf.Tensor] = (), aliases: Mapping[str, str] | None = None
+    graph: tf.Graph,
+    feeds: Mapping[str, Any],
+    fetches: Iterable[tf.Tensor] = (),
+    aliases: Mapping[str, str] | None = None,
 ) -> dict[tf.Tensor, np.ndarray]:
     """A checked feed dict for `Session.run`; raises FeedError naming what does not fit.
     `aliases` maps other feed names (a SavedModel signature's input names) to tensor names."""
@@ -190,8 +235,14 @@ def resolve_feeds(
     for name, value in feeds.items():
         tensor = _placeholder(graph, name, aliases or {})
         if tensor in feed_dict:
-            raise FeedError(f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once")
-        what = "placeholder" if tensor.op.type in _PLACEHOLDERS else f"tensor ({tensor.op.type} output)"
+            raise FeedError(
+                f"placeholder {tensor.name} is fed twice (as {given[tensor]} and {name}); feed it once"
+            )
+        what = (
+            "placeholder"
+            if tensor.op.type in _PLACEHOLDERS
+            else f"tensor ({tensor.op.type} output)"
+        )
         feed_dict[tensor], given[tensor] = convert_feed(name, tensor, value, what), name
     fetches = list(fetches)
     pipelines = pipeline_entries(fetches, {t.name for t in feed_dict})
@@ -229,7 +280,11 @@ def _exactly(part: np.ndarray, tensor: tf.Tensor, start: int) -> np.ndarray:
         limit = 2 ** (np.finfo(want).nmant + 1)
         largest = int(np.abs(part.astype(np.int64)).max())
         if largest > limit:
-            row = start + int(np.flatnonzero((np.abs(part.astype(np.int64)) > limit).reshape(len(part), -1).any(1))[0])
+            row = start + int(
+                np.flatnonzero(
+                    (np.abs(part.astype(np.int64)) > limit).reshape(len(part), -1).any(1)
+                )[0]
+            )
             raise FeedError(
                 f"feed {tensor.name}: row {row:,} holds the integer {largest:,}, which {want.name} (the placeholder's type) cannot "
                 f"hold exactly (beyond {limit:,}): convert the input to the values the model expects"
@@ -241,21 +296,34 @@ def cast_notes(feed_dict: Mapping[tf.Tensor, Any]) -> list[str]:
     """A line for each array feed whose values are cast to the placeholder's type."""
     notes = []
     for t, v in feed_dict.items():
-        given = np.dtype(v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)  # an input file's rows stay unread
+        # an input file's rows stay unread
+        given = np.dtype(v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)
         want = np.dtype(t.dtype.as_numpy_dtype)
         if np.ndim(v) > 0 and given != want:
-            how = "exactly (a value it cannot hold exactly is refused)" if given.kind in "iub" else "rounding each value"
-            notes.append(f"feed {t.name}: the input is {given.name}, the placeholder {want.name}: values are cast, {how}")
+            how = (
+                "exactly (a value it cannot hold exactly is refused)"
+                if given.kind in "iub"
+                else "rounding each value"
+            )
+            notes.append(
+                f"feed {t.name}: the input is {given.name}, the placeholder {want.name}: values are cast, {how}"
+            )
     return notes
 
 
 def fixed_size(feed_dict: Mapping[tf.Tensor, np.ndarray]) -> set[int]:
     """The batch sizes the fed placeholders fix (their static first dimension), if any."""
-    return {t.shape[0] for t, v in feed_dict.items() if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None}
+    return {
+        t.shape[0]
+        for t, v in feed_dict.items()
+        if np.ndim(v) > 0 and t.shape.rank and t.shape[0] is not None
+    }
 
 
 def batches(
-    feed_dict: Mapping[tf.Tensor, np.ndarray], size: int, ranges: Iterable[tuple[int, int]] | None = None
+    feed_dict: Mapping[tf.Tensor, np.ndarray],
+    size: int,
+    ranges: Iterable[tuple[int, int]] | None = None,
 ) -> Iterator[tuple[int, int | None, dict[tf.Tensor, np.ndarray]]]:
     """Yield `(start, stop, feed_dict)` for consecutive batches of at most `size` sequences.
 
@@ -282,7 +350,8 @@ def batches(
             "feed at least one sequence"
         )
     for first, last in [(0, n)] if ranges is None else ranges:
-        for start in range(first, last, size) if last > first else [first]:  # an empty range: one empty batch
+        # an empty range: one empty batch
+        for start in range(first, last, size) if last > first else [first]:
             stop = min(start + size, last)
             batch = {}
             for t, v in feed_dict.items():

@@ -35,7 +35,15 @@ from recorders.errors import FeedError
 from recorders.write.files import is_uri
 from tracer.inputs.rows import Rows, file_kind, open_file
 
-__all__ = ["INPUT_SUFFIXES", "is_input_spec", "open_input", "open_npy", "RawRows", "NpzMember", "ParquetColumn"]
+__all__ = [
+    "INPUT_SUFFIXES",
+    "is_input_spec",
+    "open_input",
+    "open_npy",
+    "RawRows",
+    "NpzMember",
+    "ParquetColumn",
+]
 
 INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 
@@ -43,7 +51,10 @@ INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 def is_input_spec(value: str) -> bool:
     """`x.npy`, `d.npz`, `d.npz:name`, `d.parquet:column`, `d.tfrecord:feature`, `folder:column`
     (a Parquet dataset), `s3://bucket/x.npy`: an input file rather than a value."""
-    if value.endswith(INPUT_SUFFIXES) or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None:
+    if (
+        value.endswith(INPUT_SUFFIXES)
+        or re.search(r"\.(npz|parquet|tfrecords?):[^:/\\]+$", value) is not None
+    ):
         return True
     if re.match(r"^[a-z][a-z0-9+.-]*://", value):  # a URI: object storage, or file://
         return True
@@ -55,7 +66,8 @@ def open_input(spec: str, what: str) -> Any:
     `data.tfrecord:tokens` -> an array-like."""
     path, member = spec, ""
     head, _, tail = spec.rpartition(":")
-    if head and "/" not in tail and not Path(spec).is_file():  # `FILE:MEMBER` (a URI's scheme is followed by a slash)
+    # `FILE:MEMBER` (a URI's scheme is followed by a slash)
+    if head and "/" not in tail and not Path(spec).is_file():
         path, member = head, tail
     suffix = Path(path).suffix
     store, where = _location(path, what)
@@ -65,7 +77,9 @@ def open_input(spec: str, what: str) -> Any:
     if kind == "dir":  # a Parquet dataset: its files in name order
         suffix = ".parquet"
     elif suffix not in INPUT_SUFFIXES:
-        raise FeedError(f"{what}: {spec!r} is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files")
+        raise FeedError(
+            f"{what}: {spec!r} is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files"
+        )
     elif kind != "file":
         raise FeedError(f"{what}: no such file {path}")
     try:
@@ -76,13 +90,19 @@ def open_input(spec: str, what: str) -> Any:
             if isinstance(rows, RawRows):
                 rows.what = what
             return rows
-        rows = NpzMember(where, member or None, store) if suffix == ".npz" else ParquetColumn(where, member or None, store)
+        rows = (
+            NpzMember(where, member or None, store)
+            if suffix == ".npz"
+            else ParquetColumn(where, member or None, store)
+        )
         rows.what = what  # named in errors found while reading
         return rows
     except FeedError:
         raise
     except Exception as err:
-        raise FeedError(f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}") from err
+        raise FeedError(
+            f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}"
+        ) from err
 
 
 def _location(path: str, what: str = "input"):
@@ -90,7 +110,7 @@ def _location(path: str, what: str = "input"):
     `gs://bucket/key` (credentials and endpoint as pyarrow reads them: AWS_ENDPOINT_URL and
     the usual variables); (None, the path) for a local path or a `file://` URI."""
     if path.startswith("file://"):
-        return None, path[len("file://"):]
+        return None, path[len("file://") :]
     if not is_uri(path):
         return None, path
     from pyarrow import fs
@@ -123,7 +143,11 @@ def _files_under(store, path: str) -> list[str]:
         return [str(p) for p in Path(path).rglob("*") if p.is_file()]
     from pyarrow import fs
 
-    return [i.path for i in store.get_file_info(fs.FileSelector(path, recursive=True)) if i.type == fs.FileType.File]
+    return [
+        i.path
+        for i in store.get_file_info(fs.FileSelector(path, recursive=True))
+        if i.type == fs.FileType.File
+    ]
 
 
 def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:
@@ -131,7 +155,9 @@ def _pick(path: str, asked: str | None, names: list[str], kind: str) -> str:
     if asked is None and len(names) == 1:
         return names[0]
     if asked is None:
-        raise FeedError(f"{path} holds {len(names)} {kind}s ({', '.join(names)}); name one: {path}:{names[0] if names else 'NAME'}")
+        raise FeedError(
+            f"{path} holds {len(names)} {kind}s ({', '.join(names)}); name one: {path}:{names[0] if names else 'NAME'}"
+        )
     if asked not in names:
         raise FeedError(f"{path} has no {kind} {asked!r}; it holds {', '.join(names) or 'none'}")
     return asked
@@ -157,17 +183,27 @@ def _check_size(where: str, shape: tuple[int, ...], dtype: np.dtype, holds: int)
 def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype from an .npy header at `f`'s position; refuses what cannot be read by rows."""
     version = np.lib.format.read_magic(f)
-    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
     try:
         shape, fortran, dtype = read_header(f)
     except ValueError as err:
         raise FeedError(f"{where}: its .npy header cannot be read: {err}") from None
     if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise FeedError(f"{where}: its header declares the shape {shape}, which no array has; the file is damaged")
+        raise FeedError(
+            f"{where}: its header declares the shape {shape}, which no array has; the file is damaged"
+        )
     if _nbytes(shape, dtype) > 1 << 60:
-        raise FeedError(f"{where}: its header declares {list(shape)} of {dtype}, {_nbytes(shape, dtype):,} bytes; no file holds that")
+        raise FeedError(
+            f"{where}: its header declares {list(shape)} of {dtype}, {_nbytes(shape, dtype):,} bytes; no file holds that"
+        )
     if fortran and len(shape) > 1:
-        raise FeedError(f"{where} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows")
+        raise FeedError(
+            f"{where} is stored in Fortran order; save it with np.ascontiguousarray to read it by rows"
+        )
     if dtype.hasobject:
         raise FeedError(f"{where} holds Python objects; give a numeric array")
     return tuple(shape), dtype
@@ -190,14 +226,18 @@ class RawRows(Rows):
         if self._remote is not None:
             data = self._remote.read_at(out.nbytes, self._offset + start * self._row_bytes)
             if len(data) < out.nbytes:
-                raise FeedError(f"{self.path} is shorter than its header says ({self.shape}); the file is truncated")
+                raise FeedError(
+                    f"{self.path} is shorter than its header says ({self.shape}); the file is truncated"
+                )
             out.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
             return out
         view, at = memoryview(out.reshape(-1).view(np.uint8)), 0
         while at < len(view):
             n = os.preadv(self._fd, [view[at:]], self._offset + start * self._row_bytes + at)
             if n == 0:
-                raise FeedError(f"{self.path} is shorter than its header says ({self.shape}); the file is truncated")
+                raise FeedError(
+                    f"{self.path} is shorter than its header says ({self.shape}); the file is truncated"
+                )
             at += n
         return out
 
@@ -223,7 +263,12 @@ class NpzMember(Rows):
     def __init__(self, path: str, name: str | None, store=None):
         self.path, self._store = path, store
         self._zip = zipfile.ZipFile(path if store is None else open_file(store, path))
-        name = _pick(path, name, [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")], "array")
+        name = _pick(
+            path,
+            name,
+            [n[: -len(".npy")] for n in self._zip.namelist() if n.endswith(".npy")],
+            "array",
+        )
         self._info = self._zip.getinfo(name + ".npy")
         with self._zip.open(self._info) as f:
             self.shape, self.dtype = _read_header(f, f"{path}:{name}")
@@ -239,8 +284,12 @@ class NpzMember(Rows):
         """Where the member's array data starts in the .npz file."""
         with open_file(self._store, self.path) as f:
             f.seek(self._info.header_offset)
-            local = f.read(30)  # the zip local file header: name and extra field lengths at 26 and 28
-            name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+            # the zip local file header: name and extra field lengths at 26 and 28
+            local = f.read(30)
+            name_len, extra_len = (
+                int.from_bytes(local[26:28], "little"),
+                int.from_bytes(local[28:30], "little"),
+            )
         return self._info.header_offset + 30 + name_len + extra_len + self._header
 
     def _read(self, start: int, stop: int) -> np.ndarray:
@@ -270,9 +319,17 @@ class ParquetColumn(Rows):
         import pyarrow.parquet as pq
 
         self.path = path
-        names = [path] if file_kind(store, path)[0] != "dir" else sorted(
-            n for n in _files_under(store, path) if n.endswith(".parquet") and not any(
-                part.startswith(("_", ".")) for part in n[len(path):].strip("/").split("/"))
+        names = (
+            [path]
+            if file_kind(store, path)[0] != "dir"
+            else sorted(
+                n
+                for n in _files_under(store, path)
+                if n.endswith(".parquet")
+                and not any(
+                    part.startswith(("_", ".")) for part in n[len(path) :].strip("/").split("/")
+                )
+            )
         )
         if not names:
             raise FeedError(f"{path} holds no .parquet files")
@@ -280,15 +337,21 @@ class ParquetColumn(Rows):
         self.column = column = _pick(path, column, self._files[0].schema_arrow.names, "column")
         for name, f in zip(names, self._files):
             if column not in f.schema_arrow.names:
-                raise FeedError(f"{name} has no column {column!r}; every file of {path} must have it")
+                raise FeedError(
+                    f"{name} has no column {column!r}; every file of {path} must have it"
+                )
         # Row groups of all files in order, and the first row of each.
         self._groups = [(f, g) for f in self._files for g in range(f.num_row_groups)]
         self._starts = np.cumsum([0] + [f.metadata.row_group(g).num_rows for f, g in self._groups])
         rows = int(self._starts[-1])
         if rows == 0:
-            raise FeedError(f"{path}:{column} holds no rows; an empty Parquet file cannot tell the shape of a sequence")
+            raise FeedError(
+                f"{path}:{column} holds no rows; an empty Parquet file cannot tell the shape of a sequence"
+            )
         first_file = next(f for f in self._files if f.metadata.num_rows)
-        first = self._to_numpy(next(first_file.iter_batches(batch_size=1, columns=[column])).column(0))
+        first = self._to_numpy(
+            next(first_file.iter_batches(batch_size=1, columns=[column])).column(0)
+        )
         self.shape, self.dtype = (rows, *first.shape[1:]), first.dtype
         self._batches, self._buffer, self._at = None, None, 0  # _buffer holds rows [_at, _at + len)
         self._check_row_groups(int(np.prod(first.shape[1:], dtype=np.int64)))
@@ -301,8 +364,13 @@ class ParquetColumn(Rows):
         count still adds up, as it is read."""
         for k, (f, g) in enumerate(self._groups):
             group, start = f.metadata.row_group(g), int(self._starts[k])
-            leaves = [c for c in range(group.num_columns) if group.column(c).path_in_schema.split(".")[0] == self.column]
-            if len(leaves) != 1 or start == 0:  # the first rows' own group: its rows are compared as they are read
+            leaves = [
+                c
+                for c in range(group.num_columns)
+                if group.column(c).path_in_schema.split(".")[0] == self.column
+            ]
+            # the first rows' own group: its rows are compared as they are read
+            if len(leaves) != 1 or start == 0:
                 continue
             values = group.column(leaves[0]).num_values
             if values != group.num_rows * per_row:
@@ -321,7 +389,11 @@ class ParquetColumn(Rows):
         import pyarrow as pa
 
         rows, shape = len(array), []
-        while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        while (
+            pa.types.is_list(array.type)
+            or pa.types.is_large_list(array.type)
+            or pa.types.is_fixed_size_list(array.type)
+        ):
             if pa.types.is_fixed_size_list(array.type):
                 width = array.type.list_size
             else:
@@ -340,7 +412,9 @@ class ParquetColumn(Rows):
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         if self._buffer is None or not (self._at <= start <= self._at + len(self._buffer)):
-            group = min(int(np.searchsorted(self._starts, start, side="right") - 1), len(self._groups) - 1)
+            group = min(
+                int(np.searchsorted(self._starts, start, side="right") - 1), len(self._groups) - 1
+            )
             self._batches = self._batches_from(group)
             self._buffer, self._at = self._to_numpy_empty(), int(self._starts[group])
         parts = []

@@ -64,18 +64,32 @@ def file_kind(store, path: str, what: str = "input") -> tuple[str, int]:
     store holding it cannot be reached."""
     if store is None:
         p = Path(path)
-        return ("file", p.stat().st_size) if p.is_file() else ("dir", 0) if p.is_dir() else ("missing", 0)
+        return (
+            ("file", p.stat().st_size)
+            if p.is_file()
+            else ("dir", 0)
+            if p.is_dir()
+            else ("missing", 0)
+        )
     from pyarrow import fs
 
     try:
         info = store.get_file_info(path)
     except OSError as err:  # not an answer that the file is missing: the store did not answer
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        where = f"at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "at its scheme's default endpoint"
+        where = (
+            f"at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "at its scheme's default endpoint"
+        )
         raise FeedError(
             f"{what}: cannot reach {path} in object storage {where}: {str(err).strip()}; check the endpoint and the credentials"
         ) from None
-    return ("file", info.size) if info.type == fs.FileType.File else ("dir", 0) if info.type == fs.FileType.Directory else ("missing", 0)
+    return (
+        ("file", info.size)
+        if info.type == fs.FileType.File
+        else ("dir", 0)
+        if info.type == fs.FileType.Directory
+        else ("missing", 0)
+    )
 
 
 def open_file(store, path: str):

@@ -70,11 +70,18 @@ class TFRecordFeature(Rows):
         self._files = _matching(store, pattern)
         if not self._files:
             raise FeedError(f"no file matches {self.path}")
-        self._versions = [_version(store, path) for path in self._files]  # asked once: not per batch
-        counts = [_count(store, path, self._shown(k), self._versions[k]) for k, path in enumerate(self._files)]
-        self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # the first row of each file
+        # asked once: not per batch
+        self._versions = [_version(store, path) for path in self._files]
+        counts = [
+            _count(store, path, self._shown(k), self._versions[k])
+            for k, path in enumerate(self._files)
+        ]
+        # the first row of each file
+        self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         if not self._first[-1]:
-            raise FeedError(f"{self.path} holds no records; an empty input cannot tell the shape of a sequence")
+            raise FeedError(
+                f"{self.path} holds no records; an empty input cannot tell the shape of a sequence"
+            )
         file = int(np.flatnonzero(counts)[0])  # the first record tells the shape: read it alone
         first = self._parse(0, _first_record(_Blocks(store, self._files[file]), self._shown(file)))
         self._row_shape = first.shape
@@ -101,14 +108,24 @@ class TFRecordFeature(Rows):
             file = int(np.searchsorted(self._first, k, side="right")) - 1
             last = min(stop, int(self._first[file + 1]))  # rows [k, last) are in this file
             rows = slice(k - self._first[file], last - self._first[file])
-            index = _index(self._store, self._files[file], self._shown(file), self._versions[file])[rows]
+            index = _index(self._store, self._files[file], self._shown(file), self._versions[file])[
+                rows
+            ]
             first_byte, end = int(index[0, 0]), int(index[-1, 0] + index[-1, 1]) + _FOOTER
             data = _Blocks(self._store, self._files[file]).read(first_byte, end - first_byte)
             if len(data) != end - first_byte:
-                raise FeedError(f"{self._shown(file)}: record {last - 1} is cut short; the file is truncated")
+                raise FeedError(
+                    f"{self._shown(file)}: record {last - 1} is cut short; the file is truncated"
+                )
             for n, (a, size) in enumerate(index):
                 record = data[a - first_byte : a - first_byte + size]
-                _check_crc(record, data[a - first_byte + size : a - first_byte + size + _FOOTER], self._shown(file), rows.start + n, "data")
+                _check_crc(
+                    record,
+                    data[a - first_byte + size : a - first_byte + size + _FOOTER],
+                    self._shown(file),
+                    rows.start + n,
+                    "data",
+                )
                 out.append(record)
             k = last
         return out
@@ -121,19 +138,34 @@ class TFRecordFeature(Rows):
         sequence = example_pb2.SequenceExample()
         sequence.ParseFromString(data)
         if self.feature in sequence.feature_lists.feature_list:
-            steps = [_values(f, self.feature, k) for f in sequence.feature_lists.feature_list[self.feature].feature]
+            steps = [
+                _values(f, self.feature, k)
+                for f in sequence.feature_lists.feature_list[self.feature].feature
+            ]
             if len({s.shape for s in steps}) > 1:
-                raise FeedError(f"{self.path}: record {k}'s feature list {self.feature} has steps of different lengths")
+                raise FeedError(
+                    f"{self.path}: record {k}'s feature list {self.feature} has steps of different lengths"
+                )
             return np.stack(steps) if steps else np.empty((0, 0), np.float32)
         names = sorted(example.features.feature) or sorted(sequence.feature_lists.feature_list)
-        raise FeedError(f"{self.path}: record {k} has no feature {self.feature!r}; it has {', '.join(names) or 'none'}")
+        raise FeedError(
+            f"{self.path}: record {k} has no feature {self.feature!r}; it has {', '.join(names) or 'none'}"
+        )
 
     def _read(self, start: int, stop: int) -> np.ndarray:
-        rows = [self._parse(k, data) for k, data in zip(range(start, stop), self._span(start, stop))]
+        rows = [
+            self._parse(k, data) for k, data in zip(range(start, stop), self._span(start, stop))
+        ]
         for k, row in zip(range(start, stop), rows):
             if row.shape != self._row_shape:
-                raise FeedError(f"{self.path}: record {k} gives {self.feature} of shape {list(row.shape)}, the first {list(self._row_shape)}")
-        out = np.stack(rows).astype(self.dtype, copy=False) if rows else np.empty((0, *self._row_shape), self.dtype)
+                raise FeedError(
+                    f"{self.path}: record {k} gives {self.feature} of shape {list(row.shape)}, the first {list(self._row_shape)}"
+                )
+        out = (
+            np.stack(rows).astype(self.dtype, copy=False)
+            if rows
+            else np.empty((0, *self._row_shape), self.dtype)
+        )
         return out.reshape((stop - start, *self.shape[1:]))
 
 
@@ -143,7 +175,9 @@ def _values(feature, name: str, k: int) -> np.ndarray:
         return np.asarray(feature.float_list.value, np.float32)
     if kind == "int64_list":
         return np.asarray(feature.int64_list.value, np.int64)
-    raise FeedError(f"record {k}: feature {name} holds {kind or 'nothing'}; give float or int64 values")
+    raise FeedError(
+        f"record {k}: feature {name} holds {kind or 'nothing'}; give float or int64 values"
+    )
 
 
 def _matching(store, pattern: str) -> list[str]:
@@ -159,7 +193,11 @@ def _matching(store, pattern: str) -> list[str]:
         listed = store.get_file_info(fs.FileSelector(folder, allow_not_found=True))
     except OSError:
         return []
-    return sorted(i.path for i in listed if i.type == fs.FileType.File and fnmatch.fnmatchcase(i.base_name, name))
+    return sorted(
+        i.path
+        for i in listed
+        if i.type == fs.FileType.File and fnmatch.fnmatchcase(i.base_name, name)
+    )
 
 
 class _Blocks:
@@ -261,12 +299,16 @@ def _records(f: _Blocks, path: str):
     while at < f.size:
         header = f.read_at(at, _HEADER)
         if len(header) < _HEADER:
-            raise FeedError(f"{path}: a record header is cut short at byte {at}; the file is truncated")
+            raise FeedError(
+                f"{path}: a record header is cut short at byte {at}; the file is truncated"
+            )
         _check_crc(header[:8], header[8:], path, record, "length")
         record += 1
         (length,) = struct.unpack("<Q", header[:8])
         end = at + _HEADER + length + 4
         if end > f.size:
-            raise FeedError(f"{path}: the record at byte {at} claims {length:,} bytes, past the end of the file; it is truncated")
+            raise FeedError(
+                f"{path}: the record at byte {at} claims {length:,} bytes, past the end of the file; it is truncated"
+            )
         yield at + _HEADER, length
         at = end

@@ -129,7 +129,11 @@ def _unreversed(x: tf.Tensor, axis: int, steps: int) -> tuple[tf.Tensor, bool]:
     go_backwards: `ReverseSequence` by the full lengths, or `ReverseV2`); else (x, False).
     The steps then read the sequence from its end, so that each is told its input position."""
     op = x.op
-    if op.type == "ReverseSequence" and op.get_attr("seq_dim") == axis and _full_lengths(op.inputs[1], steps):
+    if (
+        op.type == "ReverseSequence"
+        and op.get_attr("seq_dim") == axis
+        and _full_lengths(op.inputs[1], steps)
+    ):
         return op.inputs[0], True
     if op.type == "ReverseV2" and op.inputs[1].op.type == "Const":
         dims = [int(d) % 3 for d in tf.make_ndarray(op.inputs[1].op.get_attr("value")).reshape(-1)]
@@ -144,19 +148,31 @@ def _call(op: tf.Operation, source: str) -> CudnnCall:
     if mode not in _GATES:
         raise _refuse(op, f"runs rnn_mode {mode!r}", source)
     if attr["input_mode"] != b"linear_input" or attr["direction"] != b"unidirectional":
-        raise _refuse(op, f"has input_mode {attr['input_mode'].decode()!r} and direction {attr['direction'].decode()!r}", source)
+        raise _refuse(
+            op,
+            f"has input_mode {attr['input_mode'].decode()!r} and direction {attr['direction'].decode()!r}",
+            source,
+        )
     time_major = op.type != "CudnnRNNV3" or op.get_attr("time_major")
     if op.type == "CudnnRNNV3" and op.get_attr("num_proj"):
         raise _refuse(op, "has a projection (num_proj)", source)
     x, h = op.inputs[0].shape, op.inputs[1].shape
     if x.rank != 3 or h.rank != 3 or x[2] is None or h[2] is None:
-        raise _refuse(op, f"reads an input of shape {x} and a state of shape {h} (the feature sizes must be static)", source)
+        raise _refuse(
+            op,
+            f"reads an input of shape {x} and a state of shape {h} (the feature sizes must be static)",
+            source,
+        )
     steps = x[0] if time_major else x[1]
     layers = h[0] if time_major else h[1]
     if layers != 1:
-        raise _refuse(op, f"runs {layers if layers is not None else 'an unknown number of'} layers", source)
+        raise _refuse(
+            op, f"runs {layers if layers is not None else 'an unknown number of'} layers", source
+        )
     if steps is None:
-        raise _refuse(op, f"reads an input of shape {x}, whose number of steps is not static", source)
+        raise _refuse(
+            op, f"reads an input of shape {x}, whose number of steps is not static", source
+        )
     if op.type == "CudnnRNNV3" and not _full_lengths(op.inputs[4], steps):
         raise _refuse(op, "is given per-example sequence_lengths (a Keras mask)", source)
     used = [i for i, t in enumerate(op.outputs) if t.consumers()]
@@ -166,15 +182,34 @@ def _call(op: tf.Operation, source: str) -> CudnnCall:
     params = op.inputs[3]
     expected = params_size(mode, x[2], h[2])
     if params.shape.rank == 1 and params.shape[0] is not None and params.shape[0] != expected:
-        raise _refuse(op, f"packs {params.shape[0]} parameters where one layer of {h[2]} units on {x[2]} inputs has {expected}", source)
+        raise _refuse(
+            op,
+            f"packs {params.shape[0]} parameters where one layer of {h[2]} units on {x[2]} inputs has {expected}",
+            source,
+        )
     inputs = (source.name, op.inputs[1].name, op.inputs[2].name)
-    return CudnnCall(op.name, _cell_scope(op, mode), mode, steps, x[2], h[2], time_major, inputs, params.name, reversed_)
+    return CudnnCall(
+        op.name,
+        _cell_scope(op, mode),
+        mode,
+        steps,
+        x[2],
+        h[2],
+        time_major,
+        inputs,
+        params.name,
+        reversed_,
+    )
 
 
 def cudnn_calls(graph: tf.Graph, source: str) -> list[CudnnCall]:
     """Every cuDNN RNN op in `graph` (none inside functions: see `tracer.load.model.gpu_only_problem`),
     each checked to be one that `replace_cudnn` can replace."""
-    return [_call(op, source) for op in graph.get_operations() if op.type in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")]
+    return [
+        _call(op, source)
+        for op in graph.get_operations()
+        if op.type in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
+    ]
 
 
 def _weights(call: CudnnCall, params: np.ndarray) -> dict[str, np.ndarray]:
@@ -186,9 +221,9 @@ def _weights(call: CudnnCall, params: np.ndarray) -> dict[str, np.ndarray]:
             f"{call.op}: its params hold {params.size} values where one layer of {u} units on {k} inputs holds "
             f"{params_size(call.mode, k, u)}: this model cannot be run on the CPU"
         )
-    W, params = params[: n * u * k].reshape(n, u, k), params[n * u * k:]
-    R, params = params[: n * u * u].reshape(n, u, u), params[n * u * u:]
-    bW, bR = params[: n * u].reshape(n, u), params[n * u:].reshape(n, u)
+    W, params = params[: n * u * k].reshape(n, u, k), params[n * u * k :]
+    R, params = params[: n * u * u].reshape(n, u, u), params[n * u * u :]
+    bW, bR = params[: n * u].reshape(n, u), params[n * u :].reshape(n, u)
     order = _KERAS_ORDER[call.mode]
     kernel = np.concatenate([W[g].T for g in order], axis=1)
     recurrent = np.concatenate([R[g].T for g in order], axis=1)
@@ -215,7 +250,9 @@ def _gru_step(x, h, kernel, recurrent, input_bias, recurrent_bias):
     return z * h + (1 - z) * candidate
 
 
-def _steps(call: CudnnCall, weights: dict[str, np.ndarray], dtype) -> tuple[v1.GraphDef, dict[str, str]]:
+def _steps(
+    call: CudnnCall, weights: dict[str, np.ndarray], dtype
+) -> tuple[v1.GraphDef, dict[str, str]]:
     """The steps replacing `call`, as a GraphDef whose Placeholders stand for the op's inputs
     (named after the inputs' indices), and the names of the tensors replacing its outputs."""
     graph = tf.Graph()
@@ -227,12 +264,18 @@ def _steps(call: CudnnCall, weights: dict[str, np.ndarray], dtype) -> tuple[v1.G
         c0 = v1.placeholder(dtype, name="input_2")  # a GRU's is unused (Keras gives 0)
         with tf.name_scope(call.cell):
             kernel = tf.constant(weights["kernel"].astype(dtype.as_numpy_dtype), name="kernel")
-            recurrent = tf.constant(weights["recurrent_kernel"].astype(dtype.as_numpy_dtype), name="recurrent_kernel")
+            recurrent = tf.constant(
+                weights["recurrent_kernel"].astype(dtype.as_numpy_dtype), name="recurrent_kernel"
+            )
             bias = tf.constant(weights["bias"].astype(dtype.as_numpy_dtype), name="bias")
             axis = 0 if call.time_major else 1
             xs = tf.unstack(x, num=call.steps, axis=axis)
             h = tf.squeeze(h0, axis=axis)
-            c = tf.squeeze(tf.ensure_shape(c0, one_first + [call.units]), axis=axis) if call.mode == "lstm" else None
+            c = (
+                tf.squeeze(tf.ensure_shape(c0, one_first + [call.units]), axis=axis)
+                if call.mode == "lstm"
+                else None
+            )
             biases = tf.unstack(bias) if call.mode == "gru" else None
             outputs = []
             for t in range(call.steps):
@@ -243,11 +286,17 @@ def _steps(call: CudnnCall, weights: dict[str, np.ndarray], dtype) -> tuple[v1.G
                     h = _gru_step(x_t, h, kernel, recurrent, *biases)
                 outputs.append(h)
             # cuDNN's GRU passes its input_c through
-            out = {0: tf.stack(outputs, axis=axis), 1: tf.expand_dims(h, axis), 2: tf.expand_dims(c, axis) if c is not None else c0}
+            out = {
+                0: tf.stack(outputs, axis=axis),
+                1: tf.expand_dims(h, axis),
+                2: tf.expand_dims(c, axis) if c is not None else c0,
+            }
     return graph.as_graph_def(), {f"{call.op}:{i}": t.name for i, t in out.items()}
 
 
-def replace_cudnn(graph_def: v1.GraphDef, calls: list[CudnnCall], params: dict[str, np.ndarray]) -> v1.GraphDef:
+def replace_cudnn(
+    graph_def: v1.GraphDef, calls: list[CudnnCall], params: dict[str, np.ndarray]
+) -> v1.GraphDef:
     """`graph_def` with each op of `calls` replaced by its steps, whose weights are cut from
     `params` (the value of each call's params tensor, by tensor name)."""
     nodes = {n.name: n for n in graph_def.node}
@@ -264,7 +313,9 @@ def replace_cudnn(graph_def: v1.GraphDef, calls: list[CudnnCall], params: dict[s
             if node.op == "Placeholder":
                 continue
             if node.name in nodes:
-                raise ModelFormatError(f"{call.op}: its replacement's op {node.name} is already in the graph")
+                raise ModelFormatError(
+                    f"{call.op}: its replacement's op {node.name} is already in the graph"
+                )
             inputs = [_tensor_name(i, fed) for i in node.input]
             del node.input[:]
             node.input.extend(inputs)
@@ -275,7 +326,9 @@ def replace_cudnn(graph_def: v1.GraphDef, calls: list[CudnnCall], params: dict[s
     out.node.extend(node for node in graph_def.node if node.name not in gone)
     out.node.extend(added)
     for node in out.node:  # readers of a replaced op (another replaced op's steps among them)
-        inputs = [renamed.get(i if ":" in i or i.startswith("^") else f"{i}:0", i) for i in node.input]
+        inputs = [
+            renamed.get(i if ":" in i or i.startswith("^") else f"{i}:0", i) for i in node.input
+        ]
         del node.input[:]
         node.input.extend(_short(i) for i in inputs)
     return out

@@ -49,7 +49,14 @@ from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
 from tracer.load.safety import SAFE_OPS, bind_defaults, function_calls, function_values
 
-__all__ = ["PURE_TEXT_OPS", "MAX_CALL_DEPTH", "evaluable", "import_problems", "call_problem", "check_before_import"]
+__all__ = [
+    "PURE_TEXT_OPS",
+    "MAX_CALL_DEPTH",
+    "evaluable",
+    "import_problems",
+    "call_problem",
+    "check_before_import",
+]
 
 # Ops that take or give strings, or carry free text in an attribute, and still touch
 # nothing outside the session. A summary op serializes its inputs into a Summary protocol
@@ -69,21 +76,29 @@ PURE_TEXT_OPS = frozenset(
 
 MAX_CALL_DEPTH = 100  # functions calling functions; a Keras model saved by TF2 nests fewer than 20
 
-_NOT_PLAIN_TYPES = {tf.string.as_datatype_enum, tf.resource.as_datatype_enum, tf.variant.as_datatype_enum}
+_NOT_PLAIN_TYPES = {
+    tf.string.as_datatype_enum,
+    tf.resource.as_datatype_enum,
+    tf.variant.as_datatype_enum,
+}
 
 # TensorFlow's rule, by its own names (eval_const_tensor.cc): the ops constant evaluation
 # never walks through (IsMerge, IsEnter, IsExit, IsPlaceholderWithDefault); the constants it starts from
 # (IsConstant); the ops whose value it may take from their input's shape without running
 # the input (TryInferFromShapes); the node classes it calls function calls (IsFunctionCall:
 # these, and a function used as an op), whose bodies shape inference enters.
-_NEVER_WALKED = frozenset({"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "PlaceholderWithDefault"})
+_NEVER_WALKED = frozenset(
+    {"Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "PlaceholderWithDefault"}
+)
 _CONSTANT_OPS = frozenset({"Const", "HostConst"})
 _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Rank", "Size"})
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient"})
 # The calls TensorFlow writes only for functions without stateful ops, choosing the stateful
 # twin otherwise (`StatefulPartitionedCall`, `If`, `While`, `Case`); a function used as an op
 # is one too, its statefulness in its signature. Dataset ops taking functions are not calls.
-_STATELESS_CALLS = frozenset({"PartitionedCall", "SymbolicGradient", "StatelessIf", "StatelessWhile", "StatelessCase"})
+_STATELESS_CALLS = frozenset(
+    {"PartitionedCall", "SymbolicGradient", "StatelessIf", "StatelessWhile", "StatelessCase"}
+)
 
 
 def _op_def(op_type: str):
@@ -143,7 +158,9 @@ def _sources(node, in_function: bool) -> set[str]:
     return found
 
 
-def evaluable(nodes, library: dict, args: Iterable[str] = (), in_function: bool = False) -> set[str]:
+def evaluable(
+    nodes, library: dict, args: Iterable[str] = (), in_function: bool = False
+) -> set[str]:
     """Names of the `nodes` (of a graph, or of a function with arguments `args`) that constant
     evaluation could run while importing, by the rule of the module docstring: a fixpoint
     forwards from the constants, the shape ops and the arguments (all taken as known)."""
@@ -156,7 +173,8 @@ def evaluable(nodes, library: dict, args: Iterable[str] = (), in_function: bool 
             ready.append(node.name)
             continue
         if not any(not i.startswith("^") for i in node.input) or not _walkable(node, library):
-            continue  # no data input (a placeholder, a variable), or an op TensorFlow does not evaluate
+            # no data input (a placeholder, a variable), or an op TensorFlow does not evaluate
+            continue
         sources = _sources(node, in_function) - known
         waiting[node.name] = len(sources)
         for s in sources:
@@ -182,7 +200,11 @@ def _nodes(graph_def) -> Iterator[tuple[str, str | None, object]]:
         yield node.name, None, node
     for function in graph_def.library.function:
         for node in function.node_def:
-            yield f"{node.name} in function {function.signature.name}", function.signature.name, node
+            yield (
+                f"{node.name} in function {function.signature.name}",
+                function.signature.name,
+                node,
+            )
 
 
 def _names(nodes, library: dict) -> tuple[set[str], bool]:
@@ -262,12 +284,24 @@ def import_problems(graph_def) -> list[str]:
     op (see the module docstring); empty if importing runs nothing else."""
     library = {f.signature.name: f for f in graph_def.library.function}
     runs = evaluable(graph_def.node, library)
-    problems = [f"{node.name} ({node.op})" for node in graph_def.node if node.name in runs and not _pure(node.op)]
+    problems = [
+        f"{node.name} ({node.op})"
+        for node in graph_def.node
+        if node.name in runs and not _pure(node.op)
+    ]
     for name in sorted(_shape_inferred(graph_def, library)):
         function = library[name]
-        inside = evaluable(function.node_def, library, [a.name for a in function.signature.input_arg], in_function=True)
-        problems += [f"{node.name} in function {name} ({node.op})" for node in function.node_def
-                     if node.name in inside and not _pure(node.op)]
+        inside = evaluable(
+            function.node_def,
+            library,
+            [a.name for a in function.signature.input_arg],
+            in_function=True,
+        )
+        problems += [
+            f"{node.name} in function {name} ({node.op})"
+            for node in function.node_def
+            if node.name in inside and not _pure(node.op)
+        ]
     problems += _mislabelled_calls(graph_def, library)
     return sorted(set(problems))
 
@@ -278,7 +312,12 @@ def _mislabelled_calls(graph_def, library: dict) -> list[str]:
     callees, unknown = _callees(library)
     stateful: dict[str, str] = {}  # function -> a stateful op in it, `name (Type) in function F`
     for where, function, node in _nodes(graph_def):
-        if function is not None and node.op not in library and _stateful(node.op) and function not in stateful:
+        if (
+            function is not None
+            and node.op not in library
+            and _stateful(node.op)
+            and function not in stateful
+        ):
             stateful[function] = f"{where} ({node.op})"
     # A function is tainted when it, or a function it calls, holds a stateful op: found
     # backwards from those along the call edges, once for all the calls.
@@ -295,7 +334,10 @@ def _mislabelled_calls(graph_def, library: dict) -> list[str]:
                 todo.append(caller)
     problems = []
     for where, _, node in _nodes(graph_def):
-        if not (node.op in _STATELESS_CALLS or (node.op in library and not library[node.op].signature.is_stateful)):
+        if not (
+            node.op in _STATELESS_CALLS
+            or (node.op in library and not library[node.op].signature.is_stateful)
+        ):
             continue
         direct, blind = _names([node], library)
         reach = set(library) if blind or (direct and unknown) else direct
@@ -310,7 +352,9 @@ def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
     would crash on (always), UnsafeGraphError for ops importing could run (unless `allow_unsafe_ops`)."""
     crash = call_problem(graph_def)
     if crash:
-        raise ModelFormatError(f"{source}: its graph holds a {crash}; TensorFlow cannot run it: nothing was imported")
+        raise ModelFormatError(
+            f"{source}: its graph holds a {crash}; TensorFlow cannot run it: nothing was imported"
+        )
     if allow_unsafe_ops:
         return
     found = import_problems(graph_def)

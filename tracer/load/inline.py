@@ -24,7 +24,13 @@ from __future__ import annotations
 from recorders.errors import ModelFormatError
 from tracer._tf import v1
 
-__all__ = ["DEFAULT_SIGNATURE", "is_function_graph", "signature_of", "inline_signature", "keras_note"]
+__all__ = [
+    "DEFAULT_SIGNATURE",
+    "is_function_graph",
+    "signature_of",
+    "inline_signature",
+    "keras_note",
+]
 
 DEFAULT_SIGNATURE = "serving_default"
 _CALLS = ("StatefulPartitionedCall", "PartitionedCall")
@@ -36,15 +42,18 @@ def is_function_graph(meta) -> bool:
     calls = {n.name for n in meta.graph_def.node if n.op in _CALLS}
     return any(
         t.name.partition(":")[0] in calls
-        for key, sig in meta.signature_def.items() if not key.startswith("__")
+        for key, sig in meta.signature_def.items()
+        if not key.startswith("__")
         for t in sig.outputs.values()
     )
 
 
 def keras_note(meta) -> str:
-    """", of tf-keras layers" when the object graph holds tf-keras' objects (`_tf_keras_layer`,
+    """The note ", of tf-keras layers" when the object graph holds tf-keras' objects (`_tf_keras_layer`,
     `_tf_keras_rnn_layer`...), as every TF 2.x Keras SavedModel does, keras_metadata.pb or not."""
-    keras = any(n.user_object.identifier.startswith("_tf_keras_") for n in meta.object_graph_def.nodes)
+    keras = any(
+        n.user_object.identifier.startswith("_tf_keras_") for n in meta.object_graph_def.nodes
+    )
     return ", of tf-keras layers" if keras else ""
 
 
@@ -91,10 +100,14 @@ def inline_signature(meta, key: str, keep: list[str], source: str):
     rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
     try:
         graph_def = tf_optimizer.OptimizeGraph(config, work)
-        graph_def = v1.graph_util.extract_sub_graph(graph_def, [n.partition(":")[0] for n in fetch.value])
+        graph_def = v1.graph_util.extract_sub_graph(
+            graph_def, [n.partition(":")[0] for n in fetch.value]
+        )
     except Exception as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ModelFormatError(f"{source}: cannot inline the functions of signature {key!r}: {reason}") from err
+        raise ModelFormatError(
+            f"{source}: cannot inline the functions of signature {key!r}: {reason}"
+        ) from err
     for node in graph_def.node:  # shapes recorded for the call ops, not for what replaced them
         node.attr.pop("_output_shapes", None)
     del work.collection_def["train_op"]

@@ -24,7 +24,17 @@ from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError
 from tracer._tf import tf
 from tracer.load.keras_files import check_keras_file, keras2_fixes, keras_config
 
-__all__ = ["KerasModel", "KerasInput", "is_keras", "framework_of", "wrap", "is_keras_file", "load_keras", "to_numpy"]
+__all__ = [
+    "KerasModel",
+    "KerasInput",
+    "is_keras",
+    "framework_of",
+    "wrap",
+    "is_keras_file",
+    "load_keras",
+    "to_numpy",
+]
+
 
 @dataclass(frozen=True)
 class KerasInput:
@@ -50,7 +60,10 @@ class KerasModel:
     @property
     def inputs(self) -> list[KerasInput]:
         names = getattr(self.model, "input_names", None) or [t.name for t in self.model.inputs]
-        return [KerasInput(n.split(":")[0], tf.TensorShape(t.shape), tf.as_dtype(t.dtype)) for n, t in zip(names, self.model.inputs)]
+        return [
+            KerasInput(n.split(":")[0], tf.TensorShape(t.shape), tf.as_dtype(t.dtype))
+            for n, t in zip(names, self.model.inputs)
+        ]
 
     def close(self) -> None:
         """Nothing to release (the model is an ordinary Python object); for symmetry with `Model`."""
@@ -64,7 +77,11 @@ class KerasModel:
 
 def is_keras(obj: Any) -> bool:
     """Whether `obj` is a Keras model object (tf-keras or Keras 3)."""
-    return any(c.__module__.startswith(("keras.", "tf_keras.")) and c.__name__ in ("Model", "Functional", "Sequential") for c in type(obj).__mro__)
+    return any(
+        c.__module__.startswith(("keras.", "tf_keras."))
+        and c.__name__ in ("Model", "Functional", "Sequential")
+        for c in type(obj).__mro__
+    )
 
 
 def framework_of(obj: Any) -> str:
@@ -79,7 +96,9 @@ def wrap(model: Any, source: str = "Keras model") -> KerasModel:
 
 def is_keras_file(path: str | os.PathLike) -> bool:
     p = Path(path)
-    return (p.is_file() and p.suffix in (".keras", ".h5", ".hdf5")) or (p.is_dir() and (p / "keras_metadata.pb").is_file())
+    return (p.is_file() and p.suffix in (".keras", ".h5", ".hdf5")) or (
+        p.is_dir() and (p / "keras_metadata.pb").is_file()
+    )
 
 
 def _saved_by(p: Path) -> str:
@@ -120,7 +139,9 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
             if framework == "keras3":
                 import keras
 
-                model = keras.saving.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+                model = keras.saving.load_model(
+                    source, compile=False, safe_mode=not allow_unsafe_ops
+                )
             elif p.is_dir() and not allow_unsafe_ops:
                 model = _tf_keras_from_saved_model(p, source)
             elif p.suffix in (".h5", ".hdf5") and keras2_fixes(keras_config(p)) is not None:
@@ -130,7 +151,9 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                 from tf_keras.src.saving.serialization_lib import SafeModeScope
 
                 with SafeModeScope(not allow_unsafe_ops):
-                    model = tf_keras.models.load_model(source, compile=False, safe_mode=not allow_unsafe_ops)
+                    model = tf_keras.models.load_model(
+                        source, compile=False, safe_mode=not allow_unsafe_ops
+                    )
     except GatetraceError:
         raise
     except Exception as err:
@@ -156,7 +179,9 @@ def _tf_keras_from_saved_model(p: Path, source: str) -> Any:
     try:
         status.assert_existing_objects_matched()
     except AssertionError as err:
-        raise ModelFormatError(f"{source}: its variables do not match the model its keras_metadata.pb describes: {str(err)[:200]}") from None
+        raise ModelFormatError(
+            f"{source}: its variables do not match the model its keras_metadata.pb describes: {str(err)[:200]}"
+        ) from None
     status.expect_partial()
     return model
 

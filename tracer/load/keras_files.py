@@ -46,7 +46,16 @@ from typing import Any, Iterator
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 
-__all__ = ["KNOWN_CLASSES", "RUNS_CODE", "keras_own_classes", "h5_problems", "h5_oversized", "check_keras_file", "keras_config", "keras2_fixes"]
+__all__ = [
+    "KNOWN_CLASSES",
+    "RUNS_CODE",
+    "keras_own_classes",
+    "h5_problems",
+    "h5_oversized",
+    "check_keras_file",
+    "keras_config",
+    "keras2_fixes",
+]
 
 # What a Keras configuration names besides layers: its models, dtype policies, and the
 # markers Keras writes for tensors and shapes. Layers, initializers, regularizers and
@@ -76,8 +85,10 @@ _KERAS_PACKAGES = ("keras", "tf_keras")
 _OPS_MODULE = re.compile(r"keras\.src\.ops\.\w+")
 _OP_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*")
 
-_MEMBERS = {"config.json": 64 << 20, "metadata.json": 1 << 20, "model.weights.h5": None}  # name -> largest size (None: see below)
-_WEIGHTS_RATIO = 50  # the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
+# name -> largest size (None: see below)
+_MEMBERS = {"config.json": 64 << 20, "metadata.json": 1 << 20, "model.weights.h5": None}
+# the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
+_WEIGHTS_RATIO = 50
 
 
 @functools.cache
@@ -93,12 +104,21 @@ def keras_own_classes() -> frozenset[str]:
             keras = importlib.import_module(package)
         except ImportError:
             continue
-        for kind, base in (("layers", "Layer"), ("initializers", "Initializer"), ("regularizers", "Regularizer"), ("constraints", "Constraint")):
+        for kind, base in (
+            ("layers", "Layer"),
+            ("initializers", "Initializer"),
+            ("regularizers", "Regularizer"),
+            ("constraints", "Constraint"),
+        ):
             module = getattr(keras, kind, None)
             root = getattr(module, base, None)
             for name in dir(module) if root is not None else ():
                 obj = getattr(module, name)
-                if isinstance(obj, type) and issubclass(obj, root) and obj.__module__.split(".")[0] == package:
+                if (
+                    isinstance(obj, type)
+                    and issubclass(obj, root)
+                    and obj.__module__.split(".")[0] == package
+                ):
                     names |= {name, obj.__name__}
     return frozenset(names - set(RUNS_CODE))
 
@@ -135,7 +155,9 @@ def _refused(config: Any) -> list[str]:
             if not _OP_CLASS.fullmatch(name):
                 found.append(f"{name} (not an operation of {module})")
         elif name in RUNS_CODE or name == "function":
-            found.append(f"{name} ({RUNS_CODE.get(name, 'runs a Python function named in the file')})")
+            found.append(
+                f"{name} ({RUNS_CODE.get(name, 'runs a Python function named in the file')})"
+            )
         elif name not in KNOWN_CLASSES and name not in keras_own_classes():
             found.append(f"{name} (not one of Keras' own layers)")
         elif module is not None and module.split(".")[0] not in _KERAS_PACKAGES:
@@ -147,7 +169,11 @@ def _refused(config: Any) -> list[str]:
     return sorted(set(found))
 
 
-def _refuse(source: str, found: list[str], what: str = "loading it would build objects gatetrace does not check as safe") -> None:
+def _refuse(
+    source: str,
+    found: list[str],
+    what: str = "loading it would build objects gatetrace does not check as safe",
+) -> None:
     """UnsafeGraphError naming `found` (`thing (why)` items), if there are any."""
     if found:
         raise UnsafeGraphError(
@@ -155,19 +181,27 @@ def _refuse(source: str, found: list[str], what: str = "loading it would build o
         )
 
 
-_ASSET_LIMIT = 64 << 20  # the most one asset (a vocabulary, say) may unpack to; all of them: 4 times that
+# the most one asset (a vocabulary, say) may unpack to; all of them: 4 times that
+_ASSET_LIMIT = 64 << 20
 
 
 def _not_an_asset(name: str) -> bool:
     """Whether an archive member under `assets/` is not a layer's asset as Keras saves one
     (`assets/layers/NAME/...`, a plain relative path)."""
     parts = PurePosixPath(name).parts
-    return name.startswith("/") or "\\" in name or any(part in ("..", ".") for part in parts) or len(parts) < 3 or parts[1] != "layers"
+    return (
+        name.startswith("/")
+        or "\\" in name
+        or any(part in ("..", ".") for part in parts)
+        or len(parts) < 3
+        or parts[1] != "layers"
+    )
 
 
 def _snake_case(name: str) -> str:
     """A class name as Keras names its object in a saved archive (`TextVectorization` -> `text_vectorization`)."""
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", re.sub(r"\W+", "", name))  # as keras.src.utils.naming.to_snake_case
+    # as keras.src.utils.naming.to_snake_case
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", re.sub(r"\W+", "", name))
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
@@ -186,7 +220,11 @@ def _zip_config(p: Path, source: str) -> dict:
         with zipfile.ZipFile(p) as z:
             infos = z.infolist()
             assets = [i for i in infos if i.filename.startswith("assets/")]
-            extra = sorted(i.filename for i in infos if i.filename not in _MEMBERS and not i.filename.startswith("assets/"))
+            extra = sorted(
+                i.filename
+                for i in infos
+                if i.filename not in _MEMBERS and not i.filename.startswith("assets/")
+            )
             extra += sorted(i.filename for i in assets if _not_an_asset(i.filename))
             if extra:
                 raise UnsafeGraphError(
@@ -194,20 +232,34 @@ def _zip_config(p: Path, source: str) -> dict:
                     "nothing was unpacked. If you trust this model, pass --allow-unsafe-ops"
                 )
             for i in infos:
-                limit = _ASSET_LIMIT if i in assets else _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
+                limit = (
+                    _ASSET_LIMIT
+                    if i in assets
+                    else _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
+                )
                 if i.file_size > limit:
                     raise UnsafeGraphError(
                         f"{source}: its member {i.filename} unpacks to {i.file_size:,} bytes from {i.compress_size:,}, "
                         f"more than the {limit:,} a Keras model file needs; nothing was unpacked"
                     )
             if sum(i.file_size for i in assets) > 4 * _ASSET_LIMIT:
-                raise UnsafeGraphError(f"{source}: its assets unpack to more than {4 * _ASSET_LIMIT:,} bytes; nothing was unpacked")
+                raise UnsafeGraphError(
+                    f"{source}: its assets unpack to more than {4 * _ASSET_LIMIT:,} bytes; nothing was unpacked"
+                )
             if "config.json" not in z.namelist():
-                raise ModelFormatError(f"{source}: the archive has no config.json; it is not a Keras model file")
+                raise ModelFormatError(
+                    f"{source}: the archive has no config.json; it is not a Keras model file"
+                )
             config = json.loads(z.read("config.json"))
     except (zipfile.BadZipFile, OSError, ValueError) as err:
-        raise ModelFormatError(f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}") from None
-    classes = {_snake_case(obj["class_name"]) for _, obj in _objects(config) if isinstance(obj.get("class_name"), str)}
+        raise ModelFormatError(
+            f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}"
+        ) from None
+    classes = {
+        _snake_case(obj["class_name"])
+        for _, obj in _objects(config)
+        if isinstance(obj.get("class_name"), str)
+    }
     strays = sorted(i.filename for i in assets if not _asset_owner(i.filename, classes))
     if strays:
         raise UnsafeGraphError(
@@ -246,7 +298,8 @@ def _h5_datasets(source: str, file) -> Iterator[tuple[str, Any]]:
                     if isinstance(link, h5py.ExternalLink):
                         yield path, link
                         continue
-                    if isinstance(link, h5py.SoftLink):  # a name for an object of this file, visited by its own
+                    # a name for an object of this file, visited by its own
+                    if isinstance(link, h5py.SoftLink):
                         continue
                     obj = group[name]
                     address = h5py.h5o.get_info(obj.id).addr
@@ -274,7 +327,9 @@ def h5_problems(source: str, file) -> list[str]:
             continue
         plist = obj.id.get_create_plist()
         if plist.get_external_count():
-            problems.append(f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)")
+            problems.append(
+                f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)"
+            )
         elif plist.get_layout() == h5py.h5d.VIRTUAL:
             problems.append(f"{path} (a virtual dataset, mapping other files in)")
     return sorted(problems)
@@ -292,7 +347,9 @@ def h5_oversized(source: str, file) -> list[str]:
         if isinstance(obj, h5py.Dataset):
             declared, stored = int(obj.size) * obj.dtype.itemsize, obj.id.get_storage_size()
             if declared > max(64 << 20, _WEIGHTS_RATIO * stored):
-                found.append(f"{path} (declares {declared:,} bytes of {list(obj.shape)}, stores {stored:,})")
+                found.append(
+                    f"{path} (declares {declared:,} bytes of {list(obj.shape)}, stores {stored:,})"
+                )
     return sorted(found)
 
 
@@ -334,7 +391,8 @@ def keras_config(path: str | Path) -> dict:
             raise ModelFormatError(f"{source}: its keras_metadata.pb describes no model")
         return {"class_name": metadata[0].get("class_name"), "config": metadata[0]["config"]}
     config = _zip_config(p, source) if p.suffix == ".keras" else _h5_config(p, source)
-    return {k: v for k, v in config.items() if k != "compile_config"}  # models are loaded without compiling
+    # models are loaded without compiling
+    return {k: v for k, v in config.items() if k != "compile_config"}
 
 
 def check_keras_file(path: str | Path) -> None:
@@ -364,7 +422,11 @@ def keras2_fixes(config: dict) -> dict | None:
     fixed = json.loads(json.dumps(config))
     changed = False
     for _, obj in _objects(fixed):
-        if obj.get("class_name") in ("GRU", "GRUCell") and isinstance(obj.get("config"), dict) and "reset_after" not in obj["config"]:
+        if (
+            obj.get("class_name") in ("GRU", "GRUCell")
+            and isinstance(obj.get("config"), dict)
+            and "reset_after" not in obj["config"]
+        ):
             obj["config"]["reset_after"] = False
             changed = True
     return fixed if changed else None

@@ -54,7 +54,17 @@ from tracer.load.inline import (
 from tracer.load.keras import KerasModel, is_keras_file, load_keras
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
-__all__ = ["Model", "LoadPlan", "load_model", "rebuilt", "from_session", "error_line", "gpu_only_problem", "FORMATS", "GPU_ONLY_OPS"]
+__all__ = [
+    "Model",
+    "LoadPlan",
+    "load_model",
+    "rebuilt",
+    "from_session",
+    "error_line",
+    "gpu_only_problem",
+    "FORMATS",
+    "GPU_ONLY_OPS",
+]
 
 FORMATS = (
     "a checkpoint prefix P with P.meta beside it, a directory holding a 'checkpoint' file, "
@@ -81,8 +91,10 @@ class Model:
     allow_unsafe_ops: bool = False
     load_plan: "LoadPlan | None" = None
     inputs: dict[str, str] = field(default_factory=dict)
-    session_config: Any = None  # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
-    notes: tuple[str, ...] = ()  # what loading took differently from what the files named, said by `inspect`
+    # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
+    session_config: Any = None
+    # what loading took differently from what the files named, said by `inspect`
+    notes: tuple[str, ...] = ()
 
     @property
     def load_ops(self) -> tuple[str, ...]:
@@ -100,21 +112,43 @@ class Model:
         self.close()
 
 
-def from_session(session: v1.Session, source: str = "live session", allow_unsafe_ops: bool = True) -> Model:
+def from_session(
+    session: v1.Session, source: str = "live session", allow_unsafe_ops: bool = True
+) -> Model:
     """Wrap a live `tf.compat.v1.Session`; the caller keeps ownership of it.
 
     The graph is the caller's own code, so it is trusted unless `allow_unsafe_ops=False`.
     """
-    return Model(session.graph, session, source, "session", owns_session=False, allow_unsafe_ops=allow_unsafe_ops)
+    return Model(
+        session.graph,
+        session,
+        source,
+        "session",
+        owns_session=False,
+        allow_unsafe_ops=allow_unsafe_ops,
+    )
 
 
-_NOISE = ("Graph execution error", "Detected at node", "Node:", "File ", "[[", "Stack trace", "Original stack trace", "Errors may have")
+_NOISE = (
+    "Graph execution error",
+    "Detected at node",
+    "Node:",
+    "File ",
+    "[[",
+    "Stack trace",
+    "Original stack trace",
+    "Errors may have",
+)
 
 
 def error_line(err: BaseException) -> str:
     """The informative line of an error: TensorFlow's own message, without its stack notes."""
     text = err.message if isinstance(err, tf.errors.OpError) else str(err)
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(_NOISE)
+    ]
     return lines[0] if lines else type(err).__name__
 
 
@@ -159,8 +193,12 @@ GPU_ONLY_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
 def gpu_only_problem(graph: tf.Graph) -> str | None:
     """What to say of a graph that runs a cuDNN RNN op inside a function (None if it runs
     none there): no CPU kernel exists for it, and the op cannot be replaced inside a function."""
-    found = [(f"{n.name} in function {f.signature.name}", n.op) for f in graph.as_graph_def().library.function
-             for n in f.node_def if n.op in GPU_ONLY_OPS]
+    found = [
+        (f"{n.name} in function {f.signature.name}", n.op)
+        for f in graph.as_graph_def().library.function
+        for n in f.node_def
+        if n.op in GPU_ONLY_OPS
+    ]
     if not found:
         return None
     name, kind = found[0]
@@ -192,16 +230,22 @@ def _on_the_cpu(model: Model, restore: bool) -> Model:
     `restore=False` nothing runs: the steps keep zero weights (enough to find and list cells)."""
     if not _runs_cudnn(model.graph):
         return model
-    with _closed_if_it_fails(model.session, lambda line: f"{model.source}: cannot read its cuDNN ops: {line}"):
+    with _closed_if_it_fails(
+        model.session, lambda line: f"{model.source}: cannot read its cuDNN ops: {line}"
+    ):
         calls = cudnn_calls(model.graph, model.source)
         with model.graph.as_default():
             meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
     model.close()
-    zeros = {c.params: np.zeros(params_size(c.mode, c.input_size, c.units), np.float32) for c in calls}
+    zeros = {
+        c.params: np.zeros(params_size(c.mode, c.input_size, c.units), np.float32) for c in calls
+    }
     drawn = _replaced(model, meta, calls, zeros, restore)
     if not restore:
         return drawn
-    with _closed_if_it_fails(drawn.session, lambda line: f"{model.source}: cannot read its cuDNN weights: {line}"):
+    with _closed_if_it_fails(
+        drawn.session, lambda line: f"{model.source}: cannot read its cuDNN weights: {line}"
+    ):
         tensors = sorted({call.params for call in calls})
         if not model.allow_unsafe_ops:
             refuse(unsafe_ops(drawn.graph, tensors), "reading its cuDNN weights", model.source)
@@ -224,7 +268,9 @@ def rebuilt(model: Model, meta, restore: bool = True) -> Model:
     check_before_import(meta.graph_def, model.source, model.allow_unsafe_ops)
     graph = tf.Graph()
     session = v1.Session(graph=graph, config=model.session_config)
-    with _closed_if_it_fails(session, lambda line: f"{model.source}: cannot run its rewritten graph: {line}"):
+    with _closed_if_it_fails(
+        session, lambda line: f"{model.source}: cannot run its rewritten graph: {line}"
+    ):
         with graph.as_default():
             v1.train.import_meta_graph(meta, clear_devices=True)
         if restore and model.load_plan:
@@ -248,25 +294,43 @@ def _state_prefix(folder: Path) -> tuple[str, str | None]:
     state_file = folder / "checkpoint"
     try:
         if state_file.stat().st_size > 1 << 20 or not _inside(state_file, folder):
-            raise ValueError("not a checkpoint state file of this folder (over 1 MB, or a link out of it)")
+            raise ValueError(
+                "not a checkpoint state file of this folder (over 1 MB, or a link out of it)"
+            )
         named = text_format.Parse(state_file.read_text(), CheckpointState()).model_checkpoint_path
     except (OSError, ValueError, text_format.ParseError) as err:
-        raise ModelFormatError(f"{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}; "
-                               "point at a checkpoint prefix P with P.meta beside it instead") from None
+        raise ModelFormatError(
+            f"{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}; "
+            "point at a checkpoint prefix P with P.meta beside it instead"
+        ) from None
     if not named:
-        raise ModelFormatError(f"{folder}: its 'checkpoint' file names no checkpoint; point at a checkpoint prefix P with P.meta beside it instead")
+        raise ModelFormatError(
+            f"{folder}: its 'checkpoint' file names no checkpoint; point at a checkpoint prefix P with P.meta beside it instead"
+        )
     candidate, note = folder / named, None
     if Path(named).is_absolute() or not _inside(candidate, folder):
         candidate = folder / Path(named).name
         note = f"its 'checkpoint' file names {named}, outside {folder}: read {candidate.name} in the folder instead"
-    files = [Path(f"{candidate}.meta"), Path(f"{candidate}.index"), *candidate.parent.glob(f"{glob.escape(candidate.name)}.data-*")]
+    files = [
+        Path(f"{candidate}.meta"),
+        Path(f"{candidate}.index"),
+        *candidate.parent.glob(f"{glob.escape(candidate.name)}.data-*"),
+    ]
     if not Path(f"{candidate}.index").is_file() and not Path(f"{candidate}.meta").is_file():
-        where = f"names {named}, outside the folder, and the folder holds no {candidate.name}" if note else f"names no checkpoint that exists ({named})"
-        raise ModelFormatError(f"{folder}: its 'checkpoint' file {where}; point at a checkpoint prefix P with P.meta beside it instead")
+        where = (
+            f"names {named}, outside the folder, and the folder holds no {candidate.name}"
+            if note
+            else f"names no checkpoint that exists ({named})"
+        )
+        raise ModelFormatError(
+            f"{folder}: its 'checkpoint' file {where}; point at a checkpoint prefix P with P.meta beside it instead"
+        )
     outside = [f.name for f in files if f.exists() and not _inside(f, folder)]
     if outside:
-        raise ModelFormatError(f"{folder}: {', '.join(outside)} link{'s' if len(outside) == 1 else ''} out of the folder; "
-                               "gatetrace reads a checkpoint's files only inside its folder: copy them in")
+        raise ModelFormatError(
+            f"{folder}: {', '.join(outside)} link{'s' if len(outside) == 1 else ''} out of the folder; "
+            "gatetrace reads a checkpoint's files only inside its folder: copy them in"
+        )
     return str(candidate), note
 
 
@@ -306,7 +370,12 @@ class LoadPlan:
 
     def problems(self, graph: tf.Graph) -> list[str]:
         """Every op loading would run that is not allowed (see `tracer.load.safety`)."""
-        found = [p for op in (self.restore_op, self.captures_op) if op for p in restore_problems(graph, op, self.filename_tensor)]
+        found = [
+            p
+            for op in (self.restore_op, self.captures_op)
+            if op
+            for p in restore_problems(graph, op, self.filename_tensor)
+        ]
         found += unsafe_ops(graph, [self.init_op]) if self.init_op else []
         return sorted(set(found))
 
@@ -328,7 +397,11 @@ def _saver_plan(saver, checkpoint: str) -> dict:
     """LoadPlan fields for a Saver's restore op (none when the graph has no Saver)."""
     if saver is None or not saver.saver_def.restore_op_name:
         return {}
-    return {"restore_op": saver.saver_def.restore_op_name, "filename_tensor": saver.saver_def.filename_tensor_name, "checkpoint": checkpoint}
+    return {
+        "restore_op": saver.saver_def.restore_op_name,
+        "filename_tensor": saver.saver_def.filename_tensor_name,
+        "checkpoint": checkpoint,
+    }
 
 
 def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> None:
@@ -343,18 +416,40 @@ def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> Non
         ) from None
     missing, mismatched = [], []
     for op in restore_ops(graph, plan.restore_op):
-        names, slices = (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
+        names, slices = (
+            (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
+        )
         for k, name in enumerate(names or ()):
             name = name.decode()
             want = _restored_shape(op.outputs[k])
             if name not in stored:
                 missing.append(name)
-            elif not (slices and slices[k]) and want.rank is not None and not want.is_compatible_with(stored[name]):
-                mismatched.append(f"{name} (graph {want.as_list()}, checkpoint {list(stored[name])})")
+            elif (
+                not (slices and slices[k])
+                and want.rank is not None
+                and not want.is_compatible_with(stored[name])
+            ):
+                mismatched.append(
+                    f"{name} (graph {want.as_list()}, checkpoint {list(stored[name])})"
+                )
     if missing or mismatched:
-        what = [f"lacks {len(missing)} variable{'s' * (len(missing) != 1)} the graph restores: {', '.join(missing[:6])}"] if missing else []
-        what += [f"holds {len(mismatched)} in another shape: {', '.join(mismatched[:4])}"] if mismatched else []
-        hint = " (it is object-based, as tf.train.Checkpoint and Keras write them)" if any("/.ATTRIBUTES/" in n for n in stored) else ""
+        what = (
+            [
+                f"lacks {len(missing)} variable{'s' * (len(missing) != 1)} the graph restores: {', '.join(missing[:6])}"
+            ]
+            if missing
+            else []
+        )
+        what += (
+            [f"holds {len(mismatched)} in another shape: {', '.join(mismatched[:4])}"]
+            if mismatched
+            else []
+        )
+        hint = (
+            " (it is object-based, as tf.train.Checkpoint and Keras write them)"
+            if any("/.ATTRIBUTES/" in n for n in stored)
+            else ""
+        )
         raise ModelFormatError(
             f"{source}: the checkpoint {plan.checkpoint} {' and '.join(what)}{hint}; "
             "it was written by another model or another version of it: point at the checkpoint saved with this graph"
@@ -371,7 +466,11 @@ def _restored_shape(tensor: tf.Tensor) -> tf.TensorShape:
         if consumer.type in ("Assign", "AssignVariableOp") and consumer.inputs[1] is tensor:
             target = consumer.inputs[0]
             if target.dtype == tf.resource:
-                return tf.TensorShape(target.op.get_attr("shape")) if target.op.type == "VarHandleOp" else tf.TensorShape(None)
+                return (
+                    tf.TensorShape(target.op.get_attr("shape"))
+                    if target.op.type == "VarHandleOp"
+                    else tf.TensorShape(None)
+                )
             return target.shape
     return tf.TensorShape(None)
 
@@ -405,16 +504,24 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
     graph = tf.Graph()
     session = v1.Session(graph=graph)
+
     def failed(line: str) -> str:
         return f"{source}: cannot restore the variables from checkpoint {prefix}: {line} (are its .index and .data files complete?)"
 
     with _closed_if_it_fails(session, failed):
         with graph.as_default():
-            plan = LoadPlan(**_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix))
+            plan = LoadPlan(
+                **_saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix)
+            )
         _refuse_gpu_only_in_functions(graph, source)
         if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
-    return _on_the_cpu(Model(graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan), restore)
+    return _on_the_cpu(
+        Model(
+            graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan
+        ),
+        restore,
+    )
 
 
 INIT_OP_SIGNATURE = "__saved_model_init_op"  # where TensorFlow's loader looks for the init op first
@@ -450,7 +557,9 @@ def _collection_op(graph: tf.Graph, meta, key: str, source: str) -> str | None:
         return None
     names = list(meta.collection_def[key].node_list.value)
     if len(names) != 1:
-        raise ModelFormatError(f"{source}: its {key} collection holds {len(names)} ops; a SavedModel has exactly one init op")
+        raise ModelFormatError(
+            f"{source}: its {key} collection holds {len(names)} ops; a SavedModel has exactly one init op"
+        )
     return graph.as_graph_element(names[0]).name
 
 
@@ -462,8 +571,14 @@ def _saved_model_plan(path: Path, meta, graph: tf.Graph, saver, source: str) -> 
         init_op = graph.as_graph_element(signature.outputs[INIT_OP_SIGNATURE].name).name
     for key in ("saved_model_main_op", "legacy_init_op"):
         init_op = init_op or _collection_op(graph, meta, key, source)
-    assets = tuple((a.tensor_info.name, str(path / "assets" / a.filename)) for a in meta.asset_file_def)
-    return LoadPlan(**_saver_plan(saver, str(path / "variables" / "variables")), init_op=init_op, asset_feeds=assets)
+    assets = tuple(
+        (a.tensor_info.name, str(path / "assets" / a.filename)) for a in meta.asset_file_def
+    )
+    return LoadPlan(
+        **_saver_plan(saver, str(path / "variables" / "variables")),
+        init_op=init_op,
+        asset_feeds=assets,
+    )
 
 
 # Sessions on an inlined graph run it as written. Grappler's run-time rewriting, given a
@@ -493,11 +608,15 @@ def _links_out(folder: Path) -> list[str]:
     return sorted(found)
 
 
-def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool) -> Model:
+def _load_saved_model(
+    path: Path, tag: str, signature: str, source: str, restore: bool, allow_unsafe_ops: bool
+) -> Model:
     outside = _links_out(path)
     if outside:
-        raise ModelFormatError(f"{source}: {', '.join(outside[:3])} link{'s' if len(outside) == 1 else ''} out of the SavedModel's folder; "
-                               "gatetrace reads a SavedModel's files only inside its folder: copy them in")
+        raise ModelFormatError(
+            f"{source}: {', '.join(outside[:3])} link{'s' if len(outside) == 1 else ''} out of the SavedModel's folder; "
+            "gatetrace reads a SavedModel's files only inside its folder: copy them in"
+        )
     meta = _saved_model_meta_graph(path, tag, source)
     check_before_import(meta.graph_def, source, allow_unsafe_ops)
     tf2 = is_function_graph(meta)
@@ -505,13 +624,19 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
     saved = meta
     if tf2:  # the signature's functions inlined, so that the loops in them can be read
         init = meta.signature_def.get(INIT_OP_SIGNATURE)
-        init_op = init.outputs[INIT_OP_SIGNATURE].name.partition(":")[0] if init and INIT_OP_SIGNATURE in init.outputs else ""
+        init_op = (
+            init.outputs[INIT_OP_SIGNATURE].name.partition(":")[0]
+            if init and INIT_OP_SIGNATURE in init.outputs
+            else ""
+        )
         meta = inline_signature(meta, signature, [meta.saver_def.restore_op_name, init_op], source)
     graph = tf.Graph()
     session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else None)
     with _closed_if_it_fails(session, lambda line: f"{source}: cannot read SavedModel: {line}"):
         with graph.as_default():
-            plan = _saved_model_plan(path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source)
+            plan = _saved_model_plan(
+                path, meta, graph, v1.train.import_meta_graph(meta, clear_devices=True), source
+            )
         _refuse_gpu_only_in_functions(graph, source)
         if tf2:
             plan = _restore_captures(graph, saved, signature, plan)
@@ -519,8 +644,16 @@ def _load_saved_model(path: Path, tag: str, signature: str, source: str, restore
         if restore and not _runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
             plan.run(session, source, allow_unsafe_ops)
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
-    model = Model(graph, session, source, kind, allow_unsafe_ops=allow_unsafe_ops, load_plan=plan, inputs=inputs,
-                  session_config=UNOPTIMIZED if tf2 else None)
+    model = Model(
+        graph,
+        session,
+        source,
+        kind,
+        allow_unsafe_ops=allow_unsafe_ops,
+        load_plan=plan,
+        inputs=inputs,
+        session_config=UNOPTIMIZED if tf2 else None,
+    )
     return _on_the_cpu(model, restore)
 
 
@@ -534,7 +667,8 @@ def _handles(start: list[tf.Operation]) -> set[str]:
         seen.add(op.name)
         if op.type == "VarHandleOp":
             found.add(op.name)
-        todo += [t.op for t in op.inputs] + list(op.control_inputs)  # a group's members are its control inputs
+        # a group's members are its control inputs
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)
     return found
 
 
@@ -553,35 +687,57 @@ def _restore_captures(graph: tf.Graph, saved, signature: str, plan: LoadPlan) ->
     outputs = saved.signature_def[signature].outputs.values()
     call = calls.get(next(iter(outputs)).name.partition(":")[0]) if outputs else None
     functions = saved.object_graph_def.concrete_functions
-    if not plan.restore_op or not plan.checkpoint or call is None or call.attr["f"].func.name not in functions:
+    if (
+        not plan.restore_op
+        or not plan.checkpoint
+        or call is None
+        or call.attr["f"].func.name not in functions
+    ):
         return plan
     bound = list(functions[call.attr["f"].func.name].bound_inputs)
     data = [i.partition(":")[0] for i in call.input if not i.startswith("^")]
     restored = _restored(graph, plan)
-    missing = {h: node for h, node in zip(data[len(data) - len(bound):], bound)
-               if calls[h].op == "VarHandleOp" and h not in restored}
+    missing = {
+        h: node
+        for h, node in zip(data[len(data) - len(bound) :], bound)
+        if calls[h].op == "VarHandleOp" and h not in restored
+    }
     if not missing:
         return plan
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     objects = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
-        tf.train.load_checkpoint(plan.checkpoint).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+        tf.train.load_checkpoint(plan.checkpoint).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
+    )
     keys = {}
     for handle, node in sorted(missing.items()):
-        key = [a.checkpoint_key for a in objects.nodes[node].attributes if a.name == "VARIABLE_VALUE"] if node < len(objects.nodes) else []
+        key = (
+            [a.checkpoint_key for a in objects.nodes[node].attributes if a.name == "VARIABLE_VALUE"]
+            if node < len(objects.nodes)
+            else []
+        )
         if key:
             keys[handle] = key[0]
     if not keys:
         return plan
     with graph.as_default(), graph.name_scope("gatetrace_restore_captures/"):
-        values = tf.raw_ops.RestoreV2(prefix=graph.get_tensor_by_name(plan.filename_tensor), tensor_names=list(keys.values()),
-                                      shape_and_slices=[""] * len(keys), dtypes=[calls[h].attr["dtype"].type for h in keys])
-        assigns = [tf.raw_ops.AssignVariableOp(resource=graph.get_tensor_by_name(f"{h}:0"), value=v) for h, v in zip(keys, values)]
+        values = tf.raw_ops.RestoreV2(
+            prefix=graph.get_tensor_by_name(plan.filename_tensor),
+            tensor_names=list(keys.values()),
+            shape_and_slices=[""] * len(keys),
+            dtypes=[calls[h].attr["dtype"].type for h in keys],
+        )
+        assigns = [
+            tf.raw_ops.AssignVariableOp(resource=graph.get_tensor_by_name(f"{h}:0"), value=v)
+            for h, v in zip(keys, values)
+        ]
         restore = tf.group(*assigns, name="restore")
     return replace(plan, captures_op=restore.name)
 
 
-def _check_restored(graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str) -> None:
+def _check_restored(
+    graph: tf.Graph, signature_def, plan: LoadPlan, source: str, signature: str
+) -> None:
     """Refuse a TF2 SavedModel whose signature reads variables that restoring does not fill,
     even by the checkpoint's object graph (`_restore_captures`): they would be read uninitialized."""
     if not plan.restore_op:
@@ -602,7 +758,9 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
     try:
         graph_def.ParseFromString(path.read_bytes())
     except Exception as err:
-        raise ModelFormatError(f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}") from err
+        raise ModelFormatError(
+            f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
+        ) from err
     check_before_import(graph_def, source, allow_unsafe_ops)
     try:
         graph = tf.Graph()
@@ -613,7 +771,10 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
             f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
         ) from err
     _refuse_gpu_only_in_functions(graph, source)
-    return _on_the_cpu(Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops), restore)
+    return _on_the_cpu(
+        Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops),
+        restore,
+    )
 
 
 def load_model(
@@ -646,5 +807,7 @@ def load_model(
     if not p.exists() and Path(f"{source}.index").is_file():
         raise ModelFormatError(_weights_only(source, source))
     if not p.exists():
-        raise ModelFormatError(f"model not found: {source} does not exist (and neither does {source}.meta); expected {FORMATS}")
+        raise ModelFormatError(
+            f"model not found: {source} does not exist (and neither does {source}.meta); expected {FORMATS}"
+        )
     raise ModelFormatError(f"{source} is in no format gatetrace reads; expected {FORMATS}")

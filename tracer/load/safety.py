@@ -19,7 +19,18 @@ from recorders.errors import UnsafeGraphError, listing
 from tracer._tf import tf
 
 __all__ = [
-    "SAFE_OPS", "RESTORE_OPS", "function_values", "function_calls", "bind_defaults", "ops_to_run", "unsafe_ops", "restore_problems", "restore_ops", "check", "check_model", "refuse",
+    "SAFE_OPS",
+    "RESTORE_OPS",
+    "function_values",
+    "function_calls",
+    "bind_defaults",
+    "ops_to_run",
+    "unsafe_ops",
+    "restore_problems",
+    "restore_ops",
+    "check",
+    "check_model",
+    "refuse",
 ]
 
 # Pure math, array, variable and control-flow ops: they compute on tensors and touch
@@ -63,9 +74,17 @@ SAFE_OPS = frozenset(
 # Reading the checkpoint named by the model is what restoring variables is for.
 RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 
-_FUNCTIONAL = {"If", "StatelessIf", "While", "StatelessWhile", "PartitionedCall", "StatefulPartitionedCall"}
+_FUNCTIONAL = {
+    "If",
+    "StatelessIf",
+    "While",
+    "StatelessWhile",
+    "PartitionedCall",
+    "StatefulPartitionedCall",
+}
 
-_MAX_VISITS = 100_000  # (function, attributes) pairs one walk may visit before it gives up and refuses
+# (function, attributes) pairs one walk may visit before it gives up and refuses
+_MAX_VISITS = 100_000
 
 
 def _resolved(value, bound: dict):
@@ -90,7 +109,13 @@ def function_values(value, bound: dict) -> Iterator[tuple[str, dict] | None]:
     if value is None:
         yield None
         return
-    named = [value.func] if value.HasField("func") else list(value.list.func) if value.HasField("list") else []
+    named = (
+        [value.func]
+        if value.HasField("func")
+        else list(value.list.func)
+        if value.HasField("list")
+        else []
+    )
     for func in named:
         yield from _bound_call(func.name, func.attr, bound)
         for a in func.attr.values():
@@ -116,10 +141,14 @@ def bind_defaults(function, attrs: dict) -> dict:
 
 
 def _key(name: str, bound: dict) -> tuple:
-    return name, tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in bound.items()))
+    return name, tuple(
+        sorted((k, v.SerializeToString(deterministic=True)) for k, v in bound.items())
+    )
 
 
-def ops_to_run(graph: tf.Graph, fetches: Iterable, fed: Iterable[str] = ()) -> list[tuple[str, str]]:
+def ops_to_run(
+    graph: tf.Graph, fetches: Iterable, fed: Iterable[str] = ()
+) -> list[tuple[str, str]]:
     """(name, type) of the ops running `fetches` (tensors, ops or their names) would
     execute: those of the graph, following data and control edges, and those of every
     function they call (by an attribute such as `f` or `body`, by using a function's name
@@ -146,7 +175,9 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable, fed: Iterable[str] = ()) -> l
     if any(op.node_def.attr for op in seen.values()):
         library = {fn.signature.name: fn for fn in graph.as_graph_def().library.function}
     found = [(op.name, op.type) for op in seen.values() if op.type not in library]
-    calls = [(op.name, call) for op in seen.values() for call in function_calls(op.node_def, library, {})]
+    calls = [
+        (op.name, call) for op in seen.values() for call in function_calls(op.node_def, library, {})
+    ]
     visited: set[tuple] = set()
     while calls:
         caller, call = calls.pop()
@@ -162,7 +193,9 @@ def ops_to_run(graph: tf.Graph, fetches: Iterable, fed: Iterable[str] = ()) -> l
             continue
         visited.add(key)
         if len(visited) > _MAX_VISITS:
-            found.append((f"function {name}", f"more than {_MAX_VISITS:,} function calls to follow"))
+            found.append(
+                (f"function {name}", f"more than {_MAX_VISITS:,} function calls to follow")
+            )
             break
         for node in library[name].node_def:
             where = f"{node.name} in function {name}"
@@ -177,7 +210,9 @@ def _outside(ran: Iterable[tuple[str, str]], allowed: frozenset) -> list[str]:
     return sorted(f"{name} ({kind})" for name, kind in ran if kind not in ok)
 
 
-def unsafe_ops(graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset(), fed: Iterable[str] = ()) -> list[str]:
+def unsafe_ops(
+    graph: tf.Graph, fetches: Iterable, allowed: frozenset = frozenset(), fed: Iterable[str] = ()
+) -> list[str]:
     """`name (Type)` of each op outside SAFE_OPS (and `allowed`) that running `fetches` (the
     tensors named in `fed` fed) would execute."""
     return _outside(ops_to_run(graph, fetches, fed), allowed)
@@ -200,7 +235,9 @@ def restore_problems(graph: tf.Graph, restore_op: str, filename_tensor: str) -> 
     for op in restore_ops(graph, restore_op, ran):
         path = _through_identity(op.inputs[0], fed)
         if path.name != fed:
-            problems.append(f"{op.name} ({op.type} reading the path {path.name}, not the model's own checkpoint)")
+            problems.append(
+                f"{op.name} ({op.type} reading the path {path.name}, not the model's own checkpoint)"
+            )
     return sorted(set(problems))
 
 
@@ -210,7 +247,9 @@ def _through_identity(t: tf.Tensor, stop: str) -> tf.Tensor:
     return t
 
 
-def _function_restore_problems(graph: tf.Graph, restore_op: str, ran: list[tuple[str, str]], fed: str) -> list[str]:
+def _function_restore_problems(
+    graph: tf.Graph, restore_op: str, ran: list[tuple[str, str]], fed: str
+) -> list[str]:
     """Restore ops inside a function (a TF2 SavedModel restores in `__inference__traced_restore`):
     allowed where the function is the one the restore op itself calls and each restore op
     takes its path from the function's argument that the call is given the fed file name in.
@@ -233,17 +272,29 @@ def _function_restore_problems(graph: tf.Graph, restore_op: str, ran: list[tuple
             source = node.input[0].partition(":")[0]
             while source in nodes and nodes[source].op in ("Identity", "Snapshot"):
                 source = nodes[source].input[0].partition(":")[0]
-            if source in args and _through_identity(call.inputs[args.index(source)], fed).name == fed:
+            if (
+                source in args
+                and _through_identity(call.inputs[args.index(source)], fed).name == fed
+            ):
                 good.add(f"{node.name} in function {function.signature.name}")
-    return [f"{name} ({kind} inside a function, reading a path other than the model's own checkpoint)"
-            for name, kind in inside if name not in good]
+    return [
+        f"{name} ({kind} inside a function, reading a path other than the model's own checkpoint)"
+        for name, kind in inside
+        if name not in good
+    ]
 
 
-def restore_ops(graph: tf.Graph, restore_op: str, ran: Iterable[tuple[str, str]] | None = None) -> list[tf.Operation]:
+def restore_ops(
+    graph: tf.Graph, restore_op: str, ran: Iterable[tuple[str, str]] | None = None
+) -> list[tf.Operation]:
     """The restore ops (`RESTORE_OPS`) of the graph itself that running `restore_op` runs
     (`ran`: what `ops_to_run` already found for it)."""
     ran = ops_to_run(graph, [restore_op]) if ran is None else ran
-    return [graph.get_operation_by_name(name) for name, kind in ran if kind in RESTORE_OPS and " in function " not in name]
+    return [
+        graph.get_operation_by_name(name)
+        for name, kind in ran
+        if kind in RESTORE_OPS and " in function " not in name
+    ]
 
 
 def refuse(found: list[str], what: str, source: str) -> None:
@@ -256,12 +307,16 @@ def refuse(found: list[str], what: str, source: str) -> None:
         )
 
 
-def check(graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()) -> None:
+def check(
+    graph: tf.Graph, fetches: Iterable, what: str, source: str, allowed: frozenset = frozenset()
+) -> None:
     """Raise UnsafeGraphError if running `fetches` (`what`: "restoring its variables", ...) would run an op outside the allowlist."""
     refuse(unsafe_ops(graph, fetches, allowed), what, source)
 
 
-def check_model(model, fetches: Iterable, what: str, fed: Iterable[str] = ()) -> list[tuple[str, str]]:
+def check_model(
+    model, fetches: Iterable, what: str, fed: Iterable[str] = ()
+) -> list[tuple[str, str]]:
     """`check` on a `tracer.load.model.Model`'s graph, unless it was loaded with allow_unsafe_ops;
     returns what running `fetches` (with the tensors named in `fed` fed) runs (`ops_to_run`),
     walked once for the caller's use too."""

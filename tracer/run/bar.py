@@ -23,7 +23,8 @@ class LineProgress:
         self.total, self.desc, self.stream = total, desc, stream or sys.stderr
         self.n, self.updates, self.postfix, self._tenths = 0, 0, "", 0
         of = f" of {total:,} seq" if total else ""
-        print(f"gatetrace: {desc}: started{of}", file=self.stream, flush=True)  # before the first batch runs
+        # before the first batch runs
+        print(f"gatetrace: {desc}: started{of}", file=self.stream, flush=True)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -31,8 +32,16 @@ class LineProgress:
         tenths = self.n * 10 // self.total if self.total else self.updates // 10
         if tenths > self._tenths:
             self._tenths = tenths
-            done = f"{self.n * 100 // self.total}% ({self.n:,} of {self.total:,} seq)" if self.total else f"{self.n:,} seq"
-            print(f"gatetrace: {self.desc}: {done}{', ' + self.postfix if self.postfix else ''}", file=self.stream, flush=True)
+            done = (
+                f"{self.n * 100 // self.total}% ({self.n:,} of {self.total:,} seq)"
+                if self.total
+                else f"{self.n:,} seq"
+            )
+            print(
+                f"gatetrace: {self.desc}: {done}{', ' + self.postfix if self.postfix else ''}",
+                file=self.stream,
+                flush=True,
+            )
 
     def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         self.postfix = s
@@ -55,4 +64,6 @@ def progress_bar(total: int | None, show: bool, desc: str, stream: Any = None):
         return LineProgress(total, desc, stream)
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="seq", file=stream, disable=not show, dynamic_ncols=True, desc=desc)
+    return tqdm(
+        total=total, unit="seq", file=stream, disable=not show, dynamic_ncols=True, desc=desc
+    )

@@ -33,8 +33,22 @@ import numpy as np
 from recorders.errors import SelectionError
 
 __all__ = [
-    "COPIES", "LOOP_COPIES", "RESERVE", "DEFAULT_ROOM", "DEFAULT_BATCH_SIZE", "BatchChoice", "available_memory", "current_rss",
-    "default_budget", "tune_allocators", "parse_size", "bytes_per_sequence", "fixed_size_problem", "check_rows", "choose_batch", "describe_size",
+    "COPIES",
+    "LOOP_COPIES",
+    "RESERVE",
+    "DEFAULT_ROOM",
+    "DEFAULT_BATCH_SIZE",
+    "BatchChoice",
+    "available_memory",
+    "current_rss",
+    "default_budget",
+    "tune_allocators",
+    "parse_size",
+    "bytes_per_sequence",
+    "fixed_size_problem",
+    "check_rows",
+    "choose_batch",
+    "describe_size",
 ]
 
 COPIES = 2
@@ -45,7 +59,18 @@ LOOP_COPIES = 2
 RESERVE = 128 * 2**20
 DEFAULT_ROOM = 768 * 2**20  # on top of what TensorFlow and the model hold, by default
 DEFAULT_BATCH_SIZE = 256  # sequences per Session.run, before the budget lowers it
-_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30, "T": 2**40, "TB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 2**10,
+    "KB": 2**10,
+    "M": 2**20,
+    "MB": 2**20,
+    "G": 2**30,
+    "GB": 2**30,
+    "T": 2**40,
+    "TB": 2**40,
+}
 
 
 def tune_allocators() -> None:
@@ -133,17 +158,25 @@ def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any], parts: bo
     float32 columns per gate, one per state, every unit and step; LOOP_COPIES more for a
     cell taken from its loop; with `parts`, what each step read: its input and states) plus
     its input rows. (The parts themselves are computed a row group at a time.)"""
-    shapes = [tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()]
-    hint = max((s[1] for s in shapes if len(s) >= 3), default=None)  # [sequences, steps, ...] inputs
+    shapes = [
+        tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()
+    ]
+    # [sequences, steps, ...] inputs
+    hint = max((s[1] for s in shapes if len(s) >= 3), default=None)
     values = 0
     for cell in cells:
-        per_step = len(cell.gates) * cell.units * 2 + len(cell.spec.states) * max(cell.units, cell.output_size)
+        per_step = len(cell.gates) * cell.units * 2 + len(cell.spec.states) * max(
+            cell.units, cell.output_size
+        )
         if parts:
             per_step += cell.input_size + len(cell.spec.states) * max(cell.units, cell.output_size)
         copies = COPIES + (LOOP_COPIES if getattr(cell, "path", None) == "loop" else 0)
         values += copies * _steps(cell, hint) * per_step * 4
-    inputs = sum(int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize
-                 for s, v in zip(shapes, feeds.values()) if len(s) >= 1)
+    inputs = sum(
+        int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize
+        for s, v in zip(shapes, feeds.values())
+        if len(s) >= 1
+    )
     return int(values) + inputs
 
 
@@ -154,7 +187,8 @@ class BatchChoice:
     size: int
     requested: int
     budget: int
-    used: int  # what the process held when recording started: TensorFlow, the model, its inputs in memory
+    # what the process held when recording started: TensorFlow, the model, its inputs in memory
+    used: int
     per_sequence: int
 
     @property
@@ -169,7 +203,13 @@ class BatchChoice:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"size": self.size, "requested": self.requested, "budget": self.budget, "used": self.used, "per_sequence": self.per_sequence}
+        d = {
+            "size": self.size,
+            "requested": self.requested,
+            "budget": self.budget,
+            "used": self.used,
+            "per_sequence": self.per_sequence,
+        }
         return d if self.why is None else {**d, "why": self.why}
 
 
@@ -185,8 +225,10 @@ def fixed_size_problem(ops: Iterable[Any], limit: int | None = None) -> str | No
                 continue
             size = int(np.prod([int(d) for d in shape], dtype=object)) * out.dtype.size
             if size > limit:
-                return (f"{op.name} ({op.type}) makes a tensor of {shape.as_list()} {out.dtype.name} ({describe_size(size)}) "
-                        f"whatever the batch size, more than this machine's available memory ({describe_size(limit)})")
+                return (
+                    f"{op.name} ({op.type}) makes a tensor of {shape.as_list()} {out.dtype.name} ({describe_size(size)}) "
+                    f"whatever the batch size, more than this machine's available memory ({describe_size(limit)})"
+                )
     return None
 
 
@@ -200,12 +242,18 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
         shape = tuple(getattr(value, "shape", ()))
         if len(shape) < 1:
             continue
-        row = int(np.prod(shape[1:], dtype=object)) * np.dtype(getattr(value, "dtype", np.float32)).itemsize
+        row = (
+            int(np.prod(shape[1:], dtype=object))
+            * np.dtype(getattr(value, "dtype", np.float32)).itemsize
+        )
         if row <= room:
             continue
         needed = choice.used + RESERVE + choice.per_sequence
-        hint = (f"if it is right, give --memory {describe_size(needed, up=True)}" if needed < available_memory()
-                else f"that is more than this machine's available memory ({describe_size(available_memory())})")
+        hint = (
+            f"if it is right, give --memory {describe_size(needed, up=True)}"
+            if needed < available_memory()
+            else f"that is more than this machine's available memory ({describe_size(available_memory())})"
+        )
         raise SelectionError(
             f"feed {getattr(name, 'name', name)}: its header declares sequences of {list(shape[1:])} {np.dtype(value.dtype).name}, "
             f"{describe_size(row)} each, more than the memory budget of {describe_size(choice.budget)} leaves for a batch "
@@ -213,7 +261,9 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
         )
 
 
-def choose_batch(requested: int, per_sequence: int, memory: int | None = None, used: int | None = None) -> BatchChoice:
+def choose_batch(
+    requested: int, per_sequence: int, memory: int | None = None, used: int | None = None
+) -> BatchChoice:
     """The largest batch size, at most `requested` and at least 1, that keeps the process
     within `memory` bytes (default: `default_budget`), `used` (default: the RSS now) being
     held already. A `memory` too small for even one sequence is refused with what it would

@@ -52,7 +52,15 @@ from recorders.write.progress import read_progress, recorded_layout
 from tracer.inputs.files import is_input_spec, open_input
 from tracer.run.budget import DEFAULT_BATCH_SIZE, tune_allocators
 
-__all__ = ["Job", "record_task", "record_parallel", "task_count", "task_shard", "dask_executor", "DEFAULT_TASK_SIZE"]
+__all__ = [
+    "Job",
+    "record_task",
+    "record_parallel",
+    "task_count",
+    "task_shard",
+    "dask_executor",
+    "DEFAULT_TASK_SIZE",
+]
 
 DEFAULT_TASK_SIZE = 8  # batches per task
 
@@ -74,10 +82,12 @@ class Job:
     allow_unsafe_ops: bool = False
     lengths: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    input_counts: Mapping[tuple, int] = field(default_factory=dict)  # TFRecord files' record counts, found by the driver
+    # TFRecord files' record counts, found by the driver
+    input_counts: Mapping[tuple, int] = field(default_factory=dict)
 
 
-_loaded: dict[tuple, Any] = {}  # model per process: (path, tag, signature, allow_unsafe_ops) -> Model
+# model per process: (path, tag, signature, allow_unsafe_ops) -> Model
+_loaded: dict[tuple, Any] = {}
 
 
 def _model(job: Job):
@@ -85,7 +95,9 @@ def _model(job: Job):
 
     key = (job.model, job.tag, job.signature, job.allow_unsafe_ops)
     if key not in _loaded:
-        _loaded[key] = load_model(job.model, tag=job.tag, signature=job.signature, allow_unsafe_ops=job.allow_unsafe_ops)
+        _loaded[key] = load_model(
+            job.model, tag=job.tag, signature=job.signature, allow_unsafe_ops=job.allow_unsafe_ops
+        )
     return _loaded[key]
 
 
@@ -121,7 +133,13 @@ def record_task(job: Job, index: int, count: int) -> dict:
 
         know_counts(dict(job.input_counts))
     return record(
-        _model(job), _feeds(job), job.out, shard=task_shard(job, index, count), resume=True, lengths=lengths, **dict(job.options)
+        _model(job),
+        _feeds(job),
+        job.out,
+        shard=task_shard(job, index, count),
+        resume=True,
+        lengths=lengths,
+        **dict(job.options),
     )
 
 
@@ -130,9 +148,15 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
     TensorFlow: each task checks the feeds against the model and fails in one line if they
     do not fit) and create the folder; returns (examples to record, whether the driver
     created the folder)."""
-    sizes = {name: len(open_input(spec, f"feed {name}")) for name, spec in job.feeds.items() if is_input_spec(spec)}
+    sizes = {
+        name: len(open_input(spec, f"feed {name}"))
+        for name, spec in job.feeds.items()
+        if is_input_spec(spec)
+    }
     if not sizes:
-        raise SelectionError("--workers: a recording in several processes needs at least one input file to split into sequences")
+        raise SelectionError(
+            "--workers: a recording in several processes needs at least one input file to split into sequences"
+        )
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{name} has {n}" for name, n in sizes.items())
         raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
@@ -142,13 +166,19 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
         first, last, _ = slice(*selection.examples).indices(n)
         n = max(0, last - first)
     if not resume and read_progress(place_of(job.out)):
-        raise OutputExistsError(f"--out {job.out} already holds a recording; pass --resume to continue it, or choose another folder")
+        raise OutputExistsError(
+            f"--out {job.out} already holds a recording; pass --resume to continue it, or choose another folder"
+        )
     return n, create_folder(job.out)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     # TensorFlow cannot run in a forked child of a process that imported it: spawn.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=tune_allocators)
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=tune_allocators,
+    )
 
 
 def record_parallel(
@@ -175,8 +205,15 @@ def record_parallel(
     (they receive the signal too), and the folder is left to resume.
     """
     examples, created = _prepare(job, resume)
-    if "tracer.inputs.tfrecords" in sys.modules:  # the driver counted TFRecord inputs: hand the counts on
-        job = replace(job, input_counts={**job.input_counts, **sys.modules["tracer.inputs.tfrecords"].record_counts()})
+    # the driver counted TFRecord inputs: hand the counts on
+    if "tracer.inputs.tfrecords" in sys.modules:
+        job = replace(
+            job,
+            input_counts={
+                **job.input_counts,
+                **sys.modules["tracer.inputs.tfrecords"].record_counts(),
+            },
+        )
     batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
     count = task_count(examples, batch_size, task_size)
     layout = recorded_layout(job.out) if resume else None
@@ -218,9 +255,12 @@ def record_parallel(
                     summaries[k] = future.result()
                 except GatetraceError:
                     raise
-                except BrokenProcessPool as err:  # a worker died (killed, out of memory): a new pool
+                # a worker died (killed, out of memory): a new pool
+                except BrokenProcessPool as err:
                     if not own or attempts[k] >= max_attempts:
-                        raise RecordingError(f"task {k}/{count} failed {attempts[k]} times: {err}") from None
+                        raise RecordingError(
+                            f"task {k}/{count} failed {attempts[k]} times: {err}"
+                        ) from None
                     executor.shutdown(wait=True, cancel_futures=True)
                     executor = _pool(workers or os.cpu_count() or 1)
                     lost = [k, *running.values()]
@@ -230,7 +270,9 @@ def record_parallel(
                     continue
                 except Exception as err:
                     if attempts[k] >= max_attempts:
-                        raise RecordingError(f"task {k}/{count} failed {attempts[k]} times, the last with: {err}") from None
+                        raise RecordingError(
+                            f"task {k}/{count} failed {attempts[k]} times, the last with: {err}"
+                        ) from None
                     submit(k)
                     continue
         report()
@@ -273,7 +315,11 @@ def _remove_if_empty(out: Path) -> None:
 
 
 def _summary(summaries: Mapping[int, dict], count: int, task_size: int) -> dict:
-    last = next(s for s in summaries.values() if s.get("complete")) if any(s.get("complete") for s in summaries.values()) else None
+    last = (
+        next(s for s in summaries.values() if s.get("complete"))
+        if any(s.get("complete") for s in summaries.values())
+        else None
+    )
     first = summaries[min(summaries)]
     rows = {
         "gates": sum(s["rows"]["gates"] for s in summaries.values()),
@@ -281,7 +327,11 @@ def _summary(summaries: Mapping[int, dict], count: int, task_size: int) -> dict:
         "weights": first["rows"]["weights"],
     }
     return {
-        **{k: v for k, v in first.items() if k not in ("examples", "examples_this_run", "rows", "shard", "complete")},
+        **{
+            k: v
+            for k, v in first.items()
+            if k not in ("examples", "examples_this_run", "rows", "shard", "complete")
+        },
         "examples": sum(s["examples"] for s in summaries.values()),
         "examples_this_run": sum(s["examples_this_run"] for s in summaries.values()),
         "rows": rows,
@@ -299,19 +349,28 @@ def local_cluster(workers: int) -> Any:
     from distributed.security import Security
 
     return LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1",
-        protocol="tls://", security=Security.temporary(),
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        host="127.0.0.1",
+        protocol="tls://",
+        security=Security.temporary(),
     )
 
 
 @contextmanager
-def dask_executor(workers: int, scheduler: str | None = None, scheduler_file: str | None = None) -> Iterator[Executor]:
+def dask_executor(
+    workers: int, scheduler: str | None = None, scheduler_file: str | None = None
+) -> Iterator[Executor]:
     """A Dask client's executor: on the cluster at `scheduler` (or named by `scheduler_file`),
     or on a local cluster of `workers` single-threaded processes, closed afterwards."""
     try:
         from distributed import Client
     except ImportError:
-        raise SelectionError('--engine dask needs Dask, which is not installed: pip install "gatetrace[dask]"') from None
+        raise SelectionError(
+            '--engine dask needs Dask, which is not installed: pip install "gatetrace[dask]"'
+        ) from None
     cluster = None
     try:
         if scheduler or scheduler_file:
@@ -320,7 +379,9 @@ def dask_executor(workers: int, scheduler: str | None = None, scheduler_file: st
             cluster = local_cluster(workers)
             client = Client(cluster)
     except (OSError, TimeoutError) as err:
-        raise RecordingError(f"cannot reach the Dask scheduler {scheduler or scheduler_file}: {err}") from None
+        raise RecordingError(
+            f"cannot reach the Dask scheduler {scheduler or scheduler_file}: {err}"
+        ) from None
     try:
         yield client.get_executor()
     finally:

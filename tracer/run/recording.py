@@ -66,7 +66,6 @@ from tracer.values.weights import read_weights, weights_columns
 __all__ = ["trace", "record", "describe", "find_all", "weight_values", "DEFAULT_BATCH_SIZE"]
 
 
-
 def _as_model(model: Any) -> Model | KerasModel:
     """A Model or KerasModel; a live Keras model object is wrapped."""
     return wrap(model) if is_keras(model) else model
@@ -74,17 +73,25 @@ def _as_model(model: Any) -> Model | KerasModel:
 
 def find_all(model: Model | KerasModel) -> list:
     """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model (`tracer.find.keras.find_layers`)."""
-    return find_layers(model) if isinstance(model, KerasModel) else find_cells(model.graph, model.source)
+    return (
+        find_layers(model)
+        if isinstance(model, KerasModel)
+        else find_cells(model.graph, model.source)
+    )
 
 
-def weight_values(model: Model | KerasModel, cells: Sequence[Cell], timeout: float | None = None) -> dict[str, dict[str, np.ndarray]]:
+def weight_values(
+    model: Model | KerasModel, cells: Sequence[Cell], timeout: float | None = None
+) -> dict[str, dict[str, np.ndarray]]:
     """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
     if isinstance(model, KerasModel):
         return {c.name: dict(c.weights) for c in cells}
     return read_weights(model.session, cells, timeout)
 
 
-def _reachable(model: Model, cells: list[Cell], found: list[Cell], feeds: Any, skipped: list) -> list[Cell]:
+def _reachable(
+    model: Model, cells: list[Cell], found: list[Cell], feeds: Any, skipped: list
+) -> list[Cell]:
     """The cells whose values the feeds reach; the others (chains that read other
     placeholders, such as a sampling unroll beside the training one) are appended to
     `skipped` as (cell, placeholder). If no cell is reached, all are kept, so that the
@@ -117,31 +124,49 @@ def _prepare(
     if isinstance(model, KerasModel):
         plan = KerasPlan(model, cells, steps=steps, carry_state=carry_state)
         if carry_state and not plan.stateful:
-            raise SelectionError(f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried")
+            raise SelectionError(
+                f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
+            )
         return cells, plan, resolve_inputs(model, feeds), plan.fetch
     names = {c.name for c in cells}
-    below = any(c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells)
-    found = find_cells(model.graph, model.source) if below else cells  # the layers a selected stacked layer reads
+    below = any(
+        c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells
+    )
+    # the layers a selected stacked layer reads
+    found = find_cells(model.graph, model.source) if below else cells
     if skip_unfed is not None:
         cells = _reachable(model, cells, found, feeds, skip_unfed)
     if carry_state:
-        raise SelectionError("--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs")
+        raise SelectionError(
+            "--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs"
+        )
     parts = selection is not None and selection.parts
     plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
     plan.check_verifiable()
     weights = [t for c in cells for t in c.weights.values()]
     fed = fed_names(model.graph, feeds, model.inputs)
-    if pipeline_entries(plan.tensors, fed):  # named, with the tensor to feed, before the op check would call it unsafe
+    # named, with the tensor to feed, before the op check would call it unsafe
+    if pipeline_entries(plan.tensors, fed):
         resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
     ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights", fed)
-    too_large = fixed_size_problem(model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name)
+    too_large = fixed_size_problem(
+        model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name
+    )
     if too_large:
-        raise RecordingError(f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run")
+        raise RecordingError(
+            f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run"
+        )
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
     return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
 
 
-def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | None = None, *, carry_state: bool = False) -> Trace:
+def trace(
+    model: Model | KerasModel | Any,
+    feeds: Any,
+    cells: Sequence[Cell] | None = None,
+    *,
+    carry_state: bool = False,
+) -> Trace:
     """Every gate, activation and state of `cells` (default: all found) for one batch.
 
     A Keras model's stateful layers are reset first (every row starts from zero state),
@@ -152,14 +177,21 @@ def trace(model: Model | KerasModel | Any, feeds: Any, cells: Sequence[Cell] | N
     itself), feeds is the input array, a list of them, or a mapping by input name.
     """
     model = _as_model(model)
-    with from_loops(model, cells if cells is not None else find_all(model), progress=False) as (model, cells):
+    with from_loops(model, cells if cells is not None else find_all(model), progress=False) as (
+        model,
+        cells,
+    ):
         _, plan, feed_dict, run = _prepare(model, feeds, cells, carry_state=carry_state)
         return assemble(plan, run(feed_dict))
 
 
 @contextmanager
 def from_loops(
-    model: Model | KerasModel, cells: Sequence[Cell], progress: bool, restore: bool = True, reads: bool = False
+    model: Model | KerasModel,
+    cells: Sequence[Cell],
+    progress: bool,
+    restore: bool = True,
+    reads: bool = False,
 ) -> Iterator[tuple[Model | KerasModel, list[Cell]]]:
     """The model and cells to record: a graph rebuilt (restored if `restore`) so that the
     loops holding `cells` emit their gates (and with `reads` what each step read: see
@@ -180,7 +212,11 @@ def from_loops(
             rebuilt.close()
 
 
-def describe(model: Model | KerasModel, cells: Sequence[Cell], feed_shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+def describe(
+    model: Model | KerasModel,
+    cells: Sequence[Cell],
+    feed_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> dict:
     """The recording's description: source model, cells, feeds, gatetrace version."""
     return {
         "gatetrace_version": __version__,
@@ -245,7 +281,9 @@ def record(
     if values is not None:
         selection = replace(selection, values=tuple(values))
     model = _as_model(model)
-    if isinstance(model.source, (str, os.PathLike)) and any(os.path.exists(f"{model.source}{end}") for end in ("", ".meta")):
+    if isinstance(model.source, (str, os.PathLike)) and any(
+        os.path.exists(f"{model.source}{end}") for end in ("", ".meta")
+    ):
         reads = [*reads, model.source]  # replacing a recording never deletes the model it reads
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     if carry_state and shard.count > 1:
@@ -253,20 +291,66 @@ def record(
             f"--carry-state with --shard {shard}: each shard would start its stream from zero state, not from the state "
             "the rows before it leave; record the stream in one process"
         )
-    with from_loops(model, selection.apply(cells if cells is not None else find_all(model)), progress, reads=selection.parts) as (model, cells):
+    with from_loops(
+        model,
+        selection.apply(cells if cells is not None else find_all(model)),
+        progress,
+        reads=selection.parts,
+    ) as (model, cells):
         return _record(
-            model, feeds, out, cells, chosen, overwrite=overwrite, resume=resume, shard=shard, batch_size=batch_size,
-            selection=selection, progress=progress, lengths=lengths, compression=compression, timeout=timeout,
-            carry_state=carry_state, memory=memory, verify=verify, reads=reads,
+            model,
+            feeds,
+            out,
+            cells,
+            chosen,
+            overwrite=overwrite,
+            resume=resume,
+            shard=shard,
+            batch_size=batch_size,
+            selection=selection,
+            progress=progress,
+            lengths=lengths,
+            compression=compression,
+            timeout=timeout,
+            carry_state=carry_state,
+            memory=memory,
+            verify=verify,
+            reads=reads,
         )
 
 
-def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard, batch_size, selection, progress, lengths,
-            compression, timeout, carry_state, memory, verify, reads) -> dict:
+def _record(
+    model,
+    feeds,
+    out,
+    cells,
+    chosen: bool,
+    *,
+    overwrite,
+    resume,
+    shard,
+    batch_size,
+    selection,
+    progress,
+    lengths,
+    compression,
+    timeout,
+    carry_state,
+    memory,
+    verify,
+    reads,
+) -> dict:
     """`record` of the `cells` chosen, on a model whose loops emit them (see `from_loops`)."""
     skipped: list[tuple[str, str]] = []
     cells, plan, feed_dict, run = _prepare(
-        model, feeds, cells, selection, timeout, None if chosen else skipped, carry_state=carry_state, verify=verify
+        model,
+        feeds,
+        cells,
+        selection,
+        timeout,
+        None if chosen else skipped,
+        carry_state=carry_state,
+        verify=verify,
     )
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
@@ -274,9 +358,12 @@ def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard,
     if n is not None:
         _check_examples(selection.examples, n)
         first, last, _ = slice(*selection.examples).indices(n)
-        examples = (first, max(first, last))  # ids of the selected sequences are their rows in the input
+        # ids of the selected sequences are their rows in the input
+        examples = (first, max(first, last))
     elif shard.count > 1:
-        raise SelectionError(f"--shard {shard}: sharding needs at least one array feed to split into sequences")
+        raise SelectionError(
+            f"--shard {shard}: sharding needs at least one array feed to split into sequences"
+        )
     choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), memory)
     check_rows(feed_dict, choice)
     if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
@@ -295,41 +382,58 @@ def _record(model, feeds, out, cells, chosen: bool, *, overwrite, resume, shard,
     if carry_state:  # a resume must cut the stream into the same batches
         description["carry_state"] = {"batch_size": batch_size}
     with RecordingWriter(
-        out, description, overwrite=overwrite, resume=resume, shard=shard, examples=examples, compression=compression, reads=reads,
+        out,
+        description,
+        overwrite=overwrite,
+        resume=resume,
+        shard=shard,
+        examples=examples,
+        compression=compression,
+        reads=reads,
     ) as writer:
         writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
         todo = writer.remaining()
         done_before = Intervals(writer.complete.pairs())
         if carry_state and examples is not None and writer.resumed:
-            todo = [examples]  # batches recorded before are fed again, unwritten, to rebuild the state
+            # batches recorded before are fed again, unwritten, to rebuild the state
+            todo = [examples]
         if examples is not None and examples[0] == examples[1]:
-            todo = [examples]  # no sequences: one empty batch, so that every table exists, with no rows
+            # no sequences: one empty batch, so that every table exists, with no rows
+            todo = [examples]
         total = None if examples is None else sum(stop - start for start, stop in todo)
         with _progress_bar(total, progress, batch_size) as bar, _StopOnCtrlC(progress) as ctrl_c:
             # One batch at a time: its run, then its files (encoded on the writer's threads)
             # and its commit. Running the next batch while one is encoded was measured no
             # faster on 2 cores (the encoding uses both), and it held two batches in memory.
-            for start, stop, batch in _reading(batches(feed_dict, batch_size, None if examples is None else todo), writer):
+            for start, stop, batch in _reading(
+                batches(feed_dict, batch_size, None if examples is None else todo), writer
+            ):
                 try:
                     values = run(batch)
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
                     raise _failed_batch(batch, err, writer) from None
                 stop = start + plan.batch_of(values) if stop is None else stop
-                recorded_before = stop > start and start in done_before and stop - 1 in done_before  # fed again by a --carry-state resume
+                # fed again by a --carry-state resume
+                recorded_before = stop > start and start in done_before and stop - 1 in done_before
                 if not recorded_before:
-                    ids, keep = np.arange(start, stop, dtype=np.int64), stop - start  # rows past keep are padding
+                    # rows past keep are padding
+                    ids, keep = np.arange(start, stop, dtype=np.int64), stop - start
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
                     _write_batch(writer, plan, values, selection, ids, keep, lens)
                     writer.commit()
-                    bar.set_postfix_str(f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False)
+                    bar.set_postfix_str(
+                        f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False
+                    )
                     bar.update(stop - start)
                 values = None  # freed before the next run
                 if ctrl_c.pressed:
                     break
             if ctrl_c.pressed and writer.remaining():
                 if writer.replacing:
-                    raise Interrupted(f"interrupted: {out} is left as it was (--overwrite replaces it only once the new recording is complete)")
+                    raise Interrupted(
+                        f"interrupted: {out} is left as it was (--overwrite replaces it only once the new recording is complete)"
+                    )
                 done = writer.complete.total()
                 raise Interrupted(
                     f"interrupted: {done:,} sequences are recorded in {out}; run the same command with --resume to continue"
@@ -346,7 +450,9 @@ def _reading(batches, writer: RecordingWriter) -> Any:
         yield from batches
     except FeedError as err:
         kept, flag = writer.kept()
-        raise FeedError(f"{err}; {kept}: fix the input and rerun{' with ' + flag if flag else ''}") from None
+        raise FeedError(
+            f"{err}; {kept}: fix the input and rerun{' with ' + flag if flag else ''}"
+        ) from None
 
 
 def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> GatetraceError:
@@ -355,10 +461,14 @@ def _failed_batch(batch: Mapping, err: Exception, writer: RecordingWriter) -> Ga
     kept, flag = writer.kept()
     then = f" and {flag}" if flag else ""
     if isinstance(err, RunTimeout):
-        return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size){then}")
+        return RunTimeout(
+            f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size){then}"
+        )
     fixed = _fixed_allocation(err, size)
     if fixed:
-        return RecordingError(f"the model's op {fixed} does not fit in memory, whatever the batch size; {kept}")
+        return RecordingError(
+            f"the model's op {fixed} does not fit in memory, whatever the batch size; {kept}"
+        )
     if size <= 1:
         return RecordingError(
             f"running the model on a single sequence does not fit in memory ({type(err).__name__}): the model itself needs "
@@ -380,13 +490,33 @@ def _fixed_allocation(err: Exception, batch: int) -> str | None:
     shape = [int(d) for d in found.group(1).replace(" ", "").split(",") if d]
     if batch in shape:
         return None
-    width = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1}.get(found.group(2))
+    width = {
+        "float": 4,
+        "double": 8,
+        "half": 2,
+        "bfloat16": 2,
+        "int32": 4,
+        "int64": 8,
+        "int8": 1,
+        "uint8": 1,
+        "bool": 1,
+    }.get(found.group(2))
     size = int(np.prod(shape, dtype=object)) * width if width else None
     where = node.group(1) if node else "(unnamed)"
-    return f"{where}, a tensor of {shape} {found.group(2)}" + (f" ({describe_size(size)})" if size else "")
+    return f"{where}, a tensor of {shape} {found.group(2)}" + (
+        f" ({describe_size(size)})" if size else ""
+    )
 
 
-def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: list, selection: Selection, ids, keep: int, lengths) -> None:
+def _write_batch(
+    writer: RecordingWriter,
+    plan: FetchPlan | KerasPlan,
+    values: list,
+    selection: Selection,
+    ids,
+    keep: int,
+    lengths,
+) -> None:
     """Hand one fetched batch to the writer: every selected gate and every state of every cell.
 
     The value arrays are cut out of the fetched tensors on the writer's threads, a row
@@ -404,7 +534,9 @@ def _write_batch(writer: RecordingWriter, plan: FetchPlan | KerasPlan, values: l
                 parts = partial(plan.parts, values, k, g) if selection.parts else None
                 writer.write_gate(cell.name, gate, ids, steps, pre, act, lens, parts)
         for state in cell.spec.states:
-            writer.write_state(cell.name, state, ids, steps, partial(plan.state, values, k, state), lens)
+            writer.write_state(
+                cell.name, state, ids, steps, partial(plan.state, values, k, state), lens
+            )
 
 
 class _StopOnCtrlC:
@@ -421,7 +553,10 @@ class _StopOnCtrlC:
             raise KeyboardInterrupt
         self.pressed = True
         if self._announce:
-            print("\ngatetrace: stopping after the batch in flight (Ctrl-C again to stop at once)", file=sys.stderr)
+            print(
+                "\ngatetrace: stopping after the batch in flight (Ctrl-C again to stop at once)",
+                file=sys.stderr,
+            )
 
     def __enter__(self) -> "_StopOnCtrlC":
         if threading.current_thread() is threading.main_thread():
@@ -447,7 +582,12 @@ def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | No
     if lengths is None:
         return None
     lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or lengths.shape[0] != n or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+    if (
+        lengths.ndim != 1
+        or lengths.shape[0] != n
+        or not np.issubdtype(lengths.dtype, np.integer)
+        or (lengths < 0).any()
+    ):
         raise FeedError(
             f"lengths: expected {n} non-negative integers, one per sequence; "
             f"given shape {list(lengths.shape)} of {lengths.dtype}"

@@ -32,7 +32,9 @@ def parse_range(text: str, what: str) -> tuple[int | None, int | None]:
         start, stop = text.split(":")
         return (int(start) if start else None, int(stop) if stop else None)
     except ValueError:
-        raise SelectionError(f"--{what} {text!r}: expected START:STOP, e.g. --{what} 0:10") from None
+        raise SelectionError(
+            f"--{what} {text!r}: expected START:STOP, e.g. --{what} 0:10"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -68,25 +70,38 @@ class Selection:
 
     def apply(self, cells: Sequence[Cell]) -> list[Cell]:
         """The selected cells, each keeping only its selected steps."""
-        chosen = [c for c in cells if not self.cells or any(fnmatchcase(c.name, p) for p in self.cells)]
+        chosen = [
+            c for c in cells if not self.cells or any(fnmatchcase(c.name, p) for p in self.cells)
+        ]
         if not chosen:
             names = ", ".join(c.name for c in cells)
-            raise SelectionError(f"--cells {','.join(self.cells)} matches no cell; the cells are {names}")
+            raise SelectionError(
+                f"--cells {','.join(self.cells)} matches no cell; the cells are {names}"
+            )
         if self.gates:
             known = {g for c in chosen for g in c.gates}
             missing = [g for g in self.gates if g not in known]
             if missing:
-                raise SelectionError(f"--gates: no selected cell has gate {', '.join(missing)}; their gates are {', '.join(sorted(known))}")
+                raise SelectionError(
+                    f"--gates: no selected cell has gate {', '.join(missing)}; their gates are {', '.join(sorted(known))}"
+                )
             chosen = [c for c in chosen if set(c.gates) & set(self.gates)]
         lo, hi = self.steps
         out = []
         for c in chosen:
-            if c.path != "fetch":  # a replayed or fused cell's steps are known per batch: see FetchPlan(steps=...)
+            # a replayed or fused cell's steps are known per batch: see FetchPlan(steps=...)
+            if c.path != "fetch":
                 out.append(c)
                 continue
-            steps = tuple(s for s in c.steps if (lo is None or s.position >= lo) and (hi is None or s.position < hi))
+            steps = tuple(
+                s
+                for s in c.steps
+                if (lo is None or s.position >= lo) and (hi is None or s.position < hi)
+            )
             if not steps:
-                raise SelectionError(f"--steps {lo}:{hi} selects no step of {c.name}, whose steps are 0:{len(c.steps)}")
+                raise SelectionError(
+                    f"--steps {lo}:{hi} selects no step of {c.name}, whose steps are 0:{len(c.steps)}"
+                )
             out.append(replace(c, steps=steps))
         return out
 

@@ -38,7 +38,8 @@ from tracer._tf import tf, v1
 from tracer.load.model import Model, rebuilt
 from tracer.cells.found import Cell
 
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402  # isort: skip  (after tracer._tf)
+# noqa: E402  # isort: skip  (after tracer._tf)
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 from tensorflow.python.ops import control_flow_util_v2, list_ops  # noqa: E402  # isort: skip
 
 __all__ = ["emit_loops", "emitting", "LOOP_TYPES"]
@@ -53,7 +54,9 @@ def _function_graphs(library: dict, node, outer: tf.Graph):
     for attr in ("body", "cond"):
         name = node.attr[attr].func.name
         if name not in library:
-            raise GraphPatternError(f"{node.name}: its {attr} function {name} is not in the graph's library")
+            raise GraphPatternError(
+                f"{node.name}: its {attr} function {name} is not in the graph's library"
+            )
         with outer.as_default():
             graph = function_def_to_graph(library[name])
         graph.outer_graph = outer
@@ -61,7 +64,9 @@ def _function_graphs(library: dict, node, outer: tf.Graph):
     return graphs
 
 
-def _extended(node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], scratch: tf.Graph) -> list[str]:
+def _extended(
+    node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], scratch: tf.Graph
+) -> list[str]:
     """Give `body` and `cond` one more argument per tensor (the body appending the tensor to it),
     add both to `scratch`'s library, and draw there the EmptyTensorList inputs (named
     `<loop>/gatetrace_emit/acc_k`) and the TensorListStack outputs (reading placeholders
@@ -83,9 +88,15 @@ def _extended(node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], sc
         control_flow_util_v2.create_new_tf_function(cond)
     with scratch.as_default(), scratch.name_scope(f"{scope}/"):  # every op drawn under the scope
         for k, t in enumerate(tensors):
-            list_ops.empty_tensor_list(element_shape=t.shape, element_dtype=t.dtype, max_num_elements=-1, name=f"acc_{k}")
+            list_ops.empty_tensor_list(
+                element_shape=t.shape, element_dtype=t.dtype, max_num_elements=-1, name=f"acc_{k}"
+            )
             out = v1.placeholder(tf.variant, [], name=f"out_{k}")
-            stacks.append(list_ops.tensor_list_stack(out, element_dtype=t.dtype, element_shape=t.shape, name=f"stack_{k}").name)
+            stacks.append(
+                list_ops.tensor_list_stack(
+                    out, element_dtype=t.dtype, element_shape=t.shape, name=f"stack_{k}"
+                ).name
+            )
     return stacks
 
 
@@ -110,12 +121,18 @@ def emit_loops(
             tensors = [body.get_tensor_by_name(name) for name in names]
             stacks = _extended(node, body, cond, tensors, scratch)
             data = len([i for i in node.input if not i.startswith("^")])
-            fed.update({f"{loop}/{_PREFIX}/out_{k}": f"{loop}:{data + k}" for k in range(len(tensors))})
+            fed.update(
+                {f"{loop}/{_PREFIX}/out_{k}": f"{loop}:{data + k}" for k in range(len(tensors))}
+            )
             counts[loop] = len(tensors)
         elif graph is not None:
-            stacks = _frame_accumulators(loop, [graph.get_tensor_by_name(n) for n in names], nodes, scratch, fed)
+            stacks = _frame_accumulators(
+                loop, [graph.get_tensor_by_name(n) for n in names], nodes, scratch, fed
+            )
         else:
-            raise GraphPatternError(f"{loop}: expected a While or StatelessWhile op, or a while loop's frame, found neither")
+            raise GraphPatternError(
+                f"{loop}: expected a While or StatelessWhile op, or a while loop's frame, found neither"
+            )
         emitted.update({(loop, name): stack for name, stack in zip(names, stacks)})
     drawn = scratch.as_graph_def()
 
@@ -130,7 +147,9 @@ def emit_loops(
         if node.name in fed:  # a placeholder standing for a tensor of the graph
             continue
         if node.name in taken:
-            raise GraphPatternError(f"{node.name}: the graph already has an op of this name; it cannot emit its loops")
+            raise GraphPatternError(
+                f"{node.name}: the graph already has an op of this name; it cannot emit its loops"
+            )
         added = out.node.add()
         added.CopyFrom(node)
         inputs = [_fed(i, fed) for i in node.input]
@@ -150,7 +169,9 @@ def _fed(name: str, fed: dict[str, str]) -> str:
     return f"^{fed[op].partition(':')[0]}" if control else fed[op]
 
 
-def _frame_accumulators(frame: str, tensors: list[tf.Tensor], nodes: dict, scratch: tf.Graph, fed: dict[str, str]) -> list[str]:
+def _frame_accumulators(
+    frame: str, tensors: list[tf.Tensor], nodes: dict, scratch: tf.Graph, fed: dict[str, str]
+) -> list[str]:
     """Draw in `scratch` what `dynamic_rnn` draws for its output TensorArray, once per tensor of
     the control-flow-v1 loop `frame`: a TensorArray outside, its handle and flow entering
     the frame, the flow a loop variable (Merge, Switch on the loop's condition, NextIteration)
@@ -158,11 +179,21 @@ def _frame_accumulators(frame: str, tensors: list[tf.Tensor], nodes: dict, scrat
     the flow leaving by an Exit and the array gathered after the loop. Placeholders stand
     for the loop's condition, the tensors and the back edges (`fed`). Returns the gathered
     tensors' names."""
-    enters = {n.name for n in nodes.values() if n.op in ("Enter", "RefEnter") and n.attr["frame_name"].s.decode() == frame}
-    merges = {n.name for n in nodes.values() if n.op == "Merge" and n.input[0].partition(":")[0] in enters}
-    switches = [n for n in nodes.values() if n.op == "Switch" and n.input[0].partition(":")[0] in merges]
+    enters = {
+        n.name
+        for n in nodes.values()
+        if n.op in ("Enter", "RefEnter") and n.attr["frame_name"].s.decode() == frame
+    }
+    merges = {
+        n.name for n in nodes.values() if n.op == "Merge" and n.input[0].partition(":")[0] in enters
+    }
+    switches = [
+        n for n in nodes.values() if n.op == "Switch" and n.input[0].partition(":")[0] in merges
+    ]
     if not switches:
-        raise GraphPatternError(f"{frame}: expected a TF1 while loop (Enter, Merge, Switch) of this frame, found none")
+        raise GraphPatternError(
+            f"{frame}: expected a TF1 while loop (Enter, Merge, Switch) of this frame, found none"
+        )
     condition = switches[0].input[1]
     parallel = nodes[sorted(enters)[0]].attr["parallel_iterations"].i
     scope = f"{frame.rpartition('/')[0] or frame}/{_PREFIX}"
@@ -174,26 +205,42 @@ def _frame_accumulators(frame: str, tensors: list[tf.Tensor], nodes: dict, scrat
         def variable(initial: tf.Tensor, name: str) -> tuple[tf.Tensor, tf.Tensor, str]:
             """A loop variable entering the frame: (inside, after the loop, its back edge's placeholder)."""
             back = v1.placeholder(initial.dtype, [], name=f"{name}_back")
-            entered = tf.raw_ops.Enter(data=initial, frame_name=frame, is_constant=False, parallel_iterations=parallel)
+            entered = tf.raw_ops.Enter(
+                data=initial, frame_name=frame, is_constant=False, parallel_iterations=parallel
+            )
             merged = tf.raw_ops.Merge(inputs=[entered, back]).output
             leave, stay = tf.raw_ops.Switch(data=merged, pred=go)
             return tf.identity(stay), tf.raw_ops.Exit(data=leave), back.op.name
 
         index, _, count_back = variable(tf.constant(0, tf.int32), "index")
-        with tf.control_dependencies([index]):  # a constant inside the frame, as while_loop places its own
+        # a constant inside the frame, as while_loop places its own
+        with tf.control_dependencies([index]):
             one = tf.constant(1, tf.int32)
         fed[count_back] = tf.raw_ops.NextIteration(data=index + one).name
         for k, t in enumerate(tensors):
             value = v1.placeholder(t.dtype, name=f"value_{k}")
             fed[value.op.name] = t.name
-            array = tf.raw_ops.TensorArrayV3(size=0, dtype=t.dtype, dynamic_size=True, name=f"acc_{k}")
-            handle = tf.raw_ops.Enter(data=array.handle, frame_name=frame, is_constant=True, parallel_iterations=parallel)
+            array = tf.raw_ops.TensorArrayV3(
+                size=0, dtype=t.dtype, dynamic_size=True, name=f"acc_{k}"
+            )
+            handle = tf.raw_ops.Enter(
+                data=array.handle, frame_name=frame, is_constant=True, parallel_iterations=parallel
+            )
             flow, after, flow_back = variable(array.flow, f"flow_{k}")
-            written = tf.raw_ops.TensorArrayWriteV3(handle=handle, index=index, value=value, flow_in=flow)
+            written = tf.raw_ops.TensorArrayWriteV3(
+                handle=handle, index=index, value=value, flow_in=flow
+            )
             fed[flow_back] = tf.raw_ops.NextIteration(data=written).name
             size = tf.raw_ops.TensorArraySizeV3(handle=array.handle, flow_in=after)
-            stacks.append(tf.raw_ops.TensorArrayGatherV3(
-                handle=array.handle, indices=tf.range(size), flow_in=after, dtype=t.dtype, name=f"stack_{k}").name)
+            stacks.append(
+                tf.raw_ops.TensorArrayGatherV3(
+                    handle=array.handle,
+                    indices=tf.range(size),
+                    flow_in=after,
+                    dtype=t.dtype,
+                    name=f"stack_{k}",
+                ).name
+            )
     return stacks
 
 
@@ -206,7 +253,8 @@ def _extend_loop(node, count: int) -> None:
     node.attr["T"].list.type.extend([tf.variant.as_datatype_enum] * count)
     node.attr["body"].func.name = f"{node.attr['body'].func.name}_{_PREFIX}"
     node.attr["cond"].func.name = f"{node.attr['cond'].func.name}_{_PREFIX}"
-    for shapes in ("output_shapes", "_output_shapes"):  # the op's own, and those a meta graph export adds
+    # the op's own, and those a meta graph export adds
+    for shapes in ("output_shapes", "_output_shapes"):
         if shapes in node.attr and node.attr[shapes].list.shape:
             for _ in range(count):
                 node.attr[shapes].list.shape.add()  # a scalar variant
@@ -214,7 +262,9 @@ def _extend_loop(node, count: int) -> None:
         node.attr["_num_original_outputs"].i += count
 
 
-def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: bool = False) -> tuple[Model, list[Cell], list[str]]:
+def emitting(
+    model: Model, cells: Sequence[Cell], restore: bool = True, reads: bool = False
+) -> tuple[Model, list[Cell], list[str]]:
     """`model` rebuilt (`tracer.load.model.rebuilt`, restored if `restore`) so that every
     loop holding one of `cells` emits their gates and states (with `reads`, also what each
     step read: its input and previous states, for the preactivations' parts), and the cells
@@ -228,17 +278,24 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: b
         if c.loop is None or c.loop.emitted is not None:
             continue
         if c.loop.masked:  # the replay's check against the loop's outputs fails, saying so
-            notes.append(f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow")
+            notes.append(
+                f"{c.name}: replayed: its loop keeps the state where a mask says so, which gatetrace does not follow"
+            )
         elif not c.loop.carried:  # the replay's check decides whether the change matters
-            notes.append(f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)")
+            notes.append(
+                f"{c.name}: replayed: its loop carries another state than the cell computes (a wrapper changes it)"
+            )
         elif _emittable(c):
             names = wanted.setdefault(c.loop.loop, [])
             names += [n for n in _wanted(c, reads) if n not in names]
     if not wanted:
         return model, list(cells), notes
     if model.load_plan is None and model.format != "frozen":
-        notes += [f"{c.name}: replayed: the graph of a live session cannot be rebuilt to emit it" for c in cells
-                  if c.loop and c.loop.loop in wanted]
+        notes += [
+            f"{c.name}: replayed: the graph of a live session cannot be rebuilt to emit it"
+            for c in cells
+            if c.loop and c.loop.loop in wanted
+        ]
         return model, list(cells), notes
     with model.graph.as_default():
         meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
@@ -250,9 +307,15 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: b
         if not _emittable(c) or c.loop.loop not in wanted:
             return c
         body, loop = c.loop.body, c.loop.loop
-        names = {field_: tuple(emitted[(loop, n)] for n in getattr(body, field_)) for field_ in ("preactivation", "activation", "states")}
+        names = {
+            field_: tuple(emitted[(loop, n)] for n in getattr(body, field_))
+            for field_ in ("preactivation", "activation", "states")
+        }
         if c.fused is not None or reads or not c.loop.direct:
-            names.update(input=emitted[(loop, body.input)], previous=tuple(emitted[(loop, n)] for n in body.previous))
+            names.update(
+                input=emitted[(loop, body.input)],
+                previous=tuple(emitted[(loop, n)] for n in body.previous),
+            )
         else:  # not emitted: nothing outside the loop holds them
             names.update(input="", previous=())
         return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
@@ -262,7 +325,13 @@ def emitting(model: Model, cells: Sequence[Cell], restore: bool = True, reads: b
 
 def _emittable(cell: Cell) -> bool:
     loop = cell.loop
-    return loop is not None and loop.body is not None and loop.emitted is None and not loop.masked and loop.carried
+    return (
+        loop is not None
+        and loop.body is not None
+        and loop.emitted is None
+        and not loop.masked
+        and loop.carried
+    )
 
 
 def _wanted(cell: Cell, reads: bool) -> tuple[str, ...]:
@@ -272,4 +341,8 @@ def _wanted(cell: Cell, reads: bool) -> tuple[str, ...]:
     below through other ops (its input is not the other's output: `--verify` replays from it)."""
     body = cell.loop.body
     own = (*body.preactivation, *body.activation, *body.states)
-    return (*own, body.input, *body.previous) if cell.fused is not None or reads or not cell.loop.direct else own
+    return (
+        (*own, body.input, *body.previous)
+        if cell.fused is not None or reads or not cell.loop.direct
+        else own
+    )

@@ -52,7 +52,9 @@ class CellTrace:
         """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
         if examples is None:
             examples = np.arange(self.preactivation.shape[0])
-        return gate_frame(examples, self.steps, self.cell.gates, self.preactivation, self.activation)
+        return gate_frame(
+            examples, self.steps, self.cell.gates, self.preactivation, self.activation
+        )
 
 
 @dataclass
@@ -66,7 +68,9 @@ class Trace:
         try:
             return self.cells[name]
         except KeyError:
-            raise KeyError(f"no cell {name!r} in this trace; cells: {', '.join(self.cells)}") from None
+            raise KeyError(
+                f"no cell {name!r} in this trace; cells: {', '.join(self.cells)}"
+            ) from None
 
     def __iter__(self) -> Iterator[CellTrace]:
         return iter(self.cells.values())
@@ -143,19 +147,40 @@ class FetchPlan:
         self._loop_slots = {
             c.name: {
                 "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
-                "reverse_lengths": None if c.loop.reverse_lengths is None else slot(c.loop.reverse_lengths),
+                "reverse_lengths": None
+                if c.loop.reverse_lengths is None
+                else slot(c.loop.reverse_lengths),
                 **(
-                    {"emitted": tuple([slot(n) for n in names] for names in (c.loop.emitted.preactivation, c.loop.emitted.activation, c.loop.emitted.states))}
-                    if c.path == "loop" else {}
+                    {
+                        "emitted": tuple(
+                            [slot(n) for n in names]
+                            for names in (
+                                c.loop.emitted.preactivation,
+                                c.loop.emitted.activation,
+                                c.loop.emitted.states,
+                            )
+                        )
+                    }
+                    if c.path == "loop"
+                    else {}
                 ),
                 **(
-                    {"reads": (slot(c.loop.emitted.input), [slot(n) for n in c.loop.emitted.previous])}
-                    if (parts or not c.loop.direct) and c.path == "loop" and c.fused is None else {}
+                    {
+                        "reads": (
+                            slot(c.loop.emitted.input),
+                            [slot(n) for n in c.loop.emitted.previous],
+                        )
+                    }
+                    if (parts or not c.loop.direct) and c.path == "loop" and c.fused is None
+                    else {}
                 ),
                 **(
-                    {"fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
-                     "weights": {role: slot(t) for role, t in c.weights.items()}}
-                    if c.path == "loop" and c.fused is not None else {}
+                    {
+                        "fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
+                        "weights": {role: slot(t) for role, t in c.weights.items()},
+                    }
+                    if c.path == "loop" and c.fused is not None
+                    else {}
                 ),
                 **(
                     {
@@ -165,21 +190,36 @@ class FetchPlan:
                         "final": [None if t is None else slot(t) for t in c.loop.final],
                         "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
                     }
-                    if c in replayed else {}
+                    if c in replayed
+                    else {}
                 ),
             }
             for c in self._loops
         }
         # With parts: per unrolled step, the slots of what it read (input, previous states);
         # per cell, its weights. An emitted loop cell's reads come with its `Emitted`.
-        self._reads = [[(slot(step.input), [slot(n) for n in step.previous]) for step in cell.steps] if parts else [] for cell in self.cells]
-        self._weight_slots = {c.name: {role: slot(t) for role, t in c.weights.items()} for c in self.cells} if parts else {}
+        self._reads = [
+            [(slot(step.input), [slot(n) for n in step.previous]) for step in cell.steps]
+            if parts
+            else []
+            for cell in self.cells
+        ]
+        self._weight_slots = (
+            {c.name: {role: slot(t) for role, t in c.weights.items()} for c in self.cells}
+            if parts
+            else {}
+        )
         for c in self.cells:
             if parts and c.path == "loop" and not c.loop.emitted.input:
-                raise GraphPatternError(f"cell {c.name}: its loop does not emit what its steps read; rebuild it with emitting(..., reads=True)")
+                raise GraphPatternError(
+                    f"cell {c.name}: its loop does not emit what its steps read; rebuild it with emitting(..., reads=True)"
+                )
         # Fused cells outside loops: what their ops read and return, by name.
         self._fused = [c for c in self.cells if c.fused is not None and c.loop is None]
-        self._fused_slots = {c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]} for c in self._fused}
+        self._fused_slots = {
+            c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]}
+            for c in self._fused
+        }
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
         computed = [*self._loops, *self._fused]  # each gets a `Replayed` after the fetched values
         self._replayed_at = {c.name: len(self.tensors) + k for k, c in enumerate(computed)}
@@ -198,11 +238,21 @@ class FetchPlan:
             return len(values[self._layout[0][0][1][0]])
         return _examples_steps(values[self._replayed_at[c.name]])[0]
 
-    def run(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, examples: np.ndarray | None = None) -> Trace:
+    def run(
+        self,
+        session: v1.Session,
+        feed_dict: Mapping[Any, Any] | None = None,
+        examples: np.ndarray | None = None,
+    ) -> Trace:
         """Fetch everything in one `session.run` and assemble a Trace."""
         return self.assemble(self.fetch(session, feed_dict), examples)
 
-    def fetch(self, session: v1.Session, feed_dict: Mapping[Any, Any] | None = None, timeout: float | None = None) -> list:
+    def fetch(
+        self,
+        session: v1.Session,
+        feed_dict: Mapping[Any, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list:
         """The fetched values, in the order of `self.tensors`, then one `Replayed` per
         replayed cell (see `gate`, `state` and `steps`). `timeout` limits the run in seconds;
         Ctrl-C cancels it (see `tracer.values.running`)."""
@@ -213,13 +263,20 @@ class FetchPlan:
                 if self._verify and cell.fused is None:
                     lengths = self._loop_slots[cell.name]["lengths"]
                     replayed = self._replay(cell, values, check_outputs=False)
-                    compare(cell.name, replayed, values[-1], None if lengths is None else values[lengths])
+                    compare(
+                        cell.name,
+                        replayed,
+                        values[-1],
+                        None if lengths is None else values[lengths],
+                    )
             else:
                 values.append(self._replay(cell, values))
         for cell in self._fused:
             slots = self._fused_slots[cell.name]
             weights = {role: values[slots[name]] for role, name in cell.weights.items()}
-            values.append(fused_values(cell, {name: values[k] for name, k in slots.items()}, weights))
+            values.append(
+                fused_values(cell, {name: values[k] for name, k in slots.items()}, weights)
+            )
         return values
 
     def _emitted(self, cell: Cell, values: list) -> "Replayed | Emitted":
@@ -229,9 +286,15 @@ class FetchPlan:
         where = self._loop_slots[cell.name]
         if cell.fused is not None:  # the op's outputs and inputs, each stacked over the steps
             weights = {role: values[k] for role, k in where["weights"].items()}
-            return fused_values(cell, {name: values[k] for name, k in where["fused"].items()}, weights)
+            return fused_values(
+                cell, {name: values[k] for name, k in where["fused"].items()}, weights
+            )
         pre, act, states = ([values[k] for k in slots] for slots in where["emitted"])
-        got = Emitted(cell, {"preactivation": pre, "activation": act}, {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)})
+        got = Emitted(
+            cell,
+            {"preactivation": pre, "activation": act},
+            {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)},
+        )
         if "reads" in where:
             x, previous = where["reads"]
             got.inputs = np.swapaxes(values[x], 0, 1)
@@ -271,13 +334,18 @@ class FetchPlan:
         )
         outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
         if outputs is not None and outputs.shape[1] == 1 and got.outputs.shape[1] > 1:
-            outputs = outputs[:, 0]  # a Keras loop that keeps its last output only (return_sequences=False)
-        final = {state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None}
+            # a Keras loop that keeps its last output only (return_sequences=False)
+            outputs = outputs[:, 0]
+        final = {
+            state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None
+        }
         if check_outputs:
             check(cell.name, got, outputs, final)
         return got
 
-    def _by_position(self, values: Sequence, cell: Cell, a: np.ndarray, rows: slice = slice(None)) -> np.ndarray:
+    def _by_position(
+        self, values: Sequence, cell: Cell, a: np.ndarray, rows: slice = slice(None)
+    ) -> np.ndarray:
         """A replayed cell's [examples, loop steps, ...] values (of the examples `rows`) as a
         new array ordered by input position, in the plan's step window. A reversed loop's
         step t of an example of length n read input position n - 1 - t (positions at or
@@ -299,7 +367,9 @@ class FetchPlan:
         n = _examples_steps(values[self._replayed_at[c.name]])[1]
         return np.arange(n, dtype=np.int32)[self._steps]
 
-    def lengths(self, values: Sequence, cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
+    def lengths(
+        self, values: Sequence, cell: int, keep: int | None, given: np.ndarray | None
+    ) -> np.ndarray | None:
         """Per example, how many steps of cell number `cell` to record: the `given` lengths and,
         for a replayed cell, the sequence lengths its loop was run with (the smaller of the two)."""
         c = self.cells[cell]
@@ -309,13 +379,24 @@ class FetchPlan:
         own = np.asarray(values[where])[:keep]
         return own if given is None else np.minimum(own, given)
 
-    def gate(self, values: Sequence[np.ndarray], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+    def gate(
+        self,
+        values: Sequence[np.ndarray],
+        cell: int,
+        gate: int,
+        column: str,
+        rows: slice = slice(None),
+    ) -> np.ndarray:
         """One gate's `preactivation` or `activation` of cell number `cell`, for the examples
         `rows` of the batch: a new contiguous [examples, steps, units] array."""
         c = self.cells[cell]
         if c.path != "fetch":
             got = values[self._replayed_at[c.name]]
-            a = got.gate(column, gate) if isinstance(got, Emitted) else getattr(got, column)[:, :, gate]
+            a = (
+                got.gate(column, gate)
+                if isinstance(got, Emitted)
+                else getattr(got, column)[:, :, gate]
+            )
             return self._by_position(values, c, a[rows], rows)
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
@@ -325,11 +406,15 @@ class FetchPlan:
             out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[rows]
         return out
 
-    def state(self, values: Sequence[np.ndarray], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+    def state(
+        self, values: Sequence[np.ndarray], cell: int, state: str, rows: slice = slice(None)
+    ) -> np.ndarray:
         """One state (`c` or `h`) of cell number `cell`, for the examples `rows`: a new [examples, steps, width] array."""
         c = self.cells[cell]
         if c.path != "fetch":
-            return self._by_position(values, c, values[self._replayed_at[c.name]].states[state][rows], rows)
+            return self._by_position(
+                values, c, values[self._replayed_at[c.name]].states[state][rows], rows
+            )
         k = c.spec.states.index(state)
         return np.stack([values[slots[2][k]][rows] for slots in self._layout[cell]], axis=1)
 
@@ -340,14 +425,23 @@ class FetchPlan:
         if c.path == "fetch":
             reads = self._reads[cell]
             x = np.stack([values[k][rows] for k, _ in reads], axis=1)
-            previous = {s: np.stack([values[p[j]][rows] for _, p in reads], axis=1) for j, s in enumerate(states)}
+            previous = {
+                s: np.stack([values[p[j]][rows] for _, p in reads], axis=1)
+                for j, s in enumerate(states)
+            }
         else:
             got = values[self._replayed_at[c.name]]
             x = self._by_position(values, c, got.inputs[rows], rows)
-            previous = {s: self._by_position(values, c, got.previous(s)[rows], rows) for s in states if s in got.read or s in got.initial}
+            previous = {
+                s: self._by_position(values, c, got.previous(s)[rows], rows)
+                for s in states
+                if s in got.read or s in got.initial
+            }
         return Read(x, previous["h"], previous.get("c"))
 
-    def parts(self, values: Sequence, cell: int, gate: int, rows: slice = slice(None)) -> dict[str, np.ndarray | None]:
+    def parts(
+        self, values: Sequence, cell: int, gate: int, rows: slice = slice(None)
+    ) -> dict[str, np.ndarray | None]:
         """The parts of gate number `gate`'s preactivation (`tracer.values.parts`) for the
         examples `rows`: {part: [examples, steps, units] float32, or None where the cell has
         no such part}. For a plan made with `parts`."""
@@ -393,7 +487,9 @@ def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) ->
         pre = np.stack([plan.gate(values, k, g, "preactivation") for g in gates])
         act = np.stack([plan.gate(values, k, g, "activation") for g in gates])
         states = {s: plan.state(values, k, s) for s in cell.spec.states}
-        cells[cell.name] = CellTrace(cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k))
+        cells[cell.name] = CellTrace(
+            cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k)
+        )
         batch = pre.shape[1]
     if examples is None:
         examples = np.arange(batch, dtype=np.int64)
@@ -406,9 +502,12 @@ class Emitted:
     iterations, units] view (no copy); `preactivation` and `activation` build the whole
     [batch, iterations, gates, units] arrays of a `Replayed` only when asked (`--verify`)."""
 
-    def __init__(self, cell: Cell, parts: dict[str, list[np.ndarray]], states: dict[str, np.ndarray]):
+    def __init__(
+        self, cell: Cell, parts: dict[str, list[np.ndarray]], states: dict[str, np.ndarray]
+    ):
         self.cell, self.parts, self.states = cell, parts, states
-        self.inputs: np.ndarray | None = None  # what each step read, where the loop emits it (reads=True)
+        # what each step read, where the loop emits it (reads=True)
+        self.inputs: np.ndarray | None = None
         self.read: dict[str, np.ndarray] = {}
         self.initial: dict[str, np.ndarray] = {}  # (every state read is emitted: see `read`)
 
@@ -461,7 +560,9 @@ def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:
         below = cell.loop.below
         if below is not None:
             if below not in known:
-                raise GraphPatternError(f"cell {cell.name} reads the outputs of cell {below}, which is not among the cells found")
+                raise GraphPatternError(
+                    f"cell {cell.name} reads the outputs of cell {below}, which is not among the cells found"
+                )
             add(known[below])
         order.append(cell)
 

@@ -41,7 +41,9 @@ def resolve_inputs(model: KerasModel, feeds: Any) -> dict[KerasInput, Any]:
             given = {inputs[0].name: next(iter(given.values()))}
     elif isinstance(feeds, (list, tuple)):
         if len(feeds) != len(inputs):
-            raise FeedError(f"{len(feeds)} input arrays given; the model takes {len(inputs)}: {listing}")
+            raise FeedError(
+                f"{len(feeds)} input arrays given; the model takes {len(inputs)}: {listing}"
+            )
         given = {i.name: v for i, v in zip(inputs, feeds)}
     else:
         given = {inputs[0].name: feeds} if len(inputs) == 1 else {}
@@ -49,8 +51,14 @@ def resolve_inputs(model: KerasModel, feeds: Any) -> dict[KerasInput, Any]:
     unknown = [k for k in given if k not in names]
     missing = [i.name for i in inputs if i.name not in given]
     if unknown or missing:
-        what = f"unknown input {', '.join(unknown)}" if unknown else f"input {', '.join(missing)} not fed"
-        raise FeedError(f"{what}: the model's inputs are {listing}; feed each, e.g. --feed {inputs[0].name}=FILE.npy")
+        what = (
+            f"unknown input {', '.join(unknown)}"
+            if unknown
+            else f"input {', '.join(missing)} not fed"
+        )
+        raise FeedError(
+            f"{what}: the model's inputs are {listing}; feed each, e.g. --feed {inputs[0].name}=FILE.npy"
+        )
     out = {}
     for i in inputs:
         value = given[i.name]
@@ -84,17 +92,31 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
             bound = signature.bind(*args, **kwargs).arguments
             initial = bound.get("initial_state")
             layer = cell.layer
-            if initial is None and layer.stateful and layer.states is not None and layer.states[0] is not None:
+            if (
+                initial is None
+                and layer.stateful
+                and layer.states is not None
+                and layer.states[0] is not None
+            ):
                 initial = list(layer.states)
             if initial is not None:
-                initial = [to_numpy(s) for s in (initial if isinstance(initial, (list, tuple)) else [initial])]
+                initial = [
+                    to_numpy(s)
+                    for s in (initial if isinstance(initial, (list, tuple)) else [initial])
+                ]
             out = original(*args, **kwargs)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             mask = bound.get("mask")
             if cell.name in seen:
-                raise GraphPatternError(f"layer {cell.name} ran twice in one call of the model: shared RNN layers are not supported")
+                raise GraphPatternError(
+                    f"layer {cell.name} ran twice in one call of the model: shared RNN layers are not supported"
+                )
             seen[cell.name] = _Seen(
-                to_numpy(bound[first]), None if mask is None else to_numpy(mask).astype(bool), initial, to_numpy(outs[0]), [to_numpy(s) for s in outs[1:]]
+                to_numpy(bound[first]),
+                None if mask is None else to_numpy(mask).astype(bool),
+                initial,
+                to_numpy(outs[0]),
+                [to_numpy(s) for s in outs[1:]],
             )
             return out
 
@@ -135,13 +157,21 @@ class KerasPlan:
     """
 
     def __init__(
-        self, model: KerasModel, cells: Sequence[KerasCell], steps: tuple[int | None, int | None] = (None, None), carry_state: bool = False
+        self,
+        model: KerasModel,
+        cells: Sequence[KerasCell],
+        steps: tuple[int | None, int | None] = (None, None),
+        carry_state: bool = False,
     ):
         self.model = model
         self.cells = list(cells)
         self._steps = slice(*steps)
         self.carry_state = carry_state
-        self.stateful = [layer for _, layer in walk_layers(model.model.layers, "") if getattr(layer, "stateful", False)]
+        self.stateful = [
+            layer
+            for _, layer in walk_layers(model.model.layers, "")
+            if getattr(layer, "stateful", False)
+        ]
 
     def batch_of(self, values: Sequence[_Result]) -> int:
         """How many examples the replayed `values` hold."""
@@ -157,7 +187,9 @@ class KerasPlan:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
         missing = [c.name for c in self.cells if c.name not in seen]
         if missing:
-            raise GraphPatternError(f"layers {', '.join(missing)} did not run when the model was called on its inputs")
+            raise GraphPatternError(
+                f"layers {', '.join(missing)} did not run when the model was called on its inputs"
+            )
         return [self._replay(c, seen[c.name]) for c in self.cells]
 
     @staticmethod
@@ -192,7 +224,9 @@ class KerasPlan:
         n = values[cell].replayed.preactivation.shape[1]
         return np.arange(n, dtype=np.int32)[self._steps]
 
-    def lengths(self, values: Sequence[_Result], cell: int, keep: int | None, given: np.ndarray | None) -> np.ndarray | None:
+    def lengths(
+        self, values: Sequence[_Result], cell: int, keep: int | None, given: np.ndarray | None
+    ) -> np.ndarray | None:
         """Which rows to write: the layer's mask ([examples, steps] booleans) where it had
         one, and the `given` lengths (rows at or past them are left out)."""
         mask = values[cell].mask
@@ -203,9 +237,18 @@ class KerasPlan:
             mask = mask & (self.steps(values, cell)[None, :] < np.asarray(given)[:, None])
         return mask
 
-    def gate(self, values: Sequence[_Result], cell: int, gate: int, column: str, rows: slice = slice(None)) -> np.ndarray:
+    def gate(
+        self,
+        values: Sequence[_Result],
+        cell: int,
+        gate: int,
+        column: str,
+        rows: slice = slice(None),
+    ) -> np.ndarray:
         """One gate's `preactivation` or `activation` of the examples `rows`: a new [examples, steps, units] array."""
-        return self._by_position(self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate])
+        return self._by_position(
+            self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate]
+        )
 
     def read(self, values: Sequence[_Result], cell: int, rows: slice = slice(None)) -> Read:
         """What cell number `cell` read at each step (the replay's input and carried states), for the examples `rows`."""
@@ -213,11 +256,15 @@ class KerasPlan:
         previous = {s: self._by_position(c, got.previous(s)[rows]) for s in c.spec.states}
         return Read(self._by_position(c, got.inputs[rows]), previous["h"], previous.get("c"))
 
-    def parts(self, values: Sequence[_Result], cell: int, gate: int, rows: slice = slice(None)) -> dict[str, np.ndarray | None]:
+    def parts(
+        self, values: Sequence[_Result], cell: int, gate: int, rows: slice = slice(None)
+    ) -> dict[str, np.ndarray | None]:
         """The parts of gate number `gate`'s preactivation for the examples `rows` (`tracer.values.parts`)."""
         c = self.cells[cell]
         return plan_parts(self, values, cell, gate, gate_weights(c, dict(c.weights)), rows)
 
-    def state(self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)) -> np.ndarray:
+    def state(
+        self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)
+    ) -> np.ndarray:
         """One state (`c` or `h`) of the examples `rows`: a new [examples, steps, width] array."""
         return self._by_position(self.cells[cell], values[cell].replayed.states[state][rows])

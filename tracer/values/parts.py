@@ -46,7 +46,9 @@ class Read:
     c_prev: np.ndarray | None = None
 
 
-def gate_parts(gate: str, w: GateWeights, read: Read, r: np.ndarray | None = None, c: np.ndarray | None = None) -> dict[str, np.ndarray | None]:
+def gate_parts(
+    gate: str, w: GateWeights, read: Read, r: np.ndarray | None = None, c: np.ndarray | None = None
+) -> dict[str, np.ndarray | None]:
     """The parts of gate `gate`, each [examples, steps, units] float32 or None. `r` is the
     reset gate's activation, given for a GRU's candidate only; `c` the cell state after
     each step (the output gate's peephole)."""
@@ -59,7 +61,9 @@ def gate_parts(gate: str, w: GateWeights, read: Read, r: np.ndarray | None = Non
         out["recurrent"] = r.astype(f64) * (read.h_prev.astype(f64) @ U)
         out["recurrent_bias"] = r.astype(f64) * w.recurrent_b.astype(f64)
     elif candidate:  # r scales what the product reads: the graph multiplies in float32
-        out["recurrent"] = (np.asarray(r, np.float32) * np.asarray(read.h_prev, np.float32)).astype(f64) @ U
+        out["recurrent"] = (np.asarray(r, np.float32) * np.asarray(read.h_prev, np.float32)).astype(
+            f64
+        ) @ U
     else:
         out["recurrent"] = read.h_prev.astype(f64) @ U
         if w.recurrent_b is not None:
@@ -71,13 +75,24 @@ def gate_parts(gate: str, w: GateWeights, read: Read, r: np.ndarray | None = Non
     return {name: None if a is None else np.asarray(a, dtype=np.float32) for name, a in out.items()}
 
 
-def plan_parts(plan: Any, values: Sequence, cell: int, gate: int, weights: Mapping[str, GateWeights], rows: slice) -> dict[str, np.ndarray | None]:
+def plan_parts(
+    plan: Any,
+    values: Sequence,
+    cell: int,
+    gate: int,
+    weights: Mapping[str, GateWeights],
+    rows: slice,
+) -> dict[str, np.ndarray | None]:
     """`gate_parts` of gate number `gate` of cell number `cell`, from a plan's values for one
     batch (a `FetchPlan`'s or a `KerasPlan`'s: their `read`, `gate` and `state`), for the
     examples `rows`; `weights` are the cell's, by gate (`gate_weights`)."""
     c = plan.cells[cell]
     label = c.gates[gate]
     w = weights[label]
-    r = plan.gate(values, cell, c.gates.index("r"), "activation", rows) if label == "c" and "r" in c.gates else None
+    r = (
+        plan.gate(values, cell, c.gates.index("r"), "activation", rows)
+        if label == "c" and "r" in c.gates
+        else None
+    )
     new_c = plan.state(values, cell, "c", rows) if label == "o" and w.peephole is not None else None
     return gate_parts(label, w, plan.read(values, cell, rows), r, new_c)

@@ -49,7 +49,8 @@ TOLERANCE = 1e-4
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return (0.5 * np.tanh(0.5 * x) + 0.5).astype(x.dtype, copy=False)  # = 1 / (1 + exp(-x)), without overflow
+    # = 1 / (1 + exp(-x)), without overflow
+    return (0.5 * np.tanh(0.5 * x) + 0.5).astype(x.dtype, copy=False)
 
 
 def _sigmoid_into(z: np.ndarray, out: np.ndarray, shift: np.float32 | None = None) -> None:
@@ -135,7 +136,9 @@ def replay(
     units = kernel.shape[1] // blocks
     width = w["projection"].shape[1] if "projection" in w else units
     if kernel.shape[0] != d + width:
-        raise GraphPatternError(f"{kind}: kernel of shape {list(kernel.shape)} does not fit inputs of {d} features and a state of {width}")
+        raise GraphPatternError(
+            f"{kind}: kernel of shape {list(kernel.shape)} does not fit inputs of {d} features and a state of {width}"
+        )
     init = dict(initial or {})
     h0 = np.asarray(init.get("h", np.zeros((n, width))), dtype=f32)
     c0 = np.asarray(init.get("c", np.zeros((n, units))), dtype=f32)
@@ -175,9 +178,14 @@ def replay(
     fb = f32(forget_bias or 0.0)
     peep = "w_i_diag" in w
     # The LSTM gates' column blocks, in the spec's order (i, j, f, o for TensorFlow, i, f, j, o for Keras).
-    i_, j_, f_, o_ = (slice(k * units, (k + 1) * units) for k in (spec.gates.index(g) for g in "ijfo")) if lstm else [None] * 4
+    i_, j_, f_, o_ = (
+        (slice(k * units, (k + 1) * units) for k in (spec.gates.index(g) for g in "ijfo"))
+        if lstm
+        else [None] * 4
+    )
     fast = lstm and not peep and activation == "tanh" and recurrent_activation == "sigmoid"
-    cols = 2 * units if kind == "GRU" else blocks * units  # the columns h_prev @ recurrent kernel gives per step
+    # the columns h_prev @ recurrent kernel gives per step
+    cols = 2 * units if kind == "GRU" else blocks * units
     scratch = np.empty((n, cols), f32)
 
     def step(t: int, rows: slice) -> None:
@@ -244,7 +252,9 @@ def replay(
         if lstm:
             np.copyto(states["c"][t, rows], np.where(keep, c_new, c))
         if carry_outputs:  # Keras: a skipped step repeats the previous output
-            np.copyto(outputs[t, rows], np.where(keep, h_new, 0 if t == 0 else outputs[t - 1, rows]))
+            np.copyto(
+                outputs[t, rows], np.where(keep, h_new, 0 if t == 0 else outputs[t - 1, rows])
+            )
         else:
             np.multiply(h_new, keep, out=outputs[t, rows])
 
@@ -252,7 +262,9 @@ def replay(
         """Every step for the examples `rows`, which depend on no others."""
         project(rows)
         for t in range(steps):
-            np.matmul((h0 if t == 0 else states["h"][t - 1])[rows], recurrent[:, :cols], out=scratch[rows])
+            np.matmul(
+                (h0 if t == 0 else states["h"][t - 1])[rows], recurrent[:, :cols], out=scratch[rows]
+            )
             step(t, rows)
 
     # The batch in blocks of rows, one per core, on worker threads: numpy releases the GIL
@@ -287,7 +299,9 @@ def _activation(name):
     try:
         return _ACT[name]
     except KeyError:
-        raise GraphPatternError(f"activation {name!r} is not replayed: expected one of {sorted(_ACT)}") from None
+        raise GraphPatternError(
+            f"activation {name!r} is not replayed: expected one of {sorted(_ACT)}"
+        ) from None
 
 
 @contextmanager
@@ -313,7 +327,9 @@ def _openblas():
     for path in sorted(folder.glob("libscipy_openblas64_*.so")):
         try:
             lib = ctypes.CDLL(str(path))
-            if hasattr(lib, "scipy_openblas_set_num_threads64_") and hasattr(lib, "scipy_openblas_get_num_threads64_"):
+            if hasattr(lib, "scipy_openblas_set_num_threads64_") and hasattr(
+                lib, "scipy_openblas_get_num_threads64_"
+            ):
                 return lib
         except OSError:
             pass
@@ -336,7 +352,9 @@ def _alive(mask, lengths, n: int, steps: int) -> np.ndarray | None:
     return None
 
 
-def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[str, np.ndarray]) -> None:
+def check(
+    name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[str, np.ndarray]
+) -> None:
     """Raise ReplayMismatchError unless the replay's outputs and final states match the model's.
 
     `outputs` is [examples, steps, width], or [examples, width]: the last step's output
@@ -350,7 +368,9 @@ def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[s
     for what, mine, theirs in pairs:
         theirs = np.asarray(theirs)
         if mine.shape != theirs.shape:
-            raise ReplayMismatchError(f"cell {name}: replayed {what} has shape {list(mine.shape)}, the graph's {list(theirs.shape)}")
+            raise ReplayMismatchError(
+                f"cell {name}: replayed {what} has shape {list(mine.shape)}, the graph's {list(theirs.shape)}"
+            )
         err, same_finite = _difference(mine, theirs)
         if err > TOLERANCE or not same_finite:
             raise ReplayMismatchError(
@@ -359,12 +379,17 @@ def check(name: str, got: Replayed, outputs: np.ndarray | None, final: Mapping[s
             )
 
 
-def compare(name: str, replayed: Replayed, emitted: Replayed, lengths: np.ndarray | None = None) -> None:
+def compare(
+    name: str, replayed: Replayed, emitted: Replayed, lengths: np.ndarray | None = None
+) -> None:
     """Raise ReplayMismatchError unless a replay's gates and states match what the cell's loop
     emitted (`--verify`), at every step before each example's length."""
     steps = emitted.preactivation.shape[1]
     alive = _alive(None, lengths, replayed.preactivation.shape[0], steps)
-    pairs = [("preactivations", replayed.preactivation, emitted.preactivation), ("activations", replayed.activation, emitted.activation)]
+    pairs = [
+        ("preactivations", replayed.preactivation, emitted.preactivation),
+        ("activations", replayed.activation, emitted.activation),
+    ]
     pairs += [(f"state {k}", replayed.states[k], v) for k, v in emitted.states.items()]
     for what, mine, theirs in pairs:
         mine = mine[:, :steps]
@@ -383,7 +408,11 @@ def _difference(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, bool]:
     """The largest |mine - theirs| where both are finite, and whether mine is finite wherever
     theirs is; step by step (axis 1), so that no temporary is as large as the arrays."""
     err, same_finite = 0.0, True
-    pieces = [(mine, theirs)] if mine.ndim < 3 else ((mine[:, t], theirs[:, t]) for t in range(mine.shape[1]))
+    pieces = (
+        [(mine, theirs)]
+        if mine.ndim < 3
+        else ((mine[:, t], theirs[:, t]) for t in range(mine.shape[1]))
+    )
     for a, b in pieces:
         finite = np.isfinite(a) & np.isfinite(b)
         err = max(err, float(np.max(np.abs(a - b), where=finite, initial=0.0)))

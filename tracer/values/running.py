@@ -60,7 +60,9 @@ def _arm() -> None:
     timer.start()
 
 
-def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float | None = None) -> Any:
+def run(
+    session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float | None = None
+) -> Any:
     """`session.run(fetches, feed_dict)`, stoppable by Ctrl-C; RunTimeout after `timeout` seconds."""
     options = v1.RunOptions(timeout_in_ms=max(1, int(timeout * 1000))) if timeout else None
     outcome: dict[str, Any] = {}
@@ -78,7 +80,8 @@ def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float
             worker.join(0.05)
     except KeyboardInterrupt:
         _arm()
-        closing = threading.Thread(target=session.close, name="gatetrace-close", daemon=True)  # cancels the step in flight
+        # cancels the step in flight
+        closing = threading.Thread(target=session.close, name="gatetrace-close", daemon=True)
         closing.start()
         closing.join(1)
         raise
@@ -89,7 +92,9 @@ def run(session: v1.Session, fetches: Any, feed_dict: Any = None, timeout: float
             "(a loop that never ends, or a batch too large for the limit)"
         ) from None
     if isinstance(error, tf.errors.FailedPreconditionError):
-        missing = re.search(r"(?:Could not find variable|uninitialized value) ([\w./-]+)", error.message)
+        missing = re.search(
+            r"(?:Could not find variable|uninitialized value) ([\w./-]+)", error.message
+        )
         if missing:
             raise ModelFormatError(
                 f"the model's variable {missing.group(1).rstrip('.')} holds no value: the checkpoint has none for it (its "

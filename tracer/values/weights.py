@@ -37,11 +37,15 @@ class GateWeights:
     recurrent_b: np.ndarray | None = None
 
 
-def read_weights(session: v1.Session, cells: Sequence[Cell], timeout: float | None = None) -> dict[str, dict[str, np.ndarray]]:
+def read_weights(
+    session: v1.Session, cells: Sequence[Cell], timeout: float | None = None
+) -> dict[str, dict[str, np.ndarray]]:
     """The weight values of every cell, by cell name and role, read in one run (stoppable: `tracer.values.running`)."""
     names = sorted({t for cell in cells for t in cell.weights.values()})
     values = dict(zip(names, running.run(session, names, timeout=timeout))) if names else {}
-    return {cell.name: stacked({role: values[t] for role, t in cell.weights.items()}) for cell in cells}
+    return {
+        cell.name: stacked({role: values[t] for role, t in cell.weights.items()}) for cell in cells
+    }
 
 
 def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -78,7 +82,9 @@ def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWei
     return out
 
 
-def weights_columns(cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]) -> dict[str, pd.Categorical | np.ndarray]:
+def weights_columns(
+    cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]
+) -> dict[str, pd.Categorical | np.ndarray]:
     """The weights table: cell, gate, source (categoricals), row, unit, value.
 
     source is `input` (row = input feature), `recurrent` (row = recurrent unit), `bias`,
@@ -117,4 +123,6 @@ def _repeated(runs: list[tuple[str | None, int]]) -> pd.Categorical:
     categories = list(dict.fromkeys(label for label, _ in runs if label is not None))
     codes = [-1 if label is None else categories.index(label) for label, _ in runs]
     counts = [count for _, count in runs]
-    return pd.Categorical.from_codes(np.repeat(np.asarray(codes, dtype=np.int32), counts), categories=categories)
+    return pd.Categorical.from_codes(
+        np.repeat(np.asarray(codes, dtype=np.int32), counts), categories=categories
+    )
