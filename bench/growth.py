@@ -35,7 +35,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from record import FORWARD_SCRIPT, _cpu_name  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -147,7 +146,7 @@ def main() -> None:
         table = []
         for c in CONFIGS:
             p = per[name_of(c)]
-            ratios = [rec / fwd for rec, fwd in zip(p["record"], p["forward"])]
+            ratios = [rec / fwd for rec, fwd in zip(p["record"], p["forward"], strict=True)]
             record = statistics.median(p["record"])
             table.append(
                 {

@@ -125,7 +125,7 @@ def in_process(paths: dict[str, str], rounds: int) -> dict:
     return {
         "median_seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
         "ratio_to_dynamic_forward": {
-            k: round(statistics.median([a / b for a, b in zip(v, base)]), 3)
+            k: round(statistics.median([a / b for a, b in zip(v, base, strict=True)]), 3)
             for k, v in times.items()
         },
         "paths": {k: paths[f"{k}_paths"] for k in ("dynamic", "static")},
@@ -166,7 +166,10 @@ def whole_process(
             subprocess.run(argv, check=True, capture_output=True)
             times[(model, n)].append(time.perf_counter() - start)
     per_batch = {
-        m: [(b - a) / (large - small) for a, b in zip(times[(m, small)], times[(m, large)])]
+        m: [
+            (b - a) / (large - small)
+            for a, b in zip(times[(m, small)], times[(m, large)], strict=True)
+        ]
         for m in models
     }
     return {

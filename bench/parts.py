@@ -25,9 +25,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from record import BATCH, FEATURES, STEPS, _cpu_name, build_model, whole_process  # noqa: E402
 
 import tracer  # noqa: E402
-from record import BATCH, FEATURES, STEPS, _cpu_name, build_model, whole_process  # noqa: E402
 from recorders import Recording  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

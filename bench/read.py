@@ -78,9 +78,9 @@ def run_child(kind: str, folder: Path) -> dict:
 def make_recording(root: Path, sequences: int) -> tuple[Path, dict]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
+    from record import BATCH, FEATURES, STEPS, build_model
 
     import tracer
-    from record import BATCH, FEATURES, STEPS, build_model
 
     session, _, _, _ = build_model(root)
     x = np.random.RandomState(0).randn(sequences, STEPS, FEATURES).astype(np.float32)

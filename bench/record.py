@@ -244,8 +244,8 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
     [examples, steps, units] array out of the fetched tensors, building its long columns
     (keys and values), and encoding the Parquet files. In `record` the last three run on
     two worker threads while the next batch is fetched."""
-    from recorders.write.keys import KeyCache
     from recorders.write.columns import gate_columns, state_columns
+    from recorders.write.keys import KeyCache
     from recorders.write.rowgroups import _write_parquet
 
     keep = BATCH
@@ -338,13 +338,13 @@ def main() -> None:
         for r in range(args.rounds):
             out = root / f"record{r}"
 
-            def record() -> None:
+            def record(out: Path = out) -> None:
                 nonlocal manifest
                 manifest = tracer.record(
                     model, {"x": inputs}, out, cells=cells, batch_size=BATCH, memory=2**40
                 )
 
-            def melt() -> None:
+            def melt(r: int = r) -> None:
                 folder = root / f"melt{r}"
                 folder.mkdir()
                 melt_way(plan.run(session, feed), np.arange(BATCH), folder)
@@ -370,7 +370,7 @@ def main() -> None:
             shutil.rmtree(root / f"melt{r}")
 
         ratio = {
-            k: statistics.median(t / f for t, f in zip(v, times["forward"]))
+            k: statistics.median(t / f for t, f in zip(v, times["forward"], strict=True))
             for k, v in times.items()
         }
         results = {
@@ -389,7 +389,9 @@ def main() -> None:
             "median_seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
             "ratio_to_forward": {k: round(v, 2) for k, v in ratio.items()},
             "record_vs_melt": round(
-                statistics.median(m / r for m, r in zip(times["melt"], times["record_per_batch"])),
+                statistics.median(
+                    m / r for m, r in zip(times["melt"], times["record_per_batch"], strict=True)
+                ),
                 1,
             ),
             "bytes_per_value": round(record_bytes / stored_values(manifest), 2),

@@ -92,7 +92,10 @@ def dash(rec, cell):
             [
                 go.Scatter(x=d["steps"], y=d["values"]),
                 go.Scatter(
-                    x=[f"{e}:{t}" for e, t in zip(d["top"]["example"], d["top"]["step"])],
+                    x=[
+                        f"{e}:{t}"
+                        for e, t in zip(d["top"]["example"], d["top"]["step"], strict=True)
+                    ],
                     y=d["top"]["value"],
                 ),
             ]

@@ -10,14 +10,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
-from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
-from recorders.write.writer import RecordingWriter, write_weights
-from recorders.write.keys import KeyCache, key_columns
-from recorders.write.columns import gate_columns, state_columns, weight_columns
-from recorders.read.frames import gate_frame
-from recorders.write.progress import Intervals, Shard
-from recorders.read.reader import Recording
 from recorders.read import analysis, plots  # `from recorders import analysis`
+from recorders.read.frames import gate_frame
+from recorders.read.reader import Recording
+from recorders.write.columns import gate_columns, state_columns, weight_columns
+from recorders.write.keys import KeyCache, key_columns
+from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
+from recorders.write.progress import Intervals, Shard
+from recorders.write.writer import RecordingWriter, write_weights
 
 try:
     __version__ = version("gatetrace")

@@ -9,9 +9,10 @@ builder's own session by variable name, independently of gatetrace's walker.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -222,12 +223,11 @@ def session_model(
         v1.enable_control_flow_v2()
 
 
-def run_cli(*args: str) -> "subprocess.CompletedProcess":
+def run_cli(*args: str) -> subprocess.CompletedProcess:
     """`gatetrace ARGS` run in this process, its stdout and stderr captured (TensorFlow is
     imported once for all the tests; tests of what a fresh process prints run it as one)."""
     import contextlib
     import io
-    import subprocess
 
     from tracer.cli import main
 

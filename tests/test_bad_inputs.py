@@ -8,8 +8,8 @@ usage block, no TensorFlow log line) that contains the expected reason, and that
 
 from __future__ import annotations
 
-import zipfile
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np

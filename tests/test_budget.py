@@ -8,8 +8,8 @@ import pytest
 from recorders.errors import SelectionError
 from tests.conftest import R, build, save
 from tracer._tf import tf, v1
-from tracer.run.budget import COPIES, RESERVE, choose_batch, parse_size
 from tracer.cli import main
+from tracer.run.budget import COPIES, RESERVE, choose_batch, parse_size
 
 
 @pytest.mark.parametrize(

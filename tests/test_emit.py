@@ -11,12 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracer._tf import tf, v1
+from tracer._tf import function_def_to_graph, tf, v1
 from tracer.load.import_check import check_before_import
 from tracer.values.emit import emit_loops
-
-# noqa: E402  # isort: skip
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 T, B, F, U = 6, 4, 3, 5
 CELLS = {

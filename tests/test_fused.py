@@ -35,7 +35,9 @@ def lstm_block64(x, w, b, layout, forget_bias=0.0, peep=None, clip=None):
     )
     wci, wcf, wco = peep if peep is not None else (0.0, 0.0, 0.0)
     for t in range(T):
-        blocks = dict(zip(layout, np.split(np.concatenate([x[:, t], h], 1) @ w + b, 4, axis=1)))
+        blocks = dict(
+            zip(layout, np.split(np.concatenate([x[:, t], h], 1) @ w + b, 4, axis=1), strict=True)
+        )
         i = sig(blocks["i"] + c * wci)
         f = sig(blocks["f"] + forget_bias + c * wcf)
         j = np.tanh(blocks["c"])

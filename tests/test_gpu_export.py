@@ -106,7 +106,7 @@ def test_a_keras_model_exported_on_a_gpu_records_on_the_cpu(layer, tmp_path):
     for cell, name in ((first, "first"), ("top/lstm_cell", "top")):
         gates, states, _ = reference(model.get_layer(name), inputs[name], None, None, "keras3")
         for g, values in gates.items():
-            for column, want in zip(("preactivation", "activation"), values):
+            for column, want in zip(("preactivation", "activation"), values, strict=True):
                 np.testing.assert_allclose(
                     rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}"
                 )
@@ -188,7 +188,7 @@ def cudnn_lstm_reference(x: np.ndarray, params: np.ndarray):
         ]
         c = a[1] * c + a[0] * a[2]
         h = a[3] * np.tanh(c)
-        for g, zz, aa in zip("ifjo", z, a):
+        for g, zz, aa in zip("ifjo", z, a, strict=True):
             pre[g].append(zz)
             act[g].append(aa)
         cs.append(c)

@@ -772,18 +772,20 @@ def test_inputs_of_another_type_are_cast_with_a_word_and_never_changed(models, t
     x = np.random.RandomState(6).randn(3, 5, 4)
     np.save(tmp_path / "x64.npy", x)
     np.save(tmp_path / "x32.npy", x.astype(np.float32))
-    # noqa: E731
-    run = lambda name, *flags: main(
-        [
-            "record",
-            paths["checkpoint"],
-            "--feed",
-            f"x={tmp_path / name}",
-            "--out",
-            str(tmp_path / name[:-4]),
-            *flags,
-        ]
-    )
+
+    def run(name, *flags):
+        return main(
+            [
+                "record",
+                paths["checkpoint"],
+                "--feed",
+                f"x={tmp_path / name}",
+                "--out",
+                str(tmp_path / name[:-4]),
+                *flags,
+            ]
+        )
+
     assert run("x64.npy") == 0
     assert (
         "gatetrace: feed x:0: the input is float64, the placeholder float32: values are cast, rounding each value"

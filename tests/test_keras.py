@@ -14,10 +14,10 @@ import pytest
 
 import tracer
 from recorders import GatetraceError, Recording, ReplayMismatchError
-from tracer.values.keras import KerasPlan, resolve_inputs
+from tests.conftest import run_cli
 from tracer.find.keras import find_layers
 from tracer.load.keras import wrap
-from tests.conftest import run_cli
+from tracer.values.keras import KerasPlan, resolve_inputs
 
 FRAMEWORKS = ("keras3", "tf-keras")
 T, FEATURES = 6, 3
@@ -154,7 +154,7 @@ def reference(layer, x, mask, initial, framework):
             post = [act(pre[0])]
             h_new = post[0]
         keep = mask[:, t : t + 1]
-        for g, p, a in zip(labels, pre, post):
+        for g, p, a in zip(labels, pre, post, strict=True):
             gates[g][0][:, t], gates[g][1][:, t] = p, a
         h = np.where(keep, h_new, h)
         if kind == "LSTMCell":
@@ -178,7 +178,11 @@ def layer_inputs(keras, model, feeds):
     probe = keras.Model(model.inputs, [t[0] if isinstance(t, (list, tuple)) else t for t in first])
     got = probe(feeds, training=False)
     return dict(
-        zip(names, [np.asarray(v) for v in (got if isinstance(got, (list, tuple)) else [got])])
+        zip(
+            names,
+            [np.asarray(v) for v in (got if isinstance(got, (list, tuple)) else [got])],
+            strict=True,
+        )
     )
 
 
@@ -267,7 +271,7 @@ def test_sequential_model(framework):
     x = sequences(seed=6)
     trace = tracer.trace(model, {"any_name_for_the_only_input": x})
     probe_inputs = [x, np.asarray(model.layers[0](x))]
-    for ct, xin in zip(trace, probe_inputs):
+    for ct, xin in zip(trace, probe_inputs, strict=True):
         gates, states, _ = reference(ct.cell.layer, xin, None, None, framework)
         for k, g in enumerate(ct.cell.gates):
             np.testing.assert_allclose(ct.activation[:, :, k], gates[g][1], atol=1e-5)

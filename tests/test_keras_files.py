@@ -74,7 +74,7 @@ def test_a_module_function_named_in_the_config_never_runs(framework, tmp_path):
 
     def plant(config):
         layers = config["config"]["layers"]
-        masking = next(l for l in layers if l["class_name"] == "Masking")
+        masking = next(layer for layer in layers if layer["class_name"] == "Masking")
         masking["class_name"] = "Lambda"
         masking["config"] = {
             "name": masking["config"]["name"],

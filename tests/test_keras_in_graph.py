@@ -22,6 +22,8 @@ T, D = 6, 4
 
 def keras():
     import tracer._tf  # noqa: F401  (TF_USE_LEGACY_KERAS before tf_keras loads)
+
+    # isort: split
     import tf_keras
 
     return tf_keras

@@ -178,3 +178,23 @@ def test_the_rules_catch_what_they_are_for(tmp_path):
     assert "recorders.read.reader" not in allowed("recorders.write.fake") and not any(
         "recorders.write.rowgroups".startswith(m) for m in allowed("recorders.read.fake")
     )
+
+
+def test_the_facade_shows_type_checkers_the_names_it_loads_lazily():
+    """tracer/__init__.py loads its public names from their stage on first use (`_LAZY`) and
+    imports the same names from the same modules under TYPE_CHECKING, for type checkers and
+    editors: the two must agree, and every one be in `__all__`."""
+    tree = ast.parse((ROOT / "tracer" / "__init__.py").read_text())
+    lazy, checked, public = None, {}, None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id == "_LAZY":
+                lazy = ast.literal_eval(node.value)
+            elif node.targets[0].id == "__all__":
+                public = {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+        elif isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), ast.dump(imp)
+                checked.update({a.name: imp.module for a in imp.names})
+    assert lazy and checked == lazy
+    assert public is not None and set(lazy) <= public

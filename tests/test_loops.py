@@ -122,8 +122,9 @@ def test_bidirectional_and_stacked_loops_by_input_position(cf, lengths, tmp_path
     """bidirectional_dynamic_rnn of a MultiRNNCell [LSTMCell(peepholes, proj), GRUCell] each way,
     against static_bidirectional_rnn of the same cells: the backward loop's steps are mapped
     back to input positions, the stacked layer is read from the same loop."""
-    # noqa: E731
-    layers = lambda: R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3)])
+
+    def layers():
+        return R.MultiRNNCell([R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3)])
 
     def dynamic(x):
         seq = v1.placeholder(tf.int32, [None], name="len") if lengths else None
@@ -384,8 +385,10 @@ def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes
     weights bit for bit, the parts sum to the preactivation, and the upper layer equals a float64
     numpy cell on h_below + x."""
     config = RESIDUAL[name]
-    # noqa: E731
-    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(config.make()) for _ in range(2)])
+
+    def layers():
+        return R.MultiRNNCell([R.ResidualWrapper(config.make()) for _ in range(2)])
+
     # 3 features: the residual adds them to 3 units
     wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)
 
@@ -437,8 +440,9 @@ def test_a_residual_stack_in_a_loop_records_bit_for_bit_what_static_rnn_computes
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 def test_a_bidirectional_residual_stack_with_lengths_records_what_static_rnn_computes(cf, tmp_path):
-    # noqa: E731
-    layers = lambda: R.MultiRNNCell([R.ResidualWrapper(R.LSTMCell(3)) for _ in range(2)])
+    def layers():
+        return R.MultiRNNCell([R.ResidualWrapper(R.LSTMCell(3)) for _ in range(2)])
+
     wide = np.random.RandomState(2).randn(6, 5, 3).astype(np.float32)
 
     def dynamic(x):

@@ -43,11 +43,13 @@ def _training(config, normalized: bool):
         for var in v1.trainable_variables():
             v1.summary.histogram(var.op.name, var)
         v1.summary.merge_all()
-        grads, variables = zip(*v1.train.GradientDescentOptimizer(rate).compute_gradients(loss))
+        grads, variables = zip(
+            *v1.train.GradientDescentOptimizer(rate).compute_gradients(loss), strict=True
+        )
         clipped, _ = tf.clip_by_global_norm(grads, 5.0)
         step = v1.train.get_or_create_global_step()
         v1.train.GradientDescentOptimizer(rate).apply_gradients(
-            zip(clipped, variables), global_step=step
+            zip(clipped, variables, strict=True), global_step=step
         )
         return [outputs, *tf.nest.flatten(final)]
 

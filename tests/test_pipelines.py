@@ -35,7 +35,9 @@ def _lm(inputs, summaries: bool):
     if summaries:
         v1.summary.scalar("loss", loss)
     grads, _ = tf.clip_by_global_norm(tf.gradients(loss, v1.trainable_variables()), 5.0)
-    v1.train.GradientDescentOptimizer(1.0).apply_gradients(zip(grads, v1.trainable_variables()))
+    v1.train.GradientDescentOptimizer(1.0).apply_gradients(
+        zip(grads, v1.trainable_variables(), strict=True)
+    )
     return embedding
 
 

@@ -29,10 +29,15 @@ def setups(draw):
         proj = draw(st.sampled_from([None] + [p for p in range(1, 4) if p != units]))
         clip = draw(st.sampled_from([None, 0.5]))
         params.update(forget_bias=1.0, cell_clip=clip, proj_clip=0.3 if proj else None)
-        # noqa: E731
-        make = lambda: R.LSTMCell(
-            units, use_peepholes=peep, num_proj=proj, cell_clip=clip, proj_clip=params["proj_clip"]
-        )
+
+        def make():
+            return R.LSTMCell(
+                units,
+                use_peepholes=peep,
+                num_proj=proj,
+                cell_clip=clip,
+                proj_clip=params["proj_clip"],
+            )
     else:
         params["activation"] = draw(st.sampled_from(["tanh", "relu"]))
         cls = R.GRUCell if kind == "GRUCell" else R.BasicRNNCell

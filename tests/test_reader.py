@@ -199,7 +199,7 @@ def test_time_courses_top_positions_and_label_correlation(recorded):
     top = top_positions(rec, LSTM, "i", unit=2, k=3)
     flat = np.where(np.isnan(i[:, :, 2]), -np.inf, i[:, :, 2])
     best = np.argsort(flat, axis=None)[::-1][:3]
-    assert list(zip(top["example"], top["step"])) == [
+    assert list(zip(top["example"], top["step"], strict=True)) == [
         tuple(int(v) for v in np.unravel_index(b, flat.shape)) for b in best
     ]
     assert top["rank"].tolist() == [1, 2, 3] and top["value"].is_monotonic_decreasing

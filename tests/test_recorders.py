@@ -81,7 +81,7 @@ def test_key_cache_hands_out_one_example_column_per_start_across_threads():
 
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(keys, starts))
-    for start, columns in zip(starts, got):
+    for start, columns in zip(starts, got, strict=True):
         want = key_columns(np.arange(start, start + 81), steps, 256)
         assert all(np.array_equal(columns[k], want[k]) for k in want)
     assert len({id(columns["example"]) for columns in got}) == 3

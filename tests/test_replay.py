@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import tracer
-from recorders import ReplayMismatchError
-from recorders import Recording
+from recorders import Recording, ReplayMismatchError
 from tests.conftest import CONFIGS, R, build, read_gates, save, static_body
 from tracer._tf import tf, v1
 from tracer.cells.reference import run_cell
@@ -194,10 +193,11 @@ def test_time_major_dynamic_rnn(cf, name):
 @pytest.mark.parametrize("cf", ["v1", "v2"])
 def test_a_stacked_dynamic_rnn_equals_the_same_static_rnn(cf, tmp_path):
     """MultiRNNCell [LSTMCell(peepholes, proj), GRUCell, BasicRNNCell]: the replayed loop equals the fetched unrolled graph."""
-    # noqa: E731
-    layers = lambda: R.MultiRNNCell(
-        [R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3), R.BasicRNNCell(2)]
-    )
+
+    def layers():
+        return R.MultiRNNCell(
+            [R.LSTMCell(4, use_peepholes=True, num_proj=3), R.GRUCell(3), R.BasicRNNCell(2)]
+        )
 
     def dynamic(x):
         return [v1.nn.dynamic_rnn(layers(), x, dtype=tf.float32)[0]]

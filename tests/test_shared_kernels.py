@@ -82,13 +82,13 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
             # one object: one kernel for both directions
             cell = R.BasicLSTMCell(UNITS, forget_bias=0.7)
             if how == "static":
-                outputs = v1.nn.static_bidirectional_rnn(
+                v1.nn.static_bidirectional_rnn(
                     cell, cell, tf.unstack(x, axis=1), dtype=tf.float32, sequence_length=None
-                )[0][-1]
+                )
             else:
-                outputs = v1.nn.bidirectional_dynamic_rnn(
+                v1.nn.bidirectional_dynamic_rnn(
                     cell, cell, x, sequence_length=lengths, dtype=tf.float32
-                )[0][1]
+                )
             session = v1.Session(graph=graph)
             session.run(v1.global_variables_initializer())
         randomise(session, graph)
@@ -117,7 +117,7 @@ def test_one_cell_for_both_directions_gives_two_cells(how, tmp_path, capsys):
     ]
     assert all(
         c["shares_weights_with"] == [other]
-        for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1])
+        for c, other in zip(sorted(cells, key=lambda c: c["name"]), names[::-1], strict=True)
     )
     # from the loop input's static time axis where the cells are replayed
     assert [c["steps"] for c in cells] == [T, T]

@@ -438,11 +438,13 @@ def rows_of(frame, label: str) -> dict:
         frame["example"],
         frame["step"],
         frame["unit"],
+        strict=True,
     )
     return dict(
         zip(
             keys,
             frame.drop(columns=["cell", label, "example", "step", "unit"]).itertuples(index=False),
+            strict=True,
         )
     )
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from recorders import Recording
-from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
 from tests.conftest import run_cli
+from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
 from tracer._tf import tf
 
 pytestmark = pytest.mark.e2e
@@ -132,7 +132,7 @@ def check_recording(rec: Recording, model, framework: str, x: np.ndarray, cells:
         layer = getattr(layer, half) if half else layer
         gates, states, _ = reference(layer, inputs[name], None, None, framework)
         for g, values in gates.items():  # our gate names: Keras' c of an LSTM is j
-            for column, want in zip(("preactivation", "activation"), values):
+            for column, want in zip(("preactivation", "activation"), values, strict=True):
                 np.testing.assert_allclose(
                     rec.gate_array(cell, g, column), want, atol=1e-5, err_msg=f"{cell} {g} {column}"
                 )

@@ -4,7 +4,6 @@ given as .npy, value for value; damaged or unsuitable files are refused in one l
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

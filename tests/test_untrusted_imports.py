@@ -72,7 +72,7 @@ def test_ops_that_would_run_while_importing_are_refused_before_it(fmt, tmp_path,
     assert dump_dir.is_dir()
 
 
-def _evil_function(marker) -> "tf.compat.v1.FunctionDef":
+def _evil_function(marker) -> tf.compat.v1.FunctionDef:
     @tf.function(input_signature=[tf.TensorSpec([None, 5, 4], tf.float32)], autograph=False)
     def evil(x):
         with tf.control_dependencies([tf.io.write_file(str(marker), "pwned")]):

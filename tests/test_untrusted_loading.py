@@ -176,7 +176,9 @@ def test_a_restore_op_reading_another_checkpoint_is_refused(tmp_path, capsys):
             dtypes=[v.dtype.base_dtype for v in variables],
             name="elsewhere",
         )
-        evil = tf.group(*[v1.assign(v, r) for v, r in zip(variables, read)], name="evil_restore")
+        evil = tf.group(
+            *[v1.assign(v, r) for v, r in zip(variables, read, strict=True)], name="evil_restore"
+        )
         saver.saver_def.restore_op_name = evil.name
         saver.save(built.session, str(tmp_path / "ckpt" / "model.ckpt"))
     path = str(tmp_path / "ckpt" / "model.ckpt")

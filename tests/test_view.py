@@ -205,7 +205,9 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     )
     top = unit["top"]
     # where unit 3 is forced on
-    assert set(zip(top["example"], top["step"])) <= {(e, s) for e in PLANTED for s in range(5, 10)}
+    assert set(zip(top["example"], top["step"], strict=True)) <= {
+        (e, s) for e in PLANTED for s in range(5, 10)
+    }
     column = rec.gate_array(CELL, "f")[:, :, 3]
     np.testing.assert_allclose(top["value"], np.sort(column, axis=None)[::-1][:10], atol=1e-6)
     parts = page.evaluate("window.gatetrace.parts")

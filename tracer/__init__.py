@@ -23,11 +23,27 @@ The public names below are loaded from their stage on first use.
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from recorders import __version__
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
 from recorders.write.progress import Shard
+
+if TYPE_CHECKING:  # what type checkers and editors see: the same names, from the same modules
+    from tracer.cells.found import Cell, KerasCell, Step
+    from tracer.cells.kinds import SPECS, CellSpec, spec_for
+    from tracer.cells.reference import run_cell
+    from tracer.find.graph import find_cells
+    from tracer.find.keras import find_layers
+    from tracer.load.keras import KerasModel, load_keras
+    from tracer.load.model import Model, from_session, load_model
+    from tracer.run.parallel import Job, record_parallel, record_task
+    from tracer.run.recording import find_all, record, trace
+    from tracer.run.select import Selection
+    from tracer.values.fetch import CellTrace, FetchPlan, Trace
+    from tracer.values.keras import KerasPlan
+    from tracer.values.weights import GateWeights, gate_weights, read_weights, weights_columns
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
 # `tracer.cells.reference` stay light and the CLI can quiet TensorFlow before it loads.

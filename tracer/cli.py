@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from tracer.commands import demo, inspect, record, view, weights
 from tracer.commands.common import Parser, model_arguments

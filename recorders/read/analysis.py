@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.write.columns import PARTS
 from recorders.read.reader import Range, Recording, part_shares
+from recorders.write.columns import PARTS
 
 __all__ = [
     "saturation",
@@ -86,7 +86,7 @@ def step_stats(
     rows = []
     for (cell, gate), s in gate_summaries(rec, cells, gates, column, 0.1, 0.9, quantiles).items():
         frame = pd.DataFrame({"cell": cell, "gate": gate, "step": s.steps, "mean": s.mean})
-        for q, values in zip(quantiles, s.quantiles):
+        for q, values in zip(quantiles, s.quantiles, strict=True):
             frame[quantile_column(q)] = values
         rows.append(frame)
     return _frame(rows, ["cell", "gate", "step", "mean", *map(quantile_column, quantiles)])
@@ -110,7 +110,7 @@ def gate_summaries(
     ]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
-        return dict(zip(pairs, done))
+        return dict(zip(pairs, done, strict=True))
 
 
 class Summary(NamedTuple):

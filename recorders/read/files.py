@@ -150,7 +150,7 @@ class CheckedFiles:
     def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
         """Why a part file's footer does not fit the description (None if it does)."""
         schema = metadata.schema.to_arrow_schema()
-        types = dict(zip(schema.names, schema.types))
+        types = dict(zip(schema.names, schema.types, strict=True))
         values = [n for n in schema.names if n not in KEYS]
         if (
             any(types.get(k) != t for k, t in KEYS.items())

@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from recorders.read.analysis import quantile_column, saturation, step_stats
 from recorders.errors import SelectionError
-from recorders.write.columns import PARTS
+from recorders.read.analysis import quantile_column, saturation, step_stats
 from recorders.read.reader import Recording
+from recorders.write.columns import PARTS
 
 __all__ = ["gate_heatmap", "saturation_scatter", "step_band", "gate_parts"]
 
@@ -131,7 +131,7 @@ def gate_parts(
             ax.bar(
                 x, values, bottom=base, color=f"C{k}", label=part if sign == 1 else None, width=0.6
             )
-            base = [b + v for b, v in zip(base, values)]
+            base = [b + v for b, v in zip(base, values, strict=True)]
     if "peephole" in held:
         ax.bar(
             [i + 0.35 for i in x],

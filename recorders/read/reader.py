@@ -32,8 +32,8 @@ import pyarrow.fs as pafs
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import DAMAGED, KEYS, READ, TABLES, CheckedFiles, key_ranges, statistics
-from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.columns import GATE_COLUMNS, PARTS
+from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.layout import UNREADABLE
 from recorders.write.progress import Intervals, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_json
@@ -333,7 +333,7 @@ class Recording(CheckedFiles):
                 if ranges is not None:
                     values = self._read(
                         rel,
-                        lambda: (
+                        lambda file=file, k=k: (
                             file.read_row_group(k, columns=[column], use_threads=False)
                             .column(0)
                             .to_numpy()
@@ -349,7 +349,7 @@ class Recording(CheckedFiles):
                 else:
                     t = self._read(
                         rel,
-                        lambda: file.read_row_group(
+                        lambda file=file, k=k: file.read_row_group(
                             k, columns=["example", "step", "unit", column], use_threads=False
                         ),
                     )

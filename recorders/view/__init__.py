@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from recorders.errors import GatetraceError, SelectionError
-from recorders.write.folder import Folder
 from recorders.read.reader import Recording
-from recorders.write.schema import MAX_JSON_BYTES, parse_json
 from recorders.view.data import Labels
+from recorders.write.folder import Folder
+from recorders.write.schema import MAX_JSON_BYTES, parse_json
 
 __all__ = ["serve", "load_labels", "check_installed", "ViewSetupError"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from recorders.read.analysis import gate_summaries, top_positions
 from recorders.errors import SelectionError
-from recorders.write.columns import PARTS
+from recorders.read.analysis import gate_summaries, top_positions
 from recorders.read.reader import Recording
+from recorders.write.columns import PARTS
 
 __all__ = ["overview", "heatmap", "unit", "select", "match", "parts", "Labels"]
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from recorders.errors import GatetraceError, RecordingError, SelectionError
 from recorders.read.reader import Recording

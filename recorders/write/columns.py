@@ -9,7 +9,7 @@ then unit. These helpers build those columns directly in numpy (the keys:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

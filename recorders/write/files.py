@@ -12,8 +12,8 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from recorders.errors import OutputExistsError, RecordingError, listing
 

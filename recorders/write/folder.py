@@ -66,7 +66,7 @@ class Folder:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "Folder":
+    def __enter__(self) -> Folder:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -90,7 +90,7 @@ def partition_value(key: str, name: str) -> str:
     then it is the longest start of `name` that fits, `~`, and 16 hex digits of the name's
     SHA-256, unique and stable. `recorders.Recording` maps it back to the full name.
     """
-    if len(f"{key}={_encode(name)}".encode("utf-8")) <= _MAX_FOLDER_BYTES:
+    if len(f"{key}={_encode(name)}".encode()) <= _MAX_FOLDER_BYTES:
         return name
     digest = "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
     budget = _MAX_FOLDER_BYTES - len(f"{key}=".encode()) - len(digest)

@@ -64,7 +64,7 @@ class Place(ABC):
     def parquet_metadata(self, rel: str) -> Any:
         """The footer of the Parquet file `rel` (`pyarrow.parquet.FileMetaData`)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (not abstract: most places hold nothing open)
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
     def read_json(self, rel: str) -> Any:

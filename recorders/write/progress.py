@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.schema import description_problem
@@ -62,7 +64,7 @@ class Shard:
             )
 
     @classmethod
-    def parse(cls, text: str) -> "Shard":
+    def parse(cls, text: str) -> Shard:
         """`"2/8"` -> Shard(2, 8)."""
         try:
             k, n = text.split("/")
@@ -184,7 +186,7 @@ def progress_problem(tag: str, p: Any) -> str | None:
         return f"examples {examples!r} is not shard {shard[0]}/{shard[1]}'s part of {total}"
     if not isinstance(complete, list) or not all(_pair(c) and c[0] < c[1] for c in complete):
         return "complete must be a list of [START, STOP] intervals with START < STOP"
-    if any(a[1] >= b[0] for a, b in zip(complete, complete[1:])):
+    if any(a[1] >= b[0] for a, b in pairwise(complete)):
         return "its complete intervals are not sorted and disjoint"
     lo, hi = examples if examples is not None else (0, _MAX_EXAMPLE)
     if complete and (complete[0][0] < lo or complete[-1][1] > hi):
@@ -200,7 +202,7 @@ def progress_problem(tag: str, p: Any) -> str | None:
     return None
 
 
-def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
+def read_progress(out: Path | Place) -> dict[str, dict[str, Any]]:
     """The progress files of the recording in `out` (a folder, or a `recorders.write.place.Place`),
     by shard tag (empty if there are none), each checked against the form gatetrace
     writes: RecordingError naming the file if one is not."""
@@ -246,7 +248,7 @@ def read_progress(out: "Path | Place") -> dict[str, dict[str, Any]]:
     return found
 
 
-def recorded_layout(out: "str | os.PathLike | Place") -> Shard | None:
+def recorded_layout(out: str | os.PathLike | Place) -> Shard | None:
     """How the recording in `out` (a folder, a URI or a Place) is split, as a Shard of
     index 0 (count and unit), or None if `out` holds no progress file yet."""
     from recorders.write.place import Place, place_of

@@ -9,8 +9,9 @@ statistics, codecs), `write_in` into a new file of a local folder through its ha
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,7 +67,7 @@ def write_parquet(
             ]
             fields = [
                 pa.field(name, a.type, nullable=name not in REQUIRED)
-                for name, a in zip(columns, arrays)
+                for name, a in zip(columns, arrays, strict=True)
             ]
             table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
             if writer is None:

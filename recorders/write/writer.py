@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 
 from recorders.errors import OutputExistsError, RecordingError, listing
+
+# its functions by module, so that a test can stand in for them
+from recorders.write import rowgroups
 from recorders.write.files import (
     check_out,
     local_path,
@@ -48,9 +52,6 @@ from recorders.write.layout import (
 )
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
-
-# its functions by module, so that a test can stand in for them
-from recorders.write import rowgroups
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import description_problem
 from recorders.write.swap import (
@@ -633,7 +634,7 @@ class RecordingWriter:
         self._lock, self._replaced_locks, self._created_locks = None, [], []
         self.place.close()
 
-    def __enter__(self) -> "RecordingWriter":
+    def __enter__(self) -> RecordingWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

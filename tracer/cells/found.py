@@ -9,8 +9,9 @@ TF2 SavedModels), or the `Fused` op that computes it (`LSTMBlockCell`, `BlockLST
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +68,23 @@ class Loop:
     # a stacked cell reads the output of the cell `below` itself, not through other ops (a residual add)
     direct: bool = True
     # the cell's step: tensor names in the body function (v2) or the frame (v1)
-    body: "Step | None" = None
+    body: Step | None = None
     # the same tensors emitted by the rewritten loop, stacked [steps, batch, ...]
-    emitted: "Step | None" = None
+    emitted: Step | None = None
+
+    @property
+    def step(self) -> Step:
+        """`body`, which every loop a finder returns has (only a `Loop` built by hand may lack it)."""
+        if self.body is None:
+            raise ValueError(f"loop {self.loop}: its cell's step inside the loop is not known")
+        return self.body
+
+    @property
+    def emitted_step(self) -> Step:
+        """`emitted`, for a loop rewritten to emit its step (a cell whose `path` is "loop")."""
+        if self.emitted is None:
+            raise ValueError(f"loop {self.loop} does not emit its step: its cell is replayed")
+        return self.emitted
 
 
 @dataclass(frozen=True)
@@ -181,6 +196,22 @@ class Cell(HasSpec):
         if self.loop is not None:
             return "loop" if self.loop.emitted is not None else "replay"
         return "fused" if self.fused is not None else "fetch"
+
+    @property
+    def in_loop(self) -> Loop:
+        """`loop`, for a cell inside a while loop (a `path` of "loop" or "replay")."""
+        if self.loop is None:
+            raise ValueError(
+                f"cell {self.name} is not inside a while loop (its path is {self.path})"
+            )
+        return self.loop
+
+    @property
+    def in_fused(self) -> Fused:
+        """`fused`, for a fused op's cell."""
+        if self.fused is None:
+            raise ValueError(f"cell {self.name} is not a fused op's (its path is {self.path})")
+        return self.fused
 
     @property
     def positions(self) -> np.ndarray:

@@ -7,7 +7,7 @@ arrays a `tracer.values.fetch.CellTrace` holds. It imports no TensorFlow.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -167,7 +167,7 @@ def run(args) -> None:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     print()
     for c in cells:
         extras = [f"forget_bias={c.forget_bias}"] if c.forget_bias is not None else []
@@ -254,7 +254,7 @@ def _inspect_recording(args) -> None:
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     n, shards = summary["rows"], summary["shards"]
     print(
         f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows, {n['weights']:,} weight rows; "
@@ -307,7 +307,7 @@ def _inspect_keras(args, model) -> None:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     print()
     for c in cells:
         d = c.describe()

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracer._tf import tf
-from tracer.cells.kinds import CellSpec
 from tracer.cells.found import Cell, Step
+from tracer.cells.kinds import CellSpec
 
 __all__ = ["ADDS", "ACTIVATIONS", "Application", "cell_of", "step_of"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from tracer.cells.kinds import CellSpec
 
 __all__ = [
     "weight_source",
+    "weight_op",
     "weight_name",
     "const_scalar",
     "other_input",
@@ -57,6 +58,17 @@ def weight_source(t: tf.Tensor) -> tf.Operation | None:
     if op.type == "Placeholder" and op.outputs[0].name in getattr(op.graph, "loop_invariants", ()):
         return op
     return op if op.type in _WEIGHT_SOURCES else None
+
+
+def weight_op(t: tf.Tensor) -> tf.Operation:
+    """`weight_source(t)` for a tensor a finder took as a weight: its variable or Const."""
+    source = weight_source(t)
+    if source is None:
+        raise GraphPatternError(
+            f"{t.name} is read as a cell's weight, but not from a variable or constant (through "
+            f"{t.op.type} {t.op.name}); gatetrace does not know this pattern"
+        )
+    return source
 
 
 def weight_name(t: tf.Tensor) -> str:
@@ -220,7 +232,7 @@ def _search_back(
 ) -> tuple | None:
     """What `hit` says of the nearest tensor behind `t` (breadth first, `limit` tensors at
     most) for which it says anything (a 1-tuple); None if none is found."""
-    queue, seen = deque([t]), set()
+    queue, seen = deque([t]), set[str]()
     while queue and len(seen) < limit:
         t = queue.popleft()
         if t.name in seen:
@@ -250,7 +262,7 @@ def variables_of(graph: tf.Graph, weights: Mapping[str, str], where: str) -> dic
 def in_v1_frame(t: tf.Tensor, limit: int = 64) -> bool:
     """Whether `t` is computed inside a control-flow-v1 while loop: an Enter, Merge or Switch
     lies behind it before any Exit (what comes out of an earlier loop is outside)."""
-    queue, seen = [t.op], set()
+    queue, seen = [t.op], set[str]()
     while queue and len(seen) < limit:
         op = queue.pop()
         if op.name in seen:

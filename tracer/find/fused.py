@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
+from tracer.cells.found import GRU_BLOCK_OUTPUTS, LSTM_BLOCK_OUTPUTS, Cell, Fused
+from tracer.cells.kinds import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
 from tracer.find.application import Application
 from tracer.find.edges import (
     cell_name,
@@ -33,8 +35,6 @@ from tracer.find.edges import (
     variables_of,
     weight_source,
 )
-from tracer.cells.kinds import BASIC_LSTM, GRU, KERAS_LSTM, CellSpec
-from tracer.cells.found import GRU_BLOCK_OUTPUTS, LSTM_BLOCK_OUTPUTS, Cell, Fused
 
 __all__ = ["FUSED_OPS", "fused_cells", "fused_steps"]
 
@@ -105,21 +105,27 @@ def fused_cells(graph: tf.Graph) -> list:
             if kind in ("BlockLSTM", "BlockLSTMV2")
             else chains(
                 group,
-                lambda op: op.outputs[h_out],
-                lambda op: op.inputs[roles["h_prev"]],
+                lambda op, h_out=h_out: op.outputs[h_out],
+                lambda op, h_prev=roles["h_prev"]: op.inputs[h_prev],
                 lambda op: op.name,
             )
         )
         for chain in found:
             first = chain[0]
             if kind in ("LSTMBlockCell", "GRUBlockCell"):
-                positions = [
+                traced = [
                     input_position(op.inputs[roles["x"]], {}, lambda *a: None, set())
                     for op in chain
                 ]
-                if None in positions or sorted(positions) != list(range(len(chain))):
+                positions = [p for p in traced if p is not None]
+                if len(positions) != len(chain) or sorted(positions) != list(range(len(chain))):
                     positions = list(range(len(chain)))
-                chain = [op for _, op in sorted(zip(positions, chain), key=lambda pair: pair[0])]
+                chain = [
+                    op
+                    for _, op in sorted(
+                        zip(positions, chain, strict=True), key=lambda pair: pair[0]
+                    )
+                ]
             weights = {role: first.inputs[roles[role]].name for role in weight_roles}
             variables = variables_of(graph, weights, f"{first.name} ({kind})")
             rows, columns = graph.get_tensor_by_name(weights["kernel"]).shape.as_list()
@@ -164,6 +170,8 @@ def fused_steps(graph: tf.Graph, inside_v1_frames: bool = False) -> list[Applica
     inside a while loop (`tracer.find.loops`): a loop body's, or with `inside_v1_frames` those
     of a graph's TF1 while loops. Their gates are the op's outputs, in the spec's order."""
     apps = []
+    states: tuple[str, ...]
+    previous: tuple[str, ...]
     for op in graph.get_operations():
         if op.type not in ("LSTMBlockCell", "GRUBlockCell") or (
             inside_v1_frames and not in_v1_frame(op.inputs[0])

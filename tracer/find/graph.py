@@ -18,12 +18,12 @@ from dataclasses import replace
 
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer._tf import tf
+from tracer.cells.found import Cell, Step
 from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
 from tracer.load.model import gpu_only_problem
-from tracer.cells.found import Cell, Step
 
 __all__ = ["Step", "Cell", "find_cells"]
 
@@ -145,8 +145,11 @@ def _shortest(wheres: list[str]) -> list[str]:
     short = []
     for k, mine in enumerate(parts):
         others = {p for j, theirs in enumerate(parts) if j != k for p in theirs}
-        short.append(next((p for p in reversed(mine) if p not in others), None))
-    if None in short or len(set(short)) != len(short):
+        own = next((p for p in reversed(mine) if p not in others), None)
+        if own is None:
+            return [w.rstrip("/") for w in wheres]
+        short.append(own)
+    if len(set(short)) != len(short):
         return [w.rstrip("/") for w in wheres]
     return short
 
@@ -168,13 +171,13 @@ def _distinct_names(cells: list[Cell]) -> list[Cell]:
             if len({w[k] for w in wheres}) == len(group):
                 new.update(
                     (id(c), f"{name}@{short}")
-                    for c, short in zip(group, _shortest([w[k] for w in wheres]))
+                    for c, short in zip(group, _shortest([w[k] for w in wheres]), strict=True)
                 )
                 break
         else:
             raise GraphPatternError(
                 f"cells {name}: {len(group)} chains share this kernel and gatetrace cannot tell them apart "
-                f"(they start at {', '.join(sorted(c.steps[0].gate_op if c.steps else c.loop.loop for c in group))}); "
+                f"(they start at {', '.join(sorted(c.steps[0].gate_op if c.steps else c.in_loop.loop for c in group))}); "
                 "two cells must never share a name"
             )
     renamed = {(c.loop.loop if c.loop else None, c.name): new.get(id(c), c.name) for c in cells}

@@ -10,15 +10,16 @@ u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name 
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from recorders.errors import GraphPatternError
-from tracer.load.keras import KerasModel, framework_of, to_numpy
-from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 from tracer.cells.found import KerasCell
+from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 from tracer.cells.reference import ACTIVATIONS
+from tracer.load.keras import KerasModel, framework_of, to_numpy
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]
 
@@ -63,8 +64,8 @@ def walk_layers(
             yield from walk_layers(layer.layers, path + "/", hidden)
         elif hasattr(layer, "layer") and hidden is not None:  # another wrapper: say what it hides
             inner = [
-                f"{p} (a {type(l).__name__} inside {type(layer).__name__})"
-                for p, l in walk_layers([layer.layer], path + "/", hidden)
+                f"{p} (a {type(inner).__name__} inside {type(layer).__name__})"
+                for p, inner in walk_layers([layer.layer], path + "/", hidden)
             ]
             hidden.extend(inner)
 
@@ -97,7 +98,7 @@ def _static_steps(layer: Any) -> int | None:
 def _wrappers(layers: Sequence[Any]) -> dict[int, Any]:
     """The Bidirectional wrapper of each of its halves (by id): the halves are never called
     on the model's tensors themselves, so their input's shape is the wrapper's."""
-    found = {}
+    found: dict[int, Any] = {}
     for layer in layers:
         if hasattr(layer, "forward_layer") and hasattr(layer, "backward_layer"):
             found |= {id(layer.forward_layer): layer, id(layer.backward_layer): layer}

@@ -39,9 +39,9 @@ recurrent-dropout variants, each pattern drawn above the code that matches it.
 from __future__ import annotations
 
 from tracer._tf import tf
+from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 from tracer.find.application import ACTIVATIONS, ADDS, Application
 from tracer.find.edges import const_scalar, other_input, weight_name, weight_source
-from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 
 __all__ = [
     "keras_lstm_step",
@@ -244,14 +244,12 @@ def _input_blocks(first: tf.Operation) -> tuple[tf.Operation, dict[int, tf.Opera
     x = first.inputs[0]
     blocks = {}
     for op in _users(x):
-        cut = (
-            _column_slice(op.inputs[1])
-            if op.type == "MatMul" and op.inputs[0].name == x.name
-            else None
-        )
+        if op.type != "MatMul" or op.inputs[0].name != x.name:
+            continue
+        cut = _column_slice(op.inputs[1])
         source = weight_source(cut[0]) if cut is not None else None
         # blocks of one variable (perhaps several reads)
-        if source is not None and source.name == kernel.name:
+        if cut is not None and source is not None and source.name == kernel.name:
             blocks[cut[1]] = op
     return kernel, blocks
 
@@ -283,8 +281,12 @@ def keras_lstm1_step(first: tf.Operation) -> Application | None:
     if found is None or len(found[1]) != 4:
         return None
     kernel, blocks = found
-    full, x = _column_slice(first.inputs[1])[0], first.inputs[0]
-    pre, act, names, h_prev, recurrent, bias, order = [], [], [], None, None, None, []
+    sliced = _column_slice(first.inputs[1])  # as _input_blocks found it
+    if sliced is None:
+        return None
+    full, x = sliced[0], first.inputs[0]
+    pre, act, names, order = [], [], [], []
+    h_prev, recurrent, bias, recurrent_source = None, None, None, None
     for start in sorted(blocks):  # Keras order: i, f, c (our j), o
         z, bias = _biased(blocks[start].outputs[0])
         adds = [op for op in _users(z) if op.type in ADDS]
@@ -293,11 +295,12 @@ def keras_lstm1_step(first: tf.Operation) -> Application | None:
         rec = other_input(adds[0], z).op
         cut = _column_slice(rec.inputs[1]) if rec.type == "MatMul" else None
         source = weight_source(cut[0]) if cut is not None else None
-        # reads of one variable
-        if source is None or (
-            recurrent is not None and source.name != weight_source(recurrent).name
-        ):
+        if cut is None or source is None:
             return None
+        # reads of one variable
+        if recurrent_source is not None and source.name != recurrent_source:
+            return None
+        recurrent_source = source.name
         h_prev, recurrent = rec.inputs[0], cut[0]
         order.append(cut[1])
         gate = _gate_nonlinearity(adds[0].outputs[0])
@@ -337,7 +340,10 @@ def keras_gru1_step(first: tf.Operation) -> Application | None:
     if found is None or len(found[1]) != 3:
         return None
     kernel, blocks = found
-    full, x = _column_slice(first.inputs[1])[0], first.inputs[0]
+    sliced = _column_slice(first.inputs[1])  # as _input_blocks found it
+    if sliced is None:
+        return None
+    full, x = sliced[0], first.inputs[0]
     # Keras order z (our u), r, h (our c)
     parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]
     bias = parts[0][1]
@@ -346,7 +352,7 @@ def keras_gru1_step(first: tf.Operation) -> Application | None:
         adds = [op for op in _users(z) if op.type in ADDS]
         block = _recurrent_block(other_input(adds[0], z)) if len(adds) == 1 else None
         gate = _gate_nonlinearity(adds[0].outputs[0]) if block is not None else None
-        if gate is None:
+        if block is None or gate is None:
             return None
         h_prev, recurrent = block[0].inputs[0], block[1]
         pre.append(adds[0].outputs[0])
@@ -429,8 +435,9 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
         if len(users) != 1:
             return None
         adds.append(users[0])
-    gates = [_gate_nonlinearity(a.outputs[0]) for a in adds]
-    if None in gates:
+    found = [_gate_nonlinearity(a.outputs[0]) for a in adds]
+    gates = [g for g in found if g is not None]
+    if len(gates) != len(found):
         return None
     product = _recurrent_product(other_input(adds[0], split.outputs[0]))
     if product is None:

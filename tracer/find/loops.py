@@ -19,18 +19,15 @@ state; the sequence lengths (the tensor compared with the loop's time in its
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from recorders.errors import GraphPatternError
-from tracer._tf import tf
+from tracer._tf import function_def_to_graph, tf
+from tracer.cells.found import Fused, Loop
 from tracer.find.application import cell_of, step_of
-from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_source
+from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_op, weight_source
 from tracer.find.fused import fused_steps
 from tracer.find.steps import find_steps
-from tracer.cells.found import Fused, Loop
-
-# noqa: E402  # isort: skip  (after tracer._tf)
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 __all__ = ["in_v1_loop", "v1_loop_cells", "v2_loop_cells"]
 
@@ -98,7 +95,7 @@ def _loop_cell(graph: tf.Graph, app, weights: dict[str, str], loop: Loop):
     projection = (
         graph.get_tensor_by_name(weights["projection"]) if "projection" in weights else None
     )
-    name = cell_name(weight_source(kernel), app.spec)
+    name = cell_name(weight_op(kernel), app.spec)
     fused = None
     if app.gate_op.type in ("LSTMBlockCell", "GRUBlockCell"):
         peephole = "w_i_diag" in weights
@@ -236,6 +233,16 @@ def _v1_merge(t: tf.Tensor) -> tf.Operation | None:
     return None
 
 
+def _v1_variable(t: tf.Tensor) -> tf.Operation:
+    """The Merge of the loop variable `t` is known to be (a state a cell inside the loop reads)."""
+    merge = _v1_merge(t)
+    if merge is None:
+        raise GraphPatternError(
+            f"{t.name}: expected a variable of the while loop (Identity of Switch of Merge), found a {t.op.type} op"
+        )
+    return merge
+
+
 def in_v1_loop(app) -> bool:
     """Whether a cell application found in a graph runs inside a control-flow-v1 while loop."""
     return _v1_merge(app.previous[-1]) is not None
@@ -263,7 +270,7 @@ def _v1_outside(t: tf.Tensor) -> tf.Tensor:
 def _v1_after(t: tf.Tensor) -> str | None:
     """The loop variable read as `t`, after the loop (its Exit); None where a graph pruned
     for deployment dropped it (nothing outside the loop used it)."""
-    merge = _v1_merge(t)
+    merge = _v1_variable(t)
     for switch in merge.outputs[0].consumers():
         if switch.type == "Switch":
             for op in switch.outputs[0].consumers():
@@ -285,7 +292,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
     """Cells for the apps found inside control-flow-v1 loops of `graph`."""
 
     def one(app, below):
-        frame = _v1_merge(app.previous[-1]).inputs[0].op.get_attr("frame_name").decode()
+        frame = _v1_variable(app.previous[-1]).inputs[0].op.get_attr("frame_name").decode()
         inputs = None
         if below is None:
             if app.input.op.type != "TensorArrayReadV3":
@@ -309,8 +316,8 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
             length=_length(graph, inputs, below),
             masked=lengths is None and _selected(app.states[-1]),
             carried=all(
-                _carries(_v1_merge(p).inputs[1].op.inputs[0], new)
-                for p, new in zip(app.previous, app.states)
+                _carries(_v1_variable(p).inputs[1].op.inputs[0], new)
+                for p, new in zip(app.previous, app.states, strict=True)
             ),
             direct=_direct(app, below),
             body=step_of(app, 0),
@@ -336,12 +343,14 @@ def v2_loop_cells(graph: tf.Graph) -> list:
         body = function_def_to_graph(library[op.get_attr("body").name])
         # Arguments the body returns unchanged are constant over the loop (weights, lengths).
         body.loop_invariants = {
-            i.name for i, o in zip(body.inputs, body.outputs) if _through_identity(o).name == i.name
+            i.name
+            for i, o in zip(body.inputs, body.outputs, strict=True)
+            if _through_identity(o).name == i.name
         }
         # ...and named after the variables they carry, which tell a kernel from a recurrent one.
         outer = {
             i.name: weight_source(t)
-            for i, t in zip(body.inputs, op.inputs)
+            for i, t in zip(body.inputs, op.inputs, strict=True)
             if i.name in body.loop_invariants
         }
         body.outer_names = {
@@ -394,7 +403,8 @@ def v2_loop_cells(graph: tf.Graph) -> list:
                 length=_length(graph, inputs, below),
                 masked=lengths is None and _selected(app.states[-1]),
                 carried=all(
-                    _carries(body.outputs[arg(p)], new) for p, new in zip(app.previous, app.states)
+                    _carries(body.outputs[arg(p)], new)
+                    for p, new in zip(app.previous, app.states, strict=True)
                 ),
                 direct=_direct(app, below),
                 body=step_of(app, 0),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
+from tracer.cells.kinds import BASIC_LSTM, BASIC_RNN, GRU, LSTM
 from tracer.find.application import ACTIVATIONS, ADDS, Application
 from tracer.find.edges import (
     const_scalar,
@@ -38,7 +39,6 @@ from tracer.find.edges import (
     reads,
     weight_source,
 )
-from tracer.cells.kinds import BASIC_LSTM, BASIC_RNN, GRU, LSTM
 
 __all__ = ["lstm_step", "gru_step", "rnn_step"]
 
@@ -91,7 +91,7 @@ def _is_projection(op: tf.Operation, m: tf.Tensor, units: int, width: int) -> bo
 
 def _chain_to_sigmoid(t: tf.Tensor) -> tuple[tf.Operation, list[tf.Tensor]]:
     """Follow `t` through additions to the Sigmoid it ends in; return it and the addends."""
-    addends = []
+    addends: list[tf.Tensor] = []
     while True:
         sig = consumers_of(t, {"Sigmoid"})
         if sig:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
+from tracer.cells.found import Cell
 from tracer.find.application import Application, cell_of, step_of
 from tracer.find.edges import (
     cell_name,
     chains,
     input_position,
     topological_index,
-    weight_source,
+    weight_op,
 )
-from tracer.cells.found import Cell
 
 __all__ = ["unrolled_cells"]
 
@@ -39,16 +39,16 @@ def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
     by_chain: dict[str, list[Application]] = {}
     for kernel, group in by_kernel.items():
         group.sort(key=lambda a: order.get(a.gate_op.name, 0))
-        for k, chain in enumerate(
+        for number, chain in enumerate(
             chains(
                 group, lambda a: a.states[-1], lambda a: a.previous[-1], lambda a: a.gate_op.name
             )
         ):
-            by_chain[f"{kernel}#{k}"] = chain
+            by_chain[f"{kernel}#{number}"] = chain
     names = {k: cell_name(g[0].kernel, g[0].spec) for k, g in by_chain.items()}
 
     # The output of every step, so that a stacked layer finds the step it reads.
-    owners = {}
+    owners: dict[str, tuple[str, int]] = {}
     for k, group in by_chain.items():
         for idx, app in enumerate(group):
             owners[app.states[-1].name] = (k, idx)
@@ -64,9 +64,10 @@ def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
             group = by_chain[kernel]
             found = [input_position(a.input, owners, position_of, gate_ops) for a in group]
             in_order = list(range(len(group)))
+            known = [p for p in found if p is not None]
             # Trust the traced positions only when they are a permutation of the steps.
-            traced = None not in found and sorted(found) == in_order
-            positions[kernel] = found if traced else in_order
+            traced = len(known) == len(found) and sorted(known) == in_order
+            positions[kernel] = known if traced else in_order
             in_progress.discard(kernel)
         return positions[kernel][idx]
 
@@ -86,7 +87,7 @@ def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cel
                 f"with {first.activation_name}, {app.gate_op.name} a {app.spec.kind} with "
                 f"{app.activation_name}); expected one cell class applied at every step"
             )
-    steps = [step_of(app, pos) for pos, app in zip(positions, apps)]
+    steps = [step_of(app, pos) for pos, app in zip(positions, apps, strict=True)]
     steps.sort(key=lambda s: s.position)
     return cell_of(
         first,
@@ -94,7 +95,7 @@ def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cel
         first.weights["kernel"],
         first.weights.get("projection"),
         weights={role: t.name for role, t in first.weights.items()},
-        variables={role: weight_source(t).name for role, t in first.weights.items()},
+        variables={role: weight_op(t).name for role, t in first.weights.items()},
         steps=tuple(steps),
         backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
     )

@@ -15,7 +15,9 @@ queue runner that would wait forever.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +132,7 @@ def fed_names(
     return found
 
 
-def _fanin(fetches: Iterable[tf.Tensor], fed: set[str]) -> dict[str, tf.Operation]:
+def _fanin(fetches: Iterable[tf.Tensor], fed: AbstractSet[str]) -> dict[str, tf.Operation]:
     """The ops running `fetches` runs when the tensors named in `fed` are fed."""
     queue, seen = deque(t.op for t in fetches), {}
     while queue:
@@ -143,7 +145,7 @@ def _fanin(fetches: Iterable[tf.Tensor], fed: set[str]) -> dict[str, tf.Operatio
 
 
 def pipeline_entries(
-    fetches: Iterable[tf.Tensor], fed: set[str] = frozenset()
+    fetches: Iterable[tf.Tensor], fed: AbstractSet[str] = frozenset()
 ) -> list[tuple[tf.Tensor, tf.Operation]]:
     """(tensor to feed, pipeline op) for each input pipeline op that running `fetches` would
     run: the first tensors of rank 2 or more (a batch of sequences) on the way from the op to
@@ -231,7 +233,8 @@ def resolve_feeds(
 ) -> dict[tf.Tensor, np.ndarray]:
     """A checked feed dict for `Session.run`; raises FeedError naming what does not fit.
     `aliases` maps other feed names (a SavedModel signature's input names) to tensor names."""
-    feed_dict, given = {}, {}
+    feed_dict: dict[tf.Tensor, np.ndarray] = {}
+    given: dict[tf.Tensor, str] = {}
     for name, value in feeds.items():
         tensor = _placeholder(graph, name, aliases or {})
         if tensor in feed_dict:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -90,13 +91,13 @@ def open_input(spec: str, what: str) -> Any:
             if isinstance(rows, RawRows):
                 rows.what = what
             return rows
-        rows = (
+        member_rows: Rows = (
             NpzMember(where, member or None, store)
             if suffix == ".npz"
             else ParquetColumn(where, member or None, store)
         )
-        rows.what = what  # named in errors found while reading
-        return rows
+        member_rows.what = what  # named in errors found while reading
+        return member_rows
     except FeedError:
         raise
     except Exception as err:
@@ -231,9 +232,11 @@ class RawRows(Rows):
                 )
             out.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
             return out
-        view, at = memoryview(out.reshape(-1).view(np.uint8)), 0
+        fd = self._fd
+        assert fd is not None  # a local file's, opened with the reader
+        view, at = out.reshape(-1).view(np.uint8).data, 0
         while at < len(view):
-            n = os.preadv(self._fd, [view[at:]], self._offset + start * self._row_bytes + at)
+            n = os.preadv(fd, [view[at:]], self._offset + start * self._row_bytes + at)
             if n == 0:
                 raise FeedError(
                     f"{self.path} is shorter than its header says ({self.shape}); the file is truncated"
@@ -275,10 +278,11 @@ class NpzMember(Rows):
             self._header = f.tell()
         _check_size(f"{path}:{name}", self.shape, self.dtype, self._info.file_size - self._header)
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
-        self._stored = None
+        self._stored: RawRows | None = None
         if self._info.compress_type == zipfile.ZIP_STORED:
             self._stored = RawRows(path, self._data_offset(), self.shape, self.dtype, store)
-        self._stream, self._at = None, 0
+        self._stream: IO[bytes] | None = None
+        self._at = 0
 
     def _data_offset(self) -> int:
         """Where the member's array data starts in the .npz file."""
@@ -295,19 +299,22 @@ class NpzMember(Rows):
     def _read(self, start: int, stop: int) -> np.ndarray:
         if self._stored is not None:
             return self._stored._read(start, stop)
-        if self._stream is None or start < self._at:  # batches go forward; going back re-opens
-            self._stream = self._zip.open(self._info)
-            self._stream.read(self._header)
+        stream = self._stream
+        if stream is None or start < self._at:  # batches go forward; going back re-opens
+            stream = self._stream = self._zip.open(self._info)
+            stream.read(self._header)
             self._at = 0
         if start > self._at:
-            self._skip((start - self._at) * self._row_bytes)
-        data = self._stream.read((stop - start) * self._row_bytes)
+            _skip(stream, (start - self._at) * self._row_bytes)
+        data = stream.read((stop - start) * self._row_bytes)
         self._at = stop
         return np.frombuffer(data, dtype=self.dtype).reshape((stop - start, *self.shape[1:]))
 
-    def _skip(self, n: int) -> None:
-        while n > 0:
-            n -= len(self._stream.read(min(n, 1 << 24)))
+
+def _skip(stream: IO[bytes], n: int) -> None:
+    """Read past the next `n` bytes of a compressed stream."""
+    while n > 0:
+        n -= len(stream.read(min(n, 1 << 24)))
 
 
 class ParquetColumn(Rows):
@@ -335,7 +342,7 @@ class ParquetColumn(Rows):
             raise FeedError(f"{path} holds no .parquet files")
         self._files = [pq.ParquetFile(n if store is None else open_file(store, n)) for n in names]
         self.column = column = _pick(path, column, self._files[0].schema_arrow.names, "column")
-        for name, f in zip(names, self._files):
+        for name, f in zip(names, self._files, strict=True):
             if column not in f.schema_arrow.names:
                 raise FeedError(
                     f"{name} has no column {column!r}; every file of {path} must have it"
@@ -353,7 +360,9 @@ class ParquetColumn(Rows):
             next(first_file.iter_batches(batch_size=1, columns=[column])).column(0)
         )
         self.shape, self.dtype = (rows, *first.shape[1:]), first.dtype
-        self._batches, self._buffer, self._at = None, None, 0  # _buffer holds rows [_at, _at + len)
+        self._batches: Iterator[Any] = iter(())
+        self._buffer: np.ndarray | None = None  # rows [_at, _at + len)
+        self._at = 0
         self._check_row_groups(int(np.prod(first.shape[1:], dtype=np.int64)))
 
     def _check_row_groups(self, per_row: int) -> None:

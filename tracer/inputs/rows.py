@@ -24,8 +24,10 @@ __all__ = ["Rows", "file_kind", "open_file"]
 class Rows:
     """Slicing along the first axis on top of `_read(start, stop)`."""
 
+    path: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    what: str | None = None  # the input, as errors name it (`--feed x=FILE`)
 
     @property
     def ndim(self) -> int:
@@ -41,12 +43,12 @@ class Rows:
         try:
             return self._read(start, max(start, stop))
         except FeedError as err:
-            where = getattr(self, "what", None)
+            where = self.what
             if where and not str(err).startswith(where):
                 raise FeedError(f"{where}: {err}") from None
             raise
         except (OSError, EOFError, ValueError, zlib.error, zipfile.BadZipFile) as err:
-            where = getattr(self, "what", None)
+            where = self.what
             raise FeedError(
                 f"{where + ': ' if where else ''}cannot read rows {start}:{stop} of {self.path}: {err or type(err).__name__}; "
                 "the file is damaged"

@@ -33,10 +33,8 @@ from functools import cached_property
 import numpy as np
 
 from recorders.errors import FeedError
-from tracer._tf import tf  # noqa: F401  (sets up TensorFlow before its protos are imported)
+from tracer._tf import example_pb2
 from tracer.inputs.rows import Rows, file_kind, open_file
-
-from tensorflow.core.example import example_pb2  # noqa: E402  # isort: skip
 
 __all__ = ["TFRECORD_SUFFIXES", "TFRecordFeature", "record_counts", "know_counts"]
 
@@ -94,10 +92,11 @@ class TFRecordFeature(Rows):
 
     def fit(self, shape: tuple[int | None, ...]) -> None:
         """Reshape flat rows to a placeholder's static per-sequence `shape` (steps, features...)."""
-        if len(self._row_shape) != 1 or not shape or None in shape or len(shape) == 1:
+        known = [d for d in shape if d is not None]
+        if len(self._row_shape) != 1 or len(known) != len(shape) or len(shape) < 2:
             return
-        if int(np.prod(shape)) == self._row_shape[0]:
-            self.shape = (self.shape[0], *shape)
+        if int(np.prod(known)) == self._row_shape[0]:
+            self.shape = (self.shape[0], *known)
 
     def _span(self, start: int, stop: int) -> list[bytes]:
         """The data of records [start, stop), reading each file's share in one read (and
@@ -154,9 +153,10 @@ class TFRecordFeature(Rows):
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         rows = [
-            self._parse(k, data) for k, data in zip(range(start, stop), self._span(start, stop))
+            self._parse(k, data)
+            for k, data in zip(range(start, stop), self._span(start, stop), strict=True)
         ]
-        for k, row in zip(range(start, stop), rows):
+        for k, row in zip(range(start, stop), rows, strict=True):
             if row.shape != self._row_shape:
                 raise FeedError(
                     f"{self.path}: record {k} gives {self.feature} of shape {list(row.shape)}, the first {list(self._row_shape)}"

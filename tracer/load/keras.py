@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -62,13 +63,13 @@ class KerasModel:
         names = getattr(self.model, "input_names", None) or [t.name for t in self.model.inputs]
         return [
             KerasInput(n.split(":")[0], tf.TensorShape(t.shape), tf.as_dtype(t.dtype))
-            for n, t in zip(names, self.model.inputs)
+            for n, t in zip(names, self.model.inputs, strict=True)
         ]
 
     def close(self) -> None:
         """Nothing to release (the model is an ordinary Python object); for symmetry with `Model`."""
 
-    def __enter__(self) -> "KerasModel":
+    def __enter__(self) -> KerasModel:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -41,8 +41,9 @@ import importlib
 import json
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 

@@ -33,10 +33,11 @@ from __future__ import annotations
 import copy
 import glob
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class Model:
     format: str
     owns_session: bool = True
     allow_unsafe_ops: bool = False
-    load_plan: "LoadPlan | None" = None
+    load_plan: LoadPlan | None = None
     inputs: dict[str, str] = field(default_factory=dict)
     # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
     session_config: Any = None
@@ -105,7 +106,7 @@ class Model:
         if self.owns_session and not self.session._closed:
             self.session.close()
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -249,7 +250,7 @@ def _on_the_cpu(model: Model, restore: bool) -> Model:
         tensors = sorted({call.params for call in calls})
         if not model.allow_unsafe_ops:
             refuse(unsafe_ops(drawn.graph, tensors), "reading its cuDNN weights", model.source)
-        values = dict(zip(tensors, drawn.session.run(tensors)))
+        values = dict(zip(tensors, drawn.session.run(tensors), strict=True))
     drawn.close()
     return _replaced(model, meta, calls, values, restore)
 
@@ -699,7 +700,7 @@ def _restore_captures(graph: tf.Graph, saved, signature: str, plan: LoadPlan) ->
     restored = _restored(graph, plan)
     missing = {
         h: node
-        for h, node in zip(data[len(data) - len(bound) :], bound)
+        for h, node in zip(data[len(data) - len(bound) :], bound, strict=True)
         if calls[h].op == "VarHandleOp" and h not in restored
     }
     if not missing:
@@ -729,7 +730,7 @@ def _restore_captures(graph: tf.Graph, saved, signature: str, plan: LoadPlan) ->
         )
         assigns = [
             tf.raw_ops.AssignVariableOp(resource=graph.get_tensor_by_name(f"{h}:0"), value=v)
-            for h, v in zip(keys, values)
+            for h, v in zip(keys, values, strict=True)
         ]
         restore = tf.group(*assigns, name="restore")
     return replace(plan, captures_op=restore.name)

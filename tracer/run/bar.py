@@ -49,7 +49,7 @@ class LineProgress:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "LineProgress":
+    def __enter__(self) -> LineProgress:
         return self
 
     def __exit__(self, *exc) -> None:

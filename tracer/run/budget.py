@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -174,7 +175,7 @@ def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any], parts: bo
         values += copies * _steps(cell, hint) * per_step * 4
     inputs = sum(
         int(np.prod(s[1:], dtype=np.int64)) * np.dtype(getattr(v, "dtype", np.float32)).itemsize
-        for s, v in zip(shapes, feeds.values())
+        for s, v in zip(shapes, feeds.values(), strict=True)
         if len(s) >= 1
     )
     return int(values) + inputs

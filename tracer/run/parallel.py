@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import (
     FIRST_COMPLETED,
     Executor,
@@ -35,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from recorders import Intervals, Shard
 from recorders.errors import (
@@ -46,9 +47,9 @@ from recorders.errors import (
     RecordingError,
     SelectionError,
 )
-from recorders.write.swap import create_folder
 from recorders.write.place import place_of
 from recorders.write.progress import read_progress, recorded_layout
+from recorders.write.swap import create_folder
 from tracer.inputs.files import is_input_spec, open_input
 from tracer.run.budget import DEFAULT_BATCH_SIZE, tune_allocators
 

@@ -16,10 +16,11 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from recorders.errors import (
     SelectionError,
 )
 from tracer._tf import tf
+from tracer.cells.found import Cell
 from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers, hidden_layers
 from tracer.inputs.feeds import (
@@ -57,7 +59,6 @@ from tracer.run.budget import (
     fixed_size_problem,
 )
 from tracer.run.select import Selection
-from tracer.cells.found import Cell
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan, Trace, assemble
 from tracer.values.keras import KerasPlan, resolve_inputs
@@ -558,7 +559,7 @@ class _StopOnCtrlC:
                 file=sys.stderr,
             )
 
-    def __enter__(self) -> "_StopOnCtrlC":
+    def __enter__(self) -> _StopOnCtrlC:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
         return self

@@ -8,9 +8,9 @@ may be left out).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from typing import Sequence
 
 from recorders.errors import SelectionError
 from tracer.cells.found import Cell

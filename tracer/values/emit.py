@@ -30,17 +30,13 @@ state by a mask, or carries another state than the cell computes, is left to the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from recorders.errors import GraphPatternError
-from tracer._tf import tf, v1
-from tracer.load.model import Model, rebuilt
+from tracer._tf import control_flow_util_v2, function_def_to_graph, list_ops, tf, v1
 from tracer.cells.found import Cell
-
-# noqa: E402  # isort: skip  (after tracer._tf)
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
-from tensorflow.python.ops import control_flow_util_v2, list_ops  # noqa: E402  # isort: skip
+from tracer.load.model import Model, rebuilt
 
 __all__ = ["emit_loops", "emitting", "LOOP_TYPES"]
 
@@ -133,7 +129,7 @@ def emit_loops(
             raise GraphPatternError(
                 f"{loop}: expected a While or StatelessWhile op, or a while loop's frame, found neither"
             )
-        emitted.update({(loop, name): stack for name, stack in zip(names, stacks)})
+        emitted.update({(loop, name): stack for name, stack in zip(names, stacks, strict=True)})
     drawn = scratch.as_graph_def()
 
     out = v1.GraphDef()
@@ -304,21 +300,21 @@ def emitting(
     new = rebuilt(model, meta, restore)
 
     def outer(c: Cell) -> Cell:
-        if not _emittable(c) or c.loop.loop not in wanted:
+        if not _emittable(c) or c.in_loop.loop not in wanted:
             return c
-        body, loop = c.loop.body, c.loop.loop
-        names = {
+        body, loop = c.in_loop.step, c.in_loop.loop
+        names: dict[str, str | tuple[str, ...]] = {
             field_: tuple(emitted[(loop, n)] for n in getattr(body, field_))
             for field_ in ("preactivation", "activation", "states")
         }
-        if c.fused is not None or reads or not c.loop.direct:
+        if c.fused is not None or reads or not c.in_loop.direct:
             names.update(
                 input=emitted[(loop, body.input)],
                 previous=tuple(emitted[(loop, n)] for n in body.previous),
             )
         else:  # not emitted: nothing outside the loop holds them
             names.update(input="", previous=())
-        return replace(c, loop=replace(c.loop, emitted=replace(body, **names)))
+        return replace(c, loop=replace(c.in_loop, emitted=replace(body, **names)))
 
     return new, [outer(c) for c in cells], notes
 
@@ -339,10 +335,10 @@ def _wanted(cell: Cell, reads: bool) -> tuple[str, ...]:
     for a fused op (its preactivations are computed from them, `tracer.values.fused`), with
     `reads` (the parts, `tracer.values.parts`), and for a stacked cell that reads the layer
     below through other ops (its input is not the other's output: `--verify` replays from it)."""
-    body = cell.loop.body
+    body = cell.in_loop.step
     own = (*body.preactivation, *body.activation, *body.states)
     return (
         (*own, body.input, *body.previous)
-        if cell.fused is not None or reads or not cell.loop.direct
+        if cell.fused is not None or reads or not cell.in_loop.direct
         else own
     )

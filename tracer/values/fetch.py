@@ -15,8 +15,9 @@ values are put back together per cell and step, are one bookkeeping and must cha
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ import pandas as pd
 from recorders.errors import GraphPatternError
 from recorders.read.frames import gate_frame
 from tracer._tf import tf, v1
-from tracer.cells.found import Cell
+from tracer.cells.found import Cell, Loop
 from tracer.values import running
 from tracer.values.fused import fused_values
 from tracer.values.parts import Read, plan_parts
@@ -145,56 +146,7 @@ class FetchPlan:
         # (a fused op's cell is checked by its own outputs, tracer.values.fused: no replay)
         replayed = [c for c in self._loops if c.path == "replay" or (verify and c.fused is None)]
         self._loop_slots = {
-            c.name: {
-                "lengths": None if c.loop.lengths is None else slot(c.loop.lengths),
-                "reverse_lengths": None
-                if c.loop.reverse_lengths is None
-                else slot(c.loop.reverse_lengths),
-                **(
-                    {
-                        "emitted": tuple(
-                            [slot(n) for n in names]
-                            for names in (
-                                c.loop.emitted.preactivation,
-                                c.loop.emitted.activation,
-                                c.loop.emitted.states,
-                            )
-                        )
-                    }
-                    if c.path == "loop"
-                    else {}
-                ),
-                **(
-                    {
-                        "reads": (
-                            slot(c.loop.emitted.input),
-                            [slot(n) for n in c.loop.emitted.previous],
-                        )
-                    }
-                    if (parts or not c.loop.direct) and c.path == "loop" and c.fused is None
-                    else {}
-                ),
-                **(
-                    {
-                        "fused": {body: slot(n) for body, n in _pairs(c.loop.body, c.loop.emitted)},
-                        "weights": {role: slot(t) for role, t in c.weights.items()},
-                    }
-                    if c.path == "loop" and c.fused is not None
-                    else {}
-                ),
-                **(
-                    {
-                        "weights": {role: slot(t) for role, t in c.weights.items()},
-                        "inputs": None if c.loop.inputs is None else slot(c.loop.inputs),
-                        "initial": [slot(t) for t in c.loop.initial],
-                        "final": [None if t is None else slot(t) for t in c.loop.final],
-                        "outputs": None if c.loop.outputs is None else slot(c.loop.outputs),
-                    }
-                    if c in replayed
-                    else {}
-                ),
-            }
-            for c in self._loops
+            c.name: _loop_slots(c, slot, replayed=c in replayed, parts=parts) for c in self._loops
         }
         # With parts: per unrolled step, the slots of what it read (input, previous states);
         # per cell, its weights. An emitted loop cell's reads come with its `Emitted`.
@@ -210,14 +162,14 @@ class FetchPlan:
             else {}
         )
         for c in self.cells:
-            if parts and c.path == "loop" and not c.loop.emitted.input:
+            if parts and c.path == "loop" and not c.in_loop.emitted_step.input:
                 raise GraphPatternError(
                     f"cell {c.name}: its loop does not emit what its steps read; rebuild it with emitting(..., reads=True)"
                 )
         # Fused cells outside loops: what their ops read and return, by name.
         self._fused = [c for c in self.cells if c.fused is not None and c.loop is None]
         self._fused_slots = {
-            c.name: {n: slot(n) for n in [*c.fused.tensors(), *c.weights.values()]}
+            c.name: {n: slot(n) for n in [*c.in_fused.tensors(), *c.weights.values()]}
             for c in self._fused
         }
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
@@ -261,7 +213,7 @@ class FetchPlan:
             if cell.path == "loop":
                 values.append(self._emitted(cell, values))
                 if self._verify and cell.fused is None:
-                    lengths = self._loop_slots[cell.name]["lengths"]
+                    lengths = self._loop_slots[cell.name].lengths
                     replayed = self._replay(cell, values, check_outputs=False)
                     compare(
                         cell.name,
@@ -279,26 +231,29 @@ class FetchPlan:
             )
         return values
 
-    def _emitted(self, cell: Cell, values: list) -> "Replayed | Emitted":
+    def _emitted(self, cell: Cell, values: list) -> Replayed | Emitted:
         """A loop cell's values as its rewritten loop emitted them: each tensor of its step
         stacked [iterations, batch, ...], turned [batch, iterations, ...] (gates cut apart as
         for an unrolled step)."""
         where = self._loop_slots[cell.name]
-        if cell.fused is not None:  # the op's outputs and inputs, each stacked over the steps
-            weights = {role: values[k] for role, k in where["weights"].items()}
-            return fused_values(
-                cell, {name: values[k] for name, k in where["fused"].items()}, weights
-            )
-        pre, act, states = ([values[k] for k in slots] for slots in where["emitted"])
+        if where.fused is not None:  # the op's outputs and inputs, each stacked over the steps
+            weights = {role: values[k] for role, k in where.weights.items()}
+            return fused_values(cell, {name: values[k] for name, k in where.fused.items()}, weights)
+        if where.emitted is None:
+            raise ValueError(f"cell {cell.name}: its loop emits nothing; it is replayed")
+        pre, act, states = ([values[k] for k in slots] for slots in where.emitted)
         got = Emitted(
             cell,
             {"preactivation": pre, "activation": act},
-            {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states)},
+            {s: np.swapaxes(v, 0, 1) for s, v in zip(cell.spec.states, states, strict=True)},
         )
-        if "reads" in where:
-            x, previous = where["reads"]
+        if where.reads is not None:
+            x, previous = where.reads
             got.inputs = np.swapaxes(values[x], 0, 1)
-            got.read = {s: np.swapaxes(values[k], 0, 1) for s, k in zip(cell.spec.states, previous)}
+            got.read = {
+                s: np.swapaxes(values[k], 0, 1)
+                for s, k in zip(cell.spec.states, previous, strict=True)
+            }
         return got
 
     def _replay(self, cell: Cell, values: list, check_outputs: bool = True) -> Replayed:
@@ -308,23 +263,26 @@ class FetchPlan:
                 "the loop rewritten to emit them; the graph of a live session cannot be rebuilt: record the model from its file"
             )
         where = self._loop_slots[cell.name]
-        if cell.loop.below is None:
-            inputs = np.swapaxes(values[where["inputs"]], 0, 1)  # the loop reads time-major
-        elif "reads" in where:  # what the step itself read, emitted by the loop
-            inputs = np.swapaxes(values[where["reads"][0]], 0, 1)
-        elif not cell.loop.direct:
+        loop, slots = where.loop, where.replay
+        if slots is None:
+            raise ValueError(f"cell {cell.name}: nothing its replay starts from was fetched")
+        if slots.inputs is not None:
+            inputs = np.swapaxes(values[slots.inputs], 0, 1)  # the loop reads time-major
+        elif where.reads is not None:  # what the step itself read, emitted by the loop
+            inputs = np.swapaxes(values[where.reads[0]], 0, 1)
+        elif not loop.direct or loop.below is None:
             raise GraphPatternError(
-                f"cell {cell.name} reads the layer below ({cell.loop.below}) through other ops (a residual add, a dropout), "
+                f"cell {cell.name} reads the layer below ({loop.below}) through other ops (a residual add, a dropout), "
                 "which a replay cannot rebuild; record the model from its file, whose loop then emits what the cell reads"
             )
         else:
-            inputs = values[self._replayed_at[cell.loop.below]].states["h"]
-        lengths = None if where["lengths"] is None else values[where["lengths"]]
+            inputs = values[self._replayed_at[loop.below]].states["h"]
+        lengths = None if where.lengths is None else values[where.lengths]
         got = replay(
             cell.kind,
-            stacked({role: values[k] for role, k in where["weights"].items()}),
+            stacked({role: values[k] for role, k in where.weights.items()}),
             inputs,
-            dict(zip(cell.spec.states, (values[k] for k in where["initial"]))),
+            dict(zip(cell.spec.states, (values[k] for k in slots.initial), strict=True)),
             lengths,
             forget_bias=cell.forget_bias,
             activation=cell.activation,
@@ -332,12 +290,14 @@ class FetchPlan:
             cell_clip=cell.cell_clip,
             proj_clip=cell.proj_clip,
         )
-        outputs = None if where["outputs"] is None else np.swapaxes(values[where["outputs"]], 0, 1)
+        outputs = None if slots.outputs is None else np.swapaxes(values[slots.outputs], 0, 1)
         if outputs is not None and outputs.shape[1] == 1 and got.outputs.shape[1] > 1:
             # a Keras loop that keeps its last output only (return_sequences=False)
             outputs = outputs[:, 0]
         final = {
-            state: values[k] for state, k in zip(cell.spec.states, where["final"]) if k is not None
+            state: values[k]
+            for state, k in zip(cell.spec.states, slots.final, strict=True)
+            if k is not None
         }
         if check_outputs:
             check(cell.name, got, outputs, final)
@@ -352,7 +312,7 @@ class FetchPlan:
         past n are not recorded)."""
         if cell.loop is not None and cell.loop.reversed:
             n, steps = a.shape[:2]
-            where = self._loop_slots[cell.name]["reverse_lengths"]
+            where = self._loop_slots[cell.name].reverse_lengths
             lengths = np.full(n, steps) if where is None else np.asarray(values[where])[rows][:n]
             p = np.arange(steps)[None, :]
             order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
@@ -373,7 +333,8 @@ class FetchPlan:
         """Per example, how many steps of cell number `cell` to record: the `given` lengths and,
         for a replayed cell, the sequence lengths its loop was run with (the smaller of the two)."""
         c = self.cells[cell]
-        where = self._loop_slots.get(c.name, {}).get("lengths")
+        slots = self._loop_slots.get(c.name)
+        where = None if slots is None else slots.lengths
         if where is None:
             return given
         own = np.asarray(values[where])[:keep]
@@ -381,7 +342,7 @@ class FetchPlan:
 
     def gate(
         self,
-        values: Sequence[np.ndarray],
+        values: Sequence[Any],
         cell: int,
         gate: int,
         column: str,
@@ -407,7 +368,7 @@ class FetchPlan:
         return out
 
     def state(
-        self, values: Sequence[np.ndarray], cell: int, state: str, rows: slice = slice(None)
+        self, values: Sequence[Any], cell: int, state: str, rows: slice = slice(None)
     ) -> np.ndarray:
         """One state (`c` or `h`) of cell number `cell`, for the examples `rows`: a new [examples, steps, width] array."""
         c = self.cells[cell]
@@ -469,7 +430,7 @@ class FetchPlan:
             f"cell {cell.name}: expected gate values of width {len(cell.gates)} x {units} side by side, fetched shapes {widths}"
         )
 
-    def assemble(self, values: Sequence[np.ndarray], examples: np.ndarray | None = None) -> Trace:
+    def assemble(self, values: Sequence[Any], examples: np.ndarray | None = None) -> Trace:
         """Build a Trace from the fetched values, in the order of `self.tensors`."""
         return assemble(self, values, examples)
 
@@ -529,10 +490,72 @@ def _examples_steps(got: Any) -> tuple[int, int]:
     return next(iter(got.states.values())).shape[:2]
 
 
+@dataclass(frozen=True)
+class _ReplaySlots:
+    """Where the values a replay starts from are among the fetched ones."""
+
+    inputs: int | None  # None for a stacked layer: it reads the replay of the layer below
+    initial: list[int]  # one per state
+    final: list[int | None]  # one per state; None where a pruned graph dropped it
+    outputs: int | None
+
+
+@dataclass(frozen=True)
+class _LoopSlots:
+    """Where a loop cell's values are among the fetched ones (indexes into `FetchPlan.tensors`)."""
+
+    loop: Loop
+    lengths: int | None
+    reverse_lengths: int | None
+    # emitted by the rewritten loop: the preactivations', activations' and states' slots
+    emitted: tuple[list[int], list[int], list[int]] | None
+    # what its emitted step read: the input's slot and the previous states' slots
+    reads: tuple[int, list[int]] | None
+    # a fused op inside the loop: the slot of each tensor of its step, by name in the loop body
+    fused: dict[str, int] | None
+    # its weights by role (a fused or replayed cell's; empty for the others)
+    weights: dict[str, int]
+    replay: _ReplaySlots | None  # a replayed cell's (or, with verify, an emitted one's)
+
+
+def _loop_slots(c: Cell, slot: Callable[[str], int], replayed: bool, parts: bool) -> _LoopSlots:
+    """The slots of loop cell `c`'s tensors, each given one by `slot` (and fetched) as it is named."""
+    loop = c.in_loop
+    emits, fused = c.path == "loop", c.fused is not None
+    lengths = None if loop.lengths is None else slot(loop.lengths)
+    reverse_lengths = None if loop.reverse_lengths is None else slot(loop.reverse_lengths)
+    emitted, reads, by_name = None, None, None
+    if emits:
+        step = loop.emitted_step
+        emitted = (
+            [slot(n) for n in step.preactivation],
+            [slot(n) for n in step.activation],
+            [slot(n) for n in step.states],
+        )
+        if (parts or not loop.direct) and not fused:
+            reads = (slot(step.input), [slot(n) for n in step.previous])
+        if fused:
+            by_name = {body: slot(n) for body, n in _pairs(loop.step, step)}
+    weights = (
+        {role: slot(t) for role, t in c.weights.items()} if (emits and fused) or replayed else {}
+    )
+    replay = (
+        _ReplaySlots(
+            inputs=None if loop.inputs is None else slot(loop.inputs),
+            initial=[slot(t) for t in loop.initial],
+            final=[None if t is None else slot(t) for t in loop.final],
+            outputs=None if loop.outputs is None else slot(loop.outputs),
+        )
+        if replayed
+        else None
+    )
+    return _LoopSlots(loop, lengths, reverse_lengths, emitted, reads, by_name, weights, replay)
+
+
 def _pairs(body, emitted) -> Iterator[tuple[str, str]]:
     """(tensor in the loop, its stack outside) for each tensor of a loop cell's step."""
     for field_ in ("preactivation", "activation", "states", "previous"):
-        yield from zip(getattr(body, field_), getattr(emitted, field_))
+        yield from zip(getattr(body, field_), getattr(emitted, field_), strict=True)
     yield body.input, emitted.input
 
 
@@ -540,11 +563,12 @@ def _check_something_checks(replays: Sequence[Cell]) -> None:
     """Refuse a loop whose replay nothing in the graph can confirm: no outputs, no final
     state (a graph pruned down to something else), and no layer above it whose check
     would fail with it."""
-    above = {c.loop.below for c in replays}
+    above = {c.in_loop.below for c in replays}
     for c in replays:
-        if c.loop.outputs is None and all(t is None for t in c.loop.final) and c.name not in above:
+        loop = c.in_loop
+        if loop.outputs is None and all(t is None for t in loop.final) and c.name not in above:
             raise GraphPatternError(
-                f"cell {c.name}: nothing its loop {c.loop.loop} computes is left in the graph (no outputs, no final state), "
+                f"cell {c.name}: nothing its loop {loop.loop} computes is left in the graph (no outputs, no final state), "
                 "so its replay cannot be checked; record it from a graph that keeps the loop's outputs or final state"
             )
 
@@ -557,7 +581,7 @@ def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:
     def add(cell: Cell) -> None:
         if any(c.name == cell.name for c in order):
             return
-        below = cell.loop.below
+        below = cell.in_loop.below
         if below is not None:
             if below not in known:
                 raise GraphPatternError(

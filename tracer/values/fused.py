@@ -9,7 +9,7 @@ then checked: the sigmoid of the recomputed input-gate preactivation must give t
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

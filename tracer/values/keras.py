@@ -12,17 +12,18 @@ False. `resolve_inputs` checks a batch's feeds against the model's inputs.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from recorders.errors import FeedError, GraphPatternError
+from tracer.cells.found import KerasCell
 from tracer.find.keras import walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
-from tracer.cells.found import KerasCell
 from tracer.values.parts import Read, plan_parts
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.weights import gate_weights
@@ -44,7 +45,7 @@ def resolve_inputs(model: KerasModel, feeds: Any) -> dict[KerasInput, Any]:
             raise FeedError(
                 f"{len(feeds)} input arrays given; the model takes {len(inputs)}: {listing}"
             )
-        given = {i.name: v for i, v in zip(inputs, feeds)}
+        given = {i.name: v for i, v in zip(inputs, feeds, strict=True)}
     else:
         given = {inputs[0].name: feeds} if len(inputs) == 1 else {}
     names = {i.name for i in inputs}
@@ -203,13 +204,13 @@ class KerasPlan:
             cell.kind,
             cell.weights,
             x,
-            None if seen.initial is None else dict(zip(order, seen.initial)),
+            None if seen.initial is None else dict(zip(order, seen.initial, strict=True)),
             mask=mask,
             carry_outputs=not layer.zero_output_for_mask,
             activation=cell.act,
             recurrent_activation=cell.gate_act,
         )
-        final = dict(zip(order, seen.states)) if layer.return_state else {}
+        final = dict(zip(order, seen.states, strict=True)) if layer.return_state else {}
         check(cell.name, got, seen.outputs, final)
         return _Result(got, seen.mask)
 

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -163,6 +164,7 @@ def replay(
         each step then adds its recurrent part."""
         xin = x[rows].transpose(1, 0, 2)
         if kind == "GRUCell":
+            assert cand_k is not None  # every GRUCell has one: spec_for("GRUCell").weights
             np.matmul(xin, kernel[:d], out=pre[:, rows, : 2 * units])
             pre[:, rows, : 2 * units] += bias
             np.matmul(xin, cand_k[:d], out=pre[:, rows, 2 * units :])
@@ -191,7 +193,8 @@ def replay(
     def step(t: int, rows: slice) -> None:
         """Step t for the examples `rows`, given h_prev @ recurrent kernel in `scratch[rows]`."""
         h = (h0 if t == 0 else states["h"][t - 1])[rows]
-        c = (c0 if t == 0 else states["c"][t - 1])[rows] if lstm else None
+        # the cell state (an LSTM's; the other kinds have none and never read it)
+        c = (c0 if t == 0 else states["c"][t - 1])[rows] if lstm else c0[rows]
         z = pre[t, rows, :cols]
         z += scratch[rows]
         a = post[t, rows]
@@ -221,6 +224,7 @@ def replay(
             a[:, : 2 * units] = gate_act(z)
             r, u = a[:, :units], a[:, units : 2 * units]
             zc = pre[t, rows, 2 * units :]
+            assert cand_k is not None  # as in project
             zc += (r * h) @ cand_k[d:]
             a[:, 2 * units :] = act(zc)
             h_new = u * h + (1 - u) * a[:, 2 * units :]
@@ -340,7 +344,7 @@ def _row_blocks(n: int, smallest: int = 32) -> list[slice]:
     """The batch cut into one block of rows per core (blocks of at least `smallest` rows)."""
     count = max(1, min(os.cpu_count() or 1, 8, n // smallest))
     edges = np.linspace(0, n, count + 1).astype(int)
-    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+    return [slice(a, b) for a, b in pairwise(edges)]
 
 
 def _alive(mask, lengths, n: int, steps: int) -> np.ndarray | None:

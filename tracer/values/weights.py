@@ -8,8 +8,9 @@ the candidate has its own kernel, whose recurrent rows act on `r * h_prev`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,9 @@ def read_weights(
 ) -> dict[str, dict[str, np.ndarray]]:
     """The weight values of every cell, by cell name and role, read in one run (stoppable: `tracer.values.running`)."""
     names = sorted({t for cell in cells for t in cell.weights.values()})
-    values = dict(zip(names, running.run(session, names, timeout=timeout))) if names else {}
+    values = (
+        dict(zip(names, running.run(session, names, timeout=timeout), strict=True)) if names else {}
+    )
     return {
         cell.name: stacked({role: values[t] for role, t in cell.weights.items()}) for cell in cells
     }
@@ -66,7 +69,7 @@ def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWeights]:
     """Slice a cell's kernels and biases into per-gate W, U, b (and peepholes)."""
     out = {}
-    for gate, layout in zip(cell.gates, cell.spec.weights):
+    for gate, layout in zip(cell.gates, cell.spec.weights, strict=True):
         kernel, bias = values[layout.kernel], values[layout.bias]
         width = kernel.shape[1] // layout.blocks
         cols = slice(layout.block * width, (layout.block + 1) * width)
