@@ -34,8 +34,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from record import FORWARD_SCRIPT, _cpu_name  # noqa: E402
+import numpy as np
+from record import FORWARD_SCRIPT, _cpu_name
 
 HERE = Path(__file__).resolve().parent
 FEATURES, SEQUENCES = 64, 256

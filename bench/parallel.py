@@ -35,7 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from record import BATCH, FEATURES, STEPS, _cpu_name, build_model  # noqa: E402  (the benchmark model)
+from record import BATCH, FEATURES, STEPS, _cpu_name, build_model
 
 
 def run(argv: list[str]) -> float:

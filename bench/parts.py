@@ -24,11 +24,11 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from record import BATCH, FEATURES, STEPS, _cpu_name, build_model, whole_process  # noqa: E402
+import numpy as np
+from record import BATCH, FEATURES, STEPS, _cpu_name, build_model, whole_process
 
-import tracer  # noqa: E402
-from recorders import Recording  # noqa: E402
+import tracer
+from recorders import Recording
 
 HERE = Path(__file__).resolve().parent
 PARTS_FLAGS = ["--values", "preactivation,activation,contributions"]

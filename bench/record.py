@@ -222,7 +222,10 @@ def whole_process(
         for kind in spans:
             per_round[kind].append(marginal[kind])
             per_round[f"{kind}_ratio"].append(marginal[kind] / marginal["forward"])
-    median = lambda k: statistics.median(per_round[k])  # noqa: E731
+
+    def median(k):
+        return statistics.median(per_round[k])
+
     return {
         "batches": {kind: list(span) for kind, span in spans.items()},
         "forward_s_per_batch": round(median("forward"), 3),

@@ -25,8 +25,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read import make_recording  # noqa: E402
-from record import _cpu_name  # noqa: E402
+from read import make_recording
+from record import _cpu_name
 
 HERE = Path(__file__).resolve().parent
 

@@ -21,7 +21,10 @@ U, D, T = 3, 4, 5
 
 def lstm64(x, kernel, bias, forget_bias=1.0, lengths=None):
     """BasicLSTMCell in float64 from zero state: activations [examples, steps, i j f o, units] and h."""
-    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
     x = np.asarray(x, np.float64)
     n = len(x)
     c, h = np.zeros((n, U)), np.zeros((n, U))

@@ -296,6 +296,39 @@ def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
     assert "CudnnRNN (" in done.stderr and "runs 2 layers" in done.stderr
 
 
+def test_cudnn_params_of_the_wrong_size_are_refused_naming_the_model(tmp_path):
+    """The refusal names the model file, as every other refusal of a cuDNN op does (it once
+    named the op's input tensor instead)."""
+    size = 4 * UNITS * (FEATURES + UNITS) + 8 * UNITS
+
+    class ShortParams(tf.Module):
+        def __init__(self):
+            self.params = tf.Variable(tf.zeros([size - 1]), name="params")
+
+        @tf.function(
+            input_signature=[tf.TensorSpec([T, None, FEATURES], tf.float32)], autograph=False
+        )
+        def __call__(self, x):
+            h = tf.zeros(tf.stack([1, tf.shape(x)[1], UNITS]))
+            return tf.raw_ops.CudnnRNN(
+                input=x,
+                input_h=h,
+                input_c=h,
+                params=self.params,
+                rnn_mode="lstm",
+                is_training=False,
+            )[0]
+
+    tf.saved_model.save(ShortParams(), str(tmp_path / "gpu"))
+    done = run_cli("inspect", str(tmp_path / "gpu"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{tmp_path / 'gpu'}: CudnnRNN (" in done.stderr, done.stderr
+    assert (
+        f"packs {size - 1} parameters where one layer of {UNITS} units on {FEATURES} inputs has {size}"
+        in done.stderr
+    )
+
+
 def test_a_tf1_cudnn_lstm_checkpoint_records_on_the_cpu(tmp_path):
     """TF1's CudnnLSTM: the v1 op `CudnnRNN` on a time-major input, its packed params one
     variable (`opaque_kernel`), saved with a Saver on the CPU (nothing runs the op there)."""

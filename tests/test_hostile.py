@@ -433,7 +433,10 @@ def test_a_full_file_system_midway_keeps_finished_batches_and_resume_completes(
     """A real full disk: a tmpfs with room for the first two batches but not the third."""
     prefix = mount_namespace()
     argv, clean = three_batches
-    pages = lambda files: sum(-(-p.stat().st_size // 4096) for p in files)  # noqa: E731
+
+    def pages(files):
+        return sum(-(-p.stat().st_size // 4096) for p in files)
+
     kept = pages([*batch_files(clean, 0, 8), clean / "weights.parquet", *clean.glob("_progress/*")])
     third = pages(batch_files(clean, 16))
     assert third > 16

@@ -244,3 +244,60 @@ def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path,
         "write the new recording to another --out, or move it out first"
     )
     assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("how", ["remove_folder_at", "walk_and_remove_at"])
+def test_a_folder_is_removed_by_handle_and_what_its_links_point_to_is_kept(tmp_path, how):
+    """Removing a folder of a recording (the shutil walk of Python 3.11+, and the walk by hand
+    that Python 3.10 takes) removes links inside it, never what they point to."""
+    from recorders.write import folder as folder_module
+
+    outside = tmp_path / "outside"
+    (outside / "kept").mkdir(parents=True)
+    (outside / "kept" / "data.parquet").write_bytes(b"user's")
+    gone = tmp_path / "root" / "gone"
+    (gone / "a" / "b").mkdir(parents=True)
+    (gone / "a" / "b" / "part.parquet").write_bytes(b"x")
+    (gone / "file").write_bytes(b"y")
+    (gone / "a" / "to_folder").symlink_to(outside / "kept")
+    (gone / "to_file").symlink_to(outside / "kept" / "data.parquet")
+    parent = os.open(tmp_path / "root", os.O_RDONLY)
+    try:
+        getattr(folder_module, how)(parent, "gone")
+    finally:
+        os.close(parent)
+    assert not gone.exists() and os.listdir(tmp_path / "root") == []
+    assert (outside / "kept" / "data.parquet").read_bytes() == b"user's"
+
+
+@pytest.mark.parametrize("swapped_in", ["a new version", "a FIFO"])
+def test_a_file_replaced_while_being_opened_is_read_as_it_now_is_if_regular(
+    tmp_path, monkeypatch, swapped_in
+):
+    """Progress files are replaced by a rename while other shards run: a reader that finds one
+    replaced between looking at it and opening it reads the new one (a recording in several
+    processes once failed at random so); anything else swapped in is still refused."""
+    from recorders.write import folder as folder_module
+
+    (tmp_path / "p.json").write_text('{"v": 1}')
+    real_open = os.open
+
+    def swap_then_open(path, flags, *args, dir_fd=None, **kwargs):
+        if path == "p.json":
+            if swapped_in == "a FIFO":
+                os.unlink(tmp_path / "p.json")
+                os.mkfifo(tmp_path / "p.json")
+            else:
+                (tmp_path / "new").write_text('{"v": 2}')
+                os.replace(tmp_path / "new", tmp_path / "p.json")
+            monkeypatch.setattr(folder_module.os, "open", real_open)
+        return real_open(path, flags, *args, dir_fd=dir_fd, **kwargs)
+
+    with folder_module.Folder(tmp_path) as folder:
+        monkeypatch.setattr(folder_module.os, "open", swap_then_open)
+        if swapped_in == "a FIFO":
+            with pytest.raises(folder_module.NotRegularFile, match="became a FIFO"):
+                folder.open_regular("p.json")
+        else:
+            with os.fdopen(folder.open_regular("p.json"), "rb") as f:
+                assert json.loads(f.read()) == {"v": 2}

@@ -65,7 +65,9 @@ def expected_parts(
         for p in PARTS:
             out[gate][p].append(parts.get(p))
 
-    block = lambda m, g: m[..., order.index(g) * units : (order.index(g) + 1) * units]  # noqa: E731
+    def block(m, g):
+        return m[..., order.index(g) * units : (order.index(g) + 1) * units]
+
     for t in range(steps):
         xt = x[:, t]
         if kind in ("BasicLSTMCell", "LSTMCell", "LSTM"):

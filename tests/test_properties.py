@@ -22,7 +22,9 @@ def setups(draw):
     params: dict = {}
     if kind == "BasicLSTMCell":
         params["forget_bias"] = draw(st.floats(-1, 2, allow_nan=False).map(lambda f: round(f, 2)))
-        make = lambda: R.BasicLSTMCell(units, forget_bias=params["forget_bias"])  # noqa: E731
+
+        def make():
+            return R.BasicLSTMCell(units, forget_bias=params["forget_bias"])
     elif kind == "LSTMCell":
         peep = draw(st.booleans())
         # num_proj == units is not recognised
@@ -41,7 +43,10 @@ def setups(draw):
     else:
         params["activation"] = draw(st.sampled_from(["tanh", "relu"]))
         cls = R.GRUCell if kind == "GRUCell" else R.BasicRNNCell
-        make = lambda: cls(units, activation=getattr(tf.nn, params["activation"]))  # noqa: E731
+
+        def make():
+            return cls(units, activation=getattr(tf.nn, params["activation"]))
+
     scope = draw(st.sampled_from([None, "enc", "model/encoder_1"]))
     steps, features = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     sequences, batch_size = draw(st.integers(1, 9)), draw(st.integers(1, 7))

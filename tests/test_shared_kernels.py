@@ -28,7 +28,10 @@ def lstm64(x, kernel, bias, forget_bias, lengths=None):
     activations [examples, steps, i j f o, units]; with `lengths`, state is carried past them."""
     x, kernel, bias = (np.asarray(a, np.float64) for a in (x, kernel, bias))
     n, steps, _ = x.shape
-    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
     c, h = np.zeros((n, UNITS)), np.zeros((n, UNITS))
     pre, act = np.zeros((n, steps, 4, UNITS)), np.zeros((n, steps, 4, UNITS))
     for t in range(steps):
@@ -232,7 +235,10 @@ def test_a_char_rnn_with_sampling_unrolls_records_the_training_chains(tmp_path, 
 
 def _cell_state(x, kernel, bias):
     """c of the float64 LSTM above, at every step."""
-    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
     n, steps, _ = x.shape
     c, h, cs = np.zeros((n, UNITS)), np.zeros((n, UNITS)), np.zeros((n, steps, UNITS))
     for t in range(steps):

@@ -221,8 +221,8 @@ def test_every_view_in_a_browser(served, browser, tmp_path):
     code = page.eval_on_selector("#parts-python", "e => e.textContent")
     *setup, last = code.strip().splitlines()
     scope: dict = {}
-    exec("\n".join(setup), scope)  # noqa: S102  (the code the page shows)
-    np.testing.assert_allclose(eval(last, scope)["input"], parts["input"], atol=1e-6)  # noqa: S307
+    exec("\n".join(setup), scope)  # the code the page shows
+    np.testing.assert_allclose(eval(last, scope)["input"], parts["input"], atol=1e-6)
     for folder in shots:
         page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
         page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))

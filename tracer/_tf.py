@@ -11,13 +11,13 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 # TensorFlow's own modules that gatetrace uses outside its public API, imported here for the
 # same reason as `tf` itself: after the settings above
-from tensorflow.core.example import example_pb2  # noqa: E402
-from tensorflow.python.framework.function_def_to_graph import function_def_to_graph  # noqa: E402
-from tensorflow.python.ops import control_flow_util_v2, list_ops  # noqa: E402
+from tensorflow.core.example import example_pb2
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
+from tensorflow.python.ops import control_flow_util_v2, list_ops
 
 v1 = tf.compat.v1
 

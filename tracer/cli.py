@@ -12,7 +12,6 @@ user errors print one line on stderr and exit with code 2.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -72,7 +71,7 @@ def _native_logs_silenced():
         os.close(saved)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     from recorders import __version__
 
     p = Parser(

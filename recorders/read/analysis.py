@@ -109,7 +109,9 @@ def gate_summaries(
         (c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates
     ]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        done = pool.map(lambda pair: _summary(rec, *pair, column, low, high, quantiles), pairs)
+        done = pool.map(
+            lambda pair: _summary(rec, pair[0], pair[1], column, low, high, quantiles), pairs
+        )
         return dict(zip(pairs, done, strict=True))
 
 

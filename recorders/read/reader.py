@@ -18,6 +18,7 @@ A recording may come from anyone: every file is checked before it is read
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ class Recording(CheckedFiles):
     are listed when first read; the folder is held open until the Recording is dropped.
     """
 
-    def __init__(self, path: str | Path, memory: int | None = None):
+    def __init__(self, path: str | os.PathLike, memory: int | None = None):
         self.path = Path(path)
         self.memory = int(memory) if memory is not None else default_memory()
         not_one = RecordingError(
@@ -355,7 +356,14 @@ class Recording(CheckedFiles):
                     )
                     keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
                     self._check_keys(rel, cell, keys)
-                    yield self._scattered(rel, *keys.values(), t.column(column).to_numpy(), units)
+                    yield self._scattered(
+                        rel,
+                        keys["example"],
+                        keys["step"],
+                        keys["unit"],
+                        t.column(column).to_numpy(),
+                        units,
+                    )
 
     def gate_wide(
         self,
@@ -498,7 +506,11 @@ class Recording(CheckedFiles):
         total = 0
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
-            (e0, e1), (s0, s1) = statistics(group)
+            ranges = statistics(group)
+            if ranges is None:  # not known: counted as read
+                total += group.num_rows
+                continue
+            (e0, e1), (s0, s1) = ranges
             if all(
                 (lo is None or hi_ >= lo) and (hi is None or lo_ < hi)
                 for (lo_, hi_), (lo, hi) in (

@@ -247,7 +247,7 @@ def match(
         raise SelectionError("match: select some units first")
     a = _values(rec, cell, label, kind, column, None, None, units)  # [examples, steps, units]
     ids = _example_ids(rec, a.shape[0])
-    on = (a > threshold).all(axis=2)  # [examples, steps]; NaN (no row) is off
+    on = np.asarray((a > threshold).all(axis=2))  # [examples, steps]; NaN (no row) is off
     best_len, best_start = _longest_runs(on)
     keep = np.flatnonzero(best_len >= max(length, 1))
     means = (
@@ -340,7 +340,7 @@ def _values(
     return a
 
 
-def _rounded(values: Sequence[float], digits: int) -> list[float | None]:
+def _rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:
     """Values for JSON: rounded, NaN as null."""
     return [None if np.isnan(v) else round(float(v), digits) for v in values]
 

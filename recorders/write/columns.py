@@ -9,7 +9,7 @@ then unit. These helpers build those columns directly in numpy (the keys:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -46,10 +46,10 @@ ABSENT = _Absent()
 def long_columns(
     examples: np.ndarray,
     steps: np.ndarray,
-    values: dict[str, np.ndarray | None],
+    values: Mapping[str, np.ndarray | _Absent | None],
     lengths: np.ndarray | None,
     keys: Callable[..., dict[str, np.ndarray]] = key_columns,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | _Absent]:
     """Keys plus float32 value columns for [examples, steps, units] arrays (None: left out;
     `ABSENT`: kept as `ABSENT`, a column of nulls to the writer).
 
@@ -57,8 +57,8 @@ def long_columns(
     `lengths` may instead be a boolean [examples, steps] mask of the rows to keep (the
     steps a Keras mask let run). `keys` builds the key columns (`key_columns`, or a `KeyCache`).
     """
-    units = next(v.shape[2] for v in values.values() if v is not None and v is not ABSENT)
-    columns = dict(keys(examples, steps, units))
+    units = next(v.shape[2] for v in values.values() if isinstance(v, np.ndarray))
+    columns: dict[str, np.ndarray | _Absent] = dict(keys(examples, steps, units))
     for name, v in values.items():
         if v is ABSENT:
             columns[name] = ABSENT
@@ -70,7 +70,7 @@ def long_columns(
         valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]
         if not valid.all():
             keep = np.repeat(valid.reshape(-1), units)
-            columns = {k: c if c is ABSENT else c[keep] for k, c in columns.items()}
+            columns = {k: c[keep] if isinstance(c, np.ndarray) else c for k, c in columns.items()}
     return columns
 
 
@@ -81,7 +81,7 @@ def gate_columns(
     activation: np.ndarray | None,
     lengths: np.ndarray | None = None,
     keys: Callable[..., dict[str, np.ndarray]] = key_columns,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | _Absent]:
     """Columns for one gate: keys plus the value columns given ([examples, steps, units])."""
     return long_columns(
         examples, steps, {"preactivation": preactivation, "activation": activation}, lengths, keys
@@ -94,7 +94,7 @@ def state_columns(
     values: np.ndarray,
     lengths: np.ndarray | None = None,
     keys: Callable[..., dict[str, np.ndarray]] = key_columns,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | _Absent]:
     """Columns for one state: keys plus `value` ([examples, steps, units])."""
     return long_columns(examples, steps, {"value": values}, lengths, keys)
 

@@ -24,6 +24,7 @@ import errno
 import os
 import shutil
 import stat
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -54,12 +55,35 @@ _KINDS = {
 }
 
 
+def remove_folder_at(parent: int, name: str) -> None:
+    """Remove the folder `name` of the folder open as `parent`, with everything in it, by
+    handle: links inside are removed, never what they point to."""
+    if sys.version_info >= (3, 11):
+        shutil.rmtree(name, dir_fd=parent)
+    else:  # Python 3.10's shutil.rmtree takes no dir_fd
+        walk_and_remove_at(parent, name)
+
+
+def walk_and_remove_at(parent: int, name: str) -> None:
+    """`remove_folder_at`, by hand: each folder opened by handle without following a link."""
+    fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=parent)
+    try:
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                walk_and_remove_at(fd, entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
 class Folder:
     """The folder at `path` (which must exist and not be a link), held open; a context manager."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+        self.fd: int | None = os.open(self.path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -79,6 +103,8 @@ class Folder:
 
     def _open_dir(self, parts: list[str], create: bool) -> int:
         """A new handle of the folder `parts` below the root (created if `create`); the caller closes it."""
+        if self.fd is None:
+            raise OSError(errno.EBADF, "the folder was closed", str(self.path))
         fd = os.dup(self.fd)
         try:
             for part in parts:
@@ -174,10 +200,13 @@ class Folder:
             fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=parent)
         finally:
             os.close(parent)
+        # A file replaced in between by a rename (as progress files are, while other shards
+        # run) is read as it now is; anything but a regular file is refused.
         after = os.fstat(fd)
-        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        if not stat.S_ISREG(after.st_mode):
             os.close(fd)
-            raise NotRegularFile(errno.EINVAL, "it was replaced while being opened", rel)
+            kind = _KINDS.get(stat.S_IFMT(after.st_mode), "not a regular file")
+            raise NotRegularFile(errno.EINVAL, f"it became {kind} while being opened", rel)
         return fd
 
     def kind(self, rel: str) -> str:
@@ -251,7 +280,7 @@ class Folder:
                 pass
             # a folder (unlink of a folder: EISDIR, or EPERM on some systems)
             except (IsADirectoryError, PermissionError):
-                shutil.rmtree(name, dir_fd=parent)  # removes links, never what they point to
+                remove_folder_at(parent, name)
         finally:
             os.close(parent)
 

@@ -20,7 +20,7 @@ from recorders.errors import OutputExistsError, RecordingError
 from recorders.write.files import foreign_entries, refuse_links
 from recorders.write.folder import Folder
 from recorders.write.layout import METADATA_KEY, UNREADABLE
-from recorders.write.place import place_of
+from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR
 
 __all__ = [
@@ -116,26 +116,26 @@ def create_folder(out: str | os.PathLike) -> bool:
     In object storage there is no folder to create: only what the prefix holds is checked.
     Returns whether the folder was created."""
     place = place_of(out)
-    if not place.local:
+    if not isinstance(place, LocalPlace):
         if any(not (name in RECORDING or ours(name)) for name in place.entries()):
             raise OutputExistsError(
                 f"--out {out} exists and is not empty; choose another path or pass --overwrite"
             )
         return False
-    out = place.path.resolve()
-    refuse_links(out)
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
-    foreign = not_a_recording(out) if out.is_dir() else []
+    folder = place.path.resolve()
+    refuse_links(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputExistsError(f"--out {folder} exists and is a file; give a folder path")
+    foreign = not_a_recording(folder) if folder.is_dir() else []
     if foreign:
         raise OutputExistsError(
-            f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+            f"--out {folder} exists and is not empty; choose another path or pass --overwrite"
         )
-    created = not out.exists()
+    created = not folder.exists()
     try:
-        (out / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+        (folder / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise RecordingError(f"cannot create {out}: {err.strerror or err}") from None
+        raise RecordingError(f"cannot create {folder}: {err.strerror or err}") from None
     return created
 
 

@@ -50,7 +50,7 @@ from recorders.write.layout import (
     WEIGHT_LABELS,
     partition_dir,
 )
-from recorders.write.place import LocalPlace, place_of
+from recorders.write.place import LocalPlace, StorePlace, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import description_problem
@@ -138,7 +138,11 @@ class RecordingWriter:
                 f"--overwrite with --shard {shard}: it would replace the folder the other shards write into; "
                 "remove the old recording once, then start every shard without --overwrite"
             )
-        names = [c.get("name") for c in description.get("cells", []) if isinstance(c, Mapping)]
+        names = [
+            c["name"]
+            for c in description.get("cells", [])
+            if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+        ]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise RecordingError(
@@ -157,7 +161,13 @@ class RecordingWriter:
             )
         self.place = place_of(out)
         self._lock: int | None = None
-        if self.place.local:
+        # the recording's folder (a Path), and the folder written into (a hidden sibling when
+        # replacing one: see `close`); in object storage, where only messages name them, both
+        # are the place itself: Any, as the code that touches them as folders runs for a
+        # local place only (`place.local`, `replacing`)
+        self.target: Any
+        self.out: Any
+        if isinstance(self.place, LocalPlace):
             # where the recording is, or will be once published
             self.target = self.place.path.resolve()
             settle_swap(self.target)
@@ -182,8 +192,8 @@ class RecordingWriter:
             self.replacing, self._replaced_locks, self._created_locks = False, [], []
         self._created = not self.place.exists()
         self.shard = shard
-        self.examples = None if examples is None else tuple(int(e) for e in examples)
-        self.range = None if examples is None else shard.part(*self.examples)
+        self.examples = None if examples is None else (int(examples[0]), int(examples[1]))
+        self.range = None if self.examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
         # a folder in the root
         self._staging = f".staging-{shard.tag}" if self.place.local else None
@@ -255,12 +265,14 @@ class RecordingWriter:
         try:
             # the root, and the folders above it, by path; below it, by handle
             out.mkdir(parents=True, exist_ok=True)
-            folder = self.place.folder
+            folder = self._local.folder
             folder.mkdir(PROGRESS_DIR)
             which = "" if self.shard.count == 1 else f" shard {self.shard} of"
             self._lock = hold_lock(folder, f"{PROGRESS_DIR}/{self.shard.tag}.lock", out, which)
-            folder.remove(self._staging)
-            folder.mkdir(self._staging)
+            staging = self._staging
+            assert staging is not None  # a local folder's: see __init__
+            folder.remove(staging)
+            folder.mkdir(staging)
         except OSError as err:
             reason = err.strerror or str(err)
             if mine is None:
@@ -328,6 +340,20 @@ class RecordingWriter:
                     f"but their part files hold {rows:,}: files were removed or changed since; {self._replace_it}"
                 )
 
+    @property
+    def _local(self) -> LocalPlace:
+        """The place, a local folder (where a recording is staged: see `place.local`)."""
+        if not isinstance(self.place, LocalPlace):
+            raise TypeError(f"{self.place} is not a local folder")
+        return self.place
+
+    @property
+    def _store(self) -> StorePlace:
+        """The place, a prefix in object storage (where objects are written in place)."""
+        if not isinstance(self.place, StorePlace):
+            raise TypeError(f"{self.place} is not in object storage")
+        return self.place
+
     def _shown(self, rel: str) -> str:
         """A file of the recording as the user knows it: below --out (not the sibling --overwrite writes)."""
         return f"{self.target}/{rel}"
@@ -345,9 +371,16 @@ class RecordingWriter:
         return f"the {done:,} sequences recorded before are kept", "--resume"
 
     def remaining(self) -> list[tuple[int, int | None]]:
-        """The example ranges of this shard that are not complete yet."""
+        """The example ranges of this shard that are not complete yet (for a stream of unknown
+        length: none once it is, else `(0, None)`)."""
         if self.range is None:
             return [] if self.complete.total() else [(0, None)]
+        return [(start, stop) for start, stop in self.missing()]
+
+    def missing(self) -> list[tuple[int, int]]:
+        """The example ranges not complete yet of a shard whose examples are known."""
+        if self.range is None:
+            raise RecordingError("a recording of a stream of unknown length has no ranges to go")
         return self.complete.missing(*self.range)
 
     # -- writing ---------------------------------------------------------------------------
@@ -382,7 +415,7 @@ class RecordingWriter:
             staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
             future = self._pool.submit(
                 rowgroups.write_in,
-                self.place.folder,
+                self._local.folder,
                 staged,
                 groups,
                 self._metadata,
@@ -390,7 +423,7 @@ class RecordingWriter:
             )
         else:  # an object appears only once complete: written at its final key
             staged = None
-            where, store = self.place.parquet_target(final)
+            where, store = self._store.parquet_target(final)
             future = self._pool.submit(
                 rowgroups.write_parquet,
                 where,
@@ -456,7 +489,7 @@ class RecordingWriter:
             for _, staged, final, _ in self._pending:
                 if staged is not None:
                     where = self._shown(final)
-                    self.place.folder.replace(staged, final)
+                    self._local.folder.replace(staged, final)
         except (OSError, pa.ArrowException, RecordingError) as err:
             kept, flag = self.kept()
             self.abort()
@@ -476,18 +509,18 @@ class RecordingWriter:
         try:
             if self.place.local:
                 staged = f"{self._staging}/weights.parquet"
-                self.place.folder.remove(staged)
+                self._local.folder.remove(staged)
                 n = rowgroups.write_in(
-                    self.place.folder,
+                    self._local.folder,
                     staged,
                     [columns],
                     self._metadata,
                     WEIGHT_LABELS,
                     self._compression,
                 )
-                self.place.folder.replace(staged, "weights.parquet")
+                self._local.folder.replace(staged, "weights.parquet")
             else:
-                where, store = self.place.parquet_target("weights.parquet")
+                where, store = self._store.parquet_target("weights.parquet")
                 n = rowgroups.write_parquet(
                     where,
                     [columns],
@@ -527,7 +560,7 @@ class RecordingWriter:
         shard, `examples_this_run` (fewer after a resume), `shard` as [K, N], and
         `complete` (whether the whole recording is).
         """
-        if self._state == "closed":
+        if self.manifest is not None:  # closed already
             return self.manifest
         self._guard()
         if self._batch is not None:

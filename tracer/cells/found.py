@@ -17,7 +17,7 @@ import numpy as np
 
 from tracer.cells.kinds import CellSpec, HasSpec
 
-__all__ = ["Step", "Loop", "Fused", "Cell", "KerasCell"]
+__all__ = ["Step", "Loop", "Fused", "Cell", "KerasCell", "AnyCell"]
 
 # Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
 # ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
@@ -371,3 +371,7 @@ class KerasCell(HasSpec):
                 "from the layer's input, mask, initial state and weights, and checked against what the layer returns"
             ),
         }
+
+
+# a cell of either kind: a graph's, or a Keras model object's layer
+AnyCell = Cell | KerasCell

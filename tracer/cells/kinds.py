@@ -71,7 +71,10 @@ class CellSpec:
 class HasSpec:
     """`kind` and `gates` for a found cell, read from its `spec` (graph cells and Keras layers)."""
 
+    name: str
     spec: CellSpec
+    units: int
+    input_size: int
 
     @property
     def kind(self) -> str:

@@ -7,7 +7,7 @@ arrays a `tracer.values.fetch.CellTrace` holds. It imports no TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -18,7 +18,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "sigmoid": _sigmoid,
     "relu": lambda x: np.maximum(x, 0.0),

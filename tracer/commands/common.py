@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 
 __all__ = ["Parser", "MODEL_HELP", "seconds", "positive", "split", "model_arguments"]
 
@@ -43,6 +44,7 @@ class Parser(argparse.ArgumentParser):
     one it does not know."""
 
     known: set[str] = set()  # every flag of every command
+    argv: Sequence[str] = ()  # the command line being parsed, for the hints of its errors
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)
@@ -67,7 +69,7 @@ class Parser(argparse.ArgumentParser):
             )
         ]
         hint = f" (did you mean {near[0]}?)" if near else ""
-        argv = getattr(self, "argv", [])
+        argv = self.argv
         for k in range(len(argv) - 2):  # `--feed x a/x.npy`: the file became an argument of its own
             if argv[k] == "--feed" and "=" not in argv[k + 1] and not argv[k + 2].startswith("-"):
                 hint = f" (--feed takes NAME=FILE as one word: --feed {argv[k + 1]}={argv[k + 2]})"

@@ -55,7 +55,7 @@ def run(args) -> None:
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
-    from tracer.run.recording import from_loops
+    from tracer.run.recording import graph_from_loops
 
     model = tracer.load_model(
         args.model,
@@ -70,7 +70,7 @@ def run(args) -> None:
 
     with (
         model,
-        from_loops(
+        graph_from_loops(
             model, tracer.find_cells(model.graph, model.source), progress=False, restore=False
         ) as (model, cells),
     ):

@@ -99,7 +99,7 @@ def _cell_scope(op: tf.Operation, mode: str) -> str:
     """Where the replacement's weights go: the scope of the kernel variable the packed params
     are cut from (`lstm/lstm_cell` of `lstm/lstm_cell/kernel`, as the same model exported on a
     CPU names its cell), else `<the op's scope>/lstm_cell` (or `gru_cell`)."""
-    seen, todo = set(), [op.inputs[3].op]
+    seen, todo = set[str](), [op.inputs[3].op]
     while todo and len(seen) < 256:
         node = todo.pop()
         if node.name in seen:
@@ -178,7 +178,7 @@ def _call(op: tf.Operation, source: str) -> CudnnCall:
     used = [i for i, t in enumerate(op.outputs) if t.consumers()]
     if any(i >= 3 for i in used):
         raise _refuse(op, "has its reserve space read (a training graph)", source)
-    source, reversed_ = _unreversed(op.inputs[0], 0 if time_major else 1, steps)
+    sequence, reversed_ = _unreversed(op.inputs[0], 0 if time_major else 1, steps)
     params = op.inputs[3]
     expected = params_size(mode, x[2], h[2])
     if params.shape.rank == 1 and params.shape[0] is not None and params.shape[0] != expected:
@@ -187,7 +187,7 @@ def _call(op: tf.Operation, source: str) -> CudnnCall:
             f"packs {params.shape[0]} parameters where one layer of {h[2]} units on {x[2]} inputs has {expected}",
             source,
         )
-    inputs = (source.name, op.inputs[1].name, op.inputs[2].name)
+    inputs = (sequence.name, op.inputs[1].name, op.inputs[2].name)
     return CudnnCall(
         op.name,
         _cell_scope(op, mode),
@@ -276,14 +276,15 @@ def _steps(
                 if call.mode == "lstm"
                 else None
             )
-            biases = tf.unstack(bias) if call.mode == "gru" else None
+            if call.mode == "gru":
+                input_bias, recurrent_bias = tf.unstack(bias)
             outputs = []
             for t in range(call.steps):
                 x_t = xs[call.steps - 1 - t] if call.reversed else xs[t]
                 if call.mode == "lstm":
                     h, c = _lstm_step(x_t, h, c, kernel, recurrent, bias)
                 else:
-                    h = _gru_step(x_t, h, kernel, recurrent, *biases)
+                    h = _gru_step(x_t, h, kernel, recurrent, input_bias, recurrent_bias)
                 outputs.append(h)
             # cuDNN's GRU passes its input_c through
             out = {

@@ -44,6 +44,7 @@ reads protobuf messages only; nothing here imports a graph.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
@@ -194,8 +195,8 @@ def evaluable(
     return found
 
 
-def _nodes(graph_def) -> Iterator[tuple[str, str | None, object]]:
-    """(where, function or None, node) for every node of the graph and of every function."""
+def _nodes(graph_def) -> Iterator[tuple[str, str | None, Any]]:
+    """(where, function or None, node: a NodeDef) for every node of the graph and of every function."""
     for node in graph_def.node:
         yield node.name, None, node
     for function in graph_def.library.function:

@@ -145,8 +145,8 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                 )
             elif p.is_dir() and not allow_unsafe_ops:
                 model = _tf_keras_from_saved_model(p, source)
-            elif p.suffix in (".h5", ".hdf5") and keras2_fixes(keras_config(p)) is not None:
-                model = _tf_keras_from_h5(p, keras2_fixes(keras_config(p)), allow_unsafe_ops)
+            elif p.suffix in (".h5", ".hdf5") and (fixes := keras2_fixes(keras_config(p))):
+                model = _tf_keras_from_h5(p, fixes, allow_unsafe_ops)
             else:
                 import tf_keras
                 from tf_keras.src.saving.serialization_lib import SafeModeScope

@@ -113,7 +113,9 @@ def keras_own_classes() -> frozenset[str]:
         ):
             module = getattr(keras, kind, None)
             root = getattr(module, base, None)
-            for name in dir(module) if root is not None else ():
+            if root is None:
+                continue
+            for name in dir(module):
                 obj = getattr(module, name)
                 if (
                     isinstance(obj, type)
@@ -127,10 +129,9 @@ def keras_own_classes() -> frozenset[str]:
 def _reads_a_file(obj: dict) -> str | None:
     """The file a layer's configuration names for Keras to read (`_FILE_KEYS`), if any."""
     config = obj.get("config")
-    for key in _FILE_KEYS if isinstance(config, dict) else ():
-        if isinstance(config.get(key), str):
-            return config[key]
-    return None
+    if not isinstance(config, dict):
+        return None
+    return next((v for v in (config.get(key) for key in _FILE_KEYS) if isinstance(v, str)), None)
 
 
 def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:

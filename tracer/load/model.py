@@ -371,11 +371,11 @@ class LoadPlan:
 
     def problems(self, graph: tf.Graph) -> list[str]:
         """Every op loading would run that is not allowed (see `tracer.load.safety`)."""
+        restoring = [op for op in (self.restore_op, self.captures_op) if op]
+        if restoring and self.filename_tensor is None:  # as no Saver or SavedModel leaves it
+            return [f"{restoring[0]} (a restore op not fed the checkpoint's path)"]
         found = [
-            p
-            for op in (self.restore_op, self.captures_op)
-            if op
-            for p in restore_problems(graph, op, self.filename_tensor)
+            p for op in restoring for p in restore_problems(graph, op, self.filename_tensor or "")
         ]
         found += unsafe_ops(graph, [self.init_op]) if self.init_op else []
         return sorted(set(found))
@@ -416,7 +416,7 @@ def _check_checkpoint_holds(graph: tf.Graph, plan: LoadPlan, source: str) -> Non
             "(are its .index and .data files complete?)"
         ) from None
     missing, mismatched = [], []
-    for op in restore_ops(graph, plan.restore_op):
+    for op in restore_ops(graph, plan.restore_op) if plan.restore_op else ():
         names, slices = (
             (_const(op.inputs[1]), _const(op.inputs[2])) if op.type == "RestoreV2" else (None, None)
         )

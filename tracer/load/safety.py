@@ -158,7 +158,7 @@ def ops_to_run(
     binds is listed as `(function attribute nothing sets)`, which no allowlist holds. What
     only feeds the tensors named in `fed` does not run (Session.run prunes it)."""
     fed = set(fed)
-    queue = deque()
+    queue: deque[tf.Operation] = deque()
     for f in fetches:
         if isinstance(f, str):
             f = graph.as_graph_element(f)

@@ -232,15 +232,14 @@ def record_parallel(
         counted = now
 
     own = executor is None
-    if own:
-        executor = _pool(workers or os.cpu_count() or 1)
+    pool: Executor = _pool(workers or os.cpu_count() or 1) if executor is None else executor
     attempts = {k: 0 for k in range(count)}
     summaries: dict[int, dict] = {}
     running: dict[Future, int] = {}
 
     def submit(k: int) -> None:
         attempts[k] += 1
-        running[executor.submit(record_task, job, k, count)] = k
+        running[pool.submit(record_task, job, k, count)] = k
 
     try:
         for k in range(count):
@@ -249,9 +248,10 @@ def record_parallel(
             done, _ = wait(list(running), timeout=poll, return_when=FIRST_COMPLETED)
             report()
             for future in done:
-                k = running.pop(future, None)
-                if k is None:  # resubmitted already, with the others of a broken pool
+                task = running.pop(future, None)
+                if task is None:  # resubmitted already, with the others of a broken pool
                     continue
+                k = task
                 try:
                     summaries[k] = future.result()
                 except GatetraceError:
@@ -262,8 +262,8 @@ def record_parallel(
                         raise RecordingError(
                             f"task {k}/{count} failed {attempts[k]} times: {err}"
                         ) from None
-                    executor.shutdown(wait=True, cancel_futures=True)
-                    executor = _pool(workers or os.cpu_count() or 1)
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    pool = _pool(workers or os.cpu_count() or 1)
                     lost = [k, *running.values()]
                     running.clear()
                     for j in lost:
@@ -291,7 +291,7 @@ def record_parallel(
         raise
     finally:
         if own:
-            executor.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=True)
     return _summary(summaries, count, task_size)
 
 

@@ -16,11 +16,12 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from types import FrameType
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from recorders.errors import (
     SelectionError,
 )
 from tracer._tf import tf
-from tracer.cells.found import Cell
+from tracer.cells.found import AnyCell, Cell, KerasCell
 from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers, hidden_layers
 from tracer.inputs.feeds import (
@@ -72,22 +73,36 @@ def _as_model(model: Any) -> Model | KerasModel:
     return wrap(model) if is_keras(model) else model
 
 
-def find_all(model: Model | KerasModel) -> list:
+def find_all(model: Model | KerasModel) -> list[AnyCell]:
     """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model (`tracer.find.keras.find_layers`)."""
-    return (
-        find_layers(model)
-        if isinstance(model, KerasModel)
-        else find_cells(model.graph, model.source)
-    )
+    if isinstance(model, KerasModel):
+        return list(find_layers(model))
+    return list(find_cells(model.graph, model.source))
+
+
+_Kind = TypeVar("_Kind", Cell, KerasCell)
+
+
+def _cells_of(
+    model: Model | KerasModel, cells: Sequence[AnyCell], kind: type[_Kind]
+) -> list[_Kind]:
+    """`cells`, which must be of the model's kind: a graph's cells, or a Keras model's layers."""
+    mine = [c for c in cells if isinstance(c, kind)]
+    if len(mine) != len(cells):
+        other = next(c.name for c in cells if not isinstance(c, kind))
+        raise SelectionError(
+            f"cell {other} was not found in {model.source}: give cells that tracer.find_all found in the model"
+        )
+    return mine
 
 
 def weight_values(
-    model: Model | KerasModel, cells: Sequence[Cell], timeout: float | None = None
+    model: Model | KerasModel, cells: Sequence[AnyCell], timeout: float | None = None
 ) -> dict[str, dict[str, np.ndarray]]:
     """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
     if isinstance(model, KerasModel):
-        return {c.name: dict(c.weights) for c in cells}
-    return read_weights(model.session, cells, timeout)
+        return {c.name: dict(c.weights) for c in _cells_of(model, cells, KerasCell)}
+    return read_weights(model.session, _cells_of(model, cells, Cell), timeout)
 
 
 def _reachable(
@@ -98,20 +113,24 @@ def _reachable(
     `skipped` as (cell, placeholder). If no cell is reached, all are kept, so that the
     error names the missing placeholder."""
     fed = {t.name for t in resolve_feeds(model.graph, feeds, aliases=model.inputs)}
-    keep, skip = [], []
+    keep: list[Cell] = []
+    skip: list[tuple[Cell, str]] = []
     for c in cells:
         missing = unfed_placeholders(FetchPlan(model.graph, [c], context=found).tensors, fed)
-        (skip if missing else keep).append((c, missing[0].name if missing else None))
+        if missing:
+            skip.append((c, missing[0].name))
+        else:
+            keep.append(c)
     if not keep:
         return cells
     skipped.extend((c.name, placeholder) for c, placeholder in skip)
-    return [c for c, _ in keep]
+    return keep
 
 
 def _prepare(
     model: Model | KerasModel,
     feeds: Any,
-    cells: Sequence[Cell] | None,
+    cells: Sequence[AnyCell] | None,
     selection: Selection | None = None,
     timeout: float | None = None,
     skip_unfed: list | None = None,
@@ -120,15 +139,17 @@ def _prepare(
 ):
     """The cells, the plan, the checked feeds, and the function that runs one batch.
     With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there."""
-    cells = list(cells) if cells is not None else find_all(model)
+    chosen = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
-        plan = KerasPlan(model, cells, steps=steps, carry_state=carry_state)
-        if carry_state and not plan.stateful:
+        layers = _cells_of(model, chosen, KerasCell)
+        keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state)
+        if carry_state and not keras_plan.stateful:
             raise SelectionError(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
             )
-        return cells, plan, resolve_inputs(model, feeds), plan.fetch
+        return layers, keras_plan, resolve_inputs(model, feeds), keras_plan.fetch
+    cells = _cells_of(model, chosen, Cell)
     names = {c.name for c in cells}
     below = any(
         c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells
@@ -164,7 +185,7 @@ def _prepare(
 def trace(
     model: Model | KerasModel | Any,
     feeds: Any,
-    cells: Sequence[Cell] | None = None,
+    cells: Sequence[AnyCell] | None = None,
     *,
     carry_state: bool = False,
 ) -> Trace:
@@ -189,19 +210,35 @@ def trace(
 @contextmanager
 def from_loops(
     model: Model | KerasModel,
+    cells: Sequence[AnyCell],
+    progress: bool,
+    restore: bool = True,
+    reads: bool = False,
+) -> Iterator[tuple[Model | KerasModel, list[AnyCell]]]:
+    """The model and cells to record: for a graph, see `graph_from_loops`; a Keras model and
+    its cells as they are."""
+    if isinstance(model, KerasModel):
+        yield model, list(cells)
+        return
+    with graph_from_loops(model, _cells_of(model, cells, Cell), progress, restore, reads) as (
+        rebuilt,
+        emitted,
+    ):
+        yield rebuilt, list(emitted)
+
+
+@contextmanager
+def graph_from_loops(
+    model: Model,
     cells: Sequence[Cell],
     progress: bool,
     restore: bool = True,
     reads: bool = False,
-) -> Iterator[tuple[Model | KerasModel, list[Cell]]]:
-    """The model and cells to record: a graph rebuilt (restored if `restore`) so that the
+) -> Iterator[tuple[Model, list[Cell]]]:
+    """The graph and cells to record: the graph rebuilt (restored if `restore`) so that the
     loops holding `cells` emit their gates (and with `reads` what each step read: see
-    `tracer.values.emit.emitting`; closed on leaving), or the model and cells as they are
-    (a Keras model, a graph without such loops). With `progress`, a line on stderr for each
-    loop cell left to replay."""
-    if isinstance(model, KerasModel):
-        yield model, list(cells)
-        return
+    `tracer.values.emit.emitting`; closed on leaving), or as it is (a graph without such
+    loops). With `progress`, a line on stderr for each loop cell left to replay."""
     rebuilt, cells, notes = emitting(model, cells, restore, reads)
     if progress:
         for note in notes:
@@ -215,7 +252,7 @@ def from_loops(
 
 def describe(
     model: Model | KerasModel,
-    cells: Sequence[Cell],
+    cells: Sequence[AnyCell],
     feed_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict:
     """The recording's description: source model, cells, feeds, gatetrace version."""
@@ -235,7 +272,7 @@ def record(
     overwrite: bool = False,
     resume: bool = False,
     shard: Shard = Shard(),
-    cells: Sequence[Cell] | None = None,
+    cells: Sequence[AnyCell] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     selection: Selection | None = None,
     progress: bool = False,
@@ -393,7 +430,8 @@ def _record(
         reads=reads,
     ) as writer:
         writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
-        todo = writer.remaining()
+        # the example ranges to record; a stream of unknown length is read to its end
+        todo = [] if examples is None else writer.missing()
         done_before = Intervals(writer.complete.pairs())
         if carry_state and examples is not None and writer.resumed:
             # batches recorded before are fed again, unwritten, to rebuild the state
@@ -547,7 +585,8 @@ class _StopOnCtrlC:
     def __init__(self, announce: bool):
         self.pressed = False
         self._announce = announce
-        self._previous = None
+        # the SIGINT handler before, as signal.signal returns it
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def _handler(self, signum, frame) -> None:
         if self.pressed:

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
+from typing import TypeVar
 
 from recorders.errors import SelectionError
-from tracer.cells.found import Cell
+from tracer.cells.found import Cell, KerasCell
+
+# a graph's cells, or a Keras model's layers: a selection keeps the kind it is given
+_Cell = TypeVar("_Cell", bound=Cell | KerasCell)
 
 __all__ = ["Selection", "parse_range", "VALUE_COLUMNS", "DEFAULT_VALUES"]
 
@@ -68,7 +72,7 @@ class Selection:
             "examples": list(self.examples),
         }
 
-    def apply(self, cells: Sequence[Cell]) -> list[Cell]:
+    def apply(self, cells: Sequence[_Cell]) -> list[_Cell]:
         """The selected cells, each keeping only its selected steps."""
         chosen = [
             c for c in cells if not self.cells or any(fnmatchcase(c.name, p) for p in self.cells)
@@ -87,10 +91,10 @@ class Selection:
                 )
             chosen = [c for c in chosen if set(c.gates) & set(self.gates)]
         lo, hi = self.steps
-        out = []
+        out: list[_Cell] = []
         for c in chosen:
             # a replayed or fused cell's steps are known per batch: see FetchPlan(steps=...)
-            if c.path != "fetch":
+            if not isinstance(c, Cell) or c.path != "fetch":
                 out.append(c)
                 continue
             steps = tuple(

@@ -303,18 +303,23 @@ def emitting(
         if not _emittable(c) or c.in_loop.loop not in wanted:
             return c
         body, loop = c.in_loop.step, c.in_loop.loop
-        names: dict[str, str | tuple[str, ...]] = {
-            field_: tuple(emitted[(loop, n)] for n in getattr(body, field_))
-            for field_ in ("preactivation", "activation", "states")
-        }
+
+        def stacks(names: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(emitted[(loop, n)] for n in names)
+
         if c.fused is not None or reads or not c.in_loop.direct:
-            names.update(
-                input=emitted[(loop, body.input)],
-                previous=tuple(emitted[(loop, n)] for n in body.previous),
-            )
+            read, previous = emitted[(loop, body.input)], stacks(body.previous)
         else:  # not emitted: nothing outside the loop holds them
-            names.update(input="", previous=())
-        return replace(c, loop=replace(c.in_loop, emitted=replace(body, **names)))
+            read, previous = "", ()
+        outside = replace(
+            body,
+            preactivation=stacks(body.preactivation),
+            activation=stacks(body.activation),
+            states=stacks(body.states),
+            input=read,
+            previous=previous,
+        )
+        return replace(c, loop=replace(c.in_loop, emitted=outside))
 
     return new, [outer(c) for c in cells], notes
 

@@ -255,7 +255,7 @@ class KerasPlan:
         """What cell number `cell` read at each step (the replay's input and carried states), for the examples `rows`."""
         c, got = self.cells[cell], values[cell].replayed
         previous = {s: self._by_position(c, got.previous(s)[rows]) for s in c.spec.states}
-        return Read(self._by_position(c, got.inputs[rows]), previous["h"], previous.get("c"))
+        return Read(self._by_position(c, got.kept_inputs()[rows]), previous["h"], previous.get("c"))
 
     def parts(
         self, values: Sequence[_Result], cell: int, gate: int, rows: slice = slice(None)

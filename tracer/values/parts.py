@@ -54,24 +54,25 @@ def gate_parts(
     reset gate's activation, given for a GRU's candidate only; `c` the cell state after
     each step (the output gate's peephole)."""
     f64 = np.float64
-    candidate = r is not None
     out: dict[str, np.ndarray | None] = dict.fromkeys(PARTS)
-    out["input"] = read.x.astype(f64) @ w.W.astype(f64)
+    out["input"] = x = read.x.astype(f64) @ w.W.astype(f64)
     U = w.U.astype(f64)
-    if candidate and w.recurrent_b is not None:  # Keras GRU, reset_after: r scales the product
+    if r is not None and w.recurrent_b is not None:  # Keras GRU, reset_after: r scales the product
         out["recurrent"] = r.astype(f64) * (read.h_prev.astype(f64) @ U)
         out["recurrent_bias"] = r.astype(f64) * w.recurrent_b.astype(f64)
-    elif candidate:  # r scales what the product reads: the graph multiplies in float32
+    elif r is not None:  # r scales what the product reads: the graph multiplies in float32
         out["recurrent"] = (np.asarray(r, np.float32) * np.asarray(read.h_prev, np.float32)).astype(
             f64
         ) @ U
     else:
-        out["recurrent"] = read.h_prev.astype(f64) @ U
+        out["recurrent"] = h = read.h_prev.astype(f64) @ U
         if w.recurrent_b is not None:
-            out["recurrent_bias"] = np.broadcast_to(w.recurrent_b, out["recurrent"].shape)
-    out["bias"] = np.broadcast_to(w.b, out["input"].shape)
+            out["recurrent_bias"] = np.broadcast_to(w.recurrent_b, h.shape)
+    out["bias"] = np.broadcast_to(w.b, x.shape)
     if w.peephole is not None:
         state = c if gate == "o" else read.c_prev
+        if state is None:
+            raise ValueError(f"gate {gate}: a peephole's part needs the cell state, not given")
         out["peephole"] = state.astype(f64) * w.peephole.astype(f64)
     return {name: None if a is None else np.asarray(a, dtype=np.float32) for name, a in out.items()}
 

@@ -96,6 +96,12 @@ class Replayed:
     initial: dict[str, np.ndarray] = field(default_factory=dict)
     read: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def kept_inputs(self) -> np.ndarray:
+        """`inputs`, of a replay that kept them (what a plan made with `parts` reads)."""
+        if self.inputs is None:
+            raise ValueError("this replay did not keep what the cell read")
+        return self.inputs
+
     def previous(self, state: str) -> np.ndarray:
         """[examples, steps, width]: the state `state` the cell read at each step (a state is
         carried through a step skipped past a length or where a mask is False)."""
@@ -284,7 +290,10 @@ def replay(
     h = (h0 if steps == 0 else states["h"][-1]).copy()
     c = (c0 if steps == 0 else states["c"][-1]).copy() if lstm else None
     final = {"h": h, **({"c": c} if lstm else {})}
-    batch_major = lambda a: np.swapaxes(a, 0, 1)  # noqa: E731
+
+    def batch_major(a):
+        return np.swapaxes(a, 0, 1)
+
     return Replayed(
         batch_major(pre.reshape(steps, n, gates, units)),
         batch_major(post.reshape(steps, n, gates, units)),

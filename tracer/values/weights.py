@@ -8,7 +8,7 @@ the candidate has its own kernel, whose recurrent rows act on `r * h_prev`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import pandas as pd
 from recorders.write.columns import weight_columns
 from tracer._tf import v1
 from tracer.cells.found import Cell
+from tracer.cells.kinds import HasSpec
 from tracer.values import running
 
 __all__ = ["GateWeights", "read_weights", "stacked", "gate_weights", "weights_columns"]
@@ -66,7 +67,7 @@ def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWeights]:
+def gate_weights(cell: HasSpec, values: Mapping[str, np.ndarray]) -> dict[str, GateWeights]:
     """Slice a cell's kernels and biases into per-gate W, U, b (and peepholes)."""
     out = {}
     for gate, layout in zip(cell.gates, cell.spec.weights, strict=True):
@@ -86,7 +87,7 @@ def gate_weights(cell: Cell, values: dict[str, np.ndarray]) -> dict[str, GateWei
 
 
 def weights_columns(
-    cells: Sequence[Cell], values: dict[str, dict[str, np.ndarray]]
+    cells: Sequence[HasSpec], values: Mapping[str, Mapping[str, np.ndarray]]
 ) -> dict[str, pd.Categorical | np.ndarray]:
     """The weights table: cell, gate, source (categoricals), row, unit, value.
 
@@ -94,7 +95,7 @@ def weights_columns(
     `peephole` (row 0), `recurrent_bias` (row 0; Keras GRU with reset_after) or
     `projection` (gate is null, row = cell unit, unit = output unit).
     """
-    parts = []
+    parts: list[tuple[str, str | None, str, np.ndarray]] = []
     for cell in cells:
         v = values[cell.name]
         for gate, w in gate_weights(cell, v).items():
@@ -108,9 +109,9 @@ def weights_columns(
             parts.append((cell.name, None, "projection", v["projection"]))
     columns: dict[str, Any] = {"row": [], "unit": [], "value": []}
     labels: dict[str, list] = {"cell": [], "gate": [], "source": []}
-    for cell_name, gate, source, matrix in parts:
+    for cell_name, gate_name, source, matrix in parts:
         cols = weight_columns(matrix)
-        for key, label in (("cell", cell_name), ("gate", gate), ("source", source)):
+        for key, label in (("cell", cell_name), ("gate", gate_name), ("source", source)):
             labels[key].append((label, len(cols["value"])))
         for key in ("row", "unit", "value"):
             columns[key].append(cols[key])
