@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -186,10 +187,15 @@ def whole_process(
             files[n], np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32)
         )
 
-    def run(argv: list[str]) -> float:
+    def run(argv: list[str]) -> tuple[float, float, float]:
+        """Wall, CPU (user + system) and system seconds of one process."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run([sys.executable, *argv], check=True, capture_output=True)
-        return time.perf_counter() - start
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        system = after.ru_stime - before.ru_stime
+        return wall, after.ru_utime - before.ru_utime + system, system
 
     records = {"record": [], **(variants or {})}
     spans = {"forward": (small, forward_large), **{name: (small, large) for name in records}}
@@ -209,19 +215,25 @@ def whole_process(
                 *base_flags,
                 *flags,
             ]
-    per_round: dict[str, list[float]] = {k: [] for name in spans for k in (name, f"{name}_ratio")}
+    per_round: dict[str, list[float]] = {
+        k: [] for name in spans for k in (name, f"{name}_ratio", f"{name}_cpu", f"{name}_sys")
+    }
     for r in range(rounds):
         t = {}
         for key, argv in list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]:
             out = root / f"whole-out-{r}-{key[0]}-{key[1]}"
             t[key] = run(argv + (["--out", str(out)] if key[0] != "forward" else []))
             shutil.rmtree(out, ignore_errors=True)
+        # per batch: (wall, CPU, system) seconds
         marginal = {
-            kind: (t[(kind, hi)] - t[(kind, lo)]) / (hi - lo) for kind, (lo, hi) in spans.items()
+            kind: [(t[(kind, hi)][i] - t[(kind, lo)][i]) / (hi - lo) for i in range(3)]
+            for kind, (lo, hi) in spans.items()
         }
         for kind in spans:
-            per_round[kind].append(marginal[kind])
-            per_round[f"{kind}_ratio"].append(marginal[kind] / marginal["forward"])
+            per_round[kind].append(marginal[kind][0])
+            per_round[f"{kind}_cpu"].append(marginal[kind][1])
+            per_round[f"{kind}_sys"].append(marginal[kind][2])
+            per_round[f"{kind}_ratio"].append(marginal[kind][0] / marginal["forward"][0])
 
     def median(k):
         return statistics.median(per_round[k])
@@ -231,14 +243,53 @@ def whole_process(
         "forward_s_per_batch": round(median("forward"), 3),
         "record_s_per_batch": round(median("record"), 3),
         "ratio": round(median("record_ratio"), 2),
+        "forward_cpu_s_per_batch": round(median("forward_cpu"), 3),
+        "record_cpu_s_per_batch": round(median("record_cpu"), 3),
+        "record_sys_s_per_batch": round(median("record_sys"), 3),
+        "record_write_calls_per_batch": write_calls(
+            jobs[("record", small)], jobs[("record", large)], root, large - small
+        ),
         **{f"{name}_s_per_batch": round(median(name), 3) for name in variants or {}},
         **{f"{name}_ratio": round(median(f"{name}_ratio"), 2) for name in variants or {}},
         "per_round": {
             k: [round(v, 3) for v in vs]
             for k, vs in per_round.items()
-            if not k.startswith("forward_")
+            if not k.startswith("forward_") and not k.endswith(("_cpu", "_sys"))
         },
     }
+
+
+def write_calls(small: list[str], large: list[str], root: Path, batches: int) -> int | None:
+    """The `write()` calls (and their kin: pwrite, writev) a batch adds to a `gatetrace record`
+    process, counted by strace (None where strace is not installed)."""
+    if shutil.which("strace") is None:
+        return None
+    counts = []
+    for argv in (small, large):
+        out, log = root / "strace-out", root / "strace.txt"
+        subprocess.run(
+            [
+                "strace",
+                "-f",
+                "-c",
+                "-o",
+                str(log),
+                "-e",
+                "trace=write,pwrite64,writev,pwritev",
+                sys.executable,
+                *argv,
+                "--out",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        rows = re.findall(
+            r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$", log.read_text(), re.M
+        )
+        counts.append(sum(int(calls) for calls, name in rows if name != "total"))
+    return round((counts[1] - counts[0]) / batches)
 
 
 def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int) -> dict:
@@ -463,7 +514,12 @@ def _print(r: dict) -> None:
         b = w["batches"]
         print(
             f"whole processes, marginal per batch (forward {b['forward'][0]} -> {b['forward'][1]} batches, record {b['record'][0]} -> "
-            f"{b['record'][1]}): forward {w['forward_s_per_batch']:.3f} s, record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
+            f"{b['record'][1]}) on {r['machine']['processor']}: forward {w['forward_s_per_batch']:.3f} s, "
+            f"record {w['record_s_per_batch']:.3f} s: {w['ratio']:.2f}x"
+        )
+        print(
+            f"  CPU seconds per batch: forward {w['forward_cpu_s_per_batch']:.3f}, record {w['record_cpu_s_per_batch']:.3f} "
+            f"(system {w['record_sys_s_per_batch']:.3f}); write() calls per batch: {w['record_write_calls_per_batch']}"
         )
         for name in ("memory_8g", "compression_lz4"):
             if f"{name}_ratio" in w:

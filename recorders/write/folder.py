@@ -158,7 +158,9 @@ class Folder:
 
     def native_target(self, file: BinaryIO) -> Any:
         """What pyarrow writes `file` through: its own native file on `/proc/self/fd/N` where
-        the system has it (the open file itself, not a path looked up again), else `file`."""
+        the system has it (the open file itself, not a path looked up again), else `file`.
+        Unbuffered: behind a 4 MB buffer (64 writes of a 256 MB file instead of 18,600 a
+        batch) the benchmark's record took 0.25 s more CPU a batch, and no less time."""
         proc = _PROC_FD / str(file.fileno())
         if _PROC_FD.is_dir() and proc.exists():
             return pa.OSFile(str(proc), "wb")
@@ -228,8 +230,10 @@ class Folder:
         return "a folder"
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a whole file: to a hidden sibling, flushed, then renamed over `rel` (a link
-        there is replaced, never followed), so that readers see the old one or the new one."""
+        """Write a whole file: to a hidden sibling, then renamed over `rel` (a link there is
+        replaced, never followed), so that readers see the old one or the new one, whenever
+        the process is stopped. It is not forced to disk (no fsync): on ext4 that waits for
+        every file written before it, the whole batch (0.17 s a batch in the benchmark)."""
         parents, name = self._split(rel)
         parent = self._open_dir(parents, create=True)
         tmp = f".{name}.partial-{uuid.uuid4().hex[:8]}"
@@ -240,8 +244,6 @@ class Folder:
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
                 os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
                 try:

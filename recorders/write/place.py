@@ -118,7 +118,7 @@ class LocalPlace(Place):
         return self.folder.read_bytes(rel, limit)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write to a temporary sibling, flush it to disk, and rename it into place."""
+        """Write to a temporary sibling and rename it into place (`Folder.write_bytes`)."""
         try:
             self.folder.write_bytes(rel, data)
         except OSError as err:
