@@ -269,18 +269,23 @@ def test_a_raw_cudnn_lstm_with_both_biases_records_as_cudnn_computes_it(tmp_path
         np.testing.assert_allclose(model.session.run(y, {model.inputs["x"]: x}), outputs, atol=1e-5)
 
 
-def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
-    class TwoLayers(tf.Module):
+# the packed parameters of one cuDNN LSTM layer on FEATURES inputs: 4 kernels, 4 recurrent kernels, 8 biases
+ONE_LAYER = 4 * UNITS * (FEATURES + UNITS) + 8 * UNITS
+
+
+def inspect_raw_cudnn_lstm(tmp_path, params: int, layers: int):
+    """`gatetrace inspect` of a SavedModel whose one op is a raw `CudnnRNN` (LSTM, time-major)
+    with `params` packed parameters and `layers` layers."""
+
+    class RawCudnn(tf.Module):
         def __init__(self):
-            self.params = tf.Variable(
-                tf.zeros([2 * (4 * UNITS * (FEATURES + UNITS) + 8 * UNITS)]), name="params"
-            )
+            self.params = tf.Variable(tf.zeros([params]), name="params")
 
         @tf.function(
             input_signature=[tf.TensorSpec([T, None, FEATURES], tf.float32)], autograph=False
         )
         def __call__(self, x):
-            h = tf.zeros(tf.stack([2, tf.shape(x)[1], UNITS]))
+            h = tf.zeros(tf.stack([layers, tf.shape(x)[1], UNITS]))
             return tf.raw_ops.CudnnRNN(
                 input=x,
                 input_h=h,
@@ -290,42 +295,25 @@ def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
                 is_training=False,
             )[0]
 
-    tf.saved_model.save(TwoLayers(), str(tmp_path / "gpu"))
+    tf.saved_model.save(RawCudnn(), str(tmp_path / "gpu"))
     done = run_cli("inspect", str(tmp_path / "gpu"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "CudnnRNN (" in done.stderr and "runs 2 layers" in done.stderr
+    assert f"{tmp_path / 'gpu'}: CudnnRNN (" in done.stderr, done.stderr
+    return done.stderr
+
+
+def test_two_layers_in_one_cudnn_op_are_refused_naming_it(tmp_path):
+    assert "runs 2 layers" in inspect_raw_cudnn_lstm(tmp_path, 2 * ONE_LAYER, layers=2)
 
 
 def test_cudnn_params_of_the_wrong_size_are_refused_naming_the_model(tmp_path):
     """The refusal names the model file, as every other refusal of a cuDNN op does (it once
     named the op's input tensor instead)."""
-    size = 4 * UNITS * (FEATURES + UNITS) + 8 * UNITS
-
-    class ShortParams(tf.Module):
-        def __init__(self):
-            self.params = tf.Variable(tf.zeros([size - 1]), name="params")
-
-        @tf.function(
-            input_signature=[tf.TensorSpec([T, None, FEATURES], tf.float32)], autograph=False
-        )
-        def __call__(self, x):
-            h = tf.zeros(tf.stack([1, tf.shape(x)[1], UNITS]))
-            return tf.raw_ops.CudnnRNN(
-                input=x,
-                input_h=h,
-                input_c=h,
-                params=self.params,
-                rnn_mode="lstm",
-                is_training=False,
-            )[0]
-
-    tf.saved_model.save(ShortParams(), str(tmp_path / "gpu"))
-    done = run_cli("inspect", str(tmp_path / "gpu"))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert f"{tmp_path / 'gpu'}: CudnnRNN (" in done.stderr, done.stderr
+    said = inspect_raw_cudnn_lstm(tmp_path, ONE_LAYER - 1, layers=1)
+    expected = f"{ONE_LAYER} parameters"
     assert (
-        f"packs {size - 1} parameters where one layer of {UNITS} units on {FEATURES} inputs has {size}"
-        in done.stderr
+        f"packs {ONE_LAYER - 1} parameters where one layer of {UNITS} units on {FEATURES} inputs has {expected}"
+        in said
     )
 
 
