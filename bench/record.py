@@ -300,7 +300,7 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
     two worker threads while the next batch is fetched."""
     from recorders.write.columns import gate_columns, state_columns
     from recorders.write.keys import KeyCache
-    from recorders.write.rowgroups import _write_parquet
+    from recorders.write.rowgroups import write_parquet
 
     keep = BATCH
     times: dict[str, list[float]] = {k: [] for k in ("fetch", "cut", "columns", "encode")}
@@ -335,7 +335,7 @@ def profile(session, plan: tracer.FetchPlan, feed: dict, root: Path, rounds: int
         times["columns"].append(time.perf_counter() - start)
         start = time.perf_counter()
         for n, c in enumerate(columns):
-            _write_parquet(root / f"profile-{r}-{n}.parquet", [c], b"{}")
+            write_parquet(root / f"profile-{r}-{n}.parquet", [c], b"{}")
         times["encode"].append(time.perf_counter() - start)
         for f in root.glob(f"profile-{r}-*.parquet"):
             f.unlink()

@@ -33,7 +33,8 @@ class KeyCache:
     and `example` is a cached offset column plus `start`, itself kept for the last
     `starts` starts: a batch's part files are cut into the same row groups, so each file
     asks for the same few (building it afresh each time was 7% of a batch's CPU time in
-    the benchmark). Arrays handed out are shared: callers must not write into them.
+    the benchmark). Arrays handed out are shared and read-only, each owning its memory:
+    `recorders.write.plain` encodes such an array's page once for every file that holds it.
     Safe to call from several threads.
     """
 
@@ -54,14 +55,26 @@ class KeyCache:
         with self._lock:
             cached = self._cache.get(key)
             if cached is None:
-                cached = self._cache[key] = key_columns(np.arange(n, dtype=np.int64), steps, units)
+                cached = self._cache[key] = {
+                    name: _frozen(column)
+                    for name, column in key_columns(
+                        np.arange(n, dtype=np.int64), steps, units
+                    ).items()
+                }
                 _bound(self._cache, self._size)
             start = (key, int(examples[0]))
             example = self._examples.get(start)
             if example is None:
-                example = self._examples[start] = cached["example"] + examples[0]
+                example = self._examples[start] = _frozen(cached["example"] + examples[0])
                 _bound(self._examples, self._starts)
         return {"example": example, "step": cached["step"], "unit": cached["unit"]}
+
+
+def _frozen(column: np.ndarray) -> np.ndarray:
+    """`column` as a read-only array that owns its memory (a copy if it is a view)."""
+    column = column.copy() if column.base is not None else column
+    column.flags.writeable = False
+    return column
 
 
 def _bound(cache: dict, size: int) -> None:

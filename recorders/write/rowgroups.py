@@ -3,11 +3,13 @@
 `chunks` cuts a batch's [examples, steps, units] arrays into row groups of whole examples
 of about `ROW_GROUP_ROWS` rows, each as long columns (`recorders.write.columns`);
 `write_parquet` encodes them as `recorders.write.layout` says (required columns,
-statistics, codecs), `write_in` into a new file of a local folder through its handle.
+statistics, codecs): the default layout's part files directly (`recorders.write.plain`),
+anything else through pyarrow; `write_in` into a new file of a local folder through its handle.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -19,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.write.columns import ABSENT, long_columns
+from recorders.write.direct import open_direct
 from recorders.write.folder import Folder
 from recorders.write.layout import (
     DEFAULT_COMPRESSION,
@@ -27,6 +30,7 @@ from recorders.write.layout import (
     REQUIRED,
     encodings,
 )
+from recorders.write.plain import plain_chunk, write_plain
 
 __all__ = ["ROW_GROUP_ROWS", "write_parquet", "write_in", "failure_reason", "chunks"]
 
@@ -37,7 +41,7 @@ ROW_GROUP_ROWS = 1 << 20
 
 
 def write_parquet(
-    path: Path | str,
+    path: Path | str | Any,
     chunks: Iterable[Mapping[str, Any]],
     metadata: bytes,
     dictionary_columns=(),
@@ -49,8 +53,32 @@ def write_parquet(
     required (`REQUIRED`); `dictionary_columns` are dictionary-encoded, the others as
     `_layout` says for `compression` (one of COMPRESSIONS, None: DEFAULT_COMPRESSION).
     Statistics (min and max per row group, which readers use to skip row groups) are
-    kept for every column but `NO_STATISTICS`. `filesystem`: a pyarrow FileSystem that
-    `path` is in (default: the local one). Returns the rows written."""
+    kept for every column but `NO_STATISTICS`. `path`: a file path, or a file open for
+    writing; `filesystem`: a pyarrow FileSystem that `path` is in (default: the local one).
+    Returns the rows written.
+
+    The part files of the default layout are written by `recorders.write.plain` (no encoder
+    needed: the floats' bytes as they are, the keys' pages reused); anything else by pyarrow."""
+    compression = compression or DEFAULT_COMPRESSION
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        return 0
+    chunks = itertools.chain([first], chunks)
+    if not dictionary_columns and plain_chunk(first, compression):
+        if filesystem is not None:
+            with filesystem.open_output_stream(path) as stream:
+                return write_plain(stream, chunks, metadata, compression)
+        if isinstance(path, (str, Path)):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                return write_plain(f, chunks, metadata, compression)
+        return write_plain(path, chunks, metadata, compression)
+    return _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesystem)
+
+
+def _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesystem) -> int:
+    """`write_parquet` through pyarrow's encoder."""
     writer, rows = None, 0
     if filesystem is None and isinstance(path, (str, Path)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +105,7 @@ def write_parquet(
                     filesystem=filesystem,
                     use_dictionary=list(dictionary_columns),
                     write_statistics=[n for n in columns if n not in NO_STATISTICS],
-                    **encodings(list(columns), compression or DEFAULT_COMPRESSION),
+                    **encodings(list(columns), compression),
                 )
             if table.num_rows:
                 writer.write_table(table, row_group_size=table.num_rows)
@@ -96,7 +124,21 @@ def write_in(
     dictionary_columns=(),
     compression: str | None = None,
 ) -> int:
-    """`write_parquet` into the new file `rel` of a local folder, reached through its handle."""
+    """`write_parquet` into the new file `rel` of a local folder, reached through its handle: a
+    part file of the default layout past the page cache where the file system allows
+    (`recorders.write.direct`)."""
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    chunks = itertools.chain(() if first is None else [first], chunks)
+    plain = (
+        first is not None
+        and not dictionary_columns
+        and plain_chunk(first, compression or DEFAULT_COMPRESSION)
+    )
+    direct = open_direct(folder, rel) if plain else None
+    if direct is not None:
+        with direct:
+            return write_parquet(direct, chunks, metadata, dictionary_columns, compression)
     with folder.create(rel) as f:
         sink = folder.native_target(f)
         try:

@@ -2,7 +2,8 @@
 
 A recording process holds TensorFlow and the model (measured when recording starts, as
 the process's RSS), the writer's working set (`RESERVE`: a row group's long columns per
-writer thread, the key columns, the weights table), and one batch: its fetched tensors
+writer thread, the key columns, the weights table, the buffers of the files written past
+the page cache), and one batch: its fetched tensors
 and the arrays cut out of them. Batches run one at a time, and peak RSS was measured to
 grow by 0.94 to 1.2 times a batch's recorded values (two float32 columns per gate, one
 per state, every unit and step) for unrolled cells: `COPIES` allows 2, for what that
@@ -32,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import SelectionError
+from recorders.write.direct import BUFFER as DIRECT_BUFFER
+from recorders.write.writer import WRITE_THREADS
 
 __all__ = [
     "COPIES",
@@ -57,7 +60,11 @@ COPIES = 2
 # loop's TensorLists and their stack (measured: 1,346 MB against 1,067 MB for the same cells
 # unrolled, 2 x BasicLSTMCell(256), 50 steps, batch 256, whose values are 131 MB a copy).
 LOOP_COPIES = 2
-RESERVE = 128 * 2**20
+# 160 MB (128 MB covered the AMD EPYC the budget was first measured on; on an Intel Xeon a
+# process went up to 25 MB past a budget with 128), and a buffer for files written past the
+# page cache per writer thread and one for the weights table (recorders.write.direct: they
+# exist once the first files are written, after the RSS the budget starts from was measured)
+RESERVE = 160 * 2**20 + (WRITE_THREADS + 1) * DIRECT_BUFFER
 DEFAULT_ROOM = 768 * 2**20  # on top of what TensorFlow and the model hold, by default
 DEFAULT_BATCH_SIZE = 256  # sequences per Session.run, before the budget lowers it
 _UNITS = {
