@@ -3,10 +3,11 @@
 A recording process holds TensorFlow and the model (measured when recording starts, as
 the process's RSS), the writer's working set (`RESERVE`: a row group's long columns per
 writer thread, the key columns, the weights table, the buffers of the files written past
-the page cache), and one batch: its fetched tensors
-and the arrays cut out of them. Batches run one at a time, and peak RSS was measured to
-grow by 0.94 to 1.2 times a batch's recorded values (two float32 columns per gate, one
-per state, every unit and step) for unrolled cells: `COPIES` allows 2, for what that
+the page cache), and one batch: its fetched tensors and the arrays cut out of them,
+while the batch before is written. Peak RSS was measured
+to grow by 0.94 to 1.2 times a batch's recorded values (two float32 columns per gate, one
+per state, every unit and step) for unrolled cells when batches ran one at a time:
+`COPIES` allows 3, for the batch written while the next runs, and for what that
 measurement did not cover (a replayed loop's fetched inputs and outputs beside the
 values computed from them). `bytes_per_sequence` estimates one sequence's share of a
 batch, with its input rows; `choose_batch` lowers the batch size so that what is held,
@@ -55,11 +56,11 @@ __all__ = [
     "describe_size",
 ]
 
-COPIES = 2
+COPIES = 3
 # A cell taken from its loop (tracer.values.emit) holds two copies more while a batch runs: the
 # loop's TensorLists and their stack (measured: 1,346 MB against 1,067 MB for the same cells
 # unrolled, 2 x BasicLSTMCell(256), 50 steps, batch 256, whose values are 131 MB a copy).
-LOOP_COPIES = 2
+LOOP_COPIES = 3
 # 160 MB (128 MB covered the AMD EPYC the budget was first measured on; on an Intel Xeon a
 # process went up to 25 MB past a budget with 128), and a buffer for files written past the
 # page cache per writer thread and one for the weights table (recorders.write.direct: they

@@ -446,16 +446,32 @@ def _record(
             _StopOnCtrlC(progress) as ctrl_c,
             _collector_skipping_what_is_alive(),
         ):
-            # One batch at a time: its run, then its files (encoded on the writer's threads)
-            # and its commit. Running the next batch while one is encoded was measured no
-            # faster on 2 cores (the encoding uses both), and it held two batches in memory.
+            # A batch's files are written (on the writer's threads, mostly waiting for the
+            # disk) while the next batch runs; it is committed once that run is done. Side by
+            # side, whole processes on 2 cores: see docs/speed.md. Two batches are held then
+            # (`tracer.run.budget.COPIES` counts them).
+            in_flight: tuple[int, int] | None = None
+
+            def settle() -> None:
+                """Commit the batch in flight: wait for its files, mark its examples complete."""
+                nonlocal in_flight
+                if in_flight is not None:
+                    writer.commit()
+                    bar.set_postfix_str(
+                        f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False
+                    )
+                    bar.update(in_flight[1] - in_flight[0])
+                    in_flight = None
+
             for start, stop, batch in _reading(
-                batches(feed_dict, batch_size, None if examples is None else todo), writer
+                batches(feed_dict, batch_size, None if examples is None else todo), writer, settle
             ):
                 try:
                     values = run(batch)
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
+                    settle()  # the batch before is kept
                     raise _failed_batch(batch, err, writer) from None
+                settle()
                 stop = start + plan.batch_of(values) if stop is None else stop
                 # fed again by a --carry-state resume
                 recorded_before = stop > start and start in done_before and stop - 1 in done_before
@@ -465,14 +481,11 @@ def _record(
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
                     _write_batch(writer, plan, values, selection, ids, keep, lens)
-                    writer.commit()
-                    bar.set_postfix_str(
-                        f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False
-                    )
-                    bar.update(stop - start)
-                values = None  # freed before the next run
+                    in_flight = (start, stop)
+                values = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:
                     break
+            settle()
             if ctrl_c.pressed and writer.remaining():
                 if writer.replacing:
                     raise Interrupted(
@@ -500,12 +513,14 @@ def _collector_skipping_what_is_alive() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _reading(batches, writer: RecordingWriter) -> Any:
+def _reading(batches, writer: RecordingWriter, settle: Callable[[], None]) -> Any:
     """`batches`, where an input that turns out unreadable midway says what is kept (the
-    error is the input's, found only when its rows are read)."""
+    error is the input's, found only when its rows are read), once `settle` has committed
+    the batch in flight."""
     try:
         yield from batches
     except FeedError as err:
+        settle()
         kept, flag = writer.kept()
         raise FeedError(
             f"{err}; {kept}: fix the input and rerun{' with ' + flag if flag else ''}"
