@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -177,6 +178,13 @@ def test_columns_the_plain_writer_does_not_take_go_through_pyarrow(tmp_path, col
     rowgroups.write_parquet(tmp_path / "x.parquet", [columns], b"{}")
     assert pq.read_table(tmp_path / "x.parquet")["value"].to_pylist() == [1.0] * 6
     assert pq.ParquetFile(tmp_path / "x.parquet").metadata.created_by.startswith("parquet-cpp")
+
+
+def test_columns_of_different_lengths_are_refused_as_pyarrow_refuses_them(tmp_path):
+    columns = {"example": np.arange(6), "value": np.ones(5, np.float32)}
+    assert not plain.plain_chunk(columns, "fast")
+    with pytest.raises(pa.ArrowInvalid, match="length"):
+        rowgroups.write_parquet(tmp_path / "x.parquet", [columns], b"{}")
 
 
 def test_compressed_layouts_go_through_pyarrow(tmp_path):

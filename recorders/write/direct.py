@@ -30,7 +30,9 @@ import numpy as np
 __all__ = ["DirectFile", "open_direct", "BUFFER"]
 
 BUFFER = 2 << 20  # bytes gathered before a write: a multiple of any block size
-_BLOCK = 4096  # writes, their offsets and their buffers are aligned to this (Linux asks the device's logical block size, at most 4096)
+# writes, their offsets and their buffers are aligned to this: Linux asks for the device's
+# logical block size (512 or 4096; a device that asks more refuses, and gets the page cache)
+_BLOCK = 4096
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _buffers = threading.local()
 

@@ -66,8 +66,12 @@ class Sink(Protocol):
 
 
 def plain_chunk(columns: Mapping[str, Any], layout: str) -> bool:
-    """Whether `write_plain` writes a row group of these columns in `layout`."""
+    """Whether `write_plain` writes a row group of these columns in `layout` (columns of one
+    length: anything else goes to pyarrow, which says what is wrong)."""
     if layout not in PLAIN_LAYOUTS:
+        return False
+    lengths = {len(c) for c in columns.values() if c is not ABSENT}
+    if len(lengths) > 1:
         return False
     for name, column in columns.items():
         if column is ABSENT:

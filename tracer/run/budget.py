@@ -14,9 +14,9 @@ batch, with its input rows; `choose_batch` lowers the batch size so that what is
 the reserve and the batch stay within the budget.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
-tenth of the available memory, if that is less): enough for batches of 256 of the
-benchmark model (whole processes in batches of 130 cost 6% to 17% more per sequence,
-measured), while a large model's batch is lowered and a tiny model keeps DEFAULT_BATCH_SIZE.
+tenth of the available memory, if that is less): batches of 203 of the benchmark model
+(256 before two batches were held; whole processes cost 2.56x the forward pass in batches of
+203 and 2.44x in batches of 256, measured), while a large model's batch is lowered and a tiny model keeps DEFAULT_BATCH_SIZE.
 `--memory` sets the budget of the whole process instead.
 
 `tune_allocators` sets how a recording process reuses freed memory (the `gatetrace`
