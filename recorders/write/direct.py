@@ -19,7 +19,6 @@ through the page cache (the flag is cleared on the open file).
 from __future__ import annotations
 
 import errno
-import fcntl
 import mmap
 import os
 import threading
@@ -88,6 +87,8 @@ class DirectFile:
             except OSError as err:
                 if err.errno != errno.EINVAL or not self._direct:
                     raise
+                import fcntl  # POSIX, as O_DIRECT is: not imported where neither exists
+
                 # the file system took O_DIRECT at open and refuses it now: the page cache then
                 fcntl.fcntl(
                     self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~_O_DIRECT
