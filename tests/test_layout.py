@@ -90,7 +90,8 @@ def test_every_module_imports_only_from_its_stage_and_below():
 # what readers share with the writer; the writer's own parts (writer, rowgroups, swap, place,
 # files) are imported by nothing outside it.
 FORMAT = tuple(
-    f"recorders.write.{m}" for m in ("layout", "columns", "keys", "schema", "progress", "folder")
+    f"recorders.write.{m}"
+    for m in ("layout", "columns", "keys", "schema", "progress", "folder", "stats")
 )
 DIRECTIONS = {
     "recorders.errors": ("recorders.errors",),
