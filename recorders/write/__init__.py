@@ -7,6 +7,7 @@ The format, which readers import too: `layout` (folders, file names, column enco
 The writer's own parts, which nothing outside this package imports: `writer`
 (`RecordingWriter`, `write_weights`: a file's lifecycle, batch by batch), `rowgroups` (a part
 file cut into row groups), `plain` (the default layout's part files written from numpy, with
-`thrift` for their metadata), `direct` (new files written past the page cache), `swap` (locks and the `--overwrite` swap), `place` (local folder
-or object storage), `files` (the output location). Imports only `recorders.errors` and this package.
+`thrift` for their metadata), `direct` (new files written past the page cache), `swap`
+(locks and the `--overwrite` swap), `place` (local folder or object storage), `files` (the
+output location). Imports only `recorders.errors` and this package.
 """

@@ -11,7 +11,8 @@ of CPU on the same machine, the CPU left to TensorFlow.
 `DirectFile` gathers what is written into its thread's buffer (aligned, 2 MB) and writes it
 whole; `close` writes the rest padded to the block size and cuts the file to its length.
 `open_direct` opens a new file so, or returns None where the file system refuses `O_DIRECT`
-(tmpfs on older kernels, some network and FUSE file systems): the caller writes through the page cache then.
+(tmpfs on older kernels, some network and FUSE file systems): the caller writes through the
+page cache then.
 A file system that takes the flag at open but refuses a write gets the rest of the file
 through the page cache (the flag is cleared on the open file).
 """

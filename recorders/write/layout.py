@@ -24,7 +24,8 @@ of float32 values leave lz4 5% to 12% to save on most of them (a quarter on an o
 saturated gate's activations), for two to three times their encoding time (measured).
 `lz4`, `zstd` and `snappy` compress every column, the floats byte-stream-split; `none`
 compresses nothing. `fast` part files are written by `recorders.write.plain` (the same files
-pyarrow writes for this layout, without its `ARROW:schema` entry), the others by pyarrow. Every file carries the recording's description in its schema
+pyarrow writes for this layout, without its `ARROW:schema` entry), the others by pyarrow.
+Every file carries the recording's description in its schema
 metadata under the key `gatetrace`.
 
 The writer (`recorders.write.writer`) and every reader follow this module.

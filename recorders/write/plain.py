@@ -1,9 +1,10 @@
 """Part files in the default layout (`fast`), written straight from numpy arrays.
 
 In that layout (`recorders.write.layout`) every column is PLAIN-encoded, the floats stored
-uncompressed and the other columns compressed with LZ4_RAW. Such a file needs no encoder: a float column's page is its array's bytes behind a page header, and
-a key column's page is the same in every part file of a batch (they hold the same examples,
-steps and units: `recorders.write.keys.KeyCache`). So this module writes them itself, one data
+uncompressed and the other columns compressed with LZ4_RAW. Such a file needs no encoder: a
+float column's page is its array's bytes behind a page header, and a key column's page is
+the same in every part file of a batch (they hold the same examples, steps and units:
+`recorders.write.keys.KeyCache`). So this module writes them itself, one data
 page (v1) per column of a row group: the floats go from the array to the file without a copy,
 and a read-only key array that owns its memory (the ones `KeyCache` hands out) is encoded,
 compressed and its statistics taken once, for as long as the array lives. pyarrow copies

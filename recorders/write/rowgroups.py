@@ -60,12 +60,10 @@ def write_parquet(
     The part files of the default layout are written by `recorders.write.plain` (no encoder
     needed: the floats' bytes as they are, the keys' pages reused); anything else by pyarrow."""
     compression = compression or DEFAULT_COMPRESSION
-    chunks = iter(chunks)
-    first = next(chunks, None)
+    first, chunks = _first(chunks)
     if first is None:
         return 0
-    chunks = itertools.chain([first], chunks)
-    if not dictionary_columns and plain_chunk(first, compression):
+    if _plain(first, dictionary_columns, compression):
         if filesystem is not None:
             with filesystem.open_output_stream(path) as stream:
                 return write_plain(stream, chunks, metadata, compression)
@@ -127,14 +125,8 @@ def write_in(
     """`write_parquet` into the new file `rel` of a local folder, reached through its handle: a
     part file of the default layout past the page cache where the file system allows
     (`recorders.write.direct`)."""
-    chunks = iter(chunks)
-    first = next(chunks, None)
-    chunks = itertools.chain(() if first is None else [first], chunks)
-    plain = (
-        first is not None
-        and not dictionary_columns
-        and plain_chunk(first, compression or DEFAULT_COMPRESSION)
-    )
+    first, chunks = _first(chunks)
+    plain = first is not None and _plain(first, dictionary_columns, compression)
     direct = open_direct(folder, rel) if plain else None
     if direct is not None:
         with direct:
@@ -146,6 +138,18 @@ def write_in(
         finally:
             if sink is not f:
                 sink.close()
+
+
+def _first(chunks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, Iterator]:
+    """The first chunk (None if there is none), and all the chunks again."""
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    return first, itertools.chain(() if first is None else [first], chunks)
+
+
+def _plain(first: Mapping[str, Any], dictionary_columns, compression: str | None) -> bool:
+    """Whether a file whose first chunk is `first` is written by `recorders.write.plain`."""
+    return not dictionary_columns and plain_chunk(first, compression or DEFAULT_COMPRESSION)
 
 
 def failure_reason(err: BaseException) -> str:

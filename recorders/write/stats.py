@@ -71,10 +71,9 @@ class Stats:
             mean = total / count
         deviation = np.where(keep, v - np.expand_dims(mean, axes), 0.0)
         m2 = (deviation * deviation).sum(axis=axes)
+        # numpy's min and max are NaN where a value kept is NaN
         minimum = np.where(keep, v, np.inf).min(axis=axes, initial=np.inf)
         maximum = np.where(keep, v, -np.inf).max(axis=axes, initial=-np.inf)
-        nan = (keep & np.isnan(v)).any(axis=axes)
-        minimum, maximum = np.where(nan, np.nan, minimum), np.where(nan, np.nan, maximum)
         below = (keep & (v < low)).sum(axis=axes, dtype=np.int64)
         above = (keep & (v > high)).sum(axis=axes, dtype=np.int64)
         which = bin_of(v, edges)  # -1 for NaN
@@ -105,8 +104,8 @@ class Stats:
             n,
             mean,
             m2,
-            _nan_min(self.minimum, other.minimum),
-            _nan_max(self.maximum, other.maximum),
+            np.minimum(self.minimum, other.minimum),  # NaN where either is
+            np.maximum(self.maximum, other.maximum),
             self.below + other.below,
             self.above + other.above,
             self.histogram + other.histogram,
@@ -126,23 +125,12 @@ class Stats:
             m2 = np.where(self.count > 0, self.m2, 0.0).sum(axis=axis) + (
                 weight * spread * spread
             ).sum(axis=axis)
-        nan_in = np.isnan(self.minimum).any(axis=axis)
-        minimum = np.where(
-            nan_in,
-            np.nan,
-            np.nanmin(np.where(np.isnan(self.minimum), np.inf, self.minimum), axis=axis),
-        )
-        maximum = np.where(
-            nan_in,
-            np.nan,
-            np.nanmax(np.where(np.isnan(self.maximum), -np.inf, self.maximum), axis=axis),
-        )
         return Stats(
             n,
             total_mean,
             m2,
-            minimum,
-            maximum,
+            self.minimum.min(axis=axis),  # NaN where any is
+            self.maximum.max(axis=axis),
             self.below.sum(axis=axis),
             self.above.sum(axis=axis),
             self.histogram.sum(axis=axis if axis >= 0 else axis - 1),
@@ -199,11 +187,3 @@ def bin_of(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     slot = np.searchsorted(edges, v, side="right")  # 0 below, len(edges) at or above the top
     slot = np.where(v == edges[-1], len(edges) - 1, slot)  # the last bin is closed
     return np.where(np.isnan(v), -1, slot)
-
-
-def _nan_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where(np.isnan(a) | np.isnan(b), np.nan, np.minimum(a, b))
-
-
-def _nan_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b))
