@@ -17,6 +17,8 @@ from recorders.write.columns import gate_columns, state_columns, weight_columns
 from recorders.write.keys import KeyCache, key_columns
 from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
 from recorders.write.progress import Intervals, Shard
+from recorders.write.stats import Stats
+from recorders.write.summary import Bins, SummaryWriter
 from recorders.write.writer import RecordingWriter, write_weights
 
 try:
@@ -35,6 +37,9 @@ __all__ = [
     "weight_columns",
     "METADATA_KEY",
     "RecordingWriter",
+    "SummaryWriter",
+    "Bins",
+    "Stats",
     "partition_dir",
     "partition_value",
     "write_weights",

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder
-from recorders.write.layout import UNREADABLE, partition_dir
+from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE, partition_dir
 from recorders.write.progress import PROGRESS_DIR, Intervals
 from recorders.write.schema import MAX_UNITS
 
@@ -45,7 +45,15 @@ KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
 _VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
 # what a reader opens in the root
-READ = ("gates", "states", "weights.parquet", "manifest.json", PROGRESS_DIR)
+READ = (
+    "gates",
+    "states",
+    "weights.parquet",
+    "manifest.json",
+    PROGRESS_DIR,
+    SUMMARY_DIR,
+    TOTALS_DIR,
+)
 
 
 class CheckedFiles:

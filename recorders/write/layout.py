@@ -8,6 +8,9 @@ Layout of a recording `OUT/`:
     _progress/shard-K-of-N.json                                  which examples are complete (see recorders.write.progress)
     manifest.json                                                what was recorded, from what, row counts
 
+A summary recording (`--summary`) holds `summary/` and `_summary/` instead of `gates/` and
+`states/`: see `recorders.write.summary`.
+
 `gates/` and `states/` are Hive-partitioned datasets: `pandas.read_parquet("OUT/gates")`
 returns the long table with `cell` and `gate` as categoricals, and a filter on them
 reads only the matching folders. In partition values, characters that are unsafe in
@@ -43,6 +46,8 @@ from recorders.write.columns import PARTS
 __all__ = [
     "UNREADABLE",
     "METADATA_KEY",
+    "SUMMARY_DIR",
+    "TOTALS_DIR",
     "COMPRESSIONS",
     "DEFAULT_COMPRESSION",
     "WEIGHT_LABELS",
@@ -58,6 +63,8 @@ __all__ = [
 # and ValueError (a footer whose names are not UTF-8 raises UnicodeDecodeError).
 UNREADABLE = (OSError, ValueError, pa.ArrowException)
 METADATA_KEY = b"gatetrace"
+SUMMARY_DIR = "summary"  # a summary recording's merged statistics (recorders.write.summary)
+TOTALS_DIR = "_summary"  # its shards' running totals
 # `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
 # (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.
 COMPRESSIONS = ("fast", "lz4", "zstd", "snappy", "none")

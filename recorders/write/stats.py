@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "pooled", "check_edges", "bin_of"]
 
 
 @dataclass(frozen=True)
@@ -116,15 +116,7 @@ class Stats:
 
     def reduce(self, axis: int) -> Stats:
         """The statistics merged along `axis` (e.g. per (step, unit) into per unit)."""
-        n = self.count.sum(axis=axis)
-        weight = self.count.astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(self.count > 0, self.mean, 0.0)
-            total_mean = (weight * mean).sum(axis=axis) / n
-            spread = np.where(self.count > 0, self.mean - np.expand_dims(total_mean, axis), 0.0)
-            m2 = np.where(self.count > 0, self.m2, 0.0).sum(axis=axis) + (
-                weight * spread * spread
-            ).sum(axis=axis)
+        n, total_mean, m2 = pooled(self.count, self.mean, self.m2, axis)
         return Stats(
             n,
             total_mean,
@@ -169,6 +161,21 @@ class Stats:
                 f"{self.edges[0]}..{self.edges[-1]} in {len(self.edges) - 1} bins, thresholds {self.low}, {self.high}; "
                 f"against {other.edges[0]}..{other.edges[-1]} in {len(other.edges) - 1}, {other.low}, {other.high}"
             )
+
+
+def pooled(
+    count: np.ndarray, mean: np.ndarray, m2: np.ndarray, axis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, mean and m2 of groups of values pooled along `axis`, from each group's own:
+    m2 is the groups' m2 plus each group's count times its mean's squared distance from the
+    pooled mean (Chan et al.'s merge, all groups at once)."""
+    n = count.sum(axis=axis)
+    weight = count.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total_mean = (weight * np.where(count > 0, mean, 0.0)).sum(axis=axis) / n
+        spread = np.where(count > 0, mean - np.expand_dims(total_mean, axis), 0.0)
+        m2 = np.where(count > 0, m2, 0.0).sum(axis=axis) + (weight * spread * spread).sum(axis=axis)
+    return n, total_mean, m2
 
 
 def check_edges(edges) -> np.ndarray:

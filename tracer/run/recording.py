@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
+from recorders.write.summary import Bins, SummaryWriter, summary_columns
 from recorders.errors import (
     FeedError,
     GatetraceError,
@@ -64,6 +65,7 @@ from tracer.run.select import Selection
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan, Trace, assemble
 from tracer.values.keras import KerasPlan, resolve_inputs
+from tracer.values.summaries import SummaryPlan
 from tracer.values.weights import read_weights, weights_columns
 
 __all__ = ["trace", "record", "describe", "find_all", "weight_values", "DEFAULT_BATCH_SIZE"]
@@ -137,9 +139,12 @@ def _prepare(
     skip_unfed: list | None = None,
     carry_state: bool = False,
     verify: bool = False,
+    summary: Bins | None = None,
 ):
     """The cells, the plan, the checked feeds, and the function that runs one batch.
-    With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there."""
+    With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there.
+    With `summary`, the plan is a `SummaryPlan` of the selection's columns, and the function
+    takes the batch's row count, its sequences (`keep`) and their lengths too."""
     chosen = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
@@ -149,7 +154,11 @@ def _prepare(
             raise SelectionError(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
             )
-        return layers, keras_plan, resolve_inputs(model, feeds), keras_plan.fetch
+        inputs = resolve_inputs(model, feeds)
+        if summary is not None:
+            keras_summary = _summary_plan(keras_plan, None, layers, selection, summary, None)
+            return layers, keras_summary, inputs, lambda batch, **_: (keras_plan.fetch(batch), [])
+        return layers, keras_plan, inputs, keras_plan.fetch
     cells = _cells_of(model, chosen, Cell)
     names = {c.name for c in cells}
     below = any(
@@ -180,7 +189,36 @@ def _prepare(
             f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run"
         )
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
+    if summary is not None:
+        numpy_cells = [c for k, c in enumerate(cells) if not plan.in_graph(k)]
+        numpy_plan = (
+            FetchPlan(model.graph, numpy_cells, context=found, steps=steps, verify=verify)
+            if numpy_cells
+            else None
+        )
+        summary_plan = _summary_plan(plan, numpy_plan, cells, selection, summary, model.graph)
+        return (
+            cells,
+            summary_plan,
+            feed_dict,
+            partial(summary_plan.fetch, model.session, timeout=timeout),
+        )
     return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
+
+
+def _summary_plan(plan, numpy_plan, cells, selection: Selection | None, bins: Bins, graph):
+    """The `SummaryPlan` of the columns `selection` keeps, binned by `bins`."""
+    selection = selection or Selection()
+    if selection.parts:
+        raise SelectionError(
+            "--summary with --values contributions: a summary holds statistics of preactivations, activations and "
+            "states; leave contributions out, or record in full"
+        )
+    values = [v for v in selection.values if v in ("preactivation", "activation")]
+    columns = summary_columns(
+        [c.describe() for c in cells], values, bins, lambda _, gate: selection.keeps_gate(gate)
+    )
+    return SummaryPlan(plan, numpy_plan, columns, bins.low, bins.high, graph)
 
 
 def trace(
@@ -285,6 +323,7 @@ def record(
     verify: bool = False,
     values: Sequence[str] | None = None,
     reads: Sequence[str | os.PathLike | None] = (),
+    summary: Bins | None = None,
 ) -> dict:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
 
@@ -314,6 +353,9 @@ def record(
     preactivation, activation and contributions (the preactivations' parts, `tracer.values.parts`).
     `reads` names the files the feeds come from: with `overwrite`, the recording at `out` is
     not replaced when they (or the model's own files) lie inside it.
+    With `summary` (a `recorders.Bins`), the folder is a summary recording instead: statistics
+    of every column per unit and per step over all the sequences, computed beside the gates
+    (`tracer.values.summaries`; see `recorders.write.summary`).
     The summary is that of `RecordingWriter.close`.
     """
     selection = selection or Selection()
@@ -355,6 +397,7 @@ def record(
             memory=memory,
             verify=verify,
             reads=reads,
+            summary=summary,
         )
 
 
@@ -378,6 +421,7 @@ def _record(
     memory,
     verify,
     reads,
+    summary,
 ) -> dict:
     """`record` of the `cells` chosen, on a model whose loops emit them (see `from_loops`)."""
     skipped: list[tuple[str, str]] = []
@@ -390,6 +434,7 @@ def _record(
         None if chosen else skipped,
         carry_state=carry_state,
         verify=verify,
+        summary=summary,
     )
     n = count_sequences(feed_dict)
     lengths = _check_lengths(lengths, n)
@@ -420,7 +465,9 @@ def _record(
         description["not_recorded"] = hidden_layers(model)
     if carry_state:  # a resume must cut the stream into the same batches
         description["carry_state"] = {"batch_size": batch_size}
-    with RecordingWriter(
+    if summary is not None:
+        description["summary"] = summary.describe((*col.key, col.edges) for col in plan.columns)
+    with (RecordingWriter if summary is None else SummaryWriter)(
         out,
         description,
         overwrite=overwrite,
@@ -466,13 +513,21 @@ def _record(
             for start, stop, batch in _reading(
                 batches(feed_dict, batch_size, None if examples is None else todo), writer, settle
             ):
+                keep = None if stop is None else stop - start
+                lens = None if lengths is None or stop is None else lengths[start:stop]
                 try:
-                    values = run(batch)
+                    if summary is None:
+                        values = run(batch)
+                    else:
+                        values = run(batch, rows=_rows(batch), keep=keep, lengths=lens)
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
                     settle()  # the batch before is kept
                     raise _failed_batch(batch, err, writer) from None
                 settle()
-                stop = start + plan.batch_of(values) if stop is None else stop
+                if stop is None:
+                    stop = start + (
+                        plan.batch_of(values) if summary is None else plan.batch_of(*values)
+                    )
                 # fed again by a --carry-state resume
                 recorded_before = stop > start and start in done_before and stop - 1 in done_before
                 if not recorded_before:
@@ -480,7 +535,11 @@ def _record(
                     ids, keep = np.arange(start, stop, dtype=np.int64), stop - start
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
-                    _write_batch(writer, plan, values, selection, ids, keep, lens)
+                    if summary is None:
+                        _write_batch(writer, plan, values, selection, ids, keep, lens)
+                    else:
+                        for key, positions, per_unit, per_step in plan.stats(*values, keep, lens):
+                            writer.add(key, positions, per_unit, per_step)
                     in_flight = (start, stop)
                 values = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:
@@ -498,6 +557,11 @@ def _record(
         summary = writer.close()
     summary["batch"] = choice.to_dict()
     return summary
+
+
+def _rows(batch: Mapping) -> int | None:
+    """The rows of a batch's array feeds (None: only scalars are fed, e.g. an input pipeline)."""
+    return max((len(v) for v in batch.values() if np.ndim(v)), default=None)
 
 
 @contextmanager

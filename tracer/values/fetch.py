@@ -208,7 +208,11 @@ class FetchPlan:
         """The fetched values, in the order of `self.tensors`, then one `Replayed` per
         replayed cell (see `gate`, `state` and `steps`). `timeout` limits the run in seconds;
         Ctrl-C cancels it (see `tracer.values.running`)."""
-        values = list(running.run(session, self.tensors, feed_dict, timeout))
+        return self.finish(list(running.run(session, self.tensors, feed_dict, timeout)))
+
+    def finish(self, values: list) -> list:
+        """The fetched `values` (in the order of `self.tensors`) with one `Replayed` appended
+        per replayed cell, as `fetch` returns them."""
         for cell in self._loops:
             if cell.path == "loop":
                 values.append(self._emitted(cell, values))
@@ -230,6 +234,47 @@ class FetchPlan:
                 fused_values(cell, {name: values[k] for name, k in slots.items()}, weights)
             )
         return values
+
+    def graph_values(self, cell: int, column: str, index: int) -> tf.Tensor | None:
+        """Cell number `cell`'s gate number `index` (`column` preactivation or activation), or
+        its state number `index` (`column` value), at every step as one graph tensor [steps,
+        batch, units], steps as `steps` orders them: an unrolled cell's step tensors stacked,
+        or what a forward loop emits. None where the values are computed in numpy (replayed
+        and fused cells), where steps are not in input order (a reversed loop) or where the
+        plan keeps a window of a loop's steps."""
+        if not self.in_graph(cell):
+            return None
+        c = self.cells[cell]
+        which = ("preactivation", "activation", "value").index(column)
+        if c.path == "fetch":
+            steps = [[self.tensors[k] for k in slots[which]] for slots in self._layout[cell]]
+            if which == 2:
+                return tf.stack([step[index] for step in steps])
+            return tf.stack([self._piece(c, step, index) for step in steps])
+        emitted = self._loop_slots[c.name].emitted
+        assert emitted is not None  # (in_graph)
+        stacked_ = [self.tensors[k] for k in emitted[which]]
+        return stacked_[index] if which == 2 else self._piece(c, stacked_, index)
+
+    def in_graph(self, cell: int) -> bool:
+        """Whether `graph_values` gives cell number `cell`'s values (see there)."""
+        c = self.cells[cell]
+        if c.path == "fetch":
+            return True
+        where = self._loop_slots.get(c.name)
+        return (
+            c.path == "loop"
+            and c.fused is None
+            and where is not None
+            and where.emitted is not None
+            and not c.in_loop.reversed
+            and self._steps == slice(None)
+        )
+
+    def graph_lengths(self, cell: int) -> tf.Tensor | None:
+        """The sequence lengths a loop cell's own loop compares time with (None: none)."""
+        where = self._loop_slots.get(self.cells[cell].name)
+        return None if where is None or where.lengths is None else self.tensors[where.lengths]
 
     def _emitted(self, cell: Cell, values: list) -> Replayed | Emitted:
         """A loop cell's values as its rewritten loop emitted them: each tensor of its step
