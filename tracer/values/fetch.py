@@ -467,6 +467,8 @@ class FetchPlan:
         want = gate * units
         for part in parts:  # [batch, width], or [steps, batch, width] as a loop stacks them
             width = part.shape[-1] if part.ndim >= 2 else -1
+            if at == want and width == units:
+                return part  # the gate's own tensor
             if at <= want and want + units <= at + width:
                 return part[..., want - at : want - at + units]
             at += max(width, 0)

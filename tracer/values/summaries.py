@@ -74,26 +74,90 @@ def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.generic:
 
 
 @dataclass(frozen=True)
-class _Cuts:
-    """A column's cut points, and what each slot between them counts towards."""
+class _Bins:
+    """How the graph finds a value's histogram slot (0 underflow, 1 to n the bins, n + 1
+    overflow), and the slots that make up the threshold counts.
 
-    points: np.ndarray  # increasing, in the values' type
-    to_bin: np.ndarray  # [slots, bins + 2] 0/1: the histogram bin of each slot
-    below: np.ndarray  # [slots] bool: the slot's values are < low
-    above: np.ndarray  # [slots] bool: > high
+    `points` are the cut points in the values' type: `_cut` of each edge (of the last, closed,
+    edge: the smallest value above it); a value's slot is how many points are <= it. Where
+    `scale` is set, the slot is computed as floor(v * scale) + `offset` in float64 (clipped to 0..n+1; a
+    value equal to the last edge, `top`, put in bin n): one rounding, so monotone in v, and
+    checked against the points on both sides of every cut (`_arithmetic`), hence equal to the
+    count everywhere. Elsewhere `searchsorted` counts the points. `below_last` is the last slot
+    holding only values < low (None: the threshold is not a cut point, and is counted by its
+    own comparison); `above_first` the first slot holding only values > high."""
+
+    points: np.ndarray
+    scale: float | None
+    offset: int
+    top: float | None
+    below_last: int | None
+    above_first: int | None
 
     @classmethod
-    def of(cls, edges: np.ndarray, low: float, high: float, dtype: np.dtype) -> _Cuts:
-        bins = np.array([*(_cut(e, dtype) for e in edges[:-1]), _cut(edges[-1], dtype, True)])
+    def of(cls, edges: np.ndarray, low: float, high: float, dtype: np.dtype) -> _Bins:
+        points = np.array(
+            [*(_cut(e, dtype) for e in edges[:-1]), _cut(edges[-1], dtype, True)], dtype=dtype
+        )
         c_low, c_high = _cut(low, dtype), _cut(high, dtype, True)
-        points = np.unique(np.concatenate([bins, [c_low, c_high]])).astype(dtype)
-        # slot j holds the values in [points[j - 1], points[j]); slot 0 those below points[0]
-        starts = np.concatenate([[-np.inf], points.astype(np.float64)])
-        slot_bin = np.searchsorted(bins.astype(np.float64), starts, side="right")
-        to_bin = np.zeros((len(starts), len(edges) + 1), np.int64)
-        to_bin[np.arange(len(starts)), slot_bin] = 1
-        ends = np.concatenate([points.astype(np.float64), [np.inf]])
-        return cls(points, to_bin, ends <= float(c_low), starts >= float(c_high))
+        hits_low, hits_high = np.flatnonzero(points == c_low), np.flatnonzero(points == c_high)
+        top = float(edges[-1]) if np.asarray(edges[-1]).astype(dtype) == edges[-1] else None
+        scale, offset = _arithmetic(edges, points, dtype, top)
+        return cls(
+            points,
+            scale,
+            offset,
+            top,
+            int(hits_low[0]) if len(hits_low) else None,
+            int(hits_high[-1]) + 1 if len(hits_high) else None,
+        )
+
+    def slots(self, x: tf.Tensor, x64: tf.Tensor) -> tf.Tensor:
+        """Each value's slot, int32, shaped as `x` (`x64`: the same values in float64)."""
+        last = len(self.points)
+        if self.scale is None:
+            found = tf.searchsorted(
+                tf.constant(self.points[None, :]),
+                tf.reshape(x, [1, -1]),
+                side="right",
+                out_type=tf.int32,
+            )
+            return tf.reshape(found, tf.shape(x))
+        slot = tf.cast(tf.floor(x64 * self.scale), tf.int32) + self.offset
+        slot = tf.clip_by_value(slot, 0, last)
+        if self.top is not None:
+            slot = tf.where(tf.equal(x64, self.top), last - 1, slot)
+        return slot
+
+
+def _arithmetic(
+    edges: np.ndarray, points: np.ndarray, dtype: np.dtype, top: float | None
+) -> tuple[float | None, int]:
+    """(scale, offset) when floor(v * scale) + offset gives every value of `dtype` the slot
+    that counting `points` gives it (see `_Bins`), else (None, 0). Even bins whose first edge
+    is a whole number of bin widths from 0 qualify; the check is made on both sides of every
+    cut point, which, the formula being monotone, makes it hold everywhere."""
+    n = len(edges) - 1
+    scale = n / (edges[-1] - edges[0])
+    offset = 1 - edges[0] * scale
+    if not (np.isfinite(scale) and float(offset).is_integer() and abs(offset) < 2**30):
+        return None, 0
+    if not np.allclose(np.diff(edges), 1 / scale, rtol=1e-9, atol=0):
+        return None, 0
+    offset = int(offset)
+    lowest = np.asarray(-np.inf, dtype)
+    probes = np.concatenate([points, np.nextafter(points, lowest)]).astype(dtype)
+
+    def arithmetic(v: np.ndarray) -> np.ndarray:  # as `_Bins.slots` computes it, in float64
+        v64 = v.astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            slot = np.clip(np.floor(v64 * scale) + offset, 0, n + 1)
+        return np.where(v64 == top, n, slot) if top is not None else slot
+
+    counted = np.searchsorted(points, probes, side="right")
+    if np.array_equal(arithmetic(probes), counted):
+        return float(scale), offset
+    return None, 0
 
 
 class SummaryPlan:
@@ -122,36 +186,46 @@ class SummaryPlan:
             c = plan.cells[number[cell]]
             index = (c.gates if table == "gates" else c.spec.states).index(name)
             self.columns.append(Column((cell, table, name, column), number[cell], index, edges))
-        self._in_graph: dict[_Key, tuple[list[tf.Tensor], _Cuts, np.ndarray]] = {}
-        self.tensors: list[tf.Tensor] = []
+        # the columns the graph computes: their values, step positions, loop lengths, bins
+        self._in_graph: dict[_Key, tuple[tf.Tensor, Any, Any, _Bins]] = {}
+        # per kind of batch (with rows or steps to leave out, or without), each column's outputs
+        self._outputs: dict[bool, dict[_Key, list[tf.Tensor]]] = {}
         self.lengths: Any = None  # the rows' lengths placeholder (graph cells only)
+        self._graph = graph
         if graph is not None:
             with graph.as_default(), tf.name_scope("gatetrace_summary"):
-                self._build()
+                self._find()
 
     # -- the graph's part ------------------------------------------------------------------
 
-    def _build(self) -> None:
-        """Ops beside each column that the graph computes: see `_reduce`."""
+    def _find(self) -> None:
+        """The values of each column the graph computes, and the lengths placeholder."""
         for col in self.columns:
             if not self.plan.in_graph(col.cell):
                 continue
             x = self.plan.graph_values(col.cell, col.key[3], col.index)
             cell = self.plan.cells[col.cell]
-            positions = (
-                cell.positions if cell.path == "fetch" else None
-            )  # a loop's steps are its positions
+            positions = cell.positions if cell.path == "fetch" else None  # a loop's: 0, 1, ...
             if self.lengths is None:
                 # how many steps of each row to count: 0 for a padding row (default: all)
                 self.lengths = tf.compat.v1.placeholder_with_default(
                     tf.fill([tf.shape(x)[1]], tf.int32.max), [None], name="lengths"
                 )
-            valid = self._valid(x, positions, self.plan.graph_lengths(col.cell))
-            dtype = np.dtype(x.dtype.as_numpy_dtype)
-            cuts = _Cuts.of(col.edges, self.low, self.high, dtype)
-            outputs = _reduce(x, valid, cuts.points)
-            self._in_graph[col.key] = (outputs, cuts, positions)
-            self.tensors.extend(outputs)
+            bins = _Bins.of(col.edges, self.low, self.high, np.dtype(x.dtype.as_numpy_dtype))
+            self._in_graph[col.key] = (x, positions, self.plan.graph_lengths(col.cell), bins)
+
+    def _ops(self, masked: bool) -> dict[_Key, list[tf.Tensor]]:
+        """Each graph column's outputs (`_reduce`) for a batch whose rows all count (not
+        `masked`), or one with padding rows or lengths; made when first needed."""
+        if masked not in self._outputs:
+            assert self._graph is not None  # (only graph columns have ops)
+            outputs = {}
+            with self._graph.as_default(), tf.name_scope("gatetrace_summary"):
+                for key, (x, positions, own, bins) in self._in_graph.items():
+                    valid = self._valid(x, positions, own) if masked or own is not None else None
+                    outputs[key] = _reduce(x, valid, bins, self.low, self.high)
+            self._outputs[masked] = outputs
+        return self._outputs[masked]
 
     def _valid(
         self, x: tf.Tensor, positions: np.ndarray | None, own: tf.Tensor | None
@@ -175,42 +249,42 @@ class SummaryPlan:
         rows: int | None = None,
         keep: int | None = None,
         lengths: np.ndarray | None = None,
-    ) -> tuple[list, list]:
+    ) -> tuple[list, dict]:
         """Run one batch: the numpy cells' values (as their plan's `fetch` returns them) and
-        the graph's statistics. `rows` is the batch's row count where known, `keep` how many
-        of them are sequences (the rest padding), `lengths` the given lengths of those."""
+        the graph's statistics by column. `rows` is the batch's row count where known, `keep`
+        how many of them are sequences (the rest padding), `lengths` the given lengths of those."""
         feed = dict(feed_dict)
         known = rows is not None and keep is not None
-        if self.lengths is not None and known and (keep < rows or lengths is not None):
+        masked = self.lengths is not None and known and (keep < rows or lengths is not None)
+        if masked:
             steps = np.full(rows, np.iinfo(np.int32).max, np.int64)
             if lengths is not None:
                 steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
             steps[keep:] = 0
             feed[self.lengths] = steps.astype(np.int32)
+        ops = self._ops(masked) if self._in_graph else {}
         mine = [] if self.numpy_plan is None else list(self.numpy_plan.tensors)
-        got = list(running.run(session, [*mine, *self.tensors], feed, timeout))
-        values = [] if self.numpy_plan is None else self.numpy_plan.finish(got[: len(mine)])
-        return values, got[len(mine) :]
+        got = running.run(session, [mine, ops], feed, timeout)
+        values = [] if self.numpy_plan is None else self.numpy_plan.finish(list(got[0]))
+        return values, got[1]
 
-    def batch_of(self, values: Sequence, graph_values: Sequence) -> int:
+    def batch_of(self, values: Sequence, graph_values: Mapping) -> int:
         """How many rows the batch fetched held (for a stream whose batches say nothing)."""
         if self.numpy_plan is not None and values:
             return self.numpy_plan.batch_of(values)
-        return int(np.max(graph_values[0], initial=0))  # each step's count, all rows counted
+        first = next(iter(graph_values.values()))
+        return int(np.max(first[0], initial=0))  # each step's count, all rows counted
 
     def stats(
-        self, values: Sequence, graph_values: Sequence, keep: int, lengths: np.ndarray | None
+        self, values: Sequence, graph_values: Mapping, keep: int, lengths: np.ndarray | None
     ) -> Iterator[tuple[_Key, np.ndarray, Stats, Stats]]:
         """(key, step positions, per unit, per step) of every column for the batch fetched."""
-        at = 0
         plan = self.numpy_plan if self.numpy_plan is not None else self.plan
         number = {c.name: k for k, c in enumerate(plan.cells)}
         for col in self.columns:
             if col.key in self._in_graph:
-                outputs, cuts, positions = self._in_graph[col.key]
-                got = graph_values[at : at + len(outputs)]
-                at += len(outputs)
-                yield col.key, *self._from_graph(col, got, cuts, positions)
+                _, positions, _, bins = self._in_graph[col.key]
+                yield col.key, *self._from_graph(col, graph_values[col.key], bins, positions)
             else:
                 yield (
                     col.key,
@@ -231,15 +305,16 @@ class SummaryPlan:
         _check_finite(col.key, per_step, steps)
         return steps, per_unit, per_step
 
-    def _from_graph(self, col: Column, got: Sequence, cuts: _Cuts, positions):
-        n, mean, m2, lo, hi, by_unit, by_step = got
+    def _from_graph(self, col: Column, got: Sequence, cuts: _Bins, positions):
+        n, mean, m2, lo, hi, by_unit, by_step, *apart = got
         steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
         stats = []
         for axis, slots in ((0, by_unit), (1, by_step)):
             total, average, spread = pooled(count, np.where(count > 0, mean, np.nan), m2, axis)
-            empty = count.sum(axis=axis) == 0
-            histogram = slots.astype(np.int64) @ cuts.to_bin
+            empty = total == 0
+            slots = slots.astype(np.int64)
+            below, above = apart if apart else (None, None)
             stats.append(
                 Stats(
                     total,
@@ -247,9 +322,13 @@ class SummaryPlan:
                     np.where(empty, 0.0, spread),
                     np.where(empty, np.inf, lo.min(axis=axis).astype(np.float64)),
                     np.where(empty, -np.inf, hi.max(axis=axis).astype(np.float64)),
-                    slots[:, cuts.below].sum(axis=1).astype(np.int64),
-                    slots[:, cuts.above].sum(axis=1).astype(np.int64),
-                    histogram,
+                    slots[:, : cuts.below_last + 1].sum(axis=1)
+                    if cuts.below_last is not None
+                    else np.rint(below.sum(axis=axis)).astype(np.int64),
+                    slots[:, cuts.above_first :].sum(axis=1)
+                    if cuts.above_first is not None
+                    else np.rint(above.sum(axis=axis)).astype(np.int64),
+                    slots,
                     col.edges,
                     self.low,
                     self.high,
@@ -259,42 +338,44 @@ class SummaryPlan:
         return steps, stats[0], stats[1]
 
 
-def _reduce(x: tf.Tensor, valid: tf.Tensor, points: np.ndarray) -> list[tf.Tensor]:
-    """Ops reducing [steps, batch, units] `x` over the rows `valid` ([steps, batch]): per step
-    the count; per (step, unit) the mean and m2 (float64), min and max; the counts of each
-    slot between `points` per unit and per step."""
+def _reduce(
+    x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins, low: float, high: float
+) -> list[tf.Tensor]:
+    """Ops reducing [steps, batch, units] `x` over the rows `valid` ([steps, batch]; None:
+    all): per step the count; per (step, unit) the mean and m2 (float64), min and max; the
+    counts of each histogram slot per unit and per step; and, where a threshold is not a cut
+    point, the counts below `low` and above `high` per (step, unit)."""
     shape = tf.shape(x)
     steps, units = shape[0], shape[2]
-    keep = valid[:, :, None]
-    w = tf.cast(valid, tf.float64)[:, None, :]  # [steps, 1, batch]
+    if valid is None:
+        w = tf.ones([steps, 1, shape[1]], tf.float64)  # [steps, 1, batch]: each row weighs 1
+    else:
+        w = tf.cast(valid, tf.float64)[:, None, :]  # ...or 0, where left out
     n = tf.reduce_sum(w, axis=[1, 2])
-    x64 = tf.where(keep, tf.cast(x, tf.float64), tf.zeros([], tf.float64))
+    x64 = tf.cast(x, tf.float64)
     mean = tf.matmul(w, x64)[:, 0, :] / tf.maximum(n, 1.0)[:, None]
     deviation = x64 - mean[:, None, :]
     m2 = tf.matmul(w, deviation * deviation)[:, 0, :]
     big = tf.constant(np.inf, x.dtype)
-    lo = tf.reduce_min(tf.where(keep, x, big), axis=1)
-    hi = tf.reduce_max(tf.where(keep, x, -big), axis=1)
-    slots = len(points) + 1
-    found = tf.searchsorted(
-        tf.constant(points[None, :], x.dtype),
-        tf.reshape(x, [1, -1]),
-        side="right",
-        out_type=tf.int32,
-    )
-    found = tf.reshape(found, shape)
-
-    def counts(place: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
-        """[size, slots] counts of each value's slot at its `place`; padding in a last, dropped place."""
-        where = tf.where(keep, found + place * slots, size * slots)
-        got = tf.math.bincount(
-            tf.reshape(where, [-1]), minlength=size * slots + 1, maxlength=size * slots + 1
-        )
-        return tf.reshape(got[:-1], [size, slots])
-
-    by_unit = counts(tf.range(units)[None, None, :], units)
-    by_step = counts(tf.range(steps)[:, None, None], steps)
-    return [n, mean, m2, lo, hi, by_unit, by_step]
+    keep = None if valid is None else valid[:, :, None]
+    lo = tf.reduce_min(x if keep is None else tf.where(keep, x, big), axis=1)
+    hi = tf.reduce_max(x if keep is None else tf.where(keep, x, -big), axis=1)
+    width = len(bins.points) + 1  # slots
+    place = (tf.range(steps)[:, None, None] * units + tf.range(units)[None, None, :]) * width
+    size = steps * units * width
+    grid = bins.slots(x, x64) + place
+    if keep is not None:
+        grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
+    counted = tf.math.bincount(tf.reshape(grid, [-1]), minlength=size + 1, maxlength=size + 1)
+    counted = tf.reshape(counted[:-1], [steps, units, width])
+    out = [n, mean, m2, lo, hi, tf.reduce_sum(counted, 0), tf.reduce_sum(counted, 1)]
+    if bins.below_last is None or bins.above_first is None:
+        dtype = np.dtype(x.dtype.as_numpy_dtype)
+        below = tf.less(x, tf.constant(_cut(low, dtype)))
+        above = tf.greater_equal(x, tf.constant(_cut(high, dtype, True)))
+        w32 = tf.cast(w, tf.float32)  # counts up to 2**24 rows are exact in float32
+        out += [tf.matmul(w32, tf.cast(t, tf.float32))[:, 0, :] for t in (below, above)]
+    return out
 
 
 def _as_mask(given: np.ndarray | None, steps: np.ndarray, rows: int) -> np.ndarray | None:
