@@ -7,7 +7,8 @@ Networks", and the LSTMVis / RNNVis tools:
   (left-saturated) and above 0.9 (right-saturated);
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
 - `gate_summaries`: both of those as arrays per gate, from one read of each gate (what
-  `gatetrace view`'s overview shows);
+  `gatetrace view`'s overview shows); from a summary recording (`--summary`), from its
+  statistics: the same counts and means, the quantiles within one histogram bin;
 - `time_courses`: per-unit values along the steps of chosen examples;
 - `top_positions`: the (example, step) positions that drive a unit highest or lowest;
 - `label_correlation`: the correlation of each unit with a per-step label;
@@ -108,6 +109,8 @@ def gate_summaries(
     pairs = [
         (c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates
     ]
+    if rec.kind == "summary":
+        return {pair: _from_summary(rec, *pair, column, low, high, quantiles) for pair in pairs}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = pool.map(
             lambda pair: _summary(rec, pair[0], pair[1], column, low, high, quantiles), pairs
@@ -167,6 +170,35 @@ def _summary(
         if len(quantiles):
             qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
     return Summary(left, right, n, steps, mean, list(qs))
+
+
+def _from_summary(
+    rec: Recording,
+    cell: str,
+    gate: str,
+    column: str,
+    low: float,
+    high: float,
+    quantiles: Sequence[float],
+) -> Summary:
+    """A gate's `Summary` from a summary recording's statistics: the counts and means as a
+    full recording of the same sequences gives them, the quantiles within one bin's width."""
+    stats = rec.statistics
+    if (low, high) != (stats.low, stats.high):
+        raise SelectionError(
+            f"{rec.path} is a summary that counted values below {stats.low:g} and above {stats.high:g}, not "
+            f"{low:g} and {high:g}; ask for those thresholds, or summarise again with --saturation {low:g},{high:g}"
+        )
+    _, per_unit = stats.stats(cell, "gates", gate, column, "unit")
+    steps, per_step = stats.stats(cell, "gates", gate, column, "step")
+    return Summary(
+        per_unit.below,
+        per_unit.above,
+        per_unit.count,
+        steps.astype(np.int32),
+        per_step.mean,
+        [per_step.quantile(q) for q in quantiles],
+    )
 
 
 def _padded_sum(total: np.ndarray, part: np.ndarray) -> np.ndarray:

@@ -33,9 +33,10 @@ import pyarrow.fs as pafs
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import DAMAGED, KEYS, READ, TABLES, CheckedFiles, key_ranges, statistics
+from recorders.read.summaries import SummaryTables
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.folder import Folder, ReadOnlyFiles
-from recorders.write.layout import UNREADABLE
+from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
 from recorders.write.progress import Intervals, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_json
 
@@ -68,7 +69,7 @@ class Recording(CheckedFiles):
         self.path = Path(path)
         self.memory = int(memory) if memory is not None else default_memory()
         not_one = RecordingError(
-            f"{self.path} is not a gatetrace recording: it has no gates/ folder"
+            f"{self.path} is not a gatetrace recording: it has no gates/ folder (nor a summary's summary/)"
         )
         try:
             # a link the user named is followed; none below it is
@@ -80,7 +81,7 @@ class Recording(CheckedFiles):
         for name in READ:
             if name in odd:
                 self._refuse(name)
-        if not self._folder.is_dir("gates"):
+        if not any(self._folder.is_dir(name) for name in ("gates", SUMMARY_DIR, TOTALS_DIR)):
             raise not_one
         self._fs = pafs.PyFileSystem(ReadOnlyFiles(self._folder))
         # the shards' progress files, as opened
@@ -95,6 +96,9 @@ class Recording(CheckedFiles):
                 f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace"
             )
         self.description: dict[str, Any] = description
+        # "summary" (`gatetrace record --summary`: statistics, no values) or "full"
+        self.kind: str = "summary" if description.get("kind") == "summary" else "full"
+        self._statistics: SummaryTables | None = None
         self._cells = {c["name"]: c for c in description["cells"]}
         done = Intervals()
         for p in progress.values():
@@ -132,6 +136,28 @@ class Recording(CheckedFiles):
         return f"Recording({str(self.path)!r}, {len(self._cells)} cells, {self._examples.total():,} examples, {state})"
 
     # -- what it holds ---------------------------------------------------------------------
+
+    @property
+    def statistics(self) -> SummaryTables:
+        """A summary recording's statistics (`recorders.read.summaries`), read when first asked."""
+        if self.kind != "summary":
+            raise SelectionError(
+                f"{self.path} is a full recording: it holds every value, not summary statistics "
+                "(gatetrace record --summary writes those); read its values with gate_frame or gate_array"
+            )
+        if self._statistics is None:
+            self._statistics = SummaryTables(
+                self._folder, self.description, str(self.path), self.complete
+            )
+        return self._statistics
+
+    def _values(self, what: str) -> None:
+        """Refuse to read values from a summary recording, in one line."""
+        if self.kind == "summary":
+            raise SelectionError(
+                f"{self.path} is a summary recording (--summary): it holds statistics per unit and per step, not the "
+                f"values {what} reads; use recorders.analysis.saturation or step_stats, or record without --summary"
+            )
 
     @property
     def cells(self) -> list[str]:
@@ -182,24 +208,35 @@ class Recording(CheckedFiles):
                 for rel in files:
                     self._footer(table, cell, rel)
         self._weights_rows()
+        if self.kind == "summary":
+            self.statistics  # noqa: B018  (read and checked)
 
     def summary(self) -> dict[str, Any]:
         """What the folder holds, read from its manifest (or progress files) and its files'
         metadata only: the model, whether it is complete, the examples, each cell with the
         steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
         progress = self._progress
-        rows = {
-            t: sum(
-                self._footer(t, c, rel).num_rows
-                for (c, _), files in self._files(t).items()
-                for rel in files
-            )
-            for t in TABLES
-        }
+        if self.kind == "summary":
+            rows = {
+                t: sum(p["rows"][t] for p in progress.values())
+                if progress
+                else self.description.get("rows", {}).get(t, 0)
+                for t in TABLES
+            }
+        else:
+            rows = {
+                t: sum(
+                    self._footer(t, c, rel).num_rows
+                    for (c, _), files in self._files(t).items()
+                    for rel in files
+                )
+                for t in TABLES
+            }
         rows["weights"] = self._weights_rows()
         shards = self.description.get("shards") if self.complete else None
         return {
             "path": str(self.path),
+            "kind": self.kind,
             "complete": self.complete,
             "source": self.description.get("source", {}),
             "gatetrace_version": self.description.get("gatetrace_version"),
@@ -225,7 +262,15 @@ class Recording(CheckedFiles):
         }
 
     def steps(self, cell: str) -> np.ndarray:
-        """The input positions recorded for `cell` (read from the step column of one file)."""
+        """The input positions recorded for `cell` (read from the step column of one file, or
+        from a summary's per-step statistics)."""
+        if self.kind == "summary":
+            held = [k for k in self.statistics.keys() if k[0] == cell]
+            return (
+                self.statistics.stats(*held[0], "step")[0].astype(np.int32)
+                if held
+                else np.zeros(0, np.int32)
+            )
         files = self._files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
         return (
             np.unique(self._column("gates", cell, files[0], "step"))
@@ -400,6 +445,7 @@ class Recording(CheckedFiles):
     def _dataset(self, table: str, keys: Sequence[tuple[str, str]] | None = None) -> ds.Dataset:
         """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
         dataset, each with its cell and label as partition values (no folder is discovered)."""
+        self._values(f"the {table} table")
         listed = self._files(table)
         kind = TABLES[table]
         chosen = [

@@ -252,6 +252,15 @@ class Totals:
         high: float,
     ) -> Totals:
         """Totals from the two tables (as `frame` writes them), with each column's `edges`."""
+        try:
+            return cls._from_frames(units, steps, edges, low, high)
+        except (ValueError, TypeError, KeyError, pa.ArrowException) as err:
+            raise RecordingError(
+                f"its statistics are not as gatetrace writes them ({err})"
+            ) from None
+
+    @classmethod
+    def _from_frames(cls, units, steps, edges, low, high) -> Totals:
         out = cls()
         for axis, table in (("unit", units), ("step", steps)):
             for key, rows in _groups(table, axis, edges):
@@ -271,6 +280,10 @@ class Totals:
                     high,
                 )
                 if axis == "unit":
+                    if not np.array_equal(at[order], np.arange(len(at))):
+                        raise RecordingError(
+                            f"{'/'.join(key)} does not hold units 0 to {len(at) - 1}"
+                        )
                     out.units[key] = stats
                 else:
                     out.steps[key] = (at[order], stats)

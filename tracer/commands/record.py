@@ -147,6 +147,28 @@ def arguments(c: argparse.ArgumentParser) -> None:
     )
 
     c.add_argument(
+        "--summary",
+        action="store_true",
+        help="write statistics instead of every value: per unit and per step of each gate and state, count, mean, "
+        "variance, min, max, saturation counts and a histogram, computed beside the gates (a few megabytes, "
+        "whatever the number of sequences): --summary",
+    )
+    c.add_argument(
+        "--saturation",
+        metavar="LOW,HIGH",
+        default="0.1,0.9",
+        help="with --summary: the thresholds below and above which values are counted (default: 0.1,0.9): "
+        "--saturation 0.05,0.95",
+    )
+    c.add_argument(
+        "--bins",
+        metavar="LO,HI,N",
+        default="-10,10,40",
+        help="with --summary: the histogram bins of values without a bounded range (preactivations, states; sigmoid "
+        "and tanh activations are binned over their range in 20): N bins from LO to HI (default: -10,10,40): "
+        "--bins -5,5,50",
+    )
+    c.add_argument(
         "--verify",
         action="store_true",
         help="also recompute the gates of cells taken from while loops in numpy (the replay) and stop if they differ "
@@ -179,6 +201,7 @@ def run(args) -> None:
         examples=parse_range(args.examples, "examples") if args.examples else (None, None),
     )
     shard = Shard.parse(args.shard) if args.shard else Shard()
+    bins = _bins(args)
     memory = parse_size(args.memory) if args.memory else None
     layout = recorded_layout(args.out) if args.resume else None
     # a --workers recording: resumed by tasks
@@ -214,8 +237,45 @@ def run(args) -> None:
             reads=[args.lengths, *(_feed_path(item) for item in args.feed)],
             memory=memory,
             verify=args.verify,
+            summary=bins,
         )
     _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
+
+
+def _bins(args):
+    """The summary's `recorders.Bins` from --saturation and --bins (None without --summary)."""
+    from recorders.errors import SelectionError
+    from recorders.write.summary import Bins
+
+    if not args.summary:
+        for flag, given, default in (
+            ("--saturation", args.saturation, "0.1,0.9"),
+            ("--bins", args.bins, "-10,10,40"),
+        ):
+            if given != default:
+                raise SelectionError(
+                    f"{flag} is for --summary recordings: add --summary, or leave {flag} out"
+                )
+        return None
+
+    def numbers(flag: str, text: str, count: int, example: str) -> list[float]:
+        try:
+            got = [float(v) for v in text.split(",")]
+        except ValueError:
+            got = []
+        if len(got) != count:
+            raise SelectionError(
+                f"{flag} {text}: expected {count} numbers separated by commas, e.g. {flag} {example}"
+            )
+        return got
+
+    low, high = numbers("--saturation", args.saturation, 2, "0.1,0.9")
+    lo, hi, n = numbers("--bins", args.bins, 3, "-10,10,40")
+    if not n.is_integer():
+        raise SelectionError(
+            f"--bins {args.bins}: the number of bins must be a whole number, e.g. --bins -10,10,40"
+        )
+    return Bins(low, high, lo, hi, int(n))
 
 
 def _record_parallel(args, selection, memory) -> None:
@@ -259,6 +319,7 @@ def _record_parallel(args, selection, memory) -> None:
             "timeout": args.timeout,
             "memory": memory,
             "verify": args.verify,
+            "summary": _bins(args),
         },
     )
     bar = None
@@ -298,10 +359,16 @@ def _report(args, summary: dict, part: str) -> None:
     rows = summary["rows"]
     if summary["examples_this_run"] != summary["examples"]:
         part += f" ({summary['examples_this_run']:,} in this run)"
-    print(
-        f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
-        f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
-    )
+    if summary.get("kind") == "summary":
+        print(
+            f"summarised {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
+            f"{rows['gates']:,} gate values, {rows['states']:,} state values -> {args.out}"
+        )
+    else:
+        print(
+            f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
+            f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
+        )
     if summary["examples"] == 0 and summary.get("complete", True):
         feeds = ", ".join(
             f"{name} {shape}"
@@ -319,7 +386,11 @@ def _report(args, summary: dict, part: str) -> None:
         print(
             f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)"
         )
-    if summary["complete"]:
+    if summary["complete"] and summary.get("kind") == "summary":
+        print(
+            f"read it with: pandas.read_parquet({os.path.join(args.out, 'summary', 'units.parquet')!r})"
+        )
+    elif summary["complete"]:
         print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
     else:
         print(

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from recorders import Intervals, RecordingWriter, Shard, __version__
-from recorders.write.summary import Bins, SummaryWriter, summary_columns
 from recorders.errors import (
     FeedError,
     GatetraceError,
@@ -36,6 +35,7 @@ from recorders.errors import (
     RunTimeout,
     SelectionError,
 )
+from recorders.write.summary import Bins, SummaryWriter, summary_columns
 from tracer._tf import tf
 from tracer.cells.found import AnyCell, Cell, KerasCell
 from tracer.find.graph import find_cells

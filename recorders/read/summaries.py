@@ -1,0 +1,134 @@
+"""Reading a summary recording's statistics (`gatetrace record --summary`, `recorders.write.summary`).
+
+    rec = Recording("summary-run")
+    rec.kind                                       # 'summary'
+    units = rec.statistics.frame("unit")           # cell, table, name, column, unit, count, mean, ...
+    steps, stats = rec.statistics.stats("rnn/basic_lstm_cell", "gates", "f", "activation", "step")
+    stats.quantile(0.5)                            # per step, within one bin's width
+
+A finished summary is read from `summary/units.parquet` and `summary/steps.parquet`; one whose
+shards are not all finished, from the shards' running totals in `_summary/` (merged here).
+The files may come from anyone: their columns, counts and histogram lengths are checked
+against the manifest's bins before any number is used (`recorders.write.summary.read_totals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from recorders.errors import RecordingError, SelectionError
+from recorders.write.folder import Folder
+from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
+from recorders.write.stats import Stats
+from recorders.write.summary import Totals, edges_of, read_totals, thresholds_of
+
+__all__ = ["SummaryTables"]
+
+_MAX_BYTES = 2**31  # a summary file of two gigabytes is far beyond any model's (a few megabytes)
+
+
+class SummaryTables:
+    """The statistics of a summary recording, read once, by column and axis."""
+
+    def __init__(self, folder: Folder, description: Mapping[str, Any], shown: str, complete: bool):
+        summary = description.get("summary")
+        if not isinstance(summary, Mapping):
+            raise RecordingError(f"{shown} is a summary recording whose description has no bins")
+        self.low, self.high = thresholds_of(summary)
+        self.edges = edges_of(summary)
+        self._shown = shown
+        self.totals = self._read(folder, summary, complete)
+
+    def _read(self, folder: Folder, summary: Mapping[str, Any], complete: bool) -> Totals:
+        if complete:
+            tables = {}
+            for axis, name in (("unit", "units"), ("step", "steps")):
+                rel = f"{SUMMARY_DIR}/{name}.parquet"
+                try:
+                    tables[axis] = pq.read_table(
+                        pa.BufferReader(folder.read_bytes(rel, _MAX_BYTES))
+                    )
+                except (*UNREADABLE, OSError) as err:
+                    raise RecordingError(f"cannot read {self._shown}/{rel}: {err}") from None
+                expected = {
+                    "cell",
+                    "table",
+                    "name",
+                    "column",
+                    axis,
+                    "count",
+                    "mean",
+                    "m2",
+                    "min",
+                    "max",
+                    "below",
+                    "above",
+                    "histogram",
+                }
+                missing = expected - set(tables[axis].column_names)
+                if missing:
+                    raise RecordingError(
+                        f"{self._shown}/{rel} is not a summary gatetrace wrote: it has no {', '.join(sorted(missing))}"
+                    )
+            try:
+                return Totals.from_frames(
+                    tables["unit"], tables["step"], self.edges, self.low, self.high
+                )
+            except RecordingError as err:
+                raise RecordingError(
+                    f"{self._shown}/{SUMMARY_DIR} is not a summary gatetrace wrote: {err}"
+                ) from None
+        totals = Totals()
+        for name in sorted(folder.entries(TOTALS_DIR)) if folder.is_dir(TOTALS_DIR) else []:
+            if name.startswith("shard-") and name.endswith(".parquet"):
+                rel = f"{TOTALS_DIR}/{name}"
+                got, _ = read_totals(
+                    folder.read_bytes(rel, _MAX_BYTES), summary, f"{self._shown}/{rel}"
+                )
+                totals = totals.merge(got)
+        return totals
+
+    def keys(self) -> list[tuple[str, str, str, str]]:
+        """(cell, table, name, column) of every column the summary holds."""
+        return list(self.edges)
+
+    def frame(self, axis: str = "unit") -> pd.DataFrame:
+        """The `unit` or `step` table as pandas: one row per column and unit (or step)."""
+        if axis not in ("unit", "step"):
+            raise SelectionError(f"axis {axis!r}: expected 'unit' or 'step'")
+        return self.totals.frame(axis).to_pandas()
+
+    def stats(
+        self, cell: str, table: str, name: str, column: str, axis: str
+    ) -> tuple[np.ndarray, Stats]:
+        """(positions, Stats) of one column along `axis`: units 0, 1, ... or the step positions
+        it holds. SelectionError naming what it holds when it does not hold that column."""
+        key = (cell, table, name, column)
+        if key not in self.edges:
+            held = sorted({k[3] for k in self.edges if k[:3] == key[:3]})
+            what = f"the columns {', '.join(held)}" if held else "nothing"
+            raise SelectionError(
+                f"the summary {self._shown} holds {what} of {cell} {name}, not {column}"
+            )
+        if axis == "unit":
+            stats = self.totals.units.get(key)
+            if stats is None:
+                return np.zeros(0, np.int64), _empty(self.edges[key], self.low, self.high)
+            return np.arange(len(stats.count)), stats
+        got = self.totals.steps.get(key)
+        if got is None:
+            return np.zeros(0, np.int64), _empty(self.edges[key], self.low, self.high)
+        return got
+
+
+def _empty(edges: np.ndarray, low: float, high: float) -> Stats:
+    """Statistics of no positions (a summary of no sequences)."""
+    z = np.zeros(0)
+    i = np.zeros(0, np.int64)
+    return Stats(i, z, z, z, z, i, i, np.zeros((0, len(edges) + 1), np.int64), edges, low, high)
