@@ -352,6 +352,11 @@ def test_demo(tmp_path):
             assert line in result.stdout.splitlines(), (
                 f"the README shows {line!r}; the demo printed:\n{result.stdout}"
             )
+    # the summary recording's saturation lines are the full recording's, number for number
+    lines = result.stdout.splitlines()
+    full = lines.index("units whose forget gate is most often above 0.9:")
+    same = next(k for k, line in enumerate(lines) if line.startswith("the same, from the summary"))
+    assert lines[full + 1 : full + 4] == lines[same + 1 : same + 4]
     recording = tmp_path / "demo" / "recording"
     f = pd.read_parquet(recording / "gates", filters=[("gate", "==", "f")])
     assert len(f) == 512 * 20 * 16

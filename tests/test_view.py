@@ -479,3 +479,31 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
         page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
         page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))
     page.close()
+
+
+def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):
+    """The demo's summary recording: the overview's saturation is the full recording's, its
+    quantile band read off the histogram; the panels of one sequence are hidden, with a note."""
+    from recorders.read.analysis import saturation
+
+    demo, _ = demo_served
+    port = free_port()
+    process = view(str(demo / "summary"), "--port", str(port))
+    try:
+        wait_up(port, process)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=60000)
+        shown = {
+            g["gate"]: g for g in page.evaluate("window.gatetrace.overview.cells[0].gate_stats")
+        }
+        sat = saturation(Recording(demo / "recording"))
+        for gate, g in shown.items():
+            want = sat[sat["gate"] == gate].sort_values("unit")
+            np.testing.assert_allclose(g["left"], want["left"], atol=1e-4)
+            np.testing.assert_allclose(g["right"], want["right"], atol=1e-4)
+        assert page.locator("#summary-note").is_visible()
+        assert not page.locator("#sequence").is_visible()
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -3,7 +3,7 @@
 It trains a small BasicLSTMCell on a memory task (report at the last step the sign of
 a marker shown at step 0, with noise in between), so that its forget gates have
 something to do; saves it as a TF1 checkpoint; records its gates on a fresh set of
-sequences; and summarises the recording in pandas.
+sequences, in full and as a summary recording (statistics only); and summarises both.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from recorders.write.files import (
     remove,
     temp_sibling,
 )
+from recorders.write.summary import Bins
 from tracer._tf import tf, v1
 from tracer.load.model import load_model
 from tracer.run.recording import record
@@ -104,6 +105,20 @@ def summarise(recording: Path) -> str:
     return "\n".join(lines)
 
 
+def summarise_statistics(summary: Path) -> str:
+    """The forget gates' saturation from a summary recording: the numbers `summarise` prints."""
+    from recorders import Recording
+    from recorders.read.analysis import saturation
+
+    f = saturation(Recording(summary), gates=["f"])
+    top = f.set_index("unit")["right"].sort_values(ascending=False).head(3)  # as `summarise` sorts
+    size = sum(p.stat().st_size for p in summary.rglob("*") if p.is_file())
+    lines = [f"the same, from the summary recording ({size / 1024:.0f} KB, statistics only):"]
+    for unit, share in top.items():
+        lines.append(f"  unit {unit:2d}: {share:6.1%} of (example, step) positions")
+    return "\n".join(lines)
+
+
 def run_demo(
     out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
 ) -> Path:
@@ -112,7 +127,9 @@ def run_demo(
     check_out(
         out,
         overwrite,
-        ours=lambda folder: foreign_entries(folder, ("model", "recording", "inputs.npy")),
+        ours=lambda folder: foreign_entries(
+            folder, ("model", "recording", "summary", "inputs.npy")
+        ),
     )
     tmp = temp_sibling(out)
     start = time.perf_counter()
@@ -135,6 +152,8 @@ def run_demo(
                 tmp / "recording",
                 values=("preactivation", "activation", "contributions"),
             )
+            # the same sequences as statistics only (`--summary`): kilobytes, not megabytes
+            record(model, {"inputs": x}, tmp / "summary", summary=Bins())
         publish(tmp, out)
     except BaseException:
         remove(tmp)
@@ -148,8 +167,10 @@ def run_demo(
     print(f"  states:    {out / 'recording' / 'states'}")
     print(f"  weights:   {out / 'recording' / 'weights.parquet'}")
     print(f"  manifest:  {out / 'recording' / 'manifest.json'}")
+    print(f"  summary:   {out / 'summary'}  (gatetrace record --summary)")
     print()
     print(summarise(out / "recording"))
+    print(summarise_statistics(out / "summary"))
     print()
     print(
         f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])"

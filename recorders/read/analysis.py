@@ -182,7 +182,8 @@ def _from_summary(
     quantiles: Sequence[float],
 ) -> Summary:
     """A gate's `Summary` from a summary recording's statistics: the counts and means as a
-    full recording of the same sequences gives them, the quantiles within one bin's width."""
+    full recording of the same sequences gives them; each quantile the top of the bin holding
+    the exact (inverted-CDF) one, at most a bin's width above it."""
     stats = rec.statistics
     if (low, high) != (stats.low, stats.high):
         raise SelectionError(

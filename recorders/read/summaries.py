@@ -4,7 +4,7 @@
     rec.kind                                       # 'summary'
     units = rec.statistics.frame("unit")           # cell, table, name, column, unit, count, mean, ...
     steps, stats = rec.statistics.stats("rnn/basic_lstm_cell", "gates", "f", "activation", "step")
-    stats.quantile(0.5)                            # per step, within one bin's width
+    stats.quantile(0.5)                            # per step: the top of the median's bin
 
 A finished summary is read from `summary/units.parquet` and `summary/steps.parquet`; one whose
 shards are not all finished, from the shards' running totals in `_summary/` (merged here).

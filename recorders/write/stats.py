@@ -7,7 +7,7 @@ saturation thresholds), and a histogram over fixed `edges` with an underflow and
 bin. Batches, shards and workers each make one (`Stats.of`, or the same sums computed in
 TensorFlow's graph); `merge` and `reduce` combine them: counts, min, max, threshold counts and
 histograms exactly, mean and m2 by the parallel algorithm of Chan, Golub and LeVeque (1979),
-to float64 rounding. Quantiles come from the histogram and are exact to within one bin's width.
+to float64 rounding. Quantiles come from the histogram: the top of the bin holding the exact (inverted-CDF) quantile.
 
 Bins: value v falls in bin k when edges[k] <= v < edges[k + 1], the last bin closed on the right
 (edges[-1] included, as numpy's histogram does); v < edges[0] is underflow, v > edges[-1]
@@ -138,10 +138,10 @@ class Stats:
             return np.where(self.count > 0, self.m2 / self.count, np.nan)
 
     def quantile(self, q: float) -> np.ndarray:
-        """The q-quantile read off the histogram: the upper edge of the bin where the
-        cumulative count first reaches q x count, so within one bin's width of the value;
-        edges[0] or edges[-1] where it falls in the underflow or overflow bin, NaN where
-        there are no values."""
+        """The q-quantile read off the histogram: the upper edge of the bin holding the
+        ceil(q x count)-th smallest value (numpy's `inverted_cdf` quantile), so at most one
+        bin's width above it; edges[0] or edges[-1] where it falls in the underflow or overflow
+        bin, NaN where there are no values."""
         if not 0 <= q <= 1:
             raise ValueError(f"quantile {q}: expected a number from 0 to 1")
         cumulative = np.cumsum(self.histogram, axis=-1)

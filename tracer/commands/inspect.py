@@ -213,7 +213,7 @@ def run(args) -> None:
 def _is_recording(path: str) -> bool:
     """Whether `path` is a folder `gatetrace record` wrote (finished, or partial)."""
     p = Path(path)
-    return (p / "gates").is_dir() and (
+    return any((p / name).is_dir() for name in ("gates", "summary", "_summary")) and (
         (p / "manifest.json").is_file() or (p / "_progress").is_dir()
     )
 
@@ -233,8 +233,10 @@ def _inspect_recording(args) -> None:
         if summary["complete"]
         else "partial: run the same record command with --resume to finish it"
     )
+    kind = "summary recording (--summary: statistics per unit and per step, no values)"
     print(
-        f"{args.model}: a gatetrace recording ({state}) of {source.get('path', 'a model it does not name')} "
+        f"{args.model}: a gatetrace {kind if summary['kind'] == 'summary' else 'recording'} ({state}) of "
+        f"{source.get('path', 'a model it does not name')} "
         f"({source.get('format', 'format not given')}), gatetrace {summary['gatetrace_version']}"
     )
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
@@ -256,13 +258,21 @@ def _inspect_recording(args) -> None:
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     n, shards = summary["rows"], summary["shards"]
+    counted = (
+        f"values summarised: {n['gates']:,} gate values, {n['states']:,} state values"
+        if summary["kind"] == "summary"
+        else f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows"
+    )
     print(
-        f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows, {n['weights']:,} weight rows; "
+        f"{counted}, {n['weights']:,} weight rows; "
         f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk"
     )
-    print(
-        f"read it with: pandas.read_parquet({os.path.join(args.model, 'gates')!r}) or recorders.Recording({args.model!r})"
+    table = (
+        os.path.join(args.model, "summary", "units.parquet")
+        if summary["kind"] == "summary"
+        else os.path.join(args.model, "gates")
     )
+    print(f"read it with: pandas.read_parquet({table!r}) or recorders.Recording({args.model!r})")
 
 
 def _inspect_keras(args, model) -> None:

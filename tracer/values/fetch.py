@@ -254,7 +254,7 @@ class FetchPlan:
         emitted = self._loop_slots[c.name].emitted
         assert emitted is not None  # (in_graph)
         stacked_ = [self.tensors[k] for k in emitted[which]]
-        return stacked_[index] if which == 2 else self._piece(c, stacked_, index)
+        return stacked_[index] if which == 2 else _graph_piece(c, stacked_, index)
 
     def in_graph(self, cell: int) -> bool:
         """Whether `graph_values` gives cell number `cell`'s values (see there)."""
@@ -269,6 +269,11 @@ class FetchPlan:
             and where.emitted is not None
             and not c.in_loop.reversed
             and self._steps == slice(None)
+            and all(
+                len(where.emitted[k]) in (1, len(c.gates))
+                or all(self.tensors[i].shape.rank is not None for i in where.emitted[k])
+                for k in (0, 1)
+            )
         )
 
     def graph_lengths(self, cell: int) -> tf.Tensor | None:
@@ -530,6 +535,28 @@ class Emitted:
 
     preactivation = property(lambda self: self._all("preactivation"))
     activation = property(lambda self: self._all("activation"))
+
+
+def _graph_piece(cell: Cell, parts: list[tf.Tensor], gate: int) -> tf.Tensor:
+    """`FetchPlan._piece` of graph tensors whose widths a loop's stacking may have left
+    unknown: one part per gate, or one part of every gate side by side, each checked when
+    it runs (a part of another width stops the run with InvalidArgumentError)."""
+    if all(p.shape.rank is not None and p.shape[-1] is not None for p in parts):
+        return FetchPlan._piece(cell, parts, gate)
+    units, gates = cell.units, len(cell.gates)
+    if len(parts) == gates:
+        part, width, at = parts[gate], units, 0
+    elif len(parts) == 1:
+        part, width, at = parts[0], gates * units, gate * units
+    else:
+        raise GraphPatternError(
+            f"cell {cell.name}: {len(parts)} emitted tensors of unknown widths hold its {gates} gates"
+        )
+    check = tf.debugging.assert_equal(
+        tf.shape(part)[-1], width, message=f"cell {cell.name}: an emitted gate tensor's width"
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(part)[..., at : at + units]
 
 
 def _examples_steps(got: Any) -> tuple[int, int]:

@@ -204,7 +204,13 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("match").onclick = doMatch;
   try {
     await loadOverview();
-    await showHeatmap();
+    if (state.overview.summary.kind === "summary") {
+      // statistics only: the panels that show one sequence need every value
+      for (const id of ["sequence", "unit-panel", "select-panel"]) $(id).hidden = true;
+      $("summary-note").hidden = false;
+    } else {
+      await showHeatmap();
+    }
     document.body.dataset.ready = "1";
   } catch (err) {
     document.body.dataset.ready = "error";

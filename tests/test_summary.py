@@ -1,0 +1,339 @@
+"""Summary recordings (`gatetrace record --summary`): every statistic against numpy float64 over a
+full recording of the same model and data (counts, min, max, threshold counts and histograms
+exactly; mean and variance to 1e-9 relative), for unrolled TF1 cells (computed in the graph),
+cells in loops (in the graph where the loop emits them, in numpy where it is reversed), fused
+cells and Keras layers (numpy), with lengths, masks and a last short batch; shards merge to
+what one process gives; a resume continues where it stopped; bad options get one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracer
+from recorders import Bins, Recording, Shard
+from recorders.errors import RecordingError, SelectionError
+from recorders.read.analysis import saturation, step_stats
+from recorders.write.summary import summary_columns
+from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
+from tests.test_replay import LENGTHS, control_flow, dynamic_body, feeds
+from tracer._tf import tf, v1
+
+X = np.random.RandomState(4).randn(6, 5, 4).astype(np.float32)
+
+
+def both(model, feeds_, tmp_path: Path, name: str, **options) -> tuple[Path, Path]:
+    """A full recording and a summary recording of the same model and feeds."""
+    full, summary = tmp_path / f"{name}-full", tmp_path / f"{name}-summary"
+    tracer.record(model, feeds_, full, **options)
+    tracer.record(model, feeds_, summary, summary=Bins(), **options)
+    return full, summary
+
+
+def assert_matches(full: Path, summary: Path) -> int:
+    """Every statistic of `summary` against numpy float64 over the values of `full`; returns
+    how many (column, unit or step) positions were compared."""
+    stats = Recording(summary).statistics
+    tables = {
+        "gates": pd.read_parquet(full / "gates"),
+        "states": pd.read_parquet(full / "states"),
+    }
+    label = {"gates": "gate", "states": "state"}
+    compared = 0
+    for key in stats.keys():
+        cell, table, name, column = key
+        df = tables[table]
+        df = df[(df["cell"] == cell) & (df[label[table]] == name)]
+        assert len(df), f"{key}: the full recording holds no values"
+        for axis in ("unit", "step"):
+            positions, s = stats.stats(*key, axis)
+            groups = dict(list(df.groupby(axis)[column]))
+            held = positions[s.count > 0]
+            assert sorted(groups) == held.tolist(), f"{key} {axis}: positions"
+            for k, at in enumerate(positions):
+                if s.count[k] == 0:
+                    continue
+                v = groups[at].to_numpy(np.float64)
+                where = f"{key} {axis} {at}"
+                assert s.count[k] == len(v), where
+                assert s.minimum[k] == v.min() and s.maximum[k] == v.max(), where
+                assert s.below[k] == (v < stats.low).sum(), where
+                assert s.above[k] == (v > stats.high).sum(), where
+                edges = s.edges
+                inside = np.histogram(v[(v >= edges[0]) & (v <= edges[-1])], edges)[0]
+                want = [(v < edges[0]).sum(), *inside, (v > edges[-1]).sum()]
+                np.testing.assert_array_equal(s.histogram[k], want, err_msg=where)
+                np.testing.assert_allclose(
+                    s.mean[k], v.mean(), rtol=1e-9, atol=1e-300, err_msg=where
+                )
+                np.testing.assert_allclose(
+                    s.variance[k], v.var(), rtol=1e-9, atol=1e-15, err_msg=where
+                )
+                compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_unrolled_cells_summarised_in_the_graph_match_numpy(name, tmp_path):
+    """static_rnn of every TF1 cell kind, with lengths (a zero, a full one) and a last short
+    batch; a GRUCell with relu has an unbounded candidate, binned as the user's bins say."""
+    built = build(static_body(CONFIGS[name]))
+    model = tracer.from_session(built.session)
+    lengths = np.array([5, 3, 0, 1, 5, 2])
+    full, summary = both(model, {"x": X}, tmp_path, "s", batch_size=4, lengths=lengths)
+    rec = Recording(summary)
+    (cell,) = rec.cells
+    assert rec.kind == "summary" and rec.cell(cell)["path"] == "fetch"
+    assert assert_matches(full, summary) > 0
+    manifest = json.loads((full / "manifest.json").read_text())
+    assert rec.summary()["rows"]["gates"] == manifest["rows"]["gates"]
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_loops_emitted_and_reversed_match_numpy(cf, tmp_path):
+    """A dynamic_rnn with its own sequence lengths (summarised in the graph from what the loop
+    emits) and a bidirectional one (its backward loop reversed: in numpy, by input position)."""
+    config = CONFIGS["LSTMCell-peepholes-proj-clip"]
+    with control_flow(cf):
+        built = build(dynamic_body(config))
+    with tracer.load_model(save(built, "checkpoint", tmp_path)) as model:
+        full, summary = both(model, feeds(config, X), tmp_path, "loop", batch_size=4)
+    assert {c["path"] for c in Recording(summary).manifest["cells"]} == {"loop"}
+    assert assert_matches(full, summary) > 0
+
+    def bidirectional(x):
+        seq = v1.placeholder(tf.int32, [None], name="len")
+        out = v1.nn.bidirectional_dynamic_rnn(
+            R.GRUCell(3), R.LSTMCell(4), x, sequence_length=seq, dtype=tf.float32
+        )
+        return list(tf.nest.flatten(out))
+
+    with control_flow(cf):
+        built = build(bidirectional)
+    root = tmp_path / "bi"
+    root.mkdir()
+    with tracer.load_model(save(built, "checkpoint", root)) as model:
+        full, summary = both(model, {"x": X, "len": LENGTHS}, root, "bi", batch_size=4)
+    assert assert_matches(full, summary) > 0
+
+
+@pytest.mark.parametrize("kind", ["LSTMBlockCell", "BlockLSTM", "GRUBlockCell"])
+def test_fused_cells_match_numpy(kind, tmp_path):
+    from tests.test_fused import D, T
+    from tests.test_fused import build as fused
+
+    graph, session, _ = fused(kind)
+    x = np.random.RandomState(2).uniform(-1, 1, (7, T, D)).astype(np.float32)
+    full, summary = both(tracer.from_session(session), {"x": x}, tmp_path, kind, batch_size=3)
+    assert Recording(summary).manifest["cells"][0]["path"] == "fused"
+    assert assert_matches(full, summary) > 0
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_keras_layers_with_masks_match_numpy(framework, tmp_path):
+    """Masking -> LSTM (hard sigmoid gates) -> Bidirectional GRU -> GRU (go_backwards) ->
+    SimpleRNN (relu): masked positions are counted nowhere."""
+    from tests.test_keras import masked_model, sequences
+
+    full, summary = both(masked_model(framework), sequences(), tmp_path, "k", batch_size=3)
+    assert assert_matches(full, summary) > 0
+    # hard_sigmoid gates are binned over [0, 1], relu over the user's bins
+    edges = {
+        (c["cell"], c["name"], c["column"]): c["edges"]
+        for c in Recording(summary).manifest["summary"]["columns"]
+    }
+    assert edges[("lstm", "i", "activation")][::20] == [0.0, 1.0]
+    assert edges[("rnn", "h", "activation")][::40] == [-10.0, 10.0]
+
+
+def test_shards_and_workers_give_what_one_process_gives(tmp_path):
+    """Four shards into one folder, and four worker processes, against one process: counts,
+    min, max and histograms equal, means and m2 to float64 rounding. (The shards are cut at
+    whole batches, as --workers cuts them: a batch of other rows may round the model's own
+    float32 values differently.)"""
+    built = build(static_body(CONFIGS["GRUCell"]))
+    model_path = save(built, "checkpoint", tmp_path)
+    x = np.random.RandomState(5).randn(37, 5, 4).astype(np.float32)
+    with tracer.load_model(model_path) as model:
+        tracer.record(model, {"x": x}, tmp_path / "one", batch_size=4, summary=Bins())
+        for k in range(4):
+            tracer.record(
+                model,
+                {"x": x},
+                tmp_path / "four",
+                batch_size=4,
+                summary=Bins(),
+                shard=Shard(k, 4, 4),
+            )
+    np.save(tmp_path / "x.npy", x)
+    done = run_cli(
+        "record",
+        model_path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "workers"),
+        "--summary",
+        "--workers",
+        "4",
+        "--batch-size",
+        "4",
+        "--task-size",
+        "2",
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "summarised 1 cell on 37 sequences in 5 tasks" in done.stdout
+    one = Recording(tmp_path / "one").statistics
+    for other in ("four", "workers"):
+        got = Recording(tmp_path / other).statistics
+        for axis in ("unit", "step"):
+            a, b = one.frame(axis), got.frame(axis)
+            exact = [
+                "cell",
+                "table",
+                "name",
+                "column",
+                axis,
+                "count",
+                "min",
+                "max",
+                "below",
+                "above",
+            ]
+            pd.testing.assert_frame_equal(a[exact], b[exact])
+            assert all(
+                np.array_equal(p, q) for p, q in zip(a["histogram"], b["histogram"], strict=True)
+            )
+            np.testing.assert_allclose(a["mean"], b["mean"], rtol=1e-12)
+            np.testing.assert_allclose(a["m2"], b["m2"], rtol=1e-9, atol=1e-12)
+
+
+def test_a_resume_continues_the_totals_where_they_stopped(tmp_path, monkeypatch):
+    """A run stopped after two batches, resumed, gives what one uninterrupted run gives (the
+    batches committed are not counted twice)."""
+    from recorders.write import summary as summary_module
+
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    model = tracer.from_session(built.session)
+    x = np.random.RandomState(6).randn(20, 5, 4).astype(np.float32)
+    tracer.record(model, {"x": x}, tmp_path / "whole", batch_size=4, summary=Bins())
+    commit = summary_module.SummaryWriter.commit
+    calls = []
+
+    def failing(self):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RecordingError("stopped for the test")
+        commit(self)
+
+    monkeypatch.setattr(summary_module.SummaryWriter, "commit", failing)
+    with pytest.raises(RecordingError, match="stopped for the test"):
+        tracer.record(model, {"x": x}, tmp_path / "resumed", batch_size=4, summary=Bins())
+    monkeypatch.setattr(summary_module.SummaryWriter, "commit", commit)
+    partial = Recording(tmp_path / "resumed")
+    assert not partial.complete and partial.examples == [[0, 8]]
+    assert (
+        partial.statistics.frame("unit")["count"].max() == 8 * 5
+    )  # the totals of what is complete
+    tracer.record(model, {"x": x}, tmp_path / "resumed", batch_size=4, summary=Bins(), resume=True)
+    a, b = (Recording(tmp_path / n).statistics.frame("step") for n in ("whole", "resumed"))
+    pd.testing.assert_frame_equal(a.drop(columns="histogram"), b.drop(columns="histogram"))
+
+
+def test_saturation_step_stats_and_inspect_from_a_summary(tmp_path):
+    """What analysis gives from a summary is what it gives from the full recording (quantiles
+    within one bin); inspect says which kind a folder is; value reads are refused in one line."""
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    model = tracer.from_session(built.session)
+    x = np.random.RandomState(7).randn(30, 5, 4).astype(np.float32)
+    full, summary = both(model, {"x": x}, tmp_path, "a", batch_size=7)
+    s, f = Recording(summary), Recording(full)
+    pd.testing.assert_frame_equal(saturation(s), saturation(f))
+    a, b = step_stats(s), step_stats(f)
+    np.testing.assert_allclose(a["mean"], b["mean"], rtol=1e-9)
+    # a quantile from the histogram: the top of the bin holding numpy's inverted-CDF quantile
+    gates = pd.read_parquet(full / "gates")
+    for _, row in a.iterrows():
+        v = gates[(gates["gate"] == row["gate"]) & (gates["step"] == row["step"])]["activation"]
+        edges = np.array(
+            next(
+                c["edges"]
+                for c in s.manifest["summary"]["columns"]
+                if (c["name"], c["column"]) == (row["gate"], "activation")
+            )
+        )
+        for q in (0.1, 0.5, 0.9):
+            exact = np.quantile(v.to_numpy(np.float64), q, method="inverted_cdf")
+            top = edges[min(np.searchsorted(edges, exact, side="right"), len(edges) - 1)]
+            assert row[f"q{round(q * 100)}"] == top, (row["gate"], row["step"], q)
+    with pytest.raises(SelectionError, match="is a summary recording"):
+        s.gate_array(s.cells[0], "f")
+    with pytest.raises(SelectionError, match="counted values below 0.1 and above 0.9"):
+        saturation(s, low=0.2)
+    shown = run_cli("inspect", str(summary)).stdout
+    assert "a gatetrace summary recording" in shown and "values summarised: " in shown
+    assert "summary/units.parquet" in shown
+
+
+def test_the_output_does_not_grow_with_the_sequences(tmp_path):
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    model = tracer.from_session(built.session)
+    sizes = []
+    for n in (10, 400):
+        x = np.random.RandomState(8).randn(n, 5, 4).astype(np.float32)
+        out = tmp_path / f"n{n}"
+        tracer.record(model, {"x": x}, out, batch_size=10, summary=Bins())
+        sizes.append(sum(p.stat().st_size for p in (out / "summary").iterdir()))
+    assert sizes[1] <= sizes[0] * 1.2  # the same tables; only their numbers' widths differ
+
+
+def test_nan_values_are_refused_in_one_line(tmp_path):
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    x = X.copy()
+    x[2, 3, 0] = np.nan
+    with pytest.raises(RecordingError, match=r"is NaN or infinite, which a summary cannot count"):
+        tracer.record(tracer.from_session(built.session), {"x": x}, tmp_path / "s", summary=Bins())
+
+
+def test_bad_options_get_one_line(tmp_path):
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    path = save(built, "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", X)
+    base = ["record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--quiet"]
+    cases = {
+        ("--summary", "--bins", "1,0,10"): "expected bins that increase",
+        ("--summary", "--bins", "0,1"): "expected 3 numbers",
+        ("--summary", "--saturation", "0.1,1.5"): "a sigmoid activation lies in [0, 1]",
+        ("--summary", "--saturation", "0.9,0.1"): "the low threshold first",
+        ("--bins", "0,1,4"): "--bins is for --summary recordings",
+        ("--summary", "--values", "contributions"): "--summary with --values contributions",
+    }
+    for k, (flags, message) in enumerate(cases.items()):
+        done = run_cli(*base, "--out", str(tmp_path / f"out{k}"), *flags)
+        assert done.returncode == 2, (flags, done.stderr)
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not (tmp_path / f"out{k}").exists()
+    with pytest.raises(SelectionError, match="leaves no gate value to summarise"):
+        summary_columns(
+            [{"name": "c", "gates": ["i"], "states": ["h"]}],
+            ["activation"],
+            Bins(),
+            lambda c, g: False,
+        )
+
+
+def test_a_damaged_summary_is_refused_in_one_line(tmp_path):
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    out = tmp_path / "s"
+    tracer.record(tracer.from_session(built.session), {"x": X}, out, summary=Bins())
+    units = pd.read_parquet(out / "summary" / "units.parquet")
+    units.loc[0, "histogram"] = np.array([1, 2, 3])
+    units.to_parquet(out / "summary" / "units.parquet")
+    with pytest.raises(RecordingError, match=r"a histogram of .* does not have \d+ counts"):
+        Recording(out).statistics  # noqa: B018
