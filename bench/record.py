@@ -103,7 +103,7 @@ def stored_values(manifest: dict) -> int:
     return 2 * manifest["rows"]["gates"] + manifest["rows"]["states"]
 
 
-def peak_rss(model: str, sequences: int, root: Path) -> dict:
+def peak_rss(model: str, sequences: int, root: Path, flags: tuple[str, ...] = ()) -> dict:
     """Record `sequences` random sequences with the CLI in a fresh process, at the default
     memory budget (which chooses the batch size); its peak RSS.
 
@@ -122,7 +122,7 @@ def peak_rss(model: str, sequences: int, root: Path) -> dict:
     out = root / f"rss{sequences}"
     code = (
         "import sys; from tracer.cli import main; "
-        f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet']); "
+        f"code = main(['record', {model!r}, '--feed', 'x={x}', '--out', {str(out)!r}, '--quiet', *{list(flags)!r}]); "
         "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
     )
     start = time.perf_counter()

@@ -18,7 +18,8 @@ from recorders.write.keys import KeyCache, key_columns
 from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
 from recorders.write.progress import Intervals, Shard
 from recorders.write.stats import Stats
-from recorders.write.summary import Bins, SummaryWriter
+from recorders.write.summary import SummaryWriter
+from recorders.write.totals import Bins
 from recorders.write.writer import RecordingWriter, write_weights
 
 try:

@@ -19,7 +19,7 @@ import tracer
 from recorders import Bins, Recording, Shard
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.analysis import saturation, step_stats
-from recorders.write.summary import summary_columns
+from recorders.write.totals import summary_columns
 from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
 from tests.test_replay import LENGTHS, control_flow, dynamic_body, feeds
 from tracer._tf import tf, v1
@@ -217,7 +217,7 @@ def test_shards_and_workers_give_what_one_process_gives(tmp_path):
 def test_a_resume_continues_the_totals_where_they_stopped(tmp_path, monkeypatch):
     """A run stopped after two batches, resumed, gives what one uninterrupted run gives (the
     batches committed are not counted twice)."""
-    from recorders.write import summary as summary_module
+    from recorders.write import summary as summary_module  # the writer
 
     built = build(static_body(CONFIGS["BasicLSTMCell"]))
     model = tracer.from_session(built.session)

@@ -24,7 +24,7 @@ from recorders.write.files import (
     remove,
     temp_sibling,
 )
-from recorders.write.summary import Bins
+from recorders.write.totals import Bins
 from tracer._tf import tf, v1
 from tracer.load.model import load_model
 from tracer.run.recording import record

@@ -26,7 +26,7 @@ from recorders.errors import RecordingError, SelectionError
 from recorders.write.folder import Folder
 from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
 from recorders.write.stats import Stats
-from recorders.write.summary import Totals, edges_of, read_totals, thresholds_of
+from recorders.write.totals import Totals, edges_of, read_totals, thresholds_of
 
 __all__ = ["SummaryTables"]
 

@@ -245,7 +245,7 @@ def run(args) -> None:
 def _bins(args):
     """The summary's `recorders.Bins` from --saturation and --bins (None without --summary)."""
     from recorders.errors import SelectionError
-    from recorders.write.summary import Bins
+    from recorders.write.totals import Bins
 
     if not args.summary:
         for flag, given, default in (

@@ -35,7 +35,8 @@ from recorders.errors import (
     RunTimeout,
     SelectionError,
 )
-from recorders.write.summary import Bins, SummaryWriter, summary_columns
+from recorders.write.summary import SummaryWriter
+from recorders.write.totals import Bins, summary_columns
 from tracer._tf import tf
 from tracer.cells.found import AnyCell, Cell, KerasCell
 from tracer.find.graph import find_cells
