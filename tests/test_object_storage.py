@@ -313,3 +313,32 @@ def fs_selector(prefix: str, recursive: bool = False):
     from pyarrow import fs
 
     return fs.FileSelector(prefix, recursive=recursive)
+
+
+def test_a_summary_written_to_s3_by_workers_equals_the_local_one(s3, record, tmp_path):
+    """--summary --out s3://...: each task's running totals and the merged tables are objects;
+    the tables equal those one local process writes."""
+    _, store = s3
+    rows = np.random.RandomState(3).randn(13, STEPS, FEATURES).astype(np.float32)
+    model = save(
+        build(static_body(CONFIGS["BasicLSTMCell"]), steps=STEPS, features=FEATURES),
+        "checkpoint",
+        tmp_path,
+    )
+    np.save(tmp_path / "x.npy", rows)
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--summary", "--batch-size", "4"]
+    done = record(model, *feed, "--out", str(tmp_path / "local"))
+    assert done.returncode == 0, done.stderr
+    done = record(model, *feed, "--out", "s3://data/summary1", "--workers", "2", "--task-size", "1")
+    assert done.returncode == 0, done.stderr
+    assert "summarised 1 cell on 13 sequences in 4 tasks" in done.stdout
+    for name in ("units", "steps"):
+        want = pd.read_parquet(tmp_path / "local" / "summary" / f"{name}.parquet")
+        got = pd.read_parquet(f"data/summary1/summary/{name}.parquet", filesystem=store)
+        exact = [c for c in want.columns if c not in ("mean", "variance", "m2", "histogram")]
+        pd.testing.assert_frame_equal(got[exact], want[exact])
+        assert all(
+            np.array_equal(a, b) for a, b in zip(got["histogram"], want["histogram"], strict=True)
+        )
+        np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-12)
+    assert read_json(store, "data/summary1/manifest.json")["kind"] == "summary"
