@@ -274,6 +274,10 @@ def test_saturation_step_stats_and_inspect_from_a_summary(tmp_path):
             assert row[f"q{round(q * 100)}"] == top, (row["gate"], row["step"], q)
     with pytest.raises(SelectionError, match="is a summary recording"):
         s.gate_array(s.cells[0], "f")
+    with pytest.raises(SelectionError, match="not the values gate_blocks reads"):
+        next(s.gate_blocks(s.cells[0], "f"))
+    with pytest.raises(SelectionError, match="not the values the states table reads"):
+        s.state_frame()
     with pytest.raises(SelectionError, match="counted values below 0.1 and above 0.9"):
         saturation(s, low=0.2)
     shown = run_cli("inspect", str(summary)).stdout

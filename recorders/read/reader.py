@@ -362,6 +362,7 @@ class Recording(CheckedFiles):
         holds every (example, step, unit) of its ranges (the row count equals the product of
         its example and step ranges, from its statistics, and the cell's units: then only
         the value column is read)."""
+        self._values("gate_blocks")
         self.cell(cell)
         if gate not in self.gates(cell):
             raise SelectionError(
@@ -478,6 +479,7 @@ class Recording(CheckedFiles):
         kind = TABLES[table]
         for name in cells or ():
             self.cell(name)
+        self._values(f"the {table} table")
         known = GATE_COLUMNS if table == "gates" else ("value",)
         unknown = [c for c in columns if c not in known]
         if unknown or not columns:

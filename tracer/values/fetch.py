@@ -256,35 +256,6 @@ class FetchPlan:
         stacked_ = [self.tensors[k] for k in emitted[which]]
         return stacked_[index] if which == 2 else _graph_piece(c, stacked_, index)
 
-    def graph_block(self, cell: int, column: str) -> tf.Tensor | None:
-        """Every gate's `column` (preactivation or activation) of cell number `cell` side by
-        side, [steps, batch, gates x units], where each step holds them as one tensor (a
-        split's input; a loop's one emitted tensor); None otherwise (see `graph_values`)."""
-        if not self.in_graph(cell):
-            return None
-        c = self.cells[cell]
-        which = ("preactivation", "activation").index(column)
-        width = len(c.gates) * c.units
-        if c.path == "fetch":
-            steps = [[self.tensors[k] for k in slots[which]] for slots in self._layout[cell]]
-            if all(len(s) == 1 and s[0].shape.rank == 2 and s[0].shape[-1] == width for s in steps):
-                return tf.stack([s[0] for s in steps])
-            return None
-        emitted = self._loop_slots[c.name].emitted
-        assert emitted is not None  # (in_graph)
-        parts = [self.tensors[k] for k in emitted[which]]
-        if len(parts) != 1 or (
-            parts[0].shape.rank is not None and parts[0].shape[-1] not in (None, width)
-        ):
-            return None
-        if parts[0].shape.rank is not None and parts[0].shape[-1] == width:
-            return parts[0]
-        check = tf.debugging.assert_equal(
-            tf.shape(parts[0])[-1], width, message=f"cell {c.name}: the emitted gates' width"
-        )
-        with tf.control_dependencies([check]):
-            return tf.identity(parts[0])
-
     def in_graph(self, cell: int) -> bool:
         """Whether `graph_values` gives cell number `cell`'s values (see there)."""
         c = self.cells[cell]

@@ -74,17 +74,6 @@ def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.generic:
 
 
 @dataclass(frozen=True)
-class _Block:
-    """Values the graph reduces together: [steps, batch, groups x units]."""
-
-    x: Any  # tf.Tensor
-    groups: int
-    positions: np.ndarray | None  # each step's input position (None: 0, 1, ...)
-    own: Any  # the lengths the cell's loop was run with (tf.Tensor), or None
-    bins: _Bins
-
-
-@dataclass(frozen=True)
 class _Bins:
     """How the graph finds a value's histogram slot (0 underflow, 1 to n the bins, n + 1
     overflow), and the slots that make up the threshold counts.
@@ -197,12 +186,10 @@ class SummaryPlan:
             c = plan.cells[number[cell]]
             index = (c.gates if table == "gates" else c.spec.states).index(name)
             self.columns.append(Column((cell, table, name, column), number[cell], index, edges))
-        # what the graph reduces: blocks of one column, or of every gate of a cell's column
-        # side by side; and each column the graph computes: its block, and its part of it
-        self._blocks: list[_Block] = []
-        self._in_graph: dict[_Key, tuple[int, int]] = {}
-        # per kind of batch (with rows or steps to leave out, or without), each block's outputs
-        self._outputs: dict[bool, list[list[tf.Tensor]]] = {}
+        # the columns the graph computes: their values, step positions, loop lengths, bins
+        self._in_graph: dict[_Key, tuple[tf.Tensor, Any, Any, _Bins]] = {}
+        # per kind of batch (with rows or steps to leave out, or without), each column's outputs
+        self._outputs: dict[bool, dict[_Key, list[tf.Tensor]]] = {}
         self.lengths: Any = None  # the rows' lengths placeholder (graph cells only)
         self._graph = graph
         if graph is not None:
@@ -212,55 +199,31 @@ class SummaryPlan:
     # -- the graph's part ------------------------------------------------------------------
 
     def _find(self) -> None:
-        """The blocks of values the graph reduces, and the lengths placeholder. A cell whose
-        steps hold every gate's preactivations (or activations) in one tensor, all binned
-        alike, is reduced as one block of gates x units (each unit's statistics are its own:
-        the block's are cut apart by gate); any other column on its own."""
-        by_cell: dict[tuple[int, str], list[Column]] = {}
+        """The values of each column the graph computes, and the lengths placeholder."""
         for col in self.columns:
-            if self.plan.in_graph(col.cell):
-                by_cell.setdefault((col.cell, col.key[3]), []).append(col)
-        for (cell, column), cols in by_cell.items():
-            block = None
-            if column != "value" and all(np.array_equal(c.edges, cols[0].edges) for c in cols):
-                block = self.plan.graph_block(cell, column)
-            if block is not None:
-                self._add(block, cell, len(self.plan.cells[cell].gates), cols[0].edges)
-                for c in cols:
-                    self._in_graph[c.key] = (len(self._blocks) - 1, c.index)
+            if not self.plan.in_graph(col.cell):
                 continue
-            for c in cols:
-                self._add(self.plan.graph_values(cell, column, c.index), cell, 1, c.edges)
-                self._in_graph[c.key] = (len(self._blocks) - 1, 0)
+            x = self.plan.graph_values(col.cell, col.key[3], col.index)
+            cell = self.plan.cells[col.cell]
+            positions = cell.positions if cell.path == "fetch" else None  # a loop's: 0, 1, ...
+            if self.lengths is None:
+                # how many steps of each row to count: 0 for a padding row (default: all)
+                self.lengths = tf.compat.v1.placeholder_with_default(
+                    tf.fill([tf.shape(x)[1]], tf.int32.max), [None], name="lengths"
+                )
+            bins = _Bins.of(col.edges, self.low, self.high, np.dtype(x.dtype.as_numpy_dtype))
+            self._in_graph[col.key] = (x, positions, self.plan.graph_lengths(col.cell), bins)
 
-    def _add(self, x: tf.Tensor, cell: int, groups: int, edges: np.ndarray) -> None:
-        c = self.plan.cells[cell]
-        if self.lengths is None:
-            # how many steps of each row to count: 0 for a padding row (default: all)
-            self.lengths = tf.compat.v1.placeholder_with_default(
-                tf.fill([tf.shape(x)[1]], tf.int32.max), [None], name="lengths"
-            )
-        self._blocks.append(
-            _Block(
-                x,
-                groups,
-                c.positions if c.path == "fetch" else None,  # a loop's steps are 0, 1, ...
-                self.plan.graph_lengths(cell),
-                _Bins.of(edges, self.low, self.high, np.dtype(x.dtype.as_numpy_dtype)),
-            )
-        )
-
-    def _ops(self, masked: bool) -> list[list[tf.Tensor]]:
-        """Each block's outputs (`_reduce`) for a batch whose rows all count (not `masked`),
-        or one with padding rows or lengths; made when first needed."""
+    def _ops(self, masked: bool) -> dict[_Key, list[tf.Tensor]]:
+        """Each graph column's outputs (`_reduce`) for a batch whose rows all count (not
+        `masked`), or one with padding rows or lengths; made when first needed."""
         if masked not in self._outputs:
             assert self._graph is not None  # (only graph columns have ops)
-            outputs = []
+            outputs = {}
             with self._graph.as_default(), tf.name_scope("gatetrace_summary"):
-                for b in self._blocks:
-                    needed = masked or b.own is not None
-                    valid = self._valid(b.x, b.positions, b.own) if needed else None
-                    outputs.append(_reduce(b.x, valid, b.bins, self.low, self.high, b.groups))
+                for key, (x, positions, own, bins) in self._in_graph.items():
+                    valid = self._valid(x, positions, own) if masked or own is not None else None
+                    outputs[key] = _reduce(x, valid, bins, self.low, self.high)
             self._outputs[masked] = outputs
         return self._outputs[masked]
 
@@ -286,9 +249,9 @@ class SummaryPlan:
         rows: int | None = None,
         keep: int | None = None,
         lengths: np.ndarray | None = None,
-    ) -> tuple[list, list]:
+    ) -> tuple[list, dict]:
         """Run one batch: the numpy cells' values (as their plan's `fetch` returns them) and
-        the graph's statistics by block. `rows` is the batch's row count where known, `keep`
+        the graph's statistics by column. `rows` is the batch's row count where known, `keep`
         how many of them are sequences (the rest padding), `lengths` the given lengths of those."""
         feed = dict(feed_dict)
         known = rows is not None and keep is not None
@@ -299,28 +262,29 @@ class SummaryPlan:
                 steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
             steps[keep:] = 0
             feed[self.lengths] = steps.astype(np.int32)
-        ops = self._ops(masked) if self._blocks else []
+        ops = self._ops(masked) if self._in_graph else {}
         mine = [] if self.numpy_plan is None else list(self.numpy_plan.tensors)
         got = running.run(session, [mine, ops], feed, timeout)
         values = [] if self.numpy_plan is None else self.numpy_plan.finish(list(got[0]))
         return values, got[1]
 
-    def batch_of(self, values: Sequence, graph_values: Sequence) -> int:
+    def batch_of(self, values: Sequence, graph_values: Mapping) -> int:
         """How many rows the batch fetched held (for a stream whose batches say nothing)."""
         if self.numpy_plan is not None and values:
             return self.numpy_plan.batch_of(values)
-        return int(np.max(graph_values[0][0], initial=0))  # each step's count, all rows counted
+        first = next(iter(graph_values.values()))
+        return int(np.max(first[0], initial=0))  # each step's count, all rows counted
 
     def stats(
-        self, values: Sequence, graph_values: Sequence, keep: int, lengths: np.ndarray | None
+        self, values: Sequence, graph_values: Mapping, keep: int, lengths: np.ndarray | None
     ) -> Iterator[tuple[_Key, np.ndarray, Stats, Stats]]:
         """(key, step positions, per unit, per step) of every column for the batch fetched."""
         plan = self.numpy_plan if self.numpy_plan is not None else self.plan
         number = {c.name: k for k, c in enumerate(plan.cells)}
         for col in self.columns:
             if col.key in self._in_graph:
-                b, part = self._in_graph[col.key]
-                yield col.key, *self._from_graph(col, graph_values[b], self._blocks[b], part)
+                _, positions, _, bins = self._in_graph[col.key]
+                yield col.key, *self._from_graph(col, graph_values[col.key], bins, positions)
             else:
                 yield (
                     col.key,
@@ -341,24 +305,9 @@ class SummaryPlan:
         _check_finite(col.key, per_step, steps)
         return steps, per_unit, per_step
 
-    def _from_graph(self, col: Column, got: Sequence, block: _Block, part: int):
-        """A column's statistics from its block's outputs: its `part` of the block's units."""
-        cuts = block.bins
+    def _from_graph(self, col: Column, got: Sequence, cuts: _Bins, positions):
         n, mean, m2, lo, hi, by_unit, by_step, *apart = got
-        units = mean.shape[1] // block.groups
-        mine = slice(part * units, (part + 1) * units) if block.groups > 1 else slice(None)
-        mean, m2, lo, hi, by_unit = (
-            mean[:, mine],
-            m2[:, mine],
-            lo[:, mine],
-            hi[:, mine],
-            by_unit[mine],
-        )
-        by_step = by_step[:, part if block.groups > 1 else 0]
-        apart = [a[:, mine] for a in apart]
-        steps = np.asarray(
-            block.positions if block.positions is not None else np.arange(len(n)), np.int64
-        )
+        steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
         stats = []
         for axis, slots in ((0, by_unit), (1, by_step)):
@@ -390,13 +339,12 @@ class SummaryPlan:
 
 
 def _reduce(
-    x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins, low: float, high: float, groups: int = 1
+    x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins, low: float, high: float
 ) -> list[tf.Tensor]:
     """Ops reducing [steps, batch, units] `x` over the rows `valid` ([steps, batch]; None:
     all): per step the count; per (step, unit) the mean and m2 (float64), min and max; the
-    counts of each histogram slot per unit and per (step, group of units: `groups` equal
-    groups side by side, a gate each); and, where a threshold is not a cut point, the counts
-    below `low` and above `high` per (step, unit)."""
+    counts of each histogram slot per unit and per step; and, where a threshold is not a cut
+    point, the counts below `low` and above `high` per (step, unit)."""
     shape = tf.shape(x)
     steps, units = shape[0], shape[2]
     if valid is None:
@@ -419,9 +367,8 @@ def _reduce(
     if keep is not None:
         grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
     counted = tf.math.bincount(tf.reshape(grid, [-1]), minlength=size + 1, maxlength=size + 1)
-    counted = tf.reshape(counted[:-1], [steps, groups, units // groups, width])
-    by_unit = tf.reshape(tf.reduce_sum(counted, 0), [units, width])
-    out = [n, mean, m2, lo, hi, by_unit, tf.reduce_sum(counted, 2)]
+    counted = tf.reshape(counted[:-1], [steps, units, width])
+    out = [n, mean, m2, lo, hi, tf.reduce_sum(counted, 0), tf.reduce_sum(counted, 1)]
     if bins.below_last is None or bins.above_first is None:
         dtype = np.dtype(x.dtype.as_numpy_dtype)
         below = tf.less(x, tf.constant(_cut(low, dtype)))
