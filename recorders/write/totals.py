@@ -352,8 +352,14 @@ def edges_of(summary: Mapping[str, Any]) -> dict[tuple, np.ndarray]:
 
 
 def thresholds_of(summary: Mapping[str, Any]) -> tuple[float, float]:
+    """The thresholds of a manifest's `summary`, checked (`RecordingError` if damaged)."""
     low, high = summary.get("low"), summary.get("high")
-    if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in (low, high)):
+    if not (
+        isinstance(low, (int, float))
+        and isinstance(high, (int, float))
+        and np.isfinite(low)
+        and np.isfinite(high)
+    ):
         raise RecordingError("its summary's thresholds are not two finite numbers")
     return float(low), float(high)
 

@@ -536,11 +536,11 @@ def _record(
                     ids, keep = np.arange(start, stop, dtype=np.int64), stop - start
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
-                    if summary is None:
-                        _write_batch(writer, plan, values, selection, ids, keep, lens)
-                    else:
+                    if isinstance(writer, SummaryWriter):
                         for key, positions, per_unit, per_step in plan.stats(*values, keep, lens):
                             writer.add(key, positions, per_unit, per_step)
+                    else:
+                        _write_batch(writer, plan, values, selection, ids, keep, lens)
                     in_flight = (start, stop)
                 values = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:

@@ -8,8 +8,8 @@ states, gate or state, value column), `recorders.write.stats.Stats` per unit and
   unrolled cell's step tensors, stacked; what a forward loop emits): ops beside the gates
   reduce each column over the batch, per (step, unit): the float64 sum and the sum of squared
   deviations from its mean (matrix products with the row mask, which leaves padding out), the
-  min and max, and a histogram of slots from `searchsorted` into cut points, counted by
-  `bincount` per unit and per step. Only these aggregates are fetched, never the values.
+  min and max, and each value's histogram slot, counted by `bincount` per unit and per step.
+  Only these aggregates are fetched, never the values.
 - in numpy (`Stats.of`), for cells whose values are computed in numpy anyway: replayed and
   fused cells, reversed loops, Keras layers.
 
@@ -17,9 +17,12 @@ Both give the same numbers: counts, min, max, threshold counts and histograms ex
 and m2 to float64 rounding. The graph compares values in their own type (float32) with
 float64 edges through cut points: a float32 value v is >= an edge e exactly when v >= the
 smallest float32 not below e (`_cut`), and <= e (the last bin is closed) when v is below
-the smallest float32 above e. Thresholds become cut points the same way, so one search gives
-the bin and both threshold counts. A NaN or infinite value is refused (`SummaryError`): it
-would make every statistic of its unit and step meaningless.
+the smallest float32 above e. A slot is found by one float64 multiply (`_Bins`), checked
+against the cut points when the plan is made, or else by `searchsorted`; a threshold that is
+a cut point is counted from the histogram, any other by its own comparison. A NaN or infinite
+value is refused (`SummaryError`): it would make every statistic of its unit and step
+meaningless. TensorFlow's CPU kernels treat denormal float32 values as zero: one below
+1.2e-38 in magnitude is binned and compared as 0.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def array_stats(
     return grid.reduce(0), grid.reduce(1)
 
 
-def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.generic:
+def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.ndarray:
     """The smallest value of `dtype` not below `edge` (above it, if `closed`): for every v of
     that type, v >= edge exactly when v >= the cut (v <= edge when v < the closed cut)."""
     c = np.asarray(edge).astype(dtype)
@@ -254,9 +257,14 @@ class SummaryPlan:
         the graph's statistics by column. `rows` is the batch's row count where known, `keep`
         how many of them are sequences (the rest padding), `lengths` the given lengths of those."""
         feed = dict(feed_dict)
-        known = rows is not None and keep is not None
-        masked = self.lengths is not None and known and (keep < rows or lengths is not None)
+        masked = (
+            self.lengths is not None
+            and rows is not None
+            and keep is not None
+            and (keep < rows or lengths is not None)
+        )
         if masked:
+            assert rows is not None and keep is not None  # (masked)
             steps = np.full(rows, np.iinfo(np.int32).max, np.int64)
             if lengths is not None:
                 steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
@@ -314,7 +322,7 @@ class SummaryPlan:
             total, average, spread = pooled(count, np.where(count > 0, mean, np.nan), m2, axis)
             empty = total == 0
             slots = slots.astype(np.int64)
-            below, above = apart if apart else (None, None)
+            below, above = apart if apart else (np.zeros(0), np.zeros(0))
             stats.append(
                 Stats(
                     total,
