@@ -13,6 +13,7 @@ from recorders.errors import *  # noqa: F403  (the exception classes, listed in 
 from recorders.read import analysis, plots  # `from recorders import analysis`
 from recorders.read.frames import gate_frame
 from recorders.read.reader import Recording
+from recorders.read.series import Series
 from recorders.write.columns import gate_columns, state_columns, weight_columns
 from recorders.write.keys import KeyCache, key_columns
 from recorders.write.layout import METADATA_KEY, partition_dir, partition_value
@@ -47,6 +48,7 @@ __all__ = [
     "Shard",
     "Intervals",
     "Recording",
+    "Series",
     "analysis",
     "plots",
 ]

@@ -38,9 +38,11 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.find.keras import find_layers
     from tracer.load.keras import KerasModel, load_keras
     from tracer.load.model import Model, from_session, load_model
+    from tracer.load.series import find_series
     from tracer.run.parallel import Job, record_parallel, record_task
     from tracer.run.recording import find_all, record, trace
     from tracer.run.select import Selection
+    from tracer.run.series import record_series
     from tracer.values.fetch import CellTrace, FetchPlan, Trace
     from tracer.values.keras import KerasPlan
     from tracer.values.weights import GateWeights, gate_weights, read_weights, weights_columns
@@ -69,6 +71,8 @@ _LAZY = {
     "load_keras": "tracer.load.keras",
     "Selection": "tracer.run.select",
     "record": "tracer.run.recording",
+    "record_series": "tracer.run.series",
+    "find_series": "tracer.load.series",
     "Job": "tracer.run.parallel",
     "record_task": "tracer.run.parallel",
     "record_parallel": "tracer.run.parallel",
@@ -116,6 +120,8 @@ __all__ = [
     "find_layers",
     "load_keras",
     "record",
+    "record_series",
+    "find_series",
     "Job",
     "record_task",
     "record_parallel",

@@ -4,7 +4,8 @@ After Karpathy, Johnson and Fei-Fei (2015), "Visualizing and Understanding Recur
 Networks", and the LSTMVis / RNNVis tools:
 
 - `saturation`: per cell, gate and unit, the fraction of activations below 0.1
-  (left-saturated) and above 0.9 (right-saturated);
+  (left-saturated) and above 0.9 (right-saturated); `saturation_across` the same at each
+  checkpoint or epoch of a series (`recorders.read.series`);
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
 - `gate_summaries`: both of those as arrays per gate, from one read of each gate (what
   `gatetrace view`'s overview shows); from a summary recording (`--summary`), from its
@@ -30,10 +31,12 @@ import pandas as pd
 
 from recorders.errors import SelectionError
 from recorders.read.reader import Range, Recording, part_shares
+from recorders.read.series import Series
 from recorders.write.columns import PARTS
 
 __all__ = [
     "saturation",
+    "saturation_across",
     "step_stats",
     "gate_summaries",
     "Summary",
@@ -74,6 +77,27 @@ def saturation(
             )
         )
     return _frame(rows, ["cell", "gate", "unit", "left", "right", "n"])
+
+
+def saturation_across(
+    series: Series,
+    cells: Sequence[str] | None = None,
+    gates: Sequence[str] | None = None,
+    low: float = 0.1,
+    high: float = 0.9,
+) -> pd.DataFrame:
+    """`saturation` at each complete value of a series' key (`recorders.read.series`): the key
+    (`checkpoint` or `epoch`) first, then cell, gate, unit, left, right, n; how the gates'
+    saturation moved along training."""
+    frames = []
+    for value in series.complete:
+        df = saturation(series.recording(value), cells, gates, low, high)
+        df.insert(0, series.key, pd.Series(value, index=df.index, dtype="int64"))
+        frames.append(df)
+    if not frames:
+        raise SelectionError(f"{series.path} holds no complete recording yet")
+    out = pd.concat(frames, ignore_index=True)
+    return out.astype({"cell": "category", "gate": "category"})
 
 
 def step_stats(

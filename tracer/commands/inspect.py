@@ -52,6 +52,8 @@ def _signature_input(graph, name: str, tensor: str) -> dict:
 def run(args) -> None:
     if _is_recording(args.model):
         return _inspect_recording(args)
+    if (Path(args.model) / "series.json").is_file():
+        return _inspect_series(args)
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
@@ -216,6 +218,30 @@ def _is_recording(path: str) -> bool:
     return any((p / name).is_dir() for name in ("gates", "summary", "_summary")) and (
         (p / "manifest.json").is_file() or (p / "_progress").is_dir()
     )
+
+
+def _inspect_series(args) -> None:
+    """What a series of recordings holds (`recorders.Series`): its key, values, which are complete."""
+    from recorders import Series
+
+    s = Series(args.model)
+    if args.json:
+        print(
+            json.dumps(
+                {"key": s.key, "values": s.values, "complete": s.complete, "source": s.source}
+            )
+        )
+        return
+    print(
+        f"{args.model}: a gatetrace series of {len(s.values)} recordings, by {s.key}, of {s.source}"
+    )
+    print(
+        f"{s.key}: {', '.join(map(str, s.values))}; complete: {', '.join(map(str, s.complete)) or 'none'}"
+    )
+    if s.complete:
+        print(
+            f"one of them: gatetrace inspect {os.path.join(args.model, f'{s.key}={s.complete[-1]}')}"
+        )
 
 
 def _inspect_recording(args) -> None:

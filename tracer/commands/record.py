@@ -147,6 +147,13 @@ def arguments(c: argparse.ArgumentParser) -> None:
     )
 
     c.add_argument(
+        "--checkpoints",
+        metavar="all|last|every-N|LIST",
+        help="MODEL is a folder of a training run's checkpoints (a TF1 'checkpoint' file's list, or Keras files "
+        "saved per epoch): record each one chosen into OUT/checkpoint=STEP/ (or OUT/epoch=N/), read together by "
+        "recorders.Series: --checkpoints every-2",
+    )
+    c.add_argument(
         "--summary",
         action="store_true",
         help="write statistics instead of every value: per unit and per step of each gate and state, count, mean, "
@@ -203,6 +210,8 @@ def run(args) -> None:
     shard = Shard.parse(args.shard) if args.shard else Shard()
     bins = _bins(args)
     memory = parse_size(args.memory) if args.memory else None
+    if args.checkpoints:
+        return _record_series(args, selection, bins, memory)
     layout = recorded_layout(args.out) if args.resume else None
     # a --workers recording: resumed by tasks
     if layout is not None and layout.unit > 1 and not args.shard:
@@ -240,6 +249,52 @@ def run(args) -> None:
             summary=bins,
         )
     _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
+
+
+def _record_series(args, selection, bins, memory) -> None:
+    """`--checkpoints`: each checkpoint of the training run in MODEL (a folder) into OUT/KEY=VALUE/."""
+    from recorders.errors import SelectionError
+
+    for flag, given in (
+        ("--shard", args.shard),
+        ("--workers", args.workers > 1),
+        ("--engine", args.engine != "processes"),
+        ("--overwrite", args.overwrite),
+        ("--carry-state", args.carry_state),
+    ):
+        if given:
+            raise SelectionError(
+                f"--checkpoints with {flag}: a series is recorded one checkpoint after another, in this process, "
+                "into a new folder (remove an old series first)"
+            )
+    import tracer
+    from tracer.inputs.feeds import load_array, parse_feed_args
+
+    done = tracer.record_series(
+        args.model,
+        parse_feed_args(args.feed),
+        args.out,
+        args.checkpoints,
+        resume=args.resume,
+        progress=not args.quiet,
+        allow_unsafe_ops=args.allow_unsafe_ops,
+        batch_size=args.batch_size,
+        selection=selection,
+        lengths=load_array(args.lengths, "--lengths") if args.lengths else None,
+        compression=args.compression,
+        timeout=args.timeout,
+        reads=[args.lengths, *(_feed_path(item) for item in args.feed)],
+        memory=memory,
+        verify=args.verify,
+        summary=bins,
+    )
+    key, values, recorded = done["key"], done["values"], done["recorded"]
+    print(
+        f"recorded {len(recorded)} of {len(values)} checkpoints ({key} {', '.join(map(str, values))}) -> {args.out}"
+    )
+    print(
+        f"read it with: recorders.Series({args.out!r}).gate_frame(...), or one: {args.out}/{key}={values[-1]}"
+    )
 
 
 def _bins(args):

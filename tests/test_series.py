@@ -1,0 +1,192 @@
+"""A training run's checkpoints recorded as a series (`gatetrace record DIR --checkpoints ...`):
+each key's recording equals a recording of that checkpoint alone; the series is read as one
+table with the key as a column; a killed run resumes after its last complete checkpoint; the
+cells may not change along a series; a folder without checkpoints gets one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracer
+from recorders import Recording, Series
+from recorders.errors import ModelFormatError, RecordingError
+from recorders.read.analysis import saturation, saturation_across
+from tests.conftest import run_cli
+from tracer._tf import tf, v1
+
+pytestmark = pytest.mark.e2e
+
+STEPS, FEATURES = 6, 3
+X = np.random.RandomState(9).randn(10, STEPS, FEATURES).astype(np.float32)
+
+
+def train_tf1(folder, saves=(2, 4, 6)) -> None:
+    """A TF1 script's training loop: a BasicLSTMCell under static_rnn, saved by a Saver at
+    the global steps `saves` (model.ckpt-2, -4, -6 and the 'checkpoint' state file)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.set_random_seed(0)
+        x = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")
+        y = v1.placeholder(tf.float32, [None], name="y")
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(4), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        logits = tf.squeeze(v1.layers.dense(outputs[-1], 1), 1)
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits))
+        step = v1.train.get_or_create_global_step()
+        train = v1.train.AdamOptimizer(0.05).minimize(loss, global_step=step)
+        saver = v1.train.Saver(max_to_keep=10)
+        rng = np.random.RandomState(0)
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            for k in range(1, max(saves) + 1):
+                session.run(train, {x: rng.randn(16, STEPS, FEATURES), y: rng.randint(0, 2, 16)})
+                if k in saves:
+                    saver.save(session, str(folder / "model.ckpt"), global_step=step)
+
+
+def test_a_tf1_run_recorded_checkpoint_by_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    train_tf1(run)
+    np.save(tmp_path / "x.npy", X)
+    done = run_cli(
+        "record",
+        str(run),
+        "--checkpoints",
+        "all",
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "series"),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "recorded 3 of 3 checkpoints (checkpoint 2, 4, 6)" in done.stdout
+    series = Series(tmp_path / "series")
+    assert (series.key, series.values, series.complete) == ("checkpoint", [2, 4, 6], [2, 4, 6])
+    shown = run_cli("inspect", str(tmp_path / "series")).stdout
+    assert "a gatetrace series of 3 recordings, by checkpoint" in shown
+    frame = series.gate_frame(gates=["f"], columns=["activation"])
+    assert frame.columns[0] == "checkpoint" and sorted(frame["checkpoint"].unique()) == [2, 4, 6]
+    for step in (2, 6):  # each key: what recording that checkpoint alone writes
+        with tracer.load_model(run / f"model.ckpt-{step}") as model:
+            tracer.record(model, {"x": X}, tmp_path / f"alone{step}")
+        alone = Recording(tmp_path / f"alone{step}")
+        cell = alone.cells[0]
+        for gate in alone.gates(cell):
+            np.testing.assert_array_equal(
+                series.recording(step).gate_array(cell, gate), alone.gate_array(cell, gate)
+            )
+    # training moved the gates
+    first, last = (series.recording(s).gate_array(cell, "f") for s in (2, 6))
+    assert not np.array_equal(first, last)
+    sat = saturation_across(series)
+    want = saturation(series.recording(4))
+    got = sat[sat["checkpoint"] == 4].drop(columns="checkpoint").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
+    for which, values in (("last", [6]), ("every-2", [2, 6]), ("4,2", [2, 4])):
+        out = tmp_path / f"pick-{which}"
+        done = run_cli(
+            "record",
+            str(run),
+            "--checkpoints",
+            which,
+            "--feed",
+            f"x={tmp_path / 'x.npy'}",
+            "--out",
+            str(out),
+            "--quiet",
+            "--summary",
+        )
+        assert done.returncode == 0, done.stderr
+        assert Series(out).complete == values
+        assert Series(out).recording(values[0]).kind == "summary"
+
+
+def test_a_killed_series_resumes_after_its_last_complete_checkpoint(tmp_path, monkeypatch):
+    from tracer.run import series as series_module
+
+    run = tmp_path / "run"
+    train_tf1(run)
+    real = series_module.record
+    calls = []
+
+    def failing(model, feeds, where, **options):
+        calls.append(where)
+        if len(calls) == 2:
+            raise RecordingError("stopped for the test")
+        return real(model, feeds, where, **options)
+
+    monkeypatch.setattr(series_module, "record", failing)
+    with pytest.raises(RecordingError, match="stopped"):
+        tracer.record_series(run, {"x": X}, tmp_path / "s")
+    assert Series(tmp_path / "s").complete == [2]
+    monkeypatch.setattr(series_module, "record", real)
+    again = run_cli(
+        "record", str(run), "--checkpoints", "all", "--out", str(tmp_path / "s"), "--quiet"
+    )
+    assert again.returncode == 2 and "already holds a series; pass --resume" in again.stderr
+    done = tracer.record_series(run, {"x": X}, tmp_path / "s", resume=True)
+    assert done["recorded"] == [4, 6]  # the complete one is not recorded again
+    assert Series(tmp_path / "s").complete == [2, 4, 6]
+
+
+def keras_run(folder, units=(3, 3, 3)) -> None:
+    """Keras 3 files saved per epoch, as ModelCheckpoint('model-{epoch:02d}.keras') names them
+    (`units` per epoch: a changed one makes a series whose cells change)."""
+    import keras
+
+    folder.mkdir()
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(32, STEPS, FEATURES).astype(np.float32), rng.randint(0, 2, 32)
+    for epoch, n in enumerate(units, 1):
+        keras.utils.set_random_seed(epoch)
+        inputs = keras.Input((STEPS, FEATURES), name="x")
+        model = keras.Model(
+            inputs, keras.layers.Dense(1)(keras.layers.LSTM(n, name="lstm")(inputs))
+        )
+        model.compile("adam", "mse")
+        model.fit(x, y, epochs=1, verbose=0)
+        model.save(folder / f"model-{epoch:02d}.keras")
+
+
+def test_keras_files_saved_per_epoch_and_a_series_whose_cells_change(tmp_path):
+    keras_run(tmp_path / "run")
+    done = tracer.record_series(tmp_path / "run", X, tmp_path / "s", "all")
+    assert (done["key"], done["values"]) == ("epoch", [1, 2, 3])
+    assert sorted(Series(tmp_path / "s").state_frame()["epoch"].unique()) == [1, 2, 3]
+    keras_run(tmp_path / "changed", units=(3, 3, 5))
+    with pytest.raises(ModelFormatError, match=r"at epoch 3 cell lstm has units 5, at epoch 1 3"):
+        tracer.record_series(tmp_path / "changed", X, tmp_path / "c", "all")
+    assert Series(tmp_path / "c").complete == [1, 2]
+    assert not (tmp_path / "c" / "epoch=3").exists()
+
+
+def test_bad_series_get_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    np.save(tmp_path / "x.npy", X)
+    done = run_cli(
+        "record",
+        str(tmp_path / "empty"),
+        "--checkpoints",
+        "all",
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert done.returncode == 2 and "holds no checkpoints" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    run = tmp_path / "run"
+    train_tf1(run, saves=(1, 2))
+    for which, message in (
+        ("7", "no checkpoint 7 in the series"),
+        ("some", "expected all, last, every-N"),
+    ):
+        done = run_cli("record", str(run), "--checkpoints", which, "--out", str(tmp_path / "o2"))
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    with pytest.raises(RecordingError, match="is not a series of recordings"):
+        Series(tmp_path / "empty")

@@ -1,0 +1,137 @@
+"""Recording a training run's checkpoints: one recording per checkpoint, under one folder.
+
+    OUT/series.json                 the key (`checkpoint`: global step, or `epoch`), its values, the folder
+    OUT/checkpoint=1000/            a complete recording (`tracer.run.recording.record`) of that checkpoint
+    OUT/checkpoint=2000/            ...
+
+Each key's folder is an ordinary recording (full or `--summary`), written and resumed as one: a
+run killed midway leaves every key recorded before it complete and readable, and the one in
+flight partial (no manifest); `resume` skips the complete ones and continues the partial one.
+`recorders.read.series.Series` reads them as one table with the key as a column; DuckDB reads
+`OUT/*/gates/*/*/*.parquet` with `hive_partitioning = true` the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from recorders.errors import ModelFormatError, OutputExistsError, SelectionError
+from recorders.write.place import LocalPlace, place_of
+from recorders.write.schema import parse_json
+from tracer.load.model import load_model
+from tracer.load.series import Checkpoint, choose, find_series
+from tracer.run.recording import find_all, record
+
+__all__ = ["record_series", "SERIES_FILE"]
+
+SERIES_FILE = "series.json"
+
+
+def record_series(
+    folder: str | os.PathLike,
+    feeds: Any,
+    out: str | os.PathLike,
+    checkpoints: str = "all",
+    *,
+    resume: bool = False,
+    progress: bool = False,
+    allow_unsafe_ops: bool = False,
+    **options: Any,
+) -> dict:
+    """Record each checkpoint `checkpoints` picks (`tracer.load.series.choose`) of the training
+    run in `folder` on `feeds`, into `out/KEY=VALUE/` (see the module docstring); `options` are
+    `tracer.record`'s. Returns {"key", "values", "recorded": those recorded in this run,
+    "summaries": each one's `record` summary}."""
+    for flag in ("overwrite", "shard", "carry_state"):
+        if options.get(flag):
+            raise SelectionError(
+                f"--checkpoints with --{flag.replace('_', '-')}: a series is recorded one checkpoint after another "
+                "into folders of its own; remove an old series first, and record the whole series in one process"
+            )
+    chosen = choose(find_series(folder), checkpoints)
+    key = chosen[0].key
+    out_text = str(out).rstrip("/")
+    place = place_of(out_text)
+    description = {
+        "kind": "series",
+        "key": key,
+        "values": [c.value for c in chosen],
+        "source": os.fspath(folder),
+    }
+    _start(place, description, resume, out_text)
+    summaries: dict[int, dict] = {}
+    recorded: list[int] = []
+    first: list[dict] | None = None
+    for c in chosen:
+        where = f"{out_text}/{key}={c.value}"
+        sub = place_of(where)
+        if resume and sub.exists() and "manifest.json" in sub.entries():
+            continue  # recorded before
+        if progress:
+            print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
+        with load_model(c.path, allow_unsafe_ops=allow_unsafe_ops) as model:
+            cells = [_shape(cell.describe()) for cell in find_all(model)]
+            if first is None:
+                first = cells
+            elif cells != first:  # checked before anything of this checkpoint is written
+                raise ModelFormatError(_changed(chosen[0], c, first, cells))
+            summaries[c.value] = record(
+                model,
+                feeds,
+                where,
+                resume=resume and sub.exists() and bool(sub.entries()),
+                progress=progress,
+                **options,
+            )
+        recorded.append(c.value)
+    return {
+        "key": key,
+        "values": description["values"],
+        "recorded": recorded,
+        "summaries": summaries,
+    }
+
+
+def _start(place: Any, description: dict, resume: bool, out: str) -> None:
+    """Write `series.json`, or check the one there when resuming."""
+    if SERIES_FILE in place.entries():
+        if not resume:
+            raise OutputExistsError(
+                f"--out {out} already holds a series; pass --resume to continue it, or choose another folder"
+            )
+        found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
+        if not isinstance(found, dict) or {k: found.get(k) for k in ("key", "values")} != {
+            k: description[k] for k in ("key", "values")
+        }:
+            raise OutputExistsError(
+                f"--out {out} holds a series of other checkpoints; resume with the same --checkpoints, or choose "
+                "another folder"
+            )
+        return
+    if place.exists() and place.entries():
+        raise OutputExistsError(f"--out {out} is not empty; give a new folder for the series")
+    if isinstance(place, LocalPlace):
+        place.path.mkdir(parents=True, exist_ok=True)
+    place.write_json(SERIES_FILE, description)
+
+
+def _shape(cell: dict) -> dict:
+    """What must not change along a series: a cell's name, kind, sizes, gates and states."""
+    return {k: cell.get(k) for k in ("name", "kind", "units", "input_size", "gates", "states")}
+
+
+def _changed(first: Checkpoint, now: Checkpoint, before: list[dict], after: list[dict]) -> str:
+    """The one line that says how the cells changed between two checkpoints of a series."""
+    names_before, names_after = [c["name"] for c in before], [c["name"] for c in after]
+    if names_before != names_after:
+        what = f"its cells are {', '.join(names_after)}, at {first.key} {first.value} {', '.join(names_before)}"
+    else:
+        a, b = next((a, b) for a, b in zip(before, after, strict=True) if a != b)
+        field = next(k for k in a if a[k] != b[k])
+        what = f"cell {a['name']} has {field} {b[field]}, at {first.key} {first.value} {a[field]}"
+    return (
+        f"--checkpoints: the cells change along the series: at {now.key} {now.value} {what}; "
+        "record the checkpoints of one model"
+    )
