@@ -100,10 +100,18 @@ def test_a_tf1_run_recorded_checkpoint_by_checkpoint(tmp_path):
             str(out),
             "--quiet",
             "--summary",
+            "--tensorboard",
+            str(tmp_path / f"tb-{which}"),
         )
         assert done.returncode == 0, done.stderr
         assert Series(out).complete == values
         assert Series(out).recording(values[0]).kind == "summary"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb-every-2"), size_guidance={"histograms": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars(f"gatetrace/{cell}/f/right_saturated")] == [2, 6]
+    assert [e.step for e in events.Histograms(f"gatetrace/{cell}/i/activation")] == [2, 6]
 
 
 def test_a_killed_series_resumes_after_its_last_complete_checkpoint(tmp_path, monkeypatch):

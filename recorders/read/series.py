@@ -6,7 +6,8 @@
     f = s.gate_frame(values=[1000, 3000], gates=["f"], columns=["activation"])   # with a `checkpoint` column
     s.recording(3000)                         # one key's `recorders.Recording`
 
-The layout (`series.json`, then `KEY=VALUE/` folders, each a recording) is `tracer.run.series`'.
+The layout (`series.json`, then `KEY=VALUE/` folders, each a recording) is `tracer.run.series`'
+(a series logged while training, `tracer.run.training`, lists no values: its folders say them).
 A selection of values reads only their folders. `series.json` may come from anyone: it is read
 through `parse_json`, and its key and values (integers) are checked before they name a folder.
 """
@@ -27,7 +28,7 @@ from recorders.write.schema import parse_json
 __all__ = ["Series", "SERIES_FILE", "KEYS"]
 
 SERIES_FILE = "series.json"
-KEYS = ("checkpoint", "epoch")  # a TF1 run's global step; a Keras run's epoch
+KEYS = ("checkpoint", "epoch", "global_step")  # a checkpoint's global step; an epoch; a logged step
 _MAX_VALUE = 2**53
 
 
@@ -47,6 +48,8 @@ class Series:
         found = parse_json(data, shown)
         key = found.get("key") if isinstance(found, dict) else None
         values = found.get("values") if isinstance(found, dict) else None
+        if key in KEYS and values is None:  # logged while training: the folders say which
+            values = self._logged(key)
         if (
             key not in KEYS
             or not isinstance(values, list)
@@ -63,6 +66,15 @@ class Series:
         self.key: str = key
         self.values: list[int] = sorted(values)
         self.source = found.get("source")
+
+    def _logged(self, key: str) -> list[int]:
+        """The values of the `KEY=VALUE` folders there (a series logged while training)."""
+        found = []
+        for entry in self.path.iterdir():
+            name, _, value = entry.name.partition("=")
+            if name == key and value.isdigit() and len(value) < 16 and entry.is_dir():
+                found.append(int(value))
+        return found
 
     def __repr__(self) -> str:
         return (

@@ -154,6 +154,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "recorders.Series: --checkpoints every-2",
     )
     c.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="with --checkpoints: also write each checkpoint's gate saturation and activation histograms as "
+        "TensorBoard summaries into DIR, at its step: --tensorboard logs/gates",
+    )
+    c.add_argument(
         "--summary",
         action="store_true",
         help="write statistics instead of every value: per unit and per step of each gate and state, count, mean, "
@@ -196,6 +202,7 @@ def _feed_path(item: str) -> str | None:
 
 def run(args) -> None:
     from recorders import Shard
+    from recorders.errors import SelectionError
     from recorders.write.progress import recorded_layout
     from tracer.run.budget import parse_size
     from tracer.run.select import Selection, parse_range
@@ -212,6 +219,10 @@ def run(args) -> None:
     memory = parse_size(args.memory) if args.memory else None
     if args.checkpoints:
         return _record_series(args, selection, bins, memory)
+    if args.tensorboard:
+        raise SelectionError(
+            "--tensorboard is for --checkpoints series: add --checkpoints, or leave it out"
+        )
     layout = recorded_layout(args.out) if args.resume else None
     # a --workers recording: resumed by tasks
     if layout is not None and layout.unit > 1 and not args.shard:
@@ -287,6 +298,7 @@ def _record_series(args, selection, bins, memory) -> None:
         memory=memory,
         verify=args.verify,
         summary=bins,
+        tensorboard=args.tensorboard,
     )
     key, values, recorded = done["key"], done["values"], done["recorded"]
     print(

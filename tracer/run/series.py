@@ -23,6 +23,7 @@ from recorders.write.schema import parse_json
 from tracer.load.model import load_model
 from tracer.load.series import Checkpoint, choose, find_series
 from tracer.run.recording import find_all, record
+from tracer.run.tensorboard import GateSummaries
 
 __all__ = ["record_series", "SERIES_FILE"]
 
@@ -38,6 +39,7 @@ def record_series(
     resume: bool = False,
     progress: bool = False,
     allow_unsafe_ops: bool = False,
+    tensorboard: str | os.PathLike | None = None,
     **options: Any,
 ) -> dict:
     """Record each checkpoint `checkpoints` picks (`tracer.load.series.choose`) of the training
@@ -61,37 +63,44 @@ def record_series(
         "source": os.fspath(folder),
     }
     _start(place, description, resume, out_text)
-    summaries: dict[int, dict] = {}
-    recorded: list[int] = []
-    first: list[dict] | None = None
-    for c in chosen:
-        where = f"{out_text}/{key}={c.value}"
-        sub = place_of(where)
-        if resume and sub.exists() and "manifest.json" in sub.entries():
-            continue  # recorded before
-        if progress:
-            print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
-        with load_model(c.path, allow_unsafe_ops=allow_unsafe_ops) as model:
-            cells = [_shape(cell.describe()) for cell in find_all(model)]
-            if first is None:
-                first = cells
-            elif cells != first:  # checked before anything of this checkpoint is written
-                raise ModelFormatError(_changed(chosen[0], c, first, cells))
-            summaries[c.value] = record(
-                model,
-                feeds,
-                where,
-                resume=resume and sub.exists() and bool(sub.entries()),
-                progress=progress,
-                **options,
-            )
-        recorded.append(c.value)
-    return {
-        "key": key,
-        "values": description["values"],
-        "recorded": recorded,
-        "summaries": summaries,
-    }
+    board = GateSummaries(tensorboard) if tensorboard is not None else None
+    try:
+        summaries: dict[int, dict] = {}
+        recorded: list[int] = []
+        first: list[dict] | None = None
+        for c in chosen:
+            where = f"{out_text}/{key}={c.value}"
+            sub = place_of(where)
+            if resume and sub.exists() and "manifest.json" in sub.entries():
+                continue  # recorded before
+            if progress:
+                print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
+            with load_model(c.path, allow_unsafe_ops=allow_unsafe_ops) as model:
+                cells = [_shape(cell.describe()) for cell in find_all(model)]
+                if first is None:
+                    first = cells
+                elif cells != first:  # checked before anything of this checkpoint is written
+                    raise ModelFormatError(_changed(chosen[0], c, first, cells))
+                summaries[c.value] = record(
+                    model,
+                    feeds,
+                    where,
+                    resume=resume and sub.exists() and bool(sub.entries()),
+                    progress=progress,
+                    **options,
+                )
+            if board is not None:
+                board.write(where, c.value)
+            recorded.append(c.value)
+        return {
+            "key": key,
+            "values": description["values"],
+            "recorded": recorded,
+            "summaries": summaries,
+        }
+    finally:
+        if board is not None:
+            board.close()
 
 
 def _start(place: Any, description: dict, resume: bool, out: str) -> None:

@@ -1,0 +1,114 @@
+"""Gate summaries for TensorBoard, from a recording: where users already watch their training.
+
+`GateSummaries(logdir).write(recording, step)` appends one TensorBoard event at `step` (an epoch,
+a checkpoint's global step) to its event file in `logdir`, holding for each gate of each cell:
+
+    gatetrace/CELL/GATE/left_saturated     scalar: the mean over units of the fraction of activations < low
+    gatetrace/CELL/GATE/right_saturated    scalar: the same > high
+    gatetrace/CELL/GATE/activation         histogram of the activations, over the summary's bins
+
+From a summary recording (`--summary`) the histogram is its own, the units merged; from a full
+recording, the values counted in the bins a summary would use (`recorders.write.totals.Bins`).
+Bucket i of the histogram holds the values up to its limit: the first the underflow (below the
+lowest edge), then each bin, then the overflow. Written with TensorBoard's own event writer and
+protocol buffers (TensorBoard comes with TensorFlow), read back by its event reader in the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from recorders.errors import SelectionError
+from recorders.read.analysis import gate_summaries
+from recorders.read.reader import Recording
+from recorders.write.stats import Stats
+from recorders.write.totals import Bins, nonlinearity
+
+__all__ = ["GateSummaries"]
+
+
+class GateSummaries:
+    """Gate summaries written into one event file in `logdir` (TensorBoard reads a run's
+    events file by file: a new file for each step would start the run again); a context
+    manager, `close` idempotent."""
+
+    def __init__(self, logdir: str | os.PathLike):
+        try:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError:
+            raise SelectionError(
+                'TensorBoard summaries need the tensorboard package: pip install "gatetrace[tensorboard]"'
+            ) from None
+        os.makedirs(logdir, exist_ok=True)
+        self._writer: Any = EventFileWriter(os.fspath(logdir))
+
+    def write(self, recording: str | os.PathLike, step: int) -> None:
+        """Append the gates' saturation and histograms of `recording` at `step`."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        rec = Recording(recording)
+        values = []
+        for (cell, gate), s in gate_summaries(rec, quantiles=()).items():
+            units, left, right = s.saturated()
+            tag = f"gatetrace/{cell}/{gate}"
+            if len(units):
+                for side, fractions in (("left", left), ("right", right)):
+                    values.append(
+                        summary_pb2.Summary.Value(
+                            tag=f"{tag}/{side}_saturated", simple_value=float(fractions.mean())
+                        )
+                    )
+            stats = _activation_stats(rec, cell, gate)
+            if stats.count.sum():
+                values.append(
+                    summary_pb2.Summary.Value(tag=f"{tag}/activation", histo=_histogram(stats))
+                )
+        self._writer.add_event(
+            event_pb2.Event(
+                wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values)
+            )
+        )
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> GateSummaries:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _activation_stats(rec: Recording, cell: str, gate: str) -> Stats:
+    """One gate's activations over everything: the units merged (a scalar `Stats`)."""
+    if rec.kind == "summary":
+        _, per_unit = rec.statistics.stats(cell, "gates", gate, "activation", "unit")
+        return per_unit.reduce(0)
+    bins = Bins()
+    edges = bins.edges("activation", nonlinearity(rec.cell(cell), gate))
+    a = rec.gate_array(cell, gate, "activation")
+    return Stats.of(a.reshape(-1), (0,), edges, bins.low, bins.high, ~np.isnan(a.reshape(-1)))
+
+
+def _histogram(s: Stats):
+    """A TensorBoard HistogramProto of a scalar `Stats`: underflow, the bins, overflow."""
+    from tensorboard.compat.proto import summary_pb2
+
+    n = float(s.count)
+    limits = [*s.edges.tolist(), max(float(s.maximum), float(s.edges[-1])) + 1e-12]
+    return summary_pb2.HistogramProto(
+        min=float(s.minimum),
+        max=float(s.maximum),
+        num=n,
+        sum=float(s.mean) * n,
+        sum_squares=float(s.m2 + n * s.mean * s.mean),
+        bucket_limit=limits,
+        bucket=[float(c) for c in s.histogram.tolist()],
+    )

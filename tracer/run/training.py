@@ -1,0 +1,163 @@
+"""Logging gates while a Keras model trains: `GateLogger`, a callback for `model.fit`.
+
+    logger = tracer.keras.GateLogger(probe, "gates-by-epoch/", every=1)
+    model.fit(x, y, epochs=10, callbacks=[logger])
+    recorders.Series("gates-by-epoch/").gate_frame(gates=["f"])      # an `epoch` column first
+
+At the end of every `every`-th epoch the callback records every recurrent layer of the model
+on the fixed `probe` inputs (`tracer.run.recording.record`, one call of the model per batch,
+as `gatetrace record` records a saved model) into `OUT/epoch=N/` (N counted from 1, as Keras'
+`ModelCheckpoint` names files), a series (`tracer.run.series`) read by `recorders.Series`. It is
+a plain object with the methods Keras calls (both Keras 3 and tf-keras take it). Logged with
+`summary=recorders.Bins()`, each epoch is a summary recording; with `tensorboard=DIR`, each
+gate's saturation and activation histogram is also written there (`tracer.run.tensorboard`).
+
+Faults: an epoch's folder appears complete (its manifest) only once recorded, so a run killed
+midway leaves every logged epoch before it readable; a restarted run (`fit(initial_epoch=...)`)
+logs into the same folder after them, and refuses in one line to log an epoch already there. A
+recording that fails (a full disk) stops the training with the error (`on_error="stop"`, the
+default) or is reported once on stderr while the training goes on (`on_error="warn"`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from recorders.errors import GatetraceError, OutputExistsError, SelectionError
+from recorders.write.place import place_of
+from recorders.write.schema import parse_json
+from recorders.write.totals import Bins
+from tracer.run.recording import record
+from tracer.run.series import SERIES_FILE
+from tracer.run.tensorboard import GateSummaries
+
+__all__ = ["GateLogger"]
+
+
+class GateLogger:
+    """A Keras callback that records the model's gates on `probe` every `every` epochs (see the
+    module docstring). `probe`: the model's input array (a list or mapping for several
+    inputs), at most a few thousand sequences; `out`: a new folder, or one this logger wrote."""
+
+    def __init__(
+        self,
+        probe: Any,
+        out: str | os.PathLike,
+        every: int = 1,
+        *,
+        summary: Bins | None = None,
+        batch_size: int = 256,
+        values: tuple[str, ...] | None = None,
+        tensorboard: str | os.PathLike | None = None,
+        on_error: str = "stop",
+    ):
+        if not isinstance(every, int) or every < 1:
+            raise SelectionError(
+                f"GateLogger every={every!r}: expected a whole number of epochs, 1 or more"
+            )
+        if on_error not in ("stop", "warn"):
+            raise SelectionError(f"GateLogger on_error={on_error!r}: expected 'stop' or 'warn'")
+        self.probe, self.out, self.every = probe, str(out).rstrip("/"), every
+        self.summary, self.batch_size, self.values = summary, batch_size, values
+        self.tensorboard, self.on_error = tensorboard, on_error
+        self.logged: list[int] = []  # the epochs logged by this object
+        self.failed: str | None = None  # the first failure, once reported (on_error="warn")
+        self.model: Any = None
+        self.params: dict = {}
+        self._board: GateSummaries | None = None  # while training, with `tensorboard`
+
+    # -- what Keras calls ------------------------------------------------------------------
+
+    def set_model(self, model: Any) -> None:
+        self.model = model
+
+    def set_params(self, params: dict) -> None:
+        self.params = params
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._start()
+        if self.tensorboard is not None:
+            self._board = GateSummaries(self.tensorboard)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._board is not None:
+            self._board.close()
+            self._board = None
+
+    def _start(self) -> None:
+        """Write `series.json`, or check the one there (a restarted run)."""
+        place = place_of(self.out)
+        if SERIES_FILE in place.entries():
+            found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{self.out}/{SERIES_FILE}")
+            if not isinstance(found, dict) or found.get("key") != "epoch":
+                raise OutputExistsError(
+                    f"GateLogger: {self.out} holds a series of another kind; log into another folder"
+                )
+            return  # a restarted run logs after the epochs there
+        if place.exists() and place.entries():
+            raise OutputExistsError(f"GateLogger: {self.out} is not empty; give a new folder")
+        if place.local:
+            Path(self.out).mkdir(parents=True, exist_ok=True)
+        place.write_json(
+            SERIES_FILE, {"kind": "series", "key": "epoch", "values": None, "source": "training"}
+        )
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        n = epoch + 1
+        if n % self.every:
+            return
+        where = f"{self.out}/epoch={n}"
+        sub = place_of(where)
+        if sub.exists() and "manifest.json" in sub.entries():
+            raise OutputExistsError(
+                f"GateLogger: epoch {n} is already logged in {self.out}; restart with fit(initial_epoch=...) past the "
+                "epochs there, or log into a new folder"
+            )
+        try:
+            record(
+                self.model,
+                self.probe,
+                where,
+                resume=sub.exists() and bool(sub.entries()),  # a run killed while logging it
+                batch_size=self.batch_size,
+                values=self.values,
+                summary=self.summary,
+            )
+            if self._board is not None:
+                self._board.write(where, n)
+        except (GatetraceError, OSError) as err:
+            if self.on_error == "stop":
+                raise
+            if self.failed is None:
+                self.failed = str(err)
+                print(
+                    f"gatetrace: GateLogger could not log epoch {n} (training goes on): {err}",
+                    file=sys.stderr,
+                )
+            return
+        self.logged.append(n)
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other callback method Keras may call: nothing to do."""
+        if name.startswith("on_"):
+            return _nothing
+        raise AttributeError(name)
+
+    # tf-keras asks these of its callbacks before calling the per-batch ones
+    _supports_tf_logs = False
+
+    def _implements_train_batch_hooks(self) -> bool:
+        return False
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return False
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return False
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
