@@ -3,7 +3,8 @@
 It trains a small BasicLSTMCell on a memory task (report at the last step the sign of
 a marker shown at step 0, with noise in between), so that its forget gates have
 something to do; saves it as a TF1 checkpoint; records its gates on a fresh set of
-sequences, in full and as a summary recording (statistics only); and summarises both.
+sequences, in full and as a summary recording (statistics only); and summarises both. Its
+training logs the gates of every 100th training batch (`GateLoggingHook`) into `training/`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from recorders.write.files import (
 from recorders.write.totals import Bins
 from tracer._tf import tf, v1
 from tracer.load.model import load_model
+from tracer.run.hook import GateLoggingHook, run_with
 from tracer.run.recording import record
 
 __all__ = ["make_task", "build_and_train", "run_demo"]
@@ -46,8 +48,12 @@ def make_task(n: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarra
     return x, sign.astype(np.float32)
 
 
-def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
-    """Build the demo LSTM under `static_rnn`, train it, save a checkpoint at `prefix`.
+def build_and_train(
+    prefix: str, iterations: int = 300, seed: int = 0, log: str | os.PathLike | None = None
+) -> float:
+    """Build the demo LSTM under `static_rnn`, train it, save a checkpoint at `prefix`; with
+    `log`, its gates are logged on the training batches every 100 steps into that folder
+    (`tracer.run.hook.GateLoggingHook`).
 
     Returns the accuracy on held-out sequences.
     """
@@ -64,7 +70,12 @@ def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
         outputs, _ = v1.nn.static_rnn(cell, tf.unstack(inputs, axis=1), dtype=tf.float32)
         logits = tf.squeeze(v1.layers.dense(outputs[-1], 1, name="readout"), axis=1, name="logits")
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-        train = v1.train.AdamOptimizer(0.01).minimize(loss)
+        train = v1.train.AdamOptimizer(0.01).minimize(
+            loss, global_step=v1.train.get_or_create_global_step()
+        )
+        hook = GateLoggingHook(log, every_n_steps=100) if log is not None else None
+        if hook is not None:
+            hook.begin()
         correct = tf.reduce_mean(
             tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
         )
@@ -75,7 +86,10 @@ def build_and_train(prefix: str, iterations: int = 300, seed: int = 0) -> float:
             session.run(v1.global_variables_initializer())
             for _ in range(iterations):
                 x, y = make_task(64, rng)
-                session.run(train, {inputs: x, labels: y})
+                if hook is not None:  # the gates of this training batch, every 100th step
+                    run_with(hook, session, train, {inputs: x, labels: y})
+                else:
+                    session.run(train, {inputs: x, labels: y})
             x, y = make_task(1000, rng)
             accuracy = float(session.run(correct, {inputs: x, labels: y}))
             saver.save(session, prefix)
@@ -119,6 +133,17 @@ def summarise_statistics(summary: Path) -> str:
     return "\n".join(lines)
 
 
+def summarise_training(logged: Path) -> str:
+    """The forget gates' saturation on the training batches, at each global step logged."""
+    from recorders import Series
+    from recorders.read.analysis import saturation_across
+
+    sat = saturation_across(Series(logged), gates=["f"])
+    shares = sat.groupby("global_step")["right"].mean()
+    steps = ", ".join(f"step {step}: {share:.1%}" for step, share in shares.items())
+    return f"forget gates above 0.9 while training (logged every 100 steps): {steps}"
+
+
 def run_demo(
     out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
 ) -> Path:
@@ -139,7 +164,7 @@ def run_demo(
         print(
             f"training a BasicLSTMCell({UNITS}) over {STEPS} steps to remember a marker from step 0 ..."
         )
-        accuracy = build_and_train(prefix)
+        accuracy = build_and_train(prefix, log=tmp / "training")
         print(f"  held-out accuracy {accuracy:.1%}")
         x, _ = make_task(sequences, np.random.RandomState(1))
         np.save(tmp / "inputs.npy", x)
@@ -168,9 +193,11 @@ def run_demo(
     print(f"  weights:   {out / 'recording' / 'weights.parquet'}")
     print(f"  manifest:  {out / 'recording' / 'manifest.json'}")
     print(f"  summary:   {out / 'summary'}  (gatetrace record --summary)")
+    print(f"  training:  {out / 'training'}  (the gates while it trained: recorders.Series)")
     print()
     print(summarise(out / "recording"))
     print(summarise_statistics(out / "summary"))
+    print(summarise_training(out / "training"))
     print()
     print(
         f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])"

@@ -540,7 +540,7 @@ def _record(
                         for key, positions, per_unit, per_step in plan.stats(*values, keep, lens):
                             writer.add(key, positions, per_unit, per_step)
                     else:
-                        _write_batch(writer, plan, values, selection, ids, keep, lens)
+                        write_batch(writer, plan, values, selection, ids, keep, lens)
                     in_flight = (start, stop)
                 values = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:
@@ -645,7 +645,7 @@ def _fixed_allocation(err: Exception, batch: int) -> str | None:
     )
 
 
-def _write_batch(
+def write_batch(
     writer: RecordingWriter,
     plan: FetchPlan | KerasPlan,
     values: list,

@@ -1,0 +1,174 @@
+"""Logging gates while a TF1 model trains: `GateLoggingHook`, a `tf.compat.v1.train.SessionRunHook`.
+
+    hook = tracer.GateLoggingHook("gates-by-step/", every_n_steps=100)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook], ...) as session:
+        while not session.should_stop():
+            session.run(train_op, feed_dict=...)
+
+Every `every_n_steps`-th global step, the hook adds the gate fetches of every cell of the graph
+to the training run itself (`before_run` returns them as `SessionRunArgs`): the gates of the
+batch the model trains on, dropout as applied, at no extra forward pass, with the weights the
+step read (the tensors the cells consume, before the step's update). Each logged step becomes
+the recording `OUT/global_step=S/` of a series (`recorders.Series`). A hand-written loop calls
+`hook.begin()` once, then `hook.before_run` / `hook.after_run` around its own `session.run`
+(`tracer.run.hook.run_with`).
+
+What differs from recording a checkpoint with `gatetrace record`: the model runs in training
+mode (dropout on, as the batch saw it) on the training batch (not a probe set), and the weights
+are those before the step's update. Cells in while loops are taken by replaying them in numpy
+from what enters and leaves the loop in the same run (a live graph cannot be rebuilt to emit
+them: `tracer.values.replay`); unrolled cells from their own ops.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recorders import RecordingWriter
+from recorders.errors import GatetraceError, OutputExistsError, SelectionError
+from recorders.write.place import place_of
+from recorders.write.schema import parse_json
+from tracer._tf import v1
+from tracer.find.graph import find_cells
+from tracer.run.recording import write_batch
+from tracer.run.select import Selection
+from tracer.run.series import SERIES_FILE
+from tracer.values.fetch import FetchPlan
+from tracer.values.weights import weights_columns
+
+__all__ = ["GateLoggingHook", "run_with"]
+
+
+class GateLoggingHook(v1.train.SessionRunHook):
+    """Logs every cell's gates on the training batches of every `every_n_steps`-th global
+    step into `out` (see the module docstring). `on_error`: "stop" raises a failed write,
+    "warn" reports it once on stderr and goes on training."""
+
+    def __init__(self, out: str | os.PathLike, every_n_steps: int = 100, *, on_error: str = "stop"):
+        if not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise SelectionError(
+                f"GateLoggingHook every_n_steps={every_n_steps!r}: expected a whole number of steps, 1 or more"
+            )
+        if on_error not in ("stop", "warn"):
+            raise SelectionError(
+                f"GateLoggingHook on_error={on_error!r}: expected 'stop' or 'warn'"
+            )
+        self.out, self.every, self.on_error = str(out).rstrip("/"), every_n_steps, on_error
+        self.logged: list[int] = []  # the global steps logged
+        self.failed: str | None = None
+        self._plan: FetchPlan | None = None
+        self._weights: list[str] = []
+        self._step: Any = None
+        self._next: int | None = None  # the next global step to log (None: not known yet)
+        self._logging = False
+
+    def begin(self) -> None:
+        graph = v1.get_default_graph()
+        cells = list(find_cells(graph, "the training graph"))
+        self._plan = FetchPlan(graph, cells, context=cells)
+        self._weights = sorted({t for c in cells for t in c.weights.values()})
+        self._step = v1.train.get_global_step(graph)
+        if self._step is None:
+            raise SelectionError(
+                "GateLoggingHook: the graph has no global step; create one with "
+                "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer's minimize"
+            )
+        self._cells = cells
+        _start(self.out)
+
+    def after_create_session(self, session: Any, coord: Any = None) -> None:
+        """The global step the first run will be (`MonitoredSession` calls this; `run_with` too)."""
+        self._next = int(session.run(self._step))
+
+    def before_run(self, run_context: Any) -> Any:
+        self._logging = self._next is not None and self._next % self.every == 0
+        if not self._logging:
+            return None
+        assert self._plan is not None  # (begin)
+        return v1.train.SessionRunArgs({"gates": self._plan.tensors, "weights": self._weights})
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self._logging and self._next is not None:
+            step = self._next  # the global step the batch ran at (the updates before it)
+            try:
+                self._write(step, run_values.results)
+                self.logged.append(step)
+            except (GatetraceError, OSError) as err:
+                if self.on_error == "stop":
+                    raise
+                if self.failed is None:
+                    self.failed = str(err)
+                    print(
+                        f"gatetrace: GateLoggingHook could not log step {step} (training goes on): {err}",
+                        file=sys.stderr,
+                    )
+        # read after the run, not fetched in it: a fetch may see the step before or after its update
+        self._next = int(run_context.session.run(self._step))
+
+    def _write(self, step: int, results: dict) -> None:
+        assert self._plan is not None  # (begin)
+        values = self._plan.finish(list(results["gates"]))
+        weights = dict(zip(self._weights, results["weights"], strict=True))
+        cells = self._cells
+        where = f"{self.out}/global_step={step}"
+        if place_of(where).exists():
+            raise OutputExistsError(
+                f"GateLoggingHook: global step {step} is already logged in {self.out}; log into a new folder"
+            )
+        n = self._plan.batch_of(values)
+        description = {
+            "source": {"path": "training", "format": "training run"},
+            "cells": [c.describe() for c in cells],
+            "feeds": {},
+            "global_step": step,
+        }
+        with RecordingWriter(where, description, examples=(0, n)) as writer:
+            writer.write_weights(
+                weights_columns(
+                    cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
+                )
+            )
+            writer.begin(0, n)
+            write_batch(
+                writer, self._plan, values, Selection(), np.arange(n, dtype=np.int64), n, None
+            )
+            writer.commit()
+
+
+def _start(out: str) -> None:
+    """Write the series file of a logged run, or check the one there."""
+    place = place_of(out)
+    if SERIES_FILE in place.entries():
+        found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
+        if not isinstance(found, dict) or found.get("key") != "global_step":
+            raise OutputExistsError(
+                f"GateLoggingHook: {out} holds a series of another kind; log into another folder"
+            )
+        return
+    if place.exists() and place.entries():
+        raise OutputExistsError(f"GateLoggingHook: {out} is not empty; give a new folder")
+    if place.local:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    place.write_json(
+        SERIES_FILE, {"kind": "series", "key": "global_step", "values": None, "source": "training"}
+    )
+
+
+def run_with(hook: GateLoggingHook, session: Any, fetches: Any, feed_dict: Any = None) -> Any:
+    """`session.run(fetches, feed_dict)` of a hand-written training loop, with the hook's
+    fetches added as `MonitoredSession` adds them; returns what `session.run` would."""
+    if hook._next is None:
+        hook.after_create_session(session)
+    context = v1.train.SessionRunContext(original_args=None, session=session)
+    args = hook.before_run(context)
+    extra = {} if args is None else {"hook": args.fetches}
+    got = session.run({"user": fetches, **extra}, feed_dict=feed_dict)
+    hook.after_run(
+        context, v1.train.SessionRunValues(results=got.get("hook"), options=None, run_metadata=None)
+    )
+    return got["user"]
