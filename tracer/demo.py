@@ -153,7 +153,7 @@ def run_demo(
         out,
         overwrite,
         ours=lambda folder: foreign_entries(
-            folder, ("model", "recording", "summary", "inputs.npy")
+            folder, ("model", "recording", "summary", "training", "inputs.npy")
         ),
     )
     tmp = temp_sibling(out)
