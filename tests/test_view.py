@@ -507,3 +507,41 @@ def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_a_series_in_a_browser(browser, tmp_path):
+    """A checkpoint series: the view shows the last checkpoint, the gates' saturation along the
+    series as analysis computes it, and the one picked in its list."""
+    from recorders import Series
+    from recorders.read.analysis import saturation, saturation_across
+    from tests.test_series import X, train_tf1
+
+    train_tf1(tmp_path / "run")
+    tracer.record_series(tmp_path / "run", {"x": X}, tmp_path / "series")
+    series = Series(tmp_path / "series")
+    port = free_port()
+    process = view(str(tmp_path / "series"), "--port", str(port))
+    try:
+        wait_up(port, process)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=60000)
+        shown = page.evaluate("window.gatetrace.overview.series")
+        assert (shown["key"], shown["values"], shown["at"]) == ("checkpoint", [2, 4, 6], 6)
+        sat = saturation_across(series)
+        (cell,) = series.recording(6).cells
+        f = sat[(sat["cell"] == cell) & (sat["gate"] == "f")].groupby("checkpoint")["right"].mean()
+        np.testing.assert_allclose(shown["gates"][cell]["f"]["right"], f.to_numpy(), atol=1e-4)
+        assert page.locator("#across .plot-container").count() == 1
+        page.select_option("#at", "2")
+        page.wait_for_function("window.gatetrace.overview.series.at === 2")
+        stats = page.evaluate("window.gatetrace.overview.cells[0].gate_stats")
+        want = saturation(series.recording(2))
+        right = want[want["gate"] == "f"].sort_values("unit")["right"]
+        np.testing.assert_allclose(
+            next(g for g in stats if g["gate"] == "f")["right"], right, atol=1e-4
+        )
+        page.wait_for_function("window.gatetrace.heatmap !== null")
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -22,6 +22,7 @@ import numpy as np
 
 from recorders.errors import GatetraceError, SelectionError
 from recorders.read.reader import Recording
+from recorders.read.series import SERIES_FILE, Series
 from recorders.view.data import Labels
 from recorders.write.folder import Folder
 from recorders.write.schema import MAX_JSON_BYTES, parse_json
@@ -91,9 +92,14 @@ def serve(
     host: str = "127.0.0.1",
 ) -> None:
     """Serve the view of the recording `run` at http://host:port/ until interrupted. On an address
-    other than 127.0.0.1 the page asks for a secret token, which the printed URL carries."""
+    other than 127.0.0.1 the page asks for a secret token, which the printed URL carries. A
+    series (`recorders.Series`: a recording per epoch or checkpoint) is shown one value at a
+    time (the last complete one first), with the gates' saturation across them."""
     check_installed()
-    rec = Recording(run)
+    series = Series(run) if (Path(run) / SERIES_FILE).is_file() else None
+    if series is not None and not series.complete:
+        raise SelectionError(f"{run} is a series with no complete recording yet: nothing to show")
+    rec = series.recording(series.complete[-1]) if series is not None else Recording(run)
     rec.check()
     labels = load_labels(tokens) if tokens is not None else None
     _check_port(host, port)
@@ -102,11 +108,11 @@ def serve(
     from recorders.view.server import make_app
 
     if host == "127.0.0.1":
-        app, url = make_app(rec, labels), f"http://{host}:{port}/"
+        app, url = make_app(rec, labels, series=series), f"http://{host}:{port}/"
     else:
         token = secrets.token_urlsafe(24)
         app, url = (
-            make_app(rec, labels, hosts=("*",), token=token),
+            make_app(rec, labels, hosts=("*",), token=token, series=series),
             f"http://{host}:{port}/?token={token}",
         )
     print(f"gatetrace view: {rec.path} at {url} (Ctrl-C to stop)", file=sys.stderr)

@@ -4,6 +4,7 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
 
 - `overview`: the manifest's figures, and per cell and gate the saturation of every unit
   and the per-step mean with a quantile band (`recorders.read.analysis`);
+- `across`: for a series (a recording per epoch or checkpoint), each gate's saturation along it;
 - `heatmap`: steps x units of one gate (or state) of one example;
 - `unit`: one unit along the steps of one example, and the positions where it is highest;
 - `select`: the units that stay above a threshold over a step range of one example (and,
@@ -22,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import SelectionError
-from recorders.read.analysis import gate_summaries, top_positions
+from recorders.read.analysis import gate_summaries, saturation_across, top_positions
 from recorders.read.reader import Recording
+from recorders.read.series import Series
 from recorders.write.columns import PARTS
 
-__all__ = ["overview", "heatmap", "unit", "select", "match", "parts", "Labels"]
+__all__ = ["overview", "across", "heatmap", "unit", "select", "match", "parts", "Labels"]
 
 
 class Labels:
@@ -105,6 +107,29 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
         "parts": rec.has_parts(),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
         "analysis.saturation(rec)\nanalysis.step_stats(rec)",
+    }
+
+
+def across(series: Series, shown: Recording) -> dict[str, Any]:
+    """A series' key, its complete values, the one `shown`, and per cell and gate the mean
+    over units of the fractions left- and right-saturated at each value
+    (`analysis.saturation_across`): how the gates moved along training."""
+    sat = saturation_across(series)
+    means = sat.groupby(["cell", "gate", series.key], observed=True)[["left", "right"]].mean()
+    gates: dict[str, dict[str, dict[str, list]]] = {}
+    for (cell, gate), row in means.groupby(level=[0, 1], observed=True):
+        gates.setdefault(str(cell), {})[str(gate)] = {
+            "at": [int(v) for v in row.index.get_level_values(2)],
+            "left": _rounded(row["left"].to_numpy(), 4),
+            "right": _rounded(row["right"].to_numpy(), 4),
+        }
+    at = next(v for v in series.complete if series.recording(v).path == shown.path)
+    return {
+        "key": series.key,
+        "values": series.complete,
+        "at": at,
+        "gates": gates,
+        "python": f"from recorders import Series, analysis\nanalysis.saturation_across(Series({str(series.path)!r}))",
     }
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from recorders.errors import GatetraceError, RecordingError, SelectionError
 from recorders.read.reader import Recording
+from recorders.read.series import Series
 from recorders.view import data
 
 __all__ = ["make_app", "STATIC", "LOOPBACK_HOSTS"]
@@ -160,9 +161,11 @@ def make_app(
     *,
     hosts: tuple[str, ...] = LOOPBACK_HOSTS,
     token: str | None = None,
+    series: Series | None = None,
 ):
     """The Starlette app serving `rec` (and step labels, if given), answering only requests
-    whose `Host` is one of `hosts` and, with `token`, that carry it."""
+    whose `Host` is one of `hosts` and, with `token`, that carry it. With `series`, every
+    request may name the key's value (`at`) whose recording answers it (default: `rec`)."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -170,6 +173,23 @@ def make_app(
     from starlette.routing import Route
 
     columns = ("preactivation", "activation", *(data.PARTS if rec.has_parts() else ()))
+    opened: dict[int, Recording] = {}
+
+    def pick(p: _Params) -> Recording:
+        """The recording a request asks for: `at` a value of the series' key, or `rec`."""
+        if series is None:
+            return rec
+        at = p.integer("at", -1, -1)
+        if at == -1:
+            return rec
+        if at not in series.complete:
+            raise SelectionError(
+                f"at={at}: the series holds {series.key} {', '.join(map(str, series.complete))}"
+            )
+        if at not in opened:
+            opened[at] = series.recording(at)
+        return opened[at]
+
     kinds = ("gate", "state")
 
     def api(answer: Callable[[_Params], dict[str, Any]]):
@@ -199,7 +219,7 @@ def make_app(
 
     def heatmap(p: _Params) -> dict:
         return data.heatmap(
-            rec,
+            pick(p),
             p.text("cell"),
             p.text("label"),
             p.integer("example"),
@@ -210,7 +230,7 @@ def make_app(
 
     def unit(p: _Params) -> dict:
         return data.unit(
-            rec,
+            pick(p),
             p.text("cell"),
             p.text("gate"),
             p.integer("unit"),
@@ -221,7 +241,7 @@ def make_app(
 
     def select(p: _Params) -> dict:
         return data.select(
-            rec,
+            pick(p),
             p.text("cell"),
             p.text("label"),
             p.integer("example"),
@@ -235,7 +255,7 @@ def make_app(
 
     def match(p: _Params) -> dict:
         return data.match(
-            rec,
+            pick(p),
             p.text("cell"),
             p.text("label"),
             p.integers("units"),
@@ -248,15 +268,19 @@ def make_app(
 
     def parts(p: _Params) -> dict:
         return data.parts(
-            rec, p.text("cell"), p.text("gate"), p.integer("example"), p.integer("step")
+            pick(p), p.text("cell"), p.text("gate"), p.integer("example"), p.integer("step")
         )
 
-    overview_cache: dict[str, Any] = {}
+    overview_cache: dict[int, dict[str, Any]] = {}
 
     def overview(p: _Params) -> dict:
-        if not overview_cache:
-            overview_cache.update(data.overview(rec))
-        return {**overview_cache, "tokens": labels is not None}
+        chosen = pick(p)
+        key = id(chosen)
+        if key not in overview_cache:
+            overview_cache[key] = data.overview(chosen)
+            if series is not None:
+                overview_cache[key]["series"] = data.across(series, chosen)
+        return {**overview_cache[key], "tokens": labels is not None}
 
     async def page(request):
         name = request.path_params.get("name", "index.html")

@@ -8,7 +8,8 @@ window.gatetrace = state;
 const $ = (id) => document.getElementById(id);
 
 async function api(path, params) {
-  const query = new URLSearchParams(params).toString();
+  // a series: every answer from the recording of the value chosen
+  const query = new URLSearchParams(state.at === undefined ? params : { ...params, at: state.at }).toString();
   const response = await fetch(`/api/${path}?${query}`);
   const body = await response.json();
   if (!response.ok) {
@@ -77,6 +78,24 @@ async function loadOverview() {
   options($("column"), columns, "activation");
   drawOverview(names[0]);
   fillLabels();
+  if (o.series) drawAcross(o.series);
+}
+
+// a series: pick the value of its key shown, and each gate's saturation along the series
+function drawAcross(s) {
+  $("series").hidden = false;
+  $("series-key").textContent = s.key;
+  options($("at"), s.values.map(String), String(s.at));
+  $("series-python").textContent = s.python;
+  const cell = $("overview-cell").value;
+  const traces = [];
+  for (const [gate, g] of Object.entries(s.gates[cell] || {})) {
+    traces.push({ x: g.at, y: g.right, mode: "lines+markers", name: `${gate} right` });
+    traces.push({ x: g.at, y: g.left, mode: "lines+markers", name: `${gate} left`, line: { dash: "dot" } });
+  }
+  Plotly.newPlot($("across"), traces,
+    { title: { text: `${cell}: saturation along the series (mean over units)` }, margin: { t: 30, l: 40, r: 10, b: 35 },
+      xaxis: { title: { text: s.key } }, yaxis: { range: [0, 1] } }, { displayModeBar: false });
 }
 
 function drawOverview(name) {
@@ -196,7 +215,12 @@ async function doMatch() {
 }
 
 window.addEventListener("DOMContentLoaded", async () => {
-  $("overview-cell").onchange = () => drawOverview($("overview-cell").value);
+  $("overview-cell").onchange = () => { drawOverview($("overview-cell").value); if (state.overview.series) drawAcross(state.overview.series); };
+  $("at").onchange = async () => {
+    state.at = Number($("at").value);
+    await loadOverview();
+    if (state.overview.summary.kind !== "summary") await showHeatmap();
+  };
   $("cell").onchange = fillLabels;
   $("kind").onchange = fillLabels;
   $("show").onclick = showHeatmap;
