@@ -95,14 +95,20 @@ def test_the_gates_logged_are_those_of_the_step_batch_before_its_update(loop, tm
 
 
 def test_monitored_training_session_and_a_graph_without_a_global_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     graph, x, y, train = training_graph(False)
-    hook = tracer.GateLoggingHook(tmp_path / "log", every_n_steps=3)
+    hook = tracer.GateLoggingHook(tmp_path / "log", every_n_steps=3, tensorboard=tmp_path / "tb")
     with graph.as_default():
         with v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_secs=None) as session:
             for bx, by in zip(BATCHES, LABELS, strict=True):
                 session.run(train, {x: bx, y: by})
     assert hook.logged == [0, 3]
     assert Series(tmp_path / "log").complete == [0, 3]
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0})
+    events.Reload()
+    cell = Series(tmp_path / "log").recording(0).cells[0]
+    assert [e.step for e in events.Histograms(f"gatetrace/{cell}/f/activation")] == [0, 3]
     plain = tf.Graph()
     with plain.as_default():
         inputs = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")

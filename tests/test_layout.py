@@ -21,8 +21,8 @@ STAGES = [
     "tracer.values",
     "tracer.run",
 ]
-TOP = len(STAGES)  # the command line, the demo and `python -m tracer` stand side by side on top
-ON_TOP = ("tracer.cli", "tracer.commands", "tracer.demo", "tracer.__main__")
+TOP = len(STAGES)  # the command line, the demo, `python -m tracer` and `tracer.keras` stand on top
+ON_TOP = ("tracer.cli", "tracer.commands", "tracer.demo", "tracer.__main__", "tracer.keras")
 
 
 def stage(module: str) -> int | None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_gate_analysis.ipynb"]
+NAMES = ["01_quickstart.ipynb", "02_gate_analysis.ipynb", "03_training.ipynb"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -209,3 +209,26 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
         "recurrent",
         "bias",
     }
+
+
+@pytest.mark.e2e
+def test_training_notebook_computes_what_numpy_computes(tmp_path, monkeypatch):
+    got = run_notebook(
+        "03_training.ipynb",
+        tmp_path,
+        monkeypatch,
+        """{
+        "steps": curve.index.tolist(), "right": curve["right"].tolist(), "left": curve["left"].tolist(),
+        "accuracy": accuracy, "moved": moved.index.tolist()[:3],
+    }""",
+    )
+    from recorders import Series
+
+    series = Series(tmp_path / "training" / "log")
+    assert got["steps"] == series.complete == list(range(0, 300, 25))
+    assert got["accuracy"] > 0.75
+    for k, step in enumerate(got["steps"]):
+        f = series.recording(step).gate_array("rnn/basic_lstm_cell", "f")  # [batch, steps, units]
+        assert got["right"][k] == pytest.approx((f > 0.9).mean(axis=(0, 1)).mean(), abs=1e-12)
+        assert got["left"][k] == pytest.approx((f < 0.1).mean(axis=(0, 1)).mean(), abs=1e-12)
+    assert got["right"][-1] > got["right"][0]  # training opened the forget gates

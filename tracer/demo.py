@@ -49,11 +49,15 @@ def make_task(n: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarra
 
 
 def build_and_train(
-    prefix: str, iterations: int = 300, seed: int = 0, log: str | os.PathLike | None = None
+    prefix: str,
+    iterations: int = 300,
+    seed: int = 0,
+    log: str | os.PathLike | None = None,
+    log_every: int = 100,
 ) -> float:
     """Build the demo LSTM under `static_rnn`, train it, save a checkpoint at `prefix`; with
-    `log`, its gates are logged on the training batches every 100 steps into that folder
-    (`tracer.run.hook.GateLoggingHook`).
+    `log`, its gates are logged on the training batches every `log_every` steps into that
+    folder (`tracer.run.hook.GateLoggingHook`).
 
     Returns the accuracy on held-out sequences.
     """
@@ -73,7 +77,7 @@ def build_and_train(
         train = v1.train.AdamOptimizer(0.01).minimize(
             loss, global_step=v1.train.get_or_create_global_step()
         )
-        hook = GateLoggingHook(log, every_n_steps=100) if log is not None else None
+        hook = GateLoggingHook(log, every_n_steps=log_every) if log is not None else None
         if hook is not None:
             hook.begin()
         correct = tf.reduce_mean(
@@ -86,7 +90,7 @@ def build_and_train(
             session.run(v1.global_variables_initializer())
             for _ in range(iterations):
                 x, y = make_task(64, rng)
-                if hook is not None:  # the gates of this training batch, every 100th step
+                if hook is not None:  # the gates of this training batch, every log_every-th step
                     run_with(hook, session, train, {inputs: x, labels: y})
                 else:
                     session.run(train, {inputs: x, labels: y})

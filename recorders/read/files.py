@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder
-from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE, partition_dir
-from recorders.write.progress import PROGRESS_DIR, Intervals
+from recorders.write.layout import ROOT_ENTRIES, UNREADABLE, partition_dir
+from recorders.write.progress import Intervals
 from recorders.write.schema import MAX_UNITS
 
 __all__ = ["CheckedFiles", "TABLES", "KEYS", "DAMAGED", "READ", "statistics", "key_ranges"]
@@ -45,15 +45,7 @@ KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
 _VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
 # what a reader opens in the root
-READ = (
-    "gates",
-    "states",
-    "weights.parquet",
-    "manifest.json",
-    PROGRESS_DIR,
-    SUMMARY_DIR,
-    TOTALS_DIR,
-)
+READ = ROOT_ENTRIES
 
 
 class CheckedFiles:

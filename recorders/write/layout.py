@@ -42,12 +42,14 @@ from typing import Any
 import pyarrow as pa
 
 from recorders.write.columns import PARTS
+from recorders.write.progress import PROGRESS_DIR
 
 __all__ = [
     "UNREADABLE",
     "METADATA_KEY",
     "SUMMARY_DIR",
     "TOTALS_DIR",
+    "ROOT_ENTRIES",
     "COMPRESSIONS",
     "DEFAULT_COMPRESSION",
     "WEIGHT_LABELS",
@@ -65,6 +67,16 @@ UNREADABLE = (OSError, ValueError, pa.ArrowException)
 METADATA_KEY = b"gatetrace"
 SUMMARY_DIR = "summary"  # a summary recording's merged statistics (recorders.write.summary)
 TOTALS_DIR = "_summary"  # its shards' running totals
+# what a recording's root holds (a reader opens them; --overwrite replaces only them)
+ROOT_ENTRIES = (
+    "gates",
+    "states",
+    "weights.parquet",
+    "manifest.json",
+    PROGRESS_DIR,
+    SUMMARY_DIR,
+    TOTALS_DIR,
+)
 # `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
 # (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.
 COMPRESSIONS = ("fast", "lz4", "zstd", "snappy", "none")

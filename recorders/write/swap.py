@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from recorders.errors import OutputExistsError, RecordingError
 from recorders.write.files import foreign_entries, refuse_links
 from recorders.write.folder import Folder
-from recorders.write.layout import METADATA_KEY, SUMMARY_DIR, TOTALS_DIR, UNREADABLE
+from recorders.write.layout import METADATA_KEY, ROOT_ENTRIES, UNREADABLE
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR
 
@@ -97,15 +97,7 @@ def drop_locks(out: Path, held: list[int], created: list[str]) -> None:
         os.close(fd)
 
 
-RECORDING = (
-    "gates",
-    "states",
-    "weights.parquet",
-    "manifest.json",
-    PROGRESS_DIR,
-    SUMMARY_DIR,
-    TOTALS_DIR,
-)
+RECORDING = ROOT_ENTRIES
 
 
 def not_a_weights_table(path: Path) -> list[str]:

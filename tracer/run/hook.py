@@ -11,7 +11,8 @@ batch the model trains on, dropout as applied, at no extra forward pass, with th
 step read (the tensors the cells consume, before the step's update). Each logged step becomes
 the recording `OUT/global_step=S/` of a series (`recorders.Series`). A hand-written loop calls
 `hook.begin()` once, then `hook.before_run` / `hook.after_run` around its own `session.run`
-(`tracer.run.hook.run_with`).
+(`tracer.run.hook.run_with`), and `hook.end(session)` at the end. With `tensorboard=DIR`, each
+logged step's gate saturation and histograms are written there too (`tracer.run.tensorboard`).
 
 What differs from recording a checkpoint with `gatetrace record`: the model runs in training
 mode (dropout on, as the batch saw it) on the training batch (not a probe set), and the weights
@@ -23,7 +24,6 @@ them: `tracer.values.replay`); unrolled cells from their own ops.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from tracer.find.graph import find_cells
 from tracer.run.recording import write_batch
 from tracer.run.select import Selection
 from tracer.run.series import SERIES_FILE
+from tracer.run.tensorboard import GateSummaries
+from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
 from tracer.values.weights import weights_columns
 
@@ -46,10 +48,18 @@ __all__ = ["GateLoggingHook", "run_with"]
 
 class GateLoggingHook(v1.train.SessionRunHook):
     """Logs every cell's gates on the training batches of every `every_n_steps`-th global
-    step into `out` (see the module docstring). `on_error`: "stop" raises a failed write,
-    "warn" reports it once on stderr and goes on training."""
+    step into `out` (see the module docstring); with `tensorboard`, their summaries there too.
+    `on_error`: "stop" raises a failed write, "warn" reports it once on stderr and goes on
+    training."""
 
-    def __init__(self, out: str | os.PathLike, every_n_steps: int = 100, *, on_error: str = "stop"):
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        every_n_steps: int = 100,
+        *,
+        tensorboard: str | os.PathLike | None = None,
+        on_error: str = "stop",
+    ):
         if not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise SelectionError(
                 f"GateLoggingHook every_n_steps={every_n_steps!r}: expected a whole number of steps, 1 or more"
@@ -66,6 +76,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
         self._step: Any = None
         self._next: int | None = None  # the next global step to log (None: not known yet)
         self._logging = False
+        self.tensorboard = tensorboard
+        self._board: GateSummaries | None = None
 
     def begin(self) -> None:
         graph = v1.get_default_graph()
@@ -80,6 +92,13 @@ class GateLoggingHook(v1.train.SessionRunHook):
             )
         self._cells = cells
         _start(self.out)
+        if self.tensorboard is not None and self._board is None:
+            self._board = GateSummaries(self.tensorboard)
+
+    def end(self, session: Any) -> None:
+        if self._board is not None:
+            self._board.close()
+            self._board = None
 
     def after_create_session(self, session: Any, coord: Any = None) -> None:
         """The global step the first run will be (`MonitoredSession` calls this; `run_with` too)."""
@@ -97,16 +116,11 @@ class GateLoggingHook(v1.train.SessionRunHook):
             step = self._next  # the global step the batch ran at (the updates before it)
             try:
                 self._write(step, run_values.results)
+                if self._board is not None:
+                    self._board.write(f"{self.out}/global_step={step}", step)
                 self.logged.append(step)
             except (GatetraceError, OSError) as err:
-                if self.on_error == "stop":
-                    raise
-                if self.failed is None:
-                    self.failed = str(err)
-                    print(
-                        f"gatetrace: GateLoggingHook could not log step {step} (training goes on): {err}",
-                        file=sys.stderr,
-                    )
+                report_failure(self, f"GateLoggingHook could not log step {step}", err)
         # read after the run, not fetched in it: a fetch may see the step before or after its update
         self._next = int(run_context.session.run(self._step))
 

@@ -34,7 +34,7 @@ from tracer.run.recording import record
 from tracer.run.series import SERIES_FILE
 from tracer.run.tensorboard import GateSummaries
 
-__all__ = ["GateLogger"]
+__all__ = ["GateLogger", "report_failure"]
 
 
 class GateLogger:
@@ -129,14 +129,7 @@ class GateLogger:
             if self._board is not None:
                 self._board.write(where, n)
         except (GatetraceError, OSError) as err:
-            if self.on_error == "stop":
-                raise
-            if self.failed is None:
-                self.failed = str(err)
-                print(
-                    f"gatetrace: GateLogger could not log epoch {n} (training goes on): {err}",
-                    file=sys.stderr,
-                )
+            report_failure(self, f"GateLogger could not log epoch {n}", err)
             return
         self.logged.append(n)
 
@@ -161,3 +154,13 @@ class GateLogger:
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def report_failure(logger: Any, what: str, err: BaseException) -> None:
+    """A logger's failed write: raised with `on_error="stop"`; with "warn", said once on stderr
+    (kept in `logger.failed`) while the training goes on."""
+    if logger.on_error == "stop":
+        raise err
+    if logger.failed is None:
+        logger.failed = str(err)
+        print(f"gatetrace: {what} (training goes on): {err}", file=sys.stderr)
