@@ -26,7 +26,7 @@ from recorders.errors import RecordingError, SelectionError
 from recorders.write.folder import Folder
 from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
 from recorders.write.stats import Stats
-from recorders.write.totals import Totals, edges_of, read_totals, thresholds_of
+from recorders.write.totals import KEY_COLUMNS, STATS, Totals, edges_of, read_totals, thresholds_of
 
 __all__ = ["SummaryTables"]
 
@@ -56,21 +56,7 @@ class SummaryTables:
                     )
                 except (*UNREADABLE, OSError) as err:
                     raise RecordingError(f"cannot read {self._shown}/{rel}: {err}") from None
-                expected = {
-                    "cell",
-                    "table",
-                    "name",
-                    "column",
-                    axis,
-                    "count",
-                    "mean",
-                    "m2",
-                    "min",
-                    "max",
-                    "below",
-                    "above",
-                    "histogram",
-                }
+                expected = {*KEY_COLUMNS, axis, *STATS}
                 missing = expected - set(tables[axis].column_names)
                 if missing:
                     raise RecordingError(

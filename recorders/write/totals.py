@@ -36,6 +36,7 @@ __all__ = [
     "RANGES",
     "RANGED_BINS",
     "STATS",
+    "KEY_COLUMNS",
     "nonlinearity",
     "summary_columns",
     "edges_of",
@@ -53,7 +54,8 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 RANGED_BINS = 20  # 0.05 wide on [0, 1]: the default thresholds 0.1 and 0.9 are edges
 STATS = ("count", "mean", "variance", "m2", "min", "max", "below", "above", "histogram")
-_KEY = ("cell", "table", "name", "column")
+KEY_COLUMNS = ("cell", "table", "name", "column")  # what names a column of a summary
+_KEY = KEY_COLUMNS
 _INT_STATS = ("count", "below", "above")
 _FLOAT_STATS = ("mean", "variance", "m2", "min", "max")
 

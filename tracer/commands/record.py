@@ -247,19 +247,26 @@ def run(args) -> None:
             overwrite=args.overwrite,
             resume=args.resume,
             shard=shard,
-            batch_size=args.batch_size,
-            selection=selection,
             progress=not args.quiet,
-            lengths=lengths,
-            compression=args.compression,
-            timeout=args.timeout,
             carry_state=args.carry_state,
-            reads=[args.lengths, *(_feed_path(item) for item in args.feed)],
-            memory=memory,
-            verify=args.verify,
-            summary=bins,
+            **_options(args, selection, bins, memory, lengths),
         )
     _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
+
+
+def _options(args, selection, bins, memory, lengths) -> dict:
+    """`tracer.record`'s options that one recording and a series take alike."""
+    return {
+        "batch_size": args.batch_size,
+        "selection": selection,
+        "lengths": lengths,
+        "compression": args.compression,
+        "timeout": args.timeout,
+        "reads": [args.lengths, *(_feed_path(item) for item in args.feed)],
+        "memory": memory,
+        "verify": args.verify,
+        "summary": bins,
+    }
 
 
 def _record_series(args, selection, bins, memory) -> None:
@@ -289,16 +296,14 @@ def _record_series(args, selection, bins, memory) -> None:
         resume=args.resume,
         progress=not args.quiet,
         allow_unsafe_ops=args.allow_unsafe_ops,
-        batch_size=args.batch_size,
-        selection=selection,
-        lengths=load_array(args.lengths, "--lengths") if args.lengths else None,
-        compression=args.compression,
-        timeout=args.timeout,
-        reads=[args.lengths, *(_feed_path(item) for item in args.feed)],
-        memory=memory,
-        verify=args.verify,
-        summary=bins,
         tensorboard=args.tensorboard,
+        **_options(
+            args,
+            selection,
+            bins,
+            memory,
+            load_array(args.lengths, "--lengths") if args.lengths else None,
+        ),
     )
     key, values, recorded = done["key"], done["values"], done["recorded"]
     print(

@@ -24,7 +24,6 @@ them: `tracer.values.replay`); unrolled cells from their own ops.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,12 +31,11 @@ import numpy as np
 from recorders import RecordingWriter
 from recorders.errors import GatetraceError, OutputExistsError, SelectionError
 from recorders.write.place import place_of
-from recorders.write.schema import parse_json
 from tracer._tf import v1
 from tracer.find.graph import find_cells
 from tracer.run.recording import write_batch
 from tracer.run.select import Selection
-from tracer.run.series import SERIES_FILE
+from tracer.run.series import open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
@@ -91,7 +89,7 @@ class GateLoggingHook(v1.train.SessionRunHook):
                 "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer's minimize"
             )
         self._cells = cells
-        _start(self.out)
+        open_logged(self.out, "global_step", "GateLoggingHook")
         if self.tensorboard is not None and self._board is None:
             self._board = GateSummaries(self.tensorboard)
 
@@ -152,25 +150,6 @@ class GateLoggingHook(v1.train.SessionRunHook):
                 writer, self._plan, values, Selection(), np.arange(n, dtype=np.int64), n, None
             )
             writer.commit()
-
-
-def _start(out: str) -> None:
-    """Write the series file of a logged run, or check the one there."""
-    place = place_of(out)
-    if SERIES_FILE in place.entries():
-        found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
-        if not isinstance(found, dict) or found.get("key") != "global_step":
-            raise OutputExistsError(
-                f"GateLoggingHook: {out} holds a series of another kind; log into another folder"
-            )
-        return
-    if place.exists() and place.entries():
-        raise OutputExistsError(f"GateLoggingHook: {out} is not empty; give a new folder")
-    if place.local:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    place.write_json(
-        SERIES_FILE, {"kind": "series", "key": "global_step", "values": None, "source": "training"}
-    )
 
 
 def run_with(hook: GateLoggingHook, session: Any, fetches: Any, feed_dict: Any = None) -> Any:

@@ -25,7 +25,7 @@ from tracer.load.series import Checkpoint, choose, find_series
 from tracer.run.recording import find_all, record
 from tracer.run.tensorboard import GateSummaries
 
-__all__ = ["record_series", "SERIES_FILE"]
+__all__ = ["record_series", "open_logged", "SERIES_FILE"]
 
 SERIES_FILE = "series.json"
 
@@ -143,4 +143,25 @@ def _changed(first: Checkpoint, now: Checkpoint, before: list[dict], after: list
     return (
         f"--checkpoints: the cells change along the series: at {now.key} {now.value} {what}; "
         "record the checkpoints of one model"
+    )
+
+
+def open_logged(out: str, key: str, who: str) -> None:
+    """Write the series file of a run logged while training, keyed by `key` (its values: the
+    folders there), or check the one a restarted run left there; `who` names the logger in
+    the one-line errors."""
+    place = place_of(out)
+    if SERIES_FILE in place.entries():
+        found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
+        if not isinstance(found, dict) or found.get("key") != key:
+            raise OutputExistsError(
+                f"{who}: {out} holds a series of another kind; log into another folder"
+            )
+        return  # a restarted run logs after what is there
+    if place.exists() and place.entries():
+        raise OutputExistsError(f"{who}: {out} is not empty; give a new folder")
+    if isinstance(place, LocalPlace):
+        place.path.mkdir(parents=True, exist_ok=True)
+    place.write_json(
+        SERIES_FILE, {"kind": "series", "key": key, "values": None, "source": "training"}
     )

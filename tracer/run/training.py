@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from recorders.errors import GatetraceError, OutputExistsError, SelectionError
 from recorders.write.place import place_of
-from recorders.write.schema import parse_json
 from recorders.write.totals import Bins
 from tracer.run.recording import record
-from tracer.run.series import SERIES_FILE
+from tracer.run.series import open_logged
 from tracer.run.tensorboard import GateSummaries
 
 __all__ = ["GateLogger", "report_failure"]
@@ -78,7 +76,7 @@ class GateLogger:
         self.params = params
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self._start()
+        open_logged(self.out, "epoch", "GateLogger")
         if self.tensorboard is not None:
             self._board = GateSummaries(self.tensorboard)
 
@@ -86,24 +84,6 @@ class GateLogger:
         if self._board is not None:
             self._board.close()
             self._board = None
-
-    def _start(self) -> None:
-        """Write `series.json`, or check the one there (a restarted run)."""
-        place = place_of(self.out)
-        if SERIES_FILE in place.entries():
-            found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{self.out}/{SERIES_FILE}")
-            if not isinstance(found, dict) or found.get("key") != "epoch":
-                raise OutputExistsError(
-                    f"GateLogger: {self.out} holds a series of another kind; log into another folder"
-                )
-            return  # a restarted run logs after the epochs there
-        if place.exists() and place.entries():
-            raise OutputExistsError(f"GateLogger: {self.out} is not empty; give a new folder")
-        if place.local:
-            Path(self.out).mkdir(parents=True, exist_ok=True)
-        place.write_json(
-            SERIES_FILE, {"kind": "series", "key": "epoch", "values": None, "source": "training"}
-        )
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         n = epoch + 1
