@@ -122,6 +122,13 @@ def test_every_example_of_the_page_runs(page, world, tmp_path, monkeypatch):
         else:
             for args in commands(text):
                 gatetrace(args, here)
+    from tracer._tf import tf
+
+    # the pages run in the tests' own process: one that switched eager execution off would
+    # leave every test after it in graph mode (and a reader's notebook too)
+    assert tf.executing_eagerly(), (
+        f"{page}: an example turns eager execution off; build graphs in tf.Graph() instead"
+    )
 
 
 def test_the_rules_find_the_examples():
