@@ -115,3 +115,25 @@ def test_monitored_training_session_and_a_graph_without_a_global_step(tmp_path):
         network(inputs, False)
         with pytest.raises(SelectionError, match="the graph has no global step"):
             tracer.GateLoggingHook(tmp_path / "other").begin()
+
+
+def test_summaries_logged_in_the_training_run_match_the_full_gates(tmp_path):
+    """Two hooks on the same runs, one logging every value, one summary statistics computed in
+    the training graph: every statistic against numpy float64 over the full one's values."""
+    from recorders import Bins
+    from tests.test_summary import assert_matches
+
+    graph, x, y, train = training_graph(False)
+    full = tracer.GateLoggingHook(tmp_path / "full", every_n_steps=2)
+    summary = tracer.GateLoggingHook(tmp_path / "summary", every_n_steps=2, summary=Bins())
+    with graph.as_default():
+        with v1.train.MonitoredTrainingSession(
+            hooks=[full, summary], save_checkpoint_secs=None
+        ) as session:
+            for bx, by in zip(BATCHES, LABELS, strict=True):
+                session.run(train, {x: bx, y: by})
+    assert full.logged == summary.logged == [0, 2, 4]
+    for step in (0, 4):
+        a, b = (Series(tmp_path / n).recording(step) for n in ("full", "summary"))
+        assert b.kind == "summary"
+        assert assert_matches(a.path, b.path) > 0

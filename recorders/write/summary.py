@@ -120,6 +120,9 @@ class SummaryWriter(RecordingWriter):
         self._adding = Totals()
         super().abort()
 
+    def __enter__(self) -> SummaryWriter:
+        return self
+
     def _write_manifest(self) -> bool:
         """When every shard has finished: merge their totals into `summary/`, then the manifest."""
         found = read_progress(self.place)

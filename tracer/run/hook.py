@@ -12,7 +12,9 @@ step read (the tensors the cells consume, before the step's update). Each logged
 the recording `OUT/global_step=S/` of a series (`recorders.Series`). A hand-written loop calls
 `hook.begin()` once, then `hook.before_run` / `hook.after_run` around its own `session.run`
 (`tracer.run.hook.run_with`), and `hook.end(session)` at the end. With `tensorboard=DIR`, each
-logged step's gate saturation and histograms are written there too (`tracer.run.tensorboard`).
+logged step's gate saturation and histograms are written there too (`tracer.run.tensorboard`);
+with `summary=recorders.Bins()`, each logged step is a summary recording, its statistics
+computed in the training run itself (`tracer.values.summaries`).
 
 What differs from recording a checkpoint with `gatetrace record`: the model runs in training
 mode (dropout on, as the batch saw it) on the training batch (not a probe set), and the weights
@@ -31,6 +33,8 @@ import numpy as np
 from recorders import RecordingWriter
 from recorders.errors import GatetraceError, OutputExistsError, SelectionError
 from recorders.write.place import place_of
+from recorders.write.summary import SummaryWriter
+from recorders.write.totals import Bins, summary_columns
 from tracer._tf import v1
 from tracer.find.graph import find_cells
 from tracer.run.recording import write_batch
@@ -39,6 +43,7 @@ from tracer.run.series import open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
+from tracer.values.summaries import SummaryPlan
 from tracer.values.weights import weights_columns
 
 __all__ = ["GateLoggingHook", "run_with"]
@@ -56,6 +61,7 @@ class GateLoggingHook(v1.train.SessionRunHook):
         every_n_steps: int = 100,
         *,
         tensorboard: str | os.PathLike | None = None,
+        summary: Bins | None = None,
         on_error: str = "stop",
     ):
         if not isinstance(every_n_steps, int) or every_n_steps < 1:
@@ -76,6 +82,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
         self._logging = False
         self.tensorboard = tensorboard
         self._board: GateSummaries | None = None
+        self.summary = summary
+        self._summary: SummaryPlan | None = None
 
     def begin(self) -> None:
         graph = v1.get_default_graph()
@@ -89,6 +97,18 @@ class GateLoggingHook(v1.train.SessionRunHook):
                 "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer's minimize"
             )
         self._cells = cells
+        if (
+            self.summary is not None
+        ):  # its ops made now, before a MonitoredSession finalizes the graph
+            numpy_cells = [c for k, c in enumerate(cells) if not self._plan.in_graph(k)]
+            numpy_plan = FetchPlan(graph, numpy_cells, context=cells) if numpy_cells else None
+            columns = summary_columns(
+                [c.describe() for c in cells], ("preactivation", "activation"), self.summary
+            )
+            self._summary = SummaryPlan(
+                self._plan, numpy_plan, columns, self.summary.low, self.summary.high, graph
+            )
+            self._summary.fetches()
         open_logged(self.out, "global_step", "GateLoggingHook")
         if self.tensorboard is not None and self._board is None:
             self._board = GateSummaries(self.tensorboard)
@@ -107,6 +127,10 @@ class GateLoggingHook(v1.train.SessionRunHook):
         if not self._logging:
             return None
         assert self._plan is not None  # (begin)
+        if self._summary is not None:
+            return v1.train.SessionRunArgs(
+                {"summary": self._summary.fetches(), "weights": self._weights}
+            )
         return v1.train.SessionRunArgs({"gates": self._plan.tensors, "weights": self._weights})
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
@@ -123,8 +147,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
         self._next = int(run_context.session.run(self._step))
 
     def _write(self, step: int, results: dict) -> None:
+        """One logged step's recording (or summary recording) in `OUT/global_step=STEP/`."""
         assert self._plan is not None  # (begin)
-        values = self._plan.finish(list(results["gates"]))
         weights = dict(zip(self._weights, results["weights"], strict=True))
         cells = self._cells
         where = f"{self.out}/global_step={step}"
@@ -132,19 +156,34 @@ class GateLoggingHook(v1.train.SessionRunHook):
             raise OutputExistsError(
                 f"GateLoggingHook: global step {step} is already logged in {self.out}; log into a new folder"
             )
-        n = self._plan.batch_of(values)
-        description = {
+        description: dict[str, Any] = {
             "source": {"path": "training", "format": "training run"},
             "cells": [c.describe() for c in cells],
             "feeds": {},
             "global_step": step,
         }
-        with RecordingWriter(where, description, examples=(0, n)) as writer:
-            writer.write_weights(
-                weights_columns(
-                    cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
-                )
+        table = weights_columns(
+            cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
+        )
+        if self._summary is not None and self.summary is not None:
+            values, graph_values = self._summary.results(results["summary"])
+            n = self._summary.batch_of(values, graph_values)
+            description["summary"] = self.summary.describe(
+                (*col.key, col.edges) for col in self._summary.columns
             )
+            with SummaryWriter(where, description, examples=(0, n)) as summary_writer:
+                summary_writer.write_weights(table)
+                summary_writer.begin(0, n)
+                for key, positions, per_unit, per_step in self._summary.stats(
+                    values, graph_values, n, None
+                ):
+                    summary_writer.add(key, positions, per_unit, per_step)
+                summary_writer.commit()
+            return
+        values = self._plan.finish(list(results["gates"]))
+        n = self._plan.batch_of(values)
+        with RecordingWriter(where, description, examples=(0, n)) as writer:
+            writer.write_weights(table)
             writer.begin(0, n)
             write_batch(
                 writer, self._plan, values, Selection(), np.arange(n, dtype=np.int64), n, None

@@ -270,9 +270,17 @@ class SummaryPlan:
                 steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
             steps[keep:] = 0
             feed[self.lengths] = steps.astype(np.int32)
-        ops = self._ops(masked) if self._in_graph else {}
+        return self.results(running.run(session, self.fetches(masked), feed, timeout))
+
+    def fetches(self, masked: bool = False) -> list:
+        """What one batch's run fetches: the numpy cells' tensors, and the graph's statistics
+        (for a batch with padding rows or lengths if `masked`; made when first asked: ask
+        before the graph is finalized). A `SessionRunHook` adds them to a run of its own."""
         mine = [] if self.numpy_plan is None else list(self.numpy_plan.tensors)
-        got = running.run(session, [mine, ops], feed, timeout)
+        return [mine, self._ops(masked) if self._in_graph else {}]
+
+    def results(self, got: Sequence) -> tuple[list, dict]:
+        """(the numpy cells' values, the graph's statistics) from what `fetches` fetched."""
         values = [] if self.numpy_plan is None else self.numpy_plan.finish(list(got[0]))
         return values, got[1]
 
