@@ -341,3 +341,56 @@ def test_a_damaged_summary_is_refused_in_one_line(tmp_path):
     units.to_parquet(out / "summary" / "units.parquet")
     with pytest.raises(RecordingError, match=r"a histogram of .* does not have \d+ counts"):
         Recording(out).statistics  # noqa: B018
+
+
+def test_a_totals_file_from_a_stranger_is_read_as_data(tmp_path):
+    """A shard's running totals whose metadata nests deeper than gatetrace reads, or whose
+    histograms are not lists of counts: one line, nothing else happens."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recorders.write.totals import read_totals
+
+    summary = {
+        "low": 0.1,
+        "high": 0.9,
+        "columns": [
+            {
+                "cell": "c",
+                "table": "gates",
+                "name": "i",
+                "column": "activation",
+                "edges": [0.0, 1.0],
+            }
+        ],
+    }
+    deep = pa.table({"axis": ["unit"]}).replace_schema_metadata(
+        {b"complete": b"[" * 100_000 + b"]" * 100_000}
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(deep, sink)
+    with pytest.raises(RecordingError, match="nests 100000 levels deep"):
+        read_totals(sink.getvalue().to_pybytes(), summary, "shard.parquet")
+    odd = pa.table(
+        {
+            "cell": ["c"],
+            "table": ["gates"],
+            "name": ["i"],
+            "column": ["activation"],
+            "at": [0],
+            "count": [1],
+            "mean": [0.5],
+            "variance": [0.0],
+            "m2": [0.0],
+            "min": [0.5],
+            "max": [0.5],
+            "below": [0],
+            "above": [0],
+            "histogram": [["x", "y", "z"]],
+            "axis": ["unit"],
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(odd.replace_schema_metadata({b"complete": b"[[0, 1]]"}), sink)
+    with pytest.raises(RecordingError, match="is not a summary gatetrace wrote"):
+        read_totals(sink.getvalue().to_pybytes(), summary, "shard.parquet")

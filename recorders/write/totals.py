@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.progress import Intervals
 from recorders.write.rowgroups import failure_reason
+from recorders.write.schema import parse_json
 from recorders.write.stats import Stats, check_edges
 
 __all__ = [
@@ -387,7 +388,7 @@ def read_totals(data: bytes, summary: Mapping[str, Any], what: str) -> tuple[Tot
     """A shard's running totals and the examples they hold, from `totals_bytes`' file."""
     try:
         table = pq.read_table(pa.BufferReader(data))
-        pairs = json.loads((table.schema.metadata or {}).get(b"complete", b"null"))
+        pairs = parse_json((table.schema.metadata or {}).get(b"complete", b"null"), what)
         complete = Intervals(pairs)
         split = {
             axis: table.filter(pa.compute.equal(table["axis"], axis))
