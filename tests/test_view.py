@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,19 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.1)
     raise AssertionError("gatetrace view did not start")
+
+
+@contextmanager
+def serving(run: Path):
+    """`gatetrace view RUN` on a free port, stopped on leaving; yields the port."""
+    port = free_port()
+    process = view(str(run), "--port", str(port))
+    try:
+        wait_up(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -487,10 +501,7 @@ def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):
     from recorders.read.analysis import saturation
 
     demo, _ = demo_served
-    port = free_port()
-    process = view(str(demo / "summary"), "--port", str(port))
-    try:
-        wait_up(port, process)
+    with serving(demo / "summary") as port:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_selector("body[data-ready='1']", timeout=60000)
@@ -504,9 +515,6 @@ def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):
             np.testing.assert_allclose(g["right"], want["right"], atol=1e-4)
         assert page.locator("#summary-note").is_visible()
         assert not page.locator("#sequence").is_visible()
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def test_a_series_in_a_browser(browser, tmp_path):
@@ -519,10 +527,7 @@ def test_a_series_in_a_browser(browser, tmp_path):
     train_tf1(tmp_path / "run")
     tracer.record_series(tmp_path / "run", {"x": X}, tmp_path / "series")
     series = Series(tmp_path / "series")
-    port = free_port()
-    process = view(str(tmp_path / "series"), "--port", str(port))
-    try:
-        wait_up(port, process)
+    with serving(tmp_path / "series") as port:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_selector("body[data-ready='1']", timeout=60000)
@@ -542,6 +547,3 @@ def test_a_series_in_a_browser(browser, tmp_path):
             next(g for g in stats if g["gate"] == "f")["right"], right, atol=1e-4
         )
         page.wait_for_function("window.gatetrace.heatmap !== null")
-    finally:
-        process.terminate()
-        process.wait(10)

@@ -91,6 +91,11 @@ class Series:
 
     def recording(self, value: int) -> Recording:
         """The recording of one value of the key."""
+        self._check(value)
+        return Recording(self._folder(value))
+
+    def _check(self, value: int) -> None:
+        """Say in one line why `value` has no recording to open, if it has none."""
         if value not in self.values:
             raise SelectionError(
                 f"no {self.key} {value} in {self.path}; it holds {', '.join(map(str, self.values))}"
@@ -99,13 +104,12 @@ class Series:
             raise SelectionError(
                 f"{self.key} {value} of {self.path} is not recorded yet: resume the series to record it"
             )
-        return Recording(self._folder(value))
 
     def _chosen(self, values: Sequence[int] | None) -> list[int]:
         if values is None:
             return self.complete
         for v in values:
-            self.recording(v)  # says what is wrong with it
+            self._check(v)
         return sorted(set(values))
 
     def gate_frame(self, values: Sequence[int] | None = None, **selection: Any) -> pd.DataFrame:

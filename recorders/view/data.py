@@ -110,8 +110,8 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
     }
 
 
-def across(series: Series, shown: Recording) -> dict[str, Any]:
-    """A series' key, its complete values, the one `shown`, and per cell and gate the mean
+def across(series: Series, at: int) -> dict[str, Any]:
+    """A series' key, its complete values, the one shown (`at`), and per cell and gate the mean
     over units of the fractions left- and right-saturated at each value
     (`analysis.saturation_across`): how the gates moved along training."""
     sat = saturation_across(series)
@@ -123,7 +123,6 @@ def across(series: Series, shown: Recording) -> dict[str, Any]:
             "left": _rounded(row["left"].to_numpy(), 4),
             "right": _rounded(row["right"].to_numpy(), 4),
         }
-    at = next(v for v in series.complete if series.recording(v).path == shown.path)
     return {
         "key": series.key,
         "values": series.complete,

@@ -175,12 +175,14 @@ def make_app(
     columns = ("preactivation", "activation", *(data.PARTS if rec.has_parts() else ()))
     opened: dict[int, Recording] = {}
 
+    shown = series.complete[-1] if series is not None else -1  # the value `rec` is of
+
     def pick(p: _Params) -> Recording:
         """The recording a request asks for: `at` a value of the series' key, or `rec`."""
         if series is None:
             return rec
-        at = p.integer("at", -1, -1)
-        if at == -1:
+        at = p.integer("at", shown, -1)
+        if at == shown:
             return rec
         if at not in series.complete:
             raise SelectionError(
@@ -274,13 +276,12 @@ def make_app(
     overview_cache: dict[int, dict[str, Any]] = {}
 
     def overview(p: _Params) -> dict:
-        chosen = pick(p)
-        key = id(chosen)
-        if key not in overview_cache:
-            overview_cache[key] = data.overview(chosen)
+        at = p.integer("at", shown, -1) if series is not None else shown
+        if at not in overview_cache:
+            overview_cache[at] = data.overview(pick(p))
             if series is not None:
-                overview_cache[key]["series"] = data.across(series, chosen)
-        return {**overview_cache[key], "tokens": labels is not None}
+                overview_cache[at]["series"] = data.across(series, at)
+        return {**overview_cache[at], "tokens": labels is not None}
 
     async def page(request):
         name = request.path_params.get("name", "index.html")

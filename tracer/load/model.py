@@ -279,39 +279,56 @@ def rebuilt(model: Model, meta, restore: bool = True) -> Model:
     return replace(model, graph=graph, session=session, owns_session=True)
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def inside(path: Path, folder: Path) -> bool:
     """Whether `path`, its links followed, lies inside `folder`."""
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def _state_prefix(folder: Path) -> tuple[str, str | None]:
-    """The checkpoint prefix a folder's `checkpoint` state file names, inside the folder, and a
-    note if the file named one outside it (published checkpoints carry their trainer's
-    absolute paths: the same name inside the folder is taken, as a user who moved it would).
-    Nothing outside the folder is read because the file names it."""
+def read_checkpoint_state(folder: Path, hint: str, prefix: str = "") -> Any:
+    """The `CheckpointState` of a folder's `checkpoint` file, read only when it is a file of at
+    most 1 MB inside the folder; ModelFormatError "PREFIX FOLDER: cannot read ...; HINT" else."""
     from google.protobuf import text_format
     from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
 
     state_file = folder / "checkpoint"
     try:
-        if state_file.stat().st_size > 1 << 20 or not _inside(state_file, folder):
+        if state_file.stat().st_size > 1 << 20 or not inside(state_file, folder):
             raise ValueError(
                 "not a checkpoint state file of this folder (over 1 MB, or a link out of it)"
             )
-        named = text_format.Parse(state_file.read_text(), CheckpointState()).model_checkpoint_path
+        return text_format.Parse(state_file.read_text(), CheckpointState())
     except (OSError, ValueError, text_format.ParseError) as err:
         raise ModelFormatError(
-            f"{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}; "
-            "point at a checkpoint prefix P with P.meta beside it instead"
+            f"{prefix}{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}{hint}"
         ) from None
+
+
+def in_folder(folder: Path, named: str) -> tuple[Path, str | None]:
+    """The checkpoint a state file names, inside `folder`, and a note if it named one outside
+    (published checkpoints carry their trainer's absolute paths: the same name inside the
+    folder is taken, as a user who moved it would)."""
+    candidate = folder / named
+    if Path(named).is_absolute() or not inside(candidate, folder):
+        candidate = folder / Path(named).name
+        return (
+            candidate,
+            f"its 'checkpoint' file names {named}, outside {folder}: read {candidate.name} in the folder instead",
+        )
+    return candidate, None
+
+
+def _state_prefix(folder: Path) -> tuple[str, str | None]:
+    """The checkpoint prefix a folder's `checkpoint` state file names, inside the folder
+    (`in_folder`), and a note if the file named one outside it. Nothing outside the folder is
+    read because the file names it."""
+    named = read_checkpoint_state(
+        folder, "; point at a checkpoint prefix P with P.meta beside it instead"
+    ).model_checkpoint_path
     if not named:
         raise ModelFormatError(
             f"{folder}: its 'checkpoint' file names no checkpoint; point at a checkpoint prefix P with P.meta beside it instead"
         )
-    candidate, note = folder / named, None
-    if Path(named).is_absolute() or not _inside(candidate, folder):
-        candidate = folder / Path(named).name
-        note = f"its 'checkpoint' file names {named}, outside {folder}: read {candidate.name} in the folder instead"
+    candidate, note = in_folder(folder, named)
     files = [
         Path(f"{candidate}.meta"),
         Path(f"{candidate}.index"),
@@ -326,7 +343,7 @@ def _state_prefix(folder: Path) -> tuple[str, str | None]:
         raise ModelFormatError(
             f"{folder}: its 'checkpoint' file {where}; point at a checkpoint prefix P with P.meta beside it instead"
         )
-    outside = [f.name for f in files if f.exists() and not _inside(f, folder)]
+    outside = [f.name for f in files if f.exists() and not inside(f, folder)]
     if outside:
         raise ModelFormatError(
             f"{folder}: {', '.join(outside)} link{'s' if len(outside) == 1 else ''} out of the folder; "
@@ -604,7 +621,7 @@ def _links_out(folder: Path) -> list[str]:
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
             entry = Path(root) / name
-            if entry.is_symlink() and not _inside(entry, folder):
+            if entry.is_symlink() and not inside(entry, folder):
                 found.append(str(entry.relative_to(folder)))
     return sorted(found)
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import ModelFormatError, SelectionError
+from tracer.load.model import in_folder, inside, read_checkpoint_state
 
 __all__ = ["Checkpoint", "find_series", "choose"]
 
 _STEP = re.compile(r"-(\d+)$")
 _NUMBER = re.compile(r"(\d+)")
-_MAX_STATE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def find_series(folder: str | os.PathLike) -> list[Checkpoint]:
     ]
     if keras:
         found = sorted(
-            (int(_NUMBER.findall(p.stem)[-1]), p.name, str(p)) for p in keras if _inside(p, folder)
+            (int(_NUMBER.findall(p.stem)[-1]), p.name, str(p)) for p in keras if inside(p, folder)
         )
         numbers = [n for n, _, _ in found]
         twice = sorted({n for n in numbers if numbers.count(n) > 1})
@@ -68,33 +68,18 @@ def find_series(folder: str | os.PathLike) -> list[Checkpoint]:
 
 
 def _tf1(folder: Path) -> list[Checkpoint]:
-    from google.protobuf import text_format
-    from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
-
-    state = folder / "checkpoint"
-    try:
-        if state.stat().st_size > _MAX_STATE_BYTES or not _inside(state, folder):
-            raise ValueError(
-                "not a checkpoint state file of this folder (over 1 MB, or a link out of it)"
-            )
-        parsed = text_format.Parse(state.read_text(), CheckpointState())
-    except (OSError, ValueError, text_format.ParseError) as err:
-        raise ModelFormatError(
-            f"--checkpoints: {folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}"
-        ) from None
+    parsed = read_checkpoint_state(folder, "", prefix="--checkpoints: ")
     named = list(parsed.all_model_checkpoint_paths) or [parsed.model_checkpoint_path]
     out: dict[int, Checkpoint] = {}
     for name in [n for n in named if n]:
-        candidate = folder / name
-        if Path(name).is_absolute() or not _inside(candidate, folder):
-            candidate = folder / Path(name).name  # a trainer's absolute path: the same name here
+        candidate, _ = in_folder(folder, name)  # a trainer's absolute path: the same name here
         step = _STEP.search(candidate.name)
         if step is None:
             raise ModelFormatError(
                 f"--checkpoints: {folder}: its 'checkpoint' file names {name}, whose name ends in no global step "
                 "(model.ckpt-1000); record it alone, without --checkpoints"
             )
-        if not Path(f"{candidate}.index").is_file() or not _inside(
+        if not Path(f"{candidate}.index").is_file() or not inside(
             Path(f"{candidate}.index"), folder
         ):
             raise ModelFormatError(
@@ -132,7 +117,3 @@ def choose(series: list[Checkpoint], which: str) -> list[Checkpoint]:
     raise SelectionError(
         f"--checkpoints {which}: expected all, last, every-N or numbers separated by commas, e.g. --checkpoints every-2"
     )
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path.resolve().is_relative_to(folder.resolve())

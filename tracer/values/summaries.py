@@ -168,7 +168,7 @@ class SummaryPlan:
 
     `plan` holds every cell (a `FetchPlan`, or a Keras plan, whose cells are all computed in
     numpy); `numpy_plan`, for a graph, holds those of them whose values are computed in
-    numpy (None: none are). `columns` are as `recorders.write.summary.summary_columns` gives
+    numpy (None: none are). `columns` are as `recorders.write.totals.summary_columns` gives
     them, by cell name.
     """
 
@@ -286,8 +286,8 @@ class SummaryPlan:
 
     def batch_of(self, values: Sequence, graph_values: Mapping) -> int:
         """How many rows the batch fetched held (for a stream whose batches say nothing)."""
-        if self.numpy_plan is not None and values:
-            return self.numpy_plan.batch_of(values)
+        if values:  # the numpy cells' (a Keras plan's are all numpy)
+            return (self.numpy_plan or self.plan).batch_of(values)
         first = next(iter(graph_values.values()))
         return int(np.max(first[0], initial=0))  # each step's count, all rows counted
 
