@@ -13,7 +13,7 @@ import pytest
 import tracer
 from recorders import Recording, Series
 from recorders.errors import ModelFormatError, RecordingError
-from recorders.read.analysis import saturation, saturation_across
+from recorders.read.analysis import dead_units_across, saturation, saturation_across
 from tests.conftest import run_cli
 from tracer._tf import tf, v1
 
@@ -87,6 +87,27 @@ def test_a_tf1_run_recorded_checkpoint_by_checkpoint(tmp_path):
     want = saturation(series.recording(4))
     got = sat[sat["checkpoint"] == 4].drop(columns="checkpoint").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
+    # dead units: from the values themselves, a fraction that some units pass and some do not
+    for step in (2, 6):
+        values = np.stack([series.recording(step).gate_array(cell, g) for g in "ijfo"])
+        rows = np.isfinite(values[0, :, :, 0])
+        shut = (values < 0.1)[:, rows].mean(axis=1)  # [gate, unit]
+        fraction = float(np.quantile(shut[shut > 0], 0.5))
+        dead = dead_units_across(series, fraction=fraction)
+        dead = dead[dead["checkpoint"] == step]
+        gates, units = np.nonzero(shut >= fraction)
+        want = {("ijfo"[g], u) for g, u in zip(gates, units, strict=True)}
+        got = {
+            (g, u)
+            for g, u, s in zip(dead["gate"], dead["unit"], dead["state"], strict=True)
+            if s == "shut"
+        }
+        assert got == want and 0 < len(want) < shut.size
+        np.testing.assert_allclose(
+            sorted(dead.loc[dead["state"] == "shut", "share"]),
+            sorted(shut[gates, units]),
+            rtol=1e-12,
+        )
     for which, values in (("last", [6]), ("every-2", [2, 6]), ("4,2", [2, 4])):
         out = tmp_path / f"pick-{which}"
         done = run_cli(

@@ -6,6 +6,8 @@ Networks", and the LSTMVis / RNNVis tools:
 - `saturation`: per cell, gate and unit, the fraction of activations below 0.1
   (left-saturated) and above 0.9 (right-saturated); `saturation_across` the same at each
   checkpoint or epoch of a series (`recorders.read.series`);
+- `dead_units`: the gate units saturated on one side in nearly every row (always shut or
+  always open), and `dead_units_across` a series: when in training they died;
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
 - `gate_summaries`: both of those as arrays per gate, from one read of each gate (what
   `gatetrace view`'s overview shows); from a summary recording (`--summary`), from its
@@ -22,7 +24,7 @@ Each takes a `recorders.Recording` and reads only what it needs. No TensorFlow.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -37,6 +39,8 @@ from recorders.write.columns import PARTS
 __all__ = [
     "saturation",
     "saturation_across",
+    "dead_units",
+    "dead_units_across",
     "step_stats",
     "gate_summaries",
     "Summary",
@@ -89,9 +93,49 @@ def saturation_across(
     """`saturation` at each complete value of a series' key (`recorders.read.series`): the key
     (`checkpoint` or `epoch`) first, then cell, gate, unit, left, right, n; how the gates'
     saturation moved along training."""
+    return _across(series, lambda rec: saturation(rec, cells, gates, low, high))
+
+
+def dead_units(
+    rec: Recording,
+    cells: Sequence[str] | None = None,
+    gates: Sequence[str] | None = None,
+    fraction: float = 0.99,
+    low: float = 0.1,
+    high: float = 0.9,
+) -> pd.DataFrame:
+    """cell, gate, unit, state, share, n: the gate units below `low` (state "shut") or above
+    `high` ("open") in at least `fraction` of their rows, from `saturation`; a gate unit that
+    hardly ever moves passes (or blocks) the same share of everything, whatever the input."""
+    if not 0 < fraction <= 1:
+        raise SelectionError(f"fraction {fraction!r}: expected a share of rows in (0, 1]")
+    sat = saturation(rec, cells, gates, low, high)
+    shut = sat["left"].to_numpy() >= fraction
+    dead = sat[shut | (sat["right"].to_numpy() >= fraction)].reset_index(drop=True)
+    shut = dead["left"].to_numpy() >= fraction
+    dead["state"] = np.where(shut, "shut", "open")
+    dead["share"] = np.where(shut, dead["left"], dead["right"])
+    return dead[["cell", "gate", "unit", "state", "share", "n"]]
+
+
+def dead_units_across(
+    series: Series,
+    cells: Sequence[str] | None = None,
+    gates: Sequence[str] | None = None,
+    fraction: float = 0.99,
+    low: float = 0.1,
+    high: float = 0.9,
+) -> pd.DataFrame:
+    """`dead_units` at each complete value of a series' key, the key first: which gate units
+    died (or came back) along training."""
+    return _across(series, lambda rec: dead_units(rec, cells, gates, fraction, low, high))
+
+
+def _across(series: Series, analyse: Callable[[Recording], pd.DataFrame]) -> pd.DataFrame:
+    """One analysis of each complete recording of a series, with the key as the first column."""
     frames = []
     for value in series.complete:
-        df = saturation(series.recording(value), cells, gates, low, high)
+        df = analyse(series.recording(value))
         df.insert(0, series.key, pd.Series(value, index=df.index, dtype="int64"))
         frames.append(df)
     if not frames:
