@@ -4,6 +4,7 @@
     gatetrace record MODEL --feed NAME=FILE.npy ... --out DIR [--resume] [--shard K/N]
     gatetrace weights MODEL --out FILE.parquet
     gatetrace view RUN
+    gatetrace units RUN --labels FILE [--probe]
     gatetrace demo [--out DIR]
 
 This module assembles the parser from the commands' own arguments and runs the one asked;
@@ -19,13 +20,13 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from tracer.commands import demo, inspect, record, view, weights
+from tracer.commands import demo, inspect, record, units, view, weights
 from tracer.commands.common import Parser, model_arguments
 
 __all__ = ["main"]
 
 # In the order `gatetrace --help` lists them.
-COMMANDS = {c.NAME: c for c in (inspect, view, record, weights, demo)}
+COMMANDS = {c.NAME: c for c in (inspect, view, units, record, weights, demo)}
 
 
 def _quiet_tensorflow() -> None:
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recorders.errors import GatetraceError, Interrupted
 
     command = COMMANDS[args.command]
-    tensorflow = command is not view  # `view` reads Parquet only: no TensorFlow
+    tensorflow = getattr(command, "TENSORFLOW", True)  # `view` and `units` read Parquet only
     if tensorflow:
         _quiet_tensorflow()
         from tracer.run.budget import tune_allocators

@@ -219,8 +219,8 @@ class CheckedFiles:
                     f"its cell in the recording's description: {DAMAGED}"
                 )
 
-    def _allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
-        """SelectionError unless an array of `shape` fits the memory budget."""
+    def allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
+        """SelectionError unless an array of `shape` (of `itemsize` bytes an item) fits the memory budget."""
         size = int(np.prod([int(n) for n in shape], dtype=object)) * itemsize
         if size > self.memory:
             raise SelectionError(
@@ -251,4 +251,8 @@ def key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
         return None
     (e0, e1), (s0, s1) = ranges
     size = (e1 - e0 + 1) * (s1 - s0 + 1) * units
+    names = [group.column(i).path_in_schema for i in range(group.num_columns)]
+    unit = group.column(names.index("unit")).statistics if "unit" in names else None
+    if unit is not None and unit.has_min_max and (int(unit.min), int(unit.max)) != (0, units - 1):
+        return None  # not every unit: read the keys
     return ((e0, e1), (s0, s1), (0, units - 1)) if size == group.num_rows > 0 else None

@@ -362,15 +362,23 @@ class Recording(CheckedFiles):
         holds every (example, step, unit) of its ranges (the row count equals the product of
         its example and step ranges, from its statistics, and the cell's units: then only
         the value column is read)."""
-        self._values("gate_blocks")
+        return self.blocks("gates", cell, gate, column)
+
+    def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
+        """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or
+        a state's `value`; a state's width is the cell's units (`c`) or its output size (`h`)."""
+        self._values(f"the {table} table")
         self.cell(cell)
-        if gate not in self.gates(cell):
+        labels = self._labels(table, cell)
+        if label not in labels:
             raise SelectionError(
-                f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
+                f"{TABLES[table]} {label!r} of {cell}: expected one of {', '.join(labels)}"
             )
         units = self.units(cell)
-        for rel in self._files("gates").get((cell, gate), []):
-            file = self._parquet("gates", cell, rel)
+        if table == "states" and label == "h":
+            units = int(self.cell(cell).get("output_size") or units)
+        for rel in self._files(table).get((cell, label), []):
+            file = self._parquet(table, cell, rel)
             if column not in file.schema_arrow.names:
                 raise SelectionError(
                     f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}"
@@ -509,7 +517,7 @@ class Recording(CheckedFiles):
         rows = sum(
             self._overlapping_rows(self._footer(table, c, rel), steps, examples) for c, rel in files
         )
-        self._allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
+        self.allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
         where = []
         for field, bounds in (("step", steps), ("example", examples)):
             lo, hi = bounds or (None, None)
@@ -597,7 +605,7 @@ class Recording(CheckedFiles):
         first = int(step.min())
         width = int(df["unit"].max()) + 1
         shape = (len(ids), int(step.max()) - first + 1, width)
-        self._allot(shape, 4, f"an array of {' x '.join(map(str, shape))} (examples, steps, units)")
+        self.allot(shape, 4, f"an array of {' x '.join(map(str, shape))} (examples, steps, units)")
         out = np.full(shape, np.nan, np.float32)
         out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
         return out
@@ -614,7 +622,7 @@ class Recording(CheckedFiles):
         """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
         examples, e = _sorted_unique(example)
         steps, s = _sorted_unique(step)
-        self._allot(
+        self.allot(
             (len(examples), len(steps), units),
             5,
             f"a row group of {self.path}/{rel} spread over {len(examples)} examples "

@@ -10,7 +10,7 @@ HELP = (
     'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 by default, read-only)'
 )
 EXAMPLE = "gatetrace view gatetrace-demo/recording --port 8050"
-READS_MODEL, RUNS_MODEL = False, False
+READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False
 
 
 def arguments(c: argparse.ArgumentParser) -> None:

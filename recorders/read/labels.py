@@ -1,0 +1,279 @@
+"""Labels a user scores units against, and the recorded values at the labelled positions.
+
+Labels come as
+- a numpy array or `.npy` file shaped [examples]: one label per sequence, scored at each
+  sequence's last recorded step of each cell (or at the step `step=K` names);
+- a numpy array or `.npy` file shaped [examples, steps]: one label per input position (NaN
+  where a position has none), e.g. "inside a quote" per character;
+- a Parquet or CSV table with columns `example`, `label` and optionally `step` (without
+  `step`: one label per sequence, as above), e.g. from pandas or DuckDB.
+
+Rows of the arrays are the rows of the recorded inputs (the recording's `example`), columns
+its input positions (`step`). Labels with two distinct values are binary (the larger, or
+True, is the positive class); more distinct numbers are numeric. `.npy` files are read
+without pickles; a table's columns are read by name.
+
+`gather` streams one gate column (or state) of one cell through `Recording.blocks` and
+keeps, for the labelled positions that have a recorded row, the values of a range of units:
+the matrix `recorders.read.units` ranks and `recorders.read.probe` fits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recorders.errors import SelectionError
+from recorders.read.reader import Recording
+
+__all__ = ["Labels", "read_labels", "Gathered", "gather"]
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Labels aligned with a recording's inputs: `values` is float64 [examples] (one per
+    sequence) or [examples, steps] (one per input position), NaN where there is none.
+    `binary` labels hold two values, `positive` the larger; `table` says whether they came
+    from a table (which labels only the positions it lists) rather than an array (which
+    must cover every recorded example and step)."""
+
+    values: np.ndarray
+    binary: bool
+    positive: float | None
+    table: bool = False
+    source: str = "labels"
+
+    @property
+    def per_sequence(self) -> bool:
+        return self.values.ndim == 1
+
+    def at_step(self, step: int) -> Labels:
+        """Only the labels of input position `step`: one per sequence placed there, or the
+        per-position labels of that column."""
+        if step < 0:
+            raise SelectionError(f"step {step}: expected an input position, 0 or more")
+        grid = np.full((self.values.shape[0], step + 1), np.nan)
+        if self.per_sequence:
+            grid[:, step] = self.values
+        elif step < self.values.shape[1]:
+            grid[:, step] = self.values[:, step]
+        return Labels(grid, self.binary, self.positive, self.table, f"{self.source} at step {step}")
+
+
+def read_labels(source: Any, memory: int = 2**30) -> Labels:
+    """`Labels` from an array, a DataFrame, or a `.npy`, `.parquet` or `.csv` file (see the
+    module docstring); `memory` bounds the dense array a table becomes."""
+    if isinstance(source, pd.DataFrame):
+        return _from_table(source, "the labels table", memory)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        shown = str(path)
+        suffix = path.suffix.lower()
+        try:
+            if suffix == ".npy":
+                array = np.load(path, allow_pickle=False)
+            elif suffix in (".parquet", ".pq"):
+                import pyarrow.parquet as pq
+
+                names = pq.read_schema(path).names
+                array = None
+                table = pq.read_table(
+                    path, columns=[c for c in ("example", "step", "label") if c in names]
+                ).to_pandas()
+            elif suffix == ".csv":
+                table = pd.read_csv(path, usecols=lambda c: c in ("example", "step", "label"))
+                array = None
+            else:
+                raise SelectionError(
+                    f"labels {shown}: expected a .npy, .parquet or .csv file, given {path.suffix or 'no suffix'}"
+                )
+        except (OSError, ValueError) as err:
+            raise SelectionError(f"labels {shown}: cannot read it ({err})") from None
+        if array is None:
+            return _from_table(table, shown, memory)
+        return _from_array(array, shown)
+    return _from_array(np.asarray(source), "the labels array")
+
+
+def _from_array(array: np.ndarray, shown: str) -> Labels:
+    if array.ndim not in (1, 2):
+        raise SelectionError(
+            f"labels {shown}: expected an array shaped [examples] or [examples, steps], given shape {list(array.shape)}"
+        )
+    values, binary, positive = _values(array, shown)
+    return Labels(values, binary, positive, table=False, source=shown)
+
+
+def _from_table(table: pd.DataFrame, shown: str, memory: int) -> Labels:
+    missing = [c for c in ("example", "label") if c not in table.columns]
+    if missing:
+        raise SelectionError(
+            f"labels {shown}: expected columns example, label and optionally step; it has no {', '.join(missing)}"
+        )
+    keys = ["example", "step"] if "step" in table.columns else ["example"]
+    for key in keys:
+        column = table[key]
+        if not pd.api.types.is_integer_dtype(column) or (len(column) and column.min() < 0):
+            raise SelectionError(
+                f"labels {shown}: column {key} must hold whole numbers 0 or more (the recording's {key})"
+            )
+    if table.duplicated(keys).any():
+        first = table[table.duplicated(keys)].iloc[0]
+        where = ", ".join(f"{k} {int(first[k])}" for k in keys)
+        raise SelectionError(f"labels {shown}: {where} is labelled twice")
+    values, binary, positive = _values(table["label"].to_numpy(), shown)
+    shape = tuple(int(table[k].max()) + 1 if len(table) else 0 for k in keys)
+    if int(np.prod(shape, dtype=object)) * 8 > memory:
+        raise SelectionError(
+            f"labels {shown}: examples up to {shape[0] - 1:,}"
+            + (f" and steps up to {shape[1] - 1:,}" if len(shape) > 1 else "")
+            + " would take more than the memory budget; number examples and steps as the recording does"
+        )
+    grid = np.full(shape, np.nan)
+    grid[tuple(table[k].to_numpy() for k in keys)] = values
+    return Labels(grid, binary, positive, table=True, source=shown)
+
+
+def _values(array: np.ndarray, shown: str) -> tuple[np.ndarray, bool, float | None]:
+    """The labels as float64 (NaN: no label), whether binary, and the positive value."""
+    if array.dtype == bool:
+        values = array.astype(np.float64)
+    elif np.issubdtype(array.dtype, np.number) and not np.issubdtype(array.dtype, np.complexfloating):
+        values = array.astype(np.float64)
+    else:
+        raise SelectionError(
+            f"labels {shown}: expected binary or numeric labels, given {array.dtype} values; map them to 0 and 1 "
+            "(or to numbers) first"
+        )
+    if np.isinf(values).any():
+        raise SelectionError(f"labels {shown}: holds infinite values; use NaN where there is no label")
+    distinct = np.unique(values[~np.isnan(values)])
+    if len(distinct) < 2:
+        said = "no labels" if not len(distinct) else f"only the label {distinct[0]:g}"
+        raise SelectionError(
+            f"labels {shown}: {said}; a unit can only be scored against labels that vary"
+        )
+    binary = len(distinct) == 2
+    return values, binary, float(distinct[1]) if binary else None
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Units `first`, `first` + 1, ... of one cell's gate column (or state) at the labelled
+    positions: `values` float32 [units, positions], with `labels`, `examples` and `steps` per
+    position, the positions in (example, step) order."""
+
+    values: np.ndarray
+    labels: np.ndarray
+    examples: np.ndarray
+    steps: np.ndarray
+    first: int = 0
+
+
+def covers(rec: Recording, cell: str, labels: Labels) -> None:
+    """SelectionError unless an array of labels covers every recorded example (and step)."""
+    if labels.table:
+        return
+    stop = max((b for _, b in rec.examples), default=0)
+    steps = rec.steps(cell)
+    last_step = int(steps.max()) + 1 if len(steps) else 0
+    short = labels.values.shape[0] < stop or (
+        not labels.per_sequence and labels.values.shape[1] < last_step
+    )
+    if short:
+        wanted = f"[{stop}]" if labels.per_sequence else f"[{stop}, {last_step}]"
+        raise SelectionError(
+            f"labels {labels.source}: shape {list(labels.values.shape)} does not cover the recording (cell {cell} "
+            f"holds examples 0 to {stop - 1} and steps to {last_step - 1}): expected at least {wanted}"
+        )
+
+
+def gather(
+    rec: Recording,
+    table: str,
+    cell: str,
+    name: str,
+    column: str,
+    labels: Labels,
+    units: tuple[int, int] | None = None,
+) -> Gathered:
+    """The values of units [start, stop) (default: all) of `cell`'s gate (or state) `name`,
+    `column`, at the positions with a label and a recorded row; one read of its files.
+    Per-sequence labels take each example's last recorded step."""
+    covers(rec, cell, labels)
+    if labels.per_sequence:
+        return _last_steps(rec, table, cell, name, column, labels, units)
+    grid = labels.values
+    parts, where = [], []
+    for b in rec.blocks(table, cell, name, column):
+        ex, st = b.examples, b.steps
+        inside_e, inside_s = ex < grid.shape[0], st < grid.shape[1]
+        lab = np.full((len(ex), len(st)), np.nan)
+        lab[np.ix_(inside_e, inside_s)] = grid[np.ix_(ex[inside_e], st[inside_s])]
+        ok = ~np.isnan(lab)
+        if b.present is not None:
+            ok &= b.present
+        if not ok.any():
+            continue
+        e, s = np.nonzero(ok)
+        values = b.values if units is None else b.values[:, :, units[0] : units[1]]
+        parts.append(values[e, s])
+        where.append((ex[e], st[s], lab[e, s]))
+    if not parts:
+        raise _nothing(labels, cell)
+    examples = np.concatenate([w[0] for w in where])
+    steps = np.concatenate([w[1] for w in where])
+    order = np.lexsort((steps, examples))
+    values = np.concatenate(parts)[order].T
+    return Gathered(
+        np.ascontiguousarray(values),
+        np.concatenate([w[2] for w in where])[order],
+        examples[order],
+        steps[order],
+        units[0] if units else 0,
+    )
+
+
+def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gathered:
+    """Per-sequence labels: each labelled example's row at its last recorded step."""
+    n = labels.values.shape[0]
+    last = np.full(n, -1, np.int64)
+    rows: np.ndarray | None = None
+    for b in rec.blocks(table, cell, name, column):
+        values = b.values if units is None else b.values[:, :, units[0] : units[1]]
+        if rows is None:
+            rec.allot((n, values.shape[2]), 4, f"the last steps of {n:,} examples")
+            rows = np.full((n, values.shape[2]), np.nan, np.float32)
+        keep = b.examples < n
+        present = (
+            np.ones(values.shape[:2], bool) if b.present is None else b.present
+        )
+        has = present.any(axis=1) & keep
+        at = values.shape[1] - 1 - np.argmax(present[:, ::-1], axis=1)
+        step = np.where(has, b.steps[at], -1)
+        ex = np.where(keep, b.examples, 0)
+        later = has & (step > last[ex])
+        rows[ex[later]] = values[np.flatnonzero(later), at[later]]
+        last[ex[later]] = step[later]
+    chosen = np.flatnonzero((last >= 0) & ~np.isnan(labels.values))
+    if rows is None or not len(chosen):
+        raise _nothing(labels, cell)
+    return Gathered(
+        np.ascontiguousarray(rows[chosen].T),
+        labels.values[chosen],
+        chosen,
+        last[chosen],
+        units[0] if units else 0,
+    )
+
+
+def _nothing(labels: Labels, cell: str) -> SelectionError:
+    return SelectionError(
+        f"labels {labels.source}: no labelled position has a recorded row in cell {cell}; label the examples "
+        "and steps the recording holds"
+    )
