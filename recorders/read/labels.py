@@ -143,7 +143,9 @@ def _values(array: np.ndarray, shown: str) -> tuple[np.ndarray, bool, float | No
     """The labels as float64 (NaN: no label), whether binary, and the positive value."""
     if array.dtype == bool:
         values = array.astype(np.float64)
-    elif np.issubdtype(array.dtype, np.number) and not np.issubdtype(array.dtype, np.complexfloating):
+    elif np.issubdtype(array.dtype, np.number) and not np.issubdtype(
+        array.dtype, np.complexfloating
+    ):
         values = array.astype(np.float64)
     else:
         raise SelectionError(
@@ -151,7 +153,9 @@ def _values(array: np.ndarray, shown: str) -> tuple[np.ndarray, bool, float | No
             "(or to numbers) first"
         )
     if np.isinf(values).any():
-        raise SelectionError(f"labels {shown}: holds infinite values; use NaN where there is no label")
+        raise SelectionError(
+            f"labels {shown}: holds infinite values; use NaN where there is no label"
+        )
     distinct = np.unique(values[~np.isnan(values)])
     if len(distinct) < 2:
         said = "no labels" if not len(distinct) else f"only the label {distinct[0]:g}"
@@ -250,9 +254,7 @@ def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gather
             rec.allot((n, values.shape[2]), 4, f"the last steps of {n:,} examples")
             rows = np.full((n, values.shape[2]), np.nan, np.float32)
         keep = b.examples < n
-        present = (
-            np.ones(values.shape[:2], bool) if b.present is None else b.present
-        )
+        present = np.ones(values.shape[:2], bool) if b.present is None else b.present
         has = present.any(axis=1) & keep
         at = values.shape[1] - 1 - np.argmax(present[:, ::-1], axis=1)
         step = np.where(has, b.steps[at], -1)

@@ -75,9 +75,7 @@ def probe(
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
     except ImportError:
-        raise SelectionError(
-            'a probe needs scikit-learn: pip install "gatetrace[probe]"'
-        ) from None
+        raise SelectionError('a probe needs scikit-learn: pip install "gatetrace[probe]"') from None
     if table not in ("gates", "states"):
         raise SelectionError(f"table {table!r}: expected gates or states")
     if not 0 < held_out < 1:
@@ -99,7 +97,11 @@ def probe(
             blocks = [v[:, a] for v in blocks] + [g.values[:, b]]
             y, examples = y[a], examples[a]
         names_of += [(cell, tab, name, col, u) for u in range(len(g.values))]
-    rec.allot((len(y), len(names_of)), 8, f"the probe's {len(names_of):,} features at {len(y):,} positions")
+    rec.allot(
+        (len(y), len(names_of)),
+        8,
+        f"the probe's {len(names_of):,} features at {len(y):,} positions",
+    )
     features = np.concatenate(blocks).T.astype(np.float64)
     if features.shape[1] < 2:
         raise SelectionError(
@@ -122,7 +124,10 @@ def probe(
             raise SelectionError(
                 "labels: the training examples hold one label only; give labels that vary over more examples"
             )
-        model = make_pipeline(StandardScaler(), LogisticRegression(l1_ratio=1.0, solver="liblinear", random_state=seed))
+        model = make_pipeline(
+            StandardScaler(),
+            LogisticRegression(l1_ratio=1.0, solver="liblinear", random_state=seed),
+        )
         grid, scoring = {"logisticregression__C": _STRENGTHS}, "neg_log_loss"
     else:
         model = make_pipeline(StandardScaler(), Lasso(max_iter=5000))

@@ -141,7 +141,11 @@ def _groups(rec: Recording, table: str, cell: str, name: str, column: str, label
     positions = max(int(np.count_nonzero(~np.isnan(labels.values))), 1)
     take = min(width, rec.memory // (positions * _BYTES_PER_VALUE))
     if take < 1:
-        rec.allot((positions, _BYTES_PER_VALUE), 1, f"scoring a unit over {positions:,} labelled positions")
+        rec.allot(
+            (positions, _BYTES_PER_VALUE),
+            1,
+            f"scoring a unit over {positions:,} labelled positions",
+        )
     for start in range(0, width, take):
         yield gather(rec, table, cell, name, column, labels, (start, min(start + take, width)))
 

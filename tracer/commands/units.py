@@ -21,7 +21,9 @@ READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False
 
 
 def arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it")
+    c.add_argument(
+        "run", metavar="RUN", help="a recording folder, as `gatetrace record --out` wrote it"
+    )
     c.add_argument(
         "--labels",
         required=True,
@@ -32,7 +34,10 @@ def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--step", type=int, metavar="K", help="score at input position K only")
     c.add_argument("--cells", type=split, metavar="A,B", help="only these cells (default: all)")
     c.add_argument(
-        "--gates", type=split, metavar="NAMES", help="only these gates and states, e.g. f,c (default: all)"
+        "--gates",
+        type=split,
+        metavar="NAMES",
+        help="only these gates and states, e.g. f,c (default: all)",
     )
     c.add_argument(
         "--top", type=positive, default=20, metavar="N", help="print the N best units (default: 20)"
@@ -47,7 +52,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--probe",
         action="store_true",
-        help='fit an L1-regularised logistic (binary labels) or linear model on all units of --table, with a '
+        help="fit an L1-regularised logistic (binary labels) or linear model on all units of --table, with a "
         'held-out split by example (needs pip install "gatetrace[probe]")',
     )
     c.add_argument(
