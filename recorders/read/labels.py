@@ -232,14 +232,14 @@ def gather(
         raise _nothing(labels, cell)
     examples = np.concatenate([w[0] for w in where])
     steps = np.concatenate([w[1] for w in where])
-    order = np.lexsort((steps, examples))
-    values = np.concatenate(parts)[order].T
+    values = np.concatenate(parts)
+    labelled = np.concatenate([w[2] for w in where])
+    key = examples.astype(np.int64) << 32 | steps
+    if len(key) > 1 and (np.diff(key) <= 0).any():  # blocks out of order: put them in order
+        order = np.argsort(key, kind="stable")
+        values, labelled, examples, steps = values[order], labelled[order], examples[order], steps[order]
     return Gathered(
-        np.ascontiguousarray(values),
-        np.concatenate([w[2] for w in where])[order],
-        examples[order],
-        steps[order],
-        units[0] if units else 0,
+        np.ascontiguousarray(values.T), labelled, examples, steps, units[0] if units else 0
     )
 
 

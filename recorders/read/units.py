@@ -196,21 +196,24 @@ def score_units(
 
 
 def _midranks(x: np.ndarray) -> np.ndarray:
-    """The rank (1-based) of each value among its row, ties at the mean of their ranks: float64."""
+    """The rank (1-based) of each value among its row, ties at the mean of their ranks: float64.
+    The ties are mended run by run (their cost grows with the tied values, not the row)."""
     order = np.argsort(x, axis=1)
     s = np.take_along_axis(x, order, axis=1)
     n = x.shape[1]
-    new = np.ones(x.shape, bool)
-    new[:, 1:] = s[:, 1:] != s[:, :-1]
-    index = np.arange(n)
-    if new.all():
-        sorted_ranks = np.broadcast_to(index + 1.0, x.shape)
-    else:
-        first = np.maximum.accumulate(np.where(new, index, 0), axis=1)
-        ends = np.ones(x.shape, bool)
-        ends[:, :-1] = new[:, 1:]
-        last = np.minimum.accumulate(np.where(ends, index, n)[:, ::-1], axis=1)[:, ::-1]
-        sorted_ranks = (first + last) / 2 + 1
+    sorted_ranks = np.empty(x.shape)
+    sorted_ranks[:] = np.arange(1.0, n + 1)
+    tied = np.zeros(x.shape, bool)
+    np.equal(s[:, 1:], s[:, :-1], out=tied[:, 1:])  # equal to the value before it
+    later = np.flatnonzero(tied)  # flat indices, never at a row's start
+    if len(later):
+        breaks = np.flatnonzero(np.diff(later) != 1)
+        first = later[np.r_[0, breaks + 1]] - 1  # each run of equal values: its first ...
+        last = later[np.r_[breaks, len(later) - 1]]  # ... and last flat index
+        size = last - first + 1
+        mean = (first % n + last % n) / 2 + 1
+        members = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
+        sorted_ranks.flat[np.repeat(first, size) + members] = np.repeat(mean, size)
     ranks = np.empty(x.shape)
     np.put_along_axis(ranks, order, sorted_ranks, axis=1)
     return ranks
