@@ -59,10 +59,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tmp", default=None, help="scratch folder (default: the system's temp folder)")
+    parser.add_argument(
+        "--tmp", default=None, help="scratch folder (default: the system's temp folder)"
+    )
     args = parser.parse_args()
     import numpy as np
-
     from record import STEPS
 
     with tempfile.TemporaryDirectory(prefix="gatetrace-bench-units-", dir=args.tmp) as tmp:

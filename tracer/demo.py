@@ -148,6 +148,21 @@ def summarise_training(logged: Path) -> str:
     return f"forget gates above 0.9 while training (logged every 100 steps): {steps}"
 
 
+def summarise_units(recording: Path, labels: Path) -> str:
+    """Which units tell the marker's two values apart at the last step (`gatetrace units`)."""
+    from recorders import Recording
+    from recorders.read.units import unit_scores
+
+    scores = unit_scores(Recording(recording), labels)
+    top = scores.iloc[0]
+    perfect = int((scores["score"] == 1.0).sum())
+    return (
+        f"units that tell 'the marker was +1' at the last step: {perfect} of {len(scores)} at AUC 1.000, e.g. "
+        f"{top['table']} {top['name']} {top['column']} unit {top['unit']}; shuffled labels score "
+        f"{top['chance']:.3f} on average, {scores.attrs['chance_best']:.3f} at best (gatetrace units)"
+    )
+
+
 def run_demo(
     out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
 ) -> Path:
@@ -157,7 +172,7 @@ def run_demo(
         out,
         overwrite,
         ours=lambda folder: foreign_entries(
-            folder, ("model", "recording", "summary", "training", "inputs.npy")
+            folder, ("model", "recording", "summary", "training", "inputs.npy", "labels.npy")
         ),
     )
     tmp = temp_sibling(out)
@@ -170,8 +185,9 @@ def run_demo(
         )
         accuracy = build_and_train(prefix, log=tmp / "training")
         print(f"  held-out accuracy {accuracy:.1%}")
-        x, _ = make_task(sequences, np.random.RandomState(1))
+        x, marker = make_task(sequences, np.random.RandomState(1))
         np.save(tmp / "inputs.npy", x)
+        np.save(tmp / "labels.npy", marker == 1)  # "the marker was +1", one label a sequence
         with load_model(prefix) as model:
             model.source = str(out / "model" / "model.ckpt")  # where it will be once published
             # every value column, the preactivations' parts included (what drives each gate)
@@ -198,10 +214,12 @@ def run_demo(
     print(f"  manifest:  {out / 'recording' / 'manifest.json'}")
     print(f"  summary:   {out / 'summary'}  (gatetrace record --summary)")
     print(f"  training:  {out / 'training'}  (the gates while it trained: recorders.Series)")
+    print(f"  labels:    {out / 'labels.npy'}  (the marker was +1, per sequence: gatetrace units)")
     print()
     print(summarise(out / "recording"))
     print(summarise_statistics(out / "summary"))
     print(summarise_training(out / "training"))
+    print(summarise_units(out / "recording", out / "labels.npy"))
     print()
     print(
         f"next: pandas.read_parquet({str(out / 'recording' / 'gates')!r}, filters=[('gate', '==', 'f')])"

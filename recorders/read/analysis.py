@@ -14,7 +14,9 @@ Networks", and the LSTMVis / RNNVis tools:
   statistics: the same counts and means, the quantiles within one histogram bin;
 - `time_courses`: per-unit values along the steps of chosen examples;
 - `top_positions`: the (example, step) positions that drive a unit highest or lowest;
-- `label_correlation`: the correlation of each unit with a per-step label;
+- `unit_scores`: every unit ranked against labels (AUC or Pearson's r, beside chance), and
+  `probe`, one L1-regularised model over all units (`recorders.read.units`, `probe`);
+  `label_correlation` the Pearson column of one gate;
 - `dominant_part`: which part of the preactivation (input, recurrent, bias, ...) drives
   each unit of a gate over a range of steps (recordings made with `--values ...,contributions`).
 
@@ -32,8 +34,10 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
+from recorders.read.probe import probe
 from recorders.read.reader import Range, Recording, part_shares
 from recorders.read.series import Series
+from recorders.read.units import unit_scores
 from recorders.write.columns import PARTS
 
 __all__ = [
@@ -48,6 +52,8 @@ __all__ = [
     "time_courses",
     "top_positions",
     "label_correlation",
+    "unit_scores",
+    "probe",
     "dominant_part",
 ]
 

@@ -237,7 +237,12 @@ def gather(
     key = examples.astype(np.int64) << 32 | steps
     if len(key) > 1 and (np.diff(key) <= 0).any():  # blocks out of order: put them in order
         order = np.argsort(key, kind="stable")
-        values, labelled, examples, steps = values[order], labelled[order], examples[order], steps[order]
+        values, labelled, examples, steps = (
+            values[order],
+            labelled[order],
+            examples[order],
+            steps[order],
+        )
     return Gathered(
         np.ascontiguousarray(values.T), labelled, examples, steps, units[0] if units else 0
     )

@@ -16,10 +16,9 @@ fits the models: `LogisticRegression` with an L1 penalty (liblinear) for binary 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -69,8 +68,8 @@ def probe(
 ) -> ProbeResult:
     """Fit the probe (see the module docstring) on `table` ("states", or "gates" with `column`)."""
     try:
-        from sklearn.linear_model import Lasso, LogisticRegression
         from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import Lasso, LogisticRegression
         from sklearn.model_selection import GridSearchCV, GroupKFold
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
@@ -83,26 +82,9 @@ def probe(
     labels = labels if isinstance(labels, Labels) else read_labels(labels, rec.memory)
     if step is not None:
         labels = labels.at_step(step)
-    chosen = targets(rec, cells, names, (table,), (column,))
-    blocks, names_of = [], []
-    keys = y = examples = None
-    for cell, tab, name, col in chosen:
-        g = gather(rec, tab, cell, name, col, labels)
-        here = g.examples.astype(np.int64) << 32 | g.steps.astype(np.int64)
-        if keys is None:
-            keys, y, examples = here, g.labels, g.examples
-            blocks.append(g.values)
-        else:  # the positions every selected cell has
-            keys, a, b = np.intersect1d(keys, here, assume_unique=True, return_indices=True)
-            blocks = [v[:, a] for v in blocks] + [g.values[:, b]]
-            y, examples = y[a], examples[a]
-        names_of += [(cell, tab, name, col, u) for u in range(len(g.values))]
-    rec.allot(
-        (len(y), len(names_of)),
-        8,
-        f"the probe's {len(names_of):,} features at {len(y):,} positions",
+    features, y, examples, names_of = _features(
+        rec, targets(rec, cells, names, (table,), (column,)), labels
     )
-    features = np.concatenate(blocks).T.astype(np.float64)
     if features.shape[1] < 2:
         raise SelectionError(
             f"a probe over {features.shape[1]} unit finds nothing a single unit's score does not: choose a "
@@ -167,3 +149,32 @@ def probe(
         train=(int((~test).sum()), len(ids) - len(test_ids)),
         held_out=(int(test.sum()), len(test_ids)),
     )
+
+
+def _features(
+    rec: Recording, chosen: list[tuple[str, str, str, str]], labels: Labels
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, str, int]]]:
+    """The units of every chosen column at the positions all of them have: float64 [positions,
+    units], with the label and example of each position and the (cell, table, name, column,
+    unit) of each feature."""
+    gathered = [
+        gather(rec, table, cell, name, column, labels) for cell, table, name, column in chosen
+    ]
+    keys = [g.examples.astype(np.int64) << 32 | g.steps.astype(np.int64) for g in gathered]
+    common = keys[0]
+    for k in keys[1:]:  # the positions every selected cell has (sorted, as gathered)
+        common = np.intersect1d(common, k, assume_unique=True)
+    names_of = [
+        (cell, table, name, column, u)
+        for (cell, table, name, column), g in zip(chosen, gathered, strict=True)
+        for u in range(len(g.values))
+    ]
+    rec.allot(
+        (len(common), len(names_of)),
+        8,
+        f"the probe's {len(names_of):,} features at {len(common):,} positions",
+    )
+    at = [np.searchsorted(k, common) for k in keys]
+    features = np.concatenate([g.values[:, a] for g, a in zip(gathered, at, strict=True)]).T
+    first = gathered[0]
+    return features.astype(np.float64), first.labels[at[0]], first.examples[at[0]], names_of
