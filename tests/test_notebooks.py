@@ -124,7 +124,9 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
         "duckdb_mean": per_step["mean"].tolist(), "duckdb_error": duckdb_error,
         "memory": memory["corr_c_last_with_marker"].tolist(), "keeper": keeper,
         "courses": courses[["example", "step", "value", "c"]].values.tolist(), "pos": pos, "neg": neg,
-        "correlation": corr["correlation"].tolist(), "writer": writer,
+        "scores": scores.sort_values("unit")[["score", "direction", "metric"]].values.tolist(), "writer": writer,
+        "ranked": ranked.head(20)[["table", "name", "column", "unit", "score"]].values.tolist(),
+        "chance_best": ranked.attrs["chance_best"],
         "lowest": lowest[["example", "step", "value"]].values.tolist(),
         "parts": parts[["input", "recurrent", "bias"]].values.tolist(), "parts_error": parts_error,
         "drivers": drivers[["part", "mean_abs", "dominant"]].values.tolist(),
@@ -173,10 +175,25 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
 
     j = gates["j"].astype(np.float64).reshape(-1, 16)
     label = x[:, :, 1].reshape(-1)
-    np.testing.assert_allclose(
-        got["correlation"], [np.corrcoef(j[:, u], label)[0, 1] for u in range(16)], atol=1e-9
-    )
-    assert got["writer"] == int(np.argmax(np.abs(got["correlation"])))
+    correlation = [np.corrcoef(j[:, u], label)[0, 1] for u in range(16)]
+    assert {m for _, _, m in got["scores"]} == {"pearson"}
+    signed = [score if sign == "+" else -score for score, sign, _ in got["scores"]]
+    np.testing.assert_allclose(signed, correlation, atol=1e-9)
+    assert got["writer"] == int(np.argmax(np.abs(correlation)))
+    # every unit against the marker's sign at the last step: AUC as scikit-learn computes it
+    from sklearn.metrics import roc_auc_score
+
+    for table, name, column, unit, score in got["ranked"]:
+        values = (
+            rec.state_array(cell, name)
+            if table == "states"
+            else gates[name]
+            if column == "activation"
+            else rec.gate_array(cell, name, column)
+        )[:, -1, unit]
+        auc = roc_auc_score(x[:, 0, 1] > 0, values)
+        assert score == pytest.approx(max(auc, 1 - auc), rel=1e-12)
+    assert got["ranked"][0][4] > got["chance_best"] + 0.3
     column = gates["j"][:, :, got["writer"]]
     np.testing.assert_allclose(
         [r[2] for r in got["lowest"]], np.sort(column, axis=None)[:10], atol=0
