@@ -362,12 +362,13 @@ class Recording(CheckedFiles):
         holds every (example, step, unit) of its ranges (the row count equals the product of
         its example and step ranges, from its statistics, and the cell's units: then only
         the value column is read)."""
+        self._values("gate_blocks")
         return self.blocks("gates", cell, gate, column)
 
     def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
         """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or
         a state's `value`; a state's width is the cell's units (`c`) or its output size (`h`)."""
-        self._values(f"the {table} table")
+        self._values("blocks")
         self.cell(cell)
         labels = self._labels(table, cell)
         if label not in labels:
