@@ -87,10 +87,10 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def serving(run: Path):
-    """`gatetrace view RUN` on a free port, stopped on leaving; yields the port."""
+def serving(run: Path, *args: str):
+    """`gatetrace view RUN [ARGS]` on a free port, stopped on leaving; yields the port."""
     port = free_port()
-    process = view(str(run), "--port", str(port))
+    process = view(str(run), "--port", str(port), *args)
     try:
         wait_up(port, process)
         yield port
@@ -494,6 +494,50 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
         page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
         page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))
     page.close()
+
+
+def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
+    """`--labels`: the ranked units are `analysis.unit_scores`' best, the label's track beside
+    the heatmap is the label of each step, and a row clicked shows that unit beside the label."""
+    from recorders.read.units import unit_scores
+
+    demo, _ = demo_served
+    rec = Recording(demo / "recording")
+    (cell,) = rec.cells
+    marker = np.load(demo / "labels.npy").astype(np.float64)
+    labels = np.repeat(marker[:, None], 20, axis=1)  # the marker at every step ...
+    labels[:, 5] = np.nan  # ... but step 5
+    np.save(tmp_path / "marker.npy", labels)
+    with serving(demo / "recording", "--labels", str(tmp_path / "marker.npy")) as port:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=60000)
+        assert page.locator("#units-panel").is_visible()
+        ranked = page.evaluate("window.gatetrace.ranked")
+        want = unit_scores(rec, labels).head(20)
+        keys = ["cell", "table", "name", "column", "unit"]
+        assert [[r[k] for k in keys] for r in ranked["rows"]] == want[keys].values.tolist()
+        np.testing.assert_allclose([r["score"] for r in ranked["rows"]], want["score"], atol=1e-6)
+        np.testing.assert_allclose([r["chance"] for r in ranked["rows"]], want["chance"], atol=1e-6)
+        assert ranked["chance_best"] == pytest.approx(want.attrs["chance_best"], abs=1e-6)
+        assert page.locator("#ranked tbody tr").count() == 20
+        example = int(page.evaluate("window.gatetrace.heatmap.example"))
+        track = page.evaluate("window.gatetrace.heatmap.label_track")
+        assert track == [None if np.isnan(v) else v for v in labels[example]]
+        page.locator("#ranked tbody tr").nth(0).click()
+        page.wait_for_function("window.gatetrace.labelled !== null")
+        shown = page.evaluate("window.gatetrace.labelled")
+        top = want.iloc[0]
+        assert [shown[k] for k in keys] == [top[k] for k in keys]
+        values = (
+            rec.gate_array(cell, top["name"], top["column"])
+            if top["table"] == "gates"
+            else rec.state_array(cell, top["name"])
+        )[example, :, top["unit"]]
+        np.testing.assert_allclose(shown["values"], values, atol=1e-6)
+        assert shown["label"] == track
+        for folder in shots_folder(tmp_path):
+            page.locator("#units-panel").screenshot(path=str(folder / "view-units.png"))
 
 
 def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):

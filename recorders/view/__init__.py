@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from recorders.errors import GatetraceError, SelectionError
+from recorders.read.labels import read_labels
 from recorders.read.reader import Recording
 from recorders.read.series import SERIES_FILE, Series
 from recorders.view.data import Labels
@@ -90,11 +91,14 @@ def serve(
     tokens: str | os.PathLike | None = None,
     open_browser: bool = False,
     host: str = "127.0.0.1",
+    labels_file: str | os.PathLike | None = None,
 ) -> None:
     """Serve the view of the recording `run` at http://host:port/ until interrupted. On an address
     other than 127.0.0.1 the page asks for a secret token, which the printed URL carries. A
     series (`recorders.Series`: a recording per epoch or checkpoint) is shown one value at a
-    time (the last complete one first), with the gates' saturation across them."""
+    time (the last complete one first), with the gates' saturation across them. With `labels_file`
+    (a file `gatetrace units` takes), the units ranked against them and the label beside each
+    sequence."""
     check_installed()
     series = Series(run) if (Path(run) / SERIES_FILE).is_file() else None
     if series is not None and not series.complete:
@@ -102,17 +106,23 @@ def serve(
     rec = series.recording(series.complete[-1]) if series is not None else Recording(run)
     rec.check()
     labels = load_labels(tokens) if tokens is not None else None
+    unit_labels = read_labels(labels_file, rec.memory) if labels_file is not None else None
     _check_port(host, port)
     import uvicorn
 
     from recorders.view.server import make_app
 
     if host == "127.0.0.1":
-        app, url = make_app(rec, labels, series=series), f"http://{host}:{port}/"
+        app, url = (
+            make_app(rec, labels, series=series, unit_labels=unit_labels),
+            f"http://{host}:{port}/",
+        )
     else:
         token = secrets.token_urlsafe(24)
         app, url = (
-            make_app(rec, labels, hosts=("*",), token=token, series=series),
+            make_app(
+                rec, labels, hosts=("*",), token=token, series=series, unit_labels=unit_labels
+            ),
             f"http://{host}:{port}/?token={token}",
         )
     print(f"gatetrace view: {rec.path} at {url} (Ctrl-C to stop)", file=sys.stderr)

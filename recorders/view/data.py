@@ -10,7 +10,10 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
 - `select`: the units that stay above a threshold over a step range of one example (and,
   optionally, below it just before and after), as LSTMVis' select does;
 - `match`: the places in the whole recording where the same units are on together;
-- `parts`: a step's preactivation split into its parts (recordings with contributions).
+- `parts`: a step's preactivation split into its parts (recordings with contributions);
+- `ranked`, `label_track` and `labelled_course`: with labels to score units against
+  (`gatetrace view RUN --labels FILE`, `recorders.read.labels`): every unit ranked against them
+  (`recorders.read.units`), the label along one example's steps, and one unit beside it.
 
 Each answer carries `python`, the code that reproduces it in a notebook.
 """
@@ -24,11 +27,24 @@ import numpy as np
 
 from recorders.errors import SelectionError
 from recorders.read.analysis import gate_summaries, saturation_across, top_positions
+from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.write.columns import PARTS
 
-__all__ = ["overview", "across", "heatmap", "unit", "select", "match", "parts", "Labels"]
+__all__ = [
+    "overview",
+    "across",
+    "heatmap",
+    "unit",
+    "select",
+    "match",
+    "parts",
+    "ranked",
+    "label_track",
+    "labelled_course",
+    "Labels",
+]
 
 
 class Labels:
@@ -362,6 +378,84 @@ def _values(
             [a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2
         )
     return a
+
+
+def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
+    """The `k` best units of the whole recording against `labels` (`analysis.unit_scores`:
+    AUC or Pearson's r, beside chance), as rows of the table `gatetrace units` prints."""
+    from recorders.read.units import unit_scores
+
+    scores = unit_scores(rec, labels)
+    top = scores.head(k)
+    return {
+        "labels": labels.source,
+        "metric": "auc" if labels.binary else "pearson",
+        "positive": labels.positive,
+        "per_sequence": labels.per_sequence,
+        "label_range": [float(np.nanmin(labels.values)), float(np.nanmax(labels.values))],
+        "scored": len(scores),
+        "chance_best": round(float(scores.attrs["chance_best"]), 6),
+        "rows": [
+            {
+                **{c: top[c].iloc[k] for c in ("cell", "table", "name", "column", "direction")},
+                "unit": int(top["unit"].iloc[k]),
+                "score": _rounded([top["score"].iloc[k]], 6)[0],
+                "chance": _rounded([top["chance"].iloc[k]], 6)[0],
+                "n": int(top["n"].iloc[k]),
+            }
+            for k in range(len(top))
+        ],
+        "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
+        f"analysis.unit_scores(rec, {labels.source!r}).head({k})",
+    }
+
+
+def label_track(labels: UnitLabels, example: int, steps: Sequence[int]) -> list[float | None]:
+    """The label at each of `steps` of `example` (null where none): a label per sequence is the
+    same at every step."""
+    values = labels.values
+    if example >= values.shape[0]:
+        return [None] * len(steps)
+    if labels.per_sequence:
+        return _rounded(np.full(len(steps), values[example]), 6)
+    row = values[example]
+    return _rounded(np.array([row[s] if s < len(row) else np.nan for s in steps]), 6)
+
+
+def labelled_course(
+    rec: Recording,
+    labels: UnitLabels,
+    cell: str,
+    table: str,
+    name: str,
+    column: str,
+    unit_: int,
+    example: int,
+) -> dict[str, Any]:
+    """One unit of a gate column (or state) along the steps of `example`, and the label at each."""
+    kind = "gate" if table == "gates" else "state"
+    _check(rec, cell, name, kind, column if kind == "gate" else None)
+    a = _values(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
+    if a.size == 0:
+        raise SelectionError(f"example {example}: no rows of {cell} {kind} {name}")
+    steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
+    read = (
+        f"rec.gate_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}], columns=[{column!r}])"
+        if kind == "gate"
+        else f"rec.state_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}])"
+    )
+    return {
+        "cell": cell,
+        "table": table,
+        "name": name,
+        "column": column,
+        "unit": unit_,
+        "example": example,
+        "steps": steps,
+        "values": _rounded(a[0, :, 0], 6),
+        "label": label_track(labels, example, steps),
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n{read}",
+    }
 
 
 def _rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:

@@ -8,6 +8,8 @@
     GET /api/select?cell=&label=&kind=&column=&example=&start=&stop=&threshold=&outside=0|1
     GET /api/match?cell=&label=&kind=&column=&units=3,7&threshold=&length=
     GET /api/parts?cell=&gate=&example=&step=
+    GET /api/ranked?k=                              (served with labels to score units against)
+    GET /api/labelled?cell=&table=gates|states&name=&column=&unit=&example=
 
 Every parameter is parsed into its type and checked against the recording (cells, gates,
 states and columns it holds) before anything is read; queries are built by `data` from
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import GatetraceError, RecordingError, SelectionError
+from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.view import data
@@ -162,10 +165,12 @@ def make_app(
     hosts: tuple[str, ...] = LOOPBACK_HOSTS,
     token: str | None = None,
     series: Series | None = None,
+    unit_labels: UnitLabels | None = None,
 ):
     """The Starlette app serving `rec` (and step labels, if given), answering only requests
     whose `Host` is one of `hosts` and, with `token`, that carry it. With `series`, every
-    request may name the key's value (`at`) whose recording answers it (default: `rec`)."""
+    request may name the key's value (`at`) whose recording answers it (default: `rec`). With
+    `unit_labels` (`recorders.read.labels`), the units ranked against them and each step's label."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -220,7 +225,7 @@ def make_app(
         return endpoint
 
     def heatmap(p: _Params) -> dict:
-        return data.heatmap(
+        h = data.heatmap(
             pick(p),
             p.text("cell"),
             p.text("label"),
@@ -228,6 +233,42 @@ def make_app(
             p.choice("kind", kinds, "gate"),
             p.choice("column", columns, "activation"),
             labels,
+        )
+        if unit_labels is not None:
+            h["label_track"] = data.label_track(unit_labels, h["example"], h["steps"])
+        return h
+
+    def scoring() -> UnitLabels:
+        if unit_labels is None:
+            raise SelectionError("no labels: serve with gatetrace view RUN --labels FILE")
+        return unit_labels
+
+    ranked_cache: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def ranked(p: _Params) -> dict:
+        key = (
+            p.integer("at", shown, -1) if series is not None else shown,
+            p.integer("k", 20, 1, 1000),
+        )
+        if key not in ranked_cache:
+            ranked_cache[key] = data.ranked(pick(p), scoring(), key[1])
+        return ranked_cache[key]
+
+    def labelled(p: _Params) -> dict:
+        table = p.choice("table", ("gates", "states"), "gates")
+        return data.labelled_course(
+            pick(p),
+            scoring(),
+            p.text("cell"),
+            table,
+            p.text("name"),
+            p.choice(
+                "column",
+                columns if table == "gates" else ("value",),
+                "activation" if table == "gates" else "value",
+            ),
+            p.integer("unit"),
+            p.integer("example"),
         )
 
     def unit(p: _Params) -> dict:
@@ -281,7 +322,11 @@ def make_app(
             overview_cache[at] = data.overview(pick(p))
             if series is not None:
                 overview_cache[at]["series"] = data.across(series, at)
-        return {**overview_cache[at], "tokens": labels is not None}
+        return {
+            **overview_cache[at],
+            "tokens": labels is not None,
+            "unit_labels": None if unit_labels is None else unit_labels.source,
+        }
 
     async def page(request):
         name = request.path_params.get("name", "index.html")
@@ -305,6 +350,8 @@ def make_app(
         Route("/api/select", api(select)),
         Route("/api/match", api(match)),
         Route("/api/parts", api(parts)),
+        Route("/api/ranked", api(ranked)),
+        Route("/api/labelled", api(labelled)),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)]
     if token is not None:

@@ -31,6 +31,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="labels for the steps: a .npy or .json of [examples, steps] (e.g. the tokens read)",
     )
+    c.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="labels to rank units against, as gatetrace units takes them: adds their track beside each sequence "
+        "and a panel of the units that track them",
+    )
     c.add_argument("--open", action="store_true", help="open the page in the default browser")
 
 
@@ -38,6 +44,13 @@ def run(args: argparse.Namespace) -> None:
     from recorders.view import serve
 
     try:
-        serve(args.run, port=args.port, tokens=args.tokens, open_browser=args.open, host=args.host)
+        serve(
+            args.run,
+            port=args.port,
+            tokens=args.tokens,
+            open_browser=args.open,
+            host=args.host,
+            labels_file=args.labels,
+        )
     except KeyboardInterrupt:
         pass

@@ -3,7 +3,7 @@
 // kept in `window.gatetrace` (the browser tests read the page's data from there).
 "use strict";
 
-const state = { overview: null, heatmap: null, unit: null, select: null, match: null, parts: null };
+const state = { overview: null, heatmap: null, unit: null, select: null, match: null, parts: null, ranked: null, labelled: null };
 window.gatetrace = state;
 const $ = (id) => document.getElementById(id);
 
@@ -136,9 +136,17 @@ async function showHeatmap() {
   state.heatmap = h;
   const ticks = h.tokens ? h.steps.map((s, k) => `${s} ${h.tokens[k]}`) : h.steps.map(String);
   const text = h.values.map((r, s) => r.map((v, u) => `example ${h.example}<br>step ${h.steps[s]}${h.tokens ? " (" + h.tokens[s] + ")" : ""}<br>unit ${u}<br>${h.kind === "gate" ? h.column : "value"} ${v}`));
-  await Plotly.newPlot($("heatmap"), [{ z: h.values, x: h.units, y: ticks, type: "heatmap", colorscale: "Viridis", text, hoverinfo: "text" }],
-    { title: { text: `${h.cell} ${h.label}${h.kind === "gate" ? " " + h.column : ""}, example ${h.example}` }, dragmode: "select",
-      xaxis: { title: { text: "unit" }, dtick: 1 }, yaxis: { title: { text: "step" }, autorange: "reversed", type: "category" }, margin: { t: 40 } });
+  const traces = [{ z: h.values, x: h.units, y: ticks, type: "heatmap", colorscale: "Viridis", text, hoverinfo: "text" }];
+  const layout = { title: { text: `${h.cell} ${h.label}${h.kind === "gate" ? " " + h.column : ""}, example ${h.example}` }, dragmode: "select",
+    xaxis: { title: { text: "unit" }, dtick: 1 }, yaxis: { title: { text: "step" }, autorange: "reversed", type: "category" }, margin: { t: 40 } };
+  if (h.label_track) {
+    // the label of each step, a track beside the units (as LSTMVis' annotation tracks)
+    traces.push({ z: h.label_track.map((v) => [v]), x: ["label"], y: ticks, type: "heatmap", xaxis: "x2", colorscale: "Greys",
+      showscale: false, hovertemplate: "step %{y}<br>label %{z}<extra></extra>" });
+    layout.xaxis.domain = [0, 0.9];
+    layout.xaxis2 = { domain: [0.93, 1] };
+  }
+  await Plotly.newPlot($("heatmap"), traces, layout);
   $("heatmap-python").textContent = h.python;
   $("heatmap").on("plotly_click", (e) => clicked(e.points[0]));
   $("heatmap").on("plotly_selected", (e) => brushed(e));
@@ -149,6 +157,7 @@ function stepOf(point) {
 }
 
 async function clicked(point) {
+  if (point.curveNumber !== 0) return;  // the label track
   const h = state.heatmap;
   const step = stepOf(point), unit = point.x;
   if (h.kind === "gate") {
@@ -192,6 +201,38 @@ async function showParts(step) {
   $("parts-python").textContent = r.python;
 }
 
+// -- units for a label -------------------------------------------------------------------------
+async function loadRanked() {
+  const r = await api("ranked", {});
+  state.ranked = r;
+  $("units-panel").hidden = false;
+  $("units-source").textContent = r.labels;
+  const metric = r.metric === "auc" ? "AUC, as max(AUC, 1 - AUC)" : "|Pearson r|";
+  $("units-note").textContent = `${r.scored} units scored by ${metric}${r.per_sequence ? " at each sequence's last step" : ""}; ` +
+    `with the labels shuffled, the best unit scored ${r.chance_best}. Click a row: that unit along the sequence shown, beside its label.`;
+  const table = $("ranked");
+  table.querySelector("tbody").innerHTML = "";
+  r.rows.forEach((x, k) => {
+    const fixed = (v) => (v === null ? "" : v.toFixed(4));
+    const tr = row(table, [k + 1, x.cell, x.table, x.name, x.column, x.unit, fixed(x.score), x.direction, fixed(x.chance), x.n]);
+    tr.onclick = () => showLabelled(x);
+  });
+  $("units-python").textContent = r.python;
+}
+
+async function showLabelled(x) {
+  const c = await api("labelled", { cell: x.cell, table: x.table, name: x.name, column: x.column, unit: x.unit, example: $("example").value });
+  state.labelled = c;
+  const [lo, hi] = state.ranked.label_range, pad = 0.1 * (hi - lo);
+  await Plotly.newPlot($("labelled"), [
+    { x: c.steps, y: c.values, mode: "lines+markers", name: `unit ${c.unit}` },
+    { x: c.steps, y: c.label, mode: "lines", name: "label", yaxis: "y2", line: { shape: "hv", dash: "dot" } }],
+    { title: { text: `${c.cell} ${c.name}${c.table === "gates" ? " " + c.column : ""} unit ${c.unit}, example ${c.example}` },
+      xaxis: { title: { text: "step" } }, yaxis: { title: { text: c.table === "gates" ? c.column : "value" } },
+      yaxis2: { title: { text: "label" }, overlaying: "y", side: "right", range: [lo - pad, hi + pad] }, margin: { t: 40 } });
+  $("units-python").textContent = c.python;
+}
+
 // -- select and match ---------------------------------------------------------------------------
 async function doSelect() {
   const p = params();
@@ -220,6 +261,7 @@ window.addEventListener("DOMContentLoaded", async () => {
     state.at = Number($("at").value);
     await loadOverview();
     if (state.overview.summary.kind !== "summary") await showHeatmap();
+    if (state.overview.unit_labels && state.overview.summary.kind !== "summary") await loadRanked();
   };
   $("cell").onchange = fillLabels;
   $("kind").onchange = fillLabels;
@@ -234,6 +276,7 @@ window.addEventListener("DOMContentLoaded", async () => {
       $("summary-note").hidden = false;
     } else {
       await showHeatmap();
+      if (state.overview.unit_labels) await loadRanked();
     }
     document.body.dataset.ready = "1";
   } catch (err) {
