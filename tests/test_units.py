@@ -5,6 +5,7 @@ own rows, a planted unit found first, random labels finding nothing."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 import tracer
 from recorders import Recording, SelectionError
+from recorders.read import units as units_module
 from recorders.read.labels import Gathered, read_labels
 from recorders.read.probe import probe
 from recorders.read.units import COLUMNS, score_units, unit_scores
@@ -118,8 +120,10 @@ def test_every_score_equals_scikit_learn_or_numpy_over_the_recorded_rows(recorde
     np.testing.assert_allclose(both["score"], both["score_want"], rtol=1e-12, atol=1e-12)
     assert (both["direction"] == both["direction_want"]).all()
     assert (both["n"] == both["n_want"]).all()
-    # a memory budget that holds two units at a time: the same table, a column read per group
-    small = Recording(rec.path, memory=2 * EXAMPLES * STEPS * 48 + 100)
+    # a memory budget that holds two units at a time in each thread (beside a chunk's sort):
+    # the same table, a column read once per group
+    per_thread = (units_module._CHUNK * units_module._BYTES_PER_VALUE + 2 * 4) * EXAMPLES * STEPS
+    small = Recording(rec.path, memory=(os.cpu_count() or 1) * per_thread + 100)
     pd.testing.assert_frame_equal(unit_scores(small, labels, shuffles=3), got)
 
 
@@ -147,8 +151,9 @@ def test_ties_count_as_scikit_learn_counts_them():
     rng = np.random.RandomState(0)
     values = rng.randint(0, 4, (5, 300)).astype(np.float32)  # few distinct values: many ties
     values[1] = 2.0  # one constant unit: AUC 0.5
+    values[2, ::2] = np.where(values[2, ::2] == 0, -0.0, values[2, ::2])  # -0.0 ties with 0.0
     labels = (rng.rand(300) < 0.4).astype(np.float64)
-    g = Gathered(values, labels, np.arange(300), np.zeros(300, np.int64))
+    g = Gathered(values.T.copy(), labels, np.arange(300), np.zeros(300, np.int64))
     signed, _ = score_units(g, True, 0, 0)
     for unit in range(5):
         auc = roc_auc_score(labels == 1, values[unit])

@@ -169,7 +169,7 @@ def _values(array: np.ndarray, shown: str) -> tuple[np.ndarray, bool, float | No
 @dataclass(frozen=True)
 class Gathered:
     """Units `first`, `first` + 1, ... of one cell's gate column (or state) at the labelled
-    positions: `values` float32 [units, positions], with `labels`, `examples` and `steps` per
+    positions: `values` float32 [positions, units], with `labels`, `examples` and `steps` per
     position, the positions in (example, step) order."""
 
     values: np.ndarray
@@ -222,30 +222,26 @@ def gather(
         ok = ~np.isnan(lab)
         if b.present is not None:
             ok &= b.present
-        if not ok.any():
+        values = b.values if units is None else b.values[:, :, units[0] : units[1]]
+        if ok.all():  # every position of the block: its rows as they are, without a copy
+            parts.append(values.reshape(-1, values.shape[2]))
+        elif ok.any():
+            parts.append(values[ok])
+        else:
             continue
         e, s = np.nonzero(ok)
-        values = b.values if units is None else b.values[:, :, units[0] : units[1]]
-        parts.append(values[e, s])
         where.append((ex[e], st[s], lab[e, s]))
     if not parts:
         raise _nothing(labels, cell)
     examples = np.concatenate([w[0] for w in where])
     steps = np.concatenate([w[1] for w in where])
-    values = np.concatenate(parts)
     labelled = np.concatenate([w[2] for w in where])
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     key = examples.astype(np.int64) << 32 | steps
     if len(key) > 1 and (np.diff(key) <= 0).any():  # blocks out of order: put them in order
         order = np.argsort(key, kind="stable")
-        values, labelled, examples, steps = (
-            values[order],
-            labelled[order],
-            examples[order],
-            steps[order],
-        )
-    return Gathered(
-        np.ascontiguousarray(values.T), labelled, examples, steps, units[0] if units else 0
-    )
+        out, labelled, examples, steps = out[order], labelled[order], examples[order], steps[order]
+    return Gathered(out, labelled, examples, steps, units[0] if units else 0)
 
 
 def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gathered:
@@ -271,7 +267,7 @@ def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gather
     if rows is None or not len(chosen):
         raise _nothing(labels, cell)
     return Gathered(
-        np.ascontiguousarray(rows[chosen].T),
+        rows[chosen],
         labels.values[chosen],
         chosen,
         last[chosen],

@@ -167,7 +167,7 @@ def _features(
     names_of = [
         (cell, table, name, column, u)
         for (cell, table, name, column), g in zip(chosen, gathered, strict=True)
-        for u in range(len(g.values))
+        for u in range(g.values.shape[1])
     ]
     rec.allot(
         (len(common), len(names_of)),
@@ -175,6 +175,6 @@ def _features(
         f"the probe's {len(names_of):,} features at {len(common):,} positions",
     )
     at = [np.searchsorted(k, common) for k in keys]
-    features = np.concatenate([g.values[:, a] for g, a in zip(gathered, at, strict=True)]).T
+    features = np.concatenate([g.values[a] for g, a in zip(gathered, at, strict=True)], axis=1)
     first = gathered[0]
     return features.astype(np.float64), first.labels[at[0]], first.examples[at[0]], names_of

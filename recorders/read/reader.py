@@ -194,6 +194,14 @@ class Recording(CheckedFiles):
             )
         return int(units)
 
+    def width(self, table: str, cell: str, label: str) -> int:
+        """The units of a gate, or the width of a state: the cell's units, but for a state `h`
+        its output size (a projection's)."""
+        units = self.units(cell)
+        if table == "states" and label == "h":
+            return int(self.cell(cell).get("output_size") or units)
+        return units
+
     @property
     def examples(self) -> list[list[int]]:
         """The complete example ranges, [start, stop) pairs."""
@@ -375,9 +383,7 @@ class Recording(CheckedFiles):
             raise SelectionError(
                 f"{TABLES[table]} {label!r} of {cell}: expected one of {', '.join(labels)}"
             )
-        units = self.units(cell)
-        if table == "states" and label == "h":
-            units = int(self.cell(cell).get("output_size") or units)
+        units = self.width(table, cell, label)
         for rel in self._files(table).get((cell, label), []):
             file = self._parquet(table, cell, rel)
             if column not in file.schema_arrow.names:
