@@ -12,7 +12,7 @@ import pytest
 import tracer
 from recorders import Bins, Recording, Series
 from recorders.errors import OutputExistsError, RecordingError
-from recorders.read.analysis import saturation
+from recorders.read.analysis import saturation, saturation_across
 from tests.test_keras import keras_module
 from tracer.keras import GateLogger
 
@@ -60,6 +60,59 @@ def test_the_gates_logged_at_each_epoch_are_those_of_the_model_saved_then(framew
                 )
     first, last = (series.recording(e).gate_array("lstm", "f") for e in (1, 3))
     assert not np.allclose(first, last)  # training moved them
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_the_gates_logged_by_batch_are_those_of_the_weights_after_that_batch(framework, tmp_path):
+    keras = keras_module(framework)
+    model = model_of(keras)
+    weights = {}
+
+    class Keep(keras.callbacks.Callback):
+        """The weights after each batch (the logger records the same model at that moment)."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            weights[int(np.asarray(self.model.optimizer.iterations))] = self.model.get_weights()
+
+    logger = GateLogger(PROBE, tmp_path / "log", every=2, by="batch")
+    # 48 sequences in batches of 16: 3 batches an epoch, 6 in all; every 2nd logged
+    model.fit(X, Y, epochs=2, batch_size=16, verbose=0, callbacks=[logger, Keep()])
+    assert logger.logged == [2, 4, 6] and sorted(weights) == [1, 2, 3, 4, 5, 6]
+    series = Series(tmp_path / "log")
+    assert (series.key, series.complete, series.epochs) == ("batch", [2, 4, 6], {2: 1, 4: 2, 6: 2})
+    frame = series.gate_frame(cells=["lstm"], gates=["f"], columns=["activation"])
+    assert list(frame.columns[:2]) == ["batch", "epoch"]
+    assert frame.groupby("batch")["epoch"].first().to_dict() == {2: 1, 4: 2, 6: 2}
+    for n in (2, 6):
+        again = model_of(keras)
+        again.set_weights(weights[n])
+        tracer.record(again, PROBE, tmp_path / f"alone{n}")
+        alone, logged = Recording(tmp_path / f"alone{n}"), series.recording(n)
+        for cell in alone.cells:
+            for gate in alone.gates(cell):
+                np.testing.assert_allclose(
+                    logged.gate_array(cell, gate),
+                    alone.gate_array(cell, gate),
+                    rtol=1e-6,
+                    atol=1e-7,
+                )
+    assert not np.allclose(*(series.recording(n).gate_array("lstm", "f") for n in (2, 6)))
+    sat = saturation_across(series)
+    assert list(sat.columns[:2]) == ["batch", "epoch"] and sorted(sat["batch"].unique()) == [
+        2,
+        4,
+        6,
+    ]
+    # a restarted run whose optimizer starts again at 0 would log batch 2 again: refused in one line
+    with pytest.raises(OutputExistsError, match="batch 2 is already logged"):
+        model_of(keras).fit(
+            X,
+            Y,
+            epochs=1,
+            batch_size=16,
+            verbose=0,
+            callbacks=[GateLogger(PROBE, tmp_path / "log", every=2, by="batch")],
+        )
 
 
 def test_a_restarted_run_logs_after_the_epochs_there_and_refuses_one_logged(tmp_path):

@@ -139,11 +139,7 @@ def dead_units_across(
 
 def _across(series: Series, analyse: Callable[[Recording], pd.DataFrame]) -> pd.DataFrame:
     """One analysis of each complete recording of a series, with the key as the first column."""
-    frames = []
-    for value in series.complete:
-        df = analyse(series.recording(value))
-        df.insert(0, series.key, pd.Series(value, index=df.index, dtype="int64"))
-        frames.append(df)
+    frames = [series.keyed(analyse(series.recording(v)), v) for v in series.complete]
     if not frames:
         raise SelectionError(f"{series.path} holds no complete recording yet")
     out = pd.concat(frames, ignore_index=True)

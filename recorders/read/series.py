@@ -28,8 +28,14 @@ from recorders.write.schema import parse_json
 __all__ = ["Series", "SERIES_FILE", "KEYS"]
 
 SERIES_FILE = "series.json"
-KEYS = ("checkpoint", "epoch", "global_step")  # a checkpoint's global step; an epoch; a logged step
+# a checkpoint's global step; an epoch; a step logged by the hook; a batch logged by the callback
+KEYS = ("checkpoint", "epoch", "global_step", "batch")
 _MAX_VALUE = 2**53
+
+
+def _count(v: Any) -> bool:
+    """Whether `v` is a whole number a series' key may take."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_VALUE
 
 
 class Series:
@@ -53,10 +59,7 @@ class Series:
         if (
             key not in KEYS
             or not isinstance(values, list)
-            or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_VALUE
-                for v in values
-            )
+            or not all(_count(v) for v in values)
             or len(set(values)) != len(values)
         ):
             raise RecordingError(
@@ -66,6 +69,19 @@ class Series:
         self.key: str = key
         self.values: list[int] = sorted(values)
         self.source = found.get("source")
+        # logged by batch: the epoch of each batch (those the file names)
+        epochs = found.get("epochs") if key == "batch" else None
+        if epochs is not None and not (
+            isinstance(epochs, dict)
+            and all(
+                isinstance(b, str) and b.isdigit() and len(b) < 16 and _count(e)
+                for b, e in epochs.items()
+            )
+        ):
+            raise RecordingError(
+                f"{shown}: its epochs are not a map of batch numbers to epochs, as gatetrace writes it"
+            )
+        self.epochs: dict[int, int] = {int(b): e for b, e in (epochs or {}).items()}
 
     def _logged(self, key: str) -> list[int]:
         """The values of the `KEY=VALUE` folders there (a series logged while training)."""
@@ -114,19 +130,28 @@ class Series:
 
     def gate_frame(self, values: Sequence[int] | None = None, **selection: Any) -> pd.DataFrame:
         """`Recording.gate_frame(**selection)` of each value (default: every complete one), one
-        frame with the key (`checkpoint` or `epoch`) as its first column."""
+        frame with the key (`checkpoint`, `epoch`, `global_step` or `batch`) as its first column
+        (`keyed`)."""
         return self._frame("gate_frame", values, selection)
 
     def state_frame(self, values: Sequence[int] | None = None, **selection: Any) -> pd.DataFrame:
         """`Recording.state_frame(**selection)` of each value, as `gate_frame`."""
         return self._frame("state_frame", values, selection)
 
+    def keyed(self, df: pd.DataFrame, value: int) -> pd.DataFrame:
+        """`df` (a frame of the recording of `value`) with the key as its first column, and,
+        logged by batch, the batch's `epoch` second (-1 where the series file does not say)."""
+        df.insert(0, self.key, pd.Series(value, index=df.index, dtype="int64"))
+        if self.key == "batch":
+            df.insert(
+                1, "epoch", pd.Series(self.epochs.get(value, -1), index=df.index, dtype="int64")
+            )
+        return df
+
     def _frame(self, method: str, values: Sequence[int] | None, selection: dict) -> pd.DataFrame:
         frames = []
         for v in self._chosen(values):
-            df = getattr(self.recording(v), method)(**selection)
-            df.insert(0, self.key, pd.Series(v, index=df.index, dtype="int64"))
-            frames.append(df)
+            frames.append(self.keyed(getattr(self.recording(v), method)(**selection), v))
         if not frames:
             raise SelectionError(f"{self.path} holds no complete recording yet")
         out = pd.concat(frames, ignore_index=True)

@@ -146,10 +146,10 @@ def _changed(first: Checkpoint, now: Checkpoint, before: list[dict], after: list
     )
 
 
-def open_logged(out: str, key: str, who: str) -> None:
+def open_logged(out: str, key: str, who: str) -> dict[str, Any]:
     """Write the series file of a run logged while training, keyed by `key` (its values: the
-    folders there), or check the one a restarted run left there; `who` names the logger in
-    the one-line errors."""
+    folders there), or check the one a restarted run left there, and return it; `who` names
+    the logger in the one-line errors."""
     place = place_of(out)
     if SERIES_FILE in place.entries():
         found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
@@ -157,11 +157,13 @@ def open_logged(out: str, key: str, who: str) -> None:
             raise OutputExistsError(
                 f"{who}: {out} holds a series of another kind; log into another folder"
             )
-        return  # a restarted run logs after what is there
+        return found  # a restarted run logs after what is there
     if place.exists() and place.entries():
         raise OutputExistsError(f"{who}: {out} is not empty; give a new folder")
     if isinstance(place, LocalPlace):
         place.path.mkdir(parents=True, exist_ok=True)
-    place.write_json(
-        SERIES_FILE, {"kind": "series", "key": key, "values": None, "source": "training"}
-    )
+    described: dict[str, Any] = {"kind": "series", "key": key, "values": None, "source": "training"}
+    if key == "batch":
+        described["epochs"] = {}  # each logged batch's epoch, by batch
+    place.write_json(SERIES_FILE, described)
+    return described

@@ -7,7 +7,10 @@
 At the end of every `every`-th epoch the callback records every recurrent layer of the model
 on the fixed `probe` inputs (`tracer.run.recording.record`, one call of the model per batch,
 as `gatetrace record` records a saved model) into `OUT/epoch=N/` (N counted from 1, as Keras'
-`ModelCheckpoint` names files), a series (`tracer.run.series`) read by `recorders.Series`. It is
+`ModelCheckpoint` names files), a series (`tracer.run.series`) read by `recorders.Series`.
+With `by="batch"`, after every `every`-th training batch instead, into `OUT/batch=N/`: N the
+batches trained since training began (the optimizer's `iterations`, counted from 1 as a global
+step is), each one's epoch kept in the series file (`Series` adds an `epoch` column). It is
 a plain object with the methods Keras calls (both Keras 3 and tf-keras take it). Logged with
 `summary=recorders.Bins()`, each epoch is a summary recording; with `tensorboard=DIR`, each
 gate's saturation and activation histogram is also written there (`tracer.run.tensorboard`).
@@ -25,11 +28,13 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
+
 from recorders.errors import GatetraceError, OutputExistsError, SelectionError
 from recorders.write.place import place_of
 from recorders.write.totals import Bins
 from tracer.run.recording import record
-from tracer.run.series import open_logged
+from tracer.run.series import SERIES_FILE, open_logged
 from tracer.run.tensorboard import GateSummaries
 
 __all__ = ["GateLogger", "report_failure"]
@@ -46,6 +51,7 @@ class GateLogger:
         out: str | os.PathLike,
         every: int = 1,
         *,
+        by: str = "epoch",
         summary: Bins | None = None,
         batch_size: int = 256,
         values: tuple[str, ...] | None = None,
@@ -58,10 +64,14 @@ class GateLogger:
             )
         if on_error not in ("stop", "warn"):
             raise SelectionError(f"GateLogger on_error={on_error!r}: expected 'stop' or 'warn'")
-        self.probe, self.out, self.every = probe, str(out).rstrip("/"), every
+        if by not in ("epoch", "batch"):
+            raise SelectionError(f"GateLogger by={by!r}: expected 'epoch' or 'batch'")
+        self.probe, self.out, self.every, self.by = probe, str(out).rstrip("/"), every, by
         self.summary, self.batch_size, self.values = summary, batch_size, values
         self.tensorboard, self.on_error = tensorboard, on_error
-        self.logged: list[int] = []  # the epochs logged by this object
+        self.logged: list[int] = []  # the epochs (or batches) logged by this object
+        self._epoch = 0  # the epoch in progress, counted from 1
+        self._epochs: dict[str, int] = {}  # by batch: each logged batch's epoch
         self.failed: str | None = None  # the first failure, once reported (on_error="warn")
         self.model: Any = None
         self.params: dict = {}
@@ -76,7 +86,9 @@ class GateLogger:
         self.params = params
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        open_logged(self.out, "epoch", "GateLogger")
+        found = open_logged(self.out, self.by, "GateLogger")
+        if self.by == "batch":
+            self._epochs = dict(found.get("epochs") or {})
         if self.tensorboard is not None:
             self._board = GateSummaries(self.tensorboard)
 
@@ -85,18 +97,47 @@ class GateLogger:
             self._board.close()
             self._board = None
 
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch + 1
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        n = epoch + 1
-        if n % self.every:
+        if self.by == "epoch" and (epoch + 1) % self.every == 0:
+            self._log(epoch + 1)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.by != "batch":
             return
-        where = f"{self.out}/epoch={n}"
+        done = int(np.asarray(self.model.optimizer.iterations))  # batches trained, all epochs
+        if done % self.every == 0:
+            self._log(done)
+
+    def _log(self, n: int) -> None:
+        """Record the probe into `OUT/KEY=n/` (KEY: epoch or batch)."""
+        where = f"{self.out}/{self.by}={n}"
         sub = place_of(where)
         if sub.exists() and "manifest.json" in sub.entries():
+            again = "fit(initial_epoch=...) past the epochs there"
+            if self.by == "batch":
+                again = "the optimizer's state restored (its iteration count goes on)"
             raise OutputExistsError(
-                f"GateLogger: epoch {n} is already logged in {self.out}; restart with fit(initial_epoch=...) past the "
-                "epochs there, or log into a new folder"
+                f"GateLogger: {self.by} {n} is already logged in {self.out}; restart with {again}, or log into a "
+                "new folder"
             )
         try:
+            if (
+                self.by == "batch"
+            ):  # its epoch first: the series file names it before its folder is complete
+                self._epochs[str(n)] = self._epoch
+                place_of(self.out).write_json(
+                    SERIES_FILE,
+                    {
+                        "kind": "series",
+                        "key": "batch",
+                        "values": None,
+                        "source": "training",
+                        "epochs": self._epochs,
+                    },
+                )
             record(
                 self.model,
                 self.probe,
@@ -109,7 +150,7 @@ class GateLogger:
             if self._board is not None:
                 self._board.write(where, n)
         except (GatetraceError, OSError) as err:
-            report_failure(self, f"GateLogger could not log epoch {n}", err)
+            report_failure(self, f"GateLogger could not log {self.by} {n}", err)
             return
         self.logged.append(n)
 
@@ -123,7 +164,7 @@ class GateLogger:
     _supports_tf_logs = False
 
     def _implements_train_batch_hooks(self) -> bool:
-        return False
+        return self.by == "batch"
 
     def _implements_test_batch_hooks(self) -> bool:
         return False
