@@ -11,7 +11,7 @@ import pytest
 
 import tracer
 from recorders import Bins, Recording, Series
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import FeedError, OutputExistsError, RecordingError
 from recorders.read.analysis import saturation, saturation_across
 from tests.test_keras import keras_module
 from tracer.keras import GateLogger
@@ -134,6 +134,22 @@ def test_a_restarted_run_logs_after_the_epochs_there_and_refuses_one_logged(tmp_
     assert series.recording(4).kind == "summary"
     with pytest.raises(OutputExistsError, match="epoch 1 is already logged"):
         model.fit(X, Y, epochs=1, verbose=0, callbacks=[GateLogger(PROBE, tmp_path / "log")])
+
+
+def test_a_probe_the_model_cannot_take_is_refused_before_training(tmp_path):
+    keras = keras_module("keras3")
+    model = model_of(keras)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(FeedError, match=r"expects shape \[None, 6, 3\], given \[5, 6, 4\]"):
+        model.fit(
+            X,
+            Y,
+            epochs=1,
+            verbose=0,
+            callbacks=[GateLogger(PROBE[:5, :, :2].repeat(2, axis=2), tmp_path / "log")],
+        )
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    assert not (tmp_path / "log").exists()
 
 
 def test_a_failed_write_stops_training_or_is_reported_once(tmp_path, monkeypatch, capsys):

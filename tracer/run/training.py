@@ -33,9 +33,11 @@ import numpy as np
 from recorders.errors import GatetraceError, OutputExistsError, SelectionError
 from recorders.write.place import place_of
 from recorders.write.totals import Bins
+from tracer.load.keras import wrap
 from tracer.run.recording import record
 from tracer.run.series import SERIES_FILE, open_logged
 from tracer.run.tensorboard import GateSummaries
+from tracer.values.keras import resolve_inputs
 
 __all__ = ["GateLogger", "report_failure"]
 
@@ -86,6 +88,8 @@ class GateLogger:
         self.params = params
 
     def on_train_begin(self, logs: dict | None = None) -> None:
+        # a probe the model cannot take is said before the first epoch trains, not after it
+        resolve_inputs(wrap(self.model), self.probe)
         found = open_logged(self.out, self.by, "GateLogger")
         if self.by == "batch":
             self._epochs = dict(found.get("epochs") or {})
