@@ -315,6 +315,9 @@ def test_bad_labels_get_one_line(recorded, tmp_path):
     for said, labels in cases.items():
         with pytest.raises(SelectionError, match=said.replace("(", r"\(")):
             unit_scores(rec, labels)
+    os.mkfifo(tmp_path / "fifo.npy")  # a reader would wait on it forever
+    with pytest.raises(SelectionError, match="not a regular file"):
+        read_labels(tmp_path / "fifo.npy")
     np.save(tmp_path / "short.npy", np.arange(3))
     done = run_cli("units", str(rec.path), "--labels", str(tmp_path / "short.npy"))
     assert done.returncode == 2 and done.stdout == ""

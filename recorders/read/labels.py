@@ -11,7 +11,7 @@ Labels come as
 Rows of the arrays are the rows of the recorded inputs (the recording's `example`), columns
 its input positions (`step`). Labels with two distinct values are binary (the larger, or
 True, is the positive class); more distinct numbers are numeric. `.npy` files are read
-without pickles; a table's columns are read by name.
+without pickles, regular files only; a table's columns are read by name.
 
 `gather` streams one gate column (or state) of one cell through `Recording.blocks` and
 keeps, for the labelled positions that have a recorded row, the values of a range of units:
@@ -74,6 +74,10 @@ def read_labels(source: Any, memory: int = 2**30) -> Labels:
         path = Path(source)
         shown = str(path)
         suffix = path.suffix.lower()
+        if path.exists() and not path.is_file():  # a FIFO would block, a device read forever
+            raise SelectionError(
+                f"labels {shown}: not a regular file; give a .npy, .parquet or .csv file"
+            )
         try:
             if suffix == ".npy":
                 array = np.load(path, allow_pickle=False)

@@ -14,7 +14,7 @@ exactly the (example, step) positions that have a label and a recorded row
 `chance` is the mean score of the same unit over `shuffles` random permutations of the labels
 among those positions (a fixed seed, drawn in (example, step) order, so every cell and table
 sees the same permutations): what a unit scores by chance. `DataFrame.attrs["chance_best"]`
-is the best score of any unit under each permutation, at most: the line a real finding beats.
+is the best score any unit reached under any permutation: the line a real finding beats.
 
 Cost: one read of each column, the columns in parallel threads; per column, 16 units at a
 time (their sort stays in the processor's cache), one 64-bit sort of each unit's values packed
@@ -175,9 +175,9 @@ def _groups(
 def score_units(
     g: Gathered, binary: bool, shuffles: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The signed score of each unit of `g` (AUC - 0.5 folded to max(AUC, 1 - AUC) with the
-    sign of the direction, or Pearson's r) against its labels and against `shuffles`
-    permutations of them: arrays [units] and [shuffles, units]. The units are taken `_CHUNK`
+    """The signed score of each unit of `g` against its labels and against `shuffles`
+    permutations of them: max(AUC, 1 - AUC), negative where the unit is lower on the positive
+    label, or Pearson's r; arrays [units] and [shuffles, units]. The units are taken `_CHUNK`
     at a time, so that a chunk's sort and ranks stay in the processor's cache."""
     x, y = g.values, g.labels  # [positions, units], [positions]
     rng = np.random.default_rng(seed)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from tracer.commands.common import positive, split
 
@@ -84,11 +83,7 @@ def run(args: argparse.Namespace) -> None:
     )
     top = scores.head(args.top)
     if args.json:
-        records = [
-            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in json.loads(top.to_json(orient="records"))
-        ]
-        print(json.dumps(records, indent=1))
+        print(json.dumps(json.loads(top.to_json(orient="records")), indent=1))  # NaN as null
         return
     metric = "AUC, as max(AUC, 1 - AUC)" if labels.binary else "|Pearson r|"
     print(
