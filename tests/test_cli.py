@@ -331,7 +331,7 @@ def test_command_output_is_free_of_tensorflow_noise(model, tmp_path):
 
 @pytest.mark.e2e
 def test_help_texts_carry_examples():
-    for command in ("inspect", "record", "weights", "demo"):
+    for command in ("inspect", "record", "weights", "demo", "view", "units"):
         result = run(command, "--help")
         assert result.returncode == 0 and "example: gatetrace " + command in result.stdout
 

@@ -131,6 +131,22 @@ def test_every_example_of_the_page_runs(page, world, tmp_path, monkeypatch):
     )
 
 
+def test_the_units_page_shows_what_the_command_prints(world, tmp_path):
+    """docs/units.md shows `gatetrace units` on the demo's recording: the lines it prints."""
+    page = (ROOT / "docs" / "units.md").read_text()
+    command = "gatetrace units gatetrace-demo/recording --labels gatetrace-demo/labels.npy --top 5"
+    shown = page.split(command, 1)[1].split("```", 3)[2].strip("\n").splitlines()
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *shlex.split(command)[1:]],
+        cwd=world,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == shown
+
+
 def test_the_rules_find_the_examples():
     """The parser itself: a synopsis, a shell variable and a view are left out; a marker skips a block."""
     text = "gatetrace inspect MODEL [--json]\ngatetrace record m --feed x=$X\ngatetrace view run1\ngatetrace weights m --out w.parquet  # w\n"
