@@ -153,7 +153,12 @@ def test_ties_count_as_scikit_learn_counts_them():
     values[1] = 2.0  # one constant unit: AUC 0.5
     values[2, ::2] = np.where(values[2, ::2] == 0, -0.0, values[2, ::2])  # -0.0 ties with 0.0
     labels = (rng.rand(300) < 0.4).astype(np.float64)
-    g = Gathered(values.T.copy(), labels, np.arange(300), np.zeros(300, np.int64))
+    g = Gathered(
+        (values.T[:100].copy(), values.T[100:].copy()),
+        labels,
+        np.arange(300),
+        np.zeros(300, np.int64),
+    )
     signed, _ = score_units(g, True, 0, 0)
     for unit in range(5):
         auc = roc_auc_score(labels == 1, values[unit])

@@ -173,14 +173,36 @@ def _values(array: np.ndarray, shown: str) -> tuple[np.ndarray, bool, float | No
 @dataclass(frozen=True)
 class Gathered:
     """Units `first`, `first` + 1, ... of one cell's gate column (or state) at the labelled
-    positions: `values` float32 [positions, units], with `labels`, `examples` and `steps` per
-    position, the positions in (example, step) order."""
+    positions, the positions in (example, step) order: `parts`, float32 [positions, units]
+    arrays one after another (a row group's rows each, as read: not copied into one), with
+    `labels`, `examples` and `steps` per position."""
 
-    values: np.ndarray
+    parts: tuple[np.ndarray, ...]
     labels: np.ndarray
     examples: np.ndarray
     steps: np.ndarray
     first: int = 0
+
+    @property
+    def units(self) -> int:
+        return self.parts[0].shape[1]
+
+    @property
+    def values(self) -> np.ndarray:
+        """The parts as one [positions, units] array (a copy, where there are several)."""
+        return self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+
+    def columns(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Units [start, stop) of every position (stop at most the units there), [positions,
+        units], into `out` if given."""
+        stop = min(stop, self.units)
+        if out is None:
+            out = np.empty((len(self.labels), stop - start), self.parts[0].dtype)
+        at = 0
+        for part in self.parts:
+            np.copyto(out[at : at + len(part)], part[:, start:stop])  # a cache line a row
+            at += len(part)
+        return out
 
 
 def covers(rec: Recording, cell: str, labels: Labels) -> None:
@@ -240,12 +262,12 @@ def gather(
     examples = np.concatenate([w[0] for w in where])
     steps = np.concatenate([w[1] for w in where])
     labelled = np.concatenate([w[2] for w in where])
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     key = examples.astype(np.int64) << 32 | steps
     if len(key) > 1 and (np.diff(key) <= 0).any():  # blocks out of order: put them in order
         order = np.argsort(key, kind="stable")
-        out, labelled, examples, steps = out[order], labelled[order], examples[order], steps[order]
-    return Gathered(out, labelled, examples, steps, units[0] if units else 0)
+        parts = [np.concatenate(parts)[order]]
+        labelled, examples, steps = labelled[order], examples[order], steps[order]
+    return Gathered(tuple(parts), labelled, examples, steps, units[0] if units else 0)
 
 
 def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gathered:
@@ -271,7 +293,7 @@ def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gather
     if rows is None or not len(chosen):
         raise _nothing(labels, cell)
     return Gathered(
-        rows[chosen],
+        (rows[chosen],),
         labels.values[chosen],
         chosen,
         last[chosen],

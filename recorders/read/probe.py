@@ -167,7 +167,7 @@ def _features(
     names_of = [
         (cell, table, name, column, u)
         for (cell, table, name, column), g in zip(chosen, gathered, strict=True)
-        for u in range(g.values.shape[1])
+        for u in range(g.units)
     ]
     rec.allot(
         (len(common), len(names_of)),

@@ -26,6 +26,7 @@ centred values). The units are taken in groups whose values fit the recording's 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -110,11 +111,16 @@ def unit_scores(
     workers = max(1, min(len(chosen), os.cpu_count() or 1))
     budget = rec.memory // workers  # the columns are scored in parallel threads
 
+    mine = threading.local()  # each thread's ranker: its buffers serve column after column
+
     def column_frame(target: tuple[str, str, str, str]) -> tuple[pd.DataFrame, np.ndarray]:
         cell, table, name, column = target
         frames, best = [], np.full(shuffles, -np.inf)
         for g in _groups(rec, table, cell, name, column, labels, budget):
-            score, shuffled = score_units(g, labels.binary, shuffles, seed)
+            ranker = getattr(mine, "ranker", None)
+            if labels.binary and (ranker is None or ranker.n != len(g.labels)):
+                ranker = mine.ranker = _Ranker(len(g.labels))
+            score, shuffled = score_units(g, labels.binary, shuffles, seed, ranker)
             if shuffles:
                 best = np.fmax(best, np.nanmax(np.abs(shuffled), axis=1, initial=-np.inf))
             frames.append(
@@ -124,12 +130,12 @@ def unit_scores(
                         "table": table,
                         "name": name,
                         "column": column,
-                        "unit": np.arange(g.first, g.first + g.values.shape[1]),
+                        "unit": np.arange(g.first, g.first + g.units),
                         "metric": "auc" if labels.binary else "pearson",
                         "score": np.abs(score),
                         "direction": np.where(score >= 0, "+", "-"),
                         "chance": np.abs(shuffled).mean(axis=0) if shuffles else np.nan,
-                        "n": g.values.shape[0],
+                        "n": len(g.labels),
                     }
                 )
             )
@@ -186,16 +192,17 @@ def _groups(
 
 
 def score_units(
-    g: Gathered, binary: bool, shuffles: int, seed: int
+    g: Gathered, binary: bool, shuffles: int, seed: int, ranker: _Ranker | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The signed score of each unit of `g` against its labels and against `shuffles`
     permutations of them: max(AUC, 1 - AUC), negative where the unit is lower on the positive
     label, or Pearson's r; arrays [units] and [shuffles, units]. The units are taken `_CHUNK`
-    at a time, so that a chunk's sort and ranks stay in the processor's cache."""
-    x, y = g.values, g.labels  # [positions, units], [positions]
+    at a time, so that a chunk's sort and ranks stay in the processor's cache; `ranker`, one
+    made for as many positions before, lends its buffers."""
+    y = g.labels
     rng = np.random.default_rng(seed)
     ys = np.stack([y, *(y[rng.permutation(len(y))] for _ in range(shuffles))])
-    units = x.shape[1]
+    units = g.units
     signed = np.empty((len(ys), units))
     if binary:
         positive = (ys == ys.max()).astype(np.float64)
@@ -206,9 +213,9 @@ def score_units(
                 f"labels: every scored position of this selection holds the label {y[0]:g}; a binary label "
                 "needs both values among the positions recorded"
             )
-        midranks = _Ranker(len(y))
+        midranks = ranker if ranker is not None and ranker.n == len(y) else _Ranker(len(y))
         for a in range(0, units, _CHUNK):
-            sums = positive @ midranks(x, a).T  # [1 + shuffles, units]
+            sums = positive @ midranks(g, a).T  # [1 + shuffles, units]
             auc = (sums - n1 * (n1 + 1) / 2) / (n1 * n0)
             signed[:, a : a + _CHUNK] = np.where(auc >= 0.5, auc, -(1 - auc))
     else:
@@ -220,19 +227,21 @@ def score_units(
             )
         y_norm = np.sqrt((yc * yc).sum(axis=1))
         for a in range(0, units, _CHUNK):
-            xc = x[:, a : a + _CHUNK].astype(np.float64)  # [positions, units of the chunk]
+            xc = g.columns(a, a + _CHUNK).astype(np.float64)  # [positions, units of the chunk]
             xc -= xc.mean(axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 signed[:, a : a + _CHUNK] = (yc @ xc) / np.outer(
                     y_norm, np.sqrt((xc * xc).sum(axis=0))
                 )
-    signed[:, ~np.isfinite(x).all(axis=0)] = np.nan
+    finite = np.logical_and.reduce([np.isfinite(part).all(axis=0) for part in g.parts])
+    signed[:, ~finite] = np.nan
     return signed[0], signed[1:]
 
 
 class _Ranker:
-    """Midranks of `_CHUNK` units at a time, over `n` positions, in buffers allocated once for
-    a column (fresh arrays for each chunk cost as much again, the memory mapped anew each time).
+    """Midranks of `_CHUNK` units at a time, over `n` positions, in buffers allocated once and
+    used column after column (fresh arrays for each chunk cost as much again: the memory is
+    mapped anew each time).
 
     Each value is sorted with its position packed beside it (one 64-bit sort, faster than an
     argsort): the float's bits made to order as the floats do (-0.0 as 0.0), then the position.
@@ -253,13 +262,12 @@ class _Ranker:
         self.offsets = (np.arange(_CHUNK, dtype=np.intp) * n)[:, None]
         self.in_order = np.tile(np.arange(1.0, n + 1), _CHUNK)
 
-    def __call__(self, x: np.ndarray, start: int) -> np.ndarray:
-        """The midranks (1-based, float64) of units [start, start + _CHUNK) of `x`, [positions,
-        units], as [units, positions]: a view of this ranker's buffer, valid until the next call."""
+    def __call__(self, g: Gathered, start: int) -> np.ndarray:
+        """The midranks (1-based, float64) of units [start, start + _CHUNK) of `g` as [units,
+        positions]: a view of this ranker's buffer, valid until the next call."""
         n = self.n
-        width = min(_CHUNK, x.shape[1] - start)
-        rows = self.rows[:, :width]
-        np.copyto(rows, x[:, start : start + width])  # a cache line a row, then turned in the cache
+        width = min(_CHUNK, g.units - start)
+        rows = g.columns(start, start + width, self.rows[:, :width])  # then turned in the cache
         bits, flip, key = self.bits[:width], self.flip[:width], self.key[:width]
         np.add(rows.T, np.float32(0), out=bits)  # -0.0 + 0.0 is 0.0: one key for zero
         np.right_shift(bits.view(np.int32), 31, out=flip.view(np.int32))  # all ones if negative
