@@ -282,22 +282,19 @@ class _Ranker:
             position, value = halves[..., 0], halves[..., 1]
         else:
             position, value = key & np.uint64(0xFFFFFFFF), key >> np.uint64(32)
+        flat = self.flat[:width]
+        np.add(position, self.offsets[:width], out=flat, casting="unsafe")  # in the whole chunk
+        out = self.ranks[:width].reshape(-1)
+        out[flat.reshape(-1)] = self.in_order[: width * n]  # each value's place in its row
         tied = self.tied[:width]
         np.equal(value[:, 1:], value[:, :-1], out=tied[:, 1:])  # equal to the value before it
         later = np.flatnonzero(tied)  # flat indices, never at a row's start
-        ranks = self.in_order[: width * n]
-        if len(later):
-            ranks = ranks.copy()
+        if len(later):  # each run of equal values at the mean of its places
             breaks = np.flatnonzero(np.diff(later) != 1)
-            first = later[np.r_[0, breaks + 1]] - 1  # each run of equal values: its first ...
-            last = later[np.r_[breaks, len(later) - 1]]  # ... and last flat index
+            first = later[np.r_[0, breaks + 1]] - 1  # each run's first ...
+            last = later[np.r_[breaks, len(later) - 1]]  # ... and last flat index, sorted
             size = last - first + 1
             members = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
-            ranks[np.repeat(first, size) + members] = np.repeat(
-                (first % n + last % n) / 2 + 1, size
-            )
-        flat = self.flat[:width]
-        np.add(position, self.offsets[:width], out=flat, casting="unsafe")  # in the whole chunk
-        out = self.ranks[:width]
-        out.reshape(-1)[flat.reshape(-1)] = ranks
-        return out
+            sorted_at = np.repeat(first, size) + members
+            out[flat.reshape(-1)[sorted_at]] = np.repeat((first % n + last % n) / 2 + 1, size)
+        return self.ranks[:width]
