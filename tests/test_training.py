@@ -35,6 +35,15 @@ def model_of(keras):
     return model
 
 
+def same_gates(logged: Recording, alone: Recording) -> None:
+    """Every gate of every cell logged equals the recording made apart, to float32 rounding."""
+    for cell in alone.cells:
+        for gate in alone.gates(cell):
+            np.testing.assert_allclose(
+                logged.gate_array(cell, gate), alone.gate_array(cell, gate), rtol=1e-6, atol=1e-7
+            )
+
+
 @pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
 def test_the_gates_logged_at_each_epoch_are_those_of_the_model_saved_then(framework, tmp_path):
     keras = keras_module(framework)
@@ -49,15 +58,7 @@ def test_the_gates_logged_at_each_epoch_are_those_of_the_model_saved_then(framew
     for epoch in (1, 3):
         with tracer.load_model(tmp_path / f"model-{epoch:02d}.{suffix}") as m:
             tracer.record(m, PROBE, tmp_path / f"alone{epoch}")
-        alone, logged = Recording(tmp_path / f"alone{epoch}"), series.recording(epoch)
-        for cell in alone.cells:
-            for gate in alone.gates(cell):
-                np.testing.assert_allclose(
-                    logged.gate_array(cell, gate),
-                    alone.gate_array(cell, gate),
-                    rtol=1e-6,
-                    atol=1e-7,
-                )
+        same_gates(series.recording(epoch), Recording(tmp_path / f"alone{epoch}"))
     first, last = (series.recording(e).gate_array("lstm", "f") for e in (1, 3))
     assert not np.allclose(first, last)  # training moved them
 
@@ -87,15 +88,7 @@ def test_the_gates_logged_by_batch_are_those_of_the_weights_after_that_batch(fra
         again = model_of(keras)
         again.set_weights(weights[n])
         tracer.record(again, PROBE, tmp_path / f"alone{n}")
-        alone, logged = Recording(tmp_path / f"alone{n}"), series.recording(n)
-        for cell in alone.cells:
-            for gate in alone.gates(cell):
-                np.testing.assert_allclose(
-                    logged.gate_array(cell, gate),
-                    alone.gate_array(cell, gate),
-                    rtol=1e-6,
-                    atol=1e-7,
-                )
+        same_gates(series.recording(n), Recording(tmp_path / f"alone{n}"))
     assert not np.allclose(*(series.recording(n).gate_array("lstm", "f") for n in (2, 6)))
     sat = saturation_across(series)
     assert list(sat.columns[:2]) == ["batch", "epoch"] and sorted(sat["batch"].unique()) == [
