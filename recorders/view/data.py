@@ -397,13 +397,13 @@ def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
         "chance_best": round(float(scores.attrs["chance_best"]), 6),
         "rows": [
             {
-                **{c: top[c].iloc[k] for c in ("cell", "table", "name", "column", "direction")},
-                "unit": int(top["unit"].iloc[k]),
-                "score": _rounded([top["score"].iloc[k]], 6)[0],
-                "chance": _rounded([top["chance"].iloc[k]], 6)[0],
-                "n": int(top["n"].iloc[k]),
+                **{c: str(row[c]) for c in ("cell", "table", "name", "column", "direction")},
+                "unit": int(row["unit"]),
+                "score": _rounded([row["score"]], 6)[0],
+                "chance": _rounded([row["chance"]], 6)[0],
+                "n": int(row["n"]),
             }
-            for k in range(len(top))
+            for _, row in top.iterrows()
         ],
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
         f"analysis.unit_scores(rec, {labels.source!r}).head({k})",
