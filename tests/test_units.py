@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import tracer
-from recorders import Recording, SelectionError
+from recorders import Bins, Recording, SelectionError
 from recorders.read import units as units_module
 from recorders.read.labels import Gathered, read_labels
 from recorders.read.probe import probe
@@ -43,7 +43,9 @@ def recorded(tmp_path_factory):
     built = build(body, steps=STEPS, features=4)
     x = np.random.RandomState(5).randn(EXAMPLES, STEPS, 4).astype(np.float32)
     out = tmp_path_factory.mktemp("units") / "run"
-    tracer.record(tracer.from_session(built.session), {"x": x}, out, batch_size=16, lengths=LENGTHS)
+    model = tracer.from_session(built.session)
+    tracer.record(model, {"x": x}, out, batch_size=16, lengths=LENGTHS)
+    tracer.record(model, {"x": x}, out.parent / "summary", summary=Bins(), lengths=LENGTHS)
     return Recording(out), x
 
 
@@ -327,6 +329,8 @@ def test_bad_labels_get_one_line(recorded, tmp_path):
     done = run_cli("units", str(rec.path), "--labels", str(tmp_path / "short.npy"))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "does not cover the recording" in done.stderr
+    with pytest.raises(SelectionError, match="is a summary recording"):
+        unit_scores(Recording(rec.path.parent / "summary"), np.arange(EXAMPLES) % 2)
     gru = rec.cells[1]
     with pytest.raises(SelectionError, match="a probe over 1 unit"):
         probe(rec, np.arange(EXAMPLES) % 2, cells=[gru])

@@ -235,6 +235,11 @@ def gather(
     """The values of units [start, stop) (default: all) of `cell`'s gate (or state) `name`,
     `column`, at the positions with a label and a recorded row; one read of its files.
     Per-sequence labels take each example's last recorded step."""
+    if rec.kind == "summary":
+        raise SelectionError(
+            f"{rec.path} is a summary recording (--summary): units are scored against every value, which it "
+            "does not hold; record without --summary"
+        )
     covers(rec, cell, labels)
     if labels.per_sequence:
         return _last_steps(rec, table, cell, name, column, labels, units)
