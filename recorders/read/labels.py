@@ -31,7 +31,7 @@ import pandas as pd
 from recorders.errors import SelectionError
 from recorders.read.reader import Recording
 
-__all__ = ["Labels", "read_labels", "Gathered", "gather"]
+__all__ = ["Labels", "read_labels", "Gathered", "gather", "covers"]
 
 
 @dataclass(frozen=True)
@@ -231,16 +231,19 @@ def gather(
     column: str,
     labels: Labels,
     units: tuple[int, int] | None = None,
+    check: bool = True,
 ) -> Gathered:
     """The values of units [start, stop) (default: all) of `cell`'s gate (or state) `name`,
     `column`, at the positions with a label and a recorded row; one read of its files.
-    Per-sequence labels take each example's last recorded step."""
+    Per-sequence labels take each example's last recorded step. `check=False`: the caller has
+    checked that the labels cover the cell (`covers`)."""
     if rec.kind == "summary":
         raise SelectionError(
             f"{rec.path} is a summary recording (--summary): units are scored against every value, which it "
             "does not hold; record without --summary"
         )
-    covers(rec, cell, labels)
+    if check:
+        covers(rec, cell, labels)
     if labels.per_sequence:
         return _last_steps(rec, table, cell, name, column, labels, units)
     grid = labels.values

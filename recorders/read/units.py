@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.read.labels import Gathered, Labels, gather, read_labels
+from recorders.read.labels import Gathered, Labels, covers, gather, read_labels
 from recorders.read.reader import Recording
 
 __all__ = ["unit_scores", "score_units", "targets", "COLUMNS"]
@@ -108,6 +108,8 @@ def unit_scores(
     if not isinstance(shuffles, int) or shuffles < 0:
         raise SelectionError(f"shuffles {shuffles!r}: expected a count, 0 or more")
     chosen = targets(rec, cells, names, tables, columns)
+    for cell in dict.fromkeys(c for c, _, _, _ in chosen):
+        covers(rec, cell, labels)  # once a cell (it reads a column of steps)
     workers = max(1, min(len(chosen), os.cpu_count() or 1))
     budget = rec.memory // workers  # the columns are scored in parallel threads
 
@@ -188,7 +190,9 @@ def _groups(
             f"scoring a unit over {positions:,} labelled positions",
         )
     for start in range(0, width, take):
-        yield gather(rec, table, cell, name, column, labels, (start, min(start + take, width)))
+        yield gather(
+            rec, table, cell, name, column, labels, (start, min(start + take, width)), check=False
+        )
 
 
 def score_units(
