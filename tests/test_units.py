@@ -149,6 +149,38 @@ def test_chance_is_the_mean_score_over_the_documented_permutations(recorded):
     assert got.attrs["chance_best"] >= best
 
 
+def test_a_label_per_sequence_meets_a_backward_cell_at_its_last_step(tmp_path):
+    """Bidirectional: the forward cell is scored at each sequence's last position, the backward
+    cell at its first (the last it reads)."""
+
+    def body(x):
+        outputs, _, _ = v1.nn.static_bidirectional_rnn(
+            R.LSTMCell(3), R.LSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        return [outputs[-1]]
+
+    built = build(body, steps=STEPS, features=4)
+    x = np.random.RandomState(6).randn(EXAMPLES, STEPS, 4).astype(np.float32)
+    tracer.record(tracer.from_session(built.session), {"x": x}, tmp_path / "bi", lengths=LENGTHS)
+    rec = Recording(tmp_path / "bi")
+    directions = {c: rec.cell(c)["direction"] for c in rec.cells}
+    assert sorted(directions.values()) == ["backward", "forward"]
+    labels = np.random.RandomState(12).randint(0, 2, EXAMPLES)
+    got = unit_scores(rec, labels, shuffles=0)
+    for cell, direction in directions.items():
+        pick = "min" if direction == "backward" else "max"
+
+        def labels_at(df, pick=pick):
+            end = df["step"] == df.groupby("example")["step"].transform(pick)
+            return np.where(end, labels[df["example"]], np.nan)
+
+        want = _expected(rec, labels_at, True)
+        want = want[want["cell"] == cell]
+        both = got.merge(want, on=["cell", "table", "name", "column", "unit"], validate="1:1")
+        assert len(both) == len(want) > 0
+        np.testing.assert_allclose(both["score_x"], both["score_y"], rtol=1e-12)
+
+
 def test_ties_count_as_scikit_learn_counts_them():
     rng = np.random.RandomState(0)
     values = rng.randint(0, 4, (5, 300)).astype(np.float32)  # few distinct values: many ties

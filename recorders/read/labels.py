@@ -1,8 +1,9 @@
 """Labels a user scores units against, and the recorded values at the labelled positions.
 
 Labels come as
-- a numpy array or `.npy` file shaped [examples]: one label per sequence, scored at each
-  sequence's last recorded step of each cell (or at the step `step=K` names);
+- a numpy array or `.npy` file shaped [examples]: one label per sequence, scored at the last
+  step each cell computed for it (its last recorded input position; for a cell reading the
+  sequence backwards, its first), or at the input position `step=K` names;
 - a numpy array or `.npy` file shaped [examples, steps]: one label per input position (NaN
   where a position has none), e.g. "inside a quote" per character;
 - a Parquet or CSV table with columns `example`, `label` and optionally `step` (without
@@ -279,9 +280,13 @@ def gather(
 
 
 def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gathered:
-    """Per-sequence labels: each labelled example's row at its last recorded step."""
+    """Per-sequence labels: each labelled example's row at the last step the cell computed:
+    its last recorded input position, or, for a cell that reads the sequence backwards, its
+    first."""
     n = labels.values.shape[0]
-    last = np.full(n, -1, np.int64)
+    backward = rec.cell(cell).get("direction") == "backward"
+    done = np.full(n, np.iinfo(np.int64).min)  # how far along its direction each row kept is
+    final = np.zeros(n, np.int64)  # its input position
     rows: np.ndarray | None = None
     for b in rec.blocks(table, cell, name, column):
         values = b.values if units is None else b.values[:, :, units[0] : units[1]]
@@ -291,20 +296,25 @@ def _last_steps(rec, table, cell, name, column, labels: Labels, units) -> Gather
         keep = b.examples < n
         present = np.ones(values.shape[:2], bool) if b.present is None else b.present
         has = present.any(axis=1) & keep
-        at = values.shape[1] - 1 - np.argmax(present[:, ::-1], axis=1)
-        step = np.where(has, b.steps[at], -1)
+        if backward:  # the first recorded position of each example: the cell's last step
+            at = np.argmax(present, axis=1)
+        else:
+            at = values.shape[1] - 1 - np.argmax(present[:, ::-1], axis=1)
+        step = b.steps[at].astype(np.int64)
+        along = -step if backward else step
         ex = np.where(keep, b.examples, 0)
-        later = has & (step > last[ex])
+        later = has & (along > done[ex])
         rows[ex[later]] = values[np.flatnonzero(later), at[later]]
-        last[ex[later]] = step[later]
-    chosen = np.flatnonzero((last >= 0) & ~np.isnan(labels.values))
+        done[ex[later]] = along[later]
+        final[ex[later]] = step[later]
+    chosen = np.flatnonzero((done > np.iinfo(np.int64).min) & ~np.isnan(labels.values))
     if rows is None or not len(chosen):
         raise _nothing(labels, cell)
     return Gathered(
         (rows[chosen],),
         labels.values[chosen],
         chosen,
-        last[chosen],
+        final[chosen],
         units[0] if units else 0,
     )
 

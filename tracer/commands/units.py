@@ -27,7 +27,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--labels",
         required=True,
         metavar="FILE",
-        help=".npy of [examples] (one label per sequence, scored at its last recorded step) or [examples, steps] "
+        help=".npy of [examples] (one label per sequence, scored at the last step each cell computed) or [examples, steps] "
         "(one per input position, NaN for none); or a .parquet/.csv table with example, label and optional step",
     )
     c.add_argument("--step", type=int, metavar="K", help="score at input position K only")
