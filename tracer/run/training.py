@@ -128,9 +128,8 @@ class GateLogger:
                 "new folder"
             )
         try:
-            if (
-                self.by == "batch"
-            ):  # its epoch first: the series file names it before its folder is complete
+            # by batch, its epoch first: the series file names it before its folder is complete
+            if self.by == "batch":
                 self._epochs[str(n)] = self._epoch
                 place_of(self.out).write_json(
                     SERIES_FILE,
