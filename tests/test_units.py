@@ -364,6 +364,8 @@ def test_bad_labels_get_one_line(recorded, tmp_path):
     with pytest.raises(SelectionError, match="is a summary recording"):
         unit_scores(Recording(rec.path.parent / "summary"), np.arange(EXAMPLES) % 2)
     gru = rec.cells[1]
+    with pytest.raises(SelectionError, match="leaves 1 of 40 examples to train on"):
+        probe(rec, np.arange(EXAMPLES) % 2, held_out=0.98)
     with pytest.raises(SelectionError, match="a probe over 1 unit"):
         probe(rec, np.arange(EXAMPLES) % 2, cells=[gru])
     with pytest.raises(SelectionError, match="labelled twice"):

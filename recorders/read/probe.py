@@ -98,6 +98,11 @@ def probe(
         )
     rng = np.random.default_rng(seed)
     test_ids = rng.choice(ids, size=max(1, round(held_out * len(ids))), replace=False)
+    if len(ids) - len(test_ids) < 2:
+        raise SelectionError(
+            f"held_out {held_out!r} leaves {len(ids) - len(test_ids)} of {len(ids)} examples to train on; "
+            "hold out fewer (the default is 0.25)"
+        )
     test = np.isin(examples, test_ids)
     x_train, x_test, y_train, y_test = features[~test], features[test], y[~test], y[test]
     if labels.binary:
