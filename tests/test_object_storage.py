@@ -100,15 +100,20 @@ def record(s3, monkeypatch):
     return lambda *args: run_cli("record", *args, "--quiet")
 
 
-def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
-    env, store = s3
-    rows = np.random.RandomState(2).randn(13, STEPS, FEATURES).astype(np.float32)
+def saved_model(tmp_path, kind: str, seed: int) -> tuple[str, np.ndarray]:
+    """A checkpoint of one `kind` of cell with random weights, and 13 random input rows saved
+    as `tmp_path/x.npy`."""
+    rows = np.random.RandomState(seed).randn(13, STEPS, FEATURES).astype(np.float32)
     model = save(
-        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
-        "checkpoint",
-        tmp_path,
+        build(static_body(CONFIGS[kind]), steps=STEPS, features=FEATURES), "checkpoint", tmp_path
     )
     np.save(tmp_path / "x.npy", rows)
+    return model, rows
+
+
+def test_inputs_in_s3_record_the_same_rows_as_local_ones(s3, record, tmp_path):
+    env, store = s3
+    model, rows = saved_model(tmp_path, "GRUCell", seed=2)
     npy, npz = io.BytesIO(), io.BytesIO()
     np.save(npy, rows)
     np.savez(npz, x=rows, other=np.zeros(2))
@@ -199,13 +204,7 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
 
     env, store = s3
     store.create_dir("out")
-    rows = np.random.RandomState(3).randn(13, STEPS, FEATURES).astype(np.float32)
-    model = save(
-        build(static_body(CONFIGS["GRUCell"]), steps=STEPS, features=FEATURES),
-        "checkpoint",
-        tmp_path,
-    )
-    np.save(tmp_path / "x.npy", rows)
+    model, rows = saved_model(tmp_path, "GRUCell", seed=3)
     feed = ["--feed", f"x={tmp_path / 'x.npy'}"]
     assert (
         record(model, *feed, "--out", str(tmp_path / "local"), "--batch-size", "4").returncode == 0
@@ -319,13 +318,7 @@ def test_a_summary_written_to_s3_by_workers_equals_the_local_one(s3, record, tmp
     """--summary --out s3://...: each task's running totals and the merged tables are objects;
     the tables equal those one local process writes."""
     _, store = s3
-    rows = np.random.RandomState(3).randn(13, STEPS, FEATURES).astype(np.float32)
-    model = save(
-        build(static_body(CONFIGS["BasicLSTMCell"]), steps=STEPS, features=FEATURES),
-        "checkpoint",
-        tmp_path,
-    )
-    np.save(tmp_path / "x.npy", rows)
+    model, rows = saved_model(tmp_path, "BasicLSTMCell", seed=3)
     feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--summary", "--batch-size", "4"]
     done = record(model, *feed, "--out", str(tmp_path / "local"))
     assert done.returncode == 0, done.stderr

@@ -315,13 +315,16 @@ def make_app(
         )
 
     overview_cache: dict[int, dict[str, Any]] = {}
+    along_cache: dict[str, dict[str, Any]] = {}
 
     def overview(p: _Params) -> dict:
         at = p.integer("at", shown, -1) if series is not None else shown
         if at not in overview_cache:
             overview_cache[at] = data.overview(pick(p))
-            if series is not None:
-                overview_cache[at]["series"] = data.across(series, at)
+            if series is not None:  # the gates along the series: read once, whichever is shown
+                if "along" not in along_cache:
+                    along_cache["along"] = data.across(series, at)
+                overview_cache[at]["series"] = {**along_cache["along"], "at": at}
         return {
             **overview_cache[at],
             "tokens": labels is not None,

@@ -37,7 +37,7 @@ from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins, summary_columns
 from tracer._tf import v1
 from tracer.find.graph import find_cells
-from tracer.run.recording import write_batch
+from tracer.run.recording import hand_over
 from tracer.run.select import Selection
 from tracer.run.series import open_logged
 from tracer.run.tensorboard import GateSummaries
@@ -76,6 +76,7 @@ class GateLoggingHook(v1.train.SessionRunHook):
         self.logged: list[int] = []  # the global steps logged
         self.failed: str | None = None
         self._plan: FetchPlan | None = None
+        self._cells: list = []  # the graph's cells (begin)
         self._weights: list[str] = []
         self._step: Any = None
         self._next: int | None = None  # the next global step to log (None: not known yet)
@@ -97,9 +98,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
                 "tf.compat.v1.train.get_or_create_global_step() and pass it to the optimizer's minimize"
             )
         self._cells = cells
-        if (
-            self.summary is not None
-        ):  # its ops made now, before a MonitoredSession finalizes the graph
+        # the summary's ops are made now, before a MonitoredSession finalizes the graph
+        if self.summary is not None:
             numpy_cells = [c for k, c in enumerate(cells) if not self._plan.in_graph(k)]
             numpy_plan = FetchPlan(graph, numpy_cells, context=cells) if numpy_cells else None
             columns = summary_columns(
@@ -165,29 +165,23 @@ class GateLoggingHook(v1.train.SessionRunHook):
         table = weights_columns(
             cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
         )
+        plan: Any
+        values: Any
         if self._summary is not None and self.summary is not None:
-            values, graph_values = self._summary.results(results["summary"])
-            n = self._summary.batch_of(values, graph_values)
+            plan, values = self._summary, self._summary.results(results["summary"])
+            n = plan.batch_of(*values)
             description["summary"] = self.summary.describe(
-                (*col.key, col.edges) for col in self._summary.columns
+                (*col.key, col.edges) for col in plan.columns
             )
-            with SummaryWriter(where, description, examples=(0, n)) as summary_writer:
-                summary_writer.write_weights(table)
-                summary_writer.begin(0, n)
-                for key, positions, per_unit, per_step in self._summary.stats(
-                    values, graph_values, n, None
-                ):
-                    summary_writer.add(key, positions, per_unit, per_step)
-                summary_writer.commit()
-            return
-        values = self._plan.finish(list(results["gates"]))
-        n = self._plan.batch_of(values)
-        with RecordingWriter(where, description, examples=(0, n)) as writer:
+            make: type[RecordingWriter] | type[SummaryWriter] = SummaryWriter
+        else:
+            plan, values = self._plan, self._plan.finish(list(results["gates"]))
+            n = plan.batch_of(values)
+            make = RecordingWriter
+        with make(where, description, examples=(0, n)) as writer:
             writer.write_weights(table)
             writer.begin(0, n)
-            write_batch(
-                writer, self._plan, values, Selection(), np.arange(n, dtype=np.int64), n, None
-            )
+            hand_over(writer, plan, values, Selection(), np.arange(n, dtype=np.int64), n, None)
             writer.commit()
 
 

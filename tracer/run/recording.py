@@ -536,11 +536,7 @@ def _record(
                     ids, keep = np.arange(start, stop, dtype=np.int64), stop - start
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
-                    if isinstance(writer, SummaryWriter):
-                        for key, positions, per_unit, per_step in plan.stats(*values, keep, lens):
-                            writer.add(key, positions, per_unit, per_step)
-                    else:
-                        write_batch(writer, plan, values, selection, ids, keep, lens)
+                    hand_over(writer, plan, values, selection, ids, keep, lens)
                     in_flight = (start, stop)
                 values = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:
@@ -643,6 +639,24 @@ def _fixed_allocation(err: Exception, batch: int) -> str | None:
     return f"{where}, a tensor of {shape} {found.group(2)}" + (
         f" ({describe_size(size)})" if size else ""
     )
+
+
+def hand_over(
+    writer: RecordingWriter | SummaryWriter,
+    plan: Any,
+    values: Any,
+    selection: Selection,
+    ids,
+    keep: int,
+    lengths,
+) -> None:
+    """Hand one fetched batch to either writer: its statistics to a `SummaryWriter` (`plan` a
+    `SummaryPlan`, `values` what its `results` gives), its values to a `RecordingWriter`."""
+    if isinstance(writer, SummaryWriter):
+        for key, positions, per_unit, per_step in plan.stats(*values, keep, lengths):
+            writer.add(key, positions, per_unit, per_step)
+    else:
+        write_batch(writer, plan, values, selection, ids, keep, lengths)
 
 
 def write_batch(

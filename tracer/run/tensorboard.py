@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import SelectionError
-from recorders.read.analysis import gate_summaries
 from recorders.read.reader import Recording
 from recorders.write.stats import Stats
 from recorders.write.totals import Bins, nonlinearity
@@ -52,21 +51,21 @@ class GateSummaries:
 
         rec = Recording(recording)
         values = []
-        for (cell, gate), s in gate_summaries(rec, quantiles=()).items():
-            units, left, right = s.saturated()
-            tag = f"gatetrace/{cell}/{gate}"
-            if len(units):
-                for side, fractions in (("left", left), ("right", right)):
-                    values.append(
-                        summary_pb2.Summary.Value(
-                            tag=f"{tag}/{side}_saturated", simple_value=float(fractions.mean())
+        for cell in rec.cells:
+            for gate in rec.gates(cell):
+                per_unit = _unit_stats(rec, cell, gate)
+                tag = f"gatetrace/{cell}/{gate}"
+                rows = per_unit.count > 0  # the units with rows
+                if rows.any():
+                    for side, counts in (("left", per_unit.below), ("right", per_unit.above)):
+                        fractions = counts[rows] / per_unit.count[rows]
+                        values.append(
+                            summary_pb2.Summary.Value(
+                                tag=f"{tag}/{side}_saturated", simple_value=float(fractions.mean())
+                            )
                         )
-                    )
-            stats = _activation_stats(rec, cell, gate)
-            if stats.count.sum():
-                values.append(
-                    summary_pb2.Summary.Value(tag=f"{tag}/activation", histo=_histogram(stats))
-                )
+                    histo = _histogram(per_unit.reduce(0))
+                    values.append(summary_pb2.Summary.Value(tag=f"{tag}/activation", histo=histo))
         self._writer.add_event(
             event_pb2.Event(
                 wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values)
@@ -86,15 +85,22 @@ class GateSummaries:
         self.close()
 
 
-def _activation_stats(rec: Recording, cell: str, gate: str) -> Stats:
-    """One gate's activations over everything: the units merged (a scalar `Stats`)."""
+def _unit_stats(rec: Recording, cell: str, gate: str) -> Stats:
+    """One gate's activations per unit (its saturation, and, the units merged, its histogram),
+    from a summary's statistics or from one read of a full recording's gate, a row group at a
+    time, in the bins a summary would use."""
     if rec.kind == "summary":
-        _, per_unit = rec.statistics.stats(cell, "gates", gate, "activation", "unit")
-        return per_unit.reduce(0)
+        return rec.statistics.stats(cell, "gates", gate, "activation", "unit")[1]
     bins = Bins()
     edges = bins.edges("activation", nonlinearity(rec.cell(cell), gate))
-    a = rec.gate_array(cell, gate, "activation")
-    return Stats.of(a.reshape(-1), (0,), edges, bins.low, bins.high, ~np.isnan(a.reshape(-1)))
+    total: Stats | None = None
+    for block in rec.gate_blocks(cell, gate, "activation"):  # each [examples, steps, units]
+        kept = ~np.isnan(block.values)  # NaN where no row was recorded
+        part = Stats.of(block.values, (0, 1), edges, bins.low, bins.high, kept)
+        total = part if total is None else total.merge(part)
+    if total is None:  # no rows: nothing counted
+        return Stats.of(np.zeros((0, rec.units(cell))), (0,), edges, bins.low, bins.high)
+    return total
 
 
 def _histogram(s: Stats):
