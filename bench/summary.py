@@ -8,8 +8,11 @@ under static_rnn, T=50 steps of D=64 inputs). Measured as a user runs it:
 1. whole processes (`record.whole_process`): the marginal cost of a batch of
    `gatetrace record --quiet` at default settings, full and with `--summary`, against a script
    running only the forward pass; rounds interleave the runs; medians of per-round ratios;
-2. in one process, side by side in alternating order: the forward pass, and one `Session.run`
-   of every column's statistics (what --summary fetches instead of the gates);
+2. in one process, side by side in alternating order: the forward pass; the forward pass with
+   every gate and state value read once in the graph (a sum of each tensor a full recording
+   fetches: the least any statistic computed there costs); the same with the values stacked into
+   a tensor a column; one `Session.run` of every column's statistics (what --summary fetches
+   instead of the gates);
 3. the peak RSS and the bytes on disk of `gatetrace record --summary` at each of `--sizes`
    sequences, in fresh processes at the default memory budget (the output's size does not
    grow with the sequences).
@@ -40,34 +43,46 @@ import record as bench  # noqa: E402  (bench/record.py: the model and the whole-
 
 import tracer  # noqa: E402
 from recorders import Bins  # noqa: E402
+from tracer._tf import tf  # noqa: E402
 from tracer.run import recording  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
 
 def in_process(model_path: str, output_name: str, rounds: int) -> dict:
-    """The forward pass and the summary's one run, side by side in one process."""
+    """In one process, side by side: the forward pass; the least any statistic in the graph
+    costs (the forward pass and every gate and state value read once: a sum of each tensor a
+    full recording fetches); the same values stacked into a tensor a column (what --summary reduces); the
+    summary's one run."""
     x = np.random.RandomState(0).randn(bench.BATCH, bench.STEPS, bench.FEATURES).astype(np.float32)
     with tracer.load_model(model_path) as model:
         _, plan, feed, run = recording._prepare(model, {"x": x}, None, summary=Bins())
         output = model.graph.get_tensor_by_name(output_name)
-        forward = lambda: model.session.run(output, feed)  # noqa: E731
-        summary = lambda: run(feed)  # noqa: E731
-        for f in (forward, summary):
+        with model.graph.as_default():
+            stacked = [plan.plan.graph_values(c.cell, c.key[3], c.index) for c in plan.columns]
+            read_once = [tf.reduce_sum(t) for t in plan.plan.tensors]  # what a recording fetches
+            one_each = [s[0, 0, 0] for s in stacked]
+        fetch = model.session.run
+        runs = {
+            "forward": lambda: fetch(output, feed),
+            "read_once": lambda: fetch(read_once, feed),
+            "stacked": lambda: fetch(one_each, feed),
+            "summary": lambda: run(feed),
+        }
+        for f in runs.values():
             f()
-        times: dict[str, list[float]] = {"forward": [], "summary": []}
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for r in range(rounds):
-            order = [("forward", forward), ("summary", summary)]
+            order = list(runs.items())
             for name, f in order if r % 2 == 0 else order[::-1]:
                 start = time.perf_counter()
                 f()
                 times[name].append(time.perf_counter() - start)
-    ratios = [s / f for s, f in zip(times["summary"], times["forward"], strict=True)]
-    return {
-        "forward_s": round(statistics.median(times["forward"]), 4),
-        "summary_run_s": round(statistics.median(times["summary"]), 4),
-        "ratio": round(statistics.median(ratios), 2),
-    }
+    forward = np.array(times["forward"])
+    out = {f"{name}_s": round(statistics.median(t), 4) for name, t in times.items()}
+    for name in ("read_once", "stacked", "summary"):
+        out[f"{name}_ratio"] = round(float(np.median(np.array(times[name]) / forward)), 2)
+    return out
 
 
 def main() -> None:
@@ -107,7 +122,9 @@ def main() -> None:
             f"--summary {w['summary_s_per_batch']} s ({w['summary_ratio']}x)"
         )
         print(
-            f"in one process: forward {p['forward_s']} s, the summary's run {p['summary_run_s']} s ({p['ratio']}x)"
+            f"in one process: forward {p['forward_s']} s; every value read once {p['read_once_s']} s "
+            f"({p['read_once_ratio']}x), stacked {p['stacked_s']} s ({p['stacked_ratio']}x); "
+            f"the summary's run {p['summary_s']} s ({p['summary_ratio']}x)"
         )
         for r in results["summary_rss"]:
             print(

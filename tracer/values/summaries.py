@@ -8,8 +8,9 @@ states, gate or state, value column), `recorders.write.stats.Stats` per unit and
   unrolled cell's step tensors, stacked; what a forward loop emits): ops beside the gates
   reduce each column over the batch, per (step, unit): the float64 sum and the sum of squared
   deviations from its mean (matrix products with the row mask, which leaves padding out), the
-  min and max, and each value's histogram slot, counted by `bincount` per unit and per step.
-  Only these aggregates are fetched, never the values.
+  min and max, and each value's histogram slot (its arithmetic compiled by XLA into one loop),
+  counted by `bincount` per unit and per step. Only these aggregates are fetched, never the
+  values.
 - in numpy (`Stats.of`), for cells whose values are computed in numpy anyway: replayed and
   fused cells, reversed loops, Keras layers.
 
@@ -379,9 +380,11 @@ def _reduce(
     width = len(bins.points) + 1  # slots
     place = (tf.range(steps)[:, None, None] * units + tf.range(units)[None, None, :]) * width
     size = steps * units * width
-    grid = bins.slots(x, x64) + place
-    if keep is not None:
-        grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
+    # the slots' arithmetic, compiled by XLA into one loop (a pass over the values per op else)
+    with tf.xla.experimental.jit_scope(compile_ops=bins.scale is not None):
+        grid = bins.slots(x, tf.cast(x, tf.float64)) + place
+        if keep is not None:
+            grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
     counted = tf.math.bincount(tf.reshape(grid, [-1]), minlength=size + 1, maxlength=size + 1)
     counted = tf.reshape(counted[:-1], [steps, units, width])
     out = [n, mean, m2, lo, hi, tf.reduce_sum(counted, 0), tf.reduce_sum(counted, 1)]
