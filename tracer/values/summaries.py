@@ -380,8 +380,10 @@ def _reduce(
     width = len(bins.points) + 1  # slots
     place = (tf.range(steps)[:, None, None] * units + tf.range(units)[None, None, :]) * width
     size = steps * units * width
-    # the slots' arithmetic, compiled by XLA into one loop (a pass over the values per op else)
-    with tf.xla.experimental.jit_scope(compile_ops=bins.scale is not None):
+    # the slots' arithmetic, compiled by XLA into one loop (else a pass over the values per
+    # op), where the steps are fixed: XLA compiles once per shape, and batch sizes rarely vary
+    fixed = x.shape[0] is not None and x.shape[2] is not None
+    with tf.xla.experimental.jit_scope(compile_ops=bins.scale is not None and fixed):
         grid = bins.slots(x, tf.cast(x, tf.float64)) + place
         if keep is not None:
             grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
