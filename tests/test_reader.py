@@ -139,6 +139,14 @@ def test_saturation_and_step_stats(recorded):
         assert row["left"] == pytest.approx((values < 0.1).mean()) and row[
             "right"
         ] == pytest.approx((values > 0.9).mean())
+    # thresholds a quarter of a float32 step from recorded values: float32(low) is a value
+    # below low, float32(high) one above high; counted as such, as float64 compares them
+    values = np.sort(f[:, :, 0][valid]).astype(np.float64)
+    low = values[len(values) // 3] + np.spacing(np.float32(values[len(values) // 3])) / 4
+    high = values[2 * len(values) // 3] - np.spacing(np.float32(values[2 * len(values) // 3])) / 4
+    assert np.float32(low) in values and np.float32(high) in values
+    row = saturation(rec, cells=[LSTM], gates=["f"], low=float(low), high=float(high)).iloc[0]
+    assert row["left"] == (values < low).mean() and row["right"] == (values > high).mean()
     stats = step_stats(rec, cells=[GRU], gates=["u"])
     u = rec.gate_array(GRU, "u")
     for step in range(5):

@@ -297,6 +297,46 @@ def test_the_output_does_not_grow_with_the_sequences(tmp_path):
     assert sizes[1] <= sizes[0] * 1.2  # the same tables; only their numbers' widths differ
 
 
+@pytest.mark.parametrize(
+    "edges, low, high",
+    [
+        (np.linspace(0, 1, 21), 0.1, 0.9),  # a sigmoid's: the thresholds are edges
+        (np.linspace(-10, 10, 41), 0.1, 0.9),  # the user's default: they split two bins
+        (np.linspace(-0.3, 1, 8), 0.12, 0.88),  # bins the multiply cannot find: searchsorted
+    ],
+    ids=["sigmoid", "default", "uneven"],
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_slots_in_the_graph_count_values_at_every_cut_as_numpy_does(edges, low, high, masked):
+    """Every value at, just below and just above each edge and threshold (in float32), far
+    outside, and -0.0: the graph's histogram and threshold counts equal numpy's over the same
+    values in float64 (a denormal as 0, as the module says), with rows left out or not."""
+    from tracer.values.summaries import _Bins, _reduce
+
+    f32 = np.float32
+    cuts = np.r_[edges, low, high].astype(f32)
+    values = np.r_[
+        cuts, np.nextafter(cuts, f32(-np.inf)), np.nextafter(cuts, f32(np.inf)), -100, 100, -0.0
+    ].astype(f32)
+    bins = _Bins.of(edges, low, high, np.dtype(f32))
+    assert (bins.scale is None) == (edges[0] == -0.3)
+    keep = np.arange(len(values)) % 3 != 1 if masked else np.ones(len(values), bool)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [1, len(values), 1])  # [steps, batch, units], fixed
+        valid = tf.constant(keep[None, :]) if masked else None
+        got = _reduce(x, valid, bins)
+        with v1.Session(graph=graph) as session:
+            by_unit = session.run(got[5], {x: values[None, :, None]})
+    histogram, below, above = bins.histogram(by_unit.astype(np.int64))
+    v = values[keep].astype(np.float64)
+    v[np.abs(v) < np.finfo(f32).tiny] = 0.0  # TensorFlow's CPU kernels take denormals as 0
+    inside = np.histogram(v[(v >= edges[0]) & (v <= edges[-1])], edges)[0]
+    want = [(v < edges[0]).sum(), *inside, (v > edges[-1]).sum()]
+    np.testing.assert_array_equal(histogram[0], want)
+    assert below[0] == (v < low).sum() and above[0] == (v > high).sum()
+
+
 def test_nan_values_are_refused_in_one_line(tmp_path):
     built = build(static_body(CONFIGS["BasicLSTMCell"]))
     x = X.copy()

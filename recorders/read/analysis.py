@@ -219,8 +219,10 @@ def _summary(
     for block in rec.gate_blocks(cell, gate, column):
         v = block.values
         rows = v.shape[0] * v.shape[1] if block.present is None else int(block.present.sum())
-        left = _padded_sum(left, (v < low).sum(axis=(0, 1)))
-        right = _padded_sum(right, (v > high).sum(axis=(0, 1)))
+        # against the thresholds as float64: a Python float is compared in the values' float32,
+        # which counts a value equal to float32(0.12) (below 0.12) as not below it
+        left = _padded_sum(left, (v < np.float64(low)).sum(axis=(0, 1)))
+        right = _padded_sum(right, (v > np.float64(high)).sum(axis=(0, 1)))
         n = _padded_sum(n, np.full(v.shape[2], rows, np.int64))
         for j, step in enumerate(block.steps):
             at = v[:, j, :] if block.present is None else v[block.present[:, j], j, :]

@@ -18,9 +18,10 @@ Both give the same numbers: counts, min, max, threshold counts and histograms ex
 and m2 to float64 rounding. The graph compares values in their own type (float32) with
 float64 edges through cut points: a float32 value v is >= an edge e exactly when v >= the
 smallest float32 not below e (`_cut`), and <= e (the last bin is closed) when v is below
-the smallest float32 above e. A slot is found by one float64 multiply (`_Bins`), checked
-against the cut points when the plan is made, or else by `searchsorted`; a threshold that is
-a cut point is counted from the histogram, any other by its own comparison. A NaN or infinite
+the smallest float32 above e. The thresholds' cut points split the bins they fall in, so one
+count of slots gives the histogram and the threshold counts. A value's bin is found by one
+float64 multiply (`_Bins`), checked against the cut points when the plan is made, or else by
+`searchsorted`. A NaN or infinite
 value is refused (`SummaryError`): it would make every statistic of its unit and step
 meaningless. TensorFlow's CPU kernels treat denormal float32 values as zero: one below
 1.2e-38 in magnitude is binned and compared as 0.
@@ -71,6 +72,7 @@ def array_stats(
 def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.ndarray:
     """The smallest value of `dtype` not below `edge` (above it, if `closed`): for every v of
     that type, v >= edge exactly when v >= the cut (v <= edge when v < the closed cut)."""
+    edge = np.float64(edge)  # compared as itself: a Python float would be compared in `dtype`
     c = np.asarray(edge).astype(dtype)
     if c < edge or (closed and c == edge):
         c = np.nextafter(c, np.asarray(np.inf, dtype))
@@ -79,59 +81,75 @@ def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Bins:
-    """How the graph finds a value's histogram slot (0 underflow, 1 to n the bins, n + 1
-    overflow), and the slots that make up the threshold counts.
+    """How the graph finds a value's slot, and what each slot counts toward.
 
-    `points` are the cut points in the values' type: `_cut` of each edge (of the last, closed,
-    edge: the smallest value above it); a value's slot is how many points are <= it. Where
-    `scale` is set, the slot is computed as floor(v * scale) + `offset` in float64 (clipped to 0..n+1; a
-    value equal to the last edge, `top`, put in bin n): one rounding, so monotone in v, and
-    checked against the points on both sides of every cut (`_arithmetic`), hence equal to the
-    count everywhere. Elsewhere `searchsorted` counts the points. `below_last` is the last slot
-    holding only values < low (None: the threshold is not a cut point, and is counted by its
-    own comparison); `above_first` the first slot holding only values > high."""
+    `points` are the cut points of the edges in the values' type: `_cut` of each edge (of the
+    last, closed, edge: the smallest value above it). The thresholds have cut points too: a
+    value is below `low` exactly when it is below `_cut(low)`, above `high` exactly when it is
+    >= `_cut(high, closed)`; `marks` are those of them that are not among the points. A
+    value's slot is how many of the points and marks together are <= it. Where `scale` is set,
+    the points' count is computed as floor(v * scale) + `offset` in float64 (clipped to
+    0..n+1; a value equal to the last edge, `top`, put in bin n): one rounding, so monotone in
+    v, and checked against the points on both sides of every cut (`_arithmetic`), hence equal
+    to the count everywhere; each mark adds one comparison. Elsewhere `searchsorted` counts
+    both. Of each slot, `bin_of` gives its histogram slot (0 underflow, 1 to n the bins, n + 1
+    overflow), `below` and `above` whether its values are below `low` or above `high`."""
 
     points: np.ndarray
+    marks: np.ndarray
     scale: float | None
     offset: int
     top: float | None
-    below_last: int | None
-    above_first: int | None
+    bin_of: np.ndarray
+    below: np.ndarray
+    above: np.ndarray
 
     @classmethod
     def of(cls, edges: np.ndarray, low: float, high: float, dtype: np.dtype) -> _Bins:
         points = np.array(
             [*(_cut(e, dtype) for e in edges[:-1]), _cut(edges[-1], dtype, True)], dtype=dtype
         )
-        c_low, c_high = _cut(low, dtype), _cut(high, dtype, True)
-        hits_low, hits_high = np.flatnonzero(points == c_low), np.flatnonzero(points == c_high)
+        thresholds = np.array([_cut(low, dtype), _cut(high, dtype, True)], dtype=dtype)
+        marks = np.setdiff1d(thresholds, points)  # those that are not cut points already
         top = float(edges[-1]) if np.asarray(edges[-1]).astype(dtype) == edges[-1] else None
         scale, offset = _arithmetic(edges, points, dtype, top)
-        return cls(
-            points,
-            scale,
-            offset,
-            top,
-            int(hits_low[0]) if len(hits_low) else None,
-            int(hits_high[-1]) + 1 if len(hits_high) else None,
-        )
+        # slot j holds the values that j of `every` are <= to: below low while j is at most
+        # how many are below low's cut, above high once j passes high's cut
+        every = np.sort(np.r_[points, marks])
+        j = np.arange(len(every) + 1)
+        before = np.searchsorted(every, thresholds, side="left")
+        bin_of = np.r_[0, np.searchsorted(points, every, side="right")]  # points <= its values
+        return cls(points, marks, scale, offset, top, bin_of, j <= before[0], j > before[1])
+
+    @property
+    def width(self) -> int:
+        """How many slots there are."""
+        return len(self.points) + len(self.marks) + 1
 
     def slots(self, x: tf.Tensor, x64: tf.Tensor) -> tf.Tensor:
         """Each value's slot, int32, shaped as `x` (`x64`: the same values in float64)."""
-        last = len(self.points)
         if self.scale is None:
             found = tf.searchsorted(
-                tf.constant(self.points[None, :]),
+                tf.constant(np.sort(np.r_[self.points, self.marks])[None, :]),
                 tf.reshape(x, [1, -1]),
                 side="right",
                 out_type=tf.int32,
             )
             return tf.reshape(found, tf.shape(x))
+        last = len(self.points)
         slot = tf.cast(tf.floor(x64 * self.scale), tf.int32) + self.offset
         slot = tf.clip_by_value(slot, 0, last)
         if self.top is not None:
             slot = tf.where(tf.equal(x64, self.top), last - 1, slot)
+        for mark in self.marks:
+            slot += tf.cast(tf.greater_equal(x, tf.constant(mark, x.dtype)), tf.int32)
         return slot
+
+    def histogram(self, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(histogram, below, above) counts from the counts of each slot (along the last axis)."""
+        into = np.zeros((self.width, len(self.points) + 1), np.int64)
+        into[np.arange(self.width), self.bin_of] = 1
+        return counted @ into, counted[..., self.below].sum(-1), counted[..., self.above].sum(-1)
 
 
 def _arithmetic(
@@ -227,7 +245,7 @@ class SummaryPlan:
             with self._graph.as_default(), tf.name_scope("gatetrace_summary"):
                 for key, (x, positions, own, bins) in self._in_graph.items():
                     valid = self._valid(x, positions, own) if masked or own is not None else None
-                    outputs[key] = _reduce(x, valid, bins, self.low, self.high)
+                    outputs[key] = _reduce(x, valid, bins)
             self._outputs[masked] = outputs
         return self._outputs[masked]
 
@@ -323,15 +341,14 @@ class SummaryPlan:
         return steps, per_unit, per_step
 
     def _from_graph(self, col: Column, got: Sequence, cuts: _Bins, positions):
-        n, mean, m2, lo, hi, by_unit, by_step, *apart = got
+        n, mean, m2, lo, hi, by_unit, by_step = got
         steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
         stats = []
         for axis, slots in ((0, by_unit), (1, by_step)):
             total, average, spread = pooled(count, np.where(count > 0, mean, np.nan), m2, axis)
             empty = total == 0
-            slots = slots.astype(np.int64)
-            below, above = apart if apart else (np.zeros(0), np.zeros(0))
+            histogram, below, above = cuts.histogram(slots.astype(np.int64))
             stats.append(
                 Stats(
                     total,
@@ -339,13 +356,9 @@ class SummaryPlan:
                     np.where(empty, 0.0, spread),
                     np.where(empty, np.inf, lo.min(axis=axis).astype(np.float64)),
                     np.where(empty, -np.inf, hi.max(axis=axis).astype(np.float64)),
-                    slots[:, : cuts.below_last + 1].sum(axis=1)
-                    if cuts.below_last is not None
-                    else np.rint(below.sum(axis=axis)).astype(np.int64),
-                    slots[:, cuts.above_first :].sum(axis=1)
-                    if cuts.above_first is not None
-                    else np.rint(above.sum(axis=axis)).astype(np.int64),
-                    slots,
+                    below,
+                    above,
+                    histogram,
                     col.edges,
                     self.low,
                     self.high,
@@ -355,13 +368,10 @@ class SummaryPlan:
         return steps, stats[0], stats[1]
 
 
-def _reduce(
-    x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins, low: float, high: float
-) -> list[tf.Tensor]:
+def _reduce(x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins) -> list[tf.Tensor]:
     """Ops reducing [steps, batch, units] `x` over the rows `valid` ([steps, batch]; None:
     all): per step the count; per (step, unit) the mean and m2 (float64), min and max; the
-    counts of each histogram slot per unit and per step; and, where a threshold is not a cut
-    point, the counts below `low` and above `high` per (step, unit)."""
+    counts of each of `bins`' slots per unit and per step."""
     shape = tf.shape(x)
     steps, units = shape[0], shape[2]
     if valid is None:
@@ -377,7 +387,7 @@ def _reduce(
     keep = None if valid is None else valid[:, :, None]
     lo = tf.reduce_min(x if keep is None else tf.where(keep, x, big), axis=1)
     hi = tf.reduce_max(x if keep is None else tf.where(keep, x, -big), axis=1)
-    width = len(bins.points) + 1  # slots
+    width = bins.width
     place = (tf.range(steps)[:, None, None] * units + tf.range(units)[None, None, :]) * width
     size = steps * units * width
     # the slots' arithmetic, compiled by XLA into one loop (else a pass over the values per
@@ -389,14 +399,7 @@ def _reduce(
             grid = tf.where(keep, grid, size)  # left out: in a last place, dropped
     counted = tf.math.bincount(tf.reshape(grid, [-1]), minlength=size + 1, maxlength=size + 1)
     counted = tf.reshape(counted[:-1], [steps, units, width])
-    out = [n, mean, m2, lo, hi, tf.reduce_sum(counted, 0), tf.reduce_sum(counted, 1)]
-    if bins.below_last is None or bins.above_first is None:
-        dtype = np.dtype(x.dtype.as_numpy_dtype)
-        below = tf.less(x, tf.constant(_cut(low, dtype)))
-        above = tf.greater_equal(x, tf.constant(_cut(high, dtype, True)))
-        w32 = tf.cast(w, tf.float32)  # counts up to 2**24 rows are exact in float32
-        out += [tf.matmul(w32, tf.cast(t, tf.float32))[:, 0, :] for t in (below, above)]
-    return out
+    return [n, mean, m2, lo, hi, tf.reduce_sum(counted, 0), tf.reduce_sum(counted, 1)]
 
 
 def _as_mask(given: np.ndarray | None, steps: np.ndarray, rows: int) -> np.ndarray | None:
