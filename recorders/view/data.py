@@ -244,11 +244,12 @@ def select(
     inside = a[start - first : stop - first]
     if len(inside) < stop - start or np.isnan(inside).any():
         raise SelectionError(f"steps {start}:{stop} of example {example}: not all recorded")
-    on = (inside > threshold).all(axis=0)
+    above = np.float64(threshold)  # compared as itself, not rounded to the values' float32
+    on = (inside > above).all(axis=0)
     if outside:  # the steps just before and after the range, where they were recorded
         for edge in (start - 1 - first, stop - first):
             if 0 <= edge < len(a):
-                on &= ~(a[edge] > threshold)
+                on &= ~(a[edge] > above)
     units = np.flatnonzero(on).tolist()
     return {
         "cell": cell,
