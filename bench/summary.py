@@ -52,8 +52,8 @@ HERE = Path(__file__).resolve().parent
 def in_process(model_path: str, output_name: str, rounds: int) -> dict:
     """In one process, side by side: the forward pass; the least any statistic in the graph
     costs (the forward pass and every gate and state value read once: a sum of each tensor a
-    full recording fetches); the same values stacked into a tensor a column (what --summary reduces); the
-    summary's one run."""
+    full recording fetches); the same values stacked into a tensor a column (what --summary
+    reduces); the summary's one run."""
     x = np.random.RandomState(0).randn(bench.BATCH, bench.STEPS, bench.FEATURES).astype(np.float32)
     with tracer.load_model(model_path) as model:
         _, plan, feed, run = recording._prepare(model, {"x": x}, None, summary=Bins())

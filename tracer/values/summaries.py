@@ -21,10 +21,9 @@ smallest float32 not below e (`_cut`), and <= e (the last bin is closed) when v 
 the smallest float32 above e. The thresholds' cut points split the bins they fall in, so one
 count of slots gives the histogram and the threshold counts. A value's bin is found by one
 float64 multiply (`_Bins`), checked against the cut points when the plan is made, or else by
-`searchsorted`. A NaN or infinite
-value is refused (`SummaryError`): it would make every statistic of its unit and step
-meaningless. TensorFlow's CPU kernels treat denormal float32 values as zero: one below
-1.2e-38 in magnitude is binned and compared as 0.
+`searchsorted`. A NaN or infinite value is refused (`SummaryError`): it would make every
+statistic of its unit and step meaningless. TensorFlow's CPU kernels treat denormal float32
+values as zero: one below 1.2e-38 in magnitude is binned and compared as 0.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ class _Bins:
         every = np.sort(np.r_[points, marks])
         j = np.arange(len(every) + 1)
         before = np.searchsorted(every, thresholds, side="left")
-        bin_of = np.r_[0, np.searchsorted(points, every, side="right")]  # points <= its values
+        bin_of = np.r_[0, np.searchsorted(points, every, side="right")]  # the points passed
         return cls(points, marks, scale, offset, top, bin_of, j <= before[0], j > before[1])
 
     @property
@@ -390,8 +389,9 @@ def _reduce(x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins) -> list[tf.Tenso
     width = bins.width
     place = (tf.range(steps)[:, None, None] * units + tf.range(units)[None, None, :]) * width
     size = steps * units * width
-    # the slots' arithmetic, compiled by XLA into one loop (else a pass over the values per
-    # op), where the steps are fixed: XLA compiles once per shape, and batch sizes rarely vary
+    # the slots' arithmetic (with its own cast, fused too), compiled by XLA into one loop (else
+    # a pass over the values per op), where the steps are fixed: XLA compiles once per shape,
+    # and batch sizes rarely vary
     fixed = x.shape[0] is not None and x.shape[2] is not None
     with tf.xla.experimental.jit_scope(compile_ops=bins.scale is not None and fixed):
         grid = bins.slots(x, tf.cast(x, tf.float64)) + place
