@@ -234,6 +234,30 @@ def test_parts_of_every_tf1_cell_on_every_path(name, how, tmp_path):
     check(rec, cell, tf1_expected(name, built.weights[cell]))
 
 
+def test_one_process_rewrites_a_loop_to_emit_other_tensors_again(tmp_path):
+    """TensorFlow keeps the functions it makes in one registry a process, by name: a loop
+    rewritten to emit its gates, then (in the same process) its gates and what each step read,
+    then its gates again, is recorded each time (the rewrites are named after what they
+    emit; one name for both was refused as a duplicate of a different definition)."""
+    config = CONFIGS["GRUCell"]
+    with control_flow("v2"):
+        built = build(
+            lambda x: [v1.nn.dynamic_rnn(config.make(), x, dtype=tf.float32)[0]], features=4
+        )
+    cell = f"rnn/{config.scope_name}"
+    with tracer.load_model(save(built, "checkpoint", tmp_path)) as model:
+        gates = [tmp_path / "gates", tmp_path / "gates-again"]
+        tracer.record(model, {"x": X}, gates[0])
+        rec = record(model, tmp_path / "parts")
+        tracer.record(model, {"x": X}, gates[1])
+    assert rec.cell(cell)["path"] == "loop"
+    check(rec, cell, tf1_expected("GRUCell", built.weights[cell]))
+    for out in gates:
+        pd.testing.assert_frame_equal(
+            Recording(out).gate_frame(), rec.gate_frame()[Recording(out).gate_frame().columns]
+        )
+
+
 @pytest.mark.parametrize("where", ["unrolled", "loop-v1", "loop-v2"])
 @pytest.mark.parametrize("kind", ["LSTMBlockCell", "GRUBlockCell"])
 def test_parts_of_fused_ops(kind, where, tmp_path):

@@ -30,6 +30,7 @@ state by a mask, or carries another state than the cell computes, is left to the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -60,13 +61,26 @@ def _function_graphs(library: dict, node, outer: tf.Graph):
     return graphs
 
 
+def _suffix(library: dict, node, names: Sequence[str]) -> str:
+    """What the rewritten body and cond of loop `node` emitting `names` are named after: their
+    names, then `gatetrace_emit` and a digest of the two functions and the tensors. TensorFlow
+    keeps every function it makes in one registry a process, by name: a rewrite emitting other
+    tensors, or another model's loop of the same name, must not share a name with one made
+    before (it is refused as a duplicate of a different definition)."""
+    digest = hashlib.sha256()
+    for attr in ("body", "cond"):
+        digest.update(library[node.attr[attr].func.name].SerializeToString(deterministic=True))
+    digest.update("\0".join(names).encode())
+    return f"{_PREFIX}_{digest.hexdigest()[:16]}"
+
+
 def _extended(
-    node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], scratch: tf.Graph
+    node, body: tf.Graph, cond: tf.Graph, tensors: list[tf.Tensor], scratch: tf.Graph, suffix: str
 ) -> list[str]:
     """Give `body` and `cond` one more argument per tensor (the body appending the tensor to it),
-    add both to `scratch`'s library, and draw there the EmptyTensorList inputs (named
-    `<loop>/gatetrace_emit/acc_k`) and the TensorListStack outputs (reading placeholders
-    `<loop>/gatetrace_emit/out_k`). Returns the stacks' names."""
+    add both to `scratch`'s library under their names and `suffix`, and draw there the
+    EmptyTensorList inputs (named `<loop>/gatetrace_emit/acc_k`) and the TensorListStack outputs
+    (reading placeholders `<loop>/gatetrace_emit/out_k`). Returns the stacks' names."""
     scope = f"{node.name}/{_PREFIX}"
     with body.as_default():
         for t in tensors:
@@ -76,8 +90,8 @@ def _extended(
     with cond.as_default():
         for _ in tensors:
             cond.inputs.append(v1.placeholder(tf.variant, []))
-    body.name = f"{node.attr['body'].func.name}_{_PREFIX}"
-    cond.name = f"{node.attr['cond'].func.name}_{_PREFIX}"
+    body.name = f"{node.attr['body'].func.name}_{suffix}"
+    cond.name = f"{node.attr['cond'].func.name}_{suffix}"
     stacks = []
     with scratch.as_default():
         control_flow_util_v2.create_new_tf_function(body)
@@ -108,19 +122,20 @@ def emit_loops(
     nodes = {n.name: n for n in graph_def.node}
     scratch = tf.Graph()
     emitted: dict[tuple[str, str], str] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, tuple[int, str]] = {}  # loop -> (tensors emitted, its functions' suffix)
     fed: dict[str, str] = {}  # scratch placeholder -> the graph's tensor it stands for
     for loop, names in wanted.items():
         node = nodes.get(loop)
         if node is not None and node.op in LOOP_TYPES:
             body, cond = _function_graphs(library, node, scratch)
             tensors = [body.get_tensor_by_name(name) for name in names]
-            stacks = _extended(node, body, cond, tensors, scratch)
+            suffix = _suffix(library, node, names)
+            stacks = _extended(node, body, cond, tensors, scratch, suffix)
             data = len([i for i in node.input if not i.startswith("^")])
             fed.update(
                 {f"{loop}/{_PREFIX}/out_{k}": f"{loop}:{data + k}" for k in range(len(tensors))}
             )
-            counts[loop] = len(tensors)
+            counts[loop] = (len(tensors), suffix)
         elif graph is not None:
             stacks = _frame_accumulators(
                 loop, [graph.get_tensor_by_name(n) for n in names], nodes, scratch, fed
@@ -153,7 +168,7 @@ def emit_loops(
         added.input.extend(inputs)
     for node in out.node:
         if node.name in counts:
-            _extend_loop(node, counts[node.name])
+            _extend_loop(node, *counts[node.name])
     return out, emitted
 
 
@@ -240,15 +255,16 @@ def _frame_accumulators(
     return stacks
 
 
-def _extend_loop(node, count: int) -> None:
-    """The While node with `count` more loop variables: the accumulators, empty."""
+def _extend_loop(node, count: int, suffix: str) -> None:
+    """The While node with `count` more loop variables (the accumulators, empty), running the
+    body and cond named with `suffix`."""
     data = [i for i in node.input if not i.startswith("^")]
     control = [i for i in node.input if i.startswith("^")]
     del node.input[:]
     node.input.extend(data + [f"{node.name}/{_PREFIX}/acc_{k}" for k in range(count)] + control)
     node.attr["T"].list.type.extend([tf.variant.as_datatype_enum] * count)
-    node.attr["body"].func.name = f"{node.attr['body'].func.name}_{_PREFIX}"
-    node.attr["cond"].func.name = f"{node.attr['cond'].func.name}_{_PREFIX}"
+    node.attr["body"].func.name = f"{node.attr['body'].func.name}_{suffix}"
+    node.attr["cond"].func.name = f"{node.attr['cond'].func.name}_{suffix}"
     # the op's own, and those a meta graph export adds
     for shapes in ("output_shapes", "_output_shapes"):
         if shapes in node.attr and node.attr[shapes].list.shape:
