@@ -90,13 +90,20 @@ def make_recording(root: Path, sequences: int) -> tuple[Path, dict]:
     return out, manifest
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The options of a benchmark over `make_recording`'s recording: its size, the rounds, and
+    the scratch folder; `doc` the script's docstring."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--sequences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--tmp", default=None, help="scratch folder (default: the system's temp folder)"
     )
+    return parser
+
+
+def main() -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--child", nargs=2, metavar=("READ", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -15,7 +15,6 @@ process (GNU time's). Prints the figures with the processor and writes bench/uni
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -28,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read import make_recording
+from read import arguments, make_recording
 from record import _cpu_name
 
 HERE = Path(__file__).resolve().parent
@@ -60,13 +59,7 @@ def _timed(command: list[str]) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sequences", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--tmp", default=None, help="scratch folder (default: the system's temp folder)"
-    )
-    args = parser.parse_args()
+    args = arguments(__doc__).parse_args()
     import numpy as np
     from record import STEPS
 

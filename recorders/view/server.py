@@ -29,6 +29,7 @@ prints, which sets a same-site cookie for the page's own requests; without it, a
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import sys
@@ -315,16 +316,17 @@ def make_app(
         )
 
     overview_cache: dict[int, dict[str, Any]] = {}
-    along_cache: dict[str, dict[str, Any]] = {}
+
+    @functools.cache
+    def along(series: Series) -> dict[str, Any]:  # the gates along the series, read once
+        return data.across(series, shown)
 
     def overview(p: _Params) -> dict:
         at = p.integer("at", shown, -1) if series is not None else shown
         if at not in overview_cache:
             overview_cache[at] = data.overview(pick(p))
-            if series is not None:  # the gates along the series: read once, whichever is shown
-                if "along" not in along_cache:
-                    along_cache["along"] = data.across(series, at)
-                overview_cache[at]["series"] = {**along_cache["along"], "at": at}
+            if series is not None:  # whichever value is shown
+                overview_cache[at]["series"] = {**along(series), "at": at}
         return {
             **overview_cache[at],
             "tokens": labels is not None,

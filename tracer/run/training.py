@@ -73,7 +73,7 @@ class GateLogger:
         self.tensorboard, self.on_error = tensorboard, on_error
         self.logged: list[int] = []  # the epochs (or batches) logged by this object
         self._epoch = 0  # the epoch in progress, counted from 1
-        self._epochs: dict[str, int] = {}  # by batch: each logged batch's epoch
+        self._series: dict[str, Any] = {}  # the series file (by batch: each batch's epoch)
         self.failed: str | None = None  # the first failure, once reported (on_error="warn")
         self.model: Any = None
         self.params: dict = {}
@@ -90,9 +90,9 @@ class GateLogger:
     def on_train_begin(self, logs: dict | None = None) -> None:
         # a probe the model cannot take is said before the first epoch trains, not after it
         resolve_inputs(wrap(self.model), self.probe)
-        found = open_logged(self.out, self.by, "GateLogger")
-        if self.by == "batch":
-            self._epochs = dict(found.get("epochs") or {})
+        self._series = open_logged(self.out, self.by, "GateLogger")
+        if self.by == "batch":  # each logged batch's epoch, those of a restarted run's first
+            self._series["epochs"] = dict(self._series.get("epochs") or {})
         if self.tensorboard is not None:
             self._board = GateSummaries(self.tensorboard)
 
@@ -130,17 +130,8 @@ class GateLogger:
         try:
             # by batch, its epoch first: the series file names it before its folder is complete
             if self.by == "batch":
-                self._epochs[str(n)] = self._epoch
-                place_of(self.out).write_json(
-                    SERIES_FILE,
-                    {
-                        "kind": "series",
-                        "key": "batch",
-                        "values": None,
-                        "source": "training",
-                        "epochs": self._epochs,
-                    },
-                )
+                self._series["epochs"][str(n)] = self._epoch
+                place_of(self.out).write_json(SERIES_FILE, self._series)
             record(
                 self.model,
                 self.probe,
