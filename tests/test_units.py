@@ -122,8 +122,8 @@ def test_every_score_equals_scikit_learn_or_numpy_over_the_recorded_rows(recorde
     np.testing.assert_allclose(both["score"], both["score_want"], rtol=1e-12, atol=1e-12)
     assert (both["direction"] == both["direction_want"]).all()
     assert (both["n"] == both["n_want"]).all()
-    # a memory budget that holds two units at a time in each thread (beside a chunk's sort):
-    # the same table, a column read once per group
+    # a memory budget that holds one unit of a gate's two columns at a time in each thread
+    # (beside a chunk's sort): the same table, a column read once per group
     per_thread = (units_module._CHUNK * units_module._BYTES_PER_VALUE + 2 * 4) * EXAMPLES * STEPS
     small = Recording(rec.path, memory=(os.cpu_count() or 1) * per_thread + 100)
     pd.testing.assert_frame_equal(unit_scores(small, labels, shuffles=3), got)
@@ -198,6 +198,49 @@ def test_ties_count_as_scikit_learn_counts_them():
         auc = roc_auc_score(labels == 1, values[unit])
         assert abs(signed[unit]) == pytest.approx(max(auc, 1 - auc), rel=1e-12)
     assert signed[1] == 0.5
+
+
+def test_an_activation_ranked_from_its_preactivations_order_scores_as_sorted_alone():
+    """`score_columns` ranks a gate's activation starting from the order that sorted its
+    preactivation: exact where the activation falls a float step behind that order, saturates
+    into ties, holds -0.0 and 0.0, falls as the preactivation rises, or has nothing to do
+    with it; real and shuffled labels against scikit-learn, across chunks of units."""
+    rng = np.random.RandomState(7)
+    n, units = 400, units_module._CHUNK + 5
+    pre = rng.randn(n, units).astype(np.float32)
+    pre[::9, 2] = pre[0, 2]  # ties among the preactivations too
+    act = (1 / (1 + np.exp(-pre.astype(np.float64)))).astype(np.float32)
+    order = np.argsort(pre[:, 0], kind="stable")
+    behind = order[10::5]  # each a float step below the value before it in that order
+    act[behind, 0] = np.nextafter(act[order[9::5][: len(behind)], 0], np.float32(-1))
+    assert (np.diff(act[order, 0]) < 0).sum() == len(behind)
+    act[:, 1] = np.minimum(act[:, 1], np.float32(0.6))  # saturated: many ties
+    act[:, 3] = rng.permutation(act[:, 3])  # unrelated to its preactivation
+    act[:, 4] = np.where(rng.rand(n) < 0.5, np.float32(-0.0), np.float32(0.0))
+    act[:, 5] = 0.25  # constant
+    act[7, 6] = np.nan
+    act[:, 20] = -pre[:, 20]  # falls as the preactivation rises
+    labels = (rng.rand(n) < 0.3).astype(np.float64)
+
+    def gathered(values):
+        parts = (values[:150].copy(), values[150:].copy())
+        return Gathered(parts, labels, np.arange(n), np.zeros(n, np.int64))
+
+    shuffles, seed = 3, 5
+    _, (signed, shuffled) = units_module.score_columns(
+        [gathered(pre), gathered(act)], True, shuffles, seed
+    )
+    draw = np.random.default_rng(seed)
+    permuted = [labels[draw.permutation(n)] for _ in range(shuffles)]
+    assert np.isnan(signed[6]) and np.isnan(shuffled[:, 6]).all()
+    for unit in set(range(units)) - {6}:
+        for got, y in [(signed[unit], labels), *zip(shuffled[:, unit], permuted, strict=True)]:
+            auc = roc_auc_score(y == 1, act[:, unit].astype(np.float64))
+            assert abs(got) == pytest.approx(max(auc, 1 - auc), rel=1e-12, abs=1e-12), unit
+            assert (got >= 0) == (auc >= 0.5), unit
+    alone, alone_shuffled = score_units(gathered(act), True, shuffles, seed)
+    np.testing.assert_array_equal(signed, alone)
+    np.testing.assert_array_equal(shuffled, alone_shuffled)
 
 
 def test_a_table_of_labels_scores_only_the_positions_it_lists(recorded, tmp_path):

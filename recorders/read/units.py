@@ -16,18 +16,21 @@ among those positions (a fixed seed, drawn in (example, step) order, so every ce
 sees the same permutations): what a unit scores by chance. `DataFrame.attrs["chance_best"]`
 is the best score any unit reached under any permutation: the line a real finding beats.
 
-Cost: one read of each column, the columns in parallel threads; per column, 16 units at a
-time (their sort stays in the processor's cache), one 64-bit sort of each unit's values packed
-with their positions, and one matrix product of the real and shuffled labels with the ranks (or
-centred values). The units are taken in groups whose values fit the recording's memory budget
-(a column read once per group).
+Cost: one read of each column, the gates and states in parallel threads; per gate or state,
+16 units at a time (their sort stays in the processor's cache), one 64-bit sort of each unit's
+values packed with their positions, and one matrix product of the real and shuffled labels with
+the ranks (or centred values). A gate's activation rises with its preactivation (sigmoid, tanh,
+...), so the order that sorts a unit's preactivations nearly sorts its activations: they are
+put in that order and sorted from there by a stable sort, which passes over the runs already in
+order (a few passes instead of a sort of their own; exact whatever the activation). The units are taken in groups whose values fit the
+recording's memory budget (a column read once per group).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
@@ -38,7 +41,7 @@ from recorders.errors import SelectionError
 from recorders.read.labels import Gathered, Labels, covers, gather, read_labels
 from recorders.read.reader import Recording
 
-__all__ = ["unit_scores", "score_units", "targets", "COLUMNS"]
+__all__ = ["unit_scores", "score_units", "score_columns", "targets", "COLUMNS"]
 
 COLUMNS = [
     "cell",
@@ -110,42 +113,50 @@ def unit_scores(
     chosen = targets(rec, cells, names, tables, columns)
     for cell in dict.fromkeys(c for c, _, _, _ in chosen):
         covers(rec, cell, labels)  # once a cell (it reads a column of steps)
-    workers = max(1, min(len(chosen), os.cpu_count() or 1))
-    budget = rec.memory // workers  # the columns are scored in parallel threads
+    # a gate's columns together: the activation is ranked in its preactivation's order
+    jobs: dict[tuple[str, str, str], list[str]] = {}
+    for cell, table, name, column in chosen:
+        jobs.setdefault((cell, table, name), []).append(column)
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    budget = rec.memory // workers  # the gates and states are scored in parallel threads
 
     mine = threading.local()  # each thread's ranker: its buffers serve column after column
 
-    def column_frame(target: tuple[str, str, str, str]) -> tuple[pd.DataFrame, np.ndarray]:
-        cell, table, name, column = target
-        frames, best = [], np.full(shuffles, -np.inf)
-        for g in _groups(rec, table, cell, name, column, labels, budget):
+    def job_frames(
+        job: tuple[tuple[str, str, str], list[str]],
+    ) -> tuple[list[pd.DataFrame], np.ndarray]:
+        (cell, table, name), wanted = job
+        frames: list[list[pd.DataFrame]] = [[] for _ in wanted]
+        best = np.full(shuffles, -np.inf)  # the best of each permutation over these units
+        for gs in _groups(rec, table, cell, name, wanted, labels, budget):
             ranker = getattr(mine, "ranker", None)
-            if labels.binary and (ranker is None or ranker.n != len(g.labels)):
-                ranker = mine.ranker = _Ranker(len(g.labels))
-            score, shuffled = score_units(g, labels.binary, shuffles, seed, ranker)
-            if shuffles:
-                best = np.fmax(best, np.nanmax(np.abs(shuffled), axis=1, initial=-np.inf))
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "cell": cell,
-                        "table": table,
-                        "name": name,
-                        "column": column,
-                        "unit": np.arange(g.first, g.first + g.units),
-                        "metric": "auc" if labels.binary else "pearson",
-                        "score": np.abs(score),
-                        "direction": np.where(score >= 0, "+", "-"),
-                        "chance": np.abs(shuffled).mean(axis=0) if shuffles else np.nan,
-                        "n": len(g.labels),
-                    }
+            if labels.binary and (ranker is None or ranker.n != len(gs[0].labels)):
+                ranker = mine.ranker = _Ranker(len(gs[0].labels))
+            scored = score_columns(gs, labels.binary, shuffles, seed, ranker)
+            for into, column, g, (score, shuffled) in zip(frames, wanted, gs, scored, strict=True):
+                if shuffles:
+                    best = np.fmax(best, np.nanmax(np.abs(shuffled), axis=1, initial=-np.inf))
+                into.append(
+                    pd.DataFrame(
+                        {
+                            "cell": cell,
+                            "table": table,
+                            "name": name,
+                            "column": column,
+                            "unit": np.arange(g.first, g.first + g.units),
+                            "metric": "auc" if labels.binary else "pearson",
+                            "score": np.abs(score),
+                            "direction": np.where(score >= 0, "+", "-"),
+                            "chance": np.abs(shuffled).mean(axis=0) if shuffles else np.nan,
+                            "n": len(g.labels),
+                        }
+                    )
                 )
-            )
-        return pd.concat(frames, ignore_index=True), best
+        return [pd.concat(f, ignore_index=True) for f in frames], best
 
     with _one_blas_thread(), ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(column_frame, chosen))
-    frames = [frame for frame, _ in done]
+        done = list(pool.map(job_frames, jobs.items()))
+    frames = [frame for job, _ in done for frame in job]  # in the order of `targets`
     best = np.max([b for _, b in done], axis=0, initial=-np.inf) if shuffles else np.zeros(0)
     out = pd.concat(frames, ignore_index=True)
     out = out.sort_values("score", ascending=False, na_position="last", kind="stable")
@@ -172,9 +183,16 @@ def _one_blas_thread() -> AbstractContextManager:
 
 
 def _groups(
-    rec: Recording, table: str, cell: str, name: str, column: str, labels: Labels, budget: int
-):
-    """The gathered values of one column, in groups of units whose values fit `budget` bytes."""
+    rec: Recording,
+    table: str,
+    cell: str,
+    name: str,
+    columns: Sequence[str],
+    labels: Labels,
+    budget: int,
+) -> Iterator[list[Gathered]]:
+    """The gathered values of a gate's (or state's) `columns`, in groups of units whose values
+    fit `budget` bytes: the same units and positions of each column."""
     width = rec.width(table, cell, name)
     positions = max(int(np.count_nonzero(~np.isnan(labels.values))), 1)
     if positions >= 2**32:
@@ -182,17 +200,19 @@ def _groups(
             f"labels: {positions:,} labelled positions; at most {2**32 - 1:,} are scored at once: "
             "label fewer positions (a table of labels, or --step)"
         )
-    take = min(width, (budget - _CHUNK * positions * _BYTES_PER_VALUE) // (positions * 4))
+    per_unit = positions * 4 * len(columns)
+    take = min(width, (budget - _CHUNK * positions * _BYTES_PER_VALUE) // per_unit)
     if take < 1:
         rec.allot(
-            (positions, _CHUNK * _BYTES_PER_VALUE + 4),
+            (positions, _CHUNK * _BYTES_PER_VALUE + 4 * len(columns)),
             1,
             f"scoring a unit over {positions:,} labelled positions",
         )
     for start in range(0, width, take):
-        yield gather(
-            rec, table, cell, name, column, labels, (start, min(start + take, width)), check=False
-        )
+        units = (start, min(start + take, width))
+        yield [
+            gather(rec, table, cell, name, column, labels, units, check=False) for column in columns
+        ]
 
 
 def score_units(
@@ -200,14 +220,31 @@ def score_units(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The signed score of each unit of `g` against its labels and against `shuffles`
     permutations of them: max(AUC, 1 - AUC), negative where the unit is lower on the positive
-    label, or Pearson's r; arrays [units] and [shuffles, units]. The units are taken `_CHUNK`
-    at a time, so that a chunk's sort and ranks stay in the processor's cache; `ranker`, one
-    made for as many positions before, lends its buffers."""
-    y = g.labels
+    label, or Pearson's r; arrays [units] and [shuffles, units]."""
+    return score_columns([g], binary, shuffles, seed, ranker)[0]
+
+
+def score_columns(
+    gs: Sequence[Gathered],
+    binary: bool,
+    shuffles: int,
+    seed: int,
+    ranker: _Ranker | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`score_units` of each of `gs`, columns of the same units at the same positions (a
+    gate's preactivation, then its activation): each unit of a later column is ranked in the
+    order that sorted the unit before it (`_Ranker.follow`). The units are taken
+    `_CHUNK` at a time, so that a chunk's sort and ranks stay in the processor's cache;
+    `ranker`, one made for as many positions before, lends its buffers."""
+    first = gs[0]
+    for g in gs[1:]:
+        if g.units != first.units or not np.array_equal(g.examples, first.examples):
+            raise ValueError("score_columns: the columns hold other units or positions")
+    y = first.labels
     rng = np.random.default_rng(seed)
     ys = np.stack([y, *(y[rng.permutation(len(y))] for _ in range(shuffles))])
-    units = g.units
-    signed = np.empty((len(ys), units))
+    units = first.units
+    signed = [np.empty((len(ys), units)) for _ in gs]
     if binary:
         positive = (ys == ys.max()).astype(np.float64)
         n1 = positive[0].sum()
@@ -219,9 +256,11 @@ def score_units(
             )
         midranks = ranker if ranker is not None and ranker.n == len(y) else _Ranker(len(y))
         for a in range(0, units, _CHUNK):
-            sums = positive @ midranks(g, a).T  # [1 + shuffles, units]
-            auc = (sums - n1 * (n1 + 1) / 2) / (n1 * n0)
-            signed[:, a : a + _CHUNK] = np.where(auc >= 0.5, auc, -(1 - auc))
+            for k, (g, out) in enumerate(zip(gs, signed, strict=True)):
+                ranks = midranks(g, a) if k == 0 else midranks.follow(g, a)
+                sums = positive @ ranks.T  # [1 + shuffles, units]
+                auc = (sums - n1 * (n1 + 1) / 2) / (n1 * n0)
+                out[:, a : a + _CHUNK] = np.where(auc >= 0.5, auc, -(1 - auc))
     else:
         yc = ys - ys.mean(axis=1, keepdims=True)
         if not yc[0].any():
@@ -230,16 +269,20 @@ def score_units(
                 "labels that vary"
             )
         y_norm = np.sqrt((yc * yc).sum(axis=1))
-        for a in range(0, units, _CHUNK):
-            xc = g.columns(a, a + _CHUNK).astype(np.float64)  # [positions, units of the chunk]
-            xc -= xc.mean(axis=0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                signed[:, a : a + _CHUNK] = (yc @ xc) / np.outer(
-                    y_norm, np.sqrt((xc * xc).sum(axis=0))
-                )
-    finite = np.logical_and.reduce([np.isfinite(part).all(axis=0) for part in g.parts])
-    signed[:, ~finite] = np.nan
-    return signed[0], signed[1:]
+        for g, out in zip(gs, signed, strict=True):
+            for a in range(0, units, _CHUNK):
+                xc = g.columns(a, a + _CHUNK).astype(np.float64)  # [positions, units of the chunk]
+                xc -= xc.mean(axis=0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[:, a : a + _CHUNK] = (yc @ xc) / np.outer(
+                        y_norm, np.sqrt((xc * xc).sum(axis=0))
+                    )
+    scores = []
+    for g, out in zip(gs, signed, strict=True):
+        finite = np.logical_and.reduce([np.isfinite(part).all(axis=0) for part in g.parts])
+        out[:, ~finite] = np.nan
+        scores.append((out[0], out[1:]))
+    return scores
 
 
 class _Ranker:
@@ -250,14 +293,15 @@ class _Ranker:
     Each value is sorted with its position packed beside it (one 64-bit sort, faster than an
     argsort): the float's bits made to order as the floats do (-0.0 as 0.0), then the position.
     The ties, at the mean of their ranks as scikit-learn counts them, are mended run by run
-    (their cost grows with the tied values, not the row)."""
+    (their cost grows with the tied values, not the row). `follow` ranks another column of
+    the same positions starting from the order the last call found."""
 
     def __init__(self, n: int):
         self.n = n
         shape = (_CHUNK, n)
         self.rows = np.empty((n, _CHUNK), np.float32)  # a chunk's values as the column holds them
         self.bits = np.empty(shape, np.float32)
-        self.flip = np.empty(shape, np.uint32)
+        self.flip = np.empty(shape, np.uint32)  # also a followed chunk's values in sorted order
         self.key = np.empty(shape, np.uint64)
         self.tied = np.zeros(shape, bool)
         self.flat = np.empty(shape, np.intp)
@@ -265,15 +309,16 @@ class _Ranker:
         self.positions = np.arange(n, dtype=np.uint64)
         self.offsets = (np.arange(_CHUNK, dtype=np.intp) * n)[:, None]
         self.in_order = np.tile(np.arange(1.0, n + 1), _CHUNK)
+        self.width = 0  # the units of the last chunk sorted
+        self.mended = np.zeros(0, np.intp)  # the sorted places whose ranks ties changed
 
     def __call__(self, g: Gathered, start: int) -> np.ndarray:
         """The midranks (1-based, float64) of units [start, start + _CHUNK) of `g` as [units,
         positions]: a view of this ranker's buffer, valid until the next call."""
         n = self.n
-        width = min(_CHUNK, g.units - start)
-        rows = g.columns(start, start + width, self.rows[:, :width])  # then turned in the cache
-        bits, flip, key = self.bits[:width], self.flip[:width], self.key[:width]
-        np.add(rows.T, np.float32(0), out=bits)  # -0.0 + 0.0 is 0.0: one key for zero
+        width = self.width = min(_CHUNK, g.units - start)
+        bits = self._transposed(g, start, width)
+        flip, key = self.flip[:width], self.key[:width]
         np.right_shift(bits.view(np.int32), 31, out=flip.view(np.int32))  # all ones if negative
         flip |= np.uint32(0x80000000)
         flip ^= bits.view(np.uint32)
@@ -288,17 +333,63 @@ class _Ranker:
             position, value = key & np.uint64(0xFFFFFFFF), key >> np.uint64(32)
         flat = self.flat[:width]
         np.add(position, self.offsets[:width], out=flat, casting="unsafe")  # in the whole chunk
-        out = self.ranks[:width].reshape(-1)
-        out[flat.reshape(-1)] = self.in_order[: width * n]  # each value's place in its row
+        self.ranks[:width].reshape(-1)[flat.reshape(-1)] = self.in_order[: width * n]
+        self.mended = np.zeros(0, np.intp)
         tied = self.tied[:width]
         np.equal(value[:, 1:], value[:, :-1], out=tied[:, 1:])  # equal to the value before it
-        later = np.flatnonzero(tied)  # flat indices, never at a row's start
-        if len(later):  # each run of equal values at the mean of its places
-            breaks = np.flatnonzero(np.diff(later) != 1)
-            first = later[np.r_[0, breaks + 1]] - 1  # each run's first ...
-            last = later[np.r_[breaks, len(later) - 1]]  # ... and last flat index, sorted
-            size = last - first + 1
-            members = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
-            sorted_at = np.repeat(first, size) + members
-            out[flat.reshape(-1)[sorted_at]] = np.repeat((first % n + last % n) / 2 + 1, size)
+        self._mend(tied)
         return self.ranks[:width]
+
+    def follow(self, g: Gathered, start: int) -> np.ndarray:
+        """As calling the ranker on units [start, start + _CHUNK) of `g`, a column of the
+        positions the last call ranked (the same units of another column), where the order the
+        last call found nearly sorts this column too: a gate's activation along its
+        preactivation's order is sorted but for a few neighbours one float step apart (TensorFlow's
+        float32 sigmoid is not monotone to the last bit), so a stable sort, which finds the
+        runs already in order, puts it in order in a few passes instead of a sort of its own."""
+        n, width = self.n, self.width
+        if min(_CHUNK, g.units - start) != width:
+            raise ValueError("follow: the chunk holds other units than the last one ranked")
+        bits = self._transposed(g, start, width)
+        flat = self.flat[:width].reshape(-1)
+        along = self.flip[:width].view(np.float32)  # the values in the order the last call found
+        np.take(bits.reshape(-1), flat, out=along.reshape(-1), mode="clip")
+        ranks = self.ranks[:width].reshape(-1)
+        ranks[flat[self.mended]] = self.in_order[self.mended]  # each value's place, before ties
+        order = along.argsort(axis=1, kind="stable")  # [units, places]: nearly 0, 1, 2, ...
+        moved = np.flatnonzero(order != np.arange(n))  # the places whose value changes
+        if len(moved):
+            source = moved - moved % n + order.reshape(-1)[moved]  # where it comes from
+            flat[moved] = flat[source]
+            along.reshape(-1)[moved] = along.reshape(-1)[source]
+            ranks[flat[moved]] = self.in_order[moved]
+        tied = self.tied[:width]
+        np.equal(along[:, 1:], along[:, :-1], out=tied[:, 1:])  # equal to the value before it
+        self._mend(tied)
+        return self.ranks[:width]
+
+    def _transposed(self, g: Gathered, start: int, width: int) -> np.ndarray:
+        """Units [start, start + width) of `g` as [units, positions], -0.0 made 0.0."""
+        rows = g.columns(start, start + width, self.rows[:, :width])  # then turned in the cache
+        bits = self.bits[:width]
+        np.add(rows.T, np.float32(0), out=bits)  # -0.0 + 0.0 is 0.0: one key for zero
+        return bits
+
+    def _mend(self, tied: np.ndarray) -> None:
+        """Each run of equal values (`tied`: equal to the value before it in sorted order,
+        never at a row's start) at the mean of its places; remembers the places changed."""
+        n = self.n
+        later = np.flatnonzero(tied)  # flat indices in sorted order
+        if not len(later):
+            self.mended = later
+            return
+        breaks = np.flatnonzero(np.diff(later) != 1)
+        first = later[np.r_[0, breaks + 1]] - 1  # each run's first ...
+        last = later[np.r_[breaks, len(later) - 1]]  # ... and last flat index, sorted
+        size = last - first + 1
+        members = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
+        sorted_at = np.repeat(first, size) + members
+        self.ranks.reshape(-1)[self.flat.reshape(-1)[sorted_at]] = np.repeat(
+            (first % n + last % n) / 2 + 1, size
+        )
+        self.mended = sorted_at
