@@ -241,12 +241,11 @@ def score_columns(
         if g.units != first.units or not np.array_equal(g.examples, first.examples):
             raise ValueError("score_columns: the columns hold other units or positions")
     y = first.labels
-    rng = np.random.default_rng(seed)
-    ys = np.stack([y, *(y[rng.permutation(len(y))] for _ in range(shuffles))])
     units = first.units
-    signed = [np.empty((len(ys), units)) for _ in gs]
+    signed = [np.empty((1 + shuffles, units)) for _ in gs]
     if binary:
-        positive = (ys == ys.max()).astype(np.float64)
+        midranks = ranker if ranker is not None and ranker.n == len(y) else _Ranker(len(y))
+        positive = midranks.positive(y, shuffles, seed)
         n1 = positive[0].sum()
         n0 = len(y) - n1
         if not n1 or not n0:
@@ -254,7 +253,6 @@ def score_columns(
                 f"labels: every scored position of this selection holds the label {y[0]:g}; a binary label "
                 "needs both values among the positions recorded"
             )
-        midranks = ranker if ranker is not None and ranker.n == len(y) else _Ranker(len(y))
         for a in range(0, units, _CHUNK):
             for k, (g, out) in enumerate(zip(gs, signed, strict=True)):
                 ranks = midranks(g, a) if k == 0 else midranks.follow(g, a)
@@ -262,6 +260,7 @@ def score_columns(
                 auc = (sums - n1 * (n1 + 1) / 2) / (n1 * n0)
                 out[:, a : a + _CHUNK] = np.where(auc >= 0.5, auc, -(1 - auc))
     else:
+        ys = _drawn(y, shuffles, seed)
         yc = ys - ys.mean(axis=1, keepdims=True)
         if not yc[0].any():
             raise SelectionError(
@@ -283,6 +282,13 @@ def score_columns(
         out[:, ~finite] = np.nan
         scores.append((out[0], out[1:]))
     return scores
+
+
+def _drawn(y: np.ndarray, shuffles: int, seed: int) -> np.ndarray:
+    """The labels and `shuffles` permutations of them, [1 + shuffles, positions], drawn one
+    after another from a generator seeded with `seed`."""
+    rng = np.random.default_rng(seed)
+    return np.stack([y, *(y[rng.permutation(len(y))] for _ in range(shuffles))])
 
 
 class _Ranker:
@@ -311,6 +317,16 @@ class _Ranker:
         self.in_order = np.tile(np.arange(1.0, n + 1), _CHUNK)
         self.width = 0  # the units of the last chunk sorted
         self.mended = np.zeros(0, np.intp)  # the sorted places whose ranks ties changed
+        self.drawn: tuple[tuple[bytes, int, int], np.ndarray] | None = None
+
+    def positive(self, y: np.ndarray, shuffles: int, seed: int) -> np.ndarray:
+        """1.0 where each row of `_drawn(y, shuffles, seed)` holds the positive label (the
+        larger), else 0.0; drawn once for the same labels (the columns of a cell)."""
+        key = (y.tobytes(), shuffles, seed)
+        if self.drawn is None or self.drawn[0] != key:
+            ys = _drawn(y, shuffles, seed)
+            self.drawn = (key, (ys == ys.max()).astype(np.float64))
+        return self.drawn[1]
 
     def __call__(self, g: Gathered, start: int) -> np.ndarray:
         """The midranks (1-based, float64) of units [start, start + _CHUNK) of `g` as [units,
