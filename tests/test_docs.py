@@ -144,7 +144,28 @@ def test_the_units_page_shows_what_the_command_prints(world, tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == shown
+    printed = done.stdout.splitlines()
+    assert len(printed) == len(shown), done.stdout
+    for got, want in zip(printed, shown, strict=True):
+        assert _same_but_last_digits(got, want), f"printed: {got}\npage:    {want}"
+
+
+def _same_but_last_digits(got: str, want: str) -> bool:
+    """The same words, and numbers within a unit of the fourth decimal: the demo trains its model
+    on the processor it runs on, and the float rounding of another processor's kernels moves
+    a score by a pair of examples (1/65,536 of an AUC) now and then."""
+    a, b = got.split(), want.split()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x == y:
+            continue
+        try:
+            if abs(float(x) - float(y)) > 1.5e-4:
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def test_the_rules_find_the_examples():
