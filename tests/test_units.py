@@ -124,7 +124,9 @@ def test_every_score_equals_scikit_learn_or_numpy_over_the_recorded_rows(recorde
     assert (both["n"] == both["n_want"]).all()
     # a memory budget that holds one unit of a gate's two columns at a time in each thread
     # (beside a chunk's sort): the same table, a column read once per group
-    per_thread = (units_module._CHUNK * units_module._BYTES_PER_VALUE + 2 * 4) * EXAMPLES * STEPS
+    per_position = units_module._CHUNK * units_module._BYTES_PER_VALUE
+    per_position += (1 + 3) * units_module._BYTES_PER_LABEL + 2 * 4
+    per_thread = per_position * EXAMPLES * STEPS
     small = Recording(rec.path, memory=(os.cpu_count() or 1) * per_thread + 100)
     pd.testing.assert_frame_equal(unit_scores(small, labels, shuffles=3), got)
 

@@ -57,6 +57,7 @@ COLUMNS = [
 ]
 _CHUNK = 16  # units ranked at once: a chunk's keys, order and ranks fit a processor's cache
 _BYTES_PER_VALUE = 48  # a chunk's value: its key, position, ranks and the tie bookkeeping
+_BYTES_PER_LABEL = 16  # a position's real or shuffled label as drawn, and whether it is positive
 
 
 def targets(
@@ -128,7 +129,7 @@ def unit_scores(
         (cell, table, name), wanted = job
         frames: list[list[pd.DataFrame]] = [[] for _ in wanted]
         best = np.full(shuffles, -np.inf)  # the best of each permutation over these units
-        for gs in _groups(rec, table, cell, name, wanted, labels, budget):
+        for gs in _groups(rec, table, cell, name, wanted, labels, shuffles, budget):
             ranker = getattr(mine, "ranker", None)
             if labels.binary and (ranker is None or ranker.n != len(gs[0].labels)):
                 ranker = mine.ranker = _Ranker(len(gs[0].labels))
@@ -189,10 +190,12 @@ def _groups(
     name: str,
     columns: Sequence[str],
     labels: Labels,
+    shuffles: int,
     budget: int,
 ) -> Iterator[list[Gathered]]:
     """The gathered values of a gate's (or state's) `columns`, in groups of units whose values
-    fit `budget` bytes: the same units and positions of each column."""
+    fit `budget` bytes beside a chunk's ranks and the real and shuffled labels: the same units
+    and positions of each column."""
     width = rec.width(table, cell, name)
     positions = max(int(np.count_nonzero(~np.isnan(labels.values))), 1)
     if positions >= 2**32:
@@ -200,11 +203,11 @@ def _groups(
             f"labels: {positions:,} labelled positions; at most {2**32 - 1:,} are scored at once: "
             "label fewer positions (a table of labels, or --step)"
         )
-    per_unit = positions * 4 * len(columns)
-    take = min(width, (budget - _CHUNK * positions * _BYTES_PER_VALUE) // per_unit)
+    fixed = _CHUNK * _BYTES_PER_VALUE + (1 + shuffles) * _BYTES_PER_LABEL  # a position's
+    take = min(width, (budget - positions * fixed) // (positions * 4 * len(columns)))
     if take < 1:
         rec.allot(
-            (positions, _CHUNK * _BYTES_PER_VALUE + 4 * len(columns)),
+            (positions, fixed + 4 * len(columns)),
             1,
             f"scoring a unit over {positions:,} labelled positions",
         )
