@@ -22,8 +22,9 @@ values packed with their positions, and one matrix product of the real and shuff
 the ranks (or centred values). A gate's activation rises with its preactivation (sigmoid, tanh,
 ...), so the order that sorts a unit's preactivations nearly sorts its activations: they are
 put in that order and sorted from there by a stable sort, which passes over the runs already in
-order (a few passes instead of a sort of their own; exact whatever the activation). The units are taken in groups whose values fit the
-recording's memory budget (a column read once per group).
+order (a few passes instead of a sort of their own; exact whatever the activation). The units
+are taken in groups whose values fit the recording's memory budget (a column read once per
+group).
 """
 
 from __future__ import annotations
@@ -352,8 +353,8 @@ class _Ranker:
             position, value = key & np.uint64(0xFFFFFFFF), key >> np.uint64(32)
         flat = self.flat[:width]
         np.add(position, self.offsets[:width], out=flat, casting="unsafe")  # in the whole chunk
+        # each value's place in its row
         self.ranks[:width].reshape(-1)[flat.reshape(-1)] = self.in_order[: width * n]
-        self.mended = np.zeros(0, np.intp)
         tied = self.tied[:width]
         np.equal(value[:, 1:], value[:, :-1], out=tied[:, 1:])  # equal to the value before it
         self._mend(tied)
