@@ -123,11 +123,24 @@ def test_every_score_equals_scikit_learn_or_numpy_over_the_recorded_rows(recorde
     assert (both["direction"] == both["direction_want"]).all()
     assert (both["n"] == both["n_want"]).all()
     # a memory budget that holds one unit of a gate's two columns at a time in each thread
-    # (beside a chunk's sort): the same table, a column read once per group
+    # (beside a chunk's ranking and the labels): the same table, a column read once a unit
+    positions = int(np.count_nonzero(~np.isnan(np.asarray(labels, np.float64))))
     per_position = units_module._CHUNK * units_module._BYTES_PER_VALUE
-    per_position += (1 + 3) * units_module._BYTES_PER_LABEL + 2 * 4
-    per_thread = per_position * EXAMPLES * STEPS
-    small = Recording(rec.path, memory=(os.cpu_count() or 1) * per_thread + 100)
+    per_position += (1 + 3) * units_module._BYTES_PER_LABEL + 8 + 2 * 4
+    per_thread = per_position * positions
+    small = Recording(rec.path, memory=(os.cpu_count() or 1) * per_thread)
+    cell = rec.cells[0]
+    groups = units_module._groups(
+        small,
+        "gates",
+        cell,
+        "i",
+        ["preactivation", "activation"],
+        read_labels(labels),
+        3,
+        per_thread,
+    )
+    assert [g[0].units for g in groups] == [1] * rec.width("gates", cell, "i")
     pd.testing.assert_frame_equal(unit_scores(small, labels, shuffles=3), got)
 
 

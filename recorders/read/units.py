@@ -204,7 +204,8 @@ def _groups(
             f"labels: {positions:,} labelled positions; at most {2**32 - 1:,} are scored at once: "
             "label fewer positions (a table of labels, or --step)"
         )
-    fixed = _CHUNK * _BYTES_PER_VALUE + (1 + shuffles) * _BYTES_PER_LABEL  # a position's
+    # a position's bytes: a chunk's ranking, the labels drawn, and the real ones kept to compare
+    fixed = _CHUNK * _BYTES_PER_VALUE + (1 + shuffles) * _BYTES_PER_LABEL + 8
     take = min(width, (budget - positions * fixed) // (positions * 4 * len(columns)))
     if take < 1:
         rec.allot(
