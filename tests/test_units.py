@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -218,8 +219,9 @@ def test_ties_count_as_scikit_learn_counts_them():
 def test_an_activation_ranked_from_its_preactivations_order_scores_as_sorted_alone():
     """`score_columns` ranks a gate's activation starting from the order that sorted its
     preactivation: exact where the activation falls a float step behind that order, saturates
-    into ties, holds -0.0 and 0.0, falls as the preactivation rises, or has nothing to do
-    with it; real and shuffled labels against scikit-learn, across chunks of units."""
+    into ties, holds -0.0 and 0.0, or has nothing to do with it; a chunk that falls as the
+    preactivation rises or has nothing to do with it is sorted anew; real and shuffled labels
+    against scikit-learn, across chunks of units."""
     rng = np.random.RandomState(7)
     n, units = 400, units_module._CHUNK + 5
     pre = rng.randn(n, units).astype(np.float32)
@@ -234,7 +236,9 @@ def test_an_activation_ranked_from_its_preactivations_order_scores_as_sorted_alo
     act[:, 4] = np.where(rng.rand(n) < 0.5, np.float32(-0.0), np.float32(0.0))
     act[:, 5] = 0.25  # constant
     act[7, 6] = np.nan
-    act[:, 20] = -pre[:, 20]  # falls as the preactivation rises
+    # the second chunk unrelated to its preactivations, or falling as they rise: sorted anew
+    act[:, 16:20] = rng.permutation(act[:, 16:20])
+    act[:, 20] = -pre[:, 20]
     labels = (rng.rand(n) < 0.3).astype(np.float64)
 
     def gathered(values):
@@ -242,9 +246,14 @@ def test_an_activation_ranked_from_its_preactivations_order_scores_as_sorted_alo
         return Gathered(parts, labels, np.arange(n), np.zeros(n, np.int64))
 
     shuffles, seed = 3, 5
-    _, (signed, shuffled) = units_module.score_columns(
-        [gathered(pre), gathered(act)], True, shuffles, seed
-    )
+    sort = units_module._Ranker.__call__
+    with mock.patch.object(
+        units_module._Ranker, "__call__", autospec=True, side_effect=sort
+    ) as sorts:
+        _, (signed, shuffled) = units_module.score_columns(
+            [gathered(pre), gathered(act)], True, shuffles, seed
+        )
+    assert sorts.call_count == 3  # each chunk's preactivations, and the second chunk anew
     draw = np.random.default_rng(seed)
     permuted = [labels[draw.permutation(n)] for _ in range(shuffles)]
     assert np.isnan(signed[6]) and np.isnan(shuffled[:, 6]).all()
