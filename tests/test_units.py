@@ -246,10 +246,8 @@ def test_an_activation_ranked_from_its_preactivations_order_scores_as_sorted_alo
         return Gathered(parts, labels, np.arange(n), np.zeros(n, np.int64))
 
     shuffles, seed = 3, 5
-    sort = units_module._Ranker.__call__
-    with mock.patch.object(
-        units_module._Ranker, "__call__", autospec=True, side_effect=sort
-    ) as sorts:
+    sort = units_module._Ranker._sort
+    with mock.patch.object(units_module._Ranker, "_sort", autospec=True, side_effect=sort) as sorts:
         _, (signed, shuffled) = units_module.score_columns(
             [gathered(pre), gathered(act)], True, shuffles, seed
         )

@@ -243,7 +243,8 @@ def score_columns(
     `ranker`, one made for as many positions before, lends its buffers."""
     first = gs[0]
     for g in gs[1:]:
-        if g.units != first.units or not np.array_equal(g.examples, first.examples):
+        same = np.array_equal(g.examples, first.examples) and np.array_equal(g.steps, first.steps)
+        if g.units != first.units or not same:
             raise ValueError("score_columns: the columns hold other units or positions")
     y = first.labels
     units = first.units
@@ -336,9 +337,12 @@ class _Ranker:
     def __call__(self, g: Gathered, start: int) -> np.ndarray:
         """The midranks (1-based, float64) of units [start, start + _CHUNK) of `g` as [units,
         positions]: a view of this ranker's buffer, valid until the next call."""
-        n = self.n
-        width = self.width = min(_CHUNK, g.units - start)
-        bits = self._transposed(g, start, width)
+        self.width = min(_CHUNK, g.units - start)
+        return self._sort(self._transposed(g, start, self.width))
+
+    def _sort(self, bits: np.ndarray) -> np.ndarray:
+        """The midranks of the values `bits` holds, [units, positions] (`_transposed`)."""
+        n, width = self.n, len(bits)
         flip, key = self.flip[:width], self.key[:width]
         np.right_shift(bits.view(np.int32), 31, out=flip.view(np.int32))  # all ones if negative
         flip |= np.uint32(0x80000000)
@@ -382,7 +386,7 @@ class _Ranker:
         # values in no order (a third below the value before them) take a stable sort five
         # times as long as a sort of their own: they get one
         if np.count_nonzero(tied) > width * n // 3:
-            return self(g, start)
+            return self._sort(bits)
         ranks = self.ranks[:width].reshape(-1)
         ranks[flat[self.mended]] = self.in_order[self.mended]  # each value's place, before ties
         order = along.argsort(axis=1, kind="stable")  # [units, places]: nearly 0, 1, 2, ...
