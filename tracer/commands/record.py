@@ -154,6 +154,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "recorders.Series: --checkpoints every-2",
     )
     c.add_argument(
+        "--names",
+        metavar="FILEPATH",
+        help="with --checkpoints: the filepath Keras' ModelCheckpoint saved the files with, whose {epoch} field is "
+        "each file's epoch, where their names alone do not say it: --names 'model-{epoch:02d}-{val_loss:.2f}.keras'",
+    )
+    c.add_argument(
         "--tensorboard",
         metavar="DIR",
         help="with --checkpoints: also write each checkpoint's gate saturation and activation histograms as "
@@ -219,10 +225,11 @@ def run(args) -> None:
     memory = parse_size(args.memory) if args.memory else None
     if args.checkpoints:
         return _record_series(args, selection, bins, memory)
-    if args.tensorboard:
-        raise SelectionError(
-            "--tensorboard is for --checkpoints series: add --checkpoints, or leave it out"
-        )
+    for flag, given in (("--tensorboard", args.tensorboard), ("--names", args.names)):
+        if given:
+            raise SelectionError(
+                f"{flag} is for --checkpoints series: add --checkpoints, or leave it out"
+            )
     layout = recorded_layout(args.out) if args.resume else None
     # a --workers recording: resumed by tasks
     if layout is not None and layout.unit > 1 and not args.shard:
@@ -293,6 +300,7 @@ def _record_series(args, selection, bins, memory) -> None:
         parse_feed_args(args.feed),
         args.out,
         args.checkpoints,
+        names=args.names,
         resume=args.resume,
         progress=not args.quiet,
         allow_unsafe_ops=args.allow_unsafe_ops,

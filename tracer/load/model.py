@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import glob
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import GatetraceError, ModelFormatError
+from recorders.write.folder import Folder
 from tracer._tf import tf, v1
 from tracer.load.cudnn import cudnn_calls, params_size, replace_cudnn
 from tracer.load.import_check import check_before_import
@@ -285,22 +287,50 @@ def inside(path: Path, folder: Path) -> bool:
 
 
 def read_checkpoint_state(folder: Path, hint: str, prefix: str = "") -> Any:
-    """The `CheckpointState` of a folder's `checkpoint` file, read only when it is a file of at
-    most 1 MB inside the folder; ModelFormatError "PREFIX FOLDER: cannot read ...; HINT" else."""
+    """The `CheckpointState` of a folder's `checkpoint` file, read only as a regular file of at
+    most 1 MB inside the folder (`Folder.read_bytes`: never through a link, never a FIFO or a
+    device); ModelFormatError "PREFIX FOLDER: cannot read ...; HINT" else."""
     from google.protobuf import text_format
     from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
 
-    state_file = folder / "checkpoint"
     try:
-        if state_file.stat().st_size > 1 << 20 or not inside(state_file, folder):
-            raise ValueError(
-                "not a checkpoint state file of this folder (over 1 MB, or a link out of it)"
-            )
-        return text_format.Parse(state_file.read_text(), CheckpointState())
+        with Folder(folder) as opened:
+            data = opened.read_bytes("checkpoint", 1 << 20)
+        return text_format.Parse(data.decode("utf-8"), CheckpointState())
     except (OSError, ValueError, text_format.ParseError) as err:
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ModelFormatError(
-            f"{prefix}{folder}: cannot read its 'checkpoint' file: {str(err).splitlines()[0]}{hint}"
+            f"{prefix}{folder}: cannot read its 'checkpoint' file: {why}{hint}"
         ) from None
+
+
+def checkpoint_files(prefix: Path) -> list[Path]:
+    """The files of the TF1 checkpoint `prefix`: its .meta, .index and .data-* files."""
+    return [
+        Path(f"{prefix}.meta"),
+        Path(f"{prefix}.index"),
+        *prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"),
+    ]
+
+
+def files_inside(folder: Path, files: list[Path], prefix: str = "") -> None:
+    """ModelFormatError unless each of `files` that is there is a regular file inside `folder`
+    (a link that stays inside it is one): a trainer writes nothing else, and a link out of the
+    folder would read another run's weights, a FIFO block, a device act on being opened."""
+    for f in files:
+        if not os.path.lexists(f):
+            continue
+        if not inside(f, folder):
+            raise ModelFormatError(
+                f"{prefix}{folder}: {f.name} links out of the folder; gatetrace reads a checkpoint's files only "
+                "inside its folder: copy them in"
+            )
+        kind = stat.S_IFMT(os.stat(f).st_mode)
+        if kind != stat.S_IFREG:
+            raise ModelFormatError(
+                f"{prefix}{folder}: {f.name} is {'a folder' if kind == stat.S_IFDIR else 'not a regular file'}; "
+                "a checkpoint's files are regular files: remove it, or copy the run's files into a new folder"
+            )
 
 
 def in_folder(folder: Path, named: str) -> tuple[Path, str | None]:
@@ -329,11 +359,6 @@ def _state_prefix(folder: Path) -> tuple[str, str | None]:
             f"{folder}: its 'checkpoint' file names no checkpoint; point at a checkpoint prefix P with P.meta beside it instead"
         )
     candidate, note = in_folder(folder, named)
-    files = [
-        Path(f"{candidate}.meta"),
-        Path(f"{candidate}.index"),
-        *candidate.parent.glob(f"{glob.escape(candidate.name)}.data-*"),
-    ]
     if not Path(f"{candidate}.index").is_file() and not Path(f"{candidate}.meta").is_file():
         where = (
             f"names {named}, outside the folder, and the folder holds no {candidate.name}"
@@ -343,12 +368,7 @@ def _state_prefix(folder: Path) -> tuple[str, str | None]:
         raise ModelFormatError(
             f"{folder}: its 'checkpoint' file {where}; point at a checkpoint prefix P with P.meta beside it instead"
         )
-    outside = [f.name for f in files if f.exists() and not inside(f, folder)]
-    if outside:
-        raise ModelFormatError(
-            f"{folder}: {', '.join(outside)} link{'s' if len(outside) == 1 else ''} out of the folder; "
-            "gatetrace reads a checkpoint's files only inside its folder: copy them in"
-        )
+    files_inside(folder, checkpoint_files(candidate))
     return str(candidate), note
 
 

@@ -36,6 +36,7 @@ def record_series(
     out: str | os.PathLike,
     checkpoints: str = "all",
     *,
+    names: str | None = None,
     resume: bool = False,
     progress: bool = False,
     allow_unsafe_ops: bool = False,
@@ -44,7 +45,8 @@ def record_series(
 ) -> dict:
     """Record each checkpoint `checkpoints` picks (`tracer.load.series.choose`) of the training
     run in `folder` on `feeds`, into `out/KEY=VALUE/` (see the module docstring); `options` are
-    `tracer.record`'s. Returns {"key", "values", "recorded": those recorded in this run,
+    `tracer.record`'s; `names`: the `ModelCheckpoint` filepath Keras files were saved with
+    (`tracer.load.series.find_series`). Returns {"key", "values", "recorded": those recorded in this run,
     "summaries": each one's `record` summary}."""
     for flag in ("overwrite", "shard", "carry_state"):
         if options.get(flag):
@@ -52,7 +54,7 @@ def record_series(
                 f"--checkpoints with --{flag.replace('_', '-')}: a series is recorded one checkpoint after another "
                 "into folders of its own; remove an old series first, and record the whole series in one process"
             )
-    chosen = choose(find_series(folder), checkpoints)
+    chosen = choose(find_series(folder, names), checkpoints)
     key = chosen[0].key
     out_text = str(out).rstrip("/")
     place = place_of(out_text)
