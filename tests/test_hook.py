@@ -137,3 +137,21 @@ def test_summaries_logged_in_the_training_run_match_the_full_gates(tmp_path):
         a, b = (Series(tmp_path / n).recording(step) for n in ("full", "summary"))
         assert b.kind == "summary"
         assert assert_matches(a.path, b.path) > 0
+
+
+def test_a_step_left_without_its_manifest_by_a_killed_run_is_logged_anew(tmp_path):
+    graph, x, y, train = training_graph(False)
+    (tmp_path / "log" / "global_step=0" / "gates").mkdir(
+        parents=True
+    )  # killed while writing step 0
+    (tmp_path / "log" / "series.json").write_text(
+        '{"kind": "series", "key": "global_step", "values": null, "source": "training"}'
+    )
+    (tmp_path / "log" / "global_step=0" / "gates" / "part-0.parquet").write_bytes(b"half")
+    hook = tracer.GateLoggingHook(tmp_path / "log", every_n_steps=3)
+    with graph.as_default():
+        with v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_secs=None) as session:
+            for bx, by in zip(BATCHES[:4], LABELS[:4], strict=True):
+                session.run(train, {x: bx, y: by})
+    assert hook.logged == [0, 3] and Series(tmp_path / "log").complete == [0, 3]
+    assert not (tmp_path / "log" / "global_step=0" / "gates" / "part-0.parquet").exists()

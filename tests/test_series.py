@@ -219,3 +219,43 @@ def test_bad_series_get_one_line(tmp_path):
         assert done.returncode == 2 and message in done.stderr, done.stderr
     with pytest.raises(RecordingError, match="is not a series of recordings"):
         Series(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("odd", ["link", "fifo", "zero", "big"])
+def test_a_series_folder_reads_only_its_own_files(tmp_path, odd):
+    """A key's folder that is a link to another recording, and a series.json that is a FIFO, a
+    link to /dev/zero or over 1 MB, are refused in one line, never followed, opened or read whole."""
+    import os
+    import shutil
+
+    run = tmp_path / "run"
+    train_tf1(run, saves=(2, 4))
+    tracer.record_series(run, {"x": X}, tmp_path / "s")
+    s = tmp_path / "s"
+    if odd == "link":
+        shutil.copytree(s / "checkpoint=4", tmp_path / "other")
+        shutil.rmtree(s / "checkpoint=4")
+        (s / "checkpoint=4").symlink_to(tmp_path / "other")
+        for read in (
+            lambda: Series(s).complete,
+            lambda: Series(s).recording(4),
+            lambda: saturation_across(Series(s)),
+        ):
+            with pytest.raises(RecordingError, match=r"checkpoint=4 is a symbolic link to .*other"):
+                read()
+        return
+    (s / "series.json").unlink()
+    if odd == "fifo":
+        os.mkfifo(s / "series.json")
+    elif odd == "zero":
+        (s / "series.json").symlink_to("/dev/zero")
+    else:
+        with open(s / "series.json", "wb") as f:
+            f.truncate(1 << 30)  # sparse: 1 GiB of zeros, none on disk
+    want = {
+        "fifo": "is a FIFO",
+        "zero": "is a symbolic link",
+        "big": "more than the 1,048,576 bytes",
+    }[odd]
+    with pytest.raises(RecordingError, match=want):
+        Series(s)

@@ -81,9 +81,7 @@ def test_two_files_of_one_epoch_are_refused():
 def test_an_ambiguous_folder_is_one_line_on_the_command_line(tmp_path):
     for name in ("model-01-17.h5", "model-02-12.h5"):
         (tmp_path / name).write_bytes(b"")
-    done = run_cli(
-        "record", str(tmp_path), "--checkpoints", "all", "--out", str(tmp_path / "s")
-    )
+    done = run_cli("record", str(tmp_path), "--checkpoints", "all", "--out", str(tmp_path / "s"))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "--names 'model-{epoch:02d}" in done.stderr
     assert not (tmp_path / "s").exists()
@@ -104,7 +102,9 @@ def test_tf1_global_steps_and_two_prefixes_of_one_step(tmp_path):
     found = find_series(tmp_path / "run")
     assert [(c.key, c.value) for c in found] == [("checkpoint", 100), ("checkpoint", 200)]
     tf1_run(tmp_path / "twice", ["model.ckpt-200", "model.ckpt-0200"])
-    with pytest.raises(ModelFormatError, match=r"model.ckpt-200 and model.ckpt-0200, both of global step 200"):
+    with pytest.raises(
+        ModelFormatError, match=r"model.ckpt-200 and model.ckpt-0200, both of global step 200"
+    ):
         find_series(tmp_path / "twice")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import tracer
 from recorders import Bins, Recording, Series
-from recorders.errors import FeedError, OutputExistsError, RecordingError
+from recorders.errors import FeedError, OutputExistsError, RecordingError, SelectionError
 from recorders.read.analysis import saturation, saturation_across
 from tests.test_keras import keras_module
 from tracer.keras import GateLogger
@@ -187,3 +187,35 @@ def test_tensorboard_reads_back_the_gate_summaries(tmp_path):
         assert histo.min == a.min() and histo.max == a.max()
         want = np.histogram(a, np.linspace(0, 1, 21))[0]
         np.testing.assert_array_equal(histo.bucket[1:-1], want)
+
+
+def test_an_epoch_left_unfinished_by_a_killed_run_is_logged_anew_not_continued(tmp_path):
+    """A run killed while logging epoch 1 leaves its folder without a manifest (here: every part
+    written, the manifest not yet); the restarted run, another model by then, logs epoch 1 from
+    nothing: each key holds one model's gates."""
+    import shutil
+
+    keras = keras_module("keras3")
+    killed = model_of(keras)
+    killed.fit(X, Y, epochs=1, verbose=0, callbacks=[GateLogger(PROBE, tmp_path / "killed")])
+    (tmp_path / "log").mkdir()
+    shutil.copy(tmp_path / "killed" / "series.json", tmp_path / "log")
+    shutil.copytree(tmp_path / "killed" / "epoch=1", tmp_path / "log" / "epoch=1")
+    (tmp_path / "log" / "epoch=1" / "manifest.json").unlink()
+    restarted = model_of(keras)
+    restarted.fit(
+        X[:16], Y[:16], epochs=1, verbose=0, callbacks=[GateLogger(PROBE, tmp_path / "log")]
+    )
+    tracer.record(restarted, PROBE, tmp_path / "alone")
+    logged = Series(tmp_path / "log").recording(1)
+    same_gates(logged, Recording(tmp_path / "alone"))
+    other = Recording(tmp_path / "killed" / "epoch=1").gate_array("lstm", "f")
+    assert not np.isclose(logged.gate_array("lstm", "f"), other).all(axis=(1, 2)).any()
+
+
+def test_keys_no_reader_takes_are_refused_before_anything_is_written(tmp_path):
+    from tracer.run.series import fresh_key
+
+    with pytest.raises(SelectionError, match=r"whole numbers from 0 to 9,007,199,254,740,991"):
+        fresh_key(str(tmp_path / "log"), "batch", 2**53, "GateLogger", "again")
+    assert not (tmp_path / "log").exists()

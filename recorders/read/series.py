@@ -8,13 +8,16 @@
 
 The layout (`series.json`, then `KEY=VALUE/` folders, each a recording) is `tracer.run.series`'
 (a series logged while training, `tracer.run.training`, lists no values: its folders say them).
-A selection of values reads only their folders. `series.json` may come from anyone: it is read
-through `parse_json`, and its key and values (integers) are checked before they name a folder.
+A selection of values reads only their folders. A series may come from anyone: `series.json` is
+read only as a regular file of at most 1 MB inside the folder (never through a link, never a
+FIFO or a device), through `parse_json`, and its key and values (integers) are checked before
+they name a folder; a key's folder must be a folder inside the series (a link is refused).
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,20 +25,13 @@ from typing import Any
 import pandas as pd
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.read.files import DAMAGED
 from recorders.read.reader import Recording
+from recorders.write.folder import Folder, NotRegularFile
 from recorders.write.schema import parse_json
+from recorders.write.series import KEYS, SERIES_FILE, is_key
 
 __all__ = ["Series", "SERIES_FILE", "KEYS"]
-
-SERIES_FILE = "series.json"
-# a checkpoint's global step; an epoch; a step logged by the hook; a batch logged by the callback
-KEYS = ("checkpoint", "epoch", "global_step", "batch")
-_MAX_VALUE = 2**53
-
-
-def _count(v: Any) -> bool:
-    """Whether `v` is a whole number a series' key may take."""
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_VALUE
 
 
 class Series:
@@ -44,12 +40,27 @@ class Series:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         shown = f"{self.path}/{SERIES_FILE}"
+        not_one = RecordingError(
+            f"{self.path} is not a series of recordings: it has no {SERIES_FILE} (gatetrace record DIR "
+            "--checkpoints ... writes one)"
+        )
         try:
-            data = (self.path / SERIES_FILE).read_bytes()[: 1 << 20]
+            self._root = Folder(self.path.resolve())
         except OSError:
+            raise not_one from None
+        weakref.finalize(self, self._root.close)
+        try:
+            data = self._root.read_bytes(SERIES_FILE, 1 << 20)
+        except NotRegularFile:
             raise RecordingError(
-                f"{self.path} is not a series of recordings: it has no {SERIES_FILE} (gatetrace record DIR "
-                "--checkpoints ... writes one)"
+                f"{shown} is {self._root.kind(SERIES_FILE)}: gatetrace reads only the regular files inside a series "
+                "(it writes nothing else) and read nothing from it"
+            ) from None
+        except FileNotFoundError:
+            raise not_one from None
+        except OSError as err:
+            raise RecordingError(
+                f"{shown} cannot be read ({err.strerror or err}): {DAMAGED}"
             ) from None
         found = parse_json(data, shown)
         key = found.get("key") if isinstance(found, dict) else None
@@ -59,7 +70,7 @@ class Series:
         if (
             key not in KEYS
             or not isinstance(values, list)
-            or not all(_count(v) for v in values)
+            or not all(is_key(v) for v in values)
             or len(set(values)) != len(values)
         ):
             raise RecordingError(
@@ -74,7 +85,7 @@ class Series:
         if epochs is not None and not (
             isinstance(epochs, dict)
             and all(
-                isinstance(b, str) and b.isdigit() and len(b) < 16 and _count(e)
+                isinstance(b, str) and b.isdigit() and len(b) < 16 and is_key(e)
                 for b, e in epochs.items()
             )
         ):
@@ -86,29 +97,39 @@ class Series:
     def _logged(self, key: str) -> list[int]:
         """The values of the `KEY=VALUE` folders there (a series logged while training)."""
         found = []
-        for entry in self.path.iterdir():
-            name, _, value = entry.name.partition("=")
-            if name == key and value.isdigit() and len(value) < 16 and entry.is_dir():
+        for name in self._root.entries():
+            label, _, value = name.partition("=")
+            if label == key and value.isdigit() and len(value) < 16:
+                self._refuse_odd(name)
                 found.append(int(value))
         return found
+
+    def _refuse_odd(self, name: str) -> None:
+        """RecordingError unless the entry `name` is a folder (not a link to one)."""
+        kind = self._root.kind(name)
+        if kind not in ("a folder", "missing"):
+            raise RecordingError(
+                f"{self.path}/{name} is {kind}: a series' recordings are folders inside it (gatetrace writes "
+                "nothing else) and nothing was read from it; if you trust what it points to, copy the series with its "
+                "links resolved (cp -rL) and open the copy"
+            )
 
     def __repr__(self) -> str:
         return (
             f"Series({str(self.path)!r}, {self.key} {self.values}, {len(self.complete)} complete)"
         )
 
-    def _folder(self, value: int) -> Path:
-        return self.path / f"{self.key}={value}"
-
     @property
     def complete(self) -> list[int]:
         """The values whose recording is complete (its manifest is there)."""
-        return [v for v in self.values if (self._folder(v) / "manifest.json").is_file()]
+        for v in self.values:
+            self._refuse_odd(f"{self.key}={v}")
+        return [v for v in self.values if "manifest.json" in self._root.entries(f"{self.key}={v}")]
 
     def recording(self, value: int) -> Recording:
         """The recording of one value of the key."""
         self._check(value)
-        return Recording(self._folder(value))
+        return Recording(self._root.path / f"{self.key}={value}")
 
     def _check(self, value: int) -> None:
         """Say in one line why `value` has no recording to open, if it has none."""
@@ -116,7 +137,8 @@ class Series:
             raise SelectionError(
                 f"no {self.key} {value} in {self.path}; it holds {', '.join(map(str, self.values))}"
             )
-        if not self._folder(value).is_dir():
+        self._refuse_odd(f"{self.key}={value}")
+        if not self._root.is_dir(f"{self.key}={value}"):
             raise SelectionError(
                 f"{self.key} {value} of {self.path} is not recorded yet: resume the series to record it"
             )

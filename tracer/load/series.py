@@ -135,7 +135,7 @@ def _read_off(files: list[str], where: str) -> list[tuple[int, str]]:
             f"--checkpoints: {where} holds Keras files named in {len(shapes)} ways ({shown}), so their names do "
             f"not say which number is the epoch; {ask}"
         )
-    ((_, decimal), group), = shapes.items()
+    (((_, decimal), group),) = shapes.items()
     whole = [k for k, d in enumerate(decimal) if not d]
     varying = [k for k in whole if len({int(numbers[k]) for _, numbers in group}) > 1]
     candidates = varying or whole  # none varying: one file, or files of one epoch (refused below)

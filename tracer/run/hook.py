@@ -31,15 +31,14 @@ from typing import Any
 import numpy as np
 
 from recorders import RecordingWriter
-from recorders.errors import GatetraceError, OutputExistsError, SelectionError
-from recorders.write.place import place_of
+from recorders.errors import GatetraceError, SelectionError
 from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins, summary_columns
 from tracer._tf import v1
 from tracer.find.graph import find_cells
 from tracer.run.recording import hand_over
 from tracer.run.select import Selection
-from tracer.run.series import open_logged
+from tracer.run.series import fresh_key, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
@@ -151,11 +150,9 @@ class GateLoggingHook(v1.train.SessionRunHook):
         assert self._plan is not None  # (begin)
         weights = dict(zip(self._weights, results["weights"], strict=True))
         cells = self._cells
-        where = f"{self.out}/global_step={step}"
-        if place_of(where).exists():
-            raise OutputExistsError(
-                f"GateLoggingHook: global step {step} is already logged in {self.out}; log into a new folder"
-            )
+        where = fresh_key(
+            self.out, "global_step", step, "GateLoggingHook", "the global step restored past it"
+        )
         description: dict[str, Any] = {
             "source": {"path": "training", "format": "training run"},
             "cells": [c.describe() for c in cells],

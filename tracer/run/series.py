@@ -20,14 +20,13 @@ from typing import Any
 from recorders.errors import ModelFormatError, OutputExistsError, SelectionError
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.schema import parse_json
+from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
 from tracer.load.series import Checkpoint, choose, find_series
 from tracer.run.recording import find_all, record
 from tracer.run.tensorboard import GateSummaries
 
-__all__ = ["record_series", "open_logged", "SERIES_FILE"]
-
-SERIES_FILE = "series.json"
+__all__ = ["record_series", "open_logged", "fresh_key", "SERIES_FILE"]
 
 
 def record_series(
@@ -56,6 +55,7 @@ def record_series(
             )
     chosen = choose(find_series(folder, names), checkpoints)
     key = chosen[0].key
+    folders = {c.value: key_folder(key, c.value) for c in chosen}  # each a key a reader takes
     out_text = str(out).rstrip("/")
     place = place_of(out_text)
     description = {
@@ -71,7 +71,7 @@ def record_series(
         recorded: list[int] = []
         first: list[dict] | None = None
         for c in chosen:
-            where = f"{out_text}/{key}={c.value}"
+            where = f"{out_text}/{folders[c.value]}"
             sub = place_of(where)
             if resume and sub.exists() and "manifest.json" in sub.entries():
                 continue  # recorded before
@@ -169,3 +169,18 @@ def open_logged(out: str, key: str, who: str) -> dict[str, Any]:
         described["epochs"] = {}  # each logged batch's epoch, by batch
     place.write_json(SERIES_FILE, described)
     return described
+
+
+def fresh_key(out: str, key: str, value: int, who: str, again: str) -> str:
+    """The folder `OUT/KEY=VALUE` of a value a logger is about to log, made ready: a complete one
+    (its manifest there) is refused ("restart with AGAIN"); an incomplete one, left by a run
+    killed while logging it, is removed, so that a key holds one model's gates or none."""
+    name = key_folder(key, value)
+    place = place_of(out)
+    if name in place.entries():
+        if "manifest.json" in place_of(f"{out}/{name}").entries():
+            raise OutputExistsError(
+                f"{who}: {key} {value} is already logged in {out}; restart with {again}, or log into a new folder"
+            )
+        place.remove(name)
+    return f"{out}/{name}"

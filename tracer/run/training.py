@@ -17,7 +17,9 @@ gate's saturation and activation histogram is also written there (`tracer.run.te
 
 Faults: an epoch's folder appears complete (its manifest) only once recorded, so a run killed
 midway leaves every logged epoch before it readable; a restarted run (`fit(initial_epoch=...)`)
-logs into the same folder after them, and refuses in one line to log an epoch already there. A
+logs into the same folder after them, and refuses in one line to log an epoch already there. The
+epoch in flight when the run was killed is discarded and logged anew by the restarted run (never
+continued: its first batches would hold the killed model's gates). A
 recording that fails (a full disk) stops the training with the error (`on_error="stop"`, the
 default) or is reported once on stderr while the training goes on (`on_error="warn"`).
 """
@@ -30,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GatetraceError, OutputExistsError, SelectionError
+from recorders.errors import GatetraceError, SelectionError
 from recorders.write.place import place_of
 from recorders.write.totals import Bins
 from tracer.load.keras import wrap
 from tracer.run.recording import record
-from tracer.run.series import SERIES_FILE, open_logged
+from tracer.run.series import SERIES_FILE, fresh_key, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.values.keras import resolve_inputs
 
@@ -117,16 +119,10 @@ class GateLogger:
 
     def _log(self, n: int) -> None:
         """Record the probe into `OUT/KEY=n/` (KEY: epoch or batch)."""
-        where = f"{self.out}/{self.by}={n}"
-        sub = place_of(where)
-        if sub.exists() and "manifest.json" in sub.entries():
-            again = "fit(initial_epoch=...) past the epochs there"
-            if self.by == "batch":
-                again = "the optimizer's state restored (its iteration count goes on)"
-            raise OutputExistsError(
-                f"GateLogger: {self.by} {n} is already logged in {self.out}; restart with {again}, or log into a "
-                "new folder"
-            )
+        again = "fit(initial_epoch=...) past the epochs there"
+        if self.by == "batch":
+            again = "the optimizer's state restored (its iteration count goes on)"
+        where = fresh_key(self.out, self.by, n, "GateLogger", again)
         try:
             # by batch, its epoch first: the series file names it before its folder is complete
             if self.by == "batch":
@@ -136,7 +132,6 @@ class GateLogger:
                 self.model,
                 self.probe,
                 where,
-                resume=sub.exists() and bool(sub.entries()),  # a run killed while logging it
                 batch_size=self.batch_size,
                 values=self.values,
                 summary=self.summary,
