@@ -259,3 +259,47 @@ def test_a_series_folder_reads_only_its_own_files(tmp_path, odd):
     }[odd]
     with pytest.raises(RecordingError, match=want):
         Series(s)
+
+
+def test_a_refused_series_leaves_nothing_behind(tmp_path):
+    """A first checkpoint refused, a --tensorboard inside the series or unusable: one line, and
+    no series.json that would ask the corrected command for --resume."""
+    run = tmp_path / "run"
+    train_tf1(run, saves=(2, 4))
+    np.save(tmp_path / "x.npy", X)
+    base = [
+        "record",
+        str(run),
+        "--checkpoints",
+        "all",
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--quiet",
+    ]
+    inside = run_cli(
+        *base, "--out", str(tmp_path / "s"), "--tensorboard", str(tmp_path / "s" / "checkpoint=4")
+    )
+    assert inside.returncode == 2 and "lies inside --out" in inside.stderr
+    (tmp_path / "file").write_text("not a folder")
+    unusable = run_cli(*base, "--out", str(tmp_path / "s"), "--tensorboard", str(tmp_path / "file"))
+    assert unusable.returncode == 2 and "cannot write TensorBoard events there" in unusable.stderr
+    wrong = run_cli(*base[:-2], "--feed", "nothing=1", "--quiet", "--out", str(tmp_path / "s"))
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+    (run / "model.ckpt-2.meta").write_bytes(b"not a graph")
+    refused = run_cli(*base, "--out", str(tmp_path / "s"))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+    keras_run(tmp_path / "keras")
+    done = run_cli(
+        "record",
+        str(tmp_path / "keras"),
+        "--checkpoints",
+        "all",
+        "--out",
+        str(tmp_path / "s"),
+        "--quiet",
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+    )
+    assert done.returncode == 0, done.stderr

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from recorders.errors import ModelFormatError, OutputExistsError, SelectionError
 from recorders.write.place import LocalPlace, place_of
+from recorders.write.files import is_uri
 from recorders.write.schema import parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
@@ -64,12 +66,17 @@ def record_series(
         "values": [c.value for c in chosen],
         "source": os.fspath(folder),
     }
-    _start(place, description, resume, out_text)
-    board = GateSummaries(tensorboard) if tensorboard is not None else None
+    started = _check_start(place, description, resume, out_text)
+    if tensorboard is not None and _within(tensorboard, out_text):
+        raise SelectionError(
+            f"--tensorboard {tensorboard} lies inside --out {out_text}: a series holds only its recordings; give "
+            "TensorBoard a folder of its own, e.g. --tensorboard logs/gates"
+        )
+    board: GateSummaries | None = None
+    summaries: dict[int, dict] = {}
+    recorded: list[int] = []
+    first: list[dict] | None = None
     try:
-        summaries: dict[int, dict] = {}
-        recorded: list[int] = []
-        first: list[dict] | None = None
         for c in chosen:
             where = f"{out_text}/{folders[c.value]}"
             sub = place_of(where)
@@ -83,6 +90,11 @@ def record_series(
                     first = cells
                 elif cells != first:  # checked before anything of this checkpoint is written
                     raise ModelFormatError(_changed(chosen[0], c, first, cells))
+                if tensorboard is not None and board is None:
+                    board = GateSummaries(tensorboard)
+                if not started:  # the first checkpoint loaded: the series begins
+                    _begin(place, description)
+                    started = True
                 summaries[c.value] = record(
                     model,
                     feeds,
@@ -94,19 +106,33 @@ def record_series(
             if board is not None:
                 board.write(where, c.value)
             recorded.append(c.value)
-        return {
-            "key": key,
-            "values": description["values"],
-            "recorded": recorded,
-            "summaries": summaries,
-        }
+    except BaseException:
+        if not resume and not recorded and started:  # nothing of it is worth resuming
+            for name in place.entries():
+                place.remove(name)
+        raise
     finally:
         if board is not None:
             board.close()
+    return {
+        "key": key,
+        "values": description["values"],
+        "recorded": recorded,
+        "summaries": summaries,
+    }
 
 
-def _start(place: Any, description: dict, resume: bool, out: str) -> None:
-    """Write `series.json`, or check the one there when resuming."""
+def _within(inner: str | os.PathLike, outer: str) -> bool:
+    """Whether the local folder `inner` is `outer` or lies below it."""
+    if is_uri(outer) and not outer.startswith("file://"):
+        return False
+    outer_path = Path(outer.removeprefix("file://")).resolve()
+    return Path(inner).resolve().is_relative_to(outer_path)
+
+
+def _check_start(place: Any, description: dict, resume: bool, out: str) -> bool:
+    """Whether the series in `out` has begun (resumed: its `series.json` matches); refuses a
+    folder holding anything else, before anything is written."""
     if SERIES_FILE in place.entries():
         if not resume:
             raise OutputExistsError(
@@ -120,9 +146,14 @@ def _start(place: Any, description: dict, resume: bool, out: str) -> None:
                 f"--out {out} holds a series of other checkpoints; resume with the same --checkpoints, or choose "
                 "another folder"
             )
-        return
+        return True
     if place.exists() and place.entries():
         raise OutputExistsError(f"--out {out} is not empty; give a new folder for the series")
+    return False
+
+
+def _begin(place: Any, description: dict) -> None:
+    """Write `series.json` into the new series folder."""
     if isinstance(place, LocalPlace):
         place.path.mkdir(parents=True, exist_ok=True)
     place.write_json(SERIES_FILE, description)

@@ -42,8 +42,14 @@ class GateSummaries:
             raise SelectionError(
                 'TensorBoard summaries need the tensorboard package: pip install "gatetrace[tensorboard]"'
             ) from None
-        os.makedirs(logdir, exist_ok=True)
-        self._writer: Any = EventFileWriter(os.fspath(logdir))
+        try:
+            os.makedirs(logdir, exist_ok=True)
+            self._writer: Any = EventFileWriter(os.fspath(logdir))
+        except OSError as err:
+            raise SelectionError(
+                f"--tensorboard {logdir}: cannot write TensorBoard events there ({err.strerror or err}); "
+                "give a folder you can write to"
+            ) from None
 
     def write(self, recording: str | os.PathLike, step: int) -> None:
         """Append the gates' saturation and histograms of `recording` at `step`."""

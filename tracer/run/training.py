@@ -92,11 +92,11 @@ class GateLogger:
     def on_train_begin(self, logs: dict | None = None) -> None:
         # a probe the model cannot take is said before the first epoch trains, not after it
         resolve_inputs(wrap(self.model), self.probe)
+        if self.tensorboard is not None:  # refused before the series begins
+            self._board = GateSummaries(self.tensorboard)
         self._series = open_logged(self.out, self.by, "GateLogger")
         if self.by == "batch":  # each logged batch's epoch, those of a restarted run's first
             self._series["epochs"] = dict(self._series.get("epochs") or {})
-        if self.tensorboard is not None:
-            self._board = GateSummaries(self.tensorboard)
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._board is not None:
