@@ -437,3 +437,109 @@ def test_bad_labels_get_one_line(recorded, tmp_path):
         read_labels(pd.DataFrame({"example": [0, 0], "label": [1, 0]}))
     with pytest.raises(SelectionError, match="no labelled position has a recorded row"):
         unit_scores(rec, pd.DataFrame({"example": [EXAMPLES, EXAMPLES + 1], "label": [1, 0]}))
+
+
+def test_user_numbers_and_label_files_are_checked_before_they_size_anything(recorded, tmp_path):
+    """--step past the recording, a small Parquet file of 50M rows, a sparse .npy declaring
+    2 GiB, a CSV past the budget: one line each, before anything is decoded or allocated."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rec, _ = recorded
+    labels = np.arange(EXAMPLES) % 2
+    for step in (STEPS, 300_000, 20_000_000, -1):
+        with pytest.raises(
+            SelectionError, match=rf"step {step}: expected an input position .* 0 to {STEPS - 1}"
+        ):
+            unit_scores(rec, labels, step=step)
+        with pytest.raises(SelectionError, match=rf"step {step}: expected"):
+            probe(rec, labels, step=step)
+    # 50M rows of one repeated value: a few hundred KB on disk
+    rows = 50_000_000
+    table = pa.table(
+        {"example": pa.array(np.zeros(1, np.int64)).take(pa.array(np.zeros(rows, np.int32)))}
+    )
+    table = table.append_column(
+        "label", pa.array(np.ones(1)).take(pa.array(np.zeros(rows, np.int32)))
+    )
+    pq.write_table(table, tmp_path / "many.parquet", compression="zstd")
+    del table
+    assert (tmp_path / "many.parquet").stat().st_size < 4 << 20
+    with pytest.raises(
+        SelectionError, match=r"its 50,000,000 rows would take .* more than the memory budget"
+    ):
+        read_labels(tmp_path / "many.parquet", memory=1 << 30)
+    with open(
+        tmp_path / "sparse.npy", "wb"
+    ) as f:  # a header declaring 2 GiB of float64, the rest a hole
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f8", "fortran_order": False, "shape": (1 << 28,)}
+        )
+        f.truncate(f.tell() + (2 << 30))
+    with pytest.raises(SelectionError, match=r"its shape \[268435456\] would take"):
+        read_labels(tmp_path / "sparse.npy", memory=1 << 30)
+    np.save(tmp_path / "short.npy", np.zeros(0))
+    with open(tmp_path / "short.npy", "r+b") as f:  # a header claiming more than the file holds
+        header = f.read().replace(b"(0,)", b"(9,)")
+        f.seek(0)
+        f.write(header)
+    with pytest.raises(SelectionError, match="shorter than its header"):
+        read_labels(tmp_path / "short.npy")
+    with open(tmp_path / "big.csv", "w") as f:
+        f.write("example,label\n")
+        f.truncate(200 << 20)
+    with pytest.raises(SelectionError, match=r"bytes of text would take"):
+        read_labels(tmp_path / "big.csv", memory=1 << 30)
+    np.save(tmp_path / "labels.npy", labels)
+    done = run_cli(
+        "units", str(rec.path), "--labels", str(tmp_path / "labels.npy"), "--step", "20000000"
+    )
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+
+
+def test_a_probe_whose_training_split_holds_one_example_of_a_label_is_refused_before_fitting(
+    recorded, capsys
+):
+    rec, _ = recorded
+    labels = np.zeros(EXAMPLES)
+    labels[[0, 1]] = 1  # two positives: at most one of them left to train on, or none
+    with pytest.raises(SelectionError, match=r"hold label 1 in 1 and other labels in 19; a probe needs"):
+        probe(rec, labels, held_out=0.5, seed=2)  # example 0 trains, example 1 is held out
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.e2e
+def test_units_never_imports_tensorflow_even_to_say_what_failed(recorded, tmp_path):
+    import subprocess
+    import sys
+
+    rec, _ = recorded
+    np.save(tmp_path / "labels.npy", np.arange(EXAMPLES) % 2)
+    script = (
+        "import sys\n"
+        "from recorders.read import units\n"
+        "def broken(*a, **k): raise RuntimeError('a bug')\n"
+        "if sys.argv[1] == 'bug': units.unit_scores = broken\n"
+        "from tracer.cli import main\n"
+        "code = main(sys.argv[2:])\n"
+        "print(code, 'tensorflow' in sys.modules)\n"
+    )
+    for case, extra in (("step", ["--step", "20000000"]), ("bug", [])):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                script,
+                case,
+                "units",
+                str(rec.path),
+                "--labels",
+                str(tmp_path / "labels.npy"),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.stdout == "2 False\n", (case, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("gatetrace: error: ")

@@ -135,8 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"gatetrace: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(
+            "gatetrace: error: out of memory: select fewer examples, steps or cells, or give a smaller --batch-size",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)
+        if not tensorflow:
+            return 130
         from tracer.values import running
 
         # TensorFlow may still be busy with the cancelled step: do not wait for it
@@ -147,10 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
             raise
-        from tracer.load.model import error_line
+        if tensorflow:
+            from tracer.load.model import error_line
 
+            line = error_line(err)
+        else:  # `view` and `units` never import TensorFlow, not even to say what failed
+            line = next((t.strip() for t in str(err).splitlines() if t.strip()), "")
         print(
-            f"gatetrace: error: {type(err).__name__}: {error_line(err)} (set GATETRACE_DEBUG=1 for the traceback)",
+            f"gatetrace: error: {type(err).__name__}: {line} (set GATETRACE_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 2

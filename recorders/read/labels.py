@@ -22,6 +22,7 @@ the matrix `recorders.read.units` ranks and `recorders.read.probe` fits.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,15 @@ class Labels:
     def per_sequence(self) -> bool:
         return self.values.ndim == 1
 
-    def at_step(self, step: int) -> Labels:
-        """Only the labels of input position `step`: one per sequence placed there, or the
-        per-position labels of that column."""
-        if step < 0:
-            raise SelectionError(f"step {step}: expected an input position, 0 or more")
+    def at_step(self, step: int, positions: int) -> Labels:
+        """Only the labels of input position `step` (of the `positions` a recording holds):
+        one per sequence placed there, or the per-position labels of that column."""
+        if not isinstance(step, int) or not 0 <= step < positions:
+            raise SelectionError(
+                f"step {step}: expected an input position the recording holds, 0 to {positions - 1}"
+                if positions
+                else f"step {step}: the recording holds no input position"
+            )
         grid = np.full((self.values.shape[0], step + 1), np.nan)
         if self.per_sequence:
             grid[:, step] = self.values
@@ -66,9 +71,17 @@ class Labels:
         return Labels(grid, self.binary, self.positive, self.table, f"{self.source} at step {step}")
 
 
+def positions(rec: Recording, cells: Sequence[str]) -> int:
+    """How many input positions `rec` holds for `cells`: one past the last one recorded."""
+    return max(
+        (int(s.max()) + 1 for c in dict.fromkeys(cells) if len(s := rec.steps(c))), default=0
+    )
+
+
 def read_labels(source: Any, memory: int = 2**30) -> Labels:
     """`Labels` from an array, a DataFrame, or a `.npy`, `.parquet` or `.csv` file (see the
-    module docstring); `memory` bounds the dense array a table becomes."""
+    module docstring); `memory` bounds what a file decodes to (checked from its header, footer
+    or size before it is decoded) and the dense array a table becomes."""
     if isinstance(source, pd.DataFrame):
         return _from_table(source, "the labels table", memory)
     if isinstance(source, (str, os.PathLike)):
@@ -81,16 +94,30 @@ def read_labels(source: Any, memory: int = 2**30) -> Labels:
             )
         try:
             if suffix == ".npy":
-                array = np.load(path, allow_pickle=False)
+                array = _npy(path, shown, memory)
             elif suffix in (".parquet", ".pq"):
                 import pyarrow.parquet as pq
 
-                names = pq.read_schema(path).names
+                footer = pq.read_metadata(path)
+                names = footer.schema.to_arrow_schema().names
+                wanted = [c for c in ("example", "step", "label") if c in names]
+                # decoded: 8 bytes a value of each column read, then again as pandas columns
+                _fits(
+                    footer.num_rows * 16 * max(len(wanted), 1),
+                    f"its {footer.num_rows:,} rows",
+                    shown,
+                    memory,
+                )
                 array = None
-                table = pq.read_table(
-                    path, columns=[c for c in ("example", "step", "label") if c in names]
-                ).to_pandas()
+                table = pq.read_table(path, columns=wanted).to_pandas()
             elif suffix == ".csv":
+                # a row of example and label takes 4 bytes of text at least ("0,1\n"), 3 columns of 8 bytes read
+                _fits(
+                    path.stat().st_size * 6,
+                    f"its {path.stat().st_size:,} bytes of text",
+                    shown,
+                    memory,
+                )
                 table = pd.read_csv(path, usecols=lambda c: c in ("example", "step", "label"))
                 array = None
             else:
@@ -103,6 +130,34 @@ def read_labels(source: Any, memory: int = 2**30) -> Labels:
             return _from_table(table, shown, memory)
         return _from_array(array, shown)
     return _from_array(np.asarray(source), "the labels array")
+
+
+def _fits(size: int, what: str, shown: str, memory: int) -> None:
+    """SelectionError unless `size` bytes, what a label file decodes to, fit the memory budget."""
+    if size > memory:
+        raise SelectionError(
+            f"labels {shown}: {what} would take {size:,} bytes decoded, more than the memory budget of "
+            f"{memory:,}; give labels for the recording's examples only, or a larger budget (--memory)"
+        )
+
+
+def _npy(path: Path, shown: str, memory: int) -> np.ndarray:
+    """A `.npy` file's array, its header's shape and type checked against the memory budget (as
+    float64 labels) and its size against the header before anything is allocated; no pickles."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)  # the header alone
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        start = f.tell()
+    if dtype.hasobject:
+        raise ValueError("it holds Python objects (pickles); save the labels as numbers")
+    count = int(np.prod(shape, dtype=object))
+    _fits(count * max(8, dtype.itemsize) * 2, f"its shape {list(shape)}", shown, memory)
+    if path.stat().st_size - start < count * dtype.itemsize:
+        raise ValueError(f"it is shorter than its header's shape {list(shape)} says")
+    return np.load(path, allow_pickle=False)
 
 
 def _from_array(array: np.ndarray, shown: str) -> Labels:

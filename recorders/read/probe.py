@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.read.labels import Labels, gather, read_labels
+from recorders.read.labels import Labels, gather, positions, read_labels
 from recorders.read.reader import Recording
 from recorders.read.units import targets
 
@@ -80,11 +80,10 @@ def probe(
     if not 0 < held_out < 1:
         raise SelectionError(f"held_out {held_out!r}: expected a share of the examples in (0, 1)")
     labels = labels if isinstance(labels, Labels) else read_labels(labels, rec.memory)
+    chosen = targets(rec, cells, names, (table,), (column,))
     if step is not None:
-        labels = labels.at_step(step)
-    features, y, examples, names_of = _features(
-        rec, targets(rec, cells, names, (table,), (column,)), labels
-    )
+        labels = labels.at_step(step, positions(rec, [c for c, _, _, _ in chosen]))
+    features, y, examples, names_of = _features(rec, chosen, labels)
     if features.shape[1] < 2:
         raise SelectionError(
             f"a probe over {features.shape[1]} unit finds nothing a single unit's score does not: choose a "
@@ -107,9 +106,13 @@ def probe(
     x_train, x_test, y_train, y_test = features[~test], features[test], y[~test], y[test]
     if labels.binary:
         y_train, y_test = y_train == labels.positive, y_test == labels.positive
-        if y_train.all() or not y_train.any():
+        train_examples = examples[~test]
+        each = [len(np.unique(train_examples[y_train == v])) for v in (True, False)]
+        if min(each) < 2:  # a fold of the search would train on one label
             raise SelectionError(
-                "labels: the training examples hold one label only; give labels that vary over more examples"
+                f"labels: the {len(np.unique(train_examples))} training examples hold label {labels.positive:g} in "
+                f"{each[0]} and other labels in {each[1]}; a probe needs each in 2 examples or more to train and "
+                "choose its regularisation: give labels that vary over more examples"
             )
         model = make_pipeline(
             StandardScaler(),
@@ -122,10 +125,18 @@ def probe(
     (key,) = grid
     if strength is None:
         folds = min(3, len(np.unique(examples[~test])))
-        search = GridSearchCV(model, grid, scoring=scoring, cv=GroupKFold(folds))
+        search = GridSearchCV(
+            model, grid, scoring=scoring, cv=GroupKFold(folds), error_score="raise"
+        )
         with warnings.catch_warnings():  # the folds' fits: only the final one is reported
             warnings.simplefilter("ignore", ConvergenceWarning)
-            search.fit(x_train, y_train, groups=examples[~test])
+            try:
+                search.fit(x_train, y_train, groups=examples[~test])
+            except ValueError as err:  # a fold left with one label: its examples are too few
+                raise SelectionError(
+                    f"labels: the probe's search over {folds} folds of the training examples failed "
+                    f"({str(err).splitlines()[0]}); give labels that vary over more examples"
+                ) from None
         strength = float(search.best_params_[key])
     model.set_params(**{key: strength})
     with warnings.catch_warnings(record=True) as said:

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
-from recorders.read.labels import Gathered, Labels, covers, gather, read_labels
+from recorders.read.labels import Gathered, Labels, covers, gather, positions, read_labels
 from recorders.read.reader import Recording
 
 __all__ = ["unit_scores", "score_units", "score_columns", "targets", "COLUMNS"]
@@ -108,11 +108,11 @@ def unit_scores(
     file: `recorders.read.labels`), best first: the columns of `COLUMNS` (see the module
     docstring). `step`: score only that input position."""
     labels = labels if isinstance(labels, Labels) else read_labels(labels, rec.memory)
-    if step is not None:
-        labels = labels.at_step(step)
     if not isinstance(shuffles, int) or shuffles < 0:
         raise SelectionError(f"shuffles {shuffles!r}: expected a count, 0 or more")
     chosen = targets(rec, cells, names, tables, columns)
+    if step is not None:
+        labels = labels.at_step(step, positions(rec, [c for c, _, _, _ in chosen]))
     for cell in dict.fromkeys(c for c, _, _, _ in chosen):
         covers(rec, cell, labels)  # once a cell (it reads a column of steps)
     # a gate's columns together: the activation is ranked in its preactivation's order

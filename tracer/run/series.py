@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import ModelFormatError, OutputExistsError, SelectionError
-from recorders.write.place import LocalPlace, place_of
 from recorders.write.files import is_uri
+from recorders.write.place import LocalPlace, place_of
 from recorders.write.schema import parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
