@@ -385,6 +385,63 @@ def test_a_damaged_summary_is_refused_in_one_line(tmp_path):
         Recording(out).statistics  # noqa: B018
 
 
+def _tampered(out: Path, name: str, change) -> None:
+    """The summary's `name` table rewritten after `change(frame)`, as someone editing it would."""
+    table = pd.read_parquet(out / "summary" / f"{name}.parquet")
+    change(table)
+    table.to_parquet(out / "summary" / f"{name}.parquet")
+
+
+def _second_bin(table: pd.DataFrame, count: int) -> None:
+    """The first row's histogram with `count` in its second bin."""
+    histogram = np.array(table.at[0, "histogram"])
+    histogram[1] = count
+    table.at[0, "histogram"] = histogram
+
+
+@pytest.mark.parametrize(
+    "name,change,said",
+    [
+        ("units", lambda t: _second_bin(t, -5), "has a negative count"),
+        ("units", lambda t: t.__setitem__("count", t["count"] + 2**40), "counts more values"),
+        ("steps", lambda t: t.__setitem__("count", t["count"] + 2**62), "counts more values"),
+        ("units", lambda t: _second_bin(t, 2**62), "histogram or saturation"),
+        ("units", lambda t: t.__setitem__("below", t["count"] + 1), "histogram or saturation"),
+        (
+            "steps",
+            lambda t: t.__setitem__("step", t["step"] + 5),
+            r"holds step \d+, outside its cell's 0 to 4",
+        ),
+        ("units", lambda t: t.__setitem__("unit", t["unit"] + 3), "does not hold units 0 to"),
+    ],
+)
+def test_a_tampered_summary_is_refused_not_shown_as_data(tmp_path, name, change, said):
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    out = tmp_path / "s"
+    tracer.record(tracer.from_session(built.session), {"x": X}, out, summary=Bins())
+    Recording(out).statistics  # noqa: B018  (read as written)
+    _tampered(out, name, change)
+    with pytest.raises(RecordingError, match=said):
+        Recording(out).statistics  # noqa: B018
+
+
+def test_a_small_summary_declaring_millions_of_rows_is_refused_before_it_is_decoded(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    built = build(static_body(CONFIGS["BasicLSTMCell"]))
+    out = tmp_path / "s"
+    tracer.record(tracer.from_session(built.session), {"x": X}, out, summary=Bins())
+    table = pq.read_table(out / "summary" / "units.parquet")
+    many = table.take(pa.array(np.zeros(4_000_000, np.int32)))  # one row, 4M times
+    pq.write_table(many, out / "summary" / "units.parquet", compression="zstd")
+    assert (out / "summary" / "units.parquet").stat().st_size < 2 << 20
+    with pytest.raises(
+        RecordingError, match=r"declares 4,000,000 rows, more than the \d+ its manifest"
+    ):
+        Recording(out).statistics  # noqa: B018
+
+
 def test_a_totals_file_from_a_stranger_is_read_as_data(tmp_path):
     """A shard's running totals whose metadata nests deeper than gatetrace reads, or whose
     histograms are not lists of counts: one line, nothing else happens."""

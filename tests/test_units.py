@@ -503,7 +503,9 @@ def test_a_probe_whose_training_split_holds_one_example_of_a_label_is_refused_be
     rec, _ = recorded
     labels = np.zeros(EXAMPLES)
     labels[[0, 1]] = 1  # two positives: at most one of them left to train on, or none
-    with pytest.raises(SelectionError, match=r"hold label 1 in 1 and other labels in 19; a probe needs"):
+    with pytest.raises(
+        SelectionError, match=r"hold label 1 in 1 and other labels in 19; a probe needs"
+    ):
         probe(rec, labels, held_out=0.5, seed=2)  # example 0 trains, example 1 is held out
     assert capsys.readouterr().err == ""
 

@@ -147,7 +147,12 @@ class Recording(CheckedFiles):
             )
         if self._statistics is None:
             self._statistics = SummaryTables(
-                self._folder, self.description, str(self.path), self.complete
+                self._folder,
+                self.description,
+                str(self.path),
+                self.complete,
+                {c: self._bounds(c) for c in self._cells},
+                self.memory,
             )
         return self._statistics
 

@@ -336,7 +336,7 @@ def _groups(table: pa.Table, axis: str, edges: Mapping[tuple, np.ndarray]):
             out[k] = rows[k].to_numpy(np.int64)
         for k in _FLOAT_STATS:
             out[k] = rows[k].to_numpy(np.float64)
-        if any((out[k] < 0).any() for k in _INT_STATS):
+        if any((out[k] < 0).any() for k in (*_INT_STATS, "histogram")):
             raise RecordingError(f"{'/'.join(key)} has a negative count")
         yield key, out
 
