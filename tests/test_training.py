@@ -219,3 +219,17 @@ def test_keys_no_reader_takes_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(SelectionError, match=r"whole numbers from 0 to 9,007,199,254,740,991"):
         fresh_key(str(tmp_path / "log"), "batch", 2**53, "GateLogger", "again")
     assert not (tmp_path / "log").exists()
+
+
+def test_an_empty_probe_or_a_log_folder_that_is_a_link_before_training(tmp_path):
+    keras = keras_module("keras3")
+    model = model_of(keras)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(FeedError, match="the probe holds no sequence"):
+        model.fit(X, Y, epochs=1, verbose=0, callbacks=[GateLogger(PROBE[:0], tmp_path / "log")])
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    assert not (tmp_path / "log").exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")  # the user names a link to a new folder
+    model.fit(X, Y, epochs=1, verbose=0, callbacks=[GateLogger(PROBE, tmp_path / "link")])
+    assert Series(tmp_path / "empty").complete == [1]

@@ -38,7 +38,7 @@ from tracer._tf import v1
 from tracer.find.graph import find_cells
 from tracer.run.recording import hand_over
 from tracer.run.select import Selection
-from tracer.run.series import fresh_key, open_logged
+from tracer.run.series import fresh_key, logged_folder, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
@@ -71,7 +71,7 @@ class GateLoggingHook(v1.train.SessionRunHook):
             raise SelectionError(
                 f"GateLoggingHook on_error={on_error!r}: expected 'stop' or 'warn'"
             )
-        self.out, self.every, self.on_error = str(out).rstrip("/"), every_n_steps, on_error
+        self.out, self.every, self.on_error = logged_folder(out), every_n_steps, on_error
         self.logged: list[int] = []  # the global steps logged
         self.failed: str | None = None
         self._plan: FetchPlan | None = None

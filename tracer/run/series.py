@@ -28,7 +28,7 @@ from tracer.load.series import Checkpoint, choose, find_series
 from tracer.run.recording import find_all, record
 from tracer.run.tensorboard import GateSummaries
 
-__all__ = ["record_series", "open_logged", "fresh_key", "SERIES_FILE"]
+__all__ = ["record_series", "open_logged", "fresh_key", "logged_folder", "SERIES_FILE"]
 
 
 def record_series(
@@ -177,6 +177,15 @@ def _changed(first: Checkpoint, now: Checkpoint, before: list[dict], after: list
         f"--checkpoints: the cells change along the series: at {now.key} {now.value} {what}; "
         "record the checkpoints of one model"
     )
+
+
+def logged_folder(out: str | os.PathLike) -> str:
+    """The folder a logger writes into: a local path as the user named it, its links followed
+    (as `record` takes --out: the user named the link), or an object-storage URI as it is."""
+    text = os.fspath(out).rstrip("/")
+    if is_uri(text) and not text.startswith("file://"):
+        return text
+    return str(Path(text.removeprefix("file://")).resolve())
 
 
 def open_logged(out: str, key: str, who: str) -> dict[str, Any]:

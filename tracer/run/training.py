@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GatetraceError, SelectionError
+from recorders.errors import FeedError, GatetraceError, SelectionError
 from recorders.write.place import place_of
 from recorders.write.totals import Bins
 from tracer.load.keras import wrap
 from tracer.run.recording import record
-from tracer.run.series import SERIES_FILE, fresh_key, open_logged
+from tracer.run.series import SERIES_FILE, fresh_key, logged_folder, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.values.keras import resolve_inputs
 
@@ -70,7 +70,7 @@ class GateLogger:
             raise SelectionError(f"GateLogger on_error={on_error!r}: expected 'stop' or 'warn'")
         if by not in ("epoch", "batch"):
             raise SelectionError(f"GateLogger by={by!r}: expected 'epoch' or 'batch'")
-        self.probe, self.out, self.every, self.by = probe, str(out).rstrip("/"), every, by
+        self.probe, self.out, self.every, self.by = probe, logged_folder(out), every, by
         self.summary, self.batch_size, self.values = summary, batch_size, values
         self.tensorboard, self.on_error = tensorboard, on_error
         self.logged: list[int] = []  # the epochs (or batches) logged by this object
@@ -91,7 +91,12 @@ class GateLogger:
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         # a probe the model cannot take is said before the first epoch trains, not after it
-        resolve_inputs(wrap(self.model), self.probe)
+        resolved = resolve_inputs(wrap(self.model), self.probe)
+        if any(len(np.asarray(v)) == 0 for v in resolved.values()):
+            raise FeedError(
+                "GateLogger: the probe holds no sequence; give it the sequences to record at every log, e.g. "
+                "GateLogger(x_val[:256], 'gates-by-epoch/')"
+            )
         if self.tensorboard is not None:  # refused before the series begins
             self._board = GateSummaries(self.tensorboard)
         self._series = open_logged(self.out, self.by, "GateLogger")
