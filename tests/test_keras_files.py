@@ -10,6 +10,7 @@ answer is one line.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -571,7 +572,35 @@ def test_an_hdf5_dataset_declaring_far_more_than_the_file_holds_is_refused_befor
     assert path.stat().st_size < 1 << 20
     msg = one_line_error(run_cli("inspect", str(path)))
     assert (
-        "its HDF5 weights declare far more than the file holds (" in msg
+        "its HDF5 weights declare far more than the file holds or memory takes (" in msg
         and "bomb (declares 4,398,046,511,104 bytes of [1048576, 1048576], stores 0)" in msg
     )
     assert "nothing was loaded" in msg
+
+
+def test_an_hdf5_kernel_stored_in_a_sparse_file_is_refused_before_it_is_allocated(tmp_path):
+    """A contiguous dataset of 16 GiB whose bytes are a hole in a sparse file: stored in full as
+    far as HDF5 knows, a few kilobytes on disk. Loading would allocate all of it."""
+    import h5py
+
+    keras = keras_module("tf-keras")
+    x = keras.Input((T, FEATURES), name="x")
+    model = keras.Model(x, keras.layers.LSTM(2, name="lstm")(x))
+    path = tmp_path / "m.h5"
+    model.save(str(path))
+    with h5py.File(path, "a") as f:  # contiguous, allocated on creation, never filled
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        plist.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        space = h5py.h5s.create_simple((1 << 17, 1 << 15))
+        group = f["model_weights"]["lstm"]
+        h5py.h5d.create(group.id, b"kernel_big", h5py.h5t.IEEE_F32LE, space, dcpl=plist)
+    with h5py.File(path, "r") as f:
+        assert f["model_weights"]["lstm"]["kernel_big"].id.get_storage_size() == 16 << 30
+    assert os.stat(path).st_blocks * 512 < 64 << 20  # a hole on disk
+    msg = one_line_error(run_cli("inspect", str(path)))
+    assert (
+        "declare 17,179," in msg
+        and "more than the memory budget" in msg
+        and "nothing was loaded" in msg
+    )

@@ -46,6 +46,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
+from recorders.read.reader import default_memory
 
 __all__ = [
     "KNOWN_CLASSES",
@@ -277,8 +278,9 @@ _OUTSIDE = "its HDF5 weights would be read from outside the file (a Keras file h
 def _refuse_oversized(source: str, found: list[str]) -> None:
     if found:
         raise ModelFormatError(
-            f"{source}: its HDF5 weights declare far more than the file holds ({listing(found, 3)}); reading them would "
-            "allocate it all: nothing was loaded. The file is damaged or made to exhaust memory: save the model again"
+            f"{source}: its HDF5 weights declare far more than the file holds or memory takes ({listing(found, 3)}); "
+            "reading them would allocate it all: nothing was loaded. The file is damaged or made to exhaust memory: "
+            "save the model again"
         )
 
 
@@ -341,17 +343,26 @@ def h5_oversized(source: str, file) -> list[str]:
     """`path (why)` for every dataset that declares far more bytes than the file stores for it
     (a chunked dataset whose chunks were never written reads back as its fill value: a few
     bytes on disk can declare terabytes): more than 64 MiB and `_WEIGHTS_RATIO` times its stored
-    bytes. Keras writes its weights uncompressed, so what it saved declares what it stores."""
+    bytes. Keras writes its weights uncompressed, so what it saved declares what it stores.
+    Then the datasets together, which loading allocates, against the memory budget (a file
+    whose holes store a dataset in full passes the first check)."""
     import h5py
 
-    found = []
+    found, total = [], 0
     for path, obj in _h5_datasets(source, file):
         if isinstance(obj, h5py.Dataset):
             declared, stored = int(obj.size) * obj.dtype.itemsize, obj.id.get_storage_size()
+            total += declared
             if declared > max(64 << 20, _WEIGHTS_RATIO * stored):
                 found.append(
                     f"{path} (declares {declared:,} bytes of {list(obj.shape)}, stores {stored:,})"
                 )
+    budget = default_memory()
+    if not found and total > budget:  # stored in full (a sparse file stores holes as bytes)
+        found.append(
+            f"all its datasets (declare {total:,} bytes together, more than the memory budget of {budget:,}, half "
+            "the memory available)"
+        )
     return sorted(found)
 
 
