@@ -183,16 +183,19 @@ def _check_size(where: str, shape: tuple[int, ...], dtype: np.dtype, holds: int)
 
 def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype from an .npy header at `f`'s position; refuses what cannot be read by rows."""
-    version = np.lib.format.read_magic(f)
-    read_header = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else np.lib.format.read_array_header_2_0
-    )
     try:
+        version = np.lib.format.read_magic(f)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, fortran, dtype = read_header(f)
-    except ValueError as err:
-        raise FeedError(f"{where}: its .npy header cannot be read: {err}") from None
+    # numpy parses the header's text as Python literals: a damaged one raises what the parser
+    # raises (SyntaxError, tokenize's TokenError, ...), not only ValueError
+    except Exception as err:
+        line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise FeedError(f"{where}: its .npy header cannot be read: {line}") from None
     if not all(isinstance(d, int) and d >= 0 for d in shape):
         raise FeedError(
             f"{where}: its header declares the shape {shape}, which no array has; the file is damaged"
