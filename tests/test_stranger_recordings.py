@@ -388,14 +388,8 @@ def mutate(root: Path, run: Path, tokens: Path, where: str, how) -> set[tuple[st
         )
         target.unlink()
         pq.write_table(table.set_column(table.column_names.index(name), name, column), target)
-    elif kind == "bytes":
-        data = bytearray(target.read_bytes())
-        for offset, value in detail:
-            data[offset % len(data)] = value
-        target.write_bytes(bytes(data))
-    elif kind == "cut":
-        data = target.read_bytes()
-        target.write_bytes(data[: int(len(data) * detail)])
+    elif kind in ("bytes", "cut"):
+        damage(target, kind, detail)
     elif kind == "link":
         target.unlink()
         target.symlink_to(root / "outside.parquet")
@@ -406,6 +400,18 @@ def mutate(root: Path, run: Path, tokens: Path, where: str, how) -> set[tuple[st
         shutil.rmtree(target.parent)
         target.parent.symlink_to(root / "outside" / "gate=f", target_is_directory=True)
     return {(cell, gate)}
+
+
+def damage(path: Path, kind: str, detail) -> None:
+    """`bytes`: each (offset, value) of `detail` written into the file; `cut`: the file cut to
+    the fraction `detail` of its length."""
+    data = bytearray(path.read_bytes())
+    if kind == "bytes":
+        for offset, value in detail:
+            data[offset % len(data)] = value
+    else:
+        del data[int(len(data) * detail) :]
+    path.write_bytes(bytes(data))
 
 
 class Hang(Exception):

@@ -26,7 +26,7 @@ from recorders import GatetraceError, Recording, Series
 from recorders.read.analysis import saturation_across
 from recorders.read.labels import read_labels
 from tests.conftest import CONFIGS, build, static_body
-from tests.test_stranger_recordings import bounded, json_edits
+from tests.test_stranger_recordings import bounded, damage, json_edits
 
 X = np.random.RandomState(8).randn(5, 5, 4).astype(np.float32)
 VALUES = (2, 4)
@@ -185,14 +185,8 @@ def label_mutations(draw):
 
 
 def mutate_label_file(path: Path, how: str, detail) -> None:
-    if how == "bytes":
-        data = bytearray(path.read_bytes())
-        for offset, value in detail:
-            data[offset % len(data)] = value
-        path.write_bytes(bytes(data))
-    elif how == "cut":
-        data = path.read_bytes()
-        path.write_bytes(data[: int(len(data) * detail)])
+    if how in ("bytes", "cut"):
+        damage(path, how, detail)
     elif how == "grow":
         with open(path, "ab") as f:
             f.write(b"\0" * 100_000)

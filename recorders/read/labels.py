@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
+from recorders.read.npy import npy_header
 from recorders.read.reader import Recording
 
 __all__ = ["Labels", "read_labels", "Gathered", "gather", "covers"]
@@ -145,23 +146,8 @@ def _npy(path: Path, shown: str, memory: int) -> np.ndarray:
     """A `.npy` file's array, its header's shape and type checked against the memory budget (as
     float64 labels) and its size against the header before anything is allocated; no pickles."""
     with open(path, "rb") as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            read = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, _, dtype = read(f)  # the header alone
-        # numpy parses the header's text as Python literals: a damaged one raises what the
-        # parser raises (SyntaxError, tokenize's TokenError, ...), not only ValueError
-        except Exception as err:
-            raise ValueError(
-                f"its .npy header cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-            ) from None
+        shape, _, dtype = npy_header(f)
         start = f.tell()
-    if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ValueError(f"its header declares the shape {shape}, which no array has")
     if dtype.hasobject:
         raise ValueError("it holds Python objects (pickles); save the labels as numbers")
     count = int(np.prod(shape, dtype=object))

@@ -33,6 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from recorders.errors import FeedError
+from recorders.read.npy import npy_header
 from recorders.write.files import is_uri
 from tracer.inputs.rows import Rows, file_kind, open_file
 
@@ -184,22 +185,9 @@ def _check_size(where: str, shape: tuple[int, ...], dtype: np.dtype, holds: int)
 def _read_header(f, where: str) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype from an .npy header at `f`'s position; refuses what cannot be read by rows."""
     try:
-        version = np.lib.format.read_magic(f)
-        read_header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read_header(f)
-    # numpy parses the header's text as Python literals: a damaged one raises what the parser
-    # raises (SyntaxError, tokenize's TokenError, ...), not only ValueError
-    except Exception as err:
-        line = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise FeedError(f"{where}: its .npy header cannot be read: {line}") from None
-    if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise FeedError(
-            f"{where}: its header declares the shape {shape}, which no array has; the file is damaged"
-        )
+        shape, fortran, dtype = npy_header(f)
+    except ValueError as err:
+        raise FeedError(f"{where}: {err}; the file is damaged") from None
     if _nbytes(shape, dtype) > 1 << 60:
         raise FeedError(
             f"{where}: its header declares {list(shape)} of {dtype}, {_nbytes(shape, dtype):,} bytes; no file holds that"
