@@ -91,7 +91,17 @@ def test_every_module_imports_only_from_its_stage_and_below():
 # files) are imported by nothing outside it.
 FORMAT = tuple(
     f"recorders.write.{m}"
-    for m in ("layout", "columns", "keys", "schema", "progress", "folder", "stats", "totals")
+    for m in (
+        "layout",
+        "columns",
+        "keys",
+        "schema",
+        "progress",
+        "folder",
+        "stats",
+        "totals",
+        "series",
+    )
 )
 DIRECTIONS = {
     "recorders.errors": ("recorders.errors",),
