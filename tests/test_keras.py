@@ -480,3 +480,70 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
                 ct.preactivation[:, :, k][valid],
                 atol=1e-5,
             )
+
+
+def stacked_model(framework: str):
+    """RNN over a list of cells, as Keras' guide writes it (an LSTMCell under a GRUCell), then
+    RNN over StackedRNNCells going backwards (a SimpleRNNCell under an LSTMCell), masked."""
+    keras = keras_module(framework)
+    L = keras.layers
+    x = keras.Input((T, FEATURES), name="x")
+    m = L.Masking(0.0)(x)
+    a = L.RNN([L.LSTMCell(4), L.GRUCell(3)], return_sequences=True, name="stack")(m)
+    cells = L.StackedRNNCells([L.SimpleRNNCell(2), L.LSTMCell(3)])
+    b = L.RNN(cells, return_sequences=True, go_backwards=True, name="stacked_back")(a)
+    model = keras.Model(x, b)
+    randomise(model, seed=5)
+    return model
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_cell_of_a_stacked_rnn_is_recorded_as_a_layer_of_its_own(framework, tmp_path):
+    from types import SimpleNamespace
+
+    model = stacked_model(framework)
+    x = sequences()
+    mask = zero_mask(x)
+    trace = tracer.trace(model, x)
+    stack, back = model.get_layer("stack"), model.get_layer("stacked_back")
+    names = [f"stack/{c.name}" for c in stack.cell.cells] + [
+        f"stacked_back/{c.name}" for c in back.cell.cells
+    ]
+    assert list(trace.cells) == names
+    assert [trace[n].cell.kind for n in names] == ["LSTM", "GRU", "SimpleRNN", "LSTM"]
+    keras = keras_module(framework)
+    given = layer_inputs(keras, model, x)["stack"]
+    for layer in (stack, back):
+        below = given
+        for cell in layer.cell.cells:
+            alone = SimpleNamespace(
+                cell=cell,
+                go_backwards=layer.go_backwards,
+                zero_output_for_mask=layer.zero_output_for_mask,
+            )
+            gates, states, outputs = reference(alone, below, mask, None, framework)
+            got = trace[f"{layer.name}/{cell.name}"]
+            for k, g in enumerate(got.cell.gates):
+                np.testing.assert_allclose(
+                    got.preactivation[:, :, k][mask], gates[g][0][mask], atol=1e-5
+                )
+                np.testing.assert_allclose(
+                    got.activation[:, :, k][mask], gates[g][1][mask], atol=1e-5
+                )
+            for s, v in got.states.items():
+                np.testing.assert_allclose(v[mask], states[s][mask], atol=1e-5)
+            # the next cell reads this one's outputs, by input position
+            below = (outputs[:, ::-1] if layer.go_backwards else outputs).astype(np.float32)
+        if layer is stack:
+            given = np.asarray(
+                keras.Model(model.inputs, stack.output)(x, training=False), np.float32
+            )
+    tracer.record(model, x, tmp_path / "rec")
+    from recorders import Recording
+
+    rec = Recording(tmp_path / "rec")
+    assert rec.cells == names
+    np.testing.assert_array_equal(
+        rec.gate_array("stack/" + stack.cell.cells[1].name, "u")[mask],
+        trace["stack/" + stack.cell.cells[1].name].activation[:, :, 0][mask],
+    )

@@ -334,6 +334,9 @@ class KerasCell(HasSpec):
     num_proj: None = None
     loop: None = None
     steps: int | None = None  # the steps of the layer's input, where its shape fixes them
+    # (k, n): the k-th of the n cells the layer's StackedRNNCells runs at each step, each
+    # reading the one before's output ((0, 1): the layer's only cell)
+    stack: tuple[int, int] = (0, 1)
 
     path = "replay"
 
@@ -365,6 +368,7 @@ class KerasCell(HasSpec):
             "return_state": bool(layer.return_state),
             "stateful": bool(layer.stateful),
             "variables": dict(self.variables),
+            **({"stack": list(self.stack)} if self.stack[1] > 1 else {}),
             "path": self.path,
             "why": (
                 f"a Keras {type(layer).__name__} layer runs its cell inside its own loop: its gates are recomputed in numpy "

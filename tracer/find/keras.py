@@ -2,7 +2,9 @@
 
 A Keras `LSTM`, `GRU` or `SimpleRNN` layer (tf-keras or Keras 3) runs its cell inside a
 loop whose gates nobody can fetch. `find_layers(model)` lists these layers, inside
-`Bidirectional` wrappers and nested models too, as `tracer.cells.found.KerasCell`s, with
+`Bidirectional` wrappers and nested models too, and each cell of an `RNN` layer over
+`StackedRNNCells` (or a list of cells: `RNN([LSTMCell(4), GRUCell(3)])`), named
+`LAYER/CELL`, as `tracer.cells.found.KerasCell`s, with
 their weights in gatetrace's block order: LSTM i, f, c, o -> i, f, j, o; GRU z, r, h ->
 u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name it).
 `hidden_layers` names the RNN layers inside wrappers that are not recorded through.
@@ -107,6 +109,64 @@ def _wrappers(layers: Sequence[Any]) -> dict[int, Any]:
     return found
 
 
+def _cell(
+    name: str,
+    spec: Any,
+    layer: Any,
+    cell: Any,
+    framework: str,
+    steps: int | None,
+    stack: tuple[int, int],
+) -> KerasCell:
+    """The KerasCell of one Keras cell (the layer's, or number `stack[0]` of its stack of
+    `stack[1]`), its weights in gatetrace's block order."""
+    kernel, recurrent = to_numpy(cell.kernel), to_numpy(cell.recurrent_kernel)
+    units = recurrent.shape[0]
+    bias = (
+        to_numpy(cell.bias) if getattr(cell, "use_bias", True) and cell.bias is not None else None
+    )
+    reset_after = bool(cell.reset_after) if spec is KERAS_GRU else None
+    weights = {
+        "kernel": np.concatenate([kernel, recurrent]),
+        "bias": np.zeros(kernel.shape[1], np.float32),
+    }
+    # GRU with reset_after: [input bias, recurrent bias]
+    if bias is not None and bias.ndim == 2:
+        weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
+    elif bias is not None:
+        weights["bias"] = bias
+    elif reset_after:
+        weights["recurrent_bias"] = np.zeros(kernel.shape[1], np.float32)
+    variables = {
+        "kernel": _variable_name(cell.kernel),
+        "recurrent_kernel": _variable_name(cell.recurrent_kernel),
+    }
+    if bias is not None:
+        variables["bias"] = _variable_name(cell.bias)
+    act_name, act = _activation(cell.activation, framework)
+    gate_name, gate_act = _activation(
+        getattr(cell, "recurrent_activation", None) or (lambda x: x), framework
+    )
+    return KerasCell(
+        name=name,
+        spec=spec,
+        units=units,
+        input_size=kernel.shape[0],
+        activation=act_name,
+        recurrent_activation=gate_name if spec is not KERAS_SIMPLE_RNN else "-",
+        weights=weights,
+        variables=variables,
+        backward=bool(layer.go_backwards),
+        reset_after=reset_after,
+        layer=layer,
+        framework=framework,
+        act=act,
+        gate_act=gate_act,
+        steps=steps,
+        stack=stack,
+    )
+
+
 def find_layers(model: KerasModel) -> list[KerasCell]:
     """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
     cells, others = [], []
@@ -117,60 +177,30 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
     ]
     wrappers = _wrappers(model.model.layers)
     for path, layer in walk_layers(model.model.layers, ""):
-        cell = layer.cell
-        spec = _SPECS.get(type(cell).__name__)
-        if spec is None or getattr(cell, "kernel", None) is None:
-            others.append(f"{path} ({type(layer).__name__} of {type(cell).__name__})")
+        steps = _static_steps(layer) or (
+            _static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None
+        )
+        # RNN(StackedRNNCells([...])) or RNN([cells]): each cell of the stack, named after it
+        stack = list(getattr(layer.cell, "cells", None) or [layer.cell])
+        names = [getattr(c, "name", "") or f"cell_{k}" for k, c in enumerate(stack)]
+        if len(set(names)) < len(names):
+            names = [f"cell_{k}" for k in range(len(stack))]
+        specs = [_SPECS.get(type(c).__name__) for c in stack]
+        odd = next(
+            (
+                k
+                for k, c in enumerate(stack)
+                if specs[k] is None or getattr(c, "kernel", None) is None
+            ),
+            None,
+        )
+        if odd is not None:  # a stack is recorded whole or not at all: its cells read each other
+            what = type(stack[odd]).__name__ + (" in a stack" if len(stack) > 1 else "")
+            others.append(f"{path} ({type(layer).__name__} of {what})")
             continue
-        kernel, recurrent = to_numpy(cell.kernel), to_numpy(cell.recurrent_kernel)
-        units = recurrent.shape[0]
-        bias = (
-            to_numpy(cell.bias)
-            if getattr(cell, "use_bias", True) and cell.bias is not None
-            else None
-        )
-        reset_after = bool(cell.reset_after) if spec is KERAS_GRU else None
-        weights = {
-            "kernel": np.concatenate([kernel, recurrent]),
-            "bias": np.zeros(kernel.shape[1], np.float32),
-        }
-        # GRU with reset_after: [input bias, recurrent bias]
-        if bias is not None and bias.ndim == 2:
-            weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
-        elif bias is not None:
-            weights["bias"] = bias
-        elif reset_after:
-            weights["recurrent_bias"] = np.zeros(kernel.shape[1], np.float32)
-        variables = {
-            "kernel": _variable_name(cell.kernel),
-            "recurrent_kernel": _variable_name(cell.recurrent_kernel),
-        }
-        if bias is not None:
-            variables["bias"] = _variable_name(cell.bias)
-        act_name, act = _activation(cell.activation, framework)
-        gate_name, gate_act = _activation(
-            getattr(cell, "recurrent_activation", None) or (lambda x: x), framework
-        )
-        cells.append(
-            KerasCell(
-                name=path,
-                spec=spec,
-                units=units,
-                input_size=kernel.shape[0],
-                activation=act_name,
-                recurrent_activation=gate_name if spec is not KERAS_SIMPLE_RNN else "-",
-                weights=weights,
-                variables=variables,
-                backward=bool(layer.go_backwards),
-                reset_after=reset_after,
-                layer=layer,
-                framework=framework,
-                act=act,
-                gate_act=gate_act,
-                steps=_static_steps(layer)
-                or (_static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None),
-            )
-        )
+        for k, cell in enumerate(stack):
+            named = path if len(stack) == 1 else f"{path}/{names[k]}"
+            cells.append(_cell(named, specs[k], layer, cell, framework, steps, (k, len(stack))))
     if not cells:
         found = f"; RNN layers of other cells: {', '.join(others)}" if others else ""
         raise GraphPatternError(

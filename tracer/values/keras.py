@@ -80,14 +80,28 @@ class _Seen:
     states: list[np.ndarray]
 
 
+def _flat(states: Any) -> list[Any]:
+    """States as a flat list, in order: a stack's are nested by cell ([[h, c], [h]])."""
+    if isinstance(states, (list, tuple)):
+        return [s for inner in states for s in _flat(inner)]
+    return [states]
+
+
+def _layer_name(cell: KerasCell) -> str:
+    """The path of a cell's layer: its own name, less `/CELL` for a cell of a stack."""
+    return cell.name if cell.stack[1] == 1 else cell.name.rpartition("/")[0]
+
+
 @contextmanager
 def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
-    """While active, each cell's layer records what enters and leaves its `call`."""
+    """While active, each cell's layer records what enters and leaves its `call` (by the
+    layer's path)."""
     seen: dict[str, _Seen] = {}
 
     def hook(cell: KerasCell, original):
         signature = inspect.signature(original)
         first = next(iter(signature.parameters))
+        layer_name = _layer_name(cell)
 
         def call(*args, **kwargs):
             bound = signature.bind(*args, **kwargs).arguments
@@ -100,33 +114,32 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
                 and layer.states[0] is not None
             ):
                 initial = list(layer.states)
-            if initial is not None:
-                initial = [
-                    to_numpy(s)
-                    for s in (initial if isinstance(initial, (list, tuple)) else [initial])
-                ]
+            if initial is not None:  # a stack's cells' states, nested: flattened in order
+                initial = [to_numpy(s) for s in _flat(initial)]
             out = original(*args, **kwargs)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             mask = bound.get("mask")
-            if cell.name in seen:
+            if layer_name in seen:
                 raise GraphPatternError(
-                    f"layer {cell.name} ran twice in one call of the model: shared RNN layers are not supported"
+                    f"layer {layer_name} ran twice in one call of the model: shared RNN layers are not supported"
                 )
-            seen[cell.name] = _Seen(
+            seen[layer_name] = _Seen(
                 to_numpy(bound[first]),
                 None if mask is None else to_numpy(mask).astype(bool),
                 initial,
                 to_numpy(outs[0]),
-                [to_numpy(s) for s in outs[1:]],
+                [to_numpy(s) for s in _flat(outs[1:])],
             )
             return out
 
         return call
 
-    hooked = []  # (layer, its own instance attribute `call` if it had one)
+    hooked: list[tuple[Any, Any]] = []  # (layer, its own instance attribute `call` if it had one)
     try:
         for cell in cells:
             layer = cell.layer
+            if any(layer is done for done, _ in hooked):
+                continue  # one hook a layer: the cells of a stack share it
             hooked.append((layer, layer.__dict__.get("call")))
             layer.call = hook(cell, layer.call)
         yield seen
@@ -186,32 +199,49 @@ class KerasPlan:
                 layer.reset_states()
         with _capture(self.cells) as seen:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
-        missing = [c.name for c in self.cells if c.name not in seen]
+        missing = sorted({_layer_name(c) for c in self.cells} - seen.keys())
         if missing:
             raise GraphPatternError(
                 f"layers {', '.join(missing)} did not run when the model was called on its inputs"
             )
-        return [self._replay(c, seen[c.name]) for c in self.cells]
+        results: list[_Result] = []
+        for c in self.cells:  # a stack's cells in order: each reads the one before's outputs
+            below = results[-1].replayed.outputs if c.stack[0] > 0 else None
+            results.append(self._replay(c, seen[_layer_name(c)], below))
+        return results
 
-    @staticmethod
-    def _replay(cell: KerasCell, seen: _Seen) -> _Result:
+    def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> _Result:
+        """One cell replayed over what its layer received; a cell of a stack past the first
+        reads `below`, the outputs of the cell before it, in loop order."""
         x, mask = seen.inputs, seen.mask
         if cell.backward:  # Keras reverses the whole sequence (and mask) along time
             x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
+        if below is not None:
+            x = below
         layer = cell.layer
-        order = ("h", "c") if cell.spec.is_lstm else ("h",)  # Keras' state order
+        # Keras' state order, LSTM [h, c], others [h]; a stack's: each cell's in turn
+        order = ("h", "c") if cell.spec.is_lstm else ("h",)
+        k, n = cell.stack
+        widths = [len(c.spec.states) for c in self.cells if c.layer is layer]
+        first = sum(widths[:k])
+        initial = None if seen.initial is None else seen.initial[first : first + len(order)]
         got = replay(
             cell.kind,
             cell.weights,
             x,
-            None if seen.initial is None else dict(zip(order, seen.initial, strict=True)),
+            None if initial is None else dict(zip(order, initial, strict=True)),
             mask=mask,
             carry_outputs=not layer.zero_output_for_mask,
             activation=cell.act,
             recurrent_activation=cell.gate_act,
         )
-        final = dict(zip(order, seen.states, strict=True)) if layer.return_state else {}
-        check(cell.name, got, seen.outputs, final)
+        final = (
+            dict(zip(order, seen.states[first : first + len(order)], strict=True))
+            if layer.return_state
+            else {}
+        )
+        # the layer returns its last cell's outputs: the cells below are checked through it
+        check(cell.name, got, seen.outputs if k == n - 1 else None, final)
         return _Result(got, seen.mask)
 
     def _by_position(self, cell: KerasCell, a: np.ndarray) -> np.ndarray:
