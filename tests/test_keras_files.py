@@ -16,6 +16,7 @@ import sys
 import zipfile
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tracer
@@ -604,3 +605,170 @@ def test_an_hdf5_kernel_stored_in_a_sparse_file_is_refused_before_it_is_allocate
         and "more than the memory budget" in msg
         and "nothing was loaded" in msg
     )
+
+
+def cudnn_reference(layer, x: np.ndarray) -> tuple[dict, np.ndarray]:
+    """cuDNN's own equations in float64 over the weights as the layer hands them to cuDNN
+    (tf.compat.v1.keras' `_process_batch`: LSTM i, f, c, o; GRU r, z, h, each with an input
+    and a recurrent bias), from zero state. Returns {gate: (pre, act)} in gatetrace's labels,
+    [examples, steps, units] by input position, and h by input position."""
+    K, R, b = (
+        np.asarray(w.numpy(), np.float64)
+        for w in (layer.kernel, layer.recurrent_kernel, layer.bias)
+    )
+    u = R.shape[0]
+    n, steps, _ = x.shape
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    lstm = type(layer).__name__ == "CuDNNLSTM"
+    labels = "ifjo" if lstm else "urc"
+    gates = {g: (np.zeros((n, steps, u)), np.zeros((n, steps, u))) for g in labels}
+    hs = np.zeros((n, steps, u))
+    h, c = np.zeros((n, u)), np.zeros((n, u))
+    for t in range(steps)[::-1] if layer.go_backwards else range(steps):
+        xt = x[:, t].astype(np.float64)
+        if lstm:  # W_k x + b_Wk + R_k h + b_Rk, k = i, f, c, o
+            pre = [
+                xt @ K[:, k * u : (k + 1) * u]
+                + b[k * u : (k + 1) * u]
+                + h @ R[:, k * u : (k + 1) * u]
+                + b[(4 + k) * u : (5 + k) * u]
+                for k in range(4)
+            ]
+            i, f, g, o = sig(pre[0]), sig(pre[1]), np.tanh(pre[2]), sig(pre[3])
+            c = f * c + i * g
+            h = o * np.tanh(c)
+            acts = [i, f, g, o]
+        else:  # cuDNN's r, z (update), h: the layer's kernel blocks 1, 0, 2; biases 1, 0, 2 then 4, 3, 5
+            Wr, Wz, Wh = K[:, u : 2 * u], K[:, :u], K[:, 2 * u :]
+            Rr, Rz, Rh = R[:, u : 2 * u], R[:, :u], R[:, 2 * u :]
+            bWr, bWz, bWh = b[u : 2 * u], b[:u], b[2 * u : 3 * u]
+            bRr, bRz, bRh = b[4 * u : 5 * u], b[3 * u : 4 * u], b[5 * u :]
+            zr = xt @ Wr + bWr + h @ Rr + bRr
+            zz = xt @ Wz + bWz + h @ Rz + bRz
+            r, z = sig(zr), sig(zz)
+            zh = xt @ Wh + bWh + r * (h @ Rh + bRh)
+            hh = np.tanh(zh)
+            h = (1 - z) * hh + z * h
+            pre, acts = [zz, zr, zh], [z, r, hh]
+        for label, p, a in zip(labels, pre, acts, strict=True):
+            gates[label][0][:, t], gates[label][1][:, t] = p, a
+        hs[:, t] = h
+    return gates, hs
+
+
+def cudnn_model():
+    """Two layers as a TF1-era or Keras 2 GPU script wrote them, with tf.compat.v1.keras:
+    CuDNNLSTM (return_sequences), then Bidirectional(CuDNNGRU); random weights and biases."""
+    from tests.test_keras import randomise
+
+    keras = keras_module("tf-keras")
+    from tracer._tf import tf
+
+    v1 = tf.compat.v1.keras.layers
+    x = keras.Input((T, FEATURES), name="x")
+    a = v1.CuDNNLSTM(4, return_sequences=True, name="cu_dnnlstm_1")(x)
+    b = keras.layers.Bidirectional(
+        v1.CuDNNGRU(3, return_sequences=True, name="cu_dnngru_1"), name="bidirectional_1"
+    )(a)
+    model = keras.Model(x, b)
+    randomise(model, seed=11)
+    return model
+
+
+def as_keras_2_2_4_wrote_it(path) -> None:
+    """The .h5 file's attributes and configuration as Keras 2.2.4 wrote them: its version, a
+    `Model`, layer configurations without the keys later versions added, initializers by
+    class name only."""
+    import h5py
+
+    def old(obj):
+        if isinstance(obj, dict):
+            obj = {
+                k: old(v)
+                for k, v in obj.items()
+                if k not in ("module", "registered_name", "time_major", "dtype")
+            }
+        return [old(v) for v in obj] if isinstance(obj, list) else obj
+
+    with h5py.File(path, "r+") as f:
+        config = json.loads(f.attrs["model_config"])
+        config["class_name"] = "Model"
+        config["config"]["layers"] = [
+            {
+                **layer,
+                "config": old(layer["config"])
+                if layer["class_name"] != "InputLayer"
+                else layer["config"],
+            }
+            for layer in config["config"]["layers"]
+        ]
+        f.attrs["model_config"] = json.dumps(config)
+        f.attrs["keras_version"] = "2.2.4"
+        f.attrs["backend"] = "tensorflow"
+
+
+@pytest.mark.parametrize("saved", ["tf.compat.v1.keras .h5", "Keras 2.2.4 .h5"])
+def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved, tmp_path):
+    """A CuDNNLSTM and a CuDNNGRU (inside Bidirectional) cannot run on a CPU as they are: they
+    are recorded as the LSTM and GRU they equal, checked here against cuDNN's equations over
+    the weights in cuDNN's layout, both biases; W, U, b per gate."""
+    model = cudnn_model()
+    path = tmp_path / "m.h5"
+    model.save(str(path))
+    if saved.startswith("Keras 2.2.4"):
+        as_keras_2_2_4_wrote_it(path)
+    x = np.random.RandomState(2).uniform(-1, 1, (5, T, FEATURES)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = run_cli(
+        "record",
+        str(path),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "rec")
+    assert rec.cells == [
+        "cu_dnnlstm_1",
+        "bidirectional_1/forward_cu_dnngru_1",
+        "bidirectional_1/backward_cu_dnngru_1",
+    ]
+    lstm = model.get_layer("cu_dnnlstm_1")
+    gates, h = cudnn_reference(lstm, x)
+    for g, (pre, act) in gates.items():
+        np.testing.assert_allclose(
+            rec.gate_array("cu_dnnlstm_1", g, "preactivation"), pre, atol=1e-5
+        )
+        np.testing.assert_allclose(rec.gate_array("cu_dnnlstm_1", g, "activation"), act, atol=1e-5)
+    np.testing.assert_allclose(rec.state_array("cu_dnnlstm_1", "h"), h, atol=1e-5)
+    bi = model.get_layer("bidirectional_1")
+    for half, layer in (("forward", bi.forward_layer), ("backward", bi.backward_layer)):
+        gru, _ = cudnn_reference(layer, h.astype(np.float32))
+        cell = f"bidirectional_1/{half}_cu_dnngru_1"
+        for g, (pre, act) in gru.items():
+            np.testing.assert_allclose(
+                rec.gate_array(cell, g, "preactivation"), pre, atol=1e-5, err_msg=f"{cell} {g}"
+            )
+            np.testing.assert_allclose(
+                rec.gate_array(cell, g, "activation"), act, atol=1e-5, err_msg=f"{cell} {g}"
+            )
+    # W, U, b per gate: the LSTM's b both biases added; the GRU's two biases apart (the
+    # recurrent one inside the reset gate's product, as cuDNN applies it)
+    weights = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
+    mine = weights[weights["cell"] == "cu_dnnlstm_1"]
+    b = np.asarray(lstm.bias.numpy(), np.float64)
+    f = mine[(mine["gate"] == "f") & (mine["source"] == "bias")].sort_values("unit")
+    np.testing.assert_allclose(f["value"], b[4:8] + b[20:24], atol=1e-6)
+    W = mine[(mine["gate"] == "o") & (mine["source"] == "input")]
+    np.testing.assert_array_equal(
+        W.pivot(index="row", columns="unit", values="value").to_numpy(), lstm.kernel.numpy()[:, 12:]
+    )
+    gb = np.asarray(bi.forward_layer.bias.numpy())
+    c = weights[
+        (weights["cell"] == "bidirectional_1/forward_cu_dnngru_1") & (weights["gate"] == "c")
+    ]
+    for source, want in (("bias", gb[6:9]), ("recurrent_bias", gb[15:18])):
+        got = c[c["source"] == source].sort_values("unit")["value"]
+        np.testing.assert_array_equal(got, want)

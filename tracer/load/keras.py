@@ -3,7 +3,8 @@
 `load_keras` reads `.keras` and `.h5` files (tf-keras or Keras 3, told from the file) and
 tf-keras SavedModel folders (those holding keras_metadata.pb), in Keras' safe mode, after
 `tracer.load.keras_files` has checked them; Keras 2.0/2.1 files are read as those versions
-meant them (`keras2_fixes`). A `KerasModel` is the model with where it came from; `wrap`
+meant them (`keras2_fixes`), and Keras 2's cuDNN layers as the layers they equal on a CPU
+(`tracer.load.keras_cudnn`). A `KerasModel` is the model with where it came from; `wrap`
 makes one of a live model object. Finding the RNN layers is `tracer.find.keras`, capturing
 and replaying them `tracer.values.keras`.
 """
@@ -23,6 +24,7 @@ import numpy as np
 
 from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError
 from tracer._tf import tf
+from tracer.load.keras_cudnn import on_cpu
 from tracer.load.keras_files import check_keras_file, keras2_fixes, keras_config
 
 __all__ = [
@@ -155,6 +157,8 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                     model = tf_keras.models.load_model(
                         source, compile=False, safe_mode=not allow_unsafe_ops
                     )
+        if framework == "tf-keras":
+            model = on_cpu(model)  # Keras 2's CuDNNLSTM and CuDNNGRU, as what they compute
     except GatetraceError:
         raise
     except Exception as err:

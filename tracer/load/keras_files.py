@@ -84,6 +84,9 @@ _FILE_KEYS = ("vocabulary", "idf_weights", "filepath")
 # modules `keras.src.engine...`: that Keras is tf-keras today. Functional models of Keras 3
 # also hold Keras' math operations (keras.src.ops.*) as nodes.
 _KERAS_PACKAGES = ("keras", "tf_keras")
+# (package, the namespace that exports its objects): tf-keras' TF2 one, and its TF1 one,
+# `tf.compat.v1.keras`, whose layers include Keras 2's CuDNNLSTM and CuDNNGRU
+_NAMESPACES = (("keras", "keras"), ("tf_keras", "tf_keras"), ("tf_keras", "tf_keras.api._v1.keras"))
 _OPS_MODULE = re.compile(r"keras\.src\.ops\.\w+")
 _OP_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*")
 
@@ -96,14 +99,15 @@ _WEIGHTS_RATIO = 50
 @functools.cache
 def keras_own_classes() -> frozenset[str]:
     """The names of the layers, initializers, regularizers and constraints that Keras ships,
-    read from the public namespaces of each Keras installed (tf-keras, Keras 3): every class
+    read from the public namespaces of each Keras installed (tf-keras and its
+    `tf.compat.v1.keras`, Keras 3): every class
     `keras.layers` (`keras.initializers`, ...) exports that derives from its `Layer`
     (`Initializer`, ...) and is defined in that package, whatever names a version gives them
     (`OrthogonalInitializer` is Keras 3's name for `Orthogonal`). `RUNS_CODE` is left out."""
     names: set[str] = set()
-    for package in _KERAS_PACKAGES:
+    for package, namespace in _NAMESPACES:
         try:
-            keras = importlib.import_module(package)
+            keras = importlib.import_module(namespace)
         except ImportError:
             continue
         for kind, base in (
