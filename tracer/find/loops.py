@@ -288,6 +288,40 @@ def _v1_array_source(handle: tf.Tensor, types: set[str], index: int) -> str | No
     return None
 
 
+def not_read(app, where: str, kind: str, stop: set[str]) -> GraphPatternError:
+    """The one line for a cell inside a loop whose input is not its sequence's element: that
+    it passes through a random draw (dropout made anew on every run), where it does."""
+    drawn = _random_before(app.input, stop)
+    if drawn is None:
+        return GraphPatternError(
+            f"{where}: expected the cell's input to be read from a {kind}, found a {app.input.op.type} op"
+        )
+    return GraphPatternError(
+        f"{where}: the cell's input passes through {drawn.name} ({drawn.type}), a random draw made anew on "
+        "every run (dropout: DropoutWrapper's input_keep_prob, or tf.nn.dropout), so its gates change from run "
+        "to run and are not recorded; record the model with its dropout off: build its graph again with the "
+        "keep probabilities at 1.0 (or without the dropout), restore this checkpoint into it and record that "
+        "session (tracer.from_session)"
+    )
+
+
+def _random_before(t: tf.Tensor, stop: set[str], most: int = 2000) -> tf.Operation | None:
+    """A random op among what `t` is computed from within the loop: an op with TensorFlow's
+    `seed` and `seed2` attributes (every random draw has both); None if there is none."""
+    seen: set[str] = set()
+    todo = [t.op]
+    while todo and len(seen) < most:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if {"seed", "seed2"} <= set(op.node_def.attr):
+            return op
+        if op.type not in stop:
+            todo.extend(i.op for i in op.inputs)
+    return None
+
+
 def v1_loop_cells(graph: tf.Graph, apps) -> list:
     """Cells for the apps found inside control-flow-v1 loops of `graph`."""
 
@@ -296,9 +330,7 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
         inputs = None
         if below is None:
             if app.input.op.type != "TensorArrayReadV3":
-                raise GraphPatternError(
-                    f"{app.gate_op.name}: expected the cell's input to be read from a TensorArray, found a {app.input.op.type} op"
-                )
+                raise not_read(app, app.gate_op.name, "TensorArray", {"Enter", "TensorArrayReadV3"})
             inputs = _v1_array_source(app.input.op.inputs[0], {"TensorArrayScatterV3"}, 2)
         lengths = _lengths_compare(app.states[-1])
         write = _consumer(app.states[-1], {"TensorArrayWriteV3"}, index=2)
@@ -375,9 +407,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
             inputs = None
             if below is None:
                 if app.input.op.type != "TensorListGetItem":
-                    raise GraphPatternError(
-                        f"{op.name}: expected the cell's input to be read from a TensorList, found a {app.input.op.type} op"
-                    )
+                    raise not_read(app, op.name, "TensorList", {"TensorListGetItem", "Placeholder"})
                 source = op.inputs[arg(app.input.op.inputs[0])]
                 if source.op.type != "TensorListFromTensor":
                     raise GraphPatternError(

@@ -102,6 +102,12 @@ _STATELESS_CALLS = frozenset(
 )
 
 
+def _tf_version() -> str:
+    import tensorflow as tf
+
+    return f"TensorFlow {tf.__version__}"
+
+
 def _op_def(op_type: str):
     from tensorflow.python.framework import op_def_registry
 
@@ -355,6 +361,15 @@ def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
     if crash:
         raise ModelFormatError(
             f"{source}: its graph holds a {crash}; TensorFlow cannot run it: nothing was imported"
+        )
+    library = {f.signature.name for f in graph_def.library.function}
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    unknown = sorted({n.op for n in nodes if n.op not in library and _op_def(n.op) is None})
+    if unknown:
+        raise ModelFormatError(
+            f"{source}: its graph uses {listing(unknown, 4)}, not an op of this TensorFlow ({_tf_version()}): "
+            "a custom op compiled with the model's own code (tf.load_op_library), or one TensorFlow has since "
+            "removed; gatetrace loads no op library a model names, so this graph cannot be imported"
         )
     if allow_unsafe_ops:
         return
