@@ -21,7 +21,7 @@ import pytest
 
 import tracer
 from recorders import Recording
-from recorders.errors import ModelFormatError, UnsafeGraphError
+from recorders.errors import ModelFormatError
 from tests.conftest import run_cli
 from tests.test_keras import FEATURES, T, keras_module, masked_model, sequences, zero_mask
 
@@ -129,19 +129,34 @@ def test_extra_archive_members_and_bombs_are_refused_before_anything_is_unpacked
     assert list(tmp.iterdir()) == []
 
 
-def test_a_custom_layer_in_a_saved_model_is_refused(tmp_path):
+def test_a_custom_layer_in_a_saved_model_runs_only_as_its_traced_functions(tmp_path):
+    """A custom layer's class is not in a SavedModel folder: Keras cannot rebuild it, and its
+    code is not run; the model is recorded through the folder's traced functions (TensorFlow
+    ops, checked like any SavedModel's), exactly."""
+    from tests.test_keras import randomise, reference
+
     keras = keras_module("tf-keras")
+    calls = []
 
     class Doubler(keras.layers.Layer):
         def call(self, v):
+            calls.append(1)
             return v * 2
 
     x = keras.Input((T, FEATURES), name="x")
-    keras.Model(x, keras.layers.LSTM(2)(Doubler(name="doubler")(x))).save(
-        str(tmp_path / "saved"), save_format="tf"
-    )
-    with pytest.raises(UnsafeGraphError, match=r"Doubler \(not one of Keras' own layers\)"):
-        tracer.load_model(tmp_path / "saved", restore=False)
+    model = keras.Model(x, keras.layers.LSTM(2, name="lstm")(Doubler(name="doubler")(x)))
+    randomise(model, seed=3)
+    model.save(str(tmp_path / "saved"), save_format="tf")
+    calls.clear()
+    xs = sequences()
+    with tracer.load_model(tmp_path / "saved") as loaded:
+        assert any("names Doubler (not one of Keras' own layers)" in n for n in loaded.notes)
+        trace = tracer.trace(loaded, {"x": xs})
+    assert calls == []
+    (ct,) = trace
+    gates, _, _ = reference(model.get_layer("lstm"), 2 * xs, None, None, "tf-keras")
+    for k, g in enumerate(ct.cell.gates):
+        np.testing.assert_allclose(ct.activation[:, :, k], gates[g][1], atol=1e-5)
 
 
 def test_a_resource_initializer_stored_in_a_saved_model_never_runs(tmp_path):

@@ -449,3 +449,58 @@ def test_keras_3_exports_of_older_versions_record_from_their_loops(version, tmp_
     assert {c["path"] for c in rec.manifest["cells"]} == {"loop"}
     model = keras_module("keras3").models.load_model(folder / "model.keras")
     assert check_recording(rec, model, "keras3", x, cells) == len(cells)
+
+
+CALLS = []  # each call of the subclassed model's Python code
+
+
+def test_a_subclassed_keras_model_is_recorded_through_its_traced_functions(tmp_path):
+    """A TF 2 script's subclassed model (`class LSTM_Model_Base(Model)`, Keras' own LSTM and Dense
+    layers inside), saved as a SavedModel: its keras_metadata.pb names a class whose code is not in
+    the folder. It is recorded through the traced functions and variables, the class's Python
+    code never run, each value as Keras' formulas give it."""
+    keras = keras_module("tf-keras")
+
+    class LSTM_Model_Base(keras.Model):  # noqa: N801  (as the script named it)
+        def __init__(self):
+            super().__init__()
+            self.lstm = keras.layers.LSTM(4, return_sequences=True, name="lstm")
+            self.top = keras.layers.LSTM(3, name="top")
+            self.dense = keras.layers.Dense(1, name="dense")
+
+        def call(self, x):
+            CALLS.append(1)
+            return self.dense(self.top(self.lstm(x)))
+
+    model = LSTM_Model_Base()
+    x = np.random.RandomState(3).uniform(-1, 1, (5, T, FEATURES)).astype(np.float32)
+    model(x)
+    randomise(model, seed=7)
+    model.compile("adam", "mse")  # saved compiled, with an optimizer, as the script did
+    model.save(str(tmp_path / "saved"), save_format="tf")
+    np.save(tmp_path / "x.npy", x)
+    CALLS.clear()
+    shown = gatetrace("inspect", str(tmp_path / "saved"))
+    assert shown.returncode == 0, shown.stderr
+    assert "names LSTM_Model_Base (not one of Keras' own layers): recorded through" in shown.stdout
+    done = gatetrace(
+        "record",
+        str(tmp_path / "saved"),
+        "--feed",
+        f"input_1={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "rec"),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    assert CALLS == []  # the class's code never ran
+    rec = Recording(tmp_path / "rec")
+    lstm, top = rec.cells
+    assert lstm.endswith("/lstm/lstm_cell") and top.endswith("/top/lstm_cell")
+    below = x
+    for name, layer in ((lstm, model.lstm), (top, model.top)):
+        gates, states, outputs = reference(layer, below, None, None, "tf-keras")
+        for g, (pre, act) in gates.items():
+            np.testing.assert_allclose(rec.gate_array(name, g, "preactivation"), pre, atol=1e-5)
+            np.testing.assert_allclose(rec.gate_array(name, g, "activation"), act, atol=1e-5)
+        below = outputs.astype(np.float32)

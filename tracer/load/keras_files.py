@@ -412,6 +412,12 @@ def keras_config(path: str | Path) -> dict:
     return {k: v for k, v in config.items() if k != "compile_config"}
 
 
+def keras_refusals(path: str | Path) -> list[str]:
+    """What in a Keras file's configuration gatetrace does not accept (`Class (why)` items);
+    empty when it holds Keras' own building blocks only."""
+    return _refused(keras_config(Path(path)))
+
+
 def check_keras_file(path: str | Path) -> None:
     """UnsafeGraphError (ModelFormatError) if the Keras file at `path` names anything beyond
     Keras' own building blocks (is not a Keras file gatetrace can read); nothing is loaded."""

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GatetraceError, ModelFormatError
+from recorders.errors import GatetraceError, ModelFormatError, listing
 from recorders.write.folder import Folder
 from tracer._tf import tf, v1
 from tracer.load.cudnn import cudnn_calls, params_size, replace_cudnn
@@ -55,6 +55,7 @@ from tracer.load.inline import (
     signature_of,
 )
 from tracer.load.keras import KerasModel, is_keras_file, load_keras
+from tracer.load.keras_files import keras_refusals
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
 __all__ = [
@@ -815,6 +816,15 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
     )
 
 
+def _traced_instead(p: Path, allow_unsafe_ops: bool) -> bool:
+    """Whether a tf-keras SavedModel folder is loaded as a TF2 SavedModel, through its traced
+    functions and variables, rather than rebuilt as a Keras model: when its keras_metadata.pb
+    names objects that are not Keras' own (a subclassed model's class, a custom layer), whose
+    Python code the folder does not hold. The functions are graphs of TensorFlow ops, checked
+    like any SavedModel's."""
+    return p.is_dir() and not allow_unsafe_ops and bool(keras_refusals(p))
+
+
 def load_model(
     path: str | os.PathLike,
     tag: str = "serve",
@@ -831,10 +841,17 @@ def load_model(
     """
     source = str(path)
     p = Path(path)
-    if is_keras_file(p):
+    if is_keras_file(p) and not _traced_instead(p, allow_unsafe_ops):
         return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
-        return _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
+        model = _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
+        if not is_keras_file(p):
+            return model
+        traced = (
+            f"its keras_metadata.pb names {listing(keras_refusals(p), 3)}: recorded through the SavedModel's "
+            "traced functions and variables instead, which need no Python code of the model and run none"
+        )
+        return replace(model, notes=(*model.notes, traced))
     found = _checkpoint_prefix(p)
     if found is not None:
         prefix, note = found
