@@ -19,11 +19,12 @@ So `evaluable` computes, for the graph and for each function, the nodes that pas
 (a fixpoint forwards from the constants; arguments are taken as known, which can only
 widen it), and `import_problems` accepts each of them only if it computes:
 
-    an op that only computes            `tracer.load.safety.SAFE_OPS`, `PURE_TEXT_OPS` (a Saver's
-                                        file-name arithmetic, example parsing, summaries), or any
-                                        op whose inputs and outputs are numbers and whose text
-                                        attributes are chosen from a fixed list (a path or a URL
-                                        needs free text): `Conv2D`, `TanhGrad`, ...
+    an op that only computes            `tracer.load.safety.computes_only`, the rule the ops a
+                                        fetch runs are judged by too: `SAFE_OPS`, `PURE_TEXT_OPS`
+                                        (a Saver's file-name arithmetic, example parsing,
+                                        summaries), or any op whose inputs and outputs are numbers
+                                        or tensor containers and whose text attributes are chosen
+                                        from a fixed list (a path or a URL needs free text)
 
 A node outside that set never runs at import: a summary of the loss (fed by a placeholder
 and variables), a `while` loop's gradient stacks (stateful), a dataset rooted at its source
@@ -35,8 +36,8 @@ while importing, so their bodies are judged when they run (`tracer.load.safety`)
 One more thing is refused at import: a call not marked stateful into a function that holds
 a stateful op. TensorFlow never writes such a call (it marks a call stateful when its
 function is), and its constant folder would run one whose inputs are constants, body and
-all. An op of a TensorFlow that is not this one cannot be imported at all and is left to
-the importer to name. `call_problem` finds what TensorFlow itself would crash on: a
+all. An op this TensorFlow does not register (a custom op compiled with the model's code)
+cannot be imported at all: it is named in one line before anything is. `call_problem` finds what TensorFlow itself would crash on: a
 function that calls itself, and calls nested deeper than `MAX_CALL_DEPTH`. All of this
 reads protobuf messages only; nothing here imports a graph.
 """
@@ -47,8 +48,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
-from tracer._tf import tf  # noqa: F401  (TensorFlow's op registry is filled when it is imported)
-from tracer.load.safety import SAFE_OPS, bind_defaults, function_calls, function_values
+from tracer._tf import tf  # (TensorFlow's op registry is filled when it is imported)
+from tracer.load.safety import (
+    PURE_TEXT_OPS,
+    bind_defaults,
+    computes_only,
+    function_calls,
+    function_values,
+    op_def,
+)
 
 __all__ = [
     "PURE_TEXT_OPS",
@@ -59,29 +67,7 @@ __all__ = [
     "check_before_import",
 ]
 
-# Ops that take or give strings, or carry free text in an attribute, and still touch
-# nothing outside the session. A summary op serializes its inputs into a Summary protocol
-# buffer (a `tf.summary.scalar` of a constant learning rate is constant-evaluable).
-PURE_TEXT_OPS = frozenset(
-    """
-    StringJoin ShardedFilename ShardedFilespec StaticRegexFullMatch StaticRegexReplace RegexFullMatch RegexReplace
-    StringFormat AsString StringLength StringLower StringUpper StringStrip StringSplit StringSplitV2 Substr
-    StringToNumber StringToHashBucket StringToHashBucketFast StringToHashBucketStrong ReduceJoin
-    UnicodeDecode UnicodeDecodeWithOffsets UnicodeEncode UnicodeTranscode DecodeRaw DecodeBase64 EncodeBase64 DecodeCSV
-    ParseExample ParseExampleV2 ParseSingleExample ParseSequenceExample ParseSequenceExampleV2 ParseSingleSequenceExample
-    ParseTensor SerializeTensor Einsum PreventGradient DataFormatDimMap DataFormatVecPermute ScatterNd GatherNd
-    TensorScatterUpdate TensorScatterAdd TensorScatterSub TensorScatterMax TensorScatterMin
-    ScalarSummary HistogramSummary TensorSummary TensorSummaryV2 ImageSummary AudioSummary AudioSummaryV2 MergeSummary
-    """.split()
-)
-
 MAX_CALL_DEPTH = 100  # functions calling functions; a Keras model saved by TF2 nests fewer than 20
-
-_NOT_PLAIN_TYPES = {
-    tf.string.as_datatype_enum,
-    tf.resource.as_datatype_enum,
-    tf.variant.as_datatype_enum,
-}
 
 # TensorFlow's rule, by its own names (eval_const_tensor.cc): the ops constant evaluation
 # never walks through (IsMerge, IsEnter, IsExit, IsPlaceholderWithDefault); the constants it starts from
@@ -103,42 +89,13 @@ _STATELESS_CALLS = frozenset(
 
 
 def _tf_version() -> str:
-    import tensorflow as tf
-
     return f"TensorFlow {tf.__version__}"
-
-
-def _op_def(op_type: str):
-    from tensorflow.python.framework import op_def_registry
-
-    return op_def_registry.get(op_type)
-
-
-def _computes_only(op_def) -> bool:
-    """Numbers in, numbers out, and no attribute that could hold a path, a URL or a function."""
-    args = list(op_def.input_arg) + list(op_def.output_arg)
-    if any(a.type in _NOT_PLAIN_TYPES for a in args):
-        return False
-    for attr in op_def.attr:
-        if attr.type in ("func", "list(func)"):
-            return False
-        if attr.type in ("string", "list(string)") and not attr.allowed_values.list.s:
-            return False
-    return True
-
-
-def _pure(op_type: str) -> bool:
-    """Whether an op only computes (see the module docstring)."""
-    if op_type in SAFE_OPS or op_type in PURE_TEXT_OPS:
-        return True
-    op_def = _op_def(op_type)
-    return op_def is not None and _computes_only(op_def)
 
 
 def _stateful(op_type: str) -> bool:
     """Marked stateful in TensorFlow's registry, or not known to this TensorFlow (an unknown op cannot be imported)."""
-    op_def = _op_def(op_type)
-    return op_def is None or op_def.is_stateful
+    found = op_def(op_type)
+    return found is None or found.is_stateful
 
 
 def _walkable(node, library: dict) -> bool:
@@ -146,7 +103,7 @@ def _walkable(node, library: dict) -> bool:
     op, no call, no function in an attribute."""
     if node.op in library or node.op in _NEVER_WALKED or _stateful(node.op):
         return False
-    if any(a.type in ("func", "list(func)") for a in _op_def(node.op).attr):
+    if any(a.type in ("func", "list(func)") for a in op_def(node.op).attr):
         return False
     return not any(v.HasField("func") or len(v.list.func) for v in node.attr.values())
 
@@ -294,7 +251,7 @@ def import_problems(graph_def) -> list[str]:
     problems = [
         f"{node.name} ({node.op})"
         for node in graph_def.node
-        if node.name in runs and not _pure(node.op)
+        if node.name in runs and not computes_only(node.op)
     ]
     for name in sorted(_shape_inferred(graph_def, library)):
         function = library[name]
@@ -307,7 +264,7 @@ def import_problems(graph_def) -> list[str]:
         problems += [
             f"{node.name} in function {name} ({node.op})"
             for node in function.node_def
-            if node.name in inside and not _pure(node.op)
+            if node.name in inside and not computes_only(node.op)
         ]
     problems += _mislabelled_calls(graph_def, library)
     return sorted(set(problems))
@@ -364,7 +321,7 @@ def check_before_import(graph_def, source: str, allow_unsafe_ops: bool) -> None:
         )
     library = {f.signature.name for f in graph_def.library.function}
     nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
-    unknown = sorted({n.op for n in nodes if n.op not in library and _op_def(n.op) is None})
+    unknown = sorted({n.op for n in nodes if n.op not in library and op_def(n.op) is None})
     if unknown:
         raise ModelFormatError(
             f"{source}: its graph uses {listing(unknown, 4)}, not an op of this TensorFlow ({_tf_version()}): "

@@ -5,7 +5,9 @@ A model file is a program: its graph can hold ops that read or write files (`Rea
 Before gatetrace runs any part of a graph (restoring variables, reading weights, fetching
 gates), `check` collects every op that run would execute (following data and control
 edges, and into exactly the functions those ops call, through any attribute that names
-a function, and the functions those call) and refuses any op outside `SAFE_OPS`.
+a function, and the functions those call) and refuses any op that does more than compute
+(`computes_only`: `SAFE_OPS`, and what TensorFlow's own definitions show to compute only, by
+the rule the import check judges ops by too).
 Functions nothing calls (a SavedModel's `__inference__traced_save_*`) are not checked,
 since they do not run.
 """
@@ -20,6 +22,9 @@ from tracer._tf import tf
 
 __all__ = [
     "SAFE_OPS",
+    "PURE_TEXT_OPS",
+    "computes_only",
+    "op_def",
     "RESTORE_OPS",
     "function_values",
     "function_calls",
@@ -85,6 +90,55 @@ _FUNCTIONAL = {
 
 # (function, attributes) pairs one walk may visit before it gives up and refuses
 _MAX_VISITS = 100_000
+
+
+# Ops that take or give strings, or carry free text in an attribute, and still touch
+# nothing outside the session. A summary op serializes its inputs into a Summary protocol
+# buffer (a `tf.summary.scalar` of a constant learning rate is constant-evaluable).
+PURE_TEXT_OPS = frozenset(
+    """
+    StringJoin ShardedFilename ShardedFilespec StaticRegexFullMatch StaticRegexReplace RegexFullMatch RegexReplace
+    StringFormat AsString StringLength StringLower StringUpper StringStrip StringSplit StringSplitV2 Substr
+    StringToNumber StringToHashBucket StringToHashBucketFast StringToHashBucketStrong ReduceJoin
+    UnicodeDecode UnicodeDecodeWithOffsets UnicodeEncode UnicodeTranscode DecodeRaw DecodeBase64 EncodeBase64 DecodeCSV
+    ParseExample ParseExampleV2 ParseSingleExample ParseSequenceExample ParseSequenceExampleV2 ParseSingleSequenceExample
+    ParseTensor SerializeTensor Einsum PreventGradient DataFormatDimMap DataFormatVecPermute ScatterNd GatherNd
+    TensorScatterUpdate TensorScatterAdd TensorScatterSub TensorScatterMax TensorScatterMin
+    ScalarSummary HistogramSummary TensorSummary TensorSummaryV2 ImageSummary AudioSummary AudioSummaryV2 MergeSummary
+    """.split()
+)
+
+_NOT_PLAIN_TYPES = {tf.string.as_datatype_enum, tf.resource.as_datatype_enum}
+
+
+def op_def(op_type: str):
+    """TensorFlow's registered definition of an op type (None for one it does not know)."""
+    from tensorflow.python.framework import op_def_registry
+
+    return op_def_registry.get(op_type)
+
+
+def computes_only(op_type: str) -> bool:
+    """Whether an op only computes, the one rule for what importing a graph may evaluate and
+    for what a fetch may run: in `SAFE_OPS` or `PURE_TEXT_OPS`, or, by TensorFlow's own
+    definition of it, not marked stateful, taking no function, with no free-text attribute (a
+    path or a URL needs one), and only numbers or tensor containers (variants: a TensorList, an
+    Optional) in and out, never a string or a resource: `Conv2D`, `TanhGrad`, cond_v2's
+    `OptionalFromValue`."""
+    if op_type in SAFE_OPS or op_type in PURE_TEXT_OPS:
+        return True
+    found = op_def(op_type)
+    if found is None or found.is_stateful:
+        return False
+    args = list(found.input_arg) + list(found.output_arg)
+    if any(a.type in _NOT_PLAIN_TYPES for a in args):
+        return False
+    for attr in found.attr:
+        if attr.type in ("func", "list(func)"):
+            return False
+        if attr.type in ("string", "list(string)") and not attr.allowed_values.list.s:
+            return False
+    return True
 
 
 def _resolved(value, bound: dict):
@@ -206,8 +260,9 @@ def ops_to_run(
 
 
 def _outside(ran: Iterable[tuple[str, str]], allowed: frozenset) -> list[str]:
-    ok = SAFE_OPS | allowed
-    return sorted(f"{name} ({kind})" for name, kind in ran if kind not in ok)
+    return sorted(
+        f"{name} ({kind})" for name, kind in ran if kind not in allowed and not computes_only(kind)
+    )
 
 
 def unsafe_ops(
