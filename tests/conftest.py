@@ -235,3 +235,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def record_with_cli(model: str | Path, feeds: dict[str, np.ndarray], out: Path):
+    """`gatetrace record MODEL --feed NAME=FILE.npy ... --out OUT --quiet`, each feed saved
+    beside `out`; the Recording it wrote (the command's stderr if it failed)."""
+    from recorders import Recording
+
+    args = []
+    for name, value in feeds.items():
+        np.save(out.parent / f"{out.name}-{name}.npy", value)
+        args += ["--feed", f"{name}={out.parent / f'{out.name}-{name}.npy'}"]
+    done = run_cli("record", str(model), *args, "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    return Recording(out)

@@ -22,7 +22,7 @@ import pytest
 import tracer
 from recorders import Recording
 from recorders.errors import ModelFormatError
-from tests.conftest import run_cli
+from tests.conftest import record_with_cli, run_cli
 from tests.test_keras import FEATURES, T, keras_module, masked_model, sequences, zero_mask
 
 pytestmark = pytest.mark.e2e
@@ -733,18 +733,7 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved
     if saved.startswith("Keras 2.2.4"):
         as_keras_2_2_4_wrote_it(path)
     x = np.random.RandomState(2).uniform(-1, 1, (5, T, FEATURES)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    done = run_cli(
-        "record",
-        str(path),
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "rec"),
-        "--quiet",
-    )
-    assert done.returncode == 0, done.stderr
-    rec = Recording(tmp_path / "rec")
+    rec = record_with_cli(path, {"x": x}, tmp_path / "rec")
     assert rec.cells == [
         "cu_dnnlstm_1",
         "bidirectional_1/forward_cu_dnngru_1",

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from recorders import Recording
-from tests.conftest import run_cli
+from tests.conftest import record_with_cli, run_cli
 from tests.test_keras import FEATURES, T, keras_module, layer_inputs, randomise, reference
 from tracer._tf import tf
 
@@ -478,23 +478,12 @@ def test_a_subclassed_keras_model_is_recorded_through_its_traced_functions(tmp_p
     randomise(model, seed=7)
     model.compile("adam", "mse")  # saved compiled, with an optimizer, as the script did
     model.save(str(tmp_path / "saved"), save_format="tf")
-    np.save(tmp_path / "x.npy", x)
     CALLS.clear()
     shown = gatetrace("inspect", str(tmp_path / "saved"))
     assert shown.returncode == 0, shown.stderr
     assert "names LSTM_Model_Base (not one of Keras' own layers): recorded through" in shown.stdout
-    done = gatetrace(
-        "record",
-        str(tmp_path / "saved"),
-        "--feed",
-        f"input_1={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "rec"),
-        "--quiet",
-    )
-    assert done.returncode == 0, done.stderr
+    rec = record_with_cli(tmp_path / "saved", {"input_1": x}, tmp_path / "rec")
     assert CALLS == []  # the class's code never ran
-    rec = Recording(tmp_path / "rec")
     lstm, top = rec.cells
     assert lstm.endswith("/lstm/lstm_cell") and top.endswith("/top/lstm_cell")
     below = x

@@ -57,8 +57,7 @@ def test_a_compat_v1_graph_with_cond_v2_is_recorded_as_tensorflow_computes_it(tm
     read from TensorFlow's definitions of the ops. Checked against TensorFlow's own tensors."""
     import numpy as np
 
-    from recorders import Recording
-    from tests.conftest import randomise
+    from tests.conftest import randomise, record_with_cli
 
     graph = tf.Graph()
     with graph.as_default():
@@ -76,18 +75,7 @@ def test_a_compat_v1_graph_with_cond_v2_is_recorded_as_tensorflow_computes_it(tm
     kinds = {n.op for f in graph.as_graph_def().library.function for n in f.node_def}
     assert {"OptionalFromValue", "OptionalNone"} <= kinds
     xs = np.random.RandomState(1).randn(4, STEPS, FEATURES).astype(np.float32)
-    np.save(tmp_path / "x.npy", xs)
-    done = run_cli(
-        "record",
-        str(tmp_path / "model.ckpt"),
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "rec"),
-        "--quiet",
-    )
-    assert done.returncode == 0, done.stderr
-    rec = Recording(tmp_path / "rec")
+    rec = record_with_cli(tmp_path / "model.ckpt", {"x": xs}, tmp_path / "rec")
     (cell,) = rec.cells
     splits = [
         graph.get_tensor_by_name(f"{cell}/split{'' if k == 0 else f'_{k}'}:{g}")
