@@ -84,6 +84,7 @@ _FILE_KEYS = ("vocabulary", "idf_weights", "filepath")
 # modules `keras.src.engine...`: that Keras is tf-keras today. Functional models of Keras 3
 # also hold Keras' math operations (keras.src.ops.*) as nodes.
 _KERAS_PACKAGES = ("keras", "tf_keras")
+NOT_KERAS = "not one of Keras' own layers"  # a class whose code a Keras file does not hold
 # (package, the namespace that exports its objects): tf-keras' TF2 one, and its TF1 one,
 # `tf.compat.v1.keras`, whose layers include Keras 2's CuDNNLSTM and CuDNNGRU
 _NAMESPACES = (("keras", "keras"), ("tf_keras", "tf_keras"), ("tf_keras", "tf_keras.api._v1.keras"))
@@ -166,7 +167,7 @@ def _refused(config: Any) -> list[str]:
                 f"{name} ({RUNS_CODE.get(name, 'runs a Python function named in the file')})"
             )
         elif name not in KNOWN_CLASSES and name not in keras_own_classes():
-            found.append(f"{name} (not one of Keras' own layers)")
+            found.append(f"{name} ({NOT_KERAS})")
         elif module is not None and module.split(".")[0] not in _KERAS_PACKAGES:
             found.append(f"{name} (from the module {module}, not Keras)")
         elif obj.get("registered_name") not in (None, name):
@@ -412,10 +413,12 @@ def keras_config(path: str | Path) -> dict:
     return {k: v for k, v in config.items() if k != "compile_config"}
 
 
-def keras_refusals(path: str | Path) -> list[str]:
-    """What in a Keras file's configuration gatetrace does not accept (`Class (why)` items);
-    empty when it holds Keras' own building blocks only."""
-    return _refused(keras_config(Path(path)))
+def custom_classes(path: str | Path) -> list[str]:
+    """The classes a Keras file's configuration names that are not Keras' own (a subclassed
+    model, a custom layer), as `Class (why)` items, where nothing else in it is refused; else
+    empty (a file of Keras' own blocks, or one naming something that runs code)."""
+    found = _refused(keras_config(Path(path)))
+    return found if all(f.endswith(f"({NOT_KERAS})") for f in found) else []
 
 
 def check_keras_file(path: str | Path) -> None:

@@ -55,7 +55,7 @@ from tracer.load.inline import (
     signature_of,
 )
 from tracer.load.keras import KerasModel, is_keras_file, load_keras
-from tracer.load.keras_files import keras_refusals
+from tracer.load.keras_files import custom_classes
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
 __all__ = [
@@ -819,10 +819,10 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
 def _traced_instead(p: Path, allow_unsafe_ops: bool) -> bool:
     """Whether a tf-keras SavedModel folder is loaded as a TF2 SavedModel, through its traced
     functions and variables, rather than rebuilt as a Keras model: when its keras_metadata.pb
-    names objects that are not Keras' own (a subclassed model's class, a custom layer), whose
-    Python code the folder does not hold. The functions are graphs of TensorFlow ops, checked
-    like any SavedModel's."""
-    return p.is_dir() and not allow_unsafe_ops and bool(keras_refusals(p))
+    names classes that are not Keras' own (a subclassed model's class, a custom layer), whose
+    Python code the folder does not hold, and nothing else it refuses (a `Lambda` stays refused
+    in every format). The functions are graphs of TensorFlow ops, checked like any SavedModel's."""
+    return p.is_dir() and not allow_unsafe_ops and bool(custom_classes(p))
 
 
 def load_model(
@@ -848,7 +848,7 @@ def load_model(
         if not is_keras_file(p):
             return model
         traced = (
-            f"its keras_metadata.pb names {listing(keras_refusals(p), 3)}: recorded through the SavedModel's "
+            f"its keras_metadata.pb names {listing(custom_classes(p), 3)}: recorded through the SavedModel's "
             "traced functions and variables instead, which need no Python code of the model and run none"
         )
         return replace(model, notes=(*model.notes, traced))
