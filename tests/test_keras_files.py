@@ -732,6 +732,12 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved
     model.save(str(path))
     if saved.startswith("Keras 2.2.4"):
         as_keras_2_2_4_wrote_it(path)
+    shown = run_cli("inspect", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "note: cu_dnnlstm_1 (CuDNNLSTM), forward_cu_dnngru_1 (CuDNNGRU), backward_cu_dnngru_1 (CuDNNGRU) run "
+        "cuDNN's fused op, which has no CPU kernel: recorded as the LSTM and GRU(reset_after=True) they equal"
+    ) in shown.stdout
     x = np.random.RandomState(2).uniform(-1, 1, (5, T, FEATURES)).astype(np.float32)
     rec = record_with_cli(path, {"x": x}, tmp_path / "rec")
     assert rec.cells == [

@@ -321,11 +321,14 @@ def _inspect_keras(args, model) -> None:
                     "cells": described,
                     "unsafe_ops": [],
                     "not_recorded": hidden,
+                    **({"notes": list(model.notes)} if model.notes else {}),
                 }
             )
         )
         return
     print(f"{args.model} ({model.format}): {len(cells)} RNN layer{'s' if len(cells) != 1 else ''}")
+    for note in model.notes:
+        print(f"note: {note}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
         steps = c.describe()["steps"]

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError
+from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf
-from tracer.load.keras_cudnn import on_cpu
+from tracer.load.keras_cudnn import cudnn_layers, on_cpu
 from tracer.load.keras_files import check_keras_file, keras2_fixes, keras_config
 
 __all__ = [
@@ -59,6 +59,7 @@ class KerasModel:
     model: Any
     source: str
     format: str
+    notes: tuple[str, ...] = ()  # how it was read, where that is not plain
 
     @property
     def inputs(self) -> list[KerasInput]:
@@ -157,8 +158,9 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                     model = tf_keras.models.load_model(
                         source, compile=False, safe_mode=not allow_unsafe_ops
                     )
-        if framework == "tf-keras":
-            model = on_cpu(model)  # Keras 2's CuDNNLSTM and CuDNNGRU, as what they compute
+        cudnn = cudnn_layers(model) if framework == "tf-keras" else []
+        if cudnn:  # Keras 2's CuDNNLSTM and CuDNNGRU, as what they compute
+            model = on_cpu(model)
     except GatetraceError:
         raise
     except Exception as err:
@@ -169,7 +171,15 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
                 "if you trust its source, rerun with --allow-unsafe-ops"
             ) from None
         raise ModelFormatError(f"{source}: cannot load it with {framework}: {text}") from None
-    return KerasModel(model, source, f"{framework} {kind}")
+    notes = (
+        (
+            f"{listing(cudnn, 4)} run cuDNN's fused op, which has no CPU kernel: recorded as the LSTM and "
+            "GRU(reset_after=True) they equal (the same kernels; an LSTM's two biases added, a GRU's as its two rows)",
+        )
+        if cudnn
+        else ()
+    )
+    return KerasModel(model, source, f"{framework} {kind}", notes)
 
 
 def _tf_keras_from_saved_model(p: Path, source: str) -> Any:

@@ -28,7 +28,7 @@ import numpy as np
 
 from recorders.errors import ModelFormatError
 
-__all__ = ["CUDNN_LAYERS", "on_cpu"]
+__all__ = ["CUDNN_LAYERS", "cudnn_layers", "on_cpu"]
 
 # the cuDNN layer -> the layer it equals on a CPU, and the options that make it so
 CUDNN_LAYERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -70,6 +70,21 @@ def _bias(old: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     raise ModelFormatError(
         f"a cuDNN layer's weight of shape {list(old.shape)} does not fit its equivalent's {list(shape)}"
     )
+
+
+def cudnn_layers(model: Any) -> list[str]:
+    """`name (Class)` of each cuDNN layer of `model`, inside wrappers and nested models too."""
+    found, todo = [], list(model.layers)
+    while todo:
+        layer = todo.pop(0)
+        if type(layer).__name__ in CUDNN_LAYERS:
+            found.append(f"{layer.name} ({type(layer).__name__})")
+        if hasattr(layer, "forward_layer"):  # Bidirectional: its two halves
+            todo += [layer.forward_layer, layer.backward_layer]
+        elif hasattr(layer, "layer"):  # another wrapper
+            todo.append(layer.layer)
+        todo += list(getattr(layer, "layers", None) or [])
+    return found
 
 
 def on_cpu(model: Any) -> Any:
