@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recorders.errors import ModelFormatError, OutputExistsError, SelectionError
+from recorders.errors import (
+    GatetraceError,
+    Interrupted,
+    ModelFormatError,
+    OutputExistsError,
+    SelectionError,
+)
 from recorders.write.files import is_uri
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.schema import parse_json
@@ -106,8 +112,17 @@ def record_series(
             if board is not None:
                 board.write(where, c.value)
             recorded.append(c.value)
-    except BaseException:
-        if not resume and not recorded and started:  # nothing of it is worth resuming
+    except GatetraceError as err:
+        # refused before a batch of the first checkpoint was written: nothing worth resuming
+        # (an interrupted or failing recording keeps its batches, for --resume)
+        first_key = f"{out_text}/{folders[chosen[0].value]}"
+        if (
+            not resume
+            and not recorded
+            and started
+            and not isinstance(err, Interrupted)
+            and not place_of(first_key).files("gates")
+        ):
             for name in place.entries():
                 place.remove(name)
         raise
