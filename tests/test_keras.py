@@ -540,9 +540,17 @@ def test_every_cell_of_a_stacked_rnn_is_recorded_as_a_layer_of_its_own(framework
             )
     tracer.record(model, x, tmp_path / "rec")
     from recorders import Recording
+    from tracer.run.select import Selection
 
     rec = Recording(tmp_path / "rec")
     assert rec.cells == names
+    # a cell chosen alone still reads the outputs of the cells below it in its stack
+    tracer.record(model, x, tmp_path / "upper", selection=Selection(cells=[names[1], names[3]]))
+    upper = Recording(tmp_path / "upper")
+    assert upper.cells == [names[1], names[3]]
+    for name in upper.cells:
+        for g in upper.gates(name):
+            np.testing.assert_array_equal(upper.gate_array(name, g), rec.gate_array(name, g))
     np.testing.assert_array_equal(
         rec.gate_array("stack/" + stack.cell.cells[1].name, "u")[mask],
         trace["stack/" + stack.cell.cells[1].name].activation[:, :, 0][mask],

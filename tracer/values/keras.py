@@ -21,7 +21,7 @@ import numpy as np
 
 from recorders.errors import FeedError, GraphPatternError
 from tracer.cells.found import KerasCell
-from tracer.find.keras import walk_layers
+from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.values.parts import Read, plan_parts
@@ -179,6 +179,21 @@ class KerasPlan:
     ):
         self.model = model
         self.cells = list(cells)
+        # a cell of a stack reads the outputs of the cells below it: each stack a chosen cell
+        # belongs to is replayed whole, up to the highest cell chosen
+        stacks: dict[int, list[KerasCell]] = {}
+        if any(c.stack[1] > 1 for c in self.cells):
+            for c in find_layers(model):
+                stacks.setdefault(id(c.layer), []).append(c)
+        self._stacks = stacks
+        top = {id(c.layer): c.stack[0] for c in self.cells}
+        names = {c.name for c in self.cells}
+        self._run = [
+            c
+            for stack in (stacks or {0: self.cells}).values()
+            for c in stack
+            if c.name in names or c.stack[0] < top.get(id(c.layer), -1)
+        ]
         self._steps = slice(*steps)
         self.carry_state = carry_state
         self.stateful = [
@@ -197,18 +212,19 @@ class KerasPlan:
         if not self.carry_state:
             for layer in self.stateful:
                 layer.reset_states()
-        with _capture(self.cells) as seen:
+        with _capture(self._run) as seen:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
-        missing = sorted({_layer_name(c) for c in self.cells} - seen.keys())
+        missing = sorted({_layer_name(c) for c in self._run} - seen.keys())
         if missing:
             raise GraphPatternError(
                 f"layers {', '.join(missing)} did not run when the model was called on its inputs"
             )
-        results: list[_Result] = []
-        for c in self.cells:  # a stack's cells in order: each reads the one before's outputs
-            below = results[-1].replayed.outputs if c.stack[0] > 0 else None
-            results.append(self._replay(c, seen[_layer_name(c)], below))
-        return results
+        results: dict[str, _Result] = {}
+        below: np.ndarray | None = None
+        for c in self._run:  # a stack's cells in order: each reads the one before's outputs
+            results[c.name] = self._replay(c, seen[_layer_name(c)], below if c.stack[0] else None)
+            below = results[c.name].replayed.outputs
+        return [results[c.name] for c in self.cells]
 
     def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> _Result:
         """One cell replayed over what its layer received; a cell of a stack past the first
@@ -222,7 +238,7 @@ class KerasPlan:
         # Keras' state order, LSTM [h, c], others [h]; a stack's: each cell's in turn
         order = ("h", "c") if cell.spec.is_lstm else ("h",)
         k, n = cell.stack
-        widths = [len(c.spec.states) for c in self.cells if c.layer is layer]
+        widths = [len(c.spec.states) for c in self._stacks.get(id(layer), [cell])]
         first = sum(widths[:k])
         initial = None if seen.initial is None else seen.initial[first : first + len(order)]
         got = replay(
