@@ -135,3 +135,11 @@ def test_special_files_in_a_run_folder_are_refused_never_opened(tmp_path):
     (tmp_path / "keras" / "model-02.keras").symlink_to("/dev/zero")
     with pytest.raises(ModelFormatError, match=r"model-02.keras links out of the folder"):
         find_series(tmp_path / "keras")
+
+
+def test_a_run_folder_named_through_a_link_is_read_as_the_folder(tmp_path):
+    """`runs/latest -> runs/2026-11-26`: the user named the link; its files are inside its target."""
+    tf1_run(tmp_path / "2026-11-26", ["model.ckpt-100", "model.ckpt-200"])
+    (tmp_path / "latest").symlink_to(tmp_path / "2026-11-26", target_is_directory=True)
+    found = find_series(tmp_path / "latest")
+    assert [(c.key, c.value) for c in found] == [("checkpoint", 100), ("checkpoint", 200)]

@@ -295,7 +295,7 @@ def read_checkpoint_state(folder: Path, hint: str, prefix: str = "") -> Any:
     from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
 
     try:
-        with Folder(folder) as opened:
+        with Folder(folder.resolve()) as opened:  # the folder the user named, a link to it followed
             data = opened.read_bytes("checkpoint", 1 << 20)
         return text_format.Parse(data.decode("utf-8"), CheckpointState())
     except (OSError, ValueError, text_format.ParseError) as err:
