@@ -12,8 +12,8 @@ The files may come from anyone. Before a file is decoded, the rows its footer de
 checked against the columns, units and steps the manifest lists and against the memory budget;
 then its columns and histogram lengths against the manifest's bins
 (`recorders.write.totals.read_totals`), and every number against what was recorded: units and
-steps inside their cell's, counts never negative, each histogram summing to its count, the
-saturation counts within it, and no count above the positions recorded (examples times steps
+steps inside their cell's, counts never negative, each histogram (NaN is counted, never
+binned) and the saturation counts within its count, and no count above the positions recorded (examples times steps
 per unit, examples times units per step).
 """
 

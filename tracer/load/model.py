@@ -816,15 +816,6 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
     )
 
 
-def _traced_instead(p: Path, allow_unsafe_ops: bool) -> bool:
-    """Whether a tf-keras SavedModel folder is loaded as a TF2 SavedModel, through its traced
-    functions and variables, rather than rebuilt as a Keras model: when its keras_metadata.pb
-    names classes that are not Keras' own (a subclassed model's class, a custom layer), whose
-    Python code the folder does not hold, and nothing else it refuses (a `Lambda` stays refused
-    in every format). The functions are graphs of TensorFlow ops, checked like any SavedModel's."""
-    return p.is_dir() and not allow_unsafe_ops and bool(custom_classes(p))
-
-
 def load_model(
     path: str | os.PathLike,
     tag: str = "serve",
@@ -841,14 +832,19 @@ def load_model(
     """
     source = str(path)
     p = Path(path)
-    if is_keras_file(p) and not _traced_instead(p, allow_unsafe_ops):
+    # A tf-keras SavedModel whose keras_metadata.pb names classes that are not Keras' own (a
+    # subclassed model, a custom layer: code the folder does not hold), and nothing else it
+    # refuses (a Lambda stays refused), is loaded as a TF2 SavedModel: through its traced
+    # functions and variables, graphs of TensorFlow ops checked like any SavedModel's.
+    custom = custom_classes(p) if is_keras_file(p) and p.is_dir() and not allow_unsafe_ops else []
+    if is_keras_file(p) and not custom:
         return load_keras(p, allow_unsafe_ops=allow_unsafe_ops)
     if p.is_dir() and ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
         model = _load_saved_model(p, tag, signature, source, restore, allow_unsafe_ops)
-        if not is_keras_file(p):
+        if not custom:
             return model
         traced = (
-            f"its keras_metadata.pb names {listing(custom_classes(p), 3)}: recorded through the SavedModel's "
+            f"its keras_metadata.pb names {listing(custom, 3)}: recorded through the SavedModel's "
             "traced functions and variables instead, which need no Python code of the model and run none"
         )
         return replace(model, notes=(*model.notes, traced))
