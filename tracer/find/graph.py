@@ -17,7 +17,7 @@ import re
 from dataclasses import replace
 
 from recorders.errors import GraphPatternError, NoCellFoundError
-from tracer._tf import tf
+from tracer._tf import function_def_to_graph, tf
 from tracer.cells.found import Cell, Step
 from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
@@ -28,11 +28,23 @@ from tracer.load.model import gpu_only_problem
 __all__ = ["Step", "Cell", "find_cells"]
 
 
-def _nearby_ops(graph: tf.Graph, n: int = 5) -> str:
+def _nearby_ops(graph: tf.Graph, n: int = 5, prefix: str = "") -> str:
     interesting = {"MatMul", "Split", "BiasAdd", "While", "StatelessWhile", "Sigmoid", "Tanh"}
     ops = graph.get_operations()
     names = [op.name for op in ops if op.type in interesting][:n] or [op.name for op in ops][:n]
-    return ", ".join(names) if names else "(the graph is empty)"
+    return ", ".join(prefix + name for name in names) if names else "(the graph is empty)"
+
+
+def _body_ops(graph: tf.Graph, loop: str) -> str:
+    """What the body of the control-flow-v2 loop `loop` computes (its first matrix products,
+    splits and activations, named as inside the loop), so that a refusal names the cell; ""
+    for a v1 loop, whose body's ops are in the graph itself."""
+    op = graph.get_operation_by_name(loop)
+    if op.type not in ("While", "StatelessWhile"):
+        return ""
+    library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+    body = function_def_to_graph(library[op.get_attr("body").name])
+    return f"; its body computes {_nearby_ops(body, prefix=loop + '/')}"
 
 
 def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
@@ -68,7 +80,10 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
                 "gatetrace does not support layer-normalized cells"
             )
         elif loops:
-            hint = f"; the graph runs a while loop ({loops[0]}), in which no cell of these kinds was found either"
+            hint = (
+                f"; the graph runs a while loop ({loops[0]}), in which no cell of these kinds "
+                f"was found either{_body_ops(graph, loops[0])}"
+            )
         elif conds:
             hint = (
                 f"; the graph runs its steps inside conditionals ({conds[0]}), as static_rnn does "
