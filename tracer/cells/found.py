@@ -17,7 +17,7 @@ import numpy as np
 
 from tracer.cells.kinds import CellSpec, HasSpec
 
-__all__ = ["Step", "Loop", "Fused", "Cell", "KerasCell", "AnyCell"]
+__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "AnyCell"]
 
 # Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
 # ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
@@ -303,6 +303,38 @@ def _describe_step(cell: Cell, step: Step) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Conv:
+    """How a Keras ConvLSTM cell convolves, and where its units sit.
+
+    `kernel_size`, `strides`, `padding` and `dilation` are the input convolution's (the
+    recurrent one is always stride 1, "same"); `positions` is the spatial shape of its output
+    (and of the states), `filters` the channels at each position. A unit is one filter at
+    one position: unit = position * filters + filter, the position counted in row-major
+    order of `positions` (channels last, whatever the layer's `data_format`).
+    """
+
+    rank: int
+    kernel_size: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: str
+    dilation: tuple[int, ...]
+    channels_first: bool
+    positions: tuple[int, ...]
+    filters: int
+
+    def describe(self) -> dict:
+        return {
+            "kernel_size": list(self.kernel_size),
+            "strides": list(self.strides),
+            "padding": self.padding,
+            "dilation_rate": list(self.dilation),
+            "positions": list(self.positions),
+            "filters": self.filters,
+            "unit": "position * filters + filter (positions in row-major order)",
+        }
+
+
 @dataclass(frozen=True, eq=False)
 class KerasCell(HasSpec):
     """One Keras RNN layer's cell, as gatetrace records it.
@@ -310,7 +342,9 @@ class KerasCell(HasSpec):
     name is the layer's path in the model (`bidirectional/backward_gru`). `weights` holds
     numpy arrays by role: `kernel` (the layer's kernel stacked on its recurrent kernel:
     input rows first), `bias`, and for a GRU with reset_after `recurrent_bias`.
-    `backward` is the layer's `go_backwards`.
+    `backward` is the layer's `go_backwards`. A ConvLSTM layer's cell has a `conv`: its
+    kernels are flattened to [taps * channels, 4 * filters] before they are stacked, and its
+    `units` are every filter at every position (`Conv`).
     """
 
     name: str
@@ -337,6 +371,7 @@ class KerasCell(HasSpec):
     # (k, n): the k-th of the n cells the layer's StackedRNNCells runs at each step, each
     # reading the one before's output ((0, 1): the layer's only cell)
     stack: tuple[int, int] = (0, 1)
+    conv: Conv | None = None
 
     path = "replay"
 
@@ -369,6 +404,7 @@ class KerasCell(HasSpec):
             "stateful": bool(layer.stateful),
             "variables": dict(self.variables),
             **({"stack": list(self.stack)} if self.stack[1] > 1 else {}),
+            **({"conv": self.conv.describe()} if self.conv is not None else {}),
             "path": self.path,
             "why": (
                 f"a Keras {type(layer).__name__} layer runs its cell inside its own loop: its gates are recomputed in numpy "

@@ -21,6 +21,7 @@ __all__ = [
     "KERAS_LSTM",
     "KERAS_GRU",
     "KERAS_SIMPLE_RNN",
+    "KERAS_CONV_LSTM",
     "SPECS",
     "spec_for",
 ]
@@ -160,8 +161,24 @@ KERAS_GRU = CellSpec(
 
 KERAS_SIMPLE_RNN = replace(BASIC_RNN, kind="SimpleRNN")
 
+# Keras ConvLSTM1D/2D/3D: Keras LSTM's gates i, f, c, o (the last axis of each kernel), each
+# preactivation a convolution of the input plus a convolution of the previous output
+# (tracer.values.conv). Its kernels are stacked like the LSTM's, each flattened to
+# [taps * channels, 4 * filters]; a unit is one filter at one position (position * filters + filter).
+KERAS_CONV_LSTM = replace(KERAS_LSTM, kind="ConvLSTM")
+
 SPECS: dict[str, CellSpec] = {
-    s.kind: s for s in (BASIC_LSTM, LSTM, GRU, BASIC_RNN, KERAS_LSTM, KERAS_GRU, KERAS_SIMPLE_RNN)
+    s.kind: s
+    for s in (
+        BASIC_LSTM,
+        LSTM,
+        GRU,
+        BASIC_RNN,
+        KERAS_LSTM,
+        KERAS_GRU,
+        KERAS_SIMPLE_RNN,
+        KERAS_CONV_LSTM,
+    )
 }
 
 

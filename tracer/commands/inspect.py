@@ -353,6 +353,12 @@ def _inspect_keras(args, model) -> None:
         extras = [f"activation={c.activation}", f"recurrent_activation={c.recurrent_activation}"]
         extras += [f"reset_after={c.reset_after}"] if c.reset_after is not None else []
         extras += [k for k in ("return_sequences", "return_state", "stateful") if d[k]]
+        if c.conv is not None:
+            grid, taps = ("x".join(map(str, a)) for a in (c.conv.positions, c.conv.kernel_size))
+            extras.append(
+                f"units = {grid} positions x {c.conv.filters} filters (unit = position * "
+                f"{c.conv.filters} + filter), input = {taps} taps x channels"
+            )
         print(f"{c.name}: replayed, {', '.join(extras)}: {d['why']}")
     for h in hidden:
         print(f"not recorded: {h}; its inner layer runs on reshaped rows")

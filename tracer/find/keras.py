@@ -1,12 +1,14 @@
-"""Keras RNN layers: finding every LSTM, GRU and SimpleRNN layer of a Keras model.
+"""Keras RNN layers: finding every LSTM, GRU, SimpleRNN and ConvLSTM layer of a Keras model.
 
-A Keras `LSTM`, `GRU` or `SimpleRNN` layer (tf-keras or Keras 3) runs its cell inside a
-loop whose gates nobody can fetch. `find_layers(model)` lists these layers, inside
-`Bidirectional` wrappers and nested models too, and each cell of an `RNN` layer over
-`StackedRNNCells` (or a list of cells: `RNN([LSTMCell(4), GRUCell(3)])`), named
-`LAYER/CELL`, as `tracer.cells.found.KerasCell`s, with
-their weights in gatetrace's block order: LSTM i, f, c, o -> i, f, j, o; GRU z, r, h ->
-u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name it).
+A Keras `LSTM`, `GRU`, `SimpleRNN` or `ConvLSTM1D/2D/3D` layer (tf-keras or Keras 3) runs
+its cell inside a loop whose gates nobody can fetch. `find_layers(model)` lists these
+layers, inside `Bidirectional` wrappers and nested models too, and each cell of an `RNN`
+layer over `StackedRNNCells` (or a list of cells: `RNN([LSTMCell(4), GRUCell(3)])`), named
+`LAYER/CELL`, as `tracer.cells.found.KerasCell`s, with their weights in gatetrace's block
+order: LSTM i, f, c, o -> i, f, j, o; GRU z, r, h ->
+u, r, c; SimpleRNN -> h (Keras keeps its own order; the spec's gate labels name it); a
+ConvLSTM's as the LSTM's, each kernel flattened to [taps * channels, 4 * filters], with its
+convolution and positions in `tracer.cells.found.Conv`.
 `hidden_layers` names the RNN layers inside wrappers that are not recorded through.
 """
 
@@ -18,15 +20,21 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import GraphPatternError
-from tracer.cells.found import KerasCell
-from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
+from tracer.cells.found import Conv, KerasCell
+from tracer.cells.kinds import KERAS_CONV_LSTM, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 from tracer.cells.reference import ACTIVATIONS
 from tracer.load.keras import KerasModel, framework_of, to_numpy
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]
 
 # Keras cell class -> spec. The states a layer carries, in Keras' order: LSTM [h, c], others [h].
-_SPECS = {"LSTMCell": KERAS_LSTM, "GRUCell": KERAS_GRU, "SimpleRNNCell": KERAS_SIMPLE_RNN}
+# ConvLSTMCell: the cell of ConvLSTM1D, ConvLSTM2D and ConvLSTM3D (tf-keras and Keras 3).
+_SPECS = {
+    "LSTMCell": KERAS_LSTM,
+    "GRUCell": KERAS_GRU,
+    "SimpleRNNCell": KERAS_SIMPLE_RNN,
+    "ConvLSTMCell": KERAS_CONV_LSTM,
+}
 
 
 def _variable_name(v: Any) -> str:
@@ -80,8 +88,8 @@ def hidden_layers(model: KerasModel) -> list[str]:
     return hidden
 
 
-def _static_steps(layer: Any) -> int | None:
-    """The number of steps of the layer's own input, where its shape fixes it (None otherwise)."""
+def _static_shape(layer: Any) -> tuple | None:
+    """The shape of the layer's own input (None where it was never called on one tensor)."""
     try:
         if hasattr(layer, "input_shape"):  # tf-keras
             shape = layer.input_shape
@@ -93,8 +101,28 @@ def _static_steps(layer: Any) -> int | None:
         return None
     if isinstance(shape, list):
         shape = shape[0]
-    shape = tuple(shape) if shape is not None else ()
-    return int(shape[1]) if len(shape) > 1 and shape[1] is not None else None
+    return tuple(shape) if shape is not None else None
+
+
+def _conv(name: str, cell: Any, shape: tuple | None) -> Conv:
+    """A ConvLSTM cell's convolution, its output positions worked out from its input's
+    shape ([examples, steps, *spatial, channels], or channels first), which must be fixed."""
+    rank = int(cell.rank)
+    first = cell.data_format == "channels_first"
+    spatial = None if shape is None else (shape[3:] if first else shape[2:-1])
+    if spatial is None or len(spatial) != rank or any(s is None for s in spatial):
+        raise GraphPatternError(
+            f"{name}: a ConvLSTM{rank}D layer whose input's spatial shape is not fixed ({shape}); gatetrace "
+            "records a ConvLSTM's gates at every position, so it needs the positions when the model is built: "
+            "build the model with a fixed input shape"
+        )
+    kernel_size, strides = tuple(cell.kernel_size), tuple(cell.strides)
+    dilation, padding = tuple(cell.dilation_rate), str(cell.padding).lower()
+    positions = tuple(
+        -(-(size if padding == "same" else size - (k - 1) * d) // s)
+        for size, k, s, d in zip(spatial, kernel_size, strides, dilation, strict=True)
+    )
+    return Conv(rank, kernel_size, strides, padding, dilation, first, positions, int(cell.filters))
 
 
 def _wrappers(layers: Sequence[Any]) -> dict[int, Any]:
@@ -115,13 +143,20 @@ def _cell(
     layer: Any,
     cell: Any,
     framework: str,
-    steps: int | None,
+    shape: tuple | None,
     stack: tuple[int, int],
 ) -> KerasCell:
     """The KerasCell of one Keras cell (the layer's, or number `stack[0]` of its stack of
-    `stack[1]`), its weights in gatetrace's block order."""
+    `stack[1]`), its weights in gatetrace's block order; `shape` is the layer's input's."""
     kernel, recurrent = to_numpy(cell.kernel), to_numpy(cell.recurrent_kernel)
     units = recurrent.shape[0]
+    conv = _conv(name, cell, shape) if spec is KERAS_CONV_LSTM else None
+    if conv is not None:  # [*kernel_size, channels, 4 * filters] -> [taps * channels, 4 * filters]
+        kernel, recurrent = (
+            kernel.reshape(-1, kernel.shape[-1]),
+            recurrent.reshape(-1, kernel.shape[-1]),
+        )
+        units = int(np.prod(conv.positions)) * conv.filters
     bias = (
         to_numpy(cell.bias) if getattr(cell, "use_bias", True) and cell.bias is not None else None
     )
@@ -162,8 +197,9 @@ def _cell(
         framework=framework,
         act=act,
         gate_act=gate_act,
-        steps=steps,
+        steps=None if shape is None or len(shape) < 2 or shape[1] is None else int(shape[1]),
         stack=stack,
+        conv=conv,
     )
 
 
@@ -177,8 +213,8 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
     ]
     wrappers = _wrappers(model.model.layers)
     for path, layer in walk_layers(model.model.layers, ""):
-        steps = _static_steps(layer) or (
-            _static_steps(wrappers[id(layer)]) if id(layer) in wrappers else None
+        shape = _static_shape(layer) or (
+            _static_shape(wrappers[id(layer)]) if id(layer) in wrappers else None
         )
         # RNN(StackedRNNCells([...])) or RNN([cells]): each cell of the stack, named after it
         stack = list(getattr(layer.cell, "cells", None) or [layer.cell])
@@ -200,11 +236,11 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
             continue
         for k, cell in enumerate(stack):
             named = path if len(stack) == 1 else f"{path}/{names[k]}"
-            cells.append(_cell(named, specs[k], layer, cell, framework, steps, (k, len(stack))))
+            cells.append(_cell(named, specs[k], layer, cell, framework, shape, (k, len(stack))))
     if not cells:
         found = f"; RNN layers of other cells: {', '.join(others)}" if others else ""
         raise GraphPatternError(
-            f"no RNN layer found in {model.source}: looked for Keras LSTM, GRU and SimpleRNN layers "
+            f"no RNN layer found in {model.source}: looked for Keras LSTM, GRU, SimpleRNN and ConvLSTM layers "
             f"(also inside Bidirectional and nested models){found}"
         )
     return cells

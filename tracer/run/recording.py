@@ -150,6 +150,13 @@ def _prepare(
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
         layers = _cells_of(model, chosen, KerasCell)
+        convolved = [c.name for c in layers if c.conv is not None]
+        if selection is not None and selection.parts and convolved:
+            raise SelectionError(
+                f"--values contributions: {', '.join(convolved)} are ConvLSTM layers, whose gates are sums of "
+                "convolutions, not of the matrix products contributions split; leave contributions out, "
+                "or choose the other layers with --cells"
+            )
         keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state)
         if carry_state and not keras_plan.stateful:
             raise SelectionError(

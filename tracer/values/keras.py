@@ -24,6 +24,7 @@ from tracer.cells.found import KerasCell
 from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
+from tracer.values.conv import channels_last, replay_conv
 from tracer.values.parts import Read, plan_parts
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.weights import gate_weights
@@ -241,6 +242,13 @@ class KerasPlan:
         widths = [len(c.spec.states) for c in self._stacks.get(id(layer), [cell])]
         first = sum(widths[:k])
         initial = None if seen.initial is None else seen.initial[first : first + len(order)]
+        final = (
+            dict(zip(order, seen.states[first : first + len(order)], strict=True))
+            if layer.return_state
+            else {}
+        )
+        if cell.conv is not None:  # a ConvLSTM: its units are every filter at every position
+            return self._replay_conv(cell, x, mask, initial, seen.outputs, final, seen.mask)
         got = replay(
             cell.kind,
             cell.weights,
@@ -251,14 +259,49 @@ class KerasPlan:
             activation=cell.act,
             recurrent_activation=cell.gate_act,
         )
-        final = (
-            dict(zip(order, seen.states[first : first + len(order)], strict=True))
-            if layer.return_state
-            else {}
-        )
         # the layer returns its last cell's outputs: the cells below are checked through it
         check(cell.name, got, seen.outputs if k == n - 1 else None, final)
         return _Result(got, seen.mask)
+
+    @staticmethod
+    def _replay_conv(
+        cell: KerasCell,
+        x: np.ndarray,
+        mask: np.ndarray | None,
+        initial: list[np.ndarray] | None,
+        outputs: np.ndarray,
+        final: dict[str, np.ndarray],
+        layer_mask: np.ndarray | None,
+    ) -> _Result:
+        """A ConvLSTM cell replayed (`tracer.values.conv`), channels last, its states and
+        outputs flattened to [examples, (steps,) positions * filters] to be checked."""
+        conv = cell.conv
+        assert conv is not None  # the caller's test
+
+        def flat(a: np.ndarray, lead: int) -> np.ndarray:
+            if conv.channels_first:  # [..., filters, *positions] -> [..., *positions, filters]
+                a = np.moveaxis(a, lead, -1)
+            return a.reshape(*a.shape[:lead], -1)
+
+        got = replay_conv(
+            conv,
+            cell.weights,
+            channels_last(x, conv),
+            None
+            if initial is None
+            else {k: flat(v, 1) for k, v in zip("hc", initial, strict=True)},
+            mask=mask,
+            activation=cell.act,
+            recurrent_activation=cell.gate_act,
+        )
+        sequences = outputs.ndim == conv.rank + 3  # [examples, steps, *spatial, channels]
+        check(
+            cell.name,
+            got,
+            flat(outputs, 2 if sequences else 1),
+            {k: flat(v, 1) for k, v in final.items()},
+        )
+        return _Result(got, layer_mask)
 
     def _by_position(self, cell: KerasCell, a: np.ndarray) -> np.ndarray:
         """[examples, loop steps, ...] as input positions, in the step window (a backward

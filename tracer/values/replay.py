@@ -44,7 +44,7 @@ from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.cells.kinds import spec_for
 from tracer.cells.reference import ACTIVATIONS
 
-__all__ = ["Replayed", "replay", "check", "compare", "TOLERANCE"]
+__all__ = ["Replayed", "replay", "check", "compare", "activation_of", "TOLERANCE"]
 
 TOLERANCE = 1e-4
 
@@ -136,7 +136,7 @@ def replay(
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
     x = np.asarray(inputs, dtype=f32)
     n, steps, d = x.shape
-    act, gate_act = _activation(activation), _activation(recurrent_activation)
+    act, gate_act = activation_of(activation), activation_of(recurrent_activation)
     kernel, bias = w["kernel"], w["bias"]
     spec = spec_for(kind)
     lstm, blocks, gates = spec.is_lstm, spec.weights[0].blocks, len(spec.gates)
@@ -305,7 +305,7 @@ def replay(
     )
 
 
-def _activation(name):
+def activation_of(name):
     """A numpy activation by name (see `ACTIVATIONS`), or a callable as it is."""
     if callable(name):
         return name
