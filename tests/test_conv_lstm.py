@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from tests.conftest import run_cli
 from tests.test_keras import FRAMEWORKS, keras_module, randomise
 
 T = 4
+ROOT = Path(__file__).resolve().parent.parent
 
 # name: (layer class, its arguments, the input's shape after the steps)
 CASES = {
@@ -188,16 +190,15 @@ def test_a_recorded_conv_lstm_is_read_by_position_and_filter(framework, tmp_path
     (cell,) = manifest["cells"]
     assert cell["conv"]["positions"] == [5, 6] and cell["conv"]["filters"] == 3
     gates, states = reference(model.get_layer("conv_lstm"), x, framework)
-    # the forget gate of filter 2 at row 3, column 1, as docs/recordings.md selects it
+    # the forget gate of filter 2 at row 3, column 1, by docs/recordings.md's own query
+    page = (ROOT / "docs" / "recordings.md").read_text()
+    query = page[page.index("**ConvLSTM layers**") :].split("```sql\n", 1)[1].split("```", 1)[0]
+    query = query.replace("'run1/", f"'{tmp_path / 'rec'}/")
+    got = duckdb.sql(query + " ORDER BY example, step").df()
     row, col, f = 3, 1, 2
-    width, filters = cell["conv"]["positions"][1], cell["conv"]["filters"]
-    unit = (row * width + col) * filters + f
-    table = str(tmp_path / "rec" / "gates" / "**" / "*.parquet")
-    got = duckdb.sql(
-        f"SELECT example, step, activation FROM read_parquet('{table}', hive_partitioning = true) "
-        f"WHERE gate = 'f' AND unit = {unit} ORDER BY example, step"
-    ).df()
+    filters = cell["conv"]["filters"]
     want = gates["f"][1][:, :, row, col, f]
+    assert len(got) == want.size
     np.testing.assert_allclose(got.activation.to_numpy().reshape(want.shape), want, atol=2e-5)
     rec = Recording(tmp_path / "rec")
     h = rec.state_array("conv_lstm", "h")

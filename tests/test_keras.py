@@ -412,7 +412,7 @@ def test_no_rnn_layer():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     with pytest.raises(
         GatetraceError,
-        match="no RNN layer found in .*looked for Keras LSTM, GRU and SimpleRNN layers",
+        match="no RNN layer found in .*looked for Keras LSTM, GRU, SimpleRNN and ConvLSTM layers",
     ):
         tracer.trace(model, np.zeros((2, 3), np.float32))
 
