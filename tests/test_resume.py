@@ -87,8 +87,8 @@ def complete(out: Path) -> int:
 PACED = (
     "import os, sys, time; from tracer.cli import main; saved = os.dup(2); os.dup2(os.open(os.devnull, os.O_WRONLY), 2); "
     # TensorFlow's import logs, as main() hides them
-    "import tracer.run.recording as r; os.dup2(saved, 2); hand = r.write_batch; "
-    "r.write_batch = lambda *a, **k: (time.sleep(0.05), hand(*a, **k))[1]; sys.exit(main(sys.argv[1:]))"
+    "import tracer.run.batch as b; os.dup2(saved, 2); hand = b.Values.write; "
+    "b.Values.write = lambda *a, **k: (time.sleep(0.05), hand(*a, **k))[1]; sys.exit(main(sys.argv[1:]))"
 )
 
 

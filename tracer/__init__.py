@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.load.model import Model, from_session, load_model
     from tracer.load.series import find_series
     from tracer.run.hook import GateLoggingHook
+    from tracer.run.options import RecordOptions
     from tracer.run.parallel import Job, record_parallel, record_task
     from tracer.run.recording import find_all, record, trace
     from tracer.run.select import Selection
@@ -72,6 +73,7 @@ _LAZY = {
     "load_keras": "tracer.load.keras",
     "Selection": "tracer.run.select",
     "record": "tracer.run.recording",
+    "RecordOptions": "tracer.run.options",
     "record_series": "tracer.run.series",
     "GateLoggingHook": "tracer.run.hook",
     "find_series": "tracer.load.series",
@@ -122,6 +124,7 @@ __all__ = [
     "find_layers",
     "load_keras",
     "record",
+    "RecordOptions",
     "record_series",
     "find_series",
     "GateLoggingHook",

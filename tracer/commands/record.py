@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracer.commands.common import positive, split
+
+if TYPE_CHECKING:
+    from tracer.run.options import RecordOptions
 
 NAME = "record"
 HELP = "record every gate, state and weight of every cell to Parquet"
@@ -251,29 +256,33 @@ def run(args) -> None:
             model,
             feeds,
             args.out,
-            overwrite=args.overwrite,
-            resume=args.resume,
-            shard=shard,
-            progress=not args.quiet,
-            carry_state=args.carry_state,
-            **_options(args, selection, bins, memory, lengths),
+            options=replace(
+                _options(args, selection, bins, memory, lengths),
+                overwrite=args.overwrite,
+                resume=args.resume,
+                shard=shard,
+                progress=not args.quiet,
+                carry_state=args.carry_state,
+            ),
         )
     _report(args, summary, f" (shard {shard})" if shard.count > 1 else "")
 
 
-def _options(args, selection, bins, memory, lengths) -> dict:
+def _options(args, selection, bins, memory, lengths) -> RecordOptions:
     """`tracer.record`'s options that one recording and a series take alike."""
-    return {
-        "batch_size": args.batch_size,
-        "selection": selection,
-        "lengths": lengths,
-        "compression": args.compression,
-        "timeout": args.timeout,
-        "reads": [args.lengths, *(_feed_path(item) for item in args.feed)],
-        "memory": memory,
-        "verify": args.verify,
-        "summary": bins,
-    }
+    from tracer.run.options import RecordOptions
+
+    return RecordOptions(
+        batch_size=args.batch_size,
+        selection=selection,
+        lengths=lengths,
+        compression=args.compression,
+        timeout=args.timeout,
+        reads=(args.lengths, *(_feed_path(item) for item in args.feed)),
+        memory=memory,
+        verify=args.verify,
+        summary=bins,
+    )
 
 
 def _record_series(args, selection, bins, memory) -> None:
@@ -305,7 +314,7 @@ def _record_series(args, selection, bins, memory) -> None:
         progress=not args.quiet,
         allow_unsafe_ops=args.allow_unsafe_ops,
         tensorboard=args.tensorboard,
-        **_options(
+        options=_options(
             args,
             selection,
             bins,
@@ -361,6 +370,7 @@ def _bins(args):
 def _record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
     from recorders.write.files import is_uri, local_path
+    from tracer.run.options import RecordOptions
     from tracer.run.parallel import Job, dask_executor, record_parallel
 
     for flag, given in (
@@ -392,15 +402,15 @@ def _record_parallel(args, selection, memory) -> None:
         signature=args.signature,
         allow_unsafe_ops=args.allow_unsafe_ops,
         lengths=os.path.abspath(args.lengths) if args.lengths else None,
-        options={
-            "batch_size": args.batch_size,
-            "selection": selection,
-            "compression": args.compression,
-            "timeout": args.timeout,
-            "memory": memory,
-            "verify": args.verify,
-            "summary": _bins(args),
-        },
+        options=RecordOptions(
+            batch_size=args.batch_size,
+            selection=selection,
+            compression=args.compression,
+            timeout=args.timeout,
+            memory=memory,
+            verify=args.verify,
+            summary=_bins(args),
+        ),
     )
     bar = None
 

@@ -28,16 +28,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from recorders import RecordingWriter
 from recorders.errors import GatetraceError, SelectionError
 from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins, summary_columns
 from tracer._tf import v1
 from tracer.find.graph import find_cells
-from tracer.run.recording import hand_over
-from tracer.run.select import Selection
+from tracer.run.batch import Statistics, Values, write_whole
 from tracer.run.series import fresh_key, logged_folder, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
@@ -162,24 +159,17 @@ class GateLoggingHook(v1.train.SessionRunHook):
         table = weights_columns(
             cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
         )
-        plan: Any
-        values: Any
         if self._summary is not None and self.summary is not None:
-            plan, values = self._summary, self._summary.results(results["summary"])
-            n = plan.batch_of(*values)
+            statistics = Statistics(self._summary, *self._summary.results(results["summary"]))
             description["summary"] = self.summary.describe(
-                (*col.key, col.edges) for col in plan.columns
+                (*col.key, col.edges) for col in self._summary.columns
             )
-            make: type[RecordingWriter] | type[SummaryWriter] = SummaryWriter
-        else:
-            plan, values = self._plan, self._plan.finish(list(results["gates"]))
-            n = plan.batch_of(values)
-            make = RecordingWriter
-        with make(where, description, examples=(0, n)) as writer:
-            writer.write_weights(table)
-            writer.begin(0, n)
-            hand_over(writer, plan, values, Selection(), np.arange(n, dtype=np.int64), n, None)
-            writer.commit()
+            with SummaryWriter(where, description, examples=(0, statistics.examples)) as summary:
+                write_whole(summary, statistics, table)
+            return
+        values = Values(self._plan, self._plan.finish(list(results["gates"])))
+        with RecordingWriter(where, description, examples=(0, values.examples)) as writer:
+            write_whole(writer, values, table)
 
 
 def run_with(hook: GateLoggingHook, session: Any, fetches: Any, feed_dict: Any = None) -> Any:

@@ -51,7 +51,8 @@ from recorders.write.place import place_of
 from recorders.write.progress import read_progress, recorded_layout
 from recorders.write.swap import create_folder
 from tracer.inputs.files import is_input_spec, open_input
-from tracer.run.budget import DEFAULT_BATCH_SIZE, tune_allocators
+from tracer.run.budget import tune_allocators
+from tracer.run.options import RecordOptions
 
 __all__ = [
     "Job",
@@ -71,8 +72,9 @@ class Job:
     """What every task of a recording needs, in a form that pickles: paths and options.
 
     feeds are as the command line takes them (`{"x": "inputs.npy", "keep_prob": "1.0"}`);
-    lengths is a path to a `.npy` file or None; options are `tracer.record`'s keyword
-    arguments (batch_size, selection, compression, timeout, memory).
+    lengths is a path to a `.npy` file or None; options are `tracer.record`'s, a
+    `RecordOptions` or its fields by name (batch_size, selection, compression, timeout,
+    memory, ...).
     """
 
     model: str
@@ -82,9 +84,15 @@ class Job:
     signature: str = "serving_default"
     allow_unsafe_ops: bool = False
     lengths: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: RecordOptions | Mapping[str, Any] = field(default_factory=dict)
     # TFRecord files' record counts, found by the driver
     input_counts: Mapping[tuple, int] = field(default_factory=dict)
+
+    @property
+    def record_options(self) -> RecordOptions:
+        """`options` as a `RecordOptions`."""
+        given = self.options
+        return given if isinstance(given, RecordOptions) else RecordOptions.of(**given)
 
 
 # model per process: (path, tag, signature, allow_unsafe_ops) -> Model
@@ -118,7 +126,7 @@ def task_count(examples: int, batch_size: int, task_size: int = DEFAULT_TASK_SIZ
 def task_shard(job: Job, index: int, count: int) -> Shard:
     """Task `index` of `count`: a shard cut at multiples of the batch size, so that its
     batches hold the same rows as one process's (and give the same values to the bit)."""
-    return Shard(index, count, unit=int(job.options.get("batch_size", DEFAULT_BATCH_SIZE)))
+    return Shard(index, count, unit=job.record_options.batch_size)
 
 
 def record_task(job: Job, index: int, count: int) -> dict:
@@ -140,7 +148,7 @@ def record_task(job: Job, index: int, count: int) -> dict:
         shard=task_shard(job, index, count),
         resume=True,
         lengths=lengths,
-        **dict(job.options),
+        options=job.record_options,
     )
 
 
@@ -162,7 +170,7 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
         listed = ", ".join(f"{name} has {n}" for name, n in sizes.items())
         raise FeedError(f"feeds disagree on the number of sequences (first dimension): {listed}")
     n = next(iter(sizes.values()))
-    selection = job.options.get("selection")
+    selection = job.record_options.selection
     if selection is not None and selection.examples != (None, None):
         first, last, _ = slice(*selection.examples).indices(n)
         n = max(0, last - first)
@@ -215,7 +223,7 @@ def record_parallel(
                 **sys.modules["tracer.inputs.tfrecords"].record_counts(),
             },
         )
-    batch_size = int(job.options.get("batch_size", DEFAULT_BATCH_SIZE))
+    batch_size = job.record_options.batch_size
     count = task_count(examples, batch_size, task_size)
     layout = recorded_layout(job.out) if resume else None
     if layout is not None and layout.unit == batch_size:

@@ -20,13 +20,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import partial
 from types import FrameType
 from typing import Any, TypeVar
 
 import numpy as np
 
-from recorders import Intervals, RecordingWriter, Shard, __version__
+from recorders import Intervals, RecordingWriter, __version__
 from recorders.errors import (
     FeedError,
     GatetraceError,
@@ -54,6 +53,7 @@ from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.model import Model
 from tracer.load.safety import check_model
 from tracer.run.bar import progress_bar
+from tracer.run.batch import Batch, Fetched, Prepared, Statistics, Values
 from tracer.run.budget import (
     DEFAULT_BATCH_SIZE,
     bytes_per_sequence,
@@ -62,14 +62,23 @@ from tracer.run.budget import (
     describe_size,
     fixed_size_problem,
 )
+from tracer.run.options import RecordOptions
 from tracer.run.select import Selection
 from tracer.values.emit import emitting
-from tracer.values.fetch import FetchPlan, Trace, assemble
+from tracer.values.fetch import FetchPlan, Trace
 from tracer.values.keras import KerasPlan, resolve_inputs
-from tracer.values.summaries import SummaryPlan
+from tracer.values.summaries import Column, SummaryPlan
 from tracer.values.weights import read_weights, weights_columns
 
-__all__ = ["trace", "record", "describe", "find_all", "weight_values", "DEFAULT_BATCH_SIZE"]
+__all__ = [
+    "trace",
+    "record",
+    "RecordOptions",
+    "describe",
+    "find_all",
+    "weight_values",
+    "DEFAULT_BATCH_SIZE",
+]
 
 
 def _as_model(model: Any) -> Model | KerasModel:
@@ -85,6 +94,7 @@ def find_all(model: Model | KerasModel) -> list[AnyCell]:
 
 
 _Kind = TypeVar("_Kind", Cell, KerasCell)
+W = TypeVar("W", RecordingWriter, SummaryWriter)
 
 
 def _cells_of(
@@ -140,12 +150,12 @@ def _prepare(
     skip_unfed: list | None = None,
     carry_state: bool = False,
     verify: bool = False,
-    summary: Bins | None = None,
-):
-    """The cells, the plan, the checked feeds, and the function that runs one batch.
-    With a list as `skip_unfed`, cells the feeds do not reach are left out and listed there.
-    With `summary`, the plan is a `SummaryPlan` of the selection's columns, and the function
-    takes the batch's row count, its sequences (`keep`) and their lengths too."""
+) -> tuple[Prepared[RecordingWriter], FetchPlan | KerasPlan, Callable[[], FetchPlan | None]]:
+    """The model made ready to record every value of its cells (`tracer.run.batch.Prepared`),
+    its plan, and what makes the plan of those of its cells computed in numpy, which a
+    summary takes as arrays (`_summarising`; for a Keras model, whose cells are all computed
+    in numpy, None). With a list as `skip_unfed`, cells the feeds do not reach are left out
+    and listed there."""
     chosen = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
@@ -163,10 +173,11 @@ def _prepare(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
             )
         inputs = resolve_inputs(model, feeds)
-        if summary is not None:
-            keras_summary = _summary_plan(keras_plan, None, layers, selection, summary, None)
-            return layers, keras_summary, inputs, lambda batch, **_: (keras_plan.fetch(batch), [])
-        return layers, keras_plan, inputs, keras_plan.fetch
+
+        def call(batch: Batch) -> Values:
+            return Values(keras_plan, keras_plan.fetch(batch.feeds))
+
+        return Prepared(layers, inputs, RecordingWriter, call), keras_plan, lambda: None
     cells = _cells_of(model, chosen, Cell)
     names = {c.name for c in cells}
     below = any(
@@ -197,36 +208,61 @@ def _prepare(
             f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run"
         )
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
-    if summary is not None:
-        numpy_cells = [c for k, c in enumerate(cells) if not plan.in_graph(k)]
-        numpy_plan = (
-            FetchPlan(model.graph, numpy_cells, context=found, steps=steps, verify=verify)
-            if numpy_cells
+    session = model.session
+
+    def numpy_plan() -> FetchPlan | None:
+        """The plan of the cells whose values are computed in numpy (replayed): what a
+        summary takes as arrays (None: there are none)."""
+        replayed = [c for k, c in enumerate(cells) if not plan.in_graph(k)]
+        return (
+            FetchPlan(model.graph, replayed, context=found, steps=steps, verify=verify)
+            if replayed
             else None
         )
-        summary_plan = _summary_plan(plan, numpy_plan, cells, selection, summary, model.graph)
-        return (
-            cells,
-            summary_plan,
-            feed_dict,
-            partial(summary_plan.fetch, model.session, timeout=timeout),
-        )
-    return cells, plan, feed_dict, partial(plan.fetch, model.session, timeout=timeout)
+
+    def run(batch: Batch) -> Values:
+        return Values(plan, plan.fetch(session, batch.feeds, timeout=timeout))
+
+    return Prepared(cells, feed_dict, RecordingWriter, run), plan, numpy_plan
 
 
-def _summary_plan(plan, numpy_plan, cells, selection: Selection | None, bins: Bins, graph):
-    """The `SummaryPlan` of the columns `selection` keeps, binned by `bins`."""
-    selection = selection or Selection()
-    if selection.parts:
-        raise SelectionError(
-            "--summary with --values contributions: a summary holds statistics of preactivations, activations and "
-            "states; leave contributions out, or record in full"
-        )
+def _summarising(
+    model: Model | KerasModel,
+    prepared: Prepared[RecordingWriter],
+    plan: FetchPlan | KerasPlan,
+    numpy_plan: Callable[[], FetchPlan | None],
+    selection: Selection,
+    bins: Bins,
+    timeout: float | None,
+) -> Prepared[SummaryWriter]:
+    """`prepared`, made to record the statistics of the selection's columns, binned by
+    `bins` (`tracer.values.summaries.SummaryPlan`), instead of every value."""
     values = [v for v in selection.values if v in ("preactivation", "activation")]
     columns = summary_columns(
-        [c.describe() for c in cells], values, bins, lambda _, gate: selection.keeps_gate(gate)
+        [c.describe() for c in prepared.cells],
+        values,
+        bins,
+        lambda _, gate: selection.keeps_gate(gate),
     )
-    return SummaryPlan(plan, numpy_plan, columns, bins.low, bins.high, graph)
+    graph = None if isinstance(model, KerasModel) else model.graph
+    summary = SummaryPlan(plan, numpy_plan(), columns, bins.low, bins.high, graph)
+    if isinstance(plan, KerasPlan):  # every cell computed in numpy, from one call of the model
+        keras_plan = plan
+
+        def keras(batch: Batch) -> Statistics:
+            return Statistics(summary, keras_plan.fetch(batch.feeds), {})
+
+        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, keras, summary.columns)
+    assert not isinstance(model, KerasModel)  # (a Keras model's plan is a KerasPlan)
+    session = model.session
+
+    def run(batch: Batch) -> Statistics:
+        got, graph_values = summary.fetch(
+            session, batch.feeds, timeout, batch.rows, batch.keep, batch.lengths
+        )
+        return Statistics(summary, got, graph_values)
+
+    return Prepared(prepared.cells, prepared.feeds, SummaryWriter, run, summary.columns)
 
 
 def trace(
@@ -250,8 +286,10 @@ def trace(
         model,
         cells,
     ):
-        _, plan, feed_dict, run = _prepare(model, feeds, cells, carry_state=carry_state)
-        return assemble(plan, run(feed_dict))
+        prepared, _, _ = _prepare(model, feeds, cells, carry_state=carry_state)
+        fetched = prepared.run(Batch(prepared.feeds))
+        assert isinstance(fetched, Values)  # (a full recording's run)
+        return fetched.trace()
 
 
 @contextmanager
@@ -316,136 +354,75 @@ def record(
     feeds: Any,
     out: str | os.PathLike,
     *,
-    overwrite: bool = False,
-    resume: bool = False,
-    shard: Shard = Shard(),
     cells: Sequence[AnyCell] | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    selection: Selection | None = None,
-    progress: bool = False,
-    lengths: np.ndarray | None = None,
-    compression: str | None = None,
-    timeout: float | None = None,
-    carry_state: bool = False,
-    memory: int | None = None,
-    verify: bool = False,
-    values: Sequence[str] | None = None,
-    reads: Sequence[str | os.PathLike | None] = (),
-    summary: Bins | None = None,
+    options: RecordOptions | None = None,
+    **changes: Any,
 ) -> dict:
-    """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary.
+    """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary
+    (that of `RecordingWriter.close`, with the batch size chosen under `batch`).
 
     `model` is a graph (`load_model`) or a Keras model (a file loaded with `load_model`, or
-    the model object itself; feeds as for `trace`). Sequences are fed `batch_size` at a
-    time (or in the batch size a placeholder fixes); all gates of all cells at all steps
-    of a batch come from one `Session.run` (one call of a Keras model). Each
-    batch is encoded on worker threads, a row group of examples at a time, and marked
-    complete in the folder's progress file once its files are in place. `resume` continues a
-    recording that was killed or interrupted; `shard` records one of N disjoint parts
-    of the sequences. `selection` narrows what is fetched and written; `progress` shows
-    a bar on stderr. With `lengths` (one per sequence) no rows are written at or past a
-    sequence's length. `compression` is one of `recorders.write.layout.COMPRESSIONS`. The
-    first Ctrl-C stops after the batch in flight is written and raises `Interrupted`; a
-    second one cancels the `Session.run` in flight. `memory` (bytes) is the peak RSS the
-    process may reach: `batch_size` is lowered to stay within it (default: what the
-    process holds when recording starts plus 768 MB, see `tracer.run.budget`); the summary's
-    `batch` says what was chosen. `timeout` (seconds) limits each
-    batch's run (RunTimeout). A Keras model's stateful layers are reset before each batch
-    (every row an independent sequence from zero state); with `carry_state` they carry
-    their state from batch to batch, rows fed in order as one stream: row k of a batch
-    continues row k of the batch before. Such a recording cannot be sharded, and a resume
-    feeds the batches recorded before again (without writing them) to rebuild the state.
-    Cells in control-flow-v2 loops are taken from the loop itself, rewritten to emit them
-    (`from_loops`); with `verify` they are also replayed in numpy and must agree within 1e-4.
-    `values` picks the gates table's value columns (`selection.values` otherwise): some of
-    preactivation, activation and contributions (the preactivations' parts, `tracer.values.parts`).
-    `reads` names the files the feeds come from: with `overwrite`, the recording at `out` is
-    not replaced when they (or the model's own files) lie inside it.
-    With `summary` (a `recorders.Bins`), the folder is a summary recording instead: statistics
-    of every column per unit and per step over all the sequences, computed beside the gates
-    (`tracer.values.summaries`; see `recorders.write.summary`).
-    The summary is that of `RecordingWriter.close`.
+    the model object itself; feeds as for `trace`). The options are `options` (a
+    `RecordOptions`) with `changes` by field name, e.g. `record(model, x, "run1",
+    batch_size=64, values=["activation"])`; see `RecordOptions` for each.
+
+    Sequences are fed `batch_size` at a time (or in the batch size a placeholder fixes); all
+    gates of all cells at all steps of a batch come from one `Session.run` (one call of a
+    Keras model). Each batch is encoded on worker threads, a row group of examples at a
+    time, while the next batch runs, and marked complete in the folder's progress file once
+    its files are in place. The first Ctrl-C stops after the batch in flight is written and
+    raises `Interrupted`; a second one cancels the `Session.run` in flight. Cells in
+    control-flow-v2 loops are taken from the loop itself, rewritten to emit them
+    (`from_loops`). With `carry_state`, a resume feeds the batches recorded before again
+    (without writing them) to rebuild the state.
     """
-    selection = selection or Selection()
-    if values is not None:
-        selection = replace(selection, values=tuple(values))
+    options = RecordOptions.of(options, **changes)
+    selection = options.selection
     model = _as_model(model)
     if isinstance(model.source, (str, os.PathLike)) and any(
         os.path.exists(f"{model.source}{end}") for end in ("", ".meta")
     ):
-        reads = [*reads, model.source]  # replacing a recording never deletes the model it reads
+        # replacing a recording never deletes the model it reads
+        options = replace(options, reads=(*options.reads, model.source))
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
-    if carry_state and shard.count > 1:
-        raise SelectionError(
-            f"--carry-state with --shard {shard}: each shard would start its stream from zero state, not from the state "
-            "the rows before it leave; record the stream in one process"
-        )
     with from_loops(
         model,
         selection.apply(cells if cells is not None else find_all(model)),
-        progress,
+        options.progress,
         reads=selection.parts,
     ) as (model, cells):
-        return _record(
+        skipped: list[tuple[str, str]] = []
+        prepared, plan, numpy_plan = _prepare(
             model,
             feeds,
-            out,
             cells,
-            chosen,
-            overwrite=overwrite,
-            resume=resume,
-            shard=shard,
-            batch_size=batch_size,
-            selection=selection,
-            progress=progress,
-            lengths=lengths,
-            compression=compression,
-            timeout=timeout,
-            carry_state=carry_state,
-            memory=memory,
-            verify=verify,
-            reads=reads,
-            summary=summary,
+            selection,
+            options.timeout,
+            None if chosen else skipped,
+            carry_state=options.carry_state,
+            verify=options.verify,
         )
+        if options.summary is None:
+            return _record(model, out, prepared, skipped, options)
+        summary = _summarising(
+            model, prepared, plan, numpy_plan, selection, options.summary, options.timeout
+        )
+        return _record(model, out, summary, skipped, options)
 
 
 def _record(
-    model,
-    feeds,
-    out,
-    cells,
-    chosen: bool,
-    *,
-    overwrite,
-    resume,
-    shard,
-    batch_size,
-    selection,
-    progress,
-    lengths,
-    compression,
-    timeout,
-    carry_state,
-    memory,
-    verify,
-    reads,
-    summary,
+    model: Model | KerasModel,
+    out: str | os.PathLike,
+    prepared: Prepared[W],
+    skipped: list[tuple[str, str]],
+    options: RecordOptions,
 ) -> dict:
-    """`record` of the `cells` chosen, on a model whose loops emit them (see `from_loops`)."""
-    skipped: list[tuple[str, str]] = []
-    cells, plan, feed_dict, run = _prepare(
-        model,
-        feeds,
-        cells,
-        selection,
-        timeout,
-        None if chosen else skipped,
-        carry_state=carry_state,
-        verify=verify,
-        summary=summary,
-    )
+    """`record` of the cells `prepared` holds, on a model whose loops emit them (see
+    `from_loops`); `skipped` lists the cells the feeds do not reach."""
+    selection, shard, cells = options.selection, options.shard, prepared.cells
+    feed_dict = prepared.feeds
     n = count_sequences(feed_dict)
-    lengths = _check_lengths(lengths, n)
+    lengths = _check_lengths(options.lengths, n)
     examples = None
     if n is not None:
         _check_examples(selection.examples, n)
@@ -456,11 +433,16 @@ def _record(
         raise SelectionError(
             f"--shard {shard}: sharding needs at least one array feed to split into sequences"
         )
-    choice = choose_batch(batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), memory)
+    choice = choose_batch(
+        options.batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), options.memory
+    )
     check_rows(feed_dict, choice)
-    if carry_state:  # a resume must cut the stream into the same batches: the size asked is kept
-        choice = replace(choice, size=batch_size)
+    if (
+        options.carry_state
+    ):  # a resume must cut the stream into the same batches: the size asked is kept
+        choice = replace(choice, size=options.batch_size)
     batch_size = choice.size
+    progress = options.progress
     if progress:
         for note in cast_notes(feed_dict) if not isinstance(model, KerasModel) else []:
             print(f"gatetrace: {note}", file=sys.stderr)
@@ -471,25 +453,25 @@ def _record(
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
-    if carry_state:  # a resume must cut the stream into the same batches
+    if options.carry_state:  # a resume must cut the stream into the same batches
         description["carry_state"] = {"batch_size": batch_size}
-    if summary is not None:
-        description["summary"] = summary.describe((*col.key, col.edges) for col in plan.columns)
-    with (RecordingWriter if summary is None else SummaryWriter)(
+    if options.summary is not None:
+        description["summary"] = options.summary.describe(_edges(prepared.columns))
+    with prepared.writer(
         out,
         description,
-        overwrite=overwrite,
-        resume=resume,
+        overwrite=options.overwrite,
+        resume=options.resume,
         shard=shard,
         examples=examples,
-        compression=compression,
-        reads=reads,
+        compression=options.compression,
+        reads=options.reads,
     ) as writer:
-        writer.write_weights(weights_columns(cells, weight_values(model, cells, timeout)))
+        writer.write_weights(weights_columns(cells, weight_values(model, cells, options.timeout)))
         # the example ranges to record; a stream of unknown length is read to its end
         todo = [] if examples is None else writer.missing()
         done_before = Intervals(writer.complete.pairs())
-        if carry_state and examples is not None and writer.resumed:
+        if options.carry_state and examples is not None and writer.resumed:
             # batches recorded before are fed again, unwritten, to rebuild the state
             todo = [examples]
         if examples is not None and examples[0] == examples[1]:
@@ -523,19 +505,15 @@ def _record(
             ):
                 keep = None if stop is None else stop - start
                 lens = None if lengths is None or stop is None else lengths[start:stop]
+                fetched: Fetched[W] | None
                 try:
-                    if summary is None:
-                        values = run(batch)
-                    else:
-                        values = run(batch, rows=_rows(batch), keep=keep, lengths=lens)
+                    fetched = prepared.run(Batch(batch, _rows(batch), keep, lens))
                 except (MemoryError, tf.errors.ResourceExhaustedError, RunTimeout) as err:
                     settle()  # the batch before is kept
                     raise _failed_batch(batch, err, writer) from None
                 settle()
                 if stop is None:
-                    stop = start + (
-                        plan.batch_of(values) if summary is None else plan.batch_of(*values)
-                    )
+                    stop = start + fetched.examples
                 # fed again by a --carry-state resume
                 recorded_before = stop > start and start in done_before and stop - 1 in done_before
                 if not recorded_before:
@@ -543,9 +521,9 @@ def _record(
                     ids, keep = np.arange(start, stop, dtype=np.int64), stop - start
                     lens = None if lengths is None else lengths[start:stop]
                     writer.begin(start, stop)
-                    hand_over(writer, plan, values, selection, ids, keep, lens)
+                    fetched.write(writer, selection, ids, keep, lens)
                     in_flight = (start, stop)
-                values = None  # the writer holds what it needs until the commit
+                fetched = None  # the writer holds what it needs until the commit
                 if ctrl_c.pressed:
                     break
             settle()
@@ -561,6 +539,11 @@ def _record(
         summary = writer.close()
     summary["batch"] = choice.to_dict()
     return summary
+
+
+def _edges(columns: Sequence[Column]) -> list[tuple[str, str, str, str, np.ndarray]]:
+    """A summary's columns as its description lists them: key and bin edges."""
+    return [(*column.key, column.edges) for column in columns]
 
 
 def _rows(batch: Mapping) -> int | None:
@@ -646,55 +629,6 @@ def _fixed_allocation(err: Exception, batch: int) -> str | None:
     return f"{where}, a tensor of {shape} {found.group(2)}" + (
         f" ({describe_size(size)})" if size else ""
     )
-
-
-def hand_over(
-    writer: RecordingWriter | SummaryWriter,
-    plan: Any,
-    values: Any,
-    selection: Selection,
-    ids,
-    keep: int,
-    lengths,
-) -> None:
-    """Hand one fetched batch to either writer: its statistics to a `SummaryWriter` (`plan` a
-    `SummaryPlan`, `values` what its `results` gives), its values to a `RecordingWriter`."""
-    if isinstance(writer, SummaryWriter):
-        for key, positions, per_unit, per_step in plan.stats(*values, keep, lengths):
-            writer.add(key, positions, per_unit, per_step)
-    else:
-        write_batch(writer, plan, values, selection, ids, keep, lengths)
-
-
-def write_batch(
-    writer: RecordingWriter,
-    plan: FetchPlan | KerasPlan,
-    values: list,
-    selection: Selection,
-    ids,
-    keep: int,
-    lengths,
-) -> None:
-    """Hand one fetched batch to the writer: every selected gate and every state of every cell.
-
-    The value arrays are cut out of the fetched tensors on the writer's threads, a row
-    group's examples at a time (each `partial` is called there with a slice of the first
-    `keep` rows), so that only a row group's long columns exist at once per thread.
-    """
-    pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
-    for k, cell in enumerate(plan.cells):
-        steps = plan.steps(values, k)
-        lens = plan.lengths(values, k, keep, lengths)
-        for g, gate in enumerate(cell.gates):
-            if selection.keeps_gate(gate):
-                pre = partial(plan.gate, values, k, g, "preactivation") if pre_on else None
-                act = partial(plan.gate, values, k, g, "activation") if act_on else None
-                parts = partial(plan.parts, values, k, g) if selection.parts else None
-                writer.write_gate(cell.name, gate, ids, steps, pre, act, lens, parts)
-        for state in cell.spec.states:
-            writer.write_state(
-                cell.name, state, ids, steps, partial(plan.state, values, k, state), lens
-            )
 
 
 class _StopOnCtrlC:

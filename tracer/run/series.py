@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from recorders.write.schema import parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
 from tracer.load.series import Checkpoint, choose, find_series
+from tracer.run.options import RecordOptions
 from tracer.run.recording import find_all, record
 from tracer.run.tensorboard import GateSummaries
 
@@ -48,15 +50,21 @@ def record_series(
     progress: bool = False,
     allow_unsafe_ops: bool = False,
     tensorboard: str | os.PathLike | None = None,
-    **options: Any,
+    options: RecordOptions | None = None,
+    **changes: Any,
 ) -> dict:
     """Record each checkpoint `checkpoints` picks (`tracer.load.series.choose`) of the training
-    run in `folder` on `feeds`, into `out/KEY=VALUE/` (see the module docstring); `options` are
-    `tracer.record`'s; `names`: the `ModelCheckpoint` filepath Keras files were saved with
+    run in `folder` on `feeds`, into `out/KEY=VALUE/` (see the module docstring); `options` and
+    `changes` are `tracer.record`'s; `names`: the `ModelCheckpoint` filepath Keras files were saved with
     (`tracer.load.series.find_series`). Returns {"key", "values", "recorded": those recorded in this run,
     "summaries": each one's `record` summary}."""
-    for flag in ("overwrite", "shard", "carry_state"):
-        if options.get(flag):
+    options = RecordOptions.of(options, **changes)
+    for flag, given in (
+        ("overwrite", options.overwrite),
+        ("shard", options.shard.count > 1),
+        ("carry_state", options.carry_state),
+    ):
+        if given:
             raise SelectionError(
                 f"--checkpoints with --{flag.replace('_', '-')}: a series is recorded one checkpoint after another "
                 "into folders of its own; remove an old series first, and record the whole series in one process"
@@ -105,9 +113,11 @@ def record_series(
                     model,
                     feeds,
                     where,
-                    resume=resume and sub.exists() and bool(sub.entries()),
-                    progress=progress,
-                    **options,
+                    options=replace(
+                        options,
+                        resume=resume and sub.exists() and bool(sub.entries()),
+                        progress=progress,
+                    ),
                 )
             if board is not None:
                 board.write(where, c.value)

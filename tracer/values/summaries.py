@@ -39,7 +39,7 @@ from recorders.write.stats import Stats, pooled
 from tracer._tf import tf
 from tracer.values import running
 
-__all__ = ["SummaryPlan", "SummaryError", "array_stats"]
+__all__ = ["SummaryPlan", "SummaryError", "Column", "array_stats"]
 
 _Key = tuple[str, str, str, str]  # cell, table (gates or states), gate or state, column
 

@@ -1,0 +1,92 @@
+"""A recording's options, in one frozen value, and the rules between them.
+
+`RecordOptions` is what `tracer.record` takes (as keywords, or built whole: the command
+line, the parallel tasks and a checkpoint series build one), checked once when it is made:
+an option that contradicts another is refused there, in one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from recorders import Shard
+from recorders.errors import SelectionError
+from recorders.write.totals import Bins
+from tracer.run.budget import DEFAULT_BATCH_SIZE
+from tracer.run.select import Selection
+
+__all__ = ["RecordOptions"]
+
+
+@dataclass(frozen=True, eq=False)
+class RecordOptions:
+    """Every option of `tracer.record`.
+
+    overwrite    replace a finished recording at the output (only once the new one is complete)
+    resume       continue a recording that was killed or interrupted
+    shard        record one of N disjoint parts of the sequences
+    batch_size   sequences per `Session.run` (lowered to fit `memory`; a placeholder may fix it)
+    selection    the cells, gates, steps, examples and value columns to record
+    progress     a progress bar on stderr
+    lengths      one length per sequence: no rows at or past it
+    compression  one of `recorders.write.layout.COMPRESSIONS` (None: the default, "fast")
+    timeout      seconds each batch's run may take (`RunTimeout`)
+    carry_state  a Keras model's stateful layers carry their state from batch to batch (rows
+                 fed in order as one stream) instead of being reset before each batch
+    memory       the peak RSS in bytes the process may reach (None: see `tracer.run.budget`)
+    verify       cells taken from their loops are also replayed in numpy and must agree
+    reads        the files the feeds come from: `overwrite` never replaces a recording they
+                 (or the model's own files) lie inside
+    summary      record statistics per unit and step (`recorders.Bins`) instead of every value
+    """
+
+    overwrite: bool = False
+    resume: bool = False
+    shard: Shard = Shard()
+    batch_size: int = DEFAULT_BATCH_SIZE
+    selection: Selection = field(default_factory=Selection)
+    progress: bool = False
+    lengths: np.ndarray | None = None
+    compression: str | None = None
+    timeout: float | None = None
+    carry_state: bool = False
+    memory: int | None = None
+    verify: bool = False
+    reads: tuple[str | os.PathLike | None, ...] = ()
+    summary: Bins | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", tuple(self.reads))
+        if self.carry_state and self.shard.count > 1:
+            raise SelectionError(
+                f"--carry-state with --shard {self.shard}: each shard would start its stream from zero state, not "
+                "from the state the rows before it leave; record the stream in one process"
+            )
+        if self.summary is not None and self.selection.parts:
+            raise SelectionError(
+                "--summary with --values contributions: a summary holds statistics of preactivations, activations "
+                "and states; leave contributions out, or record in full"
+            )
+
+    @classmethod
+    def of(cls, options: RecordOptions | None = None, **changes: Any) -> RecordOptions:
+        """`options` (default: every default) with `changes`, by field name; `values` (some of
+        preactivation, activation and contributions) sets the selection's value columns."""
+        options = options or cls()
+        if changes.get("values") is not None:
+            selection = changes.get("selection") or options.selection
+            changes["selection"] = replace(selection, values=tuple(changes["values"]))
+        changes.pop("values", None)
+        if changes.get("selection", options.selection) is None:
+            changes["selection"] = Selection()
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"unknown recording option {', '.join(unknown)}: expected values or one of {', '.join(sorted(known))}"
+            )
+        return replace(options, **changes)

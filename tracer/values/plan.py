@@ -1,0 +1,65 @@
+"""What every value plan offers: the interface the recording loop, the summary and `trace`
+read a batch's values through.
+
+A plan turns one batch of feeds into what it fetched or computed (`values`, a list whose
+layout only the plan knows), then hands out each cell's arrays from it. Two plans
+implement it: `tracer.values.fetch.FetchPlan` (a graph's cells: one `Session.run`, with the
+loops' cells emitted or replayed) and `tracer.values.keras.KerasPlan` (a Keras model's
+layers: one call of the model, every layer replayed). Cells are addressed by their number
+in `cells`, gates by their number in the cell's spec (`tracer.cells.kinds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from tracer.cells.found import AnyCell
+from tracer.values.parts import Read
+
+__all__ = ["ValuePlan"]
+
+
+class ValuePlan(Protocol):
+    """The arrays of one batch's `values`, per cell (see the module docstring)."""
+
+    @property
+    def cells(self) -> Sequence[AnyCell]:
+        """The cells whose values the plan gives, in order."""
+        ...
+
+    def batch_of(self, values: Sequence[Any]) -> int:
+        """How many examples `values` hold."""
+        ...
+
+    def steps(self, values: Sequence[Any], cell: int) -> np.ndarray:
+        """The input positions cell number `cell` has values for, in order."""
+        ...
+
+    def lengths(
+        self, values: Sequence[Any], cell: int, keep: int | None, given: np.ndarray | None
+    ) -> np.ndarray | None:
+        """Which rows to write: per-example lengths, an [examples, steps] mask, or None (all)."""
+        ...
+
+    def gate(
+        self, values: Sequence[Any], cell: int, gate: int, column: str, rows: slice = ...
+    ) -> np.ndarray:
+        """One gate's `preactivation` or `activation`, [examples, steps, units]."""
+        ...
+
+    def state(self, values: Sequence[Any], cell: int, state: str, rows: slice = ...) -> np.ndarray:
+        """One state (`c` or `h`), [examples, steps, width]."""
+        ...
+
+    def read(self, values: Sequence[Any], cell: int, rows: slice = ...) -> Read:
+        """What the cell read at each step: its input and previous states."""
+        ...
+
+    def parts(
+        self, values: Sequence[Any], cell: int, gate: int, rows: slice = ...
+    ) -> dict[str, np.ndarray | None]:
+        """The parts of one gate's preactivation (`tracer.values.parts`)."""
+        ...
