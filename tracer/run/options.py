@@ -56,7 +56,7 @@ class RecordOptions:
     carry_state: bool = False
     memory: int | None = None
     verify: bool = False
-    reads: tuple[str | os.PathLike | None, ...] = ()
+    reads: tuple[str | os.PathLike[str] | None, ...] = ()
     summary: Bins | None = None
 
     def __post_init__(self) -> None:

@@ -25,10 +25,11 @@ import pandas as pd
 from recorders.errors import GraphPatternError
 from recorders.read.frames import gate_frame
 from tracer._tf import tf, v1
-from tracer.cells.found import Cell, Loop
+from tracer.cells.found import AnyCell, Cell, Loop
 from tracer.values import running
 from tracer.values.fused import fused_values
-from tracer.values.parts import Read, plan_parts
+from tracer.values.parts import plan_parts
+from tracer.values.plan import Read, ValuePlan
 from tracer.values.replay import Replayed, check, compare, replay
 from tracer.values.weights import gate_weights, stacked
 
@@ -39,15 +40,15 @@ __all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
 class CellTrace:
     """One cell's recorded values for one batch."""
 
-    cell: Cell
+    cell: AnyCell
     preactivation: np.ndarray
     activation: np.ndarray
     states: dict[str, np.ndarray]
-    positions: np.ndarray | None = None  # the input position of each step (default: the cell's)
+    positions: np.ndarray  # the input position of each step
 
     @property
     def steps(self) -> np.ndarray:
-        return self.cell.positions if self.positions is None else self.positions
+        return self.positions
 
     def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
         """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
@@ -487,7 +488,7 @@ class FetchPlan:
         return assemble(self, values, examples)
 
 
-def assemble(plan: Any, values: Sequence, examples: np.ndarray | None = None) -> Trace:
+def assemble(plan: ValuePlan, values: Sequence, examples: np.ndarray | None = None) -> Trace:
     """A Trace from what `plan.fetch` returned (a FetchPlan's or a Keras plan's).
 
     `preactivation` and `activation` are [examples, steps, gates, units] views of

@@ -25,7 +25,8 @@ from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.values.conv import channels_last, replay_conv
-from tracer.values.parts import Read, plan_parts
+from tracer.values.parts import plan_parts
+from tracer.values.plan import Read
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.weights import gate_weights
 

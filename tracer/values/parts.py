@@ -26,25 +26,14 @@ own), then rounded to float32.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from recorders.write.columns import PARTS
+from tracer.values.plan import Read, ValuePlan
 from tracer.values.weights import GateWeights
 
 __all__ = ["Read", "gate_parts", "plan_parts", "PARTS"]
-
-
-@dataclass(frozen=True)
-class Read:
-    """What a cell read at each recorded step, [examples, steps, ...] by input position:
-    its input, its previous output state, and (LSTM cells) its previous cell state."""
-
-    x: np.ndarray
-    h_prev: np.ndarray
-    c_prev: np.ndarray | None = None
 
 
 def gate_parts(
@@ -78,7 +67,7 @@ def gate_parts(
 
 
 def plan_parts(
-    plan: Any,
+    plan: ValuePlan,
     values: Sequence,
     cell: int,
     gate: int,

@@ -12,14 +12,24 @@ in `cells`, gates by their number in the cell's spec (`tracer.cells.kinds`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from tracer.cells.found import AnyCell
-from tracer.values.parts import Read
 
-__all__ = ["ValuePlan"]
+__all__ = ["ValuePlan", "Read"]
+
+
+@dataclass(frozen=True)
+class Read:
+    """What a cell read at each recorded step, [examples, steps, ...] by input position:
+    its input, its previous output state, and (LSTM cells) its previous cell state."""
+
+    x: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray | None = None
 
 
 class ValuePlan(Protocol):

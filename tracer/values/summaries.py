@@ -38,6 +38,9 @@ from recorders.errors import RecordingError
 from recorders.write.stats import Stats, pooled
 from tracer._tf import tf
 from tracer.values import running
+from tracer.values.fetch import FetchPlan
+from tracer.values.keras import KerasPlan
+from tracer.values.plan import ValuePlan
 
 __all__ = ["SummaryPlan", "SummaryError", "Column", "array_stats"]
 
@@ -192,8 +195,8 @@ class SummaryPlan:
 
     def __init__(
         self,
-        plan: Any,
-        numpy_plan: Any,
+        plan: FetchPlan | KerasPlan,
+        numpy_plan: FetchPlan | None,
         columns: Sequence[tuple[str, str, str, str, np.ndarray]],
         low: float,
         high: float,
@@ -221,11 +224,15 @@ class SummaryPlan:
 
     def _find(self) -> None:
         """The values of each column the graph computes, and the lengths placeholder."""
+        plan = self.plan
+        if not isinstance(plan, FetchPlan):
+            return  # a Keras plan's cells are all computed in numpy
         for col in self.columns:
-            if not self.plan.in_graph(col.cell):
+            if not plan.in_graph(col.cell):
                 continue
-            x = self.plan.graph_values(col.cell, col.key[3], col.index)
-            cell = self.plan.cells[col.cell]
+            x = plan.graph_values(col.cell, col.key[3], col.index)
+            assert x is not None  # (in_graph: the graph computes it)
+            cell = plan.cells[col.cell]
             positions = cell.positions if cell.path == "fetch" else None  # a loop's: 0, 1, ...
             if self.lengths is None:
                 # how many steps of each row to count: 0 for a padding row (default: all)
@@ -233,7 +240,7 @@ class SummaryPlan:
                     tf.fill([tf.shape(x)[1]], tf.int32.max), [None], name="lengths"
                 )
             bins = _Bins.of(col.edges, self.low, self.high, np.dtype(x.dtype.as_numpy_dtype))
-            self._in_graph[col.key] = (x, positions, self.plan.graph_lengths(col.cell), bins)
+            self._in_graph[col.key] = (x, positions, plan.graph_lengths(col.cell), bins)
 
     def _ops(self, masked: bool) -> dict[_Key, list[tf.Tensor]]:
         """Each graph column's outputs (`_reduce`) for a batch whose rows all count (not
@@ -325,7 +332,9 @@ class SummaryPlan:
                     *self._from_arrays(col, plan, number[col.key[0]], values, keep, lengths),
                 )
 
-    def _from_arrays(self, col: Column, plan: Any, k: int, values: Sequence, keep: int, lengths):
+    def _from_arrays(
+        self, col: Column, plan: ValuePlan, k: int, values: Sequence, keep: int, lengths
+    ):
         cell, table, name, column = col.key
         rows = slice(0, keep)
         if table == "gates":
