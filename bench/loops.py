@@ -41,7 +41,7 @@ import numpy as np
 
 import tracer
 from tracer._tf import tf, v1
-from tracer.run.recording import from_loops
+from tracer.run.prepare import from_loops
 
 STEPS, FEATURES, UNITS, BATCH = 50, 64, 256, 256
 HERE = Path(__file__).resolve().parent

@@ -44,7 +44,10 @@ import record as bench  # noqa: E402  (bench/record.py: the model and the whole-
 import tracer  # noqa: E402
 from recorders import Bins  # noqa: E402
 from tracer._tf import tf  # noqa: E402
-from tracer.run import recording  # noqa: E402
+from tracer.run.batch import Batch  # noqa: E402
+from tracer.run.prepare import prepare, summarising  # noqa: E402
+from tracer.run.select import Selection  # noqa: E402
+from tracer.values.fetch import FetchPlan  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,18 +59,21 @@ def in_process(model_path: str, output_name: str, rounds: int) -> dict:
     reduces); the summary's one run."""
     x = np.random.RandomState(0).randn(bench.BATCH, bench.STEPS, bench.FEATURES).astype(np.float32)
     with tracer.load_model(model_path) as model:
-        _, plan, feed, run = recording._prepare(model, {"x": x}, None, summary=Bins())
+        prepared, plan, numpy_plan = prepare(model, {"x": x}, None)
+        summary = summarising(model, prepared, plan, numpy_plan, Selection(), Bins(), None)
+        feed = prepared.feeds
         output = model.graph.get_tensor_by_name(output_name)
+        assert isinstance(plan, FetchPlan)  # a graph's
         with model.graph.as_default():
-            stacked = [plan.plan.graph_values(c.cell, c.key[3], c.index) for c in plan.columns]
-            read_once = [tf.reduce_sum(t) for t in plan.plan.tensors]  # what a recording fetches
+            stacked = [plan.graph_values(c.cell, c.key[3], c.index) for c in summary.columns]
+            read_once = [tf.reduce_sum(t) for t in plan.tensors]  # what a recording fetches
             one_each = [s[0, 0, 0] for s in stacked]
         fetch = model.session.run
         runs = {
             "forward": lambda: fetch(output, feed),
             "read_once": lambda: fetch(read_once, feed),
             "stacked": lambda: fetch(one_each, feed),
-            "summary": lambda: run(feed),
+            "summary": lambda: summary.run(Batch(feed)),
         }
         for f in runs.values():
             f()

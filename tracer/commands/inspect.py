@@ -57,7 +57,7 @@ def run(args) -> None:
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
-    from tracer.run.recording import graph_from_loops
+    from tracer.run.prepare import graph_from_loops
 
     model = tracer.load_model(
         args.model,

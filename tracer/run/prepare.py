@@ -1,0 +1,273 @@
+"""From a loaded model and its feeds to a model ready to record (`tracer.run.batch.Prepared`).
+
+`find_all` lists a model's cells (a graph's, `tracer.find.graph`; a Keras model's layers,
+`tracer.find.keras`); `from_loops` gives the model whose loops emit the chosen cells'
+values (`tracer.values.emit`); `prepare` checks the feeds against the model and the ops a
+batch would run (`tracer.load.safety`), and makes the plan that fetches every value
+(`tracer.values.fetch.FetchPlan`, `tracer.values.keras.KerasPlan`); `summarising` turns it
+into one that fetches a summary's statistics instead (`tracer.values.summaries`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+
+from recorders import RecordingWriter
+from recorders.errors import RecordingError, SelectionError
+from recorders.write.summary import SummaryWriter
+from recorders.write.totals import Bins, summary_columns
+from tracer.cells.found import AnyCell, Cell, KerasCell
+from tracer.find.graph import find_cells
+from tracer.find.keras import find_layers
+from tracer.inputs.feeds import fed_names, pipeline_entries, resolve_feeds, unfed_placeholders
+from tracer.load.keras import KerasModel, is_keras, wrap
+from tracer.load.model import Model
+from tracer.load.safety import check_model
+from tracer.run.batch import Batch, Prepared, Statistics, Values
+from tracer.run.budget import fixed_size_problem
+from tracer.run.select import Selection
+from tracer.values.emit import emitting
+from tracer.values.fetch import FetchPlan
+from tracer.values.keras import KerasPlan, resolve_inputs
+from tracer.values.summaries import SummaryPlan
+from tracer.values.weights import read_weights
+
+__all__ = [
+    "as_model",
+    "find_all",
+    "cells_of",
+    "weight_values",
+    "prepare",
+    "summarising",
+    "from_loops",
+    "graph_from_loops",
+]
+
+
+def as_model(model: Any) -> Model | KerasModel:
+    """A Model or KerasModel; a live Keras model object is wrapped."""
+    return wrap(model) if is_keras(model) else model
+
+
+def find_all(model: Model | KerasModel) -> list[AnyCell]:
+    """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model (`tracer.find.keras.find_layers`)."""
+    if isinstance(model, KerasModel):
+        return list(find_layers(model))
+    return list(find_cells(model.graph, model.source))
+
+
+_Kind = TypeVar("_Kind", Cell, KerasCell)
+
+
+def cells_of(model: Model | KerasModel, cells: Sequence[AnyCell], kind: type[_Kind]) -> list[_Kind]:
+    """`cells`, which must be of the model's kind: a graph's cells, or a Keras model's layers."""
+    mine = [c for c in cells if isinstance(c, kind)]
+    if len(mine) != len(cells):
+        other = next(c.name for c in cells if not isinstance(c, kind))
+        raise SelectionError(
+            f"cell {other} was not found in {model.source}: give cells that tracer.find_all found in the model"
+        )
+    return mine
+
+
+def weight_values(
+    model: Model | KerasModel, cells: Sequence[AnyCell], timeout: float | None = None
+) -> dict[str, dict[str, np.ndarray]]:
+    """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
+    if isinstance(model, KerasModel):
+        return {c.name: dict(c.weights) for c in cells_of(model, cells, KerasCell)}
+    return read_weights(model.session, cells_of(model, cells, Cell), timeout)
+
+
+def _reachable(
+    model: Model, cells: list[Cell], found: list[Cell], feeds: Any, skipped: list
+) -> list[Cell]:
+    """The cells whose values the feeds reach; the others (chains that read other
+    placeholders, such as a sampling unroll beside the training one) are appended to
+    `skipped` as (cell, placeholder). If no cell is reached, all are kept, so that the
+    error names the missing placeholder."""
+    fed = {t.name for t in resolve_feeds(model.graph, feeds, aliases=model.inputs)}
+    keep: list[Cell] = []
+    skip: list[tuple[Cell, str]] = []
+    for c in cells:
+        missing = unfed_placeholders(FetchPlan(model.graph, [c], context=found).tensors, fed)
+        if missing:
+            skip.append((c, missing[0].name))
+        else:
+            keep.append(c)
+    if not keep:
+        return cells
+    skipped.extend((c.name, placeholder) for c, placeholder in skip)
+    return keep
+
+
+def prepare(
+    model: Model | KerasModel,
+    feeds: Any,
+    cells: Sequence[AnyCell] | None,
+    selection: Selection | None = None,
+    timeout: float | None = None,
+    skip_unfed: list | None = None,
+    carry_state: bool = False,
+    verify: bool = False,
+) -> tuple[Prepared[RecordingWriter], FetchPlan | KerasPlan, Callable[[], FetchPlan | None]]:
+    """The model made ready to record every value of its cells (`tracer.run.batch.Prepared`),
+    its plan, and what makes the plan of those of its cells computed in numpy, which a
+    summary takes as arrays (`summarising`; for a Keras model, whose cells are all computed
+    in numpy, None). With a list as `skip_unfed`, cells the feeds do not reach are left out
+    and listed there."""
+    chosen = list(cells) if cells is not None else find_all(model)
+    steps = selection.steps if selection is not None else (None, None)
+    if isinstance(model, KerasModel):
+        layers = cells_of(model, chosen, KerasCell)
+        convolved = [c.name for c in layers if c.conv is not None]
+        if selection is not None and selection.parts and convolved:
+            raise SelectionError(
+                f"--values contributions: {', '.join(convolved)} are ConvLSTM layers, whose gates are sums of "
+                "convolutions, not of the matrix products contributions split; leave contributions out, "
+                "or choose the other layers with --cells"
+            )
+        keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state)
+        if carry_state and not keras_plan.stateful:
+            raise SelectionError(
+                f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
+            )
+        inputs = resolve_inputs(model, feeds)
+
+        def call(batch: Batch) -> Values:
+            return Values(keras_plan, keras_plan.fetch(batch.feeds))
+
+        return Prepared(layers, inputs, RecordingWriter, call), keras_plan, lambda: None
+    cells = cells_of(model, chosen, Cell)
+    names = {c.name for c in cells}
+    below = any(
+        c.loop is not None and c.loop.below is not None and c.loop.below not in names for c in cells
+    )
+    # the layers a selected stacked layer reads
+    found = find_cells(model.graph, model.source) if below else cells
+    if skip_unfed is not None:
+        cells = _reachable(model, cells, found, feeds, skip_unfed)
+    if carry_state:
+        raise SelectionError(
+            "--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs"
+        )
+    parts = selection is not None and selection.parts
+    plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
+    plan.check_verifiable()
+    weights = [t for c in cells for t in c.weights.values()]
+    fed = fed_names(model.graph, feeds, model.inputs)
+    # named, with the tensor to feed, before the op check would call it unsafe
+    if pipeline_entries(plan.tensors, fed):
+        resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
+    ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights", fed)
+    too_large = fixed_size_problem(
+        model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name
+    )
+    if too_large:
+        raise RecordingError(
+            f"{model.source}: its op {too_large}; the model cannot run on this machine, and nothing was run"
+        )
+    feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
+    session = model.session
+
+    def numpy_plan() -> FetchPlan | None:
+        """The plan of the cells whose values are computed in numpy (replayed): what a
+        summary takes as arrays (None: there are none)."""
+        replayed = [c for k, c in enumerate(cells) if not plan.in_graph(k)]
+        return (
+            FetchPlan(model.graph, replayed, context=found, steps=steps, verify=verify)
+            if replayed
+            else None
+        )
+
+    def run(batch: Batch) -> Values:
+        return Values(plan, plan.fetch(session, batch.feeds, timeout=timeout))
+
+    return Prepared(cells, feed_dict, RecordingWriter, run), plan, numpy_plan
+
+
+def summarising(
+    model: Model | KerasModel,
+    prepared: Prepared[RecordingWriter],
+    plan: FetchPlan | KerasPlan,
+    numpy_plan: Callable[[], FetchPlan | None],
+    selection: Selection,
+    bins: Bins,
+    timeout: float | None,
+) -> Prepared[SummaryWriter]:
+    """`prepared`, made to record the statistics of the selection's columns, binned by
+    `bins` (`tracer.values.summaries.SummaryPlan`), instead of every value."""
+    values = [v for v in selection.values if v in ("preactivation", "activation")]
+    columns = summary_columns(
+        [c.describe() for c in prepared.cells],
+        values,
+        bins,
+        lambda _, gate: selection.keeps_gate(gate),
+    )
+    graph = None if isinstance(model, KerasModel) else model.graph
+    summary = SummaryPlan(plan, numpy_plan(), columns, bins.low, bins.high, graph)
+    if isinstance(plan, KerasPlan):  # every cell computed in numpy, from one call of the model
+        keras_plan = plan
+
+        def keras(batch: Batch) -> Statistics:
+            return Statistics(summary, keras_plan.fetch(batch.feeds), {})
+
+        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, keras, summary.columns)
+    assert not isinstance(model, KerasModel)  # (a Keras model's plan is a KerasPlan)
+    session = model.session
+
+    def run(batch: Batch) -> Statistics:
+        got, graph_values = summary.fetch(
+            session, batch.feeds, timeout, batch.rows, batch.keep, batch.lengths
+        )
+        return Statistics(summary, got, graph_values)
+
+    return Prepared(prepared.cells, prepared.feeds, SummaryWriter, run, summary.columns)
+
+
+@contextmanager
+def from_loops(
+    model: Model | KerasModel,
+    cells: Sequence[AnyCell],
+    progress: bool,
+    restore: bool = True,
+    reads: bool = False,
+) -> Iterator[tuple[Model | KerasModel, list[AnyCell]]]:
+    """The model and cells to record: for a graph, see `graph_from_loops`; a Keras model and
+    its cells as they are."""
+    if isinstance(model, KerasModel):
+        yield model, list(cells)
+        return
+    with graph_from_loops(model, cells_of(model, cells, Cell), progress, restore, reads) as (
+        rebuilt,
+        emitted,
+    ):
+        yield rebuilt, list(emitted)
+
+
+@contextmanager
+def graph_from_loops(
+    model: Model,
+    cells: Sequence[Cell],
+    progress: bool,
+    restore: bool = True,
+    reads: bool = False,
+) -> Iterator[tuple[Model, list[Cell]]]:
+    """The graph and cells to record: the graph rebuilt (restored if `restore`) so that the
+    loops holding `cells` emit their gates (and with `reads` what each step read: see
+    `tracer.values.emit.emitting`; closed on leaving), or as it is (a graph without such
+    loops). With `progress`, a line on stderr for each loop cell left to replay."""
+    rebuilt, cells, notes = emitting(model, cells, restore, reads)
+    if progress:
+        for note in notes:
+            print(f"gatetrace: {note}", file=sys.stderr)
+    try:
+        yield rebuilt, cells
+    finally:
+        if rebuilt is not model:
+            rebuilt.close()
