@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.find.graph import find_cells
     from tracer.find.keras import find_layers
     from tracer.load.keras import KerasModel, load_keras
-    from tracer.load.model import Model, from_session, load_model
+    from tracer.load.loaded import Model, from_session
+    from tracer.load.model import load_model
     from tracer.load.series import find_series
     from tracer.run.hook import GateLoggingHook
     from tracer.run.options import RecordOptions
@@ -58,9 +59,9 @@ _LAZY = {
     "Cell": "tracer.cells.found",
     "Step": "tracer.cells.found",
     "find_cells": "tracer.find.graph",
-    "Model": "tracer.load.model",
+    "Model": "tracer.load.loaded",
     "load_model": "tracer.load.model",
-    "from_session": "tracer.load.model",
+    "from_session": "tracer.load.loaded",
     "FetchPlan": "tracer.values.fetch",
     "Trace": "tracer.values.fetch",
     "CellTrace": "tracer.values.fetch",

@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("GATETRACE_DEBUG"):
             raise
         if tensorflow:
-            from tracer.load.model import error_line
+            from tracer.load.loaded import error_line
 
             line = error_line(err)
         else:  # `view` and `units` never import TensorFlow, not even to say what failed

@@ -10,12 +10,11 @@ import argparse
 import re
 from collections.abc import Sequence
 
+from tracer.load.formats import FORMATS
+
 __all__ = ["Parser", "MODEL_HELP", "seconds", "positive", "split", "model_arguments"]
 
-MODEL_HELP = (
-    "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file, "
-    "a SavedModel folder, a frozen GraphDef .pb, or a Keras .keras/.h5 file (or tf-keras SavedModel folder)"
-)
+MODEL_HELP = FORMATS
 
 
 def seconds(text: str) -> float:

@@ -23,7 +23,7 @@ from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
-from tracer.load.model import gpu_only_problem
+from tracer.load.rebuild import gpu_only_problem
 
 __all__ = ["Step", "Cell", "find_cells"]
 

@@ -203,7 +203,7 @@ def _call(op: tf.Operation, source: str) -> CudnnCall:
 
 
 def cudnn_calls(graph: tf.Graph, source: str) -> list[CudnnCall]:
-    """Every cuDNN RNN op in `graph` (none inside functions: see `tracer.load.model.gpu_only_problem`),
+    """Every cuDNN RNN op in `graph` (none inside functions: see `tracer.load.rebuild.gpu_only_problem`),
     each checked to be one that `replace_cudnn` can replace."""
     return [
         _call(op, source)

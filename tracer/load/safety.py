@@ -372,7 +372,7 @@ def check(
 def check_model(
     model, fetches: Iterable, what: str, fed: Iterable[str] = ()
 ) -> list[tuple[str, str]]:
-    """`check` on a `tracer.load.model.Model`'s graph, unless it was loaded with allow_unsafe_ops;
+    """`check` on a `tracer.load.loaded.Model`'s graph, unless it was loaded with allow_unsafe_ops;
     returns what running `fetches` (with the tensors named in `fed` fed) runs (`ops_to_run`),
     walked once for the caller's use too."""
     ran = ops_to_run(model.graph, fetches, fed)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import ModelFormatError, SelectionError
-from tracer.load.model import checkpoint_files, files_inside, in_folder, read_checkpoint_state
+from tracer.load.paths import checkpoint_files, files_inside, in_folder, read_checkpoint_state
 
 __all__ = ["Checkpoint", "find_series", "choose", "epochs_of", "KERAS_SUFFIXES"]
 

@@ -26,7 +26,7 @@ from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers
 from tracer.inputs.feeds import fed_names, pipeline_entries, resolve_feeds, unfed_placeholders
 from tracer.load.keras import KerasModel, is_keras, wrap
-from tracer.load.model import Model
+from tracer.load.loaded import Model
 from tracer.load.safety import check_model
 from tracer.run.batch import Batch, Prepared, Statistics, Values
 from tracer.run.budget import fixed_size_problem

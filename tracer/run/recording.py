@@ -35,7 +35,7 @@ from tracer.inputs.feeds import (
     count_sequences,
 )
 from tracer.load.keras import KerasModel
-from tracer.load.model import Model
+from tracer.load.loaded import Model
 from tracer.run.bar import progress_bar
 from tracer.run.batch import Batch, Fetched, Prepared, Values
 from tracer.run.budget import (

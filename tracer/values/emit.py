@@ -37,7 +37,8 @@ from dataclasses import replace
 from recorders.errors import GraphPatternError
 from tracer._tf import control_flow_util_v2, function_def_to_graph, list_ops, tf, v1
 from tracer.cells.found import Cell
-from tracer.load.model import Model, rebuilt
+from tracer.load.loaded import Model
+from tracer.load.rebuild import rebuilt
 
 __all__ = ["emit_loops", "emitting", "LOOP_TYPES"]
 
@@ -277,7 +278,7 @@ def _extend_loop(node, count: int, suffix: str) -> None:
 def emitting(
     model: Model, cells: Sequence[Cell], restore: bool = True, reads: bool = False
 ) -> tuple[Model, list[Cell], list[str]]:
-    """`model` rebuilt (`tracer.load.model.rebuilt`, restored if `restore`) so that every
+    """`model` rebuilt (`tracer.load.rebuild.rebuilt`, restored if `restore`) so that every
     loop holding one of `cells` emits their gates and states (with `reads`, also what each
     step read: its input and previous states, for the preactivations' parts), and the cells
     with `loop.emitted` naming the stacked tensors; plus a note for each loop cell left to
