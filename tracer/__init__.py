@@ -46,8 +46,9 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.run.recording import find_all, record, trace
     from tracer.run.select import Selection
     from tracer.run.series import record_series
-    from tracer.values.fetch import CellTrace, FetchPlan, Trace
+    from tracer.values.fetch import FetchPlan
     from tracer.values.keras import KerasPlan
+    from tracer.values.trace import CellTrace, Trace
     from tracer.values.weights import GateWeights, gate_weights, read_weights, weights_columns
 
 # Names importing TensorFlow are loaded on first use, so that `import tracer.cli` and
@@ -63,8 +64,8 @@ _LAZY = {
     "load_model": "tracer.load.model",
     "from_session": "tracer.load.loaded",
     "FetchPlan": "tracer.values.fetch",
-    "Trace": "tracer.values.fetch",
-    "CellTrace": "tracer.values.fetch",
+    "Trace": "tracer.values.trace",
+    "CellTrace": "tracer.values.trace",
     "trace": "tracer.run.recording",
     "find_all": "tracer.run.recording",
     "KerasModel": "tracer.load.keras",

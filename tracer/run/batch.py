@@ -23,9 +23,9 @@ from recorders import RecordingWriter
 from recorders.write.summary import SummaryWriter
 from tracer.cells.found import AnyCell
 from tracer.run.select import Selection
-from tracer.values.fetch import Trace, assemble
 from tracer.values.plan import ValuePlan
 from tracer.values.summaries import Column, SummaryPlan
+from tracer.values.trace import Trace, assemble
 
 __all__ = ["Batch", "Fetched", "Values", "Statistics", "Prepared", "write_whole"]
 

@@ -54,8 +54,8 @@ from tracer.run.prepare import (
     weight_values,
 )
 from tracer.run.stopping import StopOnCtrlC, failed_batch, no_collector_passes, reading
-from tracer.values.fetch import Trace
 from tracer.values.summaries import Column
+from tracer.values.trace import Trace
 from tracer.values.weights import weights_columns
 
 W = TypeVar("W", RecordingWriter, SummaryWriter)

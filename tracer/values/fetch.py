@@ -2,93 +2,39 @@
 
 A plan lists each tensor once (a tensor shared by several uses is fetched once) and
 remembers, per cell and step, which fetched values make up its preactivations,
-activations and states. `run` returns a `Trace`: per cell, numpy arrays
-
-    preactivation, activation   [examples, steps, gates, units]   float32
-    states[name]                [examples, steps, width]          float32
-
-with `steps` ordered by input position (see `tracer.find.graph.Step.position`).
-
-Why one module of over 400 lines: the plan's two halves, which tensors to fetch and how their
-values are put back together per cell and step, are one bookkeeping and must change together.
+activations and states. `run` returns a `tracer.values.trace.Trace`, steps ordered by
+input position (see `tracer.find.graph.Step.position`). Where each loop cell's values sit
+among the fetched ones, and what a rewritten loop emits: `tracer.values.slots`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from recorders.errors import GraphPatternError
-from recorders.read.frames import gate_frame
 from tracer._tf import tf, v1
-from tracer.cells.found import AnyCell, Cell, Loop
+from tracer.cells.found import Cell
 from tracer.values import running
 from tracer.values.fused import fused_values
 from tracer.values.parts import plan_parts
-from tracer.values.plan import Read, ValuePlan
+from tracer.values.plan import Read
 from tracer.values.replay import Replayed, check, compare, replay
+from tracer.values.slots import (
+    Emitted,
+    check_something_checks,
+    examples_steps,
+    graph_piece,
+    loop_slots,
+    piece,
+    replay_order,
+)
+from tracer.values.trace import Trace, assemble
 from tracer.values.weights import gate_weights, stacked
 
-__all__ = ["FetchPlan", "CellTrace", "Trace", "assemble"]
-
-
-@dataclass
-class CellTrace:
-    """One cell's recorded values for one batch."""
-
-    cell: AnyCell
-    preactivation: np.ndarray
-    activation: np.ndarray
-    states: dict[str, np.ndarray]
-    positions: np.ndarray  # the input position of each step
-
-    @property
-    def steps(self) -> np.ndarray:
-        return self.positions
-
-    def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
-        """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
-        if examples is None:
-            examples = np.arange(self.preactivation.shape[0])
-        return gate_frame(
-            examples, self.steps, self.cell.gates, self.preactivation, self.activation
-        )
-
-
-@dataclass
-class Trace:
-    """The values of every traced cell for one batch, by cell name."""
-
-    cells: dict[str, CellTrace]
-    examples: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def __getitem__(self, name: str) -> CellTrace:
-        try:
-            return self.cells[name]
-        except KeyError:
-            raise KeyError(
-                f"no cell {name!r} in this trace; cells: {', '.join(self.cells)}"
-            ) from None
-
-    def __iter__(self) -> Iterator[CellTrace]:
-        return iter(self.cells.values())
-
-    def frame(self, cell: str | None = None) -> pd.DataFrame:
-        """The long gate table of one cell, or of all cells with a `cell` column first."""
-        if cell is not None:
-            return self[cell].frame(self.examples)
-        frames = []
-        for name, ct in self.cells.items():
-            df = ct.frame(self.examples)
-            df.insert(0, "cell", name)
-            frames.append(df)
-        df = pd.concat(frames, ignore_index=True)
-        df["cell"] = df["cell"].astype("category")
-        return df
+__all__ = ["FetchPlan"]
 
 
 class FetchPlan:
@@ -142,12 +88,12 @@ class FetchPlan:
         # Loop cells, lower layers first: emitted by their rewritten loop (`tracer.values.emit`),
         # or replayed from the slots of what enters and leaves it. With `verify`, emitted ones
         # are replayed too, and the two compared.
-        self._loops = _replay_order(self.cells, context)
+        self._loops = replay_order(self.cells, context)
         self._verify = verify
         # (a fused op's cell is checked by its own outputs, tracer.values.fused: no replay)
         replayed = [c for c in self._loops if c.path == "replay" or (verify and c.fused is None)]
         self._loop_slots = {
-            c.name: _loop_slots(c, slot, replayed=c in replayed, parts=parts) for c in self._loops
+            c.name: loop_slots(c, slot, replayed=c in replayed, parts=parts) for c in self._loops
         }
         # With parts: per unrolled step, the slots of what it read (input, previous states);
         # per cell, its weights. An emitted loop cell's reads come with its `Emitted`.
@@ -182,14 +128,14 @@ class FetchPlan:
 
     def check_verifiable(self) -> None:
         """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""
-        _check_something_checks([c for c in self._loops if c.path == "replay"])
+        check_something_checks([c for c in self._loops if c.path == "replay"])
 
     def batch_of(self, values: Sequence) -> int:
         """How many examples the fetched `values` hold (when nothing fed says so)."""
         c = self.cells[0]
         if c.path == "fetch":
             return len(values[self._layout[0][0][1][0]])
-        return _examples_steps(values[self._replayed_at[c.name]])[0]
+        return examples_steps(values[self._replayed_at[c.name]])[0]
 
     def run(
         self,
@@ -251,11 +197,11 @@ class FetchPlan:
             steps = [[self.tensors[k] for k in slots[which]] for slots in self._layout[cell]]
             if which == 2:
                 return tf.stack([step[index] for step in steps])
-            return tf.stack([self._piece(c, step, index) for step in steps])
+            return tf.stack([piece(c, step, index) for step in steps])
         emitted = self._loop_slots[c.name].emitted
         assert emitted is not None  # (in_graph)
         stacked_ = [self.tensors[k] for k in emitted[which]]
-        return stacked_[index] if which == 2 else _graph_piece(c, stacked_, index)
+        return stacked_[index] if which == 2 else graph_piece(c, stacked_, index)
 
     def in_graph(self, cell: int) -> bool:
         """Whether `graph_values` gives cell number `cell`'s values (see there)."""
@@ -375,7 +321,7 @@ class FetchPlan:
         c = self.cells[cell]
         if c.path == "fetch":
             return c.positions
-        n = _examples_steps(values[self._replayed_at[c.name]])[1]
+        n = examples_steps(values[self._replayed_at[c.name]])[1]
         return np.arange(n, dtype=np.int32)[self._steps]
 
     def lengths(
@@ -412,10 +358,10 @@ class FetchPlan:
             return self._by_position(values, c, a[rows], rows)
         units, which = c.units, 0 if column == "preactivation" else 1
         layout = self._layout[cell]
-        first = self._piece(c, [values[i] for i in layout[0][which]], gate)
+        first = piece(c, [values[i] for i in layout[0][which]], gate)
         out = np.empty((first[rows].shape[0], len(layout), units), np.float32)
         for t, slots in enumerate(layout):
-            out[:, t] = self._piece(c, [values[i] for i in slots[which]], gate)[rows]
+            out[:, t] = piece(c, [values[i] for i in slots[which]], gate)[rows]
         return out
 
     def state(
@@ -461,211 +407,6 @@ class FetchPlan:
         weights = stacked({role: values[k] for role, k in self._weight_slots[c.name].items()})
         return plan_parts(self, values, cell, gate, gate_weights(c, weights), rows)
 
-    @staticmethod
-    def _piece(cell: Cell, parts: list[np.ndarray], gate: int) -> np.ndarray:
-        """Gate number `gate`'s [batch, units] columns among one step's fetched tensors.
-
-        `parts` hold the step's gates side by side, in gate order: one [batch, gates *
-        units] tensor (a split's input), one [batch, units] tensor per gate (a split's
-        outputs), or a mix (GRUCell: r and u together, then c).
-        """
-        units, at = cell.units, 0
-        want = gate * units
-        for part in parts:  # [batch, width], or [steps, batch, width] as a loop stacks them
-            width = part.shape[-1] if part.ndim >= 2 else -1
-            if at == want and width == units:
-                return part  # the gate's own tensor
-            if at <= want and want + units <= at + width:
-                return part[..., want - at : want - at + units]
-            at += max(width, 0)
-        widths = [list(p.shape) for p in parts]
-        raise GraphPatternError(
-            f"cell {cell.name}: expected gate values of width {len(cell.gates)} x {units} side by side, fetched shapes {widths}"
-        )
-
     def assemble(self, values: Sequence[Any], examples: np.ndarray | None = None) -> Trace:
         """Build a Trace from the fetched values, in the order of `self.tensors`."""
         return assemble(self, values, examples)
-
-
-def assemble(plan: ValuePlan, values: Sequence, examples: np.ndarray | None = None) -> Trace:
-    """A Trace from what `plan.fetch` returned (a FetchPlan's or a Keras plan's).
-
-    `preactivation` and `activation` are [examples, steps, gates, units] views of
-    gate-major storage, in which each gate's [examples, steps, units] block is contiguous.
-    """
-    cells = {}
-    batch = 0
-    for k, cell in enumerate(plan.cells):
-        gates = range(len(cell.gates))
-        pre = np.stack([plan.gate(values, k, g, "preactivation") for g in gates])
-        act = np.stack([plan.gate(values, k, g, "activation") for g in gates])
-        states = {s: plan.state(values, k, s) for s in cell.spec.states}
-        cells[cell.name] = CellTrace(
-            cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k)
-        )
-        batch = pre.shape[1]
-    if examples is None:
-        examples = np.arange(batch, dtype=np.int64)
-    return Trace(cells, np.asarray(examples, dtype=np.int64))
-
-
-class Emitted:
-    """A loop cell's values for one batch as its rewritten loop emitted them: each tensor of
-    its step stacked [iterations, batch, ...]. `gate` cuts one gate out as a [batch,
-    iterations, units] view (no copy); `preactivation` and `activation` build the whole
-    [batch, iterations, gates, units] arrays of a `Replayed` only when asked (`--verify`)."""
-
-    def __init__(
-        self, cell: Cell, parts: dict[str, list[np.ndarray]], states: dict[str, np.ndarray]
-    ):
-        self.cell, self.parts, self.states = cell, parts, states
-        # what each step read, where the loop emits it (reads=True)
-        self.inputs: np.ndarray | None = None
-        self.read: dict[str, np.ndarray] = {}
-        self.initial: dict[str, np.ndarray] = {}  # (every state read is emitted: see `read`)
-
-    def previous(self, state: str) -> np.ndarray:
-        return self.read[state]
-
-    def gate(self, column: str, gate: int) -> np.ndarray:
-        return np.swapaxes(FetchPlan._piece(self.cell, self.parts[column], gate), 0, 1)
-
-    def _all(self, column: str) -> np.ndarray:
-        return np.stack([self.gate(column, g) for g in range(len(self.cell.gates))], axis=2)
-
-    preactivation = property(lambda self: self._all("preactivation"))
-    activation = property(lambda self: self._all("activation"))
-
-
-def _graph_piece(cell: Cell, parts: list[tf.Tensor], gate: int) -> tf.Tensor:
-    """`FetchPlan._piece` of graph tensors whose widths a loop's stacking may have left
-    unknown: one part per gate, or one part of every gate side by side, each checked when
-    it runs (a part of another width stops the run with InvalidArgumentError)."""
-    if all(p.shape.rank is not None and p.shape[-1] is not None for p in parts):
-        return FetchPlan._piece(cell, parts, gate)
-    units, gates = cell.units, len(cell.gates)
-    if len(parts) == gates:
-        part, width, at = parts[gate], units, 0
-    elif len(parts) == 1:
-        part, width, at = parts[0], gates * units, gate * units
-    else:
-        raise GraphPatternError(
-            f"cell {cell.name}: {len(parts)} emitted tensors of unknown widths hold its {gates} gates"
-        )
-    check = tf.debugging.assert_equal(
-        tf.shape(part)[-1], width, message=f"cell {cell.name}: an emitted gate tensor's width"
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(part)[..., at : at + units]
-
-
-def _examples_steps(got: Any) -> tuple[int, int]:
-    """(examples, steps) of a loop cell's values for one batch (`Replayed` or `Emitted`)."""
-    return next(iter(got.states.values())).shape[:2]
-
-
-@dataclass(frozen=True)
-class _ReplaySlots:
-    """Where the values a replay starts from are among the fetched ones."""
-
-    inputs: int | None  # None for a stacked layer: it reads the replay of the layer below
-    initial: list[int]  # one per state
-    final: list[int | None]  # one per state; None where a pruned graph dropped it
-    outputs: int | None
-
-
-@dataclass(frozen=True)
-class _LoopSlots:
-    """Where a loop cell's values are among the fetched ones (indexes into `FetchPlan.tensors`)."""
-
-    loop: Loop
-    lengths: int | None
-    reverse_lengths: int | None
-    # emitted by the rewritten loop: the preactivations', activations' and states' slots
-    emitted: tuple[list[int], list[int], list[int]] | None
-    # what its emitted step read: the input's slot and the previous states' slots
-    reads: tuple[int, list[int]] | None
-    # a fused op inside the loop: the slot of each tensor of its step, by name in the loop body
-    fused: dict[str, int] | None
-    # its weights by role (a fused or replayed cell's; empty for the others)
-    weights: dict[str, int]
-    replay: _ReplaySlots | None  # a replayed cell's (or, with verify, an emitted one's)
-
-
-def _loop_slots(c: Cell, slot: Callable[[str], int], replayed: bool, parts: bool) -> _LoopSlots:
-    """The slots of loop cell `c`'s tensors, each given one by `slot` (and fetched) as it is named."""
-    loop = c.in_loop
-    emits, fused = c.path == "loop", c.fused is not None
-    lengths = None if loop.lengths is None else slot(loop.lengths)
-    reverse_lengths = None if loop.reverse_lengths is None else slot(loop.reverse_lengths)
-    emitted, reads, by_name = None, None, None
-    if emits:
-        step = loop.emitted_step
-        emitted = (
-            [slot(n) for n in step.preactivation],
-            [slot(n) for n in step.activation],
-            [slot(n) for n in step.states],
-        )
-        if (parts or not loop.direct) and not fused:
-            reads = (slot(step.input), [slot(n) for n in step.previous])
-        if fused:
-            by_name = {body: slot(n) for body, n in _pairs(loop.step, step)}
-    weights = (
-        {role: slot(t) for role, t in c.weights.items()} if (emits and fused) or replayed else {}
-    )
-    replay = (
-        _ReplaySlots(
-            inputs=None if loop.inputs is None else slot(loop.inputs),
-            initial=[slot(t) for t in loop.initial],
-            final=[None if t is None else slot(t) for t in loop.final],
-            outputs=None if loop.outputs is None else slot(loop.outputs),
-        )
-        if replayed
-        else None
-    )
-    return _LoopSlots(loop, lengths, reverse_lengths, emitted, reads, by_name, weights, replay)
-
-
-def _pairs(body, emitted) -> Iterator[tuple[str, str]]:
-    """(tensor in the loop, its stack outside) for each tensor of a loop cell's step."""
-    for field_ in ("preactivation", "activation", "states", "previous"):
-        yield from zip(getattr(body, field_), getattr(emitted, field_), strict=True)
-    yield body.input, emitted.input
-
-
-def _check_something_checks(replays: Sequence[Cell]) -> None:
-    """Refuse a loop whose replay nothing in the graph can confirm: no outputs, no final
-    state (a graph pruned down to something else), and no layer above it whose check
-    would fail with it."""
-    above = {c.in_loop.below for c in replays}
-    for c in replays:
-        loop = c.in_loop
-        if loop.outputs is None and all(t is None for t in loop.final) and c.name not in above:
-            raise GraphPatternError(
-                f"cell {c.name}: nothing its loop {loop.loop} computes is left in the graph (no outputs, no final state), "
-                "so its replay cannot be checked; record it from a graph that keeps the loop's outputs or final state"
-            )
-
-
-def _replay_order(cells: Sequence[Cell], context: Sequence[Cell]) -> list[Cell]:
-    """The loop cells of `cells` and the layers below them, each after the one it reads."""
-    known = {c.name: c for c in [*context, *cells]}
-    order: list[Cell] = []
-
-    def add(cell: Cell) -> None:
-        if any(c.name == cell.name for c in order):
-            return
-        below = cell.in_loop.below
-        if below is not None:
-            if below not in known:
-                raise GraphPatternError(
-                    f"cell {cell.name} reads the outputs of cell {below}, which is not among the cells found"
-                )
-            add(known[below])
-        order.append(cell)
-
-    for cell in cells:
-        if cell.loop is not None:
-            add(cell)
-    return order
