@@ -1,0 +1,255 @@
+"""How `gatetrace record` runs beyond one recording in this process: a series of a training
+run's checkpoints (`--checkpoints`), a job over worker processes or a Dask cluster
+(`--workers`, `--engine dask`); the options both share with one recording, and the lines
+printed when it is done.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracer.run.options import RecordOptions
+
+
+__all__ = [
+    "feed_path",
+    "shared_options",
+    "record_series",
+    "summary_bins",
+    "record_parallel",
+    "report",
+]
+
+
+def feed_path(item: str) -> str | None:
+    """The file a `--feed NAME=FILE[:MEMBER]` reads, None for a value."""
+    from tracer.inputs.files import is_input_spec
+
+    value = item.partition("=")[2]
+    if not value or not is_input_spec(value):
+        return None
+    head, _, tail = value.rpartition(":")
+    return head if head and "/" not in tail and not Path(value).exists() else value
+
+
+def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
+    """`tracer.record`'s options that one recording and a series take alike."""
+    from tracer.run.options import RecordOptions
+
+    return RecordOptions(
+        batch_size=args.batch_size,
+        selection=selection,
+        lengths=lengths,
+        compression=args.compression,
+        timeout=args.timeout,
+        reads=(args.lengths, *(feed_path(item) for item in args.feed)),
+        memory=memory,
+        verify=args.verify,
+        summary=bins,
+    )
+
+
+def record_series(args, selection, bins, memory) -> None:
+    """`--checkpoints`: each checkpoint of the training run in MODEL (a folder) into OUT/KEY=VALUE/."""
+    from recorders.errors import SelectionError
+
+    for flag, given in (
+        ("--shard", args.shard),
+        ("--workers", args.workers > 1),
+        ("--engine", args.engine != "processes"),
+        ("--overwrite", args.overwrite),
+        ("--carry-state", args.carry_state),
+    ):
+        if given:
+            raise SelectionError(
+                f"--checkpoints with {flag}: a series is recorded one checkpoint after another, in this process, "
+                "into a new folder (remove an old series first)"
+            )
+    import tracer
+    from tracer.inputs.feeds import load_array, parse_feed_args
+
+    done = tracer.record_series(
+        args.model,
+        parse_feed_args(args.feed),
+        args.out,
+        args.checkpoints,
+        names=args.names,
+        resume=args.resume,
+        progress=not args.quiet,
+        allow_unsafe_ops=args.allow_unsafe_ops,
+        tensorboard=args.tensorboard,
+        options=shared_options(
+            args,
+            selection,
+            bins,
+            memory,
+            load_array(args.lengths, "--lengths") if args.lengths else None,
+        ),
+    )
+    key, values, recorded = done["key"], done["values"], done["recorded"]
+    print(
+        f"recorded {len(recorded)} of {len(values)} checkpoints ({key} {', '.join(map(str, values))}) -> {args.out}"
+    )
+    print(
+        f"read it with: recorders.Series({args.out!r}).gate_frame(...), or one: {args.out}/{key}={values[-1]}"
+    )
+
+
+def summary_bins(args):
+    """The summary's `recorders.Bins` from --saturation and --bins (None without --summary)."""
+    from recorders.errors import SelectionError
+    from recorders.write.totals import Bins
+
+    if not args.summary:
+        for flag, given, default in (
+            ("--saturation", args.saturation, "0.1,0.9"),
+            ("--bins", args.bins, "-10,10,40"),
+        ):
+            if given != default:
+                raise SelectionError(
+                    f"{flag} is for --summary recordings: add --summary, or leave {flag} out"
+                )
+        return None
+
+    def numbers(flag: str, text: str, count: int, example: str) -> list[float]:
+        try:
+            got = [float(v) for v in text.split(",")]
+        except ValueError:
+            got = []
+        if len(got) != count:
+            raise SelectionError(
+                f"{flag} {text}: expected {count} numbers separated by commas, e.g. {flag} {example}"
+            )
+        return got
+
+    low, high = numbers("--saturation", args.saturation, 2, "0.1,0.9")
+    lo, hi, n = numbers("--bins", args.bins, 3, "-10,10,40")
+    if not n.is_integer():
+        raise SelectionError(
+            f"--bins {args.bins}: the number of bins must be a whole number, e.g. --bins -10,10,40"
+        )
+    return Bins(low, high, lo, hi, int(n))
+
+
+def record_parallel(args, selection, memory) -> None:
+    from recorders.errors import SelectionError
+    from recorders.write.files import is_uri, local_path
+    from tracer.run.options import RecordOptions
+    from tracer.run.parallel import Job, dask_executor, record_parallel
+
+    for flag, given in (
+        ("--shard", args.shard),
+        ("--carry-state", args.carry_state),
+        ("--overwrite", args.overwrite),
+    ):
+        if given:
+            why = {
+                "--shard": "the tasks are shards already",
+                "--carry-state": "a carried state is one stream, recorded in one process",
+                "--overwrite": "remove the old recording first, then record into the empty folder",
+            }[flag]
+            raise SelectionError(f"{flag} with --workers or --engine: {why}")
+    if args.engine != "dask" and (args.scheduler or args.scheduler_file):
+        raise SelectionError("--scheduler and --scheduler-file are for --engine dask")
+    feeds = {}
+    for item in args.feed:
+        name, sep, value = item.partition("=")
+        feeds[name] = value
+    job = Job(
+        model=os.path.abspath(args.model),
+        feeds={
+            n: (os.path.abspath(v) if os.path.exists(v.split(":")[0]) else v)
+            for n, v in feeds.items()
+        },
+        out=args.out if is_uri(args.out) else str(local_path(args.out).resolve()),
+        tag=args.tag,
+        signature=args.signature,
+        allow_unsafe_ops=args.allow_unsafe_ops,
+        lengths=os.path.abspath(args.lengths) if args.lengths else None,
+        options=RecordOptions(
+            batch_size=args.batch_size,
+            selection=selection,
+            compression=args.compression,
+            timeout=args.timeout,
+            memory=memory,
+            verify=args.verify,
+            summary=summary_bins(args),
+        ),
+    )
+    bar = None
+
+    def progress(n: int, total: int) -> None:
+        nonlocal bar
+        # once the folder is ready: nothing shows for a job refused before
+        if bar is None and not args.quiet:
+            from tracer.run.bar import progress_bar  # imports no TensorFlow
+
+            bar = progress_bar(total, True, "recording, in tasks")
+        if bar is not None:
+            bar.update(n)
+
+    options = {
+        "task_size": args.task_size,
+        "max_attempts": args.max_attempts,
+        "resume": args.resume,
+        "progress": progress,
+    }
+    try:
+        if args.engine == "dask":
+            with dask_executor(args.workers, args.scheduler, args.scheduler_file) as executor:
+                summary = record_parallel(job, executor=executor, **options)
+        else:
+            summary = record_parallel(job, workers=args.workers, **options)
+    finally:
+        if bar is not None:
+            bar.close()
+    tasks = summary["tasks"]
+    report(args, summary, f" in {tasks['count']} task{'s' if tasks['count'] != 1 else ''}")
+
+
+def report(args, summary: dict, part: str) -> None:
+    """The lines `record` prints when it is done."""
+    cells = summary["cells"]
+    rows = summary["rows"]
+    if summary["examples_this_run"] != summary["examples"]:
+        part += f" ({summary['examples_this_run']:,} in this run)"
+    if summary.get("kind") == "summary":
+        print(
+            f"summarised {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
+            f"{rows['gates']:,} gate values, {rows['states']:,} state values -> {args.out}"
+        )
+    else:
+        print(
+            f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
+            f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
+        )
+    if summary["examples"] == 0 and summary.get("complete", True):
+        feeds = ", ".join(
+            f"{name} {shape}"
+            for name, shape in summary.get("feeds", {}).items()
+            if shape and shape[0] == 0
+        )
+        print(
+            f"the inputs hold no sequences ({feeds or 'no rows'}): the recording is empty, its tables have no rows"
+        )
+    if "why" in summary.get("batch", {}):
+        print(summary["batch"]["why"])
+    for hidden in summary.get("not_recorded", []):
+        print(f"not recorded: {hidden}; its inner layer runs on reshaped rows")
+    for skipped in summary.get("skipped", []):
+        print(
+            f"skipped cell {skipped['cell']}: it needs placeholder {skipped['needs']}, which was not fed (--feed {skipped['needs']}=... records it)"
+        )
+    if summary["complete"] and summary.get("kind") == "summary":
+        print(
+            f"read it with: pandas.read_parquet({os.path.join(args.out, 'summary', 'units.parquet')!r})"
+        )
+    elif summary["complete"]:
+        print(f"read it with: pandas.read_parquet({os.path.join(args.out, 'gates')!r})")
+    else:
+        print(
+            f"the other shards are not finished yet; {os.path.join(args.out, 'manifest.json')} appears when they are"
+        )
