@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recorders.write.files import (
+from recorders.write import (
     check_out,
     foreign_entries,
     local_path,

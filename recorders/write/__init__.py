@@ -4,10 +4,45 @@ The format, which readers import too: `layout` (folders, file names, column enco
 `columns` and `keys` (long-format columns), `schema` (what its JSON files hold), `progress`
 (which examples are complete), `folder` (a folder reached only through its handle), `stats`
 (summary statistics that merge exactly), `series` (a series folder: one recording per key).
-The writer's own parts, which nothing outside this package imports: `writer`
-(`RecordingWriter`, `write_weights`: a file's lifecycle, batch by batch), `rowgroups` (a part
-file cut into row groups), `plain` (the default layout's part files written from numpy, with
-`thrift` for their metadata), `direct` (new files written past the page cache), `swap`
-(locks and the `--overwrite` swap), `place` (local folder or object storage), `files` (the
-output location). Imports only `recorders.errors` and this package.
+The writer's own parts: `writer` (`RecordingWriter`, `write_weights`: a file's lifecycle,
+batch by batch), `summary` (`SummaryWriter`), `rowgroups` (a part file cut into row groups),
+`plain` (the default layout's part files written from numpy, with `thrift` for their
+metadata), `direct` (new files written past the page cache), `swap` (locks and the
+`--overwrite` swap), `place` (local folder or object storage), `files` (the output
+location). What `tracer` takes from the writer's parts is this package's `__all__` (imported
+from here: `from recorders.write import place_of`); the format's modules are imported by
+name. Imports only `recorders.errors` and this package.
 """
+
+from recorders.write.direct import BUFFER as DIRECT_BUFFER
+from recorders.write.files import (
+    check_out,
+    foreign_entries,
+    is_uri,
+    local_path,
+    publish,
+    remove,
+    temp_sibling,
+)
+from recorders.write.place import LocalPlace, place_of
+from recorders.write.summary import SummaryWriter
+from recorders.write.swap import create_folder
+from recorders.write.writer import WRITE_THREADS, RecordingWriter, write_weights
+
+__all__ = [
+    "RecordingWriter",
+    "SummaryWriter",
+    "write_weights",
+    "WRITE_THREADS",
+    "DIRECT_BUFFER",
+    "place_of",
+    "LocalPlace",
+    "is_uri",
+    "local_path",
+    "check_out",
+    "foreign_entries",
+    "publish",
+    "remove",
+    "temp_sibling",
+    "create_folder",
+]

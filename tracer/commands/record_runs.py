@@ -136,7 +136,7 @@ def summary_bins(args):
 
 def record_parallel(args, selection, memory) -> None:
     from recorders.errors import SelectionError
-    from recorders.write.files import is_uri, local_path
+    from recorders.write import is_uri, local_path
     from tracer.run.options import RecordOptions
     from tracer.run.parallel import Job, dask_executor, record_parallel
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from recorders.errors import FeedError
 from recorders.read.npy import npy_header
-from recorders.write.files import is_uri
+from recorders.write import is_uri
 from tracer.inputs.rows import Rows, file_kind, open_file
 
 __all__ = [

@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import SelectionError
-from recorders.write.direct import BUFFER as DIRECT_BUFFER
-from recorders.write.writer import WRITE_THREADS
+from recorders.write import DIRECT_BUFFER, WRITE_THREADS
 
 __all__ = [
     "COPIES",

@@ -47,9 +47,8 @@ from recorders.errors import (
     RecordingError,
     SelectionError,
 )
-from recorders.write.place import place_of
+from recorders.write import create_folder, place_of
 from recorders.write.progress import read_progress, recorded_layout
-from recorders.write.swap import create_folder
 from tracer.inputs.files import is_input_spec, open_input
 from tracer.run.budget import tune_allocators
 from tracer.run.options import RecordOptions

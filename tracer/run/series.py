@@ -26,8 +26,7 @@ from recorders.errors import (
     OutputExistsError,
     SelectionError,
 )
-from recorders.write.files import is_uri
-from recorders.write.place import LocalPlace, place_of
+from recorders.write import LocalPlace, is_uri, place_of
 from recorders.write.schema import parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model

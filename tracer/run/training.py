@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import FeedError, GatetraceError, SelectionError
-from recorders.write.place import place_of
+from recorders.write import place_of
 from recorders.write.totals import Bins
 from tracer.load.keras import wrap
 from tracer.run.recording import record
