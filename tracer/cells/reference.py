@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from tracer.cells.kinds import spec_for
+
 __all__ = ["ACTIVATIONS", "run_cell"]
 
 
@@ -67,13 +69,14 @@ def run_cell(
     act = ACTIVATIONS[activation]
     kernel, bias = w["kernel"], w["bias"]
     lstm = kind in ("BasicLSTMCell", "LSTMCell")
-    units = kernel.shape[1] // (4 if lstm else 2 if kind == "GRUCell" else 1)
+    spec = spec_for(kind)
+    units = kernel.shape[1] // spec.weights[0].blocks  # the main kernel's column blocks
     width = w["projection"].shape[1] if "projection" in w else units
     init = dict(initial_state or {})
     h = np.asarray(init.get("h", np.zeros((n_ex, width))), dtype=np.float64)
     c = np.asarray(init.get("c", np.zeros((n_ex, units))), dtype=np.float64)
 
-    n_gates = {"BasicLSTMCell": 4, "LSTMCell": 4, "GRUCell": 3, "BasicRNNCell": 1}[kind]
+    n_gates = len(spec.gates)
     pre = np.zeros((n_ex, n_steps, n_gates, units))
     post = np.zeros_like(pre)
     states = {"h": np.zeros((n_ex, n_steps, width))}
