@@ -26,10 +26,10 @@ __all__ = [
 
 def feed_path(item: str) -> str | None:
     """The file a `--feed NAME=FILE[:MEMBER]` reads, None for a value."""
-    from tracer.inputs.files import is_input_spec
+    from tracer.inputs.files import is_input_spec, split_feed
 
-    value = item.partition("=")[2]
-    if not value or not is_input_spec(value):
+    value = split_feed(item)[1]
+    if not is_input_spec(value):
         return None
     head, _, tail = value.rpartition(":")
     return head if head and "/" not in tail and not Path(value).exists() else value
@@ -154,10 +154,9 @@ def record_parallel(args, selection, memory) -> None:
             raise SelectionError(f"{flag} with --workers or --engine: {why}")
     if args.engine != "dask" and (args.scheduler or args.scheduler_file):
         raise SelectionError("--scheduler and --scheduler-file are for --engine dask")
-    feeds = {}
-    for item in args.feed:
-        name, sep, value = item.partition("=")
-        feeds[name] = value
+    from tracer.inputs.files import split_feed
+
+    feeds = dict(split_feed(item) for item in args.feed)
     job = Job(
         model=os.path.abspath(args.model),
         feeds={

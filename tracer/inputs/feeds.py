@@ -23,7 +23,7 @@ import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
-from tracer.inputs.files import is_input_spec, open_input
+from tracer.inputs.files import is_input_spec, open_input, split_feed
 
 __all__ = [
     "load_array",
@@ -69,11 +69,7 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
     """
     feeds: dict[str, Any] = {}
     for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise FeedError(
-                f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"
-            )
+        name, value = split_feed(item)
         if is_input_spec(value):
             feeds[name] = open_input(value, f"feed {name}")
         else:

@@ -39,6 +39,7 @@ from tracer.inputs.rows import Rows, file_kind, open_file
 
 __all__ = [
     "INPUT_SUFFIXES",
+    "split_feed",
     "is_input_spec",
     "open_input",
     "open_npy",
@@ -48,6 +49,17 @@ __all__ = [
 ]
 
 INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
+
+
+def split_feed(item: str) -> tuple[str, str]:
+    """A `--feed NAME=FILE` or `NAME=VALUE` argument as (name, file or value); FeedError for
+    anything else. Opens nothing: `tracer.inputs.feeds.parse_feed_args` opens the files."""
+    name, sep, value = item.partition("=")
+    if not sep or not name or not value:
+        raise FeedError(
+            f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"
+        )
+    return name, value
 
 
 def is_input_spec(value: str) -> bool:
