@@ -181,16 +181,16 @@ def test_verify_replays_the_loop_and_stops_on_a_difference(tmp_path, monkeypatch
     path = saved(built, tmp_path / "model")
     record(path, tmp_path, "checked", "--verify", x=X)
 
-    import tracer.values.fetch as fetch
+    import tracer.values.sources as sources  # where a loop cell is replayed
 
-    real = fetch.replay
+    real = sources.replay
 
     def off(*args, **kwargs):  # a replay that disagrees with the loop in one value
         got = real(*args, **kwargs)
         got.preactivation[0, 2, 1, 0] += 1e-3
         return got
 
-    monkeypatch.setattr(fetch, "replay", off)
+    monkeypatch.setattr(sources, "replay", off)
     np.save(tmp_path / "x.npy", X)
     done = run_cli(
         "record",

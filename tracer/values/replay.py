@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -101,6 +102,10 @@ class Replayed:
         if self.inputs is None:
             raise ValueError("this replay did not keep what the cell read")
         return self.inputs
+
+    def gate(self, column: str, gate: int) -> np.ndarray:
+        """Gate number `gate`'s `preactivation` or `activation`, [examples, steps, units] (a view)."""
+        return getattr(self, column)[:, :, gate]
 
     def previous(self, state: str) -> np.ndarray:
         """[examples, steps, width]: the state `state` the cell read at each step (a state is
@@ -392,8 +397,16 @@ def check(
             )
 
 
+class _Gates(Protocol):
+    """What `compare` reads of what a loop emitted (`tracer.values.slots.Emitted`)."""
+
+    preactivation: np.ndarray
+    activation: np.ndarray
+    states: dict[str, np.ndarray]
+
+
 def compare(
-    name: str, replayed: Replayed, emitted: Replayed, lengths: np.ndarray | None = None
+    name: str, replayed: Replayed, emitted: _Gates, lengths: np.ndarray | None = None
 ) -> None:
     """Raise ReplayMismatchError unless a replay's gates and states match what the cell's loop
     emitted (`--verify`), at every step before each example's length."""
