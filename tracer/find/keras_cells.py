@@ -1,17 +1,14 @@
 """Steps of Keras' LSTMCell, GRUCell and SimpleRNNCell (tf-keras 2.x and Keras 3), by their ops.
 
 Keras keeps the input kernel and the recurrent kernel apart, in its own gate order, and
-writes its step in two ways (`implementation=2`, the default since Keras 2.2, and
-`implementation=1`, Keras 2.0/2.1's default and still chosen by some models). As
-TensorFlow draws one step inside `K.rnn`'s while loop body:
+writes its step in two ways: `implementation=2`, the default since Keras 2.2, here, and
+`implementation=1`, Keras 2.0/2.1's default and still chosen by some models, one product
+per gate block (`tracer.find.keras_blocks`). As TensorFlow draws one step inside `K.rnn`'s
+while loop body:
 
     LSTMCell, implementation 2            blocks i, f, c, o (gatetrace labels i, f, j, o)
         AddV2(MatMul(x, kernel), MatMul(h_prev, recurrent_kernel)) -> BiasAdd(bias) -> Split(4)
         i, f, o = rec_act(...); c = f * c_prev + i * act(c_block); h = o * act(c)
-    LSTMCell, implementation 1
-        per block k: MatMul(x, kernel[:, k]) (+ bias[k]) + MatMul(h_prev, recurrent_kernel[:, k])
-        (kernel blocks by Split in tf-keras, by StridedSlice in Keras 2), then as above;
-        rec_act may be Keras 2's hard_sigmoid written out: clip(x * 0.2 + 0.5, 0, 1)
 
     GRUCell, implementation 2             blocks z, r, h (gatetrace labels u, r, c)
         MatMul(x, kernel) (+ input bias) -> Split(3): x_z, x_r, x_h
@@ -21,7 +18,6 @@ TensorFlow draws one step inside `K.rnn`'s while loop body:
                                           c = act(x_h + MatMul(r * h_prev, recurrent_kernel[:, 2u:]))
         z, r = rec_act(x_k + rec_k); h = z * h_prev + (1 - z) * c
         with activation="linear" Keras applies no op to the candidate: c is the sum itself
-    GRUCell, implementation 1             the same sums, one MatMul per block (column slices)
 
     SimpleRNNCell
         AddV2(BiasAdd(MatMul(x, kernel), bias), MatMul(h_prev, recurrent_kernel)) -> act: h
@@ -31,9 +27,8 @@ The bias is added by `BiasAdd` (tf-keras, Keras 3.11 and later) or by `AddV2` (K
 
 Inside a loop body the kernels enter as the body's arguments, named after the variables
 (`..._recurrent_kernel_0`): that is how the input and recurrent products are told apart.
-
-Why one module of over 400 lines: three Keras cells, two implementations each, and their
-recurrent-dropout variants, each pattern drawn above the code that matches it.
+The helpers both implementations share (`consumers_of`, `lstm_states`, `keras_weights`,
+`gate_nonlinearity`, `column_slice`) are here.
 """
 
 from __future__ import annotations
@@ -45,14 +40,17 @@ from tracer.find.edges import const_scalar, other_input, weight_name, weight_sou
 
 __all__ = [
     "keras_lstm_step",
-    "keras_lstm1_step",
     "keras_gru_step",
-    "keras_gru1_step",
     "keras_rnn_step",
+    "consumers_of",
+    "lstm_states",
+    "keras_weights",
+    "gate_nonlinearity",
+    "column_slice",
 ]
 
 
-def _users(t: tf.Tensor) -> list[tf.Operation]:
+def consumers_of(t: tf.Tensor) -> list[tf.Operation]:
     """The ops reading `t`, leaving out the accumulators (`TensorListPushBack`) that a while
     loop built in a graph with gradients adds to its body's every tensor."""
     return [op for op in t.consumers() if op.type != "TensorListPushBack"]
@@ -102,18 +100,18 @@ def _input_and_recurrent(add: tf.Operation) -> tuple[tf.Operation, tf.Operation]
     return x_side, h_side
 
 
-def _lstm_states(f: tf.Tensor, o: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None:
+def lstm_states(f: tf.Tensor, o: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None:
     """(c_prev, c, h) of an LSTM step from its forget and output gates' values:
     `c = f * c_prev + i * j` and `h = o * act(c)`."""
-    f_mul = [op for op in _users(f) if op.type == "Mul"]
-    c_new = [a for m in f_mul for a in _users(m.outputs[0]) if a.type in ADDS]
-    h_mul = [op for op in _users(o) if op.type == "Mul"]
+    f_mul = [op for op in consumers_of(f) if op.type == "Mul"]
+    c_new = [a for m in f_mul for a in consumers_of(m.outputs[0]) if a.type in ADDS]
+    h_mul = [op for op in consumers_of(o) if op.type == "Mul"]
     if len(f_mul) != 1 or len(c_new) != 1 or len(h_mul) != 1:
         return None
     return other_input(f_mul[0], f), c_new[0].outputs[0], h_mul[0].outputs[0]
 
 
-def _keras_weights(
+def keras_weights(
     kernel: tf.Tensor, recurrent: tf.Tensor, bias: tf.Tensor | None
 ) -> dict[str, tf.Tensor]:
     weights = {"kernel": kernel, "recurrent_kernel": recurrent}
@@ -134,12 +132,12 @@ def keras_lstm_step(split: tf.Operation) -> Application | None:
     x_mm, h_mm = sides
     gates = []
     for t in split.outputs:  # Keras order: i, f, c (our j), o
-        users = [op for op in _users(t) if op.type in ACTIVATIONS]
+        users = [op for op in consumers_of(t) if op.type in ACTIVATIONS]
         if len(users) != 1:
             return None
         gates.append(users[0].outputs[0])
     i, f, j, o = gates
-    states = _lstm_states(f, o)
+    states = lstm_states(f, o)
     if states is None:
         return None
     return Application(
@@ -151,25 +149,29 @@ def keras_lstm_step(split: tf.Operation) -> Application | None:
         states=states[1:],
         input=x_mm.inputs[0],
         previous=(states[0], h_mm.inputs[0]),
-        weights=_keras_weights(x_mm.inputs[1], h_mm.inputs[1], bias),
+        weights=keras_weights(x_mm.inputs[1], h_mm.inputs[1], bias),
         activation_name=ACTIVATIONS[j.op.type],
         claimed=(x_mm.name, h_mm.name),
         recurrent_activation=ACTIVATIONS[i.op.type],
     )
 
 
-def _gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
+def gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
     """(output, name) of the one nonlinearity applied to `t`: an activation op, or Keras 2's
     hard_sigmoid written out as `clip(x * 0.2 + 0.5, 0, 1)`."""
-    users = _users(t)
+    users = consumers_of(t)
     if len(users) == 1 and users[0].type in ACTIVATIONS:
         return users[0].outputs[0], ACTIVATIONS[users[0].type]
     if len(users) == 1 and users[0].type == "Mul" and const_scalar(other_input(users[0], t)) == 0.2:
-        add = [op for op in _users(users[0].outputs[0]) if op.type in ADDS]
+        add = [op for op in consumers_of(users[0].outputs[0]) if op.type in ADDS]
         if len(add) == 1 and const_scalar(other_input(add[0], users[0].outputs[0])) == 0.5:
             out = add[0].outputs[0]
             for _ in range(2):  # Minimum then Maximum, or one ClipByValue
-                nxt = [op for op in _users(out) if op.type in ("Minimum", "Maximum", "ClipByValue")]
+                nxt = [
+                    op
+                    for op in consumers_of(out)
+                    if op.type in ("Minimum", "Maximum", "ClipByValue")
+                ]
                 if len(nxt) != 1:
                     break
                 out = nxt[0].outputs[0]
@@ -183,17 +185,17 @@ def _gate_nonlinearity(t: tf.Tensor) -> tuple[tf.Tensor, str] | None:
 def _linear_into(t: tf.Tensor, state: tf.Operation) -> tuple[tf.Tensor, str] | None:
     """(t, "linear") when no nonlinearity follows `t` (`activation="linear"`: Keras applies
     nothing) and its one user is the `Mul` whose product the state update `state` adds."""
-    users = _users(t)
+    users = consumers_of(t)
     if (
         len(users) == 1
         and users[0].type == "Mul"
-        and any(op is state for op in _users(users[0].outputs[0]))
+        and any(op is state for op in consumers_of(users[0].outputs[0]))
     ):
         return t, "linear"
     return None
 
 
-def _column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
+def column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
     """(the matrix, where the block starts) when `t` is a block of columns of a matrix: an
     output of `Split` along axis 1 (its index), or `StridedSlice(m)[:, a:b]` (its first
     column), through Identity and Enter. Blocks of one matrix sort in column order."""
@@ -214,174 +216,6 @@ def _column_slice(t: tf.Tensor) -> tuple[tf.Tensor, int] | None:
     return None
 
 
-def _bias_block(t: tf.Tensor) -> tf.Tensor:
-    """The bias variable's read that a gate's bias block (a Split output or a slice) comes
-    from; for a GRU with reset_after, the whole [2, 3u] bias its rows were unstacked from."""
-    while t.op.type in ("Identity", "Enter", "Snapshot") and t.op.inputs:
-        t = t.op.inputs[0]
-    if t.op.type == "Split":
-        t = t.op.inputs[1]
-    elif t.op.type == "StridedSlice":
-        t = t.op.inputs[0]
-    return t.op.inputs[0] if t.op.type == "Unpack" else t
-
-
-def _input_blocks(first: tf.Operation) -> tuple[tf.Operation, dict[int, tf.Operation]] | None:
-    """(kernel variable, {block start: MatMul}) for the input MatMuls of a Keras cell with
-    implementation=1, keyed on `first`, the MatMul of the input with the kernel's first block."""
-    if first.type != "MatMul" or first.get_attr("transpose_a") or first.get_attr("transpose_b"):
-        return None
-    sliced = _column_slice(first.inputs[1])
-    kernel = weight_source(sliced[0]) if sliced else None
-    if (
-        sliced is None
-        or sliced[1] != 0
-        or kernel is None
-        or "recurrent" in kernel.name
-        or "kernel" not in kernel.name
-    ):
-        return None
-    x = first.inputs[0]
-    blocks = {}
-    for op in _users(x):
-        if op.type != "MatMul" or op.inputs[0].name != x.name:
-            continue
-        cut = _column_slice(op.inputs[1])
-        source = weight_source(cut[0]) if cut is not None else None
-        # blocks of one variable (perhaps several reads)
-        if cut is not None and source is not None and source.name == kernel.name:
-            blocks[cut[1]] = op
-    return kernel, blocks
-
-
-def _biased(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """(z after its BiasAdd, the bias variable's read), or (z, None) without one."""
-    users = _users(z)
-    if len(users) == 1 and users[0].type == "BiasAdd":
-        return users[0].outputs[0], _bias_block(users[0].inputs[1])
-    return z, None
-
-
-def _recurrent_block(t: tf.Tensor) -> tuple[tf.Operation, tf.Tensor, int] | None:
-    """(MatMul, recurrent kernel read, block start) for `h_prev @ recurrent_kernel[:, block]`,
-    possibly through the BiasAdd of a recurrent bias."""
-    op = t.op.inputs[0].op if t.op.type == "BiasAdd" else t.op
-    cut = _column_slice(op.inputs[1]) if op.type == "MatMul" else None
-    if cut is None or weight_source(cut[0]) is None:
-        return None
-    return op, cut[0], cut[1]
-
-
-def keras_lstm1_step(first: tf.Operation) -> Application | None:
-    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
-    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
-    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
-    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
-    found = _input_blocks(first)
-    if found is None or len(found[1]) != 4:
-        return None
-    kernel, blocks = found
-    sliced = _column_slice(first.inputs[1])  # as _input_blocks found it
-    if sliced is None:
-        return None
-    full, x = sliced[0], first.inputs[0]
-    pre, act, names, order = [], [], [], []
-    h_prev, recurrent, bias, recurrent_source = None, None, None, None
-    for start in sorted(blocks):  # Keras order: i, f, c (our j), o
-        z, bias = _biased(blocks[start].outputs[0])
-        adds = [op for op in _users(z) if op.type in ADDS]
-        if len(adds) != 1:
-            return None
-        rec = other_input(adds[0], z).op
-        cut = _column_slice(rec.inputs[1]) if rec.type == "MatMul" else None
-        source = weight_source(cut[0]) if cut is not None else None
-        if cut is None or source is None:
-            return None
-        # reads of one variable
-        if recurrent_source is not None and source.name != recurrent_source:
-            return None
-        recurrent_source = source.name
-        h_prev, recurrent = rec.inputs[0], cut[0]
-        order.append(cut[1])
-        gate = _gate_nonlinearity(adds[0].outputs[0])
-        if gate is None:
-            return None
-        pre.append(adds[0].outputs[0])
-        act.append(gate[0])
-        names.append(gate[1])
-    if order != sorted(order):  # the recurrent blocks must be in the same order as the input blocks
-        return None
-    i, f, j, o = act
-    states = _lstm_states(f, o)
-    if states is None or names[0] != names[1] or names[0] != names[3]:
-        return None
-    return Application(
-        spec=KERAS_LSTM,
-        kernel=kernel,
-        gate_op=first,
-        preactivation=tuple(pre),
-        activation=(i, f, j, o),
-        states=states[1:],
-        input=x,
-        previous=(states[0], h_prev),
-        weights=_keras_weights(full, recurrent, bias),
-        activation_name=names[2],
-        claimed=tuple(op.name for op in blocks.values()),
-        recurrent_activation=names[0],
-    )
-
-
-def keras_gru1_step(first: tf.Operation) -> Application | None:
-    """Keras GRUCell with implementation=1: per block (z, r, h) `x @ kernel[:, block]
-    (+ bias)`; z and r add `h_prev @ recurrent_kernel[:, block] (+ recurrent bias)`; the
-    candidate adds `r * (h_prev @ recurrent_kernel[:, 2u:] + recurrent bias)` (reset_after)
-    or `(r * h_prev) @ recurrent_kernel[:, 2u:]`."""
-    found = _input_blocks(first)
-    if found is None or len(found[1]) != 3:
-        return None
-    kernel, blocks = found
-    sliced = _column_slice(first.inputs[1])  # as _input_blocks found it
-    if sliced is None:
-        return None
-    full, x = sliced[0], first.inputs[0]
-    # Keras order z (our u), r, h (our c)
-    parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]
-    bias = parts[0][1]
-    pre, act, names, recurrent, h_prev = [], [], [], None, None
-    for z, _ in parts[:2]:
-        adds = [op for op in _users(z) if op.type in ADDS]
-        block = _recurrent_block(other_input(adds[0], z)) if len(adds) == 1 else None
-        gate = _gate_nonlinearity(adds[0].outputs[0]) if block is not None else None
-        if block is None or gate is None:
-            return None
-        h_prev, recurrent = block[0].inputs[0], block[1]
-        pre.append(adds[0].outputs[0])
-        act.append(gate[0])
-        names.append(gate[1])
-    z_c = parts[2][0]
-    adds = [op for op in _users(z_c) if op.type in ADDS]
-    candidate = _gate_nonlinearity(adds[0].outputs[0]) if len(adds) == 1 else None
-    h_new = [
-        a for m in _users(act[0]) if m.type == "Mul" for a in _users(m.outputs[0]) if a.type in ADDS
-    ]
-    if candidate is None or len(h_new) != 1 or names[0] != names[1]:
-        return None
-    return Application(
-        spec=KERAS_GRU,
-        kernel=kernel,
-        gate_op=first,
-        preactivation=(pre[0], pre[1], adds[0].outputs[0]),
-        activation=(act[0], act[1], candidate[0]),
-        states=(h_new[0].outputs[0],),
-        input=x,
-        previous=(h_prev,),
-        weights=_keras_weights(full, recurrent, bias),
-        activation_name=candidate[1],
-        claimed=tuple(op.name for op in blocks.values()),
-        recurrent_activation=names[0],
-    )
-
-
 def _recurrent_product(block: tf.Tensor) -> tf.Operation | None:
     """The MatMul `h_prev @ recurrent_kernel` whose (biased) product a Keras GRU's z block
     `block` is a column block of: an output of SplitV (tf-keras without reset_after) or
@@ -390,7 +224,7 @@ def _recurrent_product(block: tf.Tensor) -> tf.Operation | None:
     if block.op.type == "SplitV":
         matrix = block.op.inputs[0]
     else:
-        sliced = _column_slice(block)
+        sliced = column_slice(block)
         if sliced is None:
             return None
         matrix = sliced[0]
@@ -431,11 +265,11 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
         return None
     adds = []
     for block in split.outputs[:2]:  # z (our u), r
-        users = [op for op in _users(block) if op.type in ADDS]
+        users = [op for op in consumers_of(block) if op.type in ADDS]
         if len(users) != 1:
             return None
         adds.append(users[0])
-    found = [_gate_nonlinearity(a.outputs[0]) for a in adds]
+    found = [gate_nonlinearity(a.outputs[0]) for a in adds]
     gates = [g for g in found if g is not None]
     if len(gates) != len(found):
         return None
@@ -448,19 +282,19 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
         if product.inputs[1].op.type == "StridedSlice"
         else product.inputs[1]
     )
-    c_add = [op for op in _users(split.outputs[2]) if op.type in ADDS]
+    c_add = [op for op in consumers_of(split.outputs[2]) if op.type in ADDS]
     if len(c_add) != 1:
         return None
     h_new = [
         a
-        for m in _users(gates[0][0])
+        for m in consumers_of(gates[0][0])
         if m.type == "Mul"
-        for a in _users(m.outputs[0])
+        for a in consumers_of(m.outputs[0])
         if a.type in ADDS
     ]
     if len(h_new) != 1 or gates[0][1] != gates[1][1]:
         return None
-    candidate = _gate_nonlinearity(c_add[0].outputs[0]) or _linear_into(
+    candidate = gate_nonlinearity(c_add[0].outputs[0]) or _linear_into(
         c_add[0].outputs[0], h_new[0]
     )
     if candidate is None:
@@ -486,7 +320,7 @@ def keras_gru_step(split: tf.Operation) -> Application | None:
 
 def keras_rnn_step(add: tf.Operation) -> Application | None:
     sides = _input_and_recurrent(add)
-    users = [op for op in _users(add.outputs[0]) if op.type in ACTIVATIONS]
+    users = [op for op in consumers_of(add.outputs[0]) if op.type in ACTIVATIONS]
     if sides is None or len(users) != 1:
         return None
     x_mm, h_mm = sides

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 from tracer._tf import tf
 from tracer.find.application import ADDS, Application
-from tracer.find.keras_cells import (
-    keras_gru1_step,
-    keras_gru_step,
-    keras_lstm1_step,
-    keras_lstm_step,
-    keras_rnn_step,
-)
+from tracer.find.keras_blocks import keras_gru1_step, keras_lstm1_step
+from tracer.find.keras_cells import keras_gru_step, keras_lstm_step, keras_rnn_step
 from tracer.find.tf_cells import gru_step, lstm_step, rnn_step
 
 __all__ = ["find_steps"]
