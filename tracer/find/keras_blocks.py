@@ -86,19 +86,30 @@ def _recurrent_block(t: tf.Tensor) -> tuple[tf.Operation, tf.Tensor, int] | None
     return op, cut[0], cut[1]
 
 
-def keras_lstm1_step(first: tf.Operation) -> Application | None:
-    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
-    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
-    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
-    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
+def _blocks_of(
+    first: tf.Operation, count: int
+) -> tuple[tf.Operation, dict[int, tf.Operation], tf.Tensor, tf.Tensor] | None:
+    """(the kernel, its `count` column blocks' products, the whole kernel read, the input) of
+    the input products keyed on `first`, as `_input_blocks` finds them; None otherwise."""
     found = _input_blocks(first)
-    if found is None or len(found[1]) != 4:
+    if found is None or len(found[1]) != count:
         return None
     kernel, blocks = found
     sliced = column_slice(first.inputs[1])  # as _input_blocks found it
     if sliced is None:
         return None
-    full, x = sliced[0], first.inputs[0]
+    return kernel, blocks, sliced[0], first.inputs[0]
+
+
+def keras_lstm1_step(first: tf.Operation) -> Application | None:
+    """Keras LSTMCell with implementation=1 (Keras 2's default), keyed on `first`, the
+    MatMul of the input with the first column block of `kernel`: one MatMul per gate block
+    (a `tf.split` of the kernel in tf.keras, `kernel[:, :units]` slices in Keras 2), plus
+    `h_prev @ recurrent_kernel[:, block]`, through sigmoid or hard_sigmoid."""
+    found = _blocks_of(first, 4)
+    if found is None:
+        return None
+    kernel, blocks, full, x = found
     pre, act, names, order = [], [], [], []
     h_prev, recurrent, bias, recurrent_source = None, None, None, None
     for start in sorted(blocks):  # Keras order: i, f, c (our j), o
@@ -150,14 +161,10 @@ def keras_gru1_step(first: tf.Operation) -> Application | None:
     (+ bias)`; z and r add `h_prev @ recurrent_kernel[:, block] (+ recurrent bias)`; the
     candidate adds `r * (h_prev @ recurrent_kernel[:, 2u:] + recurrent bias)` (reset_after)
     or `(r * h_prev) @ recurrent_kernel[:, 2u:]`."""
-    found = _input_blocks(first)
-    if found is None or len(found[1]) != 3:
+    found = _blocks_of(first, 3)
+    if found is None:
         return None
-    kernel, blocks = found
-    sliced = column_slice(first.inputs[1])  # as _input_blocks found it
-    if sliced is None:
-        return None
-    full, x = sliced[0], first.inputs[0]
+    kernel, blocks, full, x = found
     # Keras order z (our u), r, h (our c)
     parts = [_biased(blocks[start].outputs[0]) for start in sorted(blocks)]
     bias = parts[0][1]
