@@ -20,11 +20,43 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from recorders.errors import RecordingError
 
-__all__ = ["MAX_DEPTH", "MAX_UNITS", "MAX_JSON_BYTES", "parse_json", "description_problem"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_UNITS",
+    "MAX_JSON_BYTES",
+    "RecordingSummary",
+    "parse_json",
+    "description_problem",
+]
+
+
+class RecordingSummary(TypedDict, total=False):
+    """What a finished shard says of itself (`RecordingWriter.close`, `tracer.record`): the
+    description `manifest.json` holds, with this shard's counts and, from `tracer.record`,
+    the batch size chosen."""
+
+    gatetrace_version: str
+    kind: str  # "summary" for a summary recording
+    source: dict[str, Any]  # the model: path, format
+    cells: list[dict[str, Any]]  # each cell's description
+    feeds: dict[str, list[int]]  # each feed's shape
+    selection: dict[str, Any]
+    skipped: list[dict[str, str]]  # cells the feeds do not reach: cell, the placeholder it needs
+    not_recorded: list[str]  # Keras layers inside wrappers gatetrace does not record through
+    carry_state: dict[str, int]
+    summary: dict[str, Any]  # a summary's bins and thresholds
+    global_step: int  # a step logged by the TF1 hook
+    examples: int  # complete in this shard
+    examples_this_run: int  # fewer than `examples` after a resume
+    rows: dict[str, int]  # by table: gates, states, weights
+    shard: list[int]  # [K, N]
+    complete: bool  # whether every shard is finished
+    batch: dict[str, Any]  # the batch size `tracer.record` chose, and why
+
 
 MAX_DEPTH = 32  # a description nests 6 levels deep (cells, a cell, first_step, its tensors)
 MAX_UNITS = 2**24  # units of one cell (a layer of 16 million units: far beyond any RNN cell)

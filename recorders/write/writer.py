@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -53,7 +53,7 @@ from recorders.write.layout import (
 from recorders.write.place import LocalPlace, StorePlace, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 from recorders.write.rowgroups import failure_reason
-from recorders.write.schema import description_problem
+from recorders.write.schema import RecordingSummary, description_problem
 from recorders.write.swap import (
     drop_locks,
     hold_every_lock,
@@ -208,7 +208,7 @@ class RecordingWriter:
         self._batch: tuple[int, int] | None = None
         # (future, staged file or None, final path, table)
         self._pending: list[tuple[Future, str | None, str, str]] = []
-        self.manifest: dict[str, Any] | None = None
+        self.manifest: RecordingSummary | None = None
         self._state = "open"
         try:
             previous = self._open(overwrite, resume)
@@ -560,7 +560,7 @@ class RecordingWriter:
             },
         )
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> RecordingSummary:
         """Finish this shard; when every shard is finished, write manifest.json.
 
         Returns this shard's summary: the description, `examples` and `rows` of the
@@ -587,14 +587,18 @@ class RecordingWriter:
                 self.out = self.target
         finally:
             self._release()
-        self.manifest = {
-            **self.description,
-            "examples": self.complete.total(),
-            "examples_this_run": self.complete.total() - self._complete_before,
-            "rows": dict(self.rows),
-            "shard": [self.shard.index, self.shard.count],
-            "complete": complete,
-        }
+        # the description is the caller's (its keys: RecordingSummary's)
+        self.manifest = cast(
+            RecordingSummary,
+            {
+                **self.description,
+                "examples": self.complete.total(),
+                "examples_this_run": self.complete.total() - self._complete_before,
+                "rows": dict(self.rows),
+                "shard": [self.shard.index, self.shard.count],
+                "complete": complete,
+            },
+        )
         return self.manifest
 
     def _write_manifest(self) -> bool:

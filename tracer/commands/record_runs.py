@@ -7,8 +7,9 @@ printed when it is done.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tracer.run.options import RecordOptions
@@ -209,7 +210,7 @@ def record_parallel(args, selection, memory) -> None:
     report(args, summary, f" in {tasks['count']} task{'s' if tasks['count'] != 1 else ''}")
 
 
-def report(args, summary: dict, part: str) -> None:
+def report(args, summary: Mapping[str, Any], part: str) -> None:
     """The lines `record` prints when it is done."""
     cells = summary["cells"]
     rows = summary["rows"]

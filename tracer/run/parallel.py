@@ -49,6 +49,7 @@ from recorders.errors import (
 )
 from recorders.write import create_folder, place_of
 from recorders.write.progress import read_progress, recorded_layout
+from recorders.write.schema import RecordingSummary
 from tracer.inputs.files import is_input_spec, open_input
 from tracer.run.budget import tune_allocators
 from tracer.run.options import RecordOptions
@@ -128,7 +129,7 @@ def task_shard(job: Job, index: int, count: int) -> Shard:
     return Shard(index, count, unit=job.record_options.batch_size)
 
 
-def record_task(job: Job, index: int, count: int) -> dict:
+def record_task(job: Job, index: int, count: int) -> RecordingSummary:
     """Record task `index` of `count` of `job` in this process (resuming what a killed run
     of it committed) and return its summary (`tracer.record`'s)."""
     import numpy as np

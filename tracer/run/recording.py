@@ -25,6 +25,7 @@ from recorders.errors import (
     RunTimeout,
     SelectionError,
 )
+from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
 from tracer.cells.found import AnyCell
@@ -120,7 +121,7 @@ def record(
     cells: Sequence[AnyCell] | None = None,
     options: RecordOptions | None = None,
     **changes: Any,
-) -> dict:
+) -> RecordingSummary:
     """Record `cells` (default: all found) on `feeds` into the folder `out`; returns a summary
     (that of `RecordingWriter.close`, with the batch size chosen under `batch`).
 
@@ -179,7 +180,7 @@ def _record(
     prepared: Prepared[W],
     skipped: list[tuple[str, str]],
     options: RecordOptions,
-) -> dict:
+) -> RecordingSummary:
     """`record` of the cells `prepared` holds, on a model whose loops emit them (see
     `from_loops`); `skipped` lists the cells the feeds do not reach."""
     selection, shard, cells = options.selection, options.shard, prepared.cells

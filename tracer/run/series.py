@@ -27,7 +27,7 @@ from recorders.errors import (
     SelectionError,
 )
 from recorders.write import LocalPlace, is_uri, place_of
-from recorders.write.schema import parse_json
+from recorders.write.schema import RecordingSummary, parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
 from tracer.load.series import Checkpoint, choose, find_series
@@ -86,7 +86,7 @@ def record_series(
             "TensorBoard a folder of its own, e.g. --tensorboard logs/gates"
         )
     board: GateSummaries | None = None
-    summaries: dict[int, dict] = {}
+    summaries: dict[int, RecordingSummary] = {}
     recorded: list[int] = []
     first: list[dict] | None = None
     try:
