@@ -15,7 +15,8 @@ and accepts only what it knows to be Keras' own pure building blocks:
 HDF5 files (`.h5`, and the `.keras` archive's model.weights.h5) are walked first, link by
 link, without reading any data: a dataset stored in another file (external raw storage),
 a link to another file, or a virtual dataset (which maps other files' datasets in) would
-make Keras read a file that is not the model, so any of them is refused.
+make Keras read a file that is not the model, so any of them is refused (the HDF5 walk:
+`tracer.load.keras_h5`).
 
 What is checked is what the loader builds: the model's layers and what they hold. Loading
 never compiles, so a compiled model's optimizer, loss and metrics (`compile_config`,
@@ -27,7 +28,8 @@ policies and tensor markers (`KNOWN_CLASSES`). Out of those, what runs code or r
 that are not the model is refused by name (`RUNS_CODE`: `Lambda`, `TFSMLayer`, the
 PyTorch, JAX and Flax wrappers), as is a layer whose configuration names a file to read (a
 lookup layer's vocabulary given as a path) and any function named in the configuration.
-A recurrent layer gatetrace does not record (ConvLSTM2D) loads, and the finder names it.
+A recurrent layer gatetrace does not record (a cell class of one's own) loads, and the finder
+names it.
 A tf-keras SavedModel is then never handed to a loader: the model is built from its checked
 configuration and its weights read from its variables checkpoint, so none of the
 functions or resource initializers stored in the folder run. `allow_unsafe_ops` skips
@@ -46,14 +48,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
-from recorders.read.reader import default_memory
+from tracer.load.keras_h5 import WEIGHTS_RATIO, h5_config, h5_oversized, h5_problems
 
 __all__ = [
     "KNOWN_CLASSES",
     "RUNS_CODE",
     "keras_own_classes",
-    "h5_problems",
-    "h5_oversized",
     "check_keras_file",
     "keras_config",
     "keras2_fixes",
@@ -93,8 +93,6 @@ _OP_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*")
 
 # name -> largest size (None: see below)
 _MEMBERS = {"config.json": 64 << 20, "metadata.json": 1 << 20, "model.weights.h5": None}
-# the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
-_WEIGHTS_RATIO = 50
 
 
 @functools.cache
@@ -243,7 +241,7 @@ def _zip_config(p: Path, source: str) -> dict:
                 limit = (
                     _ASSET_LIMIT
                     if i in assets
-                    else _MEMBERS[i.filename] or max(64 << 20, _WEIGHTS_RATIO * i.compress_size)
+                    else _MEMBERS[i.filename] or max(64 << 20, WEIGHTS_RATIO * i.compress_size)
                 )
                 if i.file_size > limit:
                     raise UnsafeGraphError(
@@ -289,105 +287,6 @@ def _refuse_oversized(source: str, found: list[str]) -> None:
         )
 
 
-def _h5_datasets(source: str, file) -> Iterator[tuple[str, Any]]:
-    """(path, what) for every object of an HDF5 file (a path or a binary file object): a dataset,
-    or an `h5py.ExternalLink`. Only the file's structure is read, never a dataset's values, and
-    no link is followed; an object linked twice is given once."""
-    import h5py
-
-    seen = set()
-    try:
-        with h5py.File(file, "r") as f:
-            stack = [f]
-            while stack:
-                group = stack.pop()
-                for name in group:
-                    path = f"{group.name.rstrip('/')}/{name}"
-                    link = group.get(name, getlink=True)
-                    if isinstance(link, h5py.ExternalLink):
-                        yield path, link
-                        continue
-                    # a name for an object of this file, visited by its own
-                    if isinstance(link, h5py.SoftLink):
-                        continue
-                    obj = group[name]
-                    address = h5py.h5o.get_info(obj.id).addr
-                    if address in seen:
-                        continue
-                    seen.add(address)
-                    if isinstance(obj, h5py.Group):
-                        stack.append(obj)
-                    elif isinstance(obj, h5py.Dataset):
-                        yield path, obj
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelFormatError(f"{source}: cannot read it as an HDF5 file: {err}") from None
-
-
-def h5_problems(source: str, file) -> list[str]:
-    """`path (why)` for every object of an HDF5 file (a path or a binary file object) whose
-    data would be read from outside it: external raw storage, external links, virtual
-    datasets. Only the file's structure is read, never a dataset's values, and no link is followed."""
-    import h5py
-
-    problems = []
-    for path, obj in _h5_datasets(source, file):
-        if isinstance(obj, h5py.ExternalLink):
-            problems.append(f"{path} (a link to {obj.filename}, another file)")
-            continue
-        plist = obj.id.get_create_plist()
-        if plist.get_external_count():
-            problems.append(
-                f"{path} (stored in {plist.get_external(0)[0].decode(errors='replace')}, another file)"
-            )
-        elif plist.get_layout() == h5py.h5d.VIRTUAL:
-            problems.append(f"{path} (a virtual dataset, mapping other files in)")
-    return sorted(problems)
-
-
-def h5_oversized(source: str, file) -> list[str]:
-    """`path (why)` for every dataset that declares far more bytes than the file stores for it
-    (a chunked dataset whose chunks were never written reads back as its fill value: a few
-    bytes on disk can declare terabytes): more than 64 MiB and `_WEIGHTS_RATIO` times its stored
-    bytes. Keras writes its weights uncompressed, so what it saved declares what it stores.
-    Then the datasets together, which loading allocates, against the memory budget (a file
-    whose holes store a dataset in full passes the first check)."""
-    import h5py
-
-    found, total = [], 0
-    for path, obj in _h5_datasets(source, file):
-        if isinstance(obj, h5py.Dataset):
-            declared, stored = int(obj.size) * obj.dtype.itemsize, obj.id.get_storage_size()
-            total += declared
-            if declared > max(64 << 20, _WEIGHTS_RATIO * stored):
-                found.append(
-                    f"{path} (declares {declared:,} bytes of {list(obj.shape)}, stores {stored:,})"
-                )
-    budget = default_memory()
-    if not found and total > budget:  # stored in full (a sparse file stores holes as bytes)
-        found.append(
-            f"all its datasets (declare {total:,} bytes together, more than the memory budget of {budget:,}, half "
-            "the memory available)"
-        )
-    return sorted(found)
-
-
-def _h5_config(p: Path, source: str) -> dict:
-    import h5py
-
-    try:
-        with h5py.File(p, "r") as f:
-            text = f.attrs.get("model_config")
-            if text is None:
-                what = "layer_names" in f.attrs or "model_weights" not in f
-                raise ModelFormatError(
-                    f"{source}: the file holds {'weights only' if what else 'no model'} (saved with save_weights?) and no "
-                    "architecture: save the model with model.save, or build it in Python and pass it to tracer.record"
-                )
-            return json.loads(text.decode() if isinstance(text, bytes) else text)
-    except (OSError, ValueError) as err:
-        raise ModelFormatError(f"{source}: cannot read it as a Keras .h5 file: {err}") from None
-
-
 def _saved_model_metadata(p: Path, source: str) -> list[dict]:
     """The metadata of every object a tf-keras SavedModel's keras_metadata.pb lists, root first."""
     from tf_keras.protobuf import saved_metadata_pb2
@@ -408,7 +307,7 @@ def keras_config(path: str | Path) -> dict:
         if not metadata or "config" not in metadata[0]:
             raise ModelFormatError(f"{source}: its keras_metadata.pb describes no model")
         return {"class_name": metadata[0].get("class_name"), "config": metadata[0]["config"]}
-    config = _zip_config(p, source) if p.suffix == ".keras" else _h5_config(p, source)
+    config = _zip_config(p, source) if p.suffix == ".keras" else h5_config(p, source)
     # models are loaded without compiling
     return {k: v for k, v in config.items() if k != "compile_config"}
 
