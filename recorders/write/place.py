@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ class Place(ABC):
     def parquet_metadata(self, rel: str) -> Any:
         """The footer of the Parquet file `rel` (`pyarrow.parquet.FileMetaData`)."""
 
+    # A new file is written where `stage` says, then `land`ed at its final name: a local
+    # folder writes it into the staging folder and renames it into place (only a complete
+    # file ever has its final name); object storage writes it at its final key, where an
+    # object appears only once complete.
+
+    @abstractmethod
+    def stage(self, final: str, staging: str | None, name: str | None = None) -> str:
+        """Where to write the new file whose final name is `final`: in `staging` (as `name`,
+        or a fresh unique name) for a local folder, at `final` in object storage."""
+
+    def land(self, staged: str, final: str) -> None:  # noqa: B027  (object storage: nothing)
+        """Give the file written at `staged` its final name `final`."""
+
     def close(self) -> None:  # noqa: B027  (not abstract: most places hold nothing open)
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
@@ -94,6 +108,19 @@ class LocalPlace(Place):
         if self._folder is None:
             self._folder = Folder(self.path)
         return self._folder
+
+    def stage(self, final: str, staging: str | None, name: str | None = None) -> str:
+        if staging is None:
+            raise RecordingError(
+                f"{self}: a local recording stages its files in a folder of its own"
+            )
+        staged = f"{staging}/{name or uuid.uuid4().hex + '.parquet'}"
+        if name is not None:  # left there by a run that was killed
+            self.folder.remove(staged)
+        return staged
+
+    def land(self, staged: str, final: str) -> None:
+        self.folder.replace(staged, final)
 
     def close(self) -> None:
         if self._folder is not None:
@@ -206,6 +233,9 @@ class StorePlace(Place):
     def parquet_target(self, rel: str) -> tuple[str, Any]:
         """(key, pyarrow FileSystem) to write the Parquet file `rel` at."""
         return self._key(rel), self.store
+
+    def stage(self, final: str, staging: str | None, name: str | None = None) -> str:
+        return final
 
     def parquet_metadata(self, rel: str) -> Any:
         import pyarrow.parquet as pq

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -206,8 +205,8 @@ class RecordingWriter:
         self._staging = f".staging-{shard.tag}" if self.place.local else None
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
-        # (future, staged file or None, final path, table)
-        self._pending: list[tuple[Future, str | None, str, str]] = []
+        # (future, where the file is staged, its final path, table)
+        self._pending: list[tuple[Future, str, str, str]] = []
         self.manifest: RecordingSummary | None = None
         self._state = "open"
         try:
@@ -354,6 +353,20 @@ class RecordingWriter:
             raise TypeError(f"{self.place} is not a local folder")
         return self.place
 
+    def _write_parquet(
+        self, staged: str, chunks: Iterable[Mapping[str, Any]], labels: Sequence[str] = ()
+    ) -> int:
+        """Write the new Parquet file `staged` (`recorders.write.rowgroups`); returns its rows.
+        A local one through the folder's handle, past the page cache where it can be."""
+        if isinstance(self.place, LocalPlace):
+            return rowgroups.write_in(
+                self.place.folder, staged, chunks, self._metadata, labels, self._compression
+            )
+        where, store = self._store.parquet_target(staged)
+        return rowgroups.write_parquet(
+            where, chunks, self._metadata, labels, self._compression, filesystem=store
+        )
+
     @property
     def _store(self) -> StorePlace:
         """The place, a prefix in object storage (where objects are written in place)."""
@@ -418,27 +431,9 @@ class RecordingWriter:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
         groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts)
-        if self.place.local:  # encoded into the staging folder, renamed into place by `commit`
-            staged = f"{self._staging}/{uuid.uuid4().hex}.parquet"
-            future = self._pool.submit(
-                rowgroups.write_in,
-                self._local.folder,
-                staged,
-                groups,
-                self._metadata,
-                compression=self._compression,
-            )
-        else:  # an object appears only once complete: written at its final key
-            staged = None
-            where, store = self._store.parquet_target(final)
-            future = self._pool.submit(
-                rowgroups.write_parquet,
-                where,
-                groups,
-                self._metadata,
-                compression=self._compression,
-                filesystem=store,
-            )
+        # encoded where the place stages it; given its final name by `commit`
+        staged = self.place.stage(final, self._staging)
+        future = self._pool.submit(self._write_parquet, staged, groups)
         self._pending.append((future, staged, final, table))
 
     def write_gate(
@@ -494,9 +489,8 @@ class RecordingWriter:
                 where = self._shown(final)
                 rows[table] += future.result()
             for _, staged, final, _ in self._pending:
-                if staged is not None:
-                    where = self._shown(final)
-                    self._local.folder.replace(staged, final)
+                where = self._shown(final)
+                self.place.land(staged, final)
         except (OSError, pa.ArrowException, RecordingError) as err:
             kept, flag = self.kept()
             self.abort()
@@ -514,28 +508,9 @@ class RecordingWriter:
         """The weights table (`tracer.values.weights.weights_columns`), written at once."""
         self._guard()
         try:
-            if self.place.local:
-                staged = f"{self._staging}/weights.parquet"
-                self._local.folder.remove(staged)
-                n = rowgroups.write_in(
-                    self._local.folder,
-                    staged,
-                    [columns],
-                    self._metadata,
-                    WEIGHT_LABELS,
-                    self._compression,
-                )
-                self._local.folder.replace(staged, "weights.parquet")
-            else:
-                where, store = self._store.parquet_target("weights.parquet")
-                n = rowgroups.write_parquet(
-                    where,
-                    [columns],
-                    self._metadata,
-                    WEIGHT_LABELS,
-                    self._compression,
-                    filesystem=store,
-                )
+            staged = self.place.stage("weights.parquet", self._staging, "weights.parquet")
+            n = self._write_parquet(staged, [columns], WEIGHT_LABELS)
+            self.place.land(staged, "weights.parquet")
         except (OSError, pa.ArrowException) as err:
             kept, flag = self.kept()
             raise RecordingError(
