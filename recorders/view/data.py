@@ -11,9 +11,8 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
   optionally, below it just before and after), as LSTMVis' select does;
 - `match`: the places in the whole recording where the same units are on together;
 - `parts`: a step's preactivation split into its parts (recordings with contributions);
-- `ranked`, `label_track` and `labelled_course`: with labels to score units against
-  (`gatetrace view RUN --labels FILE`, `recorders.read.labels`): every unit ranked against them
-  (`recorders.read.units`), the label along one example's steps, and one unit beside it.
+- `Labels`: labels to score units against (`gatetrace view RUN --labels FILE`,
+  `recorders.read.labels`); what the view shows with them: `recorders.view.labelled`.
 
 Each answer carries `python`, the code that reproduces it in a notebook.
 """
@@ -27,7 +26,6 @@ import numpy as np
 
 from recorders.errors import SelectionError
 from recorders.read.analysis import gate_summaries, saturation_across, top_positions
-from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.write.columns import PARTS
@@ -40,10 +38,10 @@ __all__ = [
     "select",
     "match",
     "parts",
-    "ranked",
-    "label_track",
-    "labelled_course",
     "Labels",
+    "check_column",
+    "column_values",
+    "rounded",
 ]
 
 
@@ -70,7 +68,7 @@ def _text(label: Any) -> str:
     return label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
 
 
-def _check(
+def check_column(
     rec: Recording,
     cell: str,
     label: str | None = None,
@@ -107,12 +105,12 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
                 {
                     "gate": gate,
                     "units": units.tolist(),
-                    "left": _rounded(left, 4),
-                    "right": _rounded(right, 4),
+                    "left": rounded(left, 4),
+                    "right": rounded(right, 4),
                     "steps": s.steps.tolist(),
-                    "mean": _rounded(s.mean, 5),
-                    "low": _rounded(s.quantiles[0], 5),
-                    "high": _rounded(s.quantiles[1], 5),
+                    "mean": rounded(s.mean, 5),
+                    "low": rounded(s.quantiles[0], 5),
+                    "high": rounded(s.quantiles[1], 5),
                 }
             )
         cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
@@ -136,8 +134,8 @@ def across(series: Series, at: int) -> dict[str, Any]:
     for (cell, gate), row in means.groupby(level=[0, 1], observed=True):
         gates.setdefault(str(cell), {})[str(gate)] = {
             "at": [int(v) for v in row.index.get_level_values(2)],
-            "left": _rounded(row["left"].to_numpy(), 4),
-            "right": _rounded(row["right"].to_numpy(), 4),
+            "left": rounded(row["left"].to_numpy(), 4),
+            "right": rounded(row["right"].to_numpy(), 4),
         }
     return {
         "key": series.key,
@@ -158,7 +156,7 @@ def heatmap(
     labels: Labels | None = None,
 ) -> dict[str, Any]:
     """Steps x units of one gate (or state) of one example: `values[step][unit]`, null where no row."""
-    _check(rec, cell, label, kind, column)
+    check_column(rec, cell, label, kind, column)
     if kind == "gate":
         a = rec.gate_array(cell, label, column, examples=(example, example + 1))
         code = f"rec.gate_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}), columns=[{column!r}])"
@@ -170,7 +168,7 @@ def heatmap(
             f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})"
         )
     steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
-    values = [_rounded(row, 6) for row in a[0]]
+    values = [rounded(row, 6) for row in a[0]]
     return {
         "cell": cell,
         "label": label,
@@ -195,7 +193,7 @@ def unit(
     k: int = 10,
 ) -> dict[str, Any]:
     """One unit along the steps of `example`, and the `k` positions over all examples where it is highest."""
-    _check(rec, cell, gate, "gate", column)
+    check_column(rec, cell, gate, "gate", column)
     df = rec.gate_frame(
         [cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column]
     )
@@ -233,11 +231,11 @@ def select(
 ) -> dict[str, Any]:
     """The units whose value is above `threshold` at every step of [start, stop) of
     `example`; with `outside`, also below it at the steps just before and after the range."""
-    _check(rec, cell, label, kind, column)
+    check_column(rec, cell, label, kind, column)
     if not 0 <= start < stop:
         raise SelectionError(f"steps {start}:{stop}: expected 0 <= start < stop")
     # [steps, units]
-    a = _values(
+    a = column_values(
         rec, cell, label, kind, column, (example, example + 1), (max(start - 1, 0), stop + 1)
     )[0]
     first = max(start - 1, 0)
@@ -283,10 +281,10 @@ def match(
     """Where in the whole recording all `units` are above `threshold` together for at least
     `length` consecutive steps: per example its longest such run, ranked longest first
     (then by the mean value of the units over it), the `k` best."""
-    _check(rec, cell, label, kind, column)
+    check_column(rec, cell, label, kind, column)
     if not units:
         raise SelectionError("match: select some units first")
-    a = _values(rec, cell, label, kind, column, None, None, units)  # [examples, steps, units]
+    a = column_values(rec, cell, label, kind, column, None, None, units)  # [examples, steps, units]
     ids = _example_ids(rec, a.shape[0])
     on = np.asarray((a > threshold).all(axis=2))  # [examples, steps]; NaN (no row) is off
     best_len, best_start = _longest_runs(on)
@@ -326,7 +324,7 @@ def match(
 
 def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict[str, Any]:
     """The preactivation of every unit of `gate` at one step, and its parts (null where the cell has none)."""
-    _check(rec, cell, gate, "gate")
+    check_column(rec, cell, gate, "gate")
     if not rec.has_parts():
         raise SelectionError(
             "this recording holds no parts: record with --values preactivation,activation,contributions"
@@ -340,7 +338,7 @@ def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict
     )
     if df.empty:
         raise SelectionError(f"example {example}, step {step}: no rows of {cell} gate {gate}")
-    out = {p: _rounded(df[p], 6) for p in ("preactivation", *PARTS)}
+    out = {p: rounded(df[p], 6) for p in ("preactivation", *PARTS)}
     return {
         "cell": cell,
         "gate": gate,
@@ -354,7 +352,7 @@ def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict
     }
 
 
-def _values(
+def column_values(
     rec: Recording,
     cell: str,
     label: str,
@@ -381,85 +379,7 @@ def _values(
     return a
 
 
-def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
-    """The `k` best units of the whole recording against `labels` (`analysis.unit_scores`:
-    AUC or Pearson's r, beside chance), as rows of the table `gatetrace units` prints."""
-    from recorders.read.units import unit_scores
-
-    scores = unit_scores(rec, labels)
-    top = scores.head(k)
-    return {
-        "labels": labels.source,
-        "metric": "auc" if labels.binary else "pearson",
-        "positive": labels.positive,
-        "per_sequence": labels.per_sequence,
-        "label_range": [float(np.nanmin(labels.values)), float(np.nanmax(labels.values))],
-        "scored": len(scores),
-        "chance_best": round(float(scores.attrs["chance_best"]), 6),
-        "rows": [
-            {
-                **{c: str(row[c]) for c in ("cell", "table", "name", "column", "direction")},
-                "unit": int(row["unit"]),
-                "score": _rounded([row["score"]], 6)[0],
-                "chance": _rounded([row["chance"]], 6)[0],
-                "n": int(row["n"]),
-            }
-            for _, row in top.iterrows()
-        ],
-        "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
-        f"analysis.unit_scores(rec, {labels.source!r}).head({k})",
-    }
-
-
-def label_track(labels: UnitLabels, example: int, steps: Sequence[int]) -> list[float | None]:
-    """The label at each of `steps` of `example` (null where none): a label per sequence is the
-    same at every step."""
-    values = labels.values
-    if example >= values.shape[0]:
-        return [None] * len(steps)
-    if labels.per_sequence:
-        return _rounded(np.full(len(steps), values[example]), 6)
-    row = values[example]
-    return _rounded(np.array([row[s] if s < len(row) else np.nan for s in steps]), 6)
-
-
-def labelled_course(
-    rec: Recording,
-    labels: UnitLabels,
-    cell: str,
-    table: str,
-    name: str,
-    column: str,
-    unit_: int,
-    example: int,
-) -> dict[str, Any]:
-    """One unit of a gate column (or state) along the steps of `example`, and the label at each."""
-    kind = "gate" if table == "gates" else "state"
-    _check(rec, cell, name, kind, column if kind == "gate" else None)
-    a = _values(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
-    if a.size == 0:
-        raise SelectionError(f"example {example}: no rows of {cell} {kind} {name}")
-    steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
-    read = (
-        f"rec.gate_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}], columns=[{column!r}])"
-        if kind == "gate"
-        else f"rec.state_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}])"
-    )
-    return {
-        "cell": cell,
-        "table": table,
-        "name": name,
-        "column": column,
-        "unit": unit_,
-        "example": example,
-        "steps": steps,
-        "values": _rounded(a[0, :, 0], 6),
-        "label": label_track(labels, example, steps),
-        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n{read}",
-    }
-
-
-def _rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:
+def rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:
     """Values for JSON: rounded, NaN as null."""
     return [None if np.isnan(v) else round(float(v), digits) for v in values]
 

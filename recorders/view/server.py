@@ -42,6 +42,7 @@ from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.view import data
+from recorders.view import labelled as with_labels
 
 __all__ = ["make_app", "STATIC", "LOOPBACK_HOSTS"]
 
@@ -236,7 +237,7 @@ def make_app(
             labels,
         )
         if unit_labels is not None:
-            h["label_track"] = data.label_track(unit_labels, h["example"], h["steps"])
+            h["label_track"] = with_labels.label_track(unit_labels, h["example"], h["steps"])
         return h
 
     def scoring() -> UnitLabels:
@@ -252,12 +253,12 @@ def make_app(
             p.integer("k", 20, 1, 1000),
         )
         if key not in ranked_cache:
-            ranked_cache[key] = data.ranked(pick(p), scoring(), key[1])
+            ranked_cache[key] = with_labels.ranked(pick(p), scoring(), key[1])
         return ranked_cache[key]
 
     def labelled(p: _Params) -> dict:
         table = p.choice("table", ("gates", "states"), "gates")
-        return data.labelled_course(
+        return with_labels.labelled_course(
             pick(p),
             scoring(),
             p.text("cell"),
