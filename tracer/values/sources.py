@@ -321,9 +321,8 @@ class Computed(Source):
 
     def in_graph(self, tensors: Sequence[tf.Tensor]) -> bool:
         c, where = self.cell, self.where
-        return (
-            c.path == "loop"
-            and c.fused is None
+        return (  # (emitted: a loop rewritten to emit its cell's values)
+            c.fused is None
             and where is not None
             and where.emitted is not None
             and not c.in_loop.reversed
