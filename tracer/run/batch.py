@@ -6,7 +6,8 @@ The recording loop (`tracer.run.recording`), the TF1 hook and `trace` all go the
 says how many examples it holds and writes itself to the writer the recording opened
 (`Prepared.writer`): a full recording's `Values` (every selected gate and state, as the
 plan gives them: `tracer.values.plan.ValuePlan`) to a `RecordingWriter`, a summary's
-`Statistics` (`tracer.values.summaries.SummaryPlan`) to a `SummaryWriter`.
+`Statistics` (`tracer.values.summaries.Summary`, from the `Values` of the cells computed in
+numpy and the statistics the graph computed beside the others) to a `SummaryWriter`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from recorders.write.summary import SummaryWriter
 from tracer.cells.found import AnyCell
 from tracer.run.select import Selection
 from tracer.values.plan import ValuePlan
-from tracer.values.summaries import Column, SummaryPlan
+from tracer.values.summaries import Column, Summary
 from tracer.values.trace import Trace, assemble
 
 __all__ = ["Batch", "Fetched", "Values", "Statistics", "Prepared", "write_whole"]
@@ -112,15 +113,19 @@ class Values(Fetched[RecordingWriter]):
 
 @dataclass
 class Statistics(Fetched[SummaryWriter]):
-    """A batch's summary statistics: the numpy cells' `values` and the graph's own."""
+    """A batch's summary statistics: those `summary` computes from `arrays` (the values of
+    the cells computed in numpy; None: there are none) and those the graph computed
+    (`graph_values`, by column)."""
 
-    plan: SummaryPlan
-    values: list[Any]
+    summary: Summary
+    arrays: Values | None
     graph_values: Mapping[Any, Any]
 
     @property
     def examples(self) -> int:
-        return self.plan.batch_of(self.values, self.graph_values)
+        if self.arrays is not None:
+            return self.arrays.examples
+        return self.summary.counted(self.graph_values)
 
     def write(
         self,
@@ -130,9 +135,10 @@ class Statistics(Fetched[SummaryWriter]):
         keep: int,
         lengths: np.ndarray | None,
     ) -> None:
-        """Every column's statistics (the selection was applied when the plan was made)."""
-        for key, positions, per_unit, per_step in self.plan.stats(
-            self.values, self.graph_values, keep, lengths
+        """Every column's statistics (the selection was applied when the summary was made)."""
+        plan, values = (None, []) if self.arrays is None else (self.arrays.plan, self.arrays.values)
+        for key, positions, per_unit, per_step in self.summary.stats(
+            plan, values, self.graph_values, keep, lengths
         ):
             writer.add(key, positions, per_unit, per_step)
 

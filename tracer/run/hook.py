@@ -39,7 +39,7 @@ from tracer.run.series import fresh_key, logged_folder, open_logged
 from tracer.run.tensorboard import GateSummaries
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
-from tracer.values.summaries import SummaryPlan
+from tracer.values.summaries import Summary
 from tracer.values.weights import weights_columns
 
 __all__ = ["GateLoggingHook", "run_with"]
@@ -80,7 +80,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
         self.tensorboard = tensorboard
         self._board: GateSummaries | None = None
         self.summary = summary
-        self._summary: SummaryPlan | None = None
+        self._summary: Summary | None = None
+        self._arrays: FetchPlan | None = None  # the summary's cells computed in numpy
 
     def begin(self) -> None:
         graph = v1.get_default_graph()
@@ -97,17 +98,21 @@ class GateLoggingHook(v1.train.SessionRunHook):
         # the summary's ops are made now, before a MonitoredSession finalizes the graph
         if self.summary is not None:
             numpy_cells = [c for k, c in enumerate(cells) if not self._plan.in_graph(k)]
-            numpy_plan = FetchPlan(graph, numpy_cells, context=cells) if numpy_cells else None
+            self._arrays = FetchPlan(graph, numpy_cells, context=cells) if numpy_cells else None
             columns = summary_columns(
                 [c.describe() for c in cells], ("preactivation", "activation"), self.summary
             )
-            self._summary = SummaryPlan(
-                self._plan, numpy_plan, columns, self.summary.low, self.summary.high, graph
-            )
-            self._summary.fetches()
+            self._summary = Summary(self._plan, columns, self.summary.low, self.summary.high, graph)
+            self._summary.graph_ops()
         open_logged(self.out, "global_step", "GateLoggingHook")
         if self.tensorboard is not None and self._board is None:
             self._board = GateSummaries(self.tensorboard)
+
+    def _summary_fetches(self) -> list:
+        """What a logged step's run fetches for the summary: the tensors of its cells computed
+        in numpy, and the graph's statistics of the others."""
+        assert self._summary is not None  # (begin, with a summary)
+        return [[] if self._arrays is None else self._arrays.tensors, self._summary.graph_ops()]
 
     def end(self, session: Any) -> None:
         if self._board is not None:
@@ -125,7 +130,7 @@ class GateLoggingHook(v1.train.SessionRunHook):
         assert self._plan is not None  # (begin)
         if self._summary is not None:
             return v1.train.SessionRunArgs(
-                {"summary": self._summary.fetches(), "weights": self._weights}
+                {"summary": self._summary_fetches(), "weights": self._weights}
             )
         return v1.train.SessionRunArgs({"gates": self._plan.tensors, "weights": self._weights})
 
@@ -160,7 +165,13 @@ class GateLoggingHook(v1.train.SessionRunHook):
             cells, {c.name: {r: weights[t] for r, t in c.weights.items()} for c in cells}
         )
         if self._summary is not None and self.summary is not None:
-            statistics = Statistics(self._summary, *self._summary.results(results["summary"]))
+            arrays, graph_values = results["summary"]
+            values = (
+                None
+                if self._arrays is None
+                else Values(self._arrays, self._arrays.finish(list(arrays)))
+            )
+            statistics = Statistics(self._summary, values, graph_values)
             description["summary"] = self.summary.describe(
                 (*col.key, col.edges) for col in self._summary.columns
             )

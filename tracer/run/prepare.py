@@ -31,10 +31,11 @@ from tracer.load.safety import check_model
 from tracer.run.batch import Batch, Prepared, Statistics, Values
 from tracer.run.budget import fixed_size_problem
 from tracer.run.select import Selection
+from tracer.values import running
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan
 from tracer.values.keras import KerasPlan, resolve_inputs
-from tracer.values.summaries import SummaryPlan
+from tracer.values.summaries import Summary
 from tracer.values.weights import read_weights
 
 __all__ = [
@@ -201,7 +202,7 @@ def summarising(
     timeout: float | None,
 ) -> Prepared[SummaryWriter]:
     """`prepared`, made to record the statistics of the selection's columns, binned by
-    `bins` (`tracer.values.summaries.SummaryPlan`), instead of every value."""
+    `bins` (`tracer.values.summaries.Summary`), instead of every value."""
     values = [v for v in selection.values if v in ("preactivation", "activation")]
     columns = summary_columns(
         [c.describe() for c in prepared.cells],
@@ -210,22 +211,23 @@ def summarising(
         lambda _, gate: selection.keeps_gate(gate),
     )
     graph = None if isinstance(model, KerasModel) else model.graph
-    summary = SummaryPlan(plan, numpy_plan(), columns, bins.low, bins.high, graph)
+    summary = Summary(plan, columns, bins.low, bins.high, graph)
     if isinstance(plan, KerasPlan):  # every cell computed in numpy, from one call of the model
         keras_plan = plan
 
         def keras(batch: Batch) -> Statistics:
-            return Statistics(summary, keras_plan.fetch(batch.feeds), {})
+            return Statistics(summary, Values(keras_plan, keras_plan.fetch(batch.feeds)), {})
 
         return Prepared(prepared.cells, prepared.feeds, SummaryWriter, keras, summary.columns)
     assert not isinstance(model, KerasModel)  # (a Keras model's plan is a KerasPlan)
-    session = model.session
+    session, arrays = model.session, numpy_plan()
+    tensors = [] if arrays is None else arrays.tensors
 
     def run(batch: Batch) -> Statistics:
-        got, graph_values = summary.fetch(
-            session, batch.feeds, timeout, batch.rows, batch.keep, batch.lengths
-        )
-        return Statistics(summary, got, graph_values)
+        ops, feed = summary.graph_run(batch.rows, batch.keep, batch.lengths)
+        got, graph_values = running.run(session, [tensors, ops], {**batch.feeds, **feed}, timeout)
+        values = None if arrays is None else Values(arrays, arrays.finish(list(got)))
+        return Statistics(summary, values, graph_values)
 
     return Prepared(prepared.cells, prepared.feeds, SummaryWriter, run, summary.columns)
 

@@ -182,6 +182,10 @@ class FetchPlan:
         """Whether `graph_values` gives cell number `cell`'s values (see there)."""
         return self._sources[cell].in_graph(self.tensors)
 
+    def graph_positions(self, cell: int) -> np.ndarray | None:
+        """The input positions of `graph_values`' steps (None: 0, 1, ..., as a loop runs)."""
+        return self._sources[cell].graph_positions()
+
     def graph_lengths(self, cell: int) -> tf.Tensor | None:
         """The sequence lengths a loop cell's own loop compares time with (None: none)."""
         return self._sources[cell].graph_lengths(self.tensors)

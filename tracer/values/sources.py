@@ -216,6 +216,10 @@ class Source(ABC):
         """The sequence lengths the cell's own loop compares time with (None: none)."""
         return None
 
+    def graph_positions(self) -> np.ndarray | None:
+        """The input positions of `graph_values`' steps (None: 0, 1, ..., as a loop runs)."""
+        return None
+
 
 class Unrolled(Source):
     """An unrolled cell: its gates and states fetched from its own ops, step by step
@@ -263,6 +267,9 @@ class Unrolled(Source):
 
     def in_graph(self, tensors: Sequence[tf.Tensor]) -> bool:
         return True
+
+    def graph_positions(self) -> np.ndarray | None:
+        return self.cell.positions
 
 
 class Computed(Source):

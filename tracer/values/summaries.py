@@ -2,7 +2,7 @@
 
 A summary recording (`recorders.write.summary`) keeps, for each column (cell, gates or
 states, gate or state, value column), `recorders.write.stats.Stats` per unit and per step.
-`SummaryPlan` computes them for one batch, in one `Session.run` (one call of a Keras model):
+`Summary` computes them for one batch, from one `Session.run` (one call of a Keras model):
 
 - in the graph, for cells whose values are graph tensors (`FetchPlan.graph_values`: an
   unrolled cell's step tensors, stacked; what a forward loop emits): ops beside the gates
@@ -37,12 +37,11 @@ import numpy as np
 from recorders.errors import RecordingError
 from recorders.write.stats import Stats, pooled
 from tracer._tf import tf
-from tracer.values import running
 from tracer.values.fetch import FetchPlan
 from tracer.values.keras import KerasPlan
 from tracer.values.plan import ValuePlan
 
-__all__ = ["SummaryPlan", "SummaryError", "Column", "array_stats"]
+__all__ = ["Summary", "SummaryError", "Column", "array_stats"]
 
 _Key = tuple[str, str, str, str]  # cell, table (gates or states), gate or state, column
 
@@ -184,25 +183,24 @@ def _arithmetic(
     return None, 0
 
 
-class SummaryPlan:
-    """One batch's statistics of every column: see the module docstring.
+class Summary:
+    """The statistics of every column of a batch: see the module docstring.
 
     `plan` holds every cell (a `FetchPlan`, or a Keras plan, whose cells are all computed in
-    numpy); `numpy_plan`, for a graph, holds those of them whose values are computed in
-    numpy (None: none are). `columns` are as `recorders.write.totals.summary_columns` gives
-    them, by cell name.
+    numpy). The columns the graph computes get ops beside the gates (`graph_run` says what
+    to fetch and feed for a batch); the others are computed from a plan's arrays (`stats`:
+    those of the cells computed in numpy, a plan of their own). `columns` are as
+    `recorders.write.totals.summary_columns` gives them, by cell name.
     """
 
     def __init__(
         self,
         plan: FetchPlan | KerasPlan,
-        numpy_plan: FetchPlan | None,
         columns: Sequence[tuple[str, str, str, str, np.ndarray]],
         low: float,
         high: float,
         graph: tf.Graph | None = None,
     ):
-        self.plan, self.numpy_plan = plan, numpy_plan
         self.low, self.high = low, high
         number = {c.name: k for k, c in enumerate(plan.cells)}
         self.columns = []
@@ -216,35 +214,33 @@ class SummaryPlan:
         self._outputs: dict[bool, dict[_Key, list[tf.Tensor]]] = {}
         self.lengths: Any = None  # the rows' lengths placeholder (graph cells only)
         self._graph = graph
-        if graph is not None:
+        if graph is not None and isinstance(plan, FetchPlan):  # a Keras plan's: all in numpy
             with graph.as_default(), tf.name_scope("gatetrace_summary"):
-                self._find()
+                self._find(plan)
 
     # -- the graph's part ------------------------------------------------------------------
 
-    def _find(self) -> None:
+    def _find(self, plan: FetchPlan) -> None:
         """The values of each column the graph computes, and the lengths placeholder."""
-        plan = self.plan
-        if not isinstance(plan, FetchPlan):
-            return  # a Keras plan's cells are all computed in numpy
         for col in self.columns:
-            if not plan.in_graph(col.cell):
-                continue
             x = plan.graph_values(col.cell, col.key[3], col.index)
-            assert x is not None  # (in_graph: the graph computes it)
-            cell = plan.cells[col.cell]
-            positions = cell.positions if cell.path == "fetch" else None  # a loop's: 0, 1, ...
+            if x is None:
+                continue  # computed in numpy
             if self.lengths is None:
                 # how many steps of each row to count: 0 for a padding row (default: all)
                 self.lengths = tf.compat.v1.placeholder_with_default(
                     tf.fill([tf.shape(x)[1]], tf.int32.max), [None], name="lengths"
                 )
             bins = _Bins.of(col.edges, self.low, self.high, np.dtype(x.dtype.as_numpy_dtype))
+            positions = plan.graph_positions(col.cell)
             self._in_graph[col.key] = (x, positions, plan.graph_lengths(col.cell), bins)
 
-    def _ops(self, masked: bool) -> dict[_Key, list[tf.Tensor]]:
+    def graph_ops(self, masked: bool = False) -> dict[_Key, list[tf.Tensor]]:
         """Each graph column's outputs (`_reduce`) for a batch whose rows all count (not
-        `masked`), or one with padding rows or lengths; made when first needed."""
+        `masked`), or one with padding rows or lengths; made when first asked (ask before the
+        graph is finalized: a `SessionRunHook` adds them to a run of its own)."""
+        if not self._in_graph:
+            return {}
         if masked not in self._outputs:
             assert self._graph is not None  # (only graph columns have ops)
             outputs = {}
@@ -267,66 +263,49 @@ class SummaryPlan:
             valid = valid & (tf.range(steps)[:, None] < tf.cast(own, tf.int32)[None, :])
         return valid
 
+    def graph_run(
+        self, rows: int | None, keep: int | None, lengths: np.ndarray | None
+    ) -> tuple[dict[_Key, list[tf.Tensor]], dict[Any, np.ndarray]]:
+        """What a batch's run fetches for the graph's columns, and what it feeds them: `rows`
+        is the batch's row count where known, `keep` how many of them are sequences (the
+        rest padding), `lengths` the given lengths of those."""
+        if self.lengths is None or rows is None or keep is None:
+            return self.graph_ops(False), {}
+        if keep == rows and lengths is None:
+            return self.graph_ops(False), {}
+        steps = np.full(rows, np.iinfo(np.int32).max, np.int64)
+        if lengths is not None:
+            steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
+        steps[keep:] = 0
+        return self.graph_ops(True), {self.lengths: steps.astype(np.int32)}
+
+    @staticmethod
+    def counted(graph_values: Mapping) -> int:
+        """How many rows a batch held, from the graph's statistics (each step's count, all
+        rows counted): for a stream whose batches say nothing, without numpy cells."""
+        first = next(iter(graph_values.values()))
+        return int(np.max(first[0], initial=0))
+
     # -- one batch -------------------------------------------------------------------------
 
-    def fetch(
-        self,
-        session: Any,
-        feed_dict: Mapping,
-        timeout: float | None = None,
-        rows: int | None = None,
-        keep: int | None = None,
-        lengths: np.ndarray | None = None,
-    ) -> tuple[list, dict]:
-        """Run one batch: the numpy cells' values (as their plan's `fetch` returns them) and
-        the graph's statistics by column. `rows` is the batch's row count where known, `keep`
-        how many of them are sequences (the rest padding), `lengths` the given lengths of those."""
-        feed = dict(feed_dict)
-        masked = (
-            self.lengths is not None
-            and rows is not None
-            and keep is not None
-            and (keep < rows or lengths is not None)
-        )
-        if masked:
-            assert rows is not None and keep is not None  # (masked)
-            steps = np.full(rows, np.iinfo(np.int32).max, np.int64)
-            if lengths is not None:
-                steps[:keep] = np.minimum(np.asarray(lengths)[:keep], steps[:keep])
-            steps[keep:] = 0
-            feed[self.lengths] = steps.astype(np.int32)
-        return self.results(running.run(session, self.fetches(masked), feed, timeout))
-
-    def fetches(self, masked: bool = False) -> list:
-        """What one batch's run fetches: the numpy cells' tensors, and the graph's statistics
-        (for a batch with padding rows or lengths if `masked`; made when first asked: ask
-        before the graph is finalized). A `SessionRunHook` adds them to a run of its own."""
-        mine = [] if self.numpy_plan is None else list(self.numpy_plan.tensors)
-        return [mine, self._ops(masked) if self._in_graph else {}]
-
-    def results(self, got: Sequence) -> tuple[list, dict]:
-        """(the numpy cells' values, the graph's statistics) from what `fetches` fetched."""
-        values = [] if self.numpy_plan is None else self.numpy_plan.finish(list(got[0]))
-        return values, got[1]
-
-    def batch_of(self, values: Sequence, graph_values: Mapping) -> int:
-        """How many rows the batch fetched held (for a stream whose batches say nothing)."""
-        if values:  # the numpy cells' (a Keras plan's are all numpy)
-            return (self.numpy_plan or self.plan).batch_of(values)
-        first = next(iter(graph_values.values()))
-        return int(np.max(first[0], initial=0))  # each step's count, all rows counted
-
     def stats(
-        self, values: Sequence, graph_values: Mapping, keep: int, lengths: np.ndarray | None
+        self,
+        plan: ValuePlan | None,
+        values: Sequence,
+        graph_values: Mapping,
+        keep: int,
+        lengths: np.ndarray | None,
     ) -> Iterator[tuple[_Key, np.ndarray, Stats, Stats]]:
-        """(key, step positions, per unit, per step) of every column for the batch fetched."""
-        plan = self.numpy_plan if self.numpy_plan is not None else self.plan
-        number = {c.name: k for k, c in enumerate(plan.cells)}
+        """(key, step positions, per unit, per step) of every column: from the graph's
+        statistics (`graph_values`, as `graph_run`'s ops gave them), or from the `values` of
+        `plan`, the plan of the cells computed in numpy."""
+        number = {} if plan is None else {c.name: k for k, c in enumerate(plan.cells)}
         for col in self.columns:
             if col.key in self._in_graph:
                 _, positions, _, bins = self._in_graph[col.key]
                 yield col.key, *self._from_graph(col, graph_values[col.key], bins, positions)
             else:
+                assert plan is not None  # (a column not in the graph is in the numpy plan)
                 yield (
                     col.key,
                     *self._from_arrays(col, plan, number[col.key[0]], values, keep, lengths),
