@@ -280,7 +280,7 @@ class Summary:
         return self.graph_ops(True), {self.lengths: steps.astype(np.int32)}
 
     @staticmethod
-    def counted(graph_values: Mapping) -> int:
+    def counted(graph_values: Mapping[_Key, Sequence[np.ndarray]]) -> int:
         """How many rows a batch held, from the graph's statistics (each step's count, all
         rows counted): for a stream whose batches say nothing, without numpy cells."""
         first = next(iter(graph_values.values()))
@@ -291,8 +291,8 @@ class Summary:
     def stats(
         self,
         plan: ValuePlan | None,
-        values: Sequence,
-        graph_values: Mapping,
+        values: Sequence[Any],
+        graph_values: Mapping[_Key, Sequence[np.ndarray]],
         keep: int,
         lengths: np.ndarray | None,
     ) -> Iterator[tuple[_Key, np.ndarray, Stats, Stats]]:
@@ -312,8 +312,14 @@ class Summary:
                 )
 
     def _from_arrays(
-        self, col: Column, plan: ValuePlan, k: int, values: Sequence, keep: int, lengths
-    ):
+        self,
+        col: Column,
+        plan: ValuePlan,
+        k: int,
+        values: Sequence[Any],
+        keep: int,
+        lengths: np.ndarray | None,
+    ) -> tuple[np.ndarray, Stats, Stats]:
         cell, table, name, column = col.key
         rows = slice(0, keep)
         if table == "gates":
@@ -327,7 +333,9 @@ class Summary:
         _check_finite(col.key, per_step, steps)
         return steps, per_unit, per_step
 
-    def _from_graph(self, col: Column, got: Sequence, cuts: _Bins, positions):
+    def _from_graph(
+        self, col: Column, got: Sequence[np.ndarray], cuts: _Bins, positions: np.ndarray | None
+    ) -> tuple[np.ndarray, Stats, Stats]:
         n, mean, m2, lo, hi, by_unit, by_step = got
         steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
