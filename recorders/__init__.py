@@ -21,7 +21,8 @@ from recorders.write.progress import Intervals, Shard
 from recorders.write.stats import Stats
 from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins
-from recorders.write.writer import RecordingWriter, write_weights
+from recorders.write.weights_file import write_weights
+from recorders.write.writer import RecordingWriter
 
 try:
     __version__ = version("gatetrace")

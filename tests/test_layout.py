@@ -87,8 +87,8 @@ def test_every_module_imports_only_from_its_stage_and_below():
 
 
 # recorders by direction: what each part may import. The format modules of `recorders.write` are
-# what readers share with the writer; the writer's own parts (writer, rowgroups, swap, place,
-# files) are imported by nothing outside it.
+# what readers share with the writer; the writer's own parts (writer, opening, manifest,
+# rowgroups, swap, place, files, ...) are imported by nothing outside it.
 FORMAT = tuple(
     f"recorders.write.{m}"
     for m in (

@@ -4,8 +4,10 @@ The format, which readers import too: `layout` (folders, file names, column enco
 `columns` and `keys` (long-format columns), `schema` (what its JSON files hold), `progress`
 (which examples are complete), `folder` (a folder reached only through its handle), `stats`
 (summary statistics that merge exactly), `series` (a series folder: one recording per key).
-The writer's own parts: `writer` (`RecordingWriter`, `write_weights`: a file's lifecycle,
-batch by batch), `summary` (`SummaryWriter`), `rowgroups` (a part file cut into row groups),
+The writer's own parts: `writer` (`RecordingWriter`: a recording's lifecycle, batch by
+batch), `opening` (what `--out` holds, checked before anything is written), `manifest`
+(written when every shard is finished), `weights_file` (`write_weights`: the weights table
+as a file of its own), `summary` (`SummaryWriter`), `rowgroups` (a part file cut into row groups),
 `plain` (the default layout's part files written from numpy, with `thrift` for their
 metadata), `direct` (new files written past the page cache), `swap` (locks and the
 `--overwrite` swap), `place` (local folder or object storage), `files` (the output
@@ -27,7 +29,8 @@ from recorders.write.files import (
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.summary import SummaryWriter
 from recorders.write.swap import create_folder
-from recorders.write.writer import WRITE_THREADS, RecordingWriter, write_weights
+from recorders.write.weights_file import write_weights
+from recorders.write.writer import WRITE_THREADS, RecordingWriter
 
 __all__ = [
     "RecordingWriter",

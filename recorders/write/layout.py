@@ -42,7 +42,6 @@ from typing import Any
 import pyarrow as pa
 
 from recorders.write.columns import PARTS
-from recorders.write.progress import PROGRESS_DIR
 
 __all__ = [
     "UNREADABLE",
@@ -65,6 +64,7 @@ __all__ = [
 # and ValueError (a footer whose names are not UTF-8 raises UnicodeDecodeError).
 UNREADABLE = (OSError, ValueError, pa.ArrowException)
 METADATA_KEY = b"gatetrace"
+PROGRESS_DIR = "_progress"  # each shard's progress file and lock (recorders.write.progress)
 SUMMARY_DIR = "summary"  # a summary recording's merged statistics (recorders.write.summary)
 TOTALS_DIR = "_summary"  # its shards' running totals
 # what a recording's root holds (a reader opens them; --overwrite replaces only them)

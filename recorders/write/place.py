@@ -21,10 +21,12 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from recorders.errors import RecordingError
+from recorders.write import rowgroups
 from recorders.write.files import is_uri
 from recorders.write.folder import Folder
 from recorders.write.schema import MAX_JSON_BYTES, parse_json
@@ -78,6 +80,18 @@ class Place(ABC):
     def land(self, staged: str, final: str) -> None:  # noqa: B027  (object storage: nothing)
         """Give the file written at `staged` its final name `final`."""
 
+    @abstractmethod
+    def write_parquet(
+        self,
+        staged: str,
+        chunks: Iterable[Mapping[str, Any]],
+        metadata: bytes,
+        labels: Sequence[str],
+        compression: str,
+    ) -> int:
+        """Write the new Parquet file `staged` (`recorders.write.rowgroups`): its row groups
+        `chunks`, `labels` dictionary-encoded, `metadata` in its footer. Returns its rows."""
+
     def close(self) -> None:  # noqa: B027  (not abstract: most places hold nothing open)
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
 
@@ -121,6 +135,17 @@ class LocalPlace(Place):
 
     def land(self, staged: str, final: str) -> None:
         self.folder.replace(staged, final)
+
+    def write_parquet(
+        self,
+        staged: str,
+        chunks: Iterable[Mapping[str, Any]],
+        metadata: bytes,
+        labels: Sequence[str],
+        compression: str,
+    ) -> int:
+        # through the folder's handle, past the page cache where it can be
+        return rowgroups.write_in(self.folder, staged, chunks, metadata, labels, compression)
 
     def close(self) -> None:
         if self._folder is not None:
@@ -230,12 +255,20 @@ class StorePlace(Place):
         except OSError as err:
             raise RecordingError(f"cannot remove {self.uri}/{rel}: {err}") from None
 
-    def parquet_target(self, rel: str) -> tuple[str, Any]:
-        """(key, pyarrow FileSystem) to write the Parquet file `rel` at."""
-        return self._key(rel), self.store
-
     def stage(self, final: str, staging: str | None, name: str | None = None) -> str:
         return final
+
+    def write_parquet(
+        self,
+        staged: str,
+        chunks: Iterable[Mapping[str, Any]],
+        metadata: bytes,
+        labels: Sequence[str],
+        compression: str,
+    ) -> int:
+        return rowgroups.write_parquet(
+            self._key(staged), chunks, metadata, labels, compression, filesystem=self.store
+        )
 
     def parquet_metadata(self, rel: str) -> Any:
         import pyarrow.parquet as pq

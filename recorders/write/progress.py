@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.write.layout import PROGRESS_DIR
 from recorders.write.schema import description_problem
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ __all__ = [
     "recorded_layout",
     "progress_problem",
 ]
-
-PROGRESS_DIR = "_progress"
 
 
 @dataclass(frozen=True)

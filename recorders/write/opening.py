@@ -1,0 +1,260 @@
+"""What a recording's writer opens: where it writes, and what `--out` holds before it does.
+
+`for_writing(out, overwrite)` gives the writer's `Target`, the one place that tells a local
+folder from object storage: a local folder is settled first (what a killed `--overwrite`
+left is finished or undone: `recorders.write.swap`), its links refused, and with
+`--overwrite` recorded into a hidden sibling while the recording it replaces stays locked;
+in object storage the prefix itself, written at its final keys (there is no swap, so
+`--overwrite` is refused). Then, before anything is written:
+
+    previous_progress   what `--out` holds, refused where a writer must not write into it (a
+                        file, what gatetrace did not write, another recording, this shard's
+                        recording without --resume); this shard's progress when resuming
+    Target.make_ready   a local folder's progress folder, this shard's lock, a fresh staging
+                        folder (object storage has no folders and no locks)
+    remove_unfinished_parts, check_parts
+                        a resumed shard's part files kept to what its progress file counts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recorders.errors import OutputExistsError, RecordingError, listing
+from recorders.write.files import check_out, refuse_inputs_inside, refuse_links, temp_sibling
+from recorders.write.layout import UNREADABLE
+from recorders.write.place import LocalPlace, Place, place_of
+from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
+from recorders.write.swap import (
+    hold_every_lock,
+    hold_lock,
+    not_a_recording,
+    ours,
+    settle_swap,
+)
+
+__all__ = [
+    "Target",
+    "for_writing",
+    "previous_progress",
+    "remove_unfinished_parts",
+    "check_parts",
+]
+
+
+@dataclass
+class Target:
+    """Where a writer writes: `place`, the folder written into (`out`: a hidden sibling of
+    the recording when replacing one), and the recording as the user named it (`shown`).
+    Locally a Path each, in object storage the place itself (only messages name them)."""
+
+    place: Place
+    shown: Any
+    out: Any
+    replacing: bool = False
+    # the locks of the recording replaced, and the lock files taken to hold them
+    replaced_locks: list[int] = field(default_factory=list)
+    created_locks: list[str] = field(default_factory=list)
+
+    @property
+    def start_again(self) -> str:
+        """How to record the folder afresh, in words that work for this kind of place."""
+        if self.place.local:
+            return "pass --overwrite to record it again"
+        return "remove it first (aws s3 rm --recursive, gsutil rm -r) to record it again"
+
+    def staging(self, shard: Shard) -> str | None:
+        """The folder in the root a shard's files are written into before they are renamed
+        into place (object storage: none, objects are written at their final keys)."""
+        return f".staging-{shard.tag}" if self.place.local else None
+
+    def make_ready(self, shard: Shard, mine: Mapping[str, Any] | None) -> int | None:
+        """A local folder's progress folder, this shard's lock (returned: a file descriptor)
+        and an empty staging folder; object storage has none of them (None)."""
+        if not isinstance(self.place, LocalPlace):
+            return None
+        out, staging = self.out, self.staging(shard)
+        assert staging is not None  # (a local folder's)
+        try:
+            # the root, and the folders above it, by path; below it, by handle
+            out.mkdir(parents=True, exist_ok=True)
+            folder = self.place.folder
+            folder.mkdir(PROGRESS_DIR)
+            which = "" if shard.count == 1 else f" shard {shard} of"
+            lock = hold_lock(folder, f"{PROGRESS_DIR}/{shard.tag}.lock", out, which)
+            folder.remove(staging)
+            folder.mkdir(staging)
+            return lock
+        except OSError as err:
+            reason = err.strerror or str(err)
+            if mine is None:
+                raise RecordingError(f"cannot create {out}: {reason}") from err
+            kept = Intervals(mine["complete"]).total()
+            raise RecordingError(
+                f"cannot write {out}: {reason}; nothing was changed and the {kept:,} examples recorded before are kept: "
+                "fix the cause and rerun with --resume"
+            ) from err
+
+    def remove_if_empty(self) -> None:
+        """Remove the folder a writer created, if nothing is left in it (object storage has
+        no folders to remove)."""
+        if self.place.local and not self.place.entries():
+            self.place.close()
+            self.out.rmdir()
+
+
+def for_writing(out: Any, overwrite: bool) -> Target:
+    """The target for `--out` (see the module docstring)."""
+    place = place_of(out)
+    if not isinstance(place, LocalPlace):
+        if overwrite:
+            raise RecordingError(
+                f"--overwrite with --out {out}: object storage cannot swap a new recording in at once; remove the old "
+                "one first (aws s3 rm --recursive, gsutil rm -r), then record"
+            )
+        return Target(place, place, place)
+    # where the recording is, or will be once published
+    target = place.path.resolve()
+    settle_swap(target)
+    refuse_links(target)
+    if target.exists() and not target.is_dir():
+        raise OutputExistsError(f"--out {target} exists and is a file; give a folder path")
+    # --overwrite records into a hidden sibling and swaps it in at the end (the writer's
+    # `close`), so that the recording it replaces is kept until the new one is complete...
+    if not (overwrite and target.is_dir() and any(target.iterdir())):
+        return Target(LocalPlace(target), target, target)
+    # ...and holds the locks of the recording it replaces until then: no process may still
+    # be writing it, nor start to.
+    held, created = hold_every_lock(target)
+    sibling = temp_sibling(target, "overwrite")
+    return Target(LocalPlace(sibling), target, sibling, True, held, created)
+
+
+def previous_progress(
+    target: Target,
+    shard: Shard,
+    description: Mapping[str, Any],
+    examples: tuple[int, int] | None,
+    overwrite: bool,
+    resume: bool,
+    reads: Iterable[Any],
+) -> dict[str, Any] | None:
+    """Check what `--out` holds; return this shard's previous progress when resuming (see
+    the module docstring). `reads` are the model and input files, which --overwrite may not
+    delete."""
+    out = target.shown
+    if overwrite:
+        check_out(out, overwrite, ours=not_a_recording)
+        refuse_inputs_inside(out, list(reads))
+        out = target.out  # a new, empty sibling
+    place = target.place
+    found = read_progress(place)
+    if not found and any(not ours(name) for name in place.entries()):
+        foreign = not_a_recording(out) if place.local else place.entries()
+        if foreign:
+            raise OutputExistsError(
+                f"--out {out} holds what gatetrace did not write ({listing(foreign, 5)}); choose another path"
+            )
+        raise OutputExistsError(
+            f"--out {out} holds parts of a recording but no progress file; choose another path, or {target.start_again}"
+        )
+    for progress in found.values():
+        why = _difference(progress, shard, description, examples)
+        if why:
+            raise OutputExistsError(
+                f"--out {out} holds another recording ({why}); choose another folder, or {target.start_again}"
+            )
+    mine = found.get(shard.tag)
+    if mine is not None and not resume:
+        which = "" if shard.count == 1 else f" of shard {shard}"
+        state = "finished" if mine.get("finished") else "partial"
+        raise OutputExistsError(
+            f"--out {out} already holds a {state} recording{which}; pass --resume to continue it, or {target.start_again}"
+        )
+    return mine
+
+
+def _difference(
+    progress: Mapping[str, Any],
+    shard: Shard,
+    description: Mapping[str, Any],
+    examples: tuple[int, int] | None,
+) -> str | None:
+    """Why a progress file found in `out` belongs to another recording (None if it does not)."""
+    if progress.get("shard", [0, 1])[1] != shard.count:
+        return f"it is split into {progress['shard'][1]} shards, not {shard.count}"
+    unit = (progress["shard"][2:] or [1])[0]
+    if unit != shard.unit:
+        return f"its shards are cut at multiples of {unit} examples, not {shard.unit} (--workers cuts them at --batch-size)"
+    theirs, mine = _comparable(progress.get("description", {})), _comparable(description)
+    for key in sorted(set(theirs) | set(mine)):
+        if theirs.get(key) != mine.get(key):
+            return f"different {key}"
+    if progress.get("total") != (None if examples is None else list(examples)):
+        return f"its examples are {progress.get('total')}, not {examples}"
+    return None
+
+
+def _own_parts(place: Place, examples: tuple[int, int] | None) -> Iterator[tuple[str, str, int]]:
+    """(table, path in the recording, first example) of every part file in a shard's range
+    of `examples` (None: all)."""
+    lo, hi = examples if examples is not None else (0, float("inf"))
+    for table in ("gates", "states"):
+        for rel in place.files(table):
+            start = _part_start(rel)
+            if start is not None and lo <= start < hi:
+                yield table, rel, start
+
+
+def remove_unfinished_parts(
+    place: Place, examples: tuple[int, int] | None, complete: Intervals
+) -> None:
+    """Delete the part files of a shard's `examples` that no committed batch wrote."""
+    for _, rel, start in _own_parts(place, examples):
+        if start not in complete:
+            place.remove(rel)
+
+
+def check_parts(
+    target: Target, examples: tuple[int, int] | None, progress: Mapping[str, Any]
+) -> None:
+    """Refuse to resume when the part files of the complete examples do not hold the rows
+    the progress file counts (files removed, replaced or damaged since)."""
+    complete = Intervals(progress["complete"])
+    found = {"gates": 0, "states": 0}
+    for table, rel, start in _own_parts(target.place, examples):
+        if start in complete:
+            try:
+                found[table] += target.place.parquet_metadata(rel).num_rows
+            except UNREADABLE as err:
+                raise RecordingError(
+                    f"cannot resume into {target.out}: {target.place}/{rel} is not readable Parquet ({err}); "
+                    f"{target.start_again}"
+                ) from None
+    for table, rows in found.items():
+        if rows != progress["rows"][table]:
+            raise RecordingError(
+                f"cannot resume into {target.out}: its progress file counts {progress['rows'][table]:,} {table[:-1]} rows as complete "
+                f"but their part files hold {rows:,}: files were removed or changed since; {target.start_again}"
+            )
+
+
+def _part_start(path: str) -> int | None:
+    """The first example of a part file, from its name `part-<first example>.parquet`."""
+    name = path.rsplit("/", 1)[-1]
+    if not (name.startswith("part-") and name.endswith(".parquet")):
+        return None
+    try:
+        return int(name[len("part-") : -len(".parquet")])
+    except ValueError:
+        return None
+
+
+def _comparable(description: Mapping[str, Any]) -> dict[str, Any]:
+    """A description without what may differ between shards of one recording (the model's path)."""
+    d = dict(description)
+    if isinstance(d.get("source"), dict):
+        d["source"] = {k: v for k, v in d["source"].items() if k != "path"}
+    return d
