@@ -14,9 +14,8 @@ must fit `memory` bytes first. Anything off is a RecordingError naming the file 
 selection too large for `memory`, a SelectionError): never a traceback or a runaway
 allocation.
 
-`CheckedFiles` is the part of `recorders.Recording` that does this; it reads the attributes
-the Recording sets when it opens the folder (`path`, `memory`, `complete`, `description`,
-`_folder`, `_fs`, `_cells`, `_examples`, `_listed`, `_metadata`).
+`CheckedFiles` does this for a `recorders.Recording`, which makes one when it has opened the
+folder and read its description.
 """
 
 from __future__ import annotations
@@ -28,16 +27,26 @@ from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
-from recorders.write.folder import Folder
+from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.layout import ROOT_ENTRIES, UNREADABLE, partition_dir
 from recorders.write.progress import Intervals
 from recorders.write.schema import MAX_UNITS
 
-__all__ = ["CheckedFiles", "TABLES", "KEYS", "DAMAGED", "READ", "statistics", "key_ranges"]
+__all__ = [
+    "CheckedFiles",
+    "refuse",
+    "TABLES",
+    "KEYS",
+    "DAMAGED",
+    "READ",
+    "statistics",
+    "key_ranges",
+]
 
 TABLES = {"gates": "gate", "states": "state"}  # table: its label column
 KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
@@ -48,55 +57,63 @@ DAMAGED = "it was edited or damaged; ask for the recording again, or record the 
 READ = ROOT_ENTRIES
 
 
+def refuse(path: Path, folder: Folder, rel: str) -> None:
+    """RecordingError for an entry of the recording `path` that is not a regular file or a folder."""
+    kind = folder.kind(rel)
+    advice = (
+        "if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
+        if kind.startswith("a symbolic link")
+        else "remove it"
+    )
+    raise RecordingError(
+        f"{path}/{rel} is {kind}: gatetrace reads only the regular files inside a recording "
+        f"(it writes nothing else) and read nothing from it; {advice}"
+    )
+
+
 class CheckedFiles:
-    """Listing and checking a recording's files (see the module docstring)."""
+    """A recording's files, listed once and checked before they are read (see the module
+    docstring): those of the folder `folder` opened for the recording `path`, whose
+    `description` lists its cells, `examples` the examples complete, and which is `complete`
+    (finished) or not. No array larger than `memory` bytes is made from them."""
 
-    # set by `recorders.Recording` when it opens the folder
-    path: Path
-    memory: int
-    complete: bool
-    description: dict[str, Any]
-    _folder: Folder
-    _fs: Any  # a pyarrow PyFileSystem over `ReadOnlyFiles(_folder)`
-    _cells: dict[str, dict[str, Any]]
-    _examples: Intervals
-    _listed: dict[str, dict[tuple[str, str], list[str]]]
-    _metadata: dict[str, Any]
+    def __init__(
+        self,
+        path: Path,
+        folder: Folder,
+        memory: int,
+        description: dict[str, Any],
+        examples: Intervals,
+        complete: bool,
+    ):
+        self.path, self.folder, self.memory = path, folder, memory
+        self.description, self.examples, self.complete = description, examples, complete
+        self.cells: dict[str, dict[str, Any]] = {c["name"]: c for c in description["cells"]}
+        self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
+        self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
+        self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
 
-    def _refuse(self, rel: str) -> None:
-        """RecordingError for an entry that is not a regular file or a folder."""
-        kind = self._folder.kind(rel)
-        advice = (
-            "if you trust what it points to, copy the recording with its links resolved (cp -rL) and open the copy"
-            if kind.startswith("a symbolic link")
-            else "remove it"
-        )
-        raise RecordingError(
-            f"{self.path}/{rel} is {kind}: gatetrace reads only the regular files inside a recording "
-            f"(it writes nothing else) and read nothing from it; {advice}"
-        )
-
-    def _weights_rows(self) -> int:
-        if "weights.parquet" not in self._folder.entries():
+    def weights_rows(self) -> int:
+        if "weights.parquet" not in self.folder.entries():
             return 0
         try:
-            with self._fs.open_input_file("weights.parquet") as f:
+            with self.fs.open_input_file("weights.parquet") as f:
                 return pq.read_metadata(f).num_rows
         except UNREADABLE as err:
             raise RecordingError(
                 f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
             ) from None
 
-    def _files(self, table: str) -> dict[tuple[str, str], list[str]]:
+    def files(self, table: str) -> dict[tuple[str, str], list[str]]:
         """(cell, gate or state): its part files, for the cells (and the labels) of the
         description, listed once; RecordingError if anything below the table is not a
         regular file or a folder."""
         if table not in self._listed:
-            files, odd = self._folder.tree(table)
+            files, odd = self.folder.tree(table)
             if odd:
-                self._refuse(odd[0])
+                refuse(self.path, self.folder, odd[0])
             kind = TABLES[table]
-            cells = {f"{table}/{partition_dir(cell=c)}": c for c in self._cells}
+            cells = {f"{table}/{partition_dir(cell=c)}": c for c in self.cells}
             found: dict[tuple[str, str], list[str]] = {}
             for rel, _ in files:
                 folder, _, name = rel.rpartition("/")
@@ -109,7 +126,7 @@ class CheckedFiles:
                 ):
                     continue
                 label = unquote(label_folder[len(kind) + 1 :])
-                listed = self._cells[cell].get(kind + "s")
+                listed = self.cells[cell].get(kind + "s")
                 if (
                     listed is None or label in listed
                 ) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
@@ -117,18 +134,18 @@ class CheckedFiles:
             self._listed[table] = found
         return self._listed[table]
 
-    def _column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
+    def column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
         """One column of a checked part file, whole."""
-        file = self._parquet(table, cell, rel)
-        return self._read(
+        file = self.parquet(table, cell, rel)
+        return self.read(
             rel, lambda: file.read(columns=[column], use_threads=False).column(0).to_numpy()
         )
 
-    def _footer(self, table: str, cell: str, rel: str) -> Any:
+    def footer(self, table: str, cell: str, rel: str) -> Any:
         """The checked footer (`pyarrow.parquet.FileMetaData`) of a part file of `cell`."""
         if rel not in self._metadata:
             try:
-                with self._fs.open_input_file(rel) as f:
+                with self.fs.open_input_file(rel) as f:
                     metadata = pq.read_metadata(f)
                 why = self._part_problem(table, cell, metadata)
             except UNREADABLE as err:
@@ -142,10 +159,10 @@ class CheckedFiles:
             self._metadata[rel] = metadata
         return self._metadata[rel]
 
-    def _parquet(self, table: str, cell: str, rel: str) -> pq.ParquetFile:
+    def parquet(self, table: str, cell: str, rel: str) -> pq.ParquetFile:
         """A checked part file, open for reading."""
-        metadata = self._footer(table, cell, rel)
-        return pq.ParquetFile(self._fs.open_input_file(rel), metadata=metadata)
+        metadata = self.footer(table, cell, rel)
+        return pq.ParquetFile(self.fs.open_input_file(rel), metadata=metadata)
 
     def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
         """Why a part file's footer does not fit the description (None if it does)."""
@@ -159,7 +176,7 @@ class CheckedFiles:
         ):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
-        bounds = self._bounds(cell)
+        bounds = self.bounds(cell)
         (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
         row_bytes = 16 + 4 * len(values)
         for k in range(metadata.num_row_groups):
@@ -180,20 +197,20 @@ class CheckedFiles:
                 return f"row group {k} claims {group.num_rows:,} rows, more than the memory budget of {self.memory:,} bytes holds"
         return None
 
-    def _read(self, rel: str, read: Any) -> Any:
+    def read(self, rel: str, read: Any) -> Any:
         """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
         try:
             return read()
         except UNREADABLE as err:
             raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {DAMAGED}") from None
 
-    def _bounds(self, cell: str) -> dict[str, tuple[int, int]]:
+    def bounds(self, cell: str) -> dict[str, tuple[int, int]]:
         """The [low, high) of each key column of `cell`'s rows: examples within the recording's
         (any, while it is partial), steps within the cell's, units within its units."""
         examples = (
-            self._examples.pairs()[-1][1] if self.complete and self._examples.total() else 2**53
+            self.examples.pairs()[-1][1] if self.complete and self.examples.total() else 2**53
         )
-        c = self._cells[cell]
+        c = self.cells[cell]
         # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
         first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
         steps = first + c["steps"] if c.get("steps") else 2**31
@@ -203,10 +220,10 @@ class CheckedFiles:
             "unit": (0, c.get("units") or MAX_UNITS),
         }
 
-    def _check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
+    def check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
         """RecordingError naming `rel` if the key columns read from it leave `_bounds` (the
         statistics a file's footer shows are checked before; its pages may still disagree)."""
-        for key, (low, high) in self._bounds(cell).items():
+        for key, (low, high) in self.bounds(cell).items():
             values = keys.get(key)
             if (
                 values is not None

@@ -29,13 +29,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.read.files import DAMAGED, KEYS, READ, TABLES, CheckedFiles, key_ranges, statistics
+from recorders.read.files import (
+    DAMAGED,
+    KEYS,
+    READ,
+    TABLES,
+    CheckedFiles,
+    key_ranges,
+    refuse,
+    statistics,
+)
 from recorders.read.summaries import SummaryTables
 from recorders.write.columns import GATE_COLUMNS, PARTS
-from recorders.write.folder import Folder, ReadOnlyFiles
+from recorders.write.folder import Folder
 from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
 from recorders.write.progress import Intervals, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_json
@@ -58,7 +66,7 @@ def default_memory() -> int:
     return 4 * 2**30
 
 
-class Recording(CheckedFiles):
+class Recording:
     """A recording folder written by `gatetrace record` (finished, or partial after a crash).
 
     `memory`: the most bytes one read may allocate (default: `default_memory()`). The files
@@ -67,7 +75,7 @@ class Recording(CheckedFiles):
 
     def __init__(self, path: str | os.PathLike, memory: int | None = None):
         self.path = Path(path)
-        self.memory = int(memory) if memory is not None else default_memory()
+        budget = int(memory) if memory is not None else default_memory()
         not_one = RecordingError(
             f"{self.path} is not a gatetrace recording: it has no gates/ folder (nor a summary's summary/)"
         )
@@ -80,10 +88,9 @@ class Recording(CheckedFiles):
         odd = dict(self._folder.special())
         for name in READ:
             if name in odd:
-                self._refuse(name)
+                refuse(self.path, self._folder, name)
         if not any(self._folder.is_dir(name) for name in ("gates", SUMMARY_DIR, TOTALS_DIR)):
             raise not_one
-        self._fs = pafs.PyFileSystem(ReadOnlyFiles(self._folder))
         # the shards' progress files, as opened
         progress = self._progress = read_progress(self._folder.path)
         self.manifest: dict[str, Any] | None = (
@@ -114,8 +121,18 @@ class Recording(CheckedFiles):
                 f"{self.path}/manifest.json counts {self.manifest['examples']:,} examples but the progress files "
                 f"{done.total():,}: {DAMAGED}"
             )
-        self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
-        self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
+        self._checked = CheckedFiles(
+            self.path, self._folder, budget, description, done, self.complete
+        )
+
+    @property
+    def memory(self) -> int:
+        """The most bytes one read may allocate."""
+        return self._checked.memory
+
+    def allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
+        """SelectionError unless an array of `shape` (of `itemsize` bytes an item) fits `memory`."""
+        self._checked.allot(shape, itemsize, what)
 
     def _manifest(self) -> dict[str, Any]:
         """manifest.json, checked against `recorders.write.schema`."""
@@ -151,7 +168,7 @@ class Recording(CheckedFiles):
                 self.description,
                 str(self.path),
                 self.complete,
-                {c: self._bounds(c) for c in self._cells},
+                {c: self._checked.bounds(c) for c in self._cells},
                 self.memory,
             )
         return self._statistics
@@ -190,8 +207,8 @@ class Recording(CheckedFiles):
         if units is None:
             units = max(
                 (
-                    int(self._column("gates", cell, rel, "unit").max(initial=-1)) + 1
-                    for key, files in self._files("gates").items()
+                    int(self._checked.column("gates", cell, rel, "unit").max(initial=-1)) + 1
+                    for key, files in self._checked.files("gates").items()
                     if key[0] == cell
                     for rel in files
                 ),
@@ -217,10 +234,10 @@ class Recording(CheckedFiles):
         only (no values): RecordingError naming the first that is not as gatetrace writes it.
         Each file is otherwise checked when first read."""
         for table in TABLES:
-            for (cell, _), files in self._files(table).items():
+            for (cell, _), files in self._checked.files(table).items():
                 for rel in files:
-                    self._footer(table, cell, rel)
-        self._weights_rows()
+                    self._checked.footer(table, cell, rel)
+        self._checked.weights_rows()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
 
@@ -239,13 +256,13 @@ class Recording(CheckedFiles):
         else:
             rows = {
                 t: sum(
-                    self._footer(t, c, rel).num_rows
-                    for (c, _), files in self._files(t).items()
+                    self._checked.footer(t, c, rel).num_rows
+                    for (c, _), files in self._checked.files(t).items()
                     for rel in files
                 )
                 for t in TABLES
             }
-        rows["weights"] = self._weights_rows()
+        rows["weights"] = self._checked.weights_rows()
         shards = self.description.get("shards") if self.complete else None
         return {
             "path": str(self.path),
@@ -284,9 +301,9 @@ class Recording(CheckedFiles):
                 if held
                 else np.zeros(0, np.int32)
             )
-        files = self._files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
+        files = self._checked.files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
         return (
-            np.unique(self._column("gates", cell, files[0], "step"))
+            np.unique(self._checked.column("gates", cell, files[0], "step"))
             if files
             else np.zeros(0, np.int32)
         )
@@ -389,8 +406,8 @@ class Recording(CheckedFiles):
                 f"{TABLES[table]} {label!r} of {cell}: expected one of {', '.join(labels)}"
             )
         units = self.width(table, cell, label)
-        for rel in self._files(table).get((cell, label), []):
-            file = self._parquet(table, cell, rel)
+        for rel in self._checked.files(table).get((cell, label), []):
+            file = self._checked.parquet(table, cell, rel)
             if column not in file.schema_arrow.names:
                 raise SelectionError(
                     f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}"
@@ -398,7 +415,7 @@ class Recording(CheckedFiles):
             for k in range(file.num_row_groups):
                 ranges = key_ranges(file.metadata.row_group(k), units)
                 if ranges is not None:
-                    values = self._read(
+                    values = self._checked.read(
                         rel,
                         lambda file=file, k=k: (
                             file.read_row_group(k, columns=[column], use_threads=False)
@@ -414,14 +431,14 @@ class Recording(CheckedFiles):
                         None,
                     )
                 else:
-                    t = self._read(
+                    t = self._checked.read(
                         rel,
                         lambda file=file, k=k: file.read_row_group(
                             k, columns=["example", "step", "unit", column], use_threads=False
                         ),
                     )
                     keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
-                    self._check_keys(rel, cell, keys)
+                    self._checked.check_keys(rel, cell, keys)
                     yield self._scattered(
                         rel,
                         keys["example"],
@@ -459,7 +476,7 @@ class Recording(CheckedFiles):
         listed = self.cell(cell).get(table)
         if listed is not None:
             return list(listed)
-        return [label for c, label in self._files(table) if c == cell]
+        return [label for c, label in self._checked.files(table) if c == cell]
 
     # -- how ---------------------------------------------------------------------------------
 
@@ -467,7 +484,7 @@ class Recording(CheckedFiles):
         """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
         dataset, each with its cell and label as partition values (no folder is discovered)."""
         self._values(f"the {table} table")
-        listed = self._files(table)
+        listed = self._checked.files(table)
         kind = TABLES[table]
         chosen = [
             (c, label, rel)
@@ -483,13 +500,13 @@ class Recording(CheckedFiles):
             ]
             empty = pa.schema([*(pa.field(k, t) for k, t in KEYS.items()), *values, *labels])
             return ds.dataset(empty.empty_table())
-        first = self._footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
+        first = self._checked.footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
         schema = pa.schema([*first, *labels])
         return ds.FileSystemDataset.from_paths(
             [rel for _, _, rel in chosen],
             schema=schema,
             format=ds.ParquetFileFormat(),
-            filesystem=self._fs,
+            filesystem=self._checked.fs,
             partitions=[
                 (ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen
             ],
@@ -510,11 +527,11 @@ class Recording(CheckedFiles):
             for label in self._labels(table, c)
             if not labels or label in labels
         ]
-        files = [(key[0], rel) for key in keys for rel in self._files(table).get(key, [])]
+        files = [(key[0], rel) for key in keys for rel in self._checked.files(table).get(key, [])]
         held = [
             c
             for c in known
-            if files and c in self._footer(table, files[0][0], files[0][1]).schema.names
+            if files and c in self._checked.footer(table, files[0][0], files[0][1]).schema.names
         ] or list(known[:2])
         missing = [c for c in columns if c not in held]
         if missing:
@@ -527,7 +544,8 @@ class Recording(CheckedFiles):
                 f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}"
             )
         rows = sum(
-            self._overlapping_rows(self._footer(table, c, rel), steps, examples) for c, rel in files
+            self._overlapping_rows(self._checked.footer(table, c, rel), steps, examples)
+            for c, rel in files
         )
         self.allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
         where = []
@@ -561,11 +579,15 @@ class Recording(CheckedFiles):
         )
         codes = df["cell"].cat.codes.to_numpy()
         for key in ("example", "step", "unit") if len(df) else ():
-            low, high = (np.array([self._bounds(c)[key][k] for c in self.cells]) for k in (0, 1))
+            low, high = (
+                np.array([self._checked.bounds(c)[key][k] for c in self.cells]) for k in (0, 1)
+            )
             values = df[key].to_numpy()
             if ((values < low[codes]) | (values >= high[codes])).any():
                 for c, rel in files:  # name the file
-                    self._check_keys(rel, c, {key: self._column(table, c, rel, key)})
+                    self._checked.check_keys(
+                        rel, c, {key: self._checked.column(table, c, rel, key)}
+                    )
         return df
 
     @staticmethod

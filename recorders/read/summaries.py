@@ -51,7 +51,7 @@ class SummaryTables:
         bounds: Mapping[str, Mapping[str, tuple[int, int]]],
         memory: int,
     ):
-        """`bounds`: each cell's [low, high) of example, step and unit (`CheckedFiles._bounds`)."""
+        """`bounds`: each cell's [low, high) of example, step and unit (`CheckedFiles.bounds`)."""
         summary = description.get("summary")
         if not isinstance(summary, Mapping):
             raise RecordingError(f"{shown} is a summary recording whose description has no bins")
