@@ -257,7 +257,7 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     "values", [[5, 3, 3, 9], [7], [0, 10**9, 4], list(range(100, 0, -3)) * 2, []]
 )
 def test_sorted_unique_is_numpys_unique(values):
-    from recorders.read.reader import _sorted_unique
+    from recorders.read.tables import _sorted_unique
 
     v = np.asarray(values, dtype=np.int64)
     got, expected = _sorted_unique(v), np.unique(v, return_inverse=True)

@@ -35,8 +35,9 @@ import pandas as pd
 
 from recorders.errors import SelectionError
 from recorders.read.probe import probe
-from recorders.read.reader import Range, Recording, part_shares
+from recorders.read.reader import Recording
 from recorders.read.series import Series
+from recorders.read.tables import Range, part_shares
 from recorders.read.units import unit_scores
 from recorders.write.columns import PARTS
 

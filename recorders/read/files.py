@@ -33,9 +33,15 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder, ReadOnlyFiles
-from recorders.write.layout import ROOT_ENTRIES, UNREADABLE, partition_dir
-from recorders.write.progress import Intervals
-from recorders.write.schema import MAX_UNITS
+from recorders.write.layout import (
+    ROOT_ENTRIES,
+    SUMMARY_DIR,
+    TOTALS_DIR,
+    UNREADABLE,
+    partition_dir,
+)
+from recorders.write.progress import Intervals, read_progress
+from recorders.write.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
 __all__ = [
     "CheckedFiles",
@@ -57,6 +63,19 @@ DAMAGED = "it was edited or damaged; ask for the recording again, or record the 
 READ = ROOT_ENTRIES
 
 
+def default_memory() -> int:
+    """The default memory budget of a reader: half of the memory available now (4 GiB where
+    the system does not say)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 * 2**30
+
+
 def refuse(path: Path, folder: Folder, rel: str) -> None:
     """RecordingError for an entry of the recording `path` that is not a regular file or a folder."""
     kind = folder.kind(rel)
@@ -74,21 +93,38 @@ def refuse(path: Path, folder: Folder, rel: str) -> None:
 class CheckedFiles:
     """A recording's files, listed once and checked before they are read (see the module
     docstring): those of the folder `folder` opened for the recording `path`, whose
-    `description` lists its cells, `examples` the examples complete, and which is `complete`
-    (finished) or not. No array larger than `memory` bytes is made from them."""
+    `description` (its `manifest`, or else its `progress` files') lists its cells,
+    `examples` the examples complete, and which is `complete` (has a manifest) or not. No
+    array larger than `memory` bytes is made from them. `open_recording` makes one."""
 
     def __init__(
         self,
         path: Path,
         folder: Folder,
         memory: int,
-        description: dict[str, Any],
-        examples: Intervals,
-        complete: bool,
+        progress: dict[str, dict[str, Any]],
+        manifest: dict[str, Any] | None,
     ):
         self.path, self.folder, self.memory = path, folder, memory
-        self.description, self.examples, self.complete = description, examples, complete
+        self.progress, self.manifest = progress, manifest
+        self.complete = manifest is not None
+        description = manifest or next((p["description"] for p in progress.values()), None)
+        if description is None:
+            raise RecordingError(
+                f"{path} has neither manifest.json nor a progress file; it was not written by gatetrace"
+            )
+        self.description: dict[str, Any] = description
         self.cells: dict[str, dict[str, Any]] = {c["name"]: c for c in description["cells"]}
+        self.examples = Intervals()
+        for p in progress.values():
+            for start, stop in p["complete"]:
+                self.examples.add(start, stop)
+        done = self.examples.total()
+        if manifest is not None and progress and manifest.get("examples", done) != done:
+            raise RecordingError(
+                f"{path}/manifest.json counts {manifest['examples']:,} examples but the progress files "
+                f"{done:,}: {DAMAGED}"
+            )
         self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
         self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
@@ -273,3 +309,43 @@ def key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
     if unit is not None and unit.has_min_max and (int(unit.min), int(unit.max)) != (0, units - 1):
         return None  # not every unit: read the keys
     return ((e0, e1), (s0, s1), (0, units - 1)) if size == group.num_rows > 0 else None
+
+
+def open_recording(path: Path, memory: int) -> CheckedFiles:
+    """The recording folder `path` opened (a link the user named is followed; none below it
+    is) and its manifest or progress files checked: RecordingError if it is not one."""
+    not_one = RecordingError(
+        f"{path} is not a gatetrace recording: it has no gates/ folder (nor a summary's summary/)"
+    )
+    try:
+        folder = Folder(path.resolve())
+    except OSError:
+        raise not_one from None
+    try:
+        odd = dict(folder.special())
+        for name in READ:
+            if name in odd:
+                refuse(path, folder, name)
+        if not any(folder.is_dir(name) for name in ("gates", SUMMARY_DIR, TOTALS_DIR)):
+            raise not_one
+        progress = read_progress(folder.path)
+        manifest = _manifest(path, folder) if "manifest.json" in folder.entries() else None
+        return CheckedFiles(path, folder, memory, progress, manifest)
+    except BaseException:
+        folder.close()
+        raise
+
+
+def _manifest(path: Path, folder: Folder) -> dict[str, Any]:
+    """manifest.json, checked against `recorders.write.schema`."""
+    shown = f"{path}/manifest.json"
+    try:
+        manifest = parse_json(folder.read_bytes("manifest.json", MAX_JSON_BYTES), shown)
+        why = description_problem(manifest)
+    except OSError as err:
+        why = f"cannot read it: {err.strerror or err}"
+    except RecordingError as err:
+        why = str(err).removeprefix(f"{shown} ")
+    if why:
+        raise RecordingError(f"{shown} is not a manifest gatetrace wrote ({why}): {DAMAGED}")
+    return manifest

@@ -13,7 +13,8 @@ range filters rows). `cell`, `gate` and `state` come back as categoricals, their
 categories in the recording's order. This module does not import TensorFlow.
 
 A recording may come from anyone: every file is checked before it is read
-(`recorders.read.files`).
+(`recorders.read.files`); how its tables are read into frames, arrays and blocks:
+`recorders.read.tables`.
 """
 
 from __future__ import annotations
@@ -22,48 +23,32 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from recorders.errors import RecordingError, SelectionError
+from recorders.errors import SelectionError
 from recorders.read.files import (
-    DAMAGED,
-    KEYS,
-    READ,
     TABLES,
-    CheckedFiles,
-    key_ranges,
-    refuse,
-    statistics,
+    default_memory,
+    open_recording,
 )
 from recorders.read.summaries import SummaryTables
+from recorders.read.tables import (
+    Block,
+    Range,
+    dataset,
+    dense,
+    file_blocks,
+    overlapping_rows,
+    part_shares,
+    read_rows,
+)
 from recorders.write.columns import GATE_COLUMNS, PARTS
-from recorders.write.folder import Folder
-from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
-from recorders.write.progress import Intervals, read_progress
-from recorders.write.schema import MAX_JSON_BYTES, description_problem, parse_json
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
-
-Range = tuple[int | None, int | None]
-
-
-def default_memory() -> int:
-    """The default memory budget of a reader: half of the memory available now (4 GiB where
-    the system does not say)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4 * 2**30
 
 
 class Recording:
@@ -76,54 +61,19 @@ class Recording:
     def __init__(self, path: str | os.PathLike, memory: int | None = None):
         self.path = Path(path)
         budget = int(memory) if memory is not None else default_memory()
-        not_one = RecordingError(
-            f"{self.path} is not a gatetrace recording: it has no gates/ folder (nor a summary's summary/)"
-        )
-        try:
-            # a link the user named is followed; none below it is
-            self._folder = Folder(self.path.resolve())
-        except OSError:
-            raise not_one from None
+        # the folder opened, its manifest or progress files checked (`recorders.read.files`)
+        self._checked = checked = open_recording(self.path, budget)
+        self._folder = checked.folder
         weakref.finalize(self, self._folder.close)
-        odd = dict(self._folder.special())
-        for name in READ:
-            if name in odd:
-                refuse(self.path, self._folder, name)
-        if not any(self._folder.is_dir(name) for name in ("gates", SUMMARY_DIR, TOTALS_DIR)):
-            raise not_one
-        # the shards' progress files, as opened
-        progress = self._progress = read_progress(self._folder.path)
-        self.manifest: dict[str, Any] | None = (
-            self._manifest() if "manifest.json" in self._folder.entries() else None
-        )
-        self.complete = self.manifest is not None
-        description = self.manifest or next((p["description"] for p in progress.values()), None)
-        if description is None:
-            raise RecordingError(
-                f"{self.path} has neither manifest.json nor a progress file; it was not written by gatetrace"
-            )
-        self.description: dict[str, Any] = description
+        self._progress = checked.progress  # the shards' progress files, as opened
+        self.manifest: dict[str, Any] | None = checked.manifest
+        self.complete = checked.complete
+        self.description: dict[str, Any] = checked.description
         # "summary" (`gatetrace record --summary`: statistics, no values) or "full"
-        self.kind: str = "summary" if description.get("kind") == "summary" else "full"
+        self.kind: str = "summary" if self.description.get("kind") == "summary" else "full"
         self._statistics: SummaryTables | None = None
-        self._cells = {c["name"]: c for c in description["cells"]}
-        done = Intervals()
-        for p in progress.values():
-            for start, stop in p["complete"]:
-                done.add(start, stop)
-        self._examples = done
-        if (
-            self.manifest is not None
-            and progress
-            and self.manifest.get("examples", done.total()) != done.total()
-        ):
-            raise RecordingError(
-                f"{self.path}/manifest.json counts {self.manifest['examples']:,} examples but the progress files "
-                f"{done.total():,}: {DAMAGED}"
-            )
-        self._checked = CheckedFiles(
-            self.path, self._folder, budget, description, done, self.complete
-        )
+        self._cells = checked.cells
+        self._examples = checked.examples
 
     @property
     def memory(self) -> int:
@@ -133,20 +83,6 @@ class Recording:
     def allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
         """SelectionError unless an array of `shape` (of `itemsize` bytes an item) fits `memory`."""
         self._checked.allot(shape, itemsize, what)
-
-    def _manifest(self) -> dict[str, Any]:
-        """manifest.json, checked against `recorders.write.schema`."""
-        shown = f"{self.path}/manifest.json"
-        try:
-            manifest = parse_json(self._folder.read_bytes("manifest.json", MAX_JSON_BYTES), shown)
-            why = description_problem(manifest)
-        except OSError as err:
-            why = f"cannot read it: {err.strerror or err}"
-        except RecordingError as err:
-            why = str(err).removeprefix(f"{shown} ")
-        if why:
-            raise RecordingError(f"{shown} is not a manifest gatetrace wrote ({why}): {DAMAGED}")
-        return manifest
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else "partial"
@@ -407,46 +343,7 @@ class Recording:
             )
         units = self.width(table, cell, label)
         for rel in self._checked.files(table).get((cell, label), []):
-            file = self._checked.parquet(table, cell, rel)
-            if column not in file.schema_arrow.names:
-                raise SelectionError(
-                    f"column {column!r}: {self.path}/{rel} holds {', '.join(file.schema_arrow.names)}"
-                )
-            for k in range(file.num_row_groups):
-                ranges = key_ranges(file.metadata.row_group(k), units)
-                if ranges is not None:
-                    values = self._checked.read(
-                        rel,
-                        lambda file=file, k=k: (
-                            file.read_row_group(k, columns=[column], use_threads=False)
-                            .column(0)
-                            .to_numpy()
-                        ),
-                    )
-                    (e0, e1), (s0, s1), (u0, u1) = ranges
-                    yield Block(
-                        np.arange(e0, e1 + 1),
-                        np.arange(s0, s1 + 1),
-                        values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1),
-                        None,
-                    )
-                else:
-                    t = self._checked.read(
-                        rel,
-                        lambda file=file, k=k: file.read_row_group(
-                            k, columns=["example", "step", "unit", column], use_threads=False
-                        ),
-                    )
-                    keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
-                    self._checked.check_keys(rel, cell, keys)
-                    yield self._scattered(
-                        rel,
-                        keys["example"],
-                        keys["step"],
-                        keys["unit"],
-                        t.column(column).to_numpy(),
-                        units,
-                    )
+            yield from file_blocks(self._checked, table, cell, rel, column, units)
 
     def gate_wide(
         self,
@@ -480,38 +377,6 @@ class Recording:
 
     # -- how ---------------------------------------------------------------------------------
 
-    def _dataset(self, table: str, keys: Sequence[tuple[str, str]] | None = None) -> ds.Dataset:
-        """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
-        dataset, each with its cell and label as partition values (no folder is discovered)."""
-        self._values(f"the {table} table")
-        listed = self._checked.files(table)
-        kind = TABLES[table]
-        chosen = [
-            (c, label, rel)
-            for (c, label), files in listed.items()
-            if keys is None or (c, label) in keys
-            for rel in files
-        ]
-        labels = [pa.field("cell", pa.string()), pa.field(kind, pa.string())]
-        if not chosen:  # no file: no rows, in the columns a file would have
-            values = [
-                pa.field(n, pa.float32())
-                for n in (GATE_COLUMNS if table == "gates" else ("value",))
-            ]
-            empty = pa.schema([*(pa.field(k, t) for k, t in KEYS.items()), *values, *labels])
-            return ds.dataset(empty.empty_table())
-        first = self._checked.footer(table, chosen[0][0], chosen[0][2]).schema.to_arrow_schema()
-        schema = pa.schema([*first, *labels])
-        return ds.FileSystemDataset.from_paths(
-            [rel for _, _, rel in chosen],
-            schema=schema,
-            format=ds.ParquetFileFormat(),
-            filesystem=self._checked.fs,
-            partitions=[
-                (ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen
-            ],
-        )
-
     def _frame(self, table, cells, labels, steps, examples, units, columns) -> pd.DataFrame:
         kind = TABLES[table]
         for name in cells or ():
@@ -544,35 +409,11 @@ class Recording:
                 f"columns {', '.join(missing)}: this recording holds {', '.join(held)}{hint}"
             )
         rows = sum(
-            self._overlapping_rows(self._checked.footer(table, c, rel), steps, examples)
+            overlapping_rows(self._checked.footer(table, c, rel), steps, examples)
             for c, rel in files
         )
         self.allot((rows, 2 * (16 + 4 * len(columns))), 1, f"this selection of {rows:,} rows")
-        where = []
-        for field, bounds in (("step", steps), ("example", examples)):
-            lo, hi = bounds or (None, None)
-            if lo is not None:
-                where.append(ds.field(field) >= lo)
-            if hi is not None:
-                where.append(ds.field(field) < hi)
-        if units is not None:
-            where.append(ds.field("unit").isin([int(u) for u in units]))
-        expression = None
-        for e in where:
-            expression = e if expression is None else expression & e
-        wanted = ["example", "step", "unit", *columns, "cell", kind]
-        try:
-            read = self._dataset(table, keys).to_table(columns=wanted, filter=expression)
-            # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
-            for name in ("cell", kind):
-                read = read.set_column(
-                    read.schema.get_field_index(name), name, pc.dictionary_encode(read[name])
-                )
-            df = read.to_pandas()
-        except UNREADABLE as err:
-            raise RecordingError(
-                f"cannot read the {table} of {self.path}: a part file is damaged ({err})"
-            ) from None
+        df = read_rows(self._checked, table, keys, columns, steps, examples, units)
         df["cell"] = df["cell"].cat.set_categories(self.cells)
         df[kind] = df[kind].cat.set_categories(
             list(dict.fromkeys(label for c in self.cells for label in self._labels(table, c)))
@@ -590,130 +431,11 @@ class Recording:
                     )
         return df
 
-    @staticmethod
-    def _overlapping_rows(metadata: Any, steps: Range | None, examples: Range | None) -> int:
-        """The rows of the row groups a selection of steps and examples reads (from their statistics)."""
-        total = 0
-        for k in range(metadata.num_row_groups):
-            group = metadata.row_group(k)
-            ranges = statistics(group)
-            if ranges is None:  # not known: counted as read
-                total += group.num_rows
-                continue
-            (e0, e1), (s0, s1) = ranges
-            if all(
-                (lo is None or hi_ >= lo) and (hi is None or lo_ < hi)
-                for (lo_, hi_), (lo, hi) in (
-                    ((e0, e1), examples or (None, None)),
-                    ((s0, s1), steps or (None, None)),
-                )
-            ):
-                total += group.num_rows
-        return total
+    def _dataset(self, table: str, keys: Sequence[tuple[str, str]] | None = None) -> ds.Dataset:
+        """The part files of `keys` ((cell, label) pairs; all by default) as one pyarrow dataset."""
+        self._values(f"the {table} table")
+        return dataset(self._checked, table, keys)
 
     def _array(self, df: pd.DataFrame, column: str, examples: Range | None) -> np.ndarray:
-        if df.empty:
-            return np.zeros((0, 0, 0), np.float32)
-        ex = df["example"].to_numpy()
-        lo, hi = examples or (None, None)
-        ranges = [
-            (a if lo is None else max(a, lo), b if hi is None else min(b, hi))
-            for a, b in self._examples.pairs()
-        ]
-        wanted = sum(max(b - a, 0) for a, b in ranges)
-        # the complete examples, even those without rows; else those present
-        if wanted <= 4 * len(ex) + 1024:
-            ids = np.concatenate(
-                [np.arange(a, b) for a, b in ranges if b > a] or [np.zeros(0, np.int64)]
-            )
-            ex_idx = np.searchsorted(ids, ex)
-        if (
-            wanted > 4 * len(ex) + 1024
-            or len(ids) == 0
-            or ex_idx.max() >= len(ids)
-            or not np.array_equal(ids[ex_idx], ex)
-        ):
-            # rows outside the complete ranges: index the examples present
-            ids, ex_idx = _sorted_unique(ex)
-        step = df["step"].to_numpy()
-        first = int(step.min())
-        width = int(df["unit"].max()) + 1
-        shape = (len(ids), int(step.max()) - first + 1, width)
-        self.allot(shape, 4, f"an array of {' x '.join(map(str, shape))} (examples, steps, units)")
-        out = np.full(shape, np.nan, np.float32)
-        out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
-        return out
-
-    def _scattered(
-        self,
-        rel: str,
-        example: np.ndarray,
-        step: np.ndarray,
-        unit: np.ndarray,
-        value: np.ndarray,
-        units: int,
-    ) -> Block:
-        """A `Block` from long rows that leave some (example, step) out (lengths, masks)."""
-        examples, e = _sorted_unique(example)
-        steps, s = _sorted_unique(step)
-        self.allot(
-            (len(examples), len(steps), units),
-            5,
-            f"a row group of {self.path}/{rel} spread over {len(examples)} examples "
-            f"and {len(steps)} steps",
-        )
-        values = np.full((len(examples), len(steps), units), np.nan, np.float32)
-        present = np.zeros(values.shape[:2], bool)
-        values[e, s, unit] = value
-        present[e, s] = True
-        return Block(examples, steps, values, present)
-
-
-class Block(NamedTuple):
-    """Some examples of one gate as arrays (`Recording.gate_blocks`): `values[e, s, u]` is
-    unit u at step `steps[s]` of example `examples[e]`; `present[e, s]` says whether that
-    (example, step) has rows (None: all have; NaN values where not)."""
-
-    examples: np.ndarray
-    steps: np.ndarray
-    values: np.ndarray
-    present: np.ndarray | None
-
-
-def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """How much each part of the preactivation contributes, over the rows of a gate frame
-    holding the part columns: per group of `by` and part, `mean` (signed), `mean_abs`,
-    `share` (its mean_abs over the sum of the group's), `rows`, and `dominant` (True for
-    the part with the largest mean_abs). Parts the cell does not have (all null) are left out."""
-    rows = []
-    groups = frame.groupby(list(by), observed=True, sort=True) if by else [((), frame)]
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        stats = [
-            (p, g[p].mean(), g[p].abs().mean(), int(g[p].notna().sum()))
-            for p in PARTS
-            if p in g and g[p].notna().any()
-        ]
-        total = sum(s[2] for s in stats)
-        top = max(range(len(stats)), key=lambda k: stats[k][2], default=None)
-        rows += [
-            (*key, p, float(m), float(a), float(a / total) if total else np.nan, n, k == top)
-            for k, (p, m, a, n) in enumerate(stats)
-        ]
-    return pd.DataFrame(
-        rows, columns=[*by, "part", "mean", "mean_abs", "share", "rows", "dominant"]
-    )
-
-
-def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(values, return_inverse=True)` in linear time when the values span a compact range
-    (example and step ids usually do): a presence mask instead of a sort."""
-    if len(values) == 0:
-        return values, values
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * len(values):
-        return np.unique(values, return_inverse=True)
-    present = np.zeros(hi - lo + 1, bool)
-    present[values - lo] = True
-    position = np.cumsum(present) - 1
-    return np.flatnonzero(present) + lo, position[values - lo]
+        """`column` of `df` as [examples, steps, units] (see `gate_array`)."""
+        return dense(df, column, examples, self._examples.pairs(), self.allot)
