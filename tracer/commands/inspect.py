@@ -57,7 +57,7 @@ def run(args) -> None:
     import tracer
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
-    from tracer.run.prepare import graph_from_loops
+    from tracer.run.prepare import graph_from_loops, record_tensors, unsafe_by_command
 
     model = tracer.load_model(
         args.model,
@@ -77,21 +77,13 @@ def run(args) -> None:
         ) as (model, cells),
     ):
         plan = tracer.FetchPlan(model.graph, cells)
-        weights = [t for c in cells for t in c.weights.values()]
-        loading = model.load_plan.problems(model.graph) if model.load_plan else []
         # fed instead of their queue or iterator
         pipelines = [] if model.inputs else pipeline_entries(plan.tensors)
         fed = {t.name for t, _ in pipelines}
-        # What each command would run beyond the allowlist: loading, then the weights (weights)
-        # or the gates and weights of every cell (record, with the pipeline's tensors fed); and
-        # which cells record alone safely.
-        refused = {
-            "weights": sorted(set(loading + unsafe_ops(model.graph, weights))),
-            "record": sorted(
-                set(loading + unsafe_ops(model.graph, [*plan.tensors, *weights], fed=fed))
-            ),
-        }
-        # walked only when record would be refused
+        # What each command would run beyond the allowlist, and which cells record alone
+        # safely (walked only when record would be refused for what it fetches, not loading)
+        refused = unsafe_by_command(model, plan, cells, fed)
+        loading = model.load_plan.problems(model.graph) if model.load_plan else []
         safe_cells = (
             []
             if loading or not refused["record"]
@@ -100,10 +92,7 @@ def run(args) -> None:
                 for c in cells
                 if not unsafe_ops(
                     model.graph,
-                    [
-                        *tracer.FetchPlan(model.graph, [c], context=cells).tensors,
-                        *c.weights.values(),
-                    ],
+                    record_tensors(tracer.FetchPlan(model.graph, [c], context=cells), [c]),
                 )
             ]
         )

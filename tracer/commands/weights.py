@@ -22,8 +22,10 @@ def arguments(c: argparse.ArgumentParser) -> None:
 def run(args) -> None:
     import tracer
     from recorders import write_weights
+    from tracer.cells.found import Cell
     from tracer.load.keras import KerasModel
     from tracer.load.safety import check_model
+    from tracer.run.prepare import cells_of, weight_tensors
     from tracer.run.recording import describe, find_all, weight_values
 
     with tracer.load_model(
@@ -32,9 +34,7 @@ def run(args) -> None:
         cells = find_all(model)
         # a Keras layer's weights are arrays already: nothing runs
         if not isinstance(model, KerasModel):
-            check_model(
-                model, [t for c in cells for t in c.weights.values()], "reading the weights"
-            )
+            check_model(model, weight_tensors(cells_of(model, cells, Cell)), "reading the weights")
         columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
     print(

@@ -11,7 +11,7 @@ into one that fetches a summary's statistics instead (`tracer.values.summaries`)
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from tracer.find.keras import find_layers
 from tracer.inputs.feeds import fed_names, pipeline_entries, resolve_feeds, unfed_placeholders
 from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.loaded import Model
-from tracer.load.safety import check_model
+from tracer.load.safety import check_model, unsafe_ops
 from tracer.run.batch import Batch, Prepared, Statistics, Values
 from tracer.run.budget import fixed_size_problem
 from tracer.run.select import Selection
@@ -83,6 +83,33 @@ def weight_values(
     if isinstance(model, KerasModel):
         return {c.name: dict(c.weights) for c in cells_of(model, cells, KerasCell)}
     return read_weights(model.session, cells_of(model, cells, Cell), timeout)
+
+
+def weight_tensors(cells: Sequence[Cell]) -> list[str]:
+    """What reading the cells' weights runs (`gatetrace weights`, and every recording)."""
+    return [t for c in cells for t in c.weights.values()]
+
+
+def record_tensors(plan: FetchPlan, cells: Sequence[Cell]) -> list[Any]:
+    """What recording `cells` runs: every tensor of their plan, and their weights."""
+    return [*plan.tensors, *weight_tensors(cells)]
+
+
+def unsafe_by_command(
+    model: Model, plan: FetchPlan, cells: Sequence[Cell], fed: Iterable[str] = ()
+) -> dict[str, list[str]]:
+    """`name (Type)` of each op outside the allowlist (`tracer.load.safety`) that each command
+    would run on `model`, loading included: `weights` (the cells' weights) and `record` (the
+    gates and weights of `cells`, by `plan`, the tensors named in `fed` fed). `prepare` and
+    `gatetrace weights` refuse the same ops, unless the model was loaded with
+    allow_unsafe_ops; `gatetrace inspect` lists them."""
+    loading = model.load_plan.problems(model.graph) if model.load_plan else []
+    return {
+        "weights": sorted(set(loading + unsafe_ops(model.graph, weight_tensors(cells)))),
+        "record": sorted(
+            set(loading + unsafe_ops(model.graph, record_tensors(plan, cells), fed=fed))
+        ),
+    }
 
 
 def _reachable(
@@ -160,12 +187,11 @@ def prepare(
     parts = selection is not None and selection.parts
     plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
     plan.check_verifiable()
-    weights = [t for c in cells for t in c.weights.values()]
     fed = fed_names(model.graph, feeds, model.inputs)
     # named, with the tensor to feed, before the op check would call it unsafe
     if pipeline_entries(plan.tensors, fed):
         resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
-    ran = check_model(model, [*plan.tensors, *weights], "fetching the gates and weights", fed)
+    ran = check_model(model, record_tensors(plan, cells), "fetching the gates and weights", fed)
     too_large = fixed_size_problem(
         model.graph.get_operation_by_name(name) for name, _ in ran if " in function " not in name
     )
