@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import GraphPatternError
+from tracer.cells.activations import ACTIVATIONS
 from tracer.cells.found import Conv, KerasCell
 from tracer.cells.kinds import KERAS_CONV_LSTM, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
-from tracer.cells.reference import ACTIVATIONS
 from tracer.load.keras import KerasModel, framework_of, to_numpy
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]

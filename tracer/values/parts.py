@@ -3,7 +3,7 @@
 A gate's preactivation is a sum over what the cell read at the step (`x`, the input;
 `h_prev`, `c_prev`, the states it read) and its weights (`W`, `U`, `b`, one gate's slices:
 `tracer.values.weights.gate_weights`). The parts, by cell kind (their definitions sit
-beside the gate orders in `tracer.cells.kinds`):
+beside the gate orders in `tracer.cells.kinds`, one module a family):
 
     every kind   input = x W,  recurrent = h_prev U,  bias = b
     GRUCell, GRUBlockCell, Keras GRU(reset_after=False), candidate c:

@@ -4,21 +4,11 @@ A cell inside `dynamic_rnn` runs in a loop body whose ops cannot be fetched from
 What enters the loop (the input sequence, the initial state, the sequence lengths) and
 what leaves it (the outputs, the final state) can. `replay` runs the cell over the
 sequence in float32 numpy, vectorized over the batch, with the input projection of all
-steps in one matrix product, exactly as the `tf.compat.v1.nn.rnn_cell` classes compute:
-
-    LSTM   z = [x, h_prev] @ kernel + bias;  i, j, f, o = split(z, 4)
-    GRU    r, u = split(sigmoid([x, h_prev] @ kernel + bias), 2)
-           c = act([x, r * h_prev] @ candidate_kernel + candidate_bias)
-    RNN    h = act([x, h_prev] @ kernel + bias)
-
-and as Keras' `LSTM`, `GRU` and `SimpleRNN` layers compute (`tracer.load.keras` stacks
-their kernel on their recurrent kernel, so that `kernel` is [x, h_prev] @ kernel here too):
-
-    LSTM       i, f, j, o = split([x, h_prev] @ kernel + bias, 4)   (Keras' i, f, c, o)
-    GRU        u, r = gate_act(split([x, h_prev] @ kernel[:, :2u] + bias, 2))   (Keras' z, r)
-               c = act(x @ W_c + b_c + r * (h_prev @ U_c + recurrent_bias_c))   reset_after
-               c = act(x @ W_c + b_c + (r * h_prev) @ U_c)                     otherwise
-    SimpleRNN  h = act([x, h_prev] @ kernel + bias)
+steps in one matrix product, exactly as the `tf.compat.v1.nn.rnn_cell` classes and Keras'
+`LSTM`, `GRU` and `SimpleRNN` layers compute: each kind's step is its `CellMath`'s
+(`tracer.cells.kinds`: `project` the input part of every step, `replay_step` one step from
+its recurrent part). `tracer.load.keras` stacks a Keras layer's kernel on its recurrent
+kernel, so that `kernel` is [x, h_prev] @ kernel for every kind.
 
 Past an example's length (or where a Keras mask is False), the state is carried through
 and the output is zero (`dynamic_rnn`) or the previous output (Keras). `check` compares
@@ -30,48 +20,24 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from recorders.errors import GraphPatternError, ReplayMismatchError
-from tracer.cells.kinds import spec_for
-from tracer.cells.reference import ACTIVATIONS
+from tracer.cells import activations
+from tracer.cells.kinds import Options, Replaying, spec_for
 
 __all__ = ["Replayed", "replay", "check", "compare", "activation_of", "TOLERANCE"]
 
 TOLERANCE = 1e-4
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # = 1 / (1 + exp(-x)), without overflow
-    return (0.5 * np.tanh(0.5 * x) + 0.5).astype(x.dtype, copy=False)
-
-
-def _sigmoid_into(z: np.ndarray, out: np.ndarray, shift: np.float32 | None = None) -> None:
-    """out = sigmoid(z + shift) in four float32 passes: 1 / (1 + exp(-(z + shift))).
-
-    Faster than the tanh form; where exp overflows (z < -88) the result is exactly 0.
-    """
-    np.negative(z, out=out)
-    if shift is not None:
-        out -= shift
-    with np.errstate(over="ignore"):
-        np.exp(out, out=out)
-    out += np.float32(1)
-    np.reciprocal(out, out=out)
-
-
-# The reference's activations keep float32 (numpy treats Python scalars as weak), except its
-# sigmoid, which overflows in float32: the tanh form above does not.
-_ACT = {**ACTIVATIONS, "sigmoid": _sigmoid}
 
 
 @dataclass
@@ -141,16 +107,26 @@ def replay(
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
     x = np.asarray(inputs, dtype=f32)
     n, steps, d = x.shape
-    act, gate_act = activation_of(activation), activation_of(recurrent_activation)
-    kernel, bias = w["kernel"], w["bias"]
     spec = spec_for(kind)
-    lstm, blocks, gates = spec.is_lstm, spec.weights[0].blocks, len(spec.gates)
+    math, lstm, blocks, gates = spec.math, spec.is_lstm, spec.weights[0].blocks, len(spec.gates)
+    kernel = w["kernel"]
     units = kernel.shape[1] // blocks
     width = w["projection"].shape[1] if "projection" in w else units
     if kernel.shape[0] != d + width:
         raise GraphPatternError(
             f"{kind}: kernel of shape {list(kernel.shape)} does not fit inputs of {d} features and a state of {width}"
         )
+    options = Options(
+        activation_of(activation),
+        activation_of(recurrent_activation),
+        forget_bias or 0.0,
+        cell_clip,
+        proj_clip,
+    )
+    plain = activation == "tanh" and recurrent_activation == "sigmoid"
+    # each gate's columns of the preactivations, in the spec's order
+    columns = {g: slice(k * units, (k + 1) * units) for k, g in enumerate(spec.gates)}
+    how = Replaying(w, d, units, options, columns, plain)
     init = dict(initial or {})
     h0 = np.asarray(init.get("h", np.zeros((n, width))), dtype=f32)
     c0 = np.asarray(init.get("c", np.zeros((n, units))), dtype=f32)
@@ -165,40 +141,9 @@ def replay(
         states["c"] = np.empty((steps, n, units), f32)
     # Without a mask the outputs are the h states; with one they differ where steps are skipped.
     outputs = states["h"] if alive is None else np.empty((steps, n, width), f32)
-    recurrent = kernel[d:]
-    cand_k = w.get("candidate_kernel")
-    recurrent_bias = w.get("recurrent_bias")  # Keras GRU with reset_after
-
-    def project(rows: slice) -> None:
-        """The input part of every step of the examples `rows` in one product,
-        [steps, rows, d] @ [d, blocks * units], written straight into the preactivations;
-        each step then adds its recurrent part."""
-        xin = x[rows].transpose(1, 0, 2)
-        if kind == "GRUCell":
-            assert cand_k is not None  # every GRUCell has one: spec_for("GRUCell").weights
-            np.matmul(xin, kernel[:d], out=pre[:, rows, : 2 * units])
-            pre[:, rows, : 2 * units] += bias
-            np.matmul(xin, cand_k[:d], out=pre[:, rows, 2 * units :])
-            pre[:, rows, 2 * units :] += w["candidate_bias"]
-        else:
-            np.matmul(xin, kernel[:d], out=pre[:, rows])
-            pre[:, rows] += bias
-        if recurrent_bias is not None:
-            # Keras GRU, blocks u (Keras z), r, c (Keras h). reset_after: a recurrent bias of its own,
-            # and r multiplies the recurrent part of c after the product (before it without reset_after).
-            pre[:, rows, : 2 * units] += recurrent_bias[: 2 * units]
-
-    fb = f32(forget_bias or 0.0)
-    peep = "w_i_diag" in w
-    # The LSTM gates' column blocks, in the spec's order (i, j, f, o for TensorFlow, i, f, j, o for Keras).
-    i_, j_, f_, o_ = (
-        (slice(k * units, (k + 1) * units) for k in (spec.gates.index(g) for g in "ijfo"))
-        if lstm
-        else [None] * 4
-    )
-    fast = lstm and not peep and activation == "tanh" and recurrent_activation == "sigmoid"
     # the columns h_prev @ recurrent kernel gives per step
-    cols = 2 * units if kind == "GRU" else blocks * units
+    cols = math.replay_columns(units, blocks)
+    recurrent = kernel[d:, :cols]
     scratch = np.empty((n, cols), f32)
 
     def step(t: int, rows: slice) -> None:
@@ -208,63 +153,15 @@ def replay(
         c = (c0 if t == 0 else states["c"][t - 1])[rows] if lstm else c0[rows]
         z = pre[t, rows, :cols]
         z += scratch[rows]
-        a = post[t, rows]
-        if fast:
-            # i = input_gate, j = new_input, f = forget_gate, o = output_gate
-            for g in (i_, f_, o_):
-                _sigmoid_into(z[:, g], a[:, g], fb if g is f_ else None)
-            np.tanh(z[:, j_], out=a[:, j_])
-            c_new = a[:, f_] * c
-            c_new += a[:, i_] * a[:, j_]
-            if cell_clip is not None:
-                np.clip(c_new, -cell_clip, cell_clip, out=c_new)
-            h_new = np.tanh(c_new)
-            h_new *= a[:, o_]
-        elif lstm:
-            i, j, f, o = z[:, i_], z[:, j_], z[:, f_], z[:, o_]
-            a[:, i_] = gate_act(i + w["w_i_diag"] * c if peep else i)
-            a[:, f_] = gate_act(f + fb + w["w_f_diag"] * c if peep else f + fb)
-            a[:, j_] = act(j)
-            c_new = a[:, f_] * c + a[:, i_] * a[:, j_]
-            if cell_clip is not None:
-                c_new = np.clip(c_new, -cell_clip, cell_clip)
-            a[:, o_] = gate_act(o + w["w_o_diag"] * c_new if peep else o)
-            h_new = a[:, o_] * act(c_new)
-        elif kind == "GRUCell":
-            # r = reset gate, u = update gate (sigmoid before the split), c = candidate
-            a[:, : 2 * units] = gate_act(z)
-            r, u = a[:, :units], a[:, units : 2 * units]
-            zc = pre[t, rows, 2 * units :]
-            assert cand_k is not None  # as in project
-            zc += (r * h) @ cand_k[d:]
-            a[:, 2 * units :] = act(zc)
-            h_new = u * h + (1 - u) * a[:, 2 * units :]
-        elif kind == "GRU":
-            # u = update gate (Keras z), r = reset gate, c = candidate (Keras h)
-            a[:, : 2 * units] = gate_act(z)
-            u, r = a[:, :units], a[:, units : 2 * units]
-            zc = pre[t, rows, 2 * units :]
-            if recurrent_bias is not None:
-                zc += r * (h @ recurrent[:, 2 * units :] + recurrent_bias[2 * units :])
-            else:
-                zc += (r * h) @ recurrent[:, 2 * units :]
-            a[:, 2 * units :] = act(zc)
-            h_new = u * h + (1 - u) * a[:, 2 * units :]
-        else:  # BasicRNNCell, SimpleRNN
-            a[:] = act(z)
-            h_new = a
-        if lstm and "projection" in w:
-            h_new = h_new @ w["projection"]
-            if proj_clip is not None:
-                h_new = np.clip(h_new, -proj_clip, proj_clip)
+        h_new, c_new = math.replay_step(how, pre[t, rows], z, post[t, rows], h, c)
         if alive is None:
             states["h"][t, rows] = h_new
-            if lstm:
+            if c_new is not None:
                 states["c"][t, rows] = c_new
             return
         keep = alive[rows, t : t + 1]
         np.copyto(states["h"][t, rows], np.where(keep, h_new, h))
-        if lstm:
+        if c_new is not None:
             np.copyto(states["c"][t, rows], np.where(keep, c_new, c))
         if carry_outputs:  # Keras: a skipped step repeats the previous output
             np.copyto(
@@ -275,11 +172,11 @@ def replay(
 
     def run(rows: slice) -> None:
         """Every step for the examples `rows`, which depend on no others."""
-        project(rows)
+        # the input part of every step of these examples in one product, [steps, rows, d] @
+        # [d, blocks * units], written straight into the preactivations
+        math.project(x[rows].transpose(1, 0, 2), how, pre[:, rows])
         for t in range(steps):
-            np.matmul(
-                (h0 if t == 0 else states["h"][t - 1])[rows], recurrent[:, :cols], out=scratch[rows]
-            )
+            np.matmul((h0 if t == 0 else states["h"][t - 1])[rows], recurrent, out=scratch[rows])
             step(t, rows)
 
     # The batch in blocks of rows, one per core, on worker threads: numpy releases the GIL
@@ -310,16 +207,12 @@ def replay(
     )
 
 
-def activation_of(name):
-    """A numpy activation by name (see `ACTIVATIONS`), or a callable as it is."""
-    if callable(name):
-        return name
+def activation_of(name: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """A numpy activation by name (see `tracer.cells.activations`), or a callable as it is."""
     try:
-        return _ACT[name]
-    except KeyError:
-        raise GraphPatternError(
-            f"activation {name!r} is not replayed: expected one of {sorted(_ACT)}"
-        ) from None
+        return activations.activation_of(name)
+    except ValueError as err:
+        raise GraphPatternError(str(err)) from None
 
 
 @contextmanager
