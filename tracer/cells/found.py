@@ -339,8 +339,8 @@ class Conv:
 class KerasCell(HasSpec):
     """One Keras RNN layer's cell, as gatetrace records it.
 
-    name is the layer's path in the model (`bidirectional/backward_gru`). `weights` holds
-    numpy arrays by role: `kernel` (the layer's kernel stacked on its recurrent kernel:
+    name is the layer's path in the model (`bidirectional/backward_gru`). `arrays` holds
+    its weights as numpy arrays by role (a graph cell's `weights` name tensors): `kernel` (the layer's kernel stacked on its recurrent kernel:
     input rows first), `bias`, and for a GRU with reset_after `recurrent_bias`.
     `backward` is the layer's `go_backwards`. A ConvLSTM layer's cell has a `conv`: its
     kernels are flattened to [taps * channels, 4 * filters] before they are stacked, and its
@@ -353,7 +353,7 @@ class KerasCell(HasSpec):
     input_size: int
     activation: str
     recurrent_activation: str
-    weights: Mapping[str, np.ndarray]
+    arrays: Mapping[str, np.ndarray]
     variables: Mapping[str, str]
     backward: bool
     reset_after: bool | None
@@ -367,7 +367,7 @@ class KerasCell(HasSpec):
     proj_clip: None = None
     num_proj: None = None
     loop: None = None
-    steps: int | None = None  # the steps of the layer's input, where its shape fixes them
+    length: int | None = None  # the number of steps, where the layer's input shape fixes it
     # (k, n): the k-th of the n cells the layer's StackedRNNCells runs at each step, each
     # reading the one before's output ((0, 1): the layer's only cell)
     stack: tuple[int, int] = (0, 1)
@@ -392,7 +392,7 @@ class KerasCell(HasSpec):
             "units": self.units,
             "input_size": self.input_size,
             "output_size": self.output_size,
-            "steps": self.steps,
+            "steps": self.length,
             "gates": list(self.gates),
             "states": list(self.spec.states),
             "activation": self.activation,

@@ -189,7 +189,7 @@ def _cell(
         input_size=kernel.shape[0],
         activation=act_name,
         recurrent_activation=gate_name if spec is not KERAS_SIMPLE_RNN else "-",
-        weights=weights,
+        arrays=weights,
         variables=variables,
         backward=bool(layer.go_backwards),
         reset_after=reset_after,
@@ -197,7 +197,7 @@ def _cell(
         framework=framework,
         act=act,
         gate_act=gate_act,
-        steps=None if shape is None or len(shape) < 2 or shape[1] is None else int(shape[1]),
+        length=None if shape is None or len(shape) < 2 or shape[1] is None else int(shape[1]),
         stack=stack,
         conv=conv,
     )

@@ -81,7 +81,7 @@ def weight_values(
 ) -> dict[str, dict[str, np.ndarray]]:
     """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
     if isinstance(model, KerasModel):
-        return {c.name: dict(c.weights) for c in cells_of(model, cells, KerasCell)}
+        return {c.name: dict(c.arrays) for c in cells_of(model, cells, KerasCell)}
     return read_weights(model.session, cells_of(model, cells, Cell), timeout)
 
 

@@ -252,7 +252,7 @@ class KerasPlan:
             return self._replay_conv(cell, x, mask, initial, seen.outputs, final, seen.mask)
         got = replay(
             cell.kind,
-            cell.weights,
+            cell.arrays,
             x,
             None if initial is None else dict(zip(order, initial, strict=True)),
             mask=mask,
@@ -286,7 +286,7 @@ class KerasPlan:
 
         got = replay_conv(
             conv,
-            cell.weights,
+            cell.arrays,
             channels_last(x, conv),
             None
             if initial is None
@@ -352,7 +352,7 @@ class KerasPlan:
     ) -> dict[str, np.ndarray | None]:
         """The parts of gate number `gate`'s preactivation for the examples `rows` (`tracer.values.parts`)."""
         c = self.cells[cell]
-        return plan_parts(self, values, cell, gate, gate_weights(c, dict(c.weights)), rows)
+        return plan_parts(self, values, cell, gate, gate_weights(c, dict(c.arrays)), rows)
 
     def state(
         self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)
