@@ -1,13 +1,54 @@
-"""The model formats `load_model` reads, as the help and the errors name them. Imports nothing
-heavy: the command line's help is made from it before TensorFlow loads.
+"""The model formats `load_model` reads: one `Format` each, with what it reads as the help and
+the errors name it, and the module that reads it. Imports nothing heavy: the command line's
+help is made from it before TensorFlow loads.
+
+Each format's module has one hook, `read(path, source, request)`: the model loaded (a
+`tracer.load.loaded.Model`, or a `tracer.load.keras.KerasModel`), or None where `path` is
+not in its format. The formats' rules do not overlap, so the order they are tried in does
+not matter: a folder holding saved_model.pb is a SavedModel's, not a checkpoint's, and a
+tf-keras SavedModel folder is Keras' unless its metadata names classes Keras does not have.
+A new format is a module with that hook and its line here.
 """
 
 from __future__ import annotations
 
-__all__ = ["FORMATS"]
+from dataclasses import dataclass
 
-FORMATS = (
-    "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file, "
-    "a SavedModel folder (saved_model.pb), a frozen GraphDef .pb, or a Keras .keras/.h5 file "
-    "(or tf-keras SavedModel folder)"
+__all__ = ["Format", "LoadRequest", "FORMAT_LIST", "FORMATS"]
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """How `load_model` was asked to load: the SavedModel tag and signature, whether to
+    restore the weights (False: load the graph only, running nothing), and whether ops
+    outside the allowlist may run."""
+
+    tag: str
+    signature: str
+    restore: bool = True
+    allow_unsafe_ops: bool = False
+
+
+@dataclass(frozen=True)
+class Format:
+    """One model format: `name` (a loaded model's `format`), what it reads as the help says
+    it, and the module whose `read` hook reads it."""
+
+    name: str
+    reads: str
+    module: str
+
+
+FORMAT_LIST = (
+    Format(
+        "checkpoint",
+        "a checkpoint prefix P with P.meta beside it, a folder holding a 'checkpoint' file",
+        "tracer.load.checkpoint",
+    ),
+    Format("saved_model", "a SavedModel folder (saved_model.pb)", "tracer.load.saved_model"),
+    Format("frozen", "a frozen GraphDef .pb", "tracer.load.frozen"),
+    Format("keras", "a Keras .keras/.h5 file (or tf-keras SavedModel folder)", "tracer.load.keras"),
 )
+
+# as the help and the errors say it: "a ..., a ..., or a ..."
+FORMATS = ", ".join(f.reads for f in FORMAT_LIST[:-1]) + ", or " + FORMAT_LIST[-1].reads

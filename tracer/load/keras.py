@@ -24,10 +24,13 @@ import numpy as np
 
 from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf
+from tracer.load.formats import LoadRequest
 from tracer.load.keras_cudnn import cudnn_layers, on_cpu
-from tracer.load.keras_files import check_keras_file, keras2_fixes, keras_config
+from tracer.load.keras_files import check_keras_file, custom_classes, keras2_fixes, keras_config
 
 __all__ = [
+    "read",
+    "classes_outside_keras",
     "KerasModel",
     "KerasInput",
     "is_keras",
@@ -103,6 +106,23 @@ def is_keras_file(path: str | os.PathLike) -> bool:
     return (p.is_file() and p.suffix in (".keras", ".h5", ".hdf5")) or (
         p.is_dir() and (p / "keras_metadata.pb").is_file()
     )
+
+
+def classes_outside_keras(path: Path, allow_unsafe_ops: bool) -> list[str]:
+    """The classes a tf-keras SavedModel folder's keras_metadata.pb names that Keras does not
+    have (none for a file, or with `allow_unsafe_ops`): such a folder is read as a SavedModel
+    (`tracer.load.saved_model.read`), not by Keras."""
+    if allow_unsafe_ops or not (path.is_dir() and is_keras_file(path)):
+        return []
+    return custom_classes(path)
+
+
+def read(path: Path, source: str, request: LoadRequest) -> KerasModel | None:
+    """The Keras model in `path` (a `.keras`/`.h5` file, a tf-keras SavedModel folder whose
+    classes are all Keras' own), or None."""
+    if not is_keras_file(path) or classes_outside_keras(path, request.allow_unsafe_ops):
+        return None
+    return load_keras(path, allow_unsafe_ops=request.allow_unsafe_ops)
 
 
 def _saved_by(p: Path) -> str:

@@ -10,8 +10,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from recorders.errors import ModelFormatError
+from recorders.errors import ModelFormatError, listing
 from tracer._tf import tf, v1
+from tracer.load.formats import LoadRequest
 from tracer.load.import_check import check_before_import
 from tracer.load.inline import (
     DEFAULT_SIGNATURE,
@@ -20,11 +21,12 @@ from tracer.load.inline import (
     keras_note,
     signature_of,
 )
+from tracer.load.keras import classes_outside_keras, is_keras_file
 from tracer.load.loaded import LoadPlan, Model, closed_if_it_fails, error_line, saver_plan
 from tracer.load.paths import inside
 from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions, runs_cudnn
 
-__all__ = ["load_saved_model", "INIT_OP_SIGNATURE", "UNOPTIMIZED"]
+__all__ = ["read", "load_saved_model", "INIT_OP_SIGNATURE", "UNOPTIMIZED"]
 
 
 INIT_OP_SIGNATURE = "__saved_model_init_op"  # where TensorFlow's loader looks for the init op first
@@ -109,6 +111,31 @@ def _links_out(folder: Path) -> list[str]:
             if entry.is_symlink() and not inside(entry, folder):
                 found.append(str(entry.relative_to(folder)))
     return sorted(found)
+
+
+def read(path: Path, source: str, request: LoadRequest) -> Model | None:
+    """The SavedModel in the folder `path`, or None: no saved_model.pb there, or a tf-keras
+    SavedModel that Keras reads (`tracer.load.keras`). One whose keras_metadata.pb names
+    classes that are not Keras' own (a subclassed model, a custom layer: code the folder does
+    not hold), and nothing else it refuses (a Lambda stays refused), is read here: through its
+    traced functions and variables, graphs of TensorFlow ops checked like any SavedModel's."""
+    if not (
+        path.is_dir() and any((path / n).is_file() for n in ("saved_model.pb", "saved_model.pbtxt"))
+    ):
+        return None
+    custom = classes_outside_keras(path, request.allow_unsafe_ops)
+    if is_keras_file(path) and not custom:
+        return None
+    model = load_saved_model(
+        path, request.tag, request.signature, source, request.restore, request.allow_unsafe_ops
+    )
+    if not custom:
+        return model
+    traced = (
+        f"its keras_metadata.pb names {listing(custom, 3)}: recorded through the SavedModel's "
+        "traced functions and variables instead, which need no Python code of the model and run none"
+    )
+    return replace(model, notes=(*model.notes, traced))
 
 
 def load_saved_model(
