@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.cells.reference import run_cell
     from tracer.find.graph import find_cells
     from tracer.find.keras import find_layers
+    from tracer.find.named import find_named
     from tracer.load.keras import KerasModel, load_keras
     from tracer.load.loaded import Model, from_session
     from tracer.load.model import load_model
@@ -58,6 +59,7 @@ _LAZY = {
     "SPECS": "tracer.cells.kinds",
     "spec_for": "tracer.cells.kinds",
     "Cell": "tracer.cells.found",
+    "find_named": "tracer.find.named",
     "Step": "tracer.cells.found",
     "find_cells": "tracer.find.graph",
     "Model": "tracer.load.loaded",
@@ -112,6 +114,7 @@ __all__ = [
     "Cell",
     "Step",
     "find_cells",
+    "find_named",
     "Model",
     "load_model",
     "from_session",

@@ -289,7 +289,7 @@ def _why_fused(fused: Fused) -> str:
 
 
 def _describe_step(cell: Cell, step: Step) -> dict:
-    if cell.spec.is_lstm:
+    if cell.spec.is_lstm and cell.spec.weights:  # (a cell found by name has its own tensors)
         # The four outputs of the step's Split op are the four gates' preactivations.
         gate_tensors = [f"{step.gate_op}:{k}" for k in range(4)]
     else:

@@ -85,6 +85,18 @@ def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f"
     )
+    c.add_argument(
+        "--gate-ops",
+        metavar="PATTERN",
+        help="a cell of your own: a regular expression naming its gates' ops (each a nonlinearity), with groups "
+        "cell, gate and step, e.g. '(?P<cell>my_lstm)/(?P<gate>\\w+)_gate_(?P<step>\\d+)'; without a step "
+        "group, steps are found by walking the graph (see docs/how-cells-are-found.md)",
+    )
+    c.add_argument(
+        "--state-ops",
+        metavar="PATTERN",
+        help="with --gate-ops: a regular expression naming its states' tensors, groups cell, state and step",
+    )
     c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
     c.add_argument(
         "--values",

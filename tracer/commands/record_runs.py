@@ -50,6 +50,8 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         memory=memory,
         verify=args.verify,
         summary=bins,
+        gate_ops=args.gate_ops,
+        state_ops=args.state_ops,
     )
 
 
@@ -177,6 +179,8 @@ def record_parallel(args, selection, memory) -> None:
             memory=memory,
             verify=args.verify,
             summary=summary_bins(args),
+            gate_ops=args.gate_ops,
+            state_ops=args.state_ops,
         ),
     )
     bar = None

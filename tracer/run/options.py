@@ -42,6 +42,9 @@ class RecordOptions:
     reads        the files the feeds come from: `overwrite` never replaces a recording they
                  (or the model's own files) lie inside
     summary      record statistics per unit and step (`recorders.Bins`) instead of every value
+    gate_ops     a cell of your own: the pattern naming its gates' ops, step by step, which
+                 `tracer.find.named.find_named` reads (the cells found are then those it names)
+    state_ops    ...and the pattern naming its states' tensors
     """
 
     overwrite: bool = False
@@ -58,6 +61,8 @@ class RecordOptions:
     verify: bool = False
     reads: tuple[str | os.PathLike[str] | None, ...] = ()
     summary: Bins | None = None
+    gate_ops: str | None = None
+    state_ops: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
@@ -65,6 +70,15 @@ class RecordOptions:
             raise SelectionError(
                 f"--carry-state with --shard {self.shard}: each shard would start its stream from zero state, not "
                 "from the state the rows before it leave; record the stream in one process"
+            )
+        if self.state_ops is not None and self.gate_ops is None:
+            raise SelectionError(
+                "--state-ops names the states of a cell --gate-ops names: give its gates' pattern too"
+            )
+        if self.gate_ops is not None and self.selection.parts:
+            raise SelectionError(
+                "--gate-ops with --values contributions: the parts of a preactivation are known for TensorFlow's and "
+                "Keras' cells only; leave contributions out"
             )
         if self.summary is not None and self.selection.parts:
             raise SelectionError(

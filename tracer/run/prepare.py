@@ -24,6 +24,7 @@ from recorders.write.totals import Bins, summary_columns
 from tracer.cells.found import AnyCell, Cell, KerasCell
 from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers
+from tracer.find.named import find_named
 from tracer.inputs.feeds import fed_names, pipeline_entries, resolve_feeds, unfed_placeholders
 from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.loaded import Model
@@ -55,8 +56,19 @@ def as_model(model: Any) -> Model | KerasModel:
     return wrap(model) if is_keras(model) else model
 
 
-def find_all(model: Model | KerasModel) -> list[AnyCell]:
-    """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model (`tracer.find.keras.find_layers`)."""
+def find_all(
+    model: Model | KerasModel, gate_ops: str | None = None, state_ops: str | None = None
+) -> list[AnyCell]:
+    """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model
+    (`tracer.find.keras.find_layers`); with `gate_ops`, the cells of your own its pattern
+    names instead (`tracer.find.named.find_named`, with the states `state_ops` names)."""
+    if gate_ops is not None:
+        if isinstance(model, KerasModel):
+            raise SelectionError(
+                f"--gate-ops names ops of a graph; {model.source} is a Keras model, whose layers are found without it: "
+                "leave --gate-ops out"
+            )
+        return list(find_named(model.graph, gate_ops, state_ops, model.source))
     if isinstance(model, KerasModel):
         return list(find_layers(model))
     return list(find_cells(model.graph, model.source))

@@ -151,7 +151,9 @@ def record(
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
     with from_loops(
         model,
-        selection.apply(cells if cells is not None else find_all(model)),
+        selection.apply(
+            cells if cells is not None else find_all(model, options.gate_ops, options.state_ops)
+        ),
         options.progress,
         reads=selection.parts,
     ) as (model, cells):

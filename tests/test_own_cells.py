@@ -1,0 +1,305 @@
+"""Cells of your own, found by the names of their ops (`tracer.find.named`, `--gate-ops`).
+
+Built as the code people publish builds them: an LSTM written out gate by gate with four
+weight matrices per gate (each gate's op named `forget_gate_3`), and the multiplicative LSTM
+of the sentiment-neuron code (`m = (x @ wmx) * (h @ wmh)`, `z = x @ wx + m @ wh + b`, split in
+four, gates left with TensorFlow's names `model/Sigmoid_{3t + k}`). Every recorded value is
+checked against a float64 numpy recomputation from the weights.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli, v1
+
+T, D, H, N = 5, 3, 4, 6
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _save(session, graph, folder):
+    with graph.as_default():
+        return v1.train.Saver().save(session, str(folder / "model.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def hand_lstm(tmp_path_factory):
+    """An LSTM from scratch: W, U, b per gate, unrolled by a Python loop over tf.unstack."""
+    folder = tmp_path_factory.mktemp("hand_lstm")
+    graph = v1.Graph()
+    with graph.as_default():
+        v1.set_random_seed(1)
+        x = v1.placeholder(v1.float32, [None, T, D], name="x")
+        w = {}
+        with v1.variable_scope("my_lstm"):
+            for g in "ifoc":
+                w[g] = (
+                    v1.get_variable(f"W_{g}", [D, H]),
+                    v1.get_variable(f"U_{g}", [H, H]),
+                    v1.get_variable(f"b_{g}", [H], initializer=v1.random_normal_initializer()),
+                )
+        h = c = v1.zeros([v1.shape(x)[0], H])
+        names = {"i": "input", "f": "forget", "o": "output", "c": "cell"}
+        for t, x_t in enumerate(v1.unstack(x, axis=1)):
+            z = {g: v1.matmul(x_t, W) + v1.matmul(h, U) + b for g, (W, U, b) in w.items()}
+            i, f, o = (v1.sigmoid(z[g], name=f"my_lstm/{names[g]}_gate_{t}") for g in "ifo")
+            g_ = v1.tanh(z["c"], name=f"my_lstm/cell_gate_{t}")
+            c = v1.identity(f * c + i * g_, name=f"my_lstm/c_{t}")
+            h = v1.identity(o * v1.tanh(c), name=f"my_lstm/h_{t}")
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        weights = session.run(w)
+    prefix = _save(session, graph, folder)
+    session.close()
+    return prefix, weights
+
+
+def _hand_lstm_reference(weights, x):
+    """Every gate and state of the hand-written LSTM, in float64."""
+    w = {g: [np.asarray(a, np.float64) for a in v] for g, v in weights.items()}
+    h = c = np.zeros((len(x), H))
+    out = {k: [] for k in ("input", "forget", "output", "cell", "c", "h")}
+    for t in range(T):
+        z = {g: x[:, t] @ W + h @ U + b for g, (W, U, b) in w.items()}
+        i, f, o, g_ = _sigmoid(z["i"]), _sigmoid(z["f"]), _sigmoid(z["o"]), np.tanh(z["c"])
+        c = f * c + i * g_
+        h = o * np.tanh(c)
+        for k, v in (("input", i), ("forget", f), ("output", o), ("cell", g_), ("c", c), ("h", h)):
+            out[k].append(v)
+    return {k: np.stack(v, axis=1) for k, v in out.items()}, {
+        "input": "i",
+        "forget": "f",
+        "output": "o",
+        "cell": "c",
+    }
+
+
+@pytest.fixture(scope="module")
+def mlstm(tmp_path_factory):
+    """The multiplicative LSTM as the sentiment-neuron code builds it (TF1, `mlstm` in its
+    `encoder.py`): the sequence cut by tf.split, one mLSTM step per position, gates left
+    with TensorFlow's own op names."""
+    folder = tmp_path_factory.mktemp("mlstm")
+    graph = v1.Graph()
+    with graph.as_default():
+        v1.set_random_seed(2)
+        X = v1.placeholder(v1.float32, [None, T, D], name="X")
+        with v1.variable_scope("model"):
+            inputs = [v1.squeeze(v, [1]) for v in v1.split(X, T, 1)]
+            with v1.variable_scope("lstm"):
+                wx = v1.get_variable("wx", [D, H * 4])
+                wh = v1.get_variable("wh", [H, H * 4])
+                wmx = v1.get_variable("wmx", [D, H])
+                wmh = v1.get_variable("wmh", [H, H])
+                b = v1.get_variable("b", [H * 4], initializer=v1.random_normal_initializer())
+            c = h = v1.zeros([v1.shape(X)[0], H])
+            for idx, x in enumerate(inputs):
+                m = v1.matmul(x, wmx) * v1.matmul(h, wmh)
+                z = v1.matmul(x, wx) + v1.matmul(m, wh) + b
+                i, f, o, u = v1.split(z, 4, 1)
+                i, f, o = v1.nn.sigmoid(i), v1.nn.sigmoid(f), v1.nn.sigmoid(o)
+                u = v1.tanh(u)
+                c = f * c + i * u
+                h = o * v1.tanh(c)
+                inputs[idx] = h
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        weights = session.run({"wx": wx, "wh": wh, "wmx": wmx, "wmh": wmh, "b": b})
+    prefix = _save(session, graph, folder)
+    session.close()
+    return prefix, weights
+
+
+def _mlstm_reference(weights, x):
+    """The mLSTM's gates i, f, o (sigmoids) and u (the first tanh of a step), in float64."""
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    h = c = np.zeros((len(x), H))
+    out = {k: [] for k in ("i", "f", "o", "u", "tanh_c")}
+    for t in range(T):
+        m = (x[:, t] @ w["wmx"]) * (h @ w["wmh"])
+        z = x[:, t] @ w["wx"] + m @ w["wh"] + w["b"]
+        i, f, o, u = np.split(z, 4, axis=1)
+        i, f, o, u = _sigmoid(i), _sigmoid(f), _sigmoid(o), np.tanh(u)
+        c = f * c + i * u
+        h = o * np.tanh(c)
+        for k, v in (("i", i), ("f", f), ("o", o), ("u", u), ("tanh_c", np.tanh(c))):
+            out[k].append(v)
+    return {k: np.stack(v, axis=1) for k, v in out.items()}
+
+
+def _inputs(seed=0):
+    return np.random.RandomState(seed).randn(N, T, D).astype(np.float32)
+
+
+def test_a_hand_written_lstm_records_by_the_names_of_its_gates(hand_lstm, tmp_path):
+    import recorders
+    import tracer
+
+    prefix, weights = hand_lstm
+    x = _inputs()
+    with tracer.load_model(prefix) as model:
+        cells = tracer.find_named(
+            model.graph,
+            r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+            states=r"(?P<cell>my_lstm)/(?P<state>[ch])_(?P<step>\d+)",
+        )
+        assert [(c.name, c.kind, c.gates, c.spec.states, c.units) for c in cells] == [
+            ("my_lstm", "named", ("input", "forget", "output", "cell"), ("c", "h"), H)
+        ]
+        tracer.record(model, {"x": x}, tmp_path / "run", cells=cells, batch_size=4)
+    rec = recorders.Recording(tmp_path / "run")
+    expected, _ = _hand_lstm_reference(weights, x.astype(np.float64))
+    for gate in ("input", "forget", "output", "cell"):
+        got = rec.gate_array("my_lstm", gate)
+        np.testing.assert_allclose(got, expected[gate], atol=2e-6)
+    for state in ("c", "h"):
+        np.testing.assert_allclose(rec.state_array("my_lstm", state), expected[state], atol=2e-6)
+    # the same cell without a step group: each op's step is how many of the input's steps it read
+    with tracer.load_model(prefix, restore=False) as model:
+        (walked,) = tracer.find_named(model.graph, r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_\d+")
+    assert [s.activation for s in walked.steps] == [s.activation for s in cells[0].steps]
+    # the preactivation is the nonlinearity's input: its inverse gives it back
+    pre = rec.gate_array("my_lstm", "forget", "preactivation")
+    np.testing.assert_allclose(_sigmoid(pre.astype(np.float64)), expected["forget"], atol=2e-6)
+
+
+def test_an_mlstm_records_by_a_pattern_without_steps_or_gates(mlstm, tmp_path):
+    """Sigmoid_{3t}, _{3t+1}, _{3t+2}: the step is found by walking the graph (how many of
+    the split input's steps each op has read), the gates named by nonlinearity and order."""
+    import recorders
+    import tracer
+
+    prefix, weights = mlstm
+    x = _inputs(1)
+    with tracer.load_model(prefix) as model:
+        (cell,) = tracer.find_named(model.graph, r"model/Sigmoid(_\d+)?")
+        assert (cell.name, cell.gates, cell.units, cell.input_size) == (
+            "model",
+            ("sigmoid_0", "sigmoid_1", "sigmoid_2"),
+            H,
+            D,
+        )
+        assert [s.position for s in cell.steps] == list(range(T))
+        tracer.record(model, {"X": x}, tmp_path / "run", cells=[cell])
+        (tanh,) = tracer.find_named(model.graph, r"(?P<cell>model)/Tanh(_\d+)?")
+        assert tanh.gates == ("tanh_0", "tanh_1")  # u, then tanh(c), as the step computes them
+        trace = tracer.trace(model, {"X": x}, cells=[tanh])
+    expected = _mlstm_reference(weights, x.astype(np.float64))
+    rec = recorders.Recording(tmp_path / "run")
+    for gate, name in zip(("sigmoid_0", "sigmoid_1", "sigmoid_2"), "ifo", strict=True):
+        np.testing.assert_allclose(rec.gate_array("model", gate), expected[name], atol=2e-6)
+    got = trace[tanh.name]
+    for k, name in enumerate(("u", "tanh_c")):
+        np.testing.assert_allclose(got.activation[:, :, k], expected[name], atol=2e-6)
+
+
+def test_the_command_line_records_by_gate_ops(hand_lstm, tmp_path):
+    import recorders
+
+    prefix, weights = hand_lstm
+    x = _inputs(2)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli(
+        "record",
+        prefix,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(out),
+        "--gate-ops",
+        r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    expected, _ = _hand_lstm_reference(weights, x.astype(np.float64))
+    rec = recorders.Recording(out)
+    np.testing.assert_allclose(rec.gate_array("my_lstm", "output"), expected["output"], atol=2e-6)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (cell,) = manifest["cells"]
+    assert (cell["kind"], cell["gates"], cell["steps"]) == (
+        "named",
+        ["input", "forget", "output", "cell"],
+        T,
+    )
+
+
+@pytest.mark.parametrize(
+    "pattern, states, says",
+    [
+        (r"my_lstm/nothing_(\d+)", None, "matches no op of"),
+        (r"MatMul(_\d+)?", None, "is a MatMul op, not a gate's nonlinearity"),
+        (r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>[0-24])", None, "not at step 3"),
+        (
+            r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+            r"my_lstm/(?P<state>c)_(?P<step>[0-3])",
+            "states",
+        ),
+        (
+            r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<when>\d+)",
+            None,
+            "its named groups are cell, gate and step",
+        ),
+        (
+            r"(?P<cell>my_lstm)/\w+_(?P<gate>gate)_(?P<step>\d+)",
+            None,
+            "are both gate gate of step 0",
+        ),
+        (r"my_lstm/(", None, "not a regular expression"),
+    ],
+)
+def test_a_pattern_that_does_not_name_a_cell_is_one_line(hand_lstm, pattern, states, says):
+    import tracer
+    from recorders.errors import GraphPatternError
+
+    prefix, _ = hand_lstm
+    with tracer.load_model(prefix, restore=False) as model:
+        with pytest.raises(GraphPatternError) as err:
+            tracer.find_named(model.graph, pattern, states=states)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gates_of_different_widths_are_refused():
+    import tracer
+    from recorders.errors import GraphPatternError
+
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(v1.float32, [None, T, D], name="x")
+        h = v1.zeros([v1.shape(x)[0], H])
+        for t, x_t in enumerate(v1.unstack(x, axis=1)):
+            a = v1.sigmoid(v1.layers.dense(v1.concat([x_t, h], 1), H), name=f"c/a_{t}")
+            b = v1.sigmoid(v1.layers.dense(a, H + 1), name=f"c/b_{t}")
+            h = a * v1.reduce_mean(b, axis=1, keepdims=True)
+    with pytest.raises(
+        GraphPatternError,
+        match=r"different shapes \(c/a_0:0 is \[batch, 4\], c/b_0:0 \[batch, 5\]\)",
+    ):
+        tracer.find_named(graph, r"(?P<cell>c)/(?P<gate>[ab])_(?P<step>\d+)")
+
+
+@pytest.mark.parametrize("control_flow", ["v1", "v2"])
+def test_ops_inside_a_while_loop_are_refused(control_flow):
+    """A v1 loop's body ops are in the graph, in the loop's frame; a v2 loop's are in a
+    function: either way one line says the loop is why."""
+    import tracer
+    from recorders.errors import GraphPatternError
+
+    if control_flow == "v1":
+        v1.disable_control_flow_v2()
+    try:
+        graph = v1.Graph()
+        with graph.as_default():
+            x = v1.placeholder(v1.float32, [None, T, D], name="x")
+            v1.nn.dynamic_rnn(v1.nn.rnn_cell.BasicLSTMCell(H), x, dtype=v1.float32)
+    finally:
+        v1.enable_control_flow_v2()
+    with pytest.raises(GraphPatternError, match="while loop") as err:
+        tracer.find_named(graph, r"rnn/while/basic_lstm_cell/Sigmoid(_\d+)?")
+    assert "\n" not in str(err.value)

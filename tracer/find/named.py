@@ -1,0 +1,434 @@
+"""Cells of your own, found by name: the per-step tensors a pattern names (`--gates PATTERN`).
+
+A pattern is a regular expression matched against the whole name of each op of the graph,
+with named groups:
+
+    cell    the cell's name (default: the scope the matched ops share)
+    gate    the gate's name (default: its nonlinearity and its order among the step's
+            nonlinearities of that kind: sigmoid_0, sigmoid_1, tanh_0, as the graph computes them)
+    step    the step, an integer (default: found by walking the graph, below)
+
+e.g. `(?P<cell>my_lstm)/(?P<gate>\\w+)_gate_(?P<step>\\d+)` for gates computed as
+`tf.sigmoid(..., name="forget_gate_3")`. The op a pattern names applies the gate's
+nonlinearity (Sigmoid, Tanh, Relu, Relu6, Elu, Selu, Softsign, Softplus, or an Identity of
+one): its input is recorded as the gate's preactivation, its output as its activation, the
+graph's own tensors. `states` names the states likewise, any op's output, with a `state`
+group (default: `h`).
+
+Without a step group, a tensor's step is its place in the chain from the step's input to
+the next step's state: how many of the input's steps it has read, the input cut into steps
+by an `Unpack` (`tf.unstack`), a `Split` (`tf.split`) or `StridedSlice` ops of one tensor
+(`x[:, t]`). Step t of a forward cell has read positions 0 to t; of a backward cell, the
+last t + 1 (its input position is then the first of them).
+
+Refused in one line, nothing guessed: a pattern that matches nothing, an op that applies no
+nonlinearity, ops inside a while loop, tensors of different shapes in one cell, a step
+without one of the gates (or states), steps that skip, and tensors whose step cannot be told.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recorders.errors import GraphPatternError, listing
+from tracer._tf import tf
+from tracer.cells.found import Cell, Step
+from tracer.cells.kinds.named import named_spec
+from tracer.find.application import ACTIVATIONS
+from tracer.find.edges import in_v1_frame
+
+__all__ = ["find_named"]
+
+# the ops that apply a gate's nonlinearity, and the name each is recorded under
+NONLINEAR = {op: name for op, name in ACTIVATIONS.items() if op != "Identity"}
+_CUTS = ("Unpack", "Split", "SplitV")  # ops whose outputs are a sequence's steps
+
+
+@dataclass(frozen=True)
+class _Named:
+    """One op a pattern names: its cell, its gate (or state) and step where the pattern says
+    them, and the tensors recorded for it."""
+
+    cell: str
+    label: str | None
+    step: int | None
+    op: tf.Operation
+    pre: str | None  # the nonlinearity's input (gates only)
+    value: str  # what the op gives
+
+
+def find_named(
+    graph: tf.Graph, gates: str, states: str | None = None, source: str = "the graph"
+) -> list[Cell]:
+    """The cells whose per-step gates the pattern `gates` names (and states `states` names),
+    each a `Cell` of kind "named" whose steps are fetched as they are (see the module
+    docstring)."""
+    gate_matches = _matches(graph, gates, "--gate-ops", "gate", source, nonlinear=True)
+    state_matches = (
+        [] if states is None else _matches(graph, states, "--state-ops", "state", source, False)
+    )
+    cut = _Cuts(graph)
+    by_cell: dict[str, list[_Named]] = defaultdict(list)
+    for m in gate_matches:
+        by_cell[m.cell].append(m)
+    state_cells: dict[str, list[_Named]] = defaultdict(list)
+    for m in state_matches:
+        state_cells[m.cell].append(m)
+    stray = sorted(set(state_cells) - set(by_cell))
+    if stray:
+        raise GraphPatternError(
+            f"--state-ops {states}: names states of {listing(stray, 3)}, a cell --gate-ops {gates} names no gate of"
+        )
+    order = {op.name: k for k, op in enumerate(graph.get_operations())}
+    return [
+        _cell(name, ms, state_cells.get(name, []), cut, order, gates)
+        for name, ms in sorted(by_cell.items())
+    ]
+
+
+def _matches(
+    graph: tf.Graph, pattern: str, flag: str, label: str, source: str, nonlinear: bool
+) -> list[_Named]:
+    """Every op whose whole name `pattern` matches, checked (see the module docstring)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise GraphPatternError(f"{flag} {pattern}: not a regular expression ({err})") from None
+    unknown = sorted(set(regex.groupindex) - {"cell", label, "step"})
+    if unknown:
+        raise GraphPatternError(
+            f"{flag} {pattern}: its named groups are cell, {label} and step; it has {', '.join(unknown)}"
+        )
+    found = []
+    for op in graph.get_operations():
+        m = regex.fullmatch(op.name)
+        if m is None or not op.outputs:
+            continue
+        if in_v1_frame(op.outputs[0]):
+            raise GraphPatternError(
+                f"{flag} {pattern}: {op.name} runs inside a while loop, whose tensors cannot be fetched per step; "
+                "name the ops of a cell unrolled step by step (tf.compat.v1.nn.static_rnn, a Python loop)"
+            )
+        groups = m.groupdict()
+        pre = None
+        if nonlinear:
+            applied = op
+            while applied.type == "Identity" and applied.inputs:
+                applied = applied.inputs[0].op
+            if applied.type not in NONLINEAR:
+                raise GraphPatternError(
+                    f"{flag} {pattern}: {op.name} is a {op.type} op, not a gate's nonlinearity "
+                    f"({', '.join(sorted(NONLINEAR))}): name the op that applies it"
+                )
+            pre = applied.inputs[0].name
+        step = groups.get("step")
+        if step is not None and not step.isdigit():
+            raise GraphPatternError(
+                f"{flag} {pattern}: its step group matched {step!r} in {op.name}, not a number"
+            )
+        found.append(
+            _Named(
+                groups.get("cell") or "",
+                groups.get(label),
+                None if step is None else int(step),
+                op,
+                pre,
+                op.outputs[0].name,
+            )
+        )
+    if not found:
+        loops = [op.name for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+        inside = (
+            f" (the ops inside the while loop {listing(loops, 2)} cannot be named: name a cell unrolled step by step)"
+            if loops
+            else ""
+        )
+        raise GraphPatternError(
+            f"{flag} {pattern}: matches no op of {source} (the whole op name must match){inside}; its ops include "
+            f"{listing(_examples(graph), 6)}"
+        )
+    if any(not m.cell for m in found):  # no cell group: one cell, named by the scope its ops share
+        shared = _shared_scope(m.op.name for m in found) or "cell"
+        found = [_Named(m.cell or shared, m.label, m.step, m.op, m.pre, m.value) for m in found]
+    return found
+
+
+def _cell(
+    name: str,
+    gates: list[_Named],
+    states: list[_Named],
+    cut: _Cuts,
+    order: dict[str, int],
+    pattern: str,
+) -> Cell:
+    """One cell from the ops named for it."""
+    positions, backward, inputs = _steps(name, gates, cut, "gates")
+    state_positions = _steps(name, states, cut, "states")[0] if states else {}
+    # per step: its gates, named, in the order the graph computes them
+    per_step: dict[int, list[_Named]] = defaultdict(list)
+    for m in gates:
+        per_step[positions[m.op.name]].append(m)
+    labelled: dict[int, dict[str, _Named]] = {}
+    for p, ms in per_step.items():
+        ms.sort(key=lambda m: order[m.op.name])
+        labelled[p] = _labelled(name, p, ms, "gate", _nonlinearity_names(ms))
+    steps = sorted(labelled)
+    _consecutive(name, steps, "gates")
+    first = labelled[steps[0]]
+    gate_names = tuple(first)
+    for p in steps:
+        if tuple(labelled[p]) != gate_names:
+            raise GraphPatternError(
+                f"cell {name}: step {p} has gates {', '.join(labelled[p])}, step {steps[0]} {', '.join(gate_names)}; "
+                f"--gate-ops {pattern} must name the same gates at every step"
+            )
+    state_steps: dict[int, dict[str, _Named]] = {}
+    by_position: dict[int, list[_Named]] = defaultdict(list)
+    for m in states:
+        by_position[state_positions[m.op.name]].append(m)
+    for p, ms in by_position.items():
+        state_steps[p] = _labelled(name, p, ms, "state", ["h"] * len(ms))
+    state_names = tuple(state_steps[steps[0]]) if state_steps else ()
+    missing = [p for p in steps if state_names and tuple(state_steps.get(p, {})) != state_names]
+    if missing or (state_steps and set(state_steps) - set(steps)):
+        where = missing[0] if missing else min(set(state_steps) - set(steps))
+        raise GraphPatternError(
+            f"cell {name}: the states named at step {where} are {', '.join(state_steps.get(where, {})) or 'none'}, "
+            f"at step {steps[0]} {', '.join(state_names)}; name every state at every step of the gates"
+        )
+    graph = gates[0].op.graph
+    units = _width(graph, name, [m.value for p in steps for m in labelled[p].values()], "gates")
+    widths = {
+        s: _width(graph, name, [state_steps[p][s].value for p in steps], f"state {s}")
+        for s in state_names
+    }
+    meanings = tuple(f"{first[g].op.type} {first[g].op.name}" for g in gate_names)
+    applied = sorted({NONLINEAR[_applied(first[g].op).type] for g in gate_names})
+    found_steps = tuple(
+        Step(
+            position=p,
+            gate_op=labelled[p][gate_names[0]].op.name,
+            preactivation=tuple(str(labelled[p][g].pre) for g in gate_names),
+            activation=tuple(labelled[p][g].value for g in gate_names),
+            states=tuple(state_steps[p][s].value for s in state_names),
+            input=inputs.get(p, ""),
+            previous=(),
+        )
+        for p in steps
+    )
+    x = inputs.get(steps[0])
+    return Cell(
+        name=name,
+        spec=named_spec(gate_names, meanings, state_names),
+        units=units,
+        input_size=_features(graph, x),
+        output_size=widths.get("h", units),
+        activation="/".join(applied),
+        forget_bias=None,
+        cell_clip=None,
+        proj_clip=None,
+        weights={},
+        variables={},
+        steps=found_steps,
+        backward=backward,
+    )
+
+
+def _applied(op: tf.Operation) -> tf.Operation:
+    """The nonlinearity an op applies (itself, or the op its Identity chain reads)."""
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op
+
+
+def _nonlinearity_names(ms: Sequence[_Named]) -> list[str]:
+    """Gates the pattern leaves unnamed: each by its nonlinearity and its order among the
+    step's nonlinearities of that kind (sigmoid_0, sigmoid_1, tanh_0)."""
+    seen: dict[str, int] = defaultdict(int)
+    names = []
+    for m in ms:
+        kind = NONLINEAR[_applied(m.op).type]
+        names.append(f"{kind}_{seen[kind]}")
+        seen[kind] += 1
+    return names
+
+
+def _labelled(
+    cell: str, step: int, ms: Sequence[_Named], what: str, defaults: Sequence[str]
+) -> dict[str, _Named]:
+    """A step's ops by label (the pattern's group, else `defaults`), each named once."""
+    out: dict[str, _Named] = {}
+    for m, default in zip(ms, defaults, strict=True):
+        label = m.label if m.label is not None else default
+        if label in out:
+            raise GraphPatternError(
+                f"cell {cell}: {out[label].op.name} and {m.op.name} are both {what} {label} of step {step}; "
+                f"give the pattern a {what} group (or a step group) that tells them apart"
+            )
+        out[label] = m
+    return out
+
+
+def _consecutive(cell: str, steps: Sequence[int], what: str) -> None:
+    gaps = sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))
+    if gaps:
+        raise GraphPatternError(
+            f"cell {cell}: its {what} are named at steps {steps[0]} to {steps[-1]} but not at step {gaps[0]}; "
+            "the steps of a cell follow each other: name every step"
+        )
+
+
+def _width(graph: tf.Graph, cell: str, names: Sequence[str], what: str) -> int:
+    """The one width of the [batch, width] tensors `names`; refused where they differ or
+    their width is not known."""
+    shapes = {n: graph.get_tensor_by_name(n).shape for n in names}
+    for n, shape in shapes.items():
+        if shape.rank != 2 or shape[1] is None:
+            raise GraphPatternError(
+                f"cell {cell}: {n} has shape {shape}; expected its {what} to be [batch, width] with a known width"
+            )
+    widths: dict[int, str] = {}
+    for n, shape in shapes.items():
+        widths.setdefault(int(shape[1]), n)
+    if len(widths) > 1:
+        (a, na), (b, nb) = list(widths.items())[:2]
+        raise GraphPatternError(
+            f"cell {cell}: its {what} have different shapes ({na} is [batch, {a}], {nb} [batch, {b}]); "
+            "one cell's gates share one width: name the tensors of one cell"
+        )
+    return next(iter(widths))
+
+
+def _features(graph: tf.Graph, x: str | None) -> int:
+    """The features of one step's input (an Unpack's [batch, features], a Split's [batch, 1,
+    features]); 0 where the input is not known."""
+    if x is None:
+        return 0
+    dims = graph.get_tensor_by_name(x).shape.as_list()[1:]
+    return int(np.prod(dims)) if dims and all(d is not None for d in dims) else 0
+
+
+def _steps(
+    cell: str, ms: Sequence[_Named], cut: _Cuts, what: str
+) -> tuple[dict[str, int], bool, dict[int, str]]:
+    """Each op's input position (by op name), whether the cell runs backward, and the
+    input tensor of each position where the input is cut into steps."""
+    if all(m.step is not None for m in ms):
+        return {m.op.name: int(m.step) for m in ms if m.step is not None}, False, {}
+    if any(m.step is not None for m in ms):
+        raise GraphPatternError(
+            f"cell {cell}: the pattern's step group matched some of its {what} and not others"
+        )
+    return cut.positions(cell, [m.op for m in ms], what)
+
+
+def _shared_scope(names: Iterable[str]) -> str:
+    """The longest scope (`a/b`) every name is inside."""
+    parts = [n.split("/")[:-1] for n in names]
+    shared: list[str] = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        shared.append(level[0])
+    return "/".join(shared)
+
+
+def _examples(graph: tf.Graph) -> list[str]:
+    """A few op names of the graph, nonlinearities first (what a pattern usually names)."""
+    ops = graph.get_operations()
+    return [op.name for op in ops if op.type in NONLINEAR] + [
+        op.name for op in ops if op.type not in NONLINEAR
+    ]
+
+
+class _Cuts:
+    """Where the graph cuts a sequence into steps (the outputs of an Unpack or a Split, or
+    StridedSlice ops of one tensor at constant positions), and which of those steps each op
+    has read, through any path back along the graph's edges."""
+
+    def __init__(self, graph: tf.Graph):
+        self.sources: dict[str, list[str]] = {}  # a cut: its steps' tensors, in input order
+        slices: dict[str, list[tuple[tuple[int, ...], str]]] = defaultdict(list)
+        for op in graph.get_operations():
+            if op.type in _CUTS and len(op.outputs) > 1:
+                self.sources[op.name] = [t.name for t in op.outputs]
+            elif op.type == "StridedSlice" and op.get_attr("shrink_axis_mask"):
+                begin = tf.get_static_value(op.inputs[1])
+                if begin is not None:
+                    slices[op.inputs[0].name].append(
+                        (tuple(int(b) for b in begin), op.outputs[0].name)
+                    )
+        for sliced, found in slices.items():
+            if len(found) > 1:
+                self.sources[f"slices of {sliced}"] = [t for _, t in sorted(found)]
+        self._bit = {t: k for k, t in enumerate(t for ts in self.sources.values() for t in ts)}
+        self._read: dict[str, int] = {}  # op name: the cut tensors it has read, as bits
+
+    def read(self, op: tf.Operation) -> int:
+        """The cut tensors `op` has read, as bits of `_bit` (a while loop's cycle is walked
+        once)."""
+        memo, bit, busy = self._read, self._bit, set()
+        stack = [(op, False)]
+        while stack:
+            o, done = stack.pop()
+            if o.name in memo:
+                continue
+            if done:
+                mask = 0
+                for t in o.inputs:
+                    mask |= memo.get(t.op.name, 0) | (1 << bit[t.name] if t.name in bit else 0)
+                memo[o.name] = mask
+                continue
+            if o.name in busy:
+                continue
+            busy.add(o.name)
+            stack.append((o, True))
+            stack.extend((t.op, False) for t in o.inputs if t.op.name not in memo)
+        return memo[op.name]
+
+    def positions(
+        self, cell: str, ops: Sequence[tf.Operation], what: str
+    ) -> tuple[dict[str, int], bool, dict[int, str]]:
+        """Each op's input position (see the module docstring), whether the cell reads its
+        input backward, and the tensor of each position."""
+        read = {op.name: self.read(op) for op in ops}
+        best: tuple[int, str, dict[str, list[int]]] | None = None
+        for source, tensors in self.sources.items():
+            bits = [self._bit[t] for t in tensors]
+            seen = {n: [k for k, b in enumerate(bits) if mask >> b & 1] for n, mask in read.items()}
+            counts = {len(ks) for ks in seen.values()}
+            if len(counts) > 1 and (best is None or len(counts) > best[0]):
+                best = (len(counts), source, seen)
+        if best is None:
+            raise GraphPatternError(
+                f"cell {cell}: its {what} do not read an input cut into steps (by Unpack, Split or StridedSlice) "
+                "one step more each, so their steps cannot be told; give the pattern a (?P<step>\\d+) group"
+            )
+        _, source, seen = best
+        n = len(self.sources[source])
+        forward = {name: ks == list(range(len(ks))) for name, ks in seen.items()}
+        backward = {name: ks == list(range(n - len(ks), n)) for name, ks in seen.items()}
+        for name, ks in seen.items():
+            if not ks or not (forward[name] or backward[name]):
+                shown = (
+                    "none"
+                    if not ks
+                    else ", ".join(map(str, ks[:6])) + (", ..." if len(ks) > 6 else "")
+                )
+                raise GraphPatternError(
+                    f"cell {cell}: {name} has read steps {shown} of the input {source}, not its first or last "
+                    "steps in order, so its step cannot be told; give the pattern a (?P<step>\\d+) group"
+                )
+        reverse = not all(forward.values())
+        if reverse and not all(backward.values()):
+            raise GraphPatternError(
+                f"cell {cell}: some of its {what} read the input {source} from its start, others from its end; "
+                "name the ops of one direction (one cell) at a time"
+            )
+        at = {name: (n - len(ks)) if reverse else len(ks) - 1 for name, ks in seen.items()}
+        return at, reverse, {p: self.sources[source][p] for p in set(at.values())}
