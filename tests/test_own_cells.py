@@ -303,3 +303,54 @@ def test_ops_inside_a_while_loop_are_refused(control_flow):
     with pytest.raises(GraphPatternError, match="while loop") as err:
         tracer.find_named(graph, r"rnn/while/basic_lstm_cell/Sigmoid(_\d+)?")
     assert "\n" not in str(err.value)
+
+
+def test_inspect_units_and_the_view_read_a_recording_of_a_cell_of_your_own(hand_lstm, tmp_path):
+    """A named cell's recording is a recording like any other: `inspect` lists it, `units`
+    ranks its units against labels, the view's answers read it."""
+    import recorders
+    from recorders.view import data
+
+    prefix, weights = hand_lstm
+    x = _inputs(3)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli(
+        "record",
+        prefix,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(out),
+        "--gate-ops",
+        r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+        "--state-ops",
+        r"(?P<cell>my_lstm)/(?P<state>[ch])_(?P<step>\d+)",
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    shown = run_cli("inspect", str(out), "--json")
+    assert shown.returncode == 0, shown.stderr
+    (cell,) = json.loads(shown.stdout)["cells"]
+    assert (cell["name"], cell["gates"], cell["states"]) == (
+        "my_lstm",
+        ["input", "forget", "output", "cell"],
+        ["c", "h"],
+    )
+    # a label per sequence: whether its last h of unit 1 is above the median
+    expected, _ = _hand_lstm_reference(weights, x.astype(np.float64))
+    last = expected["h"][:, -1, 1]
+    labels = (last > np.median(last)).astype(np.int64)
+    np.save(tmp_path / "labels.npy", labels)
+    ranked = run_cli("units", str(out), "--labels", str(tmp_path / "labels.npy"), "--json")
+    assert ranked.returncode == 0, ranked.stderr
+    rows = json.loads(ranked.stdout)
+    assert {"table": "states", "name": "h", "unit": 1, "score": 1.0}.items() <= next(
+        r for r in rows if (r["table"], r["name"], r["unit"]) == ("states", "h", 1)
+    ).items()
+    rec = recorders.Recording(out)
+    assert [c["name"] for c in data.overview(rec)["cells"]] == ["my_lstm"]
+    grid = data.heatmap(rec, "my_lstm", "forget", example=2)
+    np.testing.assert_allclose(
+        np.array(grid["values"], dtype=np.float64), expected["forget"][2], atol=2e-6
+    )
