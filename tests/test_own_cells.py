@@ -354,3 +354,48 @@ def test_inspect_units_and_the_view_read_a_recording_of_a_cell_of_your_own(hand_
     np.testing.assert_allclose(
         np.array(grid["values"], dtype=np.float64), expected["forget"][2], atol=2e-6
     )
+
+
+def test_inspect_proposes_the_mlstm_and_record_says_how_to_record_it(mlstm, tmp_path):
+    """No cell TensorFlow ships is in the mLSTM's graph: `inspect` lists what looks like one of
+    your own, with the pattern that records it; `record` without a pattern says the same in
+    its one line. The pattern proposed records the gates exactly."""
+    import recorders
+
+    prefix, weights = mlstm
+    shown = run_cli("inspect", prefix, "--json")
+    assert shown.returncode == 0, shown.stderr
+    (proposal,) = json.loads(shown.stdout)["proposals"]
+    assert proposal == {
+        "cell": "model",
+        "gate_ops": r"model/(?:Sigmoid|Tanh)(?:_\d+)?",
+        "gates": ["sigmoid_0", "sigmoid_1", "sigmoid_2", "tanh_0", "tanh_1"],
+        "steps": T,
+        "first_step": "model/Sigmoid",
+        "last_step": f"model/Sigmoid_{3 * (T - 1)}",
+    }
+    table = run_cli("inspect", prefix)
+    assert table.returncode == 0 and f"--gate-ops '{proposal['gate_ops']}'" in table.stdout
+    x = _inputs(4)
+    np.save(tmp_path / "x.npy", x)
+    refused = run_cli(
+        "record", prefix, "--feed", f"X={tmp_path / 'x.npy'}", "--out", str(tmp_path / "no")
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"--gate-ops '{proposal['gate_ops']}' records it" in refused.stderr
+    done = run_cli(
+        "record",
+        prefix,
+        "--feed",
+        f"X={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--gate-ops",
+        proposal["gate_ops"],
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    rec = recorders.Recording(tmp_path / "run")
+    expected = _mlstm_reference(weights, x.astype(np.float64))
+    for gate, name in zip(proposal["gates"], ("i", "f", "o", "u", "tanh_c"), strict=True):
+        np.testing.assert_allclose(rec.gate_array("model", gate), expected[name], atol=2e-6)

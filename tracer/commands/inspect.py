@@ -22,6 +22,38 @@ READS_MODEL, RUNS_MODEL = True, False
 
 def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    c.add_argument(
+        "--gate-ops",
+        metavar="PATTERN",
+        help="show the cell of your own this pattern names (as record --gate-ops records it)",
+    )
+    c.add_argument("--state-ops", metavar="PATTERN", help="with --gate-ops: its states' tensors")
+
+
+def _proposals(args, model, own) -> None:
+    """A graph without a cell TensorFlow or Keras ships, but with what looks like cells of
+    your own (`tracer.find.named.propose`): each with the pattern that records it."""
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "source": args.model,
+                    "format": model.format,
+                    "cells": [],
+                    "proposals": [p.describe() for p in own],
+                }
+            )
+        )
+        return
+    print(
+        f"no cell TensorFlow or Keras ships was found in {args.model}; these look like cells of your own "
+        "(nonlinearities after a matrix product, one more input step read each step):\n"
+    )
+    for p in own:
+        print(
+            f"{p.cell}: {p.steps} steps of {len(p.gates)} gates ({', '.join(p.gates)}), "
+            f"{p.first} ... {p.last}\n  gatetrace record {args.model} --gate-ops '{p.pattern}' ..."
+        )
 
 
 def _batch_note(cells) -> str:
@@ -68,13 +100,24 @@ def run(args) -> None:
     )
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
+    from recorders.errors import NoCellFoundError
+    from tracer.cells.found import Cell
+    from tracer.find.named import propose
     from tracer.inputs.feeds import describe_entry, pipeline_entries
+    from tracer.run.prepare import cells_of, find_all
 
+    try:
+        found = cells_of(model, find_all(model, args.gate_ops, args.state_ops), Cell)
+    except NoCellFoundError:
+        own = propose(model.graph, model.source)
+        if not own:
+            model.close()
+            raise
+        with model:
+            return _proposals(args, model, own)
     with (
         model,
-        graph_from_loops(
-            model, tracer.find_cells(model.graph, model.source), progress=False, restore=False
-        ) as (model, cells),
+        graph_from_loops(model, found, progress=False, restore=False) as (model, cells),
     ):
         plan = tracer.FetchPlan(model.graph, cells)
         # fed instead of their queue or iterator

@@ -21,6 +21,7 @@ from tracer._tf import function_def_to_graph, tf
 from tracer.cells.found import Cell, Step
 from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
+from tracer.find.named import propose
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
 from tracer.load.rebuild import gpu_only_problem
@@ -90,6 +91,13 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
                 "when given sequence_length: their gates cannot be fetched; build the graph without "
                 "sequence_length and pass the lengths to gatetrace with --lengths"
             )
+        else:
+            own = propose(graph, source)
+            if own:
+                hint = (
+                    f"; {own[0].cell} looks like a cell of your own ({len(own[0].gates)} nonlinearities a step over "
+                    f"{own[0].steps} steps): --gate-ops '{own[0].pattern}' records it (gatetrace inspect lists them all)"
+                )
         raise NoCellFoundError(
             f"no RNN cell found in {source}: looked for Split ops fed by a kernel MatMul "
             f"(LSTM and GRU cells), MatMul-BiasAdd-activation steps on concat([inputs, state]) "

@@ -70,7 +70,7 @@ def stacked(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def gate_weights(cell: HasSpec, values: Mapping[str, np.ndarray]) -> dict[str, GateWeights]:
     """Slice a cell's kernels and biases into per-gate W, U, b (and peepholes); none for a
     cell whose spec says no weights (a cell found by name: `tracer.find.named`)."""
-    out = {}
+    out: dict[str, GateWeights] = {}
     if not cell.spec.weights:
         return out
     for gate, layout in zip(cell.gates, cell.spec.weights, strict=True):
