@@ -399,3 +399,136 @@ def test_inspect_proposes_the_mlstm_and_record_says_how_to_record_it(mlstm, tmp_
     expected = _mlstm_reference(weights, x.astype(np.float64))
     for gate, name in zip(proposal["gates"], ("i", "f", "o", "u", "tanh_c"), strict=True):
         np.testing.assert_allclose(rec.gate_array("model", gate), expected[name], atol=2e-6)
+
+
+# -- Keras cells of your own ---------------------------------------------------------------
+
+
+def _keras_cells(framework: str):
+    """The guide's MinimalRNNCell (no nonlinearity: its state is all it has) and an LSTM-like
+    cell with sigmoid gates, written as each Keras' guide writes a cell."""
+    from tests.test_keras import keras_module
+
+    keras = keras_module(framework)
+    if framework == "keras3":
+        ops = keras.ops
+        matmul, concat, split = ops.matmul, ops.concatenate, ops.split
+        sigmoid, tanh = ops.sigmoid, ops.tanh
+    else:
+        from tracer._tf import tf
+
+        matmul, split, sigmoid, tanh = tf.matmul, tf.split, tf.sigmoid, tf.tanh
+
+        def concat(xs, axis):
+            return tf.concat(xs, axis)
+
+    class MinimalRNNCell(keras.layers.Layer):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.state_size = units
+
+        def build(self, input_shape):
+            self.kernel = self.add_weight(
+                shape=(input_shape[-1], self.units), initializer="uniform", name="kernel"
+            )
+            self.recurrent_kernel = self.add_weight(
+                shape=(self.units, self.units), initializer="uniform", name="recurrent_kernel"
+            )
+            self.built = True
+
+        def call(self, inputs, states):
+            prev_output = states[0]
+            output = matmul(inputs, self.kernel) + matmul(prev_output, self.recurrent_kernel)
+            return output, [output]
+
+    class LSTMLike(keras.layers.Layer):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.state_size = [units, units]
+
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1] + self.units, 4 * self.units), name="w")
+            self.b = self.add_weight(shape=(4 * self.units,), name="b", initializer="random_normal")
+            self.built = True
+
+        def call(self, inputs, states):
+            h, c = states
+            z = matmul(concat([inputs, h], axis=-1), self.w) + self.b
+            i, f, o, g = split(z, 4, axis=-1)
+            i, f, o, g = sigmoid(i), sigmoid(f), sigmoid(o), tanh(g)
+            c = f * c + i * g
+            h = o * tanh(c)
+            return h, [h, c]
+
+    return keras, MinimalRNNCell, LSTMLike
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_keras_cells_of_your_own_give_the_nonlinearities_their_call_applies(framework, tmp_path):
+    import recorders
+    import tracer
+
+    keras, MinimalRNNCell, LSTMLike = _keras_cells(framework)
+    inp = keras.Input((T, D))
+    seq = keras.layers.RNN(LSTMLike(H), return_sequences=True, name="rnn")(inp)
+    out = keras.layers.RNN(MinimalRNNCell(3), go_backwards=True, name="minimal")(seq)
+    model = keras.Model(inp, out)
+    x = _inputs(5)
+    got = tracer.trace(model, x, gate_names={"rnn": ["i", "f", "o", "g", "tanh_c"]})
+    rnn, minimal = got["rnn"], got["minimal"]
+    assert (rnn.cell.kind, rnn.cell.gates, rnn.cell.spec.states) == (
+        "named",
+        ("i", "f", "o", "g", "tanh_c"),
+        ("state_0", "state_1"),
+    )
+    assert (minimal.cell.gates, minimal.cell.spec.states) == ((), ("state_0",))
+    # float64 numpy from the cells' weights
+    lstm_like = model.get_layer("rnn").cell
+    w, b = (np.asarray(v, np.float64) for v in (lstm_like.w.numpy(), lstm_like.b.numpy()))
+    h = c = np.zeros((N, H))
+    hs = []
+    for t in range(T):
+        z = np.concatenate([x[:, t], h], axis=1) @ w + b
+        i, f, o, g = np.split(z, 4, axis=1)
+        i, f, o, g = _sigmoid(i), _sigmoid(f), _sigmoid(o), np.tanh(g)
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        expected = {"i": i, "f": f, "o": o, "g": g, "tanh_c": np.tanh(c)}
+        for k, name in enumerate(rnn.cell.gates):
+            np.testing.assert_allclose(rnn.activation[:, t, k], expected[name], atol=2e-6)
+        np.testing.assert_allclose(rnn.preactivation[:, t, 0], np.split(z, 4, axis=1)[0], atol=2e-5)
+        np.testing.assert_allclose(rnn.states["state_1"][:, t], c, atol=2e-6)
+        hs.append(h)
+    cell = model.get_layer("minimal").cell
+    k_, r_ = (np.asarray(v.numpy(), np.float64) for v in (cell.kernel, cell.recurrent_kernel))
+    state = np.zeros((N, 3))
+    for t in reversed(range(T)):  # go_backwards: indexed by input position
+        state = hs[t] @ k_ + state @ r_
+        np.testing.assert_allclose(minimal.states["state_0"][:, t], state, atol=2e-6)
+    # recorded like any layer, and read back
+    tracer.record(model, x, tmp_path / "run", gate_names={"rnn": ["i", "f", "o", "g", "tanh_c"]})
+    rec = recorders.Recording(tmp_path / "run")
+    assert rec.cells == ["rnn", "minimal"] and rec.gates("minimal") == []
+    np.testing.assert_array_equal(rec.gate_array("rnn", "f"), rnn.activation[:, :, 1])
+    np.testing.assert_array_equal(rec.state_array("minimal", "state_0"), minimal.states["state_0"])
+    assert list(rec.steps("minimal")) == list(range(T))
+
+
+def test_gate_names_that_do_not_fit_are_one_line():
+    import tracer
+    from recorders.errors import GraphPatternError
+
+    keras, _, LSTMLike = _keras_cells("keras3")
+    inp = keras.Input((T, D))
+    model = keras.Model(inp, keras.layers.RNN(LSTMLike(H), name="rnn")(inp))
+    x = _inputs(6)
+    with pytest.raises(
+        GraphPatternError, match=r"gate_names gives 2 names \(i, f\) for its 5 nonlinearities"
+    ):
+        tracer.trace(model, x, gate_names={"rnn": ["i", "f"]})
+    with pytest.raises(
+        GraphPatternError, match="gate_names names lstm, not a layer over a cell of your own"
+    ):
+        tracer.trace(model, x, gate_names={"lstm": ["i"]})

@@ -315,7 +315,7 @@ def open_recording(path: Path, memory: int) -> CheckedFiles:
     """The recording folder `path` opened (a link the user named is followed; none below it
     is) and its manifest or progress files checked: RecordingError if it is not one."""
     not_one = RecordingError(
-        f"{path} is not a gatetrace recording: it has no gates/ folder (nor a summary's summary/)"
+        f"{path} is not a gatetrace recording: it has no gates/ folder (nor states/, nor a summary's summary/)"
     )
     try:
         folder = Folder(path.resolve())
@@ -326,7 +326,8 @@ def open_recording(path: Path, memory: int) -> CheckedFiles:
         for name in READ:
             if name in odd:
                 refuse(path, folder, name)
-        if not any(folder.is_dir(name) for name in ("gates", SUMMARY_DIR, TOTALS_DIR)):
+        # (a recording of cells of your own that apply no nonlinearity holds states only)
+        if not any(folder.is_dir(n) for n in ("gates", "states", SUMMARY_DIR, TOTALS_DIR)):
             raise not_one
         progress = read_progress(folder.path)
         manifest = _manifest(path, folder) if "manifest.json" in folder.entries() else None

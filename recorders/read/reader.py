@@ -237,9 +237,12 @@ class Recording:
                 if held
                 else np.zeros(0, np.int32)
             )
-        files = self._checked.files("gates").get((cell, (self.gates(cell) or [""])[0]), [])
+        # the first gate's files (a cell of your own that applies no nonlinearity: the first state's)
+        table = "gates" if self.gates(cell) else "states"
+        labels = self._labels(table, cell)
+        files = self._checked.files(table).get((cell, labels[0]), []) if labels else []
         return (
-            np.unique(self._checked.column("gates", cell, files[0], "step"))
+            np.unique(self._checked.column(table, cell, files[0], "step"))
             if files
             else np.zeros(0, np.int32)
         )

@@ -124,7 +124,8 @@ def _cell_problem(k: int, cell: Any) -> str | None:
         return f"cells[{k}] has no name (a non-empty string)"
     checks = (
         ("units", lambda x: _count(x, 1, MAX_UNITS), f"a count of 1 to {MAX_UNITS:,}"),
-        ("gates", lambda x: _names(x, 1), f"a list of 1 to {_MAX_NAMES} different names"),
+        # (none: a cell of your own that applies no nonlinearity, recorded by its states)
+        ("gates", lambda x: _names(x, 0), f"a list of up to {_MAX_NAMES} different names"),
         ("states", lambda x: _names(x, 0), f"a list of up to {_MAX_NAMES} different names"),
         ("kind", lambda x: isinstance(x, str), "a string"),
         (

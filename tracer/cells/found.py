@@ -372,6 +372,8 @@ class KerasCell(HasSpec):
     # reading the one before's output ((0, 1): the layer's only cell)
     stack: tuple[int, int] = (0, 1)
     conv: Conv | None = None
+    # a cell of your own: its step traced from its `call` (`tracer.find.keras_own.OwnStep`)
+    step: Any = field(default=None, repr=False)
 
     path = "replay"
 
@@ -407,8 +409,13 @@ class KerasCell(HasSpec):
             **({"conv": self.conv.describe()} if self.conv is not None else {}),
             "path": self.path,
             "why": (
-                f"a Keras {type(layer).__name__} layer runs its cell inside its own loop: its gates are recomputed in numpy "
-                "from the layer's input, mask, initial state and weights, and checked against what the layer returns"
+                f"a {type(layer).__name__} layer over a cell of your own ({type(layer.cell).__name__}): its step is traced "
+                "from the cell's call and run step by step in TensorFlow, its gates the nonlinearities it applies, "
+                "checked against what the layer returns"
+                if self.step is not None
+                else f"a Keras {type(layer).__name__} layer runs its cell inside its own loop: its gates are recomputed "
+                "in numpy from the layer's input, mask, initial state and weights, and checked against what the layer "
+                "returns"
             ),
         }
 

@@ -14,7 +14,7 @@ convolution and positions in `tracer.cells.found.Conv`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from recorders.errors import GraphPatternError
 from tracer.cells.activations import ACTIVATIONS
 from tracer.cells.found import Conv, KerasCell
 from tracer.cells.kinds import KERAS_CONV_LSTM, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
+from tracer.find.keras_own import own_cell
 from tracer.load.keras import KerasModel, framework_of, to_numpy
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]
@@ -35,6 +36,15 @@ _SPECS = {
     "SimpleRNNCell": KERAS_SIMPLE_RNN,
     "ConvLSTMCell": KERAS_CONV_LSTM,
 }
+
+
+def _keras_own(cell: Any) -> bool:
+    """Whether a cell's class is one of Keras' own (of Keras 3, tf-keras or Keras 2), which
+    gatetrace records by its spec or refuses, never traces as a cell of your own."""
+    module = type(cell).__module__
+    return module.split(".")[0] in ("keras", "tf_keras") or module.startswith(
+        ("tensorflow.python.keras", "tensorflow.keras")
+    )
 
 
 def _variable_name(v: Any) -> str:
@@ -203,8 +213,12 @@ def _cell(
     )
 
 
-def find_layers(model: KerasModel) -> list[KerasCell]:
-    """Every LSTM, GRU and SimpleRNN layer of `model`, in the order of its layers."""
+def find_layers(
+    model: KerasModel, gate_names: Mapping[str, Sequence[str]] | None = None
+) -> list[KerasCell]:
+    """Every LSTM, GRU, SimpleRNN and ConvLSTM layer of `model`, and every RNN layer over a
+    cell of your own (`tracer.find.keras_own`: its gates named by `gate_names`, by layer
+    path, where given), in the order of its layers."""
     cells, others = [], []
     framework = framework_of(model.model)
     others += [
@@ -230,6 +244,10 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
             ),
             None,
         )
+        if odd is not None and len(stack) == 1 and not _keras_own(stack[0]):
+            names_given = (gate_names or {}).get(path)
+            cells.append(own_cell(path, layer, stack[0], framework, shape, names_given))
+            continue
         if odd is not None:  # a stack is recorded whole or not at all: its cells read each other
             what = type(stack[odd]).__name__ + (" in a stack" if len(stack) > 1 else "")
             others.append(f"{path} ({type(layer).__name__} of {what})")
@@ -237,6 +255,12 @@ def find_layers(model: KerasModel) -> list[KerasCell]:
         for k, cell in enumerate(stack):
             named = path if len(stack) == 1 else f"{path}/{names[k]}"
             cells.append(_cell(named, specs[k], layer, cell, framework, shape, (k, len(stack))))
+    unknown = sorted(set(gate_names or {}) - {c.name for c in cells if c.step is not None})
+    if unknown:
+        raise GraphPatternError(
+            f"gate_names names {', '.join(unknown)}, not a layer over a cell of your own in {model.source}; "
+            f"those are {', '.join(c.name for c in cells if c.step is not None) or 'none'}"
+        )
     if not cells:
         found = f"; RNN layers of other cells: {', '.join(others)}" if others else ""
         raise GraphPatternError(

@@ -8,6 +8,7 @@ an option that contradicts another is refused there, in one line that says what 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -45,6 +46,8 @@ class RecordOptions:
     gate_ops     a cell of your own: the pattern naming its gates' ops, step by step, which
                  `tracer.find.named.find_named` reads (the cells found are then those it names)
     state_ops    ...and the pattern naming its states' tensors
+    gate_names   a Keras layer over a cell of your own: its gates' names, by layer path
+                 (`{"rnn": ["i", "f", "o", "c"]}`; default: sigmoid_0, ...: `tracer.find.keras_own`)
     """
 
     overwrite: bool = False
@@ -63,6 +66,7 @@ class RecordOptions:
     summary: Bins | None = None
     gate_ops: str | None = None
     state_ops: str | None = None
+    gate_names: Mapping[str, Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))

@@ -11,7 +11,7 @@ into one that fetches a summary's statistics instead (`tracer.values.summaries`)
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -57,11 +57,15 @@ def as_model(model: Any) -> Model | KerasModel:
 
 
 def find_all(
-    model: Model | KerasModel, gate_ops: str | None = None, state_ops: str | None = None
+    model: Model | KerasModel,
+    gate_ops: str | None = None,
+    state_ops: str | None = None,
+    gate_names: Mapping[str, Sequence[str]] | None = None,
 ) -> list[AnyCell]:
     """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model
-    (`tracer.find.keras.find_layers`); with `gate_ops`, the cells of your own its pattern
-    names instead (`tracer.find.named.find_named`, with the states `state_ops` names)."""
+    (`tracer.find.keras.find_layers`, a layer over a cell of your own with the gates
+    `gate_names` names); with `gate_ops`, the cells of your own its pattern names instead
+    (`tracer.find.named.find_named`, with the states `state_ops` names)."""
     if gate_ops is not None:
         if isinstance(model, KerasModel):
             raise SelectionError(
@@ -70,7 +74,12 @@ def find_all(
             )
         return list(find_named(model.graph, gate_ops, state_ops, model.source))
     if isinstance(model, KerasModel):
-        return list(find_layers(model))
+        return list(find_layers(model, gate_names))
+    if gate_names:
+        raise SelectionError(
+            f"gate_names names the gates of Keras layers over cells of your own; {model.source} is a graph: "
+            "name its gates with gate_ops"
+        )
     return list(find_cells(model.graph, model.source))
 
 
@@ -165,6 +174,12 @@ def prepare(
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, KerasModel):
         layers = cells_of(model, chosen, KerasCell)
+        own = [c.name for c in layers if c.step is not None]
+        if selection is not None and selection.parts and own:
+            raise SelectionError(
+                f"--values contributions: {', '.join(own)} run cells of your own, whose preactivations' parts are "
+                "not known; leave contributions out, or choose the other layers with --cells"
+            )
         convolved = [c.name for c in layers if c.conv is not None]
         if selection is not None and selection.parts and convolved:
             raise SelectionError(

@@ -78,18 +78,22 @@ def trace(
     cells: Sequence[AnyCell] | None = None,
     *,
     carry_state: bool = False,
+    gate_names: Mapping[str, Sequence[str]] | None = None,
 ) -> Trace:
     """Every gate, activation and state of `cells` (default: all found) for one batch.
 
     A Keras model's stateful layers are reset first (every row starts from zero state),
-    unless `carry_state`: then they start from the state they hold.
+    unless `carry_state`: then they start from the state they hold. A layer over a Keras
+    cell of your own has the nonlinearities its `call` applies as gates, named
+    `sigmoid_0`, ... unless `gate_names` names them by layer path (`{"rnn": ["i", "f"]}`).
 
     For a graph, feeds maps placeholder names (with or without `:0`) to arrays or
     scalars. For a Keras model (a file loaded with `load_model`, or the model object
     itself), feeds is the input array, a list of them, or a mapping by input name.
     """
     model = as_model(model)
-    with from_loops(model, cells if cells is not None else find_all(model), progress=False) as (
+    found = cells if cells is not None else find_all(model, gate_names=gate_names)
+    with from_loops(model, found, progress=False) as (
         model,
         cells,
     ):
@@ -152,7 +156,9 @@ def record(
     with from_loops(
         model,
         selection.apply(
-            cells if cells is not None else find_all(model, options.gate_ops, options.state_ops)
+            cells
+            if cells is not None
+            else find_all(model, options.gate_ops, options.state_ops, options.gate_names)
         ),
         options.progress,
         reads=selection.parts,

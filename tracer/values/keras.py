@@ -153,6 +153,51 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
                 layer.call = own
 
 
+def _run_own(cell: KerasCell, x: np.ndarray, mask: np.ndarray | None, seen: _Seen) -> _Result:
+    """A cell of your own over what its layer received (`x` and `mask` in loop order): its
+    traced step (`tracer.find.keras_own.OwnStep`) run once per step, a step skipped where
+    the mask is False as Keras skips it (the states carried, the output the previous one or
+    zero), checked against the layer's outputs and final states."""
+    own, layer, f32 = cell.step, cell.layer, np.float32
+    n, steps = x.shape[:2]
+    names = cell.spec.states
+    states = (
+        [np.asarray(s, f32) for s in seen.initial]
+        if seen.initial is not None
+        else [np.zeros((n, w), f32) for w in own.sizes]
+    )
+    initial = dict(zip(names, states, strict=True))
+    g = own.gates
+    pre = np.empty((n, steps, g, cell.units), f32)
+    act = np.empty_like(pre)
+    kept = {name: np.empty((n, steps, w), f32) for name, w in zip(names, own.sizes, strict=True)}
+    outputs: np.ndarray | None = None
+    carry = not layer.zero_output_for_mask
+    for t in range(steps):
+        got = own(np.ascontiguousarray(x[:, t], f32), states)
+        out, new = got[2 * g], got[2 * g + 1 :]
+        if g:
+            act[:, t], pre[:, t] = np.stack(got[:g], axis=1), np.stack(got[g : 2 * g], axis=1)
+        if outputs is None:
+            outputs = np.zeros((n, steps, out.shape[1]), f32)
+        if mask is not None:
+            keep = mask[:, t : t + 1]
+            new = [np.where(keep, a, b) for a, b in zip(new, states, strict=True)]
+            out = np.where(keep, out, outputs[:, t - 1] if carry and t else 0)
+        outputs[:, t] = out
+        states = new
+        for name, s in zip(names, states, strict=True):
+            kept[name][:, t] = s
+    if outputs is None:
+        outputs = np.zeros((n, 0, cell.units), f32)
+    got_ = Replayed(
+        pre, act, kept, outputs, dict(zip(names, states, strict=True)), inputs=x, initial=initial
+    )
+    final = dict(zip(names, seen.states, strict=True)) if layer.return_state else {}
+    check(cell.name, got_, seen.outputs, final)
+    return _Result(got_, seen.mask)
+
+
 @dataclass
 class _Result:
     """One cell replayed over one batch; `mask` [examples, steps] in input position order, or None."""
@@ -237,6 +282,8 @@ class KerasPlan:
         if below is not None:
             x = below
         layer = cell.layer
+        if cell.step is not None:  # a cell of your own: its traced step, run step by step
+            return _run_own(cell, x, mask, seen)
         # Keras' state order, LSTM [h, c], others [h]; a stack's: each cell's in turn
         order = ("h", "c") if cell.spec.is_lstm else ("h",)
         k, n = cell.stack

@@ -87,8 +87,15 @@ def assemble(plan: ValuePlan, values: Sequence, examples: np.ndarray | None = No
     batch = 0
     for k, cell in enumerate(plan.cells):
         gates = range(len(cell.gates))
-        pre = np.stack([plan.gate(values, k, g, "preactivation") for g in gates])
-        act = np.stack([plan.gate(values, k, g, "activation") for g in gates])
+        # gate-major: [gates, examples, steps, units] (no gates: a cell of your own that
+        # applies no nonlinearity, whose states are all it has)
+        empty = np.zeros(
+            (0, plan.batch_of(values), len(plan.steps(values, k)), cell.units), np.float32
+        )
+        pre = (
+            np.stack([plan.gate(values, k, g, "preactivation") for g in gates]) if gates else empty
+        )
+        act = np.stack([plan.gate(values, k, g, "activation") for g in gates]) if gates else empty
         states = {s: plan.state(values, k, s) for s in cell.spec.states}
         cells[cell.name] = CellTrace(
             cell, np.moveaxis(pre, 0, 2), np.moveaxis(act, 0, 2), states, plan.steps(values, k)
