@@ -532,3 +532,70 @@ def test_gate_names_that_do_not_fit_are_one_line():
         GraphPatternError, match="gate_names names lstm, not a layer over a cell of your own"
     ):
         tracer.trace(model, x, gate_names={"lstm": ["i"]})
+
+
+_MY_CELLS = """
+import keras
+
+
+class LSTMLike(keras.layers.Layer):
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.state_size = [units, units]
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1] + self.units, 4 * self.units), name="w")
+        self.b = self.add_weight(shape=(4 * self.units,), name="b", initializer="random_normal")
+
+    def call(self, inputs, states):
+        h, c = states
+        z = keras.ops.matmul(keras.ops.concatenate([inputs, h], axis=-1), self.w) + self.b
+        i, f, o, g = keras.ops.split(z, 4, axis=-1)
+        c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * keras.ops.tanh(g)
+        h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+        return h, [h, c]
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+"""
+
+
+def test_a_keras_file_of_your_own_cell_loads_only_with_the_file_of_its_classes(tmp_path):
+    """A .keras file names its cell class, not its code: refused (the line says how to load
+    it), then recorded with --custom-objects naming the Python file that defines it; a Lambda
+    beside it stays refused."""
+    import recorders
+    import tracer
+    from tests.test_keras import keras_module
+    from tracer.load.custom import custom_objects
+
+    keras = keras_module("keras3")
+    (tmp_path / "my_cells.py").write_text(_MY_CELLS)
+    LSTMLike = custom_objects(tmp_path / "my_cells.py")["LSTMLike"]
+    inp = keras.Input((T, D), name="seq")
+    model = keras.Model(inp, keras.layers.RNN(LSTMLike(H), return_sequences=True, name="rnn")(inp))
+    model.save(tmp_path / "own.keras")
+    x = _inputs(7)
+    np.save(tmp_path / "x.npy", x)
+    expected = tracer.trace(model, x)["rnn"]
+    args = ("record", str(tmp_path / "own.keras"), "--feed", f"seq={tmp_path / 'x.npy'}", "--quiet")
+    refused = run_cli(*args, "--out", str(tmp_path / "no"))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "LSTMLike (not one of Keras' own layers)" in refused.stderr
+    assert "--custom-objects FILE.py" in refused.stderr and not (tmp_path / "no").exists()
+    done = run_cli(
+        *args, "--out", str(tmp_path / "run"), "--custom-objects", str(tmp_path / "my_cells.py")
+    )
+    assert done.returncode == 0, done.stderr
+    rec = recorders.Recording(tmp_path / "run")
+    assert rec.gates("rnn") == ["sigmoid_0", "sigmoid_1", "tanh_0", "sigmoid_2", "tanh_1"]
+    for k, gate in enumerate(rec.gates("rnn")):
+        np.testing.assert_allclose(
+            rec.gate_array("rnn", gate), expected.activation[:, :, k], atol=1e-6
+        )
+    # what the file names beyond the classes of yours is checked as before
+    lam = keras.Model(inp, keras.layers.Lambda(lambda t: t * 2)(model(inp)))
+    lam.save(tmp_path / "lambda.keras")
+    with pytest.raises(tracer.UnsafeGraphError, match="Lambda"):
+        tracer.load_model(tmp_path / "lambda.keras", custom_objects=tmp_path / "my_cells.py")

@@ -9,10 +9,19 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from tracer.load.formats import FORMATS
 
-__all__ = ["Parser", "MODEL_HELP", "seconds", "positive", "split", "model_arguments"]
+__all__ = [
+    "Parser",
+    "MODEL_HELP",
+    "seconds",
+    "positive",
+    "split",
+    "model_arguments",
+    "model_options",
+]
 
 MODEL_HELP = FORMATS
 
@@ -109,3 +118,19 @@ def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None
         else "read the model even if importing its graph could run ops that do more than compute (file access), "
         "or loading its Keras file would build objects gatetrace does not check: only for models you trust",
     )
+    c.add_argument(
+        "--custom-objects",
+        metavar="FILE.py",
+        help="a Keras file built from classes of your own (a cell of your own): the Python file defining them, "
+        "imported (which runs its code) so that Keras can build them; nothing else it names is accepted",
+    )
+
+
+def model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What `tracer.load_model` takes from a command's model arguments (`model_arguments`)."""
+    return {
+        "tag": args.tag,
+        "signature": args.signature,
+        "allow_unsafe_ops": args.allow_unsafe_ops,
+        "custom_objects": args.custom_objects,
+    }

@@ -87,17 +87,12 @@ def run(args) -> None:
     if (Path(args.model) / "series.json").is_file():
         return _inspect_series(args)
     import tracer
+    from tracer.commands.common import model_options
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
     from tracer.run.prepare import graph_from_loops, record_tensors, unsafe_by_command
 
-    model = tracer.load_model(
-        args.model,
-        tag=args.tag,
-        signature=args.signature,
-        restore=False,
-        allow_unsafe_ops=args.allow_unsafe_ops,
-    )
+    model = tracer.load_model(args.model, restore=False, **model_options(args))
     if isinstance(model, KerasModel):
         return _inspect_keras(args, model)
     from recorders.errors import NoCellFoundError

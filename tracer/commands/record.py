@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from tracer.commands.common import positive, split
+from tracer.commands.common import model_options, positive, split
 from tracer.commands.record_runs import (
     record_parallel,
     record_series,
@@ -251,9 +251,7 @@ def run(args) -> None:
 
     feeds = parse_feed_args(args.feed)
     lengths = load_array(args.lengths, "--lengths") if args.lengths else None
-    with tracer.load_model(
-        args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops
-    ) as model:
+    with tracer.load_model(args.model, **model_options(args)) as model:
         summary = tracer.record(
             model,
             feeds,

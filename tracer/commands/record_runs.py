@@ -83,6 +83,7 @@ def record_series(args, selection, bins, memory) -> None:
         resume=args.resume,
         progress=not args.quiet,
         allow_unsafe_ops=args.allow_unsafe_ops,
+        custom_objects=args.custom_objects,
         tensorboard=args.tensorboard,
         options=shared_options(
             args,
@@ -170,6 +171,7 @@ def record_parallel(args, selection, memory) -> None:
         tag=args.tag,
         signature=args.signature,
         allow_unsafe_ops=args.allow_unsafe_ops,
+        custom_objects=os.path.abspath(args.custom_objects) if args.custom_objects else None,
         lengths=os.path.abspath(args.lengths) if args.lengths else None,
         options=RecordOptions(
             batch_size=args.batch_size,

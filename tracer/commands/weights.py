@@ -23,14 +23,13 @@ def run(args) -> None:
     import tracer
     from recorders import write_weights
     from tracer.cells.found import Cell
+    from tracer.commands.common import model_options
     from tracer.load.keras import KerasModel
     from tracer.load.safety import check_model
     from tracer.run.prepare import cells_of, weight_tensors
     from tracer.run.recording import describe, find_all, weight_values
 
-    with tracer.load_model(
-        args.model, tag=args.tag, signature=args.signature, allow_unsafe_ops=args.allow_unsafe_ops
-    ) as model:
+    with tracer.load_model(args.model, **model_options(args)) as model:
         cells = find_all(model)
         # a Keras layer's weights are arrays already: nothing runs
         if not isinstance(model, KerasModel):

@@ -12,7 +12,9 @@ A new format is a module with that hook and its line here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["Format", "LoadRequest", "FORMAT_LIST", "FORMATS"]
 
@@ -20,13 +22,14 @@ __all__ = ["Format", "LoadRequest", "FORMAT_LIST", "FORMATS"]
 @dataclass(frozen=True)
 class LoadRequest:
     """How `load_model` was asked to load: the SavedModel tag and signature, whether to
-    restore the weights (False: load the graph only, running nothing), and whether ops
-    outside the allowlist may run."""
+    restore the weights (False: load the graph only, running nothing), whether ops
+    outside the allowlist may run, and your own Keras classes (`tracer.load.custom`)."""
 
     tag: str
     signature: str
     restore: bool = True
     allow_unsafe_ops: bool = False
+    custom_objects: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

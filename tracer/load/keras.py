@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +122,9 @@ def read(path: Path, source: str, request: LoadRequest) -> KerasModel | None:
     classes are all Keras' own), or None."""
     if not is_keras_file(path) or classes_outside_keras(path, request.allow_unsafe_ops):
         return None
-    return load_keras(path, allow_unsafe_ops=request.allow_unsafe_ops)
+    return load_keras(
+        path, allow_unsafe_ops=request.allow_unsafe_ops, custom_objects=request.custom_objects
+    )
 
 
 def _saved_by(p: Path) -> str:
@@ -144,8 +146,15 @@ def _saved_by(p: Path) -> str:
     return "keras3" if version.startswith("3.") else "tf-keras"
 
 
-def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> KerasModel:
+def load_keras(
+    path: str | os.PathLike,
+    *,
+    allow_unsafe_ops: bool = False,
+    custom_objects: Mapping[str, Any] | None = None,
+) -> KerasModel:
     """Load a Keras model file (see the module docstring), without compiling it.
+    `custom_objects` are your own classes by name (`tracer.load.custom`): the file may name
+    them, and Keras builds them.
 
     Unless `allow_unsafe_ops`, the file is checked first (`tracer.keras_files`): anything
     beyond Keras' own layers is refused before Keras reads it, and a tf-keras SavedModel
@@ -156,15 +165,16 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
     p, source = Path(path), str(path)
     framework = _saved_by(p)
     kind = "savedmodel" if p.is_dir() else p.suffix
+    yours = dict(custom_objects or {})
     if not allow_unsafe_ops:
-        check_keras_file(p)
+        check_keras_file(p, frozenset(yours))
     try:
         with _private_tempdir():
             if framework == "keras3":
                 import keras
 
                 model = keras.saving.load_model(
-                    source, compile=False, safe_mode=not allow_unsafe_ops
+                    source, compile=False, safe_mode=not allow_unsafe_ops, custom_objects=yours
                 )
             elif p.is_dir() and not allow_unsafe_ops:
                 model = _tf_keras_from_saved_model(p, source)
@@ -176,7 +186,7 @@ def load_keras(path: str | os.PathLike, *, allow_unsafe_ops: bool = False) -> Ke
 
                 with SafeModeScope(not allow_unsafe_ops):
                     model = tf_keras.models.load_model(
-                        source, compile=False, safe_mode=not allow_unsafe_ops
+                        source, compile=False, safe_mode=not allow_unsafe_ops, custom_objects=yours
                     )
         cudnn = cudnn_layers(model) if framework == "tf-keras" else []
         if cudnn:  # Keras 2's CuDNNLSTM and CuDNNGRU, as what they compute

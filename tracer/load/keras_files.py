@@ -150,11 +150,15 @@ def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:
             yield from _objects(item, f"{where}[{k}]")
 
 
-def _refused(config: Any) -> list[str]:
-    """What in a configuration gatetrace does not accept, as `Class (why)` items."""
+def _refused(config: Any, yours: frozenset[str] = frozenset()) -> list[str]:
+    """What in a configuration gatetrace does not accept, as `Class (why)` items; the
+    classes `yours` names (the user's own, `tracer.load.custom`) are accepted by name, what
+    they hold is checked as everything else."""
     found = []
     for _, obj in _objects(config):
         name, module = obj.get("class_name"), obj.get("module")
+        if isinstance(name, str) and name in yours and name not in RUNS_CODE:
+            continue
         if not isinstance(name, str) or not (module is None or isinstance(module, str)):
             found.append(f"{name!r} (not a class name)")
         elif module is not None and _OPS_MODULE.fullmatch(module):
@@ -182,8 +186,15 @@ def _refuse(
 ) -> None:
     """UnsafeGraphError naming `found` (`thing (why)` items), if there are any."""
     if found:
+        yours = (
+            " If the classes are yours, name the Python file defining them with --custom-objects FILE.py "
+            "(importing it runs its code)."
+            if all(f.endswith(f"({NOT_KERAS})") for f in found)
+            else ""
+        )
         raise UnsafeGraphError(
-            f"{source}: {what}: {listing(found, 6)}; nothing was loaded. If you trust this model, pass --allow-unsafe-ops"
+            f"{source}: {what}: {listing(found, 6)}; nothing was loaded.{yours} If you trust this model, pass "
+            "--allow-unsafe-ops"
         )
 
 
@@ -320,11 +331,13 @@ def custom_classes(path: str | Path) -> list[str]:
     return found if all(f.endswith(f"({NOT_KERAS})") for f in found) else []
 
 
-def check_keras_file(path: str | Path) -> None:
+def check_keras_file(path: str | Path, yours: frozenset[str] = frozenset()) -> None:
     """UnsafeGraphError (ModelFormatError) if the Keras file at `path` names anything beyond
-    Keras' own building blocks (is not a Keras file gatetrace can read); nothing is loaded."""
+    Keras' own building blocks and the classes `yours` names (is not a Keras file gatetrace
+    can read); nothing is loaded."""
     p, source = Path(path), str(path)
-    _refuse(source, _refused(keras_config(p)))  # (an archive's members and sizes are checked first)
+    # (an archive's members and sizes are checked first)
+    _refuse(source, _refused(keras_config(p), yours))
     if p.is_dir():
         return
     if p.suffix == ".keras":

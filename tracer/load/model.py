@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from recorders.errors import ModelFormatError
 from tracer.load.checkpoint import weights_only
+from tracer.load.custom import custom_objects as custom_objects_of
 from tracer.load.formats import FORMAT_LIST, FORMATS, LoadRequest
 from tracer.load.inline import DEFAULT_SIGNATURE
 from tracer.load.keras import KerasModel
@@ -52,15 +55,19 @@ def load_model(
     signature: str = DEFAULT_SIGNATURE,
     restore: bool = True,
     allow_unsafe_ops: bool = False,
+    custom_objects: str | os.PathLike | Mapping[str, Any] | None = None,
 ) -> Model | KerasModel:
     """Load the model at `path` (see the module docstring for the formats and the checks).
 
     `restore=False` loads the graph only, running nothing (enough to find cells). A Keras
     file (`.keras`, `.h5`, a SavedModel folder with keras_metadata.pb) gives a
-    `tracer.load.keras.KerasModel` instead.
+    `tracer.load.keras.KerasModel` instead; `custom_objects` names the Python file that
+    defines the classes of yours it is built from (imported: `tracer.load.custom`).
     """
     source, p = str(path), Path(path)
-    request = LoadRequest(tag, signature, restore, allow_unsafe_ops)
+    request = LoadRequest(
+        tag, signature, restore, allow_unsafe_ops, custom_objects_of(custom_objects)
+    )
     for fmt in FORMAT_LIST:
         model = importlib.import_module(fmt.module).read(p, source, request)
         if model is not None:

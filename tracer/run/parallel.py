@@ -83,6 +83,9 @@ class Job:
     tag: str = "serve"
     signature: str = "serving_default"
     allow_unsafe_ops: bool = False
+    custom_objects: str | None = (
+        None  # the Python file of your own Keras classes (tracer.load.custom)
+    )
     lengths: str | None = None
     options: RecordOptions | Mapping[str, Any] = field(default_factory=dict)
     # TFRecord files' record counts, found by the driver
@@ -95,17 +98,21 @@ class Job:
         return given if isinstance(given, RecordOptions) else RecordOptions.of(**given)
 
 
-# model per process: (path, tag, signature, allow_unsafe_ops) -> Model
+# model per process: (path, tag, signature, allow_unsafe_ops, custom_objects) -> Model
 _loaded: dict[tuple, Any] = {}
 
 
 def _model(job: Job):
     from tracer.load.model import load_model  # imports TensorFlow: in the tasks, not in the driver
 
-    key = (job.model, job.tag, job.signature, job.allow_unsafe_ops)
+    key = (job.model, job.tag, job.signature, job.allow_unsafe_ops, job.custom_objects)
     if key not in _loaded:
         _loaded[key] = load_model(
-            job.model, tag=job.tag, signature=job.signature, allow_unsafe_ops=job.allow_unsafe_ops
+            job.model,
+            tag=job.tag,
+            signature=job.signature,
+            allow_unsafe_ops=job.allow_unsafe_ops,
+            custom_objects=job.custom_objects,
         )
     return _loaded[key]
 

@@ -48,6 +48,7 @@ def record_series(
     resume: bool = False,
     progress: bool = False,
     allow_unsafe_ops: bool = False,
+    custom_objects: str | os.PathLike | None = None,
     tensorboard: str | os.PathLike | None = None,
     options: RecordOptions | None = None,
     **changes: Any,
@@ -97,7 +98,9 @@ def record_series(
                 continue  # recorded before
             if progress:
                 print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
-            with load_model(c.path, allow_unsafe_ops=allow_unsafe_ops) as model:
+            with load_model(
+                c.path, allow_unsafe_ops=allow_unsafe_ops, custom_objects=custom_objects
+            ) as model:
                 cells = [_shape(cell.describe()) for cell in find_all(model)]
                 if first is None:
                     first = cells
