@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import run_cli, v1
@@ -160,6 +161,17 @@ def test_a_hand_written_lstm_records_by_the_names_of_its_gates(hand_lstm, tmp_pa
         np.testing.assert_allclose(got, expected[gate], atol=2e-6)
     for state in ("c", "h"):
         np.testing.assert_allclose(rec.state_array("my_lstm", state), expected[state], atol=2e-6)
+    # each gate's W, U and b, where its preactivation reads them: here all of them
+    table = pd.read_parquet(tmp_path / "run" / "weights.parquet")
+    for gate, g in (("input", "i"), ("forget", "f"), ("output", "o"), ("cell", "c")):
+        for source, matrix in zip(("input", "recurrent", "bias"), weights[g], strict=True):
+            rows = table[(table.gate == gate) & (table.source == source)]
+            got = np.zeros(np.shape(matrix), np.float32)
+            if np.ndim(matrix) == 1:
+                got[rows.unit.to_numpy()] = rows.value.to_numpy()
+            else:
+                got[rows.row.to_numpy(), rows.unit.to_numpy()] = rows.value.to_numpy()
+            np.testing.assert_array_equal(got, matrix)
     # the same cell without a step group: each op's step is how many of the input's steps it read
     with tracer.load_model(prefix, restore=False) as model:
         (walked,) = tracer.find_named(model.graph, r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_\d+")
@@ -194,6 +206,25 @@ def test_an_mlstm_records_by_a_pattern_without_steps_or_gates(mlstm, tmp_path):
     rec = recorders.Recording(tmp_path / "run")
     for gate, name in zip(("sigmoid_0", "sigmoid_1", "sigmoid_2"), "ifo", strict=True):
         np.testing.assert_allclose(rec.gate_array("model", gate), expected[name], atol=2e-6)
+    # W = wx, U = wh (on m = (x wmx) * (h wmh)) and b, each gate's column block of them
+    table = pd.read_parquet(tmp_path / "run" / "weights.parquet")
+    for k, gate in enumerate(("sigmoid_0", "sigmoid_1", "sigmoid_2")):
+        cols = slice(k * H, (k + 1) * H)
+        for source, matrix in (("input", "wx"), ("recurrent", "wh"), ("bias", "b")):
+            rows = table[(table.gate == gate) & (table.source == source)]
+            block = np.asarray(weights[matrix])[..., cols]
+            got = np.zeros(block.shape, np.float32)
+            if block.ndim == 1:
+                got[rows.unit.to_numpy()] = rows.value.to_numpy()
+            else:
+                got[rows.row.to_numpy(), rows.unit.to_numpy()] = rows.value.to_numpy()
+            np.testing.assert_array_equal(got, block)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["cells"][0]["variables"]["sigmoid_1/input"] == "model/lstm/wx"
+    assert "weights_not_known" not in manifest["cells"][0]
+    assert tanh.unknown_weights == {
+        "tanh_1": "its preactivation is not a sum of matrix products and biases of variables"
+    }
     got = trace[tanh.name]
     for k, name in enumerate(("u", "tanh_c")):
         np.testing.assert_allclose(got.activation[:, :, k], expected[name], atol=2e-6)

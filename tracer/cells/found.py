@@ -176,6 +176,8 @@ class Cell(HasSpec):
     fused: Fused | None = None
     # a Keras cell's gate nonlinearity (its `activation` is the candidate's)
     recurrent_activation: str | None = None
+    # a cell of your own (tracer.find.named): why a gate's weights are not known, by gate
+    unknown_weights: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         where = (
@@ -247,6 +249,7 @@ class Cell(HasSpec):
             "direction": "backward" if self.backward else "forward",
             "variables": dict(self.variables),
             "shares_weights_with": list(self.shares_weights_with),
+            **({"weights_not_known": dict(self.unknown_weights)} if self.unknown_weights else {}),
             "path": self.path,
             **(
                 {"loop": asdict(self.loop), "why": _why_replay(self.loop)}

@@ -38,9 +38,10 @@ import numpy as np
 from recorders.errors import GraphPatternError, listing
 from tracer._tf import tf
 from tracer.cells.found import Cell, Step
+from tracer.cells.kinds import GateWeights
 from tracer.cells.kinds.named import named_spec
 from tracer.find.application import ACTIVATIONS
-from tracer.find.edges import in_v1_frame
+from tracer.find.edges import in_v1_frame, weight_name, weight_source
 
 __all__ = ["find_named", "propose", "Proposal"]
 
@@ -278,6 +279,7 @@ def _cell(
         for s in state_names
     }
     meanings = tuple(f"{first[g].op.type} {first[g].op.name}" for g in gate_names)
+    layouts, weights, variables, unknown = _weights(graph, first, cut)
     applied = sorted({NONLINEAR[_applied(first[g].op).type] for g in gate_names})
     found_steps = tuple(
         Step(
@@ -294,7 +296,7 @@ def _cell(
     x = inputs.get(steps[0])
     return Cell(
         name=name,
-        spec=named_spec(gate_names, meanings, state_names),
+        spec=named_spec(gate_names, meanings, state_names, layouts),
         units=units,
         input_size=_features(graph, x),
         output_size=widths.get("h", units),
@@ -302,11 +304,109 @@ def _cell(
         forget_bias=None,
         cell_clip=None,
         proj_clip=None,
-        weights={},
-        variables={},
+        weights=weights,
+        variables=variables,
         steps=found_steps,
         backward=backward,
+        unknown_weights=unknown,
     )
+
+
+# ops a value passes through unchanged on its way from a step's input to a matrix product
+_SAME = {"Identity", "Squeeze", "Reshape", "ExpandDims"}
+_NOT_A_SUM = "its preactivation is not a sum of matrix products and biases of variables"
+
+
+def _weights(
+    graph: tf.Graph, gates: dict[str, _Named], cut: _Cuts
+) -> tuple[tuple[GateWeights, ...], dict[str, str], dict[str, str], dict[str, str]]:
+    """Where each gate's W, U and b are, read from the first step's ops: its preactivation a
+    sum of `x @ W`, `h @ U` (or `[x, h] @ kernel`) and `b`, each a variable (or Const), or
+    a column block of such a sum cut by a Split. Returns each gate's `GateWeights` (kernel
+    "" where not known), the roles' tensors and variables, and why not, by gate."""
+    layouts, weights, variables, unknown = [], {}, {}, {}
+    for gate, m in gates.items():
+        terms = _terms(graph.get_tensor_by_name(str(m.pre)), (0, 1))
+        found = None if terms is None else _roles(terms, cut)
+        if isinstance(found, str) or found is None:
+            unknown[gate] = found or _NOT_A_SUM
+            layouts.append(GateWeights("", "", 0, 1))
+            continue
+        blocks = {block for _, block in found.values()}
+        if len(blocks) != 1:
+            unknown[gate] = "its terms are different column blocks of their matrices"
+            layouts.append(GateWeights("", "", 0, 1))
+            continue
+        (k, n) = blocks.pop()
+        for role, (t, _) in found.items():
+            weights[f"{gate}/{role}"] = t.name
+            variables[f"{gate}/{role}"] = weight_name(t)
+        stacked = "kernel" in found
+        layouts.append(
+            GateWeights(
+                f"{gate}/kernel" if stacked else f"{gate}/input",
+                f"{gate}/bias" if "bias" in found else "",
+                k,
+                n,
+                None if stacked or "recurrent" not in found else f"{gate}/recurrent",
+            )
+        )
+    return tuple(layouts), weights, variables, unknown
+
+
+def _terms(
+    t: tf.Tensor, block: tuple[int, int]
+) -> list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]] | None:
+    """The terms of the sum `t` is, down through adds and Splits: (`product`, operand,
+    matrix, block) for `operand @ matrix`, (`bias`, variable, None, block) for a variable;
+    `block` (k, n): the k-th of n column blocks. None where `t` is anything else."""
+    op = t.op
+    if op.type == "Identity":
+        return _terms(op.inputs[0], block)
+    if op.type in ("Add", "AddV2", "BiasAdd"):
+        parts = [_terms(u, block) for u in op.inputs]
+        return None if any(p is None for p in parts) else [x for p in parts if p for x in p]
+    if op.type == "Split" and tf.get_static_value(op.inputs[0]) in (1, -1):
+        n = op.get_attr("num_split")
+        return _terms(op.inputs[1], (t.value_index * block[1] + block[0], n * block[1]))
+    if op.type == "MatMul" and not op.get_attr("transpose_a") and not op.get_attr("transpose_b"):
+        a, w = op.inputs
+        return [("product", a, w, block)] if weight_source(w) is not None else None
+    if weight_source(t) is not None:
+        return [("bias", t, None, block)]
+    return None
+
+
+def _roles(
+    terms: list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]], cut: _Cuts
+) -> dict[str, tuple[tf.Tensor, tuple[int, int]]] | str:
+    """Each term's role: `input` (a product of the step's input), `kernel` (of [input,
+    state] concatenated), `recurrent` (of anything else: the state, or what the cell made
+    of it), `bias`; or why the terms do not say one weight a role."""
+    roles: dict[str, tuple[tf.Tensor, tuple[int, int]]] = {}
+    for kind, a, w, block in terms:
+        if kind == "bias":
+            role, t = "bias", a
+        else:
+            role = "input" if cut.is_input(a) else "kernel" if _joins_input(a, cut) else "recurrent"
+            assert w is not None  # (a product's)
+            t = w
+        if role in roles:
+            return f"it adds two terms of one kind ({role}: {roles[role][0].op.name}, {t.op.name})"
+        roles[role] = (t, block)
+    if "kernel" in roles and ("input" in roles or "recurrent" in roles):
+        return "it adds a product of [input, state] to other products"
+    if not roles.keys() & {"input", "kernel"}:
+        return "none of its terms reads the step's input"
+    return roles
+
+
+def _joins_input(a: tf.Tensor, cut: _Cuts) -> bool:
+    """Whether `a` is [input, state] joined along its features (`tf.concat([x, h], 1)`)."""
+    op = a.op
+    if op.type != "ConcatV2" or tf.get_static_value(op.inputs[-1]) not in (1, -1):
+        return False
+    return len(op.inputs) == 3 and cut.is_input(op.inputs[0])
 
 
 def _applied(op: tf.Operation) -> tf.Operation:
@@ -460,6 +560,12 @@ class _Cuts:
             stack.append((o, True))
             stack.extend((t.op, False) for t in o.inputs if t.op.name not in memo)
         return memo[op.name]
+
+    def is_input(self, t: tf.Tensor) -> bool:
+        """Whether `t` is one step of a cut input (through ops that pass it on unchanged)."""
+        while t.name not in self._bit and t.op.type in _SAME and t.op.inputs:
+            t = t.op.inputs[0]
+        return t.name in self._bit
 
     def positions(
         self, cell: str, ops: Sequence[tf.Operation], what: str

@@ -72,17 +72,23 @@ def gate_weights(cell: HasSpec, values: Mapping[str, np.ndarray]) -> dict[str, G
     cell whose spec says no weights (a cell found by name: `tracer.find.named`)."""
     out: dict[str, GateWeights] = {}
     if not cell.spec.weights:
-        return out
+        return out  # (a Keras cell of your own: its weights are its own business)
     for gate, layout in zip(cell.gates, cell.spec.weights, strict=True):
-        kernel, bias = values[layout.kernel], values[layout.bias]
+        if not layout.kernel:
+            continue  # (a gate of a cell of your own whose weights the graph does not say)
+        kernel = values[layout.kernel]
         width = kernel.shape[1] // layout.blocks
         cols = slice(layout.block * width, (layout.block + 1) * width)
         peephole = values.get(_PEEPHOLES.get(gate, ""))
         recurrent_b = values.get("recurrent_bias")
+        if layout.recurrent is not None:  # W and U matrices of their own
+            W, U = kernel[:, cols], values[layout.recurrent][:, cols]
+        else:
+            W, U = kernel[: cell.input_size, cols], kernel[cell.input_size :, cols]
         out[gate] = GateWeights(
-            W=kernel[: cell.input_size, cols],
-            U=kernel[cell.input_size :, cols],
-            b=bias[cols],
+            W=W,
+            U=U,
+            b=values[layout.bias][cols] if layout.bias else np.zeros(width, kernel.dtype),
             peephole=peephole,
             recurrent_b=None if recurrent_b is None else recurrent_b[cols],
         )

@@ -5,7 +5,7 @@ the graph's own tensors, fetched step by step, never replayed or recomputed.
 
 from __future__ import annotations
 
-from tracer.cells.kinds.spec import Array, CellMath, CellSpec, Replaying
+from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Replaying
 
 __all__ = ["NAMED", "named_spec"]
 
@@ -20,17 +20,21 @@ class _Named(CellMath):
 
 
 def named_spec(
-    gates: tuple[str, ...], meanings: tuple[str, ...], states: tuple[str, ...]
+    gates: tuple[str, ...],
+    meanings: tuple[str, ...],
+    states: tuple[str, ...],
+    weights: tuple[GateWeights, ...] = (),
 ) -> CellSpec:
     """The spec of a cell found by name: its `gates` in the order it computes them, what each
-    is (`meanings`: the op computing it), and the `states` the pattern names."""
+    is (`meanings`: the op computing it), the `states` the pattern names, and where each
+    gate's weights are, where the graph says it (`tracer.find.named`; none: not known)."""
     return CellSpec(
         kind=NAMED,
         gates=gates,
         gate_names=meanings,
         sigmoid_before_split=False,
         states=states,
-        weights=(),
+        weights=weights,
         kernel_suffix="",
         math=_Named(),
     )

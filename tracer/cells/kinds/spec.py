@@ -94,13 +94,16 @@ class GateWeights:
     """Where one gate's weights sit: column block `block` of `blocks` in kernel `kernel`.
 
     The kernel's first `input_size` rows act on the input, the remaining rows on the
-    recurrent state (or, for the GRU candidate, on `r * h_prev`).
+    recurrent state (or, for the GRU candidate, on `r * h_prev`). A cell of your own
+    (`tracer.find.named`) may have a `recurrent` matrix of its own (then `kernel` acts on
+    the input only), no `bias` (""), or no weights known at all (`kernel` "").
     """
 
     kernel: str
     bias: str
     block: int
     blocks: int
+    recurrent: str | None = None
 
 
 @dataclass(frozen=True)
