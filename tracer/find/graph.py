@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from recorders.errors import GraphPatternError, NoCellFoundError
+from recorders.errors import GatetraceError, GraphPatternError, NoCellFoundError
 from tracer._tf import function_def_to_graph, tf
 from tracer.cells.found import Cell, Step
 from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
@@ -92,7 +92,10 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
                 "sequence_length and pass the lengths to gatetrace with --lengths"
             )
         else:
-            own = propose(graph, source)
+            try:
+                own = propose(graph, source)
+            except (GatetraceError, ValueError, TypeError, KeyError):
+                own = []  # (a proposal is a hint: never in the way of the refusal itself)
             if own:
                 hint = (
                     f"; {own[0].cell} looks like a cell of your own ({len(own[0].gates)} nonlinearities a step over "
