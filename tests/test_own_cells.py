@@ -230,11 +230,14 @@ def test_an_mlstm_records_by_a_pattern_without_steps_or_gates(mlstm, tmp_path):
         np.testing.assert_allclose(got.activation[:, :, k], expected[name], atol=2e-6)
 
 
-def test_the_command_line_records_by_gate_ops(hand_lstm, tmp_path):
-    import recorders
+GATE_OPS = r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)"
+STATE_OPS = r"(?P<cell>my_lstm)/(?P<state>[ch])_(?P<step>\d+)"
 
-    prefix, weights = hand_lstm
-    x = _inputs(2)
+
+def _record_hand_lstm(prefix, tmp_path, seed, *flags):
+    """`gatetrace record` of the hand-written LSTM by --gate-ops (and `flags`) on inputs of
+    `seed`; returns the recording's folder and the inputs."""
+    x = _inputs(seed)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "run"
     done = run_cli(
@@ -245,10 +248,19 @@ def test_the_command_line_records_by_gate_ops(hand_lstm, tmp_path):
         "--out",
         str(out),
         "--gate-ops",
-        r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+        GATE_OPS,
+        *flags,
         "--quiet",
     )
     assert done.returncode == 0, done.stderr
+    return out, x
+
+
+def test_the_command_line_records_by_gate_ops(hand_lstm, tmp_path):
+    import recorders
+
+    prefix, weights = hand_lstm
+    out, x = _record_hand_lstm(prefix, tmp_path, 2)
     expected, _ = _hand_lstm_reference(weights, x.astype(np.float64))
     rec = recorders.Recording(out)
     np.testing.assert_allclose(rec.gate_array("my_lstm", "output"), expected["output"], atol=2e-6)
@@ -343,23 +355,7 @@ def test_inspect_units_and_the_view_read_a_recording_of_a_cell_of_your_own(hand_
     from recorders.view import data
 
     prefix, weights = hand_lstm
-    x = _inputs(3)
-    np.save(tmp_path / "x.npy", x)
-    out = tmp_path / "run"
-    done = run_cli(
-        "record",
-        prefix,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(out),
-        "--gate-ops",
-        r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
-        "--state-ops",
-        r"(?P<cell>my_lstm)/(?P<state>[ch])_(?P<step>\d+)",
-        "--quiet",
-    )
-    assert done.returncode == 0, done.stderr
+    out, x = _record_hand_lstm(prefix, tmp_path, 3, "--state-ops", STATE_OPS)
     shown = run_cli("inspect", str(out), "--json")
     assert shown.returncode == 0, shown.stderr
     (cell,) = json.loads(shown.stdout)["cells"]
