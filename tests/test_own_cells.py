@@ -626,3 +626,60 @@ def test_a_keras_file_of_your_own_cell_loads_only_with_the_file_of_its_classes(t
     lam.save(tmp_path / "lambda.keras")
     with pytest.raises(tracer.UnsafeGraphError, match="Lambda"):
         tracer.load_model(tmp_path / "lambda.keras", custom_objects=tmp_path / "my_cells.py")
+
+
+def test_a_cell_of_your_own_in_a_while_loop_is_emitted_by_the_loop(tmp_path):
+    """A hand-written LSTM run by tf.while_loop (TF2 control flow): its gate ops are named in
+    the loop's body, once an iteration; the loop is rewritten to emit them, and each
+    iteration is a step. Exact against float64 numpy."""
+    import recorders
+    import tracer
+
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(v1.float32, [None, T, D], name="x")
+        W = {g: v1.get_variable(f"my_lstm/W_{g}", [D + H, H]) for g in "ifoc"}
+        h0 = v1.zeros([v1.shape(x)[0], H])
+
+        def body(t, h, c):
+            z = {g: v1.matmul(v1.concat([v1.gather(x, t, axis=1), h], 1), W[g]) for g in "ifoc"}
+            i = v1.sigmoid(z["i"], name="my_lstm/input_gate")
+            f = v1.sigmoid(z["f"], name="my_lstm/forget_gate")
+            o = v1.sigmoid(z["o"], name="my_lstm/output_gate")
+            g_ = v1.tanh(z["c"], name="my_lstm/cell_gate")
+            c = v1.identity(f * c + i * g_, name="my_lstm/c")
+            return t + 1, o * v1.tanh(c), c
+
+        v1.while_loop(lambda t, h, c: t < T, body, [v1.constant(0), h0, h0])
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        weights = session.run(W)
+        prefix = v1.train.Saver().save(session, str(tmp_path / "loop.ckpt"))
+    session.close()
+    x_ = _inputs(8)
+    with tracer.load_model(prefix) as model:
+        (cell,) = tracer.find_named(
+            model.graph,
+            r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate",
+            states=r"(?P<cell>my_lstm)/(?P<state>c)",
+        )
+        assert (cell.gates, cell.spec.states, cell.loop.loop) == (
+            ("input", "forget", "output", "cell"),
+            ("c",),
+            "while",
+        )
+        tracer.record(model, {"x": x_}, tmp_path / "run", cells=[cell])
+    rec = recorders.Recording(tmp_path / "run")
+    w = {g: np.asarray(v, np.float64) for g, v in weights.items()}
+    h = c = np.zeros((N, H))
+    for t in range(T):
+        z = {g: np.concatenate([x_[:, t], h], axis=1) @ w[g] for g in "ifoc"}
+        i, f, o, g_ = _sigmoid(z["i"]), _sigmoid(z["f"]), _sigmoid(z["o"]), np.tanh(z["c"])
+        c = f * c + i * g_
+        h = o * np.tanh(c)
+        for gate, value in (("input", i), ("forget", f), ("output", o), ("cell", g_)):
+            np.testing.assert_allclose(rec.gate_array("my_lstm", gate)[:, t], value, atol=2e-6)
+        np.testing.assert_allclose(rec.state_array("my_lstm", "c")[:, t], c, atol=2e-6)
+    with tracer.load_model(prefix, restore=False) as model:
+        with pytest.raises(tracer.GraphPatternError, match="leave the step group out"):
+            tracer.find_named(model.graph, r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate(?P<step>\d*)")

@@ -21,8 +21,12 @@ by an `Unpack` (`tf.unstack`), a `Split` (`tf.split`) or `StridedSlice` ops of o
 (`x[:, t]`). Step t of a forward cell has read positions 0 to t; of a backward cell, the
 last t + 1 (its input position is then the first of them).
 
+Ops in a TF2 while loop's body (`tf.while_loop`, `dynamic_rnn`) are named as the body function
+names them, once an iteration, without a step group: the loop is rewritten to emit them
+(`tracer.values.emit`), each iteration a step.
+
 Refused in one line, nothing guessed: a pattern that matches nothing, an op that applies no
-nonlinearity, ops inside a while loop, tensors of different shapes in one cell, a step
+nonlinearity, ops of a TF1 while loop, tensors of different shapes in one cell, a step
 without one of the gates (or states), steps that skip, and tensors whose step cannot be told.
 """
 
@@ -30,14 +34,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from recorders.errors import GraphPatternError, listing
-from tracer._tf import tf
-from tracer.cells.found import Cell, Step
+from tracer._tf import function_def_to_graph, tf
+from tracer.cells.found import Cell, Loop, Step
 from tracer.cells.kinds import GateWeights
 from tracer.cells.kinds.named import named_spec
 from tracer.find.application import ACTIVATIONS
@@ -61,6 +65,7 @@ class _Named:
     op: tf.Operation
     pre: str | None  # the nonlinearity's input (gates only)
     value: str  # what the op gives
+    loop: str | None = None  # the While op whose body runs it (once an iteration)
 
 
 def find_named(
@@ -87,9 +92,85 @@ def find_named(
         )
     order = {op.name: k for k, op in enumerate(graph.get_operations())}
     return [
-        _cell(name, ms, state_cells.get(name, []), cut, order, gates)
+        _loop_cell(name, ms, state_cells.get(name, []))
+        if any(m.loop for m in ms)
+        else _cell(name, ms, state_cells.get(name, []), cut, order, gates)
         for name, ms in sorted(by_cell.items())
     ]
+
+
+def _every_op(graph: tf.Graph) -> Iterator[tuple[tf.Operation, str | None]]:
+    """Every op of the graph, then of each while loop's body function (with the loop's name):
+    a control-flow-v2 loop's body is a function of the graph's library, its ops named as
+    `function_def_to_graph` names them (a v1 loop's are in the graph itself)."""
+    ops = graph.get_operations()
+    yield from ((op, None) for op in ops)
+    loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
+    if not loops:
+        return
+    library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+    for loop in loops:
+        body = function_def_to_graph(library[loop.get_attr("body").name])
+        yield from ((op, loop.name) for op in body.get_operations())
+
+
+def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
+    """A cell whose ops run in a while loop's body, once an iteration: its step is the loop's
+    step, which the loop is rewritten to emit (`tracer.values.emit`); its steps are the
+    loop's iterations."""
+    every = [*gates, *states]
+    loops = sorted({m.loop or "the graph itself" for m in every})
+    if len(loops) != 1 or any(m.loop is None for m in every):
+        raise GraphPatternError(
+            f"cell {name}: its ops run in {listing(loops, 3)}; name the ops of one loop's body as one cell"
+        )
+    body = gates[0].op.graph
+    order = {op.name: k for k, op in enumerate(body.get_operations())}
+    ms = sorted(gates, key=lambda m: order[m.op.name])
+    labelled = _labelled(name, 0, ms, "gate", _nonlinearity_names(ms))
+    kept = _labelled(name, 0, states, "state", ["h"] * len(states))
+    gate_names, state_names = tuple(labelled), tuple(kept)
+    units = _width(body, name, [m.value for m in labelled.values()], "gates")
+    widths = {s: _width(body, name, [kept[s].value], f"state {s}") for s in state_names}
+    return Cell(
+        name=name,
+        spec=named_spec(
+            gate_names,
+            tuple(f"{m.op.type} {m.op.name}" for m in labelled.values()),
+            state_names,
+            tuple(GateWeights("", "", 0, 1) for _ in gate_names),
+        ),
+        units=units,
+        input_size=0,
+        output_size=widths.get("h", units),
+        activation="/".join(sorted({NONLINEAR[_applied(m.op).type] for m in ms})),
+        forget_bias=None,
+        cell_clip=None,
+        proj_clip=None,
+        weights={},
+        variables={},
+        steps=(),
+        loop=Loop(
+            control_flow="v2",
+            loop=loops[0],
+            inputs=None,
+            below=None,
+            initial=(),
+            final=(),
+            lengths=None,
+            outputs=None,
+            body=Step(
+                position=0,
+                gate_op=ms[0].op.name,
+                preactivation=tuple(str(m.pre) for m in labelled.values()),
+                activation=tuple(m.value for m in labelled.values()),
+                states=tuple(kept[s].value for s in state_names),
+                input="",
+                previous=(),
+            ),
+        ),
+        unknown_weights={g: "its ops run in a while loop's body" for g in gate_names},
+    )
 
 
 @dataclass(frozen=True)
@@ -176,14 +257,19 @@ def _matches(
             f"{flag} {pattern}: its named groups are cell, {label} and step; it has {', '.join(unknown)}"
         )
     found = []
-    for op in graph.get_operations():
+    for op, loop in _every_op(graph):
         m = regex.fullmatch(op.name)
         if m is None or not op.outputs:
             continue
+        if loop is not None and m.groupdict().get("step") is not None:
+            raise GraphPatternError(
+                f"{flag} {pattern}: {op.name} runs in the body of the while loop {loop}, once an iteration: "
+                "leave the step group out (its steps are the loop's iterations)"
+            )
         if in_v1_frame(op.outputs[0]):
             raise GraphPatternError(
-                f"{flag} {pattern}: {op.name} runs inside a while loop, whose tensors cannot be fetched per step; "
-                "name the ops of a cell unrolled step by step (tf.compat.v1.nn.static_rnn, a Python loop)"
+                f"{flag} {pattern}: {op.name} runs inside a TF1 while loop (control flow v1), whose ops are named "
+                "only in a TF2 loop's body: name the ops of a cell unrolled step by step, or of a TF2 loop"
             )
         groups = m.groupdict()
         pre = None
@@ -210,22 +296,19 @@ def _matches(
                 op,
                 pre,
                 op.outputs[0].name,
+                loop,
             )
         )
     if not found:
-        loops = [op.name for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
-        inside = (
-            f" (the ops inside the while loop {listing(loops, 2)} cannot be named: name a cell unrolled step by step)"
-            if loops
-            else ""
-        )
         raise GraphPatternError(
-            f"{flag} {pattern}: matches no op of {source} (the whole op name must match){inside}; its ops include "
-            f"{listing(_examples(graph), 6)}"
+            f"{flag} {pattern}: matches no op of {source} nor of its while loops' bodies (the whole op name "
+            f"must match); its ops include {listing(_examples(graph), 6)}"
         )
     if any(not m.cell for m in found):  # no cell group: one cell, named by the scope its ops share
         shared = _shared_scope(m.op.name for m in found) or "cell"
-        found = [_Named(m.cell or shared, m.label, m.step, m.op, m.pre, m.value) for m in found]
+        found = [
+            _Named(m.cell or shared, m.label, m.step, m.op, m.pre, m.value, m.loop) for m in found
+        ]
     return found
 
 

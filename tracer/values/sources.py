@@ -69,6 +69,11 @@ class Replaying(Computer):
     def __init__(self, cell: Cell, where: LoopSlots):
         super().__init__(cell)
         self.where = where
+        if not cell.spec.math.replays:
+            raise GraphPatternError(
+                f"cell {cell.name}: its ops run in the while loop {where.loop.loop}, whose body must be rewritten "
+                "to emit them, and this graph cannot be (a live session's): record the model from its file"
+            )
 
     def make(self, values: list[Any], before: Before, check_outputs: bool = True) -> Replayed:
         cell, where = self.cell, self.where

@@ -13,6 +13,8 @@ NAMED = "named"  # the kind of every cell found by name
 
 
 class _Named(CellMath):
+    replays = False
+
     def replay_step(
         self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
     ) -> tuple[Array, Array | None]:

@@ -60,6 +60,8 @@ class CellMath(ABC):
 
     reference: bool = True  # whether `reference_step` is the kind's (Keras layers: not)
 
+    replays: bool = True  # whether `replay_step` is the kind's (a cell found by name: not)
+
     def reference_step(
         self, spec: CellSpec, x: Array, h: Array, c: Array, w: Mapping[str, Array], o: Options
     ) -> tuple[Array, Array, Array, Array]:
