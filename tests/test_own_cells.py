@@ -683,3 +683,47 @@ def test_a_cell_of_your_own_in_a_while_loop_is_emitted_by_the_loop(tmp_path):
     with tracer.load_model(prefix, restore=False) as model:
         with pytest.raises(tracer.GraphPatternError, match="leave the step group out"):
             tracer.find_named(model.graph, r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate(?P<step>\d*)")
+
+
+def test_the_new_flags_refuse_in_one_line_before_anything_is_written(hand_lstm, tmp_path):
+    """--gate-ops, --state-ops and --custom-objects: a refusal is one line, exit 2, and leaves
+    no folder that later looks like a started recording."""
+    prefix, _ = hand_lstm
+    np.save(tmp_path / "x.npy", _inputs())
+    base = ("record", prefix, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"))
+    for flags, says in (
+        (("--gate-ops", "my_lstm/nothing"), "matches no op of"),
+        (("--state-ops", "my_lstm/c_0"), "--state-ops names the states of a cell --gate-ops names"),
+        (
+            ("--gate-ops", GATE_OPS, "--values", "contributions"),
+            "--gate-ops with --values contributions",
+        ),
+        (("--custom-objects", str(tmp_path / "missing.py")), "expected a Python file (.py)"),
+    ):
+        done = run_cli(*base, *flags)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, (flags, done.stderr)
+        assert done.stderr.startswith("gatetrace: error: ") and says in done.stderr, done.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_recording_of_states_only_is_checked_as_any_other(tmp_path):
+    """A cell of your own without a nonlinearity is recorded by its states: a folder of
+    `states/` alone reads as a recording, its files checked as every recording's are (a
+    link planted below it is refused in one line, never followed)."""
+    import recorders
+    import tracer
+
+    keras, MinimalRNNCell, _ = _keras_cells("keras3")
+    inp = keras.Input((T, D))
+    model = keras.Model(inp, keras.layers.RNN(MinimalRNNCell(3), name="minimal")(inp))
+    tracer.record(model, _inputs(9), tmp_path / "run")
+    assert not (tmp_path / "run" / "gates").exists()
+    rec = recorders.Recording(tmp_path / "run")
+    assert rec.state_array("minimal", "state_0").shape == (N, T, 3)
+    (part,) = (tmp_path / "run" / "states").rglob("part-*.parquet")
+    (tmp_path / "elsewhere.parquet").write_bytes(part.read_bytes())
+    part.unlink()
+    part.symlink_to(tmp_path / "elsewhere.parquet")
+    with pytest.raises(recorders.RecordingError) as err:
+        recorders.Recording(tmp_path / "run").state_array("minimal", "state_0")
+    assert "is a symbolic link" in str(err.value) and "\n" not in str(err.value)
