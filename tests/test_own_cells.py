@@ -220,7 +220,10 @@ def test_an_mlstm_records_by_a_pattern_without_steps_or_gates(mlstm, tmp_path):
                 got[rows.row.to_numpy(), rows.unit.to_numpy()] = rows.value.to_numpy()
             np.testing.assert_array_equal(got, block)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["cells"][0]["variables"]["sigmoid_1/input"] == "model/lstm/wx"
+    variables = manifest["cells"][0]["variables"]
+    assert variables["sigmoid_1/input"] == "model/lstm/wx"
+    # the matrices m is made of, which wh acts on: the cell's own, no gate's
+    assert (variables["own/wmx"], variables["own/wmh"]) == ("model/lstm/wmx", "model/lstm/wmh")
     assert "weights_not_known" not in manifest["cells"][0]
     assert tanh.unknown_weights == {
         "tanh_1": "its preactivation is not a sum of matrix products and biases of variables"

@@ -424,6 +424,9 @@ def _weights(
         for role, (t, _) in found.items():
             weights[f"{gate}/{role}"] = t.name
             variables[f"{gate}/{role}"] = weight_name(t)
+        products = [a for kind, a, _, _ in terms or () if kind == "product"]
+        for t in _inner_weights(products):
+            variables[f"own/{weight_name(t).rpartition('/')[2]}"] = weight_name(t)
         stacked = "kernel" in found
         layouts.append(
             GateWeights(
@@ -482,6 +485,25 @@ def _roles(
     if not roles.keys() & {"input", "kernel"}:
         return "none of its terms reads the step's input"
     return roles
+
+
+def _inner_weights(operands: list[tf.Tensor], depth: int = 4) -> list[tf.Tensor]:
+    """The matrices of the products a gate's operands are made of, at most `depth` ops back
+    (the mLSTM's m = (x wmx) * (h wmh), which its recurrent matrix acts on): the cell's own
+    weights, not any gate's, listed with its variables."""
+    found, level, seen = [], [t.op for t in operands], set()
+    for _ in range(depth):
+        nxt = []
+        for op in level:
+            if op.name in seen:
+                continue
+            seen.add(op.name)
+            if op.type == "MatMul" and weight_source(op.inputs[1]) is not None:
+                found.append(op.inputs[1])
+            elif op.type in ("Mul", "Add", "AddV2", "Identity", "BiasAdd"):
+                nxt += [t.op for t in op.inputs]
+        level = nxt
+    return found
 
 
 def _joins_input(a: tf.Tensor, cut: _Cuts) -> bool:
