@@ -97,7 +97,7 @@ def run(args) -> None:
         return _inspect_keras(args, model)
     from recorders.errors import NoCellFoundError
     from tracer.cells.found import Cell
-    from tracer.find.named import propose
+    from tracer.find.proposals import propose
     from tracer.inputs.feeds import describe_entry, pipeline_entries
     from tracer.run.prepare import cells_of, find_all
 

@@ -21,7 +21,7 @@ from tracer._tf import function_def_to_graph, tf
 from tracer.cells.found import Cell, Step
 from tracer.find.fused import FUSED_OPS, fused_cells, fused_steps
 from tracer.find.loops import in_v1_loop, v1_loop_cells, v2_loop_cells
-from tracer.find.named import propose
+from tracer.find.proposals import propose
 from tracer.find.steps import find_steps
 from tracer.find.unrolled import unrolled_cells
 from tracer.load.rebuild import gpu_only_problem

@@ -15,6 +15,9 @@ one): its input is recorded as the gate's preactivation, its output as its activ
 graph's own tensors. `states` names the states likewise, any op's output, with a `state`
 group (default: `h`).
 
+Steps are found in `tracer.find.cuts`, weights in `tracer.find.named_weights`; what looks like
+a cell of your own where none is named, in `tracer.find.proposals`.
+
 Without a step group, a tensor's step is its place in the chain from the step's input to
 the next step's state: how many of the input's steps it has read, the input cut into steps
 by an `Unpack` (`tf.unstack`), a `Split` (`tf.split`) or `StridedSlice` ops of one tensor
@@ -45,13 +48,14 @@ from tracer.cells.found import Cell, Loop, Step
 from tracer.cells.kinds import GateWeights
 from tracer.cells.kinds.named import named_spec
 from tracer.find.application import ACTIVATIONS
-from tracer.find.edges import in_v1_frame, weight_name, weight_source
+from tracer.find.cuts import Cuts
+from tracer.find.edges import in_v1_frame
+from tracer.find.named_weights import weights_of
 
-__all__ = ["find_named", "propose", "Proposal"]
+__all__ = ["find_named", "NONLINEAR"]
 
 # the ops that apply a gate's nonlinearity, and the name each is recorded under
 NONLINEAR = {op: name for op, name in ACTIVATIONS.items() if op != "Identity"}
-_CUTS = ("Unpack", "Split", "SplitV")  # ops whose outputs are a sequence's steps
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def find_named(
     state_matches = (
         [] if states is None else _matches(graph, states, "--state-ops", "state", source, False)
     )
-    cut = _Cuts(graph)
+    cut = Cuts(graph)
     by_cell: dict[str, list[_Named]] = defaultdict(list)
     for m in gate_matches:
         by_cell[m.cell].append(m)
@@ -173,76 +177,6 @@ def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
     )
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """What looks like a cell of your own (`propose`): the pattern that records it, and what
-    `find_named` makes of it."""
-
-    cell: str
-    pattern: str
-    gates: tuple[str, ...]
-    steps: int
-    first: str  # its first step's first gate op
-    last: str  # its last step's
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "cell": self.cell,
-            "gate_ops": self.pattern,
-            "gates": list(self.gates),
-            "steps": self.steps,
-            "first_step": self.first,
-            "last_step": self.last,
-        }
-
-
-def propose(graph: tf.Graph, source: str = "the graph") -> list[Proposal]:
-    """What looks like hand-written cells in `graph`: in each scope, the nonlinearities
-    (Sigmoid, Tanh, ...) whose input comes through a matrix product and which read a
-    sequence's steps one more each, step by step; each with the `--gate-ops` pattern of their
-    names, kept only where `find_named` reads that pattern as one cell of two steps or more.
-    No role is guessed: the gates are named as `find_named` names them."""
-    cut = _Cuts(graph)
-    if not cut.sources:
-        return []
-    by_scope: dict[str, list[tf.Operation]] = defaultdict(list)
-    for op in graph.get_operations():
-        if op.type in NONLINEAR and not in_v1_frame(op.outputs[0]) and _after_a_product(op):
-            if cut.read(op):
-                by_scope[op.name.rpartition("/")[0]].append(op)
-    found = []
-    for scope, ops in sorted(by_scope.items()):
-        bases = sorted({re.sub(r"_\d+$", "", op.name.rpartition("/")[2]) for op in ops})
-        prefix = re.escape(scope + "/") if scope else ""
-        pattern = f"{prefix}(?:{'|'.join(re.escape(b) for b in bases)})(?:_\\d+)?"
-        try:
-            cells = find_named(graph, pattern, None, source)
-        except GraphPatternError:
-            continue
-        if len(cells) == 1 and len(cells[0].steps) > 1:
-            c = cells[0]
-            found.append(
-                Proposal(
-                    c.name, pattern, c.gates, len(c.steps), c.steps[0].gate_op, c.steps[-1].gate_op
-                )
-            )
-    return found
-
-
-def _after_a_product(op: tf.Operation, depth: int = 6) -> bool:
-    """Whether a matrix product (MatMul, BatchMatMul) is among the ops at most `depth` edges
-    before `op`."""
-    level, seen = [op], {op.name}
-    for _ in range(depth):
-        level = [t.op for o in level for t in o.inputs if t.op.name not in seen]
-        if any(
-            o.type in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") for o in level
-        ):
-            return True
-        seen.update(o.name for o in level)
-    return False
-
-
 def _matches(
     graph: tf.Graph, pattern: str, flag: str, label: str, source: str, nonlinear: bool
 ) -> list[_Named]:
@@ -316,7 +250,7 @@ def _cell(
     name: str,
     gates: list[_Named],
     states: list[_Named],
-    cut: _Cuts,
+    cut: Cuts,
     order: dict[str, int],
     pattern: str,
 ) -> Cell:
@@ -362,7 +296,9 @@ def _cell(
         for s in state_names
     }
     meanings = tuple(f"{first[g].op.type} {first[g].op.name}" for g in gate_names)
-    layouts, weights, variables, unknown = _weights(graph, first, cut)
+    layouts, weights, variables, unknown = weights_of(
+        graph, {g: str(m.pre) for g, m in first.items()}, cut
+    )
     applied = sorted({NONLINEAR[_applied(first[g].op).type] for g in gate_names})
     found_steps = tuple(
         Step(
@@ -393,125 +329,6 @@ def _cell(
         backward=backward,
         unknown_weights=unknown,
     )
-
-
-# ops a value passes through unchanged on its way from a step's input to a matrix product
-_SAME = {"Identity", "Squeeze", "Reshape", "ExpandDims"}
-_NOT_A_SUM = "its preactivation is not a sum of matrix products and biases of variables"
-
-
-def _weights(
-    graph: tf.Graph, gates: dict[str, _Named], cut: _Cuts
-) -> tuple[tuple[GateWeights, ...], dict[str, str], dict[str, str], dict[str, str]]:
-    """Where each gate's W, U and b are, read from the first step's ops: its preactivation a
-    sum of `x @ W`, `h @ U` (or `[x, h] @ kernel`) and `b`, each a variable (or Const), or
-    a column block of such a sum cut by a Split. Returns each gate's `GateWeights` (kernel
-    "" where not known), the roles' tensors and variables, and why not, by gate."""
-    layouts, weights, variables, unknown = [], {}, {}, {}
-    for gate, m in gates.items():
-        terms = _terms(graph.get_tensor_by_name(str(m.pre)), (0, 1))
-        found = None if terms is None else _roles(terms, cut)
-        if isinstance(found, str) or found is None:
-            unknown[gate] = found or _NOT_A_SUM
-            layouts.append(GateWeights("", "", 0, 1))
-            continue
-        blocks = {block for _, block in found.values()}
-        if len(blocks) != 1:
-            unknown[gate] = "its terms are different column blocks of their matrices"
-            layouts.append(GateWeights("", "", 0, 1))
-            continue
-        (k, n) = blocks.pop()
-        for role, (t, _) in found.items():
-            weights[f"{gate}/{role}"] = t.name
-            variables[f"{gate}/{role}"] = weight_name(t)
-        products = [a for kind, a, _, _ in terms or () if kind == "product"]
-        for t in _inner_weights(products):
-            variables[f"own/{weight_name(t).rpartition('/')[2]}"] = weight_name(t)
-        stacked = "kernel" in found
-        layouts.append(
-            GateWeights(
-                f"{gate}/kernel" if stacked else f"{gate}/input",
-                f"{gate}/bias" if "bias" in found else "",
-                k,
-                n,
-                None if stacked or "recurrent" not in found else f"{gate}/recurrent",
-            )
-        )
-    return tuple(layouts), weights, variables, unknown
-
-
-def _terms(
-    t: tf.Tensor, block: tuple[int, int]
-) -> list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]] | None:
-    """The terms of the sum `t` is, down through adds and Splits: (`product`, operand,
-    matrix, block) for `operand @ matrix`, (`bias`, variable, None, block) for a variable;
-    `block` (k, n): the k-th of n column blocks. None where `t` is anything else."""
-    op = t.op
-    if op.type == "Identity":
-        return _terms(op.inputs[0], block)
-    if op.type in ("Add", "AddV2", "BiasAdd"):
-        parts = [_terms(u, block) for u in op.inputs]
-        return None if any(p is None for p in parts) else [x for p in parts if p for x in p]
-    if op.type == "Split" and tf.get_static_value(op.inputs[0]) in (1, -1):
-        n = op.get_attr("num_split")
-        return _terms(op.inputs[1], (t.value_index * block[1] + block[0], n * block[1]))
-    if op.type == "MatMul" and not op.get_attr("transpose_a") and not op.get_attr("transpose_b"):
-        a, w = op.inputs
-        return [("product", a, w, block)] if weight_source(w) is not None else None
-    if weight_source(t) is not None:
-        return [("bias", t, None, block)]
-    return None
-
-
-def _roles(
-    terms: list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]], cut: _Cuts
-) -> dict[str, tuple[tf.Tensor, tuple[int, int]]] | str:
-    """Each term's role: `input` (a product of the step's input), `kernel` (of [input,
-    state] concatenated), `recurrent` (of anything else: the state, or what the cell made
-    of it), `bias`; or why the terms do not say one weight a role."""
-    roles: dict[str, tuple[tf.Tensor, tuple[int, int]]] = {}
-    for kind, a, w, block in terms:
-        if kind == "bias":
-            role, t = "bias", a
-        else:
-            role = "input" if cut.is_input(a) else "kernel" if _joins_input(a, cut) else "recurrent"
-            assert w is not None  # (a product's)
-            t = w
-        if role in roles:
-            return f"it adds two terms of one kind ({role}: {roles[role][0].op.name}, {t.op.name})"
-        roles[role] = (t, block)
-    if "kernel" in roles and ("input" in roles or "recurrent" in roles):
-        return "it adds a product of [input, state] to other products"
-    if not roles.keys() & {"input", "kernel"}:
-        return "none of its terms reads the step's input"
-    return roles
-
-
-def _inner_weights(operands: list[tf.Tensor], depth: int = 4) -> list[tf.Tensor]:
-    """The matrices of the products a gate's operands are made of, at most `depth` ops back
-    (the mLSTM's m = (x wmx) * (h wmh), which its recurrent matrix acts on): the cell's own
-    weights, not any gate's, listed with its variables."""
-    found, level, seen = [], [t.op for t in operands], set()
-    for _ in range(depth):
-        nxt = []
-        for op in level:
-            if op.name in seen:
-                continue
-            seen.add(op.name)
-            if op.type == "MatMul" and weight_source(op.inputs[1]) is not None:
-                found.append(op.inputs[1])
-            elif op.type in ("Mul", "Add", "AddV2", "Identity", "BiasAdd"):
-                nxt += [t.op for t in op.inputs]
-        level = nxt
-    return found
-
-
-def _joins_input(a: tf.Tensor, cut: _Cuts) -> bool:
-    """Whether `a` is [input, state] joined along its features (`tf.concat([x, h], 1)`)."""
-    op = a.op
-    if op.type != "ConcatV2" or tf.get_static_value(op.inputs[-1]) not in (1, -1):
-        return False
-    return len(op.inputs) == 3 and cut.is_input(op.inputs[0])
 
 
 def _applied(op: tf.Operation) -> tf.Operation:
@@ -589,7 +406,7 @@ def _features(graph: tf.Graph, x: str | None) -> int:
 
 
 def _steps(
-    cell: str, ms: Sequence[_Named], cut: _Cuts, what: str
+    cell: str, ms: Sequence[_Named], cut: Cuts, what: str
 ) -> tuple[dict[str, int], bool, dict[int, str]]:
     """Each op's input position (by op name), whether the cell runs backward, and the
     input tensor of each position where the input is cut into steps."""
@@ -619,97 +436,3 @@ def _examples(graph: tf.Graph) -> list[str]:
     return [op.name for op in ops if op.type in NONLINEAR] + [
         op.name for op in ops if op.type not in NONLINEAR
     ]
-
-
-class _Cuts:
-    """Where the graph cuts a sequence into steps (the outputs of an Unpack or a Split, or
-    StridedSlice ops of one tensor at constant positions), and which of those steps each op
-    has read, through any path back along the graph's edges."""
-
-    def __init__(self, graph: tf.Graph):
-        self.sources: dict[str, list[str]] = {}  # a cut: its steps' tensors, in input order
-        slices: dict[str, list[tuple[tuple[int, ...], str]]] = defaultdict(list)
-        for op in graph.get_operations():
-            if op.type in _CUTS and len(op.outputs) > 1:
-                self.sources[op.name] = [t.name for t in op.outputs]
-            elif op.type == "StridedSlice" and op.get_attr("shrink_axis_mask"):
-                begin = tf.get_static_value(op.inputs[1])
-                if begin is not None:
-                    slices[op.inputs[0].name].append(
-                        (tuple(int(b) for b in begin), op.outputs[0].name)
-                    )
-        for sliced, found in slices.items():
-            if len(found) > 1:
-                self.sources[f"slices of {sliced}"] = [t for _, t in sorted(found)]
-        self._bit = {t: k for k, t in enumerate(t for ts in self.sources.values() for t in ts)}
-        self._read: dict[str, int] = {}  # op name: the cut tensors it has read, as bits
-
-    def read(self, op: tf.Operation) -> int:
-        """The cut tensors `op` has read, as bits of `_bit` (a while loop's cycle is walked
-        once)."""
-        memo, bit, busy = self._read, self._bit, set()
-        stack = [(op, False)]
-        while stack:
-            o, done = stack.pop()
-            if o.name in memo:
-                continue
-            if done:
-                mask = 0
-                for t in o.inputs:
-                    mask |= memo.get(t.op.name, 0) | (1 << bit[t.name] if t.name in bit else 0)
-                memo[o.name] = mask
-                continue
-            if o.name in busy:
-                continue
-            busy.add(o.name)
-            stack.append((o, True))
-            stack.extend((t.op, False) for t in o.inputs if t.op.name not in memo)
-        return memo[op.name]
-
-    def is_input(self, t: tf.Tensor) -> bool:
-        """Whether `t` is one step of a cut input (through ops that pass it on unchanged)."""
-        while t.name not in self._bit and t.op.type in _SAME and t.op.inputs:
-            t = t.op.inputs[0]
-        return t.name in self._bit
-
-    def positions(
-        self, cell: str, ops: Sequence[tf.Operation], what: str
-    ) -> tuple[dict[str, int], bool, dict[int, str]]:
-        """Each op's input position (see the module docstring), whether the cell reads its
-        input backward, and the tensor of each position."""
-        read = {op.name: self.read(op) for op in ops}
-        best: tuple[int, str, dict[str, list[int]]] | None = None
-        for source, tensors in self.sources.items():
-            bits = [self._bit[t] for t in tensors]
-            seen = {n: [k for k, b in enumerate(bits) if mask >> b & 1] for n, mask in read.items()}
-            counts = {len(ks) for ks in seen.values()}
-            if len(counts) > 1 and (best is None or len(counts) > best[0]):
-                best = (len(counts), source, seen)
-        if best is None:
-            raise GraphPatternError(
-                f"cell {cell}: its {what} do not read an input cut into steps (by Unpack, Split or StridedSlice) "
-                "one step more each, so their steps cannot be told; give the pattern a (?P<step>\\d+) group"
-            )
-        _, source, seen = best
-        n = len(self.sources[source])
-        forward = {name: ks == list(range(len(ks))) for name, ks in seen.items()}
-        backward = {name: ks == list(range(n - len(ks), n)) for name, ks in seen.items()}
-        for name, ks in seen.items():
-            if not ks or not (forward[name] or backward[name]):
-                shown = (
-                    "none"
-                    if not ks
-                    else ", ".join(map(str, ks[:6])) + (", ..." if len(ks) > 6 else "")
-                )
-                raise GraphPatternError(
-                    f"cell {cell}: {name} has read steps {shown} of the input {source}, not its first or last "
-                    "steps in order, so its step cannot be told; give the pattern a (?P<step>\\d+) group"
-                )
-        reverse = not all(forward.values())
-        if reverse and not all(backward.values()):
-            raise GraphPatternError(
-                f"cell {cell}: some of its {what} read the input {source} from its start, others from its end; "
-                "name the ops of one direction (one cell) at a time"
-            )
-        at = {name: (n - len(ks)) if reverse else len(ks) - 1 for name, ks in seen.items()}
-        return at, reverse, {p: self.sources[source][p] for p in set(at.values())}
