@@ -1,0 +1,217 @@
+"""TensorFlow Lite files (`.tflite`): checked as data and described; not recorded yet.
+
+A `.tflite` file is a flatbuffer that TensorFlow Lite's interpreter maps and runs. gatetrace
+reads it with TensorFlow's own schema (`tensorflow.lite.python.schema_py_generated`, the
+flatbuffers object API), never with the interpreter, and only after these checks, each
+refused in one line naming the file:
+
+    the file     a regular file (a link the user named is followed; a FIFO or a device is
+                 refused, never opened for reading), of at most 2 GiB (a flatbuffer's own
+                 limit) and the memory budget, with TensorFlow Lite's identifier (`TFL3`)
+    structure    parsed whole, inside a guard: an offset past the end, a vector longer than
+                 the file, a table that does not parse is "damaged"
+    tensors      every dimension non-negative, every tensor's bytes (its shape times its
+                 type's size) and all of them together within the memory budget, every
+                 buffer index in range, a constant's data exactly its bytes, no data stored
+                 outside the flatbuffer
+    ops          every op a builtin: a custom op (whose code the file does not hold, and
+                 gatetrace never loads) is refused by its name
+
+What the file holds is then said in one line (`describe`): its signature's inputs, and its
+recurrent ops: the fused sequence ops (`UNIDIRECTIONAL_SEQUENCE_LSTM`,
+`BIDIRECTIONAL_SEQUENCE_LSTM`, `UNIDIRECTIONAL_SEQUENCE_RNN`, ...) with their units, input
+size, weight type, activation and clipping, and `WHILE` loops with the nonlinearities their
+bodies apply; recording them is not done yet, and `read` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from recorders.errors import ModelFormatError
+from recorders.read.files import default_memory
+from recorders.write.folder import Folder
+from tracer.load.formats import LoadRequest
+
+__all__ = ["read", "check_tflite", "describe"]
+
+LIMIT = 2**31  # a flatbuffer addresses at most 2 GiB
+# bytes per element of each tensor type, by its schema name (STRING, RESOURCE, VARIANT: none)
+_BYTES = {
+    "FLOAT32": 4, "FLOAT16": 2, "BFLOAT16": 2, "FLOAT64": 8, "INT32": 4, "UINT32": 4,
+    "INT64": 8, "UINT64": 8, "INT16": 2, "UINT16": 2, "INT8": 1, "UINT8": 1, "BOOL": 1,
+    "COMPLEX64": 8, "COMPLEX128": 16, "INT4": 0.5, "UINT4": 0.5, "INT2": 0.25,
+}  # fmt: skip
+_RECURRENT = (
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "LSTM",
+    "RNN",
+)
+_NONLINEAR = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu", "HARD_SWISH": "hard_swish"}
+_ACTIVATION = {
+    0: "none",
+    1: "relu",
+    2: "relu_n1_to_1",
+    3: "relu6",
+    4: "tanh",
+    5: "sign_bit",
+    6: "sigmoid",
+}
+
+
+def read(path: Path, source: str, request: LoadRequest) -> None:
+    """A `.tflite` file checked (see the module docstring), then refused in one line that says
+    what it holds; None for any other path."""
+    if path.suffix != ".tflite":
+        return None
+    model = check_tflite(path, source)
+    raise ModelFormatError(
+        f"{source}: a TensorFlow Lite file ({describe(model)}); gatetrace checks and describes TensorFlow "
+        "Lite files but does not record them yet: record the model it was converted from (its SavedModel, "
+        "Keras file or checkpoint)"
+    )
+
+
+def check_tflite(path: Path, source: str, memory: int | None = None) -> Any:
+    """The file's model (`schema_py_generated.ModelT`), once every check of the module
+    docstring passed; ModelFormatError naming the first that did not."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    resolved = Path(os.path.realpath(path))  # a link the user named is followed
+    budget = default_memory() if memory is None else memory
+    try:
+        with Folder(resolved.parent) as folder:
+            data = folder.read_bytes(resolved.name, min(LIMIT, budget))
+    except (OSError, ValueError) as err:
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ModelFormatError(
+            f"{source}: cannot read it as a TensorFlow Lite file: {why}"
+        ) from None
+    if len(data) < 8 or not fb.Model.ModelBufferHasIdentifier(data, 0):
+        raise ModelFormatError(
+            f"{source}: not a TensorFlow Lite flatbuffer (no TFL3 identifier at byte 4); convert the model "
+            "with tf.lite.TFLiteConverter, or give the model it was converted from"
+        )
+    try:
+        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    except Exception as err:  # a malformed flatbuffer fails anywhere in the generated reader
+        raise ModelFormatError(
+            f"{source}: the TensorFlow Lite flatbuffer is damaged ({type(err).__name__}: {err}); "
+            "convert the model again"
+        ) from None
+    why = _problem(model, fb, budget)
+    if why:
+        raise ModelFormatError(f"{source}: {why}; nothing was loaded")
+    return model
+
+
+def _problem(model: Any, fb: Any, memory: int) -> str | None:
+    """Why the parsed model is refused (None: it is not): see the module docstring."""
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    buffers = model.buffers or []
+    total = 0.0
+    for code in model.operatorCodes or []:
+        if _code(code, fb) == "CUSTOM":
+            name = code.customCode.decode(errors="replace") if code.customCode else "?"
+            return (
+                f"it holds the custom op {name}, whose code the file does not hold and gatetrace never loads; "
+                "convert the model with builtin ops only"
+            )
+    for g, subgraph in enumerate(model.subgraphs or []):
+        for k, t in enumerate(subgraph.tensors or []):
+            shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+            name = t.name.decode(errors="replace") if t.name else f"#{k}"
+            where = f"tensor {name} of subgraph {g}"
+            if any(d < 0 for d in shape):
+                return f"{where} has the shape {shape}, with a negative dimension"
+            size = _BYTES.get(types.get(t.type, ""))
+            nbytes = 0.0 if size is None else math.prod(shape) * size
+            if nbytes > memory:
+                return f"{where} claims {shape} ({nbytes:,.0f} bytes), more than the memory budget of {memory:,}"
+            total += nbytes
+            if not 0 <= t.buffer < max(len(buffers), 1):
+                return f"{where} names buffer {t.buffer}, of {len(buffers)}"
+            held = buffers[t.buffer] if buffers else None
+            if held is not None and (held.offset or 0) > 1:
+                return f"{where} keeps its data outside the flatbuffer (at byte {held.offset}), which gatetrace does not read"
+            length = 0 if held is None or held.data is None else len(held.data)
+            if length and size is not None and length != math.ceil(nbytes):
+                return f"{where} is {shape} {types.get(t.type)} ({math.ceil(nbytes):,} bytes) but its buffer holds {length:,}"
+    if total > memory:
+        return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
+    return None
+
+
+def _code(code: Any, fb: Any) -> str:
+    """An operator code's builtin name (the larger of its two fields: the schema moved it)."""
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    return names.get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "?")
+
+
+def describe(model: Any) -> str:
+    """What a checked model holds, in one line: its inputs and its recurrent ops."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    main = model.subgraphs[0]
+    inputs = [
+        f"{_name(main.tensors[i])} {[int(d) for d in main.tensors[i].shape]} {types.get(main.tensors[i].type)}"
+        for i in (main.inputs if main.inputs is not None else [])
+    ]
+    found = []
+    for subgraph in model.subgraphs or []:
+        for op in subgraph.operators or []:
+            kind = _code(model.operatorCodes[op.opcodeIndex], fb)
+            if kind in _RECURRENT:
+                found.append(_recurrent(kind, op, subgraph, types))
+            elif kind == "WHILE":
+                body = model.subgraphs[op.builtinOptions.bodySubgraphIndex]
+                applied = Counter(
+                    _NONLINEAR[k]
+                    for k in (
+                        _code(model.operatorCodes[o.opcodeIndex], fb) for o in body.operators or []
+                    )
+                    if k in _NONLINEAR
+                )
+                shown = (
+                    ", ".join(f"{n} {name}" for name, n in sorted(applied.items()))
+                    or "no nonlinearity"
+                )
+                found.append(
+                    f"a WHILE loop whose body ({_name(body)}) applies {shown} an iteration"
+                )
+    recurrent = "; ".join(found) or "no recurrent op"
+    return f"inputs {', '.join(inputs) or 'none'}; {recurrent}"
+
+
+def _recurrent(kind: str, op: Any, subgraph: Any, types: dict[int, str]) -> str:
+    """One fused recurrent op: its units, input size, weights' type, activation, clipping."""
+    inputs = list(op.inputs)
+    # the input-to-forget-gate weights of an LSTM (input 2), the input weights of an RNN (1)
+    k = inputs[2] if "LSTM" in kind else inputs[1]
+    weights = subgraph.tensors[k]
+    units, features = ([int(d) for d in weights.shape] + [0, 0])[:2]
+    options = op.builtinOptions
+    extras = [f"{types.get(weights.type)} weights"]
+    activation = getattr(options, "fusedActivationFunction", None)
+    if activation is not None:
+        extras.append(f"activation {_ACTIVATION.get(activation, activation)}")
+    for attr, shown in (("cellClip", "cell clip"), ("projClip", "projection clip")):
+        if getattr(options, attr, 0):
+            extras.append(f"{shown} {getattr(options, attr):g}")
+    if "LSTM" in kind and len(inputs) > 9 and inputs[9] >= 0:
+        extras.append("peepholes")
+    if "LSTM" in kind and len(inputs) > 16 and inputs[16] >= 0:
+        extras.append("projection")
+    return f"{kind} ({units} units, {features} inputs, {', '.join(extras)})"
+
+
+def _name(x: Any) -> str:
+    return x.name.decode(errors="replace") if x.name else "?"
