@@ -123,6 +123,15 @@ def _no_buffer(model, fb):
     model.subgraphs[0].tensors[2].buffer = 10**6
 
 
+def _no_opcode(model, fb):
+    model.subgraphs[0].operators[0].opcodeIndex = 7
+
+
+def _no_tensor(model, fb):
+    op = model.subgraphs[0].operators[0]
+    op.inputs = np.array([*op.inputs[:2], 999, *op.inputs[3:]], np.int32)
+
+
 @pytest.mark.parametrize(
     "change, says",
     [
@@ -131,6 +140,8 @@ def _no_buffer(model, fb):
         (_custom, "the custom op Evil, whose code the file does not hold"),
         (_short_buffer, "but its buffer holds 10"),
         (_no_buffer, "names buffer 1000000"),
+        (_no_opcode, "op 0 of subgraph 0 names opcode 7, of 1"),
+        (_no_tensor, "names a tensor outside the"),
     ],
 )
 def test_a_hostile_flatbuffer_is_refused_before_anything_is_allocated(lite, tmp_path, change, says):

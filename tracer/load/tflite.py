@@ -146,6 +146,53 @@ def _problem(model: Any, fb: Any, memory: int) -> str | None:
                 return f"{where} is {shape} {types.get(t.type)} ({math.ceil(nbytes):,} bytes) but its buffer holds {length:,}"
     if total > memory:
         return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
+    return _ops_problem(model, fb)
+
+
+def _ops_problem(model: Any, fb: Any) -> str | None:
+    """Why an op of the model does not fit it (None: every op does): its opcode, the tensors it
+    reads and writes, a WHILE loop's subgraphs and a recurrent op's weights must exist."""
+    codes, subgraphs = model.operatorCodes or [], model.subgraphs or []
+    if not subgraphs:
+        return "it holds no subgraph"
+    for g, subgraph in enumerate(subgraphs):
+        count = len(subgraph.tensors or [])
+        for k, op in enumerate(subgraph.operators or []):
+            where = f"op {k} of subgraph {g}"
+            if not 0 <= op.opcodeIndex < len(codes):
+                return f"{where} names opcode {op.opcodeIndex}, of {len(codes)}"
+            used = [
+                *(op.inputs if op.inputs is not None else []),
+                *(op.outputs if op.outputs is not None else []),
+            ]
+            if any(not -1 <= int(t) < count for t in used):
+                return f"{where} names a tensor outside the {count} of its subgraph"
+            kind = _code(codes[op.opcodeIndex], fb)
+            if kind == "WHILE":
+                options = op.builtinOptions
+                indices = [
+                    getattr(options, a, None) for a in ("condSubgraphIndex", "bodySubgraphIndex")
+                ]
+                if any(not isinstance(i, int) or not 0 <= i < len(subgraphs) for i in indices):
+                    return f"{where}, a WHILE loop, names subgraphs {indices}, of {len(subgraphs)}"
+            if kind in _RECURRENT:
+                at = 2 if "LSTM" in kind else 1
+                inputs = list(op.inputs if op.inputs is not None else [])
+                weights = (
+                    subgraph.tensors[int(inputs[at])]
+                    if len(inputs) > at and inputs[at] >= 0
+                    else None
+                )
+                if weights is None or weights.shape is None or len(weights.shape) != 2:
+                    return (
+                        f"{where}, a {kind}, has no [units, inputs] weights where the op reads them"
+                    )
+    main = subgraphs[0]
+    if any(
+        not 0 <= int(t) < len(main.tensors or [])
+        for t in (main.inputs if main.inputs is not None else [])
+    ):
+        return "its main subgraph names an input outside its tensors"
     return None
 
 
