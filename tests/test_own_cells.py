@@ -330,23 +330,50 @@ def test_gates_of_different_widths_are_refused():
         tracer.find_named(graph, r"(?P<cell>c)/(?P<gate>[ab])_(?P<step>\d+)")
 
 
-@pytest.mark.parametrize("control_flow", ["v1", "v2"])
-def test_ops_inside_a_while_loop_are_refused(control_flow):
-    """A v1 loop's body ops are in the graph, in the loop's frame; a v2 loop's are in a
-    function: either way one line says the loop is why."""
+def test_ops_of_a_tf1_loop_are_emitted_and_a_tf2_loop_is_named_in_its_body(tmp_path):
+    """A TF1 while loop's ops are in the graph, in the loop's frame: named there, once an
+    iteration, the frame is rewritten to emit them; they equal the gates of TensorFlow's own
+    cell that runs there. A TF2 loop's ops are in a function: a pattern naming them as the
+    graph would matches nothing, and the line says where the loop's ops are looked for."""
     import tracer
     from recorders.errors import GraphPatternError
 
-    if control_flow == "v1":
-        v1.disable_control_flow_v2()
+    v1.disable_control_flow_v2()
     try:
         graph = v1.Graph()
         with graph.as_default():
             x = v1.placeholder(v1.float32, [None, T, D], name="x")
             v1.nn.dynamic_rnn(v1.nn.rnn_cell.BasicLSTMCell(H), x, dtype=v1.float32)
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+            prefix = v1.train.Saver().save(session, str(tmp_path / "v1.ckpt"))
+        session.close()
     finally:
         v1.enable_control_flow_v2()
-    with pytest.raises(GraphPatternError, match="while loop") as err:
+    x_ = _inputs(10)
+    with tracer.load_model(prefix) as model:
+        (named,) = tracer.find_named(
+            model.graph, r"(?P<cell>rnn)/while/basic_lstm_cell/(?:Sigmoid|Tanh)(?:_\d+)?"
+        )
+        assert (named.gates, named.loop.control_flow) == (
+            ("sigmoid_0", "sigmoid_1", "tanh_0", "tanh_1", "sigmoid_2"),
+            "v1",
+        )
+        own = tracer.trace(model, {"x": x_}, cells=[named])["rnn"]
+        known = tracer.trace(model, {"x": x_})["rnn/basic_lstm_cell"]
+    # BasicLSTMCell applies sigmoid(f + forget_bias), sigmoid(i), tanh(j), tanh(c), sigmoid(o)
+    gates = known.cell.gates
+    for k, gate in ((0, "f"), (1, "i"), (2, "j"), (4, "o")):
+        np.testing.assert_array_equal(
+            own.activation[:, :, k], known.activation[:, :, gates.index(gate)]
+        )
+    np.testing.assert_allclose(own.activation[:, :, 3], np.tanh(known.states["c"]), atol=1e-6)
+
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(v1.float32, [None, T, D], name="x")
+        v1.nn.dynamic_rnn(v1.nn.rnn_cell.BasicLSTMCell(H), x, dtype=v1.float32)
+    with pytest.raises(GraphPatternError, match="nor of its while loops' bodies") as err:
         tracer.find_named(graph, r"rnn/while/basic_lstm_cell/Sigmoid(_\d+)?")
     assert "\n" not in str(err.value)
 

@@ -24,12 +24,12 @@ by an `Unpack` (`tf.unstack`), a `Split` (`tf.split`) or `StridedSlice` ops of o
 (`x[:, t]`). Step t of a forward cell has read positions 0 to t; of a backward cell, the
 last t + 1 (its input position is then the first of them).
 
-Ops in a TF2 while loop's body (`tf.while_loop`, `dynamic_rnn`) are named as the body function
-names them, once an iteration, without a step group: the loop is rewritten to emit them
-(`tracer.values.emit`), each iteration a step.
+Ops in a while loop's body (`tf.while_loop`, `dynamic_rnn`) are named once an iteration,
+without a step group (a TF2 loop's as its body function names them, a TF1 loop's as the graph
+does): the loop is rewritten to emit them (`tracer.values.emit`), each iteration a step.
 
 Refused in one line, nothing guessed: a pattern that matches nothing, an op that applies no
-nonlinearity, ops of a TF1 while loop, tensors of different shapes in one cell, a step
+nonlinearity, tensors of different shapes in one cell, a step
 without one of the gates (or states), steps that skip, and tensors whose step cannot be told.
 """
 
@@ -69,7 +69,8 @@ class _Named:
     op: tf.Operation
     pre: str | None  # the nonlinearity's input (gates only)
     value: str  # what the op gives
-    loop: str | None = None  # the While op whose body runs it (once an iteration)
+    loop: str | None = None  # the While op whose body runs it, or the TF1 loop's frame
+    flow: str = "v2"  # the loop's control flow: "v2" (a While op) or "v1" (a frame)
 
 
 def find_named(
@@ -101,6 +102,21 @@ def find_named(
         else _cell(name, ms, state_cells.get(name, []), cut, order, gates)
         for name, ms in sorted(by_cell.items())
     ]
+
+
+def _frame_of(op: tf.Operation, limit: int = 256) -> str | None:
+    """The frame of the TF1 while loop `op` runs in: that of the nearest Enter behind it."""
+    queue, seen = [op], set[str]()
+    while queue and len(seen) < limit:
+        o = queue.pop(0)
+        if o.name in seen:
+            continue
+        seen.add(o.name)
+        if o.type in ("Enter", "RefEnter"):
+            return str(o.get_attr("frame_name").decode())
+        if o.type not in ("Exit", "RefExit"):
+            queue.extend(t.op for t in o.inputs)
+    return None
 
 
 def _every_op(graph: tf.Graph) -> Iterator[tuple[tf.Operation, str | None]]:
@@ -155,7 +171,7 @@ def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
         variables={},
         steps=(),
         loop=Loop(
-            control_flow="v2",
+            control_flow=gates[0].flow,
             loop=loops[0],
             inputs=None,
             below=None,
@@ -195,15 +211,18 @@ def _matches(
         m = regex.fullmatch(op.name)
         if m is None or not op.outputs:
             continue
+        flow = "v2"
+        if loop is None and in_v1_frame(op.outputs[0]):  # in a TF1 loop: its frame
+            loop, flow = _frame_of(op), "v1"
+            if loop is None:
+                raise GraphPatternError(
+                    f"{flag} {pattern}: {op.name} runs inside a TF1 while loop whose frame it does not read "
+                    "through an Enter op; name the ops of a cell unrolled step by step"
+                )
         if loop is not None and m.groupdict().get("step") is not None:
             raise GraphPatternError(
                 f"{flag} {pattern}: {op.name} runs in the body of the while loop {loop}, once an iteration: "
                 "leave the step group out (its steps are the loop's iterations)"
-            )
-        if in_v1_frame(op.outputs[0]):
-            raise GraphPatternError(
-                f"{flag} {pattern}: {op.name} runs inside a TF1 while loop (control flow v1), whose ops are named "
-                "only in a TF2 loop's body: name the ops of a cell unrolled step by step, or of a TF2 loop"
             )
         groups = m.groupdict()
         pre = None
@@ -231,6 +250,7 @@ def _matches(
                 pre,
                 op.outputs[0].name,
                 loop,
+                flow,
             )
         )
     if not found:
@@ -241,7 +261,8 @@ def _matches(
     if any(not m.cell for m in found):  # no cell group: one cell, named by the scope its ops share
         shared = _shared_scope(m.op.name for m in found) or "cell"
         found = [
-            _Named(m.cell or shared, m.label, m.step, m.op, m.pre, m.value, m.loop) for m in found
+            _Named(m.cell or shared, m.label, m.step, m.op, m.pre, m.value, m.loop, m.flow)
+            for m in found
         ]
     return found
 

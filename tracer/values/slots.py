@@ -105,8 +105,11 @@ def graph_piece(cell: Cell, parts: list[tf.Tensor], gate: int) -> tf.Tensor:
 
 
 def examples_steps(got: Any) -> tuple[int, int]:
-    """(examples, steps) of a loop cell's values for one batch (`Replayed` or `Emitted`)."""
-    return next(iter(got.states.values())).shape[:2]
+    """(examples, steps) of a loop cell's values for one batch (`Replayed` or `Emitted`): its
+    states', or (a cell of your own named without states) its first gate's."""
+    if got.states:
+        return next(iter(got.states.values())).shape[:2]
+    return got.gate("activation", 0).shape[:2]
 
 
 @dataclass(frozen=True)
