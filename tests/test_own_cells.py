@@ -757,3 +757,37 @@ def test_a_recording_of_states_only_is_checked_as_any_other(tmp_path):
     with pytest.raises(recorders.RecordingError) as err:
         recorders.Recording(tmp_path / "run").state_array("minimal", "state_0")
     assert "is a symbolic link" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_a_masked_layer_of_your_own_skips_steps_as_keras_does(framework, tmp_path):
+    """Padding masked by a Masking layer: the traced step's states carry through a masked step
+    as Keras carries them (the layer's outputs check it), and no row is recorded there."""
+    import recorders
+    import tracer
+
+    keras, _, LSTMLike = _keras_cells(framework)
+    inp = keras.Input((T, D))
+    masked = keras.layers.Masking(0.0)(inp)
+    model = keras.Model(
+        inp, keras.layers.RNN(LSTMLike(H), return_sequences=True, name="rnn")(masked)
+    )
+    x = _inputs(11)
+    x[1, 3:] = 0  # padding at the end
+    x[2, :2] = 0  # and at the start
+    got = tracer.trace(model, x)["rnn"]
+    cell = model.get_layer("rnn").cell
+    w, b = (np.asarray(v.numpy(), np.float64) for v in (cell.w, cell.b))
+    h = c = np.zeros((N, H))
+    for t in range(T):
+        keep = np.abs(x[:, t]).sum(axis=1, keepdims=True) > 0
+        z = np.concatenate([x[:, t], h], axis=1) @ w + b
+        i, f, o, g = np.split(z, 4, axis=1)
+        c_new = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h_new = _sigmoid(o) * np.tanh(c_new)
+        h, c = np.where(keep, h_new, h), np.where(keep, c_new, c)
+        np.testing.assert_allclose(got.states["state_1"][:, t], c, atol=2e-6)
+    tracer.record(model, x, tmp_path / "run")
+    frame = recorders.Recording(tmp_path / "run").gate_frame(gates=["sigmoid_0"])
+    assert set(frame[frame.example == 1].step) == {0, 1, 2}
+    assert set(frame[frame.example == 2].step) == {2, 3, 4}
