@@ -24,7 +24,7 @@ from tracer.cells.activations import ACTIVATIONS
 from tracer.cells.found import Conv, KerasCell
 from tracer.cells.kinds import KERAS_CONV_LSTM, KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN
 from tracer.find.keras_own import own_cell
-from tracer.load.keras import KerasModel, framework_of, to_numpy
+from tracer.load.keras import KerasModel, framework_of, to_numpy, variable_name
 
 __all__ = ["find_layers", "hidden_layers", "walk_layers"]
 
@@ -45,10 +45,6 @@ def _keras_own(cell: Any) -> bool:
     return module.split(".")[0] in ("keras", "tf_keras") or module.startswith(
         ("tensorflow.python.keras", "tensorflow.keras")
     )
-
-
-def _variable_name(v: Any) -> str:
-    return str(getattr(v, "path", None) or v.name).removesuffix(":0")
 
 
 def _hard_sigmoid_tf_keras(x: np.ndarray) -> np.ndarray:
@@ -183,11 +179,11 @@ def _cell(
     elif reset_after:
         weights["recurrent_bias"] = np.zeros(kernel.shape[1], np.float32)
     variables = {
-        "kernel": _variable_name(cell.kernel),
-        "recurrent_kernel": _variable_name(cell.recurrent_kernel),
+        "kernel": variable_name(cell.kernel),
+        "recurrent_kernel": variable_name(cell.recurrent_kernel),
     }
     if bias is not None:
-        variables["bias"] = _variable_name(cell.bias)
+        variables["bias"] = variable_name(cell.bias)
     act_name, act = _activation(cell.activation, framework)
     gate_name, gate_act = _activation(
         getattr(cell, "recurrent_activation", None) or (lambda x: x), framework

@@ -24,7 +24,8 @@ from recorders.errors import GraphPatternError
 from tracer._tf import tf
 from tracer.cells.found import KerasCell
 from tracer.cells.kinds.named import named_spec
-from tracer.find.named import NONLINEAR
+from tracer.find.named import NONLINEAR, nonlinearity_names
+from tracer.load.keras import variable_name
 
 __all__ = ["OwnStep", "own_cell"]
 
@@ -97,7 +98,7 @@ def own_cell(
         activation="/".join(kinds),
         recurrent_activation="",
         arrays={},
-        variables={_role(v): _name(v) for v in cell.weights},
+        variables={variable_name(v).rpartition("/")[2]: variable_name(v) for v in cell.weights},
         backward=bool(layer.go_backwards),
         reset_after=None,
         layer=layer,
@@ -128,12 +129,7 @@ def _units(what: str, applied: Sequence[Any]) -> int:
 
 def _names(what: str, applied: Sequence[Any], given: Sequence[str] | None) -> list[str]:
     """The gates' names: `given`, or each nonlinearity and its order (sigmoid_0, ...)."""
-    seen: dict[str, int] = {}
-    names = []
-    for op in applied:
-        kind = NONLINEAR[op.type]
-        names.append(f"{kind}_{seen.get(kind, 0)}")
-        seen[kind] = seen.get(kind, 0) + 1
+    names = nonlinearity_names(applied)
     if given is None:
         return names
     if len(given) != len(names) or len(set(given)) != len(given):
@@ -142,11 +138,3 @@ def _names(what: str, applied: Sequence[Any], given: Sequence[str] | None) -> li
             f"({', '.join(names)}); give one different name each, in this order"
         )
     return list(given)
-
-
-def _name(v: Any) -> str:
-    return str(getattr(v, "path", None) or v.name).removesuffix(":0")
-
-
-def _role(v: Any) -> str:
-    return _name(v).rpartition("/")[2]

@@ -52,7 +52,7 @@ from tracer.find.cuts import Cuts
 from tracer.find.edges import in_v1_frame
 from tracer.find.named_weights import weights_of
 
-__all__ = ["find_named", "NONLINEAR"]
+__all__ = ["find_named", "nonlinearity_names", "NONLINEAR"]
 
 # the ops that apply a gate's nonlinearity, and the name each is recorded under
 NONLINEAR = {op: name for op, name in ACTIVATIONS.items() if op != "Identity"}
@@ -74,16 +74,21 @@ class _Named:
 
 
 def find_named(
-    graph: tf.Graph, gates: str, states: str | None = None, source: str = "the graph"
+    graph: tf.Graph,
+    gates: str,
+    states: str | None = None,
+    source: str = "the graph",
+    cuts: Cuts | None = None,
 ) -> list[Cell]:
     """The cells whose per-step gates the pattern `gates` names (and states `states` names),
     each a `Cell` of kind "named" whose steps are fetched as they are (see the module
-    docstring)."""
+    docstring). `cuts`: the graph's, where the caller has them (`propose` tries many
+    patterns on one graph, walking it once)."""
     gate_matches = _matches(graph, gates, "--gate-ops", "gate", source, nonlinear=True)
     state_matches = (
         [] if states is None else _matches(graph, states, "--state-ops", "state", source, False)
     )
-    cut = Cuts(graph)
+    cut = cuts if cuts is not None else Cuts(graph)
     by_cell: dict[str, list[_Named]] = defaultdict(list)
     for m in gate_matches:
         by_cell[m.cell].append(m)
@@ -147,7 +152,7 @@ def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
     body = gates[0].op.graph
     order = {op.name: k for k, op in enumerate(body.get_operations())}
     ms = sorted(gates, key=lambda m: order[m.op.name])
-    labelled = _labelled(name, 0, ms, "gate", _nonlinearity_names(ms))
+    labelled = _labelled(name, 0, ms, "gate", nonlinearity_names([m.op for m in ms]))
     kept = _labelled(name, 0, states, "state", ["h"] * len(states))
     gate_names, state_names = tuple(labelled), tuple(kept)
     units = _width(body, name, [m.value for m in labelled.values()], "gates")
@@ -285,7 +290,7 @@ def _cell(
     labelled: dict[int, dict[str, _Named]] = {}
     for p, ms in per_step.items():
         ms.sort(key=lambda m: order[m.op.name])
-        labelled[p] = _labelled(name, p, ms, "gate", _nonlinearity_names(ms))
+        labelled[p] = _labelled(name, p, ms, "gate", nonlinearity_names([m.op for m in ms]))
     steps = sorted(labelled)
     _consecutive(name, steps, "gates")
     first = labelled[steps[0]]
@@ -359,13 +364,13 @@ def _applied(op: tf.Operation) -> tf.Operation:
     return op
 
 
-def _nonlinearity_names(ms: Sequence[_Named]) -> list[str]:
-    """Gates the pattern leaves unnamed: each by its nonlinearity and its order among the
+def nonlinearity_names(ops: Sequence[tf.Operation]) -> list[str]:
+    """Gates nobody named: each op by the nonlinearity it applies and its order among the
     step's nonlinearities of that kind (sigmoid_0, sigmoid_1, tanh_0)."""
     seen: dict[str, int] = defaultdict(int)
     names = []
-    for m in ms:
-        kind = NONLINEAR[_applied(m.op).type]
+    for op in ops:
+        kind = NONLINEAR[_applied(op).type]
         names.append(f"{kind}_{seen[kind]}")
         seen[kind] += 1
     return names

@@ -66,7 +66,7 @@ def propose(graph: tf.Graph, source: str = "the graph") -> list[Proposal]:
         prefix = re.escape(scope + "/") if scope else ""
         pattern = f"{prefix}(?:{'|'.join(re.escape(b) for b in bases)})(?:_\\d+)?"
         try:
-            cells = find_named(graph, pattern, None, source)
+            cells = find_named(graph, pattern, None, source, cut)
         except GraphPatternError:
             continue
         if len(cells) == 1 and len(cells[0].steps) > 1:

@@ -257,6 +257,11 @@ def _private_tempdir() -> Iterator[None]:
             tempfile.tempdir = previous
 
 
+def variable_name(v: Any) -> str:
+    """A Keras weight's name as the model knows it (Keras 3's path, tf-keras' name)."""
+    return str(getattr(v, "path", None) or v.name).removesuffix(":0")
+
+
 def to_numpy(v: Any) -> np.ndarray:
     """A Keras variable or tensor (either Keras) as a numpy array."""
     return np.asarray(v.numpy() if hasattr(v, "numpy") else v)

@@ -26,6 +26,7 @@ bodies apply; recording them is not done yet, and `read` says so.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import Counter
@@ -198,8 +199,13 @@ def _ops_problem(model: Any, fb: Any) -> str | None:
 
 def _code(code: Any, fb: Any) -> str:
     """An operator code's builtin name (the larger of its two fields: the schema moved it)."""
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    return names.get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "?")
+    return _builtins(fb).get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "?")
+
+
+@functools.cache
+def _builtins(fb: Any) -> dict[int, str]:
+    """The schema's builtin operators by number."""
+    return {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
 
 
 def describe(model: Any) -> str:
