@@ -1,10 +1,13 @@
-"""TensorFlow Lite files: checked as data before anything is allocated, described in one line,
-not recorded yet (`tracer.load.tflite`).
+"""TensorFlow Lite files: checked as data before anything is allocated
+(`tracer.load.tflite_check`), their fused recurrent ops recorded exactly (`tracer.find.lite`,
+`tracer.values.lite`), what is not recorded refused in one line.
 
-The files are converted here with `tf.lite.TFLiteConverter`, as a user converts them: a
-tf-keras LSTM (one fused UNIDIRECTIONAL_SEQUENCE_LSTM op), a Keras 3 LSTM (a WHILE loop of
-builtin ops) and the first quantised for its weights (dynamic range). Hostile files are
-those, changed through TensorFlow's own flatbuffer schema.
+The files are converted here with `tf.lite.TFLiteConverter`, as a user converts them: tf-keras
+LSTMs (each one fused UNIDIRECTIONAL_SEQUENCE_LSTM op; a stack, a Bidirectional layer and
+go_backwards through REVERSE_V2), a Keras 3 LSTM (a WHILE loop of builtin ops) and a tf-keras
+LSTM quantised for its weights (dynamic range). The recorded gates are checked against Keras'
+formulas in float64 on the weights of the Keras model converted. Hostile files are the fused
+one, changed through TensorFlow's own flatbuffer schema.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from tests.test_keras import keras_module, randomise, reference
 
 T, D, H = 5, 3, 4
 
@@ -35,6 +39,44 @@ def _converted(framework: str, quantise: bool = False) -> bytes:
     if quantise:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert()
+
+
+def _model(name: str):
+    """A tf-keras model of fused-LSTM layers, batch 1 (as TensorFlow Lite converts them), its
+    weights drawn at random: `one`, `stack`, `bidirectional`, `backwards`."""
+    keras = keras_module("tf-keras")
+    L = keras.layers
+    inp = keras.Input((T, D), batch_size=1, name="seq")
+    if name == "one":
+        out = L.LSTM(H, return_sequences=True, name="lstm")(inp)
+    elif name == "stack":
+        below = L.LSTM(H, return_sequences=True, name="below")(inp)
+        out = L.LSTM(H + 1, name="above")(below)
+    elif name == "bidirectional":
+        out = L.Bidirectional(L.LSTM(H, return_sequences=True), name="both")(inp)
+    else:
+        out = L.LSTM(H, return_sequences=True, go_backwards=True, name="back")(inp)
+    model = keras.Model(inp, out)
+    randomise(model, seed=3)
+    return model
+
+
+MODELS = ("one", "stack", "bidirectional", "backwards")
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    """Each of MODELS converted: {name: (path, Keras model)}."""
+    from tracer._tf import tf
+
+    root = tmp_path_factory.mktemp("fused")
+    out = {}
+    for name in MODELS:
+        model = _model(name)
+        path = root / f"{name}.tflite"
+        path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+        out[name] = (path, model)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -55,35 +97,163 @@ def _one_line(done):
     return done.stderr
 
 
+def _layers(model) -> list:
+    """The Keras RNN layers of a model, a Bidirectional layer's halves each."""
+    out = []
+    for layer in model.layers:
+        if hasattr(layer, "forward_layer"):
+            out += [layer.forward_layer, layer.backward_layer]
+        elif hasattr(layer, "cell"):
+            out.append(layer)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_fused_lstm_records_keras_formulas_exactly(fused, tmp_path, name):
+    """Every gate's preactivation and activation and every state at every input position, for
+    each op (a stack's two, a Bidirectional layer's forward and backward halves), equal Keras'
+    formulas in float64 on the weights of the model converted; each op's weights per gate are
+    its layer's kernel blocks."""
+    import pandas as pd
+
+    path, model = fused[name]
+    x = np.random.RandomState(5).uniform(-1, 1, (9, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    gates, states = pd.read_parquet(out / "gates"), pd.read_parquet(out / "states")
+    weights = pd.read_parquet(out / "weights.parquet")
+    layers, recorded = _layers(model), sorted(set(gates["cell"]))
+    assert len(recorded) == len(layers)
+    inputs = x.astype(np.float64)
+    for layer in layers:
+        # the op of the layer: the one of its units and direction not matched yet
+        ref_gates, ref_states, outputs = reference(layer, inputs, None, None, "tf-keras")
+        assert (
+            np.abs(ref_states["c"]).max() < 10
+        )  # (the op clips its cell at 10: never reached here)
+        cell = next(
+            c
+            for c in recorded
+            if (gates[gates["cell"] == c]["unit"].max() + 1 == layer.cell.units)
+            and _direction(out, c) == ("backward" if layer.go_backwards else "forward")
+        )
+        recorded.remove(cell)
+        for gate, (pre, act) in ref_gates.items():
+            rows = gates[(gates["cell"] == cell) & (gates["gate"] == gate)]
+            rows = rows.sort_values(["example", "step", "unit"])
+            n = (x.shape[0], T, layer.cell.units)
+            assert np.abs(rows["preactivation"].to_numpy().reshape(n) - pre).max() < 1e-5, gate
+            assert np.abs(rows["activation"].to_numpy().reshape(n) - act).max() < 1e-5, gate
+        for state, values in ref_states.items():
+            rows = states[(states["cell"] == cell) & (states["state"] == state)]
+            rows = rows.sort_values(["example", "step", "unit"])
+            assert np.abs(rows["value"].to_numpy().reshape(values.shape) - values).max() < 1e-5
+        kernel = layer.cell.kernel.numpy()
+        W = weights[
+            (weights["cell"] == cell) & (weights["gate"] == "f") & (weights["source"] == "input")
+        ]
+        assert np.array_equal(
+            W.sort_values(["row", "unit"])["value"].to_numpy().reshape(kernel.shape[0], -1),
+            kernel[:, layer.cell.units : 2 * layer.cell.units],
+        )
+        if name == "stack":  # the next layer reads these
+            inputs = outputs
+
+
+def _direction(out, cell: str) -> str:
+    import json
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    return next(c["direction"] for c in manifest["cells"] if c["name"] == cell)
+
+
+def test_the_replay_is_checked_against_the_interpreter(fused):
+    """Weights that do not compute what the op computed are refused in one line, nothing recorded:
+    the replay of every batch is checked against the op's own outputs and final states."""
+    from dataclasses import replace
+
+    from recorders.errors import ReplayMismatchError
+    from tracer.find.lite import find_ops
+    from tracer.load.tflite import LiteModel
+    from tracer.load.tflite_check import checked
+    from tracer.values.lite import LitePlan
+
+    path, _ = fused["one"]
+    model = LiteModel(*checked(path, "one.tflite"), "one.tflite")
+    (cell,) = find_ops(model)
+    arrays = dict(cell.arrays, bias=cell.arrays["bias"] + np.float32(0.01))
+    x = np.random.RandomState(0).uniform(-1, 1, (3, T, D)).astype(np.float32)
+    LitePlan(model, [cell]).fetch({model.inputs[0]: x})  # the file's own weights: checked, equal
+    with pytest.raises(ReplayMismatchError, match="cell lstm: replayed"):
+        LitePlan(model, [replace(cell, arrays=arrays)]).fetch({model.inputs[0]: x})
+
+
+def test_every_row_starts_from_the_files_state(fused, tmp_path):
+    """The op keeps its state between invocations: every row is still a sequence of its own
+    (the same row recorded alone and after others has the same gates, to float32 rounding of
+    the batch's matrix products; a state carried over would differ by far more)."""
+    import pandas as pd
+
+    path, _ = fused["one"]
+    x = np.random.RandomState(1).uniform(-1, 1, (4, T, D)).astype(np.float32)
+    for name, rows in (("all", x), ("last", x[3:])):
+        np.save(tmp_path / f"{name}.npy", rows)
+        done = run_cli(
+            "record",
+            str(path),
+            "--feed",
+            f"seq={tmp_path / f'{name}.npy'}",
+            "--out",
+            str(tmp_path / name),
+        )
+        assert done.returncode == 0, done.stderr
+    every = pd.read_parquet(tmp_path / "all" / "gates")
+    alone = pd.read_parquet(tmp_path / "last" / "gates")
+    keys = ["step", "gate", "unit"]
+    after = every[every["example"] == 3].sort_values(keys)["activation"].to_numpy()
+    assert np.abs(after - alone.sort_values(keys)["activation"].to_numpy()).max() < 1e-6
+
+
 @pytest.mark.parametrize(
     "name, features, says",
     [
         (
-            "fused",
+            "loop",
             D,
-            "UNIDIRECTIONAL_SEQUENCE_LSTM (4 units, 3 inputs, float32 weights, activation tanh",
+            "its recurrent layers run in a WHILE loop of builtin ops (inputs serving_default_seq:0 [1, 5, 3] float32; "
+            "a WHILE loop whose body",
         ),
-        ("loop", D, "a WHILE loop whose body"),
-        ("quantised", 32, "UNIDIRECTIONAL_SEQUENCE_LSTM (64 units, 32 inputs, int8 weights"),
+        (
+            "quantised",
+            32,
+            "op 0 (UNIDIRECTIONAL_SEQUENCE_LSTM): its input weights are int8 (the model is quantised)",
+        ),
     ],
 )
-def test_a_tflite_file_is_named_and_described_in_one_line(lite, tmp_path, name, features, says):
-    """`inspect` and `record` say it is TensorFlow Lite, what it holds, and that recording it is
-    not done yet (before: "is in no format gatetrace reads")."""
+def test_what_is_not_recorded_is_one_line(lite, tmp_path, name, features, says):
+    """`inspect` and `record` say it is TensorFlow Lite, what it holds, and why it is not
+    recorded (before: "is in no format gatetrace reads"); nothing is written."""
     path = str(lite / f"{name}.tflite")
     shown = _one_line(run_cli("inspect", path))
-    assert (
-        f"a TensorFlow Lite file (inputs serving_default_seq:0 [1, {T}, {features}] float32; "
-        in shown
-    )
     assert says in shown
-    assert "does not record them yet" in shown
     np.save(tmp_path / "x.npy", np.zeros((1, T, features), np.float32))
     out = tmp_path / "out"
     refused = _one_line(
         run_cli("record", path, "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
     )
     assert says in refused and not out.exists()
+
+
+def test_inspect_lists_the_ops(lite):
+    shown = run_cli("inspect", str(lite / "fused.tflite"))
+    assert shown.returncode == 0, shown.stderr
+    assert "(tflite): 1 recurrent op" in shown.stdout
+    assert "UnidirectionalSequenceLSTM" in shown.stdout and "cell_clip=10" in shown.stdout
+    assert (
+        f"inputs: seq (float32, [None, {T}, {D}]); record with --feed seq=FILE.npy" in shown.stdout
+    )
 
 
 def _changed(lite, change) -> bytes:
@@ -178,7 +348,8 @@ def test_a_fifo_is_refused_never_opened_and_a_link_the_user_named_is_followed(li
     assert "cannot read it as a TensorFlow Lite file" in _one_line(done["r"])
     link = tmp_path / "link.tflite"
     link.symlink_to(lite / "fused.tflite")
-    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in _one_line(run_cli("inspect", str(link)))
+    shown = run_cli("inspect", str(link))
+    assert shown.returncode == 0 and "UnidirectionalSequenceLSTM" in shown.stdout
 
 
 @settings(max_examples=60, derandomize=True, deadline=None)
@@ -189,7 +360,8 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, data):
     from pathlib import Path
 
     from recorders.errors import ModelFormatError
-    from tracer.load.tflite import check_tflite, describe
+    from tracer.load.tflite import describe
+    from tracer.load.tflite_check import check_tflite
 
     original = (lite / "fused.tflite").read_bytes()
     content = bytearray(original)

@@ -3,7 +3,8 @@
 `Cell` is a cell of a graph: its unrolled `Step`s (one per application of the cell
 outside a loop), or the `Loop` it runs in (a while loop: `dynamic_rnn`, Keras' `K.rnn`,
 TF2 SavedModels), or the `Fused` op that computes it (`LSTMBlockCell`, `BlockLSTM`,
-`GRUBlockCell`). `KerasCell` is an RNN layer of a Keras model object. Every finder of
+`GRUBlockCell`). `KerasCell` is an RNN layer of a Keras model object, `LiteCell` a
+recurrent op of a TensorFlow Lite file. Every finder of
 `tracer.find` returns these, and everything above reads them: they live below all of it.
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from tracer.cells.kinds import CellSpec, HasSpec
 
-__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "AnyCell"]
+__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "LiteCell", "AnyCell"]
 
 # Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
 # ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
@@ -423,5 +424,71 @@ class KerasCell(HasSpec):
         }
 
 
-# a cell of either kind: a graph's, or a Keras model object's layer
-AnyCell = Cell | KerasCell
+@dataclass(frozen=True)
+class LiteCell(HasSpec):
+    """One recurrent op of a TensorFlow Lite file (`tracer.find.lite`), as gatetrace records it.
+
+    name is the op's output tensor's name in the file. `arrays` holds its weights as a Keras
+    layer's are held (`kernel`: the input-to-gate matrices stacked on the recurrent ones,
+    input rows first, one column block a gate in the spec's order; `bias`; `w_*_diag`
+    peepholes, `projection`), transposed from the file's [units, inputs] matrices;
+    `variables` names the file's tensor each role was read from. `op` is the op's number in
+    the main subgraph, `inputs` and `outputs` the tensors it reads its sequence from and
+    writes its outputs to, `initial` the state tensors it starts from (by state name).
+    """
+
+    name: str
+    spec: CellSpec
+    units: int
+    input_size: int
+    output_size: int
+    activation: str
+    recurrent_activation: str
+    arrays: Mapping[str, np.ndarray] = field(repr=False)
+    variables: Mapping[str, str]
+    op: int
+    inputs: int
+    outputs: int
+    initial: Mapping[str, int]
+    length: int | None
+    time_major: bool = False
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    backward: bool = False
+    forget_bias: None = None
+    num_proj: None = None
+    loop: None = None
+    reset_after: None = None
+
+    path = "replay"
+
+    def describe(self) -> dict:
+        """A JSON-ready description, as `inspect --json` and the manifest show it."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "framework": "tflite",
+            "units": self.units,
+            "input_size": self.input_size,
+            "output_size": self.output_size,
+            "steps": self.length,
+            "gates": list(self.gates),
+            "states": list(self.spec.states),
+            "activation": self.activation,
+            "recurrent_activation": self.recurrent_activation,
+            "cell_clip": self.cell_clip,
+            "proj_clip": self.proj_clip,
+            "direction": "backward" if self.backward else "forward",
+            "op": self.op,
+            "variables": dict(self.variables),
+            "path": self.path,
+            "why": (
+                f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "
+                "from the input the interpreter gave the op and the weights the file holds, and checked against "
+                "what the op returned"
+            ),
+        }
+
+
+# a cell of any kind: a graph's, a Keras model object's layer, a TensorFlow Lite file's op
+AnyCell = Cell | KerasCell | LiteCell

@@ -90,11 +90,18 @@ def run(args) -> None:
     from tracer.commands.common import model_options
     from tracer.load.keras import KerasModel
     from tracer.load.safety import unsafe_ops
+    from tracer.load.tflite import LiteModel
     from tracer.run.prepare import graph_from_loops, record_tensors, unsafe_by_command
 
     model = tracer.load_model(args.model, restore=False, **model_options(args))
     if isinstance(model, KerasModel):
-        return _inspect_keras(args, model)
+        from tracer.find.keras import find_layers, hidden_layers
+
+        return _inspect_layers(args, model, find_layers(model), hidden_layers(model))
+    if isinstance(model, LiteModel):
+        from tracer.find.lite import find_ops
+
+        return _inspect_layers(args, model, find_ops(model), [])
     from recorders.errors import NoCellFoundError
     from tracer.cells.found import Cell
     from tracer.find.proposals import propose
@@ -328,16 +335,15 @@ def _inspect_recording(args) -> None:
     print(f"read it with: pandas.read_parquet({table!r}) or recorders.Recording({args.model!r})")
 
 
-def _inspect_keras(args, model) -> None:
-    from tracer.find.keras import find_layers, hidden_layers
-
-    cells = find_layers(model)
-    hidden = hidden_layers(model)
+def _inspect_layers(args, model, cells, hidden) -> None:
+    """A Keras model's RNN layers (`hidden`: those not recorded) or a TensorFlow Lite file's
+    recurrent ops: every cell is replayed in numpy."""
     inputs = [
         {"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs
     ]
     if args.json:
-        # The file passed the Keras file check before loading (tracer.load.keras_files): nothing in it runs unchecked.
+        # The file passed the Keras file check before loading (tracer.load.keras_files), or a
+        # TensorFlow Lite file its own (tracer.load.tflite_check): nothing in it runs unchecked.
         described = [c.describe() for c in cells]
         print(
             json.dumps(
@@ -353,7 +359,8 @@ def _inspect_keras(args, model) -> None:
             )
         )
         return
-    print(f"{args.model} ({model.format}): {len(cells)} RNN layer{'s' if len(cells) != 1 else ''}")
+    what = "RNN layer" if model.format != "tflite" else "recurrent op"
+    print(f"{args.model} ({model.format}): {len(cells)} {what}{'s' if len(cells) != 1 else ''}")
     for note in model.notes:
         print(f"note: {note}")
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
@@ -379,8 +386,9 @@ def _inspect_keras(args, model) -> None:
         d = c.describe()
         extras = [f"activation={c.activation}", f"recurrent_activation={c.recurrent_activation}"]
         extras += [f"reset_after={c.reset_after}"] if c.reset_after is not None else []
-        extras += [k for k in ("return_sequences", "return_state", "stateful") if d[k]]
-        if c.conv is not None:
+        extras += [k for k in ("return_sequences", "return_state", "stateful") if d.get(k)]
+        extras += [f"{k}={d[k]:g}" for k in ("cell_clip", "proj_clip") if d.get(k)]
+        if getattr(c, "conv", None) is not None:
             grid, taps = ("x".join(map(str, a)) for a in (c.conv.positions, c.conv.kernel_size))
             extras.append(
                 f"units = {grid} positions x {c.conv.filters} filters (unit = position * "

@@ -24,15 +24,15 @@ def run(args) -> None:
     from recorders import write_weights
     from tracer.cells.found import Cell
     from tracer.commands.common import model_options
-    from tracer.load.keras import KerasModel
+    from tracer.load.loaded import Model
     from tracer.load.safety import check_model
     from tracer.run.prepare import cells_of, weight_tensors
     from tracer.run.recording import describe, find_all, weight_values
 
     with tracer.load_model(args.model, **model_options(args)) as model:
         cells = find_all(model)
-        # a Keras layer's weights are arrays already: nothing runs
-        if not isinstance(model, KerasModel):
+        # a Keras layer's or a TensorFlow Lite op's weights are arrays already: nothing runs
+        if isinstance(model, Model):
             check_model(model, weight_tensors(cells_of(model, cells, Cell)), "reading the weights")
         columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
         rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)

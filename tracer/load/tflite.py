@@ -1,62 +1,32 @@
-"""TensorFlow Lite files (`.tflite`): checked as data and described; not recorded yet.
+"""TensorFlow Lite files (`.tflite`): the format's `read` hook and the model it gives.
 
-A `.tflite` file is a flatbuffer that TensorFlow Lite's interpreter maps and runs. gatetrace
-reads it with TensorFlow's own schema (`tensorflow.lite.python.schema_py_generated`, the
-flatbuffers object API), never with the interpreter, and only after these checks, each
-refused in one line naming the file:
-
-    the file     a regular file (a link the user named is followed; a FIFO or a device is
-                 refused, never opened for reading), of at most 2 GiB (a flatbuffer's own
-                 limit) and the memory budget, with TensorFlow Lite's identifier (`TFL3`)
-    structure    parsed whole, inside a guard: an offset past the end, a vector longer than
-                 the file, a table that does not parse is "damaged"
-    tensors      every dimension non-negative, every tensor's bytes (its shape times its
-                 type's size) and all of them together within the memory budget, every
-                 buffer index in range, a constant's data exactly its bytes, no data stored
-                 outside the flatbuffer
-    ops          every op a builtin: a custom op (whose code the file does not hold, and
-                 gatetrace never loads) is refused by its name
-
-What the file holds is then said in one line (`describe`): its signature's inputs, and its
-recurrent ops: the fused sequence ops (`UNIDIRECTIONAL_SEQUENCE_LSTM`,
-`BIDIRECTIONAL_SEQUENCE_LSTM`, `UNIDIRECTIONAL_SEQUENCE_RNN`, ...) with their units, input
-size, weight type, activation and clipping, and `WHILE` loops with the nonlinearities their
-bodies apply; recording them is not done yet, and `read` says so.
+`read` checks the file as data (`tracer.load.tflite_check`) and gives a `LiteModel`: the
+file's bytes, its parsed flatbuffer (`schema_py_generated.ModelT`) and its inputs. Its
+`interpreter` is TensorFlow Lite's own, made with builtin kernels only (no delegate, no
+custom op) and with every tensor kept after a run, so that what each recurrent op read and
+returned can be read back (`tracer.values.lite`). `describe` says in one line what a file
+holds: its inputs and its recurrent ops (the fused sequence ops with their units, input
+size, weight type, activation, clipping, peepholes and projection; `WHILE` loops with the
+nonlinearities their bodies apply). Finding the ops' cells is `tracer.find.lite`.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import os
+import warnings
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recorders.errors import ModelFormatError
-from recorders.read.files import default_memory
-from recorders.write.folder import Folder
 from tracer.load.formats import LoadRequest
+from tracer.load.keras import KerasInput
+from tracer.load.tflite_check import RECURRENT, checked, op_name
 
-__all__ = ["read", "check_tflite", "describe"]
+__all__ = ["read", "LiteModel", "describe", "schema"]
 
-LIMIT = 2**31  # a flatbuffer addresses at most 2 GiB
-# bytes per element of each tensor type, by its schema name (STRING, RESOURCE, VARIANT: none)
-_BYTES = {
-    "FLOAT32": 4, "FLOAT16": 2, "BFLOAT16": 2, "FLOAT64": 8, "INT32": 4, "UINT32": 4,
-    "INT64": 8, "UINT64": 8, "INT16": 2, "UINT16": 2, "INT8": 1, "UINT8": 1, "BOOL": 1,
-    "COMPLEX64": 8, "COMPLEX128": 16, "INT4": 0.5, "UINT4": 0.5, "INT2": 0.25,
-}  # fmt: skip
-_RECURRENT = (
-    "UNIDIRECTIONAL_SEQUENCE_LSTM",
-    "BIDIRECTIONAL_SEQUENCE_LSTM",
-    "UNIDIRECTIONAL_SEQUENCE_RNN",
-    "BIDIRECTIONAL_SEQUENCE_RNN",
-    "LSTM",
-    "RNN",
-)
 _NONLINEAR = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu", "HARD_SWISH": "hard_swish"}
-_ACTIVATION = {
+# a fused op's `fusedActivationFunction`, by its number in the schema
+ACTIVATIONS = {
     0: "none",
     1: "relu",
     2: "relu_n1_to_1",
@@ -67,169 +37,137 @@ _ACTIVATION = {
 }
 
 
-def read(path: Path, source: str, request: LoadRequest) -> None:
-    """A `.tflite` file checked (see the module docstring), then refused in one line that says
-    what it holds; None for any other path."""
-    if path.suffix != ".tflite":
-        return None
-    model = check_tflite(path, source)
-    raise ModelFormatError(
-        f"{source}: a TensorFlow Lite file ({describe(model)}); gatetrace checks and describes TensorFlow "
-        "Lite files but does not record them yet: record the model it was converted from (its SavedModel, "
-        "Keras file or checkpoint)"
-    )
-
-
-def check_tflite(path: Path, source: str, memory: int | None = None) -> Any:
-    """The file's model (`schema_py_generated.ModelT`), once every check of the module
-    docstring passed; ModelFormatError naming the first that did not."""
+def schema() -> Any:
+    """TensorFlow's flatbuffer schema of TensorFlow Lite files (`schema_py_generated`)."""
     from tensorflow.lite.python import schema_py_generated as fb
 
-    resolved = Path(os.path.realpath(path))  # a link the user named is followed
-    budget = default_memory() if memory is None else memory
-    try:
-        with Folder(resolved.parent) as folder:
-            data = folder.read_bytes(resolved.name, min(LIMIT, budget))
-    except (OSError, ValueError) as err:
-        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
-        raise ModelFormatError(
-            f"{source}: cannot read it as a TensorFlow Lite file: {why}"
-        ) from None
-    if len(data) < 8 or not fb.Model.ModelBufferHasIdentifier(data, 0):
-        raise ModelFormatError(
-            f"{source}: not a TensorFlow Lite flatbuffer (no TFL3 identifier at byte 4); convert the model "
-            "with tf.lite.TFLiteConverter, or give the model it was converted from"
-        )
-    try:
-        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
-    except Exception as err:  # a malformed flatbuffer fails anywhere in the generated reader
-        raise ModelFormatError(
-            f"{source}: the TensorFlow Lite flatbuffer is damaged ({type(err).__name__}: {err}); "
-            "convert the model again"
-        ) from None
-    why = _problem(model, fb, budget)
-    if why:
-        raise ModelFormatError(f"{source}: {why}; nothing was loaded")
-    return model
+    return fb
 
 
-def _problem(model: Any, fb: Any, memory: int) -> str | None:
-    """Why the parsed model is refused (None: it is not): see the module docstring."""
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
-    buffers = model.buffers or []
-    total = 0.0
-    for code in model.operatorCodes or []:
-        if _code(code, fb) == "CUSTOM":
-            name = code.customCode.decode(errors="replace") if code.customCode else "?"
-            return (
-                f"it holds the custom op {name}, whose code the file does not hold and gatetrace never loads; "
-                "convert the model with builtin ops only"
-            )
-    for g, subgraph in enumerate(model.subgraphs or []):
-        for k, t in enumerate(subgraph.tensors or []):
-            shape = [int(d) for d in (t.shape if t.shape is not None else [])]
-            name = t.name.decode(errors="replace") if t.name else f"#{k}"
-            where = f"tensor {name} of subgraph {g}"
-            if any(d < 0 for d in shape):
-                return f"{where} has the shape {shape}, with a negative dimension"
-            size = _BYTES.get(types.get(t.type, ""))
-            nbytes = 0.0 if size is None else math.prod(shape) * size
-            if nbytes > memory:
-                return f"{where} claims {shape} ({nbytes:,.0f} bytes), more than the memory budget of {memory:,}"
-            total += nbytes
-            if not 0 <= t.buffer < max(len(buffers), 1):
-                return f"{where} names buffer {t.buffer}, of {len(buffers)}"
-            held = buffers[t.buffer] if buffers else None
-            if held is not None and (held.offset or 0) > 1:
-                return f"{where} keeps its data outside the flatbuffer (at byte {held.offset}), which gatetrace does not read"
-            length = 0 if held is None or held.data is None else len(held.data)
-            if length and size is not None and length != math.ceil(nbytes):
-                return f"{where} is {shape} {types.get(t.type)} ({math.ceil(nbytes):,} bytes) but its buffer holds {length:,}"
-    if total > memory:
-        return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
-    return _ops_problem(model, fb)
+def read(path: Path, source: str, request: LoadRequest) -> LiteModel | None:
+    """A `.tflite` file, checked (`tracer.load.tflite_check`); None for any other path."""
+    if path.suffix != ".tflite":
+        return None
+    data, parsed = checked(path, source)
+    return LiteModel(data, parsed, source)
 
 
-def _ops_problem(model: Any, fb: Any) -> str | None:
-    """Why an op of the model does not fit it (None: every op does): its opcode, the tensors it
-    reads and writes, a WHILE loop's subgraphs and a recurrent op's weights must exist."""
-    codes, subgraphs = model.operatorCodes or [], model.subgraphs or []
-    if not subgraphs:
-        return "it holds no subgraph"
-    for g, subgraph in enumerate(subgraphs):
-        count = len(subgraph.tensors or [])
-        for k, op in enumerate(subgraph.operators or []):
-            where = f"op {k} of subgraph {g}"
-            if not 0 <= op.opcodeIndex < len(codes):
-                return f"{where} names opcode {op.opcodeIndex}, of {len(codes)}"
-            used = [
-                *(op.inputs if op.inputs is not None else []),
-                *(op.outputs if op.outputs is not None else []),
+@dataclass
+class LiteModel:
+    """A checked TensorFlow Lite file: its bytes, its parsed flatbuffer, where it came from.
+
+    `inputs` are the main subgraph's, named by the file's first signature where it has one
+    (`seq`, not `serving_default_seq:0`); their first dimension is the batch, fed to the
+    interpreter `batch` rows at a time.
+    """
+
+    data: bytes = field(repr=False)
+    parsed: Any = field(repr=False)
+    source: str
+    format: str = "tflite"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def main(self) -> Any:
+        return self.parsed.subgraphs[0]
+
+    @property
+    def input_tensors(self) -> list[int]:
+        """The main subgraph's input tensors, in order."""
+        return [int(i) for i in (self.main.inputs if self.main.inputs is not None else [])]
+
+    @property
+    def inputs(self) -> list[KerasInput]:
+        from tracer._tf import tf
+
+        fb = schema()
+        types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+        names = {}
+        for signature in self.parsed.signatureDefs or []:
+            if signature.subgraphIndex == 0:
+                names = {int(t.tensorIndex): t.name.decode() for t in signature.inputs or []}
+                break
+        out = []
+        for i in self.input_tensors:
+            t = self.main.tensors[i]
+            shape = [int(d) for d in t.shape]
+            name = names.get(i) or tensor_name(t).split(":")[0]
+            dtype = tf.as_dtype(types.get(t.type, "float32"))
+            out.append(KerasInput(name, tf.TensorShape([None, *shape[1:]]), dtype))
+        return out
+
+    @property
+    def batch(self) -> int:
+        """How many rows the interpreter takes at a time: the inputs' first dimension as the
+        file allocates it (1 for most converted models, and where the file lets it vary)."""
+        return max(
+            [
+                int(self.main.tensors[i].shape[0])
+                for i in self.input_tensors
+                if len(self.main.tensors[i].shape)
             ]
-            if any(not -1 <= int(t) < count for t in used):
-                return f"{where} names a tensor outside the {count} of its subgraph"
-            kind = _code(codes[op.opcodeIndex], fb)
-            if kind == "WHILE":
-                options = op.builtinOptions
-                indices = [
-                    getattr(options, a, None) for a in ("condSubgraphIndex", "bodySubgraphIndex")
-                ]
-                if any(not isinstance(i, int) or not 0 <= i < len(subgraphs) for i in indices):
-                    return f"{where}, a WHILE loop, names subgraphs {indices}, of {len(subgraphs)}"
-            if kind in _RECURRENT:
-                at = 2 if "LSTM" in kind else 1
-                inputs = list(op.inputs if op.inputs is not None else [])
-                weights = (
-                    subgraph.tensors[int(inputs[at])]
-                    if len(inputs) > at and inputs[at] >= 0
-                    else None
-                )
-                if weights is None or weights.shape is None or len(weights.shape) != 2:
-                    return (
-                        f"{where}, a {kind}, has no [units, inputs] weights where the op reads them"
-                    )
-    main = subgraphs[0]
-    if any(
-        not 0 <= int(t) < len(main.tensors or [])
-        for t in (main.inputs if main.inputs is not None else [])
-    ):
-        return "its main subgraph names an input outside its tensors"
-    return None
+            or [1]
+        )
+
+    def interpreter(self) -> Any:
+        """TensorFlow Lite's interpreter of the file: builtin kernels only (no default
+        delegate; the file's ops were checked to be builtins), every tensor kept after a run."""
+        from tracer._tf import tf
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its notice that a successor package exists
+            return tf.lite.Interpreter(
+                model_content=self.data,
+                experimental_preserve_all_tensors=True,
+                experimental_op_resolver_type=(
+                    tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                ),
+            )
+
+    def op_kind(self, op: Any) -> str:
+        """An op's builtin name (`UNIDIRECTIONAL_SEQUENCE_LSTM`)."""
+        return op_name(self.parsed.operatorCodes[op.opcodeIndex], schema())
+
+    def describe(self) -> str:
+        return describe(self.parsed)
+
+    def close(self) -> None:
+        """Nothing to release (the interpreters are made per use); for symmetry with `Model`."""
+
+    def __enter__(self) -> LiteModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def _code(code: Any, fb: Any) -> str:
-    """An operator code's builtin name (the larger of its two fields: the schema moved it)."""
-    return _builtins(fb).get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "?")
-
-
-@functools.cache
-def _builtins(fb: Any) -> dict[int, str]:
-    """The schema's builtin operators by number."""
-    return {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+def tensor_name(t: Any) -> str:
+    """A tensor's or subgraph's name in the file ("?" where it has none)."""
+    return t.name.decode(errors="replace") if t.name else "?"
 
 
 def describe(model: Any) -> str:
     """What a checked model holds, in one line: its inputs and its recurrent ops."""
-    from tensorflow.lite.python import schema_py_generated as fb
-
+    fb = schema()
     types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     main = model.subgraphs[0]
     inputs = [
-        f"{_name(main.tensors[i])} {[int(d) for d in main.tensors[i].shape]} {types.get(main.tensors[i].type)}"
+        f"{tensor_name(main.tensors[i])} {[int(d) for d in main.tensors[i].shape]} {types.get(main.tensors[i].type)}"
         for i in (main.inputs if main.inputs is not None else [])
     ]
     found = []
     for subgraph in model.subgraphs or []:
         for op in subgraph.operators or []:
-            kind = _code(model.operatorCodes[op.opcodeIndex], fb)
-            if kind in _RECURRENT:
+            kind = op_name(model.operatorCodes[op.opcodeIndex], fb)
+            if kind in RECURRENT:
                 found.append(_recurrent(kind, op, subgraph, types))
             elif kind == "WHILE":
                 body = model.subgraphs[op.builtinOptions.bodySubgraphIndex]
                 applied = Counter(
                     _NONLINEAR[k]
                     for k in (
-                        _code(model.operatorCodes[o.opcodeIndex], fb) for o in body.operators or []
+                        op_name(model.operatorCodes[o.opcodeIndex], fb)
+                        for o in body.operators or []
                     )
                     if k in _NONLINEAR
                 )
@@ -238,7 +176,7 @@ def describe(model: Any) -> str:
                     or "no nonlinearity"
                 )
                 found.append(
-                    f"a WHILE loop whose body ({_name(body)}) applies {shown} an iteration"
+                    f"a WHILE loop whose body ({tensor_name(body)}) applies {shown} an iteration"
                 )
     recurrent = "; ".join(found) or "no recurrent op"
     return f"inputs {', '.join(inputs) or 'none'}; {recurrent}"
@@ -255,7 +193,7 @@ def _recurrent(kind: str, op: Any, subgraph: Any, types: dict[int, str]) -> str:
     extras = [f"{types.get(weights.type)} weights"]
     activation = getattr(options, "fusedActivationFunction", None)
     if activation is not None:
-        extras.append(f"activation {_ACTIVATION.get(activation, activation)}")
+        extras.append(f"activation {ACTIVATIONS.get(activation, activation)}")
     for attr, shown in (("cellClip", "cell clip"), ("projClip", "projection clip")):
         if getattr(options, attr, 0):
             extras.append(f"{shown} {getattr(options, attr):g}")
@@ -264,7 +202,3 @@ def _recurrent(kind: str, op: Any, subgraph: Any, types: dict[int, str]) -> str:
     if "LSTM" in kind and len(inputs) > 16 and inputs[16] >= 0:
         extras.append("projection")
     return f"{kind} ({units} units, {features} inputs, {', '.join(extras)})"
-
-
-def _name(x: Any) -> str:
-    return x.name.decode(errors="replace") if x.name else "?"

@@ -1,10 +1,11 @@
 """From a loaded model and its feeds to a model ready to record (`tracer.run.batch.Prepared`).
 
 `find_all` lists a model's cells (a graph's, `tracer.find.graph`; a Keras model's layers,
-`tracer.find.keras`); `from_loops` gives the model whose loops emit the chosen cells'
+`tracer.find.keras`; a TensorFlow Lite file's recurrent ops, `tracer.find.lite`); `from_loops` gives the model whose loops emit the chosen cells'
 values (`tracer.values.emit`); `prepare` checks the feeds against the model and the ops a
 batch would run (`tracer.load.safety`), and makes the plan that fetches every value
-(`tracer.values.fetch.FetchPlan`, `tracer.values.keras.KerasPlan`); `summarising` turns it
+(`tracer.values.fetch.FetchPlan`, `tracer.values.keras.KerasPlan`,
+`tracer.values.lite.LitePlan`); `summarising` turns it
 into one that fetches a summary's statistics instead (`tracer.values.summaries`).
 """
 
@@ -21,14 +22,16 @@ from recorders import RecordingWriter
 from recorders.errors import RecordingError, SelectionError
 from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins, summary_columns
-from tracer.cells.found import AnyCell, Cell, KerasCell
+from tracer.cells.found import AnyCell, Cell, KerasCell, LiteCell
 from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers
+from tracer.find.lite import find_ops
 from tracer.find.named import find_named
 from tracer.inputs.feeds import fed_names, pipeline_entries, resolve_feeds, unfed_placeholders
 from tracer.load.keras import KerasModel, is_keras, wrap
 from tracer.load.loaded import Model
 from tracer.load.safety import check_model, unsafe_ops
+from tracer.load.tflite import LiteModel
 from tracer.run.batch import Batch, Prepared, Statistics, Values
 from tracer.run.budget import fixed_size_problem
 from tracer.run.select import Selection
@@ -36,10 +39,12 @@ from tracer.values import running
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan
 from tracer.values.keras import KerasPlan, resolve_inputs
+from tracer.values.lite import LitePlan
 from tracer.values.summaries import Summary
 from tracer.values.weights import read_weights
 
 __all__ = [
+    "AnyModel",
     "as_model",
     "find_all",
     "cells_of",
@@ -51,30 +56,42 @@ __all__ = [
 ]
 
 
-def as_model(model: Any) -> Model | KerasModel:
-    """A Model or KerasModel; a live Keras model object is wrapped."""
+AnyModel = Model | KerasModel | LiteModel
+
+
+def as_model(model: Any) -> AnyModel:
+    """A Model, KerasModel or LiteModel; a live Keras model object is wrapped."""
     return wrap(model) if is_keras(model) else model
 
 
 def find_all(
-    model: Model | KerasModel,
+    model: AnyModel,
     gate_ops: str | None = None,
     state_ops: str | None = None,
     gate_names: Mapping[str, Sequence[str]] | None = None,
 ) -> list[AnyCell]:
-    """Every RNN cell of a graph (`tracer.find.graph.find_cells`) or Keras model
+    """Every RNN cell of a graph (`tracer.find.graph.find_cells`), Keras model
     (`tracer.find.keras.find_layers`, a layer over a cell of your own with the gates
-    `gate_names` names); with `gate_ops`, the cells of your own its pattern names instead
-    (`tracer.find.named.find_named`, with the states `state_ops` names)."""
+    `gate_names` names) or TensorFlow Lite file (`tracer.find.lite.find_ops`); with
+    `gate_ops`, the cells of your own its pattern names instead (`tracer.find.named.find_named`,
+    with the states `state_ops` names)."""
     if gate_ops is not None:
-        if isinstance(model, KerasModel):
+        if not isinstance(model, Model):
+            what = "a Keras model" if isinstance(model, KerasModel) else "a TensorFlow Lite file"
             raise SelectionError(
-                f"--gate-ops names ops of a graph; {model.source} is a Keras model, whose layers are found without it: "
+                f"--gate-ops names ops of a graph; {model.source} is {what}, whose cells are found without it: "
                 "leave --gate-ops out"
             )
         return list(find_named(model.graph, gate_ops, state_ops, model.source))
     if isinstance(model, KerasModel):
         return list(find_layers(model, gate_names))
+    if gate_names and isinstance(model, LiteModel):
+        raise SelectionError(
+            f"gate_names names the gates of Keras layers over cells of your own; {model.source} is a TensorFlow "
+            "Lite file, whose ops' gates are named by their kind: leave gate_names out"
+        )
+    if isinstance(model, LiteModel):
+        return list(find_ops(model))
     if gate_names:
         raise SelectionError(
             f"gate_names names the gates of Keras layers over cells of your own; {model.source} is a graph: "
@@ -83,11 +100,12 @@ def find_all(
     return list(find_cells(model.graph, model.source))
 
 
-_Kind = TypeVar("_Kind", Cell, KerasCell)
+_Kind = TypeVar("_Kind", Cell, KerasCell, LiteCell)
 
 
-def cells_of(model: Model | KerasModel, cells: Sequence[AnyCell], kind: type[_Kind]) -> list[_Kind]:
-    """`cells`, which must be of the model's kind: a graph's cells, or a Keras model's layers."""
+def cells_of(model: AnyModel, cells: Sequence[AnyCell], kind: type[_Kind]) -> list[_Kind]:
+    """`cells`, which must be of the model's kind: a graph's cells, a Keras model's layers, a
+    TensorFlow Lite file's ops."""
     mine = [c for c in cells if isinstance(c, kind)]
     if len(mine) != len(cells):
         other = next(c.name for c in cells if not isinstance(c, kind))
@@ -98,11 +116,14 @@ def cells_of(model: Model | KerasModel, cells: Sequence[AnyCell], kind: type[_Ki
 
 
 def weight_values(
-    model: Model | KerasModel, cells: Sequence[AnyCell], timeout: float | None = None
+    model: AnyModel, cells: Sequence[AnyCell], timeout: float | None = None
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer holds them."""
+    """Every cell's weight arrays by role: read in one run from a graph, or as a Keras layer
+    or a TensorFlow Lite op holds them."""
     if isinstance(model, KerasModel):
         return {c.name: dict(c.arrays) for c in cells_of(model, cells, KerasCell)}
+    if isinstance(model, LiteModel):
+        return {c.name: dict(c.arrays) for c in cells_of(model, cells, LiteCell)}
     return read_weights(model.session, cells_of(model, cells, Cell), timeout)
 
 
@@ -156,7 +177,7 @@ def _reachable(
 
 
 def prepare(
-    model: Model | KerasModel,
+    model: AnyModel,
     feeds: Any,
     cells: Sequence[AnyCell] | None,
     selection: Selection | None = None,
@@ -164,14 +185,33 @@ def prepare(
     skip_unfed: list | None = None,
     carry_state: bool = False,
     verify: bool = False,
-) -> tuple[Prepared[RecordingWriter], FetchPlan | KerasPlan, Callable[[], FetchPlan | None]]:
+) -> tuple[
+    Prepared[RecordingWriter], FetchPlan | KerasPlan | LitePlan, Callable[[], FetchPlan | None]
+]:
     """The model made ready to record every value of its cells (`tracer.run.batch.Prepared`),
     its plan, and what makes the plan of those of its cells computed in numpy, which a
-    summary takes as arrays (`summarising`; for a Keras model, whose cells are all computed
-    in numpy, None). With a list as `skip_unfed`, cells the feeds do not reach are left out
-    and listed there."""
+    summary takes as arrays (`summarising`; for a Keras model or a TensorFlow Lite file,
+    whose cells are all computed in numpy, None). With a list as `skip_unfed`, cells the
+    feeds do not reach are left out and listed there."""
     chosen = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
+    if isinstance(model, LiteModel):
+        if carry_state:
+            raise SelectionError(
+                f"--carry-state is for Keras models with stateful layers; {model.source} is a TensorFlow Lite "
+                "file, whose ops gatetrace starts from their initial state on every sequence"
+            )
+        lite_plan = LitePlan(model, cells_of(model, chosen, LiteCell), steps=steps)
+        lite_inputs = resolve_inputs(model, feeds)
+
+        def invoke(batch: Batch) -> Values:
+            return Values(lite_plan, lite_plan.fetch(batch.feeds))
+
+        return (
+            Prepared(lite_plan.cells, lite_inputs, RecordingWriter, invoke),
+            lite_plan,
+            lambda: None,
+        )
     if isinstance(model, KerasModel):
         layers = cells_of(model, chosen, KerasCell)
         own = [c.name for c in layers if c.step is not None]
@@ -246,9 +286,9 @@ def prepare(
 
 
 def summarising(
-    model: Model | KerasModel,
+    model: AnyModel,
     prepared: Prepared[RecordingWriter],
-    plan: FetchPlan | KerasPlan,
+    plan: FetchPlan | KerasPlan | LitePlan,
     numpy_plan: Callable[[], FetchPlan | None],
     selection: Selection,
     bins: Bins,
@@ -263,16 +303,16 @@ def summarising(
         bins,
         lambda _, gate: selection.keeps_gate(gate),
     )
-    graph = None if isinstance(model, KerasModel) else model.graph
+    graph = model.graph if isinstance(model, Model) else None
     summary = Summary(plan, columns, bins.low, bins.high, graph)
-    if isinstance(plan, KerasPlan):  # every cell computed in numpy, from one call of the model
-        keras_plan = plan
+    if not isinstance(plan, FetchPlan):  # every cell computed in numpy, from one call of the model
+        replayed = plan
 
-        def keras(batch: Batch) -> Statistics:
-            return Statistics(summary, Values(keras_plan, keras_plan.fetch(batch.feeds)), {})
+        def in_numpy(batch: Batch) -> Statistics:
+            return Statistics(summary, Values(replayed, replayed.fetch(batch.feeds)), {})
 
-        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, keras, summary.columns)
-    assert not isinstance(model, KerasModel)  # (a Keras model's plan is a KerasPlan)
+        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, in_numpy, summary.columns)
+    assert isinstance(model, Model)  # (a Keras model's plan is a KerasPlan, a file's a LitePlan)
     session, arrays = model.session, numpy_plan()
     tensors = [] if arrays is None else arrays.tensors
 
@@ -287,15 +327,15 @@ def summarising(
 
 @contextmanager
 def from_loops(
-    model: Model | KerasModel,
+    model: AnyModel,
     cells: Sequence[AnyCell],
     progress: bool,
     restore: bool = True,
     reads: bool = False,
-) -> Iterator[tuple[Model | KerasModel, list[AnyCell]]]:
-    """The model and cells to record: for a graph, see `graph_from_loops`; a Keras model and
-    its cells as they are."""
-    if isinstance(model, KerasModel):
+) -> Iterator[tuple[AnyModel, list[AnyCell]]]:
+    """The model and cells to record: for a graph, see `graph_from_loops`; a Keras model or a
+    TensorFlow Lite file and its cells as they are."""
+    if not isinstance(model, Model):
         yield model, list(cells)
         return
     with graph_from_loops(model, cells_of(model, cells, Cell), progress, restore, reads) as (

@@ -47,6 +47,7 @@ from tracer.run.budget import (
 )
 from tracer.run.options import RecordOptions
 from tracer.run.prepare import (
+    AnyModel,
     as_model,
     find_all,
     from_loops,
@@ -73,7 +74,7 @@ __all__ = [
 
 
 def trace(
-    model: Model | KerasModel | Any,
+    model: AnyModel | Any,
     feeds: Any,
     cells: Sequence[AnyCell] | None = None,
     *,
@@ -89,7 +90,8 @@ def trace(
 
     For a graph, feeds maps placeholder names (with or without `:0`) to arrays or
     scalars. For a Keras model (a file loaded with `load_model`, or the model object
-    itself), feeds is the input array, a list of them, or a mapping by input name.
+    itself) or a TensorFlow Lite file, feeds is the input array, a list of them, or a
+    mapping by input name.
     """
     model = as_model(model)
     found = cells if cells is not None else find_all(model, gate_names=gate_names)
@@ -104,7 +106,7 @@ def trace(
 
 
 def describe(
-    model: Model | KerasModel,
+    model: AnyModel,
     cells: Sequence[AnyCell],
     feed_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict:
@@ -118,7 +120,7 @@ def describe(
 
 
 def record(
-    model: Model | KerasModel | Any,
+    model: AnyModel | Any,
     feeds: Any,
     out: str | os.PathLike,
     *,
@@ -183,7 +185,7 @@ def record(
 
 
 def _record(
-    model: Model | KerasModel,
+    model: AnyModel,
     out: str | os.PathLike,
     prepared: Prepared[W],
     skipped: list[tuple[str, str]],
@@ -216,7 +218,7 @@ def _record(
     batch_size = choice.size
     progress = options.progress
     if progress:
-        for note in cast_notes(feed_dict) if not isinstance(model, KerasModel) else []:
+        for note in cast_notes(feed_dict) if isinstance(model, Model) else []:
             print(f"gatetrace: {note}", file=sys.stderr)
     if choice.why and progress:
         print(f"gatetrace: {choice.why}", file=sys.stderr)

@@ -14,10 +14,10 @@ from fnmatch import fnmatchcase
 from typing import TypeVar
 
 from recorders.errors import SelectionError
-from tracer.cells.found import Cell, KerasCell
+from tracer.cells.found import AnyCell, Cell
 
 # a graph's cells, or a Keras model's layers: a selection keeps the kind it is given
-_Cell = TypeVar("_Cell", bound=Cell | KerasCell)
+_Cell = TypeVar("_Cell", bound=AnyCell)
 
 __all__ = ["Selection", "parse_range", "VALUE_COLUMNS", "DEFAULT_VALUES"]
 

@@ -24,16 +24,15 @@ from tracer.cells.found import KerasCell
 from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
+from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
-from tracer.values.parts import plan_parts
-from tracer.values.plan import Read
 from tracer.values.replay import Replayed, check, replay
-from tracer.values.weights import gate_weights
+from tracer.values.replayed import ReplayedPlan, Result
 
 __all__ = ["KerasPlan", "resolve_inputs"]
 
 
-def resolve_inputs(model: KerasModel, feeds: Any) -> dict[KerasInput, Any]:
+def resolve_inputs(model: KerasModel | LiteModel, feeds: Any) -> dict[KerasInput, Any]:
     """Feeds for the model's inputs, checked: a mapping by input name, a list in input order,
     or (for a model with one input) one array under any name or none."""
     inputs = model.inputs
@@ -153,7 +152,7 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
                 layer.call = own
 
 
-def _run_own(cell: KerasCell, x: np.ndarray, mask: np.ndarray | None, seen: _Seen) -> _Result:
+def _run_own(cell: KerasCell, x: np.ndarray, mask: np.ndarray | None, seen: _Seen) -> Result:
     """A cell of your own over what its layer received (`x` and `mask` in loop order): its
     traced step (`tracer.find.keras_own.OwnStep`) run once per step, a step skipped where
     the mask is False as Keras skips it (the states carried, the output the previous one or
@@ -195,18 +194,10 @@ def _run_own(cell: KerasCell, x: np.ndarray, mask: np.ndarray | None, seen: _See
     )
     final = dict(zip(names, seen.states, strict=True)) if layer.return_state else {}
     check(cell.name, got_, seen.outputs, final)
-    return _Result(got_, seen.mask)
+    return Result(got_, seen.mask)
 
 
-@dataclass
-class _Result:
-    """One cell replayed over one batch; `mask` [examples, steps] in input position order, or None."""
-
-    replayed: Replayed
-    mask: np.ndarray | None
-
-
-class KerasPlan:
+class KerasPlan(ReplayedPlan[KerasCell]):
     """How a batch becomes gate values for `cells`: one call of the model with every layer
     hooked, then one replay per cell (the counterpart of `tracer.values.fetch.FetchPlan`).
     `steps` keeps a [start, stop) window of input positions.
@@ -241,7 +232,7 @@ class KerasPlan:
             for c in stack
             if c.name in names or c.stack[0] < top.get(id(c.layer), -1)
         ]
-        self._steps = slice(*steps)
+        super().__init__(steps)
         self.carry_state = carry_state
         self.stateful = [
             layer
@@ -249,12 +240,8 @@ class KerasPlan:
             if getattr(layer, "stateful", False)
         ]
 
-    def batch_of(self, values: Sequence[_Result]) -> int:
-        """How many examples the replayed `values` hold."""
-        return values[0].replayed.preactivation.shape[0]
-
-    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[_Result]:
-        """Call the model once on `batch` and replay every cell; one `_Result` per cell."""
+    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[Result]:
+        """Call the model once on `batch` and replay every cell; one `Result` per cell."""
         arrays = [np.asarray(batch[i]) for i in self.model.inputs]
         if not self.carry_state:
             for layer in self.stateful:
@@ -266,14 +253,14 @@ class KerasPlan:
             raise GraphPatternError(
                 f"layers {', '.join(missing)} did not run when the model was called on its inputs"
             )
-        results: dict[str, _Result] = {}
+        results: dict[str, Result] = {}
         below: np.ndarray | None = None
         for c in self._run:  # a stack's cells in order: each reads the one before's outputs
             results[c.name] = self._replay(c, seen[_layer_name(c)], below if c.stack[0] else None)
             below = results[c.name].replayed.outputs
         return [results[c.name] for c in self.cells]
 
-    def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> _Result:
+    def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> Result:
         """One cell replayed over what its layer received; a cell of a stack past the first
         reads `below`, the outputs of the cell before it, in loop order."""
         x, mask = seen.inputs, seen.mask
@@ -309,7 +296,7 @@ class KerasPlan:
         )
         # the layer returns its last cell's outputs: the cells below are checked through it
         check(cell.name, got, seen.outputs if k == n - 1 else None, final)
-        return _Result(got, seen.mask)
+        return Result(got, seen.mask)
 
     @staticmethod
     def _replay_conv(
@@ -320,7 +307,7 @@ class KerasPlan:
         outputs: np.ndarray,
         final: dict[str, np.ndarray],
         layer_mask: np.ndarray | None,
-    ) -> _Result:
+    ) -> Result:
         """A ConvLSTM cell replayed (`tracer.values.conv`), channels last, its states and
         outputs flattened to [examples, (steps,) positions * filters] to be checked."""
         conv = cell.conv
@@ -349,60 +336,4 @@ class KerasPlan:
             flat(outputs, 2 if sequences else 1),
             {k: flat(v, 1) for k, v in final.items()},
         )
-        return _Result(got, layer_mask)
-
-    def _by_position(self, cell: KerasCell, a: np.ndarray) -> np.ndarray:
-        """[examples, loop steps, ...] as input positions, in the step window (a backward
-        layer's step t read position steps - 1 - t)."""
-        if cell.backward:
-            a = a[:, ::-1]
-        return np.ascontiguousarray(a[:, self._steps])
-
-    def steps(self, values: Sequence[_Result], cell: int) -> np.ndarray:
-        n = values[cell].replayed.preactivation.shape[1]
-        return np.arange(n, dtype=np.int32)[self._steps]
-
-    def lengths(
-        self, values: Sequence[_Result], cell: int, keep: int | None, given: np.ndarray | None
-    ) -> np.ndarray | None:
-        """Which rows to write: the layer's mask ([examples, steps] booleans) where it had
-        one, and the `given` lengths (rows at or past them are left out)."""
-        mask = values[cell].mask
-        if mask is None:
-            return given
-        mask = mask[:keep, self._steps]
-        if given is not None:
-            mask = mask & (self.steps(values, cell)[None, :] < np.asarray(given)[:, None])
-        return mask
-
-    def gate(
-        self,
-        values: Sequence[_Result],
-        cell: int,
-        gate: int,
-        column: str,
-        rows: slice = slice(None),
-    ) -> np.ndarray:
-        """One gate's `preactivation` or `activation` of the examples `rows`: a new [examples, steps, units] array."""
-        return self._by_position(
-            self.cells[cell], getattr(values[cell].replayed, column)[rows, :, gate]
-        )
-
-    def read(self, values: Sequence[_Result], cell: int, rows: slice = slice(None)) -> Read:
-        """What cell number `cell` read at each step (the replay's input and carried states), for the examples `rows`."""
-        c, got = self.cells[cell], values[cell].replayed
-        previous = {s: self._by_position(c, got.previous(s)[rows]) for s in c.spec.states}
-        return Read(self._by_position(c, got.kept_inputs()[rows]), previous["h"], previous.get("c"))
-
-    def parts(
-        self, values: Sequence[_Result], cell: int, gate: int, rows: slice = slice(None)
-    ) -> dict[str, np.ndarray | None]:
-        """The parts of gate number `gate`'s preactivation for the examples `rows` (`tracer.values.parts`)."""
-        c = self.cells[cell]
-        return plan_parts(self, values, cell, gate, gate_weights(c, dict(c.arrays)), rows)
-
-    def state(
-        self, values: Sequence[_Result], cell: int, state: str, rows: slice = slice(None)
-    ) -> np.ndarray:
-        """One state (`c` or `h`) of the examples `rows`: a new [examples, steps, width] array."""
-        return self._by_position(self.cells[cell], values[cell].replayed.states[state][rows])
+        return Result(got, layer_mask)

@@ -38,8 +38,8 @@ from recorders.errors import RecordingError
 from recorders.write.stats import Stats, pooled
 from tracer._tf import tf
 from tracer.values.fetch import FetchPlan
-from tracer.values.keras import KerasPlan
 from tracer.values.plan import ValuePlan
+from tracer.values.replayed import ReplayedPlan
 
 __all__ = ["Summary", "SummaryError", "Column", "array_stats"]
 
@@ -186,8 +186,8 @@ def _arithmetic(
 class Summary:
     """The statistics of every column of a batch: see the module docstring.
 
-    `plan` holds every cell (a `FetchPlan`, or a Keras plan, whose cells are all computed in
-    numpy). The columns the graph computes get ops beside the gates (`graph_run` says what
+    `plan` holds every cell (a `FetchPlan`, or a Keras or TensorFlow Lite plan, whose cells are
+    all computed in numpy). The columns the graph computes get ops beside the gates (`graph_run` says what
     to fetch and feed for a batch); the others are computed from a plan's arrays (`stats`:
     those of the cells computed in numpy, a plan of their own). `columns` are as
     `recorders.write.totals.summary_columns` gives them, by cell name.
@@ -195,7 +195,7 @@ class Summary:
 
     def __init__(
         self,
-        plan: FetchPlan | KerasPlan,
+        plan: FetchPlan | ReplayedPlan[Any],
         columns: Sequence[tuple[str, str, str, str, np.ndarray]],
         low: float,
         high: float,

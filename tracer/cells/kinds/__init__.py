@@ -2,17 +2,17 @@
 weight layout) and its math (one step in float64 for the reference, in float32 for the
 replays), on the interface of `spec.py`.
 
-    lstm.py   BasicLSTMCell, LSTMCell, Keras LSTM (and ConvLSTM's step)
+    lstm.py   BasicLSTMCell, LSTMCell, Keras LSTM (and ConvLSTM's step), TensorFlow Lite's LSTM op
     gru.py    GRUCell, Keras GRU
-    rnn.py    BasicRNNCell, Keras SimpleRNN
+    rnn.py    BasicRNNCell, Keras SimpleRNN, TensorFlow Lite's RNN op
 
 A new kind is a module here and its line in `SPECS`; the graph walker finds its steps by a
 pattern of its own (`tracer.find.tf_cells`, `tracer.find.keras_cells`).
 """
 
 from tracer.cells.kinds.gru import GRU, KERAS_GRU
-from tracer.cells.kinds.lstm import BASIC_LSTM, KERAS_CONV_LSTM, KERAS_LSTM, LSTM
-from tracer.cells.kinds.rnn import BASIC_RNN, KERAS_SIMPLE_RNN
+from tracer.cells.kinds.lstm import BASIC_LSTM, KERAS_CONV_LSTM, KERAS_LSTM, LITE_LSTM, LSTM
+from tracer.cells.kinds.rnn import BASIC_RNN, KERAS_SIMPLE_RNN, LITE_RNN
 from tracer.cells.kinds.spec import CellMath, CellSpec, GateWeights, HasSpec, Options, Replaying
 
 __all__ = [
@@ -30,11 +30,13 @@ __all__ = [
     "KERAS_GRU",
     "KERAS_SIMPLE_RNN",
     "KERAS_CONV_LSTM",
+    "LITE_LSTM",
+    "LITE_RNN",
     "SPECS",
     "spec_for",
 ]
 
-# every kind, by the name of its TensorFlow class or Keras layer
+# every kind, by the name of its TensorFlow class, Keras layer or TensorFlow Lite op
 SPECS: dict[str, CellSpec] = {
     s.kind: s
     for s in (
@@ -46,6 +48,8 @@ SPECS: dict[str, CellSpec] = {
         KERAS_GRU,
         KERAS_SIMPLE_RNN,
         KERAS_CONV_LSTM,
+        LITE_LSTM,
+        LITE_RNN,
     )
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 from tracer.cells.activations import sigmoid_into
 from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Options, Replaying
 
-__all__ = ["BASIC_LSTM", "LSTM", "KERAS_LSTM", "KERAS_CONV_LSTM"]
+__all__ = ["BASIC_LSTM", "LSTM", "KERAS_LSTM", "KERAS_CONV_LSTM", "LITE_LSTM"]
 
 
 def _clip(x: Array, v: float | None) -> Array:
@@ -132,3 +132,10 @@ KERAS_LSTM = replace(
 # (tracer.values.conv). Its kernels are stacked like the LSTM's, each flattened to
 # [taps * channels, 4 * filters]; a unit is one filter at one position (position * filters + filter).
 KERAS_CONV_LSTM = replace(KERAS_LSTM, kind="ConvLSTM")
+
+# TensorFlow Lite's UNIDIRECTIONAL_SEQUENCE_LSTM: its inputs 1-4 are the input-to-gate
+# matrices of the input gate, forget gate, cell (new input) and output gate, in that order,
+# as are its recurrent matrices (5-8) and biases (12-15): i, f, c, o, Keras' order, with c
+# our j. The gates apply the logistic, the new input and the cell the op's activation;
+# optional peepholes (9-11), cell clipping and a projection (16) as LSTMCell's.
+LITE_LSTM = replace(KERAS_LSTM, kind="UnidirectionalSequenceLSTM")

@@ -14,7 +14,7 @@ import numpy as np
 
 from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Options, Replaying
 
-__all__ = ["BASIC_RNN", "KERAS_SIMPLE_RNN"]
+__all__ = ["BASIC_RNN", "KERAS_SIMPLE_RNN", "LITE_RNN"]
 
 
 class _Rnn(CellMath):
@@ -52,3 +52,6 @@ BASIC_RNN = CellSpec(
 )
 
 KERAS_SIMPLE_RNN = replace(BASIC_RNN, kind="SimpleRNN", math=_SimpleRnn())
+
+# TensorFlow Lite's UNIDIRECTIONAL_SEQUENCE_RNN: h = act(x W + h_prev U + b), SimpleRNN's step.
+LITE_RNN = replace(KERAS_SIMPLE_RNN, kind="UnidirectionalSequenceRNN")

@@ -1,0 +1,269 @@
+"""A TensorFlow Lite file's recurrent ops, found as cells to record (`LiteCell`).
+
+The fused sequence ops of the main subgraph, their inputs by TensorFlow Lite's numbering:
+
+    UNIDIRECTIONAL_SEQUENCE_LSTM
+        0       the input sequence [batch, steps, features] ([steps, batch, ...] time-major)
+        1-4     input-to-gate matrices [units, features] of the gates i, f, c, o
+        5-8     recurrent-to-gate matrices [units, output] of i, f, c, o
+        9-11    peepholes [units] of i, f, o (optional)
+        12-15   biases [units] of i, f, c, o
+        16, 17  projection matrix [output, units] and bias (optional)
+        18, 19  the output state h and the cell state c the op starts from
+        20-23   layer normalisation coefficients of i, f, c, o (optional)
+    UNIDIRECTIONAL_SEQUENCE_RNN
+        0 the input sequence, 1 weights [units, features], 2 recurrent weights [units,
+        units], 3 bias [units], 4 the hidden state h it starts from
+
+Each becomes a `LiteCell` whose `arrays` are held as a Keras layer's (`kernel`: the
+input-to-gate matrices transposed and stacked on the recurrent ones, one column block a
+gate; `bias`; peepholes `w_i_diag`, `w_f_diag`, `w_o_diag`; `projection`), so the replay
+of `tracer.values.replay` runs it. Weights are the file's constants (float32, or float16
+through a DEQUANTIZE op, widened exactly). What is not recorded exactly is refused in one
+line naming the op: quantised weights or inputs, layer normalisation, a CIFG LSTM (no
+input gate), a projection bias, an activation with no replay; and the recurrent ops not
+recorded yet (bidirectional ops, the cells of a WHILE loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from recorders.errors import GraphPatternError, NoCellFoundError
+from tracer.cells.found import LiteCell
+from tracer.cells.kinds import LITE_LSTM, LITE_RNN
+from tracer.load.tflite import ACTIVATIONS, LiteModel, schema, tensor_name
+from tracer.load.tflite_check import RECURRENT
+
+__all__ = ["find_ops"]
+
+# the replay's activation for a fused op's `fusedActivationFunction` (the others: none)
+_REPLAYED = {
+    "tanh": "tanh",
+    "relu": "relu",
+    "relu6": "relu6",
+    "sigmoid": "sigmoid",
+    "none": "linear",
+}
+_LSTM_GATES = "ifco"  # the op's gate order, Keras' (c is the spec's j)
+_NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16}
+
+
+def find_ops(model: LiteModel) -> list[LiteCell]:
+    """Every recurrent op of the file, as a cell; GraphPatternError naming the first that
+    cannot be recorded exactly, NoCellFoundError where there is none."""
+    main, cells = model.main, []
+    for k, op in enumerate(main.operators or []):
+        kind = model.op_kind(op)
+        if kind == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+            cells.append(_lstm(model, k, op))
+        elif kind == "UNIDIRECTIONAL_SEQUENCE_RNN":
+            cells.append(_rnn(model, k, op))
+        elif kind in RECURRENT:
+            raise GraphPatternError(
+                f"{model.source}: op {k} is a {kind}, which gatetrace does not record yet; it records the "
+                "UNIDIRECTIONAL_SEQUENCE_LSTM and UNIDIRECTIONAL_SEQUENCE_RNN ops: record the model it was "
+                "converted from"
+            )
+    loops = [k for k, op in enumerate(main.operators or []) if model.op_kind(op) == "WHILE"]
+    if not cells and loops:
+        raise GraphPatternError(
+            f"{model.source}: its recurrent layers run in a WHILE loop of builtin ops ({model.describe()}), "
+            "which gatetrace does not record yet; record the model it was converted from, or convert a "
+            "tf-keras LSTM, which TensorFlow Lite fuses into one UNIDIRECTIONAL_SEQUENCE_LSTM op"
+        )
+    if not cells:
+        raise NoCellFoundError(
+            f"{model.source}: a TensorFlow Lite file with no recurrent op ({model.describe()})"
+        )
+    names = [c.name for c in cells]  # two ops of one name: told apart by their number
+    return [c if names.count(c.name) == 1 else replace(c, name=f"{c.name}_op{c.op}") for c in cells]
+
+
+def _name(model: LiteModel, op: Any) -> str:
+    """A cell's name: its output's name in the file's signature (the layer's, where Keras
+    converted it), else its output tensor's name."""
+    out = int(op.outputs[0])
+    for signature in model.parsed.signatureDefs or []:
+        if signature.subgraphIndex == 0:
+            for t in signature.outputs or []:
+                if int(t.tensorIndex) == out:
+                    return t.name.decode()
+    return tensor_name(model.main.tensors[out]).split(":")[0]
+
+
+class _Reader:
+    """One op's input tensors as arrays, each checked to be a float constant."""
+
+    def __init__(self, model: LiteModel, k: int, op: Any, kind: str):
+        self.model, self.op, self.where = model, op, f"{model.source}: op {k} ({kind})"
+        fb = schema()
+        self.types = {v: n for n, v in vars(fb.TensorType).items() if not n.startswith("_")}
+        self.inputs = [int(i) for i in op.inputs]
+        self.dequantized = {
+            int(o.outputs[0]): int(o.inputs[0])
+            for o in model.main.operators or []
+            if model.op_kind(o) == "DEQUANTIZE"
+        }
+
+    def given(self, at: int) -> bool:
+        return at < len(self.inputs) and self.inputs[at] >= 0
+
+    def tensor(self, at: int) -> int:
+        return self.inputs[at]
+
+    def type_of(self, at: int) -> str:
+        return self.types.get(self.model.main.tensors[self.inputs[at]].type, "?")
+
+    def array(self, at: int, what: str) -> np.ndarray:
+        """Input `at` as a float32 array, from the file's buffer."""
+        index = self.inputs[at]
+        index = self.dequantized.get(index, index)  # a float16 constant widened by DEQUANTIZE
+        t = self.model.main.tensors[index]
+        kind = self.types.get(t.type, "?")
+        if kind not in _NUMPY:
+            raise GraphPatternError(
+                f"{self.where}: its {what} are {kind.lower()} (the model is quantised); gatetrace records a "
+                "quantised op only where it can reproduce the interpreter's integer arithmetic exactly, which it "
+                "does not yet: record the float model (converted without optimizations)"
+            )
+        data = self.model.parsed.buffers[t.buffer].data
+        if data is None or not len(data):
+            raise GraphPatternError(
+                f"{self.where}: its {what} ({tensor_name(t)}) are computed by other ops, not stored in the file; "
+                "gatetrace reads an op's weights from the file's constants"
+            )
+        shape = [int(d) for d in t.shape]
+        return np.frombuffer(bytes(data), _NUMPY[kind]).reshape(shape).astype(np.float32)
+
+    def name(self, at: int) -> str:
+        return tensor_name(self.model.main.tensors[self.inputs[at]])
+
+
+def _activation(reader: _Reader, options: Any) -> str:
+    shown = ACTIVATIONS.get(getattr(options, "fusedActivationFunction", 0), "?")
+    if shown not in _REPLAYED:
+        raise GraphPatternError(
+            f"{reader.where}: its activation is {shown}, which gatetrace does not replay"
+        )
+    return _REPLAYED[shown]
+
+
+def _input_checks(reader: _Reader, model: LiteModel) -> tuple[int, int | None]:
+    """The op's input features and number of steps; its input must be float."""
+    x = model.main.tensors[reader.tensor(0)]
+    if reader.type_of(0) != "FLOAT32":
+        raise GraphPatternError(
+            f"{reader.where}: its input is {reader.type_of(0).lower()} (the model is quantised for integer "
+            "arithmetic); gatetrace records float TensorFlow Lite models only: record the float model"
+        )
+    shape = [int(d) for d in x.shape]
+    time_major = bool(getattr(reader.op.builtinOptions, "timeMajor", False))
+    steps = shape[0 if time_major else 1] if len(shape) == 3 else None
+    return shape[-1], steps
+
+
+def _backward(model: LiteModel, reader: _Reader) -> bool:
+    """Whether the op reads its sequence reversed along time: its input is a REVERSE_V2 of
+    the time axis (as TensorFlow Lite converts `go_backwards` and a Bidirectional layer's
+    backward half), so that its step t read position steps - 1 - t."""
+    time = 0 if getattr(reader.op.builtinOptions, "timeMajor", False) else 1
+    for op in model.main.operators or []:
+        if int(op.outputs[0]) == reader.tensor(0) and model.op_kind(op) == "REVERSE_V2":
+            axis = model.main.tensors[int(op.inputs[1])]
+            data = model.parsed.buffers[axis.buffer].data
+            return data is not None and [
+                int(a) % 3 for a in np.frombuffer(bytes(data), np.int32)
+            ] == [time]
+    return False
+
+
+def _lstm(model: LiteModel, k: int, op: Any) -> LiteCell:
+    reader = _Reader(model, k, op, "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    options = op.builtinOptions
+    if not reader.given(1):
+        raise GraphPatternError(
+            f"{reader.where}: it is a CIFG LSTM (no input gate: i = 1 - f), which gatetrace does not replay"
+        )
+    if any(reader.given(at) for at in range(20, 24)):
+        raise GraphPatternError(
+            f"{reader.where}: it normalises its gates' layers (layer-norm LSTM), which gatetrace does not replay"
+        )
+    if reader.given(17):
+        raise GraphPatternError(
+            f"{reader.where}: its projection has a bias, which gatetrace does not replay"
+        )
+    features, steps = _input_checks(reader, model)
+    W = [reader.array(at, "input weights") for at in range(1, 5)]
+    U = [reader.array(at, "recurrent weights") for at in range(5, 9)]
+    b = [reader.array(at, "biases") for at in range(12, 16)]
+    units = W[0].shape[0]
+    arrays = {
+        "kernel": np.concatenate(
+            [np.concatenate([w.T for w in W], axis=1), np.concatenate([u.T for u in U], axis=1)]
+        ),
+        "bias": np.concatenate(b),
+    }
+    roles = {f"W_{g}": reader.name(1 + n) for n, g in enumerate(_LSTM_GATES)}
+    roles |= {f"U_{g}": reader.name(5 + n) for n, g in enumerate(_LSTM_GATES)}
+    roles |= {f"b_{g}": reader.name(12 + n) for n, g in enumerate(_LSTM_GATES)}
+    for at, role in ((9, "w_i_diag"), (10, "w_f_diag"), (11, "w_o_diag")):
+        if reader.given(at):
+            arrays[role], roles[role] = reader.array(at, "peepholes"), reader.name(at)
+    output = units
+    if reader.given(16):
+        projection = reader.array(16, "projection")
+        arrays["projection"], roles["projection"] = projection.T, reader.name(16)
+        output = projection.shape[0]
+    clip = float(getattr(options, "cellClip", 0.0) or 0.0)
+    proj_clip = float(getattr(options, "projClip", 0.0) or 0.0)
+    return LiteCell(
+        name=_name(model, op),
+        spec=LITE_LSTM,
+        units=units,
+        input_size=features,
+        output_size=output,
+        activation=_activation(reader, options),
+        recurrent_activation="sigmoid",
+        arrays=arrays,
+        variables=roles,
+        op=k,
+        inputs=reader.tensor(0),
+        outputs=int(op.outputs[0]),
+        initial={"h": reader.tensor(18), "c": reader.tensor(19)},
+        length=steps,
+        time_major=bool(getattr(options, "timeMajor", False)),
+        backward=_backward(model, reader),
+        cell_clip=clip or None,
+        proj_clip=proj_clip or None,
+    )
+
+
+def _rnn(model: LiteModel, k: int, op: Any) -> LiteCell:
+    reader = _Reader(model, k, op, "UNIDIRECTIONAL_SEQUENCE_RNN")
+    features, steps = _input_checks(reader, model)
+    W, U, b = (
+        reader.array(at, what)
+        for at, what in ((1, "weights"), (2, "recurrent weights"), (3, "bias"))
+    )
+    return LiteCell(
+        name=_name(model, op),
+        spec=LITE_RNN,
+        units=W.shape[0],
+        input_size=features,
+        output_size=W.shape[0],
+        activation=_activation(reader, op.builtinOptions),
+        recurrent_activation="sigmoid",
+        arrays={"kernel": np.concatenate([W.T, U.T]), "bias": b},
+        variables={"W": reader.name(1), "U": reader.name(2), "b": reader.name(3)},
+        op=k,
+        inputs=reader.tensor(0),
+        outputs=int(op.outputs[0]),
+        initial={"h": reader.tensor(4)},
+        length=steps,
+        time_major=bool(getattr(op.builtinOptions, "timeMajor", False)),
+        backward=_backward(model, reader),
+    )

@@ -1,0 +1,183 @@
+"""TensorFlow Lite files (`.tflite`) checked as data, before any interpreter sees them.
+
+A `.tflite` file is a flatbuffer that TensorFlow Lite's interpreter maps and runs. gatetrace
+parses it with TensorFlow's own schema (`tensorflow.lite.python.schema_py_generated`, the
+flatbuffers object API), and hands it to the interpreter (`tracer.load.tflite`) only after
+these checks, each refused in one line naming the file:
+
+    the file     a regular file (a link the user named is followed; a FIFO or a device is
+                 refused, never opened for reading), of at most 2 GiB (a flatbuffer's own
+                 limit) and the memory budget, with TensorFlow Lite's identifier (`TFL3`)
+    structure    parsed whole, inside a guard: an offset past the end, a vector longer than
+                 the file, a table that does not parse is "damaged"
+    tensors      every dimension non-negative, every tensor's bytes (its shape times its
+                 type's size) and all of them together within the memory budget, every
+                 buffer index in range, a constant's data exactly its bytes, no data stored
+                 outside the flatbuffer
+    ops          every op a builtin (a custom op, whose code the file does not hold and
+                 gatetrace never loads, is refused by its name), its opcode, tensors, a
+                 WHILE loop's subgraphs and a recurrent op's weights where they must be
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from recorders.errors import ModelFormatError
+from recorders.read.files import default_memory
+from recorders.write.folder import Folder
+
+__all__ = ["check_tflite", "checked", "op_name", "RECURRENT", "LIMIT"]
+
+LIMIT = 2**31  # a flatbuffer addresses at most 2 GiB
+# bytes per element of each tensor type, by its schema name (STRING, RESOURCE, VARIANT: none)
+_BYTES = {
+    "FLOAT32": 4, "FLOAT16": 2, "BFLOAT16": 2, "FLOAT64": 8, "INT32": 4, "UINT32": 4,
+    "INT64": 8, "UINT64": 8, "INT16": 2, "UINT16": 2, "INT8": 1, "UINT8": 1, "BOOL": 1,
+    "COMPLEX64": 8, "COMPLEX128": 16, "INT4": 0.5, "UINT4": 0.5, "INT2": 0.25,
+}  # fmt: skip
+RECURRENT = (
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "LSTM",
+    "RNN",
+)
+
+
+def check_tflite(path: Path, source: str, memory: int | None = None) -> Any:
+    """The file's model (`schema_py_generated.ModelT`), once every check of the module
+    docstring passed; ModelFormatError naming the first that did not."""
+    return checked(path, source, memory)[1]
+
+
+def checked(path: Path, source: str, memory: int | None = None) -> tuple[bytes, Any]:
+    """The file's bytes, read once, and its model, once every check passed (`check_tflite`)."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    resolved = Path(os.path.realpath(path))  # a link the user named is followed
+    budget = default_memory() if memory is None else memory
+    try:
+        with Folder(resolved.parent) as folder:
+            data = folder.read_bytes(resolved.name, min(LIMIT, budget))
+    except (OSError, ValueError) as err:
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ModelFormatError(
+            f"{source}: cannot read it as a TensorFlow Lite file: {why}"
+        ) from None
+    if len(data) < 8 or not fb.Model.ModelBufferHasIdentifier(data, 0):
+        raise ModelFormatError(
+            f"{source}: not a TensorFlow Lite flatbuffer (no TFL3 identifier at byte 4); convert the model "
+            "with tf.lite.TFLiteConverter, or give the model it was converted from"
+        )
+    try:
+        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    except Exception as err:  # a malformed flatbuffer fails anywhere in the generated reader
+        raise ModelFormatError(
+            f"{source}: the TensorFlow Lite flatbuffer is damaged ({type(err).__name__}: {err}); "
+            "convert the model again"
+        ) from None
+    why = _problem(model, fb, budget)
+    if why:
+        raise ModelFormatError(f"{source}: {why}; nothing was loaded")
+    return data, model
+
+
+def _problem(model: Any, fb: Any, memory: int) -> str | None:
+    """Why the parsed model is refused (None: it is not): see the module docstring."""
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    buffers = model.buffers or []
+    total = 0.0
+    for code in model.operatorCodes or []:
+        if op_name(code, fb) == "CUSTOM":
+            name = code.customCode.decode(errors="replace") if code.customCode else "?"
+            return (
+                f"it holds the custom op {name}, whose code the file does not hold and gatetrace never loads; "
+                "convert the model with builtin ops only"
+            )
+    for g, subgraph in enumerate(model.subgraphs or []):
+        for k, t in enumerate(subgraph.tensors or []):
+            shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+            name = t.name.decode(errors="replace") if t.name else f"#{k}"
+            where = f"tensor {name} of subgraph {g}"
+            if any(d < 0 for d in shape):
+                return f"{where} has the shape {shape}, with a negative dimension"
+            size = _BYTES.get(types.get(t.type, ""))
+            nbytes = 0.0 if size is None else math.prod(shape) * size
+            if nbytes > memory:
+                return f"{where} claims {shape} ({nbytes:,.0f} bytes), more than the memory budget of {memory:,}"
+            total += nbytes
+            if not 0 <= t.buffer < max(len(buffers), 1):
+                return f"{where} names buffer {t.buffer}, of {len(buffers)}"
+            held = buffers[t.buffer] if buffers else None
+            if held is not None and (held.offset or 0) > 1:
+                return f"{where} keeps its data outside the flatbuffer (at byte {held.offset}), which gatetrace does not read"
+            length = 0 if held is None or held.data is None else len(held.data)
+            if length and size is not None and length != math.ceil(nbytes):
+                return f"{where} is {shape} {types.get(t.type)} ({math.ceil(nbytes):,} bytes) but its buffer holds {length:,}"
+    if total > memory:
+        return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
+    return _ops_problem(model, fb)
+
+
+def _ops_problem(model: Any, fb: Any) -> str | None:
+    """Why an op of the model does not fit it (None: every op does): its opcode, the tensors it
+    reads and writes, a WHILE loop's subgraphs and a recurrent op's weights must exist."""
+    codes, subgraphs = model.operatorCodes or [], model.subgraphs or []
+    if not subgraphs:
+        return "it holds no subgraph"
+    for g, subgraph in enumerate(subgraphs):
+        count = len(subgraph.tensors or [])
+        for k, op in enumerate(subgraph.operators or []):
+            where = f"op {k} of subgraph {g}"
+            if not 0 <= op.opcodeIndex < len(codes):
+                return f"{where} names opcode {op.opcodeIndex}, of {len(codes)}"
+            used = [
+                *(op.inputs if op.inputs is not None else []),
+                *(op.outputs if op.outputs is not None else []),
+            ]
+            if any(not -1 <= int(t) < count for t in used):
+                return f"{where} names a tensor outside the {count} of its subgraph"
+            kind = op_name(codes[op.opcodeIndex], fb)
+            if kind == "WHILE":
+                options = op.builtinOptions
+                indices = [
+                    getattr(options, a, None) for a in ("condSubgraphIndex", "bodySubgraphIndex")
+                ]
+                if any(not isinstance(i, int) or not 0 <= i < len(subgraphs) for i in indices):
+                    return f"{where}, a WHILE loop, names subgraphs {indices}, of {len(subgraphs)}"
+            if kind in RECURRENT:
+                at = 2 if "LSTM" in kind else 1
+                inputs = list(op.inputs if op.inputs is not None else [])
+                weights = (
+                    subgraph.tensors[int(inputs[at])]
+                    if len(inputs) > at and inputs[at] >= 0
+                    else None
+                )
+                if weights is None or weights.shape is None or len(weights.shape) != 2:
+                    return (
+                        f"{where}, a {kind}, has no [units, inputs] weights where the op reads them"
+                    )
+    main = subgraphs[0]
+    if any(
+        not 0 <= int(t) < len(main.tensors or [])
+        for t in (main.inputs if main.inputs is not None else [])
+    ):
+        return "its main subgraph names an input outside its tensors"
+    return None
+
+
+def op_name(code: Any, fb: Any) -> str:
+    """An operator code's builtin name (the larger of its two fields: the schema moved it)."""
+    return _builtins(fb).get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "?")
+
+
+@functools.cache
+def _builtins(fb: Any) -> dict[int, str]:
+    """The schema's builtin operators by number."""
+    return {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
