@@ -26,15 +26,15 @@ from tests.test_keras import keras_module, randomise, reference
 T, D, H = 5, 3, 4
 
 
-def _converted(framework: str, quantise: bool = False) -> bytes:
+def _converted(framework: str, quantise: bool = False, masked: bool = False) -> bytes:
     """A one-LSTM model converted; quantised for its weights, with 64 units of 32 features (the
-    converter leaves a matrix of fewer than 1,024 weights as it is)."""
-    from tests.test_keras import keras_module
+    converter leaves a matrix of fewer than 1,024 weights as it is); behind a Masking layer."""
     from tracer._tf import tf
 
     keras = keras_module(framework)
     inp = keras.Input((T, 32 if quantise else D), batch_size=1, name="seq")
-    model = keras.Model(inp, keras.layers.LSTM(64 if quantise else H, return_sequences=True)(inp))
+    x = keras.layers.Masking(0.0)(inp) if masked else inp
+    model = keras.Model(inp, keras.layers.LSTM(64 if quantise else H, return_sequences=True)(x))
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if quantise:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -42,36 +42,53 @@ def _converted(framework: str, quantise: bool = False) -> bytes:
 
 
 def _model(name: str):
-    """A tf-keras model of fused-LSTM layers, batch 1 (as TensorFlow Lite converts them), its
-    weights drawn at random: `one`, `stack`, `bidirectional`, `backwards`."""
-    keras = keras_module("tf-keras")
+    """A model of `name` (FRAMEWORK-KIND), batch 1 (as TensorFlow Lite converts recurrent
+    layers), its weights (biases too) drawn at random."""
+    framework, kind = (
+        name.split("-", 1) if name.startswith("tf-keras") is False else ("tf-keras", name[9:])
+    )
+    keras = keras_module(framework)
     L = keras.layers
     inp = keras.Input((T, D), batch_size=1, name="seq")
-    if name == "one":
+    if kind == "lstm":
         out = L.LSTM(H, return_sequences=True, name="lstm")(inp)
-    elif name == "stack":
-        below = L.LSTM(H, return_sequences=True, name="below")(inp)
-        out = L.LSTM(H + 1, name="above")(below)
-    elif name == "bidirectional":
+    elif kind == "gru":
+        out = L.GRU(H, return_sequences=True, name="gru")(inp)
+    elif kind == "simple":
+        out = L.SimpleRNN(H, return_sequences=True, name="simple")(inp)
+    elif kind == "stack":  # the upper layer returns its last output only
+        out = L.LSTM(H + 1, name="above")(L.LSTM(H, return_sequences=True, name="below")(inp))
+    elif kind == "bidirectional":
         out = L.Bidirectional(L.LSTM(H, return_sequences=True), name="both")(inp)
     else:
-        out = L.LSTM(H, return_sequences=True, go_backwards=True, name="back")(inp)
+        out = L.GRU(H, return_sequences=True, go_backwards=True, name="back")(inp)
     model = keras.Model(inp, out)
     randomise(model, seed=3)
     return model
 
 
-MODELS = ("one", "stack", "bidirectional", "backwards")
+# tf-keras LSTMs convert to fused UNIDIRECTIONAL_SEQUENCE_LSTM ops, the rest to WHILE loops
+FUSED = ("tf-keras-lstm", "tf-keras-stack", "tf-keras-bidirectional")
+LOOPS = (
+    "keras3-lstm",
+    "keras3-gru",
+    "keras3-simple",
+    "keras3-stack",
+    "keras3-bidirectional",
+    "keras3-backwards",
+    "tf-keras-gru",
+    "tf-keras-simple",
+)
 
 
 @pytest.fixture(scope="module")
-def fused(tmp_path_factory):
-    """Each of MODELS converted: {name: (path, Keras model)}."""
+def converted(tmp_path_factory):
+    """Each of FUSED and LOOPS converted: {name: (path, Keras model)}."""
     from tracer._tf import tf
 
-    root = tmp_path_factory.mktemp("fused")
+    root = tmp_path_factory.mktemp("converted")
     out = {}
-    for name in MODELS:
+    for name in (*FUSED, *LOOPS):
         model = _model(name)
         path = root / f"{name}.tflite"
         path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
@@ -82,12 +99,12 @@ def fused(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lite(tmp_path_factory):
     root = tmp_path_factory.mktemp("tflite")
-    for name, framework, quantise in (
-        ("fused", "tf-keras", False),
-        ("loop", "keras3", False),
-        ("quantised", "tf-keras", True),
+    for name, framework, quantise, masked in (
+        ("fused", "tf-keras", False, False),
+        ("masked", "keras3", False, True),
+        ("quantised", "tf-keras", True, False),
     ):
-        (root / f"{name}.tflite").write_bytes(_converted(framework, quantise))
+        (root / f"{name}.tflite").write_bytes(_converted(framework, quantise, masked))
     return root
 
 
@@ -108,15 +125,15 @@ def _layers(model) -> list:
     return out
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_a_fused_lstm_records_keras_formulas_exactly(fused, tmp_path, name):
+@pytest.mark.parametrize("name", (*FUSED, *LOOPS))
+def test_a_converted_layer_records_keras_formulas_exactly(converted, tmp_path, name):
     """Every gate's preactivation and activation and every state at every input position, for
-    each op (a stack's two, a Bidirectional layer's forward and backward halves), equal Keras'
-    formulas in float64 on the weights of the model converted; each op's weights per gate are
-    its layer's kernel blocks."""
+    each fused op or WHILE loop (a stack's two, a Bidirectional layer's forward and backward
+    halves, a go_backwards layer's), equal Keras' formulas in float64 on the weights of the
+    model converted; each cell's weights per gate are its layer's kernel blocks."""
     import pandas as pd
 
-    path, model = fused[name]
+    path, model = converted[name]
     x = np.random.RandomState(5).uniform(-1, 1, (9, T, D)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "run"
@@ -129,10 +146,10 @@ def test_a_fused_lstm_records_keras_formulas_exactly(fused, tmp_path, name):
     inputs = x.astype(np.float64)
     for layer in layers:
         # the op of the layer: the one of its units and direction not matched yet
-        ref_gates, ref_states, outputs = reference(layer, inputs, None, None, "tf-keras")
-        assert (
-            np.abs(ref_states["c"]).max() < 10
-        )  # (the op clips its cell at 10: never reached here)
+        framework = "tf-keras" if name.startswith("tf-keras") else "keras3"
+        ref_gates, ref_states, outputs = reference(layer, inputs, None, None, framework)
+        if "c" in ref_states:  # (the fused op clips its cell at 10: never reached here)
+            assert np.abs(ref_states["c"]).max() < 10
         cell = next(
             c
             for c in recorded
@@ -150,15 +167,18 @@ def test_a_fused_lstm_records_keras_formulas_exactly(fused, tmp_path, name):
             rows = states[(states["cell"] == cell) & (states["state"] == state)]
             rows = rows.sort_values(["example", "step", "unit"])
             assert np.abs(rows["value"].to_numpy().reshape(values.shape) - values).max() < 1e-5
-        kernel = layer.cell.kernel.numpy()
+        # the weights of the gate of the second block (the first of a SimpleRNN)
+        kernel, units = np.asarray(layer.cell.kernel), layer.cell.units
+        second = list(ref_gates)[min(1, len(ref_gates) - 1)]
+        block = min(1, len(ref_gates) - 1)
         W = weights[
-            (weights["cell"] == cell) & (weights["gate"] == "f") & (weights["source"] == "input")
+            (weights["cell"] == cell) & (weights["gate"] == second) & (weights["source"] == "input")
         ]
         assert np.array_equal(
             W.sort_values(["row", "unit"])["value"].to_numpy().reshape(kernel.shape[0], -1),
-            kernel[:, layer.cell.units : 2 * layer.cell.units],
+            kernel[:, block * units : (block + 1) * units],
         )
-        if name == "stack":  # the next layer reads these
+        if name.endswith("stack"):  # the next layer reads these
             inputs = outputs
 
 
@@ -169,7 +189,7 @@ def _direction(out, cell: str) -> str:
     return next(c["direction"] for c in manifest["cells"] if c["name"] == cell)
 
 
-def test_the_replay_is_checked_against_the_interpreter(fused):
+def test_the_replay_is_checked_against_the_interpreter(converted):
     """Weights that do not compute what the op computed are refused in one line, nothing recorded:
     the replay of every batch is checked against the op's own outputs and final states."""
     from dataclasses import replace
@@ -180,8 +200,8 @@ def test_the_replay_is_checked_against_the_interpreter(fused):
     from tracer.load.tflite_check import checked
     from tracer.values.lite import LitePlan
 
-    path, _ = fused["one"]
-    model = LiteModel(*checked(path, "one.tflite"), "one.tflite")
+    path, _ = converted["tf-keras-lstm"]
+    model = LiteModel(*checked(path, "lstm.tflite"), "lstm.tflite")
     (cell,) = find_ops(model)
     arrays = dict(cell.arrays, bias=cell.arrays["bias"] + np.float32(0.01))
     x = np.random.RandomState(0).uniform(-1, 1, (3, T, D)).astype(np.float32)
@@ -190,13 +210,14 @@ def test_the_replay_is_checked_against_the_interpreter(fused):
         LitePlan(model, [replace(cell, arrays=arrays)]).fetch({model.inputs[0]: x})
 
 
-def test_every_row_starts_from_the_files_state(fused, tmp_path):
+@pytest.mark.parametrize("name", ["tf-keras-lstm", "keras3-lstm"])
+def test_every_row_starts_from_the_files_state(converted, tmp_path, name):
     """The op keeps its state between invocations: every row is still a sequence of its own
     (the same row recorded alone and after others has the same gates, to float32 rounding of
     the batch's matrix products; a state carried over would differ by far more)."""
     import pandas as pd
 
-    path, _ = fused["one"]
+    path, _ = converted[name]
     x = np.random.RandomState(1).uniform(-1, 1, (4, T, D)).astype(np.float32)
     for name, rows in (("all", x), ("last", x[3:])):
         np.save(tmp_path / f"{name}.npy", rows)
@@ -220,10 +241,10 @@ def test_every_row_starts_from_the_files_state(fused, tmp_path):
     "name, features, says",
     [
         (
-            "loop",
+            "masked",
             D,
-            "its recurrent layers run in a WHILE loop of builtin ops (inputs serving_default_seq:0 [1, 5, 3] float32; "
-            "a WHILE loop whose body",
+            "reads a mask a step (a Masking layer's, or an Embedding's mask_zero), which gatetrace does not record "
+            "in TensorFlow Lite loops yet",
         ),
         (
             "quantised",

@@ -18,7 +18,7 @@ import numpy as np
 
 from tracer.cells.kinds import CellSpec, HasSpec
 
-__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "LiteCell", "AnyCell"]
+__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "LiteCell", "LiteBody", "AnyCell"]
 
 # Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
 # ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
@@ -425,6 +425,23 @@ class KerasCell(HasSpec):
 
 
 @dataclass(frozen=True)
+class LiteBody:
+    """A TensorFlow Lite WHILE loop's cell, run an iteration at a time (`tracer.find.lite_loops`):
+    its cond and body subgraphs, and tensors of the body: what an iteration read
+    (`step_input`), each gate's nonlinearity's input and output (`gates`, in the spec's
+    order), each state after the iteration (`states`), the number of the body's input that
+    is `h`; and the main subgraph's tensor of each state after the loop (`finals`)."""
+
+    cond: int
+    body: int
+    step_input: int
+    gates: tuple[tuple[int, int], ...]
+    states: Mapping[str, int]
+    h_input: int
+    finals: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class LiteCell(HasSpec):
     """One recurrent op of a TensorFlow Lite file (`tracer.find.lite`), as gatetrace records it.
 
@@ -434,7 +451,9 @@ class LiteCell(HasSpec):
     peepholes, `projection`), transposed from the file's [units, inputs] matrices;
     `variables` names the file's tensor each role was read from. `op` is the op's number in
     the main subgraph, `inputs` and `outputs` the tensors it reads its sequence from and
-    writes its outputs to, `initial` the state tensors it starts from (by state name).
+    writes its outputs to, `initial` the state tensors it starts from (by state name). A
+    WHILE loop's cell has a `body`: its gates are the loop's own tensors, an iteration at a
+    time, and its `arrays` are empty where its weights could not be read.
     """
 
     name: str
@@ -455,12 +474,15 @@ class LiteCell(HasSpec):
     cell_clip: float | None = None
     proj_clip: float | None = None
     backward: bool = False
+    body: LiteBody | None = None
     forget_bias: None = None
     num_proj: None = None
     loop: None = None
     reset_after: None = None
 
-    path = "replay"
+    @property
+    def path(self) -> str:
+        return "replay" if self.body is None else "interpreter"
 
     def describe(self) -> dict:
         """A JSON-ready description, as `inspect --json` and the manifest show it."""
@@ -486,6 +508,10 @@ class LiteCell(HasSpec):
                 f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "
                 "from the input the interpreter gave the op and the weights the file holds, and checked against "
                 "what the op returned"
+                if self.body is None
+                else "a TensorFlow Lite WHILE loop runs a Keras cell of builtin ops: its body runs an iteration at a "
+                "time in the file's interpreter, each gate what its nonlinearity read and returned, checked against "
+                "what the loop returned"
             ),
         }
 

@@ -21,8 +21,8 @@ gate; `bias`; peepholes `w_i_diag`, `w_f_diag`, `w_o_diag`; `projection`), so th
 of `tracer.values.replay` runs it. Weights are the file's constants (float32, or float16
 through a DEQUANTIZE op, widened exactly). What is not recorded exactly is refused in one
 line naming the op: quantised weights or inputs, layer normalisation, a CIFG LSTM (no
-input gate), a projection bias, an activation with no replay; and the recurrent ops not
-recorded yet (bidirectional ops, the cells of a WHILE loop).
+input gate), a projection bias, an activation with no replay; and the bidirectional ops,
+not recorded yet. The cells of WHILE loops are `tracer.find.lite_loops`'.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer.cells.found import LiteCell
 from tracer.cells.kinds import LITE_LSTM, LITE_RNN
+from tracer.find.lite_loops import find_loops
 from tracer.load.tflite import ACTIVATIONS, LiteModel, schema, tensor_name
 from tracer.load.tflite_check import RECURRENT
 
@@ -68,13 +69,7 @@ def find_ops(model: LiteModel) -> list[LiteCell]:
                 "UNIDIRECTIONAL_SEQUENCE_LSTM and UNIDIRECTIONAL_SEQUENCE_RNN ops: record the model it was "
                 "converted from"
             )
-    loops = [k for k, op in enumerate(main.operators or []) if model.op_kind(op) == "WHILE"]
-    if not cells and loops:
-        raise GraphPatternError(
-            f"{model.source}: its recurrent layers run in a WHILE loop of builtin ops ({model.describe()}), "
-            "which gatetrace does not record yet; record the model it was converted from, or convert a "
-            "tf-keras LSTM, which TensorFlow Lite fuses into one UNIDIRECTIONAL_SEQUENCE_LSTM op"
-        )
+    cells += [replace(c, backward=_reversed(model, c.inputs, time=0)) for c in find_loops(model)]
     if not cells:
         raise NoCellFoundError(
             f"{model.source}: a TensorFlow Lite file with no recurrent op ({model.describe()})"
@@ -166,19 +161,29 @@ def _input_checks(reader: _Reader, model: LiteModel) -> tuple[int, int | None]:
     return shape[-1], steps
 
 
-def _backward(model: LiteModel, reader: _Reader) -> bool:
-    """Whether the op reads its sequence reversed along time: its input is a REVERSE_V2 of
-    the time axis (as TensorFlow Lite converts `go_backwards` and a Bidirectional layer's
-    backward half), so that its step t read position steps - 1 - t."""
-    time = 0 if getattr(reader.op.builtinOptions, "timeMajor", False) else 1
+def _reversed(model: LiteModel, tensor: int, time: int) -> bool:
+    """Whether `tensor` is a sequence reversed along its `time` axis: a REVERSE_V2's output
+    (as TensorFlow Lite converts `go_backwards` and a Bidirectional layer's backward half),
+    so that the op or loop reading it reads position steps - 1 - t at its step t."""
     for op in model.main.operators or []:
-        if int(op.outputs[0]) == reader.tensor(0) and model.op_kind(op) == "REVERSE_V2":
+        if int(op.outputs[0]) == tensor and model.op_kind(op) == "REVERSE_V2":
             axis = model.main.tensors[int(op.inputs[1])]
             data = model.parsed.buffers[axis.buffer].data
-            return data is not None and [
-                int(a) % 3 for a in np.frombuffer(bytes(data), np.int32)
-            ] == [time]
+            rank = len(model.main.tensors[tensor].shape)
+            axes = [] if data is None else np.frombuffer(bytes(data), np.int32).tolist()
+            if [int(a) % max(rank, 1) for a in axes] != [time]:
+                raise GraphPatternError(
+                    f"{model.source}: the sequence {tensor_name(model.main.tensors[tensor])} is reversed along "
+                    f"axes {axes}, not along time ({time}); gatetrace does not know which step reads which position"
+                )
+            return True
     return False
+
+
+def _backward(reader: _Reader) -> bool:
+    """Whether the op reads its sequence reversed along time (`_reversed`)."""
+    time = 0 if getattr(reader.op.builtinOptions, "timeMajor", False) else 1
+    return _reversed(reader.model, reader.tensor(0), time)
 
 
 def _lstm(model: LiteModel, k: int, op: Any) -> LiteCell:
@@ -236,7 +241,7 @@ def _lstm(model: LiteModel, k: int, op: Any) -> LiteCell:
         initial={"h": reader.tensor(18), "c": reader.tensor(19)},
         length=steps,
         time_major=bool(getattr(options, "timeMajor", False)),
-        backward=_backward(model, reader),
+        backward=_backward(reader),
         cell_clip=clip or None,
         proj_clip=proj_clip or None,
     )
@@ -265,5 +270,5 @@ def _rnn(model: LiteModel, k: int, op: Any) -> LiteCell:
         initial={"h": reader.tensor(4)},
         length=steps,
         time_major=bool(getattr(op.builtinOptions, "timeMajor", False)),
-        backward=_backward(model, reader),
+        backward=_backward(reader),
     )

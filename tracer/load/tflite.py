@@ -20,7 +20,7 @@ from typing import Any
 
 from tracer.load.formats import LoadRequest
 from tracer.load.keras import KerasInput
-from tracer.load.tflite_check import RECURRENT, checked, op_name
+from tracer.load.tflite_check import RECURRENT, checked, op_name, subgraph_fields
 
 __all__ = ["read", "LiteModel", "describe", "schema"]
 
@@ -109,20 +109,41 @@ class LiteModel:
             or [1]
         )
 
-    def interpreter(self) -> Any:
+    def interpreter(self, main: int = 0) -> Any:
         """TensorFlow Lite's interpreter of the file: builtin kernels only (no default
-        delegate; the file's ops were checked to be builtins), every tensor kept after a run."""
+        delegate; the file's ops were checked to be builtins), every tensor kept after a run.
+        With `main`, of the file with that subgraph as its main one (a WHILE loop's cond or
+        body, run an iteration at a time), its tensors numbered as in the file."""
         from tracer._tf import tf
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its notice that a successor package exists
             return tf.lite.Interpreter(
-                model_content=self.data,
+                model_content=self.data if main == 0 else self._with_main(main),
                 experimental_preserve_all_tensors=True,
                 experimental_op_resolver_type=(
                     tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
                 ),
             )
+
+    def _with_main(self, index: int) -> bytes:
+        """The file with subgraph `index` first (the one an interpreter runs), every op's
+        subgraph numbers changed to match, no signatures."""
+        import flatbuffers
+
+        fb = schema()
+        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(self.data, 0))
+        order = [index] + [g for g in range(len(model.subgraphs)) if g != index]
+        moved = {old: new for new, old in enumerate(order)}
+        model.subgraphs = [model.subgraphs[g] for g in order]
+        for subgraph in model.subgraphs:
+            for op in subgraph.operators or []:
+                for attr, number in subgraph_fields(op):
+                    setattr(op.builtinOptions, attr, moved[number])
+        model.signatureDefs = None
+        builder = flatbuffers.Builder(len(self.data) + 1024)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
 
     def op_kind(self, op: Any) -> str:
         """An op's builtin name (`UNIDIRECTIONAL_SEQUENCE_LSTM`)."""

@@ -31,7 +31,7 @@ from recorders.errors import ModelFormatError
 from recorders.read.files import default_memory
 from recorders.write.folder import Folder
 
-__all__ = ["check_tflite", "checked", "op_name", "RECURRENT", "LIMIT"]
+__all__ = ["check_tflite", "checked", "op_name", "subgraph_fields", "RECURRENT", "LIMIT"]
 
 LIMIT = 2**31  # a flatbuffer addresses at most 2 GiB
 # bytes per element of each tensor type, by its schema name (STRING, RESOURCE, VARIANT: none)
@@ -144,13 +144,9 @@ def _ops_problem(model: Any, fb: Any) -> str | None:
             if any(not -1 <= int(t) < count for t in used):
                 return f"{where} names a tensor outside the {count} of its subgraph"
             kind = op_name(codes[op.opcodeIndex], fb)
-            if kind == "WHILE":
-                options = op.builtinOptions
-                indices = [
-                    getattr(options, a, None) for a in ("condSubgraphIndex", "bodySubgraphIndex")
-                ]
-                if any(not isinstance(i, int) or not 0 <= i < len(subgraphs) for i in indices):
-                    return f"{where}, a WHILE loop, names subgraphs {indices}, of {len(subgraphs)}"
+            indices = [number for _, number in subgraph_fields(op)]
+            if any(not 0 <= i < len(subgraphs) for i in indices):
+                return f"{where}, a {kind}, names subgraphs {indices}, of {len(subgraphs)}"
             if kind in RECURRENT:
                 at = 2 if "LSTM" in kind else 1
                 inputs = list(op.inputs if op.inputs is not None else [])
@@ -170,6 +166,18 @@ def _ops_problem(model: Any, fb: Any) -> str | None:
     ):
         return "its main subgraph names an input outside its tensors"
     return None
+
+
+def subgraph_fields(op: Any) -> list[tuple[str, int]]:
+    """The fields of an op's options that name a subgraph (a WHILE's cond and body, an IF's
+    branches, a CALL_ONCE's init, ...: the schema's `...SubgraphIndex`, and a CALL's
+    `subgraph`), with their numbers."""
+    options = op.builtinOptions
+    return [
+        (attr, value)
+        for attr, value in (vars(options).items() if options is not None else [])
+        if (attr.endswith("SubgraphIndex") or attr == "subgraph") and isinstance(value, int)
+    ]
 
 
 def op_name(code: Any, fb: Any) -> str:

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from recorders.errors import GraphPatternError
 from tracer.cells.found import LiteCell
 from tracer.load.keras import KerasInput
 from tracer.load.tflite import LiteModel
-from tracer.values.replay import check, replay
+from tracer.values.replay import Replayed, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
 
 __all__ = ["LitePlan"]
@@ -42,6 +43,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
         self.model = model
         self.cells = list(cells)
         self._interpreter: Any = None
+        self._loops: dict[int, Any] = {}  # the interpreters of loops' conds and bodies
 
     def _ready(self) -> Any:
         """The interpreter, its tensors allocated."""
@@ -71,6 +73,10 @@ class LitePlan(ReplayedPlan[LiteCell]):
             it.invoke()
             for c in self.cells:
                 got = seen[c.name]
+                if c.body is not None:  # a WHILE loop's cell: its body, an iteration at a time
+                    for what, value in self._iterate(c, it).items():
+                        got.setdefault(what, []).append(value[:real])
+                    continue
                 for what, value in (
                     ("inputs", self._batch_major(c, it.get_tensor(c.inputs))),
                     ("outputs", self._batch_major(c, it.get_tensor(c.outputs))),
@@ -86,9 +92,70 @@ class LitePlan(ReplayedPlan[LiteCell]):
                         np.broadcast_to(value, (per, *value.shape[1:]))[:real]
                     )
         return [
-            self._replay(c, {k: np.concatenate(v) for k, v in seen[c.name].items()})
+            (self._replay if c.body is None else self._looped)(
+                c, {k: np.concatenate(v) for k, v in seen[c.name].items()}
+            )
             for c in self.cells
         ]
+
+    def _of(self, subgraph: int) -> Any:
+        """The interpreter of the file with `subgraph` as its main one, allocated."""
+        if subgraph not in self._loops:
+            self._loops[subgraph] = self.model.interpreter(main=subgraph)
+            self._loops[subgraph].allocate_tensors()
+        return self._loops[subgraph]
+
+    def _iterate(self, cell: LiteCell, it: Any) -> dict[str, np.ndarray]:
+        """A WHILE loop's cell over the rows the interpreter `it` just ran: its cond and body
+        run an iteration at a time from the values the loop started from, each gate's
+        nonlinearity's input and output, each state and what the iteration read kept."""
+        body = cell.body
+        assert body is not None  # (the caller's test)
+        run, cond = self._of(body.body), self._of(body.cond)
+        graphs = self.model.parsed.subgraphs
+        values = [it.get_tensor(int(t)) for t in self.model.main.operators[cell.op].inputs]
+        kept: dict[str, list[np.ndarray]] = {"inputs": [], "preactivation": [], "activation": []}
+        kept |= {f"state {s}": [] for s in body.states}
+        while True:
+            for t, v in zip(graphs[body.cond].inputs, values, strict=True):
+                cond.set_tensor(int(t), v)
+            cond.invoke()
+            if not np.asarray(cond.get_tensor(int(graphs[body.cond].outputs[0]))).all():
+                break
+            if len(kept["inputs"]) == cell.length:
+                raise GraphPatternError(
+                    f"{self.model.source}: the WHILE loop of op {cell.op} runs more iterations than its "
+                    f"{cell.length} steps; gatetrace does not know what its further iterations read"
+                )
+            for t, v in zip(graphs[body.body].inputs, values, strict=True):
+                run.set_tensor(int(t), v)
+            run.invoke()
+            kept["inputs"].append(run.get_tensor(body.step_input))
+            kept["preactivation"].append(np.stack([run.get_tensor(x) for x, _ in body.gates], 1))
+            kept["activation"].append(np.stack([run.get_tensor(y) for _, y in body.gates], 1))
+            for s, t in body.states.items():
+                kept[f"state {s}"].append(run.get_tensor(t))
+            values = [run.get_tensor(int(t)) for t in graphs[body.body].outputs]
+        out = {k: np.stack(v, axis=1) for k, v in kept.items()}  # [rows, steps, ...]
+        out |= {f"initial {s}": it.get_tensor(t) for s, t in cell.initial.items()}
+        out |= {f"final {s}": it.get_tensor(t) for s, t in body.finals.items()}
+        return out
+
+    @staticmethod
+    def _looped(cell: LiteCell, seen: dict[str, np.ndarray]) -> Result:
+        """A WHILE loop's cell as its iterations gave it, checked against what the loop returned."""
+        states = {s: seen[f"state {s}"] for s in cell.spec.states}
+        got = Replayed(
+            seen["preactivation"],
+            seen["activation"],
+            states,
+            states["h"],
+            {s: v[:, -1] for s, v in states.items()},
+            inputs=seen["inputs"],
+            initial={s: seen[f"initial {s}"] for s in cell.spec.states},
+        )
+        check(cell.name, got, None, {s: seen[f"final {s}"] for s in cell.spec.states})
+        return Result(got, None)
 
     def _kept(self, tensor: int) -> bool:
         return bool(self.model.main.tensors[tensor].isVariable)

@@ -1,0 +1,309 @@
+"""Keras' LSTM, GRU and SimpleRNN layers in a TensorFlow Lite file, lowered to a WHILE loop
+of builtin ops (Keras 3 converts every recurrent layer so, tf-keras its GRU and SimpleRNN).
+
+A loop's body subgraph reads its loop variables (counters, the outputs so far, the states,
+the input sequence [steps, 1, features]) and returns them for the next iteration. In it:
+
+    GATHER(sequence, step)              what an iteration reads
+    FULLY_CONNECTED(x, W), (h, U)       the input and recurrent products, [k * units] wide
+    SPLIT(..., k)                       their gate blocks, in the layer's gate order
+    LOGISTIC, TANH, RELU                each gate's nonlinearity: a gate is one whose input is
+                                        a sum (ADD, RESHAPE between) of one SPLIT block
+                                        (block g of both products' SPLITs: gate g)
+
+Four blocks of sigmoid, sigmoid, activation, sigmoid are an LSTM (i, f, c, o); three of
+sigmoid, sigmoid, activation a GRU (z, r, h); no SPLIT and one nonlinearity of a sum of the
+two products a SimpleRNN. The states are the loop variables [1, units] wide: `h` the one a
+FULLY_CONNECTED reads, `c` the other. A loop that fits none of these is refused in one line.
+
+The gates are not recomputed: the body runs an iteration at a time in the file's own
+interpreter, and each gate is what its nonlinearity read and returned
+(`tracer.values.lite`). The weights are read from the file (the products' matrices, the
+biases the products add), and a cell's `arrays` are kept only where a replay from them
+gives every gate of the batch within the replay's tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from recorders.errors import GraphPatternError
+from tracer.cells.found import LiteBody, LiteCell
+from tracer.cells.kinds import KERAS_GRU, KERAS_LSTM, KERAS_SIMPLE_RNN, CellSpec
+from tracer.load.tflite import LiteModel, tensor_name
+
+__all__ = ["find_loops"]
+
+_NONLINEAR = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu"}
+_THROUGH = ("ADD", "RESHAPE")  # a gate's preactivation is a sum of blocks
+_BOOL = 6  # the schema's TensorType.BOOL
+
+
+class _Graph:
+    """One subgraph's ops, by what they write, with the file's constants."""
+
+    def __init__(self, model: LiteModel, index: int):
+        self.model, self.subgraph = model, model.parsed.subgraphs[index]
+        self.ops = list(self.subgraph.operators or [])
+        self.kinds = [model.op_kind(op) for op in self.ops]
+        self.writer = {int(t): k for k, op in enumerate(self.ops) for t in op.outputs}
+
+    def readers(self, tensor: int) -> Iterator[int]:
+        return (k for k, op in enumerate(self.ops) if tensor in [int(t) for t in op.inputs])
+
+    def constant(self, tensor: int) -> np.ndarray | None:
+        t = self.subgraph.tensors[tensor]
+        data = self.model.parsed.buffers[t.buffer].data
+        if data is None or not len(data) or t.type != 0:  # (0: FLOAT32)
+            return None
+        return np.frombuffer(bytes(data), np.float32).reshape([int(d) for d in t.shape])
+
+    def width(self, tensor: int) -> int:
+        return int(self.subgraph.tensors[tensor].shape[-1])
+
+    def blocks(self, tensor: int) -> set[tuple[int, int]]:
+        """The (SPLIT op, block) pairs a sum reaching `tensor` adds."""
+        k = self.writer.get(tensor)
+        if k is None:
+            return set()
+        if self.kinds[k] == "SPLIT":
+            return {(k, [int(t) for t in self.ops[k].outputs].index(tensor))}
+        if self.kinds[k] in _THROUGH:
+            return {b for t in self.ops[k].inputs[:2] if t >= 0 for b in self.blocks(int(t))}
+        return set()
+
+    def products(self, tensor: int) -> set[int]:
+        """The FULLY_CONNECTED ops a sum reaching `tensor` adds."""
+        k = self.writer.get(tensor)
+        if k is None:
+            return set()
+        if self.kinds[k] == "FULLY_CONNECTED":
+            return {k}
+        if self.kinds[k] in _THROUGH:
+            return {p for t in self.ops[k].inputs[:2] if t >= 0 for p in self.products(int(t))}
+        return set()
+
+
+def find_loops(model: LiteModel) -> list[LiteCell]:
+    """The cell of every WHILE loop of the main subgraph (see the module docstring)."""
+    return [
+        _loop(model, k, op)
+        for k, op in enumerate(model.main.operators or [])
+        if model.op_kind(op) == "WHILE"
+    ]
+
+
+def _refuse(model: LiteModel, k: int, body: Any, why: str) -> GraphPatternError:
+    return GraphPatternError(
+        f"{model.source}: the WHILE loop of op {k} (body {tensor_name(body)}) {why}; gatetrace records loops "
+        "of Keras' LSTM, GRU and SimpleRNN layers: record the model it was converted from"
+    )
+
+
+def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
+    options = op.builtinOptions
+    g = _Graph(model, options.bodySubgraphIndex)
+    body = g.subgraph
+    inputs = [int(t) for t in body.inputs]
+    gathers = [
+        j
+        for j, kind in enumerate(g.kinds)
+        if kind == "GATHER" and int(g.ops[j].inputs[0]) in inputs
+    ]
+    if any(body.tensors[int(g.ops[j].inputs[0])].type == _BOOL for j in gathers):
+        raise _refuse(
+            model,
+            k,
+            body,
+            "reads a mask a step (a Masking layer's, or an Embedding's mask_zero), which gatetrace does not "
+            "record in TensorFlow Lite loops yet",
+        )
+    if len(gathers) != 1:
+        raise _refuse(model, k, body, f"reads {len(gathers)} sequences a step, not one")
+    gather = g.ops[gathers[0]]
+    sequence, step_input = inputs.index(int(gather.inputs[0])), int(gather.outputs[0])
+    # gates: nonlinearities of one block of the products' SPLITs (none: the one sum of products)
+    gates: dict[int, tuple[str, int, int]] = {}
+    plain = []
+    for j, kind in enumerate(g.kinds):
+        if kind not in _NONLINEAR:
+            continue
+        x, y = int(g.ops[j].inputs[0]), int(g.ops[j].outputs[0])
+        blocks = {b for _, b in g.blocks(x)}
+        if len(blocks) == 1:
+            (block,) = blocks
+            if block in gates:
+                raise _refuse(model, k, body, f"applies two nonlinearities to block {block}")
+            gates[block] = (_NONLINEAR[kind], x, y)
+        elif not blocks and len(g.products(x)) == 2:
+            plain.append((_NONLINEAR[kind], x, y))
+    spec, activation, gate_act = _kind(gates, plain)
+    if spec is None:
+        shown = ", ".join(f"{gates[b][0]}" for b in sorted(gates)) or "none"
+        raise _refuse(
+            model,
+            k,
+            body,
+            f"applies {shown} to its gate blocks, which is no Keras cell gatetrace knows",
+        )
+    chosen = [gates[b] for b in sorted(gates)] if gates else plain
+    units = g.width(chosen[0][2])
+    # states: the float loop variables [1, units]; h is the one a product reads
+    states = [
+        n
+        for n, t in enumerate(inputs)
+        if n != sequence
+        and body.tensors[t].type == 0
+        and [int(d) for d in body.tensors[t].shape] == [1, units]
+    ]
+    read_by_products = [
+        n for n in states if any(g.kinds[j] == "FULLY_CONNECTED" for j in g.readers(inputs[n]))
+    ]
+    if len(read_by_products) != 1 or len(states) != len(spec.states):
+        raise _refuse(
+            model, k, body, f"carries {len(states)} states of {units} units, not {len(spec.states)}"
+        )
+    h = read_by_products[0]
+    named = {"h": h} if len(states) == 1 else {"h": h, "c": next(n for n in states if n != h)}
+    features = g.width(step_input)
+    arrays = _weights(g, spec, step_input, inputs[h], units, features)
+    main_inputs = [int(t) for t in op.inputs]
+    steps = int(model.main.tensors[main_inputs[sequence]].shape[0])
+    cell = LiteCell(
+        name=tensor_name(body).removesuffix("/while_body").removesuffix("while_body")
+        or f"while_{k}",
+        spec=spec,
+        units=units,
+        input_size=features,
+        output_size=units,
+        activation=activation,
+        recurrent_activation=gate_act,
+        arrays=arrays or {},
+        variables={},
+        op=k,
+        inputs=main_inputs[sequence],
+        outputs=int(op.outputs[h]),
+        initial={s: main_inputs[n] for s, n in named.items()},
+        length=steps,
+        time_major=True,
+        body=LiteBody(
+            cond=int(options.condSubgraphIndex),
+            body=int(options.bodySubgraphIndex),
+            step_input=step_input,
+            gates=tuple((x, y) for _, x, y in chosen),
+            states={s: int(body.outputs[n]) for s, n in named.items()},
+            h_input=h,
+            finals={s: int(op.outputs[n]) for s, n in named.items()},
+        ),
+    )
+    if verified(model, cell):
+        return cell
+    # weights the file holds otherwise than gatetrace reads them: the gates alone
+    return replace(cell, spec=replace(spec, weights=()), arrays={})
+
+
+def _kind(
+    gates: dict[int, tuple[str, int, int]], plain: list[tuple[str, int, int]]
+) -> tuple[CellSpec | None, str, str]:
+    """The Keras cell whose gates these are, its activation and its gates' activation."""
+    acts = [gates[b][0] for b in sorted(gates)]
+    if sorted(gates) == [0, 1, 2, 3] and acts[0] == acts[1] == acts[3] == "sigmoid":
+        return KERAS_LSTM, acts[2], "sigmoid"
+    if sorted(gates) == [0, 1, 2] and acts[0] == acts[1] == "sigmoid":
+        return KERAS_GRU, acts[2], "sigmoid"
+    if not gates and len(plain) == 1:
+        return KERAS_SIMPLE_RNN, plain[0][0], "sigmoid"
+    return None, "", ""
+
+
+def _weights(
+    g: _Graph, spec: CellSpec, x: int, h: int, units: int, features: int
+) -> dict[str, np.ndarray] | None:
+    """The cell's arrays as a Keras layer's (`kernel` [features + units, k * units], `bias`,
+    for a GRU `recurrent_bias`), read from the products' constants and the constants the
+    sums add before the SPLIT; None where they are not plain constants of those shapes."""
+    wide = len(spec.gates) * units
+    W, U = _product(g, x, wide), _product(g, h, wide)
+    if W is None or U is None or W[0].shape[1] != features or U[0].shape[1] != units:
+        return None
+    kernel = np.concatenate([W[0].T, U[0].T])
+    zero = np.zeros(wide, np.float32)
+    if spec is not KERAS_GRU:  # one bias, added once, wherever the sums meet it
+        added = W[1] | U[1]
+        return {"kernel": kernel, "bias": sum(added.values(), zero)}
+    if W[1].keys() & U[1].keys():
+        return None  # (a GRU's two biases are added apart, before the products meet)
+    # reset_after: the recurrent product's bias is its own
+    return {
+        "kernel": kernel,
+        "bias": sum(W[1].values(), zero),
+        "recurrent_bias": sum(U[1].values(), zero),
+    }
+
+
+def _product(g: _Graph, reads: int, wide: int) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+    """The matrix of the FULLY_CONNECTED that reads tensor `reads`, and the constant vectors
+    (its bias, those ADDs add after it before the SPLIT) by tensor number."""
+    for j in g.readers(reads):
+        if g.kinds[j] != "FULLY_CONNECTED":
+            continue
+        op = g.ops[j]
+        matrix = g.constant(int(op.inputs[1]))
+        if matrix is None or matrix.ndim != 2 or matrix.shape[0] != wide:
+            return None
+        added: dict[int, np.ndarray] = {}
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            bias = g.constant(int(op.inputs[2]))
+            if bias is None:
+                return None
+            added[int(op.inputs[2])] = bias
+        out = int(op.outputs[0])
+        while True:
+            after = [r for r in g.readers(out) if g.kinds[r] in _THROUGH]
+            if len(after) != 1:
+                return matrix, added
+            for t in g.ops[after[0]].inputs[:2]:
+                c = g.constant(int(t)) if t >= 0 else None
+                if c is not None and g.kinds[after[0]] == "ADD" and c.shape == (wide,):
+                    added[int(t)] = c
+            out = int(g.ops[after[0]].outputs[0])
+    return None
+
+
+def verified(model: LiteModel, cell: LiteCell) -> bool:
+    """Whether a loop cell's `arrays` compute its gates: its body run once in the file's
+    interpreter on random states and a random sequence, each gate's preactivation there
+    against the one its arrays give (in float64, within 1e-4 of the largest)."""
+    body, w = cell.body, cell.arrays
+    if body is None or not w:
+        return False
+    it = model.interpreter(main=body.body)
+    it.allocate_tensors()
+    rng = np.random.RandomState(0)
+    for detail in it.get_input_details():
+        value = np.zeros(detail["shape"], detail["dtype"])
+        if detail["dtype"] == np.float32:
+            value = rng.uniform(-1, 1, detail["shape"]).astype(np.float32)
+        it.set_tensor(detail["index"], value)
+    it.invoke()
+    x = it.get_tensor(body.step_input).astype(np.float64)
+    h_tensor = int(model.parsed.subgraphs[body.body].inputs[body.h_input])
+    h = it.get_tensor(h_tensor).astype(np.float64)
+    got = [it.get_tensor(pre).astype(np.float64) for pre, _ in body.gates]
+    d, kernel = cell.input_size, w["kernel"].astype(np.float64)
+    zx = x @ kernel[:d] + w["bias"]
+    zh = h @ kernel[d:] + w.get("recurrent_bias", 0.0)
+    blocks = len(body.gates)
+    if cell.spec is KERAS_GRU:  # z, r as sums; the candidate's recurrent part after r
+        xs, hs = np.split(zx, 3, axis=1), np.split(zh, 3, axis=1)
+        r = 1 / (1 + np.exp(-(xs[1] + hs[1])))
+        wanted = [xs[0] + hs[0], xs[1] + hs[1], xs[2] + r * hs[2]]
+    else:
+        wanted = np.split(zx + zh, blocks, axis=1)
+    err = max(np.abs(a - b).max() for a, b in zip(got, wanted, strict=True))
+    scale = max(1.0, max(np.abs(a).max() for a in got))
+    return bool(err <= 1e-4 * scale)
