@@ -26,9 +26,10 @@ from tests.test_keras import keras_module, randomise, reference
 T, D, H = 5, 3, 4
 
 
-def _converted(framework: str, quantise: bool = False, masked: bool = False) -> bytes:
-    """A one-LSTM model converted; quantised for its weights, with 64 units of 32 features (the
-    converter leaves a matrix of fewer than 1,024 weights as it is); behind a Masking layer."""
+def _converted(framework: str, quantise: str = "", masked: bool = False) -> bytes:
+    """A one-LSTM model converted; quantised (`weights`: dynamic range, with 64 units of 32
+    features: the converter leaves a matrix of fewer than 1,024 weights as it is; `integer`:
+    int8 inputs, weights and arithmetic); behind a Masking layer."""
     from tracer._tf import tf
 
     keras = keras_module(framework)
@@ -38,19 +39,25 @@ def _converted(framework: str, quantise: bool = False, masked: bool = False) -> 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if quantise:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantise == "integer":
+        rng = np.random.RandomState(0)
+        converter.representative_dataset = lambda: (
+            [rng.uniform(-1, 1, (1, T, 32)).astype(np.float32)] for _ in range(20)
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = converter.inference_output_type = tf.int8
     return converter.convert()
 
 
 def _model(name: str):
     """A model of `name` (FRAMEWORK-KIND), batch 1 (as TensorFlow Lite converts recurrent
     layers), its weights (biases too) drawn at random."""
-    framework, kind = (
-        name.split("-", 1) if name.startswith("tf-keras") is False else ("tf-keras", name[9:])
-    )
+    framework = "tf-keras" if name.startswith("tf-keras-") else "keras3"
+    kind = name.removeprefix(f"{framework}-")
     keras = keras_module(framework)
     L = keras.layers
     inp = keras.Input((T, D), batch_size=1, name="seq")
-    if kind == "lstm":
+    if kind in ("lstm", "lstm-float16"):
         out = L.LSTM(H, return_sequences=True, name="lstm")(inp)
     elif kind == "gru":
         out = L.GRU(H, return_sequences=True, name="gru")(inp)
@@ -64,11 +71,15 @@ def _model(name: str):
         out = L.GRU(H, return_sequences=True, go_backwards=True, name="back")(inp)
     model = keras.Model(inp, out)
     randomise(model, seed=3)
+    if kind.endswith("float16"):  # weights a float16 holds exactly, as the file will hold them
+        for w in model.weights:
+            w.assign(np.asarray(w).astype(np.float16).astype(np.float32))
     return model
 
 
 # tf-keras LSTMs convert to fused UNIDIRECTIONAL_SEQUENCE_LSTM ops, the rest to WHILE loops
-FUSED = ("tf-keras-lstm", "tf-keras-stack", "tf-keras-bidirectional")
+# (float16: weights stored as float16, widened by DEQUANTIZE ops)
+FUSED = ("tf-keras-lstm", "tf-keras-stack", "tf-keras-bidirectional", "tf-keras-lstm-float16")
 LOOPS = (
     "keras3-lstm",
     "keras3-gru",
@@ -91,7 +102,11 @@ def converted(tmp_path_factory):
     for name in (*FUSED, *LOOPS):
         model = _model(name)
         path = root / f"{name}.tflite"
-        path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+        converter = tf.lite.TFLiteConverter.from_keras_model(model)
+        if name.endswith("float16"):
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        path.write_bytes(converter.convert())
         out[name] = (path, model)
     return out
 
@@ -100,9 +115,11 @@ def converted(tmp_path_factory):
 def lite(tmp_path_factory):
     root = tmp_path_factory.mktemp("tflite")
     for name, framework, quantise, masked in (
-        ("fused", "tf-keras", False, False),
-        ("masked", "keras3", False, True),
-        ("quantised", "tf-keras", True, False),
+        ("fused", "tf-keras", "", False),
+        ("loop", "keras3", "", False),
+        ("masked", "keras3", "", True),
+        ("quantised", "tf-keras", "weights", False),
+        ("integer", "tf-keras", "integer", False),
     ):
         (root / f"{name}.tflite").write_bytes(_converted(framework, quantise, masked))
     return root
@@ -146,7 +163,7 @@ def test_a_converted_layer_records_keras_formulas_exactly(converted, tmp_path, n
     inputs = x.astype(np.float64)
     for layer in layers:
         # the op of the layer: the one of its units and direction not matched yet
-        framework = "tf-keras" if name.startswith("tf-keras") else "keras3"
+        framework = "tf-keras" if name.startswith("tf-keras-") else "keras3"
         ref_gates, ref_states, outputs = reference(layer, inputs, None, None, framework)
         if "c" in ref_states:  # (the fused op clips its cell at 10: never reached here)
             assert np.abs(ref_states["c"]).max() < 10
@@ -180,6 +197,36 @@ def test_a_converted_layer_records_keras_formulas_exactly(converted, tmp_path, n
         )
         if name.endswith("stack"):  # the next layer reads these
             inputs = outputs
+
+
+@pytest.mark.parametrize("name", ["tf-keras-lstm", "keras3-gru"])
+def test_summary_and_weights_of_a_file_equal_its_recording(converted, tmp_path, name):
+    """`record --summary` gives the full recording's per-unit means, extremes and counts;
+    `gatetrace weights` the recording's weights table."""
+    import pandas as pd
+
+    path, _ = converted[name]
+    np.save(
+        tmp_path / "x.npy", np.random.RandomState(2).uniform(-1, 1, (6, T, D)).astype(np.float32)
+    )
+    feed = f"seq={tmp_path / 'x.npy'}"
+    for args in (["--out", str(tmp_path / "full")], ["--summary", "--out", str(tmp_path / "sum")]):
+        done = run_cli("record", str(path), "--feed", feed, *args)
+        assert done.returncode == 0, done.stderr
+    assert run_cli("weights", str(path), "--out", str(tmp_path / "w.parquet")).returncode == 0
+    gates = pd.read_parquet(tmp_path / "full" / "gates")
+    by_unit = gates.groupby(["cell", "gate", "unit"])["activation"].agg(
+        ["mean", "min", "max", "count"]
+    )
+    units = pd.read_parquet(tmp_path / "sum" / "summary" / "units.parquet")
+    units = units[(units["table"] == "gates") & (units["column"] == "activation")]
+    units = units.set_index(["cell", "name", "unit"]).sort_index()
+    assert list(units["count"]) == list(by_unit["count"]) == [6 * T] * len(units)
+    for column in ("mean", "min", "max"):
+        assert np.allclose(units[column].to_numpy(), by_unit[column].to_numpy(), atol=1e-6)
+    recorded = pd.read_parquet(tmp_path / "full" / "weights.parquet")
+    alone = pd.read_parquet(tmp_path / "w.parquet")
+    assert len(recorded) and recorded.equals(alone)
 
 
 def _direction(out, cell: str) -> str:
@@ -250,6 +297,11 @@ def test_every_row_starts_from_the_files_state(converted, tmp_path, name):
             "quantised",
             32,
             "op 0 (UNIDIRECTIONAL_SEQUENCE_LSTM): its input weights are int8 (the model is quantised)",
+        ),
+        (
+            "integer",
+            32,
+            "(UNIDIRECTIONAL_SEQUENCE_LSTM): its input is int8 (the model is quantised for integer arithmetic)",
         ),
     ],
 )
@@ -373,18 +425,21 @@ def test_a_fifo_is_refused_never_opened_and_a_link_the_user_named_is_followed(li
     assert shown.returncode == 0 and "UnidirectionalSequenceLSTM" in shown.stdout
 
 
-@settings(max_examples=60, derandomize=True, deadline=None)
+@pytest.mark.parametrize("name", ["fused", "loop"])
+@settings(max_examples=40, derandomize=True, deadline=None)
 @given(data=st.data())
-def test_any_damage_is_the_model_or_one_clean_error(lite, data):
-    """Bytes of the fused file flipped, cut or inserted anywhere: `check_tflite` returns a
-    model that passed every check, or refuses in one line; nothing else escapes, nothing hangs."""
+def test_any_damage_is_the_model_or_one_clean_error(lite, name, data):
+    """Bytes of the fused file flipped, cut or inserted anywhere: the checks pass a model,
+    whose cells are then found or refused in one line, or refuse it in one line; nothing else
+    escapes, nothing hangs."""
     from pathlib import Path
 
-    from recorders.errors import ModelFormatError
-    from tracer.load.tflite import describe
-    from tracer.load.tflite_check import check_tflite
+    from recorders.errors import GatetraceError, ModelFormatError
+    from tracer.find.lite import find_ops
+    from tracer.load.tflite import LiteModel, describe
+    from tracer.load.tflite_check import checked
 
-    original = (lite / "fused.tflite").read_bytes()
+    original = (lite / f"{name}.tflite").read_bytes()
     content = bytearray(original)
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(0, len(content) - 1))
@@ -400,8 +455,12 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, data):
     path = Path(lite / "damaged.tflite")
     path.write_bytes(bytes(content))
     try:
-        model = check_tflite(path, "damaged.tflite", memory=1 << 26)
+        data, model = checked(path, "damaged.tflite", memory=1 << 26)
     except ModelFormatError as err:
         assert "\n" not in str(err)
-    else:
-        describe(model)  # what passed the checks can be described
+        return
+    describe(model)  # what passed the checks can be described, its cells found or refused
+    try:
+        find_ops(LiteModel(data, model, "damaged.tflite"))
+    except GatetraceError as err:
+        assert "\n" not in str(err)

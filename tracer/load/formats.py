@@ -40,7 +40,6 @@ class Format:
     name: str
     reads: str
     module: str
-    listed: bool = True  # whether the help lists it (a format read but not recorded yet: not)
 
 
 FORMAT_LIST = (
@@ -52,9 +51,9 @@ FORMAT_LIST = (
     Format("saved_model", "a SavedModel folder (saved_model.pb)", "tracer.load.saved_model"),
     Format("frozen", "a frozen GraphDef .pb", "tracer.load.frozen"),
     Format("keras", "a Keras .keras/.h5 file (or tf-keras SavedModel folder)", "tracer.load.keras"),
-    Format("tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite", listed=False),
+    Format("tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite"),
 )
 
 # as the help and the errors say it: "a ..., a ..., or a ..."
-_LISTED = [f.reads for f in FORMAT_LIST if f.listed]
+_LISTED = [f.reads for f in FORMAT_LIST]
 FORMATS = ", ".join(_LISTED[:-1]) + ", or " + _LISTED[-1]

@@ -24,9 +24,9 @@ A graph calling cuDNN's RNN ops (exported on a GPU), which have no CPU kernel, i
 those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`).
 
 Each format is read by a module of its own, listed in `tracer.load.formats` (`checkpoint`,
-`saved_model`, `frozen`, `keras`), and ends in the same `Model` (`tracer.load.loaded`)
-through the same path rules (`tracer.load.paths`); cuDNN ops are replaced in
-`tracer.load.rebuild`.
+`saved_model`, `frozen`, `keras`, `tflite`), and ends in the same `Model` (`tracer.load.loaded`;
+a Keras model in a `KerasModel`, a TensorFlow Lite file in a `LiteModel`) through the same path
+rules (`tracer.load.paths`); cuDNN ops are replaced in `tracer.load.rebuild`.
 """
 
 from __future__ import annotations
