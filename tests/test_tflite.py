@@ -329,17 +329,159 @@ def test_inspect_lists_the_ops(lite):
     )
 
 
-def _changed(lite, change) -> bytes:
-    """The fused file, its parsed model changed by `change`, written again."""
+def _changed(lite, change, name: str = "fused") -> bytes:
+    """The fused file (or another of `lite`), its parsed model changed by `change`, written again."""
     import flatbuffers
     from tensorflow.lite.python import schema_py_generated as fb
 
-    data = (lite / "fused.tflite").read_bytes()
+    data = (lite / f"{name}.tflite").read_bytes()
     model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
     change(model, fb)
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def _added(model, shape, rng) -> int:
+    """A float32 constant of `shape` drawn from `rng`, added to the model's main subgraph: its number."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    buffer = fb.BufferT()
+    buffer.data = np.frombuffer(
+        rng.uniform(-0.5, 0.5, shape).astype(np.float32).tobytes(), np.uint8
+    )
+    model.buffers.append(buffer)
+    t = fb.TensorT()
+    t.shape, t.type, t.buffer = (
+        np.array(shape, np.int32),
+        fb.TensorType.FLOAT32,
+        len(model.buffers) - 1,
+    )
+    t.name = f"added_{len(model.subgraphs[0].tensors)}".encode()
+    model.subgraphs[0].tensors.append(t)
+    return len(model.subgraphs[0].tensors) - 1
+
+
+def _peepholes(model, fb):
+    """The fused LSTM given peepholes (inputs 9-11) and a cell clip that bites (0.3)."""
+    rng = np.random.RandomState(4)
+    op = model.subgraphs[0].operators[0]
+    inputs = list(op.inputs)
+    inputs[9:12] = [_added(model, [H], rng) for _ in range(3)]
+    op.inputs = np.array(inputs, np.int32)
+    op.builtinOptions.cellClip = 0.3
+
+
+P = 3  # the projection's width
+
+
+def _projection(model, fb):
+    """The fused LSTM given a projection of its output to P values (input 16) and a projection
+    clip: its recurrent weights read P values, its output state and output are P wide."""
+    rng = np.random.RandomState(5)
+    sub = model.subgraphs[0]
+    op = sub.operators[0]
+    inputs = list(op.inputs)
+    inputs[5:9] = [_added(model, [H, P], rng) for _ in range(4)]
+    inputs[16] = _added(model, [P, H], rng)
+    state = _added(model, [1, P], rng)
+    sub.tensors[state].buffer, sub.tensors[state].isVariable = 0, True  # (a variable holds no data)
+    inputs[18] = state
+    op.inputs = np.array(inputs, np.int32)
+    sub.tensors[int(op.outputs[0])].shape = np.array([1, T, P], np.int32)
+    op.builtinOptions.projClip = 0.1
+
+
+def _rnn(model, fb):
+    """The fused LSTM's op made a UNIDIRECTIONAL_SEQUENCE_RNN (as TF1's
+    `tf.lite.experimental.nn.dynamic_rnn` converted), on its forget gate's weights and bias."""
+    code = model.operatorCodes[0]
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_RNN
+    code.version = 1
+    op = model.subgraphs[0].operators[0]
+    x, W, U, b, h = (int(op.inputs[k]) for k in (0, 2, 6, 13, 18))
+    model.subgraphs[0].tensors[h].isVariable = True
+    op.inputs = np.array([x, W, U, b, h], np.int32)
+    options = fb.SequenceRNNOptionsT()
+    options.timeMajor, options.fusedActivationFunction = False, fb.ActivationFunctionType.TANH
+    op.builtinOptionsType, op.builtinOptions = fb.BuiltinOptions.SequenceRNNOptions, options
+
+
+def _lite_weights(path):
+    """The file's weights, by the op's input number, in float64."""
+    from tracer.load.tflite import LiteModel
+    from tracer.load.tflite_check import checked
+
+    model = LiteModel(*checked(path, path.name), path.name)
+    op, arrays = model.main.operators[0], {}
+    for k, t in enumerate(op.inputs):
+        tensor = model.main.tensors[int(t)] if t >= 0 else None
+        data = None if tensor is None else model.parsed.buffers[tensor.buffer].data
+        if data is not None and len(data) and tensor.type == 0:
+            shape = [int(d) for d in tensor.shape]
+            arrays[k] = np.frombuffer(bytes(data), np.float32).reshape(shape).astype(np.float64)
+    return arrays, op.builtinOptions
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+@pytest.mark.parametrize("change", [_peepholes, _projection, _rnn])
+def test_fused_ops_of_every_option_equal_their_semantics(lite, tmp_path, change):
+    """A fused LSTM with peepholes and a cell clip that bites, one with a projection and a
+    projection clip that bites, and a fused RNN, recorded: every
+    gate and state equal TensorFlow Lite's semantics of the op computed in float64 from the
+    file's weights (an LSTM's preactivation without its peephole term, as TensorFlow's
+    LSTMCell's is recorded)."""
+    import pandas as pd
+
+    path = tmp_path / "changed.tflite"
+    path.write_bytes(_changed(lite, change))
+    x = np.random.RandomState(6).uniform(-2, 2, (3, T, D))
+    np.save(tmp_path / "x.npy", x.astype(np.float32))
+    done = run_cli(
+        "record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(tmp_path / "run")
+    )
+    assert done.returncode == 0, done.stderr
+    gates = pd.read_parquet(tmp_path / "run" / "gates").sort_values(
+        ["example", "step", "gate", "unit"]
+    )
+    states = pd.read_parquet(tmp_path / "run" / "states").sort_values(
+        ["example", "step", "state", "unit"]
+    )
+    w, options = _lite_weights(path)
+    x = x.astype(np.float32).astype(np.float64)
+    h, c = np.zeros((3, P if change is _projection else H)), np.zeros((3, H))
+    pre, act, kept = {}, {}, {"c": [], "h": []}
+    for t in range(T):
+        if change is _rnn:
+            pre["h"] = x[:, t] @ w[1].T + h @ w[2].T + w[3]
+            act["h"] = h = np.tanh(pre["h"])
+        else:  # inputs 1-4 input weights, 5-8 recurrent, 9-11 peepholes, 12-15 biases: i, f, c, o
+            z = {g: x[:, t] @ w[1 + k].T + h @ w[5 + k].T + w[12 + k] for k, g in enumerate("ifjo")}
+            peep = [w.get(k, np.zeros(H)) for k in (9, 10, 11)]
+            i, f = _sigmoid(z["i"] + peep[0] * c), _sigmoid(z["f"] + peep[1] * c)
+            j = np.tanh(z["j"])
+            c = f * c + i * j
+            c = np.clip(c, -options.cellClip, options.cellClip) if options.cellClip else c
+            o = _sigmoid(z["o"] + peep[2] * c)
+            h = o * np.tanh(c)
+            if 16 in w:
+                h = np.clip(h @ w[16].T, -options.projClip, options.projClip)
+            pre, act = z, {"i": i, "f": f, "j": j, "o": o}
+        kept["h"].append(h), kept["c"].append(c)
+        for g in pre:
+            rows = gates[(gates["step"] == t) & (gates["gate"] == g)]
+            assert np.abs(rows["preactivation"].to_numpy().reshape(3, H) - pre[g]).max() < 1e-5
+            assert np.abs(rows["activation"].to_numpy().reshape(3, H) - act[g]).max() < 1e-5
+    if change is _peepholes:
+        assert np.isclose(np.abs(np.stack(kept["c"])).max(), 0.3)  # the clip bit
+    if change is _projection:
+        assert np.isclose(np.abs(np.stack(kept["h"])).max(), 0.1)  # the clip bit
+    for name in set(states["state"]):
+        got = states[states["state"] == name]["value"].to_numpy().reshape(3, T, -1)
+        assert np.abs(got - np.stack(kept[name], axis=1)).max() < 1e-5
 
 
 def _huge(model, fb):
@@ -370,6 +512,11 @@ def _no_opcode(model, fb):
     model.subgraphs[0].operators[0].opcodeIndex = 7
 
 
+def _no_body(model, fb):
+    """The loop file's WHILE op names a body subgraph the file does not hold."""
+    model.subgraphs[0].operators[1].builtinOptions.bodySubgraphIndex = 7
+
+
 def _no_tensor(model, fb):
     op = model.subgraphs[0].operators[0]
     op.inputs = np.array([*op.inputs[:2], 999, *op.inputs[3:]], np.int32)
@@ -385,13 +532,36 @@ def _no_tensor(model, fb):
         (_no_buffer, "names buffer 1000000"),
         (_no_opcode, "op 0 of subgraph 0 names opcode 7, of 1"),
         (_no_tensor, "names a tensor outside the"),
+        (_no_body, "op 1 of subgraph 0, a WHILE, names subgraphs [1, 7], of 3"),
     ],
 )
 def test_a_hostile_flatbuffer_is_refused_before_anything_is_allocated(lite, tmp_path, change, says):
     path = tmp_path / "hostile.tflite"
-    path.write_bytes(_changed(lite, change))
+    path.write_bytes(_changed(lite, change, "loop" if change is _no_body else "fused"))
     shown = _one_line(run_cli("inspect", str(path)))
     assert says in shown and "nothing was loaded" in shown
+
+
+def _state_with_data(model, fb):
+    """The fused LSTM's output state made a variable that holds data (the interpreter refuses it)."""
+    _projection(model, fb)
+    sub = model.subgraphs[0]
+    state = int(sub.operators[0].inputs[18])
+    buffer = fb.BufferT()
+    buffer.data = np.zeros(4 * P, np.uint8)
+    model.buffers.append(buffer)
+    sub.tensors[state].buffer = len(model.buffers) - 1
+
+
+def test_what_the_interpreter_refuses_is_one_line(lite, tmp_path):
+    path = tmp_path / "odd.tflite"
+    path.write_bytes(_changed(lite, _state_with_data))
+    np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
+    out = tmp_path / "out"
+    shown = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert "odd.tflite: TensorFlow Lite's interpreter refuses it: " in shown and not out.exists()
 
 
 def test_damaged_files_are_one_line(lite, tmp_path):

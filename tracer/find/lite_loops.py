@@ -282,14 +282,13 @@ def verified(model: LiteModel, cell: LiteCell) -> bool:
     if body is None or not w:
         return False
     it = model.interpreter(main=body.body)
-    it.allocate_tensors()
     rng = np.random.RandomState(0)
     for detail in it.get_input_details():
         value = np.zeros(detail["shape"], detail["dtype"])
         if detail["dtype"] == np.float32:
             value = rng.uniform(-1, 1, detail["shape"]).astype(np.float32)
         it.set_tensor(detail["index"], value)
-    it.invoke()
+    model.invoke(it)
     x = it.get_tensor(body.step_input).astype(np.float64)
     h_tensor = int(model.parsed.subgraphs[body.body].inputs[body.h_input])
     h = it.get_tensor(h_tensor).astype(np.float64)

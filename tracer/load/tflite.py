@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recorders.errors import ModelFormatError
 from tracer.load.formats import LoadRequest
 from tracer.load.keras import KerasInput
 from tracer.load.tflite_check import RECURRENT, checked, op_name, subgraph_fields
@@ -110,21 +111,41 @@ class LiteModel:
         )
 
     def interpreter(self, main: int = 0) -> Any:
-        """TensorFlow Lite's interpreter of the file: builtin kernels only (no default
-        delegate; the file's ops were checked to be builtins), every tensor kept after a run.
-        With `main`, of the file with that subgraph as its main one (a WHILE loop's cond or
-        body, run an iteration at a time), its tensors numbered as in the file."""
+        """TensorFlow Lite's interpreter of the file, its tensors allocated: builtin kernels
+        only (no default delegate; the file's ops were checked to be builtins), every tensor
+        kept after a run. With `main`, of the file with that subgraph as its main one (a
+        WHILE loop's cond or body, run an iteration at a time), its tensors numbered as in
+        the file. ModelFormatError where the interpreter refuses the file."""
         from tracer._tf import tf
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # its notice that a successor package exists
-            return tf.lite.Interpreter(
-                model_content=self.data if main == 0 else self._with_main(main),
-                experimental_preserve_all_tensors=True,
-                experimental_op_resolver_type=(
-                    tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-                ),
-            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # its notice that a successor package exists
+                it = tf.lite.Interpreter(
+                    model_content=self.data if main == 0 else self._with_main(main),
+                    experimental_preserve_all_tensors=True,
+                    experimental_op_resolver_type=(
+                        tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                    ),
+                )
+            it.allocate_tensors()
+        except (ValueError, RuntimeError) as err:
+            raise self.refused(err) from None
+        return it
+
+    def invoke(self, it: Any) -> None:
+        """Run interpreter `it` once; ModelFormatError (one line) where it fails."""
+        try:
+            it.invoke()
+        except (ValueError, RuntimeError) as err:
+            raise self.refused(err) from None
+
+    def refused(self, err: Exception) -> ModelFormatError:
+        """The interpreter's error `err`, as one line naming the file."""
+        why = " ".join(str(err).split()) or type(err).__name__
+        return ModelFormatError(
+            f"{self.source}: TensorFlow Lite's interpreter refuses it: {why}; convert the model again"
+        )
 
     def _with_main(self, index: int) -> bytes:
         """The file with subgraph `index` first (the one an interpreter runs), every op's

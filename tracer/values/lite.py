@@ -1,15 +1,22 @@
-"""A TensorFlow Lite file's recurrent ops: captured by the interpreter, replayed in numpy.
+"""A TensorFlow Lite file's recurrent ops and loops: captured by its interpreter.
 
 A `LitePlan` runs the file's own interpreter (`tracer.load.tflite.LiteModel.interpreter`:
 builtin kernels, every tensor kept) on a batch, as many rows an invocation as the file's
-inputs hold (row by row for the usual batch-1 file), each op's state reset before every invocation: a fused sequence
-op keeps its state between invocations, and every row is an independent sequence from
-the state the file starts it from. For each recurrent op it reads what the op received
-(its input sequence and starting states) and returned (its outputs and final states),
-replays the op's cell in numpy from its weights (`tracer.values.replay`, as
-`tracer.find.lite` holds them) and checks the replay against the op's own outputs and
-final states: the gates are recorded only where they reproduce what the interpreter
-computed.
+inputs hold (row by row for the usual batch-1 file), the ops' state reset before each: a
+fused sequence op keeps its state between invocations, and every row is a sequence of its
+own from the state the file starts it from. Then, for each cell:
+
+    a fused op      what it received (its input sequence and starting states) and returned
+                    (its outputs, and final states where it keeps them) are read back; its
+                    cell is replayed in numpy from its weights (`tracer.values.replay`, as
+                    `tracer.find.lite` holds them) and checked against what it returned
+    a WHILE loop    its cond and body run an iteration at a time, in interpreters of the file
+                    with those subgraphs as the main one, from what the loop started from:
+                    each gate is what its nonlinearity read and returned, each state what the
+                    iteration returned; the last iteration's states are checked against the
+                    loop's own (`tracer.find.lite_loops`)
+
+Either way the gates are recorded only where they reproduce what the interpreter computed.
 """
 
 from __future__ import annotations
@@ -46,10 +53,9 @@ class LitePlan(ReplayedPlan[LiteCell]):
         self._loops: dict[int, Any] = {}  # the interpreters of loops' conds and bodies
 
     def _ready(self) -> Any:
-        """The interpreter, its tensors allocated."""
+        """The interpreter of the file."""
         if self._interpreter is None:
             self._interpreter = self.model.interpreter()
-            self._interpreter.allocate_tensors()
         return self._interpreter
 
     def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[Result]:
@@ -70,7 +76,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
                 if real < per:  # the last rows, filled to the file's batch with zeros
                     a = np.concatenate([a, np.zeros((per - real, *a.shape[1:]), a.dtype)])
                 it.set_tensor(index, np.ascontiguousarray(a, it.get_tensor(index).dtype))
-            it.invoke()
+            self.model.invoke(it)
             for c in self.cells:
                 got = seen[c.name]
                 if c.body is not None:  # a WHILE loop's cell: its body, an iteration at a time
@@ -102,7 +108,6 @@ class LitePlan(ReplayedPlan[LiteCell]):
         """The interpreter of the file with `subgraph` as its main one, allocated."""
         if subgraph not in self._loops:
             self._loops[subgraph] = self.model.interpreter(main=subgraph)
-            self._loops[subgraph].allocate_tensors()
         return self._loops[subgraph]
 
     def _iterate(self, cell: LiteCell, it: Any) -> dict[str, np.ndarray]:
@@ -119,7 +124,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
         while True:
             for t, v in zip(graphs[body.cond].inputs, values, strict=True):
                 cond.set_tensor(int(t), v)
-            cond.invoke()
+            self.model.invoke(cond)
             if not np.asarray(cond.get_tensor(int(graphs[body.cond].outputs[0]))).all():
                 break
             if len(kept["inputs"]) == cell.length:
@@ -129,7 +134,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
                 )
             for t, v in zip(graphs[body.body].inputs, values, strict=True):
                 run.set_tensor(int(t), v)
-            run.invoke()
+            self.model.invoke(run)
             kept["inputs"].append(run.get_tensor(body.step_input))
             kept["preactivation"].append(np.stack([run.get_tensor(x) for x, _ in body.gates], 1))
             kept["activation"].append(np.stack([run.get_tensor(y) for _, y in body.gates], 1))
