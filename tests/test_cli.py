@@ -376,7 +376,54 @@ def test_demo(tmp_path):
     np.testing.assert_array_equal(
         f.sort_values(sort)["activation"].to_numpy(), g.sort_values(sort)["activation"].to_numpy()
     )
-    assert "exists and is not empty" in run_cli("demo", "--out", str(tmp_path / "demo")).stderr
+
+
+@pytest.mark.e2e
+def test_every_help_example_runs_as_shown(tmp_path, monkeypatch):
+    """Each command's help example, run as its help shows it in a fresh folder: the demo's first
+    (twice: a demo replaces its own earlier output), then the ones that read what it wrote
+    (`gatetrace view` serves until stopped: tests/test_view.py runs it)."""
+    import shlex
+
+    from tracer.cli import COMMANDS
+
+    monkeypatch.chdir(tmp_path)
+    demo = shlex.split(COMMANDS["demo"].EXAMPLE)[1:]
+    for _ in range(2):
+        done = run(*demo)
+        assert done.returncode == 0, done.stderr
+    for name, command in COMMANDS.items():
+        if name in ("demo", "view"):
+            continue
+        done = run_cli(*shlex.split(command.EXAMPLE)[1:])
+        assert done.returncode == 0, f"{command.EXAMPLE}: {done.stderr}"
+    top = shlex.split(main_example())
+    assert run_cli(*top[1:]).returncode == 0
+
+
+def main_example() -> str:
+    """The example `gatetrace --help` ends with."""
+    return run("--help").stdout.split("example, after `gatetrace demo`: ")[1].strip()
+
+
+def test_a_demo_replaces_only_its_own_earlier_output(tmp_path):
+    """An earlier demo's folder is replaced; one holding anything else, or the demo's names
+    without its recording of its own model, is refused as any output folder is."""
+    from tracer.demo import _earlier_demo
+
+    out = tmp_path / "demo"
+    (out / "recording").mkdir(parents=True)
+    (out / "model").mkdir()
+    manifest = out / "recording" / "manifest.json"
+    manifest.write_text(json.dumps({"source": {"path": str(out / "model" / "model.ckpt")}}))
+    assert _earlier_demo(out)
+    (out / "notes.txt").write_text("mine")
+    assert not _earlier_demo(out)
+    (out / "notes.txt").unlink()
+    manifest.write_text(json.dumps({"source": {"path": "/elsewhere/model.ckpt"}}))
+    assert not _earlier_demo(out)
+    done = run_cli("demo", "--out", str(out))
+    assert done.returncode == 2 and "exists and is not empty" in done.stderr
 
 
 def test_the_version_and_python_m_tracer():

@@ -78,7 +78,7 @@ def _parser() -> Parser:
     p = Parser(
         prog="gatetrace",
         description="Record every gate of every TensorFlow RNN cell, at every step, on your data.",
-        epilog="example: gatetrace record model.ckpt --feed inputs=x.npy --out run1/",
+        epilog="example, after `gatetrace demo`: gatetrace units gatetrace-demo/recording --labels gatetrace-demo/labels.npy",
     )
     p.add_argument("--version", action="version", version=f"gatetrace {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)

@@ -163,17 +163,34 @@ def summarise_units(recording: Path, labels: Path) -> str:
     )
 
 
+_DEMO_ENTRIES = ("model", "recording", "summary", "training", "inputs.npy", "labels.npy")
+
+
+def _earlier_demo(out: Path) -> bool:
+    """Whether `out` holds an earlier demo's output and nothing else: the demo's own entries,
+    its recording made of the checkpoint in `out/model`."""
+    import json
+
+    manifest = out / "recording" / "manifest.json"
+    if not out.is_dir() or foreign_entries(out, _DEMO_ENTRIES) or not manifest.is_file():
+        return False
+    try:
+        source = json.loads(manifest.read_text())["source"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(source == str(out / "model" / "model.ckpt"))
+
+
 def run_demo(
     out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
 ) -> Path:
-    """Train, save, record and summarise into the folder `out` (model/ and recording/)."""
+    """Train, save, record and summarise into the folder `out` (model/ and recording/); an
+    earlier demo's output there is replaced (nothing else is, unless `overwrite`)."""
     out = local_path(out)
     check_out(
         out,
-        overwrite,
-        ours=lambda folder: foreign_entries(
-            folder, ("model", "recording", "summary", "training", "inputs.npy", "labels.npy")
-        ),
+        overwrite or _earlier_demo(out),
+        ours=lambda folder: foreign_entries(folder, _DEMO_ENTRIES),
     )
     tmp = temp_sibling(out)
     start = time.perf_counter()

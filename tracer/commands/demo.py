@@ -17,7 +17,11 @@ def arguments(c: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="output folder (default: ./gatetrace-demo)",
     )
-    c.add_argument("--overwrite", action="store_true", help="replace --out if it holds something")
+    c.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out if it holds something (an earlier demo's output is replaced without it)",
+    )
 
 
 def run(args) -> None:

@@ -16,7 +16,7 @@ HELP = (
     "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing); "
     "given a recording folder, what it holds"
 )
-EXAMPLE = "gatetrace inspect model.ckpt --json"
+EXAMPLE = "gatetrace inspect gatetrace-demo/model/model.ckpt --json"
 READS_MODEL, RUNS_MODEL = True, False
 
 

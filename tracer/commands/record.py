@@ -20,7 +20,7 @@ from tracer.commands.record_runs import (
 
 NAME = "record"
 HELP = "record every gate, state and weight of every cell to Parquet"
-EXAMPLE = "gatetrace record model.ckpt --feed inputs=x.npy --feed keep_prob=1.0 --out run1/"
+EXAMPLE = "gatetrace record gatetrace-demo/model/model.ckpt --feed inputs=gatetrace-demo/inputs.npy --out run1/"
 READS_MODEL, RUNS_MODEL = True, True
 
 

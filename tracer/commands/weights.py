@@ -6,7 +6,7 @@ import argparse
 
 NAME = "weights"
 HELP = "write every cell's per-gate W, U, b to one Parquet file"
-EXAMPLE = "gatetrace weights model.ckpt --out weights.parquet"
+EXAMPLE = "gatetrace weights gatetrace-demo/model/model.ckpt --out weights.parquet"
 READS_MODEL, RUNS_MODEL = True, True
 
 
