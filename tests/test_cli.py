@@ -44,10 +44,13 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     stdout, stderr = capfd.readouterr()
     # stderr is not a terminal here: a line per tenth of the work, no carriage returns
     assert (
-        "gatetrace: recording, batches of 2: 66% (2 of 3 seq), 180 rows\n" in stderr
+        "gatetrace: recording, batches of 2: 66% (2 of 3 sequences), 180 rows written\n" in stderr
         and "\r" not in stderr
     )
-    assert "gatetrace: recording, batches of 2: 100% (3 of 3 seq), 270 rows\n" in stderr
+    assert (
+        "gatetrace: recording, batches of 2: 100% (3 of 3 sequences), 270 rows written\n" in stderr
+    )
+    assert "gatetrace: recording, batches of 2: starting on 3 sequences\n" in stderr
     assert (
         main(["record", path, "--feed", f"x={x}", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     )
@@ -481,17 +484,17 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
             bar.set_postfix_str("5 rows")
             bar.update(5)
     lines = log.getvalue().splitlines()
-    assert len(lines) == 11 and lines[0] == "gatetrace: recording: started of 100 seq"
-    assert lines[1] == "gatetrace: recording: 10% (10 of 100 seq), 5 rows"
-    assert lines[-1] == "gatetrace: recording: 100% (100 of 100 seq), 5 rows"
+    assert len(lines) == 11 and lines[0] == "gatetrace: recording: starting on 100 sequences"
+    assert lines[1] == "gatetrace: recording: 10% (10 of 100 sequences), 5 rows"
+    assert lines[-1] == "gatetrace: recording: 100% (100 of 100 sequences), 5 rows"
     unknown = io.StringIO()
     with progress_bar(None, True, "recording", unknown) as bar:
         for _ in range(25):
             bar.update(3)
     assert unknown.getvalue().splitlines() == [
-        "gatetrace: recording: started",
-        "gatetrace: recording: 30 seq",
-        "gatetrace: recording: 60 seq",
+        "gatetrace: recording: starting",
+        "gatetrace: recording: 30 sequences",
+        "gatetrace: recording: 60 sequences",
     ]
     quiet = io.StringIO()
     progress_bar(100, False, "recording", quiet).update(100)

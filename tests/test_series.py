@@ -60,11 +60,13 @@ def test_a_tf1_run_recorded_checkpoint_by_checkpoint(tmp_path):
         "--feed",
         f"x={tmp_path / 'x.npy'}",
         "--out",
-        str(tmp_path / "series"),
+        f"{tmp_path / 'series'}/",
         "--quiet",
     )
     assert done.returncode == 0, done.stderr
     assert "recorded 3 of 3 checkpoints (checkpoint 2, 4, 6)" in done.stdout
+    # one slash between the folder given with its own and the checkpoint's folder
+    assert f"or one: {tmp_path / 'series'}/checkpoint=6\n" in done.stdout
     series = Series(tmp_path / "series")
     assert (series.key, series.values, series.complete) == ("checkpoint", [2, 4, 6], [2, 4, 6])
     shown = run_cli("inspect", str(tmp_path / "series")).stdout

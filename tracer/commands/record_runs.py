@@ -98,7 +98,8 @@ def record_series(args, selection, bins, memory) -> None:
         f"recorded {len(recorded)} of {len(values)} checkpoints ({key} {', '.join(map(str, values))}) -> {args.out}"
     )
     print(
-        f"read it with: recorders.Series({args.out!r}).gate_frame(...), or one: {args.out}/{key}={values[-1]}"
+        f"read it with: recorders.Series({args.out!r}).gate_frame(...), or one: "
+        f"{os.path.join(args.out, f'{key}={values[-1]}')}"
     )
 
 

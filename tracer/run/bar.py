@@ -15,16 +15,16 @@ __all__ = ["progress_bar", "LineProgress"]
 
 
 class LineProgress:
-    """tqdm's `update`/`set_postfix_str`/`close` as lines: `gatetrace: <desc>: started of 1,000 seq`,
-    then `gatetrace: <desc>: 30% (300 of 1,000 seq), <postfix>` each time another tenth is done
-    (every 10 updates when the total is unknown)."""
+    """tqdm's `update`/`set_postfix_str`/`close` as lines: `gatetrace: <desc>: starting on
+    1,000 sequences`, then `gatetrace: <desc>: 30% (300 of 1,000 sequences), <postfix>` each
+    time another tenth is done (every 10 updates when the total is unknown)."""
 
     def __init__(self, total: int | None, desc: str, stream: Any = None):
         self.total, self.desc, self.stream = total, desc, stream or sys.stderr
         self.n, self.updates, self.postfix, self._tenths = 0, 0, "", 0
-        of = f" of {total:,} seq" if total else ""
+        on = f" on {total:,} sequence{'s' if total != 1 else ''}" if total else ""
         # before the first batch runs
-        print(f"gatetrace: {desc}: started{of}", file=self.stream, flush=True)
+        print(f"gatetrace: {desc}: starting{on}", file=self.stream, flush=True)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -33,9 +33,9 @@ class LineProgress:
         if tenths > self._tenths:
             self._tenths = tenths
             done = (
-                f"{self.n * 100 // self.total}% ({self.n:,} of {self.total:,} seq)"
+                f"{self.n * 100 // self.total}% ({self.n:,} of {self.total:,} sequences)"
                 if self.total
-                else f"{self.n:,} seq"
+                else f"{self.n:,} sequences"
             )
             print(
                 f"gatetrace: {self.desc}: {done}{', ' + self.postfix if self.postfix else ''}",

@@ -253,7 +253,7 @@ def _record(
             todo = [examples]
         total = None if examples is None else sum(stop - start for start, stop in todo)
         with (
-            _progress_bar(total, progress, batch_size) as bar,
+            _progress_bar(total, progress, batch_size, options.summary is not None) as bar,
             StopOnCtrlC(progress) as ctrl_c,
             no_collector_passes(),
         ):
@@ -268,9 +268,10 @@ def _record(
                 nonlocal in_flight
                 if in_flight is not None:
                     writer.commit()
-                    bar.set_postfix_str(
-                        f"{writer.rows['gates'] + writer.rows['states']:,} rows", refresh=False
-                    )
+                    done = writer.rows["gates"] + writer.rows["states"]
+                    # a summary counts the values it took in; a recording the rows it wrote
+                    what = "values summarised" if options.summary is not None else "rows written"
+                    bar.set_postfix_str(f"{done:,} {what}", refresh=False)
                     bar.update(in_flight[1] - in_flight[0])
                     in_flight = None
 
@@ -352,6 +353,7 @@ def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | No
     return lengths
 
 
-def _progress_bar(total: int | None, show: bool, batch_size: int):
+def _progress_bar(total: int | None, show: bool, batch_size: int, summary: bool):
     """Progress on stderr counting sequences and saying the batch size (`tracer.run.bar`)."""
-    return progress_bar(total, show, f"recording, batches of {batch_size}")
+    what = "summarising" if summary else "recording"
+    return progress_bar(total, show, f"{what}, batches of {batch_size}")
