@@ -14,6 +14,7 @@ import pytest
 
 import tracer
 from recorders import GatetraceError, Recording, ReplayMismatchError
+from recorders.errors import FeedError
 from tests.conftest import run_cli
 from tracer.find.keras import find_layers
 from tracer.load.keras import wrap
@@ -269,7 +270,10 @@ def test_sequential_model(framework):
     )
     randomise(model, seed=5)
     x = sequences(seed=6)
-    trace = tracer.trace(model, {"any_name_for_the_only_input": x})
+    # a model of one input takes its array alone; under a name, only under the input's own
+    with pytest.raises(FeedError, match="unknown input inputs: the model's inputs are "):
+        tracer.trace(model, {"inputs": x})
+    trace = tracer.trace(model, x)
     probe_inputs = [x, np.asarray(model.layers[0](x))]
     for ct, xin in zip(trace, probe_inputs, strict=True):
         gates, states, _ = reference(ct.cell.layer, xin, None, None, framework)
@@ -459,6 +463,14 @@ def test_cli_records_a_keras_file(framework, name, tmp_path):
     ] == "backward"
     # the halves of Bidirectional too, from the wrapper's input
     assert [c["steps"] for c in info["cells"]] == [T] * 5
+    # a name the model's one input does not have is refused, as a graph's placeholder is
+    wrong = gatetrace(
+        "record", str(path), "--feed", f"inputs={tmp_path / 'x.npy'}", "--out", str(tmp_path / "no")
+    )
+    assert wrong.returncode == 2 and wrong.stderr.startswith(
+        "gatetrace: error: unknown input inputs:"
+    )
+    assert not (tmp_path / "no").exists()
     done = gatetrace(
         "record",
         str(path),

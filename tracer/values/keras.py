@@ -33,14 +33,13 @@ __all__ = ["KerasPlan", "resolve_inputs"]
 
 
 def resolve_inputs(model: KerasModel | LiteModel, feeds: Any) -> dict[KerasInput, Any]:
-    """Feeds for the model's inputs, checked: a mapping by input name, a list in input order,
-    or (for a model with one input) one array under any name or none."""
+    """Feeds for the model's inputs, checked: a mapping by input name (as `--feed NAME=FILE`
+    gives them: a name the model does not have is refused, naming those it has), a list in
+    input order, or (for a model with one input) one array."""
     inputs = model.inputs
     listing = ", ".join(f"{i.name} ({i.dtype.name}, shape {i.shape})" for i in inputs)
     if isinstance(feeds, Mapping):
         given = {str(k).split(":")[0]: v for k, v in feeds.items()}
-        if len(inputs) == 1 and len(given) == 1:
-            given = {inputs[0].name: next(iter(given.values()))}
     elif isinstance(feeds, (list, tuple)):
         if len(feeds) != len(inputs):
             raise FeedError(
