@@ -6,6 +6,8 @@ Each page runs in a folder of its own holding what its examples name: the demo's
 a recording `run1/` of the demo model with its preactivations' parts. In a page, top to bottom:
 
 - a `python` block runs in one namespace per page (a later block may use an earlier one's names);
+  a `print(...)` whose line ends in a comment that starts with a value (`# [1, 2, 3]`, `# 0.52`,
+  `# True`, up to a colon) must print that value;
 - an `sql` block runs in DuckDB;
 - in any other block, each line that starts with `gatetrace ` runs as that command and must
   exit 0, except `gatetrace view` (it serves until stopped: tests/test_view.py runs it) and a
@@ -114,7 +116,13 @@ def test_every_example_of_the_page_runs(page, world, tmp_path, monkeypatch):
         if not run:
             continue
         if lang == "python":
+            printed = _printing(namespace, f"{page} python block")
             exec(compile(text, f"{page} python block", "exec"), namespace)
+            for line, shown in shown_values(text).items():
+                assert printed.get(line) == shown, (
+                    f"{page}: the page shows `{shown}` after line {line} of a python block; it printed "
+                    f"{printed.get(line)!r}"
+                )
         elif lang == "sql":
             import duckdb
 
@@ -129,6 +137,41 @@ def test_every_example_of_the_page_runs(page, world, tmp_path, monkeypatch):
     assert tf.executing_eagerly(), (
         f"{page}: an example turns eager execution off; build graphs in tf.Graph() instead"
     )
+
+
+# a comment that shows what the print on its line prints: it starts with a value
+_SHOWN = re.compile(
+    r"^\s*print\(.*\)\s*#\s*((?:\[|\{|\(|-?\d|'|\"|True\b|False\b|None\b).*?)(?::\s.*)?$"
+)
+
+
+def shown_values(text: str) -> dict[int, str]:
+    """The value each `print(...)  # VALUE` line of a block shows, by line number from 1."""
+    return {
+        k: m.group(1).strip()
+        for k, line in enumerate(text.splitlines(), 1)
+        if (m := _SHOWN.match(line))
+    }
+
+
+def _printing(namespace: dict, filename: str) -> dict[int, str]:
+    """Make `print` in `namespace` also keep what each line of code `filename` printed (the
+    first print of a line), by line number; the returned dict fills as the block runs."""
+    import builtins
+    import io
+
+    printed: dict[int, str] = {}
+
+    def print_(*args, **kwargs) -> None:
+        builtins.print(*args, **kwargs)
+        frame = sys._getframe(1)
+        if frame.f_code.co_filename == filename and frame.f_lineno not in printed:
+            out = io.StringIO()
+            builtins.print(*args, **{**kwargs, "file": out})
+            printed[frame.f_lineno] = out.getvalue().strip()
+
+    namespace["print"] = print_
+    return printed
 
 
 def test_the_units_page_shows_what_the_command_prints(world, tmp_path):
@@ -166,6 +209,11 @@ def _same_but_last_digits(got: str, want: str) -> bool:
         except ValueError:
             return False
     return True
+
+
+def test_the_rules_find_the_shown_values():
+    text = "print(x)   # [4, 8]: batches trained\nprint(y)  # the mean\nprint(z) # 0.52\nprint(w)  # 'a'"
+    assert shown_values(text) == {1: "[4, 8]", 3: "0.52", 4: "'a'"}
 
 
 def test_the_rules_find_the_examples():

@@ -151,13 +151,14 @@ def summarise_training(logged: Path) -> str:
 def summarise_units(recording: Path, labels: Path) -> str:
     """Which units tell the marker's two values apart at the last step (`gatetrace units`)."""
     from recorders import Recording
-    from recorders.read.units import unit_scores
+    from recorders.read.units import findings, unit_scores
 
     scores = unit_scores(Recording(recording), labels)
-    top = scores.iloc[0]
-    perfect = int((scores["score"] == 1.0).sum())
+    found = findings(scores)
+    top = found.iloc[0]
+    perfect = int((found["score"] == 1.0).sum())
     return (
-        f"units that tell 'the marker was +1' at the last step: {perfect} of {len(scores)} at AUC 1.000, e.g. "
+        f"units that tell 'the marker was +1' at the last step: {perfect} of {len(found)} at AUC 1.000, e.g. "
         f"{top['table']} {top['name']} {top['column']} unit {top['unit']}; shuffled labels score "
         f"{top['chance']:.3f} on average, {scores.attrs['chance_best']:.3f} at best (gatetrace units)"
     )
@@ -222,7 +223,7 @@ def run_demo(
         raise
     rows = manifest["rows"]
     print(
-        f"recorded {sequences} sequences in {time.perf_counter() - start:.1f} s: {rows['gates']:,} gate rows, {rows['states']:,} state rows"
+        f"trained, then recorded {sequences} sequences, in {time.perf_counter() - start:.1f} s: {rows['gates']:,} gate rows, {rows['states']:,} state rows"
     )
     print(f"  model:     {out / 'model' / 'model.ckpt'}  (inputs: {out / 'inputs.npy'})")
     print(f"  gates:     {out / 'recording' / 'gates'}")

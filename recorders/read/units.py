@@ -2,7 +2,7 @@
 
     labels = read_labels("inside_quote.npy")          # [examples, steps], or [examples], or a table
     scores = unit_scores(rec, labels)                 # best first
-    scores.head()       # cell, table, name, column, unit, metric, score, direction, chance, n
+    scores.head()       # cell, table, name, column, unit, metric, score, direction, chance, separation, n
 
 Each unit of each gate column (preactivation, activation) and state (c, h) is scored over
 exactly the (example, step) positions that have a label and a recorded row
@@ -15,6 +15,12 @@ exactly the (example, step) positions that have a label and a recorded row
 among those positions (a fixed seed, drawn in (example, step) order, so every cell and table
 sees the same permutations): what a unit scores by chance. `DataFrame.attrs["chance_best"]`
 is the best score any unit reached under any permutation: the line a real finding beats.
+
+Units that score the same are ordered by `separation` (binary labels): how far apart the means
+of the unit on the two labels are, in standard deviations of the unit over all positions (of
+units that both separate the labels perfectly, the one with the wider gap first); then in the
+recording's order. A gate's activation and its preactivation score the same (the activation is
+ranked in its preactivation's order): `findings` keeps one row of the two, the activation's.
 
 Cost: one read of each column, the gates and states in parallel threads; per gate or state,
 16 units at a time (their sort stays in the processor's cache), one 64-bit sort of each unit's
@@ -42,7 +48,7 @@ from recorders.errors import SelectionError
 from recorders.read.labels import Gathered, Labels, covers, gather, positions, read_labels
 from recorders.read.reader import Recording
 
-__all__ = ["unit_scores", "score_units", "score_columns", "targets", "COLUMNS"]
+__all__ = ["unit_scores", "findings", "score_units", "score_columns", "targets", "COLUMNS"]
 
 COLUMNS = [
     "cell",
@@ -54,6 +60,7 @@ COLUMNS = [
     "score",
     "direction",
     "chance",
+    "separation",
     "n",
 ]
 _CHUNK = 16  # units ranked at once: a chunk's keys, order and ranks fit a processor's cache
@@ -150,6 +157,7 @@ def unit_scores(
                             "score": np.abs(score),
                             "direction": np.where(score >= 0, "+", "-"),
                             "chance": np.abs(shuffled).mean(axis=0) if shuffles else np.nan,
+                            "separation": _separation(g, labels),
                             "n": len(g.labels),
                         }
                     )
@@ -161,7 +169,9 @@ def unit_scores(
     frames = [frame for job, _ in done for frame in job]  # in the order of `targets`
     best = np.max([b for _, b in done], axis=0, initial=-np.inf) if shuffles else np.zeros(0)
     out = pd.concat(frames, ignore_index=True)
-    out = out.sort_values("score", ascending=False, na_position="last", kind="stable")
+    out = out.sort_values(
+        ["score", "separation"], ascending=False, na_position="last", kind="stable"
+    )
     out = out.reset_index(drop=True)[COLUMNS]
     out.attrs.update(
         chance_best=float(best.max()) if shuffles else float("nan"),
@@ -170,6 +180,34 @@ def unit_scores(
         labels=labels.source,
     )
     return out
+
+
+def _separation(g: Gathered, labels: Labels) -> np.ndarray:
+    """Per unit, |mean on the positive label - mean on the other| / the unit's standard
+    deviation over all positions (0 where it is constant); NaN for numeric labels."""
+    if not labels.binary:
+        return np.full(g.units, np.nan)
+    values = g.values.astype(np.float64)
+    positive = g.labels == labels.positive
+    if positive.all() or not positive.any():
+        return np.full(g.units, np.nan)
+    gap = np.abs(values[positive].mean(axis=0) - values[~positive].mean(axis=0))
+    spread = values.std(axis=0)
+    return np.divide(gap, spread, out=np.zeros_like(gap), where=spread > 0)
+
+
+def findings(out: pd.DataFrame) -> pd.DataFrame:
+    """`unit_scores`' rows without a gate's preactivation where its activation scores the
+    same: one row a finding, as `gatetrace units` lists them."""
+    keys = ["cell", "table", "name", "unit"]
+    act = out[out["column"] == "activation"].set_index(keys)["score"]
+    pre = out["column"] == "preactivation"
+    if not pre.any() or act.empty:
+        return out
+    paired = act.reindex(pd.MultiIndex.from_frame(out.loc[pre, keys])).to_numpy()
+    same = np.zeros(len(out), bool)
+    same[np.flatnonzero(pre)] = paired == out.loc[pre, "score"].to_numpy()
+    return out[~same]
 
 
 def _one_blas_thread() -> AbstractContextManager:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> None:
     labels = read_labels(args.labels, rec.memory)
     if args.probe:
         return _probe(rec, labels, args)
-    from recorders.read.units import unit_scores
+    from recorders.read.units import findings, unit_scores
 
     scores = unit_scores(
         rec,
@@ -81,15 +81,28 @@ def run(args: argparse.Namespace) -> None:
         step=args.step,
         shuffles=args.shuffles,
     )
-    top = scores.head(args.top)
+    found = findings(scores)
+    top = found.head(args.top)
     if args.json:
         print(json.dumps(json.loads(top.to_json(orient="records")), indent=1))  # NaN as null
         return
     metric = "AUC, as max(AUC, 1 - AUC)" if labels.binary else "|Pearson r|"
     print(
-        f"{len(scores):,} units scored against {labels.source} by {metric}"
+        f"{len(scores):,} unit columns scored against {labels.source} by {metric}"
         + (f" (positive label: {labels.positive:g})" if labels.binary else "")
+        + f"; {len(found):,} findings, an activation standing for its preactivation where they score the same"
     )
+    best = top["score"].iloc[0] if len(top) else float("nan")
+    tied = int((found["score"] == best).sum())
+    ties = (
+        f"; {tied:,} score {best:.4f}, ordered by separation (how many standard deviations apart the "
+        "unit's means on the two labels are)"
+        if tied > 1 and labels.binary
+        else f"; {tied:,} score {best:.4f}"
+        if tied > 1
+        else ""
+    )
+    print(f"the best {len(top):,} of {len(found):,}{ties}:")
     print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.shuffles:
         print(
