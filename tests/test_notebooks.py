@@ -26,6 +26,9 @@ def test_notebooks_are_stored_without_outputs(name):
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), (
         f"{name}: strip its outputs"
     )
+    # nbformat 4.5 cells carry ids (nbformat warns of each one missing, and will refuse them)
+    ids = [c.get("id") for c in book["cells"]]
+    assert book["nbformat_minor"] >= 5 and all(ids) and len(set(ids)) == len(ids), name
 
 
 def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
