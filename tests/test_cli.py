@@ -516,3 +516,61 @@ def test_inspect_on_a_recording_folder_says_what_it_holds(model, tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert doc["complete"] and doc["rows"] == {"gates": 180, "states": 90, "weights": 96}
     assert doc["bytes"] == sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+
+
+def test_what_needs_no_model_run_is_answered_before_tensorflow_loads(model, tmp_path):
+    """A recording's inspect, a missing model, a missing or damaged feed or lengths file: answered
+    in a process that never imports TensorFlow (bench/answers.py measures them under 1 s)."""
+    path, x = model
+    run_dir = tmp_path / "run"
+    assert main(["record", path, "--feed", f"x={x}", "--out", str(run_dir), "--quiet"]) == 0
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    cases = {
+        ("inspect", str(run_dir)): (0, "a gatetrace recording (complete)"),
+        (
+            "record",
+            str(tmp_path / "nothing.ckpt"),
+            "--feed",
+            f"x={x}",
+            "--out",
+            str(tmp_path / "o"),
+        ): (
+            2,
+            "gatetrace: error: model not found: ",
+        ),
+        ("record", path, "--feed", f"x={tmp_path / 'none.npy'}", "--out", str(tmp_path / "o")): (
+            2,
+            "gatetrace: error: feed x: no such file ",
+        ),
+        ("record", path, "--feed", f"x={tmp_path / 'bad.npy'}", "--out", str(tmp_path / "o")): (
+            2,
+            "bad.npy: its .npy header cannot be read",
+        ),
+        (
+            "record",
+            path,
+            "--feed",
+            f"x={x}",
+            "--lengths",
+            str(tmp_path / "no.npy"),
+            "--out",
+            str(tmp_path / "o"),
+        ): (
+            2,
+            "gatetrace: error: --lengths: no such file ",
+        ),
+        ("weights", str(tmp_path / "nothing"), "--out", str(tmp_path / "w.parquet")): (
+            2,
+            "gatetrace: error: model not found: ",
+        ),
+    }
+    for argv, (code, says) in cases.items():
+        script = (
+            "import sys; from tracer.cli import main; code = main(sys.argv[1:]); "
+            "print('TENSORFLOW' if 'tensorflow' in sys.modules else 'NONE'); sys.exit(code)"
+        )
+        done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True)
+        assert done.returncode == code, (argv, done.stderr)
+        assert says in done.stdout + done.stderr, (argv, done.stderr)
+        assert done.stdout.rstrip().endswith("NONE"), (argv, "TensorFlow was imported")
+    assert not (tmp_path / "o").exists()

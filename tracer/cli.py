@@ -109,12 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = COMMANDS[args.command]
     tensorflow = getattr(command, "TENSORFLOW", True)  # `view` and `units` read Parquet only
-    if tensorflow:
-        _quiet_tensorflow()
-        from tracer.run.budget import tune_allocators
-
-        tune_allocators()
+    # what a command checks (or answers) before TensorFlow loads: a user error in well under a second
+    early = getattr(command, "early", None)
     try:
+        if early is not None and early(args):
+            return 0
+        if tensorflow:
+            _quiet_tensorflow()
+            from tracer.run.budget import tune_allocators
+
+            tune_allocators()
         if not tensorflow:
             command.run(args)
             return 0

@@ -7,6 +7,7 @@ suggested; `model_arguments` adds MODEL and the flags every command that reads a
 from __future__ import annotations
 
 import argparse
+import glob
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -87,6 +88,34 @@ class Parser(argparse.ArgumentParser):
 def split(text: str | None) -> tuple[str, ...]:
     """`"a, b,"` -> ("a", "b"): a comma-separated flag's values."""
     return tuple(part.strip() for part in text.split(",") if part.strip()) if text else ()
+
+
+def check_model_path(path: str) -> None:
+    """Refuse, before TensorFlow loads, a model path where nothing is: no file or folder of that
+    name and none starting with it (a checkpoint prefix's `P.meta`, `P.index`, ...), as
+    `tracer.load_model` would say it (a URI is left to it)."""
+    from recorders.errors import ModelFormatError
+    from recorders.write import is_uri
+
+    if is_uri(path) or glob.glob(glob.escape(path) + "*"):
+        return
+    raise ModelFormatError(
+        f"model not found: {path} does not exist (and neither does {path}.meta); expected {FORMATS}"
+    )
+
+
+def check_input_files(feeds: Sequence[str], lengths: str | None = None) -> None:
+    """Open, before TensorFlow loads, each `--feed NAME=FILE` (.npy, .npz, Parquet; local or in
+    object storage) and the `--lengths` file, as recording will: a file that is missing, of
+    another kind or damaged in its header is refused in one line (`tracer.inputs.files`).
+    TFRecord files are left to the recording (their reader imports TensorFlow)."""
+    from tracer.inputs.files import is_input_spec, open_input, split_feed
+
+    specs = [(f"feed {name}", value) for name, value in map(split_feed, feeds)]
+    specs += [("--lengths", lengths)] if lengths else []
+    for what, value in specs:
+        if is_input_spec(value) and ".tfrecord" not in value:
+            open_input(value, what)
 
 
 def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None:

@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from tracer.commands.common import check_model_path
+
 NAME = "inspect"
 HELP = (
     "list the RNN cells in a model, their per-step gate ops, and any unsafe ops (runs nothing); "
@@ -81,11 +83,22 @@ def _signature_input(graph, name: str, tensor: str) -> dict:
     return {"name": name, "tensor": tensor, "dtype": t.dtype.name, "shape": shape}
 
 
-def run(args) -> None:
+def early(args) -> bool:
+    """A recording or a series is inspected before TensorFlow loads (it needs none); a model
+    that is not there is refused then (`common.check_model_path`)."""
     if _is_recording(args.model):
-        return _inspect_recording(args)
+        _inspect_recording(args)
+        return True
     if (Path(args.model) / "series.json").is_file():
-        return _inspect_series(args)
+        _inspect_series(args)
+        return True
+    check_model_path(args.model)
+    return False
+
+
+def run(args) -> None:
+    if early(args):
+        return None
     import tracer
     from tracer.commands.common import model_options
     from tracer.load.keras import KerasModel

@@ -9,7 +9,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from tracer.commands.common import model_options, positive, split
+from tracer.commands.common import (
+    check_input_files,
+    check_model_path,
+    model_options,
+    positive,
+    split,
+)
 from tracer.commands.record_runs import (
     record_parallel,
     record_series,
@@ -22,6 +28,14 @@ NAME = "record"
 HELP = "record every gate, state and weight of every cell to Parquet"
 EXAMPLE = "gatetrace record gatetrace-demo/model/model.ckpt --feed inputs=gatetrace-demo/inputs.npy --out run1/"
 READS_MODEL, RUNS_MODEL = True, True
+
+
+def early(args: argparse.Namespace) -> bool:
+    """Before TensorFlow loads: the model is there, and the input files open (a user error in
+    well under a second); then the recording runs (False)."""
+    check_model_path(args.model)
+    check_input_files(args.feed, args.lengths)
+    return False
 
 
 def arguments(c: argparse.ArgumentParser) -> None:

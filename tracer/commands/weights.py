@@ -19,6 +19,14 @@ def arguments(c: argparse.ArgumentParser) -> None:
     )
 
 
+def early(args) -> bool:
+    """Before TensorFlow loads: the model is there."""
+    from tracer.commands.common import check_model_path
+
+    check_model_path(args.model)
+    return False
+
+
 def run(args) -> None:
     import tracer
     from recorders import write_weights
