@@ -337,6 +337,23 @@ def test_help_texts_carry_examples():
     for command in ("inspect", "record", "weights", "demo", "view", "units"):
         result = run(command, "--help")
         assert result.returncode == 0 and "example: gatetrace " + command in result.stdout
+    # record's flags come in groups a reader can find their way in
+    shown = run("record", "--help").stdout
+    titles = [
+        line
+        for line in shown.splitlines()
+        if line and not line.startswith(" ") and line.endswith(":")
+    ]
+    assert titles == [
+        "options:",
+        "loading the model:",
+        "the sequences to record:",
+        "what to record:",
+        "where and how it is written:",
+        "in other processes or on a Dask cluster:",
+        "a training run's checkpoints, one recording each:",
+        "a summary recording: statistics instead of every value:",
+    ]
 
 
 @pytest.mark.e2e

@@ -316,7 +316,7 @@ def keras_models():
     import keras
 
     def one(layer):
-        inp = keras.Input((5, 4))
+        inp = keras.Input((5, 4), name="x")  # fed as {"x": X}: by its own name
         return keras.Model(inp, layer(inp))
 
     return {

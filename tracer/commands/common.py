@@ -120,25 +120,26 @@ def check_input_files(feeds: Sequence[str], lengths: str | None = None) -> None:
 
 def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None:
     """MODEL, --tag, --signature, --timeout (if the command runs the model) and --allow-unsafe-ops."""
-    c.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    c.add_argument(
+    loading = c.add_argument_group("loading the model")
+    loading.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    loading.add_argument(
         "--tag",
         default="serve",
         help="the SavedModel meta graph's exact tag set, comma-separated (default: serve)",
     )
-    c.add_argument(
+    loading.add_argument(
         "--signature",
         default="serving_default",
         help="the SavedModel signature to record, whose input names --feed takes: --signature serve (default: serving_default)",
     )
     if runs_model:
-        c.add_argument(
+        loading.add_argument(
             "--timeout",
             type=seconds,
             metavar="SECONDS",
             help="stop a run of the model (one batch) that takes longer than this: --timeout 600 (default: no limit)",
         )
-    c.add_argument(
+    loading.add_argument(
         "--allow-unsafe-ops",
         action="store_true",
         help="run the model even if it holds ops outside the allowlist of pure math, array, variable and "
@@ -147,7 +148,7 @@ def model_arguments(c: argparse.ArgumentParser, runs_model: bool = True) -> None
         else "read the model even if importing its graph could run ops that do more than compute (file access), "
         "or loading its Keras file would build objects gatetrace does not check: only for models you trust",
     )
-    c.add_argument(
+    loading.add_argument(
         "--custom-objects",
         metavar="FILE.py",
         help="a Keras file built from classes of your own (a cell of your own): the Python file defining them, "

@@ -42,42 +42,50 @@ def arguments(c: argparse.ArgumentParser) -> None:
     from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION
     from tracer.run.budget import DEFAULT_ROOM  # no TensorFlow
 
-    c.add_argument(
+    # the flags in groups, in the order a user meets them
+    inputs = c.add_argument_group("the sequences to record")
+    what = c.add_argument_group("what to record")
+    out = c.add_argument_group("where and how it is written")
+    workers = c.add_argument_group("in other processes or on a Dask cluster")
+    series = c.add_argument_group("a training run's checkpoints, one recording each")
+    summary = c.add_argument_group("a summary recording: statistics instead of every value")
+
+    inputs.add_argument(
         "--feed",
         action="append",
         default=[],
         metavar="NAME=FILE.npy|NAME=VALUE",
         help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0': --feed x=inputs.npy",
     )
-    c.add_argument(
+    out.add_argument(
         "--out",
         required=True,
         metavar="DIR",
         help="output folder (must be new or empty), or a prefix in object storage: --out s3://bucket/run1",
     )
-    c.add_argument(
+    out.add_argument(
         "--batch-size",
         type=positive,
         default=256,
         metavar="N",
         help="sequences per Session.run (default: 256; a placeholder's fixed batch size wins)",
     )
-    c.add_argument(
+    out.add_argument(
         "--overwrite",
         action="store_true",
         help="replace the gatetrace recording in --out, once the new one is complete (other files are never deleted)",
     )
-    c.add_argument(
+    out.add_argument(
         "--resume",
         action="store_true",
         help="continue a recording that was killed or interrupted, keeping its finished batches (same arguments as the first run)",
     )
-    c.add_argument(
+    out.add_argument(
         "--shard",
         metavar="K/N",
         help="record part K (0-based) of N disjoint parts of the sequences, into the same --out as the other parts: --shard 3/8",
     )
-    c.add_argument(
+    out.add_argument(
         "--compression",
         choices=COMPRESSIONS,
         default=DEFAULT_COMPRESSION,
@@ -85,34 +93,36 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "snappy: every column (lz4: files about 9%% smaller, records 10%% to 20%% slower; zstd: 13%% smaller, about "
         "50%% slower); none: nothing: --compression zstd",
     )
-    c.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    c.add_argument(
+    out.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    inputs.add_argument(
         "--lengths",
         metavar="FILE.npy",
         help="sequence lengths, one per input row: no rows at or past them",
     )
-    c.add_argument(
+    what.add_argument(
         "--cells",
         metavar="PATTERN",
         help="record only cells whose names match these globs, comma-separated: 'rnn/*/cell_1/*'",
     )
-    c.add_argument(
+    what.add_argument(
         "--gates", metavar="LABELS", help="record only these gates, comma-separated: i,f"
     )
-    c.add_argument(
+    what.add_argument(
         "--gate-ops",
         metavar="PATTERN",
         help="a cell of your own: a regular expression naming its gates' ops (each a nonlinearity), with groups "
         "cell, gate and step, e.g. '(?P<cell>my_lstm)/(?P<gate>\\w+)_gate_(?P<step>\\d+)'; without a step "
         "group, steps are found by walking the graph (see docs/how-cells-are-found.md)",
     )
-    c.add_argument(
+    what.add_argument(
         "--state-ops",
         metavar="PATTERN",
         help="with --gate-ops: a regular expression naming its states' tensors, groups cell, state and step",
     )
-    c.add_argument("--steps", metavar="START:STOP", help="record only these input positions: 0:10")
-    c.add_argument(
+    what.add_argument(
+        "--steps", metavar="START:STOP", help="record only these input positions: 0:10"
+    )
+    what.add_argument(
         "--values",
         metavar="COLUMNS",
         default="preactivation,activation",
@@ -120,18 +130,18 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "input, recurrent, bias, peephole, recurrent_bias); default: preactivation,activation. "
         "E.g. --values preactivation,activation,contributions",
     )
-    c.add_argument(
+    inputs.add_argument(
         "--examples",
         metavar="START:STOP",
         help="record only these sequences (rows of the inputs): 0:1000",
     )
-    c.add_argument(
+    out.add_argument(
         "--memory",
         metavar="SIZE",
         help="the peak memory (RSS) the process may reach; the batch size is lowered to stay within it (default: what "
         f"TensorFlow and the model hold, plus {DEFAULT_ROOM >> 20} MB or a tenth of the available memory if less): --memory 2G",
     )
-    c.add_argument(
+    workers.add_argument(
         "--workers",
         type=positive,
         default=1,
@@ -139,24 +149,24 @@ def arguments(c: argparse.ArgumentParser) -> None:
         help="record in N processes on this machine, each running tasks of --task-size batches: --workers 4 (default: 1, "
         "one process)",
     )
-    c.add_argument(
+    workers.add_argument(
         "--engine",
         choices=("processes", "dask"),
         default="processes",
         help='what runs the tasks: a process pool of --workers (default), or Dask (pip install "gatetrace[dask]"): '
         "a local cluster of --workers processes, or the cluster at --scheduler: --engine dask --scheduler tcp://head:8786",
     )
-    c.add_argument(
+    workers.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="with --engine dask: the address of an existing Dask scheduler",
     )
-    c.add_argument(
+    workers.add_argument(
         "--scheduler-file",
         metavar="FILE",
         help="with --engine dask: a Dask scheduler file (dask-jobqueue, dask-mpi)",
     )
-    c.add_argument(
+    workers.add_argument(
         "--task-size",
         type=positive,
         default=8,
@@ -164,54 +174,54 @@ def arguments(c: argparse.ArgumentParser) -> None:
         help="batches per task with --workers or --engine (default: 8); tasks are shards of the data cut at batch "
         "boundaries, and a stopped job resumes with any number of workers: --task-size 4",
     )
-    c.add_argument(
+    workers.add_argument(
         "--max-attempts",
         type=positive,
         default=3,
         metavar="N",
         help="with --workers or --engine: run a failed task at most N times in all (default: 3)",
     )
-    c.add_argument(
+    what.add_argument(
         "--carry-state",
         action="store_true",
         help="Keras stateful layers carry their state from batch to batch (row k continues row k of the batch before); "
         "by default they are reset before each batch, so that every row starts from zero state",
     )
 
-    c.add_argument(
+    series.add_argument(
         "--checkpoints",
         metavar="all|last|every-N|LIST",
         help="MODEL is a folder of a training run's checkpoints (a TF1 'checkpoint' file's list, or Keras files "
         "saved per epoch): record each one chosen into OUT/checkpoint=STEP/ (or OUT/epoch=N/), read together by "
         "recorders.Series: --checkpoints every-2",
     )
-    c.add_argument(
+    series.add_argument(
         "--names",
         metavar="FILEPATH",
         help="with --checkpoints: the filepath Keras' ModelCheckpoint saved the files with, whose {epoch} field is "
         "each file's epoch, where their names alone do not say it: --names 'model-{epoch:02d}-{val_loss:.2f}.keras'",
     )
-    c.add_argument(
+    series.add_argument(
         "--tensorboard",
         metavar="DIR",
         help="with --checkpoints: also write each checkpoint's gate saturation and activation histograms as "
         "TensorBoard summaries into DIR, at its step: --tensorboard logs/gates",
     )
-    c.add_argument(
+    summary.add_argument(
         "--summary",
         action="store_true",
         help="write statistics instead of every value: per unit and per step of each gate and state, count, mean, "
         "variance, min, max, saturation counts and a histogram, computed beside the gates (a few megabytes, "
         "whatever the number of sequences): --summary",
     )
-    c.add_argument(
+    summary.add_argument(
         "--saturation",
         metavar="LOW,HIGH",
         default="0.1,0.9",
         help="with --summary: the thresholds below and above which values are counted (default: 0.1,0.9): "
         "--saturation 0.05,0.95",
     )
-    c.add_argument(
+    summary.add_argument(
         "--bins",
         metavar="LO,HI,N",
         default="-10,10,40",
@@ -219,7 +229,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "and tanh activations are binned over their range in 20): N bins from LO to HI (default: -10,10,40): "
         "--bins -5,5,50",
     )
-    c.add_argument(
+    what.add_argument(
         "--verify",
         action="store_true",
         help="also recompute the gates of cells taken from while loops in numpy (the replay) and stop if they differ "
