@@ -418,8 +418,19 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
         want = sat[sat["gate"] == gate].sort_values("unit")
         np.testing.assert_allclose(shown[gate]["left"], want["left"], atol=1e-4)
         np.testing.assert_allclose(shown[gate]["right"], want["right"], atol=1e-4)
+    # what a reader reads: the axes say what left and right are, the size is in bytes' units
+    assert "below 0.1 (left-saturated, x) and above 0.9" in page.inner_text("#saturation-note")
+    layout = page.evaluate("document.querySelector('#saturation > div').layout")
+    assert layout["xaxis"]["title"]["text"] == "share below 0.1" and layout["xaxis"]["range"][0] < 0
+    band = page.evaluate("document.querySelector('#bands > div').layout")
+    assert band["showlegend"] and band["yaxis"]["title"]["text"] == "activation"
+    size = page.locator("#summary tr", has_text="on disk").inner_text()
+    assert size.split("\t")[1].endswith(("KB", "MB")), size
     for folder in shots:
         page.locator("#overview").screenshot(path=str(folder / "view-overview.png"))
+
+    # before a click, the unit panel says what to do (no blank box)
+    assert page.locator("#unit-hint").is_visible() and not page.locator("#course").is_visible()
 
     # one sequence whose marker was +1: the forget gate's heatmap equals the recording's
     marked = np.load(demo / "inputs.npy")[:, 0, 1]
@@ -436,6 +447,31 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
         f[example],
         atol=1e-6,
     )
+    # one colour scale per gate and column, titled, the same for every sequence
+    trace = page.evaluate("document.getElementById('heatmap').data[0]")
+    assert (trace["zmin"], trace["zmax"]) == (0, 1)
+    assert trace["colorbar"]["title"]["text"] == "activation"
+    assert page.inner_text("#label-caption") == "gate"
+    scales = []
+    for shown, column in ((example + 1, "preactivation"), (example, "preactivation")):
+        page.fill("#example", str(shown))
+        page.select_option("#column", column)
+        page.click("#show")
+        page.wait_for_function(
+            f"window.gatetrace.heatmap && window.gatetrace.heatmap.example === {shown} "
+            f"&& window.gatetrace.heatmap.column === '{column}'"
+        )
+        trace = page.evaluate("document.getElementById('heatmap').data[0]")
+        scales.append((trace["zmin"], trace["zmax"]))
+    pre = np.abs(rec.gate_array(cell, "f", "preactivation")).max()
+    assert (
+        scales[0] == scales[1]
+        and scales[0][1] == pytest.approx(pre, rel=1e-6)
+        and scales[0][0] == -scales[0][1]
+    )
+    page.select_option("#column", "activation")
+    page.click("#show")
+    page.wait_for_function("window.gatetrace.heatmap.column === 'activation'")
 
     # select: the units of f on over steps 1-19 (the threshold just under the best unit's minimum);
     # match: every example where they are on together as long, ranked as numpy ranks them
@@ -480,6 +516,11 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     np.testing.assert_allclose(
         page.evaluate("window.gatetrace.unit.values"), f[example, :, unit_], atol=1e-6
     )
+    assert not page.locator("#unit-hint").is_visible() and page.locator("#course").is_visible()
+    values = [r.split("\t")[3] for r in page.locator("#top tbody tr").all_inner_texts()]
+    assert values and all(len(v.split(".")[1]) == 4 for v in values), (
+        values
+    )  # 4 decimals, as the tables
     parts = page.evaluate("window.gatetrace.parts")
     df = rec.gate_frame(
         [cell],
@@ -493,13 +534,23 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     for folder in shots:
         page.locator("#unit-panel").screenshot(path=str(folder / "view-unit.png"))
         page.locator("#parts-panel").screenshot(path=str(folder / "view-parts.png"))
+
+    # an error is in view wherever the reader is, and no stale sequence stays under it
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    page.fill("#example", "99999")
+    page.click("#show")
+    page.wait_for_selector("#error:not([hidden])")
+    box = page.locator("#error").bounding_box()
+    assert 0 <= box["y"] < 900 and "example 99999" in page.inner_text("#error")
+    assert page.evaluate("window.gatetrace.heatmap") is None
+    assert page.evaluate("(document.getElementById('heatmap').data || []).length") == 0
     page.close()
 
 
 def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
     """`--labels`: the ranked units are `analysis.unit_scores`' best, the label's track beside
     the heatmap is the label of each step, and a row clicked shows that unit beside the label."""
-    from recorders.read.units import unit_scores
+    from recorders.read.units import findings, unit_scores
 
     demo, _ = demo_served
     rec = Recording(demo / "recording")
@@ -514,7 +565,7 @@ def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
         page.wait_for_selector("body[data-ready='1']", timeout=60000)
         assert page.locator("#units-panel").is_visible()
         ranked = page.evaluate("window.gatetrace.ranked")
-        want = unit_scores(rec, labels).head(20)
+        want = findings(unit_scores(rec, labels)).head(20)
         keys = ["cell", "table", "name", "column", "unit"]
         assert [[r[k] for k in keys] for r in ranked["rows"]] == want[keys].values.tolist()
         np.testing.assert_allclose([r["score"] for r in ranked["rows"]], want["score"], atol=1e-6)
@@ -524,6 +575,22 @@ def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
         example = int(page.evaluate("window.gatetrace.heatmap.example"))
         track = page.evaluate("window.gatetrace.heatmap.label_track")
         assert track == [None if np.isnan(v) else v for v in labels[example]]
+        # the label track: one fixed colour a label value, whatever the sequence
+        other = int(np.flatnonzero(marker != marker[example])[0])
+        tracks = []
+        for shown in (example, other):
+            page.fill("#example", str(shown))
+            page.click("#show")
+            page.wait_for_function(f"window.gatetrace.heatmap.example === {shown}")
+            trace = page.evaluate("document.getElementById('heatmap').data[1]")
+            tracks.append((trace["zmin"], trace["zmax"], trace["z"][0][0]))
+        assert tracks[0][:2] == tracks[1][:2] == (0, 1)
+        assert {tracks[0][2], tracks[1][2]} == {0, 1}  # the two ends of its colour scale
+        page.fill("#example", str(example))
+        page.click("#show")
+        page.wait_for_function(f"window.gatetrace.heatmap.example === {example}")
+        note = page.inner_text("#units-note")
+        assert f"best unit scored {ranked['chance_best']:.4f}." in note
         page.locator("#ranked tbody tr").nth(0).click()
         page.wait_for_function("window.gatetrace.labelled !== null")
         shown = page.evaluate("window.gatetrace.labelled")
@@ -536,6 +603,10 @@ def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
         )[example, :, top["unit"]]
         np.testing.assert_allclose(shown["values"], values, atol=1e-6)
         assert shown["label"] == track
+        layout = page.evaluate("document.getElementById('labelled').layout")
+        axis = layout["yaxis2"]
+        assert axis["tickvals"] == [0, 1] and axis["zeroline"] is False  # a boolean's two values
+        assert layout["xaxis"]["zeroline"] is False  # no stray line at step 0
         for folder in shots_folder(tmp_path):
             page.locator("#units-panel").screenshot(path=str(folder / "view-units.png"))
 

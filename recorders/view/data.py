@@ -117,6 +117,7 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
     return {
         "path": str(rec.path),
         "summary": summary,
+        "saturation": {"low": 0.1, "high": 0.9},  # gate_summaries' thresholds
         "cells": cells,
         "parts": rec.has_parts(),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
@@ -144,6 +145,33 @@ def across(series: Series, at: int) -> dict[str, Any]:
         "gates": gates,
         "python": f"from recorders import Series, analysis\nanalysis.saturation_across(Series({str(series.path)!r}))",
     }
+
+
+SCALE_EXAMPLES = 1000  # the sequences a colour scale is read from (the first ones)
+
+
+def scale(
+    rec: Recording, cell: str, label: str, kind: str = "gate", column: str = "activation"
+) -> dict[str, Any]:
+    """The colour scale of a gate's column (or a state), fixed for every sequence shown: [0, 1]
+    where every value of the first `SCALE_EXAMPLES` sequences lies there (a sigmoid's), [-1, 1]
+    likewise (a tanh's), else symmetric about 0 to their largest magnitude (preactivations,
+    cell states); `signed` says which colour map fits."""
+    check_column(rec, cell, label, kind, column)
+    first = int(rec.examples[0][0]) if rec.examples else 0  # the first range recorded
+    examples = (first, first + SCALE_EXAMPLES)
+    if kind == "gate":
+        a = rec.gate_array(cell, label, column, examples=examples)
+    else:
+        a = rec.state_array(cell, label, examples=examples)
+    finite = a[np.isfinite(a)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if 0.0 <= lo and hi <= 1.0:
+        return {"lo": 0.0, "hi": 1.0, "signed": False}
+    if -1.0 <= lo and hi <= 1.0:
+        return {"lo": -1.0, "hi": 1.0, "signed": True}
+    m = float(np.float32(max(abs(lo), abs(hi))))
+    return {"lo": -m, "hi": m, "signed": True}
 
 
 def heatmap(

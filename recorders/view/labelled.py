@@ -15,22 +15,22 @@ from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.view.data import check_column, column_values, rounded
 
-__all__ = ["ranked", "label_track", "labelled_course"]
+__all__ = ["ranked", "label_range", "label_track", "labelled_course"]
 
 
 def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
     """The `k` best units of the whole recording against `labels` (`analysis.unit_scores`:
     AUC or Pearson's r, beside chance), as rows of the table `gatetrace units` prints."""
-    from recorders.read.units import unit_scores
+    from recorders.read.units import findings, unit_scores
 
     scores = unit_scores(rec, labels)
-    top = scores.head(k)
+    top = findings(scores).head(k)
     return {
         "labels": labels.source,
         "metric": "auc" if labels.binary else "pearson",
         "positive": labels.positive,
         "per_sequence": labels.per_sequence,
-        "label_range": [float(np.nanmin(labels.values)), float(np.nanmax(labels.values))],
+        "label_range": label_range(labels),
         "scored": len(scores),
         "chance_best": round(float(scores.attrs["chance_best"]), 6),
         "rows": [
@@ -39,13 +39,19 @@ def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
                 "unit": int(row["unit"]),
                 "score": rounded([row["score"]], 6)[0],
                 "chance": rounded([row["chance"]], 6)[0],
+                "separation": rounded([row["separation"]], 6)[0],
                 "n": int(row["n"]),
             }
             for _, row in top.iterrows()
         ],
-        "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
-        f"analysis.unit_scores(rec, {labels.source!r}).head({k})",
+        "python": "from recorders import Recording, analysis\nfrom recorders.read.units import findings\n"
+        f"rec = Recording({str(rec.path)!r})\nfindings(analysis.unit_scores(rec, {labels.source!r})).head({k})",
     }
+
+
+def label_range(labels: UnitLabels) -> list[float]:
+    """The labels' smallest and largest value: a label track's fixed colour range."""
+    return [float(np.nanmin(labels.values)), float(np.nanmax(labels.values))]
 
 
 def label_track(labels: UnitLabels, example: int, steps: Sequence[int]) -> list[float | None]:

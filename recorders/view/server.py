@@ -236,9 +236,16 @@ def make_app(
             p.choice("column", columns, "activation"),
             labels,
         )
+        key = (id(pick(p)), h["cell"], h["label"], h["kind"], h["column"])
+        if key not in scales:  # fixed for every sequence: read once
+            scales[key] = data.scale(pick(p), h["cell"], h["label"], h["kind"], h["column"])
+        h["scale"] = scales[key]
         if unit_labels is not None:
             h["label_track"] = with_labels.label_track(unit_labels, h["example"], h["steps"])
+            h["label_range"] = with_labels.label_range(unit_labels)
         return h
+
+    scales: dict[tuple[int, str, str, str, str], dict[str, Any]] = {}
 
     def scoring() -> UnitLabels:
         if unit_labels is None:

@@ -21,8 +21,18 @@ async function api(path, params) {
 }
 
 function showError(message) {
+  // the banner stays at the top of the window (CSS: fixed), wherever the user is on the page
   $("error").textContent = message;
   $("error").hidden = false;
+}
+
+// numbers as a reader takes them in: 4 decimals, bytes in KB/MB/GB
+const fixed4 = (v) => (v === null || v === undefined ? "" : Number(v).toFixed(4));
+function size(bytes) {
+  const units = ["bytes", "KB", "MB", "GB", "TB"];
+  let k = 0, v = bytes;
+  while (v >= 1000 && k < units.length - 1) { v /= 1000; k += 1; }
+  return k ? `${v.toFixed(1)} ${units[k]}` : `${v} bytes`;
 }
 
 function options(select, values, chosen) {
@@ -64,7 +74,11 @@ async function loadOverview() {
   const summary = $("summary");
   summary.innerHTML = "";
   for (const [k, v] of Object.entries(o.summary)) {
-    if (typeof v !== "object") { const tr = summary.insertRow(); tr.insertCell().textContent = k; tr.insertCell().textContent = v; }
+    if (typeof v !== "object") {
+      const tr = summary.insertRow();
+      tr.insertCell().textContent = k === "bytes" ? "on disk" : k;
+      tr.insertCell().textContent = k === "bytes" ? size(v) : v;
+    }
   }
   if (o.summary.rows) for (const [k, v] of Object.entries(o.summary.rows)) { const tr = summary.insertRow(); tr.insertCell().textContent = `${k} rows`; tr.insertCell().textContent = v.toLocaleString("en"); }
   const body = $("cells").querySelector("tbody");
@@ -100,21 +114,29 @@ function drawAcross(s) {
 
 function drawOverview(name) {
   const c = cellInfo(name);
+  const { low, high } = state.overview.saturation;
+  $("saturation-note").textContent = `Each point a unit: the share of its activations below ${low} (left-saturated, x) ` +
+    `and above ${high} (right-saturated, y), over every recorded position.`;
   for (const id of ["saturation", "bands"]) $(id).innerHTML = "";
   for (const g of c.gate_stats) {
     const sat = document.createElement("div");
     $("saturation").appendChild(sat);
+    // half-transparent markers (units often share a point), axes a little past 0 and 1
     Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u) => `unit ${u}`), mode: "markers", type: "scatter",
-      hovertemplate: "%{text}<br>left %{x:.3f}<br>right %{y:.3f}<extra></extra>" }],
-      { title: { text: `${g.gate}: saturation` }, margin: { t: 30, l: 40, r: 10, b: 35 }, xaxis: { title: { text: "left" }, range: [0, 1] },
-        yaxis: { title: { text: "right" }, range: [0, 1] } }, { displayModeBar: false });
+      marker: { size: 7, opacity: 0.55 }, cliponaxis: false,
+      hovertemplate: `%{text}<br>below ${low}: %{x:.3f}<br>above ${high}: %{y:.3f}<extra></extra>` }],
+      { title: { text: `${g.gate}: saturation` }, margin: { t: 30, l: 48, r: 10, b: 40 },
+        xaxis: { title: { text: `share below ${low}` }, range: [-0.04, 1.04], zeroline: false },
+        yaxis: { title: { text: `share above ${high}` }, range: [-0.04, 1.04], zeroline: false } }, { displayModeBar: false });
     const band = document.createElement("div");
     $("bands").appendChild(band);
     Plotly.newPlot(band, [
       { x: g.steps, y: g.high, mode: "lines", line: { width: 0 }, showlegend: false, hoverinfo: "skip" },
-      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty", name: "q10-q90", hoverinfo: "skip" },
+      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty", name: "10th-90th percentile" },
       { x: g.steps, y: g.mean, mode: "lines", name: "mean" }],
-      { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 40, r: 10, b: 35 }, showlegend: false, xaxis: { title: { text: "step" } } },
+      { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 48, r: 10, b: 78 }, showlegend: true,
+        legend: { orientation: "h", y: -0.62, font: { size: 10 } },
+        xaxis: { title: { text: "step" } }, yaxis: { title: { text: "activation" } } },
       { displayModeBar: false });
   }
 }
@@ -124,6 +146,7 @@ function fillLabels() {
   const c = cellInfo($("cell").value);
   const labels = $("kind").value === "gate" ? c.gates : c.states;
   options($("label"), labels, labels.includes("f") ? "f" : labels[0]);
+  $("label-caption").textContent = $("kind").value;
   $("column").disabled = $("kind").value !== "gate";
 }
 
@@ -132,19 +155,35 @@ function params() {
 }
 
 async function showHeatmap() {
-  const h = await api("heatmap", params());
+  let h;
+  try {
+    h = await api("heatmap", params());
+  } catch (err) {
+    // no stale sequence left under the error: the plot and its data go
+    Plotly.purge($("heatmap"));
+    state.heatmap = null;
+    throw err;
+  }
   state.heatmap = h;
   const ticks = h.tokens ? h.steps.map((s, k) => `${s} ${h.tokens[k]}`) : h.steps.map(String);
   const text = h.values.map((r, s) => r.map((v, u) => `example ${h.example}<br>step ${h.steps[s]}${h.tokens ? " (" + h.tokens[s] + ")" : ""}<br>unit ${u}<br>${h.kind === "gate" ? h.column : "value"} ${v}`));
-  const traces = [{ z: h.values, x: h.units, y: ticks, type: "heatmap", colorscale: "Viridis", text, hoverinfo: "text" }];
+  // one colour scale per gate and column, the same for every sequence (LSTMVis', TensorBoard's way):
+  // a diverging map for signed values, centred on 0
+  const what = h.kind === "gate" ? h.column : h.label;
+  const traces = [{ z: h.values, x: h.units, y: ticks, type: "heatmap", text, hoverinfo: "text",
+    colorscale: h.scale.signed ? "RdBu" : "Viridis", reversescale: h.scale.signed, zmin: h.scale.lo, zmax: h.scale.hi,
+    colorbar: { title: { text: what, side: "right" } } }];
   const layout = { title: { text: `${h.cell} ${h.label}${h.kind === "gate" ? " " + h.column : ""}, example ${h.example}` }, dragmode: "select",
     xaxis: { title: { text: "unit" }, dtick: 1 }, yaxis: { title: { text: "step" }, autorange: "reversed", type: "category" }, margin: { t: 40 } };
   if (h.label_track) {
     // the label of each step, a track beside the units (as LSTMVis' annotation tracks)
-    traces.push({ z: h.label_track.map((v) => [v]), x: ["label"], y: ticks, type: "heatmap", xaxis: "x2", colorscale: "Greys",
+    // its own fixed range: each label value one colour, whatever the sequence
+    const [lo, hi] = h.label_range;
+    traces.push({ z: h.label_track.map((v) => [v]), x: ["label"], y: ticks, type: "heatmap", xaxis: "x2",
+      colorscale: [[0, "#1b9e77"], [1, "#d95f02"]], zmin: lo, zmax: hi === lo ? lo + 1 : hi,
       showscale: false, hovertemplate: "step %{y}<br>label %{z}<extra></extra>" });
-    layout.xaxis.domain = [0, 0.9];
-    layout.xaxis2 = { domain: [0.93, 1] };
+    layout.xaxis.domain = [0, 0.86];
+    layout.xaxis2 = { domain: [0.88, 0.93] };
   }
   await Plotly.newPlot($("heatmap"), traces, layout);
   $("heatmap-python").textContent = h.python;
@@ -180,11 +219,13 @@ async function showUnit(unit) {
   const u = await api("unit", { cell: p.cell, gate: p.label, unit, example: p.example, column: p.column });
   state.unit = u;
   $("unit-title").textContent = `${u.cell} ${u.gate} unit ${u.unit}`;
+  $("unit-hint").hidden = true;
+  $("course").hidden = false;
   await Plotly.newPlot($("course"), [{ x: u.steps, y: u.values, mode: "lines+markers", name: `example ${u.example}` }],
     { title: { text: `unit ${u.unit} along example ${u.example}` }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: u.column } }, margin: { t: 40 } });
   const table = $("top");
   table.querySelector("tbody").innerHTML = "";
-  u.top.example.forEach((e, k) => row(table, [k + 1, e, u.top.step[k], u.top.value[k], openLink(e)]));
+  u.top.example.forEach((e, k) => row(table, [k + 1, e, u.top.step[k], fixed4(u.top.value[k]), openLink(e)]));
   $("unit-python").textContent = u.python;
 }
 
@@ -209,12 +250,13 @@ async function loadRanked() {
   $("units-source").textContent = r.labels;
   const metric = r.metric === "auc" ? "AUC, as max(AUC, 1 - AUC)" : "|Pearson r|";
   $("units-note").textContent = `${r.scored} units scored by ${metric}${r.per_sequence ? " at each sequence's last step" : ""}; ` +
-    `with the labels shuffled, the best unit scored ${r.chance_best}. Click a row: that unit along the sequence shown, beside its label.`;
+    `with the labels shuffled, the best unit scored ${fixed4(r.chance_best)}. An activation stands for its preactivation ` +
+    `where they score the same; ties come in order of separation. Click a row: that unit along the sequence shown, beside its label.`;
   const table = $("ranked");
   table.querySelector("tbody").innerHTML = "";
   r.rows.forEach((x, k) => {
-    const fixed = (v) => (v === null ? "" : v.toFixed(4));
-    const tr = row(table, [k + 1, x.cell, x.table, x.name, x.column, x.unit, fixed(x.score), x.direction, fixed(x.chance), x.n]);
+    const tr = row(table, [k + 1, x.cell, x.table, x.name, x.column, x.unit, fixed4(x.score), x.direction, fixed4(x.chance),
+      fixed4(x.separation), x.n]);
     tr.onclick = () => showLabelled(x);
   });
   $("units-python").textContent = r.python;
@@ -223,13 +265,16 @@ async function loadRanked() {
 async function showLabelled(x) {
   const c = await api("labelled", { cell: x.cell, table: x.table, name: x.name, column: x.column, unit: x.unit, example: $("example").value });
   state.labelled = c;
-  const [lo, hi] = state.ranked.label_range, pad = 0.1 * (hi - lo);
+  const [lo, hi] = state.ranked.label_range, pad = 0.1 * (hi - lo || 1);
+  // binary labels: their two values as the axis' only ticks
+  const two = state.ranked.metric === "auc" ? { tickvals: [lo, hi], ticktext: [String(lo), String(hi)] } : {};
   await Plotly.newPlot($("labelled"), [
     { x: c.steps, y: c.values, mode: "lines+markers", name: `unit ${c.unit}` },
     { x: c.steps, y: c.label, mode: "lines", name: "label", yaxis: "y2", line: { shape: "hv", dash: "dot" } }],
     { title: { text: `${c.cell} ${c.name}${c.table === "gates" ? " " + c.column : ""} unit ${c.unit}, example ${c.example}` },
-      xaxis: { title: { text: "step" } }, yaxis: { title: { text: c.table === "gates" ? c.column : "value" } },
-      yaxis2: { title: { text: "label" }, overlaying: "y", side: "right", range: [lo - pad, hi + pad] }, margin: { t: 40 } });
+      xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { title: { text: c.table === "gates" ? c.column : "value" }, zeroline: false },
+      yaxis2: { title: { text: "label" }, overlaying: "y", side: "right", range: [lo - pad, hi + pad], zeroline: false,
+        showgrid: false, ...two }, margin: { t: 40 } });
   $("units-python").textContent = c.python;
 }
 
