@@ -47,20 +47,31 @@ def positive(text: str) -> int:
     return value
 
 
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every `--flag` of `parser` and of its subcommands' parsers."""
+    out: set[str] = set()
+    for action in parser._actions:
+        out.update(a for a in action.option_strings if a.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _flags(sub)
+    return out
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with errors in one line (the usage block stays behind --help), flags taken
     only when spelled in full (`--gate` is not `--gates`), and the nearest flag suggested for
     one it does not know."""
 
-    known: set[str] = set()  # every flag of every command
+    known: set[str] = set()  # every flag of every command, in groups or not
     argv: Sequence[str] = ()  # the command line being parsed, for the hints of its errors
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)
 
-    def add_argument(self, *args, **kwargs):
-        Parser.known.update(a for a in args if a.startswith("--"))
-        return super().add_argument(*args, **kwargs)
+    def parse_args(self, *args, **kwargs):
+        Parser.known.update(_flags(self))
+        return super().parse_args(*args, **kwargs)
 
     def error(self, message: str):
         import difflib
