@@ -392,17 +392,7 @@ class KerasCell(HasSpec):
         """A JSON-ready description, as `inspect --json` and the manifest show it."""
         layer = self.layer
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "framework": self.framework,
-            "units": self.units,
-            "input_size": self.input_size,
-            "output_size": self.output_size,
-            "steps": self.length,
-            "gates": list(self.gates),
-            "states": list(self.spec.states),
-            "activation": self.activation,
-            "recurrent_activation": self.recurrent_activation,
+            **_replayed(self, self.framework),
             "reset_after": self.reset_after,
             "direction": "backward" if self.backward else "forward",
             "return_sequences": bool(layer.return_sequences),
@@ -487,17 +477,7 @@ class LiteCell(HasSpec):
     def describe(self) -> dict:
         """A JSON-ready description, as `inspect --json` and the manifest show it."""
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "framework": "tflite",
-            "units": self.units,
-            "input_size": self.input_size,
-            "output_size": self.output_size,
-            "steps": self.length,
-            "gates": list(self.gates),
-            "states": list(self.spec.states),
-            "activation": self.activation,
-            "recurrent_activation": self.recurrent_activation,
+            **_replayed(self, "tflite"),
             "cell_clip": self.cell_clip,
             "proj_clip": self.proj_clip,
             "direction": "backward" if self.backward else "forward",
@@ -514,6 +494,23 @@ class LiteCell(HasSpec):
                 "what the loop returned"
             ),
         }
+
+
+def _replayed(cell: KerasCell | LiteCell, framework: str) -> dict:
+    """What a Keras layer's and a TensorFlow Lite op's descriptions say alike."""
+    return {
+        "name": cell.name,
+        "kind": cell.kind,
+        "framework": framework,
+        "units": cell.units,
+        "input_size": cell.input_size,
+        "output_size": cell.output_size,
+        "steps": cell.length,
+        "gates": list(cell.gates),
+        "states": list(cell.spec.states),
+        "activation": cell.activation,
+        "recurrent_activation": cell.recurrent_activation,
+    }
 
 
 # a cell of any kind: a graph's, a Keras model object's layer, a TensorFlow Lite file's op
