@@ -12,7 +12,9 @@ under static_rnn, T=50 steps of D=64 inputs). Measured as a user runs it:
    every gate and state value read once in the graph (a sum of each tensor a full recording
    fetches: the least any statistic computed there costs); the same with the values stacked into
    a tensor a column; one `Session.run` of every column's statistics (what --summary fetches
-   instead of the gates);
+   instead of the gates); and TensorBoard's way, the anchor: `tf.compat.v1.summary.histogram`
+   of every gate and state tensor a full recording fetches, merged, run and written by a
+   `FileWriter` (what a user would otherwise add to their graph);
 3. the peak RSS and the bytes on disk of `gatetrace record --summary` at each of `--sizes`
    sequences, in fresh processes at the default memory budget (the output's size does not
    grow with the sequences).
@@ -52,11 +54,12 @@ from tracer.values.fetch import FetchPlan  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def in_process(model_path: str, output_name: str, rounds: int) -> dict:
+def in_process(model_path: str, output_name: str, rounds: int, logs: Path) -> dict:
     """In one process, side by side: the forward pass; the least any statistic in the graph
     costs (the forward pass and every gate and state value read once: a sum of each tensor a
     full recording fetches); the same values stacked into a tensor a column (what --summary
-    reduces); the summary's one run."""
+    reduces); the summary's one run; TensorBoard's histograms of the same tensors, written
+    to `logs`."""
     x = np.random.RandomState(0).randn(bench.BATCH, bench.STEPS, bench.FEATURES).astype(np.float32)
     with tracer.load_model(model_path) as model:
         prepared, plan, numpy_plan = prepare(model, {"x": x}, None)
@@ -68,12 +71,21 @@ def in_process(model_path: str, output_name: str, rounds: int) -> dict:
             stacked = [plan.graph_values(c.cell, c.key[3], c.index) for c in summary.columns]
             read_once = [tf.reduce_sum(t) for t in plan.tensors]  # what a recording fetches
             one_each = [s[0, 0, 0] for s in stacked]
+            histograms = tf.compat.v1.summary.merge(
+                [
+                    tf.compat.v1.summary.histogram(f"value_{k}", t)
+                    for k, t in enumerate(plan.tensors)
+                ]
+            )
         fetch = model.session.run
+        writer = tf.compat.v1.summary.FileWriter(str(logs))
+        written = iter(range(10**9))
         runs = {
             "forward": lambda: fetch(output, feed),
             "read_once": lambda: fetch(read_once, feed),
             "stacked": lambda: fetch(one_each, feed),
             "summary": lambda: summary.run(Batch(feed)),
+            "tensorboard": lambda: writer.add_summary(fetch(histograms, feed), next(written)),
         }
         for f in runs.values():
             f()
@@ -84,10 +96,13 @@ def in_process(model_path: str, output_name: str, rounds: int) -> dict:
                 start = time.perf_counter()
                 f()
                 times[name].append(time.perf_counter() - start)
+        writer.close()
+        out_tensors = len(plan.tensors)
     forward = np.array(times["forward"])
     out = {f"{name}_s": round(statistics.median(t), 4) for name, t in times.items()}
-    for name in ("read_once", "stacked", "summary"):
+    for name in ("read_once", "stacked", "summary", "tensorboard"):
         out[f"{name}_ratio"] = round(float(np.median(np.array(times[name]) / forward)), 2)
+    out["tensors"] = out_tensors
     return out
 
 
@@ -104,7 +119,7 @@ def main() -> None:
         results = {
             "model": "2 x BasicLSTMCell(256), static_rnn, T=50, D=64",
             "machine": {"cpus": os.cpu_count(), "processor": bench._cpu_name()},
-            "in_process": in_process(model_path, output.name, args.rounds),
+            "in_process": in_process(model_path, output.name, args.rounds, root / "tensorboard"),
             "whole_process": bench.whole_process(
                 model_path,
                 output.name,
@@ -130,7 +145,8 @@ def main() -> None:
         print(
             f"in one process: forward {p['forward_s']} s; every value read once {p['read_once_s']} s "
             f"({p['read_once_ratio']}x), stacked {p['stacked_s']} s ({p['stacked_ratio']}x); "
-            f"the summary's run {p['summary_s']} s ({p['summary_ratio']}x)"
+            f"the summary's run {p['summary_s']} s ({p['summary_ratio']}x); TensorBoard's histograms of the same "
+            f"{p['tensors']} tensors, merged and written {p['tensorboard_s']} s ({p['tensorboard_ratio']}x)"
         )
         for r in results["summary_rss"]:
             print(

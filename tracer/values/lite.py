@@ -68,9 +68,11 @@ class LitePlan(ReplayedPlan[LiteCell]):
             rows = [a[start : start + per] for a in arrays]
             real = rows[0].shape[0]
             it.reset_all_variables()
-            # what each op starts from, as the interpreter holds it before the run
+            # what each op starts from: a state it keeps (a variable) as the interpreter holds it
+            # before the run; any other (a constant, a DEQUANTIZE's output) as the run left it
             starts = {
-                c.name: {s: it.get_tensor(t) for s, t in c.initial.items()} for c in self.cells
+                c.name: {s: it.get_tensor(t) for s, t in c.initial.items() if self._kept(t)}
+                for c in self.cells
             }
             for index, a in zip(self.model.input_tensors, rows, strict=True):
                 if real < per:  # the last rows, filled to the file's batch with zeros
@@ -86,7 +88,13 @@ class LitePlan(ReplayedPlan[LiteCell]):
                 for what, value in (
                     ("inputs", self._batch_major(c, it.get_tensor(c.inputs))),
                     ("outputs", self._batch_major(c, it.get_tensor(c.outputs))),
-                    *((f"initial {s}", v) for s, v in starts[c.name].items()),
+                    *(
+                        (
+                            f"initial {s}",
+                            starts[c.name][s] if s in starts[c.name] else it.get_tensor(t),
+                        )
+                        for s, t in c.initial.items()
+                    ),
                     # a state the op keeps between invocations holds its final state now
                     *(
                         (f"final {s}", it.get_tensor(t))
