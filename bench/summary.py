@@ -77,8 +77,8 @@ def in_process(model_path: str, output_name: str, rounds: int, logs: Path) -> di
                     for k, t in enumerate(plan.tensors)
                 ]
             )
+            writer = tf.compat.v1.summary.FileWriter(str(logs))  # (a graph's: not in eager mode)
         fetch = model.session.run
-        writer = tf.compat.v1.summary.FileWriter(str(logs))
         written = iter(range(10**9))
         runs = {
             "forward": lambda: fetch(output, feed),
