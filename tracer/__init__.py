@@ -15,7 +15,7 @@ own stage and the stages below it (`tests/test_layout.py` holds it to that):
     2      tracer.inputs    input files read by rows (.npy, .npz, Parquet, TFRecord), feeds
     3      tracer.load      model files: formats, the checks before import and before running
     4      tracer.find      finding cells: step patterns per cell family, chains, loops, fused ops
-    5      tracer.values    the values: the one-run fetch, loop replay, Keras capture, weights
+    5      tracer.values    the values: the one-run fetch, loop replay, Keras and TFLite capture, weights
     6      tracer.run       the recording job: selection, memory budget, parallel tasks
     7      tracer.cli, tracer.commands, tracer.demo   the command line (one module a command) on top
 
@@ -31,16 +31,18 @@ from recorders.errors import *  # noqa: F403  (the exception classes, listed in 
 from recorders.write.progress import Shard
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, from the same modules
-    from tracer.cells.found import Cell, KerasCell, Step
+    from tracer.cells.found import Cell, KerasCell, LiteCell, Step
     from tracer.cells.kinds import SPECS, CellSpec, spec_for
     from tracer.cells.reference import run_cell
     from tracer.find.graph import find_cells
     from tracer.find.keras import find_layers
+    from tracer.find.lite import find_ops
     from tracer.find.named import find_named
     from tracer.load.keras import KerasModel, load_keras
     from tracer.load.loaded import Model, from_session
     from tracer.load.model import load_model
     from tracer.load.series import find_series
+    from tracer.load.tflite import LiteModel
     from tracer.run.hook import GateLoggingHook
     from tracer.run.options import RecordOptions
     from tracer.run.parallel import Job, record_parallel, record_task
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, from th
     from tracer.run.series import record_series
     from tracer.values.fetch import FetchPlan
     from tracer.values.keras import KerasPlan
+    from tracer.values.lite import LitePlan
     from tracer.values.trace import CellTrace, Trace
     from tracer.values.weights import GateWeights, gate_weights, read_weights, weights_columns
 
@@ -75,6 +78,10 @@ _LAZY = {
     "KerasPlan": "tracer.values.keras",
     "find_layers": "tracer.find.keras",
     "load_keras": "tracer.load.keras",
+    "LiteModel": "tracer.load.tflite",
+    "LiteCell": "tracer.cells.found",
+    "LitePlan": "tracer.values.lite",
+    "find_ops": "tracer.find.lite",
     "Selection": "tracer.run.select",
     "record": "tracer.run.recording",
     "RecordOptions": "tracer.run.options",
@@ -128,6 +135,10 @@ __all__ = [
     "KerasPlan",
     "find_layers",
     "load_keras",
+    "LiteModel",
+    "LiteCell",
+    "LitePlan",
+    "find_ops",
     "record",
     "RecordOptions",
     "record_series",
