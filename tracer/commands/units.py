@@ -94,14 +94,9 @@ def run(args: argparse.Namespace) -> None:
     )
     best = top["score"].iloc[0] if len(top) else float("nan")
     tied = int((found["score"] == best).sum())
-    ties = (
-        f"; {tied:,} score {best:.4f}, ordered by separation (how many standard deviations apart the "
-        "unit's means on the two labels are)"
-        if tied > 1 and labels.binary
-        else f"; {tied:,} score {best:.4f}"
-        if tied > 1
-        else ""
-    )
+    ties = f"; {tied:,} score {best:.4f}" if tied > 1 else ""
+    if ties and labels.binary:
+        ties += ", ordered by separation (how many standard deviations apart the unit's means on the two labels are)"
     print(f"the best {len(top):,} of {len(found):,}{ties}:")
     print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.shuffles:
