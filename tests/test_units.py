@@ -21,7 +21,7 @@ from recorders import Bins, Recording, SelectionError
 from recorders.read import units as units_module
 from recorders.read.labels import Gathered, read_labels
 from recorders.read.probe import probe
-from recorders.read.units import COLUMNS, score_units, unit_scores
+from recorders.read.units import COLUMNS, findings, score_units, unit_scores
 from tests.conftest import R, build, run_cli
 from tracer._tf import tf, v1
 
@@ -71,15 +71,29 @@ def _expected(rec, labels_at, binary: bool) -> pd.DataFrame:
             df = df.assign(label=labels_at(df)).dropna(subset=["label"])
             for unit, g in df.groupby("unit"):
                 x, y = g["value"].to_numpy(np.float64), g["label"].to_numpy()
+                separation = np.nan
                 if binary:
                     auc = roc_auc_score(y == y.max(), x)
                     score, sign = max(auc, 1 - auc), "+" if auc >= 0.5 else "-"
+                    on = y == y.max()
+                    separation = abs(x[on].mean() - x[~on].mean()) / x.std() if x.std() else 0.0
                 else:
                     r = np.corrcoef(x, y)[0, 1]
                     score, sign = abs(r), "+" if r >= 0 else "-"
-                out.append((cell, table, name, column, unit, score, sign, len(g)))
+                out.append((cell, table, name, column, unit, score, sign, separation, len(g)))
     return pd.DataFrame(
-        out, columns=["cell", "table", "name", "column", "unit", "score", "direction", "n"]
+        out,
+        columns=[
+            "cell",
+            "table",
+            "name",
+            "column",
+            "unit",
+            "score",
+            "direction",
+            "separation",
+            "n",
+        ],
     )
 
 
@@ -121,6 +135,20 @@ def test_every_score_equals_scikit_learn_or_numpy_over_the_recorded_rows(recorde
     both = got.merge(want, on=keys, suffixes=("", "_want"), validate="1:1")
     assert len(both) == len(got) == len(want) > 30
     np.testing.assert_allclose(both["score"], both["score_want"], rtol=1e-12, atol=1e-12)
+    # ties in order of separation, which is numpy's over the same rows
+    np.testing.assert_allclose(both["separation"], both["separation_want"], rtol=1e-9, atol=1e-12)
+    for _, tied in got.groupby("score", sort=False):
+        assert tied["separation"].is_monotonic_decreasing or tied["separation"].isna().all()
+    # one row a finding: a preactivation goes where its activation scores the same, nothing else
+    found = findings(got)
+    key = ["cell", "name", "unit"]
+    gates = got[got["table"] == "gates"].pivot_table(index=key, columns="column", values="score")
+    same = int((gates["activation"] == gates["preactivation"]).sum())
+    # (a rank's AUC is the same for both; Pearson's r is not: numeric labels keep both rows)
+    assert (same > 0) == binary and len(found) == len(got) - same
+    assert set(found["column"]) >= {"activation", "value"}
+    dropped = got.drop(found.index)
+    assert (dropped["column"] == "preactivation").all()
     assert (both["direction"] == both["direction_want"]).all()
     assert (both["n"] == both["n_want"]).all()
     # a memory budget that holds one unit of a gate's two columns at a time in each thread

@@ -185,15 +185,16 @@ def unit_scores(
 def _separation(g: Gathered, labels: Labels) -> np.ndarray:
     """Per unit, |mean on the positive label - mean on the other| / the unit's standard
     deviation over all positions (0 where it is constant); NaN for numeric labels."""
-    if not labels.binary:
-        return np.full(g.units, np.nan)
-    values = g.values.astype(np.float64)
     positive = g.labels == labels.positive
-    if positive.all() or not positive.any():
+    if not labels.binary or positive.all() or not positive.any():
         return np.full(g.units, np.nan)
-    gap = np.abs(values[positive].mean(axis=0) - values[~positive].mean(axis=0))
-    spread = values.std(axis=0)
-    return np.divide(gap, spread, out=np.zeros_like(gap), where=spread > 0)
+    out = np.zeros(g.units)
+    for a in range(0, g.units, _CHUNK):  # a chunk at a time, in the memory its ranking had
+        values = g.columns(a, a + _CHUNK).astype(np.float64)
+        gap = np.abs(values[positive].mean(axis=0) - values[~positive].mean(axis=0))
+        spread = values.std(axis=0)
+        np.divide(gap, spread, out=out[a : a + values.shape[1]], where=spread > 0)
+    return out
 
 
 def findings(out: pd.DataFrame) -> pd.DataFrame:
