@@ -251,6 +251,7 @@ def whole_process(
         ),
         **{f"{name}_s_per_batch": round(median(name), 3) for name in variants or {}},
         **{f"{name}_ratio": round(median(f"{name}_ratio"), 2) for name in variants or {}},
+        **{f"{name}_cpu_s_per_batch": round(median(f"{name}_cpu"), 3) for name in variants or {}},
         "per_round": {
             k: [round(v, 3) for v in vs]
             for k, vs in per_round.items()

@@ -1,9 +1,11 @@
 """Summary recordings (`gatetrace record --summary`): every statistic against numpy float64 over a
 full recording of the same model and data (counts, min, max, threshold counts and histograms
-exactly; mean and variance to 1e-9 relative), for unrolled TF1 cells (computed in the graph),
-cells in loops (in the graph where the loop emits them, in numpy where it is reversed), fused
-cells and Keras layers (numpy), with lengths, masks and a last short batch; shards merge to
-what one process gives; a resume continues where it stopped; bad options get one line.
+exactly; mean and variance to 1e-9 relative), for unrolled TF1 cells, cells in loops (emitted,
+and reversed), fused cells and Keras layers, with lengths, masks and a last short batch, each
+computed both ways (`place`): from the fetched arrays by the compiled loop (the default on a
+CPU), and without numba (in the graph where the values are graph tensors, else by numpy);
+shards merge to what one process gives; a resume continues where it stopped; bad options get
+one line.
 """
 
 from __future__ import annotations
@@ -23,8 +25,22 @@ from recorders.write.totals import summary_columns
 from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
 from tests.test_replay import LENGTHS, control_flow, dynamic_body, feeds
 from tracer._tf import tf, v1
+from tracer.values import compiled
+from tracer.values.summaries import in_graph
 
 X = np.random.RandomState(4).randn(6, 5, 4).astype(np.float32)
+
+
+@pytest.fixture(params=["compiled", "without numba"])
+def place(request, monkeypatch) -> str:
+    """Where a summary's statistics are computed: from the fetched arrays by the compiled loop
+    (the default on a CPU), or as without numba (in the graph, or by numpy)."""
+    if request.param == "without numba":
+        monkeypatch.setattr(compiled, "available", lambda: False)
+    else:
+        assert compiled.available(), "the tests need numba (pip install '.[test]')"
+    assert in_graph() == (request.param == "without numba")
+    return request.param
 
 
 def both(model, feeds_, tmp_path: Path, name: str, **options) -> tuple[Path, Path]:
@@ -79,7 +95,7 @@ def assert_matches(full: Path, summary: Path) -> int:
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_unrolled_cells_summarised_in_the_graph_match_numpy(name, tmp_path):
+def test_unrolled_cells_match_numpy(name, tmp_path, place):
     """static_rnn of every TF1 cell kind, with lengths (a zero, a full one) and a last short
     batch; a GRUCell with relu has an unbounded candidate, binned as the user's bins say."""
     built = build(static_body(CONFIGS[name]))
@@ -95,7 +111,7 @@ def test_unrolled_cells_summarised_in_the_graph_match_numpy(name, tmp_path):
 
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
-def test_loops_emitted_and_reversed_match_numpy(cf, tmp_path):
+def test_loops_emitted_and_reversed_match_numpy(cf, tmp_path, place):
     """A dynamic_rnn with its own sequence lengths (summarised in the graph from what the loop
     emits) and a bidirectional one (its backward loop reversed: in numpy, by input position)."""
     config = CONFIGS["LSTMCell-peepholes-proj-clip"]
@@ -123,7 +139,7 @@ def test_loops_emitted_and_reversed_match_numpy(cf, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["LSTMBlockCell", "BlockLSTM", "GRUBlockCell"])
-def test_fused_cells_match_numpy(kind, tmp_path):
+def test_fused_cells_match_numpy(kind, tmp_path, place):
     from tests.test_fused import D, T
     from tests.test_fused import build as fused
 
@@ -135,7 +151,7 @@ def test_fused_cells_match_numpy(kind, tmp_path):
 
 
 @pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
-def test_keras_layers_with_masks_match_numpy(framework, tmp_path):
+def test_keras_layers_with_masks_match_numpy(framework, tmp_path, place):
     """Masking -> LSTM (hard sigmoid gates) -> Bidirectional GRU -> GRU (go_backwards) ->
     SimpleRNN (relu): masked positions are counted nowhere."""
     from tests.test_keras import masked_model, sequences
@@ -214,15 +230,23 @@ def test_shards_and_workers_give_what_one_process_gives(tmp_path):
             np.testing.assert_allclose(a["m2"], b["m2"], rtol=1e-9, atol=1e-12)
 
 
-def test_a_resume_continues_the_totals_where_they_stopped(tmp_path, monkeypatch):
+@pytest.mark.parametrize("every", [0.0, 3600.0], ids=["each batch", "on stopping"])
+def test_a_resume_continues_the_totals_where_they_stopped(tmp_path, monkeypatch, every):
     """A run stopped after two batches, resumed, gives what one uninterrupted run gives (the
-    batches committed are not counted twice)."""
+    batches committed are not counted twice), whether the totals were written at each batch
+    or only when the writer stopped (`WRITE_EVERY`)."""
     from recorders.write import summary as summary_module  # the writer
 
     built = build(static_body(CONFIGS["BasicLSTMCell"]))
     model = tracer.from_session(built.session)
     x = np.random.RandomState(6).randn(20, 5, 4).astype(np.float32)
     tracer.record(model, {"x": x}, tmp_path / "whole", batch_size=4, summary=Bins())
+    monkeypatch.setattr(summary_module, "WRITE_EVERY", every)
+    written = []
+    as_bytes = summary_module.totals_bytes
+    monkeypatch.setattr(
+        summary_module, "totals_bytes", lambda t, c: written.append(c.pairs()) or as_bytes(t, c)
+    )
     commit = summary_module.SummaryWriter.commit
     calls = []
 
@@ -236,6 +260,7 @@ def test_a_resume_continues_the_totals_where_they_stopped(tmp_path, monkeypatch)
     with pytest.raises(RecordingError, match="stopped for the test"):
         tracer.record(model, {"x": x}, tmp_path / "resumed", batch_size=4, summary=Bins())
     monkeypatch.setattr(summary_module.SummaryWriter, "commit", commit)
+    assert written == ([[[0, 4]], [[0, 8]]] if every == 0 else [[[0, 8]]])
     partial = Recording(tmp_path / "resumed")
     assert not partial.complete and partial.examples == [[0, 8]]
     assert (
@@ -297,7 +322,16 @@ def test_the_output_does_not_grow_with_the_sequences(tmp_path):
     assert sizes[1] <= sizes[0] * 1.2  # the same tables; only their numbers' widths differ
 
 
-@pytest.mark.parametrize(
+def at_every_cut(edges: np.ndarray, low: float, high: float) -> np.ndarray:
+    """float32 values at, just below and just above each edge and threshold, far outside, and -0.0."""
+    f32 = np.float32
+    cuts = np.r_[edges, low, high].astype(f32)
+    return np.r_[
+        cuts, np.nextafter(cuts, f32(-np.inf)), np.nextafter(cuts, f32(np.inf)), -100, 100, -0.0
+    ].astype(f32)
+
+
+CUTS = pytest.mark.parametrize(
     "edges, low, high",
     [
         (np.linspace(0, 1, 21), 0.1, 0.9),  # a sigmoid's: the thresholds are edges
@@ -306,6 +340,9 @@ def test_the_output_does_not_grow_with_the_sequences(tmp_path):
     ],
     ids=["sigmoid", "default", "uneven"],
 )
+
+
+@CUTS
 @pytest.mark.parametrize("masked", [False, True])
 def test_slots_in_the_graph_count_values_at_every_cut_as_numpy_does(edges, low, high, masked):
     """Every value at, just below and just above each edge and threshold (in float32), far
@@ -315,10 +352,7 @@ def test_slots_in_the_graph_count_values_at_every_cut_as_numpy_does(edges, low, 
     from tracer.values.summaries import _Bins, _reduce
 
     f32 = np.float32
-    cuts = np.r_[edges, low, high].astype(f32)
-    values = np.r_[
-        cuts, np.nextafter(cuts, f32(-np.inf)), np.nextafter(cuts, f32(np.inf)), -100, 100, -0.0
-    ].astype(f32)
+    values = at_every_cut(edges, low, high)
     bins = _Bins.of(edges, low, high, np.dtype(f32))
     assert (bins.scale is None) == (edges[0] == -0.3)
     keep = np.arange(len(values)) % 3 != 1 if masked else np.ones(len(values), bool)
@@ -339,12 +373,68 @@ def test_slots_in_the_graph_count_values_at_every_cut_as_numpy_does(edges, low, 
         assert below[0] == (v < low).sum() and above[0] == (v > high).sum()
 
 
-def test_nan_values_are_refused_in_one_line(tmp_path):
+@CUTS
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compiled_loop_counts_values_at_every_cut_as_numpy_does(edges, low, high, dtype):
+    """The same values, in several rows, steps and units, some rows left out at some steps: the
+    compiled loop's histogram, threshold counts, count, min, max, mean and m2 equal numpy's over
+    the same values in float64, denormals included (its values are the arrays fetched)."""
+    from tracer.values.summaries import _Bins
+
+    v = at_every_cut(edges, low, high).astype(dtype)
+    rng = np.random.RandomState(0)
+    values = rng.permutation(np.tile(v, 12))[:360].reshape(24, 5, 3)  # rows, steps, units
+    valid = rng.rand(24, 5) > 0.3
+    valid[:, 2] = False  # a step with no row
+    bins = _Bins.of(edges, low, high, np.dtype(dtype))
+    if dtype == np.float32:  # (float64 values' products are not checked exact: searchsorted)
+        assert (bins.scale is None) == (edges[0] == -0.3)
+    n, mean, m2, lo, hi, by_unit, by_step = compiled.reduce(values, valid, bins.compiled())
+    x = values.astype(np.float64)
+    for axis, counted in ((1, by_unit), (2, by_step)):
+        # numpy: per unit over rows and steps, per step over rows and units
+        for k in range(counted.shape[0]):
+            if axis == 1:
+                w = x[:, :, k][valid]
+            else:
+                w = x[:, k, :][valid[:, k]].ravel()
+            histogram, below, above = bins.histogram(counted[k])
+            inside = np.histogram(w[(w >= edges[0]) & (w <= edges[-1])], edges)[0]
+            want = [(w < edges[0]).sum(), *inside, (w > edges[-1]).sum()]
+            np.testing.assert_array_equal(histogram, want)
+            assert below == (w < low).sum() and above == (w > high).sum()
+    np.testing.assert_array_equal(n, valid.sum(0))
+    for t in range(5):
+        w = x[valid[:, t], t, :]  # [rows, units]
+        if not len(w):
+            assert n[t] == 0 and np.all(lo[t] == np.inf) and np.all(hi[t] == -np.inf)
+            continue
+        np.testing.assert_array_equal(lo[t], w.min(0))
+        np.testing.assert_array_equal(hi[t], w.max(0))
+        np.testing.assert_allclose(mean[t], w.mean(0), rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(m2[t], ((w - w.mean(0)) ** 2).sum(0), rtol=1e-9, atol=1e-12)
+
+
+def test_the_compiled_loop_puts_nan_and_infinities_in_range():
+    """NaN, +inf and -inf are counted in a slot that exists (the summary then refuses the column
+    by its mean): the loop never writes outside its counts."""
+    from tracer.values.summaries import _Bins
+
+    for edges in (np.linspace(-10, 10, 41), np.linspace(-0.3, 1, 8)):
+        bins = _Bins.of(edges, 0.1, 0.9, np.dtype(np.float32))
+        values = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32).reshape(4, 1, 1)
+        n, mean, *_, by_unit, by_step = compiled.reduce(values, None, bins.compiled())
+        assert n[0] == 4 and by_unit.sum() == 4 and by_step.sum() == 4
+        assert np.isnan(mean[0, 0])
+
+
+def test_nan_values_are_refused_in_one_line(tmp_path, place):
     built = build(static_body(CONFIGS["BasicLSTMCell"]))
     x = X.copy()
     x[2, 3, 0] = np.nan
     with pytest.raises(RecordingError, match=r"is NaN or infinite, which a summary cannot count"):
         tracer.record(tracer.from_session(built.session), {"x": x}, tmp_path / "s", summary=Bins())
+    assert not (tmp_path / "s" / "manifest.json").exists()
 
 
 def test_bad_options_get_one_line(tmp_path):

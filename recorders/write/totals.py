@@ -59,6 +59,12 @@ KEY_COLUMNS = ("cell", "table", "name", "column")  # what names a column of a su
 _KEY = KEY_COLUMNS
 _INT_STATS = ("count", "below", "above")
 _FLOAT_STATS = ("mean", "variance", "m2", "min", "max")
+_ATTRIBUTE = {"min": "minimum", "max": "maximum"}  # a table's column: its Stats attribute
+
+
+def _joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The arrays one after the other (none: an empty array of `dtype`)."""
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
 
 
 def nonlinearity(cell: Mapping[str, Any], gate: str) -> str:
@@ -200,33 +206,35 @@ class Totals:
         return n
 
     def frame(self, axis: str) -> pa.Table:
-        """The `units` or `steps` table (see the module docstring)."""
-        columns: dict[str, list] = {k: [] for k in (*_KEY, axis, *STATS)}
-        for key in self.units:
-            if axis == "unit":
-                stats, at = self.units[key], np.arange(len(self.units[key].count))
-            else:
-                at, stats = self.steps[key]
-            for k, v in zip(_KEY, key, strict=True):
-                columns[k].extend([v] * len(at))
-            columns[axis].extend(at.tolist())
-            columns["count"].extend(stats.count.tolist())
-            columns["mean"].extend(stats.mean.tolist())
-            columns["variance"].extend(stats.variance.tolist())
-            columns["m2"].extend(stats.m2.tolist())
-            columns["min"].extend(stats.minimum.tolist())
-            columns["max"].extend(stats.maximum.tolist())
-            columns["below"].extend(stats.below.tolist())
-            columns["above"].extend(stats.above.tolist())
-            columns["histogram"].extend(stats.histogram.tolist())
-        types = {
-            **{k: pa.string() for k in _KEY},
-            axis: pa.int32(),
-            **{k: pa.int64() for k in _INT_STATS},
-            **{k: pa.float64() for k in _FLOAT_STATS},
-            "histogram": pa.list_(pa.int64()),
+        """The `units` or `steps` table (see the module docstring), built from the arrays
+        as they are (a summary's totals are written at every batch)."""
+        keys, at, stats = [], [], []
+        for key, per_unit in self.units.items():
+            positions, per_step = self.steps[key]
+            s = per_unit if axis == "unit" else per_step
+            keys.append(key)
+            at.append(np.arange(len(s.count)) if axis == "unit" else positions)
+            stats.append(s)
+        sizes = [len(a) for a in at]
+        columns: dict[str, pa.Array] = {
+            k: pa.array(np.repeat(np.array([key[j] for key in keys], object), sizes), pa.string())
+            for j, k in enumerate(_KEY)
         }
-        return pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
+        columns[axis] = pa.array(_joined([a.astype(np.int32) for a in at], np.int32))
+        for name in (*_INT_STATS, *_FLOAT_STATS):
+            what = _ATTRIBUTE.get(name, name)
+            kind = np.int64 if name in _INT_STATS else np.float64
+            columns[name] = pa.array(_joined([getattr(s, what).astype(kind) for s in stats], kind))
+        # one list a row: its bins (columns may have different numbers of bins)
+        widths = np.concatenate(
+            [[0], *[np.full(len(s.count), s.histogram.shape[-1]) for s in stats]]
+        )
+        columns["histogram"] = pa.ListArray.from_arrays(
+            pa.array(np.cumsum(widths, dtype=np.int32)),
+            pa.array(_joined([s.histogram.astype(np.int64).ravel() for s in stats], np.int64)),
+            type=pa.list_(pa.int64()),
+        )
+        return pa.table({k: columns[k] for k in (*_KEY, axis, *STATS)})
 
     @classmethod
     def from_frames(
@@ -380,7 +388,10 @@ def totals_bytes(totals: Totals, complete: Intervals) -> bytes:
     table = pa.concat_tables([units, steps])
     table = table.replace_schema_metadata({b"complete": json.dumps(complete.pairs()).encode()})
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    # written at every batch: no column statistics, and dictionaries for the names only
+    pq.write_table(
+        table, sink, compression="zstd", write_statistics=False, use_dictionary=[*_KEY, "axis"]
+    )
     return sink.getvalue().to_pybytes()
 
 

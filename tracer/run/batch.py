@@ -135,12 +135,11 @@ class Statistics(Fetched[SummaryWriter]):
         keep: int,
         lengths: np.ndarray | None,
     ) -> None:
-        """Every column's statistics (the selection was applied when the summary was made)."""
+        """Every column's statistics (the selection was applied when the summary was made),
+        computed on the writer's threads while the next batch runs."""
         plan, values = (None, []) if self.arrays is None else (self.arrays.plan, self.arrays.values)
-        for key, positions, per_unit, per_step in self.summary.stats(
-            plan, values, self.graph_values, keep, lengths
-        ):
-            writer.add(key, positions, per_unit, per_step)
+        for column in self.summary.stats(plan, values, self.graph_values, keep, lengths):
+            writer.add_later(column)
 
 
 @dataclass(frozen=True)

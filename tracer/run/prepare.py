@@ -40,7 +40,7 @@ from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan
 from tracer.values.keras import KerasPlan, resolve_inputs
 from tracer.values.lite import LitePlan
-from tracer.values.summaries import Summary
+from tracer.values.summaries import Summary, in_graph
 from tracer.values.weights import read_weights
 
 __all__ = [
@@ -303,15 +303,16 @@ def summarising(
         bins,
         lambda _, gate: selection.keeps_gate(gate),
     )
-    graph = model.graph if isinstance(model, Model) else None
+    graph = model.graph if isinstance(model, Model) and in_graph() else None
     summary = Summary(plan, columns, bins.low, bins.high, graph)
-    if not isinstance(plan, FetchPlan):  # every cell computed in numpy, from one call of the model
-        replayed = plan
+    if graph is None:  # every column from the arrays a full recording fetches
 
-        def in_numpy(batch: Batch) -> Statistics:
-            return Statistics(summary, Values(replayed, replayed.fetch(batch.feeds)), {})
+        def from_arrays(batch: Batch) -> Statistics:
+            values = prepared.run(batch)
+            assert isinstance(values, Values)  # (a full recording's run)
+            return Statistics(summary, values, {})
 
-        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, in_numpy, summary.columns)
+        return Prepared(prepared.cells, prepared.feeds, SummaryWriter, from_arrays, summary.columns)
     assert isinstance(model, Model)  # (a Keras model's plan is a KerasPlan, a file's a LitePlan)
     session, arrays = model.session, numpy_plan()
     tensors = [] if arrays is None else arrays.tensors

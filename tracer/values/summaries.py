@@ -2,17 +2,20 @@
 
 A summary recording (`recorders.write.summary`) keeps, for each column (cell, gates or
 states, gate or state, value column), `recorders.write.stats.Stats` per unit and per step.
-`Summary` computes them for one batch, from one `Session.run` (one call of a Keras model):
+`Summary` computes them for one batch, from one `Session.run` (one call of a Keras model),
+where `in_graph` says:
 
-- in the graph, for cells whose values are graph tensors (`FetchPlan.graph_values`: an
-  unrolled cell's step tensors, stacked; what a forward loop emits): ops beside the gates
-  reduce each column over the batch, per (step, unit): the float64 sum and the sum of squared
-  deviations from its mean (matrix products with the row mask, which leaves padding out), the
-  min and max, and each value's histogram slot (its arithmetic compiled by XLA into one loop),
-  counted by `bincount` per unit and per step. Only these aggregates are fetched, never the
-  values.
-- in numpy (`Stats.of`), for cells whose values are computed in numpy anyway: replayed and
-  fused cells, reversed loops, Keras layers.
+- from the arrays a full recording fetches (on a CPU, where numba is installed): the
+  compiled loop of `tracer.values.compiled` reduces each column on the writer's threads
+  while the next batch runs; also for the cells computed in numpy anyway (replayed and fused
+  cells, reversed loops, Keras layers, TensorFlow Lite files), without numba by `Stats.of`.
+- in the graph (on a GPU, or without numba), for cells whose values are graph tensors
+  (`FetchPlan.graph_values`: an unrolled cell's step tensors, stacked; what a forward loop
+  emits): ops beside the gates reduce each column over the batch, per (step, unit): the
+  float64 sum and the sum of squared deviations from its mean (matrix products with the row
+  mask, which leaves padding out), the min and max, and each value's histogram slot (its
+  arithmetic compiled by XLA into one loop), counted by `bincount` per unit and per step.
+  Only these aggregates are fetched, never the values.
 
 Both give the same numbers: counts, min, max, threshold counts and histograms exactly, means
 and m2 to float64 rounding. The graph compares values in their own type (float32) with
@@ -28,8 +31,9 @@ values as zero: one below 1.2e-38 in magnitude is binned and compared as 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,11 +41,13 @@ import numpy as np
 from recorders.errors import RecordingError
 from recorders.write.stats import Stats, pooled
 from tracer._tf import tf
+from tracer.values import compiled
+from tracer.values.compiled import Slots
 from tracer.values.fetch import FetchPlan
 from tracer.values.plan import ValuePlan
 from tracer.values.replayed import ReplayedPlan
 
-__all__ = ["Summary", "SummaryError", "Column", "array_stats"]
+__all__ = ["Summary", "SummaryError", "Column", "array_stats", "in_graph"]
 
 _Key = tuple[str, str, str, str]  # cell, table (gates or states), gate or state, column
 
@@ -58,6 +64,15 @@ class Column:
     cell: int  # the cell's number in the plan
     index: int  # the gate's or state's number in the cell
     edges: np.ndarray
+
+
+def in_graph() -> bool:
+    """Whether a graph's summary statistics are computed in the graph, beside the gates: on a
+    GPU (where the values never leave the device), or where the compiled loop is not
+    installed. Elsewhere they are computed from the arrays a full recording fetches, by the
+    compiled loop (`tracer.values.compiled`) on the writer's threads while the next batch
+    runs: on a CPU, a third of the graph's cost (docs/speed.md)."""
+    return not compiled.available() or bool(tf.config.list_physical_devices("GPU"))
 
 
 def array_stats(
@@ -146,6 +161,13 @@ class _Bins:
             slot += tf.cast(tf.greater_equal(x, tf.constant(mark, x.dtype)), tf.int32)
         return slot
 
+    def compiled(self) -> Slots:
+        """The same slots, as the compiled loop finds them (`tracer.values.compiled`)."""
+        every = np.sort(np.r_[self.points, self.marks])
+        return Slots(
+            self.scale, self.offset, len(self.points), self.top, self.marks, every, self.width
+        )
+
     def histogram(self, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(histogram, below, above) counts from the counts of each slot (along the last axis)."""
         into = np.zeros((self.width, len(self.points) + 1), np.int64)
@@ -213,6 +235,7 @@ class Summary:
         # per kind of batch (with rows or steps to leave out, or without), each column's outputs
         self._outputs: dict[bool, dict[_Key, list[tf.Tensor]]] = {}
         self.lengths: Any = None  # the rows' lengths placeholder (graph cells only)
+        self._made: dict[tuple[bytes, str], _Bins] = {}  # the slots of array columns
         self._graph = graph
         if graph is not None and isinstance(plan, FetchPlan):  # a Keras plan's: all in numpy
             with graph.as_default(), tf.name_scope("gatetrace_summary"):
@@ -295,21 +318,22 @@ class Summary:
         graph_values: Mapping[_Key, Sequence[np.ndarray]],
         keep: int,
         lengths: np.ndarray | None,
-    ) -> Iterator[tuple[_Key, np.ndarray, Stats, Stats]]:
-        """(key, step positions, per unit, per step) of every column: from the graph's
-        statistics (`graph_values`, as `graph_run`'s ops gave them), or from the `values` of
-        `plan`, the plan of the cells computed in numpy."""
+    ) -> list[Callable[[], tuple[_Key, np.ndarray, Stats, Stats]]]:
+        """For every column, a function giving its (key, step positions, per unit, per step):
+        from the graph's statistics (`graph_values`, as `graph_run`'s ops gave them), or from
+        the `values` of `plan`, the plan of the cells computed in numpy. A writer calls them
+        on its threads (`recorders.write.summary.SummaryWriter.add_later`)."""
         number = {} if plan is None else {c.name: k for k, c in enumerate(plan.cells)}
+        out: list[Callable[[], tuple[_Key, np.ndarray, Stats, Stats]]] = []
         for col in self.columns:
             if col.key in self._in_graph:
                 _, positions, _, bins = self._in_graph[col.key]
-                yield col.key, *self._from_graph(col, graph_values[col.key], bins, positions)
+                out.append(partial(self._from_graph, col, graph_values[col.key], bins, positions))
             else:
                 assert plan is not None  # (a column not in the graph is in the numpy plan)
-                yield (
-                    col.key,
-                    *self._from_arrays(col, plan, number[col.key[0]], values, keep, lengths),
-                )
+                k = number[col.key[0]]
+                out.append(partial(self._from_arrays, col, plan, k, values, keep, lengths))
+        return out
 
     def _from_arrays(
         self,
@@ -319,7 +343,7 @@ class Summary:
         values: Sequence[Any],
         keep: int,
         lengths: np.ndarray | None,
-    ) -> tuple[np.ndarray, Stats, Stats]:
+    ) -> tuple[_Key, np.ndarray, Stats, Stats]:
         cell, table, name, column = col.key
         rows = slice(0, keep)
         if table == "gates":
@@ -329,13 +353,25 @@ class Summary:
         steps = np.asarray(plan.steps(values, k))
         given = plan.lengths(values, k, keep, None if lengths is None else lengths[:keep])
         valid = _as_mask(given, steps, a.shape[0])
+        if compiled.available():
+            bins = self._bins(col.edges, np.dtype(np.float32 if a.dtype == np.float16 else a.dtype))
+            got = compiled.reduce(a, valid, bins.compiled())
+            return self._from_graph(col, got, bins, steps)
         per_unit, per_step = array_stats(a, valid, col.edges, self.low, self.high)
         _check_finite(col.key, per_step, steps)
-        return steps, per_unit, per_step
+        return col.key, steps, per_unit, per_step
+
+    def _bins(self, edges: np.ndarray, dtype: np.dtype) -> _Bins:
+        """The slots of values of `dtype` binned by `edges` (made once for each)."""
+        key = (edges.tobytes(), dtype.str)
+        if key not in self._made:
+            self._made[key] = _Bins.of(edges, self.low, self.high, dtype)
+        return self._made[key]
 
     def _from_graph(
         self, col: Column, got: Sequence[np.ndarray], cuts: _Bins, positions: np.ndarray | None
-    ) -> tuple[np.ndarray, Stats, Stats]:
+    ) -> tuple[_Key, np.ndarray, Stats, Stats]:
+        """A column's Stats from `_reduce`'s outputs (or the compiled loop's: the same)."""
         n, mean, m2, lo, hi, by_unit, by_step = got
         steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
@@ -360,7 +396,7 @@ class Summary:
                 )
             )
         _check_finite(col.key, stats[1], steps)
-        return steps, stats[0], stats[1]
+        return col.key, steps, stats[0], stats[1]
 
 
 def _reduce(x: tf.Tensor, valid: tf.Tensor | None, bins: _Bins) -> list[tf.Tensor]:
