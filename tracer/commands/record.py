@@ -211,7 +211,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--summary",
         action="store_true",
         help="write statistics instead of every value: per unit and per step of each gate and state, count, mean, "
-        "variance, min, max, saturation counts and a histogram, computed beside the gates (a few megabytes, "
+        "variance, min, max, saturation counts and a histogram, computed as the batches run (a few megabytes, "
         "whatever the number of sequences): --summary",
     )
     summary.add_argument(

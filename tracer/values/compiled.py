@@ -11,13 +11,15 @@ so both give the same numbers. Each step's rows are read three times while they 
 the cache (sums, min and max; squared deviations; slots), and the loop runs without the
 GIL, on the writer's threads while the next batch runs.
 
-The kernel is compiled at first use and cached beside this module (about a second once);
-`available()` says whether numba is installed (`pip install "gatetrace[fast]"`). Without
-it, summaries are computed in the graph, or in numpy for cells computed in numpy.
+The loop is compiled at its first run and cached on disk by numba (beside this module, or in
+the user's cache folder), about a second once; `available()` says whether numba is installed
+(`pip install "gatetrace[fast]"`). Without it, summaries are computed in the graph, or in
+numpy for cells computed in numpy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +27,11 @@ import numpy as np
 
 __all__ = ["Slots", "available", "reduce"]
 
-numba: Any
-try:
-    import numba
-except ImportError:  # an optional dependency: see available()
-    numba = None
-
 
 def available() -> bool:
-    """Whether the compiled loop can run (numba is installed)."""
-    return numba is not None
+    """Whether the compiled loop can run (numba, an optional dependency, is installed; it is
+    imported only when the loop first runs)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 @dataclass(frozen=True)
@@ -54,13 +51,11 @@ class Slots:
 
 def reduce(values: np.ndarray, valid: np.ndarray | None, slots: Slots) -> list[np.ndarray]:
     """[n, mean, m2, min, max, slot counts per unit, slot counts per step] of [rows, steps,
-    units] `values` where `valid` ([rows, steps]; None: everywhere), as the graph computes
-    them (`tracer.values.summaries._reduce`)."""
-    if numba is None:
-        raise RuntimeError("the compiled loop needs numba: pip install numba")
-    x = np.ascontiguousarray(values if values.dtype.kind == "f" else values.astype(np.float32))
-    if x.dtype == np.float16:
-        x = x.astype(np.float32)  # exactly
+    units] float32 or float64 `values` where `valid` ([rows, steps]; None: everywhere), as
+    the graph computes them (`tracer.values.summaries._reduce`)."""
+    if values.dtype not in (np.float32, np.float64):
+        raise TypeError(f"expected float32 or float64 values, got {values.dtype}")
+    x = np.ascontiguousarray(values)
     rows, steps, units = x.shape
     keep = np.ones((rows, steps), np.bool_) if valid is None else np.ascontiguousarray(valid, bool)
     n = np.zeros(steps, np.int64)
@@ -154,5 +149,7 @@ def _kernel() -> Any:
     """`_loop` compiled (once per process; numba caches the machine code on disk)."""
     global _compiled
     if _compiled is None:
+        import numba
+
         _compiled = numba.njit(nogil=True, cache=True)(_loop)
     return _compiled

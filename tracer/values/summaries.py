@@ -71,7 +71,7 @@ def in_graph() -> bool:
     GPU (where the values never leave the device), or where the compiled loop is not
     installed. Elsewhere they are computed from the arrays a full recording fetches, by the
     compiled loop (`tracer.values.compiled`) on the writer's threads while the next batch
-    runs: on a CPU, a third of the graph's cost (docs/speed.md)."""
+    runs: on a CPU, about a third of the CPU time the graph's ops take (docs/summaries.md)."""
     return not compiled.available() or bool(tf.config.list_physical_devices("GPU"))
 
 
@@ -328,7 +328,7 @@ class Summary:
         for col in self.columns:
             if col.key in self._in_graph:
                 _, positions, _, bins = self._in_graph[col.key]
-                out.append(partial(self._from_graph, col, graph_values[col.key], bins, positions))
+                out.append(partial(self._from_reduced, col, graph_values[col.key], bins, positions))
             else:
                 assert plan is not None  # (a column not in the graph is in the numpy plan)
                 k = number[col.key[0]]
@@ -354,9 +354,10 @@ class Summary:
         given = plan.lengths(values, k, keep, None if lengths is None else lengths[:keep])
         valid = _as_mask(given, steps, a.shape[0])
         if compiled.available():
-            bins = self._bins(col.edges, np.dtype(np.float32 if a.dtype == np.float16 else a.dtype))
-            got = compiled.reduce(a, valid, bins.compiled())
-            return self._from_graph(col, got, bins, steps)
+            if a.dtype not in (np.float32, np.float64):  # float16 widened exactly
+                a = a.astype(np.float32 if a.dtype == np.float16 else np.float64)
+            bins = self._bins(col.edges, a.dtype)
+            return self._from_reduced(col, compiled.reduce(a, valid, bins.compiled()), bins, steps)
         per_unit, per_step = array_stats(a, valid, col.edges, self.low, self.high)
         _check_finite(col.key, per_step, steps)
         return col.key, steps, per_unit, per_step
@@ -368,10 +369,10 @@ class Summary:
             self._made[key] = _Bins.of(edges, self.low, self.high, dtype)
         return self._made[key]
 
-    def _from_graph(
+    def _from_reduced(
         self, col: Column, got: Sequence[np.ndarray], cuts: _Bins, positions: np.ndarray | None
     ) -> tuple[_Key, np.ndarray, Stats, Stats]:
-        """A column's Stats from `_reduce`'s outputs (or the compiled loop's: the same)."""
+        """A column's Stats from `_reduce`'s outputs, or the compiled loop's (the same)."""
         n, mean, m2, lo, hi, by_unit, by_step = got
         steps = np.asarray(positions if positions is not None else np.arange(len(n)), np.int64)
         count = np.broadcast_to(n.astype(np.int64)[:, None], mean.shape)
