@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from recorders import Recording
 from tests.conftest import CONFIGS, build, save, static_body
 from tracer.cli import main
 
@@ -80,7 +81,7 @@ def complete(out: Path) -> int:
     return sum(b - a for a, b in progress["complete"])
 
 
-# `gatetrace` with each batch handed to the writer 50 ms late: every moment the tests wait for
+# `gatetrace` with each batch handed to the writer 50 ms (`pace`) late: every moment the tests wait for
 # (a count of batches, a file) then lasts long enough for them to act on it however busy the
 # machine is; unpaced, the last batches of this small model take a few milliseconds, and a
 # test that looked a little late found the recording finished.
@@ -88,14 +89,15 @@ PACED = (
     "import os, sys, time; from tracer.cli import main; saved = os.dup(2); os.dup2(os.open(os.devnull, os.O_WRONLY), 2); "
     # TensorFlow's import logs, as main() hides them
     "import tracer.run.batch as b; os.dup2(saved, 2); hand = b.Values.write; "
-    "b.Values.write = lambda *a, **k: (time.sleep(0.05), hand(*a, **k))[1]; sys.exit(main(sys.argv[1:]))"
+    "b.Values.write = lambda *a, **k: (time.sleep({pace}), hand(*a, **k))[1]; summed = b.Statistics.write; "
+    "b.Statistics.write = lambda *a, **k: (time.sleep({pace}), summed(*a, **k))[1]; sys.exit(main(sys.argv[1:]))"
 )
 
 
-def start(argv: list[str]) -> subprocess.Popen:
+def start(argv: list[str], pace: float = 0.05) -> subprocess.Popen:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.Popen(
-        [sys.executable, "-c", PACED, *argv],
+        [sys.executable, "-c", PACED.format(pace=pace), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -172,6 +174,56 @@ def test_ctrl_c_stops_after_the_batch_in_flight(long_run, tmp_path):
     assert not list(out.glob(".staging-*")) and not (out / "manifest.json").exists()
     assert main([*run, "--resume", "--batch-size", "5"]) == 0  # another batch size is fine
     assert_same_recording(out, clean, exact=False)
+
+
+@pytest.mark.e2e
+def test_a_summary_killed_then_resumed_or_stopped_equals_an_uninterrupted_one(long_run, tmp_path):
+    """A summary writes its running totals at most once a second: killed twice, what it left
+    holds just the examples its progress file lists (its totals count them, no more), and the
+    resumed summary equals an uninterrupted one; stopped by Ctrl-C, the examples it says are
+    recorded are those on disk."""
+    argv, _ = long_run
+    run = [*argv, "--summary", "--batch-size", "2"]
+    clean = tmp_path / "clean"
+    assert main([*run, "--out", str(clean)]) == 0
+
+    def counted(out: Path) -> int:
+        """Sequences the totals file holds (a unit's count over all steps / steps)."""
+        files = list((out / "_summary").glob("*.parquet"))
+        if not files:
+            return 0
+        totals = pq.read_table(files[0]).to_pandas()
+        return int(totals[totals["axis"] == "unit"]["count"].max()) // 30
+
+    out = tmp_path / "out"
+    for k, enough in enumerate((2, 20)):
+        proc = start([*run, "--out", str(out), *(["--resume"] if k else [])], pace=0.15)
+        wait_until(proc, lambda n=enough: complete(out) >= n)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not (out / "manifest.json").exists()
+        assert counted(out) == complete(out) >= enough
+    assert main([*run, "--out", str(out), "--resume"]) == 0
+    stopped = tmp_path / "stopped"
+    proc = start([*run, "--out", str(stopped)], pace=0.15)
+    wait_until(proc, lambda: complete(stopped) >= 4)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    done = complete(stopped)
+    assert f"interrupted: {done:,} sequences are recorded" in stderr
+    assert counted(stopped) == done < SEQUENCES
+    assert main([*run, "--out", str(stopped), "--resume"]) == 0
+    want = Recording(clean).statistics
+    for got in (Recording(out).statistics, Recording(stopped).statistics):
+        for axis in ("unit", "step"):
+            a, b = got.frame(axis), want.frame(axis)
+            pd.testing.assert_frame_equal(
+                a.drop(columns="histogram"), b.drop(columns="histogram"), rtol=1e-12
+            )
+            assert all(
+                np.array_equal(p, q) for p, q in zip(a["histogram"], b["histogram"], strict=True)
+            )
 
 
 @pytest.mark.e2e
