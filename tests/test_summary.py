@@ -389,7 +389,7 @@ def test_the_compiled_loop_counts_values_at_every_cut_as_numpy_does(edges, low, 
     bins = _Bins.of(edges, low, high, np.dtype(dtype))
     if dtype == np.float32:  # (float64 values' products are not checked exact: searchsorted)
         assert (bins.scale is None) == (edges[0] == -0.3)
-    n, mean, m2, lo, hi, by_unit, by_step = compiled.reduce(values, valid, bins.compiled())
+    n, mean, m2, lo, hi, by_unit, by_step = compiled.reduce(values, valid, bins.compiled)
     x = values.astype(np.float64)
     for axis, counted in ((1, by_unit), (2, by_step)):
         # numpy: per unit over rows and steps, per step over rows and units
@@ -423,7 +423,7 @@ def test_the_compiled_loop_puts_nan_and_infinities_in_range():
     for edges in (np.linspace(-10, 10, 41), np.linspace(-0.3, 1, 8)):
         bins = _Bins.of(edges, 0.1, 0.9, np.dtype(np.float32))
         values = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32).reshape(4, 1, 1)
-        n, mean, *_, by_unit, by_step = compiled.reduce(values, None, bins.compiled())
+        n, mean, *_, by_unit, by_step = compiled.reduce(values, None, bins.compiled)
         assert n[0] == 4 and by_unit.sum() == 4 and by_step.sum() == 4
         assert np.isnan(mean[0, 0])
 

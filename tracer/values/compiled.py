@@ -46,7 +46,11 @@ class Slots:
     top: float | None
     marks: np.ndarray
     every: np.ndarray
-    width: int
+
+    @property
+    def width(self) -> int:
+        """How many slots there are: 0 to `last`, and one more for each mark."""
+        return self.last + len(self.marks) + 1
 
 
 def reduce(values: np.ndarray, valid: np.ndarray | None, slots: Slots) -> list[np.ndarray]:

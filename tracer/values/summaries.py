@@ -33,13 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
 
 from recorders.errors import RecordingError
 from recorders.write.stats import Stats, pooled
+from recorders.write.summary import Key as _Key  # cell, table, gate or state, column
 from tracer._tf import tf
 from tracer.values import compiled
 from tracer.values.compiled import Slots
@@ -48,8 +49,6 @@ from tracer.values.plan import ValuePlan
 from tracer.values.replayed import ReplayedPlan
 
 __all__ = ["Summary", "SummaryError", "Column", "array_stats", "in_graph"]
-
-_Key = tuple[str, str, str, str]  # cell, table (gates or states), gate or state, column
 
 
 class SummaryError(RecordingError):
@@ -161,12 +160,12 @@ class _Bins:
             slot += tf.cast(tf.greater_equal(x, tf.constant(mark, x.dtype)), tf.int32)
         return slot
 
+    @cached_property
     def compiled(self) -> Slots:
-        """The same slots, as the compiled loop finds them (`tracer.values.compiled`)."""
+        """The same slots, as the compiled loop finds them (`tracer.values.compiled`); made
+        once, as the bins are (`Summary._bins`)."""
         every = np.sort(np.r_[self.points, self.marks])
-        return Slots(
-            self.scale, self.offset, len(self.points), self.top, self.marks, every, self.width
-        )
+        return Slots(self.scale, self.offset, len(self.points), self.top, self.marks, every)
 
     def histogram(self, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(histogram, below, above) counts from the counts of each slot (along the last axis)."""
@@ -357,7 +356,7 @@ class Summary:
             if a.dtype not in (np.float32, np.float64):  # float16 widened exactly
                 a = a.astype(np.float32 if a.dtype == np.float16 else np.float64)
             bins = self._bins(col.edges, a.dtype)
-            return self._from_reduced(col, compiled.reduce(a, valid, bins.compiled()), bins, steps)
+            return self._from_reduced(col, compiled.reduce(a, valid, bins.compiled), bins, steps)
         per_unit, per_step = array_stats(a, valid, col.edges, self.low, self.high)
         _check_finite(col.key, per_step, steps)
         return col.key, steps, per_unit, per_step
