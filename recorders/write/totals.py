@@ -207,7 +207,7 @@ class Totals:
 
     def frame(self, axis: str) -> pa.Table:
         """The `units` or `steps` table (see the module docstring), built from the arrays
-        as they are (a summary's totals are written at every batch)."""
+        as they are (a summary's totals are written again and again while it runs)."""
         keys, at, stats = [], [], []
         for key, per_unit in self.units.items():
             positions, per_step = self.steps[key]
@@ -388,7 +388,8 @@ def totals_bytes(totals: Totals, complete: Intervals) -> bytes:
     table = pa.concat_tables([units, steps])
     table = table.replace_schema_metadata({b"complete": json.dumps(complete.pairs()).encode()})
     sink = pa.BufferOutputStream()
-    # written at every batch: no column statistics, and dictionaries for the names only
+    # written again and again while a summary runs: no column statistics, dictionaries for
+    # the names only
     pq.write_table(
         table, sink, compression="zstd", write_statistics=False, use_dictionary=[*_KEY, "axis"]
     )

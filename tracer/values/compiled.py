@@ -19,6 +19,7 @@ numpy for cells computed in numpy.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 __all__ = ["Slots", "available", "reduce"]
 
 
+@functools.cache
 def available() -> bool:
     """Whether the compiled loop can run (numba, an optional dependency, is installed; it is
     imported only when the loop first runs)."""
