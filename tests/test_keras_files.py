@@ -622,19 +622,44 @@ def test_an_hdf5_kernel_stored_in_a_sparse_file_is_refused_before_it_is_allocate
     )
 
 
-def cudnn_reference(layer, x: np.ndarray) -> tuple[dict, np.ndarray]:
-    """cuDNN's own equations in float64 over the weights as the layer hands them to cuDNN
-    (tf.compat.v1.keras' `_process_batch`: LSTM i, f, c, o; GRU r, z, h, each with an input
-    and a recurrent bias), from zero state. Returns {gate: (pre, act)} in gatetrace's labels,
-    [examples, steps, units] by input position, and h by input position."""
-    K, R, b = (
-        np.asarray(w.numpy(), np.float64)
-        for w in (layer.kernel, layer.recurrent_kernel, layer.bias)
-    )
+def cudnn_params(layer) -> np.ndarray:
+    """The flat vector a Keras 2 cuDNN layer hands cuDNN, built by Keras' own
+    `canonical_to_params` from the blocks in the order the layer's `_process_batch` lists them
+    (LSTM: kernel i, f, c, o, recurrent i, f, c, o, then the 8 biases; GRU: cuDNN's r, z, h,
+    i.e. the layer's blocks 1, 0, 2, and its biases 1, 0, 2, 4, 3, 5), not transposed."""
+    from tf_keras.src.layers.rnn import gru_lstm_utils
+
+    K, R, b = (w.numpy() for w in (layer.kernel, layer.recurrent_kernel, layer.bias))
     u = R.shape[0]
+    order = (0, 1, 2, 3) if type(layer).__name__ == "CuDNNLSTM" else (1, 0, 2)
+    bias_order = range(8) if len(order) == 4 else (1, 0, 2, 4, 3, 5)
+    params = gru_lstm_utils.canonical_to_params(
+        weights=[m[:, k * u : (k + 1) * u] for m in (K, R) for k in order],
+        biases=[b[k * u : (k + 1) * u] for k in bias_order],
+        shape=[-1],
+    )
+    return np.asarray(params.numpy(), np.float64)
+
+
+def cudnn_reference(layer, x: np.ndarray, misread: bool = False) -> tuple[dict, np.ndarray]:
+    """cuDNN's documented equations in float64 over the flat vector the layer hands it
+    (`cudnn_params`), read as cuDNN reads it: the input matrices W, the recurrent matrices R,
+    each `[units, rows]` row-major, then the input and recurrent biases; LSTM gates i, f, c, o,
+    GRU r, z, h; from zero state. `misread` takes each stored block for the matrix cuDNN
+    multiplies by (as gatetrace once did), to show this reference tells the two apart. Returns
+    {gate: (pre, act)} in gatetrace's labels, [examples, steps, units] by input position, and h
+    by input position."""
+    lstm = type(layer).__name__ == "CuDNNLSTM"
+    n_gates, u, rows = (4 if lstm else 3), layer.units, x.shape[-1]
+    flat = cudnn_params(layer)
+    W, R = [], []
+    for matrices, cols in ((W, rows), (R, u)):
+        for _ in range(n_gates):
+            block, flat = flat[: u * cols], flat[u * cols :]
+            matrices.append(block.reshape(cols, u).T if misread else block.reshape(u, cols))
+    bW, bR = flat[: n_gates * u].reshape(n_gates, u), flat[n_gates * u :].reshape(n_gates, u)
     n, steps, _ = x.shape
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    lstm = type(layer).__name__ == "CuDNNLSTM"
     labels = "ifjo" if lstm else "urc"
     gates = {g: (np.zeros((n, steps, u)), np.zeros((n, steps, u))) for g in labels}
     hs = np.zeros((n, steps, u))
@@ -642,26 +667,16 @@ def cudnn_reference(layer, x: np.ndarray) -> tuple[dict, np.ndarray]:
     for t in range(steps)[::-1] if layer.go_backwards else range(steps):
         xt = x[:, t].astype(np.float64)
         if lstm:  # W_k x + b_Wk + R_k h + b_Rk, k = i, f, c, o
-            pre = [
-                xt @ K[:, k * u : (k + 1) * u]
-                + b[k * u : (k + 1) * u]
-                + h @ R[:, k * u : (k + 1) * u]
-                + b[(4 + k) * u : (5 + k) * u]
-                for k in range(4)
-            ]
+            pre = [xt @ W[k].T + bW[k] + h @ R[k].T + bR[k] for k in range(4)]
             i, f, g, o = sig(pre[0]), sig(pre[1]), np.tanh(pre[2]), sig(pre[3])
             c = f * c + i * g
             h = o * np.tanh(c)
             acts = [i, f, g, o]
-        else:  # cuDNN's r, z (update), h: the layer's kernel blocks 1, 0, 2; biases 1, 0, 2 then 4, 3, 5
-            Wr, Wz, Wh = K[:, u : 2 * u], K[:, :u], K[:, 2 * u :]
-            Rr, Rz, Rh = R[:, u : 2 * u], R[:, :u], R[:, 2 * u :]
-            bWr, bWz, bWh = b[u : 2 * u], b[:u], b[2 * u : 3 * u]
-            bRr, bRz, bRh = b[4 * u : 5 * u], b[3 * u : 4 * u], b[5 * u :]
-            zr = xt @ Wr + bWr + h @ Rr + bRr
-            zz = xt @ Wz + bWz + h @ Rz + bRz
+        else:  # r, z (update), h: h~ = tanh(W_h x + b_Wh + r * (R_h h + b_Rh))
+            zr = xt @ W[0].T + bW[0] + h @ R[0].T + bR[0]
+            zz = xt @ W[1].T + bW[1] + h @ R[1].T + bR[1]
             r, z = sig(zr), sig(zz)
-            zh = xt @ Wh + bWh + r * (h @ Rh + bRh)
+            zh = xt @ W[2].T + bW[2] + r * (h @ R[2].T + bR[2])
             hh = np.tanh(zh)
             h = (1 - z) * hh + z * h
             pre, acts = [zz, zr, zh], [z, r, hh]
@@ -671,7 +686,7 @@ def cudnn_reference(layer, x: np.ndarray) -> tuple[dict, np.ndarray]:
     return gates, hs
 
 
-def cudnn_model():
+def cudnn_model(lstm_units: int = 4):
     """Two layers as a TF1-era or Keras 2 GPU script wrote them, with tf.compat.v1.keras:
     CuDNNLSTM (return_sequences), then Bidirectional(CuDNNGRU); random weights and biases."""
     from tests.test_keras import randomise
@@ -681,12 +696,24 @@ def cudnn_model():
 
     v1 = tf.compat.v1.keras.layers
     x = keras.Input((T, FEATURES), name="x")
-    a = v1.CuDNNLSTM(4, return_sequences=True, name="cu_dnnlstm_1")(x)
+    a = v1.CuDNNLSTM(lstm_units, return_sequences=True, name="cu_dnnlstm_1")(x)
     b = keras.layers.Bidirectional(
         v1.CuDNNGRU(3, return_sequences=True, name="cu_dnngru_1"), name="bidirectional_1"
     )(a)
     model = keras.Model(x, b)
     randomise(model, seed=11)
+    return model
+
+
+def keras_converted(path, lstm_units: int):
+    """The same network with Keras' LSTM and GRU(reset_after=True), its weights loaded from the
+    cuDNN model's `.h5` by Keras' own legacy loader, which converts them (`_convert_rnn_weights`)."""
+    keras = keras_module("tf-keras")
+    x = keras.Input((T, FEATURES), name="x")
+    a = keras.layers.LSTM(lstm_units, return_sequences=True)(x)
+    b = keras.layers.Bidirectional(keras.layers.GRU(3, return_sequences=True, reset_after=True))(a)
+    model = keras.Model(x, b)
+    model.load_weights(str(path))
     return model
 
 
@@ -723,11 +750,19 @@ def as_keras_2_2_4_wrote_it(path) -> None:
 
 
 @pytest.mark.parametrize("saved", ["tf.compat.v1.keras .h5", "Keras 2.2.4 .h5"])
-def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved, tmp_path):
+@pytest.mark.parametrize(
+    "lstm_units", [4, FEATURES], ids=["input_size_not_units", "input_size_units"]
+)
+def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(
+    saved, lstm_units, tmp_path
+):
     """A CuDNNLSTM and a CuDNNGRU (inside Bidirectional) cannot run on a CPU as they are: they
-    are recorded as the LSTM and GRU they equal, checked here against cuDNN's equations over
-    the weights in cuDNN's layout, both biases; W, U, b per gate."""
-    model = cudnn_model()
+    are recorded as the LSTM and GRU they equal. Checked against two oracles gatetrace did not
+    build: cuDNN's documented equations over the flat vector Keras hands cuDNN (which tell the
+    right reading of the blocks from the wrong one), and Keras' own conversion of the file (its
+    legacy loader into LSTM and GRU layers, run by Keras). W, U, b per gate as Keras converts
+    them."""
+    model = cudnn_model(lstm_units)
     path = tmp_path / "m.h5"
     model.save(str(path))
     if saved.startswith("Keras 2.2.4"):
@@ -747,6 +782,8 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved
     ]
     lstm = model.get_layer("cu_dnnlstm_1")
     gates, h = cudnn_reference(lstm, x)
+    wrong, _ = cudnn_reference(lstm, x, misread=True)
+    assert np.abs(wrong["i"][0] - gates["i"][0]).max() > 0.05  # the oracle tells the readings apart
     for g, (pre, act) in gates.items():
         np.testing.assert_allclose(
             rec.gate_array("cu_dnnlstm_1", g, "preactivation"), pre, atol=1e-5
@@ -754,8 +791,9 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved
         np.testing.assert_allclose(rec.gate_array("cu_dnnlstm_1", g, "activation"), act, atol=1e-5)
     np.testing.assert_allclose(rec.state_array("cu_dnnlstm_1", "h"), h, atol=1e-5)
     bi = model.get_layer("bidirectional_1")
+    outputs = []
     for half, layer in (("forward", bi.forward_layer), ("backward", bi.backward_layer)):
-        gru, _ = cudnn_reference(layer, h.astype(np.float32))
+        gru, h_gru = cudnn_reference(layer, h.astype(np.float32))
         cell = f"bidirectional_1/{half}_cu_dnngru_1"
         for g, (pre, act) in gru.items():
             np.testing.assert_allclose(
@@ -764,21 +802,28 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(saved
             np.testing.assert_allclose(
                 rec.gate_array(cell, g, "activation"), act, atol=1e-5, err_msg=f"{cell} {g}"
             )
-    # W, U, b per gate: the LSTM's b both biases added; the GRU's two biases apart (the
-    # recurrent one inside the reset gate's product, as cuDNN applies it)
+        outputs.append(h_gru)
+    # Keras' own conversion of the file, run by Keras, returns what cuDNN's equations return
+    converted = keras_converted(path, lstm_units)
+    np.testing.assert_allclose(converted(x).numpy(), np.concatenate(outputs, -1), atol=1e-5)
+    # W, U, b per gate, as Keras converts them: the LSTM's b both biases added; the GRU's two
+    # biases apart (the recurrent one inside the reset gate's product, as cuDNN applies it)
     weights = pd.read_parquet(tmp_path / "rec" / "weights.parquet")
     mine = weights[weights["cell"] == "cu_dnnlstm_1"]
-    b = np.asarray(lstm.bias.numpy(), np.float64)
-    f = mine[(mine["gate"] == "f") & (mine["source"] == "bias")].sort_values("unit")
-    np.testing.assert_allclose(f["value"], b[4:8] + b[20:24], atol=1e-6)
-    W = mine[(mine["gate"] == "o") & (mine["source"] == "input")]
-    np.testing.assert_array_equal(
-        W.pivot(index="row", columns="unit", values="value").to_numpy(), lstm.kernel.numpy()[:, 12:]
-    )
-    gb = np.asarray(bi.forward_layer.bias.numpy())
+    cell, u = converted.layers[1].cell, lstm_units
+    for gate, k in (("i", 0), ("f", 1), ("j", 2), ("o", 3)):
+        for source, matrix in (("input", cell.kernel), ("recurrent", cell.recurrent_kernel)):
+            got = mine[(mine["gate"] == gate) & (mine["source"] == source)]
+            np.testing.assert_array_equal(
+                got.pivot(index="row", columns="unit", values="value").to_numpy(),
+                matrix.numpy()[:, k * u : (k + 1) * u],
+            )
+        b = mine[(mine["gate"] == gate) & (mine["source"] == "bias")].sort_values("unit")
+        np.testing.assert_array_equal(b["value"], cell.bias.numpy()[k * u : (k + 1) * u])
+    gb = converted.layers[2].forward_layer.cell.bias.numpy()  # [2, 3 units]: input, recurrent
     c = weights[
         (weights["cell"] == "bidirectional_1/forward_cu_dnngru_1") & (weights["gate"] == "c")
     ]
-    for source, want in (("bias", gb[6:9]), ("recurrent_bias", gb[15:18])):
+    for source, want in (("bias", gb[0, 6:9]), ("recurrent_bias", gb[1, 6:9])):
         got = c[c["source"] == source].sort_values("unit")["value"]
         np.testing.assert_array_equal(got, want)

@@ -204,7 +204,7 @@ def load_keras(
     notes = (
         (
             f"{listing(cudnn, 4)} run cuDNN's fused op, which has no CPU kernel: recorded as the LSTM and "
-            "GRU(reset_after=True) they equal (the same kernels; an LSTM's two biases added, a GRU's as its two rows)",
+            "GRU(reset_after=True) they equal (their weights converted as Keras' own loader converts them)",
         )
         if cudnn
         else ()

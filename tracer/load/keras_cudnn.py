@@ -2,12 +2,20 @@
 
 Keras 2.0.9-2.3 (`keras.layers.CuDNNLSTM`) and `tf.compat.v1.keras.layers` ship these layers;
 they call cuDNN's fused op, which has no CPU kernel, so a model holding one cannot be called
-here as it is. Their weights are Keras' own matrices with cuDNN's second bias beside the first:
+here as it is. Their weights have the shapes of Keras' matrices, with cuDNN's second bias beside
+the first:
 
     CuDNNLSTM  kernel [input, 4u], recurrent_kernel [u, 4u] in Keras' (and cuDNN's) gate order
                i, f, c, o; bias [8u]: the input biases i, f, c, o, then the recurrent ones
     CuDNNGRU   kernel [input, 3u], recurrent_kernel [u, 3u] in Keras' order z, r, h (the layer
                hands cuDNN r, z, h); bias [6u]: input biases z, r, h, then recurrent ones
+
+Each gate's block of either kernel is not the matrix cuDNN multiplies by: the layer hands
+cuDNN every block flattened as it is stored (`canonical_to_params` without transposing), and
+cuDNN reads that vector as its own `[units, rows]` matrix, row-major. For a block of `rows`
+rows (the input size, or the units), the matrix Keras' `LSTM` or `GRU` would multiply by is
+
+    block.reshape(-1).reshape(units, rows).T          (a transpose where rows == units)
 
 cuDNN's LSTM is Keras' LSTM with sigmoid gates and tanh, its two biases added where both are
 (`x W + b_W + h R + b_R`): an `LSTM` whose bias is their sum. cuDNN's GRU applies the reset gate
@@ -16,15 +24,17 @@ Keras' `GRU(reset_after=True)`, whose bias [2, 3u] is exactly these two rows.
 
 `on_cpu(model)` rebuilds a model holding such layers from its configuration with each replaced
 by that equivalent (same name and options, inside `Bidirectional` and nested models too) and
-gives it the original's weights, the biases as above; other models are returned as they are.
+gives it the original's weights as Keras' own legacy HDF5 loader converts them when a cuDNN
+layer's file is loaded into an `LSTM` or `GRU` (`preprocess_weights_for_loading`, whose
+`_convert_rnn_weights` does the above): the values recorded are then checked against Keras
+running its own conversion of the file, not a reading of the layout written here. Other models
+are returned as they are.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-
-import numpy as np
 
 from recorders.errors import ModelFormatError
 
@@ -59,19 +69,6 @@ def _replaced(config: Any) -> tuple[Any, int]:
     return out, count
 
 
-def _bias(old: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A cuDNN layer's bias as its equivalent's `shape`: LSTM [8u] -> [4u], the two halves
-    added; GRU [6u] -> [2, 3u], the input and recurrent rows."""
-    if old.shape == (2 * shape[0],) and len(shape) == 1:
-        half = shape[0]
-        return old[:half] + old[half:]
-    if len(shape) == 2 and shape[0] == 2 and old.shape == (2 * shape[1],):
-        return old.reshape(2, shape[1])
-    raise ModelFormatError(
-        f"a cuDNN layer's weight of shape {list(old.shape)} does not fit its equivalent's {list(shape)}"
-    )
-
-
 def cudnn_layers(model: Any) -> list[str]:
     """`name (Class)` of each cuDNN layer of `model`, inside wrappers and nested models too."""
     found, todo = [], list(model.layers)
@@ -87,25 +84,41 @@ def cudnn_layers(model: Any) -> list[str]:
     return found
 
 
+def _holds_cudnn(layer: Any) -> bool:
+    """Whether `layer` is a cuDNN layer or wraps or nests one."""
+    if type(layer).__name__ in CUDNN_LAYERS:
+        return True
+    inner = [getattr(layer, a, None) for a in ("forward_layer", "backward_layer", "layer")]
+    inner += list(getattr(layer, "layers", None) or [])
+    return any(i is not None and _holds_cudnn(i) for i in inner)
+
+
 def on_cpu(model: Any) -> Any:
-    """`model` with its cuDNN layers replaced by their equivalents (see the module docstring)."""
+    """`model` with its cuDNN layers replaced by their equivalents, their weights converted by
+    Keras' own loader (see the module docstring)."""
     config, count = _replaced(model.get_config())
     if not count:
         return model
     import tf_keras
+    from tf_keras.src.saving.legacy.hdf5_format import preprocess_weights_for_loading
 
     twin = tf_keras.models.model_from_json(
         json.dumps({"class_name": type(model).__name__, "config": config})
     )
-    old, new = model.get_weights(), twin.weights
-    if len(old) != len(new):
+    if len(model.layers) != len(twin.layers):
         raise ModelFormatError(
-            f"the model's {len(old)} weights do not match the {len(new)} of its layers without cuDNN"
+            f"the model's {len(model.layers)} layers do not match the {len(twin.layers)} of its rebuilt "
+            "configuration without cuDNN"
         )
-    twin.set_weights(
-        [
-            w if w.shape == tuple(v.shape) else _bias(w, tuple(v.shape))
-            for w, v in zip(old, new, strict=True)
-        ]
-    )
+    for old, new in zip(model.layers, twin.layers, strict=True):
+        weights = old.get_weights()
+        try:
+            if _holds_cudnn(old):  # Keras' own conversion, as when such a file is loaded into new
+                weights = preprocess_weights_for_loading(new, weights)
+            new.set_weights(weights)
+        except ValueError as err:
+            raise ModelFormatError(
+                f"layer {old.name}: Keras cannot convert its cuDNN weights to {type(new).__name__}'s: "
+                f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+            ) from None
     return twin
