@@ -98,6 +98,37 @@ LOOPS = (
     "tf-keras-gru",
     "tf-keras-simple",
 )
+# loops whose cond and body declare each stacked sequence (the input, the outputs so far) as
+# [1, ...], its first element's shape, while the loop carries [steps, ...]: as some converters
+# write them, and as the WHILE kernel allows (it resizes a body's inputs to what it carries)
+DECLARED = ("keras3-lstm-declared", "tf-keras-gru-declared")
+
+
+def _declared_as_first_elements(data: bytes) -> bytes:
+    """A converted file whose WHILE loops' conds and bodies declare every input of more than
+    one row along the first of its 3 dimensions as one row (see DECLARED)."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    loops = [
+        op.builtinOptions
+        for op in model.subgraphs[0].operators
+        if isinstance(op.builtinOptions, fb.WhileOptionsT)
+    ]
+    changed = 0
+    for options in loops:
+        for g in (options.condSubgraphIndex, options.bodySubgraphIndex):
+            subgraph = model.subgraphs[g]
+            for i in subgraph.inputs:
+                t = subgraph.tensors[i]
+                if len(t.shape) == 3 and t.shape[0] > 1:
+                    t.shape = np.array([1, *t.shape[1:]], np.int32)
+                    changed += 1
+    assert loops and changed
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +147,10 @@ def converted(tmp_path_factory):
             converter.target_spec.supported_types = [tf.float16]
         path.write_bytes(converter.convert())
         out[name] = (path, model)
+    for name in DECLARED:
+        path, model = out[name.removesuffix("-declared")]
+        (root / f"{name}.tflite").write_bytes(_declared_as_first_elements(path.read_bytes()))
+        out[name] = (root / f"{name}.tflite", model)
     return out
 
 
@@ -150,12 +185,13 @@ def _layers(model) -> list:
     return out
 
 
-@pytest.mark.parametrize("name", (*FUSED, *LOOPS))
+@pytest.mark.parametrize("name", (*FUSED, *LOOPS, *DECLARED))
 def test_a_converted_layer_records_keras_formulas_exactly(converted, tmp_path, name):
     """Every gate's preactivation and activation and every state at every input position, for
     each fused op or WHILE loop (a stack's two, a Bidirectional layer's forward and backward
-    halves, a go_backwards layer's), equal Keras' formulas in float64 on the weights of the
-    model converted; each cell's weights per gate are its layer's kernel blocks."""
+    halves, a go_backwards layer's, a loop whose body declares other shapes than it carries),
+    equal Keras' formulas in float64 on the weights of the model converted; each cell's
+    weights per gate are its layer's kernel blocks."""
     import pandas as pd
 
     path, model = converted[name]
@@ -642,3 +678,50 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, name, data):
         find_ops(LiteModel(data, model, "damaged.tflite"))
     except GatetraceError as err:
         assert "\n" not in str(err)
+
+
+def _one_more_iteration(data: bytes) -> bytes:
+    """A converted file whose WHILE loop's cond runs one iteration more than the sequence has
+    steps (its counter's limit, a constant, raised by one)."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    (loop,) = [
+        op.builtinOptions
+        for op in model.subgraphs[0].operators
+        if isinstance(op.builtinOptions, fb.WhileOptionsT)
+    ]
+    cond = model.subgraphs[loop.condSubgraphIndex]
+    limits = [
+        model.buffers[cond.tensors[i].buffer]
+        for op in cond.operators
+        for i in op.inputs
+        if cond.tensors[i].type == fb.TensorType.INT32
+        and model.buffers[cond.tensors[i].buffer].data is not None
+    ]
+    assert limits
+    for buffer in limits:
+        buffer.data = np.frombuffer(np.int32(T + 1).tobytes(), np.uint8)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def test_inspect_calls_recordable_only_what_record_records(converted, tmp_path):
+    """`inspect` runs what `record` runs on one sequence before it lists a file's cells: a loop
+    its interpreter cannot run to the end is refused by both in the same line (before:
+    listed as recordable, then refused by `record` alone); nothing is written."""
+    path, _ = converted["keras3-lstm"]
+    bad = tmp_path / "more.tflite"
+    bad.write_bytes(_one_more_iteration(path.read_bytes()))
+    shown = _one_line(run_cli("inspect", str(bad)))
+    assert "TensorFlow Lite's interpreter refuses it" in shown
+    np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(bad), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert refused == shown and not out.exists()
+    listed = run_cli("inspect", str(path))  # the file as converted is listed
+    assert listed.returncode == 0 and "1 recurrent op" in listed.stdout, listed.stderr

@@ -113,8 +113,11 @@ def run(args) -> None:
         return _inspect_layers(args, model, find_layers(model), hidden_layers(model))
     if isinstance(model, LiteModel):
         from tracer.find.lite import find_ops
+        from tracer.values.lite import LitePlan
 
-        return _inspect_layers(args, model, find_ops(model), [])
+        cells = find_ops(model)
+        LitePlan(model, cells).tried()  # recordable only where a recording's code runs
+        return _inspect_layers(args, model, cells, [])
     from recorders.errors import NoCellFoundError
     from tracer.cells.found import Cell
     from tracer.find.proposals import propose

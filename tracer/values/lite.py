@@ -112,6 +112,20 @@ class LitePlan(ReplayedPlan[LiteCell]):
             for c in self.cells
         ]
 
+    def tried(self) -> None:
+        """Record one sequence of zeros, as `fetch` records a batch, and drop it: what
+        `gatetrace inspect` runs before it calls a file's cells recordable, so that it says so
+        only where a recording's own code runs (the interpreter on the file and on each loop's
+        cond and body, every check against what the ops returned). One checked line where it
+        does not."""
+        if not self.cells:
+            return
+        zeros = {
+            i: np.zeros((1, *[d or 1 for d in i.shape.as_list()[1:]]), i.dtype.as_numpy_dtype)
+            for i in self.model.inputs
+        }
+        self.fetch(zeros)
+
     def _of(self, subgraph: int) -> Any:
         """The interpreter of the file with `subgraph` as its main one, allocated."""
         if subgraph not in self._loops:
@@ -130,8 +144,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
         kept: dict[str, list[np.ndarray]] = {"inputs": [], "preactivation": [], "activation": []}
         kept |= {f"state {s}": [] for s in body.states}
         while True:
-            for t, v in zip(graphs[body.cond].inputs, values, strict=True):
-                cond.set_tensor(int(t), v)
+            self._feed(cond, graphs[body.cond].inputs, values)
             self.model.invoke(cond)
             if not np.asarray(cond.get_tensor(int(graphs[body.cond].outputs[0]))).all():
                 break
@@ -140,8 +153,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
                     f"{self.model.source}: the WHILE loop of op {cell.op} runs more iterations than its "
                     f"{cell.length} steps; gatetrace does not know what its further iterations read"
                 )
-            for t, v in zip(graphs[body.body].inputs, values, strict=True):
-                run.set_tensor(int(t), v)
+            self._feed(run, graphs[body.body].inputs, values)
             self.model.invoke(run)
             kept["inputs"].append(run.get_tensor(body.step_input))
             kept["preactivation"].append(np.stack([run.get_tensor(x) for x, _ in body.gates], 1))
@@ -153,6 +165,27 @@ class LitePlan(ReplayedPlan[LiteCell]):
         out |= {f"initial {s}": it.get_tensor(t) for s, t in cell.initial.items()}
         out |= {f"final {s}": it.get_tensor(t) for s, t in body.finals.items()}
         return out
+
+    def _feed(self, it: Any, tensors: Sequence[int], values: Sequence[np.ndarray]) -> None:
+        """Set a cond's or body's inputs to what the loop carries. A converter may declare a
+        body input of other dimensions than the loop carries (a stacked sequence or tensor list
+        declared as its first element's shape), as the WHILE kernel itself allows: such inputs
+        are resized to what is carried first, and the subgraph allocated again."""
+        resized = False
+        for t, v in zip(tensors, values, strict=True):
+            if tuple(it.get_tensor(int(t)).shape) != np.shape(v):
+                try:
+                    it.resize_tensor_input(int(t), list(np.shape(v)), strict=False)
+                except (ValueError, RuntimeError) as err:
+                    raise self.model.refused(err) from None
+                resized = True
+        if resized:
+            try:
+                it.allocate_tensors()
+            except (ValueError, RuntimeError) as err:
+                raise self.model.refused(err) from None
+        for t, v in zip(tensors, values, strict=True):
+            it.set_tensor(int(t), v)
 
     @staticmethod
     def _looped(cell: LiteCell, seen: dict[str, np.ndarray]) -> Result:
