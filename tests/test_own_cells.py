@@ -791,3 +791,118 @@ def test_a_masked_layer_of_your_own_skips_steps_as_keras_does(framework, tmp_pat
     frame = recorders.Recording(tmp_path / "run").gate_frame(gates=["sigmoid_0"])
     assert set(frame[frame.example == 1].step) == {0, 1, 2}
     assert set(frame[frame.example == 2].step) == {2, 3, 4}
+
+
+def _seqgan_target_lstm():
+    """SeqGAN's `target_lstm.py` as its TF1 script builds it: token embeddings unstacked into a
+    TensorArray, a hand-written LSTM (`i = tf.sigmoid(tf.matmul(x, Wi) + tf.matmul(h, Ui) +
+    bi)`, the state [h, c] stacked) run by `tf.while_loop` whose input `x_t` is a loop
+    variable, the next one read from the TensorArray (teacher forcing from a start token)."""
+    from tests.conftest import tf
+
+    V, E = 7, D
+    x = v1.placeholder(v1.int32, [None, T], name="x")
+    embeddings = v1.Variable(v1.random_normal([V, E]), name="g_embeddings")
+    params = {
+        name: v1.Variable(v1.random_normal(shape), name=name)
+        for gate in "ifoc"
+        for name, shape in ((f"W{gate}", [E, H]), (f"U{gate}", [H, H]), (f"b{gate}", [H]))
+    }
+    processed = v1.transpose(v1.nn.embedding_lookup(embeddings, x), perm=[1, 0, 2])
+    ta_emb_x = v1.TensorArray(dtype=v1.float32, size=T).unstack(processed)
+    h0 = v1.zeros([v1.shape(x)[0], H])
+    h0 = v1.stack([h0, h0])
+    p = params
+
+    def unit(x_t, hidden_memory_tm1):
+        previous_hidden_state, c_prev = v1.unstack(hidden_memory_tm1)
+        i = v1.sigmoid(
+            v1.matmul(x_t, p["Wi"]) + v1.matmul(previous_hidden_state, p["Ui"]) + p["bi"]
+        )
+        f = v1.sigmoid(
+            v1.matmul(x_t, p["Wf"]) + v1.matmul(previous_hidden_state, p["Uf"]) + p["bf"]
+        )
+        o = v1.sigmoid(
+            v1.matmul(x_t, p["Wo"]) + v1.matmul(previous_hidden_state, p["Uo"]) + p["bo"]
+        )
+        c_ = v1.nn.tanh(
+            v1.matmul(x_t, p["Wc"]) + v1.matmul(previous_hidden_state, p["Uc"]) + p["bc"]
+        )
+        c = f * c_prev + i * c_
+        return v1.stack([o * v1.nn.tanh(c), c])
+
+    def recurrence(i, x_t, h_tm1):
+        h_t = unit(x_t, h_tm1)
+        return i + 1, ta_emb_x.read(i), h_t
+
+    start = v1.nn.embedding_lookup(embeddings, v1.fill([v1.shape(x)[0]], 0))
+    tf.raw_ops.Identity(
+        input=v1.while_loop(lambda i, _1, _2: i < T, recurrence, (0, start, h0))[2], name="out"
+    )
+
+
+@pytest.mark.parametrize("control_flow", ["v1", "v2"])
+def test_a_cell_of_your_own_in_a_loop_gets_its_weights_and_input_size(control_flow, tmp_path):
+    """SeqGAN's hand-written LSTM in a while loop, recorded with --gate-ops: each gate's
+    preactivation is a sum of products of variables, as unrolled, so W, U, b per gate are the
+    script's variables and the input size is the embedding's (before: input size 0, no
+    weights, "its ops run in a while loop's body"); the gates equal the equations of the
+    script, written here in float64 numpy; the candidate's tanh of c says why it has none."""
+    from tests.conftest import session_model
+
+    path, values = session_model(_seqgan_target_lstm, tmp_path, control_flow=control_flow)
+    tokens = np.random.RandomState(4).randint(0, 7, (N, T)).astype(np.int32)
+    np.save(tmp_path / "x.npy", tokens)
+    pattern = r"(?:while/)?(?:Sigmoid|Tanh)(?:_\d+)?"  # (a v2 body's ops are named in its function)
+    shown = run_cli("inspect", path, "--gate-ops", pattern, "--json")
+    assert shown.returncode == 0, shown.stderr
+    (cell,) = json.loads(shown.stdout)["cells"]
+    assert (cell["input_size"], cell["units"]) == (D, H), cell
+    out = tmp_path / "run"
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--gate-ops",
+        pattern,
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    import recorders
+
+    rec = recorders.Recording(out)
+    (name,) = rec.cells
+    assert rec.gates(name) == ["sigmoid_0", "sigmoid_1", "sigmoid_2", "tanh_0", "tanh_1"]
+    w = {k: np.asarray(v, np.float64) for k, v in values.items()}
+    emb = w["g_embeddings"]
+    xs = [emb[np.zeros(N, int)]] + [emb[tokens[:, t]] for t in range(T - 1)]
+    h = c = np.zeros((N, H))
+    for t in range(T):
+        z = {g: xs[t] @ w[f"W{g}"] + h @ w[f"U{g}"] + w[f"b{g}"] for g in "ifoc"}
+        i, f, o, g_ = _sigmoid(z["i"]), _sigmoid(z["f"]), _sigmoid(z["o"]), np.tanh(z["c"])
+        c = f * c + i * g_
+        h = o * np.tanh(c)
+        for gate, pre, act in (
+            ("sigmoid_0", z["i"], i),
+            ("sigmoid_1", z["f"], f),
+            ("sigmoid_2", z["o"], o),
+            ("tanh_0", z["c"], g_),
+        ):
+            np.testing.assert_allclose(
+                rec.gate_array(name, gate, "preactivation")[:, t], pre, atol=1e-5
+            )
+            np.testing.assert_allclose(rec.gate_array(name, gate)[:, t], act, atol=1e-5)
+    weights = pd.read_parquet(out / "weights.parquet")
+    for gate, g in (("sigmoid_0", "i"), ("sigmoid_1", "f"), ("sigmoid_2", "o"), ("tanh_0", "c")):
+        mine = weights[weights["gate"] == gate]
+        for source, want in (("input", w[f"W{g}"]), ("recurrent", w[f"U{g}"])):
+            got = mine[mine["source"] == source].pivot(index="row", columns="unit", values="value")
+            np.testing.assert_array_equal(got.to_numpy(), want.astype(np.float32))
+        b = mine[mine["source"] == "bias"].sort_values("unit")["value"].to_numpy()
+        np.testing.assert_array_equal(b, w[f"b{g}"].astype(np.float32))
+    assert "tanh_1" not in set(weights["gate"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    (described,) = manifest["cells"]
+    assert "tanh_1" in json.dumps(described.get("unknown_weights", described))

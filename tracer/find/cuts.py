@@ -6,6 +6,13 @@ constant positions (`x[:, t]`). An op of step t of a forward cell has read the s
 through some path back along the graph's edges (a backward cell's: the last t + 1), so how
 many it has read says its step (`Cuts.positions`). `tracer.find.named` finds the steps of a
 cell of your own this way, where names do not say them.
+
+A cell in a while loop's body reads one step an iteration (`LoopInputs`): an element of a
+TensorArray or TensorList (`TensorArrayReadV3`, `TensorListGetItem`), a row gathered or sliced
+from a tensor that enters the loop unchanged, or a loop variable whose next value the gates do
+not make (SeqGAN's `x_t`, the next element read from a TensorArray). A loop variable whose
+next value is made from the gates' activations, through element-wise ops and stacking only,
+is the cell's state, not its input.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Sequence
 from recorders.errors import GraphPatternError
 from tracer._tf import tf
 
-__all__ = ["Cuts"]
+__all__ = ["Cuts", "LoopInputs"]
 
 _CUTS = ("Unpack", "Split", "SplitV")  # ops whose outputs are a sequence's steps
 # ops a value passes through unchanged on its way from a step's input to a matrix product
@@ -115,3 +122,69 @@ class Cuts:
             )
         at = {name: (n - len(ks)) if reverse else len(ks) - 1 for name, ks in seen.items()}
         return at, reverse, {p: self.sources[source][p] for p in set(at.values())}
+
+
+# what an iteration reads its step with
+_READS = {"TensorArrayReadV3", "TensorListGetItem"}
+_GATHERS = {"GatherV2", "ResourceGather", "StridedSlice", "Slice"}
+# ops a loop variable passes through on its way into an iteration (v1: Merge -> Switch)
+_INTO = _SAME | {"Unpack", "Switch"}
+# ops a state is made with from the gates' activations
+_ELEMENTWISE = {
+    "Mul", "Add", "AddV2", "Sub", "Neg", "Tanh", "Sigmoid", "Relu", "Maximum", "Minimum",
+    "Select", "SelectV2", "BiasAdd", "Pack", "Unpack", "ConcatV2", "Identity", "Reshape",
+    "ExpandDims", "Squeeze",
+}  # fmt: skip
+
+
+class LoopInputs:
+    """Which tensors of a while loop's body are the step's input (see the module docstring):
+    `activations` are the gates' outputs in the body, `invariant` the body's arguments it
+    returns unchanged (a v2 body; a v1 loop's are `Enter`s)."""
+
+    def __init__(self, activations: Sequence[tf.Tensor], invariant: frozenset[str] = frozenset()):
+        self.activations = {t.name for t in activations}
+        self.invariant = invariant
+
+    def is_input(self, t: tf.Tensor) -> bool:
+        """Whether `t` is the step's input, through ops that pass it on unchanged."""
+        while t.op.type in _SAME and t.op.inputs:
+            t = t.op.inputs[0]
+        if t.op.type in _READS:
+            return True
+        if t.op.type in _GATHERS:
+            return self._outside(t.op.inputs[0])
+        variable = self._variable(t)
+        return variable is not None and not self._made_by_gates(variable)
+
+    def _outside(self, t: tf.Tensor) -> bool:
+        """Whether `t` enters the loop unchanged (an invariant argument, an Enter)."""
+        while t.op.type in ("Identity", "ReadVariableOp") and t.op.inputs:
+            t = t.op.inputs[0]
+        return t.name in self.invariant or t.op.type in ("Enter", "RefEnter")
+
+    def _variable(self, t: tf.Tensor) -> tf.Tensor | None:
+        """The next value of the loop variable `t` is read from, or None."""
+        while t.op.type in _INTO and t.op.inputs:
+            t = t.op.inputs[0]
+        if t.op.type == "Merge":  # v1: Merge(Enter, NextIteration)
+            after = [i for i in t.op.inputs if i.op.type == "NextIteration"]
+            return after[0].op.inputs[0] if after else None
+        if t.op.type == "Placeholder" and t.name not in self.invariant:  # v2: an argument
+            names = [i.name for i in t.graph.inputs]
+            if t.name in names and len(t.graph.outputs) == len(names):
+                return t.graph.outputs[names.index(t.name)]
+        return None
+
+    def _made_by_gates(self, t: tf.Tensor, limit: int = 512) -> bool:
+        """Whether `t` is made from the gates' activations by element-wise ops and stacking."""
+        todo, seen = [t], set[str]()
+        while todo and len(seen) < limit:
+            u = todo.pop()
+            if u.name in self.activations:
+                return True
+            if u.name in seen or u.op.type not in _ELEMENTWISE:
+                continue
+            seen.add(u.name)
+            todo += list(u.op.inputs)
+        return False

@@ -29,7 +29,7 @@ from tracer.find.edges import cell_name, in_v1_frame, variables_of, weight_op, w
 from tracer.find.fused import fused_steps
 from tracer.find.steps import find_steps
 
-__all__ = ["in_v1_loop", "v1_loop_cells", "v2_loop_cells"]
+__all__ = ["in_v1_loop", "v1_loop_cells", "v2_loop_cells", "loop_body", "outer_value"]
 
 
 def _through_identity(t: tf.Tensor) -> tf.Tensor:
@@ -364,6 +364,43 @@ def v1_loop_cells(graph: tf.Graph, apps) -> list:
 # -- control flow v2 ------------------------------------------------------------------------
 
 
+def loop_body(op: tf.Operation, library: dict) -> tf.Graph:
+    """The body function of the While op `op` as a graph (`library`: the graph's functions by
+    name), its loop-invariant arguments marked for `weight_source`: those the body returns
+    unchanged (weights, lengths), named after the variables they carry, which tell a kernel
+    from a recurrent one."""
+    body = function_def_to_graph(library[op.get_attr("body").name])
+    body.loop_op = op
+    body.loop_invariants = {
+        i.name
+        for i, o in zip(body.inputs, body.outputs, strict=True)
+        if _through_identity(o).name == i.name
+    }
+    outer = {
+        i.name: weight_source(t)
+        for i, t in zip(body.inputs, op.inputs, strict=True)
+        if i.name in body.loop_invariants
+    }
+    body.outer_names = {name: source.name for name, source in outer.items() if source is not None}
+    return body
+
+
+def outer_value(t: tf.Tensor) -> tf.Tensor:
+    """A weight inside a loop's body as a tensor a session can fetch: for a v2 body's
+    loop-invariant argument, the While op's input it carries; for a value entering a v1 loop,
+    the variable or constant it is read from; a resource handle's read either way."""
+    source = weight_source(t)
+    if source is None:
+        raise GraphPatternError(f"{t.name}: not read from a variable or constant")
+    if source.type == "Placeholder":  # a v2 body's argument
+        loop = getattr(source.graph, "loop_op", None)
+        if loop is None:
+            raise GraphPatternError(f"{t.name}: an argument of a loop body gatetrace did not mark")
+        index = [i.name for i in source.graph.inputs].index(source.outputs[0].name)
+        return _value(loop.inputs[index])
+    return _value(source.outputs[0])
+
+
 def v2_loop_cells(graph: tf.Graph) -> list:
     """Cells inside the body functions of the `While`/`StatelessWhile` ops of `graph`."""
     loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
@@ -372,22 +409,7 @@ def v2_loop_cells(graph: tf.Graph) -> list:
     library = {f.signature.name: f for f in graph.as_graph_def().library.function}
     cells = []
     for op in loops:
-        body = function_def_to_graph(library[op.get_attr("body").name])
-        # Arguments the body returns unchanged are constant over the loop (weights, lengths).
-        body.loop_invariants = {
-            i.name
-            for i, o in zip(body.inputs, body.outputs, strict=True)
-            if _through_identity(o).name == i.name
-        }
-        # ...and named after the variables they carry, which tell a kernel from a recurrent one.
-        outer = {
-            i.name: weight_source(t)
-            for i, t in zip(body.inputs, op.inputs, strict=True)
-            if i.name in body.loop_invariants
-        }
-        body.outer_names = {
-            name: source.name for name, source in outer.items() if source is not None
-        }
+        body = loop_body(op, library)
         apps = find_steps(body) + fused_steps(body)
         if not apps:
             continue

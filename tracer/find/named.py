@@ -43,14 +43,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from recorders.errors import GraphPatternError, listing
-from tracer._tf import function_def_to_graph, tf
+from tracer._tf import tf
 from tracer.cells.found import Cell, Loop, Step
-from tracer.cells.kinds import GateWeights
 from tracer.cells.kinds.named import named_spec
 from tracer.find.application import ACTIVATIONS
-from tracer.find.cuts import Cuts
+from tracer.find.cuts import Cuts, LoopInputs
 from tracer.find.edges import in_v1_frame
-from tracer.find.named_weights import weights_of
+from tracer.find.loops import loop_body, outer_value
+from tracer.find.named_weights import input_width, weights_of
 
 __all__ = ["find_named", "nonlinearity_names", "NONLINEAR"]
 
@@ -135,8 +135,7 @@ def _every_op(graph: tf.Graph) -> Iterator[tuple[tf.Operation, str | None]]:
         return
     library = {f.signature.name: f for f in graph.as_graph_def().library.function}
     for loop in loops:
-        body = function_def_to_graph(library[loop.get_attr("body").name])
-        yield from ((op, loop.name) for op in body.get_operations())
+        yield from ((op, loop.name) for op in loop_body(loop, library).get_operations())
 
 
 def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
@@ -157,23 +156,32 @@ def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
     gate_names, state_names = tuple(labelled), tuple(kept)
     units = _width(body, name, [m.value for m in labelled.values()], "gates")
     widths = {s: _width(body, name, [kept[s].value], f"state {s}") for s in state_names}
+    # W, U, b where each preactivation is a sum of products of variables, as unrolled: the
+    # step's input told from the state by what the iteration reads (tracer.find.cuts)
+    pre = {g: str(m.pre) for g, m in labelled.items()}
+    inputs = LoopInputs(
+        [body.get_tensor_by_name(m.value) for m in labelled.values()],
+        frozenset(getattr(body, "loop_invariants", ())),
+    )
+    layouts, inner, variables, unknown = weights_of(body, pre, inputs)
+    weights = {role: outer_value(body.get_tensor_by_name(t)).name for role, t in inner.items()}
     return Cell(
         name=name,
         spec=named_spec(
             gate_names,
             tuple(f"{m.op.type} {m.op.name}" for m in labelled.values()),
             state_names,
-            tuple(GateWeights("", "", 0, 1) for _ in gate_names),
+            layouts,
         ),
         units=units,
-        input_size=0,
+        input_size=input_width(body, pre, inputs),
         output_size=widths.get("h", units),
         activation="/".join(sorted({NONLINEAR[_applied(m.op).type] for m in ms})),
         forget_bias=None,
         cell_clip=None,
         proj_clip=None,
-        weights={},
-        variables={},
+        weights=weights,
+        variables=variables,
         steps=(),
         loop=Loop(
             control_flow=gates[0].flow,
@@ -194,7 +202,7 @@ def _loop_cell(name: str, gates: list[_Named], states: list[_Named]) -> Cell:
                 previous=(),
             ),
         ),
-        unknown_weights={g: "its ops run in a while loop's body" for g in gate_names},
+        unknown_weights=unknown,
     )
 
 

@@ -13,19 +13,26 @@ known, and `weights_of` says why. The matrices an operand is made of (the mLSTM'
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from tracer._tf import tf
 from tracer.cells.kinds import GateWeights
-from tracer.find.cuts import Cuts
 from tracer.find.edges import weight_name, weight_source
 
-__all__ = ["weights_of"]
+__all__ = ["weights_of", "input_width", "Inputs"]
+
+
+class Inputs(Protocol):
+    """What tells the step's input among a product's operands: the cuts of an unrolled graph
+    (`tracer.find.cuts.Cuts`), or what a loop's body reads an iteration (`LoopInputs`)."""
+
+    def is_input(self, t: tf.Tensor) -> bool: ...
 
 _NOT_A_SUM = "its preactivation is not a sum of matrix products and biases of variables"
 
 
 def weights_of(
-    graph: tf.Graph, pre: Mapping[str, str], cut: Cuts
+    graph: tf.Graph, pre: Mapping[str, str], cut: Inputs
 ) -> tuple[tuple[GateWeights, ...], dict[str, str], dict[str, str], dict[str, str]]:
     """Where each gate's W, U and b are, read from the first step's ops: its preactivation a
     sum of `x @ W`, `h @ U` (or `[x, h] @ kernel`) and `b`, each a variable (or Const), or
@@ -88,7 +95,7 @@ def _terms(
 
 
 def _roles(
-    terms: list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]], cut: Cuts
+    terms: list[tuple[str, tf.Tensor, tf.Tensor | None, tuple[int, int]]], cut: Inputs
 ) -> dict[str, tuple[tf.Tensor, tuple[int, int]]] | str:
     """Each term's role: `input` (a product of the step's input), `kernel` (of [input,
     state] concatenated), `recurrent` (of anything else: the state, or what the cell made
@@ -111,6 +118,20 @@ def _roles(
     return roles
 
 
+def input_width(graph: tf.Graph, pre: Mapping[str, str], cut: Inputs) -> int:
+    """The features of the step's input as the gates' products read it (an `input` operand's
+    last dimension, or the input part of `[x, h]`); 0 where no product says it."""
+    for name in pre.values():
+        for kind, a, _, _ in _terms(graph.get_tensor_by_name(name), (0, 1)) or ():
+            if kind != "product":
+                continue
+            x = a if cut.is_input(a) else a.op.inputs[0] if _joins_input(a, cut) else None
+            width = None if x is None or not x.shape.rank else x.shape[-1]
+            if width:
+                return int(width)
+    return 0
+
+
 def _inner_weights(operands: list[tf.Tensor], depth: int = 4) -> list[tf.Tensor]:
     """The matrices of the products a gate's operands are made of, at most `depth` ops back
     (the mLSTM's m = (x wmx) * (h wmh), which its recurrent matrix acts on): the cell's own
@@ -130,7 +151,7 @@ def _inner_weights(operands: list[tf.Tensor], depth: int = 4) -> list[tf.Tensor]
     return found
 
 
-def _joins_input(a: tf.Tensor, cut: Cuts) -> bool:
+def _joins_input(a: tf.Tensor, cut: Inputs) -> bool:
     """Whether `a` is [input, state] joined along its features (`tf.concat([x, h], 1)`)."""
     op = a.op
     if op.type != "ConcatV2" or tf.get_static_value(op.inputs[-1]) not in (1, -1):
