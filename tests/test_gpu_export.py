@@ -164,12 +164,17 @@ def test_a_keras_mask_on_a_gpu_export_is_refused_in_one_line(tmp_path):
 UNITS = 2
 
 
-def cudnn_lstm_reference(x: np.ndarray, params: np.ndarray):
-    """Gates (i, f, c~, o: pre, act) and states (c, h) of cuDNN's LSTM, float64, time-major x [T, B, F]."""
+def cudnn_lstm_reference(x: np.ndarray, params: np.ndarray, misread: bool = False):
+    """Gates (i, f, c~, o: pre, act) and states (c, h) of cuDNN's LSTM, float64, time-major x
+    [T, B, F]: each matrix `[units, rows]` row-major, as cuDNN documents its buffer (`misread`:
+    `[rows, units]`, Keras' layout, to show this reference tells the two apart)."""
     u, k = UNITS, x.shape[2]
     p = params.astype(np.float64)
     W = p[: 4 * u * k].reshape(4, u, k)
     R = p[4 * u * k : 4 * u * (k + u)].reshape(4, u, u)
+    if misread:
+        W = p[: 4 * u * k].reshape(4, k, u).transpose(0, 2, 1)
+        R = p[4 * u * k : 4 * u * (k + u)].reshape(4, u, u).transpose(0, 2, 1)
     bW, bR = (
         p[4 * u * (k + u) : 4 * u * (k + u) + 4 * u].reshape(4, u),
         p[4 * u * (k + u) + 4 * u :].reshape(4, u),
@@ -251,6 +256,8 @@ def test_a_raw_cudnn_lstm_with_both_biases_records_as_cudnn_computes_it(tmp_path
     rec = Recording(tmp_path / "rec")
     (cell,) = rec.cells
     gates, states, outputs = cudnn_lstm_reference(x.transpose(1, 0, 2).astype(np.float64), params)
+    misread, _, _ = cudnn_lstm_reference(x.transpose(1, 0, 2).astype(np.float64), params, True)
+    assert np.abs(misread["i"][0] - gates["i"][0]).max() > 0.05  # the reference tells them apart
     for g, (pre, act) in gates.items():
         np.testing.assert_allclose(
             rec.gate_array(cell, g, "preactivation"), pre, atol=1e-5, err_msg=g

@@ -28,6 +28,7 @@ class Inputs(Protocol):
 
     def is_input(self, t: tf.Tensor) -> bool: ...
 
+
 _NOT_A_SUM = "its preactivation is not a sum of matrix products and biases of variables"
 
 
