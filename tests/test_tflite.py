@@ -680,29 +680,27 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, name, data):
         assert "\n" not in str(err)
 
 
-def _one_more_iteration(data: bytes) -> bytes:
-    """A converted file whose WHILE loop's cond runs one iteration more than the sequence has
-    steps (its counter's limit, a constant, raised by one)."""
+def _counted_from_one(data: bytes) -> bytes:
+    """A converted file whose WHILE loop counts from 1 to T (its counters' start and limit,
+    constants, raised by one): as many iterations as steps, which the file's checks accept,
+    but the last reads a step past the sequence, which only running it shows."""
     import flatbuffers
     from tensorflow.lite.python import schema_py_generated as fb
 
     model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
-    (loop,) = [
-        op.builtinOptions
-        for op in model.subgraphs[0].operators
-        if isinstance(op.builtinOptions, fb.WhileOptionsT)
-    ]
-    cond = model.subgraphs[loop.condSubgraphIndex]
-    limits = [
-        model.buffers[cond.tensors[i].buffer]
-        for op in cond.operators
-        for i in op.inputs
-        if cond.tensors[i].type == fb.TensorType.INT32
-        and model.buffers[cond.tensors[i].buffer].data is not None
-    ]
-    assert limits
-    for buffer in limits:
-        buffer.data = np.frombuffer(np.int32(T + 1).tobytes(), np.uint8)
+    main = model.subgraphs[0]
+    (loop,) = [op for op in main.operators if isinstance(op.builtinOptions, fb.WhileOptionsT)]
+    cond = model.subgraphs[loop.builtinOptions.condSubgraphIndex]
+
+    def set_ints(subgraph, tensors, value):
+        for i in tensors:
+            t = subgraph.tensors[i]
+            buffer = model.buffers[t.buffer]
+            if t.type == fb.TensorType.INT32 and buffer.data is not None and len(buffer.data) == 4:
+                buffer.data = np.frombuffer(np.int32(value).tobytes(), np.uint8)
+
+    set_ints(main, loop.inputs, 1)
+    set_ints(cond, [i for op in cond.operators for i in op.inputs], T + 1)
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
@@ -714,7 +712,7 @@ def test_inspect_calls_recordable_only_what_record_records(converted, tmp_path):
     listed as recordable, then refused by `record` alone); nothing is written."""
     path, _ = converted["keras3-lstm"]
     bad = tmp_path / "more.tflite"
-    bad.write_bytes(_one_more_iteration(path.read_bytes()))
+    bad.write_bytes(_counted_from_one(path.read_bytes()))
     shown = _one_line(run_cli("inspect", str(bad)))
     assert "TensorFlow Lite's interpreter refuses it" in shown
     np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
@@ -725,3 +723,152 @@ def test_inspect_calls_recordable_only_what_record_records(converted, tmp_path):
     assert refused == shown and not out.exists()
     listed = run_cli("inspect", str(path))  # the file as converted is listed
     assert listed.returncode == 0 and "1 recurrent op" in listed.stdout, listed.stderr
+
+
+# Hostile files of issue round 7, each made by editing a converted file through the schema
+def _while_of(model, fb):
+    (k,) = [
+        k
+        for k, op in enumerate(model.subgraphs[0].operators)
+        if isinstance(op.builtinOptions, fb.WhileOptionsT)
+    ]
+    return model.subgraphs[0].operators[k]
+
+
+def _body_calls_itself(model, fb):
+    """The loop's body holds a WHILE whose body is that body (a segmentation fault before)."""
+    import copy
+
+    loop = _while_of(model, fb)
+    body = model.subgraphs[loop.builtinOptions.bodySubgraphIndex]
+    again = copy.deepcopy(loop)
+    again.inputs, again.outputs = np.array(body.inputs), np.array(body.outputs)
+    body.operators.append(again)
+
+
+def _cond_runs_the_loop(model, fb):
+    """The loop's cond runs the loop again before it answers."""
+    import copy
+
+    loop = _while_of(model, fb)
+    cond = model.subgraphs[loop.builtinOptions.condSubgraphIndex]
+    again = copy.deepcopy(loop)
+    again.inputs = np.array(cond.inputs)
+    again.outputs = np.array([])
+    cond.operators.insert(0, again)
+
+
+def _cond_always_holds(model, fb):
+    """The cond's comparisons recoded as NOT_EQUAL with a limit the counters never reach (the
+    loop ran for ever, deaf to --timeout and Ctrl-C, before)."""
+    loop = _while_of(model, fb)
+    cond = model.subgraphs[loop.builtinOptions.condSubgraphIndex]
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.NOT_EQUAL
+    model.operatorCodes.append(code)
+    less = cond.operators[0].opcodeIndex
+    for op in cond.operators:
+        if op.opcodeIndex == less:
+            op.opcodeIndex = len(model.operatorCodes) - 1
+    for i in cond.operators[0].inputs:
+        buffer = model.buffers[cond.tensors[i].buffer]
+        if buffer.data is not None and len(buffer.data) == 4:
+            buffer.data = np.frombuffer(np.int32(-1).tobytes(), np.uint8)
+
+
+def _flex_recoded(code_number: int, deprecated: int):
+    def change(model, fb):
+        """An op of an unknown code (a Flex op recoded) in front of the fused LSTM."""
+        code = fb.OperatorCodeT()
+        code.builtinCode, code.deprecatedBuiltinCode = code_number, deprecated
+        code.customCode = b"FlexTensorListReserve"
+        model.operatorCodes.append(code)
+        op = fb.OperatorT()
+        op.opcodeIndex = len(model.operatorCodes) - 1
+        first = model.subgraphs[0].operators[0]
+        op.inputs, op.outputs = np.array(first.inputs[:1]), np.array([], np.int32)
+        model.subgraphs[0].operators.insert(0, op)
+
+    return change
+
+
+def _fill_32_gib(model, fb):
+    """A FILL of constant dimensions [8, 1024, 1024, 1024] float32: 32 GiB when it runs."""
+    sub = model.subgraphs[0]
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.FILL
+    model.operatorCodes.append(code)
+    rng = np.random.RandomState(0)
+    dims = fb.BufferT()
+    dims.data = np.frombuffer(np.array([8, 1024, 1024, 1024], np.int32).tobytes(), np.uint8)
+    model.buffers.append(dims)
+    shape = fb.TensorT()
+    shape.shape, shape.type, shape.buffer = (
+        np.array([4], np.int32),
+        fb.TensorType.INT32,
+        len(model.buffers) - 1,
+    )
+    shape.name = b"dims"
+    sub.tensors.append(shape)
+    value = _added(model, [], rng)
+    out = fb.TensorT()
+    out.shape, out.type, out.buffer, out.name = (
+        np.array([1], np.int32),
+        fb.TensorType.FLOAT32,
+        0,
+        b"filled",
+    )
+    sub.tensors.append(out)
+    op = fb.OperatorT()
+    op.opcodeIndex = len(model.operatorCodes) - 1
+    op.inputs = np.array([len(sub.tensors) - 2 - 1, value], np.int32)
+    op.outputs = np.array([len(sub.tensors) - 1], np.int32)
+    sub.operators.insert(0, op)
+
+
+@pytest.mark.parametrize(
+    "name, change, says",
+    [
+        ("loop", _body_calls_itself, "its subgraphs call each other in a cycle (2 -> 2)"),
+        ("loop", _cond_runs_the_loop, "its subgraphs call each other in a cycle (1 -> 1)"),
+        ("loop", _cond_always_holds, "is not bounded as converters bound a loop"),
+        ("fused", _flex_recoded(9999, 127), "operator code 9999, which is no builtin operator"),
+        ("fused", _flex_recoded(32, 127), "operator code 127, which is no builtin operator"),
+        (
+            "fused",
+            _fill_32_gib,
+            "a FILL, makes a tensor of [8, 1024, 1024, 1024] (34,359,738,368 bytes)",
+        ),
+    ],
+)
+def test_a_hostile_file_is_refused_in_one_line_in_seconds(lite, tmp_path, name, change, says):
+    """Each refused by `inspect` and by `record` in one line, exit 2, before the interpreter
+    is built (a crash, a loop without end or an internal error before), nothing left in --out."""
+    import time
+
+    path = tmp_path / "hostile.tflite"
+    path.write_bytes(_changed(lite, change, name))
+    np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
+    started = time.monotonic()
+    shown = _one_line(run_cli("inspect", str(path)))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert time.monotonic() - started < 10
+    for line in (shown, refused):  # (the budget follows the memory free at the time)
+        assert says in line and "nothing was loaded" in line, line
+    assert not out.exists()
+
+
+def test_a_sparse_file_of_gigabytes_is_refused_before_it_is_read(lite, tmp_path):
+    """Its size is looked at before a byte is read (before: 2 GiB read, then refused)."""
+    import resource
+
+    path = tmp_path / "sparse.tflite"
+    path.write_bytes((lite / "fused.tflite").read_bytes())
+    os.truncate(path, 4 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    shown = _one_line(run_cli("inspect", str(path)))
+    assert "holds 4,294,967,296 bytes, more than the" in shown
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB

@@ -167,8 +167,15 @@ class Folder:
         return file
 
     def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
-        """The regular file `rel` (`open_regular`), whole: with `limit`, OSError if it holds more bytes."""
+        """The regular file `rel` (`open_regular`), whole: with `limit`, OSError if it holds more
+        bytes, its size looked at before a byte is read (a sparse file of gigabytes is refused
+        at once)."""
         with os.fdopen(self.open_regular(rel), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if limit is not None and size > limit:
+                raise OSError(
+                    errno.EFBIG, f"it holds {size:,} bytes, more than the {limit:,} expected", rel
+                )
             data = f.read() if limit is None else f.read(limit + 1)
         if limit is not None and len(data) > limit:
             raise OSError(errno.EFBIG, f"it holds more than the {limit:,} bytes expected", rel)

@@ -113,10 +113,12 @@ def run(args) -> None:
         return _inspect_layers(args, model, find_layers(model), hidden_layers(model))
     if isinstance(model, LiteModel):
         from tracer.find.lite import find_ops
+        from tracer.values import running
         from tracer.values.lite import LitePlan
 
         cells = find_ops(model)
-        LitePlan(model, cells).tried()  # recordable only where a recording's code runs
+        # recordable only where a recording's code runs (stoppable by Ctrl-C, as record is)
+        running.stoppable(LitePlan(model, cells).tried, None, f"{args.model}'s interpreter")
         return _inspect_layers(args, model, cells, [])
     from recorders.errors import NoCellFoundError
     from tracer.cells.found import Cell

@@ -204,8 +204,11 @@ def prepare(
         lite_plan = LitePlan(model, cells_of(model, chosen, LiteCell), steps=steps)
         lite_inputs = resolve_inputs(model, feeds)
 
-        def invoke(batch: Batch) -> Values:
-            return Values(lite_plan, lite_plan.fetch(batch.feeds))
+        def invoke(batch: Batch) -> Values:  # the interpreter stoppable by Ctrl-C and --timeout
+            fetched = running.stoppable(
+                lambda: lite_plan.fetch(batch.feeds), timeout, f"{model.source}'s interpreter"
+            )
+            return Values(lite_plan, fetched)
 
         return (
             Prepared(lite_plan.cells, lite_inputs, RecordingWriter, invoke),

@@ -20,12 +20,14 @@ import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from recorders.errors import ModelFormatError, RunTimeout
 from tracer._tf import tf, v1
 
-__all__ = ["run", "end_process_after_interrupt", "INTERRUPT_EXIT"]
+__all__ = ["run", "stoppable", "end_process_after_interrupt", "INTERRUPT_EXIT"]
 
 INTERRUPT_EXIT = 130  # the exit code of a process ended by Ctrl-C
 _hard_exit: tuple[float, str] | None = None  # (seconds, last words): set by the command line only
@@ -104,3 +106,36 @@ def run(
     if error is not None:
         raise error
     return outcome["value"]
+
+
+def stoppable(call: Callable[[], Any], timeout: float | None, what: str) -> Any:
+    """`call()`, one long call into a runtime that cannot be cancelled (TensorFlow Lite's
+    interpreter releases the GIL while it runs), on a worker thread: Ctrl-C reaches the main
+    thread, and RunTimeout is raised after `timeout` seconds. The call is then abandoned (its
+    interpreter is not used again) and, on the command line, the process ends as after any
+    interrupted run. `what` says what ran, for the timeout's line."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # handed to the main thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=work, name="gatetrace-call", daemon=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+            if deadline is not None and worker.is_alive() and time.monotonic() > deadline:
+                raise RunTimeout(
+                    f"{what} took longer than --timeout {timeout:g} s and was stopped (a loop that never ends, "
+                    "or a batch too large for the limit)"
+                )
+    except KeyboardInterrupt:
+        _arm()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
