@@ -857,3 +857,20 @@ def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_re
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and set(
         Recording(out).gate_frame(["a"])["preactivation"]
     ) == {1.0}
+
+
+def test_a_call_that_does_not_return_is_stopped_by_the_time_limit():
+    """What runs outside a Session (TensorFlow Lite's interpreter) runs on a worker thread:
+    --timeout stops the wait for it in time, and its error, if it raises, reaches the caller."""
+    import time
+
+    from recorders.errors import RunTimeout
+    from tracer.values import running
+
+    started = time.monotonic()
+    with pytest.raises(RunTimeout, match=r"the interpreter took longer than --timeout 0.2 s"):
+        running.stoppable(lambda: time.sleep(30), 0.2, "the interpreter")
+    assert time.monotonic() - started < 2
+    assert running.stoppable(lambda: 7, 1.0, "x") == 7
+    with pytest.raises(ZeroDivisionError):
+        running.stoppable(lambda: 1 / 0, None, "x")

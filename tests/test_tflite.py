@@ -872,3 +872,32 @@ def test_a_sparse_file_of_gigabytes_is_refused_before_it_is_read(lite, tmp_path)
     shown = _one_line(run_cli("inspect", str(path)))
     assert "holds 4,294,967,296 bytes, more than the" in shown
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB
+
+
+def test_an_input_is_fed_by_its_signature_name_or_its_tensor_name(converted, tmp_path):
+    """`seq` (the signature's) and `serving_default_seq:0` (the tensor's, as the interpreter's
+    get_input_details() lists it) feed the same input (before: the tensor's name was refused);
+    both at once is one line."""
+    import pandas as pd
+
+    path, _ = converted["tf-keras-lstm"]
+    np.save(
+        tmp_path / "x.npy", np.random.RandomState(1).uniform(-1, 1, (3, T, D)).astype(np.float32)
+    )
+    tables = []
+    for k, name in enumerate(("seq", "serving_default_seq", "serving_default_seq:0")):
+        out = tmp_path / f"run{k}"
+        done = run_cli(
+            "record", str(path), "--feed", f"{name}={tmp_path / 'x.npy'}", "--out", str(out)
+        )
+        assert done.returncode == 0, done.stderr
+        tables.append(pd.read_parquet(out / "gates"))
+    assert len(tables[0]) and all(t.equals(tables[0]) for t in tables[1:])
+    twice = (
+        "--feed",
+        f"seq={tmp_path / 'x.npy'}",
+        "--feed",
+        f"serving_default_seq={tmp_path / 'x.npy'}",
+    )
+    refused = _one_line(run_cli("record", str(path), *twice, "--out", str(tmp_path / "no")))
+    assert "input seq is fed twice, also as serving_default_seq" in refused

@@ -44,11 +44,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class KerasInput:
-    """One input of a Keras model, standing where a placeholder stands in a graph's feeds."""
+    """One input of a Keras model, standing where a placeholder stands in a graph's feeds;
+    `aliases`: other names it is fed by (a TensorFlow Lite input's tensor name, beside its
+    signature's name)."""
 
     name: str
     shape: tf.TensorShape
     dtype: tf.DType
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass

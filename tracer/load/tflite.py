@@ -92,9 +92,11 @@ class LiteModel:
         for i in self.input_tensors:
             t = self.main.tensors[i]
             shape = [int(d) for d in t.shape]
-            name = names.get(i) or tensor_name(t).split(":")[0]
+            own = tensor_name(t).split(":")[0]
+            name = names.get(i) or own
             dtype = tf.as_dtype(types.get(t.type, "float32"))
-            out.append(KerasInput(name, tf.TensorShape([None, *shape[1:]]), dtype))
+            aliases = (own,) if own != name else ()  # its tensor's name, as the interpreter lists it
+            out.append(KerasInput(name, tf.TensorShape([None, *shape[1:]]), dtype, aliases))
         return out
 
     @property

@@ -39,7 +39,15 @@ def resolve_inputs(model: KerasModel | LiteModel, feeds: Any) -> dict[KerasInput
     inputs = model.inputs
     listing = ", ".join(f"{i.name} ({i.dtype.name}, shape {i.shape})" for i in inputs)
     if isinstance(feeds, Mapping):
-        given = {str(k).split(":")[0]: v for k, v in feeds.items()}
+        alias = {a: i.name for i in inputs for a in i.aliases}
+        given = {}
+        for k, v in feeds.items():
+            name = str(k).split(":")[0]
+            if alias.get(name, name) in given:
+                raise FeedError(
+                    f"input {alias.get(name, name)} is fed twice, also as {name}: feed it once"
+                )
+            given[alias.get(name, name)] = v
     elif isinstance(feeds, (list, tuple)):
         if len(feeds) != len(inputs):
             raise FeedError(
