@@ -95,7 +95,9 @@ class LiteModel:
             own = tensor_name(t).split(":")[0]
             name = names.get(i) or own
             dtype = tf.as_dtype(types.get(t.type, "float32"))
-            aliases = (own,) if own != name else ()  # its tensor's name, as the interpreter lists it
+            aliases = (
+                (own,) if own != name else ()
+            )  # its tensor's name, as the interpreter lists it
             out.append(KerasInput(name, tf.TensorShape([None, *shape[1:]]), dtype, aliases))
         return out
 
