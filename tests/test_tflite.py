@@ -102,6 +102,70 @@ LOOPS = (
 # [1, ...], its first element's shape, while the loop carries [steps, ...]: as some converters
 # write them, and as the WHILE kernel allows (it resizes a body's inputs to what it carries)
 DECLARED = ("keras3-lstm-declared", "tf-keras-gru-declared")
+# a Bidirectional LSTM as one BIDIRECTIONAL_SEQUENCE_LSTM op (what TF 1.x's converters and
+# tf.lite.experimental.nn wrote), its halves' outputs merged or apart
+BIDIRECTIONAL_OPS = ("tf-keras-bidirectional-merged", "tf-keras-bidirectional-apart")
+
+
+def _one_bidirectional_op(data: bytes, merged: bool) -> bytes:
+    """The converted Bidirectional(LSTM) (two UNIDIRECTIONAL_SEQUENCE_LSTM ops, the backward
+    one between two REVERSE_V2s, their outputs concatenated) written as one
+    BIDIRECTIONAL_SEQUENCE_LSTM op on the same weights and states: its output the model's
+    (merge_outputs), or its two outputs concatenated after it."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    main = model.subgraphs[0]
+    kinds = [
+        max(
+            model.operatorCodes[op.opcodeIndex].builtinCode,
+            model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode,
+        )
+        for op in main.operators
+    ]
+    lstm = fb.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    ops = [op for op, kind in zip(main.operators, kinds, strict=True) if kind == lstm]
+    forward = next(op for op in ops if int(op.inputs[0]) in [int(i) for i in main.inputs])
+    backward = next(op for op in ops if op is not forward)
+    concat = next(
+        op
+        for op, kind in zip(main.operators, kinds, strict=True)
+        if kind == fb.BuiltinOperator.CONCATENATION
+    )
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.BIDIRECTIONAL_SEQUENCE_LSTM
+    code.version = 1
+    model.operatorCodes.append(code)
+    op = fb.OperatorT()
+    op.opcodeIndex = len(model.operatorCodes) - 1
+    op.inputs = np.array(
+        [int(main.inputs[0]), *forward.inputs[1:18], *backward.inputs[1:18], *forward.inputs[18:20],
+         *backward.inputs[18:20], *[-1] * 9],
+        np.int32,
+    )  # fmt: skip
+    options = fb.BidirectionalSequenceLSTMOptionsT()
+    given = forward.builtinOptions
+    options.fusedActivationFunction, options.cellClip, options.projClip = (
+        given.fusedActivationFunction,
+        given.cellClip,
+        given.projClip,
+    )
+    options.mergeOutputs, options.timeMajor = merged, False
+    op.builtinOptionsType, op.builtinOptions = (
+        fb.BuiltinOptions.BidirectionalSequenceLSTMOptions,
+        options,
+    )
+    if merged:
+        op.outputs = np.array(concat.outputs, np.int32)
+        main.operators = [op]
+    else:
+        op.outputs = np.array([forward.outputs[0], backward.outputs[0]], np.int32)
+        concat.inputs = np.array(op.outputs, np.int32)
+        main.operators = [op, concat]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
 
 
 def _declared_as_first_elements(data: bytes) -> bytes:
@@ -151,6 +215,11 @@ def converted(tmp_path_factory):
         path, model = out[name.removesuffix("-declared")]
         (root / f"{name}.tflite").write_bytes(_declared_as_first_elements(path.read_bytes()))
         out[name] = (root / f"{name}.tflite", model)
+    for name in BIDIRECTIONAL_OPS:
+        path, model = out["tf-keras-bidirectional"]
+        data = _one_bidirectional_op(path.read_bytes(), merged=name.endswith("merged"))
+        (root / f"{name}.tflite").write_bytes(data)
+        out[name] = (root / f"{name}.tflite", model)
     return out
 
 
@@ -185,7 +254,7 @@ def _layers(model) -> list:
     return out
 
 
-@pytest.mark.parametrize("name", (*FUSED, *LOOPS, *DECLARED))
+@pytest.mark.parametrize("name", (*FUSED, *LOOPS, *DECLARED, *BIDIRECTIONAL_OPS))
 def test_a_converted_layer_records_keras_formulas_exactly(converted, tmp_path, name):
     """Every gate's preactivation and activation and every state at every input position, for
     each fused op or WHILE loop (a stack's two, a Bidirectional layer's forward and backward
@@ -901,3 +970,57 @@ def test_an_input_is_fed_by_its_signature_name_or_its_tensor_name(converted, tmp
     )
     refused = _one_line(run_cli("record", str(path), *twice, "--out", str(tmp_path / "no")))
     assert "input seq is fed twice, also as serving_default_seq" in refused
+
+
+def _bidirectional_rnn(model, fb):
+    """The fused LSTM's op made a BIDIRECTIONAL_SEQUENCE_RNN (as TF1's converters wrote
+    `tf.lite.experimental.nn.bidirectional_dynamic_rnn` of RNN cells), forward on the LSTM's
+    forget gate's weights and bias, backward on its output gate's, outputs merged."""
+    sub = model.subgraphs[0]
+    code = model.operatorCodes[0]
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.BIDIRECTIONAL_SEQUENCE_RNN
+    code.version = 1
+    op = sub.operators[0]
+    x, h = int(op.inputs[0]), int(op.inputs[18])
+    sub.tensors[h].isVariable = True
+    back = _added(model, [1, H], np.random.RandomState(7))
+    sub.tensors[back].buffer, sub.tensors[back].isVariable = 0, True  # (a variable holds no data)
+    forward, backward = (
+        (int(op.inputs[k]) for k in (2, 6, 13)),
+        (int(op.inputs[k]) for k in (4, 8, 15)),
+    )
+    op.inputs = np.array([x, *forward, h, *backward, back, -1, -1, -1], np.int32)
+    sub.tensors[int(op.outputs[0])].shape = np.array([1, T, 2 * H], np.int32)
+    options = fb.BidirectionalSequenceRNNOptionsT()
+    options.timeMajor, options.mergeOutputs = False, True
+    options.fusedActivationFunction = fb.ActivationFunctionType.TANH
+    op.builtinOptionsType = fb.BuiltinOptions.BidirectionalSequenceRNNOptions
+    op.builtinOptions = options
+
+
+def test_a_bidirectional_rnn_op_records_as_its_two_halves(lite, tmp_path):
+    """Each half equals the RNN's equations in float64 on the file's weights (the backward one
+    from the sequence's end), checked against the op's merged outputs; rows by input position."""
+    import pandas as pd
+
+    path = tmp_path / "bidirectional.tflite"
+    path.write_bytes(_changed(lite, _bidirectional_rnn))
+    x = np.random.RandomState(6).uniform(-2, 2, (3, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    gates = pd.read_parquet(out / "gates").sort_values(["cell", "example", "step", "unit"])
+    w, _ = _lite_weights(path)
+    cells = sorted(set(gates["cell"]))
+    assert [c.rpartition("/")[2] for c in cells] == ["backward", "forward"], cells
+    for cell, (W, U, b), order in (
+        (cells[1], (w[1], w[2], w[3]), range(T)),
+        (cells[0], (w[5], w[6], w[7]), range(T)[::-1]),
+    ):
+        h, want = np.zeros((3, H)), np.zeros((3, T, H))
+        for t in order:
+            h = np.tanh(x[:, t].astype(np.float64) @ W.T + h @ U.T + b)
+            want[:, t] = h
+        rows = gates[gates["cell"] == cell]["activation"].to_numpy().reshape(3, T, H)
+        assert np.abs(rows - want).max() < 1e-5, cell

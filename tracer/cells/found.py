@@ -443,7 +443,10 @@ class LiteCell(HasSpec):
     the main subgraph, `inputs` and `outputs` the tensors it reads its sequence from and
     writes its outputs to, `initial` the state tensors it starts from (by state name). A
     WHILE loop's cell has a `body`: its gates are the loop's own tensors, an iteration at a
-    time, and its `arrays` are empty where its weights could not be read.
+    time, and its `arrays` are empty where its weights could not be read. A half of a
+    bidirectional op writes `output_columns` of its op's `outputs` (where the op merges its
+    halves' outputs); the backward half runs from the sequence's end in the op itself, reading
+    and writing by input position (`by_position`).
     """
 
     name: str
@@ -461,6 +464,8 @@ class LiteCell(HasSpec):
     initial: Mapping[str, int]
     length: int | None
     time_major: bool = False
+    output_columns: tuple[int, int] | None = None
+    by_position: bool = False
     cell_clip: float | None = None
     proj_clip: float | None = None
     backward: bool = False

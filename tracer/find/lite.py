@@ -14,6 +14,18 @@ The fused sequence ops of the main subgraph, their inputs by TensorFlow Lite's n
     UNIDIRECTIONAL_SEQUENCE_RNN
         0 the input sequence, 1 weights [units, features], 2 recurrent weights [units,
         units], 3 bias [units], 4 the hidden state h it starts from
+    BIDIRECTIONAL_SEQUENCE_LSTM (TF 1.x converters, `tf.lite.experimental.nn`)
+        0 the input, 1-17 the forward half's inputs 1-17 above, 18-34 the backward half's,
+        35, 36 the forward h and c it starts from, 37, 38 the backward's, 39-47 an
+        auxiliary input and its weights (not recorded)
+    BIDIRECTIONAL_SEQUENCE_RNN
+        0 the input, 1-4 the forward half's inputs 1-4 above, 5-8 the backward half's, 9-11
+        an auxiliary input and its weights (not recorded)
+
+A bidirectional op is recorded as its two halves, `NAME/forward` and `NAME/backward`, each
+the unidirectional op it equals: the backward half reads the sequence from its end and writes
+its outputs by input position, in the op's second output or, where the op merges them
+(`merge_outputs`), in the last columns of its one output.
 
 Each becomes a `LiteCell` whose `arrays` are held as a Keras layer's (`kernel`: the
 input-to-gate matrices transposed and stacked on the recurrent ones, one column block a
@@ -21,13 +33,14 @@ gate; `bias`; peepholes `w_i_diag`, `w_f_diag`, `w_o_diag`; `projection`), so th
 of `tracer.values.replay` runs it. Weights are the file's constants (float32, or float16
 through a DEQUANTIZE op, widened exactly). What is not recorded exactly is refused in one
 line naming the op: quantised weights or inputs, layer normalisation, a CIFG LSTM (no
-input gate), a projection bias, an activation with no replay; and the bidirectional ops,
-not recorded yet. The cells of WHILE loops are `tracer.find.lite_loops`'.
+input gate), a projection bias, an activation with no replay, a bidirectional op's auxiliary
+input. The cells of WHILE loops are `tracer.find.lite_loops`'.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -50,6 +63,18 @@ _REPLAYED = {
     "none": "linear",
 }
 _LSTM_GATES = "ifco"  # the op's gate order, Keras' (c is the spec's j)
+# a bidirectional op's halves: the numbers of its inputs each half reads, in the order the
+# unidirectional op reads them, and those of its auxiliary input (module docstring)
+_HALVES = {
+    "BIDIRECTIONAL_SEQUENCE_LSTM": (
+        {"forward": [0, *range(1, 18), 35, 36], "backward": [0, *range(18, 35), 37, 38]},
+        range(39, 48),
+    ),
+    "BIDIRECTIONAL_SEQUENCE_RNN": (
+        {"forward": [0, 1, 2, 3, 4], "backward": [0, 5, 6, 7, 8]},
+        range(9, 12),
+    ),
+}
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16}
 
 
@@ -63,10 +88,12 @@ def find_ops(model: LiteModel) -> list[LiteCell]:
             cells.append(_lstm(model, k, op))
         elif kind == "UNIDIRECTIONAL_SEQUENCE_RNN":
             cells.append(_rnn(model, k, op))
+        elif kind in _HALVES:
+            cells += _halves(model, k, op, kind)
         elif kind in RECURRENT:
             raise GraphPatternError(
                 f"{model.source}: op {k} is a {kind}, which gatetrace does not record yet; it records the "
-                "UNIDIRECTIONAL_SEQUENCE_LSTM and UNIDIRECTIONAL_SEQUENCE_RNN ops: record the model it was "
+                "UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM and _RNN ops: record the model it was "
                 "converted from"
             )
     cells += [replace(c, backward=_reversed(model, c.inputs, time=0)) for c in find_loops(model)]
@@ -76,6 +103,37 @@ def find_ops(model: LiteModel) -> list[LiteCell]:
         )
     names = [c.name for c in cells]  # two ops of one name: told apart by their number
     return [c if names.count(c.name) == 1 else replace(c, name=f"{c.name}_op{c.op}") for c in cells]
+
+
+def _halves(model: LiteModel, k: int, op: Any, kind: str) -> list[LiteCell]:
+    """A bidirectional op's two halves, each as the unidirectional op it equals."""
+    numbers, auxiliary = _HALVES[kind]
+    inputs = [int(t) for t in op.inputs]
+    if any(at < len(inputs) and inputs[at] >= 0 for at in auxiliary):
+        raise GraphPatternError(
+            f"{model.source}: op {k} ({kind}) reads an auxiliary input, which gatetrace does not replay"
+        )
+    merged = bool(getattr(op.builtinOptions, "mergeOutputs", False))
+    one = _lstm if "LSTM" in kind else _rnn
+    name, cells = _name(model, op), list[LiteCell]()
+    for half, at in numbers.items():
+        view = SimpleNamespace(
+            inputs=[inputs[n] if n < len(inputs) else -1 for n in at],
+            outputs=[int(op.outputs[0 if merged or half == "forward" else 1])],
+            builtinOptions=op.builtinOptions,
+        )
+        cell = one(model, k, view, kind)
+        start = 0 if half == "forward" else cells[0].output_size
+        cells.append(
+            replace(
+                cell,
+                name=f"{name}/{half}",
+                backward=cell.backward != (half == "backward"),
+                output_columns=(start, start + cell.output_size) if merged else None,
+                by_position=half == "backward",
+            )
+        )
+    return cells
 
 
 def _name(model: LiteModel, op: Any) -> str:
@@ -186,8 +244,10 @@ def _backward(reader: _Reader) -> bool:
     return _reversed(reader.model, reader.tensor(0), time)
 
 
-def _lstm(model: LiteModel, k: int, op: Any) -> LiteCell:
-    reader = _Reader(model, k, op, "UNIDIRECTIONAL_SEQUENCE_LSTM")
+def _lstm(
+    model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+) -> LiteCell:
+    reader = _Reader(model, k, op, kind)
     options = op.builtinOptions
     if not reader.given(1):
         raise GraphPatternError(
@@ -247,8 +307,10 @@ def _lstm(model: LiteModel, k: int, op: Any) -> LiteCell:
     )
 
 
-def _rnn(model: LiteModel, k: int, op: Any) -> LiteCell:
-    reader = _Reader(model, k, op, "UNIDIRECTIONAL_SEQUENCE_RNN")
+def _rnn(
+    model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE_RNN"
+) -> LiteCell:
+    reader = _Reader(model, k, op, kind)
     features, steps = _input_checks(reader, model)
     W, U, b = (
         reader.array(at, what)

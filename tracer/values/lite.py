@@ -86,8 +86,8 @@ class LitePlan(ReplayedPlan[LiteCell]):
                         got.setdefault(what, []).append(value[:real])
                     continue
                 for what, value in (
-                    ("inputs", self._batch_major(c, it.get_tensor(c.inputs))),
-                    ("outputs", self._batch_major(c, it.get_tensor(c.outputs))),
+                    ("inputs", self._in_order(c, self._batch_major(c, it.get_tensor(c.inputs)))),
+                    ("outputs", self._outputs(c, it.get_tensor(c.outputs))),
                     *(
                         (
                             f"initial {s}",
@@ -205,6 +205,21 @@ class LitePlan(ReplayedPlan[LiteCell]):
 
     def _kept(self, tensor: int) -> bool:
         return bool(self.model.main.tensors[tensor].isVariable)
+
+    @classmethod
+    def _outputs(cls, cell: LiteCell, a: np.ndarray) -> np.ndarray:
+        """What the op wrote for `cell`, batch-major, in the order the cell ran its steps (a
+        bidirectional op's half: its columns)."""
+        a = cls._batch_major(cell, a)
+        if cell.output_columns is not None:
+            a = a[..., cell.output_columns[0] : cell.output_columns[1]]
+        return cls._in_order(cell, a)
+
+    @staticmethod
+    def _in_order(cell: LiteCell, a: np.ndarray) -> np.ndarray:
+        """A sequence [batch, steps, ...] in the order `cell` runs its steps: a bidirectional
+        op's backward half's, read and written by input position, from its end."""
+        return a[:, ::-1] if cell.by_position else a
 
     @staticmethod
     def _batch_major(cell: LiteCell, a: np.ndarray) -> np.ndarray:
