@@ -307,9 +307,7 @@ def _lstm(
     )
 
 
-def _rnn(
-    model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE_RNN"
-) -> LiteCell:
+def _rnn(model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE_RNN") -> LiteCell:
     reader = _Reader(model, k, op, kind)
     features, steps = _input_checks(reader, model)
     W, U, b = (

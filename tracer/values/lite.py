@@ -59,7 +59,24 @@ class LitePlan(ReplayedPlan[LiteCell]):
         return self._interpreter
 
     def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[Result]:
-        """Run the interpreter over `batch` and replay every op's cell; one `Result` per cell."""
+        """Run the interpreter over `batch` and replay every op's cell; one `Result` per cell.
+        Whatever the interpreter raises (a tensor it could not allocate, one it never wrote)
+        is one line naming the file (`LiteModel.refused`)."""
+        try:
+            seen = self._run(batch)
+        except (ValueError, RuntimeError) as err:
+            raise self.model.refused(err) from None
+        return [
+            (self._replay if c.body is None else self._looped)(
+                c, {k: np.concatenate(v) for k, v in seen[c.name].items()}
+            )
+            for c in self.cells
+        ]
+
+    def _run(
+        self, batch: Mapping[KerasInput, np.ndarray]
+    ) -> dict[str, dict[str, list[np.ndarray]]]:
+        """What each cell's op received and returned (or each loop's iterations), by cell name."""
         arrays = [np.asarray(batch[i]) for i in self.model.inputs]
         n = arrays[0].shape[0]
         per, it = self.model.batch, self._ready()
@@ -105,12 +122,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
                     got.setdefault(what, []).append(
                         np.broadcast_to(value, (per, *value.shape[1:]))[:real]
                     )
-        return [
-            (self._replay if c.body is None else self._looped)(
-                c, {k: np.concatenate(v) for k, v in seen[c.name].items()}
-            )
-            for c in self.cells
-        ]
+        return seen
 
     def tried(self) -> None:
         """Record one sequence of zeros, as `fetch` records a batch, and drop it: what
