@@ -11,6 +11,7 @@ one line.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -583,3 +584,84 @@ def test_a_totals_file_from_a_stranger_is_read_as_data(tmp_path):
     pq.write_table(odd.replace_schema_metadata({b"complete": b"[[0, 1]]"}), sink)
     with pytest.raises(RecordingError, match="is not a summary gatetrace wrote"):
         read_totals(sink.getvalue().to_pybytes(), summary, "shard.parquet")
+
+
+PLANT = """
+import os, pickle, sys
+from numba.core.caching import FunctionCache
+from tracer.values.compiled import _loop
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch " + sys.argv[1],))
+
+index = FunctionCache(_loop)._cache_file._index_path  # where NUMBA_CACHE_DIR puts _loop's index
+os.makedirs(os.path.dirname(index), exist_ok=True)
+with open(index, "wb") as f:
+    pickle.dump(Payload(), f)
+print(index)
+"""
+
+RUN = """
+import sys
+import numpy as np
+from tracer.values import compiled
+if sys.argv[2] == "plain":  # numba asked as it was before: its cache where NUMBA_CACHE_DIR says
+    import numba
+    compiled._compiled = numba.njit(nogil=True, cache=True)(compiled._loop)
+slots = compiled.Slots(None, 0, 2, None, np.zeros(0), np.array([0.0, 1.0]))
+compiled.reduce(np.zeros((2, 3, 4), np.float32), None, slots)
+print(compiled._kernel()._cache._cache_path if compiled._kernel()._cache else "no cache")
+"""
+
+
+def test_a_cache_index_planted_in_a_shared_folder_never_runs(tmp_path):
+    """NUMBA_CACHE_DIR names a folder anyone can write (mode 1777), where another user has
+    planted an index for the compiled loop (numba reads it with pickle): the loop compiles
+    with its cache in gatetrace's own folder (mode 0700) and the payload never runs. The
+    same plant, with numba asked as before, runs it: the test tells the two apart."""
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(shared), "XDG_CACHE_HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir(mode=0o700)
+    marker = tmp_path / "ran"
+
+    def python(code: str, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    index = Path(python(PLANT, str(marker)))
+    if os.getuid() == 0:  # another user's
+        os.chown(index, 65534, 65534)
+    where = python(RUN, str(marker), "gatetrace")
+    assert not marker.exists()
+    assert Path(where).is_relative_to(tmp_path / "home" / "gatetrace" / "numba"), where
+    assert oct(os.stat(tmp_path / "home" / "gatetrace" / "numba").st_mode & 0o777) == "0o700"
+    python(RUN, str(marker), "plain")
+    assert marker.exists()  # the plant works where numba is asked as before
+
+
+def test_no_cache_where_gatetrace_s_own_folder_is_not_safe(tmp_path, monkeypatch):
+    """A cache folder that someone else can write, or a link, is not used: the loop compiles
+    without a cache."""
+    from tracer.values.compiled import trusted_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert trusted_cache() == tmp_path / "gatetrace" / "numba"
+    os.chmod(tmp_path / "gatetrace" / "numba", 0o777)
+    assert trusted_cache() is None
+    os.chmod(tmp_path / "gatetrace" / "numba", 0o700)
+    (tmp_path / "gatetrace" / "numba").rename(tmp_path / "elsewhere")
+    (tmp_path / "gatetrace" / "numba").symlink_to(tmp_path / "elsewhere")
+    assert trusted_cache() is None
