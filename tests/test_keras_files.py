@@ -827,3 +827,49 @@ def test_keras_2_cudnn_layers_are_recorded_on_a_cpu_as_cudnn_computed_them(
     for source, want in (("bias", gb[0, 6:9]), ("recurrent_bias", gb[1, 6:9])):
         got = c[c["source"] == source].sort_values("unit")["value"]
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "depth, says",
+    [
+        (40, "StackedRNNCells (nested more than 32 objects deep"),
+        (1000, "its configuration nests its objects deeper than Python's JSON reader goes"),
+    ],
+)
+def test_a_configuration_nested_a_thousand_deep_is_refused_before_keras_builds_it(
+    tmp_path, depth, says
+):
+    """StackedRNNCells inside StackedRNNCells, 40 and 1,000 deep, in a `.keras` file's
+    config.json: one line naming the nesting, before Keras' recursion would build it (before:
+    a RecursionError)."""
+    import zipfile
+
+    keras = keras_module("keras3")
+    x = keras.Input((T, FEATURES), name="x")
+    model = keras.Model(
+        x, keras.layers.RNN(keras.layers.StackedRNNCells([keras.layers.LSTMCell(2)]))(x)
+    )
+    path = tmp_path / "ok.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(members["config.json"])
+    (rnn,) = [layer for layer in config["config"]["layers"] if layer["class_name"] == "RNN"]
+    stacked = rnn["config"]["cell"]
+    for _ in range(depth):
+        stacked = {**stacked, "config": {**stacked["config"], "cells": [stacked]}}
+    rnn["config"]["cell"] = stacked
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # (json.dumps recurses)
+    try:
+        members["config.json"] = json.dumps(config).encode()
+    finally:
+        sys.setrecursionlimit(limit)
+    deep = tmp_path / "deep.keras"
+    with zipfile.ZipFile(deep, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    done = run_cli("inspect", str(deep))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert says in done.stderr
+    assert run_cli("inspect", str(path)).returncode == 0  # the same model as saved

@@ -48,7 +48,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from recorders.errors import ModelFormatError, UnsafeGraphError, listing
-from tracer.load.keras_h5 import WEIGHTS_RATIO, h5_config, h5_oversized, h5_problems
+from tracer.load.keras_h5 import WEIGHTS_RATIO, config_json, h5_config, h5_oversized, h5_problems
 
 __all__ = [
     "KNOWN_CLASSES",
@@ -138,16 +138,28 @@ def _reads_a_file(obj: dict) -> str | None:
     return next((v for v in (config.get(key) for key in _FILE_KEYS) if isinstance(v, str)), None)
 
 
+# how deeply objects that name a class may nest (a model in a model in a wrapper in an RNN
+# over stacked cells is 5 deep): Keras builds them by recursion, which a deeper file exhausts
+MAX_NESTING = 32
+
+
 def _objects(value: Any, where: str = "config") -> Iterator[tuple[str, dict]]:
-    """Every (path, object) of a configuration that names a class."""
-    if isinstance(value, dict):
-        if "class_name" in value:
-            yield where, value
-        for key, item in value.items():
-            yield from _objects(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for k, item in enumerate(value):
-            yield from _objects(item, f"{where}[{k}]")
+    """Every (path, object) of a configuration that names a class, walked without recursion;
+    an object nested more than MAX_NESTING deep is given (its path starting with `>`), but
+    not what it holds."""
+    todo: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while todo:
+        item, path, depth = todo.pop()
+        if isinstance(item, dict):
+            if "class_name" in item:
+                depth += 1
+                if depth > MAX_NESTING:
+                    yield f">{path}", item
+                    continue
+                yield path, item
+            todo += [(v, f"{path}.{k}", depth) for k, v in reversed(list(item.items()))]
+        elif isinstance(item, list):
+            todo += [(v, f"{path}[{k}]", depth) for k, v in reversed(list(enumerate(item)))]
 
 
 def _refused(config: Any, yours: frozenset[str] = frozenset()) -> list[str]:
@@ -155,9 +167,14 @@ def _refused(config: Any, yours: frozenset[str] = frozenset()) -> list[str]:
     classes `yours` names (the user's own, `tracer.load.custom`) are accepted by name, what
     they hold is checked as everything else."""
     found = []
-    for _, obj in _objects(config):
+    for path, obj in _objects(config):
         name, module = obj.get("class_name"), obj.get("module")
-        if isinstance(name, str) and name in yours and name not in RUNS_CODE:
+        if path.startswith(">"):
+            found.append(
+                f"{name} (nested more than {MAX_NESTING} objects deep, deeper than any model Keras saves; Keras "
+                "would build it by recursion without end)"
+            )
+        elif isinstance(name, str) and name in yours and name not in RUNS_CODE:
             continue
         if not isinstance(name, str) or not (module is None or isinstance(module, str)):
             found.append(f"{name!r} (not a class name)")
@@ -267,7 +284,7 @@ def _zip_config(p: Path, source: str) -> dict:
                 raise ModelFormatError(
                     f"{source}: the archive has no config.json; it is not a Keras model file"
                 )
-            config = json.loads(z.read("config.json"))
+            config = config_json(z.read("config.json"), source)
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         raise ModelFormatError(
             f"{source}: cannot read it as a Keras .keras file (a zip archive): {err}"
@@ -305,7 +322,7 @@ def _saved_model_metadata(p: Path, source: str) -> list[dict]:
     try:
         proto = saved_metadata_pb2.SavedMetadata.FromString((p / "keras_metadata.pb").read_bytes())
         nodes = sorted(proto.nodes, key=lambda n: n.node_path != "root")
-        return [json.loads(n.metadata) for n in nodes]
+        return [config_json(n.metadata, source) for n in nodes]
     except Exception as err:
         raise ModelFormatError(f"{source}: cannot read its keras_metadata.pb: {err}") from None
 

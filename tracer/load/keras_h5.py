@@ -14,7 +14,7 @@ from typing import Any
 from recorders.errors import ModelFormatError
 from recorders.read.reader import default_memory
 
-__all__ = ["h5_problems", "h5_oversized", "h5_config", "WEIGHTS_RATIO"]
+__all__ = ["h5_problems", "h5_oversized", "h5_config", "config_json", "WEIGHTS_RATIO"]
 
 # the most an uncompressed weights file may exceed its compressed size by, beyond 64 MiB
 WEIGHTS_RATIO = 50
@@ -102,6 +102,19 @@ def h5_oversized(source: str, file) -> list[str]:
     return sorted(found)
 
 
+def config_json(text: str | bytes, source: str) -> Any:
+    """A Keras file's configuration text as data; ModelFormatError where it nests deeper than
+    Python's JSON reader goes (no model Keras saves comes near: see MAX_NESTING in
+    `tracer.load.keras_files`)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ModelFormatError(
+            f"{source}: its configuration nests its objects deeper than Python's JSON reader goes, deeper than any "
+            "model Keras saves; nothing was loaded"
+        ) from None
+
+
 def h5_config(p: Path, source: str) -> dict:
     """The model config a Keras .h5 file holds (its `model_config` attribute), as data."""
     import h5py
@@ -115,6 +128,6 @@ def h5_config(p: Path, source: str) -> dict:
                     f"{source}: the file holds {'weights only' if what else 'no model'} (saved with save_weights?) and no "
                     "architecture: save the model with model.save, or build it in Python and pass it to tracer.record"
                 )
-            return json.loads(text.decode() if isinstance(text, bytes) else text)
+            return config_json(text.decode() if isinstance(text, bytes) else text, source)
     except (OSError, ValueError) as err:
         raise ModelFormatError(f"{source}: cannot read it as a Keras .h5 file: {err}") from None
