@@ -720,8 +720,13 @@ def test_the_new_flags_refuse_in_one_line_before_anything_is_written(hand_lstm, 
     no folder that later looks like a started recording."""
     prefix, _ = hand_lstm
     np.save(tmp_path / "x.npy", _inputs())
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     base = ("record", prefix, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out"))
     for flags, says in (
+        (
+            ("--custom-objects", str(tmp_path / "exits.py")),
+            f"--custom-objects {tmp_path / 'exits.py'}: importing it called sys.exit(3)",
+        ),
         (("--gate-ops", "my_lstm/nothing"), "matches no op of"),
         (("--state-ops", "my_lstm/c_0"), "--state-ops names the states of a cell --gate-ops names"),
         (

@@ -46,6 +46,12 @@ def custom_objects(given: str | os.PathLike[str] | Mapping[str, Any] | None) -> 
     sys.modules[name] = module  # (classes pickle and Keras looks them up by module)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as err:  # sys.exit() in the file: say which file stopped, exit 2
+        del sys.modules[name]
+        raise ModelFormatError(
+            f"--custom-objects {path}: importing it called sys.exit({err.code!r}), which would end gatetrace; "
+            "keep what the file runs on import to defining your classes"
+        ) from None
     except Exception as err:
         del sys.modules[name]
         raise ModelFormatError(
