@@ -10,6 +10,7 @@ checked against a float64 numpy recomputation from the weights.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -911,3 +912,33 @@ def test_a_cell_of_your_own_in_a_loop_gets_its_weights_and_input_size(control_fl
     manifest = json.loads((out / "manifest.json").read_text())
     (described,) = manifest["cells"]
     assert list(described["weights_not_known"]) == ["tanh_1"]  # tanh(c): not a sum of products
+
+
+@pytest.mark.parametrize(
+    "steps, says",
+    [
+        (
+            (0, 1, 2, 3, 99999999999999999999),
+            "named at steps 0 to 99999999999999999999 but not at step 4",
+        ),
+        ((0, 1, 2, 3, 2**40), f"named at steps 0 to {2**40} but not at step 4"),
+        ((2**40, 2**40 + 1), f"names step {2**40 + 1}, more steps than the graph's"),
+    ],
+)
+def test_steps_a_pattern_names_are_checked_before_anything_is_sized(steps, says):
+    """A step group reading 20 digits, or 2^40, beside steps 0-3 (before: the process grew to
+    23 GiB sizing the steps between): one line, at once."""
+    import time
+
+    import tracer
+
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(v1.float32, [None, D], name="x")
+        w = v1.get_variable("w", [D, H])
+        for t in steps:
+            v1.sigmoid(v1.matmul(x, w), name=f"my/f_gate_{t}")
+    started = time.monotonic()
+    with pytest.raises(tracer.GraphPatternError, match=re.escape(says)):
+        tracer.find_named(graph, r"(?P<cell>my)/(?P<gate>\w)_gate_(?P<step>\d+)")
+    assert time.monotonic() - started < 5

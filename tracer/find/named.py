@@ -301,6 +301,11 @@ def _cell(
         labelled[p] = _labelled(name, p, ms, "gate", nonlinearity_names([m.op for m in ms]))
     steps = sorted(labelled)
     _consecutive(name, steps, "gates")
+    if steps[-1] >= len(order):  # each step needs ops of its own: the graph has fewer
+        raise GraphPatternError(
+            f"cell {name}: --gate-ops {pattern} names step {steps[-1]}, more steps than the graph's {len(order):,} ops "
+            "can compute; a step group must match the step's number"
+        )
     first = labelled[steps[0]]
     gate_names = tuple(first)
     for p in steps:
@@ -401,10 +406,12 @@ def _labelled(
 
 
 def _consecutive(cell: str, steps: Sequence[int], what: str) -> None:
-    gaps = sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))
-    if gaps:
+    """Refuse sorted `steps` that skip one, found without sizing anything by their numbers (a
+    name may carry a step of 20 digits)."""
+    gap = next((a + 1 for a, b in zip(steps, steps[1:], strict=False) if b != a + 1), None)
+    if gap is not None:
         raise GraphPatternError(
-            f"cell {cell}: its {what} are named at steps {steps[0]} to {steps[-1]} but not at step {gaps[0]}; "
+            f"cell {cell}: its {what} are named at steps {steps[0]} to {steps[-1]} but not at step {gap}; "
             "the steps of a cell follow each other: name every step"
         )
 
