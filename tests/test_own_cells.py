@@ -942,3 +942,31 @@ def test_steps_a_pattern_names_are_checked_before_anything_is_sized(steps, says)
     with pytest.raises(tracer.GraphPatternError, match=re.escape(says)):
         tracer.find_named(graph, r"(?P<cell>my)/(?P<gate>\w)_gate_(?P<step>\d+)")
     assert time.monotonic() - started < 5
+
+
+def test_a_pattern_that_backtracks_without_end_is_stopped(monkeypatch):
+    """Nested quantifiers over op names of 45 characters: the round's own example,
+    `(\\w+)+`, answers at once (the engine sees through it; before: minutes), and one that
+    does backtrack without end, `(a|aa)+` (Fibonacci(45) ways to split), is stopped at the time
+    limit and said in one line."""
+    import time
+
+    import tracer
+    from tracer.find import named
+
+    monkeypatch.setattr(named, "MATCHING_SECONDS", 1.0)
+    graph = v1.Graph()
+    with graph.as_default():
+        x = v1.placeholder(v1.float32, [None, D], name="x")
+        for t in range(3):
+            v1.sigmoid(x, name=f"{'a' * 45}/i_{t}")
+    started = time.monotonic()
+    with pytest.raises(tracer.GraphPatternError, match="matches no op of the graph"):
+        tracer.find_named(graph, r"(?P<cell>(\w+)+)/i_(?P<step>\d+)x")
+    with pytest.raises(tracer.GraphPatternError, match=r"took more than 1 s and was stopped"):
+        tracer.find_named(graph, r"(?P<cell>(a|aa)+)/i_(?P<step>\d+)x")
+    assert time.monotonic() - started < 5
+    (cell,) = tracer.find_named(
+        graph, r"(?P<cell>\w+)/(?P<gate>i)_(?P<step>\d+)"
+    )  # an ordinary one
+    assert cell.name == "a" * 45

@@ -35,12 +35,13 @@ without one of the gates (or states), steps that skip, and tensors whose step ca
 
 from __future__ import annotations
 
-import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import regex
 
 from recorders.errors import GraphPatternError, listing
 from tracer._tf import tf
@@ -54,6 +55,9 @@ from tracer.find.named_weights import input_width, weights_of
 
 __all__ = ["find_named", "nonlinearity_names", "NONLINEAR"]
 
+# how long a pattern may take to match every op name of a graph (Python's own engine
+# backtracks without bound: `regex`, with the same syntax, stops at a time limit)
+MATCHING_SECONDS = 10.0
 # the ops that apply a gate's nonlinearity, and the name each is recorded under
 NONLINEAR = {op: name for op, name in ACTIVATIONS.items() if op != "Identity"}
 
@@ -211,17 +215,25 @@ def _matches(
 ) -> list[_Named]:
     """Every op whose whole name `pattern` matches, checked (see the module docstring)."""
     try:
-        regex = re.compile(pattern)
-    except re.error as err:
+        compiled = regex.compile(pattern)
+    except regex.error as err:
         raise GraphPatternError(f"{flag} {pattern}: not a regular expression ({err})") from None
-    unknown = sorted(set(regex.groupindex) - {"cell", label, "step"})
+    unknown = sorted(set(compiled.groupindex) - {"cell", label, "step"})
     if unknown:
         raise GraphPatternError(
             f"{flag} {pattern}: its named groups are cell, {label} and step; it has {', '.join(unknown)}"
         )
     found = []
+    deadline = time.monotonic() + MATCHING_SECONDS
     for op, loop in _every_op(graph):
-        m = regex.fullmatch(op.name)
+        try:  # bounded: a pattern that backtracks without end is stopped
+            m = compiled.fullmatch(op.name, timeout=max(deadline - time.monotonic(), 1e-3))
+        except TimeoutError:
+            raise GraphPatternError(
+                f"{flag} {pattern}: matching it against the graph's op names took more than {MATCHING_SECONDS:g} s "
+                "and was stopped (a quantifier inside a quantified group, as (\\w+)+, backtracks without end); "
+                "write it without nesting quantifiers"
+            ) from None
         if m is None or not op.outputs:
             continue
         flow = "v2"
