@@ -970,3 +970,38 @@ def test_a_pattern_that_backtracks_without_end_is_stopped(monkeypatch):
         graph, r"(?P<cell>\w+)/(?P<gate>i)_(?P<step>\d+)"
     )  # an ordinary one
     assert cell.name == "a" * 45
+
+
+def test_a_gate_the_graph_optimizer_would_fuse_away_is_fetched(tmp_path):
+    """A cell of your own whose output is tanh(z * sigmoid(z)) (Swish): TensorFlow's remapper
+    fuses z * sigmoid(z) into one op and drops the Sigmoid being fetched (before: "... not
+    found in the Graph"); gatetrace's sessions run with the remapper off. Exact against numpy."""
+    from tests.conftest import session_model
+
+    def body():
+        x = v1.placeholder(v1.float32, [None, T, D], name="x")
+        W, U = v1.get_variable("swish/W", [D, H]), v1.get_variable("swish/U", [H, H])
+        h = v1.zeros([v1.shape(x)[0], H])
+        for t, x_t in enumerate(v1.unstack(x, axis=1)):
+            z = v1.matmul(x_t, W) + v1.matmul(h, U)
+            h = v1.tanh(z * v1.sigmoid(z, name=f"swish/gate_{t}"), name=f"swish/h_{t}")
+
+    path, values = session_model(body, tmp_path)
+    x = _inputs(3)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli(
+        "record", path, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(out),
+        "--gate-ops", r"(?P<cell>swish)/(?P<gate>gate)_(?P<step>\d+)",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    import recorders
+
+    rec = recorders.Recording(out)
+    W, U = (np.asarray(values[k], np.float64) for k in ("swish/W", "swish/U"))
+    h = np.zeros((len(x), H))
+    for t in range(T):
+        z = x[:, t].astype(np.float64) @ W + h @ U
+        s = _sigmoid(z)
+        np.testing.assert_allclose(rec.gate_array("swish", "gate")[:, t], s, atol=1e-5)
+        h = np.tanh(z * s)

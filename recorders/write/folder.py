@@ -174,7 +174,9 @@ class Folder:
             size = os.fstat(f.fileno()).st_size
             if limit is not None and size > limit:
                 raise OSError(
-                    errno.EFBIG, f"it holds {size:,} bytes, more than the {limit:,} expected", rel
+                    errno.EFBIG,
+                    f"it holds {size:,} bytes, more than the {limit:,} bytes expected",
+                    rel,
                 )
             data = f.read() if limit is None else f.read(limit + 1)
         if limit is not None and len(data) > limit:

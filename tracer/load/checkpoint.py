@@ -14,7 +14,7 @@ from recorders.errors import ModelFormatError
 from tracer._tf import tf, v1
 from tracer.load.formats import LoadRequest
 from tracer.load.import_check import check_before_import
-from tracer.load.loaded import LoadPlan, Model, closed_if_it_fails, saver_plan
+from tracer.load.loaded import FETCHING, LoadPlan, Model, closed_if_it_fails, saver_plan
 from tracer.load.paths import checkpoint_prefix
 from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions, runs_cudnn
 
@@ -73,7 +73,7 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
     meta_graph = _read_meta_graph(meta, source)
     check_before_import(meta_graph.graph_def, source, allow_unsafe_ops)
     graph = tf.Graph()
-    session = v1.Session(graph=graph)
+    session = v1.Session(graph=graph, config=FETCHING)
 
     def failed(line: str) -> str:
         return f"{source}: cannot restore the variables from checkpoint {prefix}: {line} (are its .index and .data files complete?)"

@@ -10,7 +10,7 @@ from recorders.errors import ModelFormatError
 from tracer._tf import tf, v1
 from tracer.load.formats import FORMATS, LoadRequest
 from tracer.load.import_check import check_before_import
-from tracer.load.loaded import Model, error_line
+from tracer.load.loaded import FETCHING, Model, error_line
 from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions
 
 __all__ = ["read"]
@@ -42,6 +42,12 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
         ) from err
     refuse_gpu_only_in_functions(graph, source)
     return on_the_cpu(
-        Model(graph, v1.Session(graph=graph), source, "frozen", allow_unsafe_ops=allow_unsafe_ops),
+        Model(
+            graph,
+            v1.Session(graph=graph, config=FETCHING),
+            source,
+            "frozen",
+            allow_unsafe_ops=allow_unsafe_ops,
+        ),
         restore,
     )

@@ -15,7 +15,22 @@ from recorders.errors import GatetraceError, ModelFormatError
 from tracer._tf import tf, v1
 from tracer.load.safety import refuse, restore_ops, restore_problems, unsafe_ops
 
-__all__ = ["Model", "LoadPlan", "from_session", "error_line", "saver_plan", "closed_if_it_fails"]
+__all__ = [
+    "Model",
+    "LoadPlan",
+    "from_session",
+    "error_line",
+    "saver_plan",
+    "closed_if_it_fails",
+    "FETCHING",
+]
+
+# Sessions gatetrace loads a graph into, to fetch its inner tensors: Grappler's remapper off.
+# It fuses ops it recognises into one kernel (oneDNN's Swish, x * sigmoid(x), among them) and
+# the Sigmoid being fetched is then "not found in the Graph"; TensorFlow's own Session.run of
+# that tensor fails the same way. Its cost: bench/remapper.py.
+FETCHING = v1.ConfigProto()
+FETCHING.graph_options.rewrite_options.remapping = FETCHING.graph_options.rewrite_options.OFF
 
 
 @dataclass
@@ -38,7 +53,7 @@ class Model:
     load_plan: LoadPlan | None = None
     inputs: dict[str, str] = field(default_factory=dict)
     # the ConfigProto its sessions are made with (TF2 graphs: grappler off)
-    session_config: Any = None
+    session_config: Any = field(default_factory=lambda: FETCHING)
     # what loading took differently from what the files named, said by `inspect`
     notes: tuple[str, ...] = ()
 

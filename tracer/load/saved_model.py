@@ -22,7 +22,14 @@ from tracer.load.inline import (
     signature_of,
 )
 from tracer.load.keras import classes_outside_keras, is_keras_file
-from tracer.load.loaded import LoadPlan, Model, closed_if_it_fails, error_line, saver_plan
+from tracer.load.loaded import (
+    FETCHING,
+    LoadPlan,
+    Model,
+    closed_if_it_fails,
+    error_line,
+    saver_plan,
+)
 from tracer.load.paths import inside
 from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions, runs_cudnn
 
@@ -161,7 +168,7 @@ def load_saved_model(
         )
         meta = inline_signature(meta, signature, [meta.saver_def.restore_op_name, init_op], source)
     graph = tf.Graph()
-    session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else None)
+    session = v1.Session(graph=graph, config=UNOPTIMIZED if tf2 else FETCHING)
     with closed_if_it_fails(session, lambda line: f"{source}: cannot read SavedModel: {line}"):
         with graph.as_default():
             plan = _saved_model_plan(
@@ -182,7 +189,7 @@ def load_saved_model(
         allow_unsafe_ops=allow_unsafe_ops,
         load_plan=plan,
         inputs=inputs,
-        session_config=UNOPTIMIZED if tf2 else None,
+        session_config=UNOPTIMIZED if tf2 else FETCHING,
     )
     return on_the_cpu(model, restore)
 
