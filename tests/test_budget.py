@@ -132,3 +132,27 @@ def test_inspect_says_what_the_budget_makes_of_the_batch_size(tmp_path, capsys, 
         "batch size: 256 by default, fits the memory budget of 2.9 GB (TensorFlow and the model hold 500.0 MB;"
         in capsys.readouterr().out
     )
+
+
+@pytest.mark.parametrize("available", [24 * 2**30, 2 * 2**30, 1 * 2**30])
+def test_the_default_budget_never_refuses_what_fits(held, monkeypatch, tmp_path, available):
+    """A tenth of the available memory below the reserve (a busy machine, a small container;
+    a series holding many checkpoints) left a batch 0 bytes under the default budget, and a
+    feed of 80-byte sequences was refused (before: "... more than the memory budget of 757.6
+    MB leaves for a batch (0 bytes)"): the default now always holds the reserve and a batch of
+    one, and the feed records."""
+    from tests.conftest import run_cli
+
+    monkeypatch.setattr(held, "available_memory", lambda: available)
+    choice = choose_batch(256, 80)
+    assert choice.size >= 1 and choice.budget - choice.used - RESERVE >= 80
+    held.check_rows({"x": np.zeros((4, 5, 4), np.float32)}, choice)  # 80 bytes a sequence
+    built = build(
+        lambda x: [v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32)]
+    )
+    path = save(built, "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((4, 5, 4), np.float32))
+    done = run_cli(
+        "record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")
+    )
+    assert done.returncode == 0, done.stderr

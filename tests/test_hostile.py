@@ -589,7 +589,7 @@ def test_an_npz_bomb_is_refused_before_a_row_is_read(tmp_path):
     assert (
         line.startswith(
             "gatetrace: error: feed x:0: its header declares sequences of [134217728, 4] float32, 2.0 GB each, "
-            "more than the memory budget of "
+            "more than the default memory budget takes for one sequence (512.0 MB)"
         )
         and "nothing was read: check the input" in line
     )

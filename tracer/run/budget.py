@@ -15,7 +15,10 @@ the reserve and the batch stay within the budget.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less), while a large model's batch is lowered and
-a tiny model keeps DEFAULT_BATCH_SIZE. `bench/memory.py --benchmark` checks that the budget
+a tiny model keeps DEFAULT_BATCH_SIZE; it never leaves less than the reserve and a batch of
+one sequence: when what is already held leaves too little, the default is wrong, not the
+input. Under it, only a sequence of more than DEFAULT_ROOM (or than the machine's available
+memory leaves beside the reserve) is refused, with the `--memory` that would take it. `bench/memory.py --benchmark` checks that the budget
 holds, whole process, on the benchmark model.
 `--memory` sets the budget of the whole process instead.
 
@@ -135,10 +138,11 @@ def current_rss() -> int:
     return _proc_bytes("/proc/self/status", "VmRSS") or 0
 
 
-def default_budget(used: int) -> int:
+def default_budget(used: int, per_sequence: int = 0) -> int:
     """The budget when none is given: `used` (what the process holds) plus DEFAULT_ROOM, or
-    plus a tenth of the available memory if that is less."""
-    return used + min(DEFAULT_ROOM, available_memory() // 10)
+    plus a tenth of the available memory if that is less; never less than the reserve and
+    one sequence of `per_sequence` bytes above `used` (a batch of one is always tried)."""
+    return used + max(min(DEFAULT_ROOM, available_memory() // 10), RESERVE + per_sequence)
 
 
 def parse_size(text: str) -> int:
@@ -202,6 +206,7 @@ class BatchChoice:
     # what the process held when recording started: TensorFlow, the model, its inputs in memory
     used: int
     per_sequence: int
+    given: bool = False  # the budget is the user's (--memory), not the default
 
     @property
     def why(self) -> str | None:
@@ -248,8 +253,15 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
     """Refuse, before any row is read, an input one sequence of which does not fit in what
     the budget leaves for a batch: a compressed `.npz` member of 2 MB may declare rows of
     gigabytes, and reading one would end the process with no word (an allocation failing
-    in TensorFlow aborts it)."""
-    room = choice.budget - choice.used - RESERVE
+    in TensorFlow aborts it). Under the default budget, what is refused is a sequence of
+    more than DEFAULT_ROOM, or than the machine's available memory takes beside the reserve
+    (the budget grows to hold a batch of one of anything smaller); under `--memory`, one the
+    user's budget cannot take."""
+    room = (
+        choice.budget - choice.used - RESERVE
+        if choice.given
+        else min(DEFAULT_ROOM, available_memory() - RESERVE)
+    )
     for name, value in feeds.items():
         shape = tuple(getattr(value, "shape", ()))
         if len(shape) < 1:
@@ -260,16 +272,22 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
         )
         if row <= room:
             continue
-        needed = choice.used + RESERVE + choice.per_sequence
+        needed = choice.used + RESERVE + row
         hint = (
             f"if it is right, give --memory {describe_size(needed, up=True)}"
             if needed < available_memory()
             else f"that is more than this machine's available memory ({describe_size(available_memory())})"
         )
+        what = (
+            f"the memory budget of {describe_size(choice.budget)} (--memory) leaves for a batch, TensorFlow and the "
+            f"model holding {describe_size(choice.used)}"
+            if choice.given
+            else "the default memory budget takes for one sequence"
+        )
         raise SelectionError(
             f"feed {getattr(name, 'name', name)}: its header declares sequences of {list(shape[1:])} {np.dtype(value.dtype).name}, "
-            f"{describe_size(row)} each, more than the memory budget of {describe_size(choice.budget)} leaves for a batch "
-            f"({describe_size(max(0, room))}); nothing was read: check the input, and {hint}"
+            f"{describe_size(row)} each, more than {what} ({describe_size(max(0, room))}); nothing was read: check the "
+            f"input, and {hint}"
         )
 
 
@@ -281,7 +299,7 @@ def choose_batch(
     held already. A `memory` too small for even one sequence is refused with what it would
     take; the default budget always allows one."""
     used = current_rss() if used is None else used
-    budget = default_budget(used) if memory is None else memory
+    budget = default_budget(used, per_sequence) if memory is None else memory
     room = budget - used - RESERVE
     if memory is not None and room < per_sequence:
         needed = used + RESERVE + per_sequence
@@ -291,4 +309,4 @@ def choose_batch(
             f"--memory {describe_size(needed, up=True)}"
         )
     size = max(1, min(requested, room // max(1, per_sequence)))
-    return BatchChoice(size, requested, budget, used, per_sequence)
+    return BatchChoice(size, requested, budget, used, per_sequence, given=memory is not None)
