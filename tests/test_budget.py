@@ -156,3 +156,15 @@ def test_the_default_budget_never_refuses_what_fits(held, monkeypatch, tmp_path,
         "record", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_container_s_limit_bounds_the_available_memory(tmp_path):
+    """cgroup v2: memory.max less memory.current; no limit ("max") is none."""
+    from tracer.run.budget import _container_room
+
+    (tmp_path / "memory.max").write_text("1073741824\n")
+    (tmp_path / "memory.current").write_text("268435456\n")
+    assert _container_room(str(tmp_path)) == 768 * 2**20
+    (tmp_path / "memory.max").write_text("max\n")
+    assert _container_room(str(tmp_path)) is None
+    assert _container_room(str(tmp_path / "missing")) is None

@@ -127,10 +127,28 @@ def _proc_bytes(path: str, field: str) -> int | None:
     return None
 
 
+def _container_room(root: str = "/sys/fs/cgroup") -> int | None:
+    """What the process's container (a cgroup v2 memory limit) leaves: memory.max less
+    memory.current, in bytes; None where there is no limit or it cannot be read."""
+    try:
+        with open(f"{root}/memory.max") as f:
+            limit = f.read().strip()
+        with open(f"{root}/memory.current") as f:
+            current = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" or not limit.isdigit() else max(0, int(limit) - current)
+
+
 def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes (8 GiB where it cannot be read)."""
-    found = _proc_bytes("/proc/meminfo", "MemAvailable")
-    return 8 * 2**30 if found is None else found
+    """MemAvailable from /proc/meminfo, or what a container's limit leaves if that is less,
+    in bytes (8 GiB where neither can be read)."""
+    found = [
+        m
+        for m in (_proc_bytes("/proc/meminfo", "MemAvailable"), _container_room())
+        if m is not None
+    ]
+    return min(found) if found else 8 * 2**30
 
 
 def current_rss() -> int:
