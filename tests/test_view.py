@@ -278,6 +278,20 @@ def test_bad_requests_get_clear_answers(served):
         "/api/select?cell=rnn/basic_lstm_cell&label=f&example=0&start=5&stop=10&threshold=nan"
     )
     assert code == 400 and "finite" in body
+    # a unit past the cell's: said by number (before: 200 with empty arrays)
+    code, body = get("/api/unit?cell=rnn/basic_lstm_cell&gate=f&unit=99&example=0")
+    assert code == 400 and "unit 99: rnn/basic_lstm_cell gate f has units 0 to " in body, body
+    from recorders import Recording
+    from recorders.errors import SelectionError
+    from recorders.view.labelled import labelled_course
+
+    for table, name in (("gates", "f"), ("states", "h")):  # what /api/labelled answers
+        with pytest.raises(
+            SelectionError, match=f"unit 99: rnn/basic_lstm_cell {table[:-1]} {name} has"
+        ):
+            labelled_course(
+                Recording(rec_path), None, "rnn/basic_lstm_cell", table, name, "activation", 99, 0
+            )
 
 
 def _get(url: str, headers: dict | None = None) -> tuple[int, str, dict]:

@@ -74,8 +74,9 @@ def check_column(
     label: str | None = None,
     kind: str = "gate",
     column: str | None = None,
+    unit: int | None = None,
 ) -> None:
-    """Refuse a cell, gate or state, or value column the recording does not hold."""
+    """Refuse a cell, gate or state, value column or unit the recording does not hold."""
     if cell not in rec.cells:
         raise SelectionError(f"cell {cell!r}: the recording's cells are {', '.join(rec.cells)}")
     if label is not None:
@@ -88,6 +89,10 @@ def check_column(
         and column not in ("preactivation", "activation", *PARTS)
     ):
         raise SelectionError(f"column {column!r}: expected preactivation, activation or a part")
+    if unit is not None and label is not None:
+        width = rec.width("gates" if kind == "gate" else "states", cell, label)
+        if not 0 <= unit < width:
+            raise SelectionError(f"unit {unit}: {cell} {kind} {label} has units 0 to {width - 1}")
 
 
 def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dict[str, Any]:
@@ -221,7 +226,7 @@ def unit(
     k: int = 10,
 ) -> dict[str, Any]:
     """One unit along the steps of `example`, and the `k` positions over all examples where it is highest."""
-    check_column(rec, cell, gate, "gate", column)
+    check_column(rec, cell, gate, "gate", column, unit_)
     df = rec.gate_frame(
         [cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column]
     )

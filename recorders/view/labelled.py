@@ -78,7 +78,7 @@ def labelled_course(
 ) -> dict[str, Any]:
     """One unit of a gate column (or state) along the steps of `example`, and the label at each."""
     kind = "gate" if table == "gates" else "state"
-    check_column(rec, cell, name, kind, column if kind == "gate" else None)
+    check_column(rec, cell, name, kind, column if kind == "gate" else None, unit_)
     a = column_values(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
     if a.size == 0:
         raise SelectionError(f"example {example}: no rows of {cell} {kind} {name}")
