@@ -504,6 +504,11 @@ def _second_bin(table: pd.DataFrame, count: int) -> None:
             r"holds step \d+, outside its cell's 0 to 4",
         ),
         ("units", lambda t: t.__setitem__("unit", t["unit"] + 3), "does not hold units 0 to"),
+        (  # fewer units than its cell (before: read as the recording's)
+            "units",
+            lambda t: t.drop(t.index[t["unit"] == t["unit"].max()], inplace=True),
+            r"holds \d+ units where its cell has \d+",
+        ),
     ],
 )
 def test_a_tampered_summary_is_refused_not_shown_as_data(tmp_path, name, change, said):

@@ -59,6 +59,9 @@ class SummaryTables:
         self.edges = edges_of(summary)
         self._shown = shown
         self._bounds, self._memory = bounds, memory
+        self._cells = {
+            c.get("name"): c for c in description.get("cells") or [] if isinstance(c, Mapping)
+        }
         self.totals = self._read(folder, summary, complete)
         self._check(self.totals)
 
@@ -119,9 +122,24 @@ class SummaryTables:
                 f"or the memory budget of {self._memory:,} bytes: {DAMAGED}"
             )
 
+    def _width(self, key: tuple) -> int | None:
+        """The units a column of (cell, table, name, column) holds, as its manifest describes
+        the cell (a state h: its output size); None where it does not say."""
+        cell = self._cells.get(key[0]) or {}
+        units = cell.get("units")
+        if key[1] == "states" and key[2] == "h" and cell.get("output_size"):
+            units = cell["output_size"]
+        return int(units) if isinstance(units, int) else None
+
     def _check(self, totals: Totals) -> None:
         """RecordingError unless every number fits what was recorded (see the module docstring)."""
         for key, stats in totals.units.items():
+            width = self._width(key)
+            if width is not None and len(stats.count) != width:
+                raise RecordingError(
+                    f"{self._shown}: the summary of {'/'.join(key)} holds {len(stats.count):,} units where its cell has "
+                    f"{width:,}: {DAMAGED}"
+                )
             self._check_stats(key, "unit", np.arange(len(stats.count)), stats)
         for key, (at, stats) in totals.steps.items():
             self._check_stats(key, "step", at, stats)
