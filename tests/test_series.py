@@ -305,3 +305,24 @@ def test_a_refused_series_leaves_nothing_behind(tmp_path):
         f"x={tmp_path / 'x.npy'}",
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_resuming_a_series_whose_key_folder_is_a_link_says_so(tmp_path):
+    """--resume over a series whose checkpoint=4 folder was replaced by a link: one line that
+    says it is a link and what to do (before: "Not a directory"); the link's target untouched."""
+    import shutil
+
+    run = tmp_path / "run"
+    train_tf1(run, saves=(2, 4))
+    np.save(tmp_path / "x.npy", X)
+    args = ("record", str(run), "--checkpoints", "all", "--feed", f"x={tmp_path / 'x.npy'}")
+    s = tmp_path / "s"
+    assert run_cli(*args, "--out", str(s)).returncode == 0
+    shutil.copytree(s / "checkpoint=4", tmp_path / "other")
+    shutil.rmtree(s / "checkpoint=4")
+    (s / "checkpoint=4").symlink_to(tmp_path / "other")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "other").rglob("*"))
+    done = run_cli(*args, "--out", str(s), "--resume")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{s / 'checkpoint=4'} is a symbolic link (to {tmp_path / 'other'})" in done.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "other").rglob("*")) == before

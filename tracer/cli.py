@@ -98,6 +98,19 @@ def _parser() -> Parser:
 _INTERRUPTED = "gatetrace: interrupted; finished batches are kept (record: rerun with --resume)"
 
 
+def _os_error(err: OSError) -> str:
+    """The one line of an OSError: the path and what the system said; where the path is a
+    symbolic link gatetrace refused to follow (opened with O_NOFOLLOW, it reads "Not a
+    directory" or "Too many levels of symbolic links"), that it is one, and what to do."""
+    name = err.filename
+    if name and os.path.islink(name):
+        return (
+            f"{name} is a symbolic link (to {os.readlink(name)}): gatetrace never follows links inside the folders it "
+            "reads and writes; replace it by the folder itself, or record into a new --out"
+        )
+    return f"{name}: {err.strerror or err}" if name else str(err.strerror or err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
@@ -136,8 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and cut short
         return 0
     except OSError as err:
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"gatetrace: error: {where}{err.strerror or err}", file=sys.stderr)
+        print(f"gatetrace: error: {_os_error(err)}", file=sys.stderr)
         return 2
     except MemoryError:
         print(
