@@ -1024,3 +1024,50 @@ def test_a_bidirectional_rnn_op_records_as_its_two_halves(lite, tmp_path):
             want[:, t] = h
         rows = gates[gates["cell"] == cell]["activation"].to_numpy().reshape(3, T, H)
         assert np.abs(rows - want).max() < 1e-5, cell
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_dynamic_range_loop_records_with_its_weights_dequantised(tmp_path, kind):
+    """A Keras 3 LSTM and GRU converted with Optimize.DEFAULT (int8 weights in the loop's
+    body): recorded, the cell says `int8 dynamic range`, and W, U per gate are the file's codes
+    dequantised: within half a quantisation step (per output channel) of the Keras model's own
+    weights, which are no reading of the file (before: no weights, nothing said)."""
+    import json
+
+    import pandas as pd
+
+    from tracer._tf import tf
+
+    keras = keras_module("keras3")
+    inp = keras.Input((T, 32), batch_size=1, name="seq")
+    layer = getattr(keras.layers, kind)(64, return_sequences=True, name="rnn")
+    model = keras.Model(inp, layer(inp))
+    randomise(model, seed=4)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    path = tmp_path / "dynamic.tflite"
+    path.write_bytes(converter.convert())
+    np.save(
+        tmp_path / "x.npy", np.random.RandomState(3).uniform(-1, 1, (2, T, 32)).astype(np.float32)
+    )
+    out = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    (cell,) = json.loads((out / "manifest.json").read_text())["cells"]
+    assert cell["numbers"] == "int8 dynamic range"
+    weights = pd.read_parquet(out / "weights.parquet")
+    kernel, recurrent = (
+        np.asarray(w, np.float64) for w in (layer.cell.kernel, layer.cell.recurrent_kernel)
+    )
+    gates = list(cell["gates"])
+    units = 64
+    for source, keras_matrix in (("input", kernel), ("recurrent", recurrent)):
+        for k, gate in enumerate(gates):
+            got = weights[(weights["gate"] == gate) & (weights["source"] == source)]
+            got = got.pivot(index="row", columns="unit", values="value").to_numpy()
+            want = keras_matrix[:, k * units : (k + 1) * units]
+            # per output channel of each matrix: a scale of max |w| / 127, codes within half a step
+            step = np.abs(want).max(axis=0) / 127
+            assert got.shape == want.shape
+            assert (np.abs(got - want) <= step / 2 + 1e-6).all(), (source, gate)
+            assert not np.array_equal(got, want.astype(np.float32))  # quantised: not the floats

@@ -466,6 +466,10 @@ class LiteCell(HasSpec):
     time_major: bool = False
     output_columns: tuple[int, int] | None = None
     by_position: bool = False
+    # how its weights are stored: "float32", "float16" (widened by DEQUANTIZE), or "int8 dynamic
+    # range" (int8 codes with a scale per channel, the gates computed in float on inputs the
+    # kernel quantises a row at a time); W, U, b are given dequantised
+    numbers: str = "float32"
     cell_clip: float | None = None
     proj_clip: float | None = None
     backward: bool = False
@@ -488,6 +492,7 @@ class LiteCell(HasSpec):
             "direction": "backward" if self.backward else "forward",
             "op": self.op,
             "variables": dict(self.variables),
+            "numbers": self.numbers,
             "path": self.path,
             "why": (
                 f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "

@@ -156,6 +156,7 @@ class _Reader:
         fb = schema()
         self.types = {v: n for n, v in vars(fb.TensorType).items() if not n.startswith("_")}
         self.inputs = [int(i) for i in op.inputs]
+        self.widened = False  # a weight read through DEQUANTIZE (float16 in the file)
         self.dequantized = {
             int(o.outputs[0]): int(o.inputs[0])
             for o in model.main.operators or []
@@ -174,6 +175,7 @@ class _Reader:
     def array(self, at: int, what: str) -> np.ndarray:
         """Input `at` as a float32 array, from the file's buffer."""
         index = self.inputs[at]
+        self.widened |= index in self.dequantized
         index = self.dequantized.get(index, index)  # a float16 constant widened by DEQUANTIZE
         t = self.model.main.tensors[index]
         kind = self.types.get(t.type, "?")
@@ -304,6 +306,7 @@ def _lstm(
         backward=_backward(reader),
         cell_clip=clip or None,
         proj_clip=proj_clip or None,
+        numbers="float16" if reader.widened else "float32",
     )
 
 
@@ -331,4 +334,5 @@ def _rnn(model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE
         length=steps,
         time_major=bool(getattr(op.builtinOptions, "timeMajor", False)),
         backward=_backward(reader),
+        numbers="float16" if reader.widened else "float32",
     )

@@ -20,7 +20,12 @@ The gates are not recomputed: the body runs an iteration at a time in the file's
 interpreter, and each gate is what its nonlinearity read and returned
 (`tracer.values.lite`). The weights are read from the file (the products' matrices, the
 biases the products add), and a cell's `arrays` are kept only where a replay from them
-gives every gate of the batch within the replay's tolerance.
+gives every gate of the batch within the replay's tolerance. A dynamic-range file
+(`Optimize.DEFAULT`) holds its matrices as int8 codes with a scale (and zero point) per
+output channel: they are read dequantised, scale x (code - zero point), and the cell says
+so (`numbers`); its FULLY_CONNECTED ops quantise their float input a row at a time, so the
+replay's tolerance there is that quantisation's bound (half a step of the row's range times
+each column's absolute weights), far below what a block read wrongly gives.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = ["find_loops"]
 _NONLINEAR = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu"}
 _THROUGH = ("ADD", "RESHAPE")  # a gate's preactivation is a sum of blocks
 _BOOL = 6  # the schema's TensorType.BOOL
+_FLOAT32, _INT8 = 0, 9  # the schema's TensorType.FLOAT32 and INT8
 
 
 class _Graph:
@@ -51,16 +57,39 @@ class _Graph:
         self.ops = list(self.subgraph.operators or [])
         self.kinds = [model.op_kind(op) for op in self.ops]
         self.writer = {int(t): k for k, op in enumerate(self.ops) for t in op.outputs}
+        self.dequantized: set[int] = set()  # int8 constants read as their real values
 
     def readers(self, tensor: int) -> Iterator[int]:
         return (k for k, op in enumerate(self.ops) if tensor in [int(t) for t in op.inputs])
 
     def constant(self, tensor: int) -> np.ndarray | None:
+        """A float32 constant, or an int8 one dequantised (scale x (code - zero point), per
+        channel along its quantised dimension); None for anything else."""
         t = self.subgraph.tensors[tensor]
         data = self.model.parsed.buffers[t.buffer].data
-        if data is None or not len(data) or t.type != 0:  # (0: FLOAT32)
+        shape = [int(d) for d in t.shape]
+        if data is None or not len(data):
             return None
-        return np.frombuffer(bytes(data), np.float32).reshape([int(d) for d in t.shape])
+        if t.type == _FLOAT32:
+            return np.frombuffer(bytes(data), np.float32).reshape(shape)
+        q = t.quantization
+        if t.type != _INT8 or q is None or q.scale is None or not len(q.scale):
+            return None
+        codes = np.frombuffer(bytes(data), np.int8).reshape(shape).astype(np.float64)
+        axis = int(q.quantizedDimension or 0) if len(q.scale) > 1 else 0
+        if len(q.scale) not in (1, shape[axis] if shape else 1):
+            return None
+        along = [1] * len(shape)
+        if shape:
+            along[axis] = len(q.scale)
+        scale = np.asarray(q.scale, np.float64).reshape(along)
+        zero = (
+            np.zeros_like(scale)
+            if q.zeroPoint is None
+            else np.asarray(q.zeroPoint, np.float64).reshape(along)
+        )
+        self.dequantized.add(tensor)
+        return (scale * (codes - zero)).astype(np.float32)
 
     def width(self, tensor: int) -> int:
         return int(self.subgraph.tensors[tensor].shape[-1])
@@ -174,6 +203,7 @@ def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
     main_inputs = [int(t) for t in op.inputs]
     steps = int(model.main.tensors[main_inputs[sequence]].shape[0])
     cell = LiteCell(
+        numbers="int8 dynamic range" if g.dequantized else "float32",
         name=tensor_name(body).removesuffix("/while_body").removesuffix("while_body")
         or f"while_{k}",
         spec=spec,
@@ -303,6 +333,13 @@ def verified(model: LiteModel, cell: LiteCell) -> bool:
         wanted = [xs[0] + hs[0], xs[1] + hs[1], xs[2] + r * hs[2]]
     else:
         wanted = np.split(zx + zh, blocks, axis=1)
-    err = max(np.abs(a - b).max() for a, b in zip(got, wanted, strict=True))
     scale = max(1.0, max(np.abs(a).max() for a in got))
-    return bool(err <= 1e-4 * scale)
+    allowed = np.full(zx.shape[1], 1e-4 * scale)
+    if cell.numbers != "float32":  # the kernel quantised x and h a row at a time (8 bits)
+        allowed += np.abs(x).max() / 254 * np.abs(kernel[:d]).sum(axis=0)
+        allowed += np.abs(h).max() / 254 * np.abs(kernel[d:]).sum(axis=0)
+    bounds = np.split(allowed[None, :], blocks, axis=1)
+    return all(
+        bool((np.abs(a - b) <= bound).all())
+        for a, b, bound in zip(got, wanted, bounds, strict=True)
+    )
