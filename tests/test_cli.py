@@ -459,7 +459,15 @@ def test_the_version_and_python_m_tracer():
     [
         (
             ["record", "m", "--gate", "i", "--out", "o"],
-            "unrecognized arguments: --gate i (did you mean --gates?); see gatetrace --help",
+            "unrecognized arguments: --gate i (did you mean --gates?); see gatetrace record --help",
+        ),
+        (  # a misspelt --out: said so, not "--out is required"
+            ["record", "m", "--feed", "x=a.npy", "--otu", "x1"],
+            "unrecognized arguments: --otu (did you mean --out?); see gatetrace record --help",
+        ),
+        (
+            ["nosuch"],
+            "argument COMMAND: invalid choice: 'nosuch'",
         ),
         (
             ["record", "m", "--feeds", "x=a.npy", "--out", "o"],

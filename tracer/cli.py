@@ -114,7 +114,7 @@ def _os_error(err: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
-        parser.argv = list(sys.argv[1:] if argv is None else argv)
+        Parser.argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed in one line
         return int(stop.code or 0)

@@ -76,6 +76,11 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         import difflib
 
+        argv = self.argv
+        stray = [a for a in argv if a.startswith("--") and a.split("=")[0] not in Parser.known]
+        if stray and not message.startswith("unrecognized arguments"):
+            # a misspelt flag first (`--otu x1`), not what its absence made "required"
+            message = f"unrecognized arguments: {' '.join(stray)}"
         unknown = (
             re.findall(r"(--[\w-]+)", message)
             if message.startswith("unrecognized arguments")
@@ -89,11 +94,14 @@ class Parser(argparse.ArgumentParser):
             )
         ]
         hint = f" (did you mean {near[0]}?)" if near else ""
-        argv = self.argv
         for k in range(len(argv) - 2):  # `--feed x a/x.npy`: the file became an argument of its own
             if argv[k] == "--feed" and "=" not in argv[k + 1] and not argv[k + 2].startswith("-"):
                 hint = f" (--feed takes NAME=FILE as one word: --feed {argv[k + 1]}={argv[k + 2]})"
-        self.exit(2, f"{self.prog}: error: {message}{hint}; see {self.prog} --help\n")
+        helped = self.prog  # the help that answers: a command's, where extras reached the top
+        commands = [a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if argv and any(argv[0] in c for c in commands):
+            helped = f"{self.prog} {argv[0]}"
+        self.exit(2, f"{self.prog.split()[0]}: error: {message}{hint}; see {helped} --help\n")
 
 
 def split(text: str | None) -> tuple[str, ...]:
