@@ -119,6 +119,8 @@ def test_not_a_recording(tmp_path):
         RecordingError, match="is not a gatetrace recording: it has no gates/ folder"
     ):
         Recording(tmp_path)
+    with pytest.raises(RecordingError, match="nosuch does not exist"):
+        Recording(tmp_path / "nosuch")
 
 
 # ---- analysis helpers, each checked against a direct numpy computation ------------------

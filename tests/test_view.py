@@ -373,10 +373,10 @@ def test_a_bad_run_folder_and_a_port_in_use_get_one_line(served, tmp_path):
         text=True,
         timeout=60,
     )
-    assert (
+    assert (  # (before: "has no gates/ folder" of a folder that is not there)
         done.returncode == 2
         and done.stderr.count("\n") == 1
-        and "is not a gatetrace recording" in done.stderr
+        and f"{tmp_path / 'nothing'} does not exist" in done.stderr
     )
     rec_path, _, _ = served
     done = subprocess.run(

@@ -20,6 +20,7 @@ folder and read its description.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,10 @@ def key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
 def open_recording(path: Path, memory: int) -> CheckedFiles:
     """The recording folder `path` opened (a link the user named is followed; none below it
     is) and its manifest or progress files checked: RecordingError if it is not one."""
+    if not os.path.lexists(path):
+        raise RecordingError(
+            f"{path} does not exist: give the --out folder a recording was written to"
+        )
     not_one = RecordingError(
         f"{path} is not a gatetrace recording: it has no gates/ folder (nor states/, nor a summary's summary/)"
     )
