@@ -278,6 +278,9 @@ def test_bad_requests_get_clear_answers(served):
         "/api/select?cell=rnn/basic_lstm_cell&label=f&example=0&start=5&stop=10&threshold=nan"
     )
     assert code == 400 and "finite" in body
+    for path in ("/favicon.ico", "/static/favicon.svg"):  # (before: a 404 on every load)
+        code, body = get(path)
+        assert code == 200 and body.startswith("<svg"), path
     # a unit past the cell's: said by number (before: 200 with empty arrays)
     code, body = get("/api/unit?cell=rnn/basic_lstm_cell&gate=f&unit=99&example=0")
     assert code == 400 and "unit 99: rnn/basic_lstm_cell gate f has units 0 to " in body, body

@@ -55,6 +55,7 @@ _PAGE_FILES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 
 
@@ -341,11 +342,13 @@ def make_app(
             "unit_labels": None if unit_labels is None else unit_labels.source,
         }
 
-    async def page(request):
-        name = request.path_params.get("name", "index.html")
+    def page_file(name: str):
         if name not in _PAGE_FILES:
             return Response("not found", status_code=404, media_type="text/plain")
         return FileResponse(STATIC / name, media_type=_PAGE_FILES[name])
+
+    async def page(request):
+        return page_file(request.path_params.get("name", "index.html"))
 
     async def plotly_js(request):
         return FileResponse(_plotly_js(), media_type="text/javascript; charset=utf-8")
@@ -356,6 +359,7 @@ def make_app(
     routes = [
         Route("/", page),
         Route("/static/plotly.min.js", plotly_js),
+        Route("/favicon.ico", lambda request: page_file("favicon.svg")),
         Route("/static/{name}", page),
         Route("/api/overview", api(overview)),
         Route("/api/heatmap", api(heatmap)),
