@@ -177,3 +177,19 @@ def test_a_fixed_batch_placeholder_takes_any_number_of_sequences(tmp_path, input
     expected = reference(config, built.weights["rnn/gru_cell"], inputs[:5])
     np.testing.assert_allclose(act, expected["activation"], atol=TOL, rtol=0)
     assert pre.shape == (5, 5, 3, 3)
+
+
+def test_a_trace_says_what_it_holds_not_its_numbers(tmp_path):
+    """repr() of a Trace (what a notebook shows) is a line per cell, not 33 KB of arrays."""
+    import tracer
+    from tests.conftest import R
+    from tracer._tf import tf, v1
+
+    built = build(
+        lambda x: [v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32)]
+    )
+    trace = tracer.trace(tracer.from_session(built.session), {"x": np.zeros((4, 5, 4), np.float32)})
+    assert repr(trace) == (
+        "Trace(4 examples: CellTrace('rnn/basic_lstm_cell', 4 examples x 5 steps x gates i, j, f, o x 3 units, "
+        "states c, h))"
+    )

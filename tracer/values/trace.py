@@ -36,6 +36,13 @@ class CellTrace:
     def steps(self) -> np.ndarray:
         return self.positions
 
+    def __repr__(self) -> str:
+        examples, steps, gates, units = self.activation.shape
+        return (
+            f"CellTrace({self.cell.name!r}, {examples} examples x {steps} steps x gates "
+            f"{', '.join(self.cell.gates) or 'none'} x {units} units, states {', '.join(self.states) or 'none'})"
+        )
+
     def frame(self, examples: np.ndarray | None = None) -> pd.DataFrame:
         """The gates as a long frame: example, step, gate, unit, preactivation, activation."""
         if examples is None:
@@ -62,6 +69,11 @@ class Trace:
 
     def __iter__(self) -> Iterator[CellTrace]:
         return iter(self.cells.values())
+
+    def __repr__(self) -> str:
+        """What it holds, not its numbers (a batch's arrays printed ran to 33 KB)."""
+        shown = "; ".join(repr(c) for c in self.cells.values())
+        return f"Trace({len(self.examples)} examples: {shown})"
 
     def frame(self, cell: str | None = None) -> pd.DataFrame:
         """The long gate table of one cell, or of all cells with a `cell` column first."""
