@@ -443,6 +443,11 @@ def test_bad_labels_get_one_line(recorded, tmp_path):
         "expected binary or numeric labels": np.array(["a", "b"] * (EXAMPLES // 2)),
         "only the label 1": np.ones(EXAMPLES),
         "expected an array shaped": np.zeros((EXAMPLES, STEPS, 2)),
+        # more labels than sequences fed: another input's (before: scored silently)
+        f"{8 * EXAMPLES:,} rows, but the recording was fed {EXAMPLES} sequences": np.arange(
+            8 * EXAMPLES
+        )
+        % 2,
     }
     for said, labels in cases.items():
         with pytest.raises(SelectionError, match=said.replace("(", r"\(")):

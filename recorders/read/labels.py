@@ -274,6 +274,26 @@ def covers(rec: Recording, cell: str, labels: Labels) -> None:
             f"labels {labels.source}: shape {list(labels.values.shape)} does not cover the recording (cell {cell} "
             f"holds examples 0 to {stop - 1} and steps to {last_step - 1}): expected at least {wanted}"
         )
+    fed = _sequences_fed(rec)
+    if fed is not None and labels.values.shape[0] != fed:
+        raise SelectionError(
+            f"labels {labels.source}: {labels.values.shape[0]:,} rows, but the recording was fed {fed:,} sequences "
+            "(its manifest's feeds): labels are one row per sequence fed, in order; give the labels of those inputs"
+        )
+
+
+def _sequences_fed(rec: Recording) -> int | None:
+    """How many sequences the recording's inputs held, by its manifest's feeds (the first
+    dimension they share); None where it does not say (a pipeline, a TFRecord file)."""
+    feeds = (rec.description or {}).get("feeds")
+    if not isinstance(feeds, dict):
+        return None
+    firsts = {
+        shape[0]
+        for shape in feeds.values()
+        if isinstance(shape, list) and len(shape) >= 2 and isinstance(shape[0], int)
+    }
+    return firsts.pop() if len(firsts) == 1 else None
 
 
 def gather(
