@@ -358,6 +358,9 @@ def _planted(tmp_path, examples=200, steps=10):
     return Recording(tmp_path / "planted"), marker
 
 
+SEED_OF_NOTHING = 0  # random labels whose best unit does not beat the shuffles' best
+
+
 def test_a_planted_unit_ranks_first_and_random_labels_find_nothing(tmp_path):
     rec, marker = _planted(tmp_path)
     per_position = np.repeat(marker[:, None], 10, axis=1)  # "the marker was +1", at every step
@@ -396,6 +399,14 @@ def test_a_planted_unit_ranks_first_and_random_labels_find_nothing(tmp_path):
         "units", str(tmp_path / "planted"), "--labels", str(tmp_path / "marker.npy"), "--top", "3"
     )
     assert shown.returncode == 0 and "chance: with the labels shuffled (20 times)" in shown.stdout
+    assert "nothing here beats chance" not in shown.stdout
+    # labels that mean nothing: the best unit at or below the best of the shuffles, and said
+    noise = np.random.RandomState(SEED_OF_NOTHING).randint(0, 2, len(marker))
+    np.save(tmp_path / "noise.npy", noise)
+    found = unit_scores(rec, noise)
+    assert found["score"].max() <= found.attrs["chance_best"]
+    shown = run_cli("units", str(tmp_path / "planted"), "--labels", str(tmp_path / "noise.npy"))
+    assert shown.returncode == 0 and "nothing here beats chance" in shown.stdout, shown.stdout
 
 
 def test_the_probe_is_scikit_learn_on_the_recorded_units(tmp_path):

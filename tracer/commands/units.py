@@ -100,9 +100,15 @@ def run(args: argparse.Namespace) -> None:
     print(f"the best {len(top):,} of {len(found):,}{ties}:")
     print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.shuffles:
+        chance = scores.attrs["chance_best"]
         print(
             f"chance: with the labels shuffled ({args.shuffles} times), the best of all units scored "
-            f"{scores.attrs['chance_best']:.4f}"
+            f"{chance:.4f}"
+            + (
+                f"; no unit scores above that ({best:.4f} at best): nothing here beats chance"
+                if best <= chance
+                else ""
+            )
         )
 
 
