@@ -599,3 +599,16 @@ def test_what_needs_no_model_run_is_answered_before_tensorflow_loads(model, tmp_
         assert says in done.stdout + done.stderr, (argv, done.stderr)
         assert done.stdout.rstrip().endswith("NONE"), (argv, "TensorFlow was imported")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_help_example_is_never_broken_inside_a_word(monkeypatch, capsys):
+    """On a narrow terminal, each command's example wraps at spaces only, so each of its words
+    can be copied whole (before: `gatetrace-` / `demo/labels.npy`)."""
+    from tracer.cli import COMMANDS, main
+
+    monkeypatch.setenv("COLUMNS", "50")
+    for command in COMMANDS.values():
+        assert main([command.NAME, "--help"]) == 0
+        shown = capsys.readouterr().out.split()
+        for word in command.EXAMPLE.split():
+            assert word in shown, (command.NAME, word)

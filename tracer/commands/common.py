@@ -58,6 +58,30 @@ def _flags(parser: argparse.ArgumentParser) -> set[str]:
     return out
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, its paragraphs wrapped without breaking a word at a hyphen or inside
+    it (an example command stays one that can be copied: `gatetrace-demo/labels.npy`)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(
+            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        )
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with errors in one line (the usage block stays behind --help), flags taken
     only when spelled in full (`--gate` is not `--gates`), and the nearest flag suggested for
@@ -67,6 +91,7 @@ class Parser(argparse.ArgumentParser):
     argv: Sequence[str] = ()  # the command line being parsed, for the hints of its errors
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def parse_args(self, *args, **kwargs):
