@@ -19,12 +19,36 @@ __all__ = [
     "ReplayMismatchError",
     "RunTimeout",
     "listing",
+    "install_hint",
 ]
 
 
 def listing(items: list[str], most: int) -> str:
     """`a, b, c and 4 more`: the first `most` of `items`, for a one-line error."""
     return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that adds the optional `extra` to gatetrace as it was installed: from a
+    folder (a clone, `pip install ".[test]"`) by that folder, else by name; the name alone fails
+    for whoever installed from a clone."""
+    import json
+    from importlib.metadata import PackageNotFoundError, distribution
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    folder = None
+    try:
+        described = distribution("gatetrace").read_text("direct_url.json")
+        origin = json.loads(described) if described else {}
+        if "dir_info" in origin and str(origin.get("url", "")).startswith("file://"):
+            folder = unquote(urlparse(origin["url"]).path)
+    except (PackageNotFoundError, ValueError, OSError):
+        pass
+    here = Path(__file__).resolve().parents[1]  # a source tree (an editable install, or none)
+    if folder is None and (here / "setup.cfg").is_file():
+        folder = str(here)
+    return f'pip install "{folder}[{extra}]"' if folder else f'pip install "gatetrace[{extra}]"'
 
 
 class GatetraceError(Exception):

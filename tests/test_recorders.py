@@ -533,3 +533,30 @@ def test_overwrite_is_refused_while_another_writer_holds_the_recording(tmp_path)
     with RecordingWriter(out, DESCRIPTION, examples=(0, 2), overwrite=True) as replacing:
         batch(replacing, 0, 2)
     assert json.loads((out / "manifest.json").read_text())["examples"] == 2
+
+
+def test_an_install_hint_says_what_works_for_how_gatetrace_was_installed(tmp_path, monkeypatch):
+    """From a folder (a clone, as the README installs it): that folder with the extra, which
+    pip installs; by name only where gatetrace came from the index (the name alone fails for
+    a clone). Before: `pip install "gatetrace[view]"` everywhere."""
+    import importlib.metadata
+    import json
+
+    from recorders import errors
+
+    class Installed:
+        def __init__(self, described):
+            self.described = described
+
+        def read_text(self, name):
+            return self.described if name == "direct_url.json" else None
+
+    clone = tmp_path / "my clone"
+    origin = json.dumps({"url": clone.as_uri(), "dir_info": {}})
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed(origin))
+    assert errors.install_hint("view") == f'pip install "{clone}[view]"'
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed(None))
+    monkeypatch.setattr(
+        errors, "__file__", str(tmp_path / "site-packages" / "recorders" / "errors.py")
+    )
+    assert errors.install_hint("view") == 'pip install "gatetrace[view]"'

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from recorders.errors import SelectionError
+from recorders.errors import SelectionError, install_hint
 from recorders.read.analysis import quantile_column, saturation, step_stats
 from recorders.read.reader import Recording
 from recorders.write.columns import PARTS
@@ -31,7 +31,7 @@ def _pyplot():
             matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SelectionError('plots need matplotlib: pip install "gatetrace[plots]"') from None
+        raise SelectionError(f"plots need matplotlib: {install_hint('plots')}") from None
     return plt
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from recorders.errors import SelectionError
+from recorders.errors import SelectionError, install_hint
 from recorders.read.labels import Labels, gather, positions, read_labels
 from recorders.read.reader import Recording
 from recorders.read.units import targets
@@ -74,7 +74,7 @@ def probe(
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
     except ImportError:
-        raise SelectionError('a probe needs scikit-learn: pip install "gatetrace[probe]"') from None
+        raise SelectionError(f"a probe needs scikit-learn: {install_hint('probe')}") from None
     if table not in ("gates", "states"):
         raise SelectionError(f"table {table!r}: expected gates or states")
     if not 0 < held_out < 1:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recorders.errors import GatetraceError, SelectionError
+from recorders.errors import GatetraceError, SelectionError, install_hint
 from recorders.read.labels import read_labels
 from recorders.read.reader import Recording
 from recorders.read.series import SERIES_FILE, Series
@@ -29,8 +29,6 @@ from recorders.write.folder import Folder
 from recorders.write.schema import MAX_JSON_BYTES, parse_json
 
 __all__ = ["serve", "load_labels", "check_installed", "ViewSetupError"]
-
-INSTALL = 'pip install "gatetrace[view]"'
 
 
 class ViewSetupError(SelectionError):
@@ -46,7 +44,7 @@ def check_installed() -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        raise ViewSetupError(f"gatetrace view needs {', '.join(missing)}: {INSTALL}")
+        raise ViewSetupError(f"gatetrace view needs {', '.join(missing)}: {install_hint('view')}")
 
 
 def load_labels(path: str | os.PathLike) -> Labels:

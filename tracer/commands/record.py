@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from recorders.errors import install_hint
 from tracer.commands.common import (
     check_input_files,
     check_model_path,
@@ -153,7 +154,8 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("processes", "dask"),
         default="processes",
-        help='what runs the tasks: a process pool of --workers (default), or Dask (pip install "gatetrace[dask]"): '
+        help="what runs the tasks: a process pool of --workers (default), or Dask "
+        f"({install_hint('dask')}): "
         "a local cluster of --workers processes, or the cluster at --scheduler: --engine dask --scheduler tcp://head:8786",
     )
     workers.add_argument(

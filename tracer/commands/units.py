@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from recorders.errors import install_hint
 from tracer.commands.common import positive, split
 
 NAME = "units"
@@ -52,7 +53,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--probe",
         action="store_true",
         help="fit an L1-regularised logistic (binary labels) or linear model on all units of --table, with a "
-        'held-out split by example (needs pip install "gatetrace[probe]")',
+        f"held-out split by example (needs {install_hint('probe')})",
     )
     c.add_argument(
         "--table",

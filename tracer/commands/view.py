@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from recorders.errors import install_hint
+
 NAME = "view"
 HELP = (
     "look at a recording in the browser: overview, one sequence's heatmap, units over the dataset, select and "
-    'match, what drives a gate (needs pip install "gatetrace[view]"; serves 127.0.0.1 by default, read-only)'
+    f"match, what drives a gate (needs {install_hint('view')}; serves 127.0.0.1 by default, read-only)"
 )
 EXAMPLE = "gatetrace view gatetrace-demo/recording --port 8050"
 READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False

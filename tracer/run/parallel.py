@@ -46,6 +46,7 @@ from recorders.errors import (
     OutputExistsError,
     RecordingError,
     SelectionError,
+    install_hint,
 )
 from recorders.write import create_folder, place_of
 from recorders.write.progress import read_progress, recorded_layout
@@ -385,7 +386,7 @@ def dask_executor(
         from distributed import Client
     except ImportError:
         raise SelectionError(
-            '--engine dask needs Dask, which is not installed: pip install "gatetrace[dask]"'
+            f"--engine dask needs Dask, which is not installed: {install_hint('dask')}"
         ) from None
     cluster = None
     try:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import SelectionError
+from recorders.errors import SelectionError, install_hint
 from recorders.read.reader import Recording
 from recorders.write.stats import Stats
 from recorders.write.totals import Bins, nonlinearity
@@ -40,7 +40,7 @@ class GateSummaries:
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError:
             raise SelectionError(
-                'TensorBoard summaries need the tensorboard package: pip install "gatetrace[tensorboard]"'
+                f"TensorBoard summaries need the tensorboard package: {install_hint('tensorboard')}"
             ) from None
         try:
             os.makedirs(logdir, exist_ok=True)
