@@ -80,7 +80,9 @@ async function loadOverview() {
       tr.insertCell().textContent = k === "bytes" ? size(v) : v;
     }
   }
-  if (o.summary.rows) for (const [k, v] of Object.entries(o.summary.rows)) { const tr = summary.insertRow(); tr.insertCell().textContent = `${k} rows`; tr.insertCell().textContent = v.toLocaleString("en"); }
+  // a summary holds no rows: what it counts are the values it summarised
+  const counted = (k) => (o.summary.kind === "summary" && k !== "weights" ? `${k.replace(/s$/, "")} values summarised` : `${k} rows`);
+  if (o.summary.rows) for (const [k, v] of Object.entries(o.summary.rows)) { const tr = summary.insertRow(); tr.insertCell().textContent = counted(k); tr.insertCell().textContent = v.toLocaleString("en"); }
   const body = $("cells").querySelector("tbody");
   body.innerHTML = "";
   for (const c of o.cells) row($("cells"), [c.name, c.kind, c.units, c.steps, c.gates.join(" "), c.states.join(" "), c.path]);
