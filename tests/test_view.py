@@ -648,6 +648,7 @@ def test_a_summary_recording_in_a_browser(demo_served, browser, tmp_path):
             np.testing.assert_allclose(g["right"], want["right"], atol=1e-4)
         assert page.locator("#summary-note").is_visible()
         assert not page.locator("#sequence").is_visible()
+        assert not page.locator("#parts-panel").is_visible()  # (no parts: nothing a click shows)
         figures = page.locator("#summary").inner_text()  # no rows in a summary: values counted
         assert "gate values summarised" in figures and "gates rows" not in figures, figures
 

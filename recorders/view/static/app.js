@@ -317,6 +317,8 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("match").onclick = doMatch;
   try {
     await loadOverview();
+    // what drives a gate needs the preactivations' parts (recorded with --values ...,contributions)
+    $("parts-panel").hidden = !state.overview.parts;
     if (state.overview.summary.kind === "summary") {
       // statistics only: the panels that show one sequence need every value
       for (const id of ["sequence", "unit-panel", "select-panel"]) $(id).hidden = true;
