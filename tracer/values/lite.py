@@ -51,6 +51,7 @@ class LitePlan(ReplayedPlan[LiteCell]):
         self.cells = list(cells)
         self._interpreter: Any = None
         self._loops: dict[int, Any] = {}  # the interpreters of loops' conds and bodies
+        self._shapes: dict[int, dict[int, tuple]] = {}  # their inputs' shapes, by interpreter
 
     def _ready(self) -> Any:
         """The interpreter of the file."""
@@ -182,20 +183,18 @@ class LitePlan(ReplayedPlan[LiteCell]):
         """Set a cond's or body's inputs to what the loop carries. A converter may declare a
         body input of other dimensions than the loop carries (a stacked sequence or tensor list
         declared as its first element's shape), as the WHILE kernel itself allows: such inputs
-        are resized to what is carried first, and the subgraph allocated again."""
+        are resized to what is carried first, and the subgraph allocated again. The shapes each
+        interpreter holds are kept here (reading a tensor to learn its shape copies it)."""
+        held = self._shapes.setdefault(id(it), {})
         resized = False
         for t, v in zip(tensors, values, strict=True):
-            if tuple(it.get_tensor(int(t)).shape) != np.shape(v):
-                try:
-                    it.resize_tensor_input(int(t), list(np.shape(v)), strict=False)
-                except (ValueError, RuntimeError) as err:
-                    raise self.model.refused(err) from None
-                resized = True
+            if int(t) not in held:
+                held[int(t)] = tuple(it.get_tensor(int(t)).shape)
+            if held[int(t)] != np.shape(v):  # (an interpreter error: one line, from `fetch`)
+                it.resize_tensor_input(int(t), list(np.shape(v)), strict=False)
+                held[int(t)], resized = tuple(np.shape(v)), True
         if resized:
-            try:
-                it.allocate_tensors()
-            except (ValueError, RuntimeError) as err:
-                raise self.model.refused(err) from None
+            it.allocate_tensors()
         for t, v in zip(tensors, values, strict=True):
             it.set_tensor(int(t), v)
 
