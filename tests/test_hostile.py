@@ -865,12 +865,12 @@ def test_a_call_that_does_not_return_is_stopped_by_the_time_limit():
     import time
 
     from recorders.errors import RunTimeout
-    from tracer.values import running
+    from tracer.values import interrupts
 
     started = time.monotonic()
     with pytest.raises(RunTimeout, match=r"the interpreter took longer than --timeout 0.2 s"):
-        running.stoppable(lambda: time.sleep(30), 0.2, "the interpreter")
+        interrupts.stoppable(lambda: time.sleep(30), 0.2, "the interpreter")
     assert time.monotonic() - started < 2
-    assert running.stoppable(lambda: 7, 1.0, "x") == 7
+    assert interrupts.stoppable(lambda: 7, 1.0, "x") == 7
     with pytest.raises(ZeroDivisionError):
-        running.stoppable(lambda: 1 / 0, None, "x")
+        interrupts.stoppable(lambda: 1 / 0, None, "x")

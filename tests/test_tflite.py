@@ -13,7 +13,9 @@ one, changed through TensorFlow's own flatbuffer schema.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -674,7 +676,8 @@ def test_what_the_interpreter_refuses_is_one_line(lite, tmp_path):
     shown = _one_line(
         run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
     )
-    assert "odd.tflite: TensorFlow Lite's interpreter refuses it: " in shown and not out.exists()
+    assert "odd.tflite: the TensorFlow Lite interpreter (ai-edge-litert " in shown
+    assert ") refuses it: " in shown and not out.exists()
 
 
 def test_damaged_files_are_one_line(lite, tmp_path):
@@ -719,7 +722,7 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, name, data):
 
     from recorders.errors import GatetraceError, ModelFormatError
     from tracer.find.lite import find_ops
-    from tracer.load.tflite import LiteModel, describe
+    from tracer.load.tflite import LiteModel
     from tracer.load.tflite_check import checked
 
     original = (lite / f"{name}.tflite").read_bytes()
@@ -742,9 +745,10 @@ def test_any_damage_is_the_model_or_one_clean_error(lite, name, data):
     except ModelFormatError as err:
         assert "\n" not in str(err)
         return
-    describe(model)  # what passed the checks can be described, its cells found or refused
+    lite_model = LiteModel(data, model, "damaged.tflite")
+    lite_model.describe()  # what passed the checks can be described, its cells found or refused
     try:
-        find_ops(LiteModel(data, model, "damaged.tflite"))
+        find_ops(lite_model)
     except GatetraceError as err:
         assert "\n" not in str(err)
 
@@ -783,7 +787,7 @@ def test_inspect_calls_recordable_only_what_record_records(converted, tmp_path):
     bad = tmp_path / "more.tflite"
     bad.write_bytes(_counted_from_one(path.read_bytes()))
     shown = _one_line(run_cli("inspect", str(bad)))
-    assert "TensorFlow Lite's interpreter refuses it" in shown
+    assert "TensorFlow Lite interpreter (ai-edge-litert " in shown and ") refuses it" in shown
     np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
     out = tmp_path / "out"
     refused = _one_line(
@@ -1071,3 +1075,103 @@ def test_a_dynamic_range_loop_records_with_its_weights_dequantised(tmp_path, kin
             assert got.shape == want.shape
             assert (np.abs(got - want) <= step / 2 + 1e-6).all(), (source, gate)
             assert not np.array_equal(got, want.astype(np.float32))  # quantised: not the floats
+
+
+@pytest.mark.parametrize(
+    "name", ["tf-keras-lstm", "keras3-gru", "tf-keras-bidirectional-apart", "tf-keras-gru-declared"]
+)
+def test_litert_and_tensorflow_s_interpreters_record_the_same(
+    converted, tmp_path, monkeypatch, name
+):
+    """LiteRT's interpreter (the default where `ai-edge-litert` is installed, as the test extra
+    installs it) and TensorFlow's (GATETRACE_LITE_RUNTIME=tensorflow) record the same rows of
+    a fused op, a loop, a bidirectional op and a loop whose body declares other shapes; each
+    recording names the runtime that ran it. A loop's values are what each interpreter
+    computed, whose kernels may sum in another order: they agree to float32 rounding (seen: 1
+    ulp on a GRU's). The values themselves are checked against Keras' formulas by the tests
+    above, under the default runtime."""
+    import json
+
+    import pandas as pd
+
+    path, _ = converted[name]
+    np.save(tmp_path / "x.npy", np.random.RandomState(2).uniform(-1, 1, (3, T, D)).astype("f4"))
+    tables, runtimes = [], []
+    for runtime in ("litert", "tensorflow"):
+        monkeypatch.setenv("GATETRACE_LITE_RUNTIME", runtime)
+        out = tmp_path / runtime
+        done = run_cli(
+            "record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out)
+        )
+        assert done.returncode == 0, done.stderr
+        tables.append([pd.read_parquet(out / what) for what in ("gates", "states")])
+        runtimes.append(json.loads((out / "manifest.json").read_text())["source"]["runtime"])
+    assert runtimes[0].startswith("ai-edge-litert ") and runtimes[1].startswith("tensorflow 2.")
+    assert len(tables[0][0])
+    for a, b in zip(*tables, strict=True):
+        numbers = [c for c in a.columns if a[c].dtype == np.float32]
+        pd.testing.assert_frame_equal(a.drop(columns=numbers), b.drop(columns=numbers))
+        np.testing.assert_allclose(a[numbers], b[numbers], rtol=1e-6, atol=1e-6)
+
+
+def _in_a_fresh_process(code: str, **env: str) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+_INSPECTED = """
+import sys
+{before}
+from tracer.cli import main
+code = main(["inspect", {path!r}])
+print("exit", code, "tensorflow imported:", "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("name", ["fused", "loop"])
+def test_inspect_of_a_tflite_file_runs_it_without_importing_tensorflow(lite, name):
+    """`inspect` of a `.tflite` reads, checks and tries the file with LiteRT alone: TensorFlow is
+    never imported (it was: about 3 s of every answer, 22 s on a busy machine), and the
+    answer names the runtime. A damaged file is refused the same way, in one line."""
+    done = _in_a_fresh_process(_INSPECTED.format(before="", path=str(lite / f"{name}.tflite")))
+    assert "exit 0 tensorflow imported: False" in done.stdout, done.stderr
+    assert "note: run by ai-edge-litert " in done.stdout and "1 recurrent op" in done.stdout
+    (lite / "empty.tflite").write_bytes(b"")
+    done = _in_a_fresh_process(_INSPECTED.format(before="", path=str(lite / "empty.tflite")))
+    assert "exit 2 tensorflow imported: False" in done.stdout
+    assert done.stderr.count("\n") == 1 and "not a TensorFlow Lite flatbuffer" in done.stderr
+
+
+def test_without_litert_tensorflow_s_interpreter_runs_the_file(lite):
+    """Where `ai-edge-litert` is not installed (the `lite` extra), TensorFlow's own interpreter
+    runs the file; asking for LiteRT there is one line saying how to install it."""
+    hidden = "sys.modules['ai_edge_litert'] = None  # as if not installed"
+    done = _in_a_fresh_process(_INSPECTED.format(before=hidden, path=str(lite / "fused.tflite")))
+    assert "exit 0 tensorflow imported: True" in done.stdout, done.stderr
+    assert "note: run by tensorflow 2." in done.stdout
+    done = _in_a_fresh_process(
+        _INSPECTED.format(before=hidden, path=str(lite / "fused.tflite")),
+        GATETRACE_LITE_RUNTIME="litert",
+    )
+    assert "exit 2" in done.stdout
+    said = [line for line in done.stderr.splitlines() if line.startswith("gatetrace: ")]
+    assert said == [
+        "gatetrace: error: GATETRACE_LITE_RUNTIME=litert, but ai-edge-litert is not installed: "
+        f'pip install "{Path(__file__).resolve().parents[1]}[lite]" adds it; or unset '
+        "GATETRACE_LITE_RUNTIME to use TensorFlow's"
+    ], done.stderr
+    done = _in_a_fresh_process(
+        _INSPECTED.format(before="", path=str(lite / "fused.tflite")),
+        GATETRACE_LITE_RUNTIME="tflite",
+    )
+    assert "exit 2" in done.stdout and done.stderr == (
+        "gatetrace: error: GATETRACE_LITE_RUNTIME='tflite': expected one of litert, tensorflow; "
+        "unset it to use LiteRT where it is installed\n"
+    )

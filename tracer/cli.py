@@ -121,24 +121,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recorders.errors import GatetraceError, Interrupted
 
     command = COMMANDS[args.command]
-    tensorflow = getattr(command, "TENSORFLOW", True)  # `view` and `units` read Parquet only
+    # `view` and `units` read Parquet only; `inspect` of a .tflite file reads it with LiteRT
+    needs = getattr(command, "needs_tensorflow", None)
+    tensorflow = needs(args) if needs else getattr(command, "TENSORFLOW", True)
     # what a command checks (or answers) before TensorFlow loads: a user error in well under a second
     early = getattr(command, "early", None)
     try:
         if early is not None and early(args):
             return 0
-        if tensorflow:
-            _quiet_tensorflow()
-            from tracer.run.budget import tune_allocators
+        from tracer.values import interrupts
 
-            tune_allocators()
+        interrupts.end_process_after_interrupt(4.0, _INTERRUPTED)
         if not tensorflow:
             command.run(args)
             return 0
-        with _native_logs_silenced():
-            from tracer.values import running  # (imports TensorFlow)
+        _quiet_tensorflow()
+        from tracer.run.budget import tune_allocators
 
-            running.end_process_after_interrupt(4.0, _INTERRUPTED)
+        tune_allocators()
+        with _native_logs_silenced():
+            import tracer._tf  # noqa: F401  (TensorFlow, its start-up lines silenced)
+
             command.run(args)
     except Interrupted as err:
         print(f"gatetrace: {err}", file=sys.stderr)
@@ -159,14 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)
-        if not tensorflow:
-            return 130
-        from tracer.values import running
+        from tracer.values import interrupts
 
-        # TensorFlow may still be busy with the cancelled step: do not wait for it
-        if running.interrupted_run_pending():
+        # TensorFlow or an interpreter may still be busy with the cancelled run: do not wait for it
+        if interrupts.interrupted_run_pending():
             sys.stderr.flush()
-            os._exit(running.INTERRUPT_EXIT)
+            os._exit(interrupts.INTERRUPT_EXIT)
         return 130
     except Exception as err:  # a TensorFlow error while running the model, or a bug
         if os.environ.get("GATETRACE_DEBUG"):
@@ -175,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tracer.load.loaded import error_line
 
             line = error_line(err)
-        else:  # `view` and `units` never import TensorFlow, not even to say what failed
+        else:  # `view`, `units`, `inspect` of a .tflite never import TensorFlow, not even to say what failed
             line = next((t.strip() for t in str(err).splitlines() if t.strip()), "")
         print(
             f"gatetrace: error: {type(err).__name__}: {line} (set GATETRACE_DEBUG=1 for the traceback)",

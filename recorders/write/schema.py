@@ -162,9 +162,12 @@ def description_problem(d: Any) -> str | None:
     source = d.get("source", {})
     if not (
         isinstance(source, dict)
-        and all(isinstance(source.get(k, ""), str) for k in ("path", "format"))
+        and all(isinstance(source.get(k, ""), str) for k in ("path", "format", "runtime"))
     ):
-        return f"source is {_shown(source)}, expected an object with the model's path and format"
+        return (
+            f"source is {_shown(source)}, expected an object with the model's path and format (and "
+            "the runtime that ran it, as text)"
+        )
     if not (d.get("gatetrace_version") is None or isinstance(d.get("gatetrace_version"), str)):
         return f"gatetrace_version is {_shown(d.get('gatetrace_version'))}, expected a string"
     selection = d.get("selection", {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from tracer.commands.common import check_model_path
@@ -20,6 +21,14 @@ HELP = (
 )
 EXAMPLE = "gatetrace inspect gatetrace-demo/model/model.ckpt --json"
 READS_MODEL, RUNS_MODEL = True, False
+
+
+def needs_tensorflow(args: argparse.Namespace) -> bool:
+    """A `.tflite` file is read and tried with its runtime alone (a recording is read in
+    `early`, before this is asked): `tracer.load.formats.without_tensorflow`."""
+    from tracer.load.formats import without_tensorflow
+
+    return not without_tensorflow(args.model)
 
 
 def arguments(c: argparse.ArgumentParser) -> None:
@@ -69,10 +78,15 @@ def _batch_note(cells) -> str:
 
     choice = choose_batch(DEFAULT_BATCH_SIZE, bytes_per_sequence(cells, {}))
     why = "fits" if choice.size == DEFAULT_BATCH_SIZE else f"lowered to {choice.size} to fit"
+    per = f"about {describe_size(choice.per_sequence)} per sequence, inputs not counted; --memory changes the budget"
+    if "tensorflow" not in sys.modules:  # a .tflite file, read without it: record loads it too
+        return (
+            f"batch size: {DEFAULT_BATCH_SIZE} by default, {why} the memory budget ({describe_size(choice.budget - choice.used)} "
+            f"beyond what record holds when it starts: the model, its interpreter and TensorFlow; {per})"
+        )
     return (
         f"batch size: {DEFAULT_BATCH_SIZE} by default, {why} the memory budget of {describe_size(choice.budget)} "
-        f"(TensorFlow and the model hold {describe_size(choice.used)}; about {describe_size(choice.per_sequence)} per "
-        "sequence, inputs not counted; --memory changes the budget)"
+        f"(TensorFlow and the model hold {describe_size(choice.used)}; {per})"
     )
 
 
@@ -101,25 +115,23 @@ def run(args) -> None:
         return None
     import tracer
     from tracer.commands.common import model_options
-    from tracer.load.keras import KerasModel
-    from tracer.load.safety import unsafe_ops
     from tracer.load.tflite import LiteModel
-    from tracer.run.prepare import graph_from_loops, record_tensors, unsafe_by_command
 
     model = tracer.load_model(args.model, restore=False, **model_options(args))
+    if isinstance(model, LiteModel):
+        return _inspect_lite(args, model)
+    from tracer.load.keras import KerasModel
+    from tracer.load.safety import unsafe_ops
+    from tracer.run.prepare import graph_from_loops, record_tensors, unsafe_by_command
+
     if isinstance(model, KerasModel):
         from tracer.find.keras import find_layers, hidden_layers
 
-        return _inspect_layers(args, model, find_layers(model), hidden_layers(model))
-    if isinstance(model, LiteModel):
-        from tracer.find.lite import find_ops
-        from tracer.values import running
-        from tracer.values.lite import LitePlan
-
-        cells = find_ops(model)
-        # recordable only where a recording's code runs (stoppable by Ctrl-C, as record is)
-        running.stoppable(LitePlan(model, cells).tried, None, f"{args.model}'s interpreter")
-        return _inspect_layers(args, model, cells, [])
+        inputs = [
+            {"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()}
+            for i in model.inputs
+        ]
+        return _inspect_layers(args, model, find_layers(model), hidden_layers(model), inputs)
     from recorders.errors import NoCellFoundError
     from tracer.cells.found import Cell
     from tracer.find.proposals import propose
@@ -353,12 +365,24 @@ def _inspect_recording(args) -> None:
     print(f"read it with: pandas.read_parquet({table!r}) or recorders.Recording({args.model!r})")
 
 
-def _inspect_layers(args, model, cells, hidden) -> None:
-    """A Keras model's RNN layers (`hidden`: those not recorded) or a TensorFlow Lite file's
-    recurrent ops: every cell is replayed in numpy."""
+def _inspect_lite(args, model) -> None:
+    """A TensorFlow Lite file's recurrent ops: read, checked and tried without TensorFlow."""
+    from tracer.find.lite import find_ops
+    from tracer.values import interrupts
+    from tracer.values.lite import LitePlan
+
+    cells = find_ops(model)
+    # recordable only where a recording's code runs (stoppable by Ctrl-C, as record is)
+    interrupts.stoppable(LitePlan(model, cells).tried, None, f"{args.model}'s interpreter")
     inputs = [
-        {"name": i.name, "dtype": i.dtype.name, "shape": i.shape.as_list()} for i in model.inputs
+        {"name": i.name, "dtype": i.dtype, "shape": [None, *i.shape[1:]]} for i in model.input_specs
     ]
+    _inspect_layers(args, model, cells, [], inputs)
+
+
+def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
+    """A Keras model's RNN layers (`hidden`: those not recorded) or a TensorFlow Lite file's
+    recurrent ops, with the inputs they are fed by: every cell is replayed in numpy."""
     if args.json:
         # The file passed the Keras file check before loading (tracer.load.keras_files), or a
         # TensorFlow Lite file its own (tracer.load.tflite_check): nothing in it runs unchecked.

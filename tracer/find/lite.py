@@ -49,7 +49,7 @@ from recorders.errors import GraphPatternError, NoCellFoundError
 from tracer.cells.found import LiteCell
 from tracer.cells.kinds import LITE_LSTM, LITE_RNN
 from tracer.find.lite_loops import find_loops
-from tracer.load.tflite import ACTIVATIONS, LiteModel, schema, tensor_name
+from tracer.load.tflite import ACTIVATIONS, LiteModel, tensor_name
 from tracer.load.tflite_check import RECURRENT
 
 __all__ = ["find_ops"]
@@ -153,8 +153,9 @@ class _Reader:
 
     def __init__(self, model: LiteModel, k: int, op: Any, kind: str):
         self.model, self.op, self.where = model, op, f"{model.source}: op {k} ({kind})"
-        fb = schema()
-        self.types = {v: n for n, v in vars(fb.TensorType).items() if not n.startswith("_")}
+        self.types = {
+            v: n for n, v in vars(model.schema.TensorType).items() if not n.startswith("_")
+        }
         self.inputs = [int(i) for i in op.inputs]
         self.widened = False  # a weight read through DEQUANTIZE (float16 in the file)
         self.dequantized = {

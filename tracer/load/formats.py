@@ -3,20 +3,36 @@ the errors name it, and the module that reads it. Imports nothing heavy: the com
 help is made from it before TensorFlow loads.
 
 Each format's module has one hook, `read(path, source, request)`: the model loaded (a
-`tracer.load.loaded.Model`, or a `tracer.load.keras.KerasModel`), or None where `path` is
-not in its format. The formats' rules do not overlap, so the order they are tried in does
-not matter: a folder holding saved_model.pb is a SavedModel's, not a checkpoint's, and a
-tf-keras SavedModel folder is Keras' unless its metadata names classes Keras does not have.
-A new format is a module with that hook and its line here.
+`tracer.load.loaded.Model`, a `tracer.load.keras.KerasModel`, a `tracer.load.tflite.LiteModel`),
+or None where `path` is not in its format. `KerasInput` is what a Keras model or TensorFlow Lite
+file takes, where a graph takes placeholders. The formats' rules do not overlap, so the order
+they are tried in does not matter to what is read: a folder holding saved_model.pb is a
+SavedModel's, not a checkpoint's, and a tf-keras SavedModel folder is Keras' unless its metadata
+names classes Keras does not have. It matters to how long it takes: a format whose module
+imports no TensorFlow (`light_suffix`) is tried first, so that a `.tflite` file is read
+without it. A new format is a module with that hook and its line here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Format", "LoadRequest", "FORMAT_LIST", "FORMATS"]
+if TYPE_CHECKING:
+    from tracer._tf import tf
+
+__all__ = [
+    "Format",
+    "LoadRequest",
+    "KerasInput",
+    "FORMAT_LIST",
+    "FORMATS",
+    "DEFAULT_SIGNATURE",
+    "without_tensorflow",
+]
+
+DEFAULT_SIGNATURE = "serving_default"  # the signature a SavedModel serves unless asked
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,19 @@ class LoadRequest:
 
 
 @dataclass(frozen=True)
+class KerasInput:
+    """One input of a Keras model or a TensorFlow Lite file, standing where a placeholder
+    stands in a graph's feeds (its shape and dtype TensorFlow's, made where it is read);
+    `aliases`: other names it is fed by (a TensorFlow Lite input's tensor name, beside its
+    signature's name)."""
+
+    name: str
+    shape: tf.TensorShape
+    dtype: tf.DType
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Format:
     """One model format: `name` (a loaded model's `format`), what it reads as the help says
     it, and the module whose `read` hook reads it."""
@@ -40,6 +69,8 @@ class Format:
     name: str
     reads: str
     module: str
+    # the suffix that alone says a file is in this format, where reading it imports no TensorFlow
+    light_suffix: str | None = None
 
 
 FORMAT_LIST = (
@@ -51,9 +82,17 @@ FORMAT_LIST = (
     Format("saved_model", "a SavedModel folder (saved_model.pb)", "tracer.load.saved_model"),
     Format("frozen", "a frozen GraphDef .pb", "tracer.load.frozen"),
     Format("keras", "a Keras .keras/.h5 file (or tf-keras SavedModel folder)", "tracer.load.keras"),
-    Format("tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite"),
+    Format(
+        "tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite", light_suffix=".tflite"
+    ),
 )
 
 # as the help and the errors say it: "a ..., a ..., or a ..."
 _LISTED = [f.reads for f in FORMAT_LIST]
 FORMATS = ", ".join(_LISTED[:-1]) + ", or " + _LISTED[-1]
+
+
+def without_tensorflow(path: str) -> bool:
+    """Whether the model at `path` is read without importing TensorFlow (a `.tflite` file:
+    `inspect` answers it in about a second)."""
+    return any(f.light_suffix and str(path).endswith(f.light_suffix) for f in FORMAT_LIST)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from recorders.errors import ModelFormatError
 from tracer._tf import v1
+from tracer.load.formats import DEFAULT_SIGNATURE
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -32,7 +33,6 @@ __all__ = [
     "keras_note",
 ]
 
-DEFAULT_SIGNATURE = "serving_default"
 _CALLS = ("StatefulPartitionedCall", "PartitionedCall")
 _CONTROL_FLOW = ("While", "StatelessWhile", "If", "StatelessIf")
 

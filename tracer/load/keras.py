@@ -24,7 +24,7 @@ import numpy as np
 
 from recorders.errors import GatetraceError, ModelFormatError, UnsafeGraphError, listing
 from tracer._tf import tf
-from tracer.load.formats import LoadRequest
+from tracer.load.formats import KerasInput, LoadRequest
 from tracer.load.keras_cudnn import cudnn_layers, on_cpu
 from tracer.load.keras_files import check_keras_file, custom_classes, keras2_fixes, keras_config
 
@@ -40,18 +40,6 @@ __all__ = [
     "load_keras",
     "to_numpy",
 ]
-
-
-@dataclass(frozen=True)
-class KerasInput:
-    """One input of a Keras model, standing where a placeholder stands in a graph's feeds;
-    `aliases`: other names it is fed by (a TensorFlow Lite input's tensor name, beside its
-    signature's name)."""
-
-    name: str
-    shape: tf.TensorShape
-    dtype: tf.DType
-    aliases: tuple[str, ...] = ()
 
 
 @dataclass

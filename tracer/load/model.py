@@ -35,17 +35,18 @@ import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recorders.errors import ModelFormatError
-from tracer.load.checkpoint import weights_only
 from tracer.load.custom import custom_objects as custom_objects_of
-from tracer.load.formats import FORMAT_LIST, FORMATS, LoadRequest
-from tracer.load.inline import DEFAULT_SIGNATURE
-from tracer.load.keras import KerasModel
-from tracer.load.loaded import LoadPlan, Model
+from tracer.load.formats import DEFAULT_SIGNATURE, FORMAT_LIST, FORMATS, LoadRequest
 
-__all__ = ["load_model", "FORMATS", "Model", "LoadPlan"]
+if TYPE_CHECKING:  # each imports TensorFlow; a .tflite file is read without it
+    from tracer.load.keras import KerasModel
+    from tracer.load.loaded import Model
+    from tracer.load.tflite import LiteModel
+
+__all__ = ["load_model", "FORMATS"]
 
 
 def load_model(
@@ -56,23 +57,27 @@ def load_model(
     restore: bool = True,
     allow_unsafe_ops: bool = False,
     custom_objects: str | os.PathLike | Mapping[str, Any] | None = None,
-) -> Model | KerasModel:
+) -> Model | KerasModel | LiteModel:
     """Load the model at `path` (see the module docstring for the formats and the checks).
 
     `restore=False` loads the graph only, running nothing (enough to find cells). A Keras
     file (`.keras`, `.h5`, a SavedModel folder with keras_metadata.pb) gives a
-    `tracer.load.keras.KerasModel` instead; `custom_objects` names the Python file that
+    `tracer.load.keras.KerasModel` instead, a `.tflite` file a `tracer.load.tflite.LiteModel`
+    (read without importing TensorFlow); `custom_objects` names the Python file that
     defines the classes of yours it is built from (imported: `tracer.load.custom`).
     """
     source, p = str(path), Path(path)
     request = LoadRequest(
         tag, signature, restore, allow_unsafe_ops, custom_objects_of(custom_objects)
     )
-    for fmt in FORMAT_LIST:
+    # those read without TensorFlow first: trying the others imports it
+    for fmt in sorted(FORMAT_LIST, key=lambda f: f.light_suffix is None):
         model = importlib.import_module(fmt.module).read(p, source, request)
         if model is not None:
             return model
     if not p.exists() and Path(f"{source}.index").is_file():
+        from tracer.load.checkpoint import weights_only
+
         raise ModelFormatError(weights_only(source, source))
     if not p.exists():
         raise ModelFormatError(

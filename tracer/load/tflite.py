@@ -2,9 +2,11 @@
 
 `read` checks the file as data (`tracer.load.tflite_check`) and gives a `LiteModel`: the
 file's bytes, its parsed flatbuffer (`schema_py_generated.ModelT`) and its inputs. Its
-`interpreter` is TensorFlow Lite's own, made with builtin kernels only (no delegate, no
-custom op) and with every tensor kept after a run, so that what each recurrent op read and
-returned can be read back (`tracer.values.lite`). `describe` says in one line what a file
+`interpreter` is its runtime's (`tracer.load.lite_runtime`: LiteRT's where it is installed,
+else TensorFlow's), made with builtin kernels only (no delegate, no custom op) and with every
+tensor kept after a run, so that what each recurrent op read and returned can be read back
+(`tracer.values.lite`). Nothing here imports TensorFlow but `inputs`, whose shapes and dtypes
+are TensorFlow's (what `record` checks feeds against); `inspect` reads `input_specs`. `describe` says in one line what a file
 holds: its inputs and its recurrent ops (the fused sequence ops with their units, input
 size, weight type, activation, clipping, peepholes and projection; `WHILE` loops with the
 nonlinearities their bodies apply). Finding the ops' cells is `tracer.find.lite`.
@@ -12,18 +14,17 @@ nonlinearities their bodies apply). Finding the ops' cells is `tracer.find.lite`
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recorders.errors import ModelFormatError
-from tracer.load.formats import LoadRequest
-from tracer.load.keras import KerasInput
+from tracer.load.formats import KerasInput, LoadRequest
+from tracer.load.lite_runtime import LiteRuntime, runtime
 from tracer.load.tflite_check import RECURRENT, checked, op_name, subgraph_fields
 
-__all__ = ["read", "LiteModel", "describe", "schema"]
+__all__ = ["read", "LiteModel", "LiteInput", "describe"]
 
 _NONLINEAR = {"LOGISTIC": "sigmoid", "TANH": "tanh", "RELU": "relu", "HARD_SWISH": "hard_swish"}
 # a fused op's `fusedActivationFunction`, by its number in the schema
@@ -38,19 +39,27 @@ ACTIVATIONS = {
 }
 
 
-def schema() -> Any:
-    """TensorFlow's flatbuffer schema of TensorFlow Lite files (`schema_py_generated`)."""
-    from tensorflow.lite.python import schema_py_generated as fb
-
-    return fb
-
-
 def read(path: Path, source: str, request: LoadRequest) -> LiteModel | None:
     """A `.tflite` file, checked (`tracer.load.tflite_check`); None for any other path."""
     if path.suffix != ".tflite":
         return None
     data, parsed = checked(path, source)
-    return LiteModel(data, parsed, source)
+    chosen = runtime()
+    return LiteModel(
+        data, parsed, source, chosen, notes=(f"run by {chosen.describe()}'s interpreter",)
+    )
+
+
+@dataclass(frozen=True)
+class LiteInput:
+    """One input of the file's main subgraph: the name it is fed by (its signature's, where
+    the file has one), its shape as the file declares it (the batch first), its type's
+    numpy name, and its tensor's own name where that differs from `name`."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    tensor: str | None = None
 
 
 @dataclass
@@ -65,6 +74,7 @@ class LiteModel:
     data: bytes = field(repr=False)
     parsed: Any = field(repr=False)
     source: str
+    runtime: LiteRuntime = field(default_factory=runtime)
     format: str = "tflite"
     notes: tuple[str, ...] = ()
 
@@ -78,11 +88,9 @@ class LiteModel:
         return [int(i) for i in (self.main.inputs if self.main.inputs is not None else [])]
 
     @property
-    def inputs(self) -> list[KerasInput]:
-        from tracer._tf import tf
-
-        fb = schema()
-        types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    def input_specs(self) -> list[LiteInput]:
+        """The main subgraph's inputs (see `LiteInput`), read from the flatbuffer alone."""
+        types = {v: k.lower() for k, v in vars(self.schema.TensorType).items() if k[0] != "_"}
         names = {}
         for signature in self.parsed.signatureDefs or []:
             if signature.subgraphIndex == 0:
@@ -91,15 +99,34 @@ class LiteModel:
         out = []
         for i in self.input_tensors:
             t = self.main.tensors[i]
-            shape = [int(d) for d in t.shape]
-            own = tensor_name(t).split(":")[0]
+            own = tensor_name(t).split(":")[0]  # as the interpreter lists it
             name = names.get(i) or own
-            dtype = tf.as_dtype(types.get(t.type, "float32"))
-            aliases = (
-                (own,) if own != name else ()
-            )  # its tensor's name, as the interpreter lists it
-            out.append(KerasInput(name, tf.TensorShape([None, *shape[1:]]), dtype, aliases))
+            shape = tuple(int(d) for d in t.shape)
+            out.append(
+                LiteInput(name, shape, types.get(t.type, "float32"), own if own != name else None)
+            )
         return out
+
+    @property
+    def inputs(self) -> list[KerasInput]:
+        """`input_specs` as record checks feeds against them: TensorFlow's shapes (the batch
+        left open: it is fed `batch` rows at a time) and dtypes; imports TensorFlow."""
+        from tracer._tf import tf
+
+        return [
+            KerasInput(
+                i.name,
+                tf.TensorShape([None, *i.shape[1:]]),
+                tf.as_dtype(i.dtype),
+                (i.tensor,) if i.tensor else (),
+            )
+            for i in self.input_specs
+        ]
+
+    @property
+    def schema(self) -> Any:
+        """The schema's generated reader of the runtime the file was read with."""
+        return self.runtime.schema()
 
     @property
     def batch(self) -> int:
@@ -115,23 +142,13 @@ class LiteModel:
         )
 
     def interpreter(self, main: int = 0) -> Any:
-        """TensorFlow Lite's interpreter of the file, its tensors allocated: builtin kernels
+        """The runtime's interpreter of the file, its tensors allocated: builtin kernels
         only (no default delegate; the file's ops were checked to be builtins), every tensor
         kept after a run. With `main`, of the file with that subgraph as its main one (a
         WHILE loop's cond or body, run an iteration at a time), its tensors numbered as in
         the file. ModelFormatError where the interpreter refuses the file."""
-        from tracer._tf import tf
-
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # its notice that a successor package exists
-                it = tf.lite.Interpreter(
-                    model_content=self.data if main == 0 else self._with_main(main),
-                    experimental_preserve_all_tensors=True,
-                    experimental_op_resolver_type=(
-                        tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-                    ),
-                )
+            it = self.runtime.interpreter(self.data if main == 0 else self._with_main(main))
             it.allocate_tensors()
         except (ValueError, RuntimeError) as err:
             raise self.refused(err) from None
@@ -148,7 +165,8 @@ class LiteModel:
         """The interpreter's error `err`, as one line naming the file."""
         why = " ".join(str(err).split()) or type(err).__name__
         return ModelFormatError(
-            f"{self.source}: TensorFlow Lite's interpreter refuses it: {why}; convert the model again"
+            f"{self.source}: the TensorFlow Lite interpreter ({self.runtime.describe()}) refuses it: {why}; "
+            "convert the model again"
         )
 
     def _with_main(self, index: int) -> bytes:
@@ -156,7 +174,7 @@ class LiteModel:
         subgraph numbers changed to match, no signatures."""
         import flatbuffers
 
-        fb = schema()
+        fb = self.schema
         model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(self.data, 0))
         order = [index] + [g for g in range(len(model.subgraphs)) if g != index]
         moved = {old: new for new, old in enumerate(order)}
@@ -172,10 +190,10 @@ class LiteModel:
 
     def op_kind(self, op: Any) -> str:
         """An op's builtin name (`UNIDIRECTIONAL_SEQUENCE_LSTM`)."""
-        return op_name(self.parsed.operatorCodes[op.opcodeIndex], schema())
+        return op_name(self.parsed.operatorCodes[op.opcodeIndex], self.schema)
 
     def describe(self) -> str:
-        return describe(self.parsed)
+        return describe(self.parsed, self.schema)
 
     def close(self) -> None:
         """Nothing to release (the interpreters are made per use); for symmetry with `Model`."""
@@ -192,9 +210,9 @@ def tensor_name(t: Any) -> str:
     return t.name.decode(errors="replace") if t.name else "?"
 
 
-def describe(model: Any) -> str:
-    """What a checked model holds, in one line: its inputs and its recurrent ops."""
-    fb = schema()
+def describe(model: Any, fb: Any) -> str:
+    """What a checked model holds (read with schema `fb`), in one line: its inputs and its
+    recurrent ops."""
     types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     main = model.subgraphs[0]
     inputs = [

@@ -1,8 +1,8 @@
 """TensorFlow Lite files (`.tflite`) checked as data, before any interpreter sees them.
 
 A `.tflite` file is a flatbuffer that TensorFlow Lite's interpreter maps and runs. gatetrace
-parses it with TensorFlow's own schema (`tensorflow.lite.python.schema_py_generated`, the
-flatbuffers object API), and hands it to the interpreter (`tracer.load.tflite`) only after
+parses it with its runtime's own schema (`schema_py_generated`, the flatbuffers object API:
+`tracer.load.lite_runtime`), and hands it to the interpreter (`tracer.load.tflite`) only after
 these checks, each refused in one line naming the file:
 
     the file     a regular file (a link the user named is followed; a FIFO or a device is
@@ -41,6 +41,7 @@ import numpy as np
 from recorders.errors import ModelFormatError
 from recorders.read.files import default_memory
 from recorders.write.folder import Folder
+from tracer.load.lite_runtime import runtime
 
 __all__ = ["check_tflite", "checked", "op_name", "subgraph_fields", "RECURRENT", "LIMIT"]
 
@@ -70,8 +71,7 @@ def check_tflite(path: Path, source: str, memory: int | None = None) -> Any:
 
 def checked(path: Path, source: str, memory: int | None = None) -> tuple[bytes, Any]:
     """The file's bytes, read once, and its model, once every check passed (`check_tflite`)."""
-    from tensorflow.lite.python import schema_py_generated as fb
-
+    fb = runtime().schema()
     resolved = Path(os.path.realpath(path))  # a link the user named is followed
     budget = default_memory() if memory is None else memory
     try:

@@ -35,7 +35,7 @@ from tracer.load.tflite import LiteModel
 from tracer.run.batch import Batch, Prepared, Statistics, Values
 from tracer.run.budget import fixed_size_problem
 from tracer.run.select import Selection
-from tracer.values import running
+from tracer.values import interrupts, running
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan
 from tracer.values.keras import KerasPlan, resolve_inputs
@@ -205,7 +205,7 @@ def prepare(
         lite_inputs = resolve_inputs(model, feeds)
 
         def invoke(batch: Batch) -> Values:  # the interpreter stoppable by Ctrl-C and --timeout
-            fetched = running.stoppable(
+            fetched = interrupts.stoppable(
                 lambda: lite_plan.fetch(batch.feeds), timeout, f"{model.source}'s interpreter"
             )
             return Values(lite_plan, fetched)

@@ -37,6 +37,7 @@ from tracer.inputs.feeds import (
 )
 from tracer.load.keras import KerasModel
 from tracer.load.loaded import Model
+from tracer.load.tflite import LiteModel
 from tracer.run.bar import progress_bar
 from tracer.run.batch import Batch, Fetched, Prepared, Values
 from tracer.run.budget import (
@@ -110,10 +111,14 @@ def describe(
     cells: Sequence[AnyCell],
     feed_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict:
-    """The recording's description: source model, cells, feeds, gatetrace version."""
+    """The recording's description: source model (a `.tflite` file's with the runtime that
+    ran it), cells, feeds, gatetrace version."""
+    source = {"path": os.fspath(model.source), "format": model.format}
+    if isinstance(model, LiteModel):
+        source["runtime"] = model.runtime.describe()
     return {
         "gatetrace_version": __version__,
-        "source": {"path": os.fspath(model.source), "format": model.format},
+        "source": source,
         "cells": [c.describe() for c in cells],
         "feeds": {k: list(v) for k, v in (feed_shapes or {}).items()},
     }

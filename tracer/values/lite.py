@@ -28,7 +28,7 @@ import numpy as np
 
 from recorders.errors import GraphPatternError
 from tracer.cells.found import LiteCell
-from tracer.load.keras import KerasInput
+from tracer.load.formats import KerasInput
 from tracer.load.tflite import LiteModel
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
@@ -63,8 +63,12 @@ class LitePlan(ReplayedPlan[LiteCell]):
         """Run the interpreter over `batch` and replay every op's cell; one `Result` per cell.
         Whatever the interpreter raises (a tensor it could not allocate, one it never wrote)
         is one line naming the file (`LiteModel.refused`)."""
+        return self._results([np.asarray(batch[i]) for i in self.model.inputs])
+
+    def _results(self, arrays: list[np.ndarray]) -> list[Result]:
+        """`fetch` of the arrays of the file's inputs, in their order."""
         try:
-            seen = self._run(batch)
+            seen = self._run(arrays)
         except (ValueError, RuntimeError) as err:
             raise self.model.refused(err) from None
         return [
@@ -74,11 +78,8 @@ class LitePlan(ReplayedPlan[LiteCell]):
             for c in self.cells
         ]
 
-    def _run(
-        self, batch: Mapping[KerasInput, np.ndarray]
-    ) -> dict[str, dict[str, list[np.ndarray]]]:
+    def _run(self, arrays: list[np.ndarray]) -> dict[str, dict[str, list[np.ndarray]]]:
         """What each cell's op received and returned (or each loop's iterations), by cell name."""
-        arrays = [np.asarray(batch[i]) for i in self.model.inputs]
         n = arrays[0].shape[0]
         per, it = self.model.batch, self._ready()
         seen: dict[str, dict[str, list[np.ndarray]]] = {c.name: {} for c in self.cells}
@@ -133,11 +134,10 @@ class LitePlan(ReplayedPlan[LiteCell]):
         does not."""
         if not self.cells:
             return
-        zeros = {
-            i: np.zeros((1, *[d or 1 for d in i.shape.as_list()[1:]]), i.dtype.as_numpy_dtype)
-            for i in self.model.inputs
-        }
-        self.fetch(zeros)
+        # (from the file's own declarations: TensorFlow is not needed to try it)
+        self._results(
+            [np.zeros((1, *[d or 1 for d in i.shape[1:]]), i.dtype) for i in self.model.input_specs]
+        )
 
     def _of(self, subgraph: int) -> Any:
         """The interpreter of the file with `subgraph` as its main one, allocated."""

@@ -9,57 +9,22 @@ as `RunOptions(timeout_in_ms)`, which cancels the step when it runs out.
 
 Cancelling is not always prompt: a loop that never ends, on a busy machine, was seen to
 keep its step (and `Session.close`) running for 20 s and more. So the session is closed
-on a thread of its own, and the command line arms `end_process_after_interrupt`: once a
-Ctrl-C has interrupted a run, the process ends within that many seconds whatever
-TensorFlow still does (a library caller's process, a notebook's kernel, is never ended).
+on a thread of its own, and the command line arms `tracer.values.interrupts`: once a
+Ctrl-C has interrupted a run, the process ends within seconds whatever TensorFlow still
+does (a library caller's process, a notebook's kernel, is never ended).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from recorders.errors import ModelFormatError, RunTimeout
 from tracer._tf import tf, v1
+from tracer.values.interrupts import after_interrupt
 
-__all__ = ["run", "stoppable", "end_process_after_interrupt", "INTERRUPT_EXIT"]
-
-INTERRUPT_EXIT = 130  # the exit code of a process ended by Ctrl-C
-_hard_exit: tuple[float, str] | None = None  # (seconds, last words): set by the command line only
-_armed = threading.Event()
-
-
-def end_process_after_interrupt(seconds: float, message: str) -> None:
-    """Once a Ctrl-C interrupts a run, end the process within `seconds`, printing `message`
-    on stderr if it has not ended by itself by then (for the command line)."""
-    global _hard_exit
-    _hard_exit = (seconds, message)
-
-
-def interrupted_run_pending() -> bool:
-    """Whether a run was interrupted and may still hold TensorFlow (the process should end with `os._exit`)."""
-    return _armed.is_set()
-
-
-def _arm() -> None:
-    if _hard_exit is None or _armed.is_set():
-        return
-    _armed.set()
-    seconds, message = _hard_exit
-
-    def end() -> None:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-        os._exit(INTERRUPT_EXIT)
-
-    timer = threading.Timer(seconds, end)
-    timer.daemon = True
-    timer.start()
+__all__ = ["run"]
 
 
 def run(
@@ -81,7 +46,7 @@ def run(
         while worker.is_alive():
             worker.join(0.05)
     except KeyboardInterrupt:
-        _arm()
+        after_interrupt()
         # cancels the step in flight
         closing = threading.Thread(target=session.close, name="gatetrace-close", daemon=True)
         closing.start()
@@ -106,36 +71,3 @@ def run(
     if error is not None:
         raise error
     return outcome["value"]
-
-
-def stoppable(call: Callable[[], Any], timeout: float | None, what: str) -> Any:
-    """`call()`, one long call into a runtime that cannot be cancelled (TensorFlow Lite's
-    interpreter releases the GIL while it runs), on a worker thread: Ctrl-C reaches the main
-    thread, and RunTimeout is raised after `timeout` seconds. The call is then abandoned (its
-    interpreter is not used again) and, on the command line, the process ends as after any
-    interrupted run. `what` says what ran, for the timeout's line."""
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as err:  # handed to the main thread
-            outcome["error"] = err
-
-    worker = threading.Thread(target=work, name="gatetrace-call", daemon=True)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.05)
-            if deadline is not None and worker.is_alive() and time.monotonic() > deadline:
-                raise RunTimeout(
-                    f"{what} took longer than --timeout {timeout:g} s and was stopped (a loop that never ends, "
-                    "or a batch too large for the limit)"
-                )
-    except KeyboardInterrupt:
-        _arm()
-        raise
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from recorders.write.columns import weight_columns
-from tracer._tf import v1
 from tracer.cells.found import Cell
 from tracer.cells.kinds import HasSpec
-from tracer.values import running
+
+if TYPE_CHECKING:  # only `read_weights` runs a session: a .tflite file's weights need no TensorFlow
+    from tracer._tf import v1
 
 __all__ = ["GateWeights", "read_weights", "stacked", "gate_weights", "weights_columns"]
 
@@ -43,6 +44,8 @@ def read_weights(
     session: v1.Session, cells: Sequence[Cell], timeout: float | None = None
 ) -> dict[str, dict[str, np.ndarray]]:
     """The weight values of every cell, by cell name and role, read in one run (stoppable: `tracer.values.running`)."""
+    from tracer.values import running
+
     names = sorted({t for cell in cells for t in cell.weights.values()})
     values = (
         dict(zip(names, running.run(session, names, timeout=timeout), strict=True)) if names else {}
