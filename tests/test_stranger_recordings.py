@@ -127,6 +127,10 @@ MANIFESTS = {
     "not JSON": (b"{not json", "manifest.json is not a manifest gatetrace wrote (is not JSON: "),
     "no cells": (None, "(cells is missing, expected a list of cells)"),
     "cells a number": (3, "(cells is 3, expected a list of cells)"),
+    "a runtime not text": (
+        {"source": {"path": "m.tflite", "format": "tflite", "runtime": {"name": 1}}},
+        "expected an object with the model's path and format (and the runtime that ran it, as text)",
+    ),
     "nested 100,000 deep": (
         b"[" * 100_000 + b"]" * 100_000,
         "(nests 100000 levels deep; gatetrace writes and reads at most 32)",
@@ -141,6 +145,8 @@ def test_a_damaged_manifest_is_one_line_everywhere(pristine, tmp_path, case):
     manifest = json.loads((run / "manifest.json").read_text())
     if isinstance(content, bytes):
         (run / "manifest.json").write_bytes(content)
+    elif isinstance(content, dict):  # fields replaced
+        (run / "manifest.json").write_text(json.dumps({**manifest, **content}))
     else:
         manifest.pop("cells") if content is None else manifest.update(cells=content)
         (run / "manifest.json").write_text(json.dumps(manifest))
