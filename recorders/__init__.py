@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from recorders import errors as _errors
 from recorders.errors import *  # noqa: F403  (the exception classes, listed in _errors.__all__)
 from recorders.read import analysis, plots  # `from recorders import analysis`
+from recorders.read.compare import Comparison, compare
 from recorders.read.frames import gate_frame
 from recorders.read.reader import Recording
 from recorders.read.series import Series
@@ -49,6 +50,8 @@ __all__ = [
     "Shard",
     "Intervals",
     "Recording",
+    "compare",
+    "Comparison",
     "Series",
     "analysis",
     "plots",

@@ -20,13 +20,13 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from tracer.commands import demo, inspect, record, units, view, weights
+from tracer.commands import compare, demo, inspect, record, units, view, weights
 from tracer.commands.common import Parser, model_arguments
 
 __all__ = ["main"]
 
 # In the order `gatetrace --help` lists them.
-COMMANDS = {c.NAME: c for c in (inspect, view, units, record, weights, demo)}
+COMMANDS = {c.NAME: c for c in (inspect, view, units, compare, record, weights, demo)}
 
 
 def _quiet_tensorflow() -> None:

@@ -55,17 +55,20 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
 
 
 def check_out(
-    out: Path, overwrite: bool, folder: bool = True, ours: Callable[[Path], list[str]] | None = None
+    out: Path,
+    overwrite: bool,
+    folder: bool = True,
+    ours: Callable[[Path], list[str]] | None = None,
+    example: str = "weights.parquet",
 ) -> None:
     """Refuse an output location that holds something, unless `overwrite`; and even then
     refuse to replace what gatetrace did not write: `ours(out)` lists what in `out` is not
-    gatetrace's (empty: it may be replaced)."""
+    gatetrace's (empty: it may be replaced). `example`: the file name suggested where a file
+    is expected and `out` is a folder."""
     if folder and out.exists() and not out.is_dir():
         raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
     if not folder and out.is_dir():
-        raise OutputExistsError(
-            f"--out {out} is a folder; give a file path, e.g. {out / 'weights.parquet'}"
-        )
+        raise OutputExistsError(f"--out {out} is a folder; give a file path, e.g. {out / example}")
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested

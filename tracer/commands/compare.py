@@ -1,0 +1,176 @@
+"""`gatetrace compare A B`: two recordings of the same network compared gate by gate (`recorders.read.compare`; no TensorFlow).
+
+Prints, per cell and gate, the largest and mean absolute difference, the RMSE, the share of
+units beyond the tolerance, the first step beyond it and where the two disagree on
+saturation; then how the difference grows along the steps, the units and the examples that
+differ most, and the gate whose difference passes the tolerance first. `--out` writes all of
+it as one Parquet table (`Comparison.table`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tracer.commands.common import positive, split
+
+NAME = "compare"
+HELP = (
+    "compare two recordings of the same network on the same inputs gate by gate (a Keras model and its "
+    ".tflite, a float file and its quantised one, two checkpoints): where their gates differ and how it grows"
+)
+EXAMPLE = "gatetrace compare keras_run/ lite_run/ --tolerance 1e-4 --out differences.parquet"
+READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False
+
+
+def _pairs(text: str) -> dict[str, str]:
+    pairs = {}
+    for part in split(text):
+        a, sep, b = part.partition("=")
+        if not (sep and a.strip() and b.strip()):
+            raise argparse.ArgumentTypeError(
+                f"expected CELL_A=CELL_B[,CELL_A=CELL_B...], given {text!r}"
+            )
+        pairs[a.strip()] = b.strip()
+    return pairs
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, given {text!r}")
+    return value
+
+
+def arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument(
+        "a", metavar="A", help="a recording folder (the reference, e.g. the Keras model's)"
+    )
+    c.add_argument(
+        "b", metavar="B", help="a recording folder of the same inputs (e.g. the .tflite file's)"
+    )
+    c.add_argument(
+        "--cells",
+        type=_pairs,
+        metavar="A=B",
+        help="pair cells by name, e.g. lstm=functional_1/lstm_1 (default: by name where both "
+        "recordings hold the same names, else in order)",
+    )
+    c.add_argument(
+        "--column",
+        choices=("activation", "preactivation"),
+        default="activation",
+        help="the value compared (default: activation)",
+    )
+    c.add_argument(
+        "--tolerance",
+        type=_tolerance,
+        default=1e-3,
+        metavar="X",
+        help="a difference above X counts as beyond (default: 0.001)",
+    )
+    c.add_argument(
+        "--top",
+        type=positive,
+        default=5,
+        metavar="N",
+        help="list the N units and examples that differ most (default: 5)",
+    )
+    c.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write every figure as one Parquet table, e.g. differences.parquet",
+    )
+    c.add_argument(
+        "--overwrite", action="store_true", help="replace --out where gatetrace wrote it"
+    )
+    c.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def run(args: argparse.Namespace) -> None:
+    from recorders import Recording
+    from recorders.read.compare import compare
+
+    a, b = Recording(args.a), Recording(args.b)
+    found = compare(a, b, args.cells, args.column, args.tolerance, args.top)
+    if args.out:
+        from recorders.write.weights_file import write_table
+
+        write_table(
+            args.out,
+            {k: v.to_numpy() for k, v in found.table().items()},
+            {
+                "comparison": {
+                    "a": found.a,
+                    "b": found.b,
+                    "column": found.column,
+                    "tolerance": found.tolerance,
+                }
+            },
+            overwrite=args.overwrite,
+            example="differences.parquet",
+        )
+    first = found.first_beyond()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "a": found.a,
+                    "b": found.b,
+                    "column": found.column,
+                    "tolerance": found.tolerance,
+                    "first_beyond": None
+                    if first is None
+                    else {"cell": first[0], "gate": first[1], "step": first[2]},
+                    **{
+                        level: _records(getattr(found, level))
+                        for level in ("gates", "steps", "units", "examples")
+                    },
+                }
+            )
+        )
+        return
+    _print(found, first, a, b, args)
+
+
+def _records(frame) -> list[dict]:
+    """A frame's rows for JSON, every float exact (pandas' own JSON rounds them), NaN as null."""
+    return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+
+
+def _print(found, first, a, b, args) -> None:
+    def source(rec) -> str:
+        s = rec.description.get("source", {})
+        return ", ".join(str(s[k]) for k in ("path", "format", "runtime") if s.get(k)) or "?"
+
+    print(f"A: {found.a} ({source(a)})\nB: {found.b} ({source(b)})")
+    print(
+        f"{found.column}, B - A over {a.examples} examples; beyond: a difference above {found.tolerance:g}\n"
+    )
+    shown = found.gates.drop(
+        columns=["cell_b"] if (found.gates["cell"] == found.gates["cell_b"]).all() else []
+    )
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print("\nmean absolute difference along the steps:")
+    wide = found.steps.pivot_table(
+        index="step", columns=["cell", "gate"], values="mean_abs", sort=False
+    )
+    every = max(1, len(wide) // 10)  # about ten steps shown, the last always
+    rows = sorted({*range(0, len(wide), every), len(wide) - 1}) if len(wide) else []
+    print(wide.iloc[rows].to_string(float_format=lambda v: f"{v:.3g}"))
+    for level in ("units", "examples"):
+        print(f"\nthe {level} that differ most:")
+        print(getattr(found, level).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    if first is None:
+        print(f"\nno gate differs by more than {found.tolerance:g} at any step")
+    else:
+        print(
+            f"\nfirst beyond {found.tolerance:g}: gate {first[1]} of cell {first[0]}, at step {first[2]}"
+        )
+    if args.out:
+        print(
+            f"written: {args.out} (pandas.read_parquet; its `level` column says gates, steps, units or examples)"
+        )
