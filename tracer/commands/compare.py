@@ -19,7 +19,10 @@ HELP = (
     "compare two recordings of the same network on the same inputs gate by gate (a Keras model and its "
     ".tflite, a float file and its quantised one, two checkpoints): where their gates differ and how it grows"
 )
-EXAMPLE = "gatetrace compare keras_run/ lite_run/ --tolerance 1e-4 --out differences.parquet"
+EXAMPLE = (
+    "gatetrace compare gatetrace-demo/training/global_step=100 gatetrace-demo/training/global_step=200 "
+    "--top 3"
+)
 READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False
 
 
@@ -150,10 +153,13 @@ def _print(found, first, a, b, args) -> None:
     print(
         f"{found.column}, B - A over {a.examples} examples; beyond: a difference above {found.tolerance:g}\n"
     )
-    shown = found.gates.drop(
-        columns=["cell_b"] if (found.gates["cell"] == found.gates["cell_b"]).all() else []
-    )
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    same = (found.gates["cell"] == found.gates["cell_b"]).all()  # B's names shown where they differ
+
+    def table(frame) -> str:
+        shown = frame.drop(columns=["cell_b"]) if same else frame
+        return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+    print(table(found.gates))
     print("\nmean absolute difference along the steps:")
     wide = found.steps.pivot_table(
         index="step", columns=["cell", "gate"], values="mean_abs", sort=False
@@ -163,7 +169,7 @@ def _print(found, first, a, b, args) -> None:
     print(wide.iloc[rows].to_string(float_format=lambda v: f"{v:.3g}"))
     for level in ("units", "examples"):
         print(f"\nthe {level} that differ most:")
-        print(getattr(found, level).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(table(getattr(found, level)))
     if first is None:
         print(f"\nno gate differs by more than {found.tolerance:g} at any step")
     else:
