@@ -409,11 +409,6 @@ def test_every_row_starts_from_the_files_state(converted, tmp_path, name):
             "in TensorFlow Lite loops yet",
         ),
         (
-            "quantised",
-            32,
-            "op 0 (UNIDIRECTIONAL_SEQUENCE_LSTM): its input weights are int8 (the model is quantised)",
-        ),
-        (
             "integer",
             32,
             "(UNIDIRECTIONAL_SEQUENCE_LSTM): its input is int8 (the model is quantised for integer arithmetic)",
@@ -1174,4 +1169,115 @@ def test_without_litert_tensorflow_s_interpreter_runs_the_file(lite):
     assert "exit 2" in done.stdout and done.stderr == (
         "gatetrace: error: GATETRACE_LITE_RUNTIME='tflite': expected one of litert, tensorflow; "
         "unset it to use LiteRT where it is installed\n"
+    )
+
+
+def _symmetric(model, fb):
+    """The hybrid LSTM made to quantise its inputs symmetrically (as converters before TF 2.3
+    wrote it: `asymmetric_quantize_inputs` false)."""
+    model.subgraphs[0].operators[0].builtinOptions.asymmetricQuantizeInputs = False
+
+
+@pytest.mark.parametrize("variant", ["asymmetric", "symmetric", "rnn"])
+def test_a_dynamic_range_fused_op_records_what_its_hybrid_kernel_computes(lite, tmp_path, variant):
+    """A tf-keras LSTM converted with Optimize.DEFAULT is one fused op with int8 matrices that
+    quantises its input and its recurrent input a row at a time (before: refused). Recorded as
+    the kernel computes (`tracer.values.hybrid`): the states equal, at every step, what
+    TensorFlow's own interpreter returns for each sequence run alone (within 1e-6); the gates
+    give the states by the LSTM's equations; the preactivations are the quantised products,
+    not float products on the dequantised weights (those differ by more than 1e-5); W, U are
+    the file's codes times their scale, read here through the schema. Also with the inputs
+    quantised symmetrically, and as an RNN op on the same int8 matrices."""
+    import json
+
+    import pandas as pd
+
+    from tracer._tf import tf
+
+    path = tmp_path / f"{variant}.tflite"
+    if variant == "asymmetric":
+        path.write_bytes((lite / "quantised.tflite").read_bytes())
+    else:
+        path.write_bytes(
+            _changed(lite, _symmetric if variant == "symmetric" else _rnn, "quantised")
+        )
+    x = np.random.RandomState(7).uniform(-1, 1, (40, T, 32)).astype(np.float32)
+    x[3] = 0  # a sequence of zeros: every row quantises to zero
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    (cell,) = json.loads((out / "manifest.json").read_text())["cells"]
+    how = "symmetric" if variant != "asymmetric" else "asymmetric"
+    assert cell["numbers"] == f"int8 dynamic range (hybrid kernel, inputs quantised {how} per row)"
+    it = tf.lite.Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    want = []
+    for row in x:
+        it.reset_all_variables()
+        it.set_tensor(it.get_input_details()[0]["index"], row[None])
+        it.invoke()
+        want.append(it.get_tensor(it.get_output_details()[0]["index"])[0])
+    want = np.stack(want)  # [examples, steps, units]
+    states = pd.read_parquet(out / "states").sort_values(["state", "example", "step", "unit"])
+    h = states[states["state"] == "h"]["value"].to_numpy().reshape(want.shape)
+    assert np.abs(h - want).max() <= 1e-6
+    gates = pd.read_parquet(out / "gates").sort_values(["gate", "example", "step", "unit"])
+    a = {
+        g: v["activation"].to_numpy().reshape(want.shape).astype(np.float64)
+        for g, v in gates.groupby("gate", observed=True)
+    }
+    z = {
+        g: v["preactivation"].to_numpy().reshape(want.shape).astype(np.float64)
+        for g, v in gates.groupby("gate", observed=True)
+    }
+    h_prev = np.concatenate([np.zeros_like(want[:, :1]), want[:, :-1]], axis=1).astype(np.float64)
+    weights = pd.read_parquet(out / "weights.parquet")
+    if variant == "rnn":
+        np.testing.assert_allclose(a["h"], np.tanh(z["h"]), atol=1e-6)
+        np.testing.assert_allclose(a["h"], want, atol=1e-6)
+    else:
+        c = (
+            states[states["state"] == "c"]["value"]
+            .to_numpy()
+            .reshape(want.shape)
+            .astype(np.float64)
+        )
+        c_prev = np.concatenate([np.zeros_like(c[:, :1]), c[:, :-1]], axis=1)
+        np.testing.assert_allclose(
+            c, np.clip(a["f"] * c_prev + a["i"] * a["j"], -10, 10), atol=1e-6
+        )
+        np.testing.assert_allclose(want, a["o"] * np.tanh(c), atol=1e-6)
+    # the file's int8 codes and scales, read here through the schema
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(path.read_bytes(), 0))
+    op = model.subgraphs[0].operators[0]
+    numbers = {"rnn": (1, 2, 3)}.get(variant, (2, 6, 13))  # the forget gate's W, U and b
+    gate = "h" if variant == "rnn" else "f"
+    matrices = []
+    for at in numbers[:2]:
+        t = model.subgraphs[0].tensors[int(op.inputs[at])]
+        codes = np.frombuffer(bytes(model.buffers[t.buffer].data), np.int8).reshape(list(t.shape))
+        assert t.type == fb.TensorType.INT8
+        matrices.append(codes.T.astype(np.float64) * float(t.quantization.scale[0]))
+    bias_t = model.subgraphs[0].tensors[int(op.inputs[numbers[2]])]
+    bias = np.frombuffer(bytes(model.buffers[bias_t.buffer].data), np.float32).astype(np.float64)
+    for source, matrix in zip(("input", "recurrent"), matrices, strict=True):
+        got = weights[(weights["gate"] == gate) & (weights["source"] == source)]
+        got = got.pivot(index="row", columns="unit", values="value").to_numpy()
+        np.testing.assert_allclose(got, matrix, rtol=1e-7, atol=0)
+    floats = x.astype(np.float64) @ matrices[0] + h_prev @ matrices[1] + bias
+    apart = np.abs(z[gate] - floats)
+    assert apart.max() > 1e-5 and apart.max() < 0.05  # quantised products, near the float ones
+    assert np.abs(z[gate][3, 0] - bias).max() == 0  # zeros in, zeros out: the bias alone
+
+
+def test_a_hybrid_lstm_with_peepholes_is_one_line(lite, tmp_path):
+    """What the hybrid replay does not cover (peepholes, a projection) is refused naming it."""
+    path = tmp_path / "peep.tflite"
+    path.write_bytes(_changed(lite, _peepholes, "quantised"))
+    shown = _one_line(run_cli("inspect", str(path)))
+    assert (
+        "a hybrid (int8 weights) LSTM with peepholes, which gatetrace does not replay yet" in shown
     )

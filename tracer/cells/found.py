@@ -18,7 +18,18 @@ import numpy as np
 
 from tracer.cells.kinds import CellSpec, HasSpec
 
-__all__ = ["Step", "Loop", "Fused", "Cell", "Conv", "KerasCell", "LiteCell", "LiteBody", "AnyCell"]
+__all__ = [
+    "Step",
+    "Loop",
+    "Fused",
+    "Cell",
+    "Conv",
+    "KerasCell",
+    "LiteCell",
+    "LiteBody",
+    "LiteHybrid",
+    "AnyCell",
+]
 
 # Where a fused op returns each value: LSTMBlockCell and BlockLSTM give i, cs (c), f, o,
 # ci (j), co (tanh c), h; GRUBlockCell gives r, u, c, h.
@@ -432,6 +443,21 @@ class LiteBody:
 
 
 @dataclass(frozen=True)
+class LiteHybrid:
+    """The int8 weights a TensorFlow Lite hybrid kernel multiplies (a fused op quantised for
+    dynamic range: `tracer.values.hybrid`), laid out as `LiteCell.arrays["kernel"]` is:
+    `codes` [input_size + output_size, gates * units] int8, the input rows first;
+    `input_scales` and `recurrent_scales` [gates * units] float32, each column's matrix's
+    scale; `asymmetric`: the op quantises its input rows with a zero point (the op's
+    `asymmetric_quantize_inputs`), else symmetrically."""
+
+    codes: np.ndarray = field(repr=False)
+    input_scales: np.ndarray = field(repr=False)
+    recurrent_scales: np.ndarray = field(repr=False)
+    asymmetric: bool
+
+
+@dataclass(frozen=True)
 class LiteCell(HasSpec):
     """One recurrent op of a TensorFlow Lite file (`tracer.find.lite`), as gatetrace records it.
 
@@ -467,13 +493,15 @@ class LiteCell(HasSpec):
     output_columns: tuple[int, int] | None = None
     by_position: bool = False
     # how its weights are stored: "float32", "float16" (widened by DEQUANTIZE), or "int8 dynamic
-    # range" (int8 codes with a scale per channel, the gates computed in float on inputs the
-    # kernel quantises a row at a time); W, U, b are given dequantised
+    # range" (int8 codes with a scale per matrix or channel, the gates computed in float on
+    # inputs the kernel quantises a row at a time: `hybrid` for a fused op); W, U, b are given
+    # dequantised
     numbers: str = "float32"
     cell_clip: float | None = None
     proj_clip: float | None = None
     backward: bool = False
     body: LiteBody | None = None
+    hybrid: LiteHybrid | None = None  # a fused op's int8 weights, where it runs the hybrid kernel
     forget_bias: None = None
     num_proj: None = None
     loop: None = None

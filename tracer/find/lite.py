@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import GraphPatternError, NoCellFoundError
-from tracer.cells.found import LiteCell
+from tracer.cells.found import LiteCell, LiteHybrid
 from tracer.cells.kinds import LITE_LSTM, LITE_RNN
 from tracer.find.lite_loops import find_loops
 from tracer.load.tflite import ACTIVATIONS, LiteModel, tensor_name
@@ -198,6 +198,54 @@ class _Reader:
     def name(self, at: int) -> str:
         return tensor_name(self.model.main.tensors[self.inputs[at]])
 
+    def quantised(self, at: int, what: str) -> tuple[np.ndarray, np.float32]:
+        """Input `at` as a hybrid kernel reads it: its int8 codes, from the file's buffer, and
+        the one scale of the matrix (symmetric: zero point 0)."""
+        t = self.model.main.tensors[self.inputs[at]]
+        q = t.quantization
+        scales = [] if q is None or q.scale is None else [float(v) for v in q.scale]
+        zeros = [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint]
+        if self.type_of(at) != "INT8" or len(scales) != 1 or any(zeros):
+            found = f"{self.type_of(at).lower()} with {len(scales)} scales, zero points {zeros[:3]}"
+            raise GraphPatternError(
+                f"{self.where}: its {what} are {found}; its hybrid kernel (int8 weights, float "
+                "activations) reads int8 matrices of one scale and zero point 0, and gatetrace replays only that"
+            )
+        data = self.model.parsed.buffers[t.buffer].data
+        if data is None or len(data) != int(np.prod([int(d) for d in t.shape])):
+            raise GraphPatternError(
+                f"{self.where}: its {what} ({tensor_name(t)}) are not stored in the file as int8 codes"
+            )
+        codes = np.frombuffer(bytes(data), np.int8).reshape([int(d) for d in t.shape])
+        return codes, np.float32(scales[0])
+
+
+def _hybrid(
+    reader: _Reader, inputs: tuple[int, ...], recurrent: tuple[int, ...]
+) -> tuple[LiteHybrid, list[np.ndarray], list[np.ndarray]]:
+    """A hybrid op's int8 matrices (`inputs` and `recurrent`: their input numbers, one a
+    gate, in the spec's order): as `LiteHybrid`, and dequantised (scale x code, as the
+    weights table gives them)."""
+    read = [reader.quantised(at, "input weights") for at in inputs]
+    rec = [reader.quantised(at, "recurrent weights") for at in recurrent]
+    units = read[0][0].shape[0]
+    hybrid = LiteHybrid(
+        codes=np.concatenate(
+            [
+                np.concatenate([c.T for c, _ in read], axis=1),
+                np.concatenate([c.T for c, _ in rec], axis=1),
+            ]
+        ),
+        input_scales=np.repeat(np.array([s for _, s in read], np.float32), units),
+        recurrent_scales=np.repeat(np.array([s for _, s in rec], np.float32), units),
+        asymmetric=bool(getattr(reader.op.builtinOptions, "asymmetricQuantizeInputs", False)),
+    )
+    return (
+        hybrid,
+        [c.astype(np.float32) * s for c, s in read],
+        [c.astype(np.float32) * s for c, s in rec],
+    )
+
 
 def _activation(reader: _Reader, options: Any) -> str:
     shown = ACTIVATIONS.get(getattr(options, "fusedActivationFunction", 0), "?")
@@ -265,8 +313,18 @@ def _lstm(
             f"{reader.where}: its projection has a bias, which gatetrace does not replay"
         )
     features, steps = _input_checks(reader, model)
-    W = [reader.array(at, "input weights") for at in range(1, 5)]
-    U = [reader.array(at, "recurrent weights") for at in range(5, 9)]
+    hybrid = None
+    if reader.type_of(1) == "INT8":  # dynamic range: int8 matrices, float activations
+        extras = [what for at, what in ((9, "peepholes"), (16, "projection")) if reader.given(at)]
+        if extras:
+            raise GraphPatternError(
+                f"{reader.where}: a hybrid (int8 weights) LSTM with {' and '.join(extras)}, which "
+                "gatetrace does not replay yet: record the float model (converted without optimizations)"
+            )
+        hybrid, W, U = _hybrid(reader, (1, 2, 3, 4), (5, 6, 7, 8))
+    else:
+        W = [reader.array(at, "input weights") for at in range(1, 5)]
+        U = [reader.array(at, "recurrent weights") for at in range(5, 9)]
     b = [reader.array(at, "biases") for at in range(12, 16)]
     units = W[0].shape[0]
     arrays = {
@@ -307,17 +365,20 @@ def _lstm(
         backward=_backward(reader),
         cell_clip=clip or None,
         proj_clip=proj_clip or None,
-        numbers="float16" if reader.widened else "float32",
+        numbers=_numbers(reader, hybrid),
+        hybrid=hybrid,
     )
 
 
 def _rnn(model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE_RNN") -> LiteCell:
     reader = _Reader(model, k, op, kind)
     features, steps = _input_checks(reader, model)
-    W, U, b = (
-        reader.array(at, what)
-        for at, what in ((1, "weights"), (2, "recurrent weights"), (3, "bias"))
-    )
+    hybrid = None
+    if reader.type_of(1) == "INT8":  # dynamic range: int8 matrices, float activations
+        hybrid, (W,), (U,) = _hybrid(reader, (1,), (2,))
+    else:
+        W, U = reader.array(1, "weights"), reader.array(2, "recurrent weights")
+    b = reader.array(3, "bias")
     return LiteCell(
         name=_name(model, op),
         spec=LITE_RNN,
@@ -335,5 +396,14 @@ def _rnn(model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE
         length=steps,
         time_major=bool(getattr(op.builtinOptions, "timeMajor", False)),
         backward=_backward(reader),
-        numbers="float16" if reader.widened else "float32",
+        numbers=_numbers(reader, hybrid),
+        hybrid=hybrid,
     )
+
+
+def _numbers(reader: _Reader, hybrid: LiteHybrid | None) -> str:
+    """How an op's weights are stored (`LiteCell.numbers`)."""
+    if hybrid is not None:
+        how = "asymmetric" if hybrid.asymmetric else "symmetric"
+        return f"int8 dynamic range (hybrid kernel, inputs quantised {how} per row)"
+    return "float16" if reader.widened else "float32"

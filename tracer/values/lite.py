@@ -30,6 +30,7 @@ from recorders.errors import GraphPatternError
 from tracer.cells.found import LiteCell
 from tracer.load.formats import KerasInput
 from tracer.load.tflite import LiteModel
+from tracer.values.hybrid import HybridProducts
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
 
@@ -240,15 +241,21 @@ class LitePlan(ReplayedPlan[LiteCell]):
     def _replay(cell: LiteCell, seen: dict[str, np.ndarray]) -> Result:
         """One op's cell replayed over what the op received, checked against what it returned."""
         states = cell.spec.states
+        initial = {s: seen[f"initial {s}"] for s in states}
         got = replay(
             cell.kind,
             cell.arrays,
             seen["inputs"],
-            {s: seen[f"initial {s}"] for s in states},
+            initial,
             activation=cell.activation,
             recurrent_activation=cell.recurrent_activation,
             cell_clip=cell.cell_clip,
             proj_clip=cell.proj_clip,
+            products=None
+            if cell.hybrid is None
+            else HybridProducts(
+                cell.hybrid, cell.arrays["bias"], cell.input_size, seen["outputs"], initial["h"]
+            ),
         )
         final = {s: seen[f"final {s}"] for s in states if f"final {s}" in seen}
         check(cell.name, got, seen["outputs"], final)

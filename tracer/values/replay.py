@@ -35,7 +35,7 @@ from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.cells import activations
 from tracer.cells.kinds import Options, Replaying, spec_for
 
-__all__ = ["Replayed", "replay", "check", "compare", "activation_of", "TOLERANCE"]
+__all__ = ["Replayed", "Products", "replay", "check", "compare", "activation_of", "TOLERANCE"]
 
 TOLERANCE = 1e-4
 
@@ -95,13 +95,16 @@ def replay(
     recurrent_activation: str = "sigmoid",
     cell_clip: float | None = None,
     proj_clip: float | None = None,
+    products: Products | None = None,
 ) -> Replayed:
     """Run cell `kind` over `inputs` [examples, steps, features] (see the module docstring).
 
     A step is skipped where `mask` [examples, steps] is False (or at and past `lengths`):
     the state is carried through and the output is zero, or with `carry_outputs` the
     previous output (Keras' default). `activation` and `recurrent_activation` (the gates'
-    nonlinearity) name entries of `ACTIVATIONS`, or are callables.
+    nonlinearity) name entries of `ACTIVATIONS`, or are callables. `products` computes the
+    steps' matrix products instead of float32 `kernel` (a TensorFlow Lite hybrid kernel's:
+    `tracer.values.hybrid`).
     """
     f32 = np.float32
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
@@ -174,9 +177,17 @@ def replay(
         """Every step for the examples `rows`, which depend on no others."""
         # the input part of every step of these examples in one product, [steps, rows, d] @
         # [d, blocks * units], written straight into the preactivations
-        math.project(x[rows].transpose(1, 0, 2), how, pre[:, rows])
+        if products is None:
+            math.project(x[rows].transpose(1, 0, 2), how, pre[:, rows])
+        else:
+            products.inputs(x[rows].transpose(1, 0, 2), pre[:, rows])
         for t in range(steps):
-            np.matmul((h0 if t == 0 else states["h"][t - 1])[rows], recurrent, out=scratch[rows])
+            if products is None:
+                np.matmul(
+                    (h0 if t == 0 else states["h"][t - 1])[rows], recurrent, out=scratch[rows]
+                )
+            else:
+                products.recurrent(t, rows, scratch[rows])
             step(t, rows)
 
     # The batch in blocks of rows, one per core, on worker threads: numpy releases the GIL
@@ -288,6 +299,17 @@ def check(
                 f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); "
                 "the loop computes something gatetrace does not replay (a modified cell?), so its gates are not recorded"
             )
+
+
+class Products(Protocol):
+    """A replay's matrix products computed otherwise than in float32 (`replay`'s `products`)."""
+
+    def inputs(self, x: np.ndarray, out: np.ndarray) -> None:
+        """The bias plus the input part of every step: `x` [steps, rows, d] into `out`
+        [steps, rows, blocks * units]."""
+
+    def recurrent(self, t: int, rows: slice, out: np.ndarray) -> None:
+        """The recurrent part of step `t` for the examples `rows`, into `out` [rows, columns]."""
 
 
 class _Gates(Protocol):
