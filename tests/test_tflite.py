@@ -1256,11 +1256,13 @@ def test_a_dynamic_range_fused_op_records_what_its_hybrid_kernel_computes(lite, 
     numbers = {"rnn": (1, 2, 3)}.get(variant, (2, 6, 13))  # the forget gate's W, U and b
     gate = "h" if variant == "rnn" else "f"
     matrices = []
-    for at in numbers[:2]:
+    for at, role in zip(numbers[:2], ("W", "U"), strict=True):
         t = model.subgraphs[0].tensors[int(op.inputs[at])]
         codes = np.frombuffer(bytes(model.buffers[t.buffer].data), np.int8).reshape(list(t.shape))
         assert t.type == fb.TensorType.INT8
         matrices.append(codes.T.astype(np.float64) * float(t.quantization.scale[0]))
+        # the manifest (and inspect) give each matrix's scale
+        assert cell["scales"][role if variant == "rnn" else f"{role}_f"] == t.quantization.scale[0]
     bias_t = model.subgraphs[0].tensors[int(op.inputs[numbers[2]])]
     bias = np.frombuffer(bytes(model.buffers[bias_t.buffer].data), np.float32).astype(np.float64)
     for source, matrix in zip(("input", "recurrent"), matrices, strict=True):

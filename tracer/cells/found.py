@@ -456,6 +456,15 @@ class LiteHybrid:
     recurrent_scales: np.ndarray = field(repr=False)
     asymmetric: bool
 
+    def scales(self, gates: tuple[str, ...]) -> dict[str, float]:
+        """Each matrix's scale, by its weights' role (`W_i`, `U_i`, ...; `W`, `U` for one gate)."""
+        units = len(self.input_scales) // len(gates)
+        return {
+            (f"{m}_{g}" if len(gates) > 1 else m): float(scales[k * units])
+            for m, scales in (("W", self.input_scales), ("U", self.recurrent_scales))
+            for k, g in enumerate(gates)
+        }
+
 
 @dataclass(frozen=True)
 class LiteCell(HasSpec):
@@ -521,6 +530,7 @@ class LiteCell(HasSpec):
             "op": self.op,
             "variables": dict(self.variables),
             "numbers": self.numbers,
+            **({"scales": self.hybrid.scales(self.spec.gates)} if self.hybrid is not None else {}),
             "path": self.path,
             "why": (
                 f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "

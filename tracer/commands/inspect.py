@@ -431,6 +431,8 @@ def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
         extras += [k for k in ("return_sequences", "return_state", "stateful") if d.get(k)]
         extras += [f"{k}={d[k]:g}" for k in ("cell_clip", "proj_clip") if d.get(k)]
         extras += [f"weights {d['numbers']}"] if d.get("numbers", "float32") != "float32" else []
+        if d.get("scales"):
+            extras.append("scales " + " ".join(f"{k}={v:.4g}" for k, v in d["scales"].items()))
         if getattr(c, "conv", None) is not None:
             grid, taps = ("x".join(map(str, a)) for a in (c.conv.positions, c.conv.kernel_size))
             extras.append(
