@@ -6,6 +6,7 @@ demo's recording, and the server's answers to bad requests.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -65,12 +66,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def view(*args: str) -> subprocess.Popen:
+def view(*args: str, cwd: Path | None = None) -> subprocess.Popen:
+    """`gatetrace view ARGS`, run in `cwd` (the paths the page shows are those given, so the
+    screenshots of the docs show a user's relative paths, not the tests' folders)."""
     return subprocess.Popen(
         [sys.executable, "-m", "tracer.cli", "view", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=cwd,
     )
 
 
@@ -87,10 +91,10 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def serving(run: Path, *args: str):
-    """`gatetrace view RUN [ARGS]` on a free port, stopped on leaving; yields the port."""
+def serving(run: Path, *args: str, cwd: Path | None = None):
+    """`gatetrace view RUN [ARGS]` on a free port (run in `cwd`), stopped on leaving; yields the port."""
     port = free_port()
-    process = view(str(run), "--port", str(port), *args)
+    process = view(str(run), "--port", str(port), *args, cwd=cwd)
     try:
         wait_up(port, process)
         yield port
@@ -404,7 +408,7 @@ def demo_served(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     run_demo(root / "demo")
     port = free_port()
-    process = view(str(root / "demo" / "recording"), "--port", str(port))
+    process = view("demo/recording", "--port", str(port), cwd=root)
     try:
         wait_up(port, process)
         yield root / "demo", port
@@ -683,3 +687,62 @@ def test_a_series_in_a_browser(browser, tmp_path):
             next(g for g in stats if g["gate"] == "f")["right"], right, atol=1e-4
         )
         page.wait_for_function("window.gatetrace.heatmap !== null")
+
+
+def test_two_checkpoints_compared_in_a_browser(demo_served, browser, tmp_path):
+    """`gatetrace view RUN --compare OTHER`: the panel shows, per gate, what `recorders.compare`
+    computes of the two recordings (the demo's run at 200 and at 100 training steps), the
+    difference along the steps as a plot, and the examples that differ most, each opening its
+    sequence; a page served without --compare answers /api/compare with a 400."""
+    from recorders import Recording, compare
+
+    demo, plain_port = demo_served
+    a, b = Path("training/global_step=200"), Path("training/global_step=100")  # as typed in demo/
+    want = compare(Recording(demo / a), Recording(demo / b), tolerance=0.01)
+    with serving(a, "--compare", str(b), "--tolerance", "0.01", cwd=demo) as port:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=60000)
+        assert page.locator("#compare-panel").is_visible()
+        shown = page.evaluate("window.gatetrace.compare")
+        assert shown["tolerance"] == 0.01 and shown["b"] == str(b)
+        got = {(g["cell"], g["gate"]): g for g in shown["gates"]}
+        for _, g in want.gates.iterrows():
+            mine = got[(g["cell"], g["gate"])]
+            for column in ("max_abs", "mean_abs", "rmse", "units_beyond"):
+                assert mine[column] == pytest.approx(g[column], rel=1e-12), column
+            assert mine["saturated_a_only"] == g["saturated_a_only"]
+        assert page.locator("#compare-gates tbody tr").count() == len(want.gates)
+        assert page.locator("#compare-steps .plot-container").count() == 1
+        first = want.first_beyond()
+        assert (
+            f"First beyond: gate {first[1]} of {first[0]}, at step {first[2]}."
+            in page.locator("#compare-note").inner_text()
+        )
+        top = int(want.examples["example"].iloc[0])
+        page.locator("#compare-examples a.open").first.click()
+        page.wait_for_function(
+            f"window.gatetrace.heatmap && window.gatetrace.heatmap.example === {top}"
+        )
+        for folder in shots_folder(tmp_path):
+            page.locator("#compare-panel").screenshot(path=str(folder / "view-compare.png"))
+    with urllib.request.urlopen(f"http://127.0.0.1:{plain_port}/api/overview", timeout=10) as r:
+        assert json.loads(r.read())["compare"] is None
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{plain_port}/api/compare", timeout=10)
+        raise AssertionError("answered without a comparison")
+    except urllib.error.HTTPError as err:
+        assert err.code == 400 and "serve with gatetrace view RUN --compare" in err.read().decode()
+
+
+def test_a_comparison_that_does_not_line_up_is_one_line_before_serving(demo_served):
+    """--compare with a recording of other examples (or a summary) is refused in one line, exit
+    2, before the port is taken."""
+    demo, _ = demo_served
+    done = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", "view", str(demo / "recording"), "--compare", str(demo / "summary"),
+         "--port", str(free_port())],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "is a summary recording (--summary)" in done.stderr

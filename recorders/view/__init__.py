@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from recorders.errors import GatetraceError, SelectionError, install_hint
+from recorders.read.compare import compare
 from recorders.read.labels import read_labels
 from recorders.read.reader import Recording
 from recorders.read.series import SERIES_FILE, Series
@@ -90,13 +91,16 @@ def serve(
     open_browser: bool = False,
     host: str = "127.0.0.1",
     labels_file: str | os.PathLike | None = None,
+    compare_with: str | os.PathLike | None = None,
+    tolerance: float = 1e-3,
 ) -> None:
     """Serve the view of the recording `run` at http://host:port/ until interrupted. On an address
     other than 127.0.0.1 the page asks for a secret token, which the printed URL carries. A
     series (`recorders.Series`: a recording per epoch or checkpoint) is shown one value at a
     time (the last complete one first), with the gates' saturation across them. With `labels_file`
     (a file `gatetrace units` takes), the units ranked against them and the label beside each
-    sequence."""
+    sequence. With `compare_with` (another recording of the same network on the same inputs),
+    a panel of where the two differ (`recorders.read.compare`, beyond `tolerance`)."""
     check_installed()
     series = Series(run) if (Path(run) / SERIES_FILE).is_file() else None
     if series is not None and not series.complete:
@@ -105,6 +109,14 @@ def serve(
     rec.check()
     labels = load_labels(tokens) if tokens is not None else None
     unit_labels = read_labels(labels_file, rec.memory) if labels_file is not None else None
+    comparison = None
+    if compare_with is not None:
+        if series is not None:
+            raise SelectionError(
+                f"--compare compares one recording with another; {run} is a series: view one of its "
+                "recordings, e.g. the folder of its last checkpoint"
+            )
+        comparison = compare(rec, Recording(compare_with), tolerance=tolerance)
     _check_port(host, port)
     import uvicorn
 
@@ -112,14 +124,20 @@ def serve(
 
     if host == "127.0.0.1":
         app, url = (
-            make_app(rec, labels, series=series, unit_labels=unit_labels),
+            make_app(rec, labels, series=series, unit_labels=unit_labels, comparison=comparison),
             f"http://{host}:{port}/",
         )
     else:
         token = secrets.token_urlsafe(24)
         app, url = (
             make_app(
-                rec, labels, hosts=("*",), token=token, series=series, unit_labels=unit_labels
+                rec,
+                labels,
+                hosts=("*",),
+                token=token,
+                series=series,
+                unit_labels=unit_labels,
+                comparison=comparison,
             ),
             f"http://{host}:{port}/?token={token}",
         )

@@ -11,6 +11,8 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
   optionally, below it just before and after), as LSTMVis' select does;
 - `match`: the places in the whole recording where the same units are on together;
 - `parts`: a step's preactivation split into its parts (recordings with contributions);
+- `compared`: the recording against another of the same network (`gatetrace view RUN --compare
+  OTHER`, `recorders.read.compare`): per gate, per step, the units and examples that differ most;
 - `Labels`: labels to score units against (`gatetrace view RUN --labels FILE`,
   `recorders.read.labels`); what the view shows with them: `recorders.view.labelled`.
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from recorders.errors import SelectionError
 from recorders.read.analysis import gate_summaries, saturation_across, top_positions
+from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.write.columns import PARTS
@@ -38,6 +41,7 @@ __all__ = [
     "select",
     "match",
     "parts",
+    "compared",
     "Labels",
     "check_column",
     "column_values",
@@ -440,3 +444,38 @@ def _longest_runs(on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         length = np.where(longer, run, length)
         start = np.where(longer, t - run + 1, start)
     return length, start
+
+
+def compared(c: Comparison) -> dict[str, Any]:
+    """A comparison (`recorders.read.compare`) as the view's panel shows it: its tables as
+    records, the differences per step by cell and gate, the gate first beyond the tolerance."""
+
+    def records(frame) -> list[dict[str, Any]]:
+        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+
+    along: dict[str, dict[str, dict[str, list]]] = {}
+    for (cell, gate), g in c.steps.groupby(["cell", "gate"], sort=False):
+        along.setdefault(str(cell), {})[str(gate)] = {
+            "step": g["step"].astype(int).tolist(),
+            "mean_abs": rounded(g["mean_abs"].to_numpy(), 9),
+            "max_abs": rounded(g["max_abs"].to_numpy(), 9),
+        }
+    first = c.first_beyond()
+    return {
+        "a": c.a,
+        "b": c.b,
+        "column": c.column,
+        "tolerance": c.tolerance,
+        "gates": records(c.gates),
+        "steps": along,
+        "units": records(c.units),
+        "examples": records(c.examples),
+        "first_beyond": None
+        if first is None
+        else {"cell": first[0], "gate": first[1], "step": first[2]},
+        "python": (
+            "from recorders import Recording, compare\n"
+            f"found = compare(Recording({c.a!r}), Recording({c.b!r}), column={c.column!r}, "
+            f"tolerance={c.tolerance!r})\nfound.gates, found.steps, found.first_beyond()"
+        ),
+    }

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import GatetraceError, RecordingError, SelectionError
+from recorders.read.compare import Comparison
 from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
@@ -169,11 +170,13 @@ def make_app(
     token: str | None = None,
     series: Series | None = None,
     unit_labels: UnitLabels | None = None,
+    comparison: Comparison | None = None,
 ):
     """The Starlette app serving `rec` (and step labels, if given), answering only requests
     whose `Host` is one of `hosts` and, with `token`, that carry it. With `series`, every
     request may name the key's value (`at`) whose recording answers it (default: `rec`). With
-    `unit_labels` (`recorders.read.labels`), the units ranked against them and each step's label."""
+    `unit_labels` (`recorders.read.labels`), the units ranked against them and each step's label.
+    With `comparison` (`recorders.read.compare`, of `rec` against another recording), its panel."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -340,7 +343,13 @@ def make_app(
             **overview_cache[at],
             "tokens": labels is not None,
             "unit_labels": None if unit_labels is None else unit_labels.source,
+            "compare": None if comparison is None else comparison.b,
         }
+
+    def compare_answer(p: _Params) -> dict:
+        if comparison is None:
+            raise SelectionError("no comparison: serve with gatetrace view RUN --compare OTHER_RUN")
+        return data.compared(comparison)
 
     def page_file(name: str):
         if name not in _PAGE_FILES:
@@ -369,6 +378,7 @@ def make_app(
         Route("/api/parts", api(parts)),
         Route("/api/ranked", api(ranked)),
         Route("/api/labelled", api(labelled)),
+        Route("/api/compare", api(compare_answer)),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)]
     if token is not None:

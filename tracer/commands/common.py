@@ -47,6 +47,17 @@ def positive(text: str) -> int:
     return value
 
 
+def tolerance(text: str) -> float:
+    """A finite number >= 0 (a difference that counts as beyond: `compare`, `view --compare`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, given {text!r}")
+    return value
+
+
 def _flags(parser: argparse.ArgumentParser) -> set[str]:
     """Every `--flag` of `parser` and of its subcommands' parsers."""
     out: set[str] = set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tracer.commands.common import positive, split
+from tracer.commands.common import positive, split, tolerance
 
 NAME = "compare"
 HELP = (
@@ -38,16 +38,6 @@ def _pairs(text: str) -> dict[str, str]:
     return pairs
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, given {text!r}")
-    return value
-
-
 def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "a", metavar="A", help="a recording folder (the reference, e.g. the Keras model's)"
@@ -70,7 +60,7 @@ def arguments(c: argparse.ArgumentParser) -> None:
     )
     c.add_argument(
         "--tolerance",
-        type=_tolerance,
+        type=tolerance,
         default=1e-3,
         metavar="X",
         help="a difference above X counts as beyond (default: 0.001)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from recorders.errors import install_hint
+from tracer.commands.common import tolerance
 
 NAME = "view"
 HELP = (
@@ -39,6 +40,19 @@ def arguments(c: argparse.ArgumentParser) -> None:
         help="labels to rank units against, as gatetrace units takes them: adds their track beside each sequence "
         "and a panel of the units that track them",
     )
+    c.add_argument(
+        "--compare",
+        metavar="OTHER_RUN",
+        help="another recording of the same network on the same inputs (e.g. its .tflite file's): adds a panel "
+        "of where their gates differ, as gatetrace compare RUN OTHER_RUN prints it",
+    )
+    c.add_argument(
+        "--tolerance",
+        type=tolerance,
+        default=1e-3,
+        metavar="X",
+        help="with --compare: a difference above X counts as beyond (default: 0.001)",
+    )
     c.add_argument("--open", action="store_true", help="open the page in the default browser")
 
 
@@ -53,6 +67,8 @@ def run(args: argparse.Namespace) -> None:
             open_browser=args.open,
             host=args.host,
             labels_file=args.labels,
+            compare_with=args.compare,
+            tolerance=args.tolerance,
         )
     except KeyboardInterrupt:
         pass

@@ -3,7 +3,7 @@
 // kept in `window.gatetrace` (the browser tests read the page's data from there).
 "use strict";
 
-const state = { overview: null, heatmap: null, unit: null, select: null, match: null, parts: null, ranked: null, labelled: null };
+const state = { overview: null, heatmap: null, unit: null, select: null, match: null, parts: null, ranked: null, labelled: null, compare: null };
 window.gatetrace = state;
 const $ = (id) => document.getElementById(id);
 
@@ -302,8 +302,42 @@ async function doMatch() {
   $("select-python").textContent = m.python;
 }
 
+// -- against another recording (gatetrace view RUN --compare OTHER) ---------------------------
+async function loadCompare() {
+  const c = await api("compare", {});
+  state.compare = c;
+  $("compare-panel").hidden = false;
+  $("compare-source").textContent = c.b;
+  const f = c.first_beyond;
+  $("compare-note").textContent = `${c.column}, B - A, B being ${c.b}; beyond: a difference above ${c.tolerance}. ` +
+    (f ? `First beyond: gate ${f.gate} of ${f.cell}, at step ${f.step}.` : `No gate differs by more than ${c.tolerance} at any step.`);
+  const shown = (v) => (v === null || v === undefined ? "" : Number(v).toPrecision(3));
+  for (const id of ["compare-gates", "compare-units", "compare-examples"]) $(id).querySelector("tbody").innerHTML = "";
+  for (const g of c.gates) {
+    row($("compare-gates"), [g.cell, g.gate, shown(g.max_abs), shown(g.mean_abs), shown(g.rmse), shown(g.units_beyond),
+      g.first_step_beyond === null ? "none" : g.first_step_beyond, g.saturated_a_only, g.saturated_b_only]);
+  }
+  for (const u of c.units) row($("compare-units"), [u.cell, u.gate, u.unit, shown(u.max_abs), shown(u.mean_abs)]);
+  for (const e of c.examples) row($("compare-examples"), [e.cell, e.gate, e.example, shown(e.max_abs), shown(e.mean_abs), openLink(e.example)]);
+  $("compare-python").textContent = c.python;
+  drawCompare($("overview-cell").value);
+}
+
+function drawCompare(cell) {
+  const traces = Object.entries(state.compare.steps[cell] || {}).map(([gate, g]) => (
+    { x: g.step, y: g.mean_abs, mode: "lines+markers", name: gate }));
+  Plotly.newPlot($("compare-steps"), traces,
+    { title: { text: `${cell}: mean |B - A| along the steps` }, margin: { t: 30, l: 60, r: 10, b: 40 },
+      xaxis: { title: { text: "step" } }, yaxis: { title: { text: "mean |B - A|" }, rangemode: "tozero" } },
+    { displayModeBar: false });
+}
+
 window.addEventListener("DOMContentLoaded", async () => {
-  $("overview-cell").onchange = () => { drawOverview($("overview-cell").value); if (state.overview.series) drawAcross(state.overview.series); };
+  $("overview-cell").onchange = () => {
+    drawOverview($("overview-cell").value);
+    if (state.overview.series) drawAcross(state.overview.series);
+    if (state.compare) drawCompare($("overview-cell").value);
+  };
   $("at").onchange = async () => {
     state.at = Number($("at").value);
     await loadOverview();
@@ -326,6 +360,7 @@ window.addEventListener("DOMContentLoaded", async () => {
     } else {
       await showHeatmap();
       if (state.overview.unit_labels) await loadRanked();
+      if (state.overview.compare) await loadCompare();
     }
     document.body.dataset.ready = "1";
   } catch (err) {
