@@ -25,7 +25,8 @@ TOLERANCE = 1e-4
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{name: recording folder} of the Keras model, its float file and its quantised file;
-    `short`: the Keras model on 6 of the examples; `summary`: the Keras model's --summary."""
+    `short`: the Keras model on 6 of the examples; `summary`: the Keras model's --summary;
+    `other`: on inputs with one value changed; `float64`: on the same inputs saved as float64."""
     import keras
 
     from tracer._tf import tf
@@ -45,25 +46,25 @@ def runs(tmp_path_factory):
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     (root / "dynamic.tflite").write_bytes(converter.convert())
-    np.save(root / "x.npy", np.random.RandomState(0).uniform(-1, 1, (N, T, D)).astype(np.float32))
+    x = np.random.RandomState(0).uniform(-1, 1, (N, T, D)).astype(np.float32)
+    np.save(root / "x.npy", x)
+    np.save(root / "x64.npy", x.astype(np.float64))  # the same values, saved as float64
+    other = x.copy()
+    other[5, 3, 7] += 1e-3  # one value of one example changed
+    np.save(root / "other.npy", other)
     out = {}
-    for name, model_file, extra in (
-        ("keras", "model.keras", ()),
-        ("float", "float.tflite", ()),
-        ("dynamic", "dynamic.tflite", ()),
-        ("short", "model.keras", ("--examples", "0:6")),
-        ("summary", "model.keras", ("--summary",)),
+    for name, model_file, fed, extra in (
+        ("keras", "model.keras", "x.npy", ()),
+        ("float", "float.tflite", "x.npy", ()),
+        ("dynamic", "dynamic.tflite", "x.npy", ()),
+        ("short", "model.keras", "x.npy", ("--examples", "0:6")),
+        ("summary", "model.keras", "x.npy", ("--summary",)),
+        ("other", "model.keras", "other.npy", ()),
+        ("float64", "model.keras", "x64.npy", ()),
     ):
         done = run_cli(
-            "record",
-            str(root / model_file),
-            "--feed",
-            f"seq={root / 'x.npy'}",
-            "--out",
-            str(root / name),
-            "--quiet",
-            *extra,
-        )
+            "record", str(root / model_file), "--feed", f"seq={root / fed}", "--out", str(root / name), "--quiet", *extra
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
         out[name] = root / name
     return out
@@ -192,6 +193,11 @@ def test_a_model_and_its_float_file_agree_to_float32_rounding(runs):
     "b, extra, says",
     [
         ("short", (), "holds examples [[0, 12]] and "),
+        (
+            "other",
+            (),
+            "were fed other values (the digests of their inputs in the manifests differ)",
+        ),
         ("summary", (), "is a summary recording (--summary): it holds statistics, not the values"),
         ("dynamic", ("--cells", "lstm=nosuch"), "--cells names nosuch, not a cell of "),
         ("dynamic", ("--cells", "lstm=functional_1/gru_1"), "have gates i,f,j,o and "),
@@ -237,3 +243,27 @@ def test_its_table_replaces_only_its_own(runs, tmp_path):
     assert pd.read_parquet(mine)["x"].tolist() == [1]
     folder = run_cli("compare", a, b, "--out", str(tmp_path))
     assert folder.returncode == 2 and f"e.g. {tmp_path / 'differences.parquet'}" in folder.stderr
+
+
+def test_the_same_values_are_the_same_inputs_and_a_recording_without_digests_is_said(
+    runs, tmp_path
+):
+    """The same inputs saved as float64 digest alike (the values are hashed in a canonical type);
+    a recording whose manifest keeps no digest (an older gatetrace's) is compared, and compare
+    says its inputs were not checked."""
+    import shutil
+
+    done = run_cli("compare", str(runs["keras"]), str(runs["float64"]), "--tolerance", "0")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "inputs: the same values (the digests of the inputs in both manifests agree)" in done.stdout
+    )
+    assert "no gate differs by more than 0 at any step" in done.stdout
+    old = tmp_path / "old"
+    shutil.copytree(runs["float"], old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["inputs"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    done = run_cli("compare", str(runs["keras"]), str(old))
+    assert done.returncode == 0, done.stderr
+    assert f"inputs: not checked: {old} keeps no digest of its inputs" in done.stdout

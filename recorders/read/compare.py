@@ -8,8 +8,9 @@ name (gatetrace names gates alike in every cell kind: an LSTM's new input is `j`
 checkpoint, a Keras file and a TensorFlow Lite file), and every value by example, step and
 unit. Recordings that do not line up are refused in one line saying what differs
 (SelectionError): a summary recording (it holds no values), other example ranges, other fed
-shapes (the manifests' `feeds`), other steps, units or gates, a value one recorded and the
-other did not (a masked step).
+shapes (the manifests' `feeds`), other fed values (the digests of the manifests' `inputs`,
+`tracer.inputs.digest`, where both keep them: `Comparison.inputs` says whether they did),
+other steps, units or gates, a value one recorded and the other did not (a masked step).
 
 For each gate of each pair, over every value both recorded, of `column` (the activation by
 default), the difference `b - a` in float64:
@@ -53,6 +54,7 @@ class Comparison:
     b: str
     column: str
     tolerance: float
+    inputs: str  # whether the two were fed the same values, as the manifests' digests say
     gates: pd.DataFrame = field(repr=False)
     steps: pd.DataFrame = field(repr=False)
     units: pd.DataFrame = field(repr=False)
@@ -107,8 +109,20 @@ def pair_cells(
     )
 
 
-def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> None:
-    """SelectionError where the two recordings do not hold the same values to compare."""
+def _digests(rec: Recording) -> list[str] | None:
+    """The digests of what `rec` was fed (`tracer.inputs.digest`), or None where its manifest
+    has none (recorded by gatetrace before 0.1 kept them, fed a stream, or by a writer of yours)."""
+    held = rec.description.get("inputs")
+    if not isinstance(held, dict) or not held:
+        return None
+    found = [v.get("digest") for v in held.values() if isinstance(v, dict)]
+    digests = [d for d in found if isinstance(d, str)]
+    return sorted(digests) if digests and len(digests) == len(held) else None
+
+
+def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> str:
+    """SelectionError where the two recordings do not hold the same values to compare; else
+    what is known of their inputs (the same values, or not checked, and why)."""
     for rec in (a, b):
         if rec.kind == "summary":
             raise SelectionError(
@@ -126,6 +140,12 @@ def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> None:
             f"{a.path} was fed arrays of shapes {fed[0]} and {b.path} {fed[1]}: compare recordings of "
             "the same inputs"
         )
+    digests = [_digests(r) for r in (a, b)]
+    if digests[0] is not None and digests[1] is not None and digests[0] != digests[1]:
+        raise SelectionError(
+            f"{a.path} and {b.path} were fed other values (the digests of their inputs in the manifests "
+            "differ): compare recordings of the same inputs"
+        )
     for ca, cb in pairs:
         what = f"cell {ca} of {a.path} and {cb} of {b.path}"
         if a.units(ca) != b.units(cb):
@@ -140,6 +160,13 @@ def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> None:
                 f"{what} have gates {','.join(a.gates(ca))} and {','.join(b.gates(cb))}: they are "
                 "not the same kind of cell; pair others with --cells"
             )
+    if digests[0] is not None and digests[1] is not None:
+        return "the same values (the digests of the inputs in both manifests agree)"
+    missing = a.path if digests[0] is None else b.path
+    return (
+        f"not checked: {missing} keeps no digest of its inputs (fed a stream, or recorded by an "
+        "older gatetrace); make sure both were fed the same values"
+    )
 
 
 def _span(steps: np.ndarray) -> str:
@@ -159,7 +186,7 @@ def compare(
     if not tolerance >= 0:
         raise SelectionError(f"the tolerance is {tolerance}; expected a number >= 0")
     pairs = pair_cells(a, b, cells)
-    _lined_up(a, b, pairs)
+    inputs = _lined_up(a, b, pairs)
     numbers = np.concatenate(
         [np.arange(s, e, dtype=np.int64) for s, e in a.examples] or [np.zeros(0, np.int64)]
     )
@@ -203,6 +230,7 @@ def compare(
         str(b.path),
         column,
         tolerance,
+        inputs,
         pd.DataFrame(gates),
         pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
         _most(units, top),

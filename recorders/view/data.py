@@ -466,6 +466,7 @@ def compared(c: Comparison) -> dict[str, Any]:
         "b": c.b,
         "column": c.column,
         "tolerance": c.tolerance,
+        "inputs": c.inputs,
         "gates": records(c.gates),
         "steps": along,
         "units": records(c.units),

@@ -12,8 +12,9 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   count, or null where the model left the length open) and `path`; `source` (the model's
   `path` and `format`), `selection.values` and `.steps`, `shards`, `examples` and `rows` where present.
 
-Anything else the writer puts in a description (a cell's tensors, the feeds) is shown,
-never used to reach a file or size an array, so only its JSON types are bounded.
+Anything else the writer puts in a description (a cell's tensors, the feeds, the digests of
+the inputs) is shown or compared, never used to reach a file or size an array, so only its
+JSON types are bounded (`recorders.read.compare` takes digests that are not text as none).
 """
 
 from __future__ import annotations

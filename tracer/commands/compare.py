@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> None:
                     "b": found.b,
                     "column": found.column,
                     "tolerance": found.tolerance,
+                    "inputs": found.inputs,
                     "first_beyond": None
                     if first is None
                     else {"cell": first[0], "gate": first[1], "step": first[2]},
@@ -139,7 +140,7 @@ def _print(found, first, a, b, args) -> None:
         s = rec.description.get("source", {})
         return ", ".join(str(s[k]) for k in ("path", "format", "runtime") if s.get(k)) or "?"
 
-    print(f"A: {found.a} ({source(a)})\nB: {found.b} ({source(b)})")
+    print(f"A: {found.a} ({source(a)})\nB: {found.b} ({source(b)})\ninputs: {found.inputs}")
     print(
         f"{found.column}, B - A over {a.examples} examples; beyond: a difference above {found.tolerance:g}\n"
     )

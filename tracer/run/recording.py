@@ -30,6 +30,7 @@ from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
 from tracer.cells.found import AnyCell
 from tracer.find.keras import hidden_layers
+from tracer.inputs.digest import input_digests
 from tracer.inputs.feeds import (
     batches,
     cast_notes,
@@ -229,6 +230,8 @@ def _record(
         print(f"gatetrace: {choice.why}", file=sys.stderr)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
     description["selection"] = selection.describe()
+    if examples is not None:  # what was fed, so that `compare` knows the same inputs
+        description["inputs"] = input_digests(feed_dict, examples)
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)

@@ -309,7 +309,7 @@ async function loadCompare() {
   $("compare-panel").hidden = false;
   $("compare-source").textContent = c.b;
   const f = c.first_beyond;
-  $("compare-note").textContent = `${c.column}, B - A, B being ${c.b}; beyond: a difference above ${c.tolerance}. ` +
+  $("compare-note").textContent = `${c.column}, B - A; inputs: ${c.inputs}; beyond: a difference above ${c.tolerance}. ` +
     (f ? `First beyond: gate ${f.gate} of ${f.cell}, at step ${f.step}.` : `No gate differs by more than ${c.tolerance} at any step.`);
   const shown = (v) => (v === null || v === undefined ? "" : Number(v).toPrecision(3));
   for (const id of ["compare-gates", "compare-units", "compare-examples"]) $(id).querySelector("tbody").innerHTML = "";
