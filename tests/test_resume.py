@@ -253,6 +253,32 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
     assert starts == [0, 7, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44]
 
 
+def test_a_shard_or_a_resume_fed_other_values_is_refused(long_run, tmp_path, capsys):
+    """The shards of one recording, and a resumed run, must read the same inputs: one fed a file
+    of other values (same shape) is refused in one line, naming the inputs (before: its rows were
+    written beside the others', one dataset of two inputs); a progress file written before the
+    manifests kept digests still resumes."""
+    argv, _ = long_run
+    x = Path(argv[argv.index("--feed") + 1].split("=", 1)[1])
+    other = tmp_path / "other.npy"
+    changed = np.load(x)
+    changed[40, 3, 1] += 0.5
+    np.save(other, changed)
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out), "--shard", "0/2"]) == 0
+    mixed = [a if a != f"x={x}" else f"x={other}" for a in argv]
+    capsys.readouterr()
+    assert main([*mixed, "--out", str(out), "--shard", "1/2"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "holds another recording (different inputs)" in said
+    progress = out / "_progress" / "shard-0-of-2.json"
+    older = json.loads(progress.read_text())
+    del older["description"]["inputs"]  # as gatetrace wrote it before
+    progress.write_text(json.dumps(older))
+    assert main([*argv, "--out", str(out), "--shard", "1/2"]) == 0
+    assert (out / "manifest.json").exists()
+
+
 def test_the_readme_duckdb_query_reads_the_dataset(long_run):
     """The DuckDB query shown in the README, on a finished recording, agrees with pandas."""
     import duckdb

@@ -670,3 +670,46 @@ def test_no_cache_where_gatetrace_s_own_folder_is_not_safe(tmp_path, monkeypatch
     (tmp_path / "gatetrace" / "numba").rename(tmp_path / "elsewhere")
     (tmp_path / "gatetrace" / "numba").symlink_to(tmp_path / "elsewhere")
     assert trusted_cache() is None
+
+
+MAKE_AT_ONCE = """
+import os, sys, threading
+from tracer.values import compiled
+made, start = [], threading.Barrier(16)
+
+def make():
+    start.wait()
+    made.append(compiled._kernel())
+
+threads = [threading.Thread(target=make) for _ in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len({id(m) for m in made}), compiled._kernel()._cache._cache_path)
+"""
+
+
+def test_writer_threads_making_the_loop_at_once_make_it_once_in_gatetrace_s_folder(tmp_path):
+    """Sixteen threads ask for the compiled loop at the same moment (the writer's threads of a
+    summary do): it is made once, its cache in gatetrace's own folder, nothing written in the
+    current folder (before: two threads could each restore numba's cache setting under the
+    other, and the cache went to `values_<hash>/` in the user's current folder)."""
+    import subprocess
+    import sys
+
+    here = tmp_path / "cwd"
+    here.mkdir()
+    (tmp_path / "home").mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-c", MAKE_AT_ONCE],
+        cwd=here,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    count, where = done.stdout.split()
+    assert count == "1" and Path(where).is_relative_to(tmp_path / "home" / "gatetrace" / "numba")
+    assert list(here.iterdir()) == []

@@ -189,6 +189,13 @@ def _difference(
     if unit != shard.unit:
         return f"its shards are cut at multiples of {unit} examples, not {shard.unit} (--workers cuts them at --batch-size)"
     theirs, mine = _comparable(progress.get("description", {})), _comparable(description)
+    # what older gatetrace versions did not write: a progress file of theirs lacks it, and is
+    # not another recording for that (the digests of the inputs; the runtime of a .tflite file)
+    if "inputs" not in theirs:
+        mine.pop("inputs", None)
+    if isinstance(theirs.get("source"), dict) and isinstance(mine.get("source"), dict):
+        if "runtime" not in theirs["source"]:
+            mine["source"] = {k: v for k, v in mine["source"].items() if k != "runtime"}
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
             return f"different {key}"

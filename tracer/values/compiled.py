@@ -29,6 +29,7 @@ import functools
 import importlib.util
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,11 @@ def _loop(x, keep, scale, offset, last, top, marks, every, n, mean, m2, lo, hi, 
 
 
 _compiled: Any = None
+# held while the loop is made: numba reads its cache folder from a global setting, which
+# `_kernel` sets for that moment; two writer threads making it at once would each restore
+# it under the other (seen: a cache folder named by a relative path, made in the user's
+# current folder)
+_making = threading.Lock()
 
 
 def _safe(path: Path, own: bool) -> bool:
@@ -198,18 +204,25 @@ def _kernel() -> Any:
     numba's cache folder is set to it while the function is made (where numba picks the
     folder), whatever `NUMBA_CACHE_DIR` says; without it, nothing is cached."""
     global _compiled
-    if _compiled is None:
-        folder = trusted_cache()  # checked before numba is imported
-        import numba
-        from numba.core import config
+    with _making:
+        if _compiled is None:
+            folder = trusted_cache()  # checked before numba is imported
+            import numba
+            from numba.core import config
 
-        if folder is None:
-            _compiled = numba.njit(nogil=True, cache=False)(_loop)
-            return _compiled
-        before = getattr(config, "CACHE_DIR", "")
-        setattr(config, "CACHE_DIR", str(folder))  # noqa: B010 (set at import from the environment)
-        try:
-            _compiled = numba.njit(nogil=True, cache=True)(_loop)
-        finally:
-            setattr(config, "CACHE_DIR", before)  # noqa: B010
+            if folder is None:
+                _compiled = numba.njit(nogil=True, cache=False)(_loop)
+                return _compiled
+            before = getattr(config, "CACHE_DIR", "")
+            setattr(config, "CACHE_DIR", str(folder))  # noqa: B010 (set at import from the environment)
+            try:
+                made = numba.njit(nogil=True, cache=True)(_loop)
+            finally:
+                setattr(config, "CACHE_DIR", before)  # noqa: B010
+            # where numba will write (its cache's path): never a folder relative to wherever the
+            # user is; a numba that keeps it elsewhere is taken at its word
+            where = getattr(getattr(made, "_cache", None), "_cache_path", str(folder))
+            if not os.path.isabs(str(where)):
+                made = numba.njit(nogil=True, cache=False)(_loop)
+            _compiled = made
     return _compiled
