@@ -1203,6 +1203,9 @@ def test_a_dynamic_range_fused_op_records_what_its_hybrid_kernel_computes(lite, 
         )
     x = np.random.RandomState(7).uniform(-1, 1, (40, T, 32)).astype(np.float32)
     x[3] = 0  # a sequence of zeros: every row quantises to zero
+    # a row whose value 10 lands 4e-6 above a rounding tie when the span max - min is taken
+    # in double, below it as the kernel takes it, in float32 (seen: a code off by one)
+    x[5, 2] = np.random.RandomState(0).uniform(-1, 1, (2000, 50, 32)).astype(np.float32)[52, 3]
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "run"
     done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))

@@ -7,8 +7,9 @@ runs TensorFlow Lite's hybrid kernel. At every step, for each example:
     1  its input row, and its recurrent input (the output of the step before), are each
        quantised to int8 on their own: symmetric (scale = max |v| / 127, codes in
        [-127, 127]), or asymmetric where the op's `asymmetric_quantize_inputs` says so
-       (scale = (max(v, 0) - min(v, 0)) / 255 computed in double, a zero point nudged into
-       [-128, 127]); v x (1 / scale) (+ zero point) rounded half away from zero, in float32
+       (scale = (max(v, 0) - min(v, 0)) / 255, the difference taken in float32 and divided
+       in double, a zero point nudged into [-128, 127]); v x (1 / scale) (+ zero point)
+       rounded half away from zero, in float32
     2  each gate's int8 matrix times those codes, summed in int32, less zero point x the
        sum of the matrix's row
     3  that sum x (the row's scale x the matrix's scale), in float32, added to the gate's
@@ -45,10 +46,12 @@ def quantise_rows(v: np.ndarray, asymmetric: bool) -> tuple[np.ndarray, np.ndarr
     int64). A row of zeros (or, asymmetric, of one value) is codes 0, scale 1, zero point 0."""
     v = np.asarray(v, _f32)
     if asymmetric:
-        low = np.minimum(v.min(axis=1), 0).astype(_f64)
-        high = np.maximum(v.max(axis=1), 0).astype(_f64)
+        low32 = np.minimum(v.min(axis=1), _f32(0))
+        high32 = np.maximum(v.max(axis=1), _f32(0))
+        # the span in float32 (the kernel subtracts floats), divided in double
+        low, high = low32.astype(_f64), high32.astype(_f64)
         flat = low == high
-        scale = np.where(flat, 1.0, high - low) / 255.0
+        scale = np.where(flat, 1.0, (high32 - low32).astype(_f64)) / 255.0
         from_min, from_max = -128.0 - low / scale, 127.0 - high / scale
         error_min = 128.0 + np.abs(low / scale)
         error_max = 127.0 + np.abs(high / scale)
@@ -60,7 +63,7 @@ def quantise_rows(v: np.ndarray, asymmetric: bool) -> tuple[np.ndarray, np.ndarr
         ).astype(np.int64)
         nudged[flat] = 0
         scales = np.where(flat, 1.0, scale).astype(_f32)
-        inverse = (_f32(1.0) / scales)[:, None]
+        inverse = (1.0 / scales.astype(_f64)).astype(_f32)[:, None]  # 1.0 / scale, in double
         codes = _round(nudged[:, None].astype(_f32) + v * inverse)
         codes = np.clip(codes, -128, 127)
         codes[flat] = 0
