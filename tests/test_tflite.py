@@ -1206,6 +1206,10 @@ def test_a_dynamic_range_fused_op_records_what_its_hybrid_kernel_computes(lite, 
     # a row whose value 10 lands 4e-6 above a rounding tie when the span max - min is taken
     # in double, below it as the kernel takes it, in float32 (seen: a code off by one)
     x[5, 2] = np.random.RandomState(0).uniform(-1, 1, (2000, 50, 32)).astype(np.float32)[52, 3]
+    # a row whose value -0.04296875 is a tie of v / scale (-7.5) and, with the zero point 8, a
+    # tie again (0.5): the kernel rounds before it adds the zero point (code 0, not 1)
+    x[6, 1] = 0
+    x[6, 1, :3] = (-0.78125, 0.6796875, -0.04296875)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "run"
     done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))

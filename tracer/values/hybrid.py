@@ -8,8 +8,8 @@ runs TensorFlow Lite's hybrid kernel. At every step, for each example:
        quantised to int8 on their own: symmetric (scale = max |v| / 127, codes in
        [-127, 127]), or asymmetric where the op's `asymmetric_quantize_inputs` says so
        (scale = (max(v, 0) - min(v, 0)) / 255, the difference taken in float32 and divided
-       in double, a zero point nudged into [-128, 127]); v x (1 / scale) (+ zero point)
-       rounded half away from zero, in float32
+       in double, a zero point nudged into [-128, 127]); v x (1 / scale) in float32, rounded
+       half away from zero (then plus the zero point, clamped)
     2  each gate's int8 matrix times those codes, summed in int32, less zero point x the
        sum of the matrix's row
     3  that sum x (the row's scale x the matrix's scale), in float32, added to the gate's
@@ -64,8 +64,9 @@ def quantise_rows(v: np.ndarray, asymmetric: bool) -> tuple[np.ndarray, np.ndarr
         nudged[flat] = 0
         scales = np.where(flat, 1.0, scale).astype(_f32)
         inverse = (1.0 / scales.astype(_f64)).astype(_f32)[:, None]  # 1.0 / scale, in double
-        codes = _round(nudged[:, None].astype(_f32) + v * inverse)
-        codes = np.clip(codes, -128, 127)
+        # rounded, then the zero point added (a tie of v / scale goes away from zero before
+        # the zero point moves it: seen in the kernel's own codes)
+        codes = np.clip(_round(v * inverse) + nudged[:, None], -128, 127)
         codes[flat] = 0
         return codes, scales, nudged
     reach = np.maximum(np.abs(v.min(axis=1)), np.abs(v.max(axis=1)))
