@@ -88,7 +88,12 @@ def _oracle(a, b, pairs: dict[str, str], tolerance: float, column: str = "activa
     assert len(both) == len(x) == len(y)
     d = both[f"{column}_b"].astype(np.float64) - both[f"{column}_a"].astype(np.float64)
     both["abs"], both["sq"] = d.abs(), d * d
-    both["sat_a"], both["sat_b"] = both[f"{column}_a"] > 0.9, both[f"{column}_b"] > 0.9
+    # saturated near either end of the gate's nonlinearity: the candidates (LSTM j, GRU c)
+    # through tanh (beyond -0.9 or 0.9), every other gate of these layers through sigmoid
+    tanh = both["gate"].isin(["j", "c"])
+    low, high = np.where(tanh, -0.9, 0.1), 0.9
+    both["sat_a"] = (both[f"{column}_a"] < low) | (both[f"{column}_a"] > high)
+    both["sat_b"] = (both[f"{column}_b"] < low) | (both[f"{column}_b"] > high)
     gates = both.groupby(["cell", "gate"]).agg(
         max_abs=("abs", "max"), mean_abs=("abs", "mean"), sq=("sq", "mean"), values=("abs", "size")
     )

@@ -147,8 +147,9 @@ def test_gate_analysis_computes_what_numpy_computes(tmp_path, monkeypatch):
     expected = []
     for g in sorted(gates):
         a = gates[g].reshape(-1, 16)
+        low = -0.9 if g == "j" else 0.1  # j through tanh, i, f, o through sigmoid
         expected += [
-            [g, u, (a[:, u] < 0.1).mean(), (a[:, u] > 0.9).mean(), 8192 * 20] for u in range(16)
+            [g, u, (a[:, u] < low).mean(), (a[:, u] > 0.9).mean(), 8192 * 20] for u in range(16)
         ]
     assert [r[:2] for r in got["saturation"]] == [r[:2] for r in expected]
     np.testing.assert_allclose(

@@ -126,13 +126,40 @@ def test_not_a_recording(tmp_path):
 # ---- analysis helpers, each checked against a direct numpy computation ------------------
 
 
+def test_saturation_follows_each_gate_s_nonlinearity(recorded):
+    """A sigmoid gate saturates below 0.1 and above 0.9, a tanh candidate below -0.9 and above
+    0.9 (before: 0.1 and 0.9 for every gate, so the negative half of a tanh gate counted as
+    saturated): each fraction as numpy counts it over the recorded values."""
+    from recorders.read.analysis import saturation
+
+    rec, _ = recorded
+    sat = saturation(rec, cells=[LSTM])
+    for gate, (low, high) in {
+        "i": (0.1, 0.9),
+        "f": (0.1, 0.9),
+        "o": (0.1, 0.9),
+        "j": (-0.9, 0.9),
+    }.items():
+        a = rec.gate_array(LSTM, gate)
+        part = sat[sat["gate"] == gate].sort_values("unit")
+        assert set(part["low"]) == {low} and set(part["high"]) == {high}, gate
+        valid = ~np.isnan(a[:, :, 0])
+        for u, row in zip(range(a.shape[2]), part.itertuples(), strict=True):
+            values = a[:, :, u][valid]
+            assert row.left == pytest.approx((values < low).mean()), (gate, u)
+            assert row.right == pytest.approx((values > high).mean()), (gate, u)
+    j = sat[sat["gate"] == "j"]
+    assert (j["left"] < 0.5).all()  # (below 0.1 would count about half of every tanh unit)
+
+
 def test_saturation_and_step_stats(recorded):
     from recorders.read.analysis import saturation, step_stats
 
     rec, _ = recorded
     f = rec.gate_array(LSTM, "f")  # NaN where no row
     sat = saturation(rec, cells=[LSTM], gates=["f"])
-    assert list(sat.columns) == ["cell", "gate", "unit", "left", "right", "n"] and len(sat) == 3
+    assert list(sat.columns) == ["cell", "gate", "unit", "left", "right", "n", "low", "high"]
+    assert len(sat) == 3 and set(sat["low"]) == {0.1} and set(sat["high"]) == {0.9}
     valid = ~np.isnan(f[:, :, 0])
     for u in range(3):
         row = sat[sat["unit"] == u].iloc[0]
@@ -185,7 +212,9 @@ def test_gate_summaries_read_blocks_and_equal_numpy(lengths, model, recorded, tm
             s = got[(cell, gate)]
             rows = a[valid]  # [rows, units]
             np.testing.assert_array_equal(s.n, [valid.sum()] * a.shape[2])
-            np.testing.assert_array_equal(s.left, (rows < 0.1).sum(axis=0))
+            low = -0.9 if gate in ("j", "c") else 0.1  # tanh candidates, sigmoid gates
+            assert (s.low, s.high) == (low, 0.9)
+            np.testing.assert_array_equal(s.left, (rows < low).sum(axis=0))
             np.testing.assert_array_equal(s.right, (rows > 0.9).sum(axis=0))
             assert s.steps.tolist() == [t for t in range(5) if valid[:, t].any()]
             for j, t in enumerate(s.steps):
@@ -244,6 +273,11 @@ def test_plots_draw_what_the_analysis_computes(recorded):
     assert fig.axes[0].get_ylim() == (shown - 0.5, -0.5)
     fig = saturation_scatter(rec, GRU)
     assert [ax.get_title() for ax in fig.axes] == ["r", "u", "c"]
+    assert [ax.get_xlabel() for ax in fig.axes] == [
+        "left-saturated (< 0.1 | > 0.9)",
+        "left-saturated (< 0.1 | > 0.9)",
+        "left-saturated (< -0.9 | > 0.9)",
+    ]
     offsets = fig.axes[0].collections[0].get_offsets()
     assert len(offsets) == 2 and ((offsets >= 0) & (offsets <= 1)).all()
     fig = step_band(rec, LSTM, "o")
@@ -265,3 +299,31 @@ def test_sorted_unique_is_numpys_unique(values):
     got, expected = _sorted_unique(v), np.unique(v, return_inverse=True)
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
+
+
+def test_a_gate_without_a_range_does_not_saturate_and_hard_sigmoid_does(tmp_path):
+    """A Keras LSTM with relu as its activation (the candidate `j`) and hard_sigmoid gates: `j`
+    has no saturation (NaN fractions and thresholds: relu has no upper end), the gates
+    saturate below 0.1 and above 0.9 (hard sigmoid's range is sigmoid's); a cell of your own
+    gets each gate's from the op its pattern named."""
+    import tracer
+    from recorders.read.analysis import saturation
+    from tests.test_keras import keras_module, randomise
+    from tracer.cells.kinds.named import named_spec
+
+    keras = keras_module("keras3")
+    x = keras.Input((5, 3))
+    layer = keras.layers.LSTM(4, activation="relu", recurrent_activation="hard_sigmoid")
+    model = keras.Model(x, layer(x))
+    randomise(model, seed=3)
+    tracer.record(
+        model,
+        np.random.RandomState(0).uniform(-1, 1, (6, 5, 3)).astype(np.float32),
+        tmp_path / "rec",
+    )
+    sat = saturation(Recording(tmp_path / "rec"))
+    j, f = sat[sat["gate"] == "j"], sat[sat["gate"] == "f"]
+    assert len(j) == 4 and j[["left", "right", "low", "high"]].isna().all().all()
+    assert set(f["low"]) == {0.1} and set(f["high"]) == {0.9} and f["left"].notna().all()
+    spec = named_spec(("a", "b", "c"), ("Sigmoid rnn/a", "Relu rnn/b", "Tanh rnn/c"), ("h",))
+    assert spec.nonlinearities(None, None) == {"a": "sigmoid", "b": "relu", "c": "tanh"}

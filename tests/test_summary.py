@@ -304,8 +304,15 @@ def test_saturation_step_stats_and_inspect_from_a_summary(tmp_path):
         next(s.gate_blocks(s.cells[0], "f"))
     with pytest.raises(SelectionError, match="not the values the states table reads"):
         s.state_frame()
+    # thresholds at edges of the bins (0.2, 0.8 of a sigmoid's twenty) are counted from the
+    # histogram, as the full recording counts them; others are refused in one line
+    sigmoid = ["i", "f", "o"]
+    pd.testing.assert_frame_equal(
+        saturation(s, gates=sigmoid, low=0.2, high=0.8),
+        saturation(f, gates=sigmoid, low=0.2, high=0.8),
+    )
     with pytest.raises(SelectionError, match="counted values below 0.1 and above 0.9"):
-        saturation(s, low=0.2)
+        saturation(s, low=0.23, high=0.8)
     shown = run_cli("inspect", str(summary)).stdout
     assert "a gatetrace summary recording" in shown and "values summarised: " in shown
     assert "summary/units.parquet" in shown

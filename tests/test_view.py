@@ -440,9 +440,18 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
         np.testing.assert_allclose(shown[gate]["left"], want["left"], atol=1e-4)
         np.testing.assert_allclose(shown[gate]["right"], want["right"], atol=1e-4)
     # what a reader reads: the axes say what left and right are, the size is in bytes' units
-    assert "below 0.1 (left-saturated, x) and above 0.9" in page.inner_text("#saturation-note")
-    layout = page.evaluate("document.querySelector('#saturation > div').layout")
-    assert layout["xaxis"]["title"]["text"] == "share below 0.1" and layout["xaxis"]["range"][0] < 0
+    note = page.inner_text("#saturation-note")
+    assert "below 0.1 and above 0.9 for sigmoid, below -0.9 and above 0.9 for tanh" in note
+    layouts = page.evaluate(
+        "[...document.querySelectorAll('#saturation > div')].map((d) => d.layout)"
+    )
+    by_gate = dict(zip(rec.gates(cell), layouts, strict=True))  # i j f o: j is the tanh candidate
+    assert (
+        by_gate["i"]["xaxis"]["title"]["text"] == "share below 0.1"
+        and layouts[0]["xaxis"]["range"][0] < 0
+    )
+    assert by_gate["j"]["xaxis"]["title"]["text"] == "share below -0.9"
+    assert by_gate["j"]["title"]["text"] == "j (tanh): saturation"
     band = page.evaluate("document.querySelector('#bands > div').layout")
     assert band["showlegend"] and band["yaxis"]["title"]["text"] == "activation"
     size = page.locator("#summary tr", has_text="on disk").inner_text()

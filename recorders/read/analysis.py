@@ -3,9 +3,11 @@
 After Karpathy, Johnson and Fei-Fei (2015), "Visualizing and Understanding Recurrent
 Networks", and the LSTMVis / RNNVis tools:
 
-- `saturation`: per cell, gate and unit, the fraction of activations below 0.1
-  (left-saturated) and above 0.9 (right-saturated); `saturation_across` the same at each
-  checkpoint or epoch of a series (`recorders.read.series`);
+- `saturation`: per cell, gate and unit, the fraction of activations near each end of the
+  gate's nonlinearity (`recorders.write.totals.saturation_bounds`: below 0.1 and above 0.9
+  for sigmoid, as Karpathy et al. count it; below -0.9 and above 0.9 for tanh; none for relu
+  or an identity, which do not saturate), or below and above the thresholds you give;
+  `saturation_across` the same at each checkpoint or epoch of a series (`recorders.read.series`);
 - `dead_units`: the gate units saturated on one side in nearly every row (always shut or
   always open), and `dead_units_across` a series: when in training they died;
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
@@ -40,10 +42,12 @@ from recorders.read.series import Series
 from recorders.read.tables import Range, part_shares
 from recorders.read.units import unit_scores
 from recorders.write.columns import PARTS
+from recorders.write.totals import saturation_bounds
 
 __all__ = [
     "saturation",
     "saturation_across",
+    "bounds_of",
     "dead_units",
     "dead_units_across",
     "step_stats",
@@ -68,10 +72,12 @@ def saturation(
     rec: Recording,
     cells: Sequence[str] | None = None,
     gates: Sequence[str] | None = None,
-    low: float = 0.1,
-    high: float = 0.9,
+    low: float | None = None,
+    high: float | None = None,
 ) -> pd.DataFrame:
-    """cell, gate, unit, left (fraction of activations < low), right (fraction > high), n."""
+    """cell, gate, unit, left (fraction of activations < low), right (fraction > high), n,
+    low, high. The thresholds are each gate's nonlinearity's (see the module docstring: NaN
+    fractions and thresholds for a gate that does not saturate), or `low` and `high` for every gate."""
     rows = []
     for (cell, gate), s in gate_summaries(rec, cells, gates, "activation", low, high, ()).items():
         units, left, right = s.saturated()
@@ -84,18 +90,20 @@ def saturation(
                     "left": left,
                     "right": right,
                     "n": s.n[units],
+                    "low": s.low,
+                    "high": s.high,
                 }
             )
         )
-    return _frame(rows, ["cell", "gate", "unit", "left", "right", "n"])
+    return _frame(rows, ["cell", "gate", "unit", "left", "right", "n", "low", "high"])
 
 
 def saturation_across(
     series: Series,
     cells: Sequence[str] | None = None,
     gates: Sequence[str] | None = None,
-    low: float = 0.1,
-    high: float = 0.9,
+    low: float | None = None,
+    high: float | None = None,
 ) -> pd.DataFrame:
     """`saturation` at each complete value of a series' key (`recorders.read.series`): the key
     (`checkpoint` or `epoch`) first, then cell, gate, unit, left, right, n; how the gates'
@@ -108,12 +116,13 @@ def dead_units(
     cells: Sequence[str] | None = None,
     gates: Sequence[str] | None = None,
     fraction: float = 0.99,
-    low: float = 0.1,
-    high: float = 0.9,
+    low: float | None = None,
+    high: float | None = None,
 ) -> pd.DataFrame:
     """cell, gate, unit, state, share, n: the gate units below `low` (state "shut") or above
-    `high` ("open") in at least `fraction` of their rows, from `saturation`; a gate unit that
-    hardly ever moves passes (or blocks) the same share of everything, whatever the input."""
+    `high` ("open") in at least `fraction` of their rows, from `saturation` (each gate's
+    nonlinearity's thresholds unless given); a gate unit that hardly ever moves passes (or
+    blocks) the same share of everything, whatever the input."""
     if not 0 < fraction <= 1:
         raise SelectionError(f"fraction {fraction!r}: expected a share of rows in (0, 1]")
     sat = saturation(rec, cells, gates, low, high)
@@ -130,8 +139,8 @@ def dead_units_across(
     cells: Sequence[str] | None = None,
     gates: Sequence[str] | None = None,
     fraction: float = 0.99,
-    low: float = 0.1,
-    high: float = 0.9,
+    low: float | None = None,
+    high: float | None = None,
 ) -> pd.DataFrame:
     """`dead_units` at each complete value of a series' key, the key first: which gate units
     died (or came back) along training."""
@@ -156,7 +165,7 @@ def step_stats(
 ) -> pd.DataFrame:
     """cell, gate, step, mean, and one column per quantile (`q10`, `q50`, `q90`), over examples and units."""
     rows = []
-    for (cell, gate), s in gate_summaries(rec, cells, gates, column, 0.1, 0.9, quantiles).items():
+    for (cell, gate), s in gate_summaries(rec, cells, gates, column, None, None, quantiles).items():
         frame = pd.DataFrame({"cell": cell, "gate": gate, "step": s.steps, "mean": s.mean})
         for q, values in zip(quantiles, s.quantiles, strict=True):
             frame[quantile_column(q)] = values
@@ -169,29 +178,45 @@ def gate_summaries(
     cells: Sequence[str] | None = None,
     gates: Sequence[str] | None = None,
     column: str = "activation",
-    low: float = 0.1,
-    high: float = 0.9,
+    low: float | None = None,
+    high: float | None = None,
     quantiles: Sequence[float] = (0.1, 0.5, 0.9),
 ) -> dict[tuple[str, str], Summary]:
     """`saturation` and `step_stats` of each (cell, gate) as arrays, from one read of each
-    gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads. The
+    gate's `column` (`Recording.gate_blocks`), the gates read in parallel threads; the
+    thresholds each gate's nonlinearity's (`bounds_of`) unless `low` and `high` are given. The
     quantiles are exact (numpy's, as pandas computes them), so each thread holds one gate's
     column: 4 bytes per row of that gate."""
     pairs = [
         (c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates
     ]
+    bounds = {(c, g): bounds_of(rec, c, g, low, high) for c, g in pairs}
     if rec.kind == "summary":
-        return {pair: _from_summary(rec, *pair, column, low, high, quantiles) for pair in pairs}
+        return {pair: _from_summary(rec, *pair, column, *bounds[pair], quantiles) for pair in pairs}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = pool.map(
-            lambda pair: _summary(rec, pair[0], pair[1], column, low, high, quantiles), pairs
+            lambda pair: _summary(rec, pair[0], pair[1], column, *bounds[pair], quantiles), pairs
         )
         return dict(zip(pairs, done, strict=True))
 
 
+def bounds_of(
+    rec: Recording, cell: str, gate: str, low: float | None = None, high: float | None = None
+) -> tuple[float, float]:
+    """The saturation thresholds of a gate: `low` and `high` where given (both), else its
+    nonlinearity's (`recorders.write.totals.saturation_bounds`); NaN, NaN where it has none."""
+    if (low is None) != (high is None):
+        raise SelectionError("give both saturation thresholds, low and high, or neither")
+    if low is not None and high is not None:
+        return float(low), float(high)
+    found = saturation_bounds(rec.cell(cell), gate)
+    return found if found is not None else (np.nan, np.nan)
+
+
 class Summary(NamedTuple):
     """One gate over a recording: per unit, `left` and `right` (rows below `low`, above
-    `high`) and `n` (rows); per step of `steps`, the `mean` and one array per quantile."""
+    `high`: NaN where the gate does not saturate) and `n` (rows); per step of `steps`, the
+    `mean` and one array per quantile."""
 
     left: np.ndarray
     right: np.ndarray
@@ -199,10 +224,16 @@ class Summary(NamedTuple):
     steps: np.ndarray
     mean: np.ndarray
     quantiles: list[np.ndarray]
+    low: float = np.nan
+    high: float = np.nan
 
     def saturated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The units with rows, and their fractions of rows below `low` and above `high`."""
+        """The units with rows, and their fractions of rows below `low` and above `high`
+        (NaN for a gate that does not saturate)."""
         units = np.flatnonzero(self.n)
+        if np.isnan(self.low):
+            nothing = np.full(len(units), np.nan)
+            return units, nothing, nothing
         return units, self.left[units] / self.n[units], self.right[units] / self.n[units]
 
 
@@ -242,7 +273,7 @@ def _summary(
         mean[k] = values.mean(dtype=np.float64)
         if len(quantiles):
             qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
-    return Summary(left, right, n, steps, mean, list(qs))
+    return Summary(left, right, n, steps, mean, list(qs), low, high)
 
 
 def _from_summary(
@@ -258,20 +289,31 @@ def _from_summary(
     full recording of the same sequences gives them; each quantile the top of the bin holding
     the exact (inverted-CDF) one, at most a bin's width above it."""
     stats = rec.statistics
-    if (low, high) != (stats.low, stats.high):
-        raise SelectionError(
-            f"{rec.path} is a summary that counted values below {stats.low:g} and above {stats.high:g}, not "
-            f"{low:g} and {high:g}; ask for those thresholds, or summarise again with --saturation {low:g},{high:g}"
-        )
     _, per_unit = stats.stats(cell, "gates", gate, column, "unit")
     steps, per_step = stats.stats(cell, "gates", gate, column, "step")
+    if np.isnan(low) or (low, high) == (stats.low, stats.high):
+        left, right = per_unit.below, per_unit.above
+    else:  # thresholds at edges of the histogram (a tanh gate's -0.9 and 0.9): counted from it
+        at = [np.flatnonzero(np.isclose(per_unit.edges, t, rtol=0, atol=1e-9)) for t in (low, high)]
+        if not (len(at[0]) and len(at[1])):
+            raise SelectionError(
+                f"{rec.path} is a summary that counted values below {stats.low:g} and above {stats.high:g}, "
+                f"and gate {gate} of {cell} in bins of edges {per_unit.edges[0]:g} to {per_unit.edges[-1]:g}; "
+                f"{low:g} and {high:g} are neither: ask for those thresholds, or summarise again with "
+                f"--saturation {low:g},{high:g}"
+            )
+        # slot 0 holds values below the first edge, slot k + 1 those from edge k to edge k + 1
+        left = per_unit.histogram[:, : at[0][0] + 1].sum(axis=1)
+        right = per_unit.histogram[:, at[1][0] + 1 :].sum(axis=1)
     return Summary(
-        per_unit.below,
-        per_unit.above,
+        left,
+        right,
         per_unit.count,
         steps.astype(np.int32),
         per_step.mean,
         [per_step.quantile(q) for q in quantiles],
+        low,
+        high,
     )
 
 

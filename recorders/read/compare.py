@@ -17,8 +17,10 @@ default), the difference `b - a` in float64:
 
     gates     max_abs, mean_abs and rmse; units_beyond: the share of units whose largest
               difference exceeds `tolerance`; first_step_beyond: the first step where any
-              difference does; saturated_a_only / saturated_b_only: values above `high`
-              (0.9) in one recording and not in the other
+              difference does; saturated_a_only / saturated_b_only: values saturated (near
+              either end of the gate's nonlinearity, as `analysis.saturation` counts them:
+              below 0.1 or above 0.9 for sigmoid, beyond -0.9 or 0.9 for tanh) in one
+              recording and not in the other
     steps     the same three per step: how the difference grows along the sequence
     units     the `top` units of any gate with the largest mean absolute difference
     examples  the `top` examples of any gate with the largest mean absolute difference
@@ -180,7 +182,6 @@ def compare(
     column: str = "activation",
     tolerance: float = 1e-3,
     top: int = 10,
-    high: float = 0.9,
 ) -> Comparison:
     """Recordings `a` and `b` compared gate by gate (see the module docstring)."""
     if not tolerance >= 0:
@@ -218,8 +219,7 @@ def compare(
                     if d.shape[2]
                     else 0.0,
                     "first_step_beyond": int(step_numbers[beyond[0]]) if len(beyond) else None,
-                    "saturated_a_only": int(((x > high) & ~(y > high)).sum()),
-                    "saturated_b_only": int(((y > high) & ~(x > high)).sum()),
+                    **_saturated(a, ca, gate, x, y),
                 }
             )
             steps.append(pd.DataFrame({**keys, "step": step_numbers, **per_step}))
@@ -236,6 +236,18 @@ def compare(
         _most(units, top),
         _most(examples, top),
     )
+
+
+def _saturated(a: Recording, cell: str, gate: str, x: np.ndarray, y: np.ndarray) -> dict:
+    """How many values are saturated in A and not in B, and the other way (0 for a gate that
+    does not saturate), at the gate's nonlinearity's thresholds (`analysis.bounds_of`)."""
+    from recorders.read.analysis import bounds_of
+
+    low, high = bounds_of(a, cell, gate)
+    if np.isnan(low):
+        return {"saturated_a_only": 0, "saturated_b_only": 0}
+    sa, sb = (x < low) | (x > high), (y < low) | (y > high)
+    return {"saturated_a_only": int((sa & ~sb).sum()), "saturated_b_only": int((sb & ~sa).sum())}
 
 
 def _reduced(d: np.ndarray, held: np.ndarray, axes: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import numpy as np
+
 from recorders.errors import SelectionError, install_hint
 from recorders.read.analysis import quantile_column, saturation, step_stats
 from recorders.read.reader import Recording
@@ -63,7 +65,8 @@ def gate_heatmap(rec: Recording, cell: str, gate: str, example: int, column: str
 
 
 def saturation_scatter(rec: Recording, cell: str, gates: Sequence[str] | None = None):
-    """Fraction of left- (< 0.1) vs right-saturated (> 0.9) activations of each unit, a panel per gate."""
+    """Fraction of left- vs right-saturated activations of each unit (near the ends of each
+    gate's nonlinearity: `analysis.saturation`), a panel per gate."""
     plt = _pyplot()
     sat = saturation(rec, [cell], gates)
     labels = list(gates) if gates else rec.gates(cell)
@@ -74,7 +77,9 @@ def saturation_scatter(rec: Recording, cell: str, gates: Sequence[str] | None = 
         part = sat[sat["gate"] == gate]
         ax.scatter(part["left"], part["right"], s=12, alpha=0.7)
         ax.plot([0, 1], [1, 0], color="grey", lw=0.5)
-        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="left-saturated", title=gate)
+        low, high = (part["low"].iloc[0], part["high"].iloc[0]) if len(part) else (np.nan, np.nan)
+        shown = f"< {low:g} | > {high:g}" if np.isfinite(low) else "does not saturate"
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=f"left-saturated ({shown})", title=gate)
     axes[0][0].set_ylabel("right-saturated")
     fig.suptitle(cell)
     return fig

@@ -3,7 +3,8 @@ arguments, reads only what it needs through it (cell and gate folders, example a
 row groups, columns), and returns JSON-ready dicts. No web framework here, no TensorFlow.
 
 - `overview`: the manifest's figures, and per cell and gate the saturation of every unit
-  and the per-step mean with a quantile band (`recorders.read.analysis`);
+  (near the ends of the gate's nonlinearity: `analysis.bounds_of`) and the per-step mean with
+  a quantile band (`recorders.read.analysis`);
 - `across`: for a series (a recording per epoch or checkpoint), each gate's saturation along it;
 - `heatmap`: steps x units of one gate (or state) of one example;
 - `unit`: one unit along the steps of one example, and the positions where it is highest;
@@ -32,6 +33,7 @@ from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.write.columns import PARTS
+from recorders.write.totals import nonlinearity
 
 __all__ = [
     "overview",
@@ -113,6 +115,10 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
             gates.append(
                 {
                     "gate": gate,
+                    # where it saturates: its nonlinearity's ends (null: it does not)
+                    "nonlinearity": nonlinearity(rec.cell(name), gate),
+                    "below": None if np.isnan(s.low) else s.low,
+                    "above": None if np.isnan(s.high) else s.high,
                     "units": units.tolist(),
                     "left": rounded(left, 4),
                     "right": rounded(right, 4),
@@ -126,7 +132,6 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
     return {
         "path": str(rec.path),
         "summary": summary,
-        "saturation": {"low": 0.1, "high": 0.9},  # gate_summaries' thresholds
         "cells": cells,
         "parts": rec.has_parts(),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"

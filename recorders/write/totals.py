@@ -35,6 +35,7 @@ __all__ = [
     "Bins",
     "Totals",
     "RANGES",
+    "saturation_bounds",
     "RANGED_BINS",
     "STATS",
     "KEY_COLUMNS",
@@ -69,12 +70,28 @@ def _joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
 
 def nonlinearity(cell: Mapping[str, Any], gate: str) -> str:
     """The nonlinearity of `gate`'s activation in a cell described as the manifest describes
-    it: the candidate (LSTM `j`, GRU `c`) and a simple RNN's `h` go through the cell's
-    `activation`; the other gates (i, f, o; r, u) through its `recurrent_activation`, which
-    TensorFlow's own cells fix to sigmoid."""
+    it: its `nonlinearities` entry (every cell's, a cell of your own's the op its pattern
+    named); in a manifest written before they were listed, the candidate (LSTM `j`, GRU `c`)
+    and a simple RNN's `h` go through the cell's `activation`, the other gates (i, f, o; r, u)
+    through its `recurrent_activation`, which TensorFlow's own cells fix to sigmoid."""
+    listed = cell.get("nonlinearities")
+    if isinstance(listed, Mapping) and isinstance(listed.get(gate), str):
+        return str(listed[gate]).lower()
     if gate in ("j", "c", "h"):
         return str(cell.get("activation") or "tanh").lower()
     return str(cell.get("recurrent_activation") or "sigmoid").lower()
+
+
+def saturation_bounds(cell: Mapping[str, Any], gate: str) -> tuple[float, float] | None:
+    """Where `gate` of a described cell saturates: below and above the values within a tenth
+    of each end of its nonlinearity's range (`RANGES`: 0.1 and 0.9 for sigmoid, as Karpathy,
+    Johnson and Fei-Fei 2015 count it; -0.9 and 0.9 for tanh); None for a nonlinearity without
+    a range (relu, a cell of your own's identity): it does not saturate."""
+    bounded = RANGES.get(nonlinearity(cell, gate))
+    if bounded is None:
+        return None
+    lo, hi = bounded
+    return lo + 0.1, hi - 0.1
 
 
 @dataclass(frozen=True)

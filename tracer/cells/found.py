@@ -255,6 +255,7 @@ class Cell(HasSpec):
             "forget_bias": self.forget_bias,
             "activation": self.activation,
             "recurrent_activation": self.recurrent_activation,
+            "nonlinearities": self.spec.nonlinearities(self.activation, self.recurrent_activation),
             "cell_clip": self.cell_clip,
             "proj_clip": self.proj_clip,
             "peepholes": all(k in self.weights for k in ("w_i_diag", "w_f_diag", "w_o_diag")),
@@ -558,6 +559,7 @@ def _replayed(cell: KerasCell | LiteCell, framework: str) -> dict:
         "states": list(cell.spec.states),
         "activation": cell.activation,
         "recurrent_activation": cell.recurrent_activation,
+        "nonlinearities": cell.spec.nonlinearities(cell.activation, cell.recurrent_activation),
     }
 
 

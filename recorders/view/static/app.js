@@ -116,20 +116,28 @@ function drawAcross(s) {
 
 function drawOverview(name) {
   const c = cellInfo(name);
-  const { low, high } = state.overview.saturation;
-  $("saturation-note").textContent = `Each point a unit: the share of its activations below ${low} (left-saturated, x) ` +
-    `and above ${high} (right-saturated, y), over every recorded position.`;
+  $("saturation-note").textContent = "Each point a unit: the share of its activations near each end of its gate's " +
+    "nonlinearity (left-saturated, x; right-saturated, y), over every recorded position: below 0.1 and above 0.9 " +
+    "for sigmoid, below -0.9 and above 0.9 for tanh; a gate whose nonlinearity has no range (relu) does not saturate.";
   for (const id of ["saturation", "bands"]) $(id).innerHTML = "";
   for (const g of c.gate_stats) {
     const sat = document.createElement("div");
     $("saturation").appendChild(sat);
-    // half-transparent markers (units often share a point), axes a little past 0 and 1
-    Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u) => `unit ${u}`), mode: "markers", type: "scatter",
-      marker: { size: 7, opacity: 0.55 }, cliponaxis: false,
-      hovertemplate: `%{text}<br>below ${low}: %{x:.3f}<br>above ${high}: %{y:.3f}<extra></extra>` }],
-      { title: { text: `${g.gate}: saturation` }, margin: { t: 30, l: 48, r: 10, b: 40 },
-        xaxis: { title: { text: `share below ${low}` }, range: [-0.04, 1.04], zeroline: false },
-        yaxis: { title: { text: `share above ${high}` }, range: [-0.04, 1.04], zeroline: false } }, { displayModeBar: false });
+    const title = `${g.gate} (${g.nonlinearity}): saturation`;
+    if (g.below === null) {  // nothing to count: draw the frame with its reason
+      Plotly.newPlot(sat, [], { title: { text: title }, margin: { t: 30, l: 48, r: 10, b: 40 },
+        xaxis: { visible: false }, yaxis: { visible: false },
+        annotations: [{ text: `${g.nonlinearity} has no range:<br>it does not saturate`, showarrow: false, x: 0.5, y: 0.5, xref: "paper", yref: "paper" }] },
+        { displayModeBar: false });
+    } else {
+      // half-transparent markers (units often share a point), axes a little past 0 and 1
+      Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u) => `unit ${u}`), mode: "markers", type: "scatter",
+        marker: { size: 7, opacity: 0.55 }, cliponaxis: false,
+        hovertemplate: `%{text}<br>below ${g.below}: %{x:.3f}<br>above ${g.above}: %{y:.3f}<extra></extra>` }],
+        { title: { text: title }, margin: { t: 30, l: 48, r: 10, b: 40 },
+          xaxis: { title: { text: `share below ${g.below}` }, range: [-0.04, 1.04], zeroline: false },
+          yaxis: { title: { text: `share above ${g.above}` }, range: [-0.04, 1.04], zeroline: false } }, { displayModeBar: false });
+    }
     const band = document.createElement("div");
     $("bands").appendChild(band);
     Plotly.newPlot(band, [

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -136,6 +137,34 @@ class CellSpec:
     @property
     def is_lstm(self) -> bool:
         return self.states == ("c", "h")
+
+    def nonlinearities(self, activation: Any, recurrent_activation: Any) -> dict[str, str]:
+        """Each gate's nonlinearity, by name (what its saturation is measured against): the
+        candidate (an LSTM's `j`, a GRU's `c`) and a simple RNN's `h` go through `activation`,
+        the other gates through `recurrent_activation`; a cell of your own's gates through the
+        op each gate's pattern named (`gate_names`: "Sigmoid rnn/while/...")."""
+        if self.kind == "named":
+            ops = [m.split(" ")[0] for m in self.gate_names]
+            return {
+                g: _OP_NONLINEARITY.get(op, op.lower())
+                for g, op in zip(self.gates, ops, strict=True)
+            }
+        candidate = str(activation or "tanh").lower()  # TensorFlow's own cells: tanh, sigmoid
+        gate = str(recurrent_activation or "sigmoid").lower()
+        return {g: candidate if g in ("j", "c", "h") else gate for g in self.gates}
+
+
+# the nonlinearity an op of a cell of your own applies, by its op type
+_OP_NONLINEARITY = {
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softsign": "softsign",
+    "Softplus": "softplus",
+}
 
 
 class HasSpec:
