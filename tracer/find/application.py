@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from tracer._tf import tf
 from tracer.cells.found import Cell, Step
 from tracer.cells.kinds import CellSpec
+from tracer.cells.kinds.spec import OP_ACTIVATIONS
 
 __all__ = ["ADDS", "ACTIVATIONS", "Application", "cell_of", "step_of"]
 
@@ -20,17 +21,7 @@ ADDS = {"Add", "AddV2"}  # the op types of `a + b`
 
 
 # TensorFlow op type of a cell's `activation` -> the name gatetrace records.
-ACTIVATIONS = {
-    "Tanh": "tanh",
-    "Sigmoid": "sigmoid",
-    "Relu": "relu",
-    "Relu6": "relu6",
-    "Elu": "elu",
-    "Selu": "selu",
-    "Softsign": "softsign",
-    "Softplus": "softplus",
-    "Identity": "linear",
-}
+ACTIVATIONS = OP_ACTIVATIONS
 
 
 @dataclass

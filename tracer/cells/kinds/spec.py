@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CellSpec", "HasSpec", "GateWeights", "CellMath", "Options", "Replaying"]
+__all__ = [
+    "CellSpec",
+    "HasSpec",
+    "GateWeights",
+    "CellMath",
+    "Options",
+    "Replaying",
+    "OP_ACTIVATIONS",
+]
 
 Array = np.ndarray
 Activation = Callable[[np.ndarray], np.ndarray]
@@ -146,24 +154,25 @@ class CellSpec:
         if self.kind == "named":
             ops = [m.split(" ")[0] for m in self.gate_names]
             return {
-                g: _OP_NONLINEARITY.get(op, op.lower())
-                for g, op in zip(self.gates, ops, strict=True)
+                g: OP_ACTIVATIONS.get(op, op.lower()) for g, op in zip(self.gates, ops, strict=True)
             }
         candidate = str(activation or "tanh").lower()  # TensorFlow's own cells: tanh, sigmoid
         gate = str(recurrent_activation or "sigmoid").lower()
         return {g: candidate if g in ("j", "c", "h") else gate for g in self.gates}
 
 
-# the nonlinearity an op of a cell of your own applies, by its op type
-_OP_NONLINEARITY = {
-    "Sigmoid": "sigmoid",
+# TensorFlow op type of a nonlinearity -> the name gatetrace records (a cell's `activation`,
+# the op a gate of your own cell's pattern names)
+OP_ACTIVATIONS = {
     "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
     "Relu": "relu",
     "Relu6": "relu6",
     "Elu": "elu",
     "Selu": "selu",
     "Softsign": "softsign",
     "Softplus": "softplus",
+    "Identity": "linear",
 }
 
 
