@@ -79,13 +79,12 @@ def quantise_rows(v: np.ndarray, asymmetric: bool) -> tuple[np.ndarray, np.ndarr
 
 
 def _product(
-    rows: np.ndarray, codes: np.ndarray, scales: np.ndarray, asymmetric: bool
+    rows: np.ndarray, matrix: np.ndarray, row_sums: np.ndarray, scales: np.ndarray, asymmetric: bool
 ) -> np.ndarray:
-    """Steps 1-3 for `rows` [rows, n] and int8 `codes` [n, cols] of column `scales`: [rows,
-    cols] float32, the bias not added."""
+    """Steps 1-3 for `rows` [rows, n] and the int8 codes `matrix` [n, cols] (as int64, with
+    each column's sum `row_sums`) of column `scales`: [rows, cols] float32, the bias not added."""
     q, row_scale, zero = quantise_rows(rows, asymmetric)
-    matrix = codes.astype(np.int64)
-    sums = q @ matrix - zero[:, None] * matrix.sum(axis=0)[None, :]  # exact in int64
+    sums = q @ matrix - zero[:, None] * row_sums[None, :]  # exact in int64
     return sums.astype(_f32) * (row_scale[:, None] * scales[None, :]).astype(_f32)
 
 
@@ -102,6 +101,12 @@ class HybridProducts:
         initial_h: np.ndarray,
     ):
         self.weights, self.bias, self.d = weights, np.asarray(bias, _f32), d
+        codes = weights.codes.astype(np.int64)  # once, not at every step
+        self._input, self._recurrent = codes[:d], codes[d:]
+        self._input_sums, self._recurrent_sums = (
+            self._input.sum(axis=0),
+            self._recurrent.sum(axis=0),
+        )
         self.outputs = np.asarray(outputs, _f32)  # [examples, steps, width], the op's
         self.initial = np.asarray(initial_h, _f32)
 
@@ -109,7 +114,9 @@ class HybridProducts:
         """bias + the input part of every step: `x` [steps, rows, d] into `out` [steps, rows, cols]."""
         w = self.weights
         steps, n, d = x.shape
-        part = _product(x.reshape(steps * n, d), w.codes[:d], w.input_scales, w.asymmetric)
+        part = _product(
+            x.reshape(steps * n, d), self._input, self._input_sums, w.input_scales, w.asymmetric
+        )
         np.add(self.bias, part.reshape(steps, n, -1), out=out)
 
     def recurrent(self, t: int, rows: slice, out: np.ndarray) -> None:
@@ -117,4 +124,6 @@ class HybridProducts:
         output of step t - 1 (its initial h at step 0) quantised and multiplied."""
         w = self.weights
         h = self.initial[rows] if t == 0 else self.outputs[rows, t - 1]
-        out[...] = _product(h, w.codes[self.d :], w.recurrent_scales, w.asymmetric)
+        out[...] = _product(
+            h, self._recurrent, self._recurrent_sums, w.recurrent_scales, w.asymmetric
+        )
