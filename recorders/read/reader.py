@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from recorders.errors import SelectionError
+from recorders.read.codes import codes, quantisation_of
 from recorders.read.files import (
     TABLES,
     default_memory,
@@ -324,6 +325,30 @@ class Recording:
     ) -> np.ndarray:
         """One state as a float32 array [examples, steps, width] (axes as for `gate_array`)."""
         return self._array(self.state_frame([cell], [state], steps, examples), "value", examples)
+
+    def gate_codes(
+        self,
+        cell: str,
+        gate: str,
+        column: str = "activation",
+        examples: Range | None = None,
+        steps: Range | None = None,
+    ) -> np.ma.MaskedArray:
+        """The integer codes a full-integer kernel held for one gate's `column`
+        (`preactivation` or `activation`), [examples, steps, units], masked where no row was
+        recorded; SelectionError for a cell that was not recorded from integer arithmetic
+        (`recorders.read.codes`)."""
+        kind, scale, zero = quantisation_of(self.cell(cell), cell, column)
+        values = self.gate_array(cell, gate, column, examples, steps)
+        return codes(values, kind, scale, zero, f"cell {cell}, gate {gate}, {column}")
+
+    def state_codes(
+        self, cell: str, state: str, examples: Range | None = None, steps: Range | None = None
+    ) -> np.ma.MaskedArray:
+        """The integer codes a full-integer kernel held for one state, as `gate_codes`."""
+        kind, scale, zero = quantisation_of(self.cell(cell), cell, state)
+        values = self.state_array(cell, state, examples, steps)
+        return codes(values, kind, scale, zero, f"cell {cell}, state {state}")
 
     def gate_blocks(self, cell: str, gate: str, column: str = "activation") -> Iterator[Block]:
         """One gate's `column`, a row group at a time, as dense `Block`s: the whole gate is

@@ -28,6 +28,7 @@ __all__ = [
     "LiteCell",
     "LiteBody",
     "LiteHybrid",
+    "LiteInteger",
     "AnyCell",
 ]
 
@@ -468,6 +469,42 @@ class LiteHybrid:
 
 
 @dataclass(frozen=True)
+class LiteInteger:
+    """What TensorFlow Lite's integer LSTM kernel computes with (a fused op quantised for
+    integer arithmetic: int8 activations, an int16 cell state; `tracer.values.integer`), as
+    the file holds it: the gates' int8 matrices `input_codes` [gates, units, features] and
+    `recurrent_codes` [gates, units, output] and int32 `biases` [gates, units], in the op's
+    order (i, f, c, o); each matrix's scale; the input's and the output state's scale and
+    zero point; the cell state's scale and its power of two (`cell_exponent`); the hidden
+    value's scale and zero point (the op's fifth intermediate tensor); the op's cell clip."""
+
+    input_codes: np.ndarray = field(repr=False)
+    recurrent_codes: np.ndarray = field(repr=False)
+    biases: np.ndarray = field(repr=False)
+    input_weight_scales: tuple[float, ...]
+    recurrent_weight_scales: tuple[float, ...]
+    input_scale: float
+    input_zero: int
+    h_scale: float
+    h_zero: int
+    cell_scale: float
+    cell_exponent: int
+    hidden_scale: float
+    hidden_zero: int
+    cell_clip: float
+
+    def quantisation(self) -> dict[str, dict[str, Any]]:
+        """How each recorded column and state holds its codes: value = scale x (code - zero_point)."""
+        return {
+            "preactivation": {"type": "int16", "scale": 2.0**-12, "zero_point": 0},
+            "activation": {"type": "int16", "scale": 2.0**-15, "zero_point": 0},
+            "c": {"type": "int16", "scale": self.cell_scale, "zero_point": 0},
+            "h": {"type": "int8", "scale": self.h_scale, "zero_point": self.h_zero},
+            "inputs": {"type": "int8", "scale": self.input_scale, "zero_point": self.input_zero},
+        }
+
+
+@dataclass(frozen=True)
 class LiteCell(HasSpec):
     """One recurrent op of a TensorFlow Lite file (`tracer.find.lite`), as gatetrace records it.
 
@@ -512,6 +549,7 @@ class LiteCell(HasSpec):
     backward: bool = False
     body: LiteBody | None = None
     hybrid: LiteHybrid | None = None  # a fused op's int8 weights, where it runs the hybrid kernel
+    integer: LiteInteger | None = None  # a fused op's codes, where it runs the integer kernel
     forget_bias: None = None
     num_proj: None = None
     loop: None = None
@@ -532,6 +570,7 @@ class LiteCell(HasSpec):
             "variables": dict(self.variables),
             "numbers": self.numbers,
             **({"scales": self.hybrid.scales(self.spec.gates)} if self.hybrid is not None else {}),
+            **({"quantisation": self.integer.quantisation()} if self.integer is not None else {}),
             "path": self.path,
             "why": (
                 f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import GraphPatternError, NoCellFoundError
-from tracer.cells.found import LiteCell, LiteHybrid
+from tracer.cells.found import LiteCell, LiteHybrid, LiteInteger
 from tracer.cells.kinds import LITE_LSTM, LITE_RNN
 from tracer.find.lite_loops import find_loops
 from tracer.load.tflite import ACTIVATIONS, LiteModel, tensor_name
@@ -247,6 +247,101 @@ def _hybrid(
     )
 
 
+def _integer(
+    reader: _Reader, op: Any
+) -> tuple[LiteInteger, list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """A full-integer LSTM op's codes and scales (`LiteInteger`), and its matrices and biases
+    dequantised (scale x code, as the weights table gives them). What the integer kernel
+    would compute otherwise than `tracer.values.integer` replays is refused in one line."""
+    where, model = reader.where, reader.model
+    extras = [
+        what
+        for at, what in ((9, "peepholes"), (16, "a projection"), (20, "layer normalisation"))
+        if reader.given(at)
+    ]
+    if extras:
+        raise GraphPatternError(
+            f"{where}: a full-integer LSTM with {' and '.join(extras)}, whose integer arithmetic gatetrace "
+            "does not reproduce yet: record the float model (converted without optimizations)"
+        )
+    intermediates = [int(t) for t in (op.intermediates if op.intermediates is not None else [])]
+    if len(intermediates) != 5:
+        raise GraphPatternError(
+            f"{where}: a full-integer LSTM with {len(intermediates)} intermediate tensors; gatetrace reproduces the "
+            "kernel of int8 activations and an int16 cell state, whose op has 5 (what TensorFlow's converter "
+            "writes): record the float model"
+        )
+    shown = ACTIVATIONS.get(getattr(op.builtinOptions, "fusedActivationFunction", 0), "?")
+    if shown != "tanh":
+        raise GraphPatternError(
+            f"{where}: a full-integer LSTM whose activation is {shown}; TensorFlow Lite's integer kernel "
+            "applies tanh whatever the op says, so gatetrace does not say what it computed"
+        )
+
+    def quant(tensor: int, kind: str, what: str) -> tuple[float, int]:
+        t = model.main.tensors[tensor]
+        q = t.quantization
+        scales = [] if q is None or q.scale is None else [float(v) for v in q.scale]
+        zeros = [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint]
+        found = reader.types.get(t.type, "?")
+        if found != kind or len(scales) != 1 or len(zeros) > 1 or scales[0] <= 0:
+            raise GraphPatternError(
+                f"{where}: its {what} ({tensor_name(t)}) is {found.lower()} with {len(scales)} scales; "
+                f"TensorFlow Lite's integer LSTM kernel reads {kind.lower()} of one scale there"
+            )
+        return scales[0], zeros[0] if zeros else 0
+
+    def codes(at: int, kind: str, what: str) -> tuple[np.ndarray, float]:
+        scale, zero = quant(reader.tensor(at), kind, what)
+        if zero and kind == "INT8":
+            raise GraphPatternError(
+                f"{where}: its {what} have zero point {zero}; the integer kernel reads weights of zero point 0"
+            )
+        t = model.main.tensors[reader.tensor(at)]
+        data = model.parsed.buffers[t.buffer].data
+        numpy_type = np.int8 if kind == "INT8" else np.int32
+        shape = [int(d) for d in t.shape]
+        if data is None or len(data) != int(np.prod(shape)) * np.dtype(numpy_type).itemsize:
+            raise GraphPatternError(
+                f"{where}: its {what} ({tensor_name(t)}) are not stored in the file"
+            )
+        return np.frombuffer(bytes(data), numpy_type).reshape(shape), scale
+
+    W = [codes(at, "INT8", "input weights") for at in range(1, 5)]
+    U = [codes(at, "INT8", "recurrent weights") for at in range(5, 9)]
+    b = [codes(at, "INT32", "biases") for at in range(12, 16)]
+    input_scale, input_zero = quant(reader.tensor(0), "INT8", "input")
+    h_scale, h_zero = quant(reader.tensor(18), "INT8", "output state")
+    cell_scale, _ = quant(reader.tensor(19), "INT16", "cell state")
+    hidden_scale, hidden_zero = quant(intermediates[4], "INT8", "hidden intermediate")
+    exponent = round(float(np.log2(cell_scale)))
+    # the kernel takes the cell state's scale as 2^exponent, and applies tanh to it with
+    # 15 + exponent integer bits, which it computes for 0 to 6 only
+    if abs(float(np.log2(cell_scale)) - exponent) >= 1e-3 or not -15 <= exponent <= -9:
+        raise GraphPatternError(
+            f"{where}: its cell state's scale is {cell_scale:g}; TensorFlow Lite's integer LSTM kernel computes "
+            "with a power of two from 2^-15 to 2^-9 there"
+        )
+    integer = LiteInteger(
+        input_codes=np.stack([c for c, _ in W]),
+        recurrent_codes=np.stack([c for c, _ in U]),
+        biases=np.stack([c.astype(np.int64) for c, _ in b]),
+        input_weight_scales=tuple(s for _, s in W),
+        recurrent_weight_scales=tuple(s for _, s in U),
+        input_scale=input_scale,
+        input_zero=input_zero,
+        h_scale=h_scale,
+        h_zero=h_zero,
+        cell_scale=cell_scale,
+        cell_exponent=exponent,
+        hidden_scale=hidden_scale,
+        hidden_zero=hidden_zero,
+        cell_clip=float(getattr(op.builtinOptions, "cellClip", 0.0) or 0.0),
+    )
+    real = [[c.astype(np.float32) * np.float32(s) for c, s in group] for group in (W, U, b)]
+    return integer, real[0], real[1], real[2]
+
+
 def _activation(reader: _Reader, options: Any) -> str:
     shown = ACTIVATIONS.get(getattr(options, "fusedActivationFunction", 0), "?")
     if shown not in _REPLAYED:
@@ -256,13 +351,22 @@ def _activation(reader: _Reader, options: Any) -> str:
     return _REPLAYED[shown]
 
 
-def _input_checks(reader: _Reader, model: LiteModel) -> tuple[int, int | None]:
-    """The op's input features and number of steps; its input must be float."""
+def _input_checks(
+    reader: _Reader, model: LiteModel, integer: bool = False
+) -> tuple[int, int | None]:
+    """The op's input features and number of steps; its input must be float (or, where
+    the op runs an `integer` kernel gatetrace replays, int8)."""
     x = model.main.tensors[reader.tensor(0)]
-    if reader.type_of(0) != "FLOAT32":
+    found = reader.type_of(0)
+    if integer and found == "INT16":
         raise GraphPatternError(
-            f"{reader.where}: its input is {reader.type_of(0).lower()} (the model is quantised for integer "
-            "arithmetic); gatetrace records float TensorFlow Lite models only: record the float model"
+            f"{reader.where}: its input is int16 (16x8 quantisation: int16 activations); gatetrace reproduces "
+            "TensorFlow Lite's integer LSTM kernel for int8 activations only: record the float or the int8 model"
+        )
+    if found != "FLOAT32" and not (integer and found == "INT8"):
+        raise GraphPatternError(
+            f"{reader.where}: its input is {found.lower()} (the model is quantised for integer arithmetic); "
+            "gatetrace records this op from float models only: record the float model"
         )
     shape = [int(d) for d in x.shape]
     time_major = bool(getattr(reader.op.builtinOptions, "timeMajor", False))
@@ -312,9 +416,11 @@ def _lstm(
         raise GraphPatternError(
             f"{reader.where}: its projection has a bias, which gatetrace does not replay"
         )
-    features, steps = _input_checks(reader, model)
-    hybrid = None
-    if reader.type_of(1) == "INT8":  # dynamic range: int8 matrices, float activations
+    features, steps = _input_checks(reader, model, integer=kind == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    hybrid = integer = None
+    if reader.type_of(0) == "INT8":  # full integer: int8 activations, an int16 cell state
+        integer, W, U, b = _integer(reader, op)
+    elif reader.type_of(1) == "INT8":  # dynamic range: int8 matrices, float activations
         extras = [what for at, what in ((9, "peepholes"), (16, "projection")) if reader.given(at)]
         if extras:
             raise GraphPatternError(
@@ -325,7 +431,8 @@ def _lstm(
     else:
         W = [reader.array(at, "input weights") for at in range(1, 5)]
         U = [reader.array(at, "recurrent weights") for at in range(5, 9)]
-    b = [reader.array(at, "biases") for at in range(12, 16)]
+    if integer is None:
+        b = [reader.array(at, "biases") for at in range(12, 16)]
     units = W[0].shape[0]
     arrays = {
         "kernel": np.concatenate(
@@ -365,8 +472,9 @@ def _lstm(
         backward=_backward(reader),
         cell_clip=clip or None,
         proj_clip=proj_clip or None,
-        numbers=_numbers(reader, hybrid),
+        numbers=_numbers(reader, hybrid, integer),
         hybrid=hybrid,
+        integer=integer,
     )
 
 
@@ -401,8 +509,10 @@ def _rnn(model: LiteModel, k: int, op: Any, kind: str = "UNIDIRECTIONAL_SEQUENCE
     )
 
 
-def _numbers(reader: _Reader, hybrid: LiteHybrid | None) -> str:
+def _numbers(reader: _Reader, hybrid: LiteHybrid | None, integer: LiteInteger | None = None) -> str:
     """How an op's weights are stored (`LiteCell.numbers`)."""
+    if integer is not None:
+        return "int8 full integer (int8 activations and weights, int16 cell state: integer kernel)"
     if hybrid is not None:
         how = "asymmetric" if hybrid.asymmetric else "symmetric"
         return f"int8 dynamic range (hybrid kernel, inputs quantised {how} per row)"

@@ -31,6 +31,7 @@ from tracer.cells.found import LiteCell
 from tracer.load.formats import KerasInput
 from tracer.load.tflite import LiteModel
 from tracer.values.hybrid import HybridProducts
+from tracer.values.integer import integer_replayed
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
 
@@ -240,6 +241,8 @@ class LitePlan(ReplayedPlan[LiteCell]):
     @staticmethod
     def _replay(cell: LiteCell, seen: dict[str, np.ndarray]) -> Result:
         """One op's cell replayed over what the op received, checked against what it returned."""
+        if cell.integer is not None:
+            return Result(integer_replayed(cell.name, cell.integer, seen), None)
         states = cell.spec.states
         initial = {s: seen[f"initial {s}"] for s in states}
         got = replay(

@@ -1,0 +1,186 @@
+"""Full-integer TensorFlow Lite LSTMs (int8 activations and weights, an int16 cell state):
+recorded as TensorFlow Lite's integer kernel computes them (`tracer.values.integer`, on
+`tracer.values.fixed_point`), refused in one line where gatetrace does not reproduce it.
+
+The files are converted here as users convert them: a tf-keras LSTM (and a stack of two) with
+`Optimize.DEFAULT`, a representative dataset and int8 builtins, with float or int8 inputs and
+outputs. The oracles: TensorFlow's own interpreter run on the file (the recording runs LiteRT's),
+each sequence alone, whose outputs the recorded output state equals code for code; the LSTM's
+equations and the functions' definitions, which the recorded gates and states follow within
+the kernel's fixed-point rounding; the file's codes and scales read through TensorFlow's own
+flatbuffer schema.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_keras import keras_module
+
+T, D, H = 7, 5, 6
+
+
+def _integer_file(inputs: str, layers: int, seed: int, reach: float) -> bytes:
+    """tf-keras LSTMs converted for integer arithmetic; `inputs` "int8" or "float" (the
+    file quantises and dequantises at its ends); input weights drawn from [-reach, reach]
+    (Keras' default where 0)."""
+    from tracer._tf import tf
+
+    keras = keras_module("tf-keras")
+    init = keras.initializers
+    x = inp = keras.Input((T, D), batch_size=1, name="seq")
+    for k in range(layers):
+        x = keras.layers.LSTM(
+            H,
+            return_sequences=True,
+            kernel_initializer=init.RandomUniform(-reach, reach, seed=seed + k)
+            if reach
+            else init.GlorotUniform(seed=seed + k),
+            recurrent_initializer=init.Orthogonal(seed=seed + 10 + k),
+            bias_initializer=init.RandomUniform(-0.5, 0.5, seed=seed + 20 + k),
+            name=f"lstm{k}",
+        )(x)
+    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, x))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.RandomState(seed)
+    converter.representative_dataset = lambda: (
+        [rng.normal(0, 1, (1, T, D)).astype(np.float32)] for _ in range(30)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if inputs == "int8":
+        converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+# (inputs, layers, reach): "saturating" has weights whose products pass Q3.12's edge, 8
+FILES = {
+    "int8 io": ("int8", 1, 0),
+    "float io": ("float", 1, 0),
+    "stack": ("float", 2, 0),
+    "saturating": ("float", 1, 3.0),
+}
+
+
+@pytest.fixture(scope="module")
+def integer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("integer")
+    for seed, (name, (inputs, layers, reach)) in enumerate(FILES.items()):
+        (root / f"{name}.tflite").write_bytes(_integer_file(inputs, layers, seed, reach))
+    return root
+
+
+def _schema(path):
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    return fb, fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(path.read_bytes(), 0))
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+@pytest.mark.parametrize("name", list(FILES))
+def test_a_full_integer_lstm_records_what_its_integer_kernel_computed(integer, tmp_path, name):
+    """Every output state equals, code for code, what TensorFlow's interpreter returns for each
+    sequence alone (the last op's: the file's output; the first op's: its tensor, kept); the
+    gates give the cell state by the LSTM's equation within one step of its scale, and the
+    output state within half a step of its scale and tanh's fixed-point error; each activation
+    is the sigmoid (tanh for j) of its preactivation within that error; every value is a code
+    of the scale the manifest gives, and W per gate is the file's codes times their scale."""
+    import pandas as pd
+
+    from recorders import Recording
+    from tracer._tf import tf
+
+    path = integer / f"{name}.tflite"
+    rng = np.random.RandomState(3)
+    x = rng.normal(0, 1.5, (30, T, D)).astype(np.float32)
+    x[4] *= 6  # inputs far beyond the representative data: the products saturate
+    x[5] = 0
+    it = tf.lite.Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    into, out = it.get_input_details()[0], it.get_output_details()[0]
+    if into["dtype"] == np.int8:  # the file is fed int8 codes: the input's own quantisation
+        scale, zero = into["quantization"]
+        x = np.clip(np.round(x / scale) + zero, -128, 127).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    run = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    fb, model = _schema(path)
+    ops = [
+        k
+        for k, op in enumerate(model.subgraphs[0].operators)
+        if model.operatorCodes[op.opcodeIndex].builtinCode
+        == fb.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    ]
+    details = {d["index"]: d for d in it.get_tensor_details()}
+    wanted: dict[int, list] = {k: [] for k in ops}
+    for row in x:
+        it.reset_all_variables()
+        it.set_tensor(into["index"], row[None])
+        it.invoke()
+        for k in ops:
+            wanted[k].append(it.get_tensor(int(model.subgraphs[0].operators[k].outputs[0]))[0])
+    rec = Recording(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert len(rec.cells) == len(ops)
+    for cell, k in zip(rec.cells, ops, strict=True):
+        op = model.subgraphs[0].operators[k]
+        want = np.stack(wanted[k]).astype(np.int64)  # [examples, steps, units] int8 codes
+        described = next(c for c in manifest["cells"] if c["name"] == cell)
+        assert described["numbers"].startswith("int8 full integer")
+        h_tensor = details[int(op.outputs[0])]
+        q = described["quantisation"]
+        assert (q["h"]["scale"], q["h"]["zero_point"]) == pytest.approx(h_tensor["quantization"])
+        assert q["c"]["scale"] == details[int(op.inputs[19])]["quantization"][0]
+        assert np.array_equal(rec.state_codes(cell, "h"), want)  # code for code
+        if k == ops[-1] and out["dtype"] == np.float32:  # the file's DEQUANTIZE, equal
+            h = rec.state_array(cell, "h")
+            it_out = []
+            for row in x:
+                it.reset_all_variables()
+                it.set_tensor(into["index"], row[None])
+                it.invoke()
+                it_out.append(it.get_tensor(out["index"])[0])
+            assert np.array_equal(h, np.stack(it_out))
+        a = {g: rec.gate_array(cell, g).astype(np.float64) for g in "ifjo"}
+        z = {g: rec.gate_array(cell, g, "preactivation").astype(np.float64) for g in "ifjo"}
+        for g in "ifjo":
+            codes = rec.gate_codes(cell, g)
+            assert codes.dtype == np.int16 and not codes.mask.any()
+            np.testing.assert_array_equal(codes * 2.0**-15, a[g])
+            f = np.tanh if g == "j" else _sigmoid
+            np.testing.assert_allclose(a[g], f(z[g]), atol=4e-4)
+        if name == "saturating":  # preactivations saturated at Q3.12's edges, as the op's
+            assert min(z[g].min() for g in z) == -8 and max(z[g].max() for g in z) == 32767 / 4096
+        c = rec.state_array(cell, "c").astype(np.float64)
+        step = q["c"]["scale"]
+        c_prev = np.concatenate([np.zeros_like(c[:, :1]), c[:, :-1]], axis=1)
+        edge = 32767 * step
+        np.testing.assert_allclose(
+            c, np.clip(a["f"] * c_prev + a["i"] * a["j"], -edge - step, edge), atol=step * 1.01
+        )
+        h = rec.state_array(cell, "h").astype(np.float64)
+        h_scale, h_zero = q["h"]["scale"], q["h"]["zero_point"]
+        # int8 holds [-128, 127] - zero point steps: beyond, the output saturates
+        low, high = (-128 - h_zero) * h_scale, (127 - h_zero) * h_scale
+        np.testing.assert_allclose(
+            h, np.clip(a["o"] * np.tanh(c), low, high), atol=h_scale / 2 + 4e-4 + 1e-7
+        )
+        # W of the forget gate: the file's int8 codes (input 2) times their one scale
+        w = model.subgraphs[0].tensors[int(op.inputs[2])]
+        assert w.type == fb.TensorType.INT8
+        file_w = np.frombuffer(bytes(model.buffers[w.buffer].data), np.int8).reshape(list(w.shape))
+        weights = pd.read_parquet(run / "weights.parquet")
+        got = weights[
+            (weights["cell"] == cell) & (weights["gate"] == "f") & (weights["source"] == "input")
+        ]
+        got = got.pivot(index="row", columns="unit", values="value").to_numpy()
+        np.testing.assert_array_equal(
+            got, file_w.T.astype(np.float32) * np.float32(w.quantization.scale[0])
+        )

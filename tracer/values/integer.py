@@ -1,0 +1,169 @@
+"""TensorFlow Lite's integer LSTM kernel replayed bit for bit (full-integer files).
+
+A fused `UNIDIRECTIONAL_SEQUENCE_LSTM` whose input, matrices and output state are int8 and
+whose cell state is int16 (what `converter.optimizations = [tf.lite.Optimize.DEFAULT]` with a
+representative dataset and int8 builtins writes: `LiteInteger`) runs TensorFlow Lite's
+"8x8_16" kernel. At every step, for each gate (i, f, c, o: the op's order, the cell's
+i, f, j, o):
+
+    1  the int8 input codes times the gate's input matrix, summed in int32 with the gate's
+       int32 bias less input zero point x the matrix's row sums; rescaled to Q3.12 (a
+       quantized multiplier of input scale x matrix scale x 2^12) and saturated to int16
+    2  the same for the output state and the recurrent matrix (no bias), added to 1,
+       saturated: the gate's preactivation, Q3.12 (2^-12 a step)
+    3  sigmoid of i, f, o and tanh of c in gemmlowp's fixed point: the activation, Q0.15
+    4  the cell state, int16 of scale 2^e (e from the file): f x c rounded down 15 bits,
+       plus i x c-gate rounded down 30 + e bits, saturated, clipped to the op's cell clip
+    5  the output state: o x tanh(cell state, read with 15 + e integer bits), rescaled by
+       2^-30 over the hidden scale (the op's fifth intermediate tensor's), plus its zero
+       point, saturated to int8
+
+The arithmetic is `tracer.values.fixed_point`'s. `replay_integer` gives every step's codes;
+`LitePlan` checks its outputs and final states against the op's, code for code, and records
+the real values: scale x (code - zero point), exact in float32 for the gates and the cell
+state (scales are powers of two). The scales and zero points are `LiteInteger.quantisation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from recorders.errors import ReplayMismatchError
+from tracer.cells.found import LiteInteger
+from tracer.values.fixed_point import (
+    logistic16,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    tanh16,
+    wrap16,
+)
+from tracer.values.replay import Replayed
+
+__all__ = ["IntegerSteps", "replay_integer", "integer_replayed"]
+
+_GATE_BITS = 12  # preactivations are Q3.12: the kernel's fixed scale without layer norm
+_SIGMOID = (True, True, False, True)  # i, f, c, o: sigmoid, sigmoid, tanh, sigmoid
+
+
+@dataclass(frozen=True)
+class IntegerSteps:
+    """Codes of one replay: `preactivation`, `activation` [examples, steps, gates, units]
+    int16 (the op's gate order i, f, c, o), `c` [examples, steps, units] int16, `h`
+    [examples, steps, output] int8 codes held as int64."""
+
+    preactivation: np.ndarray
+    activation: np.ndarray
+    c: np.ndarray
+    h: np.ndarray
+
+
+def _float32(v: float) -> float:
+    return float(np.float32(v))
+
+
+def _rescale(acc: np.ndarray, factor: tuple[int, int]) -> np.ndarray:
+    return multiply_by_quantized_multiplier(acc, *factor)
+
+
+def replay_integer(
+    cell: LiteInteger, x: np.ndarray, h0: np.ndarray, c0: np.ndarray
+) -> IntegerSteps:
+    """The kernel (module docstring) over int8 input codes `x` [examples, steps, features]
+    from output state codes `h0` [examples, output] and cell state codes `c0` [examples, units]."""
+    x, h, c = (np.asarray(a, np.int64) for a in (x, h0, c0))
+    n, steps, _ = x.shape
+    w_in = cell.input_codes.astype(np.float64)  # [gates, units, features]: float64 sums are exact
+    w_rec = cell.recurrent_codes.astype(np.float64)
+    # what the kernel computes once (its Prepare): biases with the zero points folded in, and
+    # each product's factor; the scales are float32 and multiplied in float32, as the C++ does
+    gate_scale = _float32(2.0**-_GATE_BITS)
+    in_bias = cell.biases - cell.input_zero * cell.input_codes.sum(axis=2)
+    rec_bias = -cell.h_zero * cell.recurrent_codes.sum(axis=2)
+    in_factor = [
+        quantize_multiplier(_float32(_float32(s * cell.input_scale) / gate_scale))
+        for s in cell.input_weight_scales
+    ]
+    rec_factor = [
+        quantize_multiplier(_float32(_float32(s * cell.h_scale) / gate_scale))
+        for s in cell.recurrent_weight_scales
+    ]
+    hidden = quantize_multiplier(_float32(_float32(2.0**-15 / cell.hidden_scale) * 2.0**-15))
+    clip = 0
+    if cell.cell_clip > 0:
+        clip = int(
+            np.float32(min(max(cell.cell_clip / 2.0**cell.cell_exponent, -32768.0), 32767.0))
+        )
+    units = cell.input_codes.shape[1]
+    pre = np.empty((n, steps, 4, units), np.int64)
+    act = np.empty_like(pre)
+    cs = np.empty((n, steps, units), np.int64)
+    hs = np.empty((n, steps, h.shape[1]), np.int64)
+    in_sums = np.einsum("ntd,gud->ntgu", x.astype(np.float64), w_in).astype(np.int64)
+    for t in range(steps):
+        rec_sums = np.einsum("nd,gud->ngu", h.astype(np.float64), w_rec).astype(np.int64)
+        for g in range(4):
+            first = np.clip(_rescale(in_sums[:, t, g] + in_bias[g], in_factor[g]), -32768, 32767)
+            gate = np.clip(
+                _rescale(rec_sums[:, g] + rec_bias[g], rec_factor[g]) + first, -32768, 32767
+            )
+            pre[:, t, g] = gate
+            act[:, t, g] = logistic16(gate, 3) if _SIGMOID[g] else tanh16(gate, 3)
+        i, f, j, o = (act[:, t, g] for g in range(4))
+        kept = wrap16(rounding_divide_by_pot(f * c, 15))
+        added = wrap16(rounding_divide_by_pot(i * j, 30 + cell.cell_exponent))
+        c = np.clip(kept + added, -32768, 32767)
+        if clip > 0:
+            c = np.clip(c, -clip, clip)
+        out = o * tanh16(c, 15 + cell.cell_exponent)
+        h = np.clip(_rescale(out, hidden) + cell.hidden_zero, -128, 127)
+        cs[:, t], hs[:, t] = c, h
+    return IntegerSteps(pre, act, cs, hs)
+
+
+def _real(codes: np.ndarray, scale: float, zero: int = 0) -> np.ndarray:
+    """scale x (code - zero point) in float32, as TensorFlow Lite's DEQUANTIZE computes it."""
+    return np.float32(scale) * (codes - zero).astype(np.float32)
+
+
+def integer_replayed(name: str, cell: LiteInteger, seen: Mapping[str, np.ndarray]) -> Replayed:
+    """The replay of `cell` over what its op received (`seen`, as `LitePlan` reads it: int8
+    `inputs`, `initial h` and `initial c` codes, `outputs`, and `final h` and `final c` where the
+    op keeps them), checked code for code against what it returned; its real values."""
+    got = replay_integer(cell, seen["inputs"], seen["initial h"], seen["initial c"])
+    pairs = [("outputs", got.h, seen["outputs"])]
+    pairs += [
+        (f"final {s}", v[:, -1], seen[f"final {s}"])
+        for s, v in (("h", got.h), ("c", got.c))
+        if f"final {s}" in seen
+    ]
+    for what, mine, theirs in pairs:
+        theirs = np.asarray(theirs, np.int64)
+        if mine.shape != theirs.shape or not np.array_equal(mine, theirs):
+            differ = int((mine != theirs).sum()) if mine.shape == theirs.shape else mine.size
+            raise ReplayMismatchError(
+                f"cell {name}: the replayed integer kernel's {what} differ from the op's in {differ:,} of "
+                f"{theirs.size:,} codes; the op computes something gatetrace does not reproduce, so its gates "
+                "are not recorded"
+            )
+    q = cell.quantisation()
+    h = _real(got.h, q["h"]["scale"], q["h"]["zero_point"])
+    states = {"h": h, "c": _real(got.c, q["c"]["scale"])}
+    initial = {
+        "h": _real(np.asarray(seen["initial h"], np.int64), q["h"]["scale"], q["h"]["zero_point"]),
+        "c": _real(np.asarray(seen["initial c"], np.int64), q["c"]["scale"]),
+    }
+    return Replayed(
+        _real(got.preactivation, q["preactivation"]["scale"]),
+        _real(got.activation, q["activation"]["scale"]),
+        states,
+        h,
+        {s: v[:, -1] for s, v in states.items()},
+        inputs=_real(
+            np.asarray(seen["inputs"], np.int64), q["inputs"]["scale"], q["inputs"]["zero_point"]
+        ),
+        initial=initial,
+    )
