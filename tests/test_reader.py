@@ -327,3 +327,15 @@ def test_a_gate_without_a_range_does_not_saturate_and_hard_sigmoid_does(tmp_path
     assert set(f["low"]) == {0.1} and set(f["high"]) == {0.9} and f["left"].notna().all()
     spec = named_spec(("a", "b", "c"), ("Sigmoid rnn/a", "Relu rnn/b", "Tanh rnn/c"), ("h",))
     assert spec.nonlinearities(None, None) == {"a": "sigmoid", "b": "relu", "c": "tanh"}
+
+
+def test_codes_of_a_float_recording_are_refused(recorded):
+    """`gate_codes` and `state_codes` of a cell recorded from float arithmetic say so: its
+    values are no codes (a full-integer file's are: tests/test_tflite_integer.py)."""
+    rec, _ = recorded
+    for read in (
+        lambda: rec.gate_codes(rec.cells[0], rec.gates(rec.cells[0])[0]),
+        lambda: rec.state_codes(rec.cells[0], "h"),
+    ):
+        with pytest.raises(SelectionError, match="was not recorded from integer arithmetic"):
+            read()

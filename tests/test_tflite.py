@@ -30,8 +30,8 @@ T, D, H = 5, 3, 4
 
 def _converted(framework: str, quantise: str = "", masked: bool = False) -> bytes:
     """A one-LSTM model converted; quantised (`weights`: dynamic range, with 64 units of 32
-    features: the converter leaves a matrix of fewer than 1,024 weights as it is; `integer`:
-    int8 inputs, weights and arithmetic); behind a Masking layer."""
+    features: the converter leaves a matrix of fewer than 1,024 weights as it is); behind a
+    Masking layer. (Full-integer files: tests/test_tflite_integer.py.)"""
     from tracer._tf import tf
 
     keras = keras_module(framework)
@@ -49,13 +49,6 @@ def _converted(framework: str, quantise: str = "", masked: bool = False) -> byte
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if quantise:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantise == "integer":
-        rng = np.random.RandomState(0)
-        converter.representative_dataset = lambda: (
-            [rng.uniform(-1, 1, (1, T, 32)).astype(np.float32)] for _ in range(20)
-        )
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = converter.inference_output_type = tf.int8
     return converter.convert()
 
 
@@ -233,7 +226,6 @@ def lite(tmp_path_factory):
         ("loop", "keras3", "", False),
         ("masked", "keras3", "", True),
         ("quantised", "tf-keras", "weights", False),
-        ("integer", "tf-keras", "integer", False),
     ):
         (root / f"{name}.tflite").write_bytes(_converted(framework, quantise, masked))
     return root
@@ -407,11 +399,6 @@ def test_every_row_starts_from_the_files_state(converted, tmp_path, name):
             D,
             "reads a mask a step (a Masking layer's, or an Embedding's mask_zero), which gatetrace does not record "
             "in TensorFlow Lite loops yet",
-        ),
-        (
-            "integer",
-            32,
-            "(UNIDIRECTIONAL_SEQUENCE_LSTM): its input is int8 (the model is quantised for integer arithmetic)",
         ),
     ],
 )

@@ -184,3 +184,125 @@ def test_a_full_integer_lstm_records_what_its_integer_kernel_computed(integer, t
         np.testing.assert_array_equal(
             got, file_w.T.astype(np.float32) * np.float32(w.quantization.scale[0])
         )
+
+
+def test_the_fixed_point_functions_are_sigmoid_and_tanh_within_their_rounding():
+    """On every int16 input, gemmlowp's fixed-point logistic (Q3.12 in, as the kernel's gates)
+    and tanh (0 to 6 integer bits, as the kernel's cell gate and cell state) are the functions
+    within 6.5 and 12.5 steps of 2^-15 (what gemmlowp's own tests allow tanh on int16: 12 steps
+    from the rounded value); 0 is 1/2 and 0 exactly."""
+    from tracer.values.fixed_point import logistic16, tanh16
+
+    x = np.arange(-(2**15), 2**15)
+    got = logistic16(x, 3)
+    assert got.min() >= 0 and got.max() <= 2**15 - 1 and got[x == 0] == 2**14
+    assert np.abs(got / 2**15 - _sigmoid(x / 2**12)).max() < 6.5 / 2**15
+    for bits in range(7):
+        got = tanh16(x, bits)
+        assert got[x == 0] == 0 and np.array_equal(tanh16(-x[1:], bits), -got[1:])  # odd
+        assert np.abs(got / 2**15 - np.tanh(x / 2.0 ** (15 - bits))).max() < 12.5 / 2**15
+
+
+def test_quantized_multipliers_round_as_exact_arithmetic_does():
+    """A real factor as the kernel holds it (an int32 mantissa in [2^30, 2^31) and a shift) is
+    the factor to 2^-31 of itself, and x times it, for int32 x, is the exact rational product
+    rounded to nearest (within one: the kernel rounds twice)."""
+    from fractions import Fraction
+
+    from tracer.values.fixed_point import (
+        multiply_by_quantized_multiplier,
+        quantize_multiplier,
+    )
+
+    rng = np.random.default_rng(0)
+    for real in np.exp(rng.uniform(np.log(2.0**-20), np.log(4.0), 200)):
+        mantissa, shift = quantize_multiplier(float(real))
+        assert 2**30 <= mantissa < 2**31
+        held = Fraction(mantissa, 2**31) * Fraction(2) ** shift
+        assert abs(held / Fraction(float(real)) - 1) <= Fraction(1, 2**30)
+        x = rng.integers(-(2**24), 2**24, 50)
+        got = multiply_by_quantized_multiplier(x, mantissa, shift)
+        exact = [round(int(v) * held) for v in x]
+        assert np.abs(got - np.array(exact)).max() <= 1
+    assert quantize_multiplier(0.0) == (0, 0)
+
+
+def test_a_replay_that_differs_by_one_code_is_refused(integer):
+    """The replay is checked code for code: the same cell with its hidden zero point one off
+    (every output a code away) is refused in one line, and nothing is recorded."""
+    from dataclasses import replace
+
+    from recorders.errors import ReplayMismatchError
+    from tracer.find.lite import find_ops
+    from tracer.load.tflite import read
+    from tracer.values.lite import LitePlan
+
+    path = integer / "float io.tflite"
+    model = read(path, str(path), None)
+    (cell,) = find_ops(model)
+    assert cell.integer is not None
+    x = np.random.RandomState(0).normal(0, 1, (3, T, D)).astype(np.float32)
+    LitePlan(model, [cell]).fetch({model.inputs[0]: x})  # as the file says: equal
+    wrong = replace(cell, integer=replace(cell.integer, hidden_zero=cell.integer.hidden_zero + 1))
+    with pytest.raises(
+        ReplayMismatchError,
+        match=r"integer kernel's outputs differ from the op's in [\d,]+ of 126 codes",
+    ):
+        LitePlan(model, [wrong]).fetch({model.inputs[0]: x})
+
+
+def _sixteen_bit(model, fb):
+    """The LSTM's input declared int16 (16x8 quantisation: int16 activations)."""
+    model.subgraphs[0].tensors[
+        int(model.subgraphs[0].operators[0].inputs[0])
+    ].type = fb.TensorType.INT16
+
+
+def _peepholes(model, fb):
+    """The LSTM given peepholes (inputs 9-11: here its biases' tensors, [units] each)."""
+    op = model.subgraphs[0].operators[0]
+    inputs = list(op.inputs)
+    inputs[9:12] = inputs[12:15]
+    op.inputs = np.array(inputs, np.int32)
+
+
+def _eight_bit_cell(model, fb):
+    """The LSTM given 12 intermediate tensors (the 8x8_8 kernel's: an int8 cell state)."""
+    op = model.subgraphs[0].operators[0]
+    op.intermediates = np.array(list(op.intermediates) * 3)[:12].astype(np.int32)
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            _sixteen_bit,
+            "its input is int16 (16x8 quantisation: int16 activations); gatetrace reproduces TensorFlow Lite's "
+            "integer LSTM kernel for int8 activations only",
+        ),
+        (
+            _peepholes,
+            "a full-integer LSTM with peepholes, whose integer arithmetic gatetrace does not reproduce yet",
+        ),
+        (_eight_bit_cell, "a full-integer LSTM with 12 intermediate tensors"),
+    ],
+)
+def test_what_the_integer_replay_does_not_reproduce_is_one_line(integer, tmp_path, change, says):
+    """`inspect` and `record` name what is not reproduced; nothing is written."""
+    import flatbuffers
+
+    from tests.test_tflite import _one_line
+
+    fb, model = _schema(integer / "int8 io.tflite")
+    change(model, fb)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path = tmp_path / "changed.tflite"
+    path.write_bytes(bytes(builder.Output()))
+    assert says in _one_line(run_cli("inspect", str(path)))
+    np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.int8))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert says in refused and not out.exists()
