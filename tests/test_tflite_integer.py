@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
@@ -24,7 +25,7 @@ from tests.test_keras import keras_module
 T, D, H = 7, 5, 6
 
 
-def _integer_file(inputs: str, layers: int, seed: int, reach: float) -> bytes:
+def _integer_file(inputs: str, layers: int, seed: int, reach: float) -> tuple[bytes, object]:
     """tf-keras LSTMs converted for integer arithmetic; `inputs` "int8" or "float" (the
     file quantises and dequantises at its ends); input weights drawn from [-reach, reach]
     (Keras' default where 0)."""
@@ -44,7 +45,8 @@ def _integer_file(inputs: str, layers: int, seed: int, reach: float) -> bytes:
             bias_initializer=init.RandomUniform(-0.5, 0.5, seed=seed + 20 + k),
             name=f"lstm{k}",
         )(x)
-    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, x))
+    model = keras.Model(inp, x)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     rng = np.random.RandomState(seed)
     converter.representative_dataset = lambda: (
@@ -53,7 +55,7 @@ def _integer_file(inputs: str, layers: int, seed: int, reach: float) -> bytes:
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if inputs == "int8":
         converter.inference_input_type = converter.inference_output_type = tf.int8
-    return converter.convert()
+    return converter.convert(), model
 
 
 # (inputs, layers, reach): "saturating" has weights whose products pass Q3.12's edge, 8
@@ -69,7 +71,10 @@ FILES = {
 def integer(tmp_path_factory):
     root = tmp_path_factory.mktemp("integer")
     for seed, (name, (inputs, layers, reach)) in enumerate(FILES.items()):
-        (root / f"{name}.tflite").write_bytes(_integer_file(inputs, layers, seed, reach))
+        data, model = _integer_file(inputs, layers, seed, reach)
+        (root / f"{name}.tflite").write_bytes(data)
+        if name == "stack":  # the model converted, as a user keeps it
+            model.save(root / "stack.h5")
     return root
 
 
@@ -91,8 +96,6 @@ def test_a_full_integer_lstm_records_what_its_integer_kernel_computed(integer, t
     output state within half a step of its scale and tanh's fixed-point error; each activation
     is the sigmoid (tanh for j) of its preactivation within that error; every value is a code
     of the scale the manifest gives, and W per gate is the file's codes times their scale."""
-    import pandas as pd
-
     from recorders import Recording
     from tracer._tf import tf
 
@@ -306,3 +309,36 @@ def test_what_the_integer_replay_does_not_reproduce_is_one_line(integer, tmp_pat
         run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
     )
     assert says in refused and not out.exists()
+
+
+def test_compare_of_the_model_and_its_integer_file_equals_numpy(integer, tmp_path):
+    """The Keras model against its full-integer file: both cells paired in order, every
+    figure per gate equal to numpy's over the two recordings' gate tables, and the gate whose
+    difference passes the tolerance first is the one numpy finds."""
+    from recorders import Recording
+    from tests.test_compare import _oracle
+
+    x = np.random.RandomState(8).normal(0, 1, (12, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for name, source in (("keras", "stack.h5"), ("integer", "stack.tflite")):
+        done = run_cli(
+            "record", str(integer / source), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(tmp_path / name), "--quiet"
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    a, b = tmp_path / "keras", tmp_path / "integer"
+    done = run_cli("compare", str(a), str(b), "--tolerance", "0.01", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    pairs = dict(zip(Recording(a).cells, Recording(b).cells, strict=True))
+    gates, _, first = _oracle(a, b, pairs, 0.01)
+    got = pd.DataFrame(shown["gates"]).set_index(["cell", "gate"])
+    assert sorted(got.index) == sorted(gates.index) and len(got) == 8
+    for column in ("max_abs", "mean_abs", "rmse", "units_beyond"):
+        np.testing.assert_allclose(got[column], gates.loc[got.index, column], rtol=1e-9, atol=1e-15)
+    # integer arithmetic is seen: every gate differs, by more than a float file's rounding
+    assert (got["max_abs"] > 1e-3).all() and (got["max_abs"] < 0.5).all()
+    assert shown["first_beyond"] == {
+        "cell": first["cell"],
+        "gate": first["gate"],
+        "step": int(first["step"]),
+    }
