@@ -180,6 +180,13 @@ def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
             f"applies {shown} to its gate blocks, which is no Keras cell gatetrace knows",
         )
     chosen = [gates[b] for b in sorted(gates)] if gates else plain
+    integers = {body.tensors[t].type for _, x, y in chosen for t in (x, y)} - {_FLOAT32}
+    if integers:  # its codes are no values: read as floats they would be silently wrong
+        raise GraphPatternError(
+            f"{model.source}: the WHILE loop of op {k} (body {tensor_name(body)}) computes its gates in integers "
+            "(quantised for integer arithmetic), which gatetrace does not record in loops yet: record the float "
+            "or the dynamic-range model"
+        )
     units = g.width(chosen[0][2])
     # states: the float loop variables [1, units]; h is the one a product reads
     states = [
