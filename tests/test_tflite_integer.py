@@ -178,6 +178,7 @@ def test_a_full_integer_lstm_records_what_its_integer_kernel_computed(integer, t
         # W of the forget gate: the file's int8 codes (input 2) times their one scale
         w = model.subgraphs[0].tensors[int(op.inputs[2])]
         assert w.type == fb.TensorType.INT8
+        assert described["scales"]["W_f"] == w.quantization.scale[0]  # as inspect shows them
         file_w = np.frombuffer(bytes(model.buffers[w.buffer].data), np.int8).reshape(list(w.shape))
         weights = pd.read_parquet(run / "weights.parquet")
         got = weights[
@@ -374,3 +375,17 @@ def test_a_loop_computing_its_gates_in_integers_is_one_line(tmp_path):
         "computes its gates in integers (quantised for integer arithmetic), which gatetrace does not record in loops yet"
         in _one_line(run_cli("inspect", str(path)))
     )
+
+
+def test_inspect_says_how_a_full_integer_cell_holds_its_values(integer):
+    """`inspect` names the kernel, each matrix's scale and each value's integer type and scale."""
+    shown = run_cli("inspect", str(integer / "int8 io.tflite"))
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "weights int8 full integer (int8 activations and weights, int16 cell state" in shown.stdout
+    )
+    assert (
+        "codes preactivation=int16 x 0.0002441 activation=int16 x 3.052e-05 c=int16 x "
+        in shown.stdout
+    )
+    assert " scales W_i=" in shown.stdout and "inputs: seq (int8, [None, 7, 5])" in shown.stdout

@@ -493,6 +493,14 @@ class LiteInteger:
     hidden_zero: int
     cell_clip: float
 
+    def scales(self, gates: tuple[str, ...]) -> dict[str, float]:
+        """Each matrix's scale, by its weights' role (`W_i`, `U_i`, ...)."""
+        return {
+            f"{m}_{g}": float(scales[k])
+            for m, scales in (("W", self.input_weight_scales), ("U", self.recurrent_weight_scales))
+            for k, g in enumerate(gates)
+        }
+
     def quantisation(self) -> dict[str, dict[str, Any]]:
         """How each recorded column and state holds its codes: value = scale x (code - zero_point)."""
         return {
@@ -570,7 +578,14 @@ class LiteCell(HasSpec):
             "variables": dict(self.variables),
             "numbers": self.numbers,
             **({"scales": self.hybrid.scales(self.spec.gates)} if self.hybrid is not None else {}),
-            **({"quantisation": self.integer.quantisation()} if self.integer is not None else {}),
+            **(
+                {
+                    "scales": self.integer.scales(self.spec.gates),
+                    "quantisation": self.integer.quantisation(),
+                }
+                if self.integer is not None
+                else {}
+            ),
             "path": self.path,
             "why": (
                 f"a TensorFlow Lite {self.kind} op runs its cell inside the op: its gates are recomputed in numpy "

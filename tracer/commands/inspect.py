@@ -433,6 +433,15 @@ def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
         extras += [f"weights {d['numbers']}"] if d.get("numbers", "float32") != "float32" else []
         if d.get("scales"):
             extras.append("scales " + " ".join(f"{k}={v:.4g}" for k, v in d["scales"].items()))
+        if d.get("quantisation"):  # value = scale x (code - zero point)
+            extras.append(
+                "codes "
+                + " ".join(
+                    f"{k}={q['type']} x {q['scale']:.4g}"
+                    + (f" from {q['zero_point']}" if q["zero_point"] else "")
+                    for k, q in d["quantisation"].items()
+                )
+            )
         if getattr(c, "conv", None) is not None:
             grid, taps = ("x".join(map(str, a)) for a in (c.conv.positions, c.conv.kernel_size))
             extras.append(
