@@ -1,20 +1,25 @@
-"""What recording a quantised (dynamic-range) `.tflite` file costs: whole processes, against the interpreter's own run.
+"""What recording a quantised `.tflite` file costs: whole processes, against the interpreter's own run.
 
     python bench/lite_quantised.py [--rounds 5] [--sequences 2000]
 
-A tf-keras LSTM(64) over 50 steps of 32 features is converted twice (batch 1): as it is (a
-fused float op) and with `Optimize.DEFAULT` (the same op with int8 matrices: the hybrid
-kernel, replayed by `tracer.values.hybrid`). Each round runs, in turn, whole processes at
-default settings on the same sequences:
+A tf-keras LSTM(64) over 50 steps of 32 features is converted three times (batch 1): as it is
+(a fused float op), with `Optimize.DEFAULT` (the same op with int8 matrices: the hybrid kernel,
+replayed by `tracer.values.hybrid`), and for integer arithmetic (a representative dataset and
+int8 builtins: the integer kernel, replayed by `tracer.values.integer`). Each round runs, in
+turn, whole processes at default settings on the same sequences:
 
-    interpreter   LiteRT's interpreter over every sequence, one invocation each (what running
-                  the quantised file costs without gatetrace)
-    float         gatetrace record of the float file
-    quantised     gatetrace record of the quantised file
+    interpreter          LiteRT's interpreter over every sequence, one invocation each (what
+                         running the quantised file costs without gatetrace)
+    integer interpreter  the same, of the full-integer file
+    float                gatetrace record of the float file
+    quantised            gatetrace record of the quantised file
+    integer              gatetrace record of the full-integer file
 
-Target: recording the quantised file costs at most 1.5 times recording the float one (the
-hybrid replay quantises each row and multiplies integers in numpy). Prints the medians and
-writes bench/lite_quantised_results.json with the processor's name.
+Targets: recording the quantised file costs at most 1.5 times recording the float one (the
+hybrid replay quantises each row and multiplies integers in numpy), the full-integer one at
+most 2 times (its replay computes sigmoid and tanh in gemmlowp's fixed point, about a hundred
+integer operations each). Prints the medians and writes bench/lite_quantised_results.json with
+the processor's name.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from answers import processor  # noqa: E402
 
 TARGET = 1.5
+INTEGER_TARGET = 2.0
 
 CONVERT = """
 import os, sys
@@ -43,10 +49,17 @@ import tf_keras as K
 out = sys.argv[1]
 inputs = K.Input((50, 32), batch_size=1, name="seq")
 model = K.Model(inputs, K.layers.LSTM(64, return_sequences=True)(inputs))
-for name, optimise in (("float", False), ("quantised", True)):
+import numpy as np
+rng = np.random.RandomState(1)
+for name in ("float", "quantised", "integer"):
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    if optimise:
+    if name != "float":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if name == "integer":
+        converter.representative_dataset = lambda: (
+            [rng.uniform(-1, 1, (1, 50, 32)).astype(np.float32)] for _ in range(50)
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     with open(os.path.join(out, name + ".tflite"), "wb") as f:
         f.write(converter.convert())
 """
@@ -92,8 +105,16 @@ def main() -> None:
                 str(here / "quantised.tflite"),
                 str(here / "x.npy"),
             ],  # fmt: skip
+            "integer interpreter": [
+                sys.executable,
+                "-c",
+                INTERPRETER,
+                str(here / "integer.tflite"),
+                str(here / "x.npy"),
+            ],  # fmt: skip
             "float": record("float"),
             "quantised": record("quantised"),
+            "integer": record("integer"),
         }
         times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
@@ -104,6 +125,7 @@ def main() -> None:
     cpu = processor()
     medians = {name: statistics.median(t) for name, t in times.items()}
     ratio = medians["quantised"] / medians["float"]
+    integer = medians["integer"] / medians["float"]
     print(
         f"{cpu}, medians of {args.rounds} rounds, whole processes, {args.sequences} sequences of 50 steps:"
     )
@@ -112,6 +134,11 @@ def main() -> None:
     print(
         f"  quantised / float recording: {ratio:.2f} ({'ok' if ratio <= TARGET else 'over'} the {TARGET} target); "
         f"quantised recording / the interpreter's own run: {medians['quantised'] / medians['interpreter']:.2f}"
+    )
+    print(
+        f"  full-integer / float recording: {integer:.2f} ({'ok' if integer <= INTEGER_TARGET else 'over'} the "
+        f"{INTEGER_TARGET} target); full-integer recording / the interpreter's own run: "
+        f"{medians['integer'] / medians['integer interpreter']:.2f}"
     )
     out = Path(__file__).with_name("lite_quantised_results.json")
     out.write_text(
@@ -123,6 +150,8 @@ def main() -> None:
                 "medians_s": medians,
                 "quantised_over_float": ratio,
                 "quantised_over_interpreter": medians["quantised"] / medians["interpreter"],
+                "integer_over_float": integer,
+                "integer_over_interpreter": medians["integer"] / medians["integer interpreter"],
             },
             indent=1,
         )

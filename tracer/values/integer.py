@@ -26,6 +26,7 @@ state (scales are powers of two). The scales and zero points are `LiteInteger.qu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -61,6 +62,18 @@ class IntegerSteps:
     h: np.ndarray
 
 
+@functools.cache
+def _table(function: str, bits: int) -> np.ndarray:
+    """`function` ("sigmoid" or "tanh") of every int16 input with `bits` integer bits, by
+    input + 32768: the fixed-point function computed once, then looked up at every step."""
+    every = np.arange(-32768, 32768)
+    return (logistic16 if function == "sigmoid" else tanh16)(every, bits)
+
+
+def _apply(function: str, x: np.ndarray, bits: int) -> np.ndarray:
+    return _table(function, bits)[x + 32768]
+
+
 def _float32(v: float) -> float:
     return float(np.float32(v))
 
@@ -76,8 +89,9 @@ def replay_integer(
     from output state codes `h0` [examples, output] and cell state codes `c0` [examples, units]."""
     x, h, c = (np.asarray(a, np.int64) for a in (x, h0, c0))
     n, steps, _ = x.shape
-    w_in = cell.input_codes.astype(np.float64)  # [gates, units, features]: float64 sums are exact
-    w_rec = cell.recurrent_codes.astype(np.float64)
+    # [features, gates x units]: float64 products and sums of int8 codes are exact (BLAS)
+    w_in = cell.input_codes.reshape(-1, cell.input_codes.shape[2]).T.astype(np.float64)
+    w_rec = cell.recurrent_codes.reshape(-1, cell.recurrent_codes.shape[2]).T.astype(np.float64)
     # what the kernel computes once (its Prepare): biases with the zero points folded in, and
     # each product's factor; the scales are float32 and multiplied in float32, as the C++ does
     gate_scale = _float32(2.0**-_GATE_BITS)
@@ -102,23 +116,23 @@ def replay_integer(
     act = np.empty_like(pre)
     cs = np.empty((n, steps, units), np.int64)
     hs = np.empty((n, steps, h.shape[1]), np.int64)
-    in_sums = np.einsum("ntd,gud->ntgu", x.astype(np.float64), w_in).astype(np.int64)
+    in_sums = (x.astype(np.float64) @ w_in).astype(np.int64).reshape(n, steps, 4, units)
     for t in range(steps):
-        rec_sums = np.einsum("nd,gud->ngu", h.astype(np.float64), w_rec).astype(np.int64)
+        rec_sums = (h.astype(np.float64) @ w_rec).astype(np.int64).reshape(n, 4, units)
         for g in range(4):
             first = np.clip(_rescale(in_sums[:, t, g] + in_bias[g], in_factor[g]), -32768, 32767)
             gate = np.clip(
                 _rescale(rec_sums[:, g] + rec_bias[g], rec_factor[g]) + first, -32768, 32767
             )
             pre[:, t, g] = gate
-            act[:, t, g] = logistic16(gate, 3) if _SIGMOID[g] else tanh16(gate, 3)
+            act[:, t, g] = _apply("sigmoid" if _SIGMOID[g] else "tanh", gate, 3)
         i, f, j, o = (act[:, t, g] for g in range(4))
         kept = wrap16(rounding_divide_by_pot(f * c, 15))
         added = wrap16(rounding_divide_by_pot(i * j, 30 + cell.cell_exponent))
         c = np.clip(kept + added, -32768, 32767)
         if clip > 0:
             c = np.clip(c, -clip, clip)
-        out = o * tanh16(c, 15 + cell.cell_exponent)
+        out = o * _apply("tanh", c, 15 + cell.cell_exponent)
         h = np.clip(_rescale(out, hidden) + cell.hidden_zero, -128, 127)
         cs[:, t], hs[:, t] = c, h
     return IntegerSteps(pre, act, cs, hs)
