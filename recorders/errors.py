@@ -5,6 +5,10 @@ line on stderr and exit code 2. They live here, in the TensorFlow-free half of t
 project, so that `recorders` and `tracer` share them.
 """
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "GatetraceError",
     "ModelFormatError",
@@ -20,7 +24,36 @@ __all__ = [
     "RunTimeout",
     "listing",
     "install_hint",
+    "option",
+    "options_as",
 ]
+
+# how messages name options: "python" (keywords of the library's functions) or "command line"
+_OPTIONS_AS: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "gatetrace_options_as", default="python"
+)
+
+
+@contextmanager
+def options_as(way: str) -> Iterator[None]:
+    """Within the block, messages name options as `way` does ("command line" or "python",
+    the default): the CLI runs its commands so."""
+    if way not in ("command line", "python"):
+        raise ValueError(f"options_as({way!r}): expected 'command line' or 'python'")
+    token = _OPTIONS_AS.set(way)
+    try:
+        yield
+    finally:
+        _OPTIONS_AS.reset(token)
+
+
+def option(name: str, value: object = None) -> str:
+    """Option `name` (with `value`, where it takes one) as the user gives it: `--out run1` or
+    `--overwrite` on the command line, `out='run1'` or `overwrite=True` in Python."""
+    if _OPTIONS_AS.get() == "command line":
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    return f"{name}=True" if value is None else f"{name}={str(value)!r}"
 
 
 def listing(items: list[str], most: int) -> str:

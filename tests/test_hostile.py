@@ -674,7 +674,8 @@ def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_l
     if left == "killed after the swap":
         shutil.copytree(new, out)
     with pytest.raises(
-        OutputExistsError, match="already holds a finished recording; pass --resume to continue it"
+        OutputExistsError,
+        match="already holds a finished recording; pass resume=True to continue it",
     ):
         # any next run into --out settles it first
         RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2))

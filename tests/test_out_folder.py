@@ -241,7 +241,7 @@ def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path,
     msg = error(capsys, argv)
     assert msg == (
         f"--overwrite would delete what this recording reads: {named} lies inside --out {out}; "
-        "write the new recording to another --out, or move it out first"
+        "write the new recording to another folder, or move it out first"
     )
     assert snapshot(out) == before
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -328,7 +329,7 @@ def test_resume_continues_where_the_last_run_stopped(tmp_path):
     )
     with pytest.raises(
         OutputExistsError,
-        match="already holds a partial recording; pass --resume to continue it, or pass --overwrite to record it again",
+        match="already holds a partial recording; pass resume=True to continue it, or pass overwrite=True to record it again",
     ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 6))
     with RecordingWriter(out, DESCRIPTION, examples=(0, 6), resume=True) as writer:
@@ -348,7 +349,7 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     other = {"cells": [{"name": "c/d"}]}
     with pytest.raises(
         OutputExistsError,
-        match=r"holds another recording \(different cells\); choose another folder, or pass --overwrite to record it again",
+        match=r"holds another recording \(different cells\); choose another folder, or pass overwrite=True to record it again",
     ):
         RecordingWriter(out, other, examples=(0, 2), resume=True)
     with pytest.raises(
@@ -362,12 +363,12 @@ def test_refuses_another_recording_and_non_empty_folders(tmp_path):
     (mine / "keep.txt").write_text("mine")
     with pytest.raises(
         OutputExistsError,
-        match=rf"--out {mine} holds what gatetrace did not write \(keep.txt\); choose another path$",
+        match=rf"out={re.escape(repr(str(mine)))} holds what gatetrace did not write \(keep.txt\); choose another path$",
     ):
         RecordingWriter(mine, DESCRIPTION)
     with pytest.raises(
         OutputExistsError,
-        match=r"holds what gatetrace did not write \(keep.txt\); --overwrite replaces only",
+        match=r"holds what gatetrace did not write \(keep.txt\); overwrite=True replaces only",
     ):
         RecordingWriter(mine, DESCRIPTION, overwrite=True, examples=(0, 2))
     assert (
@@ -472,7 +473,7 @@ def test_a_shard_that_fails_before_its_first_batch_leaves_the_other_shards_work(
     assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before and before
     assert progress(out, "shard-1-of-2")["complete"] == []
     with pytest.raises(
-        OutputExistsError, match="already holds a partial recording of shard 1/2; pass --resume"
+        OutputExistsError, match="already holds a partial recording of shard 1/2; pass resume=True"
     ):
         RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(1, 2))
     with RecordingWriter(
@@ -560,3 +561,17 @@ def test_an_install_hint_says_what_works_for_how_gatetrace_was_installed(tmp_pat
         errors, "__file__", str(tmp_path / "site-packages" / "recorders" / "errors.py")
     )
     assert errors.install_hint("view") == 'pip install "gatetrace[view]"'
+
+
+def test_output_errors_name_options_as_the_caller_gives_them(tmp_path):
+    """In Python an occupied output is answered with the function's keywords (`out='...'`,
+    `resume=True`, `overwrite=True`); on the command line, the same refusal names the flags."""
+    from recorders.errors import option, options_as
+
+    assert (option("out", tmp_path), option("resume")) == (f"out={str(tmp_path)!r}", "resume=True")
+    with options_as("command line"):
+        assert (option("out", "run1"), option("overwrite")) == ("--out run1", "--overwrite")
+    assert option("overwrite") == "overwrite=True"  # the block's way ends with it
+    with pytest.raises(ValueError):
+        with options_as("shell"):
+            pass

@@ -19,6 +19,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from tracer.commands import compare, demo, inspect, record, units, view, weights
 from tracer.commands.common import Parser, model_arguments
@@ -118,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed in one line
         return int(stop.code or 0)
-    from recorders.errors import GatetraceError, Interrupted
+    from recorders.errors import GatetraceError, Interrupted, options_as
 
     command = COMMANDS[args.command]
     # `view` and `units` read Parquet only; `inspect` of a .tflite file reads it with LiteRT
@@ -127,22 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # what a command checks (or answers) before TensorFlow loads: a user error in well under a second
     early = getattr(command, "early", None)
     try:
-        if early is not None and early(args):
-            return 0
-        from tracer.values import interrupts
-
-        interrupts.end_process_after_interrupt(4.0, _INTERRUPTED)
-        if not tensorflow:
-            command.run(args)
-            return 0
-        _quiet_tensorflow()
-        from tracer.run.budget import tune_allocators
-
-        tune_allocators()
-        with _native_logs_silenced():
-            import tracer._tf  # noqa: F401  (TensorFlow, its start-up lines silenced)
-
-            command.run(args)
+        with options_as("command line"):  # messages name options as the user gave them: flags
+            return _run(command, args, early, tensorflow)
     except Interrupted as err:
         print(f"gatetrace: {err}", file=sys.stderr)
         return 130
@@ -183,6 +170,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    return 0
+
+
+def _run(command: Any, args: Any, early: Any, tensorflow: bool) -> int:
+    """Run `command` on `args` (what `main` catches, it turns into one line and an exit code)."""
+    if early is not None and early(args):
+        return 0
+    from tracer.values import interrupts
+
+    interrupts.end_process_after_interrupt(4.0, _INTERRUPTED)
+    if not tensorflow:
+        command.run(args)
+        return 0
+    _quiet_tensorflow()
+    from tracer.run.budget import tune_allocators
+
+    tune_allocators()
+    with _native_logs_silenced():
+        import tracer._tf  # noqa: F401  (TensorFlow, its start-up lines silenced)
+
+        command.run(args)
     return 0
 
 

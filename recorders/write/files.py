@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from recorders.errors import OutputExistsError, RecordingError, listing
+from recorders.errors import OutputExistsError, RecordingError, listing, option
 
 __all__ = [
     "is_uri",
@@ -66,20 +66,22 @@ def check_out(
     gatetrace's (empty: it may be replaced). `example`: the file name suggested where a file
     is expected and `out` is a folder."""
     if folder and out.exists() and not out.is_dir():
-        raise OutputExistsError(f"--out {out} exists and is a file; give a folder path")
+        raise OutputExistsError(f"{option('out', out)} exists and is a file; give a folder path")
     if not folder and out.is_dir():
-        raise OutputExistsError(f"--out {out} is a folder; give a file path, e.g. {out / example}")
+        raise OutputExistsError(
+            f"{option('out', out)} is a folder; give a file path, e.g. {out / example}"
+        )
     taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested
         shown = listing(foreign, 5)
         raise OutputExistsError(
-            f"--out {out} holds what gatetrace did not write ({shown}); --overwrite replaces only gatetrace's own output: "
+            f"{option('out', out)} holds what gatetrace did not write ({shown}); {option('overwrite')} replaces only gatetrace's own output: "
             "choose another path, or move those files away first"
         )
     if taken and not overwrite:
         raise OutputExistsError(
-            f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+            f"{option('out', out)} exists and is not empty; choose another path or pass {option('overwrite')}"
         )
 
 
@@ -99,8 +101,8 @@ def refuse_inputs_inside(
     ]
     if inside:
         raise OutputExistsError(
-            f"--overwrite would delete what this recording reads: {listing(inside, 3)} lie{'s' if len(inside) == 1 else ''} inside "
-            f"--out {out}; write the new recording to another --out, or move {'it' if len(inside) == 1 else 'them'} out first"
+            f"{option('overwrite')} would delete what this recording reads: {listing(inside, 3)} lie{'s' if len(inside) == 1 else ''} inside "
+            f"{option('out', out)}; write the new recording to another folder, or move {'it' if len(inside) == 1 else 'them'} out first"
         )
 
 
@@ -129,8 +131,8 @@ def refuse_links(out: Path) -> None:
             path = Path(root) / name
             if path.is_symlink():
                 raise OutputExistsError(
-                    f"--out {out} holds a symbolic link, {path} -> {os.readlink(path)}; gatetrace writes only real files "
-                    "inside --out: remove the link, or record into a new folder"
+                    f"{option('out', out)} holds a symbolic link, {path} -> {os.readlink(path)}; gatetrace writes only real files "
+                    "inside the folder: remove the link, or record into a new folder"
                 )
 
 

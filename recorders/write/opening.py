@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recorders.errors import OutputExistsError, RecordingError, listing
+from recorders.errors import OutputExistsError, RecordingError, listing, option
 from recorders.write.files import check_out, refuse_inputs_inside, refuse_links, temp_sibling
 from recorders.write.layout import UNREADABLE
 from recorders.write.place import LocalPlace, Place, place_of
@@ -62,7 +62,7 @@ class Target:
     def start_again(self) -> str:
         """How to record the folder afresh, in words that work for this kind of place."""
         if self.place.local:
-            return "pass --overwrite to record it again"
+            return f"pass {option('overwrite')} to record it again"
         return "remove it first (aws s3 rm --recursive, gsutil rm -r) to record it again"
 
     def staging(self, shard: Shard) -> str | None:
@@ -120,7 +120,7 @@ def for_writing(out: Any, overwrite: bool) -> Target:
     settle_swap(target)
     refuse_links(target)
     if target.exists() and not target.is_dir():
-        raise OutputExistsError(f"--out {target} exists and is a file; give a folder path")
+        raise OutputExistsError(f"{option('out', target)} exists and is a file; give a folder path")
     # --overwrite records into a hidden sibling and swaps it in at the end (the writer's
     # `close`), so that the recording it replaces is kept until the new one is complete...
     if not (overwrite and target.is_dir() and any(target.iterdir())):
@@ -155,23 +155,23 @@ def previous_progress(
         foreign = not_a_recording(out) if place.local else place.entries()
         if foreign:
             raise OutputExistsError(
-                f"--out {out} holds what gatetrace did not write ({listing(foreign, 5)}); choose another path"
+                f"{option('out', out)} holds what gatetrace did not write ({listing(foreign, 5)}); choose another path"
             )
         raise OutputExistsError(
-            f"--out {out} holds parts of a recording but no progress file; choose another path, or {target.start_again}"
+            f"{option('out', out)} holds parts of a recording but no progress file; choose another path, or {target.start_again}"
         )
     for progress in found.values():
         why = _difference(progress, shard, description, examples)
         if why:
             raise OutputExistsError(
-                f"--out {out} holds another recording ({why}); choose another folder, or {target.start_again}"
+                f"{option('out', out)} holds another recording ({why}); choose another folder, or {target.start_again}"
             )
     mine = found.get(shard.tag)
     if mine is not None and not resume:
         which = "" if shard.count == 1 else f" of shard {shard}"
         state = "finished" if mine.get("finished") else "partial"
         raise OutputExistsError(
-            f"--out {out} already holds a {state} recording{which}; pass --resume to continue it, or {target.start_again}"
+            f"{option('out', out)} already holds a {state} recording{which}; pass {option('resume')} to continue it, or {target.start_again}"
         )
     return mine
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import OutputExistsError, RecordingError, option
 from recorders.write.files import foreign_entries, refuse_links
 from recorders.write.folder import Folder
 from recorders.write.layout import METADATA_KEY, ROOT_ENTRIES, UNREADABLE
@@ -119,17 +119,17 @@ def create_folder(out: str | os.PathLike) -> bool:
     if not isinstance(place, LocalPlace):
         if any(not (name in RECORDING or ours(name)) for name in place.entries()):
             raise OutputExistsError(
-                f"--out {out} exists and is not empty; choose another path or pass --overwrite"
+                f"{option('out', out)} exists and is not empty; choose another path or pass {option('overwrite')}"
             )
         return False
     folder = place.path.resolve()
     refuse_links(folder)
     if folder.exists() and not folder.is_dir():
-        raise OutputExistsError(f"--out {folder} exists and is a file; give a folder path")
+        raise OutputExistsError(f"{option('out', folder)} exists and is a file; give a folder path")
     foreign = not_a_recording(folder) if folder.is_dir() else []
     if foreign:
         raise OutputExistsError(
-            f"--out {folder} exists and is not empty; choose another path or pass --overwrite"
+            f"{option('out', folder)} exists and is not empty; choose another path or pass {option('overwrite')}"
         )
     created = not folder.exists()
     try:

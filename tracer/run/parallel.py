@@ -47,6 +47,7 @@ from recorders.errors import (
     RecordingError,
     SelectionError,
     install_hint,
+    option,
 )
 from recorders.write import create_folder, place_of
 from recorders.write.progress import read_progress, recorded_layout
@@ -184,7 +185,7 @@ def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
         n = max(0, last - first)
     if not resume and read_progress(place_of(job.out)):
         raise OutputExistsError(
-            f"--out {job.out} already holds a recording; pass --resume to continue it, or choose another folder"
+            f"{option('out', job.out)} already holds a recording; pass {option('resume')} to continue it, or choose another folder"
         )
     return n, create_folder(job.out)
 

@@ -25,6 +25,7 @@ from recorders.errors import (
     ModelFormatError,
     OutputExistsError,
     SelectionError,
+    option,
 )
 from recorders.write import LocalPlace, is_uri, place_of
 from recorders.write.schema import RecordingSummary, parse_json
@@ -163,19 +164,21 @@ def _check_start(place: Any, description: dict, resume: bool, out: str) -> bool:
     if SERIES_FILE in place.entries():
         if not resume:
             raise OutputExistsError(
-                f"--out {out} already holds a series; pass --resume to continue it, or choose another folder"
+                f"{option('out', out)} already holds a series; pass {option('resume')} to continue it, or choose another folder"
             )
         found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
         if not isinstance(found, dict) or {k: found.get(k) for k in ("key", "values")} != {
             k: description[k] for k in ("key", "values")
         }:
             raise OutputExistsError(
-                f"--out {out} holds a series of other checkpoints; resume with the same --checkpoints, or choose "
+                f"{option('out', out)} holds a series of other checkpoints; resume with the same {option('checkpoints')}, or choose "
                 "another folder"
             )
         return True
     if place.exists() and place.entries():
-        raise OutputExistsError(f"--out {out} is not empty; give a new folder for the series")
+        raise OutputExistsError(
+            f"{option('out', out)} is not empty; give a new folder for the series"
+        )
     return False
 
 
@@ -201,7 +204,7 @@ def _changed(first: Checkpoint, now: Checkpoint, before: list[dict], after: list
         field = next(k for k in a if a[k] != b[k])
         what = f"cell {a['name']} has {field} {b[field]}, at {first.key} {first.value} {a[field]}"
     return (
-        f"--checkpoints: the cells change along the series: at {now.key} {now.value} {what}; "
+        f"{option('checkpoints')}: the cells change along the series: at {now.key} {now.value} {what}; "
         "record the checkpoints of one model"
     )
 
