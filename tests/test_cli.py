@@ -612,3 +612,19 @@ def test_a_help_example_is_never_broken_inside_a_word(monkeypatch, capsys):
         shown = capsys.readouterr().out.split()
         for word in command.EXAMPLE.split():
             assert word in shown, (command.NAME, word)
+
+
+def test_tensorflow_s_start_up_lines_show_once_in_python():
+    """`import tracer._tf` (what the library does before it builds or loads a model) shows what
+    TensorFlow's C++ libraries write as they load once, not once per library (before: every
+    line twice); each line, its time and thread aside, appears once."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import tracer._tf"], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [re.sub(rb"^[IWEF]\d{4} [\d:.]+\s+\d+ ", b"", x) for x in done.stderr.splitlines()]
+    assert lines and len(lines) == len(set(lines)), done.stderr.decode()
