@@ -589,11 +589,13 @@ def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
     labels = np.repeat(marker[:, None], 20, axis=1)  # the marker at every step ...
     labels[:, 5] = np.nan  # ... but step 5
     np.save(tmp_path / "marker.npy", labels)
-    with serving(demo / "recording", "--labels", str(tmp_path / "marker.npy")) as port:
+    # (run beside the labels, named as a user names them: the docs' screenshot shows that name)
+    with serving(demo / "recording", "--labels", "marker.npy", cwd=tmp_path) as port:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_selector("body[data-ready='1']", timeout=60000)
         assert page.locator("#units-panel").is_visible()
+        assert page.inner_text("#units-source") == "marker.npy"  # as given, not a test's folder
         ranked = page.evaluate("window.gatetrace.ranked")
         want = findings(unit_scores(rec, labels)).head(20)
         keys = ["cell", "table", "name", "column", "unit"]
@@ -616,6 +618,11 @@ def test_units_for_a_label_in_a_browser(demo_served, browser, tmp_path):
             tracks.append((trace["zmin"], trace["zmax"], trace["z"][0][0]))
         assert tracks[0][:2] == tracks[1][:2] == (0, 1)
         assert {tracks[0][2], tracks[1][2]} == {0, 1}  # the two ends of its colour scale
+        # its colour key: the label's two values at the two ends, beside the values' colour bar
+        key = page.evaluate("document.getElementById('heatmap').data[1]")
+        assert key["showscale"] and key["colorbar"]["title"]["text"] == "label"
+        assert key["colorbar"]["tickvals"] == [0, 1] and key["colorbar"]["ticktext"] == ["0", "1"]
+        assert page.locator("#heatmap .colorbar").count() == 2  # both keys drawn
         page.fill("#example", str(example))
         page.click("#show")
         page.wait_for_function(f"window.gatetrace.heatmap.example === {example}")

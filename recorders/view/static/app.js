@@ -189,9 +189,13 @@ async function showHeatmap() {
     // the label of each step, a track beside the units (as LSTMVis' annotation tracks)
     // its own fixed range: each label value one colour, whatever the sequence
     const [lo, hi] = h.label_range;
+    // its key below the values' colour bar: the label's lowest and highest value, each its colour
+    traces[0].colorbar = { ...traces[0].colorbar, len: 0.55, y: 1, yanchor: "top" };
     traces.push({ z: h.label_track.map((v) => [v]), x: ["label"], y: ticks, type: "heatmap", xaxis: "x2",
       colorscale: [[0, "#1b9e77"], [1, "#d95f02"]], zmin: lo, zmax: hi === lo ? lo + 1 : hi,
-      showscale: false, hovertemplate: "step %{y}<br>label %{z}<extra></extra>" });
+      showscale: true, colorbar: { title: { text: "label", side: "right" }, len: 0.35, y: 0, yanchor: "bottom",
+        thickness: 14, tickvals: [lo, hi], ticktext: [String(lo), String(hi)] },
+      hovertemplate: "step %{y}<br>label %{z}<extra></extra>" });
     layout.xaxis.domain = [0, 0.86];
     layout.xaxis2 = { domain: [0.88, 0.93] };
   }
