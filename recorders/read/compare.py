@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
+from recorders.read.analysis import bounds_of
 from recorders.read.reader import Recording
 
 __all__ = ["compare", "Comparison", "pair_cells"]
@@ -241,8 +242,6 @@ def compare(
 def _saturated(a: Recording, cell: str, gate: str, x: np.ndarray, y: np.ndarray) -> dict:
     """How many values are saturated in A and not in B, and the other way (0 for a gate that
     does not saturate), at the gate's nonlinearity's thresholds (`analysis.bounds_of`)."""
-    from recorders.read.analysis import bounds_of
-
     low, high = bounds_of(a, cell, gate)
     if np.isnan(low):
         return {"saturated_a_only": 0, "saturated_b_only": 0}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "FORMATS",
     "DEFAULT_SIGNATURE",
     "without_tensorflow",
+    "LITE_SUFFIX",
 ]
 
 DEFAULT_SIGNATURE = "serving_default"  # the signature a SavedModel serves unless asked
@@ -73,6 +75,8 @@ class Format:
     light_suffix: str | None = None
 
 
+LITE_SUFFIX = ".tflite"  # what names a TensorFlow Lite file (its `read` hook asks the same)
+
 FORMAT_LIST = (
     Format(
         "checkpoint",
@@ -83,7 +87,7 @@ FORMAT_LIST = (
     Format("frozen", "a frozen GraphDef .pb", "tracer.load.frozen"),
     Format("keras", "a Keras .keras/.h5 file (or tf-keras SavedModel folder)", "tracer.load.keras"),
     Format(
-        "tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite", light_suffix=".tflite"
+        "tflite", "a TensorFlow Lite .tflite file", "tracer.load.tflite", light_suffix=LITE_SUFFIX
     ),
 )
 
@@ -95,4 +99,4 @@ FORMATS = ", ".join(_LISTED[:-1]) + ", or " + _LISTED[-1]
 def without_tensorflow(path: str) -> bool:
     """Whether the model at `path` is read without importing TensorFlow (a `.tflite` file:
     `inspect` answers it in about a second)."""
-    return any(f.light_suffix and str(path).endswith(f.light_suffix) for f in FORMAT_LIST)
+    return any(f.light_suffix and Path(path).suffix == f.light_suffix for f in FORMAT_LIST)

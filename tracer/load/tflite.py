@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recorders.errors import ModelFormatError
-from tracer.load.formats import KerasInput, LoadRequest
+from tracer.load.formats import LITE_SUFFIX, KerasInput, LoadRequest
 from tracer.load.lite_runtime import LiteRuntime, runtime
 from tracer.load.tflite_check import RECURRENT, checked, op_name, subgraph_fields
 
@@ -41,7 +41,7 @@ ACTIVATIONS = {
 
 def read(path: Path, source: str, request: LoadRequest) -> LiteModel | None:
     """A `.tflite` file, checked (`tracer.load.tflite_check`); None for any other path."""
-    if path.suffix != ".tflite":
+    if path.suffix != LITE_SUFFIX:
         return None
     data, parsed = checked(path, source)
     chosen = runtime()
