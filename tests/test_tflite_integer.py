@@ -389,3 +389,26 @@ def test_inspect_says_how_a_full_integer_cell_holds_its_values(integer):
         in shown.stdout
     )
     assert " scales W_i=" in shown.stdout and "inputs: seq (int8, [None, 7, 5])" in shown.stdout
+
+
+def test_contributions_of_a_quantised_op_are_refused(integer, tmp_path):
+    """A quantised op's preactivation is an integer product (here: the full-integer kernel's),
+    which float parts of the dequantised weights miss by up to a quantisation step (seen: 3e-4):
+    `--values contributions` is refused in one line, before anything is written."""
+    from tests.test_tflite import _one_line
+
+    np.save(tmp_path / "x.npy", np.zeros((2, T, D), np.float32))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli(
+            "record",
+            str(integer / "float io.tflite"),
+            "--feed",
+            f"seq={tmp_path / 'x.npy'}",
+            "--out",
+            str(out),
+            "--values",
+            "preactivation,activation,contributions",
+        )  # fmt: skip
+    )
+    assert "compute their products on quantised values" in refused and not out.exists()

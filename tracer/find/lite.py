@@ -31,10 +31,14 @@ Each becomes a `LiteCell` whose `arrays` are held as a Keras layer's (`kernel`: 
 input-to-gate matrices transposed and stacked on the recurrent ones, one column block a
 gate; `bias`; peepholes `w_i_diag`, `w_f_diag`, `w_o_diag`; `projection`), so the replay
 of `tracer.values.replay` runs it. Weights are the file's constants (float32, or float16
-through a DEQUANTIZE op, widened exactly). What is not recorded exactly is refused in one
-line naming the op: quantised weights or inputs, layer normalisation, a CIFG LSTM (no
-input gate), a projection bias, an activation with no replay, a bidirectional op's auxiliary
-input. The cells of WHILE loops are `tracer.find.lite_loops`'.
+through a DEQUANTIZE op, widened exactly). A quantised op keeps its codes beside them, W, U
+and b given dequantised: int8 matrices of float activations (dynamic range: `LiteHybrid`,
+replayed by `tracer.values.hybrid`); an LSTM of int8 inputs, matrices and output state and an
+int16 cell state (full integer: `LiteInteger`, replayed by `tracer.values.integer`). What is
+not recorded exactly is refused in one line naming the op: layer normalisation, a CIFG LSTM
+(no input gate), a projection bias, an activation with no replay, a bidirectional op's
+auxiliary input, a quantised op with peepholes or a projection, int16 activations (16x8).
+The cells of WHILE loops are `tracer.find.lite_loops`'.
 """
 
 from __future__ import annotations

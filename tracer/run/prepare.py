@@ -201,7 +201,15 @@ def prepare(
                 f"--carry-state is for Keras models with stateful layers; {model.source} is a TensorFlow Lite "
                 "file, whose ops gatetrace starts from their initial state on every sequence"
             )
-        lite_plan = LitePlan(model, cells_of(model, chosen, LiteCell), steps=steps)
+        lite_cells = cells_of(model, chosen, LiteCell)
+        quantised = [c.name for c in lite_cells if c.hybrid is not None or c.integer is not None]
+        if selection is not None and selection.parts and quantised:
+            raise SelectionError(
+                f"--values contributions: {', '.join(quantised)} compute their products on quantised values, which "
+                "parts in float of the dequantised weights do not add up to; leave contributions out, or record "
+                "the float file"
+            )
+        lite_plan = LitePlan(model, lite_cells, steps=steps)
         lite_inputs = resolve_inputs(model, feeds)
 
         def invoke(batch: Batch) -> Values:  # the interpreter stoppable by Ctrl-C and --timeout

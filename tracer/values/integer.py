@@ -107,9 +107,9 @@ def replay_integer(
     ]
     hidden = quantize_multiplier(_float32(_float32(2.0**-15 / cell.hidden_scale) * 2.0**-15))
     clip = 0
-    if cell.cell_clip > 0:
+    if cell.cell_clip > 0:  # the clip over the file's own scale, in float32, truncated
         clip = int(
-            np.float32(min(max(cell.cell_clip / 2.0**cell.cell_exponent, -32768.0), 32767.0))
+            min(max(np.float32(cell.cell_clip) / np.float32(cell.cell_scale), -32768), 32767)
         )
     units = cell.input_codes.shape[1]
     pre = np.empty((n, steps, 4, units), np.int64)

@@ -9,7 +9,10 @@ own from the state the file starts it from. Then, for each cell:
     a fused op      what it received (its input sequence and starting states) and returned
                     (its outputs, and final states where it keeps them) are read back; its
                     cell is replayed in numpy from its weights (`tracer.values.replay`, as
-                    `tracer.find.lite` holds them) and checked against what it returned
+                    `tracer.find.lite` holds them; a hybrid op's products as its kernel
+                    computes them, `tracer.values.hybrid`; a full-integer op's every code,
+                    `tracer.values.integer`) and checked against what it returned (a
+                    full-integer op's, code for code)
     a WHILE loop    its cond and body run an iteration at a time, in interpreters of the file
                     with those subgraphs as the main one, from what the loop started from:
                     each gate is what its nonlinearity read and returned, each state what the
