@@ -2,7 +2,9 @@
 
 Every error a user can cause derives from `GatetraceError`; the CLI turns it into one
 line on stderr and exit code 2. They live here, in the TensorFlow-free half of the
-project, so that `recorders` and `tracer` share them.
+project, so that `recorders` and `tracer` share them, with how their messages name an
+option (`option`): a flag on the command line (`--overwrite`), a keyword in Python
+(`overwrite=True`), as `options_as` says for the code it runs.
 """
 
 import contextvars

@@ -28,7 +28,12 @@ def _import_tensorflow_once() -> None:
 
         return
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error to show anything on
+        import tensorflow  # noqa: F401
+
+        return
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
