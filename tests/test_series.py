@@ -20,6 +20,7 @@ from tracer._tf import tf, v1
 pytestmark = pytest.mark.e2e
 
 STEPS, FEATURES = 6, 3
+SEED = 2  # some units shut at checkpoints 2 and 6, none within 5e-3 of its threshold
 X = np.random.RandomState(9).randn(10, STEPS, FEATURES).astype(np.float32)
 
 
@@ -31,10 +32,15 @@ def train_tf1(folder, saves=(2, 4, 6)) -> None:
         v1.set_random_seed(0)
         x = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")
         y = v1.placeholder(tf.float32, [None], name="y")
-        outputs, _ = v1.nn.static_rnn(
-            v1.nn.rnn_cell.BasicLSTMCell(4), tf.unstack(x, axis=1), dtype=tf.float32
-        )
-        logits = tf.squeeze(v1.layers.dense(outputs[-1], 1), 1)
+        # initialisers seeded here: the graph's seed alone leaves the cell's to tf-keras' own
+        # generator, whose state depends on what the process built before (seen: a test
+        # order in which no unit was shut)
+        with v1.variable_scope("", initializer=v1.glorot_uniform_initializer(seed=SEED)):
+            outputs, _ = v1.nn.static_rnn(
+                v1.nn.rnn_cell.BasicLSTMCell(4), tf.unstack(x, axis=1), dtype=tf.float32
+            )
+        dense = v1.glorot_uniform_initializer(seed=SEED + 1)
+        logits = tf.squeeze(v1.layers.dense(outputs[-1], 1, kernel_initializer=dense), 1)
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits))
         step = v1.train.get_or_create_global_step()
         train = v1.train.AdamOptimizer(0.05).minimize(loss, global_step=step)

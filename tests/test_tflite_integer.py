@@ -412,3 +412,48 @@ def test_contributions_of_a_quantised_op_are_refused(integer, tmp_path):
         )  # fmt: skip
     )
     assert "compute their products on quantised values" in refused and not out.exists()
+
+
+_SHAPE = "not a type int8 or int16 with a positive scale and a zero point of that type"
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda q: q["activation"].update(scale=-1.0), _SHAPE),
+        (lambda q: q["activation"].update(type="int32"), _SHAPE),
+        (lambda q: q["activation"].update(zero_point=40000), _SHAPE),
+        (lambda q: q["activation"].update(scale=True), _SHAPE),
+        (lambda q: q["activation"].update(scale=3e-5), "is not a int16 code of scale 3e-05"),
+        (
+            lambda q: q.pop("activation"),
+            "says how c, h, inputs, preactivation are held, not activation",
+        ),
+    ],
+)
+def test_codes_follow_only_a_quantisation_that_holds(integer, tmp_path, change, says):
+    """A recording's manifest may come from anyone: `gate_codes` reads its quantisation only
+    where it is of the form gatetrace writes (an int8 or int16 type, a positive finite scale,
+    a zero point of the type) and the values are codes of it; anything else is one line."""
+    import shutil
+
+    from recorders import Recording
+    from recorders.errors import SelectionError
+
+    x = np.random.RandomState(2).normal(0, 1, (4, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = tmp_path / "run"
+    done = run_cli(
+        "record", str(integer / "float io.tflite"), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(run), "--quiet"
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cell = Recording(run).cells[0]
+    assert Recording(run).gate_codes(cell, "f").dtype == np.int16  # as written: codes
+    changed = tmp_path / "changed"
+    shutil.copytree(run, changed)
+    manifest = json.loads((changed / "manifest.json").read_text())
+    change(next(c for c in manifest["cells"] if c["name"] == cell)["quantisation"])
+    (changed / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SelectionError) as refused:
+        Recording(changed).gate_codes(cell, "f")
+    assert says in str(refused.value) and "\n" not in str(refused.value)
