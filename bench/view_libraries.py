@@ -50,7 +50,7 @@ def starlette_plotly(rec, cell):
 
     from recorders.view.server import make_app
 
-    client = TestClient(make_app(rec))
+    client = TestClient(make_app(rec), base_url="http://127.0.0.1")  # a host the view serves
 
     def ask(kind):
         params = (

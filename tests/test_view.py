@@ -762,3 +762,28 @@ def test_a_comparison_that_does_not_line_up_is_one_line_before_serving(demo_serv
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "is a summary recording (--summary)" in done.stderr
+
+
+def test_colour_scales_come_from_the_nonlinearity_or_the_first_sequences(demo_served):
+    """A heatmap's colour scale: a gate's activation spans its nonlinearity's range (sigmoid
+    [0, 1], tanh [-1, 1]) without a value read; a preactivation or a state, symmetric to the
+    largest magnitude of the first sequences (the demo's 512 are all read: the whole array's)."""
+    from recorders.view import data
+
+    demo, _ = demo_served
+    rec = Recording(demo / "recording")
+    (cell,) = rec.cells
+    assert data.scale(rec, cell, "f") == {"lo": 0.0, "hi": 1.0, "signed": False}
+    assert data.scale(rec, cell, "j") == {"lo": -1.0, "hi": 1.0, "signed": True}
+    for kind, label, column, values in (
+        ("gate", "f", "preactivation", rec.gate_array(cell, "f", "preactivation")),
+        ("state", "c", "activation", rec.state_array(cell, "c")),
+    ):
+        lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+        top = float(np.float32(max(-lo, hi)))
+        want = (
+            {"lo": -1.0, "hi": 1.0, "signed": True}
+            if -1 <= lo and hi <= 1
+            else {"lo": -top, "hi": top, "signed": True}
+        )
+        assert lo < 0 and data.scale(rec, cell, label, kind, column) == want

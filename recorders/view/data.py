@@ -33,7 +33,7 @@ from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.write.columns import PARTS
-from recorders.write.totals import nonlinearity
+from recorders.write.totals import RANGES, nonlinearity
 
 __all__ = [
     "overview",
@@ -167,19 +167,29 @@ SCALE_EXAMPLES = 1000  # the sequences a colour scale is read from (the first on
 def scale(
     rec: Recording, cell: str, label: str, kind: str = "gate", column: str = "activation"
 ) -> dict[str, Any]:
-    """The colour scale of a gate's column (or a state), fixed for every sequence shown: [0, 1]
-    where every value of the first `SCALE_EXAMPLES` sequences lies there (a sigmoid's), [-1, 1]
-    likewise (a tanh's), else symmetric about 0 to their largest magnitude (preactivations,
-    cell states); `signed` says which colour map fits."""
+    """The colour scale of a gate's column (or a state), fixed for every sequence shown: a
+    gate's activation spans its nonlinearity's range ([0, 1] for a sigmoid, [-1, 1] for a
+    tanh: nothing read); any other column [0, 1] where every value of the first
+    `SCALE_EXAMPLES` sequences lies there, [-1, 1] likewise, else symmetric about 0 to their
+    largest magnitude (preactivations, cell states). `signed` says which colour map fits.
+    The values are read a row group at a time as dense arrays (`Recording.blocks`), the first
+    sequences only: a fraction of a second on a recording of any size."""
     check_column(rec, cell, label, kind, column)
-    first = int(rec.examples[0][0]) if rec.examples else 0  # the first range recorded
-    examples = (first, first + SCALE_EXAMPLES)
-    if kind == "gate":
-        a = rec.gate_array(cell, label, column, examples=examples)
-    else:
-        a = rec.state_array(cell, label, examples=examples)
-    finite = a[np.isfinite(a)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if kind == "gate" and column == "activation":
+        ranged = RANGES.get(nonlinearity(rec.cell(cell), label))
+        if ranged is not None:
+            return {"lo": ranged[0], "hi": ranged[1], "signed": ranged[0] < 0}
+    lo, hi, seen = np.inf, -np.inf, 0
+    table, col = ("gates", column) if kind == "gate" else ("states", "value")
+    for block in rec.blocks(table, cell, label, col):
+        finite = block.values[np.isfinite(block.values)]
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+        seen += len(block.examples)
+        if seen >= SCALE_EXAMPLES:
+            break
+    if seen == 0 or lo > hi:
+        lo, hi = 0.0, 1.0
     if 0.0 <= lo and hi <= 1.0:
         return {"lo": 0.0, "hi": 1.0, "signed": False}
     if -1.0 <= lo and hi <= 1.0:
