@@ -202,25 +202,34 @@ class _Reader:
     def name(self, at: int) -> str:
         return tensor_name(self.model.main.tensors[self.inputs[at]])
 
-    def quantised(self, at: int, what: str) -> tuple[np.ndarray, np.float32]:
-        """Input `at` as a hybrid kernel reads it: its int8 codes, from the file's buffer, and
-        the one scale of the matrix (symmetric: zero point 0)."""
+    def quantised(
+        self,
+        at: int,
+        what: str,
+        kernel: str = "its hybrid kernel (int8 weights, float activations)",
+        reads: str = "int8 matrices",
+    ) -> tuple[np.ndarray, np.float32]:
+        """Input `at` as a quantised kernel reads it: its codes (int8, or int32 where `reads`
+        says so), from the file's buffer, and the one scale (symmetric: zero point 0)."""
+        kind = reads.split()[0].upper()
         t = self.model.main.tensors[self.inputs[at]]
         q = t.quantization
         scales = [] if q is None or q.scale is None else [float(v) for v in q.scale]
         zeros = [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint]
-        if self.type_of(at) != "INT8" or len(scales) != 1 or any(zeros):
+        if self.type_of(at) != kind or len(scales) != 1 or any(zeros):
             found = f"{self.type_of(at).lower()} with {len(scales)} scales, zero points {zeros[:3]}"
             raise GraphPatternError(
-                f"{self.where}: its {what} are {found}; its hybrid kernel (int8 weights, float "
-                "activations) reads int8 matrices of one scale and zero point 0, and gatetrace replays only that"
+                f"{self.where}: its {what} are {found}; {kernel} reads {reads} of one scale and zero "
+                "point 0, and gatetrace replays only that"
             )
+        numpy_type = np.dtype(np.int8 if kind == "INT8" else np.int32)
+        shape = [int(d) for d in t.shape]
         data = self.model.parsed.buffers[t.buffer].data
-        if data is None or len(data) != int(np.prod([int(d) for d in t.shape])):
+        if data is None or len(data) != int(np.prod(shape)) * numpy_type.itemsize:
             raise GraphPatternError(
-                f"{self.where}: its {what} ({tensor_name(t)}) are not stored in the file as int8 codes"
+                f"{self.where}: its {what} ({tensor_name(t)}) are not stored in the file as {kind.lower()} codes"
             )
-        codes = np.frombuffer(bytes(data), np.int8).reshape([int(d) for d in t.shape])
+        codes = np.frombuffer(bytes(data), numpy_type).reshape(shape)
         return codes, np.float32(scales[0])
 
 
@@ -295,25 +304,10 @@ def _integer(
             )
         return scales[0], zeros[0] if zeros else 0
 
-    def codes(at: int, kind: str, what: str) -> tuple[np.ndarray, float]:
-        scale, zero = quant(reader.tensor(at), kind, what)
-        if zero and kind == "INT8":
-            raise GraphPatternError(
-                f"{where}: its {what} have zero point {zero}; the integer kernel reads weights of zero point 0"
-            )
-        t = model.main.tensors[reader.tensor(at)]
-        data = model.parsed.buffers[t.buffer].data
-        numpy_type = np.int8 if kind == "INT8" else np.int32
-        shape = [int(d) for d in t.shape]
-        if data is None or len(data) != int(np.prod(shape)) * np.dtype(numpy_type).itemsize:
-            raise GraphPatternError(
-                f"{where}: its {what} ({tensor_name(t)}) are not stored in the file"
-            )
-        return np.frombuffer(bytes(data), numpy_type).reshape(shape), scale
-
-    W = [codes(at, "INT8", "input weights") for at in range(1, 5)]
-    U = [codes(at, "INT8", "recurrent weights") for at in range(5, 9)]
-    b = [codes(at, "INT32", "biases") for at in range(12, 16)]
+    kernel = "TensorFlow Lite's integer LSTM kernel"
+    W = [reader.quantised(at, "input weights", kernel) for at in range(1, 5)]
+    U = [reader.quantised(at, "recurrent weights", kernel) for at in range(5, 9)]
+    b = [reader.quantised(at, "biases", kernel, "int32 biases") for at in range(12, 16)]
     input_scale, input_zero = quant(reader.tensor(0), "INT8", "input")
     h_scale, h_zero = quant(reader.tensor(18), "INT8", "output state")
     cell_scale, _ = quant(reader.tensor(19), "INT16", "cell state")
@@ -330,8 +324,8 @@ def _integer(
         input_codes=np.stack([c for c, _ in W]),
         recurrent_codes=np.stack([c for c, _ in U]),
         biases=np.stack([c.astype(np.int64) for c, _ in b]),
-        input_weight_scales=tuple(s for _, s in W),
-        recurrent_weight_scales=tuple(s for _, s in U),
+        input_weight_scales=tuple(float(s) for _, s in W),
+        recurrent_weight_scales=tuple(float(s) for _, s in U),
         input_scale=input_scale,
         input_zero=input_zero,
         h_scale=h_scale,
