@@ -75,17 +75,23 @@ def run_child(kind: str, folder: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def make_recording(root: Path, sequences: int) -> tuple[Path, dict]:
+def make_recording(root: Path, sequences: int, values=None) -> tuple[Path, dict]:
+    """The model of bench/record.py recorded on `sequences` random sequences into `root/recording`
+    (`values`: the value columns, default the recording's default); its folder and manifest."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
     from record import BATCH, FEATURES, STEPS, build_model
 
     import tracer
 
+    root.mkdir(parents=True, exist_ok=True)
     session, _, _, _ = build_model(root)
     x = np.random.RandomState(0).randn(sequences, STEPS, FEATURES).astype(np.float32)
     out = root / "recording"
-    manifest = tracer.record(tracer.from_session(session), {"x": x}, out, batch_size=BATCH)
+    options = {} if values is None else {"values": values}
+    manifest = tracer.record(
+        tracer.from_session(session), {"x": x}, out, batch_size=BATCH, **options
+    )
     session.close()
     return out, manifest
 

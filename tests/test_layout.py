@@ -101,6 +101,7 @@ FORMAT = tuple(
         "stats",
         "totals",
         "series",
+        "partstats",
     )
 )
 DIRECTIONS = {

@@ -228,12 +228,18 @@ def test_a_part_file_claiming_far_steps_or_units_is_named(pristine, tmp_path, st
     )
     assert target.stat().st_size < 20_000
     rec = Recording(run)
-    for path in ("/api/heatmap", "/api/overview"):
+    # the rewrite kept the footer's statistics of the activations, which the overview reads
+    # (where the row groups' own statistics fit the cell)
+    stale = "its statistics say 3 units of 18 rows, the file holds 2 rows"
+    for path, said in (
+        ("/api/heatmap", message),
+        ("/api/overview", stale if step == 4 else message),
+    ):
         answer = client(rec).get(path, params={"cell": LSTM, "label": "f", "example": 0})
         assert (
             answer.status_code == 422
             and answer.json()["error"].startswith(f"{target} ")
-            and message in answer.json()["error"]
+            and said in answer.json()["error"]
         )
     with pytest.raises(RecordingError, match=message):
         rec.gate_array(LSTM, "f")

@@ -620,7 +620,7 @@ import numpy as np
 from tracer.values import compiled
 if sys.argv[2] == "plain":  # numba asked as it was before: its cache where NUMBA_CACHE_DIR says
     import numba
-    compiled._compiled = numba.njit(nogil=True, cache=True)(compiled._loop)
+    compiled._kernel._made = numba.njit(nogil=True, cache=True)(compiled._loop)
 slots = compiled.Slots(None, 0, 2, None, np.zeros(0), np.array([0.0, 1.0]))
 compiled.reduce(np.zeros((2, 3, 4), np.float32), None, slots)
 print(compiled._kernel()._cache._cache_path if compiled._kernel()._cache else "no cache")

@@ -454,6 +454,10 @@ def test_the_demo_recording_in_a_browser(demo_served, browser, tmp_path):
     assert by_gate["j"]["title"]["text"] == "j (tanh): saturation"
     band = page.evaluate("document.querySelector('#bands > div').layout")
     assert band["showlegend"] and band["yaxis"]["title"]["text"] == "activation"
+    # the band comes from the statistics the files carry, and its legend says how near it is
+    names = page.evaluate("document.querySelector('#bands > div').data.map((t) => t.name)")
+    assert 0 < shown["i"]["within"] <= 2 / 256
+    assert f"10th-90th percentile (within {shown['i']['within']:.2g})" in names
     size = page.locator("#summary tr", has_text="on disk").inner_text()
     assert size.split("\t")[1].endswith(("KB", "MB")), size
     for folder in shots:

@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 
-from recorders.errors import SelectionError
+from recorders.errors import RecordingError, SelectionError
 from recorders.read.codes import codes, quantisation_of
 from recorders.read.files import (
+    DAMAGED,
     TABLES,
     default_memory,
     open_recording,
@@ -48,6 +49,7 @@ from recorders.read.tables import (
     read_rows,
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
+from recorders.write.partstats import FOOTER_KEY, PartStats, read
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -358,6 +360,38 @@ class Recording:
         the value column is read)."""
         self._values("gate_blocks")
         return self.blocks("gates", cell, gate, column)
+
+    def activation_statistics(self, cell: str, gate: str) -> PartStats | None:
+        """The statistics of a gate's activations that its part files carry in their footers
+        (`recorders.write.partstats`: per unit the rows beyond the saturation thresholds, per
+        step the count, sum and a histogram), merged over the files; None where a file carries
+        none (recorded by an older gatetrace or without numba, or holding a NaN or an infinite
+        activation): read the values then. Only the footers are read."""
+        self._values("activation_statistics")
+        if gate not in self.gates(cell):
+            raise SelectionError(
+                f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
+            )
+        found = []
+        steps = self._checked.bounds(cell)["step"][1]
+        for rel in self._checked.files("gates").get((cell, gate), []):
+            footer = self._checked.footer("gates", cell, rel)
+            value = (footer.metadata or {}).get(FOOTER_KEY)
+            if value is None:
+                return None
+            try:
+                stats = read(value, footer.num_rows)
+                if stats.units != self.units(cell) or not all(0 <= s < steps for s in stats.steps):
+                    raise ValueError(
+                        f"its statistics are of {stats.units} units and steps {stats.steps.min(initial=0)} "
+                        f"to {stats.steps.max(initial=0)}, the cell's {self.units(cell)} units and steps 0 to {steps - 1}"
+                    )
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a part file gatetrace wrote ({err}): {DAMAGED}"
+                ) from None
+            found.append(stats)
+        return PartStats.merge(found) if found else None
 
     def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
         """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or

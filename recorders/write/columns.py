@@ -17,6 +17,7 @@ from recorders.write.keys import key_columns
 
 __all__ = [
     "long_columns",
+    "written",
     "gate_columns",
     "state_columns",
     "weight_columns",
@@ -65,13 +66,18 @@ def long_columns(
         elif v is not None:
             columns[name] = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
     if lengths is not None:
-        lengths = np.asarray(lengths)
-        # [examples, steps]
-        valid = lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]
+        valid = written(steps, lengths)
         if not valid.all():
             keep = np.repeat(valid.reshape(-1), units)
             columns = {k: c[keep] if isinstance(c, np.ndarray) else c for k, c in columns.items()}
     return columns
+
+
+def written(steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """[examples, steps]: which rows `long_columns` keeps, given `lengths` (one per example: the
+    steps before it) or a boolean [examples, steps] mask."""
+    lengths = np.asarray(lengths)
+    return lengths if lengths.dtype == bool else np.asarray(steps)[None, :] < lengths[:, None]
 
 
 def gate_columns(

@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +88,11 @@ class Place(ABC):
         metadata: bytes,
         labels: Sequence[str],
         compression: str,
+        footer: Callable[[], Mapping[bytes, bytes]] | None = None,
     ) -> int:
         """Write the new Parquet file `staged` (`recorders.write.rowgroups`): its row groups
-        `chunks`, `labels` dictionary-encoded, `metadata` in its footer. Returns its rows."""
+        `chunks`, `labels` dictionary-encoded, `metadata` in its footer, and what `footer()`
+        gives once the rows are written. Returns its rows."""
 
     def close(self) -> None:  # noqa: B027  (not abstract: most places hold nothing open)
         """Release what the place holds open (a local folder's handle); it is opened again when used."""
@@ -143,9 +145,12 @@ class LocalPlace(Place):
         metadata: bytes,
         labels: Sequence[str],
         compression: str,
+        footer: Callable[[], Mapping[bytes, bytes]] | None = None,
     ) -> int:
         # through the folder's handle, past the page cache where it can be
-        return rowgroups.write_in(self.folder, staged, chunks, metadata, labels, compression)
+        return rowgroups.write_in(
+            self.folder, staged, chunks, metadata, labels, compression, footer
+        )
 
     def close(self) -> None:
         if self._folder is not None:
@@ -265,9 +270,16 @@ class StorePlace(Place):
         metadata: bytes,
         labels: Sequence[str],
         compression: str,
+        footer: Callable[[], Mapping[bytes, bytes]] | None = None,
     ) -> int:
         return rowgroups.write_parquet(
-            self._key(staged), chunks, metadata, labels, compression, filesystem=self.store
+            self._key(staged),
+            chunks,
+            metadata,
+            labels,
+            compression,
+            filesystem=self.store,
+            footer=footer,
         )
 
     def parquet_metadata(self, rel: str) -> Any:

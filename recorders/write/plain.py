@@ -14,7 +14,8 @@ again: that was most of a recording's CPU time (docs/speed.md).
 What the files hold is what pyarrow writes for this layout: the same Parquet schema
 (required or optional INT64, INT32 and FLOAT columns, no logical types), codecs, encodings
 and min/max statistics (the legacy and the new fields, type-defined column order), and the
-recording's description in the key-value metadata under `gatetrace`. Left out: pyarrow's
+recording's description in the key-value metadata under `gatetrace` (and a gate file's
+statistics under `gatetrace.statistics`, `recorders.write.partstats`). Left out: pyarrow's
 `ARROW:schema` entry (readers derive the same Arrow types without it) and page indexes
 (pyarrow writes none by default either). Thrift encoding: `recorders.write.thrift`.
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
@@ -90,11 +91,16 @@ def plain_chunk(columns: Mapping[str, Any], layout: str) -> bool:
 
 
 def write_plain(
-    sink: Sink, chunks: Iterable[Mapping[str, Any]], metadata: bytes, layout: str
+    sink: Sink,
+    chunks: Iterable[Mapping[str, Any]],
+    metadata: bytes,
+    layout: str,
+    footer: Callable[[], Mapping[bytes, bytes]] | None = None,
 ) -> int:
     """Write one Parquet file of `layout` to `sink`, one row group per chunk with rows (a file
     with no rows still has the schema of the first chunk); returns the rows written. Each chunk
-    maps column names to columns `plain_chunk` accepts, every chunk with the same names and types."""
+    maps column names to columns `plain_chunk` accepts, every chunk with the same names and types.
+    `footer`, called once the rows are written, gives more key-value metadata for the footer."""
     position = 0
 
     def put(*buffers: Any) -> None:
@@ -132,8 +138,9 @@ def write_plain(
         total += rows
     if schema is None:
         raise ValueError("no columns to write")
-    footer = _footer(schema, total, groups, metadata)
-    put(footer, struct.pack("<i", len(footer)), _MAGIC)
+    described = {METADATA_KEY: metadata, **(footer() if footer is not None else {})}
+    end = _footer(schema, total, groups, described)
+    put(end, struct.pack("<i", len(end)), _MAGIC)
     return total
 
 
@@ -297,7 +304,10 @@ def _row_group(columns: list[bytes], rows: int, start: int, size: int, uncompres
 
 
 def _footer(
-    schema: list[tuple[str, int, int]], rows: int, groups: list[bytes], metadata: bytes
+    schema: list[tuple[str, int, int]],
+    rows: int,
+    groups: list[bytes],
+    metadata: Mapping[bytes, bytes],
 ) -> bytes:
     root = thrift.struct(
         [(3, thrift.I32, _REQUIRED), (4, thrift.BINARY, "schema"), (5, thrift.I32, len(schema))]
@@ -308,7 +318,10 @@ def _footer(
         )
         for name, kind, repetition in schema
     ]
-    described = thrift.struct([(1, thrift.BINARY, METADATA_KEY), (2, thrift.BINARY, metadata)])
+    described = [
+        thrift.struct([(1, thrift.BINARY, key), (2, thrift.BINARY, value)])
+        for key, value in metadata.items()
+    ]
     type_defined_order = thrift.struct([(1, thrift.STRUCT, thrift.struct([]))])
     return thrift.struct(
         [
@@ -316,7 +329,7 @@ def _footer(
             (2, thrift.LIST, (thrift.STRUCT, [root, *leaves])),
             (3, thrift.I64, rows),
             (4, thrift.LIST, (thrift.STRUCT, groups)),
-            (5, thrift.LIST, (thrift.STRUCT, [described])),
+            (5, thrift.LIST, (thrift.STRUCT, described)),
             (6, thrift.BINARY, _CREATED_BY),
             (7, thrift.LIST, (thrift.STRUCT, [type_defined_order] * len(schema))),
         ]

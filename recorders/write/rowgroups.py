@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recorders.write.columns import ABSENT, long_columns
+from recorders.write.columns import ABSENT, long_columns, written
 from recorders.write.direct import open_direct
 from recorders.write.folder import Folder
 from recorders.write.layout import (
@@ -30,6 +30,7 @@ from recorders.write.layout import (
     REQUIRED,
     encodings,
 )
+from recorders.write.partstats import Tally
 from recorders.write.plain import plain_chunk, write_plain
 
 __all__ = ["ROW_GROUP_ROWS", "write_parquet", "write_in", "failure_reason", "chunks"]
@@ -47,6 +48,7 @@ def write_parquet(
     dictionary_columns=(),
     compression: str | None = None,
     filesystem: Any = None,
+    footer: Callable[[], Mapping[bytes, bytes]] | None = None,
 ) -> int:
     """Write column chunks as one Parquet file, one row group per chunk with rows (a file
     with no rows still has the schema of the first). Columns that never hold a null are
@@ -54,8 +56,9 @@ def write_parquet(
     `_layout` says for `compression` (one of COMPRESSIONS, None: DEFAULT_COMPRESSION).
     Statistics (min and max per row group, which readers use to skip row groups) are
     kept for every column but `NO_STATISTICS`. `path`: a file path, or a file open for
-    writing; `filesystem`: a pyarrow FileSystem that `path` is in (default: the local one).
-    Returns the rows written.
+    writing; `filesystem`: a pyarrow FileSystem that `path` is in (default: the local one);
+    `footer`, called once the rows are written, more key-value metadata for the footer (a
+    part file's statistics). Returns the rows written.
 
     The part files of the default layout are written by `recorders.write.plain` (no encoder
     needed: the floats' bytes as they are, the keys' pages reused); anything else by pyarrow."""
@@ -66,16 +69,18 @@ def write_parquet(
     if _plain(first, dictionary_columns, compression):
         if filesystem is not None:
             with filesystem.open_output_stream(path) as stream:
-                return write_plain(stream, chunks, metadata, compression)
+                return write_plain(stream, chunks, metadata, compression, footer)
         if isinstance(path, (str, Path)):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
-                return write_plain(f, chunks, metadata, compression)
-        return write_plain(path, chunks, metadata, compression)
-    return _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesystem)
+                return write_plain(f, chunks, metadata, compression, footer)
+        return write_plain(path, chunks, metadata, compression, footer)
+    return _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesystem, footer)
 
 
-def _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesystem) -> int:
+def _write_arrow(
+    path, chunks, metadata, dictionary_columns, compression, filesystem, footer=None
+) -> int:
     """`write_parquet` through pyarrow's encoder."""
     writer, rows = None, 0
     if filesystem is None and isinstance(path, (str, Path)):
@@ -108,6 +113,8 @@ def _write_arrow(path, chunks, metadata, dictionary_columns, compression, filesy
             if table.num_rows:
                 writer.write_table(table, row_group_size=table.num_rows)
                 rows += table.num_rows
+        if writer is not None and footer is not None:
+            writer.add_key_value_metadata(dict(footer()))
     finally:
         if writer is not None:
             writer.close()
@@ -121,6 +128,7 @@ def write_in(
     metadata: bytes,
     dictionary_columns=(),
     compression: str | None = None,
+    footer: Callable[[], Mapping[bytes, bytes]] | None = None,
 ) -> int:
     """`write_parquet` into the new file `rel` of a local folder, reached through its handle: a
     part file of the default layout past the page cache where the file system allows
@@ -130,11 +138,15 @@ def write_in(
     direct = open_direct(folder, rel) if plain else None
     if direct is not None:
         with direct:
-            return write_parquet(direct, chunks, metadata, dictionary_columns, compression)
+            return write_parquet(
+                direct, chunks, metadata, dictionary_columns, compression, footer=footer
+            )
     with folder.create(rel) as f:
         sink = folder.native_target(f)
         try:
-            return write_parquet(sink, chunks, metadata, dictionary_columns, compression)
+            return write_parquet(
+                sink, chunks, metadata, dictionary_columns, compression, footer=footer
+            )
         finally:
             if sink is not f:
                 sink.close()
@@ -171,13 +183,20 @@ def _labels(values) -> pa.DictionaryArray:
 
 
 def chunks(
-    examples, steps, values: Mapping[str, Any], lengths, keys, parts=None
+    examples,
+    steps,
+    values: Mapping[str, Any],
+    lengths,
+    keys,
+    parts=None,
+    tally: Tally | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The long columns of one part file (`recorders.write.columns`), a chunk of examples at a time,
     each chunk about ROW_GROUP_ROWS rows. `values` are [examples, steps, units] arrays, None
     (the column is left out), or callables taking a slice of examples and returning their
     rows; `parts`, a callable taking a slice of examples and returning several columns at
-    once ({name: rows, or None for a column of nulls}). Only one chunk's columns exist at a time."""
+    once ({name: rows, or None for a column of nulls}). Only one chunk's columns exist at a time.
+    `tally` is given each chunk's `activation` rows, those written (`recorders.write.partstats`)."""
     examples = np.asarray(examples, dtype=np.int64)
     steps = np.asarray(steps)
     present = {name: v for name, v in values.items() if v is not None}
@@ -192,6 +211,12 @@ def chunks(
         chunk = {name: _rows(v, rows) for name, v in present.items()}
         if parts is not None:
             chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
+        if tally is not None and "activation" in chunk:
+            every = np.ones((rows.stop - rows.start, len(steps)), bool)
+            tally.add(
+                chunk["activation"],
+                every if lengths is None else written(steps, np.asarray(lengths)[rows]),
+            )
         yield long_columns(
             examples[rows],
             steps,

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 
 from recorders.errors import RecordingError
@@ -38,10 +39,12 @@ from recorders.write.opening import (
     previous_progress,
     remove_unfinished_parts,
 )
+from recorders.write.partstats import Tally
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import RecordingSummary, description_problem
 from recorders.write.swap import drop_locks
+from recorders.write.totals import saturation_bounds
 
 __all__ = ["RecordingWriter", "WRITE_THREADS"]
 
@@ -125,6 +128,12 @@ class RecordingWriter:
         self.examples = None if examples is None else (int(examples[0]), int(examples[1]))
         self.range = None if self.examples is None else shard.part(*self.examples)
         self._metadata = json.dumps(self.description).encode()
+        # each gate's saturation thresholds, for the statistics its part files carry
+        self._bounds = {
+            (c["name"], g): saturation_bounds(c, g)
+            for c in self.description.get("cells", [])
+            for g in c.get("gates", [])
+        }
         # a folder in the root
         self._staging = self._where.staging(shard)
         self._keys = KeyCache()
@@ -168,10 +177,18 @@ class RecordingWriter:
         check_parts(self._where, self.range, progress)
 
     def _write_parquet(
-        self, staged: str, chunks: Iterable[Mapping[str, Any]], labels: Sequence[str] = ()
+        self,
+        staged: str,
+        chunks: Iterable[Mapping[str, Any]],
+        labels: Sequence[str] = (),
+        tally: Tally | None = None,
     ) -> int:
-        """Write the new Parquet file `staged` where the place writes it; returns its rows."""
-        return self.place.write_parquet(staged, chunks, self._metadata, labels, self._compression)
+        """Write the new Parquet file `staged` where the place writes it, with the statistics
+        of `tally` in its footer; returns its rows."""
+        footer = None if tally is None else tally.footer
+        return self.place.write_parquet(
+            staged, chunks, self._metadata, labels, self._compression, footer
+        )
 
     def _shown(self, rel: str) -> str:
         """A file of the recording as the user knows it: below --out (not the sibling --overwrite writes)."""
@@ -224,15 +241,16 @@ class RecordingWriter:
         values: Mapping[str, Any],
         lengths,
         parts=None,
+        tally: Tally | None = None,
     ) -> None:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
-        groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts)
+        groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts, tally)
         # encoded where the place stages it; given its final name by `commit`
         staged = self.place.stage(final, self._staging)
-        future = self._pool.submit(self._write_parquet, staged, groups)
+        future = self._pool.submit(self._write_parquet, staged, groups, (), tally)
         self._pending.append((future, staged, final, table))
 
     def write_gate(
@@ -256,9 +274,13 @@ class RecordingWriter:
 
         With `lengths`, no rows are written for steps at or past an example's length (or,
         given a boolean [examples, steps] mask, where it is False). The arrays must not
-        change until `commit()` returns.
+        change until `commit()` returns. The file's footer carries the statistics of the
+        activations (`recorders.write.partstats`).
         """
         folder = partition_dir(cell=cell, gate=gate)
+        tally = None
+        if activation is not None:
+            tally = Tally(np.asarray(steps), *(self._bounds.get((cell, gate)) or (None, None)))
         self._submit(
             "gates",
             folder,
@@ -267,6 +289,7 @@ class RecordingWriter:
             {"preactivation": preactivation, "activation": activation},
             lengths,
             parts,
+            tally,
         )
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:

@@ -25,6 +25,7 @@ from recorders.errors import (
     RunTimeout,
     SelectionError,
 )
+from recorders.write import partstats
 from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
@@ -213,6 +214,8 @@ def _record(
         raise SelectionError(
             f"--shard {shard}: sharding needs at least one array feed to split into sequences"
         )
+    if options.summary is None:
+        partstats.ready()  # what the statistics' loop holds, counted in what the process holds
     choice = choose_batch(
         options.batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), options.memory
     )

@@ -11,39 +11,21 @@ so both give the same numbers. Each step's rows are read three times while they 
 the cache (sums, min and max; squared deviations; slots), and the loop runs without the
 GIL, on the writer's threads while the next batch runs.
 
-The loop is compiled at its first run, about a second, and its machine code cached on disk
-by numba. numba reads a cache's index with `pickle`, so whoever can write the cache folder
-can run code as the user: the cache is kept only in gatetrace's own folder
-(`$XDG_CACHE_HOME/gatetrace/numba`, else `~/.cache/gatetrace/numba`), created mode 0700 and
-checked before numba is asked (`trusted_cache`: a folder, not a link, the user's own,
-writable by no one else, in folders no one else can rename it out of), never in the folder
-`NUMBA_CACHE_DIR` names nor beside this module; where that check fails the loop is compiled
-in every process, without a cache. `available()` says whether numba is installed
-(`pip install "gatetrace[fast]"`). Without it, summaries are computed in the graph, or in
+The loop is compiled at its first run and its machine code cached only in gatetrace's own
+folder (`recorders.write.compiled`, which says why). `available()` says whether numba is
+installed (`pip install ".[fast]"`). Without it, summaries are computed in the graph, or in
 numpy for cells computed in numpy.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-import stat
-import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from recorders.write.compiled import Loop, available, trusted_cache
+
 __all__ = ["Slots", "available", "reduce", "trusted_cache"]
-
-
-@functools.cache
-def available() -> bool:
-    """Whether the compiled loop can run (numba, an optional dependency, is installed; it is
-    imported only when the loop first runs)."""
-    return importlib.util.find_spec("numba") is not None
 
 
 @dataclass(frozen=True)
@@ -158,71 +140,4 @@ def _loop(x, keep, scale, offset, last, top, marks, every, n, mean, m2, lo, hi, 
                 by_step[t, k] += counts[u, k]
 
 
-_compiled: Any = None
-# held while the loop is made: numba reads its cache folder from a global setting, which
-# `_kernel` sets for that moment; two writer threads making it at once would each restore
-# it under the other (seen: a cache folder named by a relative path, made in the user's
-# current folder)
-_making = threading.Lock()
-
-
-def _safe(path: Path, own: bool) -> bool:
-    """Whether `path` is a folder (not a link) that no one but the user, or root, can change:
-    with `own`, the user's and writable by no one else; else owned by the user or root and
-    writable by no one else, or sticky (no one else can rename what the user owns there)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        return False
-    if own:
-        return st.st_uid == os.getuid() and not st.st_mode & 0o077
-    others_write = st.st_mode & 0o022
-    return st.st_uid in (0, os.getuid()) and (not others_write or bool(st.st_mode & stat.S_ISVTX))
-
-
-def trusted_cache() -> Path | None:
-    """gatetrace's own cache folder for numba's machine code, made mode 0700 where missing,
-    or None where it is not safe to read code from (see the module docstring)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(os.path.abspath(base)) / "gatetrace" / "numba"
-    try:
-        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700, exist_ok=True)
-    except OSError:
-        return None
-    if not _safe(folder, own=True) or not _safe(folder.parent, own=True):
-        return None
-    if not all(_safe(p, own=False) for p in folder.parent.parents):
-        return None
-    return folder
-
-
-def _kernel() -> Any:
-    """`_loop` compiled (once per process), its machine code cached only in `trusted_cache()`:
-    numba's cache folder is set to it while the function is made (where numba picks the
-    folder), whatever `NUMBA_CACHE_DIR` says; without it, nothing is cached."""
-    global _compiled
-    with _making:
-        if _compiled is None:
-            folder = trusted_cache()  # checked before numba is imported
-            import numba
-            from numba.core import config
-
-            if folder is None:
-                _compiled = numba.njit(nogil=True, cache=False)(_loop)
-                return _compiled
-            before = getattr(config, "CACHE_DIR", "")
-            setattr(config, "CACHE_DIR", str(folder))  # noqa: B010 (set at import from the environment)
-            try:
-                made = numba.njit(nogil=True, cache=True)(_loop)
-            finally:
-                setattr(config, "CACHE_DIR", before)  # noqa: B010
-            # where numba will write (its cache's path): never a folder relative to wherever the
-            # user is; a numba that keeps it elsewhere is taken at its word
-            where = getattr(getattr(made, "_cache", None), "_cache_path", str(folder))
-            if not os.path.isabs(str(where)):
-                made = numba.njit(nogil=True, cache=False)(_loop)
-            _compiled = made
-    return _compiled
+_kernel = Loop(_loop)

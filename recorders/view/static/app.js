@@ -142,7 +142,9 @@ function drawOverview(name) {
     $("bands").appendChild(band);
     Plotly.newPlot(band, [
       { x: g.steps, y: g.high, mode: "lines", line: { width: 0 }, showlegend: false, hoverinfo: "skip" },
-      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty", name: "10th-90th percentile" },
+      // from the statistics the files carry: each percentile within a histogram bin of the exact one
+      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty",
+        name: g.within > 0 ? `10th-90th percentile (within ${g.within.toPrecision(2)})` : "10th-90th percentile" },
       { x: g.steps, y: g.mean, mode: "lines", name: "mean" }],
       { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 48, r: 10, b: 78 }, showlegend: true,
         legend: { orientation: "h", y: -0.62, font: { size: 10 } },

@@ -1,0 +1,482 @@
+"""The statistics a gate's part file carries in its footer, so that an overview reads kilobytes.
+
+A gate part file (one batch of one gate of one cell, `recorders.write.writer`) keeps, under
+its footer's key `gatetrace.statistics` (`FOOTER_KEY`), the statistics of its `activation`
+column, computed from the values as they are written. They exist exactly when the file does:
+crash safety, resume, shards and object storage hold for them as for the rows. They are:
+
+- per unit: `rows` (the file's rows of each unit), `below` and `above` (values < low and
+  > high, the gate's saturation thresholds, `recorders.write.totals.saturation_bounds`; not
+  kept for a gate that does not saturate);
+- per step: `count`, the float64 `sum`, `lo` and `hi` (min and max), and a histogram of
+  bins 2^e wide on the lattice of multiples of 2^e (bin k holds k 2^e <= v < (k + 1) 2^e), e the
+  least for which the step's values span at most `BINS` bins in each row group.
+
+A value's bin is exact (v / 2^e is exact in float64), and the bins of a lattice 2^e wide are
+whole unions of the bins of any finer one: so histograms merge exactly, a row group's into
+its file's and a file's into the recording's (`PartStats.merge`), the finer counted into the
+coarser (and coarser still where the pieces lie so far apart that more than `MERGED` bins
+would lie between them). The q-quantile of a step (`quantile`) lies in the bin where the
+merged counts reach q x count, the exact (inverted-CDF) quantile's bin: it is within one bin
+of it, that is within 2 / BINS of the widest range of the step's values in one row group,
+or 2 / MERGED of their whole range, whichever is wider.
+
+Not written (readers then read the values, as for files of older recordings): where numba is
+not installed (the loop below runs about 1.2 ns a value compiled, ten times that in numpy:
+too dear to run while recording), and for a file whose activations hold a NaN or an infinite
+value. `read` checks what a footer says before a number is used (the files may come from
+anyone): its size, and that its counts add up to the file's rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recorders.write.compiled import Loop, available
+
+__all__ = ["FOOTER_KEY", "BINS", "MERGED", "PartStats", "Tally", "read", "ready"]
+
+FOOTER_KEY = b"gatetrace.statistics"
+FORMAT = 1
+# At most this many bins (and one more, where the values straddle the lattice) hold a step's
+# values in one row group: bins at most 2 / 256 of their range wide.
+BINS = 256
+# At most about this many bins hold a step's values merged (more where one row group's already
+# need more): pieces far apart are merged on a coarser lattice.
+MERGED = 4096
+# the finest bins: a bin's number stays below 2^51 in magnitude, exact as a float64
+_SPAN = 50
+# The most bytes the arrays of one footer may take, decoded (a hostile footer cannot make a
+# reader allocate more; a batch of 4,096 units and 1,000 steps takes 2.3 MB).
+MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class PartStats:
+    """The statistics of one gate's activations over one or more part files (see the module
+    docstring): `units`, `rows` (the rows of each unit), `below` and `above` [units] (None
+    where `low` and `high` are: a gate that does not saturate); per step of `steps` [S],
+    `count`, `total` (the sum), `lo`, `hi`, and the histogram: bins 2^`exponent` wide, numbered
+    from `first`, `size` of them, their counts one step after the other in `counts`."""
+
+    units: int
+    rows: int
+    low: float | None
+    high: float | None
+    below: np.ndarray | None
+    above: np.ndarray | None
+    steps: np.ndarray
+    count: np.ndarray
+    total: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    exponent: np.ndarray
+    first: np.ndarray
+    size: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Per step, the mean of the values (NaN where there are none)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.total / self.count, np.nan)
+
+    def quantile(self, q: float) -> np.ndarray:
+        """Per step, the q-quantile within one bin of the exact inverted-CDF one (see the module
+        docstring): where the counts reach q x count, the bin's values taken as spread evenly
+        over it, kept within the step's min and max; NaN where there are no values."""
+        if not 0 <= q <= 1:
+            raise ValueError(f"quantile {q}: expected a number from 0 to 1")
+        ends = np.cumsum(self.size)
+        starts = ends - self.size
+        reached = np.cumsum(self.counts)
+        before = np.concatenate([[0], reached])[starts]  # counts of the steps before
+        target = q * self.count
+        # the first bin of each step whose running count reaches the target (at least one value)
+        at = np.searchsorted(reached, before + np.maximum(target, 1e-9), side="left")
+        at = np.minimum(at, np.maximum(ends - 1, 0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inside = self.counts[at] if len(self.counts) else np.zeros(len(self.steps))
+            start = reached[at] - inside - before if len(self.counts) else 0
+            share = np.clip((target - start) / np.where(inside > 0, inside, 1), 0, 1)
+            bin_ = self.first + (at - starts) + share
+            x = np.ldexp(bin_.astype(np.float64), self.exponent.astype(np.int64))
+        return np.where(self.count > 0, np.clip(x, self.lo, self.hi), np.nan)
+
+    @classmethod
+    def merge(cls, parts: Sequence[PartStats]) -> PartStats:
+        """The statistics of several row groups or files of one gate, over the steps of all
+        of them, each step's histogram on the coarsest of their lattices (ValueError if they
+        disagree on the units or thresholds)."""
+        if not parts:
+            raise ValueError("no statistics to merge")
+        first = parts[0]
+        if any((p.units, p.low, p.high) != (first.units, first.low, first.high) for p in parts):
+            raise ValueError("statistics of other units or thresholds cannot be merged")
+        steps = np.unique(np.concatenate([p.steps for p in parts]))
+        n = len(steps)
+        where = [np.searchsorted(steps, p.steps) for p in parts]
+        count, total = np.zeros(n, np.int64), np.zeros(n)
+        lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+        exponent = np.full(n, np.iinfo(np.int64).min)
+        for p, at in zip(parts, where, strict=True):
+            has = p.count > 0
+            count[at] += p.count
+            total[at] += p.total
+            lo[at[has]] = np.minimum(lo[at[has]], p.lo[has])
+            hi[at[has]] = np.maximum(hi[at[has]], p.hi[has])
+            exponent[at[has]] = np.maximum(exponent[at[has]], p.exponent[has])
+        exponent = np.where(count > 0, exponent, 0)
+        # coarser where pieces far apart would need more than MERGED bins between them
+        with np.errstate(invalid="ignore"):
+            span = np.where(count > 0, hi - lo, 0.0)
+        exponent = np.where(span > 0, np.maximum(exponent, np.frexp(span / MERGED)[1]), exponent)
+        # every bin of every part, as (step, bin number on the step's coarsest lattice, count)
+        step_of, bin_of, counted = [], [], []
+        for p, at in zip(parts, where, strict=True):
+            own = np.repeat(np.arange(len(p.steps)), p.size)
+            number = p.first[own] + (
+                np.arange(len(p.counts)) - np.repeat(np.cumsum(p.size) - p.size, p.size)
+            )
+            step_of.append(at[own])
+            coarser = np.minimum(exponent[at[own]] - p.exponent[own], 63)
+            bin_of.append(number >> coarser)  # floor division by 2^d
+            counted.append(p.counts)
+        step_all, bin_all, counts_all = map(np.concatenate, (step_of, bin_of, counted))
+        lowest = np.full(n, np.iinfo(np.int64).max)
+        highest = np.full(n, np.iinfo(np.int64).min)
+        np.minimum.at(lowest, step_all, bin_all)
+        np.maximum.at(highest, step_all, bin_all)
+        size = np.where(count > 0, highest - lowest + 1, 0)
+        first_bin = np.where(count > 0, lowest, 0)
+        offsets = np.cumsum(size) - size
+        at_bin = offsets[step_all] + bin_all - first_bin[step_all]
+        # counts below 2^53: exact as float64 weights
+        merged = np.bincount(at_bin, counts_all, int(size.sum())).astype(np.int64)
+        below = above = None
+        if first.below is not None:
+            below = np.sum([p.below for p in parts if p.below is not None], axis=0)
+            above = np.sum([p.above for p in parts if p.above is not None], axis=0)
+        return cls(
+            first.units,
+            sum(p.rows for p in parts),
+            first.low,
+            first.high,
+            below,
+            above,
+            steps,
+            count,
+            total,
+            np.where(count > 0, lo, np.nan),
+            np.where(count > 0, hi, np.nan),
+            exponent,
+            first_bin,
+            size,
+            merged,
+        )
+
+    def encode(self) -> bytes:
+        """The footer value: JSON, its arrays zlib-compressed and base64-encoded."""
+        packed = b"".join(
+            np.ascontiguousarray(a, dtype=t).tobytes()
+            for a, t in zip(self._arrays(), _types(self.low), strict=True)
+        )
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "column": "activation",
+                "units": self.units,
+                "rows": self.rows,
+                "low": self.low,
+                "high": self.high,
+                "steps": self.steps.tolist(),
+                "bins": len(self.counts),
+                "arrays": base64.b64encode(zlib.compress(packed, 1)).decode(),
+            }
+        ).encode()
+
+    def _arrays(self) -> list[np.ndarray]:
+        """The arrays in the order `_types` says."""
+        kept = [] if self.below is None or self.above is None else [self.below, self.above]
+        return [
+            *kept,
+            self.count,
+            self.total,
+            self.lo,
+            self.hi,
+            self.exponent,
+            self.first,
+            self.size,
+            self.counts,
+        ]
+
+
+def _types(low: float | None) -> list[str]:
+    """The stored types of `PartStats._arrays`, little-endian: below and above where there
+    are thresholds, then count, total, lo, hi, exponent, first, size, counts."""
+    return [
+        *([] if low is None else ["<i8", "<i8"]),
+        "<i8",
+        "<f8",
+        "<f8",
+        "<f8",
+        "<i8",
+        "<i8",
+        "<i8",
+        "<u4",
+    ]
+
+
+class Tally:
+    """The statistics of one part file, accumulated a row group at a time as it is written:
+    `add` each row group's activations, then `footer()` gives {FOOTER_KEY: value}, or {}
+    where none are kept (see the module docstring). `low` and `high`: the gate's saturation
+    thresholds, None where it has none."""
+
+    def __init__(self, steps: Iterable[int], low: float | None, high: float | None):
+        self.steps = np.asarray(list(steps), dtype=np.int64)
+        self.low, self.high = low, high
+        self._pieces: list[PartStats] = []
+        self._kept = available()
+
+    def add(self, values: np.ndarray, valid: np.ndarray) -> None:
+        """One row group's activations, [examples, steps, units] (as float32), where `valid`
+        [examples, steps] says which rows are written."""
+        if not self._kept:
+            return
+        x = np.ascontiguousarray(values, dtype=np.float32)
+        examples, steps, units = x.shape
+        if steps != len(self.steps) or (self._pieces and units != self._pieces[0].units):
+            self._kept = False  # not the file's shape: nothing said rather than something wrong
+            return
+        below, above = np.zeros(units, np.int64), np.zeros(units, np.int64)
+        count, exponent, first, size = (np.zeros(steps, np.int64) for _ in range(4))
+        total, lo, hi = np.zeros(steps), np.zeros(steps), np.zeros(steps)
+        counts = np.zeros((steps, BINS + 1), np.int64)
+        low = -np.inf if self.low is None else self.low
+        high = np.inf if self.high is None else self.high
+        valid = np.ascontiguousarray(valid, dtype=np.bool_)
+        args = (
+            x,
+            valid,
+            low,
+            high,
+            below,
+            above,
+            count,
+            total,
+            lo,
+            hi,
+            exponent,
+            first,
+            size,
+            counts,
+        )
+        if not _loop()(*args):
+            self._kept = False
+            return
+        saturates = self.low is not None
+        self._pieces.append(
+            PartStats(
+                units,
+                int(valid.sum()),
+                self.low,
+                self.high,
+                below if saturates else None,
+                above if saturates else None,
+                self.steps,
+                count,
+                total,
+                lo,
+                hi,
+                exponent,
+                first,
+                size,
+                counts[np.arange(BINS + 1)[None, :] < size[:, None]],
+            )
+        )
+
+    def footer(self) -> dict[bytes, bytes]:
+        """{FOOTER_KEY: the statistics, encoded}, or {} where none are kept."""
+        if not self._kept or not self._pieces:
+            return {}
+        stats = PartStats.merge(self._pieces)
+        if stats.counts.max(initial=0) > np.iinfo(np.uint32).max:
+            return {}
+        return {FOOTER_KEY: stats.encode()}
+
+
+def _tally(x, valid, low, high, below, above, count, total, lo, hi, exponent, first, size, counts):
+    """The loop `Tally.add` runs, compiled by numba: per step, two passes over its rows while
+    they are in the cache (sum, min, max and the threshold counts per unit; then the bins).
+    False where a value is NaN or infinite."""
+    rows, steps, units = x.shape
+    bins = counts.shape[1] - 1
+    sums = np.zeros(units)
+    least = np.empty(units, x.dtype)
+    most = np.empty(units, x.dtype)
+    for t in range(steps):
+        sums[:] = 0.0
+        least[:] = np.inf
+        most[:] = -np.inf
+        c = 0
+        for b in range(rows):
+            if not valid[b, t]:
+                continue
+            c += 1
+            row = x[b, t]
+            for u in range(units):
+                v = row[u]
+                sums[u] += v
+                least[u] = min(least[u], v)
+                most[u] = max(most[u], v)
+                below[u] += v < low
+                above[u] += v > high
+        if c == 0:
+            continue
+        s = sums.sum()
+        small, large = np.float64(least.min()), np.float64(most.max())
+        if not (np.isfinite(s) and np.isfinite(small) and np.isfinite(large)):
+            return False  # (a NaN makes the sum NaN)
+        # the least e whose bins 2^e wide hold [small, large] in at most bins + 1, its bin
+        # numbers below 2^51 in magnitude
+        e = math.frexp(max(abs(small), abs(large)))[1] - _SPAN
+        if large > small:
+            e = max(e, math.frexp((large - small) / bins)[1] - 1)
+        while math.floor(math.ldexp(large, -e)) - math.floor(math.ldexp(small, -e)) + 1 > bins + 1:
+            e += 1
+        scale = math.ldexp(1.0, -e)
+        start = math.floor(small * scale)
+        count[t], total[t], lo[t], hi[t] = c * units, s, small, large
+        exponent[t], first[t] = e, start
+        size[t] = math.floor(large * scale) - start + 1
+        for b in range(rows):
+            if not valid[b, t]:
+                continue
+            row = x[b, t]
+            for u in range(units):
+                counts[t, np.int64(math.floor(np.float64(row[u]) * scale)) - start] += 1
+    return True
+
+
+_loop = Loop(_tally)
+
+
+def ready() -> None:
+    """Make the compiled loop now where numba is installed (its import and machine code hold
+    some 50 MB): a recording calls this before it measures what the process holds, so that its
+    memory budget counts them."""
+    if available():
+        _loop()
+
+
+def read(value: bytes, rows: int) -> PartStats:
+    """The statistics of a part file from its footer's `value`, checked against the file's
+    `rows` (ValueError saying what does not fit)."""
+    try:
+        said = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("its statistics are not JSON") from None
+    if not isinstance(said, dict) or (said.get("format"), said.get("column")) != (
+        FORMAT,
+        "activation",
+    ):
+        raise ValueError(f"its statistics are not of format {FORMAT} for the activation")
+    steps, low, high = said.get("steps"), said.get("low"), said.get("high")
+    numbers = [said.get(k) for k in ("units", "rows", "bins")]
+    if (
+        not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers)
+        or not isinstance(steps, list)
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+        or (low is None) != (high is None)
+        or not all(t is None or _number(t) for t in (low, high))
+    ):
+        raise ValueError("its statistics' units, rows, steps, bins or thresholds are malformed")
+    units, per_unit, bins = (int(n) for n in numbers)  # type: ignore[arg-type]
+    if units * per_unit != rows or np.any(np.diff(steps) <= 0):
+        raise ValueError(
+            f"its statistics say {units:,} units of {per_unit:,} rows, the file holds {rows:,} rows"
+        )
+    types = _types(low)
+    shapes = [*[units] * (len(types) - 8), *[len(steps)] * 7, bins]
+    sizes = [n * np.dtype(t).itemsize for n, t in zip(shapes, types, strict=True)]
+    if sum(sizes) > MAX_BYTES:
+        raise ValueError(f"its statistics would take {sum(sizes):,} bytes, more than {MAX_BYTES:,}")
+    try:
+        inflate = zlib.decompressobj()
+        packed = inflate.decompress(
+            base64.b64decode(str(said.get("arrays")), validate=True), sum(sizes) + 1
+        )
+    except (ValueError, zlib.error):
+        raise ValueError("its statistics' arrays are not base64 of zlib") from None
+    if len(packed) != sum(sizes):
+        raise ValueError(f"its statistics' arrays hold {len(packed):,} bytes, not {sum(sizes):,}")
+    arrays, at = [], 0
+    for n, t, nbytes in zip(shapes, types, sizes, strict=True):
+        arrays.append(
+            np.frombuffer(packed, t, n, at).astype(np.float64 if t == "<f8" else np.int64)
+        )
+        at += nbytes
+    *kept, count, total, lo, hi, exponent, first, size, counts = arrays
+    below, above = kept if kept else (None, None)
+    stats = PartStats(
+        units,
+        per_unit,
+        low,
+        high,
+        below,
+        above,
+        np.asarray(steps, np.int64),
+        count,
+        total,
+        lo,
+        hi,
+        exponent,
+        first,
+        size,
+        counts,
+    )
+    problem = _problem(stats, rows)
+    if problem:
+        raise ValueError(f"its statistics {problem}")
+    return stats
+
+
+def _number(n: object) -> bool:
+    return isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+
+
+def _problem(s: PartStats, rows: int) -> str | None:
+    """What in read statistics does not add up (None if everything does)."""
+    if s.size.min(initial=0) < 0 or int(s.size.sum()) != len(s.counts):
+        return "have bins that do not add up to their number"
+    if (
+        np.any((s.count > 0) != (s.size > 0))
+        or np.any(np.abs(s.exponent) > 2000)
+        or np.any(np.abs(s.first) >= 1 << 62)
+    ):
+        return "have steps whose bins do not fit their counts"
+    running = np.concatenate([[0], np.cumsum(s.counts)])
+    ends = np.cumsum(s.size)
+    if s.counts.min(initial=0) < 0 or not np.array_equal(
+        running[ends] - running[ends - s.size], s.count
+    ):
+        return "have bins that do not add up to their counts"
+    if int(s.count.sum()) != rows:
+        return f"count {int(s.count.sum()):,} values, the file holds {rows:,}"
+    present = s.count > 0
+    if not (np.all(np.isfinite(s.lo[present])) and np.all(s.lo[present] <= s.hi[present])):
+        return "have a step whose least value is above its largest"
+    if s.below is not None and s.above is not None:
+        if min(s.below.min(initial=0), s.above.min(initial=0)) < 0 or np.any(
+            s.below + s.above > s.rows
+        ):
+            return "count more values beyond the thresholds than a unit has rows"
+    return None
