@@ -1,14 +1,20 @@
 """What the statistics a gate's part file carries cost while recording (`recorders.write.partstats`).
 
-    python bench/partstats.py [--rounds 5] [--small 2] [--large 10]
+    python bench/partstats.py [--rounds 9] [--small 1] [--large 6] [--tmp /dev/shm]
 
 Whole processes as a user runs them: `gatetrace record MODEL --feed x=FILE --out OUT --quiet`
 at default settings, on the model of bench/record.py (two LSTM layers of 256 units, 50 steps,
 batches of 256), against the same command in a process where the statistics are turned off
 (`Tally.add` and `Tally.footer` do nothing: nothing else differs). Each round runs both at
 `--small` and `--large` batches, in alternating order; the cost of a batch is the difference
-over the difference in batches (a process's start, some seconds, left out). Medians of the
-per-round figures; the target: the statistics cost at most 2% of a batch. Also the ratio of
+over the difference in batches (a process's start, some seconds, left out), in wall time
+and in CPU time (user and system, of the process). The recordings are written into `--tmp`
+(by default /dev/shm where there is one: memory, so that the disk's writeback, which varies
+by tens of percent from one run to the next, stays out of the figures). Medians of the
+per-round figures; the target: the statistics cost at most 2% of a batch. The process with
+the statistics also counts their own CPU time (every thread's time in `Tally.add` and
+`Tally.footer`): their share of a batch's CPU time, steadier than the differences of whole
+runs, which vary by tens of percent from run to run on a shared virtual machine. Also the ratio of
 the whole processes at `--large` batches (their start, with numba's import, included). Prints the figures
 with the processor and writes bench/partstats_results.json.
 """
@@ -18,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,16 +51,40 @@ partstats.Tally.footer = lambda self: {}
 from tracer.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-WITH = "import sys\nfrom tracer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+# the same, the CPU time spent counting the statistics (every thread's) printed at the end
+WITH = """
+import sys, threading, time
+from recorders.write import partstats
+spent, lock = [0.0], threading.Lock()
+
+def timed(method):
+    def counted(*args):
+        start = time.thread_time()
+        try:
+            return method(*args)
+        finally:
+            with lock:
+                spent[0] += time.thread_time() - start
+    return counted
+
+partstats.Tally.add = timed(partstats.Tally.add)
+partstats.Tally.footer = timed(partstats.Tally.footer)
+from tracer.cli import main
+code = main(sys.argv[1:])
+print("statistics", spent[0])
+sys.exit(code)
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--small", type=int, default=2)
-    parser.add_argument("--large", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--small", type=int, default=1)
+    parser.add_argument("--large", type=int, default=6)
+    shm = Path("/dev/shm")
+    parser.add_argument("--tmp", default=str(shm) if shm.is_dir() else None)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         root = Path(tmp)
         session, _, _, model = build_model(root)
         session.close()
@@ -62,46 +94,62 @@ def main() -> None:
             x = np.random.RandomState(n).randn(n * BATCH, STEPS, FEATURES).astype(np.float32)
             np.save(files[n], x)
 
-        def run(script: str, n: int) -> float:
+        spent: list[float] = []  # the CPU seconds the statistics took, in each run
+
+        def run(script: str, n: int) -> tuple[float, float]:
+            """Wall and CPU seconds of one process, its recording removed after it."""
             out = root / "out"
-            argv = [
-                "record",
-                model,
-                "--feed",
-                f"x={files[n]}",
-                "--out",
-                str(out),
-                "--quiet",
-                "--overwrite",
-            ]
+            argv = ["record", model, "--feed", f"x={files[n]}", "--out", str(out), "--quiet"]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", script, *argv], check=True, capture_output=True)
-            return time.perf_counter() - start
+            done = subprocess.run(
+                [sys.executable, "-c", script, *argv], check=True, capture_output=True, text=True
+            )
+            wall = time.perf_counter() - start
+            counted = [line for line in done.stdout.splitlines() if line.startswith("statistics ")]
+            spent.append(float(counted[-1].split()[1]) if counted else 0.0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            shutil.rmtree(out)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            return wall, cpu
 
         run(WITH, args.small)  # the compiled loop made and cached once, as a user's first run does
         per_round: dict[str, list[float]] = {
-            "with": [],
-            "without": [],
-            "ratio": [],
-            "whole_ratio": [],
+            k: [] for k in ("with", "without", "ratio", "cpu_ratio", "stats_share", "whole_ratio")
         }
         for r in range(args.rounds):
             order = [("with", WITH), ("without", WITHOUT)]
             if r % 2:
                 order.reverse()
             t = {}
+            counted = {}
             for name, script in order:
                 for n in (args.small, args.large):
                     t[(name, n)] = run(script, n)
-            batch = {
-                name: (t[(name, args.large)] - t[(name, args.small)]) / (args.large - args.small)
-                for name in ("with", "without")
+                    counted[(name, n)] = spent[-1]
+            extra = args.large - args.small
+            wall = {
+                k: (t[(k, args.large)][0] - t[(k, args.small)][0]) / extra
+                for k in ("with", "without")
             }
-            per_round["with"].append(batch["with"])
-            per_round["without"].append(batch["without"])
-            per_round["ratio"].append(batch["with"] / batch["without"])
-            per_round["whole_ratio"].append(t[("with", args.large)] / t[("without", args.large)])
-            print(f"round {r}: {batch['with']:.3f} s a batch with, {batch['without']:.3f} without")
+            cpu = {
+                k: (t[(k, args.large)][1] - t[(k, args.small)][1]) / extra
+                for k in ("with", "without")
+            }
+            per_round["with"].append(wall["with"])
+            per_round["without"].append(wall["without"])
+            per_round["ratio"].append(wall["with"] / wall["without"])
+            per_round["cpu_ratio"].append(cpu["with"] / cpu["without"])
+            # the statistics' own CPU time a batch, against a batch's CPU time without them
+            stats_cpu = (counted[("with", args.large)] - counted[("with", args.small)]) / extra
+            per_round["stats_share"].append(stats_cpu / cpu["without"])
+            per_round["whole_ratio"].append(
+                t[("with", args.large)][0] / t[("without", args.large)][0]
+            )
+            print(
+                f"round {r}: a batch {wall['with']:.3f} s with, {wall['without']:.3f} s without; "
+                f"CPU {cpu['with']:.3f} s with, {cpu['without']:.3f} s without"
+            )
         results = {
             "processor": _cpu_name(),
             "cpus": os.cpu_count(),
@@ -111,6 +159,11 @@ def main() -> None:
             },
             "median_ratio": round(statistics.median(per_round["ratio"]), 4),
             "ratios": [round(x, 4) for x in per_round["ratio"]],
+            "median_cpu_ratio": round(statistics.median(per_round["cpu_ratio"]), 4),
+            # measured inside the process (threads' CPU time in the statistics' code): steadier
+            "median_statistics_share_of_batch_cpu": round(
+                statistics.median(per_round["stats_share"]), 4
+            ),
             # the whole processes at --large batches, their start (numba's import included) too
             "median_whole_process_ratio": round(statistics.median(per_round["whole_ratio"]), 4),
             "target_ratio": TARGET,

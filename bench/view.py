@@ -9,9 +9,10 @@ ranked against labels). Then asks the view's server (`recorders.view.server.make
 process, through Starlette's test client: the server's answer, without a browser's drawing),
 a fresh app each round (nothing cached), for every endpoint: the overview, a heatmap of one
 sequence, a unit's time course and top positions, a select, a match over all examples of one
-cell, the units ranked against the labels and one unit's course beside them, the comparison,
-and the parts of one gate at one step. Also times what `gatetrace view --compare` does before
-it serves (comparing the two recordings). Medians of `--rounds`; the target: every answer
+cell, one unit's course beside the labels, the comparison, the units ranked against the labels
+(once scored: the view scores them in the background from its start) and the parts of one
+gate at one step. Also times what `gatetrace view --compare` does before it serves (comparing
+the two recordings) and how long after the view's start the units are scored. Medians of `--rounds`; the target: every answer
 under 1 s. Prints the figures with the processor and writes bench/view_results.json.
 """
 
@@ -66,21 +67,23 @@ def main() -> None:
             "unit": ("unit", {"cell": cell, "gate": "f", "unit": 3, "example": 7}),
             "select": ("select", {**base, "example": 7, "start": 10, "stop": 20, "threshold": 0.5}),
             "match": ("match", {**base, "units": "1,2,3", "threshold": 0.5, "length": 5}),
-            "ranked": ("ranked", {}),
             "labelled": ("labelled", {"cell": cell, "name": "f", "unit": 3, "example": 7}),
             "compare": ("compare", {}),
         }
         times: dict[str, list[float]] = {
             "overview": [],
             **{k: [] for k in asks},
+            "ranked": [],
             "parts": [],
             "compare_before_serving": [],
+            "units_scored_after": [],
         }
         for _ in range(args.rounds):
             start = time.perf_counter()
             comparison = compare(Recording(out), Recording(other))
             times["compare_before_serving"].append(time.perf_counter() - start)
             fresh = Recording(out)
+            opened = time.perf_counter()  # the units start being scored in the background
             client = TestClient(
                 make_app(
                     fresh,
@@ -97,6 +100,14 @@ def main() -> None:
                 response = client.get(f"/api/{path}", params=params)
                 times[name].append(time.perf_counter() - start)
                 assert response.status_code == 200, response.text
+            # the units panel: the first answer waits for the scores (from the view's start), then
+            # a panel of another length answers from them
+            assert client.get("/api/ranked").status_code == 200
+            times["units_scored_after"].append(time.perf_counter() - opened)
+            start = time.perf_counter()
+            response = client.get("/api/ranked", params={"k": 50})
+            times["ranked"].append(time.perf_counter() - start)
+            assert response.status_code == 200, response.text
             with_parts = TestClient(make_app(Recording(parted)), base_url="http://127.0.0.1")
             start = time.perf_counter()
             response = with_parts.get(
@@ -104,7 +115,7 @@ def main() -> None:
             )
             times["parts"].append(time.perf_counter() - start)
             assert response.status_code == 200, response.text
-        answers = [k for k in times if k != "compare_before_serving"]
+        answers = [k for k in times if k not in ("compare_before_serving", "units_scored_after")]
         results = {
             "processor": _cpu_name(),
             "cpus": os.cpu_count(),

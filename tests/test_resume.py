@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recorders import Recording
+from recorders.write.partstats import FOOTER_KEY, read
 from tests.conftest import CONFIGS, build, save, static_body
 from tracer.cli import main
 
@@ -122,7 +123,9 @@ def check_what_a_kill_left(out: Path) -> None:
     for table in ("gates", "states"):
         files = sorted((out / table).rglob("*.parquet")) if (out / table).exists() else []
         for f in files:
-            pq.read_metadata(f)  # raises on a truncated file
+            footer = pq.read_metadata(f)  # raises on a truncated file
+            if table == "gates":  # a gate file exists only with its statistics, which add up
+                read(footer.metadata[FOOTER_KEY], footer.num_rows)
         if done:
             examples = pd.read_parquet(out / table, columns=["example"])["example"]
             assert set(range(done)) <= set(examples.unique())
@@ -154,6 +157,14 @@ def test_killed_at_many_moments_then_resumed_equals_an_uninterrupted_run(long_ru
     assert main([*run, "--resume"]) == 0
     assert_same_recording(out, clean)
     assert not list(out.glob(".staging-*"))
+    # the statistics the gate files carry count what the uninterrupted run's count
+    resumed, whole = Recording(out), Recording(clean)
+    for cell in resumed.cells:
+        for gate in resumed.gates(cell):
+            a, b = (r.activation_statistics(cell, gate) for r in (resumed, whole))
+            assert a is not None and b is not None and a.rows == b.rows
+            assert np.array_equal(a.count, b.count) and np.array_equal(a.below, b.below)
+            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
 
 
 @pytest.mark.e2e

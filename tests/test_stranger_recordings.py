@@ -226,7 +226,7 @@ def test_a_part_file_claiming_far_steps_or_units_is_named(pristine, tmp_path, st
         unit=pa.array([unit, unit], pa.int32()),
         example=pa.array([0, 0], pa.int64()),
     )
-    assert target.stat().st_size < 20_000
+    assert target.stat().st_size < 60_000  # a few rows (and their statistics in the footer)
     rec = Recording(run)
     # the rewrite kept the footer's statistics of the activations, which the overview reads
     # (where the row groups' own statistics fit the cell)

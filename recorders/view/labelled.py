@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from recorders.errors import SelectionError
 from recorders.read.labels import Labels as UnitLabels
@@ -18,12 +19,16 @@ from recorders.view.data import check_column, column_values, rounded
 __all__ = ["ranked", "label_range", "label_track", "labelled_course"]
 
 
-def ranked(rec: Recording, labels: UnitLabels, k: int = 20) -> dict[str, Any]:
+def ranked(
+    rec: Recording, labels: UnitLabels, k: int = 20, scores: pd.DataFrame | None = None
+) -> dict[str, Any]:
     """The `k` best units of the whole recording against `labels` (`analysis.unit_scores`:
-    AUC or Pearson's r, beside chance), as rows of the table `gatetrace units` prints."""
+    AUC or Pearson's r, beside chance, or `scores` where they were computed already), as rows
+    of the table `gatetrace units` prints."""
     from recorders.read.units import findings, unit_scores
 
-    scores = unit_scores(rec, labels)
+    if scores is None:
+        scores = unit_scores(rec, labels)
     top = findings(scores).head(k)
     return {
         "labels": labels.source,

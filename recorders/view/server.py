@@ -33,7 +33,9 @@ import functools
 import math
 import secrets
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from recorders.read.compare import Comparison
 from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
 from recorders.read.series import Series
+from recorders.read.units import unit_scores
 from recorders.view import data
 from recorders.view import labelled as with_labels
 
@@ -162,6 +165,21 @@ class _TokenGate:
         return await self.app(scope, receive, with_cookie)
 
 
+def _in_background(work: Callable[[], Any]) -> Future:
+    """`work()` run on a daemon thread (the server's end does not wait for it): its result, or
+    its exception, in the Future returned."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(work())
+        except BaseException as err:  # handed to whoever asks for the result
+            done.set_exception(err)
+
+    threading.Thread(target=run, daemon=True, name="gatetrace-view-scores").start()
+    return done
+
+
 def make_app(
     rec: Recording,
     labels: data.Labels | None = None,
@@ -257,6 +275,12 @@ def make_app(
         return unit_labels
 
     ranked_cache: dict[tuple[int, int], dict[str, Any]] = {}
+    # every unit scored against the labels, a recording (a value of the series) at a time: the
+    # shown one's from the start, in the background (seconds on 100M rows), so that the units
+    # panel answers at once when asked
+    scored: dict[int, Future] = {}
+    if unit_labels is not None:
+        scored[shown] = _in_background(lambda: unit_scores(rec, unit_labels))
 
     def ranked(p: _Params) -> dict:
         key = (
@@ -264,7 +288,12 @@ def make_app(
             p.integer("k", 20, 1, 1000),
         )
         if key not in ranked_cache:
-            ranked_cache[key] = with_labels.ranked(pick(p), scoring(), key[1])
+            labels_ = scoring()
+            if key[0] not in scored:
+                at = pick(p)
+                scored[key[0]] = _in_background(lambda: unit_scores(at, labels_))
+            scores = scored[key[0]].result()
+            ranked_cache[key] = with_labels.ranked(pick(p), labels_, key[1], scores)
         return ranked_cache[key]
 
     def labelled(p: _Params) -> dict:
