@@ -11,8 +11,9 @@ Networks", and the LSTMVis / RNNVis tools:
 - `dead_units`: the gate units saturated on one side in nearly every row (always shut or
   always open), and `dead_units_across` a series: when in training they died;
 - `step_stats`: per cell, gate and step, the mean and quantiles of the activations;
-- `gate_summaries`: both of those as arrays per gate, from one read of each gate (what
-  `gatetrace view`'s overview shows); from a summary recording (`--summary`), from its
+- `gate_summaries`: both of those as arrays per gate, from one read of each gate; with
+  `exact=False` from the statistics the gate's part files carry (`recorders.write.partstats`:
+  what `gatetrace view`'s overview shows), and from a summary recording (`--summary`) from its
   statistics: the same counts and means, the quantiles within one histogram bin;
 - `time_courses`: per-unit values along the steps of chosen examples;
 - `top_positions`: the (example, step) positions that drive a unit highest or lowest;
