@@ -300,11 +300,13 @@ def _from_footers(
     saturates = not np.isnan(low)
     if saturates and (stats.low, stats.high) != (low, high):
         return None  # counted against other thresholds (a description edited since)
-    units = np.zeros(stats.units, np.int64)
+    left = right = np.zeros(stats.units, np.int64)
+    if saturates and stats.below is not None and stats.above is not None:
+        left, right = stats.below, stats.above
     held = stats.count > 0  # the steps with values (a file's steps with none are listed too)
     return Summary(
-        units if stats.below is None or not saturates else stats.below,
-        units if stats.above is None or not saturates else stats.above,
+        left,
+        right,
         np.full(stats.units, stats.rows, np.int64),
         stats.steps[held].astype(np.int32),
         stats.mean[held],

@@ -373,7 +373,7 @@ class Recording:
                 f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
             )
         found = []
-        steps = self._checked.bounds(cell)["step"][1]
+        steps, units = self._checked.bounds(cell)["step"][1], self.units(cell)
         for rel in self._checked.files("gates").get((cell, gate), []):
             footer = self._checked.footer("gates", cell, rel)
             value = (footer.metadata or {}).get(FOOTER_KEY)
@@ -381,10 +381,10 @@ class Recording:
                 return None
             try:
                 stats = read(value, footer.num_rows)
-                if stats.units != self.units(cell) or not all(0 <= s < steps for s in stats.steps):
+                if stats.units != units or not all(0 <= s < steps for s in stats.steps):
                     raise ValueError(
                         f"its statistics are of {stats.units} units and steps {stats.steps.min(initial=0)} "
-                        f"to {stats.steps.max(initial=0)}, the cell's {self.units(cell)} units and steps 0 to {steps - 1}"
+                        f"to {stats.steps.max(initial=0)}, the cell's {units} units and steps 0 to {steps - 1}"
                     )
             except ValueError as err:
                 raise RecordingError(

@@ -99,6 +99,8 @@ class PartStats:
         over it, kept within the step's min and max; NaN where there are no values."""
         if not 0 <= q <= 1:
             raise ValueError(f"quantile {q}: expected a number from 0 to 1")
+        if not len(self.counts):  # no values at any step
+            return np.full(len(self.steps), np.nan)
         ends = np.cumsum(self.size)
         starts = ends - self.size
         reached = np.cumsum(self.counts)
@@ -108,8 +110,8 @@ class PartStats:
         at = np.searchsorted(reached, before + np.maximum(target, 1e-9), side="left")
         at = np.minimum(at, np.maximum(ends - 1, 0))
         with np.errstate(invalid="ignore", divide="ignore"):
-            inside = self.counts[at] if len(self.counts) else np.zeros(len(self.steps))
-            start = reached[at] - inside - before if len(self.counts) else 0
+            inside = self.counts[at]
+            start = reached[at] - inside - before
             share = np.clip((target - start) / np.where(inside > 0, inside, 1), 0, 1)
             bin_ = self.first + (at - starts) + share
             x = np.ldexp(bin_.astype(np.float64), self.exponent.astype(np.int64))

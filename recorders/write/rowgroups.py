@@ -212,11 +212,12 @@ def chunks(
         if parts is not None:
             chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
         if tally is not None and "activation" in chunk:
-            every = np.ones((rows.stop - rows.start, len(steps)), bool)
-            tally.add(
-                chunk["activation"],
-                every if lengths is None else written(steps, np.asarray(lengths)[rows]),
+            valid = (
+                np.ones((rows.stop - rows.start, len(steps)), bool)
+                if lengths is None
+                else written(steps, np.asarray(lengths)[rows])
             )
+            tally.add(chunk["activation"], valid)
         yield long_columns(
             examples[rows],
             steps,
