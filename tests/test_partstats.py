@@ -239,6 +239,42 @@ def test_a_file_with_a_nan_or_an_infinite_activation_carries_none(tmp_path):
     assert Recording(tmp_path / "run").activation_statistics("a", "f") is None
 
 
+def _float32(*bits: int) -> np.ndarray:
+    return np.array(bits, np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        # the least subnormal beside 2^60: bins 2^52 wide, where v x 2^-52 underflows in float32
+        np.array([-(2.0**-149), 2.0**60], np.float32),
+        np.array([-0.0, 0.0, 2.0**-149, -(2.0**-149)], np.float32),
+        np.array([1.0, np.nextafter(np.float32(1), np.float32(0)), -1.0, 3e38, -3e38], np.float32),
+        # the float32 neighbours of the thresholds 0.1 and 0.9
+        _float32(*(0x3DCCCCCC + k for k in range(-2, 3)), *(0x3F666666 + k for k in range(-2, 3))),
+    ],
+)
+def test_each_value_is_counted_in_its_own_bin_and_against_the_thresholds_exactly(values):
+    """A value v lies in bin floor(v / 2^e) of the lattice its step's statistics name, counted
+    with exact rational arithmetic here (not with the floats the loop uses), and below 0.1 or
+    above 0.9 as float64 says, for values where float32 arithmetic would err."""
+    from fractions import Fraction
+
+    x = values.reshape(1, 1, -1)
+    tally = Tally([0], 0.1, 0.9)
+    tally.add(x, np.ones((1, 1), bool))
+    stats = read(tally.footer()[FOOTER_KEY], values.size)
+    e = int(stats.exponent[0])
+    numbers = [int(np.floor(Fraction(float(v)) / Fraction(2) ** e)) for v in values]
+    expected = np.bincount(np.array(numbers) - min(numbers))
+    assert int(stats.first[0]) == min(numbers)
+    assert stats.counts.tolist() == expected.tolist()
+    wide = values.astype(np.float64)
+    assert stats.below.tolist() == (wide < 0.1).astype(int).tolist()
+    assert stats.above.tolist() == (wide > 0.9).astype(int).tolist()
+    assert (stats.lo[0], stats.hi[0]) == (wide.min(), wide.max())
+
+
 @st.composite
 def batches(draw):
     """Random float32 activations [examples, steps, units] of a scale and offset of their own

@@ -212,6 +212,8 @@ def chunks(
         if parts is not None:
             chunk |= {name: ABSENT if a is None else a for name, a in parts(rows).items()}
         if tally is not None and "activation" in chunk:
+            # made contiguous once, for the statistics and the column alike
+            chunk["activation"] = np.ascontiguousarray(chunk["activation"], dtype=np.float32)
             valid = (
                 np.ones((rows.stop - rows.start, len(steps)), bool)
                 if lengths is None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Stats", "pooled", "check_edges", "bin_of"]
+__all__ = ["Stats", "pooled", "check_edges", "bin_of", "cut_point"]
 
 
 @dataclass(frozen=True)
@@ -194,3 +194,14 @@ def bin_of(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     slot = np.searchsorted(edges, v, side="right")  # 0 below, len(edges) at or above the top
     slot = np.where(v == edges[-1], len(edges) - 1, slot)  # the last bin is closed
     return np.where(np.isnan(v), -1, slot)
+
+
+def cut_point(edge: float, dtype, closed: bool = False) -> np.ndarray:
+    """The smallest value of `dtype` not below `edge` (above it, if `closed`): for every v of
+    that type, v >= edge exactly when v >= the cut (v <= edge when v < the closed cut), so that
+    values are compared with a float64 edge in their own type."""
+    edge = np.float64(edge)  # compared as itself: a Python float would be compared in `dtype`
+    c = np.asarray(edge).astype(dtype)
+    if c < edge or (closed and c == edge):
+        c = np.nextafter(c, np.asarray(np.inf, dtype))
+    return c

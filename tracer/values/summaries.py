@@ -20,7 +20,7 @@ where `in_graph` says:
 Both give the same numbers: counts, min, max, threshold counts and histograms exactly, means
 and m2 to float64 rounding. The graph compares values in their own type (float32) with
 float64 edges through cut points: a float32 value v is >= an edge e exactly when v >= the
-smallest float32 not below e (`_cut`), and <= e (the last bin is closed) when v is below
+smallest float32 not below e (`recorders.write.stats.cut_point`), and <= e (the last bin is closed) when v is below
 the smallest float32 above e. The thresholds' cut points split the bins they fall in, so one
 count of slots gives the histogram and the threshold counts. A value's bin is found by one
 float64 multiply (`_Bins`), checked against the cut points when the plan is made, or else by
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import RecordingError
-from recorders.write.stats import Stats, pooled
+from recorders.write.stats import Stats, cut_point, pooled
 from recorders.write.summary import Key as _Key  # cell, table, gate or state, column
 from tracer._tf import tf
 from tracer.values import compiled
@@ -84,24 +84,14 @@ def array_stats(
     return grid.reduce(0), grid.reduce(1)
 
 
-def _cut(edge: float, dtype: np.dtype, closed: bool = False) -> np.ndarray:
-    """The smallest value of `dtype` not below `edge` (above it, if `closed`): for every v of
-    that type, v >= edge exactly when v >= the cut (v <= edge when v < the closed cut)."""
-    edge = np.float64(edge)  # compared as itself: a Python float would be compared in `dtype`
-    c = np.asarray(edge).astype(dtype)
-    if c < edge or (closed and c == edge):
-        c = np.nextafter(c, np.asarray(np.inf, dtype))
-    return c
-
-
 @dataclass(frozen=True)
 class _Bins:
     """How the graph finds a value's slot, and what each slot counts toward.
 
-    `points` are the cut points of the edges in the values' type: `_cut` of each edge (of the
+    `points` are the cut points of the edges in the values' type: `cut_point` of each edge (of the
     last, closed, edge: the smallest value above it). The thresholds have cut points too: a
-    value is below `low` exactly when it is below `_cut(low)`, above `high` exactly when it is
-    >= `_cut(high, closed)`; `marks` are those of them that are not among the points. A
+    value is below `low` exactly when it is below `cut_point(low)`, above `high` exactly when it is
+    >= `cut_point(high, closed)`; `marks` are those of them that are not among the points. A
     value's slot is how many of the points and marks together are <= it. Where `scale` is set,
     the points' count is computed as floor(v * scale) + `offset` in float64 (clipped to
     0..n+1; a value equal to the last edge, `top`, put in bin n): one rounding, so monotone in
@@ -122,9 +112,10 @@ class _Bins:
     @classmethod
     def of(cls, edges: np.ndarray, low: float, high: float, dtype: np.dtype) -> _Bins:
         points = np.array(
-            [*(_cut(e, dtype) for e in edges[:-1]), _cut(edges[-1], dtype, True)], dtype=dtype
+            [*(cut_point(e, dtype) for e in edges[:-1]), cut_point(edges[-1], dtype, True)],
+            dtype=dtype,
         )
-        thresholds = np.array([_cut(low, dtype), _cut(high, dtype, True)], dtype=dtype)
+        thresholds = np.array([cut_point(low, dtype), cut_point(high, dtype, True)], dtype=dtype)
         marks = np.setdiff1d(thresholds, points)  # those that are not cut points already
         top = float(edges[-1]) if np.asarray(edges[-1]).astype(dtype) == edges[-1] else None
         scale, offset = _arithmetic(edges, points, dtype, top)
