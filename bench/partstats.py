@@ -15,8 +15,14 @@ per-round figures; the target: the statistics cost at most 2% of a batch. The pr
 the statistics also counts their own CPU time (every thread's time in `Tally.add` and
 `Tally.footer`): their share of a batch's CPU time, steadier than the differences of whole
 runs, which vary by tens of percent from run to run on a shared virtual machine. Also the ratio of
-the whole processes at `--large` batches (their start, with numba's import, included). Prints the figures
-with the processor and writes bench/partstats_results.json.
+the whole processes at `--large` batches (their start, with numba's import, included).
+
+Two floors, measured the same way in processes whose `Tally.add` runs a compiled loop that does
+less than any exact statistic can: `read` reads every activation once (a sum per unit), `count`
+counts every activation into a bin of a histogram (bins 2^-8 wide, the arithmetic of the real
+loop's second pass, nothing else): what one more read of the values, and what exact quantiles,
+cost at the least in this recording. Prints the figures with the processor and writes
+bench/partstats_results.json.
 """
 
 from __future__ import annotations
@@ -74,6 +80,47 @@ code = main(sys.argv[1:])
 print("statistics", spent[0])
 sys.exit(code)
 """
+# the floors: `Tally.add` replaced by a loop that does only `FLOOR` (see the docstring), timed
+# as in WITH; no statistics written
+FLOOR = """
+import numba
+import numpy as np
+
+@numba.njit(nogil=True)
+def read(x):
+    rows, steps, units = x.shape
+    sums = np.zeros(units)
+    for b in range(rows):
+        for t in range(steps):
+            row = x[b, t]
+            for u in range(units):
+                sums[u] += row[u]
+    return sums.sum()
+
+@numba.njit(nogil=True)
+def count(x, counts):
+    rows, steps, units = x.shape
+    number = np.empty(units, np.int64)
+    for b in range(rows):
+        for t in range(steps):
+            row = x[b, t]
+            bins = counts[t]
+            for u in range(units):
+                number[u] = min(max(np.int64(np.floor(np.float64(row[u]) * 256.0)) + 256, 0), 512)
+            for u in range(units):
+                bins[number[u]] += 1
+
+def add(self, values, valid):
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    if FLOOR == "read":
+        read(x)
+    else:
+        count(x, np.zeros((x.shape[1], 513), np.int64))
+
+add(None, np.zeros((1, 1, 1), np.float32), None)  # compiled before the recording starts
+partstats.Tally.add = add
+partstats.Tally.footer = lambda self: {}
+"""
 
 
 def main() -> None:
@@ -115,10 +162,27 @@ def main() -> None:
 
         run(WITH, args.small)  # the compiled loop made and cached once, as a user's first run does
         per_round: dict[str, list[float]] = {
-            k: [] for k in ("with", "without", "ratio", "cpu_ratio", "stats_share", "whole_ratio")
+            k: []
+            for k in (
+                "with",
+                "without",
+                "ratio",
+                "cpu_ratio",
+                "stats_share",
+                "whole_ratio",
+                "read_share",
+                "count_share",
+            )
+        }
+        floors = {
+            name: WITH.replace(
+                "partstats.Tally.add = timed",
+                f"FLOOR = {name!r}\n{FLOOR}\npartstats.Tally.add = timed",
+            )
+            for name in ("read", "count")
         }
         for r in range(args.rounds):
-            order = [("with", WITH), ("without", WITHOUT)]
+            order = [("with", WITH), ("without", WITHOUT), *floors.items()]
             if r % 2:
                 order.reverse()
             t = {}
@@ -143,12 +207,17 @@ def main() -> None:
             # the statistics' own CPU time a batch, against a batch's CPU time without them
             stats_cpu = (counted[("with", args.large)] - counted[("with", args.small)]) / extra
             per_round["stats_share"].append(stats_cpu / cpu["without"])
+            for name in floors:
+                floor_cpu = (counted[(name, args.large)] - counted[(name, args.small)]) / extra
+                per_round[f"{name}_share"].append(floor_cpu / cpu["without"])
             per_round["whole_ratio"].append(
                 t[("with", args.large)][0] / t[("without", args.large)][0]
             )
             print(
                 f"round {r}: a batch {wall['with']:.3f} s with, {wall['without']:.3f} s without; "
-                f"CPU {cpu['with']:.3f} s with, {cpu['without']:.3f} s without"
+                f"CPU {cpu['with']:.3f} s with, {cpu['without']:.3f} s without; shares of it: "
+                f"statistics {per_round['stats_share'][-1]:.3f}, read "
+                f"{per_round['read_share'][-1]:.3f}, count {per_round['count_share'][-1]:.3f}"
             )
         results = {
             "processor": _cpu_name(),
@@ -164,6 +233,10 @@ def main() -> None:
             "median_statistics_share_of_batch_cpu": round(
                 statistics.median(per_round["stats_share"]), 4
             ),
+            # the least one more read of the activations, and an exact histogram, cost
+            "median_floor_shares_of_batch_cpu": {
+                name: round(statistics.median(per_round[f"{name}_share"]), 4) for name in floors
+            },
             # the whole processes at --large batches, their start (numba's import included) too
             "median_whole_process_ratio": round(statistics.median(per_round["whole_ratio"]), 4),
             "target_ratio": TARGET,
