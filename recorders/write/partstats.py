@@ -437,12 +437,12 @@ _loop = Loop(_tally)
 
 
 def ready() -> None:
-    """Make the compiled loop and load its machine code now where numba is installed (they hold
-    some 50 MB): a recording calls this before it measures what the process holds, so that its
-    memory budget counts them (and its first batch does not wait for them)."""
+    """Make the compiled loop now where numba is installed (numba's import holds some 50 MB): a
+    recording calls this before it measures what the process holds, so that its memory budget
+    counts them. Its machine code is loaded at the first row group, on a writer thread, while
+    the next batch runs."""
     if available():
-        # called once, so that numba loads (or compiles) its machine code now
-        Tally([0], 0.1, 0.9).add(np.zeros((1, 1, 1), np.float32), np.ones((1, 1), bool))
+        _loop()
 
 
 def read(value: bytes, rows: int) -> PartStats:
