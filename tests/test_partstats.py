@@ -275,6 +275,17 @@ def test_each_value_is_counted_in_its_own_bin_and_against_the_thresholds_exactly
     assert (stats.lo[0], stats.hi[0]) == (wide.min(), wide.max())
 
 
+def test_a_bin_too_full_for_its_32_bits_leaves_the_file_without_statistics():
+    """A footer stores each bin's count in 32 bits: a file with a fuller bin (over 4 billion
+    values of one step, which no test can hold, so the count is raised by hand) carries none,
+    rather than a count wrapped around that every reader would refuse."""
+    tally = Tally([0], 0.1, 0.9)
+    tally.add(np.full((2, 1, 3), 0.5, np.float32), np.ones((2, 1), bool))
+    assert FOOTER_KEY in tally.footer()
+    tally._state[-1][0, tally._state[-1][0].argmax()] += 2**32  # type: ignore[index]
+    assert tally.footer() == {}
+
+
 @st.composite
 def batches(draw):
     """Random float32 activations [examples, steps, units] of a scale and offset of their own

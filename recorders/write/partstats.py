@@ -26,7 +26,7 @@ widest.
 Not written (readers then read the values, as for files of older recordings): where numba is
 not installed (the loop below, compiled, counts a gate's 256 x 50 x 256 activations in about
 2.3 ms on a 2-core AMD EPYC; it is not run in numpy beside every batch), and for a file whose
-activations hold a NaN or an infinite value. `read` checks what a footer says before a number is used (the files may come from
+activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them). `read` checks what a footer says before a number is used (the files may come from
 anyone): its size, and that its counts add up to the file's rows.
 """
 
@@ -297,6 +297,8 @@ class Tally:
         if not self._kept or self._state is None:
             return {}
         below, above, count, exponent, first, size, total, lo, hi, counts = self._state
+        if counts.max(initial=0) > np.iinfo(np.uint32).max:
+            return {}  # a bin's count would not fit the 32 bits it is stored in
         saturates = self.low is not None
         stats = PartStats(
             len(below),
