@@ -26,8 +26,9 @@ widest.
 Not written (readers then read the values, as for files of older recordings): where numba is
 not installed (the loop below, compiled, counts a gate's 256 x 50 x 256 activations in about
 2.3 ms on a 2-core AMD EPYC; it is not run in numpy beside every batch), and for a file whose
-activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them). `read` checks what a footer says before a number is used (the files may come from
-anyone): its size, and that its counts add up to the file's rows.
+activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them). `read`
+checks what a footer says before a number is used (the files may come from anyone): its size,
+and that its counts add up to the file's rows.
 """
 
 from __future__ import annotations
@@ -330,9 +331,10 @@ _KEY_MINUS_INF = -0x7F800001
 def _tally(x, valid, low, high, below, above, count, exponent, first, size, total, lo, hi, counts):
     """The loop `Tally.add` runs, compiled by numba: per step, two passes over its written
     rows while they are in the cache. The first, four rows at a time, per unit: the sum, the
-    least and largest key (see `_KEY_INF`), and the values below `low` and at or above `high` (float32
-    cut points of the thresholds, `Tally`); the second counts each value into its bin, the bins'
-    numbers computed for a row at a time, then counted. False where a value is NaN or infinite."""
+    least and largest key (see `_KEY_INF`), and the values below `low` and at or above `high`
+    (float32 cut points of the thresholds, `Tally`); the second counts each value into its
+    bin, the bins' numbers computed for a row at a time, then counted. False where a value is
+    NaN or infinite."""
     rows, steps, units = x.shape
     keys = x.view(np.int32)
     room = counts.shape[1]
@@ -347,9 +349,9 @@ def _tally(x, valid, low, high, below, above, count, exponent, first, size, tota
     floats = ends.view(np.float32)
     for t in range(steps):
         n = 0
-        for b in range(rows):
-            if valid[b, t]:
-                written[n] = b
+        for i in range(rows):
+            if valid[i, t]:
+                written[n] = i
                 n += 1
         if n == 0:
             continue
@@ -357,40 +359,35 @@ def _tally(x, valid, low, high, below, above, count, exponent, first, size, tota
         least[:] = _KEY_INF
         most[:] = _KEY_MINUS_INF
         j = 0
-        while j + 4 <= n:
-            a, b, c, d = written[j], written[j + 1], written[j + 2], written[j + 3]
-            va, vb, vc, vd = x[a, t], x[b, t], x[c, t], x[d, t]
-            ka, kb, kc, kd = keys[a, t], keys[b, t], keys[c, t], keys[d, t]
+        while j + 4 <= n:  # four rows at a time: their values v and keys k
+            v0, v1 = x[written[j], t], x[written[j + 1], t]
+            v2, v3 = x[written[j + 2], t], x[written[j + 3], t]
+            k0, k1 = keys[written[j], t], keys[written[j + 1], t]
+            k2, k3 = keys[written[j + 2], t], keys[written[j + 3], t]
             for u in range(units):
-                p, q, r, s = va[u], vb[u], vc[u], vd[u]
-                sums[u] += (np.float64(p) + np.float64(q)) + (np.float64(r) + np.float64(s))
-                e, f, g, h = ka[u], kb[u], kc[u], kd[u]
-                e ^= (e >> 31) & 0x7FFFFFFF
-                f ^= (f >> 31) & 0x7FFFFFFF
-                g ^= (g >> 31) & 0x7FFFFFFF
-                h ^= (h >> 31) & 0x7FFFFFFF
-                least[u] = min(least[u], min(min(e, f), min(g, h)))
-                most[u] = max(most[u], max(max(e, f), max(g, h)))
-                under[u] += (
-                    np.int32(p < low) + np.int32(q < low) + np.int32(r < low) + np.int32(s < low)
-                )
-                over[u] += (
-                    np.int32(p >= high)
-                    + np.int32(q >= high)
-                    + np.int32(r >= high)
-                    + np.int32(s >= high)
-                )
+                a, b, c, d = v0[u], v1[u], v2[u], v3[u]
+                sums[u] += (np.float64(a) + np.float64(b)) + (np.float64(c) + np.float64(d))
+                ka = k0[u] ^ ((k0[u] >> 31) & 0x7FFFFFFF)
+                kb = k1[u] ^ ((k1[u] >> 31) & 0x7FFFFFFF)
+                kc = k2[u] ^ ((k2[u] >> 31) & 0x7FFFFFFF)
+                kd = k3[u] ^ ((k3[u] >> 31) & 0x7FFFFFFF)
+                least[u] = min(least[u], min(min(ka, kb), min(kc, kd)))
+                most[u] = max(most[u], max(max(ka, kb), max(kc, kd)))
+                under[u] += np.int32(a < low) + np.int32(b < low) + np.int32(c < low)
+                under[u] += np.int32(d < low)
+                over[u] += np.int32(a >= high) + np.int32(b >= high) + np.int32(c >= high)
+                over[u] += np.int32(d >= high)
             j += 4
-        while j < n:
-            va, ka = x[written[j], t], keys[written[j], t]
+        while j < n:  # the rows left
+            v0, k0 = x[written[j], t], keys[written[j], t]
             for u in range(units):
-                p = va[u]
-                sums[u] += np.float64(p)
-                e = ka[u] ^ ((ka[u] >> 31) & 0x7FFFFFFF)
-                least[u] = min(least[u], e)
-                most[u] = max(most[u], e)
-                under[u] += np.int32(p < low)
-                over[u] += np.int32(p >= high)
+                a = v0[u]
+                sums[u] += np.float64(a)
+                ka = k0[u] ^ ((k0[u] >> 31) & 0x7FFFFFFF)
+                least[u] = min(least[u], ka)
+                most[u] = max(most[u], ka)
+                under[u] += np.int32(a < low)
+                over[u] += np.int32(a >= high)
             j += 1
         ends[0], ends[1] = least.min(), most.max()
         if ends[0] <= _KEY_MINUS_INF or ends[1] >= _KEY_INF:

@@ -20,8 +20,8 @@ where `in_graph` says:
 Both give the same numbers: counts, min, max, threshold counts and histograms exactly, means
 and m2 to float64 rounding. The graph compares values in their own type (float32) with
 float64 edges through cut points: a float32 value v is >= an edge e exactly when v >= the
-smallest float32 not below e (`recorders.write.stats.cut_point`), and <= e (the last bin is closed) when v is below
-the smallest float32 above e. The thresholds' cut points split the bins they fall in, so one
+smallest float32 not below e (`recorders.write.stats.cut_point`), and <= e (the last bin is
+closed) when v is below the smallest float32 above e. The thresholds' cut points split the bins they fall in, so one
 count of slots gives the histogram and the threshold counts. A value's bin is found by one
 float64 multiply (`_Bins`), checked against the cut points when the plan is made, or else by
 `searchsorted`. A NaN or infinite value is refused (`SummaryError`): it would make every
