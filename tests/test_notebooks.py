@@ -45,11 +45,13 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
                 "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 "display_name": "gatetrace tests",
                 "language": "python",
-                "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
             }
         )
     )
     monkeypatch.setenv("JUPYTER_PATH", str(folder / "jupyter"))
+    # the kernel runs with what a user's has: the notebooks' own settings, not the tests'
+    for name_ in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name_, raising=False)
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
     book.cells.append(nbformat.v4.new_code_cell("import json\nprint(json.dumps(" + probe + "))"))
     client = nbclient.NotebookClient(
@@ -60,6 +62,16 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
     )
     client.execute()
     out = "".join(o.get("text", "") for o in book.cells[-1].outputs if o.get("name") == "stdout")
+    # what a reader would see in the saved outputs besides the notebook's own: TensorFlow's
+    # start-up lines, a GPU probe's error, deprecation notices
+    noise = [
+        o["text"]
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.get("name") == "stderr"
+    ]
+    assert not noise, f"{name} writes to stderr: {noise}"
     images = [
         "image/png" in o.get("data", {})
         for c in book.cells

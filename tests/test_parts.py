@@ -400,6 +400,22 @@ def test_parts_are_refused_by_name_in_a_recording_without_them(tmp_path):
         tracer.Selection(values=("inputs",))
 
 
+@pytest.mark.parametrize(
+    "values", [("preactivation", "activation", "contributions"), ("activation",)]
+)
+def test_gate_frame_holds_every_value_column_pandas_reads(values, tmp_path):
+    """`Recording.gate_frame()` returns the value columns `pandas.read_parquet` of `gates/`
+    returns, the parts included (before: preactivation and activation only, and a recording of
+    activations alone refused it)."""
+    built = build(static_body(CONFIGS["BasicLSTMCell"]), features=4)
+    with tracer.load_model(save(built, "checkpoint", tmp_path)) as model:
+        tracer.record(model, {"x": X}, tmp_path / "out", values=list(values))
+    ours = Recording(tmp_path / "out").gate_frame()
+    theirs = pd.read_parquet(tmp_path / "out" / "gates")
+    assert list(ours.columns) == list(theirs.columns)
+    assert len(ours) == len(theirs) > 0
+
+
 def test_dominant_part(tmp_path):
     """A BasicRNNCell whose bias is far larger than anything else: bias dominates every unit;
     with the bias and the recurrent kernel zeroed, the input does. The table's figures

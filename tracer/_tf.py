@@ -15,14 +15,27 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # a C++ log line's prefix: severity, date, time, thread (what differs between two copies)
-_PREFIX = re.compile(rb"^[IWEF]\d{4} [\d:.]+\s+\d+ ")
+_PREFIX = re.compile(rb"^([IWEF])\d{4} [\d:.]+\s+\d+ ")
+# TF_CPP_MIN_LOG_LEVEL's numbers of the severities; absl's notice that lines logged before its
+# set-up go to stderr is shown with the first of them that is shown
+_SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
+_EARLY_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
+
+
+def _min_log_level() -> int:
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        return 0
 
 
 def _import_tensorflow_once() -> None:
-    """Import TensorFlow with what its C++ libraries write as they load shown once: two of
-    its shared libraries each log the same start-up lines (each its own copy of the logger).
-    File descriptor 2 is captured while they load, then written back, a line that repeats an
-    earlier one but for its time and thread left out. GATETRACE_DEBUG=1 leaves it as it is."""
+    """Import TensorFlow with what its C++ libraries write as they load shown once, and only
+    at the severities TF_CPP_MIN_LOG_LEVEL asks for: two of its shared libraries each log the
+    same start-up lines (each its own copy of the logger), before the logger reads that
+    setting. File descriptor 2 is captured while they load, then written back, a line that
+    repeats an earlier one but for its time and thread left out, and a line of a severity
+    below the level too. GATETRACE_DEBUG=1 leaves it as it is."""
     if "tensorflow" in sys.modules or os.environ.get("GATETRACE_DEBUG"):
         import tensorflow  # noqa: F401
 
@@ -43,12 +56,19 @@ def _import_tensorflow_once() -> None:
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            seen: set[bytes] = set()
+            level, seen, severity, notice = _min_log_level(), set(), 3, b""
             for line in captured.read().splitlines(keepends=True):
+                if line.startswith(_EARLY_NOTICE):  # said before the first line shown, if any
+                    notice = line
+                    continue
                 key = _PREFIX.sub(b"", line)
-                if key not in seen:
+                prefix = _PREFIX.match(line)
+                if prefix:  # a line without one continues the line before (or is not a log line)
+                    severity = _SEVERITY[prefix.group(1)]
+                if key not in seen and severity >= level:
                     seen.add(key)
-                    os.write(2, line)
+                    os.write(2, notice + line)
+                    notice = b""
 
 
 _import_tensorflow_once()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -70,9 +71,14 @@ def build_and_train(
         v1.set_random_seed(seed)
         inputs = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="inputs")
         labels = v1.placeholder(tf.float32, [None], name="labels")
-        cell = v1.nn.rnn_cell.BasicLSTMCell(UNITS)
-        outputs, _ = v1.nn.static_rnn(cell, tf.unstack(inputs, axis=1), dtype=tf.float32)
-        logits = tf.squeeze(v1.layers.dense(outputs[-1], 1, name="readout"), axis=1, name="logits")
+        with warnings.catch_warnings():  # TF1's layers, deprecated, are what the demo is about
+            warnings.filterwarnings(
+                "ignore", message="`tf.(nn.rnn_cell|layers)", category=UserWarning
+            )
+            cell = v1.nn.rnn_cell.BasicLSTMCell(UNITS)
+            outputs, _ = v1.nn.static_rnn(cell, tf.unstack(inputs, axis=1), dtype=tf.float32)
+            readout = v1.layers.dense(outputs[-1], 1, name="readout")
+        logits = tf.squeeze(readout, axis=1, name="logits")
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         train = v1.train.AdamOptimizer(0.01).minimize(
             loss, global_step=v1.train.get_or_create_global_step()

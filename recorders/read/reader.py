@@ -139,6 +139,12 @@ class Recording:
     def states(self, cell: str) -> list[str]:
         return self._labels("states", cell)
 
+    def recorded_gates(self, cell: str) -> list[str]:
+        """The gates of `cell` whose values the folder holds, in the cell's order: every gate
+        but those `--gates` left out (a gate none of whose part files is there)."""
+        files = self._checked.files("gates")
+        return [g for g in self.gates(cell) if files.get((cell, g))]
+
     def units(self, cell: str) -> int:
         """The cell's units, from its description (or, where a description written through
         `RecordingWriter` leaves them out, one more than the largest unit of its files)."""
@@ -259,12 +265,13 @@ class Recording:
         steps: Range | None = None,
         examples: Range | None = None,
         units: Sequence[int] | None = None,
-        columns: Sequence[str] = ("preactivation", "activation"),
+        columns: Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """The long gate table for a selection: example, step, unit, the value columns, cell, gate.
 
         `columns`: some of preactivation, activation and, in a recording made with
-        `--values ...,contributions`, the parts input, recurrent, bias, peephole, recurrent_bias.
+        `--values ...,contributions`, the parts input, recurrent, bias, peephole, recurrent_bias;
+        by default every one the recording holds, as `pandas.read_parquet` of its `gates/` returns.
         """
         return self._frame("gates", cells, gates, steps, examples, units, columns)
 
@@ -445,9 +452,11 @@ class Recording:
             self.cell(name)
         self._values(f"the {table} table")
         known = GATE_COLUMNS if table == "gates" else ("value",)
-        unknown = [c for c in columns if c not in known]
-        if unknown or not columns:
-            raise SelectionError(f"columns {list(columns)}: expected some of {', '.join(known)}")
+        unknown = [c for c in columns or () if c not in known]
+        if unknown or columns is not None and not columns:
+            raise SelectionError(
+                f"columns {list(columns or ())}: expected some of {', '.join(known)}"
+            )
         keys = [
             (c, label)
             for c in (cells or self.cells)
@@ -460,6 +469,7 @@ class Recording:
             for c in known
             if files and c in self._checked.footer(table, files[0][0], files[0][1]).schema.names
         ] or list(known[:2])
+        columns = held if columns is None else columns
         missing = [c for c in columns if c not in held]
         if missing:
             hint = (
