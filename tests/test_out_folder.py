@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -301,3 +302,175 @@ def test_a_file_replaced_while_being_opened_is_read_as_it_now_is_if_regular(
         else:
             with os.fdopen(folder.open_regular("p.json"), "rb") as f:
                 assert json.loads(f.read()) == {"v": 2}
+
+
+# -- single-file outputs: `compare --out`, `weights --out` ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recordings(model, tmp_path_factory):
+    """Two recordings of the module's model (A: all six examples, B: the same again)."""
+    root = tmp_path_factory.mktemp("recordings")
+    for name in ("a", "b"):
+        assert main(record(model, root / name)) == 0
+    return root / "a", root / "b"
+
+
+def single_file(command, model, recordings, out, *extra) -> list[str]:
+    """The command line of a command that writes the one file `out`."""
+    if command == "compare":
+        return ["compare", str(recordings[0]), str(recordings[1]), "--out", str(out), *extra]
+    return ["weights", model[0], "--out", str(out), *extra]
+
+
+def make_socket(path: Path) -> None:
+    """A UNIX socket's node at `path` (bound by its name in the current folder: a socket's path
+    is limited to about 100 bytes)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(path.name)
+
+
+SPECIAL = {
+    "a character device": (
+        lambda p: os.mknod(p, stat.S_IFCHR | 0o666, os.makedev(1, 3)),
+        stat.S_ISCHR,
+    ),
+    "a FIFO": (os.mkfifo, stat.S_ISFIFO),
+    "a socket": (make_socket, stat.S_ISSOCK),
+}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("command", ["compare", "weights"])
+def test_a_single_file_output_never_replaces_a_special_file(
+    command, kind, overwrite, model, recordings, tmp_path, capsys, monkeypatch
+):
+    """`--out /dev/null` (here a device node made in a temporary folder), a FIFO or a socket
+    is refused before any work, with or without --overwrite, and is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    node = tmp_path / "node"
+    make, still = SPECIAL[kind]
+    make(node)
+    extra = ["--overwrite"] if overwrite else []
+    msg = error(capsys, single_file(command, model, recordings, node, *extra))
+    assert msg.startswith(f"--out {node} is {kind}; gatetrace writes only regular files"), msg
+    assert still(os.lstat(node).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node"]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("command", ["record", "summary", "demo"])
+def test_a_folder_output_never_replaces_a_special_file(
+    command, kind, model, tmp_path, capsys, monkeypatch
+):
+    """The folder outputs refuse a special file at --out as well, and say what it is."""
+    monkeypatch.chdir(tmp_path)
+    node = tmp_path / "node"
+    make, still = SPECIAL[kind]
+    make(node)
+    argv = {
+        "record": record(model, node, "--overwrite"),
+        "summary": record(model, node, "--summary", "--overwrite"),
+        "demo": ["demo", "--out", str(node), "--overwrite"],
+    }[command]
+    msg = error(capsys, argv)
+    assert msg == f"--out {node} exists and is {kind}; give a folder path"
+    assert still(os.lstat(node).st_mode)
+
+
+@pytest.mark.parametrize("command", ["compare", "weights"])
+def test_a_link_out_of_its_folder_is_refused(command, model, recordings, tmp_path, capsys):
+    """--out naming a link to a file in another folder (even a table gatetrace wrote) is
+    refused, with --overwrite too: the link and the file it points to are left as they were."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / "t.parquet"
+    assert main(single_file(command, model, recordings, theirs)) == 0
+    before = theirs.read_bytes()
+    (tmp_path / "here").mkdir()
+    link = tmp_path / "here" / "t.parquet"
+    link.symlink_to(theirs)
+    msg = error(capsys, single_file(command, model, recordings, link, "--overwrite"))
+    assert msg.startswith(f"--out {link} is a symbolic link to {theirs}, out of its folder"), msg
+    assert link.is_symlink() and theirs.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["compare", "weights"])
+def test_a_link_inside_its_folder_is_written_through(command, model, recordings, tmp_path):
+    """A link to a file in the same folder (`latest.parquet -> v1.parquet`): --overwrite
+    replaces the file it points to, and the link stays."""
+    target, link = tmp_path / "v1.parquet", tmp_path / "latest.parquet"
+    assert main(single_file(command, model, recordings, target)) == 0
+    target.write_bytes(target.read_bytes())  # a new inode, to tell it was replaced
+    inode = target.stat().st_ino
+    link.symlink_to("v1.parquet")
+    assert main(single_file(command, model, recordings, link, "--overwrite")) == 0
+    assert link.is_symlink() and os.readlink(link) == "v1.parquet"
+    assert target.stat().st_ino != inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.parquet", "v1.parquet"]
+
+
+@pytest.mark.parametrize("through", ["path", "link"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
+def test_compare_never_writes_inside_a_recording_it_compares(
+    overwrite, through, model, recordings, tmp_path, capsys
+):
+    """compare --out naming a part file of A with --overwrite (a file gatetrace wrote), or a
+    new file inside A, is refused before anything is compared, also when named through a
+    link to A: nothing in A changes."""
+    a = recordings[0]
+    before = snapshot(a)
+    part = next((a / "gates").rglob("part-*.parquet"))
+    rel = part.relative_to(a) if overwrite else Path("differences.parquet")
+    root = a
+    if through == "link":
+        root = tmp_path / "alias"
+        root.symlink_to(a)
+    out = root / rel
+    extra = ["--overwrite"] if overwrite else []
+    msg = error(capsys, single_file("compare", model, recordings, out, *extra))
+    assert msg == (
+        f"--out {out} lies inside {a}, which this command reads; write it to another folder"
+    )
+    assert snapshot(a) == before and sorted(p.name for p in a.iterdir()) == sorted(
+        ["gates", "states", "weights.parquet", "manifest.json", "_progress"]
+    )
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
+def test_weights_never_writes_inside_the_model_it_reads(overwrite, model, tmp_path, capsys):
+    """weights --out naming one of the checkpoint's files (with --overwrite), or a new file in
+    the checkpoint folder given as the model, is refused before the model is loaded."""
+    path, _ = model
+    folder = Path(path).parent
+    before = snapshot(folder)
+    if overwrite:
+        argv = ["weights", path, "--out", f"{path}.index", "--overwrite"]
+        inside = f"is {path}.index, which this command reads"
+    else:
+        argv = ["weights", str(folder), "--out", str(folder / "w.parquet")]
+        inside = f"lies inside {folder}, which this command reads"
+    msg = error(capsys, argv)
+    assert msg == f"--out {argv[3]} {inside}; write it to another folder"
+    assert snapshot(folder) == before and not (folder / "w.parquet").exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "weights"])
+def test_a_single_file_never_replaces_part_of_another_recording(
+    command, model, recordings, tmp_path, capsys
+):
+    """--out naming a file of a recording the command does not read (its weights table, a
+    gatetrace Parquet file) is refused with --overwrite too: the recording stays whole."""
+    other = tmp_path / "other"
+    assert main(record(model, other)) == 0
+    before = snapshot(other)
+    out = other / "weights.parquet"
+    msg = error(capsys, single_file(command, model, recordings, out, "--overwrite"))
+    assert msg == (
+        f"--out {out} lies inside the recording {other}, which holds only what its writer wrote; "
+        f"write it beside the recording, e.g. {tmp_path / ('differences.parquet' if command == 'compare' else 'weights.parquet')}"
+    )
+    assert snapshot(other) == before

@@ -11,16 +11,19 @@ import errno
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, listing, option
+from recorders.write.folder import kind_of
 
 __all__ = [
     "is_uri",
     "local_path",
     "check_out",
+    "kind_at",
     "refuse_inputs_inside",
     "refuse_links",
     "foreign_entries",
@@ -57,21 +60,17 @@ def local_path(out: str | os.PathLike, what: str = "--out") -> Path:
 def check_out(
     out: Path,
     overwrite: bool,
-    folder: bool = True,
     ours: Callable[[Path], list[str]] | None = None,
-    example: str = "weights.parquet",
 ) -> None:
-    """Refuse an output location that holds something, unless `overwrite`; and even then
-    refuse to replace what gatetrace did not write: `ours(out)` lists what in `out` is not
-    gatetrace's (empty: it may be replaced). `example`: the file name suggested where a file
-    is expected and `out` is a folder."""
-    if folder and out.exists() and not out.is_dir():
-        raise OutputExistsError(f"{option('out', out)} exists and is a file; give a folder path")
-    if not folder and out.is_dir():
+    """Refuse an output folder that is anything but a folder (a file, a FIFO, a device: said
+    which), or one that holds something, unless `overwrite`; and even then refuse to replace
+    what gatetrace did not write: `ours(out)` lists what in `out` is not gatetrace's (empty:
+    it may be replaced). A single file's output: `recorders.write.weights_file.check_file_out`."""
+    if out.exists() and not out.is_dir():
         raise OutputExistsError(
-            f"{option('out', out)} is a folder; give a file path, e.g. {out / example}"
+            f"{option('out', out)} exists and is {kind_at(out)}; give a folder path"
         )
-    taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
+    taken = out.is_dir() and any(out.iterdir())
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested
         shown = listing(foreign, 5)
@@ -83,6 +82,16 @@ def check_out(
         raise OutputExistsError(
             f"{option('out', out)} exists and is not empty; choose another path or pass {option('overwrite')}"
         )
+
+
+def kind_at(path: Path) -> str:
+    """What `path` is, looked at without following a link, for a message: "a file" (a
+    regular one), "a folder", "a symbolic link", "a FIFO", "a socket", a device."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    return "a file" if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def refuse_inputs_inside(

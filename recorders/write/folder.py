@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["Folder", "NotRegularFile", "ReadOnlyFiles"]
+__all__ = ["Folder", "NotRegularFile", "ReadOnlyFiles", "kind_of"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -53,6 +53,14 @@ _KINDS = {
     stat.S_IFBLK: "a block device",
     stat.S_IFDIR: "a folder",
 }
+
+
+def kind_of(mode: int) -> str:
+    """What a file of `mode` (an `st_mode`, looked at without following a link) is, in words:
+    "a regular file", "a folder", "a symbolic link", "a FIFO", "a socket", a device."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def remove_folder_at(parent: int, name: str) -> None:

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recorders.errors import OutputExistsError, RecordingError, listing, option
-from recorders.write.files import check_out, refuse_inputs_inside, refuse_links, temp_sibling
+from recorders.write.files import (
+    check_out,
+    kind_at,
+    refuse_inputs_inside,
+    refuse_links,
+    temp_sibling,
+)
 from recorders.write.layout import UNREADABLE
 from recorders.write.place import LocalPlace, Place, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
@@ -120,7 +126,9 @@ def for_writing(out: Any, overwrite: bool) -> Target:
     settle_swap(target)
     refuse_links(target)
     if target.exists() and not target.is_dir():
-        raise OutputExistsError(f"{option('out', target)} exists and is a file; give a folder path")
+        raise OutputExistsError(
+            f"{option('out', target)} exists and is {kind_at(target)}; give a folder path"
+        )
     # --overwrite records into a hidden sibling and swaps it in at the end (the writer's
     # `close`), so that the recording it replaces is kept until the new one is complete...
     if not (overwrite and target.is_dir() and any(target.iterdir())):

@@ -14,12 +14,10 @@ import os
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from recorders.errors import OutputExistsError, RecordingError, option
-from recorders.write.files import foreign_entries, refuse_links
+from recorders.write.files import foreign_entries, kind_at, refuse_links
 from recorders.write.folder import Folder
-from recorders.write.layout import METADATA_KEY, ROOT_ENTRIES, UNREADABLE
+from recorders.write.layout import ROOT_ENTRIES
 from recorders.write.place import LocalPlace, place_of
 from recorders.write.progress import PROGRESS_DIR
 
@@ -28,7 +26,6 @@ __all__ = [
     "hold_lock",
     "hold_every_lock",
     "drop_locks",
-    "not_a_weights_table",
     "create_folder",
     "settle_swap",
     "not_a_recording",
@@ -100,15 +97,6 @@ def drop_locks(out: Path, held: list[int], created: list[str]) -> None:
 RECORDING = ROOT_ENTRIES
 
 
-def not_a_weights_table(path: Path) -> list[str]:
-    """[path's name] unless it is a Parquet file gatetrace wrote (for `write_weights` with overwrite)."""
-    try:
-        metadata = pq.read_schema(path).metadata or {}
-    except UNREADABLE:
-        metadata = {}
-    return [] if METADATA_KEY in metadata else [f"{path.name}, not a gatetrace Parquet file"]
-
-
 def create_folder(out: str | os.PathLike) -> bool:
     """Create the folder of a recording whose shards are about to start side by side (and
     its progress folder), so that no shard is the one that created it and none removes it
@@ -125,7 +113,9 @@ def create_folder(out: str | os.PathLike) -> bool:
     folder = place.path.resolve()
     refuse_links(folder)
     if folder.exists() and not folder.is_dir():
-        raise OutputExistsError(f"{option('out', folder)} exists and is a file; give a folder path")
+        raise OutputExistsError(
+            f"{option('out', folder)} exists and is {kind_at(folder)}; give a folder path"
+        )
     foreign = not_a_recording(folder) if folder.is_dir() else []
     if foreign:
         raise OutputExistsError(

@@ -1,27 +1,41 @@
 """A table as a file of its own: the weights table (`gatetrace weights`) and a comparison's
 (`gatetrace compare --out`). One Parquet file, written under a temporary name and renamed
-into place, so that a failed write leaves the file that was there, or nothing; an existing
-file is replaced (with `overwrite`) only where gatetrace wrote it. The weights' columns:
-`tracer.values.weights.weights_columns`; their layout: `recorders.write.layout`.
+into place, so that a failed write leaves the file that was there, or nothing.
+
+Where such a file may go (`check_file_out`, which each command also calls before any work):
+a new file, or with `overwrite` a regular file gatetrace wrote (a Parquet file whose footer
+holds gatetrace's description, `METADATA_KEY`); never a folder, a FIFO, a device or a socket,
+never through a link out of its folder, never what the command reads nor inside it, and
+never inside a recording or series gatetrace wrote (it holds only what its writer wrote).
+The weights' columns: `tracer.values.weights.weights_columns`; their layout:
+`recorders.write.layout`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from recorders.errors import OutputExistsError, RecordingError
+from recorders.errors import OutputExistsError, RecordingError, option
 from recorders.write import rowgroups
-from recorders.write.files import check_out, local_path, publish, remove, temp_sibling
-from recorders.write.layout import WEIGHT_LABELS
+from recorders.write.files import is_uri, local_path, publish, remove, temp_sibling
+from recorders.write.folder import Folder, kind_of
+from recorders.write.layout import METADATA_KEY, SUMMARY_DIR, UNREADABLE, WEIGHT_LABELS
+from recorders.write.progress import PROGRESS_DIR
 from recorders.write.rowgroups import failure_reason
-from recorders.write.swap import not_a_weights_table
+from recorders.write.series import SERIES_FILE
 
-__all__ = ["write_weights", "write_table"]
+__all__ = ["write_weights", "write_table", "check_file_out", "gatetrace_table"]
+
+Inputs = Iterable[str | os.PathLike | None]
 
 
 def write_weights(
@@ -29,9 +43,13 @@ def write_weights(
     columns: Mapping[str, Any],
     description: Mapping[str, Any],
     overwrite: bool = False,
+    inputs: Inputs = (),
 ) -> int:
-    """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file, atomically."""
-    return write_table(path, columns, description, overwrite, WEIGHT_LABELS, "weights.parquet")
+    """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file,
+    atomically; `inputs`: the model's files, which it may not be written into."""
+    return write_table(
+        path, columns, description, overwrite, WEIGHT_LABELS, "weights.parquet", inputs
+    )
 
 
 def write_table(
@@ -41,25 +59,21 @@ def write_table(
     overwrite: bool = False,
     dictionary_columns: tuple[str, ...] = (),
     example: str = "table.parquet",
+    inputs: Inputs = (),
 ) -> int:
     """Write `columns` to one Parquet file, atomically, `description` in its metadata (what
-    marks it as gatetrace's); `example` is the file name an error suggests. Returns the rows."""
-    if os.fspath(path).endswith(("/", os.sep)):
-        shown = os.fspath(path)
-        raise OutputExistsError(
-            f"--out {shown} names a folder; give a file path, e.g. {shown.rstrip('/' + os.sep)}/{example}"
-        )
-    path = local_path(path)
-    check_out(path, overwrite, folder=False, ours=not_a_weights_table, example=example)
-    tmp = temp_sibling(path)
+    marks it as gatetrace's), where `check_file_out` allows; `example` is the file name an
+    error suggests. Returns the rows."""
+    target = check_file_out(path, overwrite, inputs, example)
+    tmp = temp_sibling(target)
     try:
         rows = rowgroups.write_parquet(
             tmp, [columns], json.dumps(description).encode(), dictionary_columns=dictionary_columns
         )
-        publish(tmp, path)
+        publish(tmp, target)
     except (OSError, pa.ArrowException) as err:
         remove(tmp)
-        kept = "the file there is left as it was" if path.exists() else "nothing was written"
+        kept = "the file there is left as it was" if target.exists() else "nothing was written"
         raise RecordingError(
             f"cannot write {path}: {failure_reason(err)}; {kept}: fix the cause and rerun"
         ) from err
@@ -67,3 +81,107 @@ def write_table(
         remove(tmp)
         raise
     return rows
+
+
+def check_file_out(
+    path: str | os.PathLike,
+    overwrite: bool,
+    inputs: Inputs = (),
+    example: str = "table.parquet",
+) -> Path:
+    """The file a single-file output `path` is written to (see the module docstring), or
+    OutputExistsError before anything is read or written. `inputs`: what the command reads
+    (recordings, a model's files; URIs and None are passed over). A link to a file in its own
+    folder is written through: the file it names is returned."""
+    text = os.fspath(path)
+    if text.endswith(("/", os.sep)):
+        raise OutputExistsError(
+            f"{option('out', text)} names a folder; give a file path, e.g. {text.rstrip('/' + os.sep)}/{example}"
+        )
+    named = local_path(path)
+    shown = option("out", named)
+    target = named
+    if named.is_symlink():
+        try:
+            target = named.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            raise OutputExistsError(
+                f"{shown} is a symbolic link to {os.readlink(named)}, which leads to no file; give another path"
+            ) from None
+        if target.parent != named.parent.resolve():
+            raise OutputExistsError(
+                f"{shown} is a symbolic link to {os.readlink(named)}, out of its folder {named.parent}; gatetrace writes "
+                "a file only in the folder --out names, and never through a link out of it: give another path"
+            )
+    _refuse_inside(named, target.resolve(), inputs, example)
+    try:
+        mode: int | None = os.lstat(target).st_mode
+    except OSError as err:
+        if err.errno != errno.ENOENT:
+            raise RecordingError(f"cannot write {named}: {err.strerror or err}") from None
+        mode = None
+    if mode is None:
+        if not target.parent.is_dir():
+            raise RecordingError(
+                f"cannot write {named}: the folder {target.parent} does not exist; create it first"
+            )
+    elif stat.S_ISDIR(mode):
+        raise OutputExistsError(f"{shown} is a folder; give a file path, e.g. {named / example}")
+    elif not stat.S_ISREG(mode):
+        raise OutputExistsError(
+            f"{shown} is {kind_of(mode)}; gatetrace writes only regular files (a new one, or one it "
+            f"wrote with {option('overwrite')}): choose another path"
+        )
+    elif not gatetrace_table(target):  # --overwrite would be refused: it is not suggested
+        raise OutputExistsError(
+            f"{shown} holds what gatetrace did not write ({target.name}, not a gatetrace Parquet file); "
+            f"{option('overwrite')} replaces only gatetrace's own output: choose another path, or move it away first"
+        )
+    elif not overwrite:
+        raise OutputExistsError(
+            f"{shown} exists; choose another path, or pass {option('overwrite')} to replace it"
+        )
+    return target
+
+
+def _refuse_inside(named: Path, resolved: Path, inputs: Inputs, example: str) -> None:
+    """OutputExistsError if the file `resolved` (the output `named`, its links followed) is
+    one of `inputs` or lies inside one, or inside a recording or series gatetrace wrote."""
+    for given in inputs:
+        if given is None or is_uri(os.fspath(given)):
+            continue
+        read = Path(given).resolve()
+        if resolved == read or resolved.is_relative_to(read):
+            where = "is" if resolved == read else "lies inside"
+            raise OutputExistsError(
+                f"{option('out', named)} {where} {os.fspath(given)}, which this command reads; write it to another folder"
+            )
+    for folder in resolved.parents:
+        what = _written_folder(folder)
+        if what:
+            raise OutputExistsError(
+                f"{option('out', named)} lies inside the {what} {folder}, which holds only what its writer wrote; "
+                f"write it beside the {what}, e.g. {folder.parent / example}"
+            )
+
+
+def _written_folder(folder: Path) -> str | None:
+    """ "recording" or "series" if gatetrace wrote one in `folder` (a recording has its progress
+    folder, or its manifest beside its tables; a series its series file), else None."""
+    if (folder / PROGRESS_DIR).is_dir() or (
+        (folder / "manifest.json").is_file()
+        and ((folder / "gates").is_dir() or (folder / SUMMARY_DIR).is_dir())
+    ):
+        return "recording"
+    return "series" if (folder / SERIES_FILE).is_file() else None
+
+
+def gatetrace_table(path: Path) -> bool:
+    """Whether `path` is a Parquet file gatetrace wrote (its footer holds gatetrace's
+    description), read as a regular file only: never a FIFO, a device, nor through a link."""
+    try:
+        with Folder(path.parent.resolve()) as folder, folder.open_read(path.name) as f:
+            metadata = pq.read_schema(f).metadata or {}
+    except UNREADABLE:
+        return False
+    return METADATA_KEY in metadata

@@ -83,6 +83,15 @@ def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
+def early(args: argparse.Namespace) -> bool:
+    """Before anything is read: --out may be written (`check_file_out`)."""
+    if args.out:
+        from recorders.write.weights_file import check_file_out
+
+        check_file_out(args.out, args.overwrite, (args.a, args.b), "differences.parquet")
+    return False
+
+
 def run(args: argparse.Namespace) -> None:
     from recorders import Recording
     from recorders.read.compare import compare
@@ -105,6 +114,7 @@ def run(args: argparse.Namespace) -> None:
             },
             overwrite=args.overwrite,
             example="differences.parquet",
+            inputs=(args.a, args.b),
         )
     first = found.first_beyond()
     if args.json:

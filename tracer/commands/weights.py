@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "weights"
 HELP = "write every cell's per-gate W, U, b to one Parquet file"
@@ -20,11 +21,26 @@ def arguments(c: argparse.ArgumentParser) -> None:
 
 
 def early(args) -> bool:
-    """Before TensorFlow loads: the model is there."""
+    """Before TensorFlow loads: the model is there, and --out may be written (`check_file_out`)."""
+    from recorders.write.weights_file import check_file_out
     from tracer.commands.common import check_model_path
 
     check_model_path(args.model)
+    check_file_out(args.out, args.overwrite, model_files(args.model), "weights.parquet")
     return False
+
+
+def model_files(model: str) -> list[str]:
+    """What reading the weights of `model` reads: the path itself (a file, or a folder and
+    everything in it) and, where it names a TF1 checkpoint (a prefix, or its .meta), the
+    checkpoint's files."""
+    from recorders.write import is_uri
+    from tracer.load.paths import checkpoint_files
+
+    if is_uri(model):
+        return [model]
+    prefix = model[: -len(".meta")] if model.endswith(".meta") else model
+    return [model, *map(str, checkpoint_files(Path(prefix)))]
 
 
 def run(args) -> None:
@@ -43,7 +59,13 @@ def run(args) -> None:
         if isinstance(model, Model):
             check_model(model, weight_tensors(cells_of(model, cells, Cell)), "reading the weights")
         columns = tracer.weights_columns(cells, weight_values(model, cells, args.timeout))
-        rows = write_weights(args.out, columns, describe(model, cells), overwrite=args.overwrite)
+        rows = write_weights(
+            args.out,
+            columns,
+            describe(model, cells),
+            overwrite=args.overwrite,
+            inputs=model_files(args.model),
+        )
     print(
         f"wrote {rows:,} weight rows of {len(cells)} cell{'s' if len(cells) != 1 else ''} -> {args.out}"
     )
