@@ -8,8 +8,13 @@ folder (`$XDG_CACHE_HOME/gatetrace/numba`, else `~/.cache/gatetrace/numba`), cre
 0700 and checked before numba is asked (`trusted_cache`: a folder, not a link, the user's
 own, writable by no one else, in folders no one else can rename it out of), never in the
 folder `NUMBA_CACHE_DIR` names nor beside the function's module; where that check fails the
-loop is compiled in every process, without a cache. `available()` says whether numba is
-installed (`pip install ".[fast]"`, or `.[test]`).
+loop is compiled in every process, without a cache. Below that folder, every entry numba
+could open (its index `*.nbi` and data `*.nbc` files, and the folders holding them) must be
+the user's own regular file or folder, its files writable by no one else: anything else
+(another user's file or folder, a link, a file others may write, a FIFO) is removed first,
+without being opened, and numba compiles the loop again into the clean cache. numba's own
+files are written mode 0600 whatever the umask (`_write_privately`), so that they are kept.
+`available()` says whether numba is installed (`pip install ".[fast]"`, or `.[test]`).
 
 The loops: a summary's statistics (`tracer.values.compiled`) and the statistics a gate's
 part file carries in its footer (`recorders.write.partstats`).
@@ -17,14 +22,18 @@ part file carries in its footer (`recorders.write.partstats`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import stat
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from recorders.write.folder import Folder, remove_folder_at
 
 __all__ = ["Loop", "available", "trusted_cache"]
 
@@ -41,6 +50,8 @@ def available() -> bool:
 # it under the other (seen: a cache folder named by a relative path, made in the user's
 # current folder)
 _making = threading.Lock()
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 class Loop:
@@ -74,12 +85,38 @@ def _make(function: Callable[..., Any]) -> Any:
         made = numba.njit(nogil=True, cache=True)(function)
     finally:
         setattr(config, "CACHE_DIR", before)  # noqa: B010
-    # where numba will write (its cache's path): never a folder relative to wherever the
-    # user is; a numba that keeps it elsewhere is taken at its word
-    where = getattr(getattr(made, "_cache", None), "_cache_path", str(folder))
-    if not os.path.isabs(str(where)):
-        made = numba.njit(nogil=True, cache=False)(function)
+    # where numba will read and write (its cache's path), and how it writes there: only
+    # inside gatetrace's folder (never a folder relative to wherever the user is, nor the
+    # one beside the module numba falls back to where it cannot write there), each file
+    # made the user's alone; a numba that cannot be told so caches nothing
+    cache = getattr(made, "_cache", None)
+    where = getattr(cache, "_cache_path", None)
+    files: Any = getattr(cache, "_cache_file", None)
+    if (
+        where is None
+        or not Path(str(where)).is_relative_to(folder)
+        or not callable(getattr(files, "_open_for_write", None))
+    ):
+        return numba.njit(nogil=True, cache=False)(function)
+    files._open_for_write = _write_privately
     return made
+
+
+@contextlib.contextmanager
+def _write_privately(path: str) -> Iterator[BinaryIO]:
+    """numba's way of writing a cache file (a unique temporary name, renamed into place), the
+    file made mode 0600 whatever the umask: a file the group may write is never loaded (see
+    the module docstring), so one written so would be compiled again in every process."""
+    tmp = f"{path}.tmp.{uuid.uuid4().hex[:16]}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _safe(path: Path, own: bool) -> bool:
@@ -112,4 +149,37 @@ def trusted_cache() -> Path | None:
         return None
     if not all(_safe(p, own=False) for p in folder.parent.parents):
         return None
+    try:
+        with Folder(folder) as opened:
+            assert opened.fd is not None  # (open until closed)
+            _keep_only_own(opened.fd)
+    except OSError:  # (a file that cannot be removed, a folder swapped for a link meanwhile)
+        return None
     return folder
+
+
+def _own(st: os.stat_result) -> bool:
+    """Whether a file's or folder's `st` is the user's and writable by no one else."""
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _keep_only_own(fd: int) -> None:
+    """Remove from the folder open as `fd`, and from every folder below it, each entry that is
+    not the user's own regular file writable by no one else, or the user's own folder (see
+    the module docstring), by handle: no file is opened, and no link followed."""
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            child = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            try:
+                # the user's folder that the group may write (numba makes its folders as the
+                # umask says): made the user's alone; each file in it is checked all the same
+                if st.st_mode & 0o022:
+                    os.fchmod(child, stat.S_IMODE(st.st_mode) & ~0o022)
+                _keep_only_own(child)
+            finally:
+                os.close(child)
+        elif stat.S_ISDIR(st.st_mode):
+            remove_folder_at(fd, name)
+        elif not (stat.S_ISREG(st.st_mode) and _own(st)):
+            os.unlink(name, dir_fd=fd)
