@@ -361,8 +361,20 @@ def test_a_single_file_output_never_replaces_a_special_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["node"]  # no temporary file left
 
 
+def training_run(model, run: Path) -> Path:
+    """A training run's folder holding the module's checkpoint as its global step 1."""
+    prefix = Path(model[0])
+    run.mkdir()
+    for f in prefix.parent.glob(prefix.name + ".*"):
+        (run / f.name.replace(prefix.name, prefix.name + "-1", 1)).write_bytes(f.read_bytes())
+    (run / "checkpoint").write_text(
+        f'model_checkpoint_path: "{prefix.name}-1"\nall_model_checkpoint_paths: "{prefix.name}-1"\n'
+    )
+    return run
+
+
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
-@pytest.mark.parametrize("command", ["record", "summary", "demo"])
+@pytest.mark.parametrize("command", ["record", "summary", "series", "demo"])
 def test_a_folder_output_never_replaces_a_special_file(
     command, kind, model, tmp_path, capsys, monkeypatch
 ):
@@ -374,10 +386,38 @@ def test_a_folder_output_never_replaces_a_special_file(
     argv = {
         "record": record(model, node, "--overwrite"),
         "summary": record(model, node, "--summary", "--overwrite"),
+        "series": [
+            "record",
+            str(training_run(model, tmp_path / "run")),
+            "--checkpoints",
+            "all",
+            "--feed",
+            f"x={model[1]}",
+            "--out",
+            str(node),
+            "--quiet",
+        ],
         "demo": ["demo", "--out", str(node), "--overwrite"],
     }[command]
     msg = error(capsys, argv)
     assert msg == f"--out {node} exists and is {kind}; give a folder path"
+    assert still(os.lstat(node).st_mode)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_a_logger_s_folder_is_never_a_special_file(kind, tmp_path, monkeypatch):
+    """The Keras callback's and the TF1 hook's folder (`open_logged`, which both begin with)
+    refuses a special file, saying what it is, and leaves it as it was."""
+    from recorders.errors import OutputExistsError
+    from tracer.run.series import open_logged
+
+    monkeypatch.chdir(tmp_path)
+    node = tmp_path / "node"
+    make, still = SPECIAL[kind]
+    make(node)
+    with pytest.raises(OutputExistsError) as raised:
+        open_logged(str(node), "epoch", "GateLogger")
+    assert str(raised.value) == f"GateLogger: {node} exists and is {kind}; give a folder path"
     assert still(os.lstat(node).st_mode)
 
 

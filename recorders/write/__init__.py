@@ -23,6 +23,7 @@ from recorders.write.files import (
     is_uri,
     local_path,
     publish,
+    refuse_non_folder,
     remove,
     temp_sibling,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "check_out",
     "foreign_entries",
     "publish",
+    "refuse_non_folder",
     "remove",
     "temp_sibling",
     "create_folder",

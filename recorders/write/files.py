@@ -24,6 +24,7 @@ __all__ = [
     "local_path",
     "check_out",
     "kind_at",
+    "refuse_non_folder",
     "refuse_inputs_inside",
     "refuse_links",
     "foreign_entries",
@@ -66,10 +67,7 @@ def check_out(
     which), or one that holds something, unless `overwrite`; and even then refuse to replace
     what gatetrace did not write: `ours(out)` lists what in `out` is not gatetrace's (empty:
     it may be replaced). A single file's output: `recorders.write.weights_file.check_file_out`."""
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(
-            f"{option('out', out)} exists and is {kind_at(out)}; give a folder path"
-        )
+    refuse_non_folder(out)
     taken = out.is_dir() and any(out.iterdir())
     foreign = ours(out) if taken and ours is not None else []
     if foreign:  # --overwrite would be refused: it is not suggested
@@ -81,6 +79,15 @@ def check_out(
     if taken and not overwrite:
         raise OutputExistsError(
             f"{option('out', out)} exists and is not empty; choose another path or pass {option('overwrite')}"
+        )
+
+
+def refuse_non_folder(out: Path, named: str | None = None) -> None:
+    """OutputExistsError if the output folder `out` exists and is not a folder (a file, a
+    FIFO, a device, a socket: said which); `named`: how the message names it (`--out OUT`)."""
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(
+            f"{named or option('out', out)} exists and is {kind_at(out)}; give a folder path"
         )
 
 

@@ -25,9 +25,9 @@ from typing import Any
 from recorders.errors import OutputExistsError, RecordingError, listing, option
 from recorders.write.files import (
     check_out,
-    kind_at,
     refuse_inputs_inside,
     refuse_links,
+    refuse_non_folder,
     temp_sibling,
 )
 from recorders.write.layout import UNREADABLE
@@ -125,10 +125,7 @@ def for_writing(out: Any, overwrite: bool) -> Target:
     target = place.path.resolve()
     settle_swap(target)
     refuse_links(target)
-    if target.exists() and not target.is_dir():
-        raise OutputExistsError(
-            f"{option('out', target)} exists and is {kind_at(target)}; give a folder path"
-        )
+    refuse_non_folder(target)
     # --overwrite records into a hidden sibling and swaps it in at the end (the writer's
     # `close`), so that the recording it replaces is kept until the new one is complete...
     if not (overwrite and target.is_dir() and any(target.iterdir())):

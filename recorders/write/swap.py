@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, option
-from recorders.write.files import foreign_entries, kind_at, refuse_links
+from recorders.write.files import foreign_entries, refuse_links, refuse_non_folder
 from recorders.write.folder import Folder
 from recorders.write.layout import ROOT_ENTRIES
 from recorders.write.place import LocalPlace, place_of
@@ -112,10 +112,7 @@ def create_folder(out: str | os.PathLike) -> bool:
         return False
     folder = place.path.resolve()
     refuse_links(folder)
-    if folder.exists() and not folder.is_dir():
-        raise OutputExistsError(
-            f"{option('out', folder)} exists and is {kind_at(folder)}; give a folder path"
-        )
+    refuse_non_folder(folder)
     foreign = not_a_recording(folder) if folder.is_dir() else []
     if foreign:
         raise OutputExistsError(

@@ -27,7 +27,7 @@ from recorders.errors import (
     SelectionError,
     option,
 )
-from recorders.write import LocalPlace, is_uri, place_of
+from recorders.write import LocalPlace, is_uri, place_of, refuse_non_folder
 from recorders.write.schema import RecordingSummary, parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
@@ -160,7 +160,9 @@ def _within(inner: str | os.PathLike, outer: str) -> bool:
 
 def _check_start(place: Any, description: dict, resume: bool, out: str) -> bool:
     """Whether the series in `out` has begun (resumed: its `series.json` matches); refuses a
-    folder holding anything else, before anything is written."""
+    folder holding anything else, or anything but a folder, before anything is written."""
+    if isinstance(place, LocalPlace):
+        refuse_non_folder(place.path)
     if SERIES_FILE in place.entries():
         if not resume:
             raise OutputExistsError(
@@ -223,6 +225,8 @@ def open_logged(out: str, key: str, who: str) -> dict[str, Any]:
     folders there), or check the one a restarted run left there, and return it; `who` names
     the logger in the one-line errors."""
     place = place_of(out)
+    if isinstance(place, LocalPlace):
+        refuse_non_folder(place.path, f"{who}: {out}")
     if SERIES_FILE in place.entries():
         found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
         if not isinstance(found, dict) or found.get("key") != key:
