@@ -1277,3 +1277,67 @@ def test_a_hybrid_lstm_with_peepholes_is_one_line(lite, tmp_path):
     assert (
         "a hybrid (int8 weights) LSTM with peepholes, which gatetrace does not replay yet" in shown
     )
+
+
+def _hybrid_scale(value: float):
+    def change(model, fb):
+        """The hybrid LSTM's input-to-forget matrix (op input 2) given the scale `value`."""
+        op = model.subgraphs[0].operators[0]
+        held = model.subgraphs[0].tensors[int(op.inputs[2])].quantization
+        held.scale = np.array([value], np.float32)
+
+    return change
+
+
+@pytest.mark.parametrize("value, shown", [(float("nan"), "nan"), (0.0, "0"), (-0.5, "-0.5")])
+def test_a_hybrid_matrix_whose_scale_is_no_positive_number_is_one_line(
+    lite, tmp_path, value, shown
+):
+    """A matrix's value is scale x code: a scale that is NaN, 0 or negative is refused by
+    `inspect` and `record` in one line saying what the file holds (before: NaN, a replay said to
+    differ "by up to 0"; 0 and -0.5, recorded), and nothing is written."""
+    path = tmp_path / "scale.tflite"
+    path.write_bytes(_changed(lite, _hybrid_scale(value), "quantised"))
+    says = f") is {shown}; a quantisation scale is a positive finite number"
+    inspected = _one_line(run_cli("inspect", str(path)))
+    assert "the scale of its input weights (" in inspected and says in inspected, inspected
+    np.save(tmp_path / "x.npy", np.ones((1, T, 32), np.float32))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert says in refused and not out.exists()
+
+
+def _recoded(kind: str):
+    def change(model, fb):
+        """The fused LSTM op's code made `kind` (its 24 inputs and 1 output left as they are)."""
+        for code in model.operatorCodes:
+            if code.builtinCode == fb.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM:
+                code.builtinCode = code.deprecatedBuiltinCode = getattr(fb.BuiltinOperator, kind)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "kind, takes",
+    [
+        ("BIDIRECTIONAL_SEQUENCE_LSTM", "takes 48 inputs and writes 2 outputs (one a half)"),
+        ("BIDIRECTIONAL_SEQUENCE_RNN", "takes 12 inputs and writes 2 outputs (one a half)"),
+        ("UNIDIRECTIONAL_SEQUENCE_RNN", "takes 5 inputs and writes 1 output,"),
+    ],
+)
+def test_an_lstm_op_recoded_as_another_kind_is_one_line(lite, tmp_path, kind, takes):
+    """An op of the inputs and outputs of another kind than its code says (as TensorFlow Lite's
+    kernel of that kind checks them) is refused by `inspect` and `record` in one line naming
+    both (before: an IndexError for a bidirectional code), and nothing is written."""
+    path = tmp_path / "recoded.tflite"
+    path.write_bytes(_changed(lite, _recoded(kind)))
+    says = f"op 0 is a {kind} of 24 inputs and 1 output; TensorFlow Lite's {kind} {takes}"
+    assert says in _one_line(run_cli("inspect", str(path)))
+    np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.float32))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert says in refused and not out.exists()

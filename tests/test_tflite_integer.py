@@ -250,6 +250,19 @@ def test_a_replay_that_differs_by_one_code_is_refused(integer):
         LitePlan(model, [wrong]).fetch({model.inputs[0]: x})
 
 
+def _edited(source, change, path):
+    """The file `source`, parsed with TensorFlow's own schema, changed by `change(model, fb)` and
+    written to `path`."""
+    import flatbuffers
+
+    fb, model = _schema(source)
+    change(model, fb)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path.write_bytes(bytes(builder.Output()))
+    return path
+
+
 def _sixteen_bit(model, fb):
     """The LSTM's input declared int16 (16x8 quantisation: int16 activations)."""
     model.subgraphs[0].tensors[
@@ -288,16 +301,9 @@ def _eight_bit_cell(model, fb):
 )
 def test_what_the_integer_replay_does_not_reproduce_is_one_line(integer, tmp_path, change, says):
     """`inspect` and `record` name what is not reproduced; nothing is written."""
-    import flatbuffers
-
     from tests.test_tflite import _one_line
 
-    fb, model = _schema(integer / "int8 io.tflite")
-    change(model, fb)
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    path = tmp_path / "changed.tflite"
-    path.write_bytes(bytes(builder.Output()))
+    path = _edited(integer / "int8 io.tflite", change, tmp_path / "changed.tflite")
     assert says in _one_line(run_cli("inspect", str(path)))
     np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.int8))
     out = tmp_path / "out"
@@ -419,7 +425,13 @@ _SHAPE = "not a type int8 or int16 with a positive scale and a zero point of tha
         (lambda q: q["activation"].update(type="int32"), _SHAPE),
         (lambda q: q["activation"].update(zero_point=40000), _SHAPE),
         (lambda q: q["activation"].update(scale=True), _SHAPE),
-        (lambda q: q["activation"].update(scale=3e-5), "is not a int16 code of scale 3e-05"),
+        (lambda q: q["activation"].update(scale=3e-5), "not an int16 code of scale 3e-05"),
+        # every value within 1/1000 of a step of code 0, which stands for 0: not what they are
+        (lambda q: q["activation"].update(scale=1e4), "not an int16 code of scale 10000"),
+        (
+            lambda q: q["activation"].update(scale=2.0**-15 * 4096),
+            "not an int16 code of scale 0.125",
+        ),
         (
             lambda q: q.pop("activation"),
             "says how c, h, inputs, preactivation are held, not activation",
@@ -429,7 +441,8 @@ _SHAPE = "not a type int8 or int16 with a positive scale and a zero point of tha
 def test_codes_follow_only_a_quantisation_that_holds(integer, tmp_path, change, says):
     """A recording's manifest may come from anyone: `gate_codes` reads its quantisation only
     where it is of the form gatetrace writes (an int8 or int16 type, a positive finite scale,
-    a zero point of the type) and the values are codes of it; anything else is one line."""
+    a zero point of the type) and the values are codes of it, each given back by its code
+    (a scale far larger than the values' would make every code 0); anything else is one line."""
     import shutil
 
     from recorders import Recording
@@ -452,3 +465,153 @@ def test_codes_follow_only_a_quantisation_that_holds(integer, tmp_path, change, 
     with pytest.raises(SelectionError) as refused:
         Recording(changed).gate_codes(cell, "f")
     assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def _scale(at, value: float):
+    def change(model, fb):
+        """The scale of the LSTM's input `at` (or of its hidden intermediate) made `value`."""
+        op = model.subgraphs[0].operators[0]
+        tensor = int(op.intermediates[4]) if at == "hidden" else int(op.inputs[at])
+        model.subgraphs[0].tensors[tensor].quantization.scale = np.array([value], np.float32)
+
+    return change
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "at, value, says",
+    [
+        (
+            0,
+            NAN,
+            ("the scale of its input (", ") is nan; a quantisation scale is a positive finite"),
+        ),
+        (0, 0.0, ("the scale of its input (", ") is 0; a quantisation scale is a positive finite")),
+        (18, INF, ("the scale of its output state (", ") is inf; a quantisation scale is")),
+        (19, -1.0, ("the scale of its cell state (", ") is -1; a quantisation scale is")),
+        ("hidden", NAN, ("the scale of its hidden intermediate (", ") is nan; a quantisation")),
+        (2, 0.0, ("the scale of its input weights (", ") is 0; a quantisation scale is")),
+        (6, -2.0, ("the scale of its recurrent weights (", ") is -2; a quantisation scale is")),
+        (13, INF, ("the scale of its biases (", ") is inf; a quantisation scale is")),
+        # finite, but the kernel's rescale would be a shift of 32 bits or more on int32
+        (0, 1e30, ("kernel would rescale gate i's input products by 1.3", "2^31 or more")),
+        ("hidden", 1e-30, ("kernel would rescale the output state by 9.3", "2^31 or more")),
+    ],
+)
+def test_a_scale_that_is_no_positive_finite_number_is_one_line(integer, tmp_path, at, value, says):
+    """Every scale the integer kernel reads (and the biases', by which W, U, b are shown) must
+    be a positive finite number, its rescales ones its int32 arithmetic defines: `inspect` and
+    `record` refuse any other in one line saying what the file holds (before: a NaN or an
+    infinite scale was an internal ValueError or OverflowError, a scale of 0 "int8 with 1
+    scales", a matrix's scale of 0 or less recorded), and nothing is written."""
+    from tests.test_tflite import _one_line
+
+    path = _edited(integer / "int8 io.tflite", _scale(at, value), tmp_path / "scale.tflite")
+    inspected = _one_line(run_cli("inspect", str(path)))
+    np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.int8))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    for line in (inspected, refused):
+        assert all(part in line for part in says), line
+    assert not out.exists()
+
+
+_UNIT = 2  # the unit whose input gate's int32 sum wraps
+
+
+def _wrapping(model, fb):
+    """Unit 2's input-gate bias made 2^31 - 1, and its input gate's recurrent row, its cell
+    gate's rows and bias 0: its preactivation is its input part alone, its j is 0 (so that its
+    input gate reaches no output: c = f x c + i x 0)."""
+    sub = model.subgraphs[0]
+    op = sub.operators[0]
+    for at, dtype, value in ((12, np.int32, 2**31 - 1), (5, np.int8, 0), (3, np.int8, 0),
+                             (7, np.int8, 0), (14, np.int32, 0)):  # fmt: skip
+        t = sub.tensors[int(op.inputs[at])]
+        held = np.frombuffer(bytes(model.buffers[t.buffer].data), dtype).copy()
+        held.reshape([int(d) for d in t.shape])[_UNIT] = value
+        model.buffers[t.buffer].data = np.frombuffer(held.tobytes(), np.uint8)
+
+
+def test_a_gate_sum_wraps_around_in_int32_as_the_kernel_sums_it(integer, tmp_path):
+    """TensorFlow Lite's integer kernel sums each gate's products and bias in int32, which
+    wraps around: with unit 2's input-gate bias 2^31 - 1 (`_wrapping`), the sum turns negative
+    wherever the input adds to it, and that gate is near 0 there (before: summed in int64, it
+    was recorded near 1 everywhere, and the outputs, which it does not reach, still checked).
+
+    The oracles. (1) The kernel's sum written here in numpy int32 from the file's codes (the
+    bias plus (input code - zero point) x matrix code, wrapping): its sign gives unit 2's
+    preactivation, saturated at -8 or 8 - 2^-12 (its size times the rescale is far beyond
+    Q3.12's range either way), and its gate is the sigmoid of it. (2) The interpreter's own
+    codes, where it keeps them: after a run, its scratch tensors hold the last step's cell
+    gate j, output gate o and i x j rounded to the cell state's scale (its input gate's buffer
+    is overwritten by tanh(c) at the end of each step: the interpreter keeps no input gate);
+    TensorFlow's interpreter run on every prefix of every sequence gives them for every step,
+    and the recorded j, o and i x j (i of every unit whose j is not 0) equal them, every code."""
+    from recorders import Recording
+    from tracer._tf import tf
+
+    path = _edited(integer / "int8 io.tflite", _wrapping, tmp_path / "wrapping.tflite")
+    x = np.random.RandomState(5).randint(-128, 128, (12, T, D)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    run = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    rec = Recording(run)
+    (cell,) = rec.cells
+    got = {g: np.asarray(rec.gate_codes(cell, g)).astype(np.int64) for g in "ifjo"}
+    pre = np.asarray(rec.gate_codes(cell, "i", "preactivation")).astype(np.int64)
+
+    fb, model = _schema(path)
+    sub = model.subgraphs[0]
+    op = sub.operators[0]
+    tensor = [sub.tensors[int(t)] for t in op.inputs]
+    w = np.frombuffer(bytes(model.buffers[tensor[1].buffer].data), np.int8).reshape(H, D)
+    bias = np.frombuffer(bytes(model.buffers[tensor[12].buffer].data), np.int32)[_UNIT]
+    zero = int(tensor[0].quantization.zeroPoint[0])
+    products = ((x.astype(np.int32) - zero) * w[_UNIT].astype(np.int32)).sum(-1, dtype=np.int32)
+    total = products + bias  # int32 + int32: wraps, as the kernel's sum
+    assert total.dtype == np.int32
+    rescale = tensor[0].quantization.scale[0] * tensor[1].quantization.scale[0] * 2.0**12
+    assert (np.abs(total.astype(np.float64)) * rescale > 2**16).all()  # saturated either way
+    wrapped = total < 0
+    assert 0.2 < wrapped.mean() < 0.8  # both ways in the batch
+    np.testing.assert_array_equal(pre[..., _UNIT], np.where(wrapped, -32768, 32767))
+    np.testing.assert_allclose(
+        got["i"][..., _UNIT] / 2**15,
+        _sigmoid(np.where(wrapped, -8.0, 32767 / 4096)),
+        atol=6.5 / 2**15,
+    )
+    assert (got["j"][..., _UNIT] == 0).all()
+
+    exponent = round(float(np.log2(tensor[19].quantization.scale[0])))  # cell state: 2^exponent
+    shift = 30 + exponent
+    count = len(sub.tensors)
+    checked = 0
+    for steps in range(1, T + 1):
+        it = tf.lite.Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
+        into = it.get_input_details()[0]["index"]
+        it.resize_tensor_input(into, [1, steps, D], strict=False)
+        it.allocate_tensors()
+        # the tensors the interpreter adds to the file's: the op's scratch buffers, in order
+        scratch = [d for d in it.get_tensor_details() if d["index"] >= count]
+        assert [(d["dtype"], list(d["shape"])) for d in scratch] == [
+            (np.int16, [1, H])] * 4 + [(np.int8, [1, H]), (np.int32, [1, H])]  # fmt: skip
+        for row, sequence in enumerate(x):
+            it.reset_all_variables()
+            it.set_tensor(into, sequence[None, :steps])
+            it.invoke()
+            _, product, j, o = (it.get_tensor(d["index"])[0].astype(np.int64) for d in scratch[:4])
+            t = steps - 1
+            np.testing.assert_array_equal(got["j"][row, t], j)
+            np.testing.assert_array_equal(got["o"][row, t], o)
+            # i x j, rounded to nearest (halves away from zero) by 2^shift, cast to int16
+            v = got["i"][row, t] * got["j"][row, t]
+            rounded = np.sign(v) * ((np.abs(v) + (1 << (shift - 1))) >> shift)
+            np.testing.assert_array_equal(rounded.astype(np.int16), product)
+            checked += 1
+    assert checked == len(x) * T

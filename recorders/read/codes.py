@@ -6,7 +6,8 @@ held by the kernel: `quantisation` maps `preactivation`, `activation` and each s
 its integer `type` (`int8`, `int16`), `scale` and `zero_point`, value = scale x (code - zero
 point). The gates' and the cell state's scales are powers of two, so their values are their
 codes exactly; the output state's value is the float32 product, a hair from the exact one.
-`codes` turns values back into the codes the kernel held, checking that each is one.
+`codes` turns values back into the codes the kernel held, checking that each is one and that
+its code gives it back (a scale far larger than the values' would call every one code 0).
 """
 
 from __future__ import annotations
@@ -59,18 +60,25 @@ def quantisation_of(description: dict[str, Any], cell: str, what: str) -> tuple[
 def codes(values: np.ndarray, kind: type, scale: float, zero: int, what: str) -> np.ma.MaskedArray:
     """The codes of `values` (NaN where no row was recorded: masked): round(value / scale) +
     zero point, of numpy type `kind`. SelectionError where a value is not a code of that
-    scale, zero point and type (more than 1/1000 of a step from one, or out of its range)."""
+    scale, zero point and type: more than 1/1000 of a step from one, out of the type's range,
+    or not given back by it (scale x (code - zero point) differs from the value by more than
+    float32 rounding: a scale far larger than the values' own makes every code 0)."""
     values = np.asarray(values, np.float64)
     missing = np.isnan(values)
-    steps = np.where(missing, 0.0, values / scale)
+    held = np.where(missing, 0.0, values)
+    steps = held / scale
     nearest = np.rint(steps)
-    found = np.where(missing, 0.0, nearest + zero)
+    found = nearest + zero
     info = np.iinfo(kind)
-    off = np.abs(steps - nearest) > 1e-3
-    if off.any() or found.min(initial=0) < info.min or found.max(initial=0) > info.max:
-        where = np.argwhere(off | (found < info.min) | (found > info.max))[0].tolist()
+    with np.errstate(invalid="ignore"):  # an infinite value: out of range below
+        between = np.abs(steps - nearest) > 1e-3
+        other = np.abs(nearest * scale - held) > 1e-5 * np.abs(held)  # its code stands for another
+    bad = between | other | (found < info.min) | (found > info.max)
+    if bad.any():
+        at = tuple(np.argwhere(bad)[0])
         raise SelectionError(
-            f"{what}: the value at {where} is not a {info.dtype} code of scale {scale:g} and zero point "
-            f"{zero}; the recording's values are not what its description says"
+            f"{what}: the value at {list(map(int, at))} is {held[at]:.6g}, not an {info.dtype} code of scale "
+            f"{scale:g} and zero point {zero} (the nearest, {found[at]:.0f}, stands for {nearest[at] * scale:.6g}); "
+            "the recording's values are not what its description says"
         )
     return np.ma.MaskedArray(found.astype(kind), mask=missing)

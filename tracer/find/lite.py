@@ -37,12 +37,16 @@ replayed by `tracer.values.hybrid`); an LSTM of int8 inputs, matrices and output
 int16 cell state (full integer: `LiteInteger`, replayed by `tracer.values.integer`). What is
 not recorded exactly is refused in one line naming the op: layer normalisation, a CIFG LSTM
 (no input gate), a projection bias, an activation with no replay, a bidirectional op's
-auxiliary input, a quantised op with peepholes or a projection, int16 activations (16x8).
+auxiliary input, a quantised op with peepholes or a projection, int16 activations (16x8);
+and what no TensorFlow Lite kernel runs as the file says: an op of other numbers of inputs
+and outputs than its kind's kernel takes (an op recoded), a quantisation scale that is not
+a positive finite number (value = scale x (code - zero point)).
 The cells of WHILE loops are `tracer.find.lite_loops`'.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -80,6 +84,14 @@ _HALVES = {
     ),
 }
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16}
+# how many inputs each op's TensorFlow Lite kernel takes and how many outputs it writes (its
+# Prepare's checks; a bidirectional op writes one where its options merge its halves' outputs)
+_ARITY = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ((20, 24), 1),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": ((5,), 1),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": ((48,), 2),
+    "BIDIRECTIONAL_SEQUENCE_RNN": ((12,), 2),
+}
 
 
 def find_ops(model: LiteModel) -> list[LiteCell]:
@@ -88,6 +100,8 @@ def find_ops(model: LiteModel) -> list[LiteCell]:
     main, cells = model.main, []
     for k, op in enumerate(main.operators or []):
         kind = model.op_kind(op)
+        if kind in _ARITY:
+            _check_arity(model, k, op, kind)
         if kind == "UNIDIRECTIONAL_SEQUENCE_LSTM":
             cells.append(_lstm(model, k, op))
         elif kind == "UNIDIRECTIONAL_SEQUENCE_RNN":
@@ -107,6 +121,31 @@ def find_ops(model: LiteModel) -> list[LiteCell]:
         )
     names = [c.name for c in cells]  # two ops of one name: told apart by their number
     return [c if names.count(c.name) == 1 else replace(c, name=f"{c.name}_op{c.op}") for c in cells]
+
+
+def _check_arity(model: LiteModel, k: int, op: Any, kind: str) -> None:
+    """GraphPatternError unless the op has as many inputs and outputs as TensorFlow Lite's
+    kernel of its kind takes (`_ARITY`): an op recoded as another kind has not."""
+    takes, writes = _ARITY[kind]
+    merged = bool(getattr(op.builtinOptions, "mergeOutputs", False))
+    if kind.startswith("BIDIRECTIONAL") and merged:
+        writes = 1
+    inputs = len(op.inputs) if op.inputs is not None else 0
+    outputs = len(op.outputs) if op.outputs is not None else 0
+    if inputs not in takes or outputs != writes:
+        how = ""
+        if kind.startswith("BIDIRECTIONAL"):
+            how = " (its options merge its halves' outputs)" if merged else " (one a half)"
+        raise GraphPatternError(
+            f"{model.source}: op {k} is a {kind} of {_count(inputs, 'input')} and {_count(outputs, 'output')}; "
+            f"TensorFlow Lite's {kind} takes {' or '.join(map(str, takes))} inputs and writes "
+            f"{_count(writes, 'output')}{how}, so the op is not one (recoded from another kind?): convert the "
+            "model again"
+        )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _halves(model: LiteModel, k: int, op: Any, kind: str) -> list[LiteCell]:
@@ -150,6 +189,17 @@ def _name(model: LiteModel, op: Any) -> str:
                 if int(t.tensorIndex) == out:
                     return t.name.decode()
     return tensor_name(model.main.tensors[out]).split(":")[0]
+
+
+def _scale_problem(scale: float) -> str | None:
+    """Why a tensor's quantisation scale is refused (None: it is not): TensorFlow Lite holds
+    a real value as scale x (code - zero point), with a positive finite scale."""
+    if math.isfinite(scale) and scale > 0:
+        return None
+    return (
+        f"is {scale:g}; a quantisation scale is a positive finite number (a value is scale x (code - zero "
+        "point)), so the file is damaged: convert the model again"
+    )
 
 
 class _Reader:
@@ -221,6 +271,11 @@ class _Reader:
             raise GraphPatternError(
                 f"{self.where}: its {what} are {found}; {kernel} reads {reads} of one scale and zero "
                 "point 0, and gatetrace replays only that"
+            )
+        why = _scale_problem(scales[0])
+        if why:
+            raise GraphPatternError(
+                f"{self.where}: the scale of its {what} ({tensor_name(t)}) {why}"
             )
         numpy_type = np.dtype(np.int8 if kind == "INT8" else np.int32)
         shape = [int(d) for d in t.shape]
@@ -297,11 +352,19 @@ def _integer(
         scales = [] if q is None or q.scale is None else [float(v) for v in q.scale]
         zeros = [] if q is None or q.zeroPoint is None else [int(v) for v in q.zeroPoint]
         found = reader.types.get(t.type, "?")
-        if found != kind or len(scales) != 1 or len(zeros) > 1 or scales[0] <= 0:
+        if found != kind:
             raise GraphPatternError(
-                f"{where}: its {what} ({tensor_name(t)}) is {found.lower()} with {len(scales)} scales; "
-                f"TensorFlow Lite's integer LSTM kernel reads {kind.lower()} of one scale there"
+                f"{where}: its {what} ({tensor_name(t)}) is {found.lower()}; TensorFlow Lite's integer LSTM "
+                f"kernel reads {kind.lower()} there"
             )
+        if len(scales) != 1 or len(zeros) > 1:
+            raise GraphPatternError(
+                f"{where}: its {what} ({tensor_name(t)}) has {len(scales)} scales and {len(zeros)} zero points; "
+                "TensorFlow Lite's integer LSTM kernel reads one of each there (one for the whole tensor)"
+            )
+        why = _scale_problem(scales[0])
+        if why:
+            raise GraphPatternError(f"{where}: the scale of its {what} ({tensor_name(t)}) {why}")
         return scales[0], zeros[0] if zeros else 0
 
     kernel = "TensorFlow Lite's integer LSTM kernel"

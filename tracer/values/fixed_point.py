@@ -10,12 +10,14 @@ that wrap where the C++ casts and saturate where it saturates.
     multiply_by_quantized_multiplier   x * mantissa, doubled high half rounded, then
                                        divided by 2^-shift rounding half away from zero
     rounding_divide_by_pot(x, e)       x / 2^e, rounded half away from zero
+    wrap32(x), wrap16(x)               x cast to int32, int16: modulo 2^32, 2^16
     logistic16(x, bits)                sigmoid of Q(bits).(15 - bits) int16 into Q0.15
     tanh16(x, bits)                    tanh of Q(bits).(15 - bits) int16 into Q0.15
 
 A value `Qm.n` is an integer holding value x 2^n: Q3.12 spans [-8, 8), Q0.15 [-1, 1).
 Integers are held as int64 throughout (every product of two int32 fits); a result is
-the int16 or int32 the C++ would hold.
+the int16 or int32 the C++ would hold. A sum the kernel keeps in int32 wraps around there
+(two's complement, as its adds do): its caller wraps it with `wrap32` where the C++ would.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "logistic16",
     "tanh16",
     "wrap16",
+    "wrap32",
 ]
 
 _I16_MIN, _I16_MAX = -(2**15), 2**15 - 1
@@ -50,6 +53,11 @@ def _c_divide(x: np.ndarray, d: int) -> np.ndarray:
 def wrap16(x: np.ndarray | int) -> np.ndarray:
     """x cast to int16 as C++ casts: modulo 2^16."""
     return ((_i64(x) - _I16_MIN) & 0xFFFF) + _I16_MIN
+
+
+def wrap32(x: np.ndarray | int) -> np.ndarray:
+    """x cast to int32 as C++ casts (and as an int32 sum wraps): modulo 2^32."""
+    return ((_i64(x) - _I32_MIN) & 0xFFFFFFFF) + _I32_MIN
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
@@ -88,12 +96,16 @@ def _doubling_high_mul32(a: np.ndarray, b: int) -> np.ndarray:
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, mantissa: int, shift: int) -> np.ndarray:
-    """int32 `x` times the factor `quantize_multiplier` gave (mantissa, shift), as TensorFlow
-    Lite's reference kernels round it: a left shift first where shift > 0 (int32, wrapping),
-    the doubled high half, then a rounding right shift where shift < 0."""
-    x = _i64(x)
+    """int32 `x` (wrapped to int32 where it is not one: the kernel's argument is) times the
+    factor `quantize_multiplier` gave (mantissa, shift), as TensorFlow Lite's reference kernels
+    round it: a left shift first where shift > 0 (int32, wrapping), the doubled high half,
+    then a rounding right shift where shift < 0. A shift of 32 or more, which C++ does not
+    define on int32, is refused (ValueError): the caller checks its factors first."""
+    if shift > 31:
+        raise ValueError(f"a left shift of {shift} bits on int32 is undefined")
+    x = wrap32(x)
     if shift > 0:
-        x = ((x << shift) - _I32_MIN) % 2**32 + _I32_MIN
+        x = wrap32(x << shift)
     return rounding_divide_by_pot(_doubling_high_mul32(x, mantissa), max(-shift, 0))
 
 

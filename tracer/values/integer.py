@@ -9,14 +9,21 @@ i, f, j, o):
     1  the int8 input codes times the gate's input matrix, summed in int32 with the gate's
        int32 bias less input zero point x the matrix's row sums; rescaled to Q3.12 (a
        quantized multiplier of input scale x matrix scale x 2^12) and saturated to int16
-    2  the same for the output state and the recurrent matrix (no bias), added to 1,
-       saturated: the gate's preactivation, Q3.12 (2^-12 a step)
+    2  the same for the output state and the recurrent matrix (no bias), added to 1 in
+       int32, saturated: the gate's preactivation, Q3.12 (2^-12 a step)
     3  sigmoid of i, f, o and tanh of c in gemmlowp's fixed point: the activation, Q0.15
     4  the cell state, int16 of scale 2^e (e from the file): f x c rounded down 15 bits,
        plus i x c-gate rounded down 30 + e bits, saturated, clipped to the op's cell clip
     5  the output state: o x tanh(cell state, read with 15 + e integer bits), rescaled by
        2^-30 over the hidden scale (the op's fifth intermediate tensor's), plus its zero
-       point, saturated to int8
+       point in int32, saturated to int8
+
+Every sum is kept at the kernel's width: the biases with their zero points folded in, each
+product sum and each rescaled sum plus what it is added to are int32 and wrap around as the
+kernel's do (a bias near 2^31 turns a gate's sum negative there), the products of int16
+values are int32, and each value is saturated or cast to int16 or int8 where the kernel
+does. A rescale the kernel does not define (a factor of 2^31 or more: a left shift of 32
+bits on int32) is refused in one line.
 
 The arithmetic is `tracer.values.fixed_point`'s. `replay_integer` gives every step's codes;
 `LitePlan` checks its outputs and final states against the op's, code for code, and records
@@ -32,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recorders.errors import ReplayMismatchError
+from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.cells.found import LiteInteger
 from tracer.values.fixed_point import (
     logistic16,
@@ -41,6 +48,7 @@ from tracer.values.fixed_point import (
     rounding_divide_by_pot,
     tanh16,
     wrap16,
+    wrap32,
 )
 from tracer.values.replay import Replayed
 
@@ -48,6 +56,7 @@ __all__ = ["IntegerSteps", "replay_integer", "integer_replayed"]
 
 _GATE_BITS = 12  # preactivations are Q3.12: the kernel's fixed scale without layer norm
 _SIGMOID = (True, True, False, True)  # i, f, c, o: sigmoid, sigmoid, tanh, sigmoid
+_GATES = "ifco"  # the op's gate order, as messages name them
 
 
 @dataclass(frozen=True)
@@ -78,39 +87,91 @@ def _float32(v: float) -> float:
     return float(np.float32(v))
 
 
-def _rescale(acc: np.ndarray, factor: tuple[int, int]) -> np.ndarray:
-    return multiply_by_quantized_multiplier(acc, *factor)
+@dataclass(frozen=True)
+class _Prepared:
+    """What the kernel computes once, before its first step (its Prepare), at its widths:
+    each gate's int32 biases with the zero points folded in (`inputs`, `recurrent`
+    [gates, units]), each product's quantized multiplier (mantissa, shift), the output's,
+    and the cell clip in cell-state codes (0: none)."""
+
+    inputs: np.ndarray
+    recurrent: np.ndarray
+    input_factors: tuple[tuple[int, int], ...]
+    recurrent_factors: tuple[tuple[int, int], ...]
+    hidden: tuple[int, int]
+    clip: int
 
 
-def replay_integer(
-    cell: LiteInteger, x: np.ndarray, h0: np.ndarray, c0: np.ndarray
-) -> IntegerSteps:
-    """The kernel (module docstring) over int8 input codes `x` [examples, steps, features]
-    from output state codes `h0` [examples, output] and cell state codes `c0` [examples, units]."""
-    x, h, c = (np.asarray(a, np.int64) for a in (x, h0, c0))
-    n, steps, _ = x.shape
-    # [features, gates x units]: float64 products and sums of int8 codes are exact (BLAS)
-    w_in = cell.input_codes.reshape(-1, cell.input_codes.shape[2]).T.astype(np.float64)
-    w_rec = cell.recurrent_codes.reshape(-1, cell.recurrent_codes.shape[2]).T.astype(np.float64)
-    # what the kernel computes once (its Prepare): biases with the zero points folded in, and
-    # each product's factor; the scales are float32 and multiplied in float32, as the C++ does
+def _factor(real: float, what: str, name: str) -> tuple[int, int]:
+    """`real` as the kernel's quantized multiplier; GraphPatternError where the kernel's
+    rescale is undefined there (a left shift of 32 bits or more on int32)."""
+    mantissa, shift = quantize_multiplier(real)
+    if shift > 31:
+        raise GraphPatternError(
+            f"cell {name}: TensorFlow Lite's integer LSTM kernel would rescale {what} by {real:g}, 2^31 or "
+            "more, which its int32 arithmetic does not define (a shift of 32 bits or more); the file's scales "
+            "are not ones a converter writes: convert the model again"
+        )
+    return mantissa, shift
+
+
+def _prepare(cell: LiteInteger, name: str) -> _Prepared:
+    """The kernel's constants for `cell` (`_Prepared`): the scales are float32 and multiplied
+    in float32, the row sums and biases int32, as the C++ computes them."""
     gate_scale = _float32(2.0**-_GATE_BITS)
-    in_bias = cell.biases - cell.input_zero * cell.input_codes.sum(axis=2)
-    rec_bias = -cell.h_zero * cell.recurrent_codes.sum(axis=2)
-    in_factor = [
-        quantize_multiplier(_float32(_float32(s * cell.input_scale) / gate_scale))
-        for s in cell.input_weight_scales
-    ]
-    rec_factor = [
-        quantize_multiplier(_float32(_float32(s * cell.h_scale) / gate_scale))
-        for s in cell.recurrent_weight_scales
-    ]
-    hidden = quantize_multiplier(_float32(_float32(2.0**-15 / cell.hidden_scale) * 2.0**-15))
+    row_in = wrap32(cell.input_codes.astype(np.int64).sum(axis=2))
+    row_rec = wrap32(cell.recurrent_codes.astype(np.int64).sum(axis=2))
+    in_factors = tuple(
+        _factor(
+            _float32(_float32(s * cell.input_scale) / gate_scale),
+            f"gate {g}'s input products",
+            name,
+        )
+        for g, s in zip(_GATES, cell.input_weight_scales, strict=True)
+    )
+    rec_factors = tuple(
+        _factor(
+            _float32(_float32(s * cell.h_scale) / gate_scale),
+            f"gate {g}'s recurrent products",
+            name,
+        )
+        for g, s in zip(_GATES, cell.recurrent_weight_scales, strict=True)
+    )
+    hidden = _factor(
+        _float32(_float32(2.0**-15 / cell.hidden_scale) * 2.0**-15), "the output state", name
+    )
     clip = 0
     if cell.cell_clip > 0:  # the clip over the file's own scale, in float32, truncated
         clip = int(
             min(max(np.float32(cell.cell_clip) / np.float32(cell.cell_scale), -32768), 32767)
         )
+    return _Prepared(
+        inputs=wrap32(cell.biases.astype(np.int64) + wrap32(-cell.input_zero * row_in)),
+        recurrent=wrap32(-cell.h_zero * row_rec),
+        input_factors=in_factors,
+        recurrent_factors=rec_factors,
+        hidden=hidden,
+        clip=clip,
+    )
+
+
+def _saturated(x: np.ndarray, bits: int) -> np.ndarray:
+    """An int32 value saturated to a signed integer of `bits` bits."""
+    return np.clip(x, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def replay_integer(
+    cell: LiteInteger, x: np.ndarray, h0: np.ndarray, c0: np.ndarray, name: str = "?"
+) -> IntegerSteps:
+    """The kernel (module docstring) over int8 input codes `x` [examples, steps, features]
+    from output state codes `h0` [examples, output] and cell state codes `c0` [examples,
+    units]; GraphPatternError naming cell `name` where the kernel's arithmetic is undefined."""
+    k = _prepare(cell, name)
+    x, h, c = (np.asarray(a, np.int64) for a in (x, h0, c0))
+    n, steps, _ = x.shape
+    # [features, gates x units]: float64 products and sums of int8 codes are exact (BLAS)
+    w_in = cell.input_codes.reshape(-1, cell.input_codes.shape[2]).T.astype(np.float64)
+    w_rec = cell.recurrent_codes.reshape(-1, cell.recurrent_codes.shape[2]).T.astype(np.float64)
     units = cell.input_codes.shape[1]
     pre = np.empty((n, steps, 4, units), np.int64)
     act = np.empty_like(pre)
@@ -120,20 +181,30 @@ def replay_integer(
     for t in range(steps):
         rec_sums = (h.astype(np.float64) @ w_rec).astype(np.int64).reshape(n, 4, units)
         for g in range(4):
-            first = np.clip(_rescale(in_sums[:, t, g] + in_bias[g], in_factor[g]), -32768, 32767)
-            gate = np.clip(
-                _rescale(rec_sums[:, g] + rec_bias[g], rec_factor[g]) + first, -32768, 32767
+            # each sum, and each rescaled sum plus what it is added to, wraps in int32
+            first = _saturated(
+                multiply_by_quantized_multiplier(
+                    wrap32(in_sums[:, t, g] + k.inputs[g]), *k.input_factors[g]
+                ),
+                16,
             )
+            rescaled = multiply_by_quantized_multiplier(
+                wrap32(rec_sums[:, g] + k.recurrent[g]), *k.recurrent_factors[g]
+            )
+            gate = _saturated(wrap32(rescaled + first), 16)
             pre[:, t, g] = gate
             act[:, t, g] = _apply("sigmoid" if _SIGMOID[g] else "tanh", gate, 3)
         i, f, j, o = (act[:, t, g] for g in range(4))
+        # int16 x int16 products are int32 (2^30 at most), cast back to int16 after the shift
         kept = wrap16(rounding_divide_by_pot(f * c, 15))
         added = wrap16(rounding_divide_by_pot(i * j, 30 + cell.cell_exponent))
-        c = np.clip(kept + added, -32768, 32767)
-        if clip > 0:
-            c = np.clip(c, -clip, clip)
+        c = _saturated(kept + added, 16)
+        if k.clip > 0:
+            c = np.clip(c, -k.clip, k.clip)
         out = o * _apply("tanh", c, 15 + cell.cell_exponent)
-        h = np.clip(_rescale(out, hidden) + cell.hidden_zero, -128, 127)
+        h = _saturated(
+            wrap32(multiply_by_quantized_multiplier(out, *k.hidden) + cell.hidden_zero), 8
+        )
         cs[:, t], hs[:, t] = c, h
     return IntegerSteps(pre, act, cs, hs)
 
@@ -147,7 +218,7 @@ def integer_replayed(name: str, cell: LiteInteger, seen: Mapping[str, np.ndarray
     """The replay of `cell` over what its op received (`seen`, as `LitePlan` reads it: int8
     `inputs`, `initial h` and `initial c` codes, `outputs`, and `final h` and `final c` where the
     op keeps them), checked code for code against what it returned; its real values."""
-    got = replay_integer(cell, seen["inputs"], seen["initial h"], seen["initial c"])
+    got = replay_integer(cell, seen["inputs"], seen["initial h"], seen["initial c"], name)
     pairs = [("outputs", got.h, seen["outputs"])]
     pairs += [
         (f"final {s}", v[:, -1], seen[f"final {s}"])
