@@ -13,8 +13,18 @@ the input sequence [steps, 1, features]) and returns them for the next iteration
 
 Four blocks of sigmoid, sigmoid, activation, sigmoid are an LSTM (i, f, c, o); three of
 sigmoid, sigmoid, activation a GRU (z, r, h); no SPLIT and one nonlinearity of a sum of the
-two products a SimpleRNN. The states are the loop variables [1, units] wide: `h` the one a
-FULLY_CONNECTED reads, `c` the other. A loop that fits none of these is refused in one line.
+two products a SimpleRNN. The states are the float loop variables [batch, units] wide: `h` the
+one a FULLY_CONNECTED multiplies, `c` the other. A loop that fits none of these is refused in
+one line.
+
+What a loop carries is read from the file's interpreter, not from the shapes its subgraphs
+declare: converters declare a body's tensors with other shapes than the loop carries (a
+stacked sequence as its first element's, anything as [1, 1, 1] where it was not known when
+they wrote it), and the WHILE kernel resizes them to what it carries. The main subgraph runs
+once on zeros (`_carried`), and what each WHILE received there gives the steps (the
+sequence's rows), the features and the units (its `h`'s width). A loop variable the body
+passes on unchanged is the main subgraph's tensor it starts from: where that is a constant (a
+converter of TensorFlow 2.2-2.4 passed the weights so), it is read as the body's own.
 
 The gates are not recomputed: the body runs an iteration at a time in the file's own
 interpreter, and each gate is what its nonlinearity read and returned
@@ -31,7 +41,7 @@ each column's absolute weights), far below what a block read wrongly gives.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,14 +60,21 @@ _FLOAT32, _INT8 = 0, 9  # the schema's TensorType.FLOAT32 and INT8
 
 
 class _Graph:
-    """One subgraph's ops, by what they write, with the file's constants."""
+    """One loop body's ops, by what they write, with the file's constants (a loop variable the
+    body passes on unchanged read as the main subgraph's tensor it starts from)."""
 
-    def __init__(self, model: LiteModel, index: int):
+    def __init__(self, model: LiteModel, index: int, loop: Any):
         self.model, self.subgraph = model, model.parsed.subgraphs[index]
-        self.ops = list(self.subgraph.operators or [])
+        self.ops = list(self.subgraph.operators)
         self.kinds = [model.op_kind(op) for op in self.ops]
         self.writer = {int(t): k for k, op in enumerate(self.ops) for t in op.outputs}
         self.dequantized: set[int] = set()  # int8 constants read as their real values
+        body = self.subgraph
+        self.outer = {
+            int(body.inputs[n]): int(loop.inputs[n])
+            for n in range(min(len(body.inputs), len(body.outputs), len(loop.inputs)))
+            if int(body.outputs[n]) == int(body.inputs[n])
+        }
 
     def readers(self, tensor: int) -> Iterator[int]:
         return (k for k, op in enumerate(self.ops) if tensor in [int(t) for t in op.inputs])
@@ -65,34 +82,15 @@ class _Graph:
     def constant(self, tensor: int) -> np.ndarray | None:
         """A float32 constant, or an int8 one dequantised (scale x (code - zero point), per
         channel along its quantised dimension); None for anything else."""
-        t = self.subgraph.tensors[tensor]
-        data = self.model.parsed.buffers[t.buffer].data
-        shape = [int(d) for d in t.shape]
-        if data is None or not len(data):
+        if tensor in self.outer:
+            value = _constant(self.model, self.model.main.tensors[self.outer[tensor]])
+        else:
+            value = _constant(self.model, self.subgraph.tensors[tensor])
+        if value is None:
             return None
-        if t.type == _FLOAT32:
-            return np.frombuffer(bytes(data), np.float32).reshape(shape)
-        q = t.quantization
-        if t.type != _INT8 or q is None or q.scale is None or not len(q.scale):
-            return None
-        codes = np.frombuffer(bytes(data), np.int8).reshape(shape).astype(np.float64)
-        axis = int(q.quantizedDimension or 0) if len(q.scale) > 1 else 0
-        if len(q.scale) not in (1, shape[axis] if shape else 1):
-            return None
-        along = [1] * len(shape)
-        if shape:
-            along[axis] = len(q.scale)
-        scale = np.asarray(q.scale, np.float64).reshape(along)
-        zero = (
-            np.zeros_like(scale)
-            if q.zeroPoint is None
-            else np.asarray(q.zeroPoint, np.float64).reshape(along)
-        )
-        self.dequantized.add(tensor)
-        return (scale * (codes - zero)).astype(np.float32)
-
-    def width(self, tensor: int) -> int:
-        return int(self.subgraph.tensors[tensor].shape[-1])
+        if value.dtype != np.float32:  # (int8 codes, dequantised)
+            self.dequantized.add(tensor)
+        return value.astype(np.float32)
 
     def blocks(self, tensor: int) -> set[tuple[int, int]]:
         """The (SPLIT op, block) pairs a sum reaching `tensor` adds."""
@@ -117,13 +115,62 @@ class _Graph:
         return set()
 
 
+def _constant(model: LiteModel, t: Any) -> np.ndarray | None:
+    """What tensor `t` holds in the file: a float32 constant, or an int8 one dequantised
+    (float64: scale x (code - zero point), per channel along its quantised dimension); None
+    for anything else."""
+    data = model.parsed.buffers[t.buffer].data
+    shape = [int(d) for d in t.shape]
+    if data is None or not len(data):
+        return None
+    if t.type == _FLOAT32:
+        return np.frombuffer(bytes(data), np.float32).reshape(shape)
+    q = t.quantization
+    if t.type != _INT8 or q is None or q.scale is None or not len(q.scale):
+        return None
+    codes = np.frombuffer(bytes(data), np.int8).reshape(shape).astype(np.float64)
+    axis = int(q.quantizedDimension or 0) if len(q.scale) > 1 else 0
+    if len(q.scale) not in (1, shape[axis] if shape else 1):
+        return None
+    along = [1] * len(shape)
+    if shape:
+        along[axis] = len(q.scale)
+    scale = np.asarray(q.scale, np.float64).reshape(along)
+    zero = (
+        np.zeros_like(scale)
+        if q.zeroPoint is None
+        else np.asarray(q.zeroPoint, np.float64).reshape(along)
+    )
+    return scale * (codes - zero)
+
+
 def find_loops(model: LiteModel) -> list[LiteCell]:
-    """The cell of every WHILE loop of the main subgraph (see the module docstring)."""
-    return [
-        _loop(model, k, op)
-        for k, op in enumerate(model.main.operators or [])
+    """The cell of every WHILE loop of the main subgraph (see the module docstring): each
+    body read first (what is no Keras cell refused before anything runs), then what each
+    loop carries, from one run of the main subgraph."""
+    loops = [
+        (k, op, _read(model, k, op))
+        for k, op in enumerate(model.main.operators)
         if model.op_kind(op) == "WHILE"
     ]
+    if not loops:
+        return []
+    carried = _carried(model, [op for _, op, _ in loops])
+    return [
+        _loop(model, k, op, body, values)
+        for (k, op, body), values in zip(loops, carried, strict=True)
+    ]
+
+
+def _carried(model: LiteModel, loops: list[Any]) -> list[list[np.ndarray]]:
+    """What each WHILE op of `loops` receives when the main subgraph runs once on zeros, as
+    the file's interpreter holds it: its loop variables' shapes and, where they are fixed
+    (counters, constants), values."""
+    it = model.interpreter()
+    for detail in it.get_input_details():
+        it.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+    model.invoke(it)
+    return [[it.get_tensor(int(t)) for t in op.inputs] for op in loops]
 
 
 def _refuse(model: LiteModel, k: int, body: Any, why: str) -> GraphPatternError:
@@ -133,9 +180,25 @@ def _refuse(model: LiteModel, k: int, body: Any, why: str) -> GraphPatternError:
     )
 
 
-def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
+@dataclass(frozen=True)
+class _Body:
+    """What a loop's body is, read from its ops alone: the body (`graph`), the loop variable
+    it reads a step of (`sequence`) and the tensor of that step (`step_input`), the Keras
+    cell, its activations, and each gate's (nonlinearity, input, output)."""
+
+    graph: _Graph
+    sequence: int
+    step_input: int
+    spec: CellSpec
+    activation: str
+    recurrent_activation: str
+    gates: list[tuple[str, int, int]]
+
+
+def _read(model: LiteModel, k: int, op: Any) -> _Body:
+    """The body of WHILE op `k` (see `_Body`); GraphPatternError where it is no Keras cell."""
     options = op.builtinOptions
-    g = _Graph(model, options.bodySubgraphIndex)
+    g = _Graph(model, options.bodySubgraphIndex, op)
     body = g.subgraph
     inputs = [int(t) for t in body.inputs]
     gathers = [
@@ -187,38 +250,68 @@ def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
             "(quantised for integer arithmetic), which gatetrace does not record in loops yet: record the float "
             "or the dynamic-range model"
         )
-    units = g.width(chosen[0][2])
-    # states: the float loop variables [1, units]; h is the one a product reads
-    states = [
-        n
-        for n, t in enumerate(inputs)
-        if n != sequence
-        and body.tensors[t].type == 0
-        and [int(d) for d in body.tensors[t].shape] == [1, units]
+    return _Body(g, sequence, step_input, spec, activation, gate_act, chosen)
+
+
+def _loop(model: LiteModel, k: int, op: Any, read: _Body, carried: list[np.ndarray]) -> LiteCell:
+    """The cell of WHILE op `k`, whose body is `read`, from what it carries (`carried`)."""
+    g, sequence, spec, chosen = read.graph, read.sequence, read.spec, read.gates
+    body, options = g.subgraph, op.builtinOptions
+    inputs = [int(t) for t in body.inputs]
+    if len(inputs) != len(carried):
+        raise _refuse(
+            model,
+            k,
+            body,
+            f"receives {len(inputs)} arguments for the {len(carried)} loop variables it carries",
+        )
+    if carried[sequence].ndim != 3:
+        raise _refuse(
+            model,
+            k,
+            body,
+            f"reads a step of a sequence of {list(carried[sequence].shape)}, not [steps, batch, features]",
+        )
+    # states: the float loop variables of h's shape; h the one a product multiplies
+    floats = [
+        n for n, v in enumerate(carried) if n != sequence and v.dtype == np.float32 and v.ndim == 2
     ]
     read_by_products = [
-        n for n in states if any(g.kinds[j] == "FULLY_CONNECTED" for j in g.readers(inputs[n]))
+        n
+        for n in floats
+        if any(
+            g.kinds[j] == "FULLY_CONNECTED" and int(g.ops[j].inputs[0]) == inputs[n]
+            for j in g.readers(inputs[n])
+        )
     ]
-    if len(read_by_products) != 1 or len(states) != len(spec.states):
+    if len(read_by_products) != 1:
+        raise _refuse(
+            model,
+            k,
+            body,
+            f"multiplies {len(read_by_products)} of its loop variables as states, not one",
+        )
+    h = read_by_products[0]
+    units = int(carried[h].shape[1])
+    states = [n for n in floats if carried[n].shape == carried[h].shape]
+    if len(states) != len(spec.states):
         raise _refuse(
             model, k, body, f"carries {len(states)} states of {units} units, not {len(spec.states)}"
         )
-    h = read_by_products[0]
     named = {"h": h} if len(states) == 1 else {"h": h, "c": next(n for n in states if n != h)}
-    features = g.width(step_input)
-    arrays = _weights(g, spec, step_input, inputs[h], units, features)
+    steps, features = int(carried[sequence].shape[0]), int(carried[sequence].shape[-1])
+    arrays = _weights(g, spec, read.step_input, inputs[h], units, features)
     main_inputs = [int(t) for t in op.inputs]
-    steps = int(model.main.tensors[main_inputs[sequence]].shape[0])
+    own = tensor_name(body) if body.name else ""
     cell = LiteCell(
         numbers="int8 dynamic range" if g.dequantized else "float32",
-        name=tensor_name(body).removesuffix("/while_body").removesuffix("while_body")
-        or f"while_{k}",
+        name=own.removesuffix("/while_body").removesuffix("while_body") or f"while_{k}",
         spec=spec,
         units=units,
         input_size=features,
         output_size=units,
-        activation=activation,
-        recurrent_activation=gate_act,
+        activation=read.activation,
+        recurrent_activation=read.recurrent_activation,
         arrays=arrays or {},
         variables={},
         op=k,
@@ -230,14 +323,19 @@ def _loop(model: LiteModel, k: int, op: Any) -> LiteCell:
         body=LiteBody(
             cond=int(options.condSubgraphIndex),
             body=int(options.bodySubgraphIndex),
-            step_input=step_input,
+            step_input=read.step_input,
             gates=tuple((x, y) for _, x, y in chosen),
             states={s: int(body.outputs[n]) for s, n in named.items()},
             h_input=h,
             finals={s: int(op.outputs[n]) for s, n in named.items()},
         ),
     )
-    if verified(model, cell):
+    rng = np.random.RandomState(0)  # (the states and the sequence drawn, the rest as carried)
+    trial = [
+        rng.uniform(-1, 1, v.shape).astype(np.float32) if n in (sequence, *named.values()) else v
+        for n, v in enumerate(carried)
+    ]
+    if verified(model, cell, trial):
         return cell
     # weights the file holds otherwise than gatetrace reads them: the gates alone
     return replace(cell, spec=replace(spec, weights=()), arrays={})
@@ -311,20 +409,18 @@ def _product(g: _Graph, reads: int, wide: int) -> tuple[np.ndarray, dict[int, np
     return None
 
 
-def verified(model: LiteModel, cell: LiteCell) -> bool:
+def verified(model: LiteModel, cell: LiteCell, arguments: list[np.ndarray]) -> bool:
     """Whether a loop cell's `arrays` compute its gates: its body run once in the file's
-    interpreter on random states and a random sequence, each gate's preactivation there
-    against the one its arrays give (in float64, within 1e-4 of the largest)."""
+    interpreter on `arguments` (what the loop carries, its states and sequence drawn at
+    random), each gate's preactivation there against the one its arrays give (in float64,
+    within 1e-4 of the largest)."""
     body, w = cell.body, cell.arrays
     if body is None or not w:
         return False
-    it = model.interpreter(main=body.body)
-    rng = np.random.RandomState(0)
-    for detail in it.get_input_details():
-        value = np.zeros(detail["shape"], detail["dtype"])
-        if detail["dtype"] == np.float32:
-            value = rng.uniform(-1, 1, detail["shape"]).astype(np.float32)
-        it.set_tensor(detail["index"], value)
+    # (its inputs resized to what the loop carries: the body may declare other shapes)
+    it = model.interpreter(main=body.body, shapes=[v.shape for v in arguments])
+    for t, v in zip(model.parsed.subgraphs[body.body].inputs, arguments, strict=True):
+        it.set_tensor(int(t), v)
     model.invoke(it)
     x = it.get_tensor(body.step_input).astype(np.float64)
     h_tensor = int(model.parsed.subgraphs[body.body].inputs[body.h_input])

@@ -9,9 +9,33 @@ generated reader (`schema_py_generated`, the flatbuffers object API):
 
 `runtime()` is LiteRT where it is installed, TensorFlow's otherwise; the environment variable
 GATETRACE_LITE_RUNTIME (`litert` or `tensorflow`) picks one. Either is used the same way
-(`LiteRuntime`): `schema()` parses files, `interpreter(content)` runs one with builtin kernels
-only (no default delegate: the file's ops were checked to be builtins) and every tensor kept
-after a run, so that what each op read and returned can be read back.
+(`LiteRuntime`): `schema()` is its reader, `parse(content)` a file's model as the runtime reads
+it (`as_the_runtime_reads`), `interpreter(content)` runs one with builtin kernels only (no
+default delegate: the file's ops were checked to be builtins) and every tensor kept after a
+run, so that what each op read and returned can be read back.
+
+Every field the schema makes optional is absent in some real file (converters of 2020-2021
+leave a scalar's shape out, for one). `as_the_runtime_reads` sets each one gatetrace reads to
+what the runtime reads in its place, so that no reader of the model meets an absent field:
+
+    a tensor's shape            absent: a scalar, []
+    an op's inputs, outputs     absent: none
+    an op's options             absent, or a table of another type than the op's: the op's
+                                own, every field its default (the runtime's zero-filled
+                                parameters: a WHILE's cond and body are then subgraph 0)
+    a subgraph's tensors, ops,  absent: none
+    inputs and outputs
+    the model's buffers,        absent: none
+    operator codes, subgraphs,
+    signatures, a signature's
+    inputs and outputs
+    a signature's tensor name   absent: empty
+
+and leaves the others as the object API reads them, each read where it is used as the
+runtime reads it: an operator code's builtin number the larger of `builtin_code` and
+`deprecated_builtin_code` (an absent one is 0; `tracer.load.tflite_check.op_name`), its
+version 1; a tensor's buffer 0 (the empty one), its quantization None (none), its name None
+(none), its shape signature None (its shape: a static one); a subgraph's name None.
 """
 
 from __future__ import annotations
@@ -25,9 +49,11 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from typing import Any
 
+import numpy as np
+
 from recorders.errors import ModelFormatError, install_hint
 
-__all__ = ["LiteRuntime", "RUNTIMES", "ENVIRONMENT", "runtime"]
+__all__ = ["LiteRuntime", "RUNTIMES", "ENVIRONMENT", "runtime", "as_the_runtime_reads"]
 
 ENVIRONMENT = "GATETRACE_LITE_RUNTIME"
 
@@ -47,6 +73,13 @@ class LiteRuntime:
     def schema(self) -> Any:
         """This runtime's `schema_py_generated`."""
         return importlib.import_module(self.schema_module)
+
+    def parse(self, content: bytes) -> Any:
+        """The model of a `.tflite` file's bytes (`schema_py_generated.ModelT`), every absent
+        field gatetrace reads set as the runtime reads it (`as_the_runtime_reads`). Whatever
+        a damaged flatbuffer raises is left to the caller."""
+        fb = self.schema()
+        return as_the_runtime_reads(fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(content, 0)), fb)
 
     def interpreter(self, content: bytes) -> Any:
         """An interpreter of the file `content`, its tensors not yet allocated: builtin
@@ -90,6 +123,66 @@ RUNTIMES = {
         first=("tracer._tf",),  # TensorFlow imported once, its start-up lines quiet
     ),
 }
+
+
+def as_the_runtime_reads(model: Any, fb: Any) -> Any:
+    """`model` (a `ModelT` of schema `fb`), each absent field the module docstring lists set
+    to what the runtime reads in its place; returned."""
+    ints = functools.partial(np.asarray, dtype=np.int32)
+    model.buffers = list(model.buffers or [])
+    model.operatorCodes = list(model.operatorCodes or [])
+    model.subgraphs = list(model.subgraphs or [])
+    model.signatureDefs = list(model.signatureDefs or [])
+    for signature in model.signatureDefs:
+        signature.inputs, signature.outputs = (
+            list(signature.inputs or []),
+            list(signature.outputs or []),
+        )
+        for tensor in (*signature.inputs, *signature.outputs):
+            tensor.name = tensor.name or b""
+    for subgraph in model.subgraphs:
+        subgraph.tensors = list(subgraph.tensors or [])
+        subgraph.operators = list(subgraph.operators or [])
+        subgraph.inputs = ints(subgraph.inputs if subgraph.inputs is not None else [])
+        subgraph.outputs = ints(subgraph.outputs if subgraph.outputs is not None else [])
+        for t in subgraph.tensors:
+            t.shape = ints(t.shape if t.shape is not None else [])
+        for op in subgraph.operators:
+            op.inputs = ints(op.inputs if op.inputs is not None else [])
+            op.outputs = ints(op.outputs if op.outputs is not None else [])
+            if 0 <= op.opcodeIndex < len(model.operatorCodes):
+                _own_options(op, model.operatorCodes[op.opcodeIndex], fb)
+    return model
+
+
+def _own_options(op: Any, code: Any, fb: Any) -> None:
+    """An op's options as the runtime reads them: absent ones, or a table of another type
+    than its op's (which the runtime does not read), are its op's own, every field its
+    default. An op whose schema has no options table of its name is left as it is."""
+    number = max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0)
+    name = _options_of(fb).get(number)
+    if name is None:
+        return
+    kind = getattr(fb.BuiltinOptions, name)
+    if op.builtinOptions is None or op.builtinOptionsType != kind:
+        op.builtinOptionsType, op.builtinOptions = kind, getattr(fb, f"{name}T")()
+
+
+@functools.cache
+def _options_of(fb: Any) -> dict[int, str]:
+    """The options table of each builtin operator whose table bears its name (WHILE:
+    WhileOptions, STRIDED_SLICE: StridedSliceOptions, UNIDIRECTIONAL_SEQUENCE_LSTM:
+    UnidirectionalSequenceLSTMOptions), by the operator's number."""
+    tables = {
+        name.lower(): name
+        for name in vars(fb.BuiltinOptions)
+        if not name.startswith("_") and hasattr(fb, f"{name}T")
+    }
+    return {
+        number: tables[key]
+        for op, number in vars(fb.BuiltinOperator).items()
+        if not op.startswith("_") and (key := op.replace("_", "").lower() + "options") in tables
+    }
 
 
 @functools.cache

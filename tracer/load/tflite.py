@@ -15,6 +15,7 @@ nonlinearities their bodies apply). Finding the ops' cells is `tracer.find.lite`
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,19 @@ class LiteModel:
             or [1]
         )
 
-    def interpreter(self, main: int = 0) -> Any:
+    def interpreter(self, main: int = 0, shapes: Sequence[Sequence[int]] | None = None) -> Any:
         """The runtime's interpreter of the file, its tensors allocated: builtin kernels
         only (no default delegate; the file's ops were checked to be builtins), every tensor
         kept after a run. With `main`, of the file with that subgraph as its main one (a
         WHILE loop's cond or body, run an iteration at a time), its tensors numbered as in
-        the file. ModelFormatError where the interpreter refuses the file."""
+        the file; with `shapes`, its inputs resized to them before it allocates anything (what
+        a loop carries, where the subgraph declares other shapes, as the WHILE kernel resizes
+        them). ModelFormatError where the interpreter refuses the file."""
         try:
             it = self.runtime.interpreter(self.data if main == 0 else self._with_main(main))
+            if shapes is not None:
+                for t, shape in zip(self.parsed.subgraphs[main].inputs, shapes, strict=True):
+                    it.resize_tensor_input(int(t), [int(d) for d in shape], strict=False)
             it.allocate_tensors()
         except (ValueError, RuntimeError) as err:
             raise self.refused(err) from None
@@ -174,8 +180,9 @@ class LiteModel:
         subgraph numbers changed to match, no signatures."""
         import flatbuffers
 
-        fb = self.schema
-        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(self.data, 0))
+        model = self.runtime.parse(
+            self.data
+        )  # (absent options renumbered as the runtime reads them)
         order = [index] + [g for g in range(len(model.subgraphs)) if g != index]
         moved = {old: new for new, old in enumerate(order)}
         model.subgraphs = [model.subgraphs[g] for g in order]

@@ -2,7 +2,8 @@
 
 A `.tflite` file is a flatbuffer that TensorFlow Lite's interpreter maps and runs. gatetrace
 parses it with its runtime's own schema (`schema_py_generated`, the flatbuffers object API:
-`tracer.load.lite_runtime`), and hands it to the interpreter (`tracer.load.tflite`) only after
+`tracer.load.lite_runtime`, every optional field the file leaves out read as the runtime reads
+it: an absent shape is a scalar's), and hands it to the interpreter (`tracer.load.tflite`) only after
 these checks, each refused in one line naming the file:
 
     the file     a regular file (a link the user named is followed; a FIFO or a device is
@@ -21,9 +22,19 @@ these checks, each refused in one line naming the file:
     calls        the subgraphs' calls (WHILE cond and body, IF branches, CALL_ONCE) without
                  a cycle: a subgraph that calls itself again would recurse without end
     loops        every WHILE bounded as converters write it: its cond a counter compared
-                 with a constant (`LESS`, alone or under `LOGICAL_AND`), the counter starting
-                 from a constant and raised by a positive constant each iteration, for at
-                 most as many iterations as the longest tensor the loop carries has rows
+                 with a limit (`LESS`, `LESS_EQUAL`, `GREATER`, `GREATER_EQUAL`, alone or
+                 under `LOGICAL_AND`), the counter starting from a constant and raised by a
+                 positive constant each iteration, for at most as many iterations as the
+                 longest tensor the loop carries has rows (as the file declares them). The
+                 limit is a constant, or a loop variable the body passes on unchanged (what
+                 TensorFlow 2.2-2.4's converters wrote: `maximum_iterations`, or the
+                 sequence's length a cond captured), as fixed as a constant: its value is
+                 the constant it starts from, or a dimension of a tensor's shape (`SHAPE ->
+                 STRIDED_SLICE`) read as the interpreter will hold it (an input's as it is
+                 fed: as the file declares it; another's where the file fixes it; the rows of
+                 a tensor the loop itself carries, where the file leaves them open until it
+                 runs). A loop whose iterations the file does not bound is refused naming
+                 what in the file gatetrace cannot read
     shapes       what FILL, BROADCAST_TO and TILE make from constant shapes, within the
                  memory budget (the interpreter would allocate it when it runs)
 """
@@ -88,7 +99,7 @@ def checked(path: Path, source: str, memory: int | None = None) -> tuple[bytes, 
             "with tf.lite.TFLiteConverter, or give the model it was converted from"
         )
     try:
-        model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+        model = runtime().parse(data)
     except Exception as err:  # a malformed flatbuffer fails anywhere in the generated reader
         raise ModelFormatError(
             f"{source}: the TensorFlow Lite flatbuffer is damaged ({type(err).__name__}: {err}); "
@@ -176,6 +187,8 @@ def _calls_problem(model: Any) -> str | None:
 
 def _constant(model: Any, subgraph: Any, tensor: int) -> Any:
     """The integer value a tensor of `subgraph` holds in the file (None: not a constant int)."""
+    if not 0 <= tensor < len(subgraph.tensors):
+        return None
     t = subgraph.tensors[tensor]
     kinds = {_INT32: np.int32, _INT64: np.int64}
     data = model.buffers[t.buffer].data if 0 <= t.buffer < len(model.buffers) else None
@@ -184,91 +197,197 @@ def _constant(model: Any, subgraph: Any, tensor: int) -> Any:
     return np.frombuffer(bytes(data), kinds[t.type])
 
 
+def _scalar(value: Any) -> int | None:
+    """The one integer of a constant (None: not one)."""
+    return None if value is None or value.size != 1 else int(value.reshape(()))
+
+
+def _name(subgraph: Any, tensor: int) -> str:
+    t = subgraph.tensors[tensor] if 0 <= tensor < len(subgraph.tensors) else None
+    return t.name.decode(errors="replace") if t is not None and t.name else f"tensor {tensor}"
+
+
 def _loops_problem(model: Any, fb: Any) -> str | None:
     """Why a WHILE loop is refused: one the file does not bound (see the module docstring)."""
     for g, subgraph in enumerate(model.subgraphs):
-        for k, op in enumerate(subgraph.operators or []):
+        for k, op in enumerate(subgraph.operators):
             if op_name(model.operatorCodes[op.opcodeIndex], fb) != "WHILE":
                 continue
-            options = op.builtinOptions
+            where = f"the WHILE loop of op {k} of subgraph {g}"
             rows = max(
                 [
                     int(subgraph.tensors[t].shape[0])
                     for t in op.inputs
-                    if len(subgraph.tensors[t].shape)
+                    if t >= 0 and len(subgraph.tensors[t].shape)
                 ]
                 or [1]
             )
-            iterations = _iterations(model, fb, subgraph, op, options)
-            if iterations is None:
+            iterations = _iterations(model, fb, g, op, rows)
+            if isinstance(iterations, str):
                 return (
-                    f"the WHILE loop of op {k} of subgraph {g} is not bounded as converters bound a loop (its cond "
-                    "a counter compared with a constant, raised by a constant each iteration); convert the model again"
+                    f"gatetrace cannot read from the file how many iterations {where} runs: {iterations}; "
+                    "it runs no loop the file does not bound (record the model the file was converted "
+                    "from, if you have it)"
                 )
             if iterations < 1:
-                return f"the WHILE loop of op {k} of subgraph {g} runs no iteration; convert the model again"
+                return f"{where} runs no iteration (its counter starts at or past its limit): there is no step to record"
             if iterations > rows:
                 return (
-                    f"the WHILE loop of op {k} of subgraph {g} runs {iterations:,} iterations over tensors of at most "
-                    f"{rows:,} rows; convert the model again"
+                    f"{where} runs {iterations:,} iterations, more than the {rows:,} rows of the longest tensor "
+                    "it carries (as the file declares them): its last iterations would read past its sequence"
                 )
     return None
 
 
-def _iterations(model: Any, fb: Any, caller: Any, op: Any, options: Any) -> int | None:
-    """How many iterations a WHILE runs at most, where its cond compares a counter with a
-    constant and its body raises the counter by a constant (None: it does not say)."""
+def _iterations(model: Any, fb: Any, g: int, op: Any, rows: int) -> int | str:
+    """How many iterations a WHILE of subgraph `g` runs at most, where its cond compares a
+    counter with a limit and its body raises the counter by a constant (see the module
+    docstring); what in the file does not say it, where none does."""
+    caller, options = model.subgraphs[g], op.builtinOptions
     cond, body = (
         model.subgraphs[options.condSubgraphIndex],
         model.subgraphs[options.bodySubgraphIndex],
     )
-    writers = {int(t): o for o in cond.operators or [] for t in o.outputs}
+    writers = {int(t): o for o in cond.operators for t in o.outputs}
     inputs = [int(t) for t in cond.inputs]
     best = None
-    todo = [int(cond.outputs[0])] if cond.outputs is not None and len(cond.outputs) else []
+    why = (
+        "its cond compares no counter with a limit (LESS, LESS_EQUAL, GREATER or GREATER_EQUAL, "
+        "alone or under LOGICAL_AND)"
+    )
+    todo, seen = [int(t) for t in cond.outputs[:1]], set()
     while todo:
-        o = writers.get(todo.pop())
-        if o is None:
+        tensor = todo.pop()
+        o = writers.get(tensor)
+        if o is None or tensor in seen:
             continue
+        seen.add(tensor)
         kind = op_name(model.operatorCodes[o.opcodeIndex], fb)
         if kind == "LOGICAL_AND":
             todo += [int(t) for t in o.inputs]
             continue
-        if kind not in ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+        if kind not in ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL") or len(o.inputs) != 2:
+            why = (
+                f"its cond answers with a {kind} ({_name(cond, tensor)}), where a bound is a LESS, "
+                "LESS_EQUAL, GREATER or GREATER_EQUAL of a counter and a limit, alone or under LOGICAL_AND"
+            )
             continue
         a, b = (int(t) for t in o.inputs)
         if kind.startswith("GREATER"):
             a, b = b, a
-        limit = _constant(model, cond, b)
-        if a not in inputs or limit is None or limit.size != 1:
+        n = inputs.index(a) if a in inputs else -1
+        if not 0 <= n < len(op.inputs):
+            why = f"its cond's {kind} compares {_name(cond, a)}, which is no loop variable, with a limit"
             continue
-        n = inputs.index(a)
-        start = _constant(model, caller, int(op.inputs[n]))
+        limit = _limit(model, fb, g, op, cond, body, b, rows)
+        start = _scalar(_constant(model, caller, int(op.inputs[n])))
         step = _step(model, fb, body, n)
-        if start is None or start.size != 1 or step is None or step <= 0:
-            continue
-        span = (
-            int(limit.reshape(())) - int(start.reshape(())) + (1 if kind.endswith("EQUAL") else 0)
+        if isinstance(limit, str):
+            why = limit
+        elif start is None:
+            why = f"its counter (loop variable {n}) starts from {_name(caller, int(op.inputs[n]))}, not a constant"
+        elif step is None or step <= 0:
+            why = f"its body does not raise its counter (loop variable {n}) by a positive constant each iteration"
+        else:
+            span = limit - start + (1 if kind.endswith("EQUAL") else 0)
+            count = max(0, -(-span // step))
+            best = count if best is None else min(best, count)
+    return why if best is None else best
+
+
+def _limit(
+    model: Any, fb: Any, g: int, op: Any, cond: Any, body: Any, tensor: int, rows: int
+) -> int | str:
+    """The value of the limit `tensor` of a WHILE's cond (see the module docstring: a
+    constant, or a loop variable the body passes on unchanged, from a constant or a dimension
+    of a tensor's shape); what the file does not say of it, where it does not."""
+    value = _scalar(_constant(model, cond, tensor))
+    if value is not None:
+        return value
+    inputs = [int(t) for t in cond.inputs]
+    if tensor not in inputs:
+        return f"its cond compares its counter with {_name(cond, tensor)}, computed in the cond"
+    m = inputs.index(tensor)
+    if (
+        m >= len(op.inputs)
+        or m >= min(len(body.inputs), len(body.outputs))
+        or int(body.outputs[m]) != int(body.inputs[m])
+    ):
+        return f"its cond compares its counter with loop variable {m}, which the body changes"
+    caller, start = model.subgraphs[g], int(op.inputs[m])
+    value = _scalar(_constant(model, caller, start))
+    if value is not None:
+        return value
+    length = _length(model, fb, g, op, start, rows)
+    if length is None:
+        return (
+            f"its cond compares its counter with loop variable {m}, which the body passes on unchanged "
+            f"from {_name(caller, start)}, neither a constant nor a dimension of a tensor's shape "
+            "(SHAPE -> STRIDED_SLICE)"
         )
-        count = max(0, -(-span // step))
-        best = count if best is None else min(best, count)
-    return best
+    return length
+
+
+def _length(model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int) -> int | str | None:
+    """The dimension of a tensor's shape that `tensor` of subgraph `g` holds (`SHAPE ->
+    STRIDED_SLICE` picking one), read as the interpreter will hold it (see the module
+    docstring); what the file does not say of it; None where `tensor` is no such dimension."""
+    caller = model.subgraphs[g]
+    writers = {int(t): o for o in caller.operators for t in o.outputs}
+
+    def written(t: int, kind: str) -> Any:
+        o = writers.get(t)
+        return (
+            o if o is not None and op_name(model.operatorCodes[o.opcodeIndex], fb) == kind else None
+        )
+
+    sliced = written(tensor, "STRIDED_SLICE")
+    shaped = (
+        written(int(sliced.inputs[0]), "SHAPE")
+        if sliced is not None and len(sliced.inputs) == 4
+        else None
+    )
+    if sliced is None or shaped is None or len(shaped.inputs) != 1:
+        return None
+    begin, end, stride = (_scalar(_constant(model, caller, int(t))) for t in sliced.inputs[1:])
+    o, source = sliced.builtinOptions, int(shaped.inputs[0])
+    if begin is None or end is None or not stride or o.ellipsisMask or o.newAxisMask or o.offset:
+        return None
+    dims = [int(d) for d in caller.tensors[source].shape]
+    if o.shrinkAxisMask & 1:
+        picked = [begin + len(dims) if begin < 0 else begin]
+    else:
+        picked = list(range(len(dims)))[
+            slice(None if o.beginMask & 1 else begin, None if o.endMask & 1 else end, stride)
+        ]
+    if len(picked) != 1 or not 0 <= picked[0] < len(dims):
+        return None
+    d, signature = picked[0], caller.tensors[source].shapeSignature
+    fed = g == 0 and source in [int(t) for t in caller.inputs]  # fed as the file declares it
+    if fed or signature is None or len(signature) != len(dims) or signature[d] >= 0:
+        return dims[d]
+    if d == 0 and source in [int(t) for t in op.inputs]:
+        return rows  # the rows of what the loop carries, whatever they are when it runs
+    return (
+        f"its limit is dimension {d} of {_name(caller, source)}, whose shape the file leaves open "
+        f"({[int(v) for v in signature]}) until it runs"
+    )
 
 
 def _step(model: Any, fb: Any, body: Any, n: int) -> int | None:
     """What the body adds to its argument `n` each iteration: a constant (None: not so)."""
-    if body.outputs is None or n >= len(body.outputs):
+    if n >= min(len(body.outputs), len(body.inputs)):
         return None
     out, argument = int(body.outputs[n]), int(body.inputs[n])
-    for o in body.operators or []:
+    for o in body.operators:
         if out in [int(t) for t in o.outputs]:
-            if op_name(model.operatorCodes[o.opcodeIndex], fb) != "ADD":
+            if op_name(model.operatorCodes[o.opcodeIndex], fb) != "ADD" or len(o.inputs) < 2:
                 return None
             a, b = (int(t) for t in o.inputs[:2])
-            added = _constant(model, body, b if a == argument else a)
-            if argument not in (a, b) or added is None or added.size != 1:
+            added = _scalar(_constant(model, body, b if a == argument else a))
+            if argument not in (a, b) or added is None:
                 return None
-            return int(added.reshape(()))
+            return added
     return None
 
 

@@ -144,10 +144,12 @@ class LitePlan(ReplayedPlan[LiteCell]):
             [np.zeros((1, *[d or 1 for d in i.shape[1:]]), i.dtype) for i in self.model.input_specs]
         )
 
-    def _of(self, subgraph: int) -> Any:
-        """The interpreter of the file with `subgraph` as its main one, allocated."""
+    def _of(self, subgraph: int, values: Sequence[np.ndarray]) -> Any:
+        """The interpreter of the file with `subgraph` as its main one, allocated, its inputs
+        first the shapes of `values` (what the loop carries: the subgraph may declare others)."""
         if subgraph not in self._loops:
-            self._loops[subgraph] = self.model.interpreter(main=subgraph)
+            shapes = [np.shape(v) for v in values]
+            self._loops[subgraph] = self.model.interpreter(main=subgraph, shapes=shapes)
         return self._loops[subgraph]
 
     def _iterate(self, cell: LiteCell, it: Any) -> dict[str, np.ndarray]:
@@ -156,9 +158,9 @@ class LitePlan(ReplayedPlan[LiteCell]):
         nonlinearity's input and output, each state and what the iteration read kept."""
         body = cell.body
         assert body is not None  # (the caller's test)
-        run, cond = self._of(body.body), self._of(body.cond)
         graphs = self.model.parsed.subgraphs
         values = [it.get_tensor(int(t)) for t in self.model.main.operators[cell.op].inputs]
+        run, cond = self._of(body.body, values), self._of(body.cond, values)
         kept: dict[str, list[np.ndarray]] = {"inputs": [], "preactivation": [], "activation": []}
         kept |= {f"state {s}": [] for s in body.states}
         while True:
