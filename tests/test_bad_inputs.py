@@ -310,7 +310,7 @@ CASES = {
     ),
     "one placeholder fed twice": (
         ["record", M, "--feed", X, "--feed", "x:0={d}/x7.npy", "--out", "{o}"],
-        "placeholder x:0 is fed twice (as x and x:0); feed it once",
+        "feed x:0={d}/x7.npy feeds the same input as x={d}/x.npy: feed each input once",
     ),
     "lengths of the wrong shape": (
         [*R, "--lengths", "{d}/lengths_bad.npy"],

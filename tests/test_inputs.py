@@ -176,3 +176,33 @@ def test_float64_inputs_are_cast_batch_by_batch(tmp_path):
     (batch,) = first.values()
     assert batch.dtype == np.float32 and batch.shape == (4, 5, 4)
     np.testing.assert_array_equal(batch, DATA[:4])
+
+
+def test_every_feed_the_inputs_digests_leave_out_has_a_digest(tmp_path):
+    """Scalars (from the command line or a 0-d .npy) and text, which `inputs` leaves out, get a
+    digest in `digests` that follows their values, not how they were stored; sequences of
+    numbers stay in `inputs` alone."""
+    from tracer.inputs.digest import input_digests, other_digests
+    from tracer.inputs.feeds import parse_feed_args
+
+    np.save(tmp_path / "half.npy", np.float32(0.5))
+    words = np.array([["ab", "c"], ["", "déf"]])
+
+    def digests(**feeds):
+        return other_digests(feeds, (0, 2), None, {})["feeds"]
+
+    (half,) = parse_feed_args([f"s={tmp_path / 'half.npy'}"]).values()
+    assert digests(s=half) == digests(s=0.5) != digests(s=1.0)
+    assert digests(s=1) == digests(s=np.int64(1)) != digests(s=2)
+    assert digests(w=words) == digests(w=words.astype("U9")) != digests(w=words[::-1])
+    assert digests(x=DATA) == {} and set(input_digests({"x": DATA, "s": 0.5}, (0, 2))) == {"x"}
+    lengths = other_digests({}, (0, 2), np.array([5, 3, 1]), {})["lengths"]
+    assert lengths == other_digests({}, (0, 2), np.array([5, 3, 2]), {})["lengths"]
+    assert lengths != other_digests({}, (0, 2), np.array([5, 2, 1]), {})["lengths"]
+    assert other_digests({}, (0, 2), None, {})["lengths"] is None
+    kernel = np.arange(6, dtype=np.float32).reshape(2, 3)
+    weights = [
+        other_digests({}, None, None, {"rnn": {"kernel": k}})["weights"]
+        for k in (kernel, kernel + 1)
+    ]
+    assert weights[0] != weights[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from recorders import Recording
 from recorders.write.partstats import FOOTER_KEY, read
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, build, save, static_body, tf, v1
 from tracer.cli import main
 
 SEQUENCES = 48
@@ -267,8 +268,9 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
 def test_a_shard_or_a_resume_fed_other_values_is_refused(long_run, tmp_path, capsys):
     """The shards of one recording, and a resumed run, must read the same inputs: one fed a file
     of other values (same shape) is refused in one line, naming the inputs (before: its rows were
-    written beside the others', one dataset of two inputs); a progress file written before the
-    manifests kept digests still resumes."""
+    written beside the others', one dataset of two inputs). A progress file written before the
+    manifests kept digests of the lengths, scalar feeds and weights is refused: nothing it holds
+    tells whether they were the same."""
     argv, _ = long_run
     x = Path(argv[argv.index("--feed") + 1].split("=", 1)[1])
     other = tmp_path / "other.npy"
@@ -283,11 +285,120 @@ def test_a_shard_or_a_resume_fed_other_values_is_refused(long_run, tmp_path, cap
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and "holds another recording (different inputs)" in said
     progress = out / "_progress" / "shard-0-of-2.json"
-    older = json.loads(progress.read_text())
-    del older["description"]["inputs"]  # as gatetrace wrote it before
+    kept = progress.read_text()
+    older = json.loads(kept)
+    for key in ("inputs", "digests"):  # as gatetrace wrote it before
+        older["description"].pop(key, None)
     progress.write_text(json.dumps(older))
+    assert main([*argv, "--out", str(out), "--shard", "1/2"]) == 2
+    said = capsys.readouterr().err
+    assert (
+        said.count("\n") == 1
+        and "its progress file, of an earlier gatetrace, keeps no digests" in said
+    )
+    progress.write_text(kept)
     assert main([*argv, "--out", str(out), "--shard", "1/2"]) == 0
     assert (out / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def scaled(tmp_path_factory):
+    """A 5-step LSTMCell checkpoint whose cell reads x * s (s a scalar placeholder), the same
+    checkpoint with other weights, 12 sequences, and lengths of 5 steps and of 3 for each."""
+
+    def body(x):
+        return static_body(CONFIGS["LSTMCell"])(x * v1.placeholder(tf.float32, [], name="s"))
+
+    root = tmp_path_factory.mktemp("scaled")
+    (root / "model").mkdir()
+    (root / "retrained").mkdir()
+    model = Path(save(build(body), "checkpoint", root / "model"))
+    retrained = Path(save(build(body, seed=1), "checkpoint", root / "retrained"))
+    np.save(root / "x.npy", np.random.RandomState(2).randn(12, 5, 4).astype(np.float32))
+    np.save(root / "five.npy", np.full(12, 5))
+    np.save(root / "three.npy", np.full(12, 3))
+    return root, model.parent, retrained.parent
+
+
+def interrupted(argv: list[str], monkeypatch, batches: int = 2) -> int:
+    """`gatetrace ARGV` in this process, Ctrl-C pressed while its `batches`-th batch is
+    written: it stops once that batch is complete."""
+    import tracer.run.batch as b
+
+    write, calls = b.Values.write, []
+
+    def pressing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == batches:
+            signal.raise_signal(signal.SIGINT)
+        return write(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(b.Values, "write", pressing)
+        return main(argv)
+
+
+# what a resume changes: (the value of s, more arguments, the model's weights) and what the
+# refusal says; the first run feeds s=1.0, with 5-step lengths where the change is other lengths
+CHANGES = {
+    "other lengths": (
+        ("1.0", ["--lengths", "three.npy"], "model"),
+        "it was recorded with other sequence lengths: give the lengths it was recorded with",
+    ),
+    "lengths added": (
+        ("1.0", ["--lengths", "three.npy"], "model"),
+        "it was recorded without sequence lengths: leave them out",
+    ),
+    "another scalar": (
+        ("0.5", [], "model"),
+        "it was fed another value of s:0: feed s:0 the value it was recorded with",
+    ),
+    "other weights": (
+        ("1.0", [], "retrained"),
+        "its cells' weights differ from this model's: the model changed since it was recorded",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_resume_that_would_record_other_values_is_refused(
+    scaled, tmp_path, monkeypatch, capsys, change
+):
+    """A resume whose sequence lengths, scalar feed or model weights differ from the run it
+    continues is refused in one line, naming what differs, and leaves the folder as it was
+    (before: it was accepted, and one recording held 5-step and 3-step sequences, or values
+    of s=1.0 and s=0.5, or of two models); resumed as it began, the recording equals an
+    uninterrupted run."""
+    root, model, retrained = scaled
+    (s, more, weights), says = CHANGES[change]
+    here = tmp_path / "model"
+    shutil.copytree(model, here)
+
+    def command(out: str, s: str = "1.0", more: tuple[str, ...] = ()) -> list[str]:
+        lengths = ["--lengths", str(root / "five.npy")] if change == "other lengths" else []
+        extra = [str(root / a) if a.endswith(".npy") else a for a in more]
+        return [
+            *("record", str(here / "model.ckpt"), "--feed", f"x={root / 'x.npy'}"),
+            *("--feed", f"s={s}", "--batch-size", "2", "--quiet", "--out", out),
+            *(extra or lengths),
+        ]
+
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    assert main(command(str(clean))) == 0
+    assert interrupted(command(str(out)), monkeypatch) == 130
+    done = complete(out)
+    assert 2 <= done < 12
+    capsys.readouterr()
+    if weights == "retrained":  # the model retrained since, saved at the same path
+        shutil.copytree(retrained, here, dirs_exist_ok=True)
+    assert main([*command(str(out), s, tuple(more)), "--resume"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("gatetrace: error: ")
+    assert f"--out {out} holds another recording ({says}); choose another folder" in said
+    assert complete(out) == done and not (out / "manifest.json").exists()
+    shutil.copytree(model, here, dirs_exist_ok=True)
+    assert main([*command(str(out)), "--resume"]) == 0
+    assert_same_recording(out, clean, sequences=12)
 
 
 def test_the_readme_duckdb_query_reads_the_dataset(long_run):

@@ -194,19 +194,56 @@ def _difference(
     if unit != shard.unit:
         return f"its shards are cut at multiples of {unit} examples, not {shard.unit} (--workers cuts them at --batch-size)"
     theirs, mine = _comparable(progress.get("description", {})), _comparable(description)
-    # what older gatetrace versions did not write: a progress file of theirs lacks it, and is
-    # not another recording for that (the digests of the inputs; the runtime of a .tflite file)
-    if "inputs" not in theirs:
-        mine.pop("inputs", None)
+    # A progress file of an older gatetrace keeps no digests of the lengths, the scalar feeds
+    # and the weights: nothing it holds tells whether they were the same, so it is refused.
+    if "digests" in mine and "digests" not in theirs:
+        return (
+            "its progress file, of an earlier gatetrace, keeps no digests of the sequence lengths, scalar feeds "
+            "and weights it was recorded with: this run cannot be checked against them"
+        )
+    # what an older gatetrace did not write: the runtime of a .tflite file
     if isinstance(theirs.get("source"), dict) and isinstance(mine.get("source"), dict):
         if "runtime" not in theirs["source"]:
             mine["source"] = {k: v for k, v in mine["source"].items() if k != "runtime"}
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
+            if (
+                key == "digests"
+                and isinstance(theirs[key], dict)
+                and isinstance(mine.get(key), dict)
+            ):
+                return _other_digests(theirs[key], mine[key])
             return f"different {key}"
     if progress.get("total") != (None if examples is None else list(examples)):
         return f"its examples are {progress.get('total')}, not {examples}"
     return None
+
+
+def _other_digests(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
+    """What differs between a recording's `digests` and this run's (`tracer.inputs.digest`),
+    and how to run with what it was recorded with."""
+    fed, feeding = theirs.get("feeds") or {}, mine.get("feeds") or {}
+    for name in sorted(set(fed) | set(feeding)):
+        if name not in feeding:
+            return (
+                f"it was fed {name}, which this run does not feed: feed {name} as it was recorded"
+            )
+        if name not in fed:
+            return f"it was not fed {name}, which this run feeds: leave {name} out"
+        if fed[name] != feeding[name]:
+            return f"it was fed another value of {name}: feed {name} the value it was recorded with"
+    lengths = theirs.get("lengths"), mine.get("lengths")
+    if lengths[0] != lengths[1]:
+        if lengths[1] is None:
+            return "it was recorded with sequence lengths, this run has none: give the lengths it was recorded with"
+        if lengths[0] is None:
+            return "it was recorded without sequence lengths: leave them out"
+        return "it was recorded with other sequence lengths: give the lengths it was recorded with"
+    if theirs.get("weights") != mine.get("weights"):
+        return (
+            "its cells' weights differ from this model's: the model changed since it was recorded"
+        )
+    return "different digests"
 
 
 def _own_parts(place: Place, examples: tuple[int, int] | None) -> Iterator[tuple[str, str, int]]:

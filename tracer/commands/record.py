@@ -32,9 +32,12 @@ READS_MODEL, RUNS_MODEL = True, True
 
 
 def early(args: argparse.Namespace) -> bool:
-    """Before TensorFlow loads: the model is there, and the input files open (a user error in
-    well under a second); then the recording runs (False)."""
+    """Before TensorFlow loads: the model is there, no input is fed twice, and the input files
+    open (a user error in well under a second); then the recording runs (False)."""
+    from tracer.inputs.files import split_feeds
+
     check_model_path(args.model)
+    split_feeds(args.feed)
     check_input_files(args.feed, args.lengths)
     return False
 

@@ -23,12 +23,13 @@ import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
-from tracer.inputs.files import is_input_spec, open_input, split_feed
+from tracer.inputs.files import feed_index, is_input_spec, open_input, split_feeds
 
 __all__ = [
     "load_array",
     "parse_feed_args",
     "resolve_feeds",
+    "input_name",
     "fed_names",
     "pipeline_entries",
     "describe_entry",
@@ -68,8 +69,7 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
     Files are opened to be read batch by batch (see `tracer.inputs.files`), not loaded.
     """
     feeds: dict[str, Any] = {}
-    for item in items:
-        name, value = split_feed(item)
+    for name, value in split_feeds(items):
         if is_input_spec(value):
             feeds[name] = open_input(value, f"feed {name}")
         else:
@@ -98,9 +98,39 @@ def _shape(shape: tf.TensorShape) -> str:
     return "[" + ", ".join("None" if d is None else str(d) for d in shape.as_list()) + "]"
 
 
+def _one_output(name: str) -> str:
+    return f"feed it as {name} (or {name}:0)"
+
+
 def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.Tensor:
-    """The tensor a feed name names: a placeholder, or any tensor TensorFlow can feed."""
-    tensor_name = aliases.get(name) or (name if ":" in name else name + ":0")
+    """The tensor a feed name names: a placeholder, or any tensor TensorFlow can feed. `NAME`
+    is output 0 of op NAME (or the tensor the signature's input NAME names), `NAME:K` output K,
+    which the op must have."""
+    base, index = (name, None) if name in aliases else feed_index(name)
+    if base in aliases:
+        if index:
+            raise FeedError(
+                f"feed {name!r}: the signature's input {base} is one tensor, {aliases[base]}: {_one_output(base)}"
+            )
+        tensor_name = aliases[base]
+    else:
+        tensor_name = f"{base}:{index or 0}"
+        try:
+            op = graph.get_operation_by_name(base)
+        except (KeyError, ValueError):  # no such op: refused below, naming the placeholders
+            op = None
+        count = 0 if op is None else len(op.outputs)
+        if op is not None and (index or 0) >= count:
+            spelling = (
+                _one_output(base)
+                if count == 1
+                else f"its outputs are {base}:0 to {base}:{count - 1}"
+                if count
+                else "it has none to feed"
+            )
+            raise FeedError(
+                f"feed {name!r}: {op.type} op {base} has {count} output{'s' if count != 1 else ''}, no output {index}: {spelling}"
+            )
     try:
         tensor = graph.get_tensor_by_name(tensor_name)
     except (KeyError, ValueError):
@@ -113,6 +143,22 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
             f"its placeholders are {_placeholders(graph)}"
         )
     return tensor
+
+
+def input_name(name: str, names: AbstractSet[str], aliases: Mapping[str, str]) -> str:
+    """The input of a Keras model or a TensorFlow Lite file a feed name names: its name, an
+    alias of it (`aliases`: the tensor's name beside the signature's), either with `:0`.
+    An input is one tensor: FeedError for `NAME:K` of an input, K not 0. A name that names
+    none comes back as it is, for the caller to refuse, listing the inputs."""
+    if name in names or name in aliases:
+        return aliases.get(name, name)
+    base, index = feed_index(name)
+    found = aliases.get(base, base)
+    if found in names and index:
+        raise FeedError(
+            f"feed {name!r}: input {found} is one tensor, index 0 only: {_one_output(base)}"
+        )
+    return found if found in names else name
 
 
 def fed_names(

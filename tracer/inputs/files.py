@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +40,8 @@ from tracer.inputs.rows import Rows, file_kind, open_file
 __all__ = [
     "INPUT_SUFFIXES",
     "split_feed",
+    "split_feeds",
+    "feed_index",
     "is_input_spec",
     "open_input",
     "open_npy",
@@ -60,6 +62,42 @@ def split_feed(item: str) -> tuple[str, str]:
             f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"
         )
     return name, value
+
+
+def feed_index(name: str) -> tuple[str, int | None]:
+    """A feed name as (name, output index): `x` -> ("x", None), `x:0` -> ("x", 0), `q:1` ->
+    ("q", 1). FeedError for an index that is not a plain count (`x:-1`, `x:01`, `x:+0`, `x:`):
+    TensorFlow reads `x:-1` as `x:0` (or an op's last output), `x:01` as `x:1`."""
+    base, colon, index = name.rpartition(":")
+    if not colon:
+        return name, None
+    if not base:
+        raise FeedError(f"feed {name!r}: expected NAME or NAME:INDEX, e.g. --feed x=inputs.npy")
+    if re.fullmatch(r"0|[1-9][0-9]*", index) is None:
+        raise FeedError(
+            f"feed {name!r}: {index!r} is not an output's index, written 0, 1, 2...; a placeholder or a model's input has "
+            f"one output: feed it as {base} (or {base}:0)"
+        )
+    return base, int(index)
+
+
+def split_feeds(items: Iterable[str]) -> list[tuple[str, str]]:
+    """`--feed` arguments as (name, file or value) pairs (`split_feed`); FeedError for an input
+    given twice, also as `NAME` and `NAME:0` (one input): the later would silently replace the
+    earlier."""
+    pairs: list[tuple[str, str]] = []
+    seen: dict[tuple[str, int], tuple[str, str]] = {}
+    for item in items:
+        name, value = split_feed(item)
+        base, index = feed_index(name)
+        first = seen.get((base, index or 0))
+        if first is not None:
+            raise FeedError(
+                f"feed {name}={value} feeds the same input as {first[0]}={first[1]}: feed each input once"
+            )
+        seen[base, index or 0] = name, value
+        pairs.append((name, value))
+    return pairs
 
 
 def is_input_spec(value: str) -> bool:

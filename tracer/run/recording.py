@@ -31,7 +31,7 @@ from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
 from tracer.cells.found import AnyCell
 from tracer.find.keras import hidden_layers
-from tracer.inputs.digest import input_digests
+from tracer.inputs.digest import input_digests, other_digests
 from tracer.inputs.feeds import (
     batches,
     cast_notes,
@@ -235,6 +235,9 @@ def _record(
     description["selection"] = selection.describe()
     if examples is not None:  # what was fed, so that `compare` knows the same inputs
         description["inputs"] = input_digests(feed_dict, examples)
+    weights = weight_values(model, cells, options.timeout)
+    # what else the values depend on: a resume, or another shard, must share it
+    description["digests"] = other_digests(feed_dict, examples, lengths, weights)
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
@@ -252,7 +255,7 @@ def _record(
         compression=options.compression,
         reads=options.reads,
     ) as writer:
-        writer.write_weights(weights_columns(cells, weight_values(model, cells, options.timeout)))
+        writer.write_weights(weights_columns(cells, weights))
         # the example ranges to record; a stream of unknown length is read to its end
         todo = [] if examples is None else writer.missing()
         done_before = Intervals(writer.complete.pairs())

@@ -22,7 +22,7 @@ import numpy as np
 from recorders.errors import FeedError, GraphPatternError
 from tracer.cells.found import KerasCell
 from tracer.find.keras import find_layers, walk_layers
-from tracer.inputs.feeds import convert_feed
+from tracer.inputs.feeds import convert_feed, input_name
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
@@ -42,12 +42,10 @@ def resolve_inputs(model: KerasModel | LiteModel, feeds: Any) -> dict[KerasInput
         alias = {a: i.name for i in inputs for a in i.aliases}
         given = {}
         for k, v in feeds.items():
-            name = str(k).split(":")[0]
-            if alias.get(name, name) in given:
-                raise FeedError(
-                    f"input {alias.get(name, name)} is fed twice, also as {name}: feed it once"
-                )
-            given[alias.get(name, name)] = v
+            name = input_name(str(k), {i.name for i in inputs}, alias)
+            if name in given:
+                raise FeedError(f"input {name} is fed twice, also as {k}: feed it once")
+            given[name] = v
     elif isinstance(feeds, (list, tuple)):
         if len(feeds) != len(inputs):
             raise FeedError(
