@@ -673,3 +673,30 @@ def test_a_loop_whose_bound_the_file_does_not_give_is_refused_naming_what(
         assert says in done.stderr, done.stderr
         assert "convert the model again" not in done.stderr
     assert not out.exists()
+
+
+def test_finding_a_file_s_loops_runs_it_where_ctrl_c_reaches(files, monkeypatch):
+    """Finding a file's loops runs its main subgraph once (what each loop carries): `record`
+    (`find_all`) and `inspect` do it on the worker thread of `interrupts.stoppable`, so that
+    Ctrl-C stops it as it stops the recording's own runs (before: on the main thread, deaf to
+    Ctrl-C while the interpreter ran)."""
+    import threading
+
+    import tracer.find.lite
+    import tracer.run.prepare
+    from tracer.load.tflite import read
+
+    path, _, _ = files["tf-keras-gru-bound-by-the-input-length"]
+    found = tracer.find.lite.find_ops
+    threads = []
+
+    def find_ops(model):
+        threads.append(threading.current_thread().name)
+        return found(model)
+
+    monkeypatch.setattr(tracer.run.prepare, "find_ops", find_ops)
+    monkeypatch.setattr(tracer.find.lite, "find_ops", find_ops)
+    (cell,) = tracer.run.prepare.find_all(read(path, path.name, None))
+    assert cell.units == 4
+    assert run_cli("inspect", str(path)).returncode == 0
+    assert threads == ["gatetrace-call", "gatetrace-call"]

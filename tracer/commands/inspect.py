@@ -371,8 +371,9 @@ def _inspect_lite(args, model) -> None:
     from tracer.values import interrupts
     from tracer.values.lite import LitePlan
 
-    cells = find_ops(model)
-    # recordable only where a recording's code runs (stoppable by Ctrl-C, as record is)
+    # (finding its loops runs the file once) recordable only where a recording's code runs
+    # (stoppable by Ctrl-C, as record is)
+    cells = interrupts.stoppable(lambda: find_ops(model), None, f"{args.model}'s interpreter")
     interrupts.stoppable(LitePlan(model, cells).tried, None, f"{args.model}'s interpreter")
     inputs = [
         {"name": i.name, "dtype": i.dtype, "shape": [None, *i.shape[1:]]} for i in model.input_specs

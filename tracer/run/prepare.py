@@ -90,8 +90,10 @@ def find_all(
             f"gate_names names the gates of Keras layers over cells of your own; {model.source} is a TensorFlow "
             "Lite file, whose ops' gates are named by their kind: leave gate_names out"
         )
-    if isinstance(model, LiteModel):
-        return list(find_ops(model))
+    if isinstance(model, LiteModel):  # (it runs the file once: stoppable by Ctrl-C)
+        return list(
+            interrupts.stoppable(lambda: find_ops(model), None, f"{model.source}'s interpreter")
+        )
     if gate_names:
         raise SelectionError(
             f"gate_names names the gates of Keras layers over cells of your own; {model.source} is a graph: "
