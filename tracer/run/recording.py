@@ -256,6 +256,7 @@ def _record(
         reads=options.reads,
     ) as writer:
         writer.write_weights(weights_columns(cells, weights))
+        del weights  # (what the recording holds while it runs: not the model's weights twice)
         # the example ranges to record; a stream of unknown length is read to its end
         todo = [] if examples is None else writer.missing()
         done_before = Intervals(writer.complete.pairs())
