@@ -18,6 +18,7 @@ __all__ = [
     "GraphPatternError",
     "FeedError",
     "SelectionError",
+    "MemoryBudgetError",
     "OutputExistsError",
     "RecordingError",
     "Interrupted",
@@ -108,6 +109,22 @@ class FeedError(GatetraceError):
 
 class SelectionError(GatetraceError):
     """A selection (cells, gates, steps, values, examples) that matches nothing or is malformed."""
+
+
+class MemoryBudgetError(SelectionError):
+    """A read would take more memory than the reader's budget (`Recording(path, memory=...)`):
+    it keeps `what`, the bytes it would take (`size`) and the budget (`memory`), so that a
+    caller can say what works for it (`advised`)."""
+
+    def __init__(self, what: str, size: int, memory: int, advice: str):
+        super().__init__(
+            f"{what} would take {size:,} bytes, more than the memory budget of {memory:,}: {advice}"
+        )
+        self.what, self.size, self.memory = what, size, memory
+
+    def advised(self, advice: str) -> "MemoryBudgetError":
+        """The same error, with `advice` as what to do."""
+        return MemoryBudgetError(self.what, self.size, self.memory, advice)
 
 
 class OutputExistsError(GatetraceError):

@@ -26,7 +26,9 @@ TOLERANCE = 1e-4
 def runs(tmp_path_factory):
     """{name: recording folder} of the Keras model, its float file and its quantised file;
     `short`: the Keras model on 6 of the examples; `summary`: the Keras model's --summary;
-    `other`: on inputs with one value changed; `float64`: on the same inputs saved as float64."""
+    `other`: on inputs with one value changed; `float64`: on the same inputs saved as float64;
+    `some_gates`: the Keras model's gates i, f (LSTM) and u (GRU) only; `other_gates`: its
+    gates j and o only (the LSTM's: the GRU has neither)."""
     import keras
 
     from tracer._tf import tf
@@ -61,6 +63,8 @@ def runs(tmp_path_factory):
         ("summary", "model.keras", "x.npy", ("--summary",)),
         ("other", "model.keras", "other.npy", ()),
         ("float64", "model.keras", "x64.npy", ()),
+        ("some_gates", "model.keras", "x.npy", ("--gates", "i,f,u")),
+        ("other_gates", "model.keras", "x.npy", ("--gates", "j,o")),
     ):
         done = run_cli(
             "record", str(root / model_file), "--feed", f"seq={root / fed}", "--out", str(root / name), "--quiet", *extra
@@ -74,14 +78,19 @@ def _gates(run) -> pd.DataFrame:
     return pd.read_parquet(run / "gates")
 
 
-def _oracle(a, b, pairs: dict[str, str], tolerance: float, column: str = "activation"):
-    """The differences `compare` reports, computed from the two gate tables alone."""
+def _oracle(a, b, pairs: dict[str, str], tolerance: float, column: str = "activation", only=None):
+    """The differences `compare` reports, computed from the two gate tables alone (of the
+    (cell, gate) pairs `only`, where given)."""
     x, y = _gates(a), _gates(b)
     y["cell"] = y["cell"].astype(str).map({v: k for k, v in pairs.items()})
     x["cell"] = x["cell"].astype(str)
     keys = ["cell", "gate", "example", "step", "unit"]
     for t in (x, y):
         t["gate"] = t["gate"].astype(str)
+    if only is not None:
+        x, y = (
+            t[[(c, g) in only for c, g in zip(t["cell"], t["gate"], strict=True)]] for t in (x, y)
+        )
     both = x[keys + [column]].merge(
         y[keys + [column]], on=keys, suffixes=("_a", "_b"), validate="1:1"
     )
@@ -272,3 +281,218 @@ def test_the_same_values_are_the_same_inputs_and_a_recording_without_digests_is_
     done = run_cli("compare", str(runs["keras"]), str(old))
     assert done.returncode == 0, done.stderr
     assert f"inputs: not checked: {old} keeps no digest of its inputs" in done.stdout
+
+
+@pytest.mark.parametrize("partial_is", ["b", "a"])
+def test_gates_one_recording_left_out_are_named_and_the_others_compared(runs, partial_is):
+    """One recording made with --gates i,f,u: compare compares the gates both hold, each figure
+    numpy's over the two gate tables, and names every other gate as not compared, with the
+    recording that holds it, in its table, its JSON and the view's panel."""
+    from starlette.testclient import TestClient
+
+    from recorders import Recording, compare
+    from recorders.view.server import make_app
+
+    full, partial = runs["keras"], runs["some_gates"]
+    a, b = (full, partial) if partial_is == "b" else (partial, full)
+    done = run_cli("compare", str(a), str(b), "--json", "--tolerance", str(TOLERANCE))
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    both = {("lstm", "i"), ("lstm", "f"), ("gru", "u")}
+    gates, _, _ = _oracle(a, b, {"lstm": "lstm", "gru": "gru"}, TOLERANCE, only=both)
+    got = pd.DataFrame(shown["gates"]).set_index(["cell", "gate"])
+    assert set(got.index) == both == set(gates.index)
+    for column in ("max_abs", "mean_abs", "rmse", "units_beyond"):
+        np.testing.assert_allclose(got[column], gates.loc[got.index, column], rtol=1e-9, atol=1e-15)
+    assert (got["values"] == gates.loc[got.index, "values"]).all()
+    apart = {("lstm", "j"), ("lstm", "o"), ("gru", "r"), ("gru", "c")}
+    assert {(n["cell"], n["gate"]) for n in shown["not_compared"]} == apart
+    assert {n["only_in"] for n in shown["not_compared"]} == {str(full)}
+    text = run_cli("compare", str(a), str(b))
+    assert text.returncode == 0, text.stderr
+    assert f"not compared: gate j of cell lstm (recorded in {full} only)" in text.stdout
+    found = compare(Recording(a), Recording(b))
+    panel = TestClient(make_app(Recording(a), comparison=found), base_url="http://127.0.0.1")
+    answer = panel.get("/api/compare").json()
+    assert answer["not_compared"] == shown["not_compared"]
+    assert {(g["cell"], g["gate"]) for g in answer["gates"]} == both
+
+
+def test_recordings_that_share_no_gate_are_one_line(runs):
+    """One recorded with --gates i,f,u, the other with --gates j,o: nothing to compare, said in
+    one line naming what each holds."""
+    done = run_cli(
+        "compare", str(runs["some_gates"]), str(runs["other_gates"]), "--cells", "lstm=lstm"
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "share no gate to compare" in done.stderr
+    assert f"{runs['some_gates']} gates i,f of cell lstm" in done.stderr
+    assert f"{runs['other_gates']} gates j,o of cell lstm" in done.stderr
+
+
+def _claiming(run, examples: int, to):
+    """A copy of the recording `run` whose manifest and progress files claim `examples`
+    complete examples, edited as anyone would edit them: as JSON."""
+    import shutil
+
+    shutil.copytree(run, to)
+    manifest = json.loads((to / "manifest.json").read_text())
+    manifest["examples"] = examples
+    (to / "manifest.json").write_text(json.dumps(manifest))
+    for path in (to / "_progress").glob("*.json"):
+        progress = json.loads(path.read_text())
+        progress.update(complete=[[0, examples]], examples=[0, examples], total=[0, examples])
+        path.write_text(json.dumps(progress))
+    return to
+
+
+def test_a_manifest_that_claims_more_examples_than_were_fed_is_one_line(runs, tmp_path):
+    """Manifest and progress edited to claim 2^50 complete examples of the 12 its feeds held:
+    refused in one line naming the file, before anything is sized by the claim (compare of two
+    such copies allocated an array of 2^50 example numbers)."""
+    from recorders import Recording, compare
+    from recorders.errors import RecordingError
+
+    big = [_claiming(runs["keras"], 2**50, tmp_path / name) for name in ("a", "b")]
+    done = run_cli("compare", str(big[0]), str(big[1]))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"gatetrace: error: {big[0]}/manifest.json says examples up to")
+    assert "hold 12 sequences" in done.stderr
+    with pytest.raises(RecordingError, match="manifest.json says examples up to"):
+        compare(Recording(big[0], memory=256 << 20), Recording(big[1], memory=256 << 20))
+
+
+def _written(out, gates=("i", "f"), examples=(0, 6), seed=0):
+    """A recording written through `RecordingWriter` (no feeds in its description): one LSTM
+    cell of 3 units over 5 steps, `gates` of it, uniform activations."""
+    from recorders.write.writer import RecordingWriter
+
+    description = {
+        "cells": [
+            {
+                "name": "a",
+                "kind": "lstm",
+                "gates": ["i", "f", "j", "o"],
+                "states": [],
+                "units": 3,
+                "steps": 5,
+            }
+        ]
+    }
+    values = np.random.RandomState(seed).rand(examples[1] - examples[0], 5, 3).astype(np.float32)
+    with RecordingWriter(out, description, examples=examples) as writer:
+        writer.begin(*examples)
+        for gate in gates:
+            writer.write_gate("a", gate, np.arange(*examples), np.arange(5), values, values)
+        writer.commit()
+    return out
+
+
+def test_examples_claimed_beyond_the_rows_are_not_allocated(tmp_path):
+    """A recording that keeps no feeds, edited to claim 2^50 complete examples of which 6 have
+    rows: compare sizes nothing by the claim (it allocated 2^50 example numbers, under a budget
+    of 256 MiB) and compares the examples the files hold, each difference numpy's."""
+    from recorders import Recording, compare
+
+    a = _claiming(_written(tmp_path / "a0"), 2**50, tmp_path / "a")
+    b = _claiming(_written(tmp_path / "b0", seed=1), 2**50, tmp_path / "b")
+    found = compare(Recording(a, memory=256 << 20), Recording(b, memory=256 << 20), top=100)
+    keys = ["gate", "example", "step", "unit"]
+    x, y = (pd.read_parquet(r / "gates").astype({"gate": str}).sort_values(keys) for r in (a, b))
+    x["abs"] = np.abs(y["activation"].to_numpy(np.float64) - x["activation"].to_numpy(np.float64))
+    per_example = x.groupby(["gate", "example"])["abs"].agg(["max", "mean"])
+    got = found.examples.astype({"gate": str}).set_index(["gate", "example"]).sort_index()
+    assert got.index.tolist() == per_example.index.tolist()  # the 6 examples of both gates
+    np.testing.assert_allclose(got["max_abs"], per_example["max"], rtol=0, atol=0)
+    np.testing.assert_allclose(got["mean_abs"], per_example["mean"], rtol=1e-12)
+    assert found.gates["values"].sum() == len(x)
+
+
+def test_compare_over_its_memory_budget_says_what_works_for_it(runs):
+    """compare reads each gate whole: over the memory budget it says to give a larger one, not to
+    select fewer examples or steps (it selects none)."""
+    from recorders import Recording, compare
+    from recorders.errors import SelectionError
+
+    with pytest.raises(SelectionError) as caught:
+        compare(Recording(runs["keras"], memory=100_000), Recording(runs["float"], memory=100_000))
+    line = str(caught.value)
+    assert "select fewer" not in line and "Recording(path, memory=...)" in line, line
+
+
+def test_the_view_short_of_memory_says_what_works_for_it(tmp_path, monkeypatch):
+    """A sequence over the view's memory budget, and a MemoryError while answering: each one line
+    saying what works for the view (it advised selecting fewer examples for one sequence, and
+    called running out of memory a defect to report)."""
+    from starlette.testclient import TestClient
+
+    from recorders import Recording
+    from recorders.view import data
+    from recorders.view.server import make_app
+
+    run = _written(tmp_path / "run")
+    client = TestClient(make_app(Recording(run, memory=3000)), base_url="http://127.0.0.1")
+    answer = client.get("/api/heatmap?cell=a&label=f&example=0")
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and "memory budget of 3,000" in error
+    assert "select fewer" not in error and "Recording(path, memory=...)" in error
+
+    def short_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(data, "heatmap", short_of_memory)
+    answer = TestClient(make_app(Recording(run)), base_url="http://127.0.0.1").get(
+        "/api/heatmap?cell=a&label=f&example=0"
+    )
+    error = answer.json()["error"]
+    assert answer.status_code == 503 and error.startswith("out of memory answering this")
+    assert "report" not in error
+
+
+def test_out_of_memory_advises_only_what_each_command_has(monkeypatch):
+    """After a MemoryError, each command's one line names only options it has (compare's used
+    to advise --batch-size, which only record has)."""
+    import re
+
+    from tracer import cli
+
+    def short_of_memory(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "_run", short_of_memory)
+    parser = cli._parser()
+    commands = parser._subparsers._group_actions[0].choices
+    given = {
+        "inspect": ["m"],
+        "view": ["r"],
+        "units": ["r", "--labels", "l.npy"],
+        "compare": ["a", "b"],
+        "record": ["m", "--feed", "x=x.npy", "--out", "o"],
+        "weights": ["m", "--out", "w.parquet"],
+        "demo": [],
+    }
+    assert set(given) == set(commands)
+    for name, args in given.items():
+        done = run_cli(name, *args)
+        assert done.returncode == 2 and done.stderr.startswith("gatetrace: error: out of memory")
+        flags = set(re.findall(r"--[a-z][a-z-]*", done.stderr))
+        assert flags <= set(commands[name]._option_string_actions), (name, done.stderr)
+    assert "--batch-size" in run_cli("record", *given["record"]).stderr
+
+
+def test_opening_a_recording_allocates_what_its_files_hold(tmp_path):
+    """Opening a recording reads its manifest and progress files: that allocated 256 MiB (the
+    most JSON gatetrace reads) before a byte was read, whatever the memory budget (64 MiB here);
+    now about what the files hold."""
+    import tracemalloc
+
+    from recorders import Recording
+
+    run = _written(tmp_path / "run")
+    tracemalloc.start()
+    try:
+        Recording(run, memory=64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes"

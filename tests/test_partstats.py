@@ -186,6 +186,67 @@ LIES = {
 }
 
 
+# The arrays of a footer's statistics, one after the other (the module docstring of
+# `recorders.write.partstats`): below and above (a unit each, where there are thresholds), then
+# count, total, lo, hi, exponent, first and size (a step each), then every bin's count.
+_ARRAYS = ("below", "above", "count", "total", "lo", "hi", "exponent", "first", "size", "counts")
+
+
+def _decoded(said: dict, raw: bytes) -> dict[str, np.ndarray]:
+    sizes = [said["units"]] * 2 + [len(said["steps"])] * 7 + [said["bins"]]
+    types = ["<i8", "<i8", "<i8", "<f8", "<f8", "<f8", "<i8", "<i8", "<i8", "<u4"]
+    names, at, out = _ARRAYS, 0, {}
+    if said["low"] is None:
+        names, sizes, types = names[2:], sizes[2:], types[2:]
+    for name, n, t in zip(names, sizes, types, strict=True):
+        out[name] = np.frombuffer(raw, t, n, at).copy()
+        at += n * np.dtype(t).itemsize
+    return out
+
+
+def _edited(said: dict, raw: bytes, edit) -> bytes:
+    """The statistics with `edit` applied to their arrays (a dict of them, edited in place)."""
+    arrays = _decoded(said, raw)
+    edit(arrays)
+    return _packed(said, b"".join(a.tobytes() for a in arrays.values()))
+
+
+def _scaled(a: dict) -> None:
+    """Every value 1024 times larger, the bins' lattice with it: all adds up but the range."""
+    for name in ("total", "lo", "hi"):
+        a[name] *= 1024
+    a["exponent"] += 10
+
+
+def _first_set(a: dict, name: str, value: float) -> None:
+    a[name][np.argmax(a["count"] > 0)] = value
+
+
+LIES |= {
+    # a sigmoid gate's mean shown as 150 to 170
+    "a sum a thousand times larger": (
+        lambda said, raw: _edited(said, raw, lambda a: a["total"].__imul__(1000)),
+        "(its sum over its count), outside its least and largest value",
+    ),
+    "a sum of +inf": (
+        lambda said, raw: _edited(said, raw, lambda a: _first_set(a, "total", np.inf)),
+        "a mean of inf (its sum over its count)",
+    ),
+    "values beyond the gate's range": (
+        lambda said, raw: _edited(said, raw, _scaled),
+        "outside the gate's range, 0 to 1",
+    ),
+    "a largest value of +inf": (
+        lambda said, raw: _edited(said, raw, lambda a: _first_set(a, "hi", np.inf)),
+        "have a step whose least value is above its largest",
+    ),
+    "bins far from the values": (
+        lambda said, raw: _edited(said, raw, lambda a: a["first"].__iadd__(2**40)),
+        "not where its least and largest value",
+    ),
+}
+
+
 def _bumped(said: dict, raw: bytes) -> bytes:
     """The arrays with the last bin's count one higher."""
     data = bytearray(raw)
@@ -219,7 +280,78 @@ def test_a_footer_whose_statistics_lie_is_named_in_one_line(masked, tmp_path, li
     assert line.startswith(f"{target} is not a part file gatetrace wrote (") and "\n" not in line
     assert message in line and line.endswith("or record the model again")
     answer = TestClient(make_app(Recording(run)), base_url="http://127.0.0.1").get("/api/overview")
-    assert answer.status_code == 422 and answer.json()["error"] == line
+    assert answer.status_code == 422 and strict_json(answer.text)["error"] == line
+
+
+def strict_json(text: str):
+    """JSON as the standard has it: a NaN or Infinity token is an error, not a number."""
+
+    def refused(token: str):
+        raise ValueError(f"{token} is not JSON")
+
+    return json.loads(text, parse_constant=refused)
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory) -> Path:
+    """One sigmoid gate of 3 units over 64 steps, written as two part files: the first's
+    activations near 0, the second's near 1 (so their histograms lie far apart)."""
+    run = tmp_path_factory.mktemp("two") / "run"
+    description = {"cells": [{"name": "a", "gates": ["f"], "states": [], "units": 3, "steps": 64}]}
+    rng = np.random.RandomState(0)
+    with RecordingWriter(run, description, examples=(0, 8)) as writer:
+        for start, centre in ((0, 0.001), (4, 0.999)):
+            values = (centre + rng.uniform(-5e-4, 5e-4, (4, 64, 3))).astype(np.float32)
+            writer.begin(start, start + 4)
+            writer.write_gate("a", "f", np.arange(start, start + 4), np.arange(64), None, values)
+            writer.commit()
+    return run
+
+
+def test_bins_far_apart_in_one_file_are_named_before_anything_is_allocated(two_files, tmp_path):
+    """The second file's bins moved 2^40 bins away (its least and largest value left as they
+    are): merging it with the first would have allocated 2^40 bins a step, whatever the memory
+    budget; it is refused in one line naming the file, from the library and the view."""
+    import shutil
+
+    from starlette.testclient import TestClient
+
+    from recorders.view.server import make_app
+
+    run = tmp_path / "run"
+    shutil.copytree(two_files, run)
+    target = sorted((run / "gates").glob("*/*/*.parquet"))[1]
+    said = _said(target)
+    raw = base64.b64decode(said["arrays"])
+    rewrite_footer(target, _edited(said, raw, lambda a: a["first"].__iadd__(2**40)))
+    with pytest.raises(RecordingError) as caught:
+        Recording(run, memory=256 << 20).activation_statistics("a", "f")
+    line = str(caught.value)
+    assert line.startswith(f"{target} is not a part file gatetrace wrote (") and "\n" not in line
+    assert "not where its least and largest value" in line
+    app = make_app(Recording(run, memory=256 << 20))
+    answer = TestClient(app, base_url="http://127.0.0.1").get("/api/overview")
+    assert answer.status_code == 422 and strict_json(answer.text)["error"] == line
+
+
+def test_statistics_are_merged_within_the_memory_budget(two_files):
+    """Files whose values lie far apart need thousands of bins a step merged: under a budget of
+    1 MB they are merged on coarser bins, in no more than the budget, each quantile still within
+    its (wider) bin of numpy's over the values."""
+    memory = 1 << 20
+    stats = Recording(two_files, memory=memory).activation_statistics("a", "f")
+    finest = Recording(two_files).activation_statistics("a", "f")
+    assert stats is not None and finest is not None
+    assert len(finest.counts) * 24 > memory >= len(stats.counts) * 24
+    steps, _, v = values_of(two_files, "a", "f")
+    v = v.astype(np.float64)
+    assert np.array_equal(stats.count, finest.count) and np.array_equal(stats.total, finest.total)
+    for k, step in enumerate(stats.steps):
+        at = v[steps == step]
+        width = np.ldexp(1.0, stats.exponent[k])
+        for q in (0.1, 0.5, 0.9):
+            exact = np.quantile(at, q, method="inverted_cdf")
+            assert abs(stats.quantile(q)[k] - exact) <= width, (step, q)
 
 
 def test_a_file_with_a_nan_or_an_infinite_activation_carries_none(tmp_path):

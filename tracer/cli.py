@@ -142,10 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gatetrace: error: {_os_error(err)}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(
-            "gatetrace: error: out of memory: select fewer examples, steps or cells, or give a smaller --batch-size",
-            file=sys.stderr,
-        )
+        # what needs less memory, in the command's own options (its OUT_OF_MEMORY)
+        advice = getattr(command, "OUT_OF_MEMORY", "close other programs and run it again")
+        print(f"gatetrace: error: out of memory: {advice}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)

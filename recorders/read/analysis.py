@@ -283,9 +283,11 @@ def _summary(
         if not values.size:
             mean[k], qs[:, k] = np.nan, np.nan
             continue
-        mean[k] = values.mean(dtype=np.float64)
-        if len(quantiles):
-            qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
+        # (infinite values: a mean or quantile of inf, or NaN between -inf and inf, said as such)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean[k] = values.mean(dtype=np.float64)
+            if len(quantiles):
+                qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
     return Summary(left, right, n, steps, mean, list(qs), low, high)
 
 

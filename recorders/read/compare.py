@@ -12,23 +12,33 @@ shapes (the manifests' `feeds`), other fed values (the digests of the manifests'
 `tracer.inputs.digest`, where both keep them: `Comparison.inputs` says whether they did),
 other steps, units or gates, a value one recorded and the other did not (a masked step).
 
-For each gate of each pair, over every value both recorded, of `column` (the activation by
-default), the difference `b - a` in float64:
+The gates compared are those both recordings hold: a gate one of them left out (`--gates`)
+is listed in `Comparison.not_compared`, with the recording that holds it; where the two share
+no gate at all, compare refuses in one line.
 
-    gates     max_abs, mean_abs and rmse; units_beyond: the share of units whose largest
-              difference exceeds `tolerance`; first_step_beyond: the first step where any
-              difference does; saturated_a_only / saturated_b_only: values saturated (near
-              either end of the gate's nonlinearity, as `analysis.saturation` counts them:
-              below 0.1 or above 0.9 for sigmoid, beyond -0.9 or 0.9 for tanh) in one
-              recording and not in the other
+For each gate of each pair, over every value both recorded, of `column` (the activation by
+default), the difference `b - a` in float64, IEEE's but for values that are the same (an
+infinity of the same sign in both, NaN in both), whose difference is 0: an infinity against
+anything else differs by infinity; a NaN against a number is not a difference but counted
+apart (nan_a_only, nan_b_only), and beyond the tolerance:
+
+    gates     values (both recorded); max_abs, mean_abs and rmse (over those not NaN in one
+              only); units_beyond: the share of units whose largest difference exceeds
+              `tolerance`; first_step_beyond: the first step where any difference does;
+              saturated_a_only / saturated_b_only: values saturated (near either end of the
+              gate's nonlinearity, as `analysis.saturation` counts them: below 0.1 or above
+              0.9 for sigmoid, beyond -0.9 or 0.9 for tanh) in one recording and not in the
+              other; nan_a_only / nan_b_only: values NaN in one recording and not in the other
     steps     the same three per step: how the difference grows along the sequence
     units     the `top` units of any gate with the largest mean absolute difference
     examples  the `top` examples of any gate with the largest mean absolute difference
 
 `Comparison.first_beyond` names the gate whose difference exceeds the tolerance at the
 earliest step; `Comparison.table` is all four as one long table (its `level` column says
-which), what `gatetrace compare --out` writes. Each gate of each recording is read once, as
-an array (`Recording.gate_array`, within the reader's memory budget). No TensorFlow.
+which), what `gatetrace compare --out` writes; `Comparison.records` a level's rows for JSON
+(NaN, where a row has nothing to compare, as None). Each gate of each recording is read once,
+as an array, within each reader's memory budget (a `MemoryBudgetError` says how to give
+more); no array is sized by what a manifest claims. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -36,17 +46,31 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from recorders.errors import SelectionError
+from recorders.errors import MemoryBudgetError, SelectionError
 from recorders.read.analysis import bounds_of
 from recorders.read.reader import Recording
+from recorders.read.tables import dense_block
 
-__all__ = ["compare", "Comparison", "pair_cells"]
+__all__ = ["compare", "Comparison", "NotCompared", "pair_cells"]
 
 _LEVELS = ("gates", "steps", "units", "examples")
+# the columns that count (integers, null in the levels that lack them)
+_COUNTS = ("step", "unit", "example", "first_step_beyond", "values", "nan_a_only", "nan_b_only")
+
+
+class NotCompared(NamedTuple):
+    """A gate of a pair of cells that one recording holds and the other does not (recorded
+    with `--gates`): `only_in` the path of the one that holds it, None where neither does."""
+
+    cell: str
+    cell_b: str
+    gate: str
+    only_in: str | None
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,7 @@ class Comparison:
     steps: pd.DataFrame = field(repr=False)
     units: pd.DataFrame = field(repr=False)
     examples: pd.DataFrame = field(repr=False)
+    not_compared: tuple[NotCompared, ...] = ()
 
     def first_beyond(self) -> tuple[str, str, int] | None:
         """(cell, gate, step) of the gate whose difference exceeds the tolerance first along
@@ -83,9 +108,19 @@ class Comparison:
         """The four frames as one long table, `level` first (a column a level lacks is null)."""
         frames = [getattr(self, level).assign(level=level) for level in _LEVELS]
         out = pd.concat(frames, ignore_index=True)
-        for column in ("step", "unit", "example", "first_step_beyond", "values"):
+        for column in _COUNTS:
             out[column] = out[column].astype("Int64")
         return out[["level", *[c for c in out.columns if c != "level"]]]
+
+    def records(self, level: str) -> list[dict[str, Any]]:
+        """The rows of one level (gates, steps, units or examples) as dicts of Python values,
+        every float exact (pandas' own JSON rounds them): None where a row has nothing to
+        compare (NaN); a difference that is infinite stays `inf` (JSON has no word for it:
+        `recorders.view.data.json_ready` writes it as "inf")."""
+        if level not in _LEVELS:
+            raise SelectionError(f"level {level!r}: expected one of {', '.join(_LEVELS)}")
+        frame = getattr(self, level)
+        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
 
 def pair_cells(
@@ -189,43 +224,41 @@ def compare(
         raise SelectionError(f"the tolerance is {tolerance}; expected a number >= 0")
     pairs = pair_cells(a, b, cells)
     inputs = _lined_up(a, b, pairs)
-    numbers = np.concatenate(
-        [np.arange(s, e, dtype=np.int64) for s, e in a.examples] or [np.zeros(0, np.int64)]
-    )
+    shared, not_compared = _shared_gates(a, b, pairs)
     gates, steps, units, examples = [], [], [], []
     for ca, cb in pairs:
-        step_numbers = a.steps(ca)
-        for gate in a.gates(ca):
-            x = a.gate_array(ca, gate, column)
-            # both in float64, their difference, what is held, a reduction's temporaries
-            a.allot(x.shape, 40, f"comparing gate {gate} of cell {ca}")
-            x = x.astype(np.float64)
-            y = b.gate_array(cb, gate, column).astype(np.float64)
-            held = ~np.isnan(x)
-            if x.shape != y.shape or (held != ~np.isnan(y)).any():
-                raise SelectionError(_unmatched(a, b, ca, cb, gate, x, y, numbers, step_numbers))
-            d = np.abs(np.where(held, y - x, 0.0))
+        for gate in shared[ca, cb]:
+            bx, by = _read(a, ca, gate, column), _read(b, cb, gate, column)
+            _same_places(a, b, ca, cb, gate, bx, by)
+            # both in float64, their difference, its square, the masks
+            _allot(a, bx.values.shape, 48, f"comparing gate {gate} of cell {ca}")
+            present, numbers, step_numbers = bx.present, bx.examples, bx.steps
+            x, y = bx.values.astype(np.float64), by.values.astype(np.float64)
+            del bx, by
+            d, compared, nan_a, nan_b = _differences(x, y, present)
+            apart = nan_a | nan_b  # NaN in one only: beyond any tolerance
             keys = {"cell": ca, "cell_b": cb, "gate": gate}
-            g = _reduced(d, held, (0, 1, 2))
-            per_unit = _reduced(d, held, (0, 1))
-            per_step = _reduced(d, held, (0, 2))
-            per_example = _reduced(d, held, (1, 2))
-            beyond = np.flatnonzero(per_step["max_abs"] > tolerance)
+            g = _reduced(d, compared, (0, 1, 2))
+            per_unit = _reduced(d, compared, (0, 1))
+            per_step = _reduced(d, compared, (0, 2))
+            per_example = _reduced(d, compared, (1, 2))
+            beyond = np.flatnonzero((per_step["max_abs"] > tolerance) | apart.any(axis=(0, 2)))
+            units_beyond = (per_unit["max_abs"] > tolerance) | apart.any(axis=(0, 1))
             gates.append(
                 {
                     **keys,
-                    "values": int(held.sum()),
+                    "values": int(present.sum()) * d.shape[2],
                     **{k: float(v) for k, v in g.items()},
-                    "units_beyond": float(np.mean(per_unit["max_abs"] > tolerance))
-                    if d.shape[2]
-                    else 0.0,
+                    "units_beyond": float(np.mean(units_beyond)) if d.shape[2] else 0.0,
                     "first_step_beyond": int(step_numbers[beyond[0]]) if len(beyond) else None,
                     **_saturated(a, ca, gate, x, y),
+                    "nan_a_only": int(nan_a.sum()),
+                    "nan_b_only": int(nan_b.sum()),
                 }
             )
             steps.append(pd.DataFrame({**keys, "step": step_numbers, **per_step}))
             units.append(pd.DataFrame({**keys, "unit": np.arange(d.shape[2]), **per_unit}))
-            examples.append(pd.DataFrame({**keys, "example": numbers[: d.shape[0]], **per_example}))
+            examples.append(pd.DataFrame({**keys, "example": numbers, **per_example}))
     return Comparison(
         str(a.path),
         str(b.path),
@@ -236,7 +269,119 @@ def compare(
         pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
         _most(units, top),
         _most(examples, top),
+        not_compared,
     )
+
+
+def _shared_gates(
+    a: Recording, b: Recording, pairs: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], list[str]], tuple[NotCompared, ...]]:
+    """The gates of each pair that both recordings hold, and those one of them (or neither)
+    does not; SelectionError where no pair shares a gate."""
+    shared: dict[tuple[str, str], list[str]] = {}
+    apart = []
+    for ca, cb in pairs:
+        in_a, in_b = set(a.recorded_gates(ca)), set(b.recorded_gates(cb))
+        shared[ca, cb] = [g for g in a.gates(ca) if g in in_a and g in in_b]
+        for g in a.gates(ca):
+            if g not in shared[ca, cb]:
+                only = str(a.path) if g in in_a else str(b.path) if g in in_b else None
+                apart.append(NotCompared(ca, cb, g, only))
+    if pairs and not any(shared.values()):
+        held = "; ".join(
+            f"{rec.path} gates {','.join(rec.recorded_gates(c)) or 'none'} of cell {c}"
+            for ca, cb in pairs
+            for rec, c in ((a, ca), (b, cb))
+        )
+        raise SelectionError(
+            f"the two recordings share no gate to compare ({held}): record both with the same "
+            "--gates (or without --gates)"
+        )
+    return shared, tuple(apart)
+
+
+class _Gate(NamedTuple):
+    """One gate as `_read` gives it (a `Block` whose `present` is always there)."""
+
+    examples: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+    present: np.ndarray
+
+
+def _read(rec: Recording, cell: str, gate: str, column: str) -> _Gate:
+    """One gate's `column` as dense arrays over the recording's complete examples (or, where
+    they are far more than its rows could fill, the examples present: `tables.dense_block`)."""
+    try:
+        frame = rec.gate_frame([cell], [gate], columns=[column])
+        block = dense_block(frame, column, None, rec.examples, rec.allot)
+    except MemoryBudgetError as err:
+        raise _advised(err, rec) from None
+    present = block.present
+    if present is None:  # (every (example, step) has rows)
+        present = np.ones(block.values.shape[:2], bool)
+    return _Gate(block.examples, block.steps, block.values, present)
+
+
+def _allot(rec: Recording, shape: tuple[int, ...], itemsize: int, what: str) -> None:
+    """`rec.allot`, its error saying what works for compare."""
+    try:
+        rec.allot(shape, itemsize, what)
+    except MemoryBudgetError as err:
+        raise _advised(err, rec) from None
+
+
+def _advised(err: MemoryBudgetError, rec: Recording) -> MemoryBudgetError:
+    """A budget error as compare says it: compare reads each gate whole (it selects no
+    examples or steps), so a larger budget is what works."""
+    return err.advised(
+        f"compare reads each gate whole; open {rec.path} with a larger budget, "
+        "Recording(path, memory=...), and compare in Python"
+    )
+
+
+def _same_places(
+    a: Recording, b: Recording, ca: str, cb: str, gate: str, bx: _Gate, by: _Gate
+) -> None:
+    """SelectionError naming the first (example, step) one recording holds and the other does
+    not (a masked or shorter sequence in one), or the units where they differ."""
+    where = f"gate {gate} of cell {ca} ({a.path}) and {cb} ({b.path})"
+    if not (
+        np.array_equal(bx.examples, by.examples)
+        and np.array_equal(bx.steps, by.steps)
+        and np.array_equal(bx.present, by.present)
+    ):
+        held = []
+        for blk in (bx, by):
+            e, s = np.nonzero(blk.present)
+            held.append(blk.examples[e].astype(np.int64) * 2**32 + blk.steps[s])
+        first = int(np.setxor1d(held[0], held[1])[0])
+        which = a.path if np.isin(first, held[0]) else b.path
+        raise SelectionError(
+            f"{where}: example {first >> 32}, step {first & (2**32 - 1)} is recorded in {which} "
+            "only (a masked or shorter sequence in one): compare recordings of the same inputs"
+        )
+    if bx.values.shape != by.values.shape:
+        raise SelectionError(
+            f"{where} hold units 0 to {bx.values.shape[2] - 1} and 0 to {by.values.shape[2] - 1}: "
+            "compare recordings of the same cells"
+        )
+
+
+def _differences(
+    x: np.ndarray, y: np.ndarray, present: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """|y - x| where both hold a value (`present`: [examples, steps]) and it is NaN in neither
+    or both, 0 elsewhere and where the two are the same (equal infinities, NaN in both); which
+    values are compared; which are NaN in x only, and in y only."""
+    held = np.broadcast_to(present[:, :, None], x.shape)
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    nan_a, nan_b = held & nan_x & ~nan_y, held & nan_y & ~nan_x
+    with np.errstate(invalid="ignore"):
+        d = np.subtract(y, x)
+        np.abs(d, out=d)
+        d[(x == y) | (nan_x & nan_y) | nan_a | nan_b | ~held] = 0.0
+    return d, held & ~(nan_a | nan_b), nan_a, nan_b
 
 
 def _saturated(a: Recording, cell: str, gate: str, x: np.ndarray, y: np.ndarray) -> dict:
@@ -251,14 +396,14 @@ def _saturated(a: Recording, cell: str, gate: str, x: np.ndarray, y: np.ndarray)
 
 def _reduced(d: np.ndarray, held: np.ndarray, axes: tuple[int, ...]) -> dict[str, np.ndarray]:
     """max_abs, mean_abs and rmse of the absolute differences `d` over `axes`, where `held`
-    (NaN where nothing was held)."""
+    (NaN where nothing is)."""
     n = held.sum(axis=axes)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return {
             "max_abs": np.where(n > 0, d.max(axis=axes, initial=0.0), np.nan),
-            "mean_abs": d.sum(axis=axes) / n,
-            "rmse": np.sqrt((d * d).sum(axis=axes) / n),
+            "mean_abs": np.where(n > 0, d.sum(axis=axes) / n, np.nan),
+            "rmse": np.where(n > 0, np.sqrt((d * d).sum(axis=axes) / n), np.nan),
         }
 
 
@@ -271,15 +416,4 @@ def _most(frames: list[pd.DataFrame], top: int) -> pd.DataFrame:
         rows.sort_values("mean_abs", ascending=False, kind="stable")
         .head(top)
         .reset_index(drop=True)
-    )
-
-
-def _unmatched(a, b, ca, cb, gate, x, y, numbers, step_numbers) -> str:
-    """The first value one recording holds and the other does not, as one line."""
-    e, s, u = np.argwhere(np.isnan(x) != np.isnan(y))[0]
-    which = a.path if np.isnan(y[e, s, u]) else b.path
-    return (
-        f"gate {gate} of cell {ca} ({a.path}) and {cb} ({b.path}): example {numbers[e]}, step "
-        f"{step_numbers[s]} is recorded in {which} only (a masked or shorter sequence in one): "
-        "compare recordings of the same inputs"
     )

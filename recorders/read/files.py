@@ -1,7 +1,9 @@
 """The files of a recording folder, listed once and each checked before anything is read from it.
 
 A recording may come from anyone, so the folder is untrusted input. Its manifest and
-progress files must pass `recorders.write.schema` before anything is taken from them; only
+progress files must pass `recorders.write.schema` before anything is taken from them, and agree
+with each other and with the inputs they say were fed (no example complete beyond the sequences
+of the feeds); only
 the regular files inside the folder are opened (`recorders.write.folder`: a link, a FIFO or a
 device is refused in one line, never followed or opened), and of those only the part
 files of the cells and gates (or states) the description lists. What a part file says is
@@ -10,9 +12,9 @@ their types; each row group's example and step statistics (present, within the c
 steps, and, in a complete recording, within its examples); its row count (at most one
 row per example, step and unit of those ranges); the units of the rows read (below the
 cell's units). Every array built from a file (a row group, a selection, a dense array)
-must fit `memory` bytes first. Anything off is a RecordingError naming the file (a
-selection too large for `memory`, a SelectionError): never a traceback or a runaway
-allocation.
+must fit `memory` bytes first, and so must each row group, which is read whole. Anything off
+is a RecordingError naming the file (a row group or a selection too large for `memory`, a
+`MemoryBudgetError`, which is a SelectionError): never a traceback or a runaway allocation.
 
 `CheckedFiles` does this for a `recorders.Recording`, which makes one when it has opened the
 folder and read its description.
@@ -31,10 +33,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recorders.errors import RecordingError, SelectionError
+from recorders.errors import MemoryBudgetError, RecordingError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.layout import (
+    PROGRESS_DIR,
     ROOT_ENTRIES,
     SUMMARY_DIR,
     TOTALS_DIR,
@@ -53,6 +56,7 @@ __all__ = [
     "READ",
     "statistics",
     "key_ranges",
+    "sequences_fed",
 ]
 
 TABLES = {"gates": "gate", "states": "state"}  # table: its label column
@@ -126,6 +130,15 @@ class CheckedFiles:
                 f"{path}/manifest.json counts {manifest['examples']:,} examples but the progress files "
                 f"{done:,}: {DAMAGED}"
             )
+        fed = sequences_fed(description)
+        last = max((stop for p in progress.values() for _, stop in p["complete"]), default=0)
+        if fed is not None and last > fed:
+            tag = next(t for t, p in progress.items() if any(b > fed for _, b in p["complete"]))
+            named = "manifest.json" if manifest is not None else f"{PROGRESS_DIR}/{tag}.json"
+            raise RecordingError(
+                f"{path}/{named} says examples up to {last - 1:,} are complete, but the inputs it "
+                f"says were fed (its feeds) hold {fed:,} sequences: {DAMAGED}"
+            )
         self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
         self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
@@ -193,6 +206,15 @@ class CheckedFiles:
                 raise RecordingError(
                     f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}"
                 )
+            # a row group is read whole, whatever is selected of it
+            row_bytes = 16 + 4 * (metadata.num_columns - 3)  # the keys, then float32 values
+            for k in range(metadata.num_row_groups):
+                self.allot(
+                    (metadata.row_group(k).num_rows, row_bytes),
+                    1,
+                    f"row group {k} of {self.path}/{rel} ({metadata.row_group(k).num_rows:,} rows)",
+                    "a row group is read whole: open the recording with Recording(path, memory=...) for more",
+                )
             self._metadata[rel] = metadata
         return self._metadata[rel]
 
@@ -215,7 +237,6 @@ class CheckedFiles:
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
         bounds = self.bounds(cell)
         (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
-        row_bytes = 16 + 4 * len(values)
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
             ranges = statistics(group)
@@ -230,8 +251,6 @@ class CheckedFiles:
                 )
             if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
                 return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
-            if group.num_rows * row_bytes > self.memory:
-                return f"row group {k} claims {group.num_rows:,} rows, more than the memory budget of {self.memory:,} bytes holds"
         return None
 
     def read(self, rel: str, read: Any) -> Any:
@@ -273,14 +292,36 @@ class CheckedFiles:
                     f"its cell in the recording's description: {DAMAGED}"
                 )
 
-    def allot(self, shape: Sequence[int], itemsize: int, what: str) -> None:
-        """SelectionError unless an array of `shape` (of `itemsize` bytes an item) fits the memory budget."""
+    def allot(
+        self,
+        shape: Sequence[int],
+        itemsize: int,
+        what: str,
+        advice: str = "select fewer examples or steps, or open the recording with "
+        "Recording(path, memory=...) for more",
+    ) -> None:
+        """MemoryBudgetError (a SelectionError) unless an array of `shape` (of `itemsize` bytes
+        an item) fits the memory budget; `advice` says what to do."""
         size = int(np.prod([int(n) for n in shape], dtype=object)) * itemsize
         if size > self.memory:
-            raise SelectionError(
-                f"{what} would take {size:,} bytes, more than the memory budget of {self.memory:,}: select fewer examples "
-                "or steps, or open the recording with Recording(path, memory=...) for more"
-            )
+            raise MemoryBudgetError(what, size, self.memory, advice)
+
+
+def sequences_fed(description: dict[str, Any]) -> int | None:
+    """How many sequences a recording's inputs held, by its description's feeds (the first
+    dimension they share); None where it does not say (a pipeline, a TFRecord file)."""
+    feeds = description.get("feeds")
+    if not isinstance(feeds, dict):
+        return None
+    firsts = {
+        shape[0]
+        for shape in feeds.values()
+        if isinstance(shape, list)
+        and len(shape) >= 2
+        and isinstance(shape[0], int)
+        and not isinstance(shape[0], bool)
+    }
+    return firsts.pop() if len(firsts) == 1 else None
 
 
 def statistics(group: Any) -> tuple[tuple[int, int], tuple[int, int]] | None:

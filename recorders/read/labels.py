@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from recorders.errors import SelectionError
+from recorders.read.files import sequences_fed
 from recorders.read.npy import npy_header
 from recorders.read.reader import Recording
 
@@ -283,17 +284,8 @@ def covers(rec: Recording, cell: str, labels: Labels) -> None:
 
 
 def _sequences_fed(rec: Recording) -> int | None:
-    """How many sequences the recording's inputs held, by its manifest's feeds (the first
-    dimension they share); None where it does not say (a pipeline, a TFRecord file)."""
-    feeds = (rec.description or {}).get("feeds")
-    if not isinstance(feeds, dict):
-        return None
-    firsts = {
-        shape[0]
-        for shape in feeds.values()
-        if isinstance(shape, list) and len(shape) >= 2 and isinstance(shape[0], int)
-    }
-    return firsts.pop() if len(firsts) == 1 else None
+    """How many sequences the recording's inputs held (`files.sequences_fed`)."""
+    return sequences_fed(rec.description or {})
 
 
 def gather(

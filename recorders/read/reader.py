@@ -50,6 +50,7 @@ from recorders.read.tables import (
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
+from recorders.write.totals import RANGES, nonlinearity
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -246,10 +247,13 @@ class Recording:
                 if held
                 else np.zeros(0, np.int32)
             )
-        # the first gate's files (a cell of your own that applies no nonlinearity: the first state's)
+        # the files of the first gate recorded (a cell of your own that applies no nonlinearity:
+        # of the first state)
         table = "gates" if self.gates(cell) else "states"
-        labels = self._labels(table, cell)
-        files = self._checked.files(table).get((cell, labels[0]), []) if labels else []
+        listed = self._checked.files(table)
+        files = next(
+            (listed[cell, x] for x in self._labels(table, cell) if listed.get((cell, x))), []
+        )
         return (
             np.unique(self._checked.column(table, cell, files[0], "step"))
             if files
@@ -371,34 +375,53 @@ class Recording:
     def activation_statistics(self, cell: str, gate: str) -> PartStats | None:
         """The statistics of a gate's activations that its part files carry in their footers
         (`recorders.write.partstats`: per unit the rows beyond the saturation thresholds, per
-        step the count, sum and a histogram), merged over the files; None where a file carries
-        none (recorded by an older gatetrace or without numba, or holding a NaN or an infinite
-        activation): read the values then. Only the footers are read."""
+        step the count, sum and a histogram), merged over the files in at most `memory` bytes
+        (on coarser bins where finer would need more); None where a file carries none
+        (recorded by an older gatetrace or without numba, or holding a NaN or an infinite
+        activation): read the values then. Only the footers are read; statistics that
+        contradict themselves, the file's rows, the cell or the range of the gate's
+        nonlinearity (a sigmoid's activations lie in [0, 1]) are a RecordingError naming the
+        file, as any other edited part file is."""
         self._values("activation_statistics")
         if gate not in self.gates(cell):
             raise SelectionError(
                 f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
             )
-        found = []
+        found: list[PartStats] = []
         steps, units = self._checked.bounds(cell)["step"][1], self.units(cell)
+        span = RANGES.get(nonlinearity(self.cell(cell), gate))
+        # a merged bin: its count (int64), as bincount gives it (float64), their running sum
+        most = self.memory // 24
+        held = 0  # the bins and steps of the statistics not merged yet
         for rel in self._checked.files("gates").get((cell, gate), []):
             footer = self._checked.footer("gates", cell, rel)
             value = (footer.metadata or {}).get(FOOTER_KEY)
             if value is None:
                 return None
             try:
-                stats = read(value, footer.num_rows)
+                stats = read(value, footer.num_rows, span)
                 if stats.units != units or not all(0 <= s < steps for s in stats.steps):
                     raise ValueError(
                         f"its statistics are of {stats.units} units and steps {stats.steps.min(initial=0)} "
                         f"to {stats.steps.max(initial=0)}, the cell's {units} units and steps 0 to {steps - 1}"
+                    )
+                if found and (stats.low, stats.high) != (found[0].low, found[0].high):
+                    raise ValueError(
+                        f"its statistics count values beyond {stats.low} and {stats.high}, the "
+                        f"other files' beyond {found[0].low} and {found[0].high}"
                     )
             except ValueError as err:
                 raise RecordingError(
                     f"{self.path}/{rel} is not a part file gatetrace wrote ({err}): {DAMAGED}"
                 ) from None
             found.append(stats)
-        return PartStats.merge(found) if found else None
+            held += len(stats.counts) + len(stats.steps)
+            # merged as they come where all at once would take more than the budget (about 48
+            # bytes a bin: the same merge, as the bins nest)
+            if held * 48 > self.memory and len(found) > 1:
+                found = [PartStats.merge(found, most)]
+                held = len(found[0].counts) + len(found[0].steps)
+        return PartStats.merge(found, most) if found else None
 
     def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
         """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or

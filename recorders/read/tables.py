@@ -33,6 +33,7 @@ __all__ = [
     "read_rows",
     "overlapping_rows",
     "dense",
+    "dense_block",
     "file_blocks",
     "part_shares",
 ]
@@ -151,11 +152,27 @@ def dense(
     allot: Callable[[Sequence[int], int, str], None],
 ) -> np.ndarray:
     """`column` of a frame's rows as a float32 [examples, steps, units] array, NaN where no
-    row was read: the example axis holds the `complete` examples (intervals) within
-    `examples`, even those without rows, or, where rows lie outside them, those present.
-    `allot` refuses an array over the memory budget."""
+    row was read: the values of `dense_block`."""
+    return dense_block(df, column, examples, complete, allot).values
+
+
+def dense_block(
+    df: pd.DataFrame,
+    column: str,
+    examples: Range | None,
+    complete: Sequence[Sequence[int]],
+    allot: Callable[[Sequence[int], int, str], None],
+) -> Block:
+    """`column` of a frame's rows as a `Block`: its values a float32 [examples, steps, units]
+    array, NaN where no row was read, `present` saying which (example, step) has rows (a
+    NaN value there is one recorded). The example axis holds the `complete` examples
+    (intervals) within `examples`, even those without rows, or, where rows lie outside them
+    or they are far more than the rows could fill, those present; the step axis runs from
+    the first step read to the last. No array is made from what `complete` claims: `allot`
+    refuses one over the memory budget first."""
     if df.empty:
-        return np.zeros((0, 0, 0), np.float32)
+        none = np.zeros(0, np.int64)
+        return Block(none, none, np.zeros((0, 0, 0), np.float32), np.zeros((0, 0), bool))
     ex = df["example"].to_numpy()
     lo, hi = examples or (None, None)
     ranges = [
@@ -183,7 +200,9 @@ def dense(
     allot(shape, 4, f"an array of {' x '.join(map(str, shape))} (examples, steps, units)")
     out = np.full(shape, np.nan, np.float32)
     out[ex_idx, step - first, df["unit"].to_numpy()] = df[column].to_numpy()
-    return out
+    present = np.zeros(shape[:2], bool)
+    present[ex_idx, step - first] = True
+    return Block(np.asarray(ids, np.int64), np.arange(first, first + shape[1]), out, present)
 
 
 def file_blocks(

@@ -17,7 +17,10 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
 - `Labels`: labels to score units against (`gatetrace view RUN --labels FILE`,
   `recorders.read.labels`); what the view shows with them: `recorders.view.labelled`.
 
-Each answer carries `python`, the code that reproduces it in a notebook.
+Each answer carries `python`, the code that reproduces it in a notebook. Recordings may hold
+infinite and NaN values (a dynamic-range model's preactivations reach -inf and +inf), which
+JSON has no word for: `json_ready` writes each as text, "inf", "-inf" or "nan", wherever it
+lies in an answer; null means there is nothing (no row, no value at that step).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "check_column",
     "column_values",
     "rounded",
+    "json_ready",
 ]
 
 
@@ -435,8 +439,30 @@ def column_values(
 
 
 def rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:
-    """Values for JSON: rounded, NaN as null."""
+    """Values for JSON: rounded, NaN as null (nothing there); an infinity stays one
+    (`json_ready` writes it)."""
     return [None if np.isnan(v) else round(float(v), digits) for v in values]
+
+
+def json_ready(value: Any) -> Any:
+    """`value` (dicts, lists and tuples of numbers, text, booleans and None) as JSON can hold
+    it: every float that is not finite as text, "inf", "-inf" or "nan" (None stays null),
+    numpy's numbers as Python's. What `gatetrace view` answers and `gatetrace compare --json`
+    prints."""
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if np.isfinite(v):
+            return v
+        return "nan" if np.isnan(v) else "inf" if v > 0 else "-inf"
+    return value
 
 
 def _example_ids(rec: Recording, n: int) -> np.ndarray:
@@ -468,9 +494,6 @@ def compared(c: Comparison) -> dict[str, Any]:
     """A comparison (`recorders.read.compare`) as the view's panel shows it: its tables as
     records, the differences per step by cell and gate, the gate first beyond the tolerance."""
 
-    def records(frame) -> list[dict[str, Any]]:
-        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
-
     along: dict[str, dict[str, dict[str, list]]] = {}
     for (cell, gate), g in c.steps.groupby(["cell", "gate"], sort=False):
         along.setdefault(str(cell), {})[str(gate)] = {
@@ -479,22 +502,26 @@ def compared(c: Comparison) -> dict[str, Any]:
             "max_abs": rounded(g["max_abs"].to_numpy(), 9),
         }
     first = c.first_beyond()
-    return {
-        "a": c.a,
-        "b": c.b,
-        "column": c.column,
-        "tolerance": c.tolerance,
-        "inputs": c.inputs,
-        "gates": records(c.gates),
-        "steps": along,
-        "units": records(c.units),
-        "examples": records(c.examples),
-        "first_beyond": None
-        if first is None
-        else {"cell": first[0], "gate": first[1], "step": first[2]},
-        "python": (
-            "from recorders import Recording, compare\n"
-            f"found = compare(Recording({c.a!r}), Recording({c.b!r}), column={c.column!r}, "
-            f"tolerance={c.tolerance!r})\nfound.gates, found.steps, found.first_beyond()"
-        ),
-    }
+    return json_ready(
+        {
+            "a": c.a,
+            "b": c.b,
+            "column": c.column,
+            "tolerance": c.tolerance,
+            "inputs": c.inputs,
+            "gates": c.records("gates"),
+            "steps": along,
+            "units": c.records("units"),
+            "examples": c.records("examples"),
+            # the gates one recording holds and the other does not (recorded with --gates)
+            "not_compared": [n._asdict() for n in c.not_compared],
+            "first_beyond": None
+            if first is None
+            else {"cell": first[0], "gate": first[1], "step": first[2]},
+            "python": (
+                "from recorders import Recording, compare\n"
+                f"found = compare(Recording({c.a!r}), Recording({c.b!r}), column={c.column!r}, "
+                f"tolerance={c.tolerance!r})\nfound.gates, found.steps, found.first_beyond()"
+            ),
+        }
+    )

@@ -15,7 +15,10 @@ Every parameter is parsed into its type and checked against the recording (cells
 states and columns it holds) before anything is read; queries are built by `data` from
 those values, never from text the page sends. A bad parameter gets a 400 with a JSON
 `error`, a question the recording's files cannot answer (a damaged or edited file, see
-`recorders.read.reader`) a 422, a path outside the page's own files a 404: never a traceback. Nothing is served
+`recorders.read.reader`) a 422, one that needs more memory than the reader's budget a 400 (a
+MemoryError, a 503) saying what works, a path outside the page's own files a 404: never a traceback. Every
+answer is JSON as the standard has it: a number it has no word for (an infinite or NaN value,
+which recordings may hold) is sent as text, "inf", "-inf" or "nan" (`data.json_ready`). Nothing is served
 but the page's files and answers about the recording. Everything ships in the installed
 packages: the page needs no internet.
 
@@ -39,7 +42,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from recorders.errors import GatetraceError, RecordingError, SelectionError
+from recorders.errors import GatetraceError, MemoryBudgetError, RecordingError, SelectionError
 from recorders.read.compare import Comparison
 from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
@@ -61,6 +64,13 @@ _PAGE_FILES = {
     "style.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
+
+
+# what a reader short of memory can do about an answer of the view
+_MORE_MEMORY = (
+    "the view reads within half the memory available when it started (its memory budget): close "
+    "other programs and start it again, or read this in Python with Recording(path, memory=...)"
+)
 
 
 def _plotly_js() -> Path:
@@ -201,6 +211,12 @@ def make_app(
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Route
 
+    class Answer(JSONResponse):
+        """JSON as the standard has it: infinities and NaN as text (`data.json_ready`)."""
+
+        def render(self, content: Any) -> bytes:
+            return super().render(data.json_ready(content))
+
     columns = ("preactivation", "activation", *(data.PARTS if rec.has_parts() else ()))
     opened: dict[int, Recording] = {}
 
@@ -226,10 +242,16 @@ def make_app(
     def api(answer: Callable[[_Params], dict[str, Any]]):
         async def endpoint(request):
             try:
-                return JSONResponse(answer(_Params(request.query_params)))
+                return Answer(answer(_Params(request.query_params)))
             # the recording's files cannot answer it (damaged, edited)
             except RecordingError as err:
                 return JSONResponse({"error": str(err)}, status_code=422)
+            # what works here: the view selects as little as it can already
+            except MemoryBudgetError as err:
+                return JSONResponse({"error": str(err.advised(_MORE_MEMORY))}, status_code=400)
+            except MemoryError:
+                error = f"out of memory answering this: {_MORE_MEMORY}"
+                return JSONResponse({"error": error}, status_code=503)
             except (GatetraceError, ValueError, KeyError) as err:
                 message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
                 return JSONResponse({"error": str(message)}, status_code=400)

@@ -186,7 +186,17 @@ class Folder:
                     f"it holds {size:,} bytes, more than the {limit:,} bytes expected",
                     rel,
                 )
-            data = f.read() if limit is None else f.read(limit + 1)
+            if limit is None:
+                data = f.read()
+            else:  # a MiB at a time: reading limit + 1 at once allocates that much first
+                parts, held = [], 0
+                while held <= limit:
+                    part = f.read(min(1 << 20, limit + 1 - held))
+                    if not part:
+                        break
+                    parts.append(part)
+                    held += len(part)
+                data = b"".join(parts)
         if limit is not None and len(data) > limit:
             raise OSError(errno.EFBIG, f"it holds more than the {limit:,} bytes expected", rel)
         return data

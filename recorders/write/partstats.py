@@ -26,9 +26,19 @@ widest.
 Not written (readers then read the values, as for files of older recordings): where numba is
 not installed (the loop below, compiled, counts a gate's 256 x 50 x 256 activations in about
 2.3 ms on a 2-core AMD EPYC; it is not run in numpy beside every batch), and for a file whose
-activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them). `read`
-checks what a footer says before a number is used (the files may come from anyone): its size,
-and that its counts add up to the file's rows.
+activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them).
+
+`read` checks what a footer says before a number is used (the files may come from anyone): its
+size; that its counts add up to the file's rows and its bins to each step's count; that each
+step's least and largest value are finite, in order, and within `span` (the range of the gate's
+nonlinearity, where the reader knows it: [0, 1] for a sigmoid), its mean (sum over count) between
+them, and its bins exactly those of the lattice from the least to the largest value, at most
+`FILE_BINS`; and that values are counted beyond a threshold only where a step reaches past it.
+Statistics that contradict any of this were edited or damaged: a ValueError saying what, which
+the reader turns into one line naming the file, as for any other part file that is not as
+gatetrace writes it (the values of a file known to be edited are not read in their place).
+`PartStats.merge` holds at most `most` bins (a reader's memory budget): coarser where more would
+be needed, each step's quantiles then within its wider bin.
 """
 
 from __future__ import annotations
@@ -120,10 +130,12 @@ class PartStats:
         return np.where(self.count > 0, np.clip(x, self.lo, self.hi), np.nan)
 
     @classmethod
-    def merge(cls, parts: Sequence[PartStats]) -> PartStats:
+    def merge(cls, parts: Sequence[PartStats], most: int | None = None) -> PartStats:
         """The statistics of several row groups or files of one gate, over the steps of all
         of them, each step's histogram on the coarsest of their lattices (ValueError if they
-        disagree on the units or thresholds)."""
+        disagree on the units or thresholds); with `most`, in at most that many bins in all
+        (at least one a step, or three where a step's values span more than one), the
+        lattices made coarser where more would be needed."""
         if not parts:
             raise ValueError("no statistics to merge")
         first = parts[0]
@@ -143,10 +155,13 @@ class PartStats:
             hi[at[has]] = np.maximum(hi[at[has]], p.hi[has])
             exponent[at[has]] = np.maximum(exponent[at[has]], p.exponent[has])
         exponent = np.where(count > 0, exponent, 0)
-        # coarser where pieces far apart would need more than MERGED bins between them
+        # coarser where pieces far apart would need more than MERGED bins between them (fewer,
+        # where `most` bins in all would not hold MERGED + 2 a step): a step whose values span
+        # s lies in at most s / 2^e + 2 bins 2^e wide, s / 2^e < limit
+        limit = MERGED if most is None else min(MERGED, max(most // max(n, 1) - 2, 1))
         with np.errstate(invalid="ignore"):
             span = np.where(count > 0, hi - lo, 0.0)
-        exponent = np.where(span > 0, np.maximum(exponent, np.frexp(span / MERGED)[1]), exponent)
+        exponent = np.where(span > 0, np.maximum(exponent, np.frexp(span / limit)[1]), exponent)
         # every bin of every part, as (step, bin number on the step's coarsest lattice, count)
         step_of, bin_of, counted = [], [], []
         for p, at in zip(parts, where, strict=True):
@@ -444,9 +459,10 @@ def ready() -> None:
         _loop()
 
 
-def read(value: bytes, rows: int) -> PartStats:
-    """The statistics of a part file from its footer's `value`, checked against the file's
-    `rows` (ValueError saying what does not fit)."""
+def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> PartStats:
+    """The statistics of a part file from its footer's `value`, checked (see the module
+    docstring) against the file's `rows` and, where given, `span`, the least and largest value
+    the gate's nonlinearity gives (ValueError saying what does not fit)."""
     try:
         said = json.loads(value)
     except (ValueError, UnicodeDecodeError):
@@ -512,7 +528,7 @@ def read(value: bytes, rows: int) -> PartStats:
         size,
         counts,
     )
-    problem = _problem(stats, rows)
+    problem = _problem(stats, rows, span)
     if problem:
         raise ValueError(f"its statistics {problem}")
     return stats
@@ -522,12 +538,13 @@ def _number(n: object) -> bool:
     return isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
 
 
-def _problem(s: PartStats, rows: int) -> str | None:
+def _problem(s: PartStats, rows: int, span: tuple[float, float] | None = None) -> str | None:
     """What in read statistics does not add up (None if everything does)."""
     if s.size.min(initial=0) < 0 or int(s.size.sum()) != len(s.counts):
         return "have bins that do not add up to their number"
     if (
         np.any((s.count > 0) != (s.size > 0))
+        or np.any(s.size > FILE_BINS)
         or np.any(np.abs(s.exponent) > 2000)
         or np.any(np.abs(s.first) >= 1 << 62)
     ):
@@ -540,12 +557,51 @@ def _problem(s: PartStats, rows: int) -> str | None:
         return "have bins that do not add up to their counts"
     if int(s.count.sum()) != rows:
         return f"count {int(s.count.sum()):,} values, the file holds {rows:,}"
-    present = s.count > 0
-    if not (np.all(np.isfinite(s.lo[present])) and np.all(s.lo[present] <= s.hi[present])):
+    at = np.flatnonzero(s.count > 0)
+    lo, hi, count = s.lo[at], s.hi[at], s.count[at]
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo <= hi)):
         return "have a step whose least value is above its largest"
+    if span is not None and (np.any(lo < span[0]) or np.any(hi > span[1])):
+        k = int(np.argmax((lo < span[0]) | (hi > span[1])))
+        return (
+            f"put step {int(s.steps[at[k]])}'s values at {lo[k]:g} to {hi[k]:g}, outside the "
+            f"gate's range, {span[0]:g} to {span[1]:g}"
+        )
+    # the mean (sum over count) between them, but for the rounding of a float64 sum of count
+    # float32 values: at most count x 2^-53 of their largest magnitude
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = s.total[at] / count
+        slack = count * 2.0**-52 * np.maximum(np.abs(lo), np.abs(hi))
+        off = ~((lo - slack <= mean) & (mean <= hi + slack))
+    if np.any(off):
+        k = int(np.argmax(off))
+        return (
+            f"give step {int(s.steps[at[k]])} a mean of {mean[k]:g} (its sum over its count), "
+            f"outside its least and largest value, {lo[k]:g} and {hi[k]:g}"
+        )
+    # its bins: those of the lattice 2^exponent wide from the least value to the largest
+    e = s.exponent[at]
+    with np.errstate(over="ignore", invalid="ignore"):
+        first = np.floor(np.ldexp(lo, -e))
+        last = np.floor(np.ldexp(hi, -e))
+    if not (
+        np.array_equal(first, s.first[at].astype(np.float64))
+        and np.array_equal(last - first + 1, s.size[at].astype(np.float64))
+    ):
+        k = int(np.argmax((first != s.first[at]) | (last - first + 1 != s.size[at])))
+        return (
+            f"put step {int(s.steps[at[k]])}'s bins at {int(s.first[at[k]]):,} to "
+            f"{int(s.first[at[k]] + s.size[at[k]] - 1):,} of 2^{int(e[k])}, not where its least "
+            f"and largest value, {lo[k]:g} and {hi[k]:g}, lie"
+        )
     if s.below is not None and s.above is not None:
         if min(s.below.min(initial=0), s.above.min(initial=0)) < 0 or np.any(
             s.below + s.above > s.rows
         ):
             return "count more values beyond the thresholds than a unit has rows"
+        if s.low is not None and s.high is not None and len(at):
+            if (s.below.sum() > 0 and lo.min() >= s.low) or (
+                s.above.sum() > 0 and hi.max() <= s.high
+            ):
+                return "count values beyond a threshold that no step's values reach"
     return None

@@ -24,6 +24,11 @@ EXAMPLE = (
     "--top 3"
 )
 READS_MODEL, RUNS_MODEL, TENSORFLOW = False, False, False
+# what `gatetrace` says after a MemoryError (compare reads each gate whole, within half the memory
+# available: no option of its own needs less)
+OUT_OF_MEMORY = (
+    "compare reads each gate of both recordings whole; close other programs and run it again"
+)
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -118,31 +123,32 @@ def run(args: argparse.Namespace) -> None:
         )
     first = found.first_beyond()
     if args.json:
+        from recorders.view.data import json_ready
+
         print(
             json.dumps(
-                {
-                    "a": found.a,
-                    "b": found.b,
-                    "column": found.column,
-                    "tolerance": found.tolerance,
-                    "inputs": found.inputs,
-                    "first_beyond": None
-                    if first is None
-                    else {"cell": first[0], "gate": first[1], "step": first[2]},
-                    **{
-                        level: _records(getattr(found, level))
-                        for level in ("gates", "steps", "units", "examples")
-                    },
-                }
+                json_ready(
+                    {
+                        "a": found.a,
+                        "b": found.b,
+                        "column": found.column,
+                        "tolerance": found.tolerance,
+                        "inputs": found.inputs,
+                        "first_beyond": None
+                        if first is None
+                        else {"cell": first[0], "gate": first[1], "step": first[2]},
+                        **{
+                            level: found.records(level)
+                            for level in ("gates", "steps", "units", "examples")
+                        },
+                        "not_compared": [n._asdict() for n in found.not_compared],
+                    }
+                ),
+                allow_nan=False,
             )
         )
         return
     _print(found, first, a, b, args)
-
-
-def _records(frame) -> list[dict]:
-    """A frame's rows for JSON, every float exact (pandas' own JSON rounds them), NaN as null."""
-    return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
 
 def _print(found, first, a, b, args) -> None:
@@ -161,6 +167,9 @@ def _print(found, first, a, b, args) -> None:
         return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
     print(table(found.gates))
+    for n in found.not_compared:
+        held = f"recorded in {n.only_in} only" if n.only_in else "recorded in neither"
+        print(f"not compared: gate {n.gate} of cell {n.cell} ({held})")
     print("\nmean absolute difference along the steps:")
     wide = found.steps.pivot_table(
         index="step", columns=["cell", "gate"], values="mean_abs", sort=False

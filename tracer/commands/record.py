@@ -28,6 +28,7 @@ from tracer.commands.record_runs import (
 NAME = "record"
 HELP = "record every gate, state and weight of every cell to Parquet"
 EXAMPLE = "gatetrace record gatetrace-demo/model/model.ckpt --feed inputs=gatetrace-demo/inputs.npy --out run1/"
+OUT_OF_MEMORY = "select fewer examples, steps or cells, or give a smaller --batch-size"
 READS_MODEL, RUNS_MODEL = True, True
 
 

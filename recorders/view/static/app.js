@@ -26,8 +26,20 @@ function showError(message) {
   $("error").hidden = false;
 }
 
+// A number JSON has no word for (an infinite or NaN value: recordings may hold them) comes as
+// text, "inf", "-inf" or "nan"; null is nothing there. Tables show the text, plots leave the
+// point out (and say where, `notDrawn`).
+const finite = (v) => (typeof v === "number" ? v : null);
+const plotted = (values) => values.map(finite);
+function notDrawn(name, steps, values) {
+  const odd = steps.map((s, k) => [s, values[k]]).filter(([, v]) => typeof v === "string");
+  if (!odd.length) return "";
+  const shown = odd.slice(0, 3).map(([s, v]) => `${v} at step ${s}`).join(", ");
+  return ` (${name} ${shown}${odd.length > 3 ? ` and ${odd.length - 3} more` : ""}: not drawn)`;
+}
+
 // numbers as a reader takes them in: 4 decimals, bytes in KB/MB/GB
-const fixed4 = (v) => (v === null || v === undefined ? "" : Number(v).toFixed(4));
+const fixed4 = (v) => (v === null || v === undefined ? "" : typeof v === "string" ? v : Number(v).toFixed(4));
 function size(bytes) {
   const units = ["bytes", "KB", "MB", "GB", "TB"];
   let k = 0, v = bytes;
@@ -141,11 +153,11 @@ function drawOverview(name) {
     const band = document.createElement("div");
     $("bands").appendChild(band);
     Plotly.newPlot(band, [
-      { x: g.steps, y: g.high, mode: "lines", line: { width: 0 }, showlegend: false, hoverinfo: "skip" },
+      { x: g.steps, y: plotted(g.high), mode: "lines", line: { width: 0 }, showlegend: false, hoverinfo: "skip" },
       // from the statistics the files carry: each percentile within a histogram bin of the exact one
-      { x: g.steps, y: g.low, mode: "lines", line: { width: 0 }, fill: "tonexty",
+      { x: g.steps, y: plotted(g.low), mode: "lines", line: { width: 0 }, fill: "tonexty",
         name: g.within > 0 ? `10th-90th percentile (within ${g.within.toPrecision(2)})` : "10th-90th percentile" },
-      { x: g.steps, y: g.mean, mode: "lines", name: "mean" }],
+      { x: g.steps, y: plotted(g.mean), mode: "lines", name: "mean" + notDrawn("mean", g.steps, g.mean) }],
       { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 48, r: 10, b: 78 }, showlegend: true,
         legend: { orientation: "h", y: -0.62, font: { size: 10 } },
         xaxis: { title: { text: "step" } }, yaxis: { title: { text: "activation" } } },
@@ -182,7 +194,7 @@ async function showHeatmap() {
   // one colour scale per gate and column, the same for every sequence (LSTMVis', TensorBoard's way):
   // a diverging map for signed values, centred on 0
   const what = h.kind === "gate" ? h.column : h.label;
-  const traces = [{ z: h.values, x: h.units, y: ticks, type: "heatmap", text, hoverinfo: "text",
+  const traces = [{ z: h.values.map(plotted), x: h.units, y: ticks, type: "heatmap", text, hoverinfo: "text",
     colorscale: h.scale.signed ? "RdBu" : "Viridis", reversescale: h.scale.signed, zmin: h.scale.lo, zmax: h.scale.hi,
     colorbar: { title: { text: what, side: "right" } } }];
   const layout = { title: { text: `${h.cell} ${h.label}${h.kind === "gate" ? " " + h.column : ""}, example ${h.example}` }, dragmode: "select",
@@ -237,8 +249,8 @@ async function showUnit(unit) {
   $("unit-title").textContent = `${u.cell} ${u.gate} unit ${u.unit}`;
   $("unit-hint").hidden = true;
   $("course").hidden = false;
-  await Plotly.newPlot($("course"), [{ x: u.steps, y: u.values, mode: "lines+markers", name: `example ${u.example}` }],
-    { title: { text: `unit ${u.unit} along example ${u.example}` }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: u.column } }, margin: { t: 40 } });
+  await Plotly.newPlot($("course"), [{ x: u.steps, y: plotted(u.values), mode: "lines+markers", name: `example ${u.example}` }],
+    { title: { text: `unit ${u.unit} along example ${u.example}${notDrawn(u.column, u.steps, u.values)}` }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: u.column } }, margin: { t: 40 } });
   const table = $("top");
   table.querySelector("tbody").innerHTML = "";
   u.top.example.forEach((e, k) => row(table, [k + 1, e, u.top.step[k], fixed4(u.top.value[k]), openLink(e)]));
@@ -252,8 +264,8 @@ async function showParts(step) {
   $("parts-title").textContent = `${r.cell} ${r.gate}, example ${r.example}, step ${r.step}`;
   $("parts-note").textContent = "input + recurrent + bias (+ recurrent_bias) = preactivation; a peephole is beside it, not in it.";
   const names = ["input", "recurrent", "bias", "recurrent_bias", "peephole"].filter((k) => r[k].some((v) => v !== null));
-  const traces = names.map((k) => ({ x: r.units, y: r[k], type: "bar", name: k }));
-  traces.push({ x: r.units, y: r.preactivation, mode: "markers", name: "preactivation", marker: { color: "black" } });
+  const traces = names.map((k) => ({ x: r.units, y: plotted(r[k]), type: "bar", name: k }));
+  traces.push({ x: r.units, y: plotted(r.preactivation), mode: "markers", name: "preactivation", marker: { color: "black" } });
   await Plotly.newPlot($("parts"), traces, { barmode: "relative", xaxis: { title: { text: "unit" }, dtick: 1 }, margin: { t: 20 } });
   $("parts-python").textContent = r.python;
 }
@@ -324,12 +336,14 @@ async function loadCompare() {
   $("compare-source").textContent = c.b;
   const f = c.first_beyond;
   $("compare-note").textContent = `${c.column}, B - A; inputs: ${c.inputs}; beyond: a difference above ${c.tolerance}. ` +
-    (f ? `First beyond: gate ${f.gate} of ${f.cell}, at step ${f.step}.` : `No gate differs by more than ${c.tolerance} at any step.`);
-  const shown = (v) => (v === null || v === undefined ? "" : Number(v).toPrecision(3));
+    (f ? `First beyond: gate ${f.gate} of ${f.cell}, at step ${f.step}.` : `No gate differs by more than ${c.tolerance} at any step.`) +
+    // gates one recording holds and the other does not (recorded with --gates)
+    c.not_compared.map((n) => ` Not compared: gate ${n.gate} of ${n.cell} (${n.only_in ? `recorded in ${n.only_in} only` : "recorded in neither"}).`).join("");
+  const shown = (v) => (v === null || v === undefined ? "" : typeof v === "string" ? v : Number(v).toPrecision(3));
   for (const id of ["compare-gates", "compare-units", "compare-examples"]) $(id).querySelector("tbody").innerHTML = "";
   for (const g of c.gates) {
     row($("compare-gates"), [g.cell, g.gate, shown(g.max_abs), shown(g.mean_abs), shown(g.rmse), shown(g.units_beyond),
-      g.first_step_beyond === null ? "none" : g.first_step_beyond, g.saturated_a_only, g.saturated_b_only]);
+      g.first_step_beyond === null ? "none" : g.first_step_beyond, g.saturated_a_only, g.saturated_b_only, g.nan_a_only, g.nan_b_only]);
   }
   for (const u of c.units) row($("compare-units"), [u.cell, u.gate, u.unit, shown(u.max_abs), shown(u.mean_abs)]);
   for (const e of c.examples) row($("compare-examples"), [e.cell, e.gate, e.example, shown(e.max_abs), shown(e.mean_abs), openLink(e.example)]);
@@ -339,7 +353,7 @@ async function loadCompare() {
 
 function drawCompare(cell) {
   const traces = Object.entries(state.compare.steps[cell] || {}).map(([gate, g]) => (
-    { x: g.step, y: g.mean_abs, mode: "lines+markers", name: gate }));
+    { x: g.step, y: plotted(g.mean_abs), mode: "lines+markers", name: gate + notDrawn("mean", g.step, g.mean_abs) }));
   Plotly.newPlot($("compare-steps"), traces,
     { title: { text: `${cell}: mean |B - A| along the steps` }, margin: { t: 30, l: 60, r: 10, b: 40 },
       xaxis: { title: { text: "step" } }, yaxis: { title: { text: "mean |B - A|" }, rangemode: "tozero" } },
