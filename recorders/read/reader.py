@@ -50,7 +50,7 @@ from recorders.read.tables import (
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
-from recorders.write.totals import RANGES, nonlinearity
+from recorders.write.totals import RANGES
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -380,8 +380,8 @@ class Recording:
         (recorded by an older gatetrace or without numba, or holding a NaN or an infinite
         activation): read the values then. Only the footers are read; statistics that
         contradict themselves, the file's rows, the cell or the range of the gate's
-        nonlinearity (a sigmoid's activations lie in [0, 1]) are a RecordingError naming the
-        file, as any other edited part file is."""
+        nonlinearity as the description lists it (a sigmoid's activations lie in [0, 1]) are a
+        RecordingError naming the file, as any other edited part file is."""
         self._values("activation_statistics")
         if gate not in self.gates(cell):
             raise SelectionError(
@@ -389,7 +389,11 @@ class Recording:
             )
         found: list[PartStats] = []
         steps, units = self._checked.bounds(cell)["step"][1], self.units(cell)
-        span = RANGES.get(nonlinearity(self.cell(cell), gate))
+        # the range of the gate's nonlinearity, where the description lists it (as gatetrace
+        # record does): a guess from a gate's name would refuse a writer's own values
+        listed = self.cell(cell).get("nonlinearities")
+        named = listed.get(gate) if isinstance(listed, dict) else None
+        span = RANGES.get(named.lower()) if isinstance(named, str) else None
         # a merged bin: its count (int64), as bincount gives it (float64), their running sum
         most = self.memory // 24
         held = 0  # the bins and steps of the statistics not merged yet

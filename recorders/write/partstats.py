@@ -31,7 +31,7 @@ activations hold a NaN or an infinite value (or a bin more than 2^32 - 1 of them
 `read` checks what a footer says before a number is used (the files may come from anyone): its
 size; that its counts add up to the file's rows and its bins to each step's count; that each
 step's least and largest value are finite, in order, and within `span` (the range of the gate's
-nonlinearity, where the reader knows it: [0, 1] for a sigmoid), its mean (sum over count) between
+nonlinearity, where the recording's description lists it: [0, 1] for a sigmoid), its mean (sum over count) between
 them, and its bins exactly those of the lattice from the least to the largest value, at most
 `FILE_BINS`; and that values are counted beyond a threshold only where a step reaches past it.
 Statistics that contradict any of this were edited or damaged: a ValueError saying what, which
