@@ -529,3 +529,23 @@ def test_every_layout_s_files_carry_the_same_statistics(tmp_path, compression):
             abs(stats.quantile(0.5)[k] - np.quantile(at, 0.5, method="inverted_cdf"))
             <= 2 * np.ptp(at) / BINS
         )
+
+
+def test_values_beyond_a_guessed_range_are_a_writer_s_own(tmp_path):
+    """A description written through `RecordingWriter` lists no nonlinearities: a gate `f` with
+    values up to 5 is the writer's own (its sigmoid is only a guess from the name), read from
+    its footer, each step's mean numpy's; where the description lists sigmoid, the same footer
+    is refused as edited."""
+    cell = {"name": "a", "gates": ["f"], "states": [], "units": 2, "steps": 3}
+    values = np.random.RandomState(0).uniform(0, 5, (4, 3, 2)).astype(np.float32)
+    for listed, run in ((None, tmp_path / "own"), ({"f": "sigmoid"}, tmp_path / "listed")):
+        described = {**cell, "nonlinearities": listed} if listed else cell
+        with RecordingWriter(run, {"cells": [described]}, examples=(0, 4)) as writer:
+            writer.begin(0, 4)
+            writer.write_gate("a", "f", np.arange(4), np.arange(3), None, values)
+            writer.commit()
+    stats = Recording(tmp_path / "own").activation_statistics("a", "f")
+    assert stats is not None
+    np.testing.assert_allclose(stats.mean, values.astype(np.float64).mean(axis=(0, 2)), rtol=1e-12)
+    with pytest.raises(RecordingError, match="outside the gate's range, 0 to 1"):
+        Recording(tmp_path / "listed").activation_statistics("a", "f")
