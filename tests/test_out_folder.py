@@ -247,6 +247,31 @@ def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path,
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_recording_is_never_written_inside_the_model_folder_it_reads(
+    overwrite, model, tmp_path, capsys
+):
+    """The model given as its folder (a checkpoint's here, as a SavedModel's): an --out inside
+    it is refused in one line, new or not, and the folder is left as it was (before: a new
+    --out inside it was recorded into)."""
+    path, x = model
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for f in Path(path).parent.iterdir():
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    out = folder / "run"
+    argv = record(model, out, *(["--overwrite"] if overwrite else []))
+    argv[1] = str(folder)
+    before = snapshot(folder)
+    msg = error(capsys, argv)
+    assert msg == (
+        f"--out {out} lies inside {folder}, which this command reads: gatetrace writes nothing into "
+        "its inputs; give an --out outside it"
+    )
+    assert snapshot(folder) == before and not out.exists()
+
+
 @pytest.mark.parametrize("how", ["remove_folder_at", "walk_and_remove_at"])
 def test_a_folder_is_removed_by_handle_and_what_its_links_point_to_is_kept(tmp_path, how):
     """Removing a folder of a recording (the shutil walk of Python 3.11+, and the walk by hand

@@ -26,6 +26,7 @@ __all__ = [
     "kind_at",
     "refuse_non_folder",
     "refuse_inputs_inside",
+    "refuse_out_inside_inputs",
     "refuse_links",
     "foreign_entries",
     "temp_sibling",
@@ -120,6 +121,25 @@ def refuse_inputs_inside(
             f"{option('overwrite')} would delete what this recording reads: {listing(inside, 3)} lie{'s' if len(inside) == 1 else ''} inside "
             f"{option('out', out)}; write the new recording to another folder, or move {'it' if len(inside) == 1 else 'them'} out first"
         )
+
+
+def refuse_out_inside_inputs(
+    out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]
+) -> None:
+    """Refuse (OutputExistsError) an `out` that is, or lies inside, a folder the command reads
+    (a SavedModel's folder, a checkpoint's folder given as the model; `inputs`, local paths,
+    links followed; URIs and None are passed over): gatetrace writes nothing into its inputs."""
+    if is_uri(os.fspath(out)):
+        return
+    target = Path(out).resolve()
+    for p in inputs:
+        if p is None or is_uri(os.fspath(p)) or not Path(p).is_dir():
+            continue
+        if target.is_relative_to(Path(p).resolve()):
+            raise OutputExistsError(
+                f"{option('out', out)} lies inside {os.fspath(p)}, which this command reads: gatetrace writes "
+                "nothing into its inputs; give an --out outside it"
+            )
 
 
 def foreign_entries(

@@ -28,6 +28,7 @@ from recorders.write.files import (
     refuse_inputs_inside,
     refuse_links,
     refuse_non_folder,
+    refuse_out_inside_inputs,
     temp_sibling,
 )
 from recorders.write.layout import UNREADABLE
@@ -149,10 +150,11 @@ def previous_progress(
     """Check what `--out` holds; return this shard's previous progress when resuming (see
     the module docstring). `reads` are the model and input files, which --overwrite may not
     delete."""
-    out = target.shown
+    out, reads = target.shown, list(reads)
+    refuse_out_inside_inputs(out, reads)
     if overwrite:
         check_out(out, overwrite, ours=not_a_recording)
-        refuse_inputs_inside(out, list(reads))
+        refuse_inputs_inside(out, reads)
         out = target.out  # a new, empty sibling
     place = target.place
     found = read_progress(place)
