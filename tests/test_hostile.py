@@ -605,14 +605,16 @@ def test_a_fault_under_overwrite_says_the_old_recording_is_kept(three_batches, t
     argv, clean = three_batches
     out = tmp_path / "out"
     assert main([*argv, "--out", str(out)]) == 0
-    before = _snapshot(out)
+    table = tmp_path / "weights.parquet"  # beside the recording: nothing is written inside one
+    assert main(["weights", argv[1], "--out", str(table)]) == 0
+    before, table_before = _snapshot(out), table.read_bytes()
     weights = (clean / "weights.parquet").stat().st_size
     for command, limit in (
         (
             [*argv, "--out", str(out), "--overwrite"],
             max(p.stat().st_size for p in batch_files(clean, 0, 8)) + weights,
         ),
-        (["weights", argv[1], "--out", str(out / "weights.parquet"), "--overwrite"], weights // 2),
+        (["weights", argv[1], "--out", str(table), "--overwrite"], weights // 2),
     ):
         result = subprocess.run(
             [sys.executable, "-m", "tracer.cli", *command],
@@ -633,10 +635,11 @@ def test_a_fault_under_overwrite_says_the_old_recording_is_kept(three_batches, t
         else:
             assert (
                 line
-                == f"gatetrace: error: cannot write {out / 'weights.parquet'}: File too large; the file there is left as it was: fix the cause and rerun"
+                == f"gatetrace: error: cannot write {table}: File too large; the file there is left as it was: fix the cause and rerun"
             )
         assert (
             _snapshot(out) == before
+            and table.read_bytes() == table_before
             and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
         )
 

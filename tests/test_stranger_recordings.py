@@ -278,7 +278,11 @@ def test_a_selection_larger_than_the_memory_budget_is_refused_before_it_is_read(
     ):
         rec.gate_frame()
     assert (
-        len(Recording(pristine / "run", memory=4_000).gate_frame([LSTM], ["f"], examples=(0, 1)))
+        len(
+            Recording(pristine / "run", memory=4_000).gate_frame(
+                [LSTM], ["f"], examples=(0, 1), columns=["preactivation", "activation"]
+            )
+        )
         == 5 * 3
     )
 
