@@ -25,10 +25,13 @@ READS_MODEL, RUNS_MODEL = True, False
 
 def needs_tensorflow(args: argparse.Namespace) -> bool:
     """A `.tflite` file is read and tried with its runtime alone (a recording is read in
-    `early`, before this is asked): `tracer.load.formats.without_tensorflow`."""
+    `early`, before this is asked): `tracer.load.formats.without_tensorflow`. TensorFlow's
+    own interpreter is part of TensorFlow: with it the command loads TensorFlow as the others
+    do, its start-up lines quiet (`tracer.cli`)."""
     from tracer.load.formats import without_tensorflow
+    from tracer.load.lite_runtime import imports_tensorflow
 
-    return not without_tensorflow(args.model)
+    return not without_tensorflow(args.model) or imports_tensorflow()
 
 
 def arguments(c: argparse.ArgumentParser) -> None:

@@ -53,7 +53,14 @@ import numpy as np
 
 from recorders.errors import ModelFormatError, install_hint
 
-__all__ = ["LiteRuntime", "RUNTIMES", "ENVIRONMENT", "runtime", "as_the_runtime_reads"]
+__all__ = [
+    "LiteRuntime",
+    "RUNTIMES",
+    "ENVIRONMENT",
+    "runtime",
+    "imports_tensorflow",
+    "as_the_runtime_reads",
+]
 
 ENVIRONMENT = "GATETRACE_LITE_RUNTIME"
 
@@ -71,7 +78,8 @@ class LiteRuntime:
     first: tuple[str, ...] = ()
 
     def schema(self) -> Any:
-        """This runtime's `schema_py_generated`."""
+        """This runtime's `schema_py_generated` (what its package imports first, first)."""
+        self._first()
         return importlib.import_module(self.schema_module)
 
     def parse(self, content: bytes) -> Any:
@@ -84,8 +92,7 @@ class LiteRuntime:
     def interpreter(self, content: bytes) -> Any:
         """An interpreter of the file `content`, its tensors not yet allocated: builtin
         kernels only, every tensor kept after a run."""
-        for name in self.first:
-            importlib.import_module(name)
+        self._first()
         runtime = importlib.import_module(self.module)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TensorFlow's notice that LiteRT succeeds it
@@ -94,6 +101,13 @@ class LiteRuntime:
                 experimental_preserve_all_tensors=True,
                 experimental_op_resolver_type=runtime.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             )
+
+    def _first(self) -> None:
+        """Import what comes before any module of the package: TensorFlow through `tracer._tf`,
+        whose start-up lines it shows only at the severities TF_CPP_MIN_LOG_LEVEL asks for (an
+        import of `tensorflow.lite` itself would show them all)."""
+        for name in self.first:
+            importlib.import_module(name)
 
     def describe(self) -> str:
         """The package and its version (`ai-edge-litert 2.3.0`), as `inspect` and a
@@ -206,3 +220,12 @@ def _chosen(asked: str | None) -> LiteRuntime:
 def runtime() -> LiteRuntime:
     """The runtime `.tflite` files are read and run with (see the module docstring)."""
     return _chosen(os.environ.get(ENVIRONMENT) or None)
+
+
+def imports_tensorflow() -> bool:
+    """Whether the runtime `runtime()` chooses imports TensorFlow (TensorFlow's own); False
+    where it refuses the choice, which it says when asked."""
+    try:
+        return "tracer._tf" in runtime().first
+    except ModelFormatError:
+        return False

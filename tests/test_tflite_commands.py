@@ -1,0 +1,150 @@
+"""TensorFlow Lite files at the command line, as users convert them and meet them.
+
+- A file gatetrace refuses (a Flex op, a loop calling itself, an unrolled LSTM, a full-integer
+  LSTM with an int8 cell state) is one line on stderr and exit 2 from every command that reads
+  a model, on LiteRT's interpreter and on TensorFlow's, in a fresh process that sets no
+  TF_CPP_MIN_LOG_LEVEL (TensorFlow's own start-up lines would show).
+
+The files are converted here by TensorFlow's converter (`tf.lite.TFLiteConverter`); the
+refused ones are real converters' output, or such a file edited through TensorFlow Lite's own
+flatbuffer schema (the helpers of tests/test_tflite.py and tests/test_tflite_integer.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.test_keras import keras_module
+
+T, D, H = 5, 3, 4
+
+# the commands that read a model, each with what it takes beyond the model (OUT: a new path)
+COMMANDS = {
+    "inspect": [],
+    "record": ["--feed", "seq={x}", "--out", "{out}"],
+    "weights": ["--out", "{out}.parquet"],
+}
+
+
+def _convert(model, **settings) -> bytes:
+    from tracer._tf import tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    for name, value in settings.items():
+        setattr(converter, name, value)
+    return converter.convert()
+
+
+def _one_layer(framework: str, layer: str, **options):
+    keras = keras_module(framework)
+    inputs = keras.Input((T, D), batch_size=1, name="seq")
+    kind = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}[layer]
+    return keras.Model(inputs, kind(H, return_sequences=True, name=layer, **options)(inputs))
+
+
+def _full_integer(model) -> bytes:
+    """`model` converted for integer arithmetic (int8 activations and weights), fed and
+    returning int8 codes."""
+    from tracer._tf import tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.RandomState(0)
+    converter.representative_dataset = lambda: (
+        [rng.normal(0, 1, (1, T, D)).astype(np.float32)] for _ in range(20)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """Four files gatetrace refuses, by what each holds: {what: path}."""
+    from tests.test_tflite import _body_calls_itself, _changed
+    from tests.test_tflite_integer import _eight_bit_cell
+    from tracer._tf import tf
+
+    root = tmp_path_factory.mktemp("refused")
+    # a Keras 3 LSTM's tensor lists kept as TensorFlow ops (Flex ops), as the converter suggests
+    flex = tf.lite.TFLiteConverter.from_keras_model(_one_layer("keras3", "lstm"))
+    flex.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+    flex._experimental_lower_tensor_list_ops = False
+    (root / "flex.tflite").write_bytes(flex.convert())
+    (root / "loop.tflite").write_bytes(_convert(_one_layer("keras3", "lstm")))
+    (root / "calls itself.tflite").write_bytes(_changed(root, _body_calls_itself, "loop"))
+    (root / "unrolled.tflite").write_bytes(_convert(_one_layer("tf-keras", "lstm", unroll=True)))
+    (root / "integer.tflite").write_bytes(_full_integer(_one_layer("tf-keras", "lstm")))
+    (root / "int8 cell.tflite").write_bytes(_changed(root, _eight_bit_cell, "integer"))
+    np.save(root / "x.npy", np.zeros((2, T, D), np.float32))
+    return {
+        what: root / f"{what}.tflite" for what in ("flex", "calls itself", "unrolled", "int8 cell")
+    }
+
+
+# Run in a fresh process: each command on each file in turn, what each call writes to file
+# descriptor 2 (TensorFlow's C++ logs too) kept apart; the results as JSON in a file.
+_EACH_CALL = """
+import json, os, sys, tempfile
+from tracer.cli import main
+said = []
+for args in json.loads(sys.argv[1]):
+    with tempfile.TemporaryFile() as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            code = main(args)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        said.append([code, err.read().decode(errors="replace")])
+open(sys.argv[2], "w").write(json.dumps(said))
+"""
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tensorflow"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_refuses_a_file_in_one_line_on_both_runtimes(
+    refused, tmp_path, runtime, command
+):
+    """`inspect` with TensorFlow's interpreter printed TensorFlow's start-up lines (absl,
+    oneDNN, cudart: 7 lines) before its error: it imported `tensorflow.lite` itself, past the
+    filter `tracer._tf` applies and before the command line quietened TensorFlow. Each command,
+    in a fresh process without TF_CPP_MIN_LOG_LEVEL, is one line and exit 2 on each file (the
+    files rotate, so that each is some process's first, when TensorFlow loads); nothing is
+    written."""
+    files = list(refused.items())
+    turn = list(COMMANDS).index(command) + 3 * (runtime == "tensorflow")
+    files = files[turn % len(files) :] + files[: turn % len(files)]
+    x = next(iter(refused.values())).parent / "x.npy"
+    calls = [
+        [command, str(path)]
+        + [a.format(x=x, out=tmp_path / f"out {what}") for a in COMMANDS[command]]
+        for what, path in files
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GATETRACE_DEBUG")
+    }
+    env["GATETRACE_LITE_RUNTIME"] = runtime
+    done = subprocess.run(
+        [sys.executable, "-c", _EACH_CALL, json.dumps(calls), str(tmp_path / "said.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    said = json.loads((tmp_path / "said.json").read_text())
+    for (what, _), (code, err) in zip(files, said, strict=True):
+        assert code == 2 and err.count("\n") == 1, (what, err)
+        assert err.startswith("gatetrace: error: ") and err.endswith("\n"), (what, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["said.json"]
