@@ -647,6 +647,7 @@ def _limit_an_open_dimension(model, fb) -> None:
             f"([{T}, 1, -1]) until it runs",
         ),
     ],
+    ids=["changed-by-the-body", "computed", "an-open-dimension"],
 )
 def test_a_loop_whose_bound_the_file_does_not_give_is_refused_naming_what(
     models, tmp_path, change, says
