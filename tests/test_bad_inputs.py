@@ -225,7 +225,7 @@ CASES = {
     ),
     "unknown feed name": (
         ["record", M, "--feed", "nope={d}/x.npy", "--out", "{o}"],
-        "unknown feed 'nope': the graph has no tensor nope:0",
+        "unknown feed 'nope': {d}/ckpt/model.ckpt has no op named nope; its placeholders are x",
     ),
     "feed of another tensor's shape": (
         ["record", M, "--feed", "unstack={d}/x.npy", "--out", "{o}"],

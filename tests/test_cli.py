@@ -190,7 +190,11 @@ def test_graph_without_rnn_cell(tmp_path, capsys):
 @pytest.mark.parametrize(
     "feed, expected",
     [
-        ("nope={x}", "unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"),
+        (
+            "nope={x}",
+            "unknown feed 'nope': {path} has no op named nope; its placeholders are x: feed those the "
+            "cells need by name (gatetrace inspect {path} lists them), e.g. --feed x=FILE.npy",
+        ),
         # any feedable tensor
         (
             "unstack={x}",
@@ -225,7 +229,8 @@ def test_bad_feeds(model, tmp_path, capsys, feed, expected):
         bad_rank=tmp_path / "bad_rank.npy",
     )
     out = tmp_path / "out"
-    assert fails(capsys, ["record", path, "--feed", feed, "--out", str(out)]) == expected
+    said = fails(capsys, ["record", path, "--feed", feed, "--out", str(out)])
+    assert said == expected.format(path=path)
     assert not out.exists()
 
 
@@ -328,7 +333,8 @@ def test_command_output_is_free_of_tensorflow_noise(model, tmp_path):
     result = run("record", path, "--feed", f"nope={x}", "--out", str(tmp_path / "o"))
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines() == [
-        "gatetrace: error: unknown feed 'nope': the graph has no tensor nope:0; its placeholders are x"
+        f"gatetrace: error: unknown feed 'nope': {path} has no op named nope; its placeholders are x: feed "
+        f"those the cells need by name (gatetrace inspect {path} lists them), e.g. --feed x=FILE.npy"
     ]
 
 

@@ -33,13 +33,18 @@ READS_MODEL, RUNS_MODEL = True, True
 
 
 def early(args: argparse.Namespace) -> bool:
-    """Before TensorFlow loads: the model is there, no input is fed twice, and the input files
-    open (a user error in well under a second); then the recording runs (False)."""
+    """Before TensorFlow loads: the model is there, no input is fed twice, the input files
+    open, and each feed names something the model's file names (`tracer.load.feed_names`;
+    a series' checkpoints are left to their loader): a user error in well under a second;
+    then the recording runs (False)."""
     from tracer.inputs.files import split_feeds
+    from tracer.load.feed_names import check_feed_names
 
     check_model_path(args.model)
-    split_feeds(args.feed)
+    fed = split_feeds(args.feed)
     check_input_files(args.feed, args.lengths)
+    if not args.checkpoints:
+        check_feed_names(args.model, [name for name, _ in fed], args.signature)
     return False
 
 
