@@ -4,6 +4,9 @@
   LSTM with an int8 cell state) is one line on stderr and exit 2 from every command that reads
   a model, on LiteRT's interpreter and on TensorFlow's, in a fresh process that sets no
   TF_CPP_MIN_LOG_LEVEL (TensorFlow's own start-up lines would show).
+- One model converted float, dynamic range and full integer (float16 too, for a Keras 3 one)
+  gives its cells the same names in every file: the name the file's signature gives the
+  layer's output.
 
 The files are converted here by TensorFlow's converter (`tf.lite.TFLiteConverter`); the
 refused ones are real converters' output, or such a file edited through TensorFlow Lite's own
@@ -20,6 +23,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.conftest import run_cli
 from tests.test_keras import keras_module
 
 T, D, H = 5, 3, 4
@@ -148,3 +152,92 @@ def test_every_command_refuses_a_file_in_one_line_on_both_runtimes(
         assert code == 2 and err.count("\n") == 1, (what, err)
         assert err.startswith("gatetrace: error: ") and err.endswith("\n"), (what, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["said.json"]
+
+
+# the converter's settings of each kind of file: float, float16 weights, dynamic range (int8
+# weights, float activations), full integer (int8 activations and weights)
+QUANTISATIONS = ("float", "float16", "dynamic range", "full integer")
+# what `inspect --json` says of each op's weights, by quantisation
+NUMBERS = {
+    "float": "float32",
+    "float16": "float16",
+    "dynamic range": "int8 dynamic range",
+    "full integer": "int8 full integer",
+}
+
+
+def _quantised(model, quantisation: str, features: int) -> bytes:
+    """`model` converted as `quantisation` says."""
+    from tracer._tf import tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if quantisation != "float":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantisation == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if quantisation == "full integer":
+        rng = np.random.RandomState(0)
+        converter.representative_dataset = lambda: (
+            [rng.normal(0, 1, (1, T, features)).astype(np.float32)] for _ in range(30)
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter.convert()
+
+
+def _named_model(framework: str, features: int, units: int):
+    """An LSTM `lstm` below another, `top`; the model returns the sequence of the first and
+    the last step of the second."""
+    keras = keras_module(framework)
+    init = keras.initializers
+    inputs = keras.Input((T, features), batch_size=1, name="seq")
+    below = keras.layers.LSTM(
+        units,
+        return_sequences=True,
+        kernel_initializer=init.GlorotUniform(seed=1),
+        recurrent_initializer=init.Orthogonal(seed=2),
+        name="lstm",
+    )(inputs)
+    # (input weights that calibrate its cell state's scale within 2^-15 to 2^-9)
+    top = keras.layers.LSTM(
+        units,
+        kernel_initializer=init.RandomUniform(-1, 1, seed=3),
+        recurrent_initializer=init.Orthogonal(seed=4),
+        name="top",
+    )(below)
+    return keras.Model(inputs, [below, top])
+
+
+@pytest.mark.parametrize(
+    "framework, quantisations",
+    [
+        ("tf-keras", ("float", "dynamic range", "full integer")),
+        # (TensorFlow 2.21's converter crashes on a Keras 3 LSTM's full-integer conversion)
+        ("keras3", ("float", "float16", "dynamic range")),
+    ],
+)
+def test_one_model_s_files_name_its_cells_alike(tmp_path, framework, quantisations):
+    """A tf-keras LSTM was the cell `lstm` in its float file and `StatefulPartitionedCall` in
+    its full-integer one (its output reaches the signature's `lstm` through a DEQUANTIZE): the
+    float, dynamic-range and full-integer files of one model give each cell the same name, the
+    Keras layer's where the signature names the layer's output (the upper layer's reaches it
+    through the slice of its last step, and a DEQUANTIZE); a Keras 3 model's loops likewise, in
+    the files the converter writes. Each file holds the weights its quantisation says (matrices
+    of 32 x 32: the converter quantises those of 1,024 weights and more)."""
+    features = units = 32
+    model = _named_model(framework, features, units)
+    names, numbers = {}, {}
+    for quantisation in quantisations:
+        path = tmp_path / f"{quantisation}.tflite"
+        path.write_bytes(_quantised(model, quantisation, features))
+        shown = run_cli("inspect", str(path), "--json")
+        assert shown.returncode == 0, (quantisation, shown.stderr)
+        cells = json.loads(shown.stdout)["cells"]
+        names[quantisation] = [c["name"] for c in cells]
+        numbers[quantisation] = {c.get("numbers", "float32").split(" (")[0] for c in cells}
+    assert numbers["dynamic range"] == {NUMBERS["dynamic range"]}
+    if framework == "tf-keras":  # (a loop's float16 weights are widened before it: float32)
+        assert numbers == {q: {NUMBERS[q]} for q in quantisations}
+    assert all(found == names["float"] for found in names.values()), names
+    assert len(names["float"]) == 2
+    if framework == "tf-keras":  # one fused op a layer, named as the signature names it
+        assert names["float"] == ["lstm", "top"]

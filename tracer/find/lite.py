@@ -180,15 +180,55 @@ def _halves(model: LiteModel, k: int, op: Any, kind: str) -> list[LiteCell]:
 
 
 def _name(model: LiteModel, op: Any) -> str:
-    """A cell's name: its output's name in the file's signature (the layer's, where Keras
-    converted it), else its output tensor's name."""
-    out = int(op.outputs[0])
+    """A cell's name, as the file names the layer's output: the first output of the file's
+    signature that the op's output is, or reaches through ops that only pick, move or
+    re-encode its values (`_PASSED_ON`: the last step of a layer that returns it, the
+    QUANTIZE and DEQUANTIZE of a full-integer file); in a file without a signature, the
+    file's output it reaches so; else the op's output tensor. So one model's float,
+    dynamic-range and full-integer files give a cell the same name: the Keras layer's, where
+    the signature names it."""
+    reached = _reached(model, int(op.outputs[0]))
+    named = {}
     for signature in model.parsed.signatureDefs or []:
         if signature.subgraphIndex == 0:
-            for t in signature.outputs or []:
-                if int(t.tensorIndex) == out:
-                    return t.name.decode()
-    return tensor_name(model.main.tensors[out]).split(":")[0]
+            named = {int(t.tensorIndex): t.name.decode() for t in signature.outputs or []}
+            break
+    ends = named or [int(t) for t in model.main.outputs]
+    for tensor in reached:
+        if tensor in ends:
+            return named.get(tensor) or tensor_name(model.main.tensors[tensor]).split(":")[0]
+    return tensor_name(model.main.tensors[reached[0]]).split(":")[0]
+
+
+# ops whose output holds only values of their first input's (picked, moved or re-encoded)
+_PASSED_ON = {
+    "QUANTIZE",
+    "DEQUANTIZE",
+    "STRIDED_SLICE",
+    "SLICE",
+    "RESHAPE",
+    "SQUEEZE",
+    "EXPAND_DIMS",
+    "TRANSPOSE",
+    "REVERSE_V2",
+}
+
+
+def _reached(model: LiteModel, tensor: int) -> list[int]:
+    """`tensor`, then the tensors it reaches through `_PASSED_ON` ops, nearest first."""
+    found, k = [tensor], 0
+    while k < len(found):
+        for op in model.main.operators:
+            if (
+                len(op.inputs)
+                and int(op.inputs[0]) == found[k]
+                and len(op.outputs) == 1
+                and int(op.outputs[0]) not in found
+                and model.op_kind(op) in _PASSED_ON
+            ):
+                found.append(int(op.outputs[0]))
+        k += 1
+    return found
 
 
 def _scale_problem(scale: float) -> str | None:
