@@ -7,6 +7,9 @@
 - One model converted float, dynamic range and full integer (float16 too, for a Keras 3 one)
   gives its cells the same names in every file: the name the file's signature gives the
   layer's output.
+- A file's input is shown as the file declares it (a batch fixed at 1 is 1), and `inspect`
+  and `record` say how many sequences its interpreter runs at a time; recorded so, a file's
+  batch at a time.
 
 The files are converted here by TensorFlow's converter (`tf.lite.TFLiteConverter`); the
 refused ones are real converters' output, or such a file edited through TensorFlow Lite's own
@@ -21,6 +24,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
@@ -241,3 +245,100 @@ def test_one_model_s_files_name_its_cells_alike(tmp_path, framework, quantisatio
     assert len(names["float"]) == 2
     if framework == "tf-keras":  # one fused op a layer, named as the signature names it
         assert names["float"] == ["lstm", "top"]
+
+
+def _free_batch(model, fb):
+    """The input's shape signature made [-1, steps, features]: a batch the file leaves free."""
+    main = model.subgraphs[0]
+    t = main.tensors[int(main.inputs[0])]
+    t.shapeSignature = np.array([-1, *list(t.shape)[1:]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    """A tf-keras LSTM's file of each batch: fixed at 1, fixed at 3, left free (allocated as
+    1): {name: (path, its input's shape as the file declares it)}."""
+    from tests.test_tflite import _changed
+
+    root = tmp_path_factory.mktemp("batches")
+    keras = keras_module("tf-keras")
+    for batch in (1, 3):
+        inputs = keras.Input((T, D), batch_size=batch, name="seq")
+        lstm = keras.layers.LSTM(
+            H,
+            return_sequences=True,
+            kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+            bias_initializer=keras.initializers.RandomUniform(-0.5, 0.5, seed=2),
+            name="lstm",
+        )
+        (root / f"fixed {batch}.tflite").write_bytes(_convert(keras.Model(inputs, lstm(inputs))))
+    (root / "free.tflite").write_bytes(_changed(root, _free_batch, "fixed 1"))
+    return {
+        "fixed 1": (root / "fixed 1.tflite", [1, T, D]),
+        "fixed 3": (root / "fixed 3.tflite", [3, T, D]),
+        "free": (root / "free.tflite", [None, T, D]),
+    }
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        (
+            "fixed 1",
+            "fixes its batch at 1 (seq [1, 5, 3]): its interpreter runs one sequence at a time",
+        ),
+        (
+            "fixed 3",
+            "fixes its batch at 3 (seq [3, 5, 3]): its interpreter runs 3 sequences at a time",
+        ),
+        (
+            "free",
+            "leaves its batch free, allocated as 1 (seq [None, 5, 3]): its interpreter runs one "
+            "sequence at a time",
+        ),
+    ],
+)
+def test_a_file_s_batch_is_shown_as_it_declares_it_and_recorded_in_it(
+    batches, tmp_path, capfd, name, says
+):
+    """`inspect` listed a file's input as [None, 5, 3] where the file says [1, 5, 3], and
+    `record` announced batches of 256 only: the input is shown as the file declares it (its
+    shape signature, -1 shown None, where it has one), and both say how many sequences the
+    interpreter runs at a time. Recorded 7 sequences, the file's batch at a time (the last
+    rows of a batch of 3 filled): every output state h equals what TensorFlow's interpreter
+    returns for the same rows, run by hand as the file takes them."""
+    from tracer._tf import tf
+
+    path, declared = batches[name]
+    shown = run_cli("inspect", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert f"inputs: seq (float32, {declared}); record with --feed seq=FILE.npy" in shown.stdout
+    assert shown.stdout.rstrip().endswith(f"{path} {says}")
+    described = json.loads(run_cli("inspect", str(path), "--json").stdout)
+    assert described["inputs"] == [{"name": "seq", "dtype": "float32", "shape": declared}]
+
+    x = np.random.RandomState(4).uniform(-1, 1, (7, T, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    # (what the command line writes on standard error beside TensorFlow's logs: file descriptor 2)
+    err = capfd.readouterr().err
+    assert f"gatetrace: {path} {says}" in err.replace("\r", "\n").splitlines(), err
+    it = tf.lite.Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    into, out = it.get_input_details()[0], it.get_output_details()[0]
+    per = into["shape"][0]
+    wanted = []
+    for start in range(0, len(x), per):
+        rows = x[start : start + per]
+        it.reset_all_variables()
+        it.set_tensor(
+            into["index"], np.concatenate([rows, np.zeros((per - len(rows), T, D), "f4")])
+        )
+        it.invoke()
+        wanted.append(it.get_tensor(out["index"])[: len(rows)])
+    states = pd.read_parquet(run / "states")
+    h = states[states["state"] == "h"].sort_values(["example", "step", "unit"])
+    got = h["value"].to_numpy().reshape(len(x), T, H)
+    assert np.abs(got - np.concatenate(wanted)).max() < 1e-6

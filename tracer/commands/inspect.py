@@ -378,8 +378,9 @@ def _inspect_lite(args, model) -> None:
     # (stoppable by Ctrl-C, as record is)
     cells = interrupts.stoppable(lambda: find_ops(model), None, f"{args.model}'s interpreter")
     interrupts.stoppable(LitePlan(model, cells).tried, None, f"{args.model}'s interpreter")
+    # each input's shape as the file declares it (a batch it fixes at 1 is 1)
     inputs = [
-        {"name": i.name, "dtype": i.dtype, "shape": [None, *i.shape[1:]]} for i in model.input_specs
+        {"name": i.name, "dtype": i.dtype, "shape": list(i.declared)} for i in model.input_specs
     ]
     _inspect_layers(args, model, cells, [], inputs)
 
@@ -458,3 +459,5 @@ def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
     listed = ", ".join(f"{i['name']} ({i['dtype']}, {i['shape']})" for i in inputs)
     print(f"\ninputs: {listed}; record with --feed {inputs[0]['name']}=FILE.npy")
     print(_batch_note(cells))
+    if model.format == "tflite":  # what the file takes at a time
+        print(model.batch_note())

@@ -54,12 +54,15 @@ def read(path: Path, source: str, request: LoadRequest) -> LiteModel | None:
 @dataclass(frozen=True)
 class LiteInput:
     """One input of the file's main subgraph: the name it is fed by (its signature's, where
-    the file has one), its shape as the file declares it (the batch first), its type's
-    numpy name, and its tensor's own name where that differs from `name`."""
+    the file has one), its shape as the interpreter allocates it (the batch first), its type's
+    numpy name, its shape as the file declares it (its shape signature where the file gives
+    one, None where that says -1: a dimension left free; else its shape), and its tensor's own
+    name where that differs from `name`."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    declared: tuple[int | None, ...]
     tensor: str | None = None
 
 
@@ -103,8 +106,20 @@ class LiteModel:
             own = tensor_name(t).split(":")[0]  # as the interpreter lists it
             name = names.get(i) or own
             shape = tuple(int(d) for d in t.shape)
+            given = t.shapeSignature
+            declared = (
+                shape
+                if given is None or len(given) != len(shape)
+                else tuple(None if int(d) < 0 else int(d) for d in given)
+            )
             out.append(
-                LiteInput(name, shape, types.get(t.type, "float32"), own if own != name else None)
+                LiteInput(
+                    name,
+                    shape,
+                    types.get(t.type, "float32"),
+                    declared,
+                    own if own != name else None,
+                )
             )
         return out
 
@@ -141,6 +156,17 @@ class LiteModel:
             ]
             or [1]
         )
+
+    def batch_note(self) -> str:
+        """How many sequences the interpreter runs at a time, as `inspect` and `record` say it:
+        the file's batch (`batch`), and each input's shape as the file declares it."""
+        specs = self.input_specs
+        shown = ", ".join(f"{i.name} {list(i.declared)}" for i in specs)
+        n = self.batch
+        fixed = all(i.declared[:1] != (None,) for i in specs)
+        how = f"fixes its batch at {n}" if fixed else f"leaves its batch free, allocated as {n}"
+        runs = "one sequence" if n == 1 else f"{n} sequences"
+        return f"{self.source} {how} ({shown}): its interpreter runs {runs} at a time"
 
     def interpreter(self, main: int = 0, shapes: Sequence[Sequence[int]] | None = None) -> Any:
         """The runtime's interpreter of the file, its tensors allocated: builtin kernels

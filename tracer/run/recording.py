@@ -267,6 +267,8 @@ def _record(
             # no sequences: one empty batch, so that every table exists, with no rows
             todo = [examples]
         total = None if examples is None else sum(stop - start for start, stop in todo)
+        if progress and isinstance(model, LiteModel):  # the batches its interpreter takes
+            print(f"gatetrace: {model.batch_note()}", file=sys.stderr)
         with (
             _progress_bar(total, progress, batch_size, options.summary is not None) as bar,
             StopOnCtrlC(progress) as ctrl_c,
