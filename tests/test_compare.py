@@ -206,7 +206,7 @@ def test_a_model_and_its_float_file_agree_to_float32_rounding(runs):
 @pytest.mark.parametrize(
     "b, extra, says",
     [
-        ("short", (), "holds examples [[0, 12]] and "),
+        ("short", (), "holds examples 0:12 and "),
         (
             "other",
             (),
@@ -276,11 +276,14 @@ def test_the_same_values_are_the_same_inputs_and_a_recording_without_digests_is_
     old = tmp_path / "old"
     shutil.copytree(runs["float"], old)
     manifest = json.loads((old / "manifest.json").read_text())
-    del manifest["inputs"]
+    del manifest["inputs"], manifest["digests"]  # as a gatetrace before it kept either
     (old / "manifest.json").write_text(json.dumps(manifest))
     done = run_cli("compare", str(runs["keras"]), str(old))
     assert done.returncode == 0, done.stderr
-    assert f"inputs: not checked: {old} keeps no digest of its inputs" in done.stdout
+    assert (
+        f"inputs: not checked: {old}: recorded by a gatetrace that kept no digest of the inputs; "
+        "make sure both were fed the same values"
+    ) in done.stdout
 
 
 @pytest.mark.parametrize("partial_is", ["b", "a"])
@@ -496,3 +499,160 @@ def test_opening_a_recording_allocates_what_its_files_hold(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20, f"{peak:,} bytes"
+
+
+@pytest.fixture(scope="module")
+def tf_keras_runs(tmp_path_factory):
+    """{name: recording folder} of a tf-keras LSTM saved as `.h5` (`h5`), its float `.tflite`
+    file (`float`: one fused op) and its dynamic-range file (`dynamic`: int8 weights), each
+    recorded with `gatetrace record` on the same inputs; `root` their folder."""
+    import tf_keras
+
+    from tracer._tf import tf
+
+    root = tmp_path_factory.mktemp("tf_keras")
+    # 32 features, 32 units: a gate's matrices of 1,024 numbers, which dynamic range quantises
+    inputs = tf_keras.Input((5, 32), batch_size=1, name="seq")
+    init = tf_keras.initializers.GlorotUniform(seed=3)
+    lstm = tf_keras.layers.LSTM(32, return_sequences=True, kernel_initializer=init, name="lstm")
+    model = tf_keras.Model(inputs, lstm(inputs))
+    model.save(root / "lstm.h5")
+    (root / "float.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    (root / "dynamic.tflite").write_bytes(converter.convert())
+    np.save(root / "x.npy", np.random.RandomState(1).uniform(-1, 1, (6, 5, 32)).astype(np.float32))
+    out = {"root": root}
+    for name, model_file in (
+        ("h5", "lstm.h5"),
+        ("float", "float.tflite"),
+        ("dynamic", "dynamic.tflite"),
+    ):
+        done = run_cli(
+            "record", str(root / model_file), "--feed", f"seq={root / 'x.npy'}", "--out", str(root / name), "--quiet"
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out[name] = root / name
+    return out
+
+
+def _weights_equal(a, b) -> bool:
+    """Whether two recordings' weights tables hold the same rows, as pandas reads them."""
+    keys = ["cell", "gate", "source", "row", "unit"]
+    x, y = (
+        pd.read_parquet(r / "weights.parquet").astype({"cell": str, "gate": str, "source": str})
+        for r in (a, b)
+    )
+    x, y = (t.sort_values(keys).reset_index(drop=True) for t in (x, y))
+    return x.equals(y)
+
+
+def test_a_zero_between_two_replays_of_equal_weights_is_said_to_prove_only_that(
+    tf_keras_runs, tmp_path
+):
+    """A tf-keras `.h5` and its float `.tflite`: both recordings are gatetrace's replays (the
+    layer's loop and the fused op compute their gates inside themselves) of the same weights,
+    so they differ by float32 rounding at most (on a smaller model, not at all). compare says where each side's values came from, beside
+    every figure (text, --json, the --out table), and that a 0 here proves only equal weights;
+    against the dynamic-range file (int8 weights: other weights) it says the hybrid kernel was
+    replayed and makes no such note."""
+    h5, lite, dynamic = tf_keras_runs["h5"], tf_keras_runs["float"], tf_keras_runs["dynamic"]
+    assert _weights_equal(h5, lite) and not _weights_equal(h5, dynamic)
+    out = tmp_path / "d.parquet"
+    done = run_cli("compare", str(h5), str(lite), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    replayed = (
+        "gatetrace's replay of the cell from its weights (checked against the model's outputs)"
+    )
+    assert f"  A, cell lstm: replayed: {replayed}" in done.stdout
+    assert f"  B, cell lstm: replayed: {replayed}" in done.stdout
+    note = "a difference of 0 proves only that the weights are equal, not that the two runtimes compute alike"
+    assert "note: cell lstm: both sides are gatetrace's replays of equal weights" in done.stdout
+    assert note in done.stdout
+    gates_text = _gates_text(done.stdout)
+    assert gates_text[0].split()[:4] == ["cell", "gate", "from_a", "from_b"], gates_text
+    assert all(line.split()[2:4] == ["replayed", "replayed"] for line in gates_text[1:])
+    # the differences, in numpy over the two gate tables: float32 rounding's, as printed
+    x, y = (_gates(r).sort_values(["gate", "example", "step", "unit"]) for r in (h5, lite))
+    largest = np.abs(y["activation"].to_numpy(np.float64) - x["activation"].to_numpy(np.float64))
+    assert largest.max() < 1e-6
+    table = pd.read_parquet(out)
+    assert set(table["from_a"]) == set(table["from_b"]) == {"replayed"}
+    assert table["replays_of_equal_weights"].all()
+    shown = json.loads(run_cli("compare", str(h5), str(lite), "--json").stdout)
+    assert [(g["from_a"], g["from_b"]) for g in shown["gates"]] == [("replayed", "replayed")] * 4
+    (sides,) = shown["origins"]
+    assert sides["a"]["from"] == sides["b"]["from"] == "replayed" and not sides["a"]["own"]
+    assert sides["replays_of_equal_weights"] and note in shown["notes"][0]
+    other = json.loads(run_cli("compare", str(h5), str(dynamic), "--json").stdout)
+    assert [(g["from_a"], g["from_b"]) for g in other["gates"]] == [
+        ("replayed", "hybrid kernel replayed")
+    ] * 4
+    assert other["notes"] == [] and not other["origins"][0]["replays_of_equal_weights"]
+    assert max(g["max_abs"] for g in other["gates"]) > 1e-3  # int8 weights
+
+
+def test_a_runtime_s_own_tensors_are_said_to_be_so(runs):
+    """The Keras 3 model (replayed: its layer runs its own loop) against its float file, whose
+    loop the interpreter runs an iteration at a time: B's values are the interpreter's own."""
+    shown = json.loads(run_cli("compare", str(runs["keras"]), str(runs["float"]), "--json").stdout)
+    assert {(g["from_a"], g["from_b"]) for g in shown["gates"]} == {("replayed", "interpreter")}
+    assert all(o["b"]["own"] and not o["a"]["own"] for o in shown["origins"])
+    assert shown["notes"] == []
+    from recorders import Recording
+
+    text = run_cli("compare", str(runs["keras"]), str(runs["float"])).stdout
+    for cell in Recording(runs["float"]).cells:
+        assert f"B, cell {cell}: interpreter: the interpreter's own tensors" in text
+
+
+def _gates_text(stdout: str) -> list[str]:
+    """The lines of the gates' table compare prints (header first)."""
+    after = stdout.split("; beyond: a difference above ")[1].split("\n\n")
+    return after[1].splitlines()
+
+
+def test_the_text_spells_nothing_one_way_and_ranges_as_inspect_does(runs):
+    """first_step_beyond where no difference passes the tolerance: "none", whether no gate's
+    does (the column held None) or some gates' do (it held NaN); the examples as `0:12`."""
+    from recorders import Recording, compare
+
+    found = compare(Recording(runs["keras"]), Recording(runs["dynamic"]), tolerance=0)
+    largest = sorted(found.gates["max_abs"])
+    between = (largest[2] + largest[3]) / 2  # 3 gates within it, the others beyond
+    for b, tolerance in (("float64", "0"), ("dynamic", repr(between))):
+        done = run_cli("compare", str(runs["keras"]), str(runs[b]), "--tolerance", tolerance)
+        assert done.returncode == 0, done.stderr
+        words = set(done.stdout.split())
+        assert not words & {"None", "NaN", "nan", "<NA>"} and "[[" not in done.stdout, done.stdout
+        assert "B - A over examples 0:12;" in done.stdout
+        table = done.stdout.split("\n\ncell ")[1].split("\n\n")[0].splitlines()
+        column = (
+            table[0].split().index("first_step_beyond") + 1
+        )  # (the cell column's name left out)
+        firsts = [line.split()[column] for line in table[1:]]
+        assert "none" in firsts and all(f == "none" or f.isdigit() for f in firsts), table
+        if b == "dynamic":
+            assert sum(f == "none" for f in firsts) == 3
+
+
+def test_training_logs_say_why_they_keep_no_digest(tmp_path):
+    """Two steps GateLoggingHook logged while the demo's model trained (as `gatetrace demo`
+    logs them): compare says what they are (each the gates of the batch its global step trained
+    on, a new batch at every step), not that they were fed a stream or made by an older
+    gatetrace."""
+    from tracer.demo import build_and_train
+
+    build_and_train(str(tmp_path / "model" / "model.ckpt"), iterations=201, log=tmp_path / "log")
+    a, b = tmp_path / "log" / "global_step=100", tmp_path / "log" / "global_step=200"
+    done = run_cli("compare", str(a), str(b))
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("inputs: ")]
+    assert line == (
+        f"inputs: not checked: {a} (global step 100) and {b} (global step 200): gates "
+        "GateLoggingHook logged while training, each on the batch its global step trained on, "
+        "with no digest of it; a training run usually trains each step on another batch "
+        "(gatetrace demo's does), and where it did, the differences are the inputs' as well as "
+        "the weights'"
+    )
+    assert "stream" not in line and "older" not in line

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -735,10 +736,18 @@ def test_two_checkpoints_compared_in_a_browser(demo_served, browser, tmp_path):
         assert page.locator("#compare-gates tbody tr").count() == len(want.gates)
         assert page.locator("#compare-steps .plot-container").count() == 1
         first = want.first_beyond()
-        assert (
-            f"First beyond: gate {first[1]} of {first[0]}, at step {first[2]}."
-            in page.locator("#compare-note").inner_text()
-        )
+        note = page.locator("#compare-note").inner_text()
+        assert f"First beyond: gate {first[1]} of {first[0]}, at step {first[2]}." in note
+        # what the two are: steps logged while training, each on its own batch
+        said = want.inputs.replace(f"{demo}/", "")  # (the paths as typed in demo/)
+        assert f"inputs: {said};" in note and "GateLoggingHook logged while training" in note
+        origins = page.locator("#compare-origins li").all_inner_texts()
+        assert origins == [
+            f"{side}, cell {want.gates['cell'][0]}: fetched: the runtime's own gate tensors: the "
+            "graph's gate ops, fetched"
+            for side in "AB"
+        ]
+        assert not page.locator("#compare-notes").is_visible()  # not replays
         top = int(want.examples["example"].iloc[0])
         page.locator("#compare-examples a.open").first.click()
         page.wait_for_function(
@@ -791,3 +800,196 @@ def test_colour_scales_come_from_the_nonlinearity_or_the_first_sequences(demo_se
             else {"lo": -top, "hi": top, "signed": True}
         )
         assert lo < 0 and data.scale(rec, cell, label, kind, column) == want
+
+
+def _shares(rec: Recording, cell: str, gate: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit's share of activations below and above the ends of the gate's nonlinearity
+    (sigmoid: 0.1 and 0.9; a BasicLSTMCell's j, tanh: -0.9 and 0.9), in numpy over its values."""
+    a = rec.gate_array(cell, gate)
+    low = -0.9 if gate == "j" else 0.1
+    return (a < low).mean(axis=(0, 1)), (a > 0.9).mean(axis=(0, 1))
+
+
+def test_units_that_share_a_saturation_point_are_said_and_every_point_is_whole(
+    served, browser, tmp_path
+):
+    """The planted recording: most units of most gates never saturate, so they share the point
+    (0, 0). Each plot says how many units overlap where (the largest three groups, as numpy
+    groups the units' shares), every marker stands clear of its plot's edges (a point at 0 sat
+    on the axes, half hidden), and the x-axis titles stand clear of the titles of the row
+    below (they touched)."""
+    rec_path, port, _ = served
+    rec = Recording(rec_path)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector("body[data-ready='1']", timeout=30000)
+    layouts = page.evaluate(
+        "[...document.querySelectorAll('#saturation > div')].map((d) => d.layout)"
+    )
+    for gate, layout in zip(rec.gates(CELL), layouts, strict=True):
+        left, right = _shares(rec, CELL, gate)
+        groups: dict[tuple[float, float], int] = {}
+        for x, y in zip(np.round(left, 4), np.round(right, 4), strict=True):
+            groups[float(x), float(y)] = groups.get((float(x), float(y)), 0) + 1
+        shared = sorted((n for n in groups.items() if n[1] > 1), key=lambda g: -g[1])[:3]
+        want = {f"{n} units overlap at ({x:g}, {y:g})" for (x, y), n in shared}
+        assert {a["text"] for a in layout.get("annotations", [])} == want, gate
+    i = dict(zip(rec.gates(CELL), layouts, strict=True))["i"]  # every unit of i at (0, 0)
+    assert [a["text"] for a in i["annotations"]] == [f"{UNITS} units overlap at (0, 0)"]
+    # a marker at 0 or 1 stands clear of the plot's edges (its axes, their labels) by its width
+    for plot in page.locator("#saturation > div").all():
+        area = plot.locator(".nsewdrag").first.bounding_box()
+        for point in plot.locator(".scatterlayer .point").all():
+            box = point.bounding_box()
+            clear = min(
+                box["x"] - area["x"],
+                area["x"] + area["width"] - box["x"] - box["width"],
+                box["y"] - area["y"],
+                area["y"] + area["height"] - box["y"] - box["height"],
+            )
+            assert clear >= box["width"], (box, area)
+    lowest = max(
+        b["y"] + b["height"]
+        for b in (t.bounding_box() for t in page.locator("#saturation .g-xtitle text").all())
+    )
+    below = min(t.bounding_box()["y"] for t in page.locator("#bands .gtitle").all())
+    assert below - lowest >= 8, (lowest, below)
+    page.locator("#overview").screenshot(path=str(tmp_path / "saturation.png"))
+    page.close()
+
+
+def test_before_a_click_the_unit_and_parts_panels_say_what_to_click(served, browser, tmp_path):
+    """Before a click on the heatmap the unit panel and the parts panel hold what to click, not
+    a table of bare headers and a blank box; after it, the parts chart's y-axis is titled."""
+    _, port, _ = served
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector("body[data-ready='1']", timeout=30000)
+    assert page.locator("#unit-hint").is_visible() and not page.locator("#top").is_visible()
+    assert not page.locator("#parts").is_visible()
+    note = page.inner_text("#parts-note")
+    assert note.startswith("Click a unit at a step on the heatmap of a gate"), note
+    page.locator("#unit-panel").screenshot(path=str(tmp_path / "unit-before.png"))
+    page.locator("#parts-panel").screenshot(path=str(tmp_path / "parts-before.png"))
+    page.locator("#heatmap").scroll_into_view_if_needed()
+    page.evaluate("Plotly.relayout('heatmap', {dragmode: 'zoom'})")
+    box = page.locator("#heatmap .nsewdrag").first.bounding_box()
+    page.mouse.click(
+        box["x"] + box["width"] * (3.5 / UNITS), box["y"] + box["height"] * (6.5 / STEPS)
+    )
+    page.wait_for_function("window.gatetrace.unit !== null && window.gatetrace.parts !== null")
+    assert page.locator("#top").is_visible() and page.locator("#parts").is_visible()
+    layout = page.evaluate("document.getElementById('parts').layout")
+    assert layout["yaxis"]["title"]["text"] == "preactivation and its parts"
+    page.locator("#parts-panel").screenshot(path=str(tmp_path / "parts-after.png"))
+    page.close()
+
+
+def _written_pair(root: Path) -> tuple[Path, Path]:
+    """Two recordings written through `RecordingWriter`, each of two cells (a, b) of 3 units
+    over 5 steps, described as replays of the same weights: B's activations are A's plus
+    1e-8 x step (cell a) and 3e-8 x step (cell b), in float32."""
+    import pandas as pd
+
+    from recorders.write.writer import RecordingWriter
+
+    out = []
+    for name, shift in (("a", 0.0), ("b", 1e-8)):
+        cells = [
+            {"name": c, "kind": "lstm", "gates": ["i", "f", "j", "o"], "states": [], "units": 3,
+             "steps": 5, "path": "replay"}
+            for c in ("a", "b")
+        ]  # fmt: skip
+        rng = np.random.RandomState(0)
+        with RecordingWriter(root / name, {"cells": cells}, examples=(0, 4)) as writer:
+            writer.write_weights(
+                {
+                    "cell": pd.Categorical(["a"] * 3 + ["b"] * 3),
+                    "gate": pd.Categorical(["i"] * 6),
+                    "source": pd.Categorical(["bias"] * 6),
+                    "row": np.zeros(6, np.int32),
+                    "unit": np.array([0, 1, 2] * 2, np.int32),
+                    "value": np.arange(6, dtype=np.float32),
+                }
+            )
+            writer.begin(0, 4)
+            for cell, scale in (("a", 1), ("b", 3)):
+                for gate in ("i", "f", "j", "o"):
+                    v = 0.001 + 0.001 * rng.rand(4, 5, 3)
+                    v = (v + shift * scale * np.arange(5)[None, :, None]).astype(np.float32)
+                    writer.write_gate(cell, gate, np.arange(4), np.arange(5), v, v)
+            writer.commit()
+        out.append(root / name)
+    return out[0], out[1]
+
+
+def _sig3(v: float) -> str:
+    """JavaScript's `v.toPrecision(3)`, its trailing zeros dropped, with Plotly's minus sign
+    (U+2212): how Plotly writes a tick of format ".3~g"."""
+    if v == 0:
+        return "0"
+    mantissa, exponent = f"{v:.2e}".split("e")
+    e = int(exponent)
+    if e < -6 or e >= 3:
+        text = f"{mantissa.rstrip('0').rstrip('.')}e{'+' if e >= 0 else '-'}{abs(e)}"
+    else:
+        text = f"{v:.{2 - e}f}"
+        text = text.rstrip("0").rstrip(".") if "." in text else text
+    return text.replace("-", "\u2212")
+
+
+def test_the_comparison_has_its_own_cell_and_one_notation(browser, tmp_path):
+    """Two recordings that differ by 1e-8 to 1.2e-7: the comparison's table and its plot's axis
+    write numbers alike (3 significant digits, 4e−8; the axis read "40n"), the plot has its
+    own cell list (it followed the overview's, far above it), and the panel says where each
+    side's values came from and what a 0 between replays of equal weights proves."""
+    import pandas as pd
+
+    a, b = _written_pair(tmp_path)
+    with serving(a, "--compare", str(b)) as port:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=30000)
+        # the table: numpy's largest difference of cell a's gate i, in the notation of the axis
+        x, y = (pd.read_parquet(r / "gates").astype({"cell": str, "gate": str}) for r in (a, b))
+        keys = ["cell", "gate", "example", "step", "unit"]
+        x, y = (t.sort_values(keys).reset_index(drop=True) for t in (x, y))
+        x["abs"] = np.abs(
+            y["activation"].to_numpy(np.float64) - x["activation"].to_numpy(np.float64)
+        )
+        largest = x.groupby(["cell", "gate"])["abs"].max()
+        rows = [r.split("\t") for r in page.locator("#compare-gates tbody tr").all_inner_texts()]
+        assert [r[:4] for r in rows][0] == ["a", "i", "replayed", "replayed"]
+        for r in rows:
+            assert r[4] == _sig3(largest[r[0], r[1]]), r
+        assert rows[0][4] == "4e\u22128"
+        layout = page.evaluate("document.getElementById('compare-steps').layout")
+        assert layout["yaxis"]["tickformat"] == ".3~g"
+        ticks = page.eval_on_selector_all(
+            "#compare-steps .ytick text", "els => els.map(e => e.textContent)"
+        )
+        assert ticks and all(t == "0" or re.fullmatch(r"\de\u2212\d", t) for t in ticks), ticks
+        # its own cell list: the cells compared; the overview's list leaves it as it is
+        assert page.eval_on_selector_all("#compare-cell option", "o => o.map(e => e.value)") == [
+            "a",
+            "b",
+        ]
+        title = "document.getElementById('compare-steps').layout.title.text"
+        assert page.evaluate(title) == "a: mean |B - A| along the steps"
+        page.select_option("#overview-cell", "b")
+        assert page.evaluate(title) == "a: mean |B - A| along the steps"
+        page.select_option("#compare-cell", "b")
+        page.wait_for_function(f"{title} === 'b: mean |B - A| along the steps'")
+        drawn = page.evaluate("document.getElementById('compare-steps').data[0].y")
+        assert drawn == page.evaluate("window.gatetrace.compare.steps.b.i.mean_abs")
+        # where the values came from, and what a 0 proves here
+        origins = page.locator("#compare-origins li").all_inner_texts()
+        assert origins[0].startswith("A, cell a: replayed: gatetrace's replay of the cell")
+        assert len(origins) == 4
+        notes = page.inner_text("#compare-notes")
+        assert page.locator("#compare-notes").is_visible()
+        assert "a difference of 0 proves only that the weights are equal" in notes
+        page.select_option("#compare-cell", "a")
+        page.wait_for_function(f"{title} === 'a: mean |B - A| along the steps'")
+        page.locator("#compare-panel").screenshot(path=str(tmp_path / "compare-small.png"))
+        page.close()

@@ -33,9 +33,20 @@ apart (nan_a_only, nan_b_only), and beyond the tolerance:
     units     the `top` units of any gate with the largest mean absolute difference
     examples  the `top` examples of any gate with the largest mean absolute difference
 
+Where each side's values came from, per pair of cells (`Comparison.origins`, the gates' `from_a`
+and `from_b`; `recorders.read.wording.origin`): the runtime's own tensors, or gatetrace's replay of
+the cell from its weights. Where both sides are replays of equal weights (their weights tables
+agree), a difference of 0 proves only that the weights are equal: `Comparison.notes` says so.
+
+What is known of the inputs (`Comparison.inputs`): the same values where both manifests keep
+digests of them, else why one keeps none: a training run's log (`GateLoggingHook`: the batch of
+that step, which a training run changes at every step), a stream of unknown length or inputs
+that are not numbers, an older gatetrace, or a description written through `RecordingWriter`.
+
 `Comparison.first_beyond` names the gate whose difference exceeds the tolerance at the
 earliest step; `Comparison.table` is all four as one long table (its `level` column says
-which), what `gatetrace compare --out` writes; `Comparison.records` a level's rows for JSON
+which; `from_a`, `from_b` and `replays_of_equal_weights` on every row), what `gatetrace compare
+--out` writes; `Comparison.records` a level's rows for JSON
 (NaN, where a row has nothing to compare, as None). Each gate of each recording is read once,
 as an array, within each reader's memory budget (a `MemoryBudgetError` says how to give
 more); no array is sized by what a manifest claims. No TensorFlow.
@@ -55,11 +66,14 @@ from recorders.errors import MemoryBudgetError, SelectionError
 from recorders.read.analysis import bounds_of
 from recorders.read.reader import Recording
 from recorders.read.tables import dense_block
+from recorders.read.wording import Origin, origin, ranges
 
-__all__ = ["compare", "Comparison", "NotCompared", "pair_cells"]
+__all__ = ["compare", "Comparison", "NotCompared", "Sides", "pair_cells"]
 
 _LEVELS = ("gates", "steps", "units", "examples")
 # the columns that count (integers, null in the levels that lack them)
+# where each side's values came from, on every row of `Comparison.table`
+_SIDES = ("from_a", "from_b", "replays_of_equal_weights")
 _COUNTS = ("step", "unit", "example", "first_step_beyond", "values", "nan_a_only", "nan_b_only")
 
 
@@ -71,6 +85,41 @@ class NotCompared(NamedTuple):
     cell_b: str
     gate: str
     only_in: str | None
+
+
+class Sides(NamedTuple):
+    """Where the values of a pair of cells came from, in A and in B (`wording.origin`), and
+    whether both are gatetrace's replays of equal weights (their weights tables agree)."""
+
+    cell: str
+    cell_b: str
+    a: Origin
+    b: Origin
+    replays_of_equal_weights: bool
+
+    def note(self) -> str | None:
+        """What a difference of 0 proves here, where both are replays of equal weights."""
+        if not self.replays_of_equal_weights:
+            return None
+        named = self.cell if self.cell == self.cell_b else f"{self.cell} (B: {self.cell_b})"
+        return (
+            f"cell {named}: both sides are gatetrace's replays of equal weights (the two weights "
+            "tables agree), not the runtimes' own tensors: their differences are those of the two "
+            "replays' arithmetic, and a difference of 0 proves only that the weights are equal, "
+            "not that the two runtimes compute alike"
+        )
+
+    def described(self) -> dict[str, Any]:
+        """As JSON shows it."""
+        return {
+            "cell": self.cell,
+            "cell_b": self.cell_b,
+            **{
+                side: {"from": o.label, "path": o.path, "own": o.own, "words": o.words}
+                for side, o in (("a", self.a), ("b", self.b))
+            },
+            "replays_of_equal_weights": self.replays_of_equal_weights,
+        }
 
 
 @dataclass(frozen=True)
@@ -87,6 +136,11 @@ class Comparison:
     units: pd.DataFrame = field(repr=False)
     examples: pd.DataFrame = field(repr=False)
     not_compared: tuple[NotCompared, ...] = ()
+    origins: tuple[Sides, ...] = ()
+
+    def notes(self) -> list[str]:
+        """What a difference of 0 proves where both sides are replays of equal weights."""
+        return [n for n in (s.note() for s in self.origins) if n is not None]
 
     def first_beyond(self) -> tuple[str, str, int] | None:
         """(cell, gate, step) of the gate whose difference exceeds the tolerance first along
@@ -105,12 +159,27 @@ class Comparison:
         return str(first["cell"]), str(first["gate"]), int(first["step"])
 
     def table(self) -> pd.DataFrame:
-        """The four frames as one long table, `level` first (a column a level lacks is null)."""
-        frames = [getattr(self, level).assign(level=level) for level in _LEVELS]
-        out = pd.concat(frames, ignore_index=True)
+        """The four frames as one long table, `level` first, then the cells, where each side's
+        values came from and whether both are replays of equal weights (a column a level lacks
+        is null)."""
+        frames = [
+            getattr(self, level)
+            .drop(columns=["from_a", "from_b"], errors="ignore")
+            .assign(level=level)
+            for level in _LEVELS
+        ]
+        sides = pd.DataFrame(
+            [
+                (s.cell, s.cell_b, s.a.label, s.b.label, s.replays_of_equal_weights)
+                for s in self.origins
+            ],
+            columns=["cell", "cell_b", *_SIDES],
+        )
+        out = pd.concat(frames, ignore_index=True).merge(sides, on=["cell", "cell_b"], how="left")
         for column in _COUNTS:
             out[column] = out[column].astype("Int64")
-        return out[["level", *[c for c in out.columns if c != "level"]]]
+        first = ["level", "cell", "cell_b", *_SIDES]
+        return out[[*first, *[c for c in out.columns if c not in first]]]
 
     def records(self, level: str) -> list[dict[str, Any]]:
         """The rows of one level (gates, steps, units or examples) as dicts of Python values,
@@ -149,7 +218,7 @@ def pair_cells(
 
 def _digests(rec: Recording) -> list[str] | None:
     """The digests of what `rec` was fed (`tracer.inputs.digest`), or None where its manifest
-    has none (recorded by gatetrace before 0.1 kept them, fed a stream, or by a writer of yours)."""
+    has none (`_no_digest` says why)."""
     held = rec.description.get("inputs")
     if not isinstance(held, dict) or not held:
         return None
@@ -169,7 +238,7 @@ def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> str:
             )
     if a.examples != b.examples:
         raise SelectionError(
-            f"{a.path} holds examples {a.examples} and {b.path} {b.examples}: compare recordings of "
+            f"{a.path} holds examples {ranges(a.examples)} and {b.path} {ranges(b.examples)}: compare recordings of "
             "the same examples (record both with the same inputs and --examples)"
         )
     fed = [sorted(tuple(s) for s in r.description.get("feeds", {}).values()) for r in (a, b)]
@@ -200,10 +269,46 @@ def _lined_up(a: Recording, b: Recording, pairs: list[tuple[str, str]]) -> str:
             )
     if digests[0] is not None and digests[1] is not None:
         return "the same values (the digests of the inputs in both manifests agree)"
-    missing = a.path if digests[0] is None else b.path
+    missing = [rec for rec, d in zip((a, b), digests, strict=True) if d is None]
+    why: dict[str, list[str]] = {}  # a reason: the recordings it is the reason of
+    for rec in missing:
+        named, reason = _no_digest(rec)
+        why.setdefault(reason, []).append(named)
+    said = "; ".join(f"{' and '.join(names)}: {reason}" for reason, names in why.items())
+    advice = (
+        "a training run usually trains each step on another batch (gatetrace demo's does), and "
+        "where it did, the differences are the inputs' as well as the weights'"
+        if any(_logged_while_training(rec) for rec in missing)
+        else "make sure both were fed the same values"
+    )
+    return f"not checked: {said}; {advice}"
+
+
+def _logged_while_training(rec: Recording) -> bool:
+    """Whether `rec` is a step GateLoggingHook logged while training (`tracer.run.hook`)."""
+    return rec.description.get("source", {}).get("format") == "training run"
+
+
+def _no_digest(rec: Recording) -> tuple[str, str]:
+    """`rec` as named, and why its manifest keeps no digest of its inputs, as far as it says."""
+    held = rec.description
+    if _logged_while_training(rec):
+        return (
+            f"{rec.path} (global step {held.get('global_step')})",
+            "gates GateLoggingHook logged while training, each on the batch its global step "
+            "trained on, with no digest of it",
+        )
+    if "digests" in held:  # gatetrace record of this version: no feed of sequences it could hash
+        return (
+            str(rec.path),
+            "fed a stream of unknown length, or inputs that are not numbers, of which gatetrace "
+            "record keeps no digest",
+        )
+    if held.get("gatetrace_version"):
+        return str(rec.path), "recorded by a gatetrace that kept no digest of the inputs"
     return (
-        f"not checked: {missing} keeps no digest of its inputs (fed a stream, or recorded by an "
-        "older gatetrace); make sure both were fed the same values"
+        str(rec.path),
+        "written through RecordingWriter, with a description that keeps no digest of the inputs",
     )
 
 
@@ -225,6 +330,7 @@ def compare(
     pairs = pair_cells(a, b, cells)
     inputs = _lined_up(a, b, pairs)
     shared, not_compared = _shared_gates(a, b, pairs)
+    sides = {(ca, cb): _sides(a, b, ca, cb) for ca, cb in pairs}
     gates, steps, units, examples = [], [], [], []
     for ca, cb in pairs:
         for gate in shared[ca, cb]:
@@ -238,6 +344,7 @@ def compare(
             d, compared, nan_a, nan_b = _differences(x, y, present)
             apart = nan_a | nan_b  # NaN in one only: beyond any tolerance
             keys = {"cell": ca, "cell_b": cb, "gate": gate}
+            came = {"from_a": sides[ca, cb].a.label, "from_b": sides[ca, cb].b.label}
             g = _reduced(d, compared, (0, 1, 2))
             per_unit = _reduced(d, compared, (0, 1))
             per_step = _reduced(d, compared, (0, 2))
@@ -247,6 +354,7 @@ def compare(
             gates.append(
                 {
                     **keys,
+                    **came,
                     "values": int(present.sum()) * d.shape[2],
                     **{k: float(v) for k, v in g.items()},
                     "units_beyond": float(np.mean(units_beyond)) if d.shape[2] else 0.0,
@@ -270,7 +378,39 @@ def compare(
         _most(units, top),
         _most(examples, top),
         not_compared,
+        tuple(sides.values()),
     )
+
+
+def _sides(a: Recording, b: Recording, ca: str, cb: str) -> Sides:
+    """Where the values of cells `ca` of A and `cb` of B came from; where both are replays,
+    whether their weights tables agree (read only then)."""
+    oa, ob = origin(a.cell(ca)), origin(b.cell(cb))
+    same = oa.replayed and ob.replayed and _equal_weights(a, b, ca, cb)
+    return Sides(ca, cb, oa, ob, same)
+
+
+def _equal_weights(a: Recording, b: Recording, ca: str, cb: str) -> bool:
+    """Whether cell `ca` of A and `cb` of B were recorded with the same weights: the same rows
+    of their weights tables (gate, source, row, unit) holding the same values (False where
+    either holds none)."""
+    keys = ["gate", "source", "row", "unit"]
+    wa, wb = (
+        w.astype({"gate": str, "source": str}).sort_values(keys, kind="stable")
+        for w in (_weights(a, ca), _weights(b, cb))
+    )
+    if wa.empty or len(wa) != len(wb):
+        return False
+    return all(np.array_equal(wa[k].to_numpy(), wb[k].to_numpy()) for k in keys) and bool(
+        np.array_equal(wa["value"].to_numpy(), wb["value"].to_numpy(), equal_nan=True)
+    )
+
+
+def _weights(rec: Recording, cell: str) -> pd.DataFrame:
+    try:
+        return rec.weights_frame(cell)
+    except MemoryBudgetError as err:
+        raise _advised(err, rec) from None
 
 
 def _shared_gates(

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.codes import codes, quantisation_of
@@ -49,6 +50,7 @@ from recorders.read.tables import (
     read_rows,
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
+from recorders.write.layout import UNREADABLE
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
 from recorders.write.totals import RANGES
 
@@ -314,6 +316,26 @@ class Recording:
     ) -> pd.DataFrame:
         """The long state table for a selection: example, step, unit, value, cell, state."""
         return self._frame("states", cells, states, steps, examples, units, ("value",))
+
+    def weights_frame(self, cell: str) -> pd.DataFrame:
+        """The weights `cell` was recorded with (`weights.parquet`): gate, source, row, unit,
+        value; empty where the recording holds none. Read within the memory budget."""
+        self.cell(cell)
+        rows = self._checked.weights_rows()
+        columns = ["cell", "gate", "source", "row", "unit", "value"]
+        if rows == 0:
+            return pd.DataFrame({c: [] for c in columns[1:]})
+        self.allot((rows,), 32, "reading weights.parquet")  # the table, and a cell of it
+        try:
+            with self._checked.fs.open_input_file("weights.parquet") as f:
+                table = pq.read_table(f, columns=columns)
+        except UNREADABLE as err:
+            raise RecordingError(
+                f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
+            ) from None
+        frame = table.to_pandas()
+        mine = frame[frame["cell"].astype(str) == cell]
+        return mine.drop(columns="cell").reset_index(drop=True)
 
     def gate_array(
         self,

@@ -13,7 +13,8 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
 - `match`: the places in the whole recording where the same units are on together;
 - `parts`: a step's preactivation split into its parts (recordings with contributions);
 - `compared`: the recording against another of the same network (`gatetrace view RUN --compare
-  OTHER`, `recorders.read.compare`): per gate, per step, the units and examples that differ most;
+  OTHER`, `recorders.read.compare`): where each side's values came from, per gate, per step, the
+  units and examples that differ most;
 - `Labels`: labels to score units against (`gatetrace view RUN --labels FILE`,
   `recorders.read.labels`); what the view shows with them: `recorders.view.labelled`.
 
@@ -35,6 +36,7 @@ from recorders.read.analysis import gate_summaries, saturation_across, top_posit
 from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
+from recorders.read.wording import origin
 from recorders.write.columns import PARTS
 from recorders.write.totals import RANGES, nonlinearity
 
@@ -135,7 +137,15 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
                     "within": float(np.max(s.within, initial=0.0)),
                 }
             )
-        cells.append({**rec.cell(name), "gate_stats": gates, "states": rec.states(name)})
+        came = origin(rec.cell(name))  # where its values came from, as compare says it
+        cells.append(
+            {
+                **rec.cell(name),
+                "gate_stats": gates,
+                "states": rec.states(name),
+                "values_from": {"label": came.label, "words": came.words, "own": came.own},
+            }
+        )
     return {
         "path": str(rec.path),
         "summary": summary,
@@ -491,8 +501,9 @@ def _longest_runs(on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compared(c: Comparison) -> dict[str, Any]:
-    """A comparison (`recorders.read.compare`) as the view's panel shows it: its tables as
-    records, the differences per step by cell and gate, the gate first beyond the tolerance."""
+    """A comparison (`recorders.read.compare`) as the view's panel shows it: where each side's
+    values came from (and the notes on replays of equal weights), its tables as records, the
+    differences per step by cell and gate, the gate first beyond the tolerance."""
 
     along: dict[str, dict[str, dict[str, list]]] = {}
     for (cell, gate), g in c.steps.groupby(["cell", "gate"], sort=False):
@@ -515,6 +526,9 @@ def compared(c: Comparison) -> dict[str, Any]:
             "examples": c.records("examples"),
             # the gates one recording holds and the other does not (recorded with --gates)
             "not_compared": [n._asdict() for n in c.not_compared],
+            # where each side's values came from, and what a 0 proves where both are replays
+            "origins": [o.described() for o in c.origins],
+            "notes": c.notes(),
             "first_beyond": None
             if first is None
             else {"cell": first[0], "gate": first[1], "step": first[2]},

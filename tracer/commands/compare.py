@@ -1,10 +1,12 @@
 """`gatetrace compare A B`: two recordings of the same network compared gate by gate (`recorders.read.compare`; no TensorFlow).
 
-Prints, per cell and gate, the largest and mean absolute difference, the RMSE, the share of
-units beyond the tolerance, the first step beyond it and where the two disagree on
-saturation; then how the difference grows along the steps, the units and the examples that
-differ most, and the gate whose difference passes the tolerance first. `--out` writes all of
-it as one Parquet table (`Comparison.table`).
+Prints where each side's values came from, per cell (the runtime's own tensors, or gatetrace's
+replay: `recorders.read.wording.origin`, and what a difference of 0 proves where both are
+replays of equal weights); then, per cell and gate, the largest and mean absolute difference,
+the RMSE, the share of units beyond the tolerance, the first step beyond it and where the two
+disagree on saturation; how the difference grows along the steps, the units and the examples
+that differ most, and the gate whose difference passes the tolerance first. `--out` writes all
+of it as one Parquet table (`Comparison.table`). "none" is the one word for nothing there.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ def run(args: argparse.Namespace) -> None:
                     "b": found.b,
                     "column": found.column,
                     "tolerance": found.tolerance,
+                    "inputs": found.inputs,
+                    "origins": [o.described() for o in found.origins],
+                    "notes": found.notes(),
                 }
             },
             overwrite=args.overwrite,
@@ -134,6 +139,8 @@ def run(args: argparse.Namespace) -> None:
                         "column": found.column,
                         "tolerance": found.tolerance,
                         "inputs": found.inputs,
+                        "origins": [o.described() for o in found.origins],
+                        "notes": found.notes(),
                         "first_beyond": None
                         if first is None
                         else {"cell": first[0], "gate": first[1], "step": first[2]},
@@ -152,19 +159,27 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _print(found, first, a, b, args) -> None:
+    from recorders.read.wording import ranges
+
     def source(rec) -> str:
         s = rec.description.get("source", {})
         return ", ".join(str(s[k]) for k in ("path", "format", "runtime") if s.get(k)) or "?"
 
     print(f"A: {found.a} ({source(a)})\nB: {found.b} ({source(b)})\ninputs: {found.inputs}")
+    print("where the values come from:")
+    for o in found.origins:
+        for side, cell, came in (("A", o.cell, o.a), ("B", o.cell_b, o.b)):
+            print(f"  {side}, cell {cell}: {came.label}: {came.words}")
+    for note in found.notes():
+        print(f"note: {note}")
     print(
-        f"{found.column}, B - A over {a.examples} examples; beyond: a difference above {found.tolerance:g}\n"
+        f"\n{found.column}, B - A over examples {ranges(a.examples)}; beyond: a difference above "
+        f"{found.tolerance:g}\n"
     )
     same = (found.gates["cell"] == found.gates["cell_b"]).all()  # B's names shown where they differ
 
     def table(frame) -> str:
-        shown = frame.drop(columns=["cell_b"]) if same else frame
-        return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+        return _text(frame.drop(columns=["cell_b"]) if same else frame)
 
     print(table(found.gates))
     for n in found.not_compared:
@@ -172,11 +187,11 @@ def _print(found, first, a, b, args) -> None:
         print(f"not compared: gate {n.gate} of cell {n.cell} ({held})")
     print("\nmean absolute difference along the steps:")
     wide = found.steps.pivot_table(
-        index="step", columns=["cell", "gate"], values="mean_abs", sort=False
+        index="step", columns=["cell", "gate"], values="mean_abs", sort=False, dropna=False
     )
     every = max(1, len(wide) // 10)  # about ten steps shown, the last always
     rows = sorted({*range(0, len(wide), every), len(wide) - 1}) if len(wide) else []
-    print(wide.iloc[rows].to_string(float_format=lambda v: f"{v:.3g}"))
+    print(_text(wide.iloc[rows], index=True))
     for level in ("units", "examples"):
         print(f"\nthe {level} that differ most:")
         print(table(getattr(found, level)))
@@ -190,3 +205,21 @@ def _print(found, first, a, b, args) -> None:
         print(
             f"written: {args.out} (pandas.read_parquet; its `level` column says gates, steps, units or examples)"
         )
+
+
+def _text(frame, index: bool = False) -> str:
+    """A frame as text: numbers to 3 significant digits, whole numbers whole, and every missing
+    value (None, NaN: nothing to compare, no step beyond) as "none"."""
+    import pandas as pd
+
+    from recorders.read.wording import NONE
+
+    def shown(v) -> str:
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return NONE
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+            return str(int(v))
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    # (each value's type as it is: a column of whole numbers and NaN is float in pandas)
+    return frame.astype(object).map(shown).to_string(index=index)

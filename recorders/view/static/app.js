@@ -40,6 +40,17 @@ function notDrawn(name, steps, values) {
 
 // numbers as a reader takes them in: 4 decimals, bytes in KB/MB/GB
 const fixed4 = (v) => (v === null || v === undefined ? "" : typeof v === "string" ? v : Number(v).toFixed(4));
+// 3 significant digits, trailing zeros dropped, and Plotly's minus sign (U+2212): the notation
+// of its (d3's) ".3~g", which the comparison's axes are given (SIG3), so that a table and the
+// axis beside it write 3.6e−8 alike
+const SIG3 = ".3~g";
+function sig3(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "string") return v;
+  let s = Number(v).toPrecision(3);
+  if (s.includes(".")) s = s.replace(/0+(?=e|$)/, "").replace(/\.(?=e|$)/, "");
+  return s.replace(/-/g, "\u2212");
+}
 function size(bytes) {
   const units = ["bytes", "KB", "MB", "GB", "TB"];
   let k = 0, v = bytes;
@@ -97,7 +108,10 @@ async function loadOverview() {
   if (o.summary.rows) for (const [k, v] of Object.entries(o.summary.rows)) { const tr = summary.insertRow(); tr.insertCell().textContent = counted(k); tr.insertCell().textContent = v.toLocaleString("en"); }
   const body = $("cells").querySelector("tbody");
   body.innerHTML = "";
-  for (const c of o.cells) row($("cells"), [c.name, c.kind, c.units, c.steps, c.gates.join(" "), c.states.join(" "), c.path]);
+  for (const c of o.cells) {
+    const tr = row($("cells"), [c.name, c.kind, c.units, c.steps, c.gates.join(" "), c.states.join(" "), c.values_from.label]);
+    tr.lastChild.title = c.values_from.words;
+  }
   const names = o.cells.map((c) => c.name);
   options($("overview-cell"), names, names[0]);
   options($("cell"), names, names[0]);
@@ -142,13 +156,15 @@ function drawOverview(name) {
         annotations: [{ text: `${g.nonlinearity} has no range:<br>it does not saturate`, showarrow: false, x: 0.5, y: 0.5, xref: "paper", yref: "paper" }] },
         { displayModeBar: false });
     } else {
-      // half-transparent markers (units often share a point), axes a little past 0 and 1
-      Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u) => `unit ${u}`), mode: "markers", type: "scatter",
-        marker: { size: 7, opacity: 0.55 }, cliponaxis: false,
+      // half-transparent markers, axes far enough past 0 and 1 that a marker there is whole;
+      // units that share a point are said: in its tooltip, and (the largest groups) beside it
+      const shared = sharedPoints(g);
+      Plotly.newPlot(sat, [{ x: g.left, y: g.right, text: g.units.map((u, k) => shared.at[k]), mode: "markers", type: "scatter",
+        marker: { size: 7, opacity: 0.55 },
         hovertemplate: `%{text}<br>below ${g.below}: %{x:.3f}<br>above ${g.above}: %{y:.3f}<extra></extra>` }],
-        { title: { text: title }, margin: { t: 30, l: 48, r: 10, b: 40 },
-          xaxis: { title: { text: `share below ${g.below}` }, range: [-0.04, 1.04], zeroline: false },
-          yaxis: { title: { text: `share above ${g.above}` }, range: [-0.04, 1.04], zeroline: false } }, { displayModeBar: false });
+        { title: { text: title }, margin: { t: 30, l: 48, r: 10, b: 40 }, annotations: shared.notes,
+          xaxis: { title: { text: `share below ${g.below}` }, range: [-0.1, 1.1], zeroline: false },
+          yaxis: { title: { text: `share above ${g.above}` }, range: [-0.1, 1.1], zeroline: false } }, { displayModeBar: false });
     }
     const band = document.createElement("div");
     $("bands").appendChild(band);
@@ -163,6 +179,27 @@ function drawOverview(name) {
         xaxis: { title: { text: "step" } }, yaxis: { title: { text: "activation" } } },
       { displayModeBar: false });
   }
+}
+
+// The units of a saturation plot that share a point: each point's tooltip names them all
+// (`at`), and the three largest groups get a note beside their point (`notes`).
+function sharedPoints(g) {
+  const groups = new Map();
+  g.units.forEach((u, k) => {
+    const key = `${g.left[k]},${g.right[k]}`;
+    if (!groups.has(key)) groups.set(key, { x: g.left[k], y: g.right[k], units: [] });
+    groups.get(key).units.push(u);
+  });
+  const at = g.units.map((u, k) => {
+    const units = groups.get(`${g.left[k]},${g.right[k]}`).units;
+    return units.length > 1 ? `units ${units.join(", ")} (${units.length}, at one point)` : `unit ${u}`;
+  });
+  const notes = [...groups.values()].filter((p) => p.units.length > 1)
+    .sort((p, q) => q.units.length - p.units.length).slice(0, 3)
+    .map((p) => ({ x: p.x, y: p.y, text: `${p.units.length} units overlap at (${p.x}, ${p.y})`, showarrow: true,
+      arrowhead: 0, ax: p.x < 0.5 ? 40 : -40, ay: p.y < 0.5 ? -40 : 40, xanchor: p.x < 0.5 ? "left" : "right",
+      font: { size: 11 }, bgcolor: "rgba(255,255,255,0.85)" }));
+  return { at, notes };
 }
 
 // -- one sequence -------------------------------------------------------------------------------
@@ -249,6 +286,7 @@ async function showUnit(unit) {
   $("unit-title").textContent = `${u.cell} ${u.gate} unit ${u.unit}`;
   $("unit-hint").hidden = true;
   $("course").hidden = false;
+  $("top").hidden = false;
   await Plotly.newPlot($("course"), [{ x: u.steps, y: plotted(u.values), mode: "lines+markers", name: `example ${u.example}` }],
     { title: { text: `unit ${u.unit} along example ${u.example}${notDrawn(u.column, u.steps, u.values)}` }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: u.column } }, margin: { t: 40 } });
   const table = $("top");
@@ -266,7 +304,9 @@ async function showParts(step) {
   const names = ["input", "recurrent", "bias", "recurrent_bias", "peephole"].filter((k) => r[k].some((v) => v !== null));
   const traces = names.map((k) => ({ x: r.units, y: plotted(r[k]), type: "bar", name: k }));
   traces.push({ x: r.units, y: plotted(r.preactivation), mode: "markers", name: "preactivation", marker: { color: "black" } });
-  await Plotly.newPlot($("parts"), traces, { barmode: "relative", xaxis: { title: { text: "unit" }, dtick: 1 }, margin: { t: 20 } });
+  $("parts").hidden = false;
+  await Plotly.newPlot($("parts"), traces, { barmode: "relative", xaxis: { title: { text: "unit" }, dtick: 1 },
+    yaxis: { title: { text: "preactivation and its parts" } }, margin: { t: 20 } });
   $("parts-python").textContent = r.python;
 }
 
@@ -339,16 +379,35 @@ async function loadCompare() {
     (f ? `First beyond: gate ${f.gate} of ${f.cell}, at step ${f.step}.` : `No gate differs by more than ${c.tolerance} at any step.`) +
     // gates one recording holds and the other does not (recorded with --gates)
     c.not_compared.map((n) => ` Not compared: gate ${n.gate} of ${n.cell} (${n.only_in ? `recorded in ${n.only_in} only` : "recorded in neither"}).`).join("");
-  const shown = (v) => (v === null || v === undefined ? "" : typeof v === "string" ? v : Number(v).toPrecision(3));
+  // where each side's values came from, per cell; what a 0 proves where both are replays of equal weights
+  const origins = $("compare-origins");
+  origins.innerHTML = "";
+  for (const o of c.origins) {
+    for (const [side, cell, from] of [["A", o.cell, o.a], ["B", o.cell_b, o.b]]) {
+      const li = document.createElement("li");
+      li.textContent = `${side}, cell ${cell}: ${from.from}: ${from.words}`;
+      origins.appendChild(li);
+    }
+  }
+  $("compare-notes").innerHTML = "";
+  for (const note of c.notes) {
+    const li = document.createElement("li");
+    li.textContent = note;
+    $("compare-notes").appendChild(li);
+  }
+  $("compare-notes").hidden = !c.notes.length;
   for (const id of ["compare-gates", "compare-units", "compare-examples"]) $(id).querySelector("tbody").innerHTML = "";
   for (const g of c.gates) {
-    row($("compare-gates"), [g.cell, g.gate, shown(g.max_abs), shown(g.mean_abs), shown(g.rmse), shown(g.units_beyond),
+    row($("compare-gates"), [g.cell, g.gate, g.from_a, g.from_b, sig3(g.max_abs), sig3(g.mean_abs), sig3(g.rmse), sig3(g.units_beyond),
       g.first_step_beyond === null ? "none" : g.first_step_beyond, g.saturated_a_only, g.saturated_b_only, g.nan_a_only, g.nan_b_only]);
   }
-  for (const u of c.units) row($("compare-units"), [u.cell, u.gate, u.unit, shown(u.max_abs), shown(u.mean_abs)]);
-  for (const e of c.examples) row($("compare-examples"), [e.cell, e.gate, e.example, shown(e.max_abs), shown(e.mean_abs), openLink(e.example)]);
+  for (const u of c.units) row($("compare-units"), [u.cell, u.gate, u.unit, sig3(u.max_abs), sig3(u.mean_abs)]);
+  for (const e of c.examples) row($("compare-examples"), [e.cell, e.gate, e.example, sig3(e.max_abs), sig3(e.mean_abs), openLink(e.example)]);
   $("compare-python").textContent = c.python;
-  drawCompare($("overview-cell").value);
+  // the panel's own cell: those compared
+  const cells = Object.keys(c.steps);
+  options($("compare-cell"), cells, cells[0]);
+  drawCompare(cells[0]);
 }
 
 function drawCompare(cell) {
@@ -356,7 +415,8 @@ function drawCompare(cell) {
     { x: g.step, y: plotted(g.mean_abs), mode: "lines+markers", name: gate + notDrawn("mean", g.step, g.mean_abs) }));
   Plotly.newPlot($("compare-steps"), traces,
     { title: { text: `${cell}: mean |B - A| along the steps` }, margin: { t: 30, l: 60, r: 10, b: 40 },
-      xaxis: { title: { text: "step" } }, yaxis: { title: { text: "mean |B - A|" }, rangemode: "tozero" } },
+      xaxis: { title: { text: "step" } },
+      yaxis: { title: { text: "mean |B - A|" }, rangemode: "tozero", tickformat: SIG3, hoverformat: SIG3, exponentformat: "e" } },
     { displayModeBar: false });
 }
 
@@ -364,8 +424,8 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("overview-cell").onchange = () => {
     drawOverview($("overview-cell").value);
     if (state.overview.series) drawAcross(state.overview.series);
-    if (state.compare) drawCompare($("overview-cell").value);
   };
+  $("compare-cell").onchange = () => drawCompare($("compare-cell").value);
   $("at").onchange = async () => {
     state.at = Number($("at").value);
     await loadOverview();
