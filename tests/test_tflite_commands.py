@@ -10,6 +10,8 @@
 - A file's input is shown as the file declares it (a batch fixed at 1 is 1), and `inspect`
   and `record` say how many sequences its interpreter runs at a time; recorded so, a file's
   batch at a time.
+- A replay whose NaN or infinities do not line up with the runtime's says what each holds,
+  and where.
 
 The files are converted here by TensorFlow's converter (`tf.lite.TFLiteConverter`); the
 refused ones are real converters' output, or such a file edited through TensorFlow Lite's own
@@ -342,3 +344,59 @@ def test_a_file_s_batch_is_shown_as_it_declares_it_and_recorded_in_it(
     h = states[states["state"] == "h"].sort_values(["example", "step", "unit"])
     got = h["value"].to_numpy().reshape(len(x), T, H)
     assert np.abs(got - np.concatenate(wanted)).max() < 1e-6
+
+
+def _replayed(outputs: np.ndarray):
+    """A replay whose outputs are `outputs` [examples, steps, units] and h its last step."""
+    from tracer.values.replay import Replayed
+
+    empty = np.zeros(outputs.shape[:2] + (1, outputs.shape[2]), np.float32)
+    return Replayed(empty, empty, {"h": outputs}, outputs, {"h": outputs[:, -1]})
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, says",
+    [
+        (
+            np.nan,
+            0.5,
+            "replayed outputs are nan at example 1, step 2, unit 3 where the model's are 0.5",
+        ),
+        (
+            0.25,
+            np.nan,
+            "replayed outputs are 0.25 at example 1, step 2, unit 3 where the model's are nan",
+        ),
+        (
+            np.inf,
+            -np.inf,
+            "replayed outputs are inf at example 1, step 2, unit 3 where the model's are -inf",
+        ),
+        (
+            np.inf,
+            np.nan,
+            "replayed outputs are inf at example 1, step 2, unit 3 where the model's are nan",
+        ),
+    ],
+)
+def test_a_replay_whose_nan_or_infinities_miss_the_runtime_s_says_where(mine, theirs, says):
+    """Where the replay and the runtime disagree on a NaN or an infinity, `check` said they
+    "differ ... by up to 0" (a NaN where the runtime has a number), or let it pass (a number,
+    or the other infinity, where the runtime has NaN): it says what each holds, where, and how
+    many such values there are. NaN in both, or the same infinity, is no difference."""
+    from recorders.errors import ReplayMismatchError
+    from tracer.values.replay import check
+
+    theirs_out = np.random.RandomState(0).uniform(-1, 1, (3, T, H)).astype(np.float32)
+    theirs_out[2, 4] = [np.nan, np.inf, -np.inf, np.nan]  # the same in both: no difference
+    mine_out = theirs_out.copy()
+    check("lstm", _replayed(mine_out), theirs_out, {"h": theirs_out[:, -1]})
+    mine_out[1, 2, 3], theirs_out[1, 2, 3] = mine, theirs
+    mine_out[0, 3, 0], theirs_out[0, 3, 0] = mine, theirs  # a second one, at a later step
+    with pytest.raises(ReplayMismatchError) as raised:
+        check("lstm", _replayed(mine_out), theirs_out, {})
+    said = str(raised.value)
+    assert said.startswith(
+        f"cell lstm: {says} (2 values where a NaN or an infinity of one is not the other's)"
+    )
+    assert "by up to" not in said and "\n" not in said

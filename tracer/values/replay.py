@@ -293,11 +293,16 @@ def check(
             raise ReplayMismatchError(
                 f"cell {name}: replayed {what} has shape {list(mine.shape)}, the graph's {list(theirs.shape)}"
             )
-        err, same_finite = _difference(mine, theirs)
-        if err > TOLERANCE or not same_finite:
+        err, apart = _difference(mine, theirs)
+        why = "the loop computes something gatetrace does not replay (a modified cell?), so its gates are not recorded"
+        if apart is not None:
+            axes = ("example", "step", "unit") if mine.ndim == 3 else ("example", "unit")
             raise ReplayMismatchError(
-                f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); "
-                "the loop computes something gatetrace does not replay (a modified cell?), so its gates are not recorded"
+                f"cell {name}: replayed {what} are {apart.said(axes, 'the model')}; {why}"
+            )
+        if err > TOLERANCE:
+            raise ReplayMismatchError(
+                f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); {why}"
             )
 
 
@@ -337,25 +342,58 @@ def compare(
         if alive is not None:  # past a length the loop's cell ran on a state that was then dropped
             keep = alive.reshape(alive.shape + (1,) * (mine.ndim - 2))
             mine, theirs = np.where(keep, mine, 0), np.where(keep, theirs, 0)
-        err, same_finite = _difference(mine, theirs)
-        if err > TOLERANCE or not same_finite:
+        err, apart = _difference(mine, theirs)
+        why = "the loop computes something gatetrace does not replay (a modified cell?)"
+        if apart is not None:
+            axes = ("example", "step", "gate", "unit")[: mine.ndim]
+            raise ReplayMismatchError(
+                f"cell {name}: --verify: the replayed {what} are {apart.said(axes, 'its loop')}; {why}"
+            )
+        if err > TOLERANCE:
             raise ReplayMismatchError(
                 f"cell {name}: --verify: the replayed {what} differ from those its loop computed by up to {err:.3g} "
-                f"(tolerance {TOLERANCE}); the loop computes something gatetrace does not replay (a modified cell?)"
+                f"(tolerance {TOLERANCE}); {why}"
             )
 
 
-def _difference(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, bool]:
-    """The largest |mine - theirs| where both are finite, and whether mine is finite wherever
-    theirs is; step by step (axis 1), so that no temporary is as large as the arrays."""
-    err, same_finite = 0.0, True
+@dataclass(frozen=True)
+class _Apart:
+    """Where a replay and what the model computed disagree on a NaN or an infinity: the
+    first such value's index, what each holds there, and how many such values there are."""
+
+    at: tuple[int, ...]
+    mine: float
+    theirs: float
+    count: int
+
+    def said(self, axes: tuple[str, ...], whose: str) -> str:
+        """`nan at example 1, step 2, unit 3 where the model's are 0.5 (2 values ...)`."""
+        where = ", ".join(f"{axis} {k}" for axis, k in zip(axes, self.at, strict=True))
+        many = f"{self.count} value{'s' if self.count != 1 else ''}"
+        return (
+            f"{self.mine:.6g} at {where} where {whose}'s are {self.theirs:.6g} ({many} where a NaN or an "
+            "infinity of one is not the other's)"
+        )
+
+
+def _difference(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, _Apart | None]:
+    """The largest |mine - theirs| where both are finite, and where they disagree on a value
+    that is not (a NaN against anything but NaN, an infinity against anything but itself);
+    step by step (axis 1), so that no temporary is as large as the arrays."""
+    err, count, first = 0.0, 0, None
     pieces = (
-        [(mine, theirs)]
+        [(None, mine, theirs)]
         if mine.ndim < 3
-        else ((mine[:, t], theirs[:, t]) for t in range(mine.shape[1]))
+        else ((t, mine[:, t], theirs[:, t]) for t in range(mine.shape[1]))
     )
-    for a, b in pieces:
+    for t, a, b in pieces:
         finite = np.isfinite(a) & np.isfinite(b)
-        err = max(err, float(np.max(np.abs(a - b), where=finite, initial=0.0)))
-        same_finite = same_finite and np.array_equal(finite, np.isfinite(b))
-    return err, same_finite
+        with np.errstate(invalid="ignore"):  # (inf - inf, left out by `where`)
+            err = max(err, float(np.max(np.abs(a - b), where=finite, initial=0.0)))
+        apart = ~(finite | (a == b) | (np.isnan(a) & np.isnan(b)))
+        count += int(apart.sum())
+        if first is None and count:
+            k = tuple(int(i) for i in np.argwhere(apart)[0])
+            at = k if t is None else (k[0], t, *k[1:])
+            first = (at, float(a[k]), float(b[k]))
+    return err, None if first is None else _Apart(*first, count)
