@@ -347,3 +347,40 @@ def test_a_file_that_is_not_read_as_data_is_left_to_its_loader(models, tmp_path)
     shutil.copytree(folder, keras_like)
     (keras_like / "keras_metadata.pb").write_bytes(b"")
     assert feed_names(str(keras_like)) is None
+
+
+def _keras_shape(framework: str, shape: str):
+    """A Keras model of `shape`: a Sequential (its input given as an Input, or as the first
+    layer's input_shape), or a functional model of two inputs (a dict of them in Keras 3)."""
+    from tests.test_keras import keras_module
+
+    keras = keras_module(framework)
+    L = keras.layers
+    if shape == "Sequential":
+        return keras.Sequential([keras.Input((STEPS, FEATURES)), L.LSTM(2)])
+    if shape == "Sequential, input_shape":
+        return keras.Sequential([L.LSTM(2, input_shape=(STEPS, FEATURES))])
+    a, b = keras.Input((STEPS, FEATURES), name="a"), keras.Input((STEPS, FEATURES), name="b")
+    inputs = {"b": b, "a": a} if framework == "keras3" else [b, a]
+    return keras.Model(inputs, L.GRU(2)(L.Add()([a, b])))
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+@pytest.mark.parametrize("shape", ["Sequential", "Sequential, input_shape", "two inputs"])
+@pytest.mark.parametrize("framework", ["keras3", "tf-keras"])
+def test_a_keras_file_s_inputs_are_those_its_loader_gives(tmp_path, framework, shape, suffix):
+    """The inputs read from a Keras file's configuration are those of the model Keras builds
+    from it, in its order (an auto-named Sequential input, `input_layer`, `lstm_input`...)."""
+    import warnings
+
+    import tracer
+
+    path = tmp_path / f"model{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras 3 on input_shape and on .h5
+        _keras_shape(framework, shape).save(str(path))
+    known = feed_names(str(path))
+    assert known is not None
+    loaded = [i.name for i in tracer.load_model(str(path)).inputs]
+    assert list(known.expected) == loaded
+    assert all(known.accepts(n) and known.accepts(f"{n}:0") for n in loaded)

@@ -182,9 +182,9 @@ def _keras(path: Path, source: str) -> FeedNames | None:
     ):
         return None
     named: list[str] = []
-    todo = [body.get("input_layers")]
+    todo = [body.get("input_layers")]  # what is left, the next last
     while todo:  # a structure of [name, node, tensor] triples: a list, a dict, one triple
-        item = todo.pop(0)
+        item = todo.pop()
         if (
             isinstance(item, list)
             and len(item) == 3
@@ -193,9 +193,9 @@ def _keras(path: Path, source: str) -> FeedNames | None:
         ):
             named.append(item[0])
         elif isinstance(item, list):
-            todo += item
-        elif isinstance(item, dict):
-            todo += list(item.values())
+            todo += reversed(item)
+        elif isinstance(item, dict):  # flattened in the order of its keys, as Keras does
+            todo += [item[key] for key in sorted(item, key=str, reverse=True)]
     layers = body.get("layers")
     for layer in layers if isinstance(layers, list) else []:
         if not isinstance(layer, dict) or layer.get("class_name") != "InputLayer":
