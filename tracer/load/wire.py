@@ -77,17 +77,24 @@ def fields(data: bytes, start: int, end: int, source: str) -> Iterator[tuple[int
     pos = start
     while pos < end:
         at = pos
-        tag, pos = _varint(data, pos, end, source)
+        tag = data[pos]  # a tag or a length of one byte, the most common, read at once
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(data, pos, end, source)
         number, kind = tag >> 3, tag & 7
         if number == 0:
             raise _damaged(source, at, "a field numbered 0")
-        if kind == _VARINT:
+        if kind == _LEN:
+            if pos < end and data[pos] < 0x80:
+                size = data[pos]
+                pos += 1
+            else:
+                size, pos = _varint(data, pos, end, source)
+        elif kind == _VARINT:
             value, pos = _varint(data, pos, end, source)
             yield number, kind, value, 0
             continue
-        if kind == _LEN:
-            length, pos = _varint(data, pos, end, source)
-            size = length
         elif kind == _FIXED64:
             size = 8
         elif kind == _FIXED32:
@@ -130,33 +137,38 @@ class GraphNames:
 
     def nodes_of(self, *ops: str) -> list[str]:
         """The names of the nodes of these ops, in the file's order."""
-        return [name for name, found in self.ops.items() if found & set(ops)]
+        return [name for name, found in self.ops.items() if not found.isdisjoint(ops)]
 
 
-_PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
+_PLACEHOLDERS = frozenset({"Placeholder", "PlaceholderWithDefault"})
 
 
 def _node(data: bytes, a: int, b: int, out: GraphNames, source: str) -> None:
-    names, ops, attrs = [], set(), []
+    names, ops, attrs = [], [], []
     for number, kind, x, y in fields(data, a, b, source):
-        if kind != _LEN:
-            continue
-        if number == NODE_NAME:
-            names.append(_text(data, x, y, source))
-        elif number == NODE_OP:
-            ops.add(_text(data, x, y, source))
-        elif number == NODE_ATTR:
-            attrs.append((x, y))
+        if kind == _LEN:
+            if number == NODE_NAME:
+                names.append((x, y))
+            elif number == NODE_OP:
+                ops.append((x, y))
+            elif number == NODE_ATTR:
+                attrs.append((x, y))
+    found = {_text(data, x, y, source) for x, y in ops}
     dtypes = set()
-    if ops & set(_PLACEHOLDERS):
+    if not _PLACEHOLDERS.isdisjoint(found):
         for x, y in attrs:
             key, values = _entry(data, x, y, source)
             for v, w in values if key == "dtype" else []:
                 for number, kind, value, _ in fields(data, v, w, source):
                     if number == ATTR_VALUE_TYPE and kind == _VARINT:
                         dtypes.add(value)
-    for name in names or [""]:
-        out.ops.setdefault(name, set()).update(ops)
+    for x, y in names or [(a, a)]:
+        name = _text(data, x, y, source)
+        known = out.ops.get(name)
+        if known is None:
+            out.ops[name] = set(found) if len(names) > 1 else found
+        else:
+            known |= found
         if dtypes:
             out.dtypes.setdefault(name, set()).update(dtypes)
 
