@@ -98,14 +98,12 @@ def _is_text(data: bytes) -> bool:
     return re.search(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", data) is None
 
 
-def _graph(
-    path: Path, kind: str, signature: str | None, source: str, limit: int | None = None
-) -> FeedNames | None:
+def _graph(path: Path, kind: str, signature: str | None, source: str) -> FeedNames | None:
     """The names a graph file (one of `tracer.load.wire.KINDS`) gives; `signature`: the one
     whose inputs the loader takes as names (None: no signature's, as for a checkpoint)."""
     from tracer.load.wire import graph_names
 
-    data = _read(path, limit)
+    data = _read(path)
     if data is None or _is_text(data):
         return None
     try:
