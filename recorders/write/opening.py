@@ -151,7 +151,7 @@ def previous_progress(
     the module docstring). `reads` are the model and input files, which --overwrite may not
     delete."""
     out, reads = target.shown, list(reads)
-    refuse_out_inside_inputs(out, reads)
+    refuse_out_inside_inputs(str(out), reads)  # (object storage: its URI, passed over)
     if overwrite:
         check_out(out, overwrite, ours=not_a_recording)
         refuse_inputs_inside(out, reads)
