@@ -389,7 +389,7 @@ def test_inspect_says_how_a_full_integer_cell_holds_its_values(integer):
         "codes preactivation=int16 x 0.0002441 activation=int16 x 3.052e-05 c=int16 x "
         in shown.stdout
     )
-    assert " scales W_i=" in shown.stdout and "inputs: seq (int8, [None, 7, 5])" in shown.stdout
+    assert " scales W_i=" in shown.stdout and "inputs: seq (int8, [1, 7, 5])" in shown.stdout
 
 
 def test_contributions_of_a_quantised_op_are_refused(integer, tmp_path):
