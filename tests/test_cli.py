@@ -58,6 +58,7 @@ def test_record_writes_the_recording(model, tmp_path, capfd):
     assert "recorded 1 cell on 3 sequences: 180 gate rows, 90 state rows" in stdout
     assert sorted(p.name for p in out.iterdir()) == [
         "_progress",
+        "_statistics",
         "gates",
         "manifest.json",
         "states",
@@ -287,6 +288,7 @@ def test_a_disk_failure_keeps_finished_batches_and_resume_completes_them(
     )
     assert sorted(p.name for p in out.iterdir()) == [
         "_progress",
+        "_statistics",
         "gates",
         "states",
         "weights.parquet",
@@ -541,7 +543,9 @@ def test_inspect_on_a_recording_folder_says_what_it_holds(model, tmp_path, capsy
     shown = capsys.readouterr().out
     assert f"{out}: a gatetrace recording (complete) of {path} (checkpoint)" in shown
     assert "examples: 3 (0:3)" in shown
-    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      i,j,f,o  c,h     5      fetch" in shown
+    # where the values came from, in the words compare and the view use
+    assert "steps  values from\n" in shown
+    assert "rnn/basic_lstm_cell  BasicLSTMCell  3      i,j,f,o  c,h     5      fetched\n" in shown
     assert "rows: 180 gate rows, 90 state rows, 96 weight rows; shards finished: 1 of 1;" in shown
     assert main(["inspect", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -314,9 +314,11 @@ def _inspect_series(args) -> None:
 def _inspect_recording(args) -> None:
     """What a recording folder holds (`recorders.Recording.summary`); reads no values."""
     from recorders import Recording
+    from recorders.read.wording import origin
     from tracer.run.budget import describe_size  # imports no TensorFlow
 
-    summary = Recording(args.model).summary()
+    rec = Recording(args.model)
+    summary = rec.summary()
     if args.json:
         print(json.dumps(summary))
         return
@@ -334,7 +336,7 @@ def _inspect_recording(args) -> None:
     )
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
     print(f"examples: {examples['count']:,} ({ranges})")
-    rows = [("cell", "kind", "units", "gates", "states", "steps", "path")]
+    rows = [("cell", "kind", "units", "gates", "states", "steps", "values from")]
     rows += [
         (
             c["name"],
@@ -343,7 +345,7 @@ def _inspect_recording(args) -> None:
             ",".join(c["gates"]),
             ",".join(c["states"]),
             str(c["steps"]),
-            c["path"] or "",
+            origin(rec.cell(c["name"])).label,  # as compare and the view say it
         )
         for c in summary["cells"]
     ]
