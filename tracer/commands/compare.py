@@ -105,23 +105,23 @@ def run(args: argparse.Namespace) -> None:
 
     a, b = Recording(args.a), Recording(args.b)
     found = compare(a, b, args.cells, args.column, args.tolerance, args.top)
+    # what was compared, and where each side's values came from: in --out's metadata and --json
+    described = {
+        "a": found.a,
+        "b": found.b,
+        "column": found.column,
+        "tolerance": found.tolerance,
+        "inputs": found.inputs,
+        "origins": [o.described() for o in found.origins],
+        "notes": found.notes(),
+    }
     if args.out:
         from recorders.write.weights_file import write_table
 
         write_table(
             args.out,
             {k: v.to_numpy() for k, v in found.table().items()},
-            {
-                "comparison": {
-                    "a": found.a,
-                    "b": found.b,
-                    "column": found.column,
-                    "tolerance": found.tolerance,
-                    "inputs": found.inputs,
-                    "origins": [o.described() for o in found.origins],
-                    "notes": found.notes(),
-                }
-            },
+            {"comparison": described},
             overwrite=args.overwrite,
             example="differences.parquet",
             inputs=(args.a, args.b),
@@ -134,13 +134,7 @@ def run(args: argparse.Namespace) -> None:
             json.dumps(
                 json_ready(
                     {
-                        "a": found.a,
-                        "b": found.b,
-                        "column": found.column,
-                        "tolerance": found.tolerance,
-                        "inputs": found.inputs,
-                        "origins": [o.described() for o in found.origins],
-                        "notes": found.notes(),
+                        **described,
                         "first_beyond": None
                         if first is None
                         else {"cell": first[0], "gate": first[1], "step": first[2]},
