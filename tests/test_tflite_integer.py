@@ -615,3 +615,112 @@ def test_a_gate_sum_wraps_around_in_int32_as_the_kernel_sums_it(integer, tmp_pat
             np.testing.assert_array_equal(rounded.astype(np.int16), product)
             checked += 1
     assert checked == len(x) * T
+
+
+def _small_cell_file() -> bytes:
+    """Two stacked tf-keras LSTMs converted for integer arithmetic (int8 inputs and outputs),
+    the second with small weights and biases: its cell state stays within 0.5 on the
+    representative data, so the converter calibrates its scale at 2^-16."""
+    from tracer._tf import tf
+
+    keras = keras_module("tf-keras")
+    init = keras.initializers
+    x = inp = keras.Input((T, D), batch_size=1, name="seq")
+    x = keras.layers.LSTM(
+        H,
+        return_sequences=True,
+        kernel_initializer=init.GlorotUniform(seed=0),
+        recurrent_initializer=init.Orthogonal(seed=10),
+        bias_initializer=init.RandomUniform(-0.5, 0.5, seed=20),
+        name="lstm0",
+    )(x)
+    x = keras.layers.LSTM(
+        H,
+        return_sequences=True,
+        kernel_initializer=init.RandomUniform(-0.1, 0.1, seed=1),
+        recurrent_initializer=init.RandomUniform(-0.1, 0.1, seed=11),
+        bias_initializer=init.RandomUniform(-0.2, 0.2, seed=21),
+        name="lstm1",
+    )(x)
+    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, x))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.RandomState(0)
+    converter.representative_dataset = lambda: (
+        [rng.normal(0, 1, (1, T, D)).astype(np.float32)] for _ in range(30)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+def test_a_cell_state_scale_below_2_to_the_15_records_what_the_kernel_computes(tmp_path):
+    """A cell state calibrated at scale 2^-16 (`_small_cell_file`): TensorFlow Lite's kernel
+    accepts it (its Prepare takes any power of two up to 2^-9) and computes with it, so the
+    file records (before: refused as outside 2^-15 to 2^-9). Its tanh of the cell state, with
+    15 - 16 integer bits, is one the kernel does not compute: it writes nothing, and the
+    output gate is multiplied by the input gate its buffer still holds.
+
+    The oracles: TensorFlow's interpreter run on every prefix of every sequence. After each
+    run, the second op's output (the file's output) holds every step's output state, its
+    cell state variable the last step's cell state, and its scratch tensors the last step's
+    input gate (left in the buffer tanh did not write), the product i x j rounded to the cell
+    state's scale, j and o: the recorded codes equal them all, every step, every unit."""
+    from recorders import Recording
+    from tracer._tf import tf
+
+    path = tmp_path / "small cell.tflite"
+    path.write_bytes(_small_cell_file())
+    fb, model = _schema(path)
+    sub = model.subgraphs[0]
+    ops = [
+        op
+        for op in sub.operators
+        if model.operatorCodes[op.opcodeIndex].builtinCode
+        == fb.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    ]
+    assert len(ops) == 2
+    cell_scale = sub.tensors[int(ops[1].inputs[19])].quantization.scale[0]
+    assert cell_scale == 2.0**-16  # as the converter calibrated it
+    x = np.random.RandomState(7).randint(-128, 128, (6, T, D)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    run = tmp_path / "run"
+    done = run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    rec = Recording(run)
+    cell = rec.cells[1]
+    got = {g: np.asarray(rec.gate_codes(cell, g)).astype(np.int64) for g in "ifjo"}
+    h = np.asarray(rec.state_codes(cell, "h")).astype(np.int64)
+    c = np.asarray(rec.state_codes(cell, "c")).astype(np.int64)
+
+    count = len(sub.tensors)
+    checked = 0
+    for steps in range(1, T + 1):
+        it = tf.lite.Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
+        into = it.get_input_details()[0]["index"]
+        it.resize_tensor_input(into, [1, steps, D], strict=False)
+        it.allocate_tensors()
+        # the tensors the interpreter adds to the file's: each op's scratch buffers, in order
+        scratch = [d for d in it.get_tensor_details() if d["index"] >= count]
+        assert [(d["dtype"], list(d["shape"])) for d in scratch] == 2 * (
+            [(np.int16, [1, H])] * 4 + [(np.int8, [1, H]), (np.int32, [1, H])])  # fmt: skip
+        for row, sequence in enumerate(x):
+            it.reset_all_variables()
+            it.set_tensor(into, sequence[None, :steps])
+            it.invoke()
+            t = steps - 1
+            output = it.get_tensor(int(ops[1].outputs[0]))[0].astype(np.int64)
+            np.testing.assert_array_equal(h[row, :steps], output)
+            state = it.get_tensor(int(ops[1].inputs[19])).reshape(-1).astype(np.int64)
+            np.testing.assert_array_equal(c[row, t], state)
+            i, product, j, o = (
+                it.get_tensor(d["index"])[0].astype(np.int64) for d in scratch[6:10]
+            )
+            np.testing.assert_array_equal(got["i"][row, t], i)
+            np.testing.assert_array_equal(got["j"][row, t], j)
+            np.testing.assert_array_equal(got["o"][row, t], o)
+            # i x j, rounded to nearest (halves away from zero) by 2^(30 - 16), cast to int16
+            v = got["i"][row, t] * got["j"][row, t]
+            rounded = np.sign(v) * ((np.abs(v) + (1 << 13)) >> 14)
+            np.testing.assert_array_equal(rounded.astype(np.int16), product)
+            checked += 1
+    assert checked == len(x) * T

@@ -416,12 +416,20 @@ def _integer(
     cell_scale, _ = quant(reader.tensor(19), "INT16", "cell state")
     hidden_scale, hidden_zero = quant(intermediates[4], "INT8", "hidden intermediate")
     exponent = round(float(np.log2(cell_scale)))
-    # the kernel takes the cell state's scale as 2^exponent, and applies tanh to it with
-    # 15 + exponent integer bits, which it computes for 0 to 6 only
-    if abs(float(np.log2(cell_scale)) - exponent) >= 1e-3 or not -15 <= exponent <= -9:
+    # the kernel's Prepare takes the cell state's scale as 2^exponent (refusing another
+    # scale, and an exponent above -9); it rounds i x j down 30 + exponent bits (a left
+    # shift below -30, which the replay does not compute), and where 15 + exponent is
+    # negative it applies no tanh (tracer.values.integer)
+    if abs(float(np.log2(cell_scale)) - exponent) >= 1e-3 or exponent > -9:
         raise GraphPatternError(
-            f"{where}: its cell state's scale is {cell_scale:g}; TensorFlow Lite's integer LSTM kernel computes "
-            "with a power of two from 2^-15 to 2^-9 there"
+            f"{where}: its cell state's scale is {cell_scale:g}; TensorFlow Lite's integer LSTM kernel "
+            "takes a power of two of at most 2^-9 there and refuses this file too (its interpreter "
+            "fails to allocate tensors): convert the model again"
+        )
+    if exponent < -30:
+        raise GraphPatternError(
+            f"{where}: its cell state's scale is {cell_scale:g}; gatetrace reproduces TensorFlow Lite's "
+            "integer LSTM kernel for a power of two from 2^-30 to 2^-9 there: record the float model"
         )
     integer = LiteInteger(
         input_codes=np.stack([c for c, _ in W]),

@@ -16,7 +16,10 @@ i, f, j, o):
        plus i x c-gate rounded down 30 + e bits, saturated, clipped to the op's cell clip
     5  the output state: o x tanh(cell state, read with 15 + e integer bits), rescaled by
        2^-30 over the hidden scale (the op's fifth intermediate tensor's), plus its zero
-       point in int32, saturated to int8
+       point in int32, saturated to int8. The kernel computes that tanh for 0 to 6 integer
+       bits only: for fewer (a cell scale below 2^-15, which its Prepare accepts and a
+       converter calibrates for a small cell state) it writes nothing, and the buffer it
+       would write still holds the input gate, so the output state is o x i there
 
 Every sum is kept at the kernel's width: the biases with their zero points folded in, each
 product sum and each rescaled sum plus what it is added to are int32 and wrap around as the
@@ -81,6 +84,13 @@ def _table(function: str, bits: int) -> np.ndarray:
 
 def _apply(function: str, x: np.ndarray, bits: int) -> np.ndarray:
     return _table(function, bits)[x + 32768]
+
+
+def _cell_tanh(c: np.ndarray, i: np.ndarray, bits: int) -> np.ndarray:
+    """What the kernel multiplies the output gate by: tanh of the cell state codes `c` read
+    with `bits` integer bits; where `bits` is negative its tanh writes nothing and its buffer
+    still holds the input gate `i` (step 5 of the module docstring)."""
+    return _apply("tanh", c, bits) if bits >= 0 else i
 
 
 def _float32(v: float) -> float:
@@ -201,7 +211,7 @@ def replay_integer(
         c = _saturated(kept + added, 16)
         if k.clip > 0:
             c = np.clip(c, -k.clip, k.clip)
-        out = o * _apply("tanh", c, 15 + cell.cell_exponent)
+        out = o * _cell_tanh(c, i, 15 + cell.cell_exponent)
         h = _saturated(
             wrap32(multiply_by_quantized_multiplier(out, *k.hidden) + cell.hidden_zero), 8
         )
