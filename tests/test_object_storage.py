@@ -219,6 +219,7 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     assert read_json(store, "out/one/_progress/shard-0-of-1.json")["complete"] == [[0, 13]]
     assert sorted(i.base_name for i in store.get_file_info(fs_selector("out/one"))) == [
         "_progress",
+        "_statistics",
         "gates",
         "manifest.json",
         "states",

@@ -501,7 +501,7 @@ def test_compare_never_writes_inside_a_recording_it_compares(
         f"--out {out} lies inside {a}, which this command reads; write it to another folder"
     )
     assert snapshot(a) == before and sorted(p.name for p in a.iterdir()) == sorted(
-        ["gates", "states", "weights.parquet", "manifest.json", "_progress"]
+        ["gates", "states", "weights.parquet", "manifest.json", "_progress", "_statistics"]
     )
 
 

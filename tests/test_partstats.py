@@ -105,13 +105,23 @@ def test_the_overview_s_statistics_are_numpy_s_over_the_values(masked):
     assert all(0 < g["within"] <= 2 / BINS * 2 for g in gates)
 
 
+def without_merged(run: Path) -> None:
+    """The recording as an older gatetrace wrote it, or with its merged statistics files removed
+    (`recorders.write.merged`): its statistics are read from the footers."""
+    import shutil
+
+    shutil.rmtree(run / "_statistics")
+
+
 def test_files_without_statistics_are_read_as_before(masked, tmp_path):
-    """A file of an older recording (no statistics in its footer): that gate's overview is read
-    from the values, exactly; the others' still from the footers."""
+    """A file of an older recording (no statistics in its footer, no merged statistics file):
+    that gate's overview is read from the values, exactly, and says so; the others' still from
+    the footers."""
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(masked, run)
+    without_merged(run)
     rec = Recording(run)
     cell = rec.cells[0]
     target = next((run / "gates" / partition_dir(cell=cell, gate="f")).glob("*.parquet"))
@@ -121,7 +131,8 @@ def test_files_without_statistics_are_read_as_before(masked, tmp_path):
     assert rec.activation_statistics(cell, "i") is not None
     fast = gate_summaries(rec, [cell], ["f"], exact=False)[(cell, "f")]
     exact = gate_summaries(rec, [cell], ["f"])[(cell, "f")]
-    assert fast.within == 0
+    assert fast.within == 0 and fast.read_in_full
+    assert not gate_summaries(rec, [cell], ["i"], exact=False)[(cell, "i")].read_in_full
     for a, b in zip(fast.quantiles, exact.quantiles, strict=True):
         assert np.array_equal(a, b)
 
@@ -258,8 +269,10 @@ def _bumped(said: dict, raw: bytes) -> bytes:
 @pytest.mark.parametrize("lie", list(LIES))
 def test_a_footer_whose_statistics_lie_is_named_in_one_line(masked, tmp_path, lie):
     """Statistics that are malformed, claim sizes to allocate, hold more than they say, or do
-    not add up are refused before a number is used: one line naming the file, from the library
-    and from the view's overview."""
+    not add up are refused before a number is used: one line naming the file, from
+    `Recording.check` (which reads every footer, though a merged statistics file covers it), and
+    where the footer is read in place of a merged file, from the library and from the view's
+    overview."""
     import shutil
 
     from starlette.testclient import TestClient
@@ -274,9 +287,13 @@ def test_a_footer_whose_statistics_lie_is_named_in_one_line(masked, tmp_path, li
     raw = base64.b64decode(said["arrays"])
     make, message = LIES[lie]
     rewrite_footer(target, make(said, raw))
+    with pytest.raises(RecordingError) as checked:
+        Recording(run).check()
+    without_merged(run)
     with pytest.raises(RecordingError) as caught:
         Recording(run).activation_statistics(cell, "f")
     line = str(caught.value)
+    assert str(checked.value) == line
     assert line.startswith(f"{target} is not a part file gatetrace wrote (") and "\n" not in line
     assert message in line and line.endswith("or record the model again")
     answer = TestClient(make_app(Recording(run)), base_url="http://127.0.0.1").get("/api/overview")
@@ -320,6 +337,7 @@ def test_bins_far_apart_in_one_file_are_named_before_anything_is_allocated(two_f
 
     run = tmp_path / "run"
     shutil.copytree(two_files, run)
+    without_merged(run)
     target = sorted((run / "gates").glob("*/*/*.parquet"))[1]
     said = _said(target)
     raw = base64.b64decode(said["arrays"])

@@ -107,7 +107,12 @@ def test_recording_round_trips_and_close_is_idempotent(tmp_path):
         "rows": manifest["rows"],
         "shards": 1,
     }
-    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_progress",
+        "_statistics",
+        "gates",
+        "manifest.json",
+    ]
     assert sorted(
         p.name for p in (out / "gates" / "cell=rnn%2Fbasic_lstm_cell" / "gate=f").iterdir()
     ) == [
@@ -308,7 +313,7 @@ def test_a_failure_keeps_committed_batches_and_writes_no_manifest(tmp_path):
             batch(writer, 0, 2)
             batch(writer, 2, 4, commit=False)
             raise RuntimeError("model failed")
-    assert sorted(p.name for p in out.iterdir()) == ["_progress", "gates"]
+    assert sorted(p.name for p in out.iterdir()) == ["_progress", "_statistics", "gates"]
     assert pd.read_parquet(out / "gates")["example"].unique().tolist() == [0, 1]
     assert progress(out)["complete"] == [[0, 2]] and not progress(out)["finished"]
     with pytest.raises(RecordingError, match="already aborted"):

@@ -191,9 +191,11 @@ def gate_summaries(
     column: 4 bytes per row of that gate.
 
     With `exact=False`, the activations' statistics come from the part files' footers where
-    each file of the gate has them (`Recording.activation_statistics`) and the thresholds are
-    the gate's own: the counts and means as from the values, each quantile within one bin
-    (`Summary.within`) of the exact inverted-CDF one, in the time of reading the footers."""
+    each file of the gate has them (`Recording.activation_statistics`: the shards' merged
+    statistics files, and the footers of files they do not cover) and the thresholds are the
+    gate's own: the counts and means as from the values, each quantile within one bin
+    (`Summary.within`) of the exact inverted-CDF one, in the time of reading a few files; where
+    a file has none (an older recording), every value, which `Summary.read_in_full` says."""
     pairs = [
         (c, g) for c in (cells or rec.cells) for g in rec.gates(c) if gates is None or g in gates
     ]
@@ -227,7 +229,9 @@ def bounds_of(
 class Summary(NamedTuple):
     """One gate over a recording: per unit, `left` and `right` (rows below `low`, above
     `high`: NaN where the gate does not saturate) and `n` (rows); per step of `steps`, the
-    `mean` and one array per quantile, each within `within` of the exact one."""
+    `mean` and one array per quantile, each within `within` of the exact one. `read_in_full`:
+    whether every value of the gate was read for it (exact, or from a recording whose files
+    carry no statistics), rather than statistics of them."""
 
     left: np.ndarray
     right: np.ndarray
@@ -239,6 +243,7 @@ class Summary(NamedTuple):
     high: float = np.nan
     # how far each quantile may lie from the exact one (0: exact; from a histogram, per step)
     within: np.ndarray | float = 0.0
+    read_in_full: bool = False
 
     def saturated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The units with rows, and their fractions of rows below `low` and above `high`
@@ -288,7 +293,7 @@ def _summary(
             mean[k] = values.mean(dtype=np.float64)
             if len(quantiles):
                 qs[:, k] = np.quantile(values.astype(np.float64), quantiles)
-    return Summary(left, right, n, steps, mean, list(qs), low, high)
+    return Summary(left, right, n, steps, mean, list(qs), low, high, read_in_full=True)
 
 
 def _from_footers(

@@ -16,6 +16,10 @@ must fit `memory` bytes first, and so must each row group, which is read whole. 
 is a RecordingError naming the file (a row group or a selection too large for `memory`, a
 `MemoryBudgetError`, which is a SelectionError): never a traceback or a runaway allocation.
 
+Each shard's merged statistics file (`recorders.write.merged`) stands for the footers of the
+part files it covers, where it holds (`CheckedFiles.covering`): what the overview needs is read in
+one request a shard, and the footers of the files it does not cover.
+
 `CheckedFiles` does this for a `recorders.Recording`, which makes one when it has opened the
 folder and read its description.
 """
@@ -23,7 +27,9 @@ folder and read its description.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -39,16 +45,19 @@ from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.layout import (
     PROGRESS_DIR,
     ROOT_ENTRIES,
+    STATISTICS_DIR,
     SUMMARY_DIR,
     TOTALS_DIR,
     UNREADABLE,
     partition_dir,
 )
-from recorders.write.progress import Intervals, read_progress
+from recorders.write.merged import SHARD_FILE, Entry, decode
+from recorders.write.progress import Intervals, Shard, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
 __all__ = [
     "CheckedFiles",
+    "Covered",
     "refuse",
     "TABLES",
     "KEYS",
@@ -64,8 +73,23 @@ KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
 # float32, the value columns each table may hold
 _VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
+# a merged statistics file that does not hold (`recorders.write.merged`)
+MERGED_DAMAGED = (
+    "it was edited or damaged; remove it (the part files' footers are read instead), ask for "
+    "the recording again, or record the model again"
+)
 # what a reader opens in the root
 READ = ROOT_ENTRIES
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What a shard's merged statistics file (`rel`, in the recording) says of the part files
+    `files` of one (cell, gate) or (cell, state): `entry` (`recorders.write.merged.Entry`)."""
+
+    rel: str
+    files: frozenset[str]
+    entry: Entry
 
 
 def default_memory() -> int:
@@ -142,6 +166,8 @@ class CheckedFiles:
         self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
         self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
+        self._merged: list[tuple[str, dict]] | None = None  # each shard's merged file, read
+        self._merging = threading.Lock()  # (gates are summarised on threads: read once)
 
     def weights_rows(self) -> int:
         if "weights.parquet" not in self.folder.entries():
@@ -183,6 +209,91 @@ class CheckedFiles:
                     found.setdefault((cell, label), []).append(rel)
             self._listed[table] = found
         return self._listed[table]
+
+    def merged_files(self) -> list[tuple[str, dict]]:
+        """(path in the recording, entries) of each shard's merged statistics file
+        (`recorders.write.merged`), read once, its form checked: RecordingError naming one that
+        is not as gatetrace writes it. One larger than a quarter of the memory budget is not
+        read (its parsed form takes up to some four times its size): the footers are."""
+        with self._merging:
+            if self._merged is None:
+                self._merged = self._read_merged()
+        return self._merged
+
+    def _read_merged(self) -> list[tuple[str, dict]]:
+        """`merged_files`, read."""
+        found, odd = self.folder.tree(STATISTICS_DIR)
+        if odd:
+            refuse(self.path, self.folder, odd[0])
+        limit = min(MAX_JSON_BYTES, self.memory // 4)
+        out = []
+        for rel, size in found:
+            folder, _, name = rel.rpartition("/")
+            shard = SHARD_FILE.fullmatch(name)
+            if folder != STATISTICS_DIR or shard is None or size > limit:
+                continue  # (a write cut short leaves a hidden partial file)
+            k, n = int(shard.group(1)), int(shard.group(2))
+            if k >= n:
+                continue  # no shard's name
+            try:
+                entries = decode(self.folder.read_bytes(rel, limit), Shard(k, n))
+            except OSError as err:
+                raise RecordingError(
+                    f"{self.path}/{rel} cannot be read ({err.strerror or err}): {MERGED_DAMAGED}"
+                ) from None
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a statistics file gatetrace wrote ({err}): {MERGED_DAMAGED}"
+                ) from None
+            out.append((rel, entries))
+        return out
+
+    def covering(self, table: str, cell: str, label: str) -> list[Covered]:
+        """What the shards' merged statistics files say of the part files of (cell, label) of
+        `table` that they cover (`recorders.write.merged`): each file's covered files all listed
+        (else, where one of them is complete, a RecordingError naming it: a file it covers is
+        gone; where none is, it was written after the folder was listed, and the footers are
+        read instead), no part file covered by two."""
+        listed = set(self.files(table).get((cell, label), []))
+        out: list[Covered] = []
+        seen: dict[str, str] = {}
+        for rel, entries in self.merged_files():
+            entry = entries.get((table, cell, label))
+            if entry is None:
+                continue
+            paths = entry.paths()
+            gone = [(s, p) for s, p in zip(entry.files, paths, strict=True) if p not in listed]
+            complete = [p for s, p in gone if s in self.examples]
+            if complete:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a statistics file gatetrace wrote (it counts "
+                    f"{self.path}/{complete[0]}, which is not there): {MERGED_DAMAGED}"
+                )
+            if gone:
+                continue  # written after the folder was listed: the footers are read
+            twice = next((p for p in paths if p in seen), None)
+            if twice is not None:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a statistics file gatetrace wrote (it counts "
+                    f"{self.path}/{twice}, which {self.path}/{seen[twice]} counts too): {MERGED_DAMAGED}"
+                )
+            seen.update(dict.fromkeys(paths, rel))
+            out.append(Covered(rel, frozenset(paths), entry))
+        return out
+
+    def rows(self, table: str) -> int:
+        """The rows of every part file of `table`: from the merged statistics files where they
+        cover the files (`covering`), else from the footers."""
+        total = 0
+        for (cell, label), files in self.files(table).items():
+            covered: set[str] = set()
+            for c in self.covering(table, cell, label):
+                total += c.entry.rows
+                covered |= c.files
+            total += sum(
+                self.footer(table, cell, rel).num_rows for rel in files if rel not in covered
+            )
+        return total
 
     def column(self, table: str, cell: str, rel: str, column: str) -> np.ndarray:
         """One column of a checked part file, whole."""

@@ -34,6 +34,7 @@ from recorders.errors import RecordingError, SelectionError
 from recorders.read.codes import codes, quantisation_of
 from recorders.read.files import (
     DAMAGED,
+    MERGED_DAMAGED,
     TABLES,
     default_memory,
     open_recording,
@@ -51,8 +52,8 @@ from recorders.read.tables import (
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.layout import UNREADABLE
+from recorders.write.merged import span_of
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
-from recorders.write.totals import RANGES
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -182,17 +183,43 @@ class Recording:
         only (no values): RecordingError naming the first that is not as gatetrace writes it.
         Each file is otherwise checked when first read."""
         for table in TABLES:
-            for (cell, _), files in self._checked.files(table).items():
+            for (cell, label), files in self._checked.files(table).items():
                 for rel in files:
                     self._checked.footer(table, cell, rel)
+                self._check_merged(table, cell, label)
         self._checked.weights_rows()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
 
+    def _check_merged(self, table: str, cell: str, label: str) -> None:
+        """RecordingError naming a shard's merged statistics file whose rows or statistics of
+        (cell, label) are not those of the footers of the files it covers."""
+        for c in self._checked.covering(table, cell, label):
+            rows = sum(self._checked.footer(table, cell, rel).num_rows for rel in c.files)
+            if rows != c.entry.rows:
+                raise RecordingError(
+                    f"{self.path}/{c.rel} is not a statistics file gatetrace wrote (it counts "
+                    f"{c.entry.rows:,} rows of {TABLES[table]} {label} of {cell}, their part files "
+                    f"hold {rows:,}): {MERGED_DAMAGED}"
+                )
+        if table == "gates" and self.kind == "full":
+            fast = self._activation_statistics(cell, label, merged=True)
+            slow = self._activation_statistics(cell, label, merged=False)
+            if (fast is None) != (slow is None) or (
+                fast is not None and slow is not None and not fast.equals(slow)
+            ):
+                named = sorted({c.rel for c in self._checked.covering(table, cell, label)})
+                raise RecordingError(
+                    f"{self.path}/{' and '.join(named)} is not a statistics file "
+                    f"gatetrace wrote (its statistics of gate {label} of {cell} are not those of "
+                    f"the footers of the files it covers): {MERGED_DAMAGED}"
+                )
+
     def summary(self) -> dict[str, Any]:
-        """What the folder holds, read from its manifest (or progress files) and its files'
-        metadata only: the model, whether it is complete, the examples, each cell with the
-        steps it holds, the rows of each table, the shards finished, and the bytes on disk."""
+        """What the folder holds, read from its manifest (or progress files), the shards' merged
+        statistics files (`recorders.write.merged`) and its files' metadata only: the model,
+        whether it is complete, the examples, each cell with the steps it holds, the rows of
+        each table, the shards finished, and the bytes on disk."""
         progress = self._progress
         if self.kind == "summary":
             rows = {
@@ -201,15 +228,8 @@ class Recording:
                 else self.description.get("rows", {}).get(t, 0)
                 for t in TABLES
             }
-        else:
-            rows = {
-                t: sum(
-                    self._checked.footer(t, c, rel).num_rows
-                    for (c, _), files in self._checked.files(t).items()
-                    for rel in files
-                )
-                for t in TABLES
-            }
+        else:  # from the merged statistics files where they cover the files, else the footers
+            rows = {t: self._checked.rows(t) for t in TABLES}
         rows["weights"] = self._checked.weights_rows()
         shards = self.description.get("shards") if self.complete else None
         return {
@@ -400,10 +420,18 @@ class Recording:
         step the count, sum and a histogram), merged over the files in at most `memory` bytes
         (on coarser bins where finer would need more); None where a file carries none
         (recorded by an older gatetrace or without numba, or holding a NaN or an infinite
-        activation): read the values then. Only the footers are read; statistics that
-        contradict themselves, the file's rows, the cell or the range of the gate's
-        nonlinearity as the description lists it (a sigmoid's activations lie in [0, 1]) are a
-        RecordingError naming the file, as any other edited part file is."""
+        activation): read the values then. Where the shards' merged statistics files cover
+        files (`recorders.write.merged`), those are read in their footers' place: one file a
+        shard, and the footers of the files none covers, the same statistics to the last bit.
+        Only those are read; statistics that contradict themselves, the file's rows, the cell
+        or the range of the gate's nonlinearity as the description lists it (a sigmoid's
+        activations lie in [0, 1]) are a RecordingError naming the file, as any other edited
+        part file is."""
+        return self._activation_statistics(cell, gate, merged=True)
+
+    def _activation_statistics(self, cell: str, gate: str, merged: bool) -> PartStats | None:
+        """`activation_statistics`, from the merged statistics files where they cover files
+        (`merged`) or from every footer."""
         self._values("activation_statistics")
         if gate not in self.gates(cell):
             raise SelectionError(
@@ -411,35 +439,27 @@ class Recording:
             )
         found: list[PartStats] = []
         steps, units = self._checked.bounds(cell)["step"][1], self.units(cell)
-        # the range of the gate's nonlinearity, where the description lists it (as gatetrace
-        # record does): a guess from a gate's name would refuse a writer's own values
-        listed = self.cell(cell).get("nonlinearities")
-        named = listed.get(gate) if isinstance(listed, dict) else None
-        span = RANGES.get(named.lower()) if isinstance(named, str) else None
+        span = span_of(self.cell(cell), gate)
         # a merged bin: its count (int64), as bincount gives it (float64), their running sum
         most = self.memory // 24
         held = 0  # the bins and steps of the statistics not merged yet
-        for rel in self._checked.files("gates").get((cell, gate), []):
-            footer = self._checked.footer("gates", cell, rel)
-            value = (footer.metadata or {}).get(FOOTER_KEY)
-            if value is None:
-                return None
-            try:
-                stats = read(value, footer.num_rows, span)
-                if stats.units != units or not all(0 <= s < steps for s in stats.steps):
-                    raise ValueError(
-                        f"its statistics are of {stats.units} units and steps {stats.steps.min(initial=0)} "
-                        f"to {stats.steps.max(initial=0)}, the cell's {units} units and steps 0 to {steps - 1}"
-                    )
-                if found and (stats.low, stats.high) != (found[0].low, found[0].high):
-                    raise ValueError(
-                        f"its statistics count values beyond {stats.low} and {stats.high}, the "
-                        f"other files' beyond {found[0].low} and {found[0].high}"
-                    )
-            except ValueError as err:
-                raise RecordingError(
-                    f"{self.path}/{rel} is not a part file gatetrace wrote ({err}): {DAMAGED}"
-                ) from None
+
+        def fits(stats: PartStats) -> None:
+            """ValueError unless `stats` are of the cell's units and steps, and counted
+            against the thresholds the others were."""
+            if stats.units != units or not all(0 <= s < steps for s in stats.steps):
+                raise ValueError(
+                    f"its statistics are of {stats.units} units and steps {stats.steps.min(initial=0)} "
+                    f"to {stats.steps.max(initial=0)}, the cell's {units} units and steps 0 to {steps - 1}"
+                )
+            if found and (stats.low, stats.high) != (found[0].low, found[0].high):
+                raise ValueError(
+                    f"its statistics count values beyond {stats.low} and {stats.high}, the "
+                    f"other files' beyond {found[0].low} and {found[0].high}"
+                )
+
+        def take(stats: PartStats) -> None:
+            nonlocal found, held
             found.append(stats)
             held += len(stats.counts) + len(stats.steps)
             # merged as they come where all at once would take more than the budget (about 48
@@ -447,6 +467,37 @@ class Recording:
             if held * 48 > self.memory and len(found) > 1:
                 found = [PartStats.merge(found, most)]
                 held = len(found[0].counts) + len(found[0].steps)
+
+        covered: set[str] = set()
+        for c in self._checked.covering("gates", cell, gate) if merged else ():
+            if c.entry.said is None:
+                return None  # a file it covers carries none
+            try:
+                stats = c.entry.statistics(span, self.memory)
+                assert stats is not None
+                fits(stats)
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{c.rel} is not a statistics file gatetrace wrote (gate {gate} "
+                    f"of {cell}: {err}): {MERGED_DAMAGED}"
+                ) from None
+            take(stats)
+            covered |= c.files
+        for rel in self._checked.files("gates").get((cell, gate), []):
+            if rel in covered:
+                continue
+            footer = self._checked.footer("gates", cell, rel)
+            value = (footer.metadata or {}).get(FOOTER_KEY)
+            if value is None:
+                return None
+            try:
+                stats = read(value, footer.num_rows, span)
+                fits(stats)
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a part file gatetrace wrote ({err}): {DAMAGED}"
+                ) from None
+            take(stats)
         return PartStats.merge(found, most) if found else None
 
     def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:

@@ -6,6 +6,7 @@ Layout of a recording `OUT/`:
     states/cell=<cell>/state=<c|h>/part-<first example>.parquet  example, step, unit, value
     weights.parquet                                              cell, gate, source, row, unit, value
     _progress/shard-K-of-N.json                                  which examples are complete (see recorders.write.progress)
+    _statistics/shard-K-of-N.json                                the shard's part files' rows and statistics, merged (recorders.write.merged)
     manifest.json                                                what was recorded, from what, row counts
 
 A summary recording (`--summary`) holds `summary/` and `_summary/` instead of `gates/` and
@@ -48,6 +49,7 @@ __all__ = [
     "METADATA_KEY",
     "SUMMARY_DIR",
     "TOTALS_DIR",
+    "STATISTICS_DIR",
     "ROOT_ENTRIES",
     "COMPRESSIONS",
     "DEFAULT_COMPRESSION",
@@ -67,6 +69,9 @@ METADATA_KEY = b"gatetrace"
 PROGRESS_DIR = "_progress"  # each shard's progress file and lock (recorders.write.progress)
 SUMMARY_DIR = "summary"  # a summary recording's merged statistics (recorders.write.summary)
 TOTALS_DIR = "_summary"  # its shards' running totals
+STATISTICS_DIR = (
+    "_statistics"  # each shard's part files' rows and statistics, merged (recorders.write.merged)
+)
 # what a recording's root holds (a reader opens them; --overwrite replaces only them)
 ROOT_ENTRIES = (
     "gates",
@@ -76,6 +81,7 @@ ROOT_ENTRIES = (
     PROGRESS_DIR,
     SUMMARY_DIR,
     TOTALS_DIR,
+    STATISTICS_DIR,
 )
 # `fast`: lz4 on the keys only (see the module docstring). Measured on the benchmark's values
 # (bench/encodings.py): 4.0 bytes per float value uncompressed, 3.65 with lz4, 3.50 with zstd.

@@ -39,6 +39,15 @@ the reader turns into one line naming the file, as for any other part file that 
 gatetrace writes it (the values of a file known to be edited are not read in their place).
 `PartStats.merge` holds at most `most` bins (a reader's memory budget): coarser where more would
 be needed, each step's quantiles then within its wider bin.
+
+A merge gives the same statistics, to the last bit, in whatever grouping and order its parts are
+merged (a shard's running merge, `recorders.write.merged`, then the footers it does not cover, or
+every footer at once): counts and bins are whole numbers; least and largest values, minima and
+maxima; each step's lattice the coarsest of its parts' and of the one its whole range needs (never
+finer after a merge); and each step's sum the float64 nearest the exact sum of the files' sums,
+kept exact (`sums`, whole multiples of 2^-1074, which every float64 is) while merged. Merged
+statistics (`fields(merged=True)`, `read_merged`) store those exact sums and each bin's count in
+8 bytes, and hold at most `MERGED` + 1 bins a step.
 """
 
 from __future__ import annotations
@@ -46,15 +55,27 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from recorders.write.compiled import Loop, available
 from recorders.write.stats import cut_point
 
-__all__ = ["FOOTER_KEY", "BINS", "FILE_BINS", "MERGED", "PartStats", "Tally", "read", "ready"]
+__all__ = [
+    "FOOTER_KEY",
+    "BINS",
+    "FILE_BINS",
+    "MERGED",
+    "PartStats",
+    "Tally",
+    "read",
+    "read_merged",
+    "ready",
+]
 
 FOOTER_KEY = b"gatetrace.statistics"
 FORMAT = 1
@@ -73,6 +94,11 @@ _FINEST = -100
 # The most bytes the arrays of one footer may take, decoded (a hostile footer cannot make a
 # reader allocate more): 4 bytes a bin, at most FILE_BINS bins a step.
 MAX_BYTES = 64 << 20
+# a float64 is a whole number of 2^-1074: a sum kept exact is one, as a Python int
+_ULP = 1074
+_ONE = 1 << _ULP
+# the hex digits of an exact sum: below 2^2096 in magnitude, its float64 below 2^1022
+_SUM = re.compile(r"-?[0-9a-f]{1,524}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +107,9 @@ class PartStats:
     docstring): `units`, `rows` (the rows of each unit), `below` and `above` [units] (None
     where `low` and `high` are: a gate that does not saturate); per step of `steps` [S],
     `count`, `total` (the sum), `lo`, `hi`, and the histogram: bins 2^`exponent` wide, numbered
-    from `first`, `size` of them, their counts one step after the other in `counts`."""
+    from `first`, `size` of them, their counts one step after the other in `counts`. `sums`: per
+    step, the exact sum of the merged files' sums in units of 2^-1074 (Python ints), of which
+    `total` is the nearest float64; None where `total` is exact as it stands (one file's)."""
 
     units: int
     rows: int
@@ -98,6 +126,34 @@ class PartStats:
     first: np.ndarray
     size: np.ndarray
     counts: np.ndarray
+    sums: np.ndarray | None = None
+
+    def exact(self) -> np.ndarray:
+        """Per step, the exact sum (`sums`) as Python ints in units of 2^-1074."""
+        return self.sums if self.sums is not None else _exact(self.total)
+
+    def equals(self, other: PartStats) -> bool:
+        """Whether both hold the same statistics, to the last bit."""
+        if (self.units, self.rows, self.low, self.high) != (
+            other.units,
+            other.rows,
+            other.low,
+            other.high,
+        ):
+            return False
+        if (self.below is None) != (other.below is None):
+            return False
+        pairs = list(zip(self._arrays(), other._arrays(), strict=True))
+        return (
+            np.array_equal(self.steps, other.steps)
+            and all(
+                a.shape == b.shape
+                and a.dtype.kind == b.dtype.kind
+                and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+                for a, b in pairs
+            )
+            and self.exact().tolist() == other.exact().tolist()
+        )
 
     @property
     def mean(self) -> np.ndarray:
@@ -144,13 +200,14 @@ class PartStats:
         steps = np.unique(np.concatenate([p.steps for p in parts]))
         n = len(steps)
         where = [np.searchsorted(steps, p.steps) for p in parts]
-        count, total = np.zeros(n, np.int64), np.zeros(n)
+        count = np.zeros(n, np.int64)
+        sums = np.zeros(n, dtype=object)  # Python ints: exact, in any order (module docstring)
         lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
         exponent = np.full(n, np.iinfo(np.int64).min)
         for p, at in zip(parts, where, strict=True):
             has = p.count > 0
             count[at] += p.count
-            total[at] += p.total
+            sums[at] += p.exact()
             lo[at[has]] = np.minimum(lo[at[has]], p.lo[has])
             hi[at[has]] = np.maximum(hi[at[has]], p.hi[has])
             exponent[at[has]] = np.maximum(exponent[at[has]], p.exponent[has])
@@ -162,28 +219,34 @@ class PartStats:
         with np.errstate(invalid="ignore"):
             span = np.where(count > 0, hi - lo, 0.0)
         exponent = np.where(span > 0, np.maximum(exponent, np.frexp(span / limit)[1]), exponent)
-        # every bin of every part, as (step, bin number on the step's coarsest lattice, count)
-        step_of, bin_of, counted = [], [], []
-        for p, at in zip(parts, where, strict=True):
-            own = np.repeat(np.arange(len(p.steps)), p.size)
-            number = p.first[own] + (
-                np.arange(len(p.counts)) - np.repeat(np.cumsum(p.size) - p.size, p.size)
-            )
-            step_of.append(at[own])
-            coarser = np.minimum(exponent[at[own]] - p.exponent[own], 63)
-            bin_of.append(number >> coarser)  # floor division by 2^d
-            counted.append(p.counts)
-        step_all, bin_all, counts_all = map(np.concatenate, (step_of, bin_of, counted))
+        # a step's lowest and highest bins on its coarsest lattice: those of its parts' first
+        # and last (a bin's number shifted right by d is its bin 2^d times wider: monotonic)
         lowest = np.full(n, np.iinfo(np.int64).max)
         highest = np.full(n, np.iinfo(np.int64).min)
-        np.minimum.at(lowest, step_all, bin_all)
-        np.maximum.at(highest, step_all, bin_all)
+        shifts = []
+        for p, at in zip(parts, where, strict=True):
+            shifts.append(np.minimum(exponent[at] - p.exponent, 63))
+            has = p.size > 0
+            d = shifts[-1][has]
+            lowest[at[has]] = np.minimum(lowest[at[has]], p.first[has] >> d)
+            highest[at[has]] = np.maximum(highest[at[has]], (p.first[has] + p.size[has] - 1) >> d)
         size = np.where(count > 0, highest - lowest + 1, 0)
         first_bin = np.where(count > 0, lowest, 0)
         offsets = np.cumsum(size) - size
-        at_bin = offsets[step_all] + bin_all - first_bin[step_all]
-        # counts below 2^53: exact as float64 weights
-        merged = np.bincount(at_bin, counts_all, int(size.sum())).astype(np.int64)
+        merged = np.zeros(int(size.sum()), np.int64)
+        for p, at, d in zip(parts, where, shifts, strict=True):
+            # each bin's number on its own lattice, then where it lands in `merged`
+            number = np.repeat(p.first - (np.cumsum(p.size) - p.size), p.size) + np.arange(
+                len(p.counts)
+            )
+            into = np.repeat(offsets[at] - first_bin[at], p.size) + (number >> np.repeat(d, p.size))
+            if len(into) > 1 and np.all(into[1:] >= into[:-1]):
+                # (in order, as a part's steps are: the bins landing in one merged bin are
+                # neighbours, added up first so that each merged bin is added to once)
+                runs = np.flatnonzero(np.concatenate([[True], into[1:] != into[:-1]]))
+                merged[into[runs]] += np.add.reduceat(p.counts, runs)
+            else:
+                np.add.at(merged, into, p.counts)
         below = above = None
         if first.below is not None:
             below = np.sum([p.below for p in parts if p.below is not None], axis=0)
@@ -197,35 +260,43 @@ class PartStats:
             above,
             steps,
             count,
-            total,
+            _rounded(sums),
             np.where(count > 0, lo, np.nan),
             np.where(count > 0, hi, np.nan),
             exponent,
             first_bin,
             size,
             merged,
+            sums,
         )
 
     def encode(self) -> bytes:
         """The footer value: JSON, its arrays base64-encoded (text, as every Parquet reader
         expects a footer's values)."""
+        return json.dumps(self.fields()).encode()
+
+    def fields(self, merged: bool = False) -> dict[str, Any]:
+        """The footer value as a JSON object (`encode`); `merged`: as a merged statistics file
+        holds them (`read_merged`), each bin's count in 8 bytes (merged, one may count more than
+        2^32 - 1 values) and each step's exact sum, in hex (`sums`)."""
         packed = b"".join(
             np.ascontiguousarray(a, dtype=t).tobytes()
-            for a, t in zip(self._arrays(), _types(self.low), strict=True)
+            for a, t in zip(self._arrays(), _types(self.low, merged), strict=True)
         )
-        return json.dumps(
-            {
-                "format": FORMAT,
-                "column": "activation",
-                "units": self.units,
-                "rows": self.rows,
-                "low": self.low,
-                "high": self.high,
-                "steps": self.steps.tolist(),
-                "bins": len(self.counts),
-                "arrays": base64.b64encode(packed).decode(),
-            }
-        ).encode()
+        said: dict[str, Any] = {
+            "format": FORMAT,
+            "column": "activation",
+            "units": self.units,
+            "rows": self.rows,
+            "low": self.low,
+            "high": self.high,
+            "steps": self.steps.tolist(),
+            "bins": len(self.counts),
+            "arrays": base64.b64encode(packed).decode(),
+        }
+        if merged:
+            said["sums"] = [format(n, "x") for n in self.exact().tolist()]
+        return said
 
     def _arrays(self) -> list[np.ndarray]:
         """The arrays in the order `_types` says."""
@@ -243,9 +314,10 @@ class PartStats:
         ]
 
 
-def _types(low: float | None) -> list[str]:
+def _types(low: float | None, merged: bool = False) -> list[str]:
     """The stored types of `PartStats._arrays`, little-endian: below and above where there
-    are thresholds, then count, total, lo, hi, exponent, first, size, counts."""
+    are thresholds, then count, total, lo, hi, exponent, first, size, counts (8 bytes each in
+    merged statistics, 4 in a footer)."""
     return [
         *([] if low is None else ["<i8", "<i8"]),
         "<i8",
@@ -255,8 +327,22 @@ def _types(low: float | None) -> list[str]:
         "<i8",
         "<i8",
         "<i8",
-        "<u4",
+        "<i8" if merged else "<u4",
     ]
+
+
+def _exact(total: np.ndarray) -> np.ndarray:
+    """Finite float64 sums as Python ints in units of 2^-1074, exactly."""
+    out = np.empty(len(total), dtype=object)
+    for k, t in enumerate(total.tolist()):
+        p, q = t.as_integer_ratio()  # q a power of two, at most 2^1074
+        out[k] = p << (_ULP + 1 - q.bit_length())
+    return out
+
+
+def _rounded(sums: np.ndarray) -> np.ndarray:
+    """Exact sums (`_exact`) as the nearest float64s (Python's int division rounds correctly)."""
+    return np.array([n / _ONE for n in sums.tolist()], dtype=np.float64)
 
 
 class Tally:
@@ -279,6 +365,7 @@ class Tally:
         self._kept = available()
         self._state: tuple[np.ndarray, ...] | None = None  # made at the first row group
         self._rows = 0
+        self.carried: PartStats | None = None  # what `footer` gave the file
 
     def add(self, values: np.ndarray, valid: np.ndarray) -> None:
         """One row group's activations, [examples, steps, units] (as float32), where `valid`
@@ -309,14 +396,21 @@ class Tally:
         self._rows += int(valid.sum())
 
     def footer(self) -> dict[bytes, bytes]:
-        """{FOOTER_KEY: the statistics, encoded}, or {} where none are kept."""
+        """{FOOTER_KEY: the statistics, encoded}, or {} where none are kept; what it gives is
+        kept as `carried` (None where nothing), which the writer merges once the file is
+        committed."""
+        self.carried = self.stats()
+        return {} if self.carried is None else {FOOTER_KEY: self.carried.encode()}
+
+    def stats(self) -> PartStats | None:
+        """The file's statistics, or None where none are kept."""
         if not self._kept or self._state is None:
-            return {}
+            return None
         below, above, count, exponent, first, size, total, lo, hi, counts = self._state
         if counts.max(initial=0) > np.iinfo(np.uint32).max:
-            return {}  # a bin's count would not fit the 32 bits it is stored in
+            return None  # a bin's count would not fit the 32 bits it is stored in
         saturates = self.low is not None
-        stats = PartStats(
+        return PartStats(
             len(below),
             self._rows,
             self.low,
@@ -332,8 +426,8 @@ class Tally:
             first,
             size,
             counts[np.arange(FILE_BINS)[None, :] < size[:, None]],
+            _exact(total),  # (made once here, on a writer thread, for the merges to come)
         )
-        return {FOOTER_KEY: stats.encode()}
 
 
 # A float32's bits b as an int32 ordered as the floats are: b ^ ((b >> 31) & 0x7FFFFFFF) (the
@@ -467,6 +561,22 @@ def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> Pa
         said = json.loads(value)
     except (ValueError, UnicodeDecodeError):
         raise ValueError("its statistics are not JSON") from None
+    return _decoded(said, rows, span, False, MAX_BYTES)
+
+
+def read_merged(
+    said: Any, rows: int, span: tuple[float, float] | None, most_bytes: int
+) -> PartStats:
+    """Merged statistics (`PartStats.fields(merged=True)`) of files holding `rows` values,
+    checked as a footer's are (`read`), their bins at most `MERGED` + 1 a step, their arrays
+    at most `most_bytes`, and each step's sum the float64 nearest its exact sum."""
+    return _decoded(said, rows, span, True, most_bytes)
+
+
+def _decoded(
+    said: Any, rows: int, span: tuple[float, float] | None, merged: bool, most_bytes: int
+) -> PartStats:
+    """`read` and `read_merged`, from the JSON object."""
     if not isinstance(said, dict) or (said.get("format"), said.get("column")) != (
         FORMAT,
         "activation",
@@ -477,7 +587,9 @@ def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> Pa
     if (
         not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers)
         or not isinstance(steps, list)
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+        or not all(
+            isinstance(s, int) and not isinstance(s, bool) and -(2**62) < s < 2**62 for s in steps
+        )
         or (low is None) != (high is None)
         or not all(t is None or _number(t) for t in (low, high))
     ):
@@ -485,13 +597,31 @@ def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> Pa
     units, per_unit, bins = (int(n) for n in numbers)  # type: ignore[arg-type]
     if units * per_unit != rows or np.any(np.diff(steps) <= 0):
         raise ValueError(
-            f"its statistics say {units:,} units of {per_unit:,} rows, the file holds {rows:,} rows"
+            f"its statistics say {units:,} units of {per_unit:,} rows, {_HOLD[merged]} {rows:,} rows"
         )
-    types = _types(low)
+    types = _types(low, merged)
     shapes = [*[units] * (len(types) - 8), *[len(steps)] * 7, bins]
     sizes = [n * np.dtype(t).itemsize for n, t in zip(shapes, types, strict=True)]
-    if sum(sizes) > MAX_BYTES:
-        raise ValueError(f"its statistics would take {sum(sizes):,} bytes, more than {MAX_BYTES:,}")
+    if sum(sizes) > most_bytes:
+        raise ValueError(
+            f"its statistics would take {sum(sizes):,} bytes, more than {most_bytes:,}"
+        )
+    widest = (MERGED + 1 if merged else FILE_BINS) * len(steps)
+    if bins > widest:
+        raise ValueError(
+            f"its statistics say {bins:,} bins, more than the {widest:,} of {len(steps):,} steps"
+        )
+    sums = None
+    if merged:
+        said_sums = said.get("sums")
+        if (
+            not isinstance(said_sums, list)
+            or len(said_sums) != len(steps)
+            or not all(isinstance(n, str) and _SUM.fullmatch(n) for n in said_sums)
+        ):
+            raise ValueError("its statistics' exact sums are malformed")
+        sums = np.empty(len(steps), dtype=object)
+        sums[:] = [int(n, 16) for n in said_sums]
     text = said.get("arrays")
     if not isinstance(text, str) or len(text) != 4 * -(-sum(sizes) // 3):
         raise ValueError(f"its statistics' arrays are not the base64 of {sum(sizes):,} bytes")
@@ -527,24 +657,32 @@ def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> Pa
         first,
         size,
         counts,
+        sums,
     )
-    problem = _problem(stats, rows, span)
+    problem = _problem(stats, rows, span, MERGED + 1 if merged else FILE_BINS)
     if problem:
         raise ValueError(f"its statistics {problem}")
     return stats
+
+
+# what holds the rows read statistics are checked against (a footer's, merged ones')
+_HOLD = {False: "the file holds", True: "the files they cover hold"}
 
 
 def _number(n: object) -> bool:
     return isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
 
 
-def _problem(s: PartStats, rows: int, span: tuple[float, float] | None = None) -> str | None:
-    """What in read statistics does not add up (None if everything does)."""
+def _problem(
+    s: PartStats, rows: int, span: tuple[float, float] | None = None, bins: int = FILE_BINS
+) -> str | None:
+    """What in read statistics does not add up (None if everything does); `bins`: the most a
+    step may have."""
     if s.size.min(initial=0) < 0 or int(s.size.sum()) != len(s.counts):
         return "have bins that do not add up to their number"
     if (
         np.any((s.count > 0) != (s.size > 0))
-        or np.any(s.size > FILE_BINS)
+        or np.any(s.size > bins)
         or np.any(np.abs(s.exponent) > 2000)
         or np.any(np.abs(s.first) >= 1 << 62)
     ):
@@ -556,7 +694,11 @@ def _problem(s: PartStats, rows: int, span: tuple[float, float] | None = None) -
     ):
         return "have bins that do not add up to their counts"
     if int(s.count.sum()) != rows:
-        return f"count {int(s.count.sum()):,} values, the file holds {rows:,}"
+        return f"count {int(s.count.sum()):,} values, {_HOLD[bins > FILE_BINS]} {rows:,}"
+    if np.any(s.total[s.count == 0] != 0):
+        return "have a sum at a step without values"
+    if s.sums is not None and not np.array_equal(_rounded(s.sums), s.total):
+        return "have sums that are not their exact sums rounded"
     at = np.flatnonzero(s.count > 0)
     lo, hi, count = s.lo[at], s.hi[at], s.count[at]
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo <= hi)):

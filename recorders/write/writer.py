@@ -13,25 +13,28 @@ s3://...`, see `recorders.write.place`) there is no rename: each file is written
 key, where it appears only once complete, and the progress object is rewritten after
 all of a batch's files; a file that no progress object counts is deleted by a resume.
 `manifest.json` appears when every shard has finished, so a folder without it is not a
-finished recording.
+finished recording. Each shard's part files' rows and statistics, merged as its batches commit,
+are written beside them, so that an overview reads them in one request a shard:
+`recorders.write.merged`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
 
 from recorders.errors import RecordingError
-from recorders.write import rowgroups
+from recorders.write import merged, rowgroups
 from recorders.write.files import publish, remove
 from recorders.write.keys import KeyCache
-from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS, partition_dir
+from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS
 from recorders.write.manifest import write_manifest
 from recorders.write.opening import (
     check_parts,
@@ -54,6 +57,19 @@ __all__ = ["RecordingWriter", "WRITE_THREADS"]
 # 3 interleaved rounds with 3 than with 2 (0.95 s against 1.06 s a batch, medians, AMD EPYC).
 # Each holds one row group's columns at a time, within `tracer.run.budget.RESERVE`.
 WRITE_THREADS = 3
+
+
+class _File(NamedTuple):
+    """A part file of the batch in flight: its encoding, where it is staged, its final path,
+    its table, (cell, gate or state), and the statistics it counts (a gate's)."""
+
+    future: Future
+    staged: str
+    final: str
+    table: str
+    cell: str
+    name: str
+    tally: Tally | None
 
 
 class RecordingWriter:
@@ -138,8 +154,7 @@ class RecordingWriter:
         self._staging = self._where.staging(shard)
         self._keys = KeyCache()
         self._batch: tuple[int, int] | None = None
-        # (future, where the file is staged, its final path, table)
-        self._pending: list[tuple[Future, str, str, str]] = []
+        self._pending: list[_File] = []
         self.manifest: RecordingSummary | None = None
         self._state = "open"
         try:
@@ -152,9 +167,22 @@ class RecordingWriter:
         self._complete_before = self.complete.total()
         self.rows = dict(previous["rows"]) if previous else {"gates": 0, "states": 0, "weights": 0}
         self._save_progress(finished=False)
+        # the part files' rows and statistics, merged as batches commit (`recorders.write.merged`);
+        # a resumed shard's from its file and the footers that file does not cover
+        try:
+            self._merging = (
+                merged.resumed(self.place, shard, self.description, self.range, self.complete)
+                if self.resumed
+                else merged.Merging()
+            )
+        except BaseException:
+            self._release()
+            raise
+        self._merged_at = time.monotonic()
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, threads), thread_name_prefix="gatetrace-write"
         )
+        self._merging.submit = self._pool.submit  # a gate's statistics merged there
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -235,7 +263,7 @@ class RecordingWriter:
     def _submit(
         self,
         table: str,
-        folder: str,
+        key: tuple[str, str],
         examples,
         steps,
         values: Mapping[str, Any],
@@ -246,12 +274,12 @@ class RecordingWriter:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
-        final = f"{table}/{folder}/part-{self._batch[0]:010d}.parquet"
+        final = merged.part_file(table, *key, self._batch[0])
         groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts, tally)
         # encoded where the place stages it; given its final name by `commit`
         staged = self.place.stage(final, self._staging)
         future = self._pool.submit(self._write_parquet, staged, groups, (), tally)
-        self._pending.append((future, staged, final, table))
+        self._pending.append(_File(future, staged, final, table, *key, tally))
 
     def write_gate(
         self,
@@ -277,13 +305,12 @@ class RecordingWriter:
         change until `commit()` returns. The file's footer carries the statistics of the
         activations (`recorders.write.partstats`).
         """
-        folder = partition_dir(cell=cell, gate=gate)
         tally = None
         if activation is not None:
             tally = Tally(np.asarray(steps), *(self._bounds.get((cell, gate)) or (None, None)))
         self._submit(
             "gates",
-            folder,
+            (cell, gate),
             examples,
             steps,
             {"preactivation": preactivation, "activation": activation},
@@ -294,8 +321,7 @@ class RecordingWriter:
 
     def write_state(self, cell: str, state: str, examples, steps, values, lengths=None) -> None:
         """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable as for `write_gate`."""
-        folder = partition_dir(cell=cell, state=state)
-        self._submit("states", folder, examples, steps, {"value": values}, lengths)
+        self._submit("states", (cell, state), examples, steps, {"value": values}, lengths)
 
     def commit(self) -> None:
         """Wait for the batch's files, move them into place and mark its examples complete."""
@@ -304,15 +330,17 @@ class RecordingWriter:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
         rows = {"gates": 0, "states": 0}
+        each: list[int] = []  # the rows of each file
         # the file being written or moved, for the error message
         where = self._shown(self._staging or "")
         try:
-            for future, _, final, table in self._pending:
-                where = self._shown(final)
-                rows[table] += future.result()
-            for _, staged, final, _ in self._pending:
-                where = self._shown(final)
-                self.place.land(staged, final)
+            for file in self._pending:
+                where = self._shown(file.final)
+                each.append(file.future.result())
+                rows[file.table] += each[-1]
+            for file in self._pending:
+                where = self._shown(file.final)
+                self.place.land(file.staged, file.final)
         except (OSError, pa.ArrowException, RecordingError) as err:
             kept, flag = self.kept()
             self.abort()
@@ -320,11 +348,17 @@ class RecordingWriter:
             raise RecordingError(
                 f"cannot write {where}: {reason}; {kept}: fix the cause and rerun{' with ' + flag if flag else ''}"
             ) from err
-        self._pending, self._batch = [], None
+        done, self._pending, self._batch = self._pending, [], None
         self.complete.add(start, stop)
         for table, n in rows.items():
             self.rows[table] += n
         self._save_progress(finished=False)
+        # complete now: merged, and written at most every WRITE_EVERY seconds
+        for file, n in zip(done, each, strict=True):
+            carried = file.tally.carried if file.tally is not None else None
+            self._merging.add((file.table, file.cell, file.name), start, n, carried)
+        if time.monotonic() - self._merged_at >= merged.WRITE_EVERY:
+            self._write_merged()
 
     def write_weights(self, columns: Mapping[str, Any]) -> None:
         """The weights table (`tracer.values.weights.weights_columns`), written at once."""
@@ -342,6 +376,16 @@ class RecordingWriter:
         self.rows["weights"] = n
 
     # -- finishing -------------------------------------------------------------------------
+
+    def _write_merged(self) -> None:
+        """Write the merged statistics file if it holds batches the last one did not
+        (`recorders.write.merged`)."""
+        if self._merging.changed:
+            self.place.write_bytes(
+                merged.statistics_file(self.shard), self._merging.encode(self.shard)
+            )
+            self._merging.changed = False
+        self._merged_at = time.monotonic()
 
     def _save_progress(self, finished: bool) -> None:
         self.place.write_json(
@@ -372,6 +416,7 @@ class RecordingWriter:
         self._pool.shutdown()
         if self._staging is not None:
             self.place.remove(self._staging)
+        self._write_merged()
         self._save_progress(finished=True)
         self._state = "closed"
         complete = self._write_manifest()
@@ -414,6 +459,11 @@ class RecordingWriter:
         self._pending, self._batch = [], None
         if self._staging is not None:
             self.place.remove(self._staging)
+        if not self.replacing:  # the batches committed, merged (if it can be written)
+            try:
+                self._write_merged()
+            except (OSError, RecordingError):
+                pass  # readers read the footers it would have covered
         self._release()
         if self.replacing:  # the recording it was to replace stays as it was
             remove(self.out)
