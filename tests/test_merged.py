@@ -205,26 +205,28 @@ def test_a_recording_s_statistics_are_every_footer_s(tmp_path, monkeypatch):
 def test_killed_then_resumed_statistics_are_every_footer_s(tmp_path, monkeypatch):
     """Killed after 15 batches, the merged file written last after the tenth (the last five
     were committed after it, and a write cut short left a partial file): the reader completes it
-    from the five batches' footers; resumed (and killed again, and resumed), the shard starts
-    from its file and those footers; each time the answer is every footer's."""
+    from the five batches' footers. Resumed, the shard starts from its file and those footers:
+    its first write covers all 16 batches then (killed after its second, one is left to a
+    footer); resumed to the end, the file covers every batch. Each time the answer is every
+    footer's."""
     run = tmp_path / "run"
     monkeypatch.setattr(merged, "WRITE_EVERY", 0.0)  # a write at every commit...
-    writes = []
+    writes = {"left": 10}  # ...but these
     write = RecordingWriter._write_merged
 
     def stopping(self):
-        if len(writes) < 10:  # ...until the tenth
-            writes.append(1)
+        if writes["left"]:
+            writes["left"] -= 1
             write(self)
 
     with monkeypatch.context() as m:
         m.setattr(RecordingWriter, "_write_merged", stopping)
         record(run, (0, 80), 2, kill_after=15)
-    (run / "_statistics" / ".shard-0-of-1.json.partial-0a1b2c3d").write_bytes(b'{"format": 1, "sh')
-    assert_as_every_footer(run, tmp_path, monkeypatch, uncovered=5)
-    # resumed, killed again at once: its file covers all it resumed from, footers included
-    record(run, (0, 80), 2, resume=True, kill_after=1)
-    assert_as_every_footer(run, tmp_path, monkeypatch)
+        (run / "_statistics" / ".shard-0-of-1.json.partial-0a1b2c3d").write_bytes(b'{"form')
+        assert_as_every_footer(run, tmp_path, monkeypatch, uncovered=5)
+        writes["left"] = 1
+        record(run, (0, 80), 2, resume=True, kill_after=2)
+        assert_as_every_footer(run, tmp_path, monkeypatch, uncovered=1)
     record(run, (0, 80), 2, resume=True)
     assert (run / "manifest.json").exists()
     assert_as_every_footer(run, tmp_path, monkeypatch)
@@ -294,9 +296,8 @@ def test_the_overview_opens_a_few_files_whatever_the_part_files(tmp_path, monkey
     cells = len(DESCRIPTION["cells"])
     assert opened.footers <= cells and len(opened.files) <= 2 * shards + 1 + 2 * cells, opened.files
     assert shown["summary"]["rows"] == every_footer(run, tmp_path).summary()["rows"]
-    assert all(
-        not g["within"] == 0 for c in shown["cells"] for g in c["gate_stats"]
-    )  # from statistics, not every value
+    # from statistics (each quantile within a bin), not from every value
+    assert all(g["within"] > 0 for c in shown["cells"] for g in c["gate_stats"])
 
 
 def test_a_merged_file_written_after_the_folder_was_listed_is_read_around(tmp_path):
