@@ -519,6 +519,19 @@ def test_a_gate_whose_file_carries_none_is_read_in_full_without_its_footers(tmp_
     assert opened.footers == 0
     summary = gate_summaries(Recording(run), exact=False)[("a", "f")]
     assert summary.read_in_full
+    # the view's overview says so, and says nothing of the kind where the files carry them
+    from recorders.view.data import overview
+
+    (gate,) = overview(Recording(run))["cells"][0]["gate_stats"]
+    assert gate["read_in_full"] is True
+    clean = tmp_path / "clean"
+    with RecordingWriter(clean, description, examples=(0, 2)) as writer:
+        writer.begin(0, 2)
+        act = np.random.RandomState(0).rand(2, 3, 2).astype(np.float32)
+        writer.write_gate("a", "f", np.arange(2), np.arange(3), None, act)
+        writer.commit()
+    (gate,) = overview(Recording(clean))["cells"][0]["gate_stats"]
+    assert gate["read_in_full"] is False
 
 
 @st.composite

@@ -135,6 +135,9 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
                     "high": rounded(s.quantiles[1], 5),
                     # the band's quantiles are within this of the exact ones (0: exact)
                     "within": float(np.max(s.within, initial=0.0)),
+                    # no statistics in its files (an older gatetrace, a NaN or an infinity):
+                    # every value was read for this answer
+                    "read_in_full": bool(s.read_in_full),
                 }
             )
         came = origin(rec.cell(name))  # where its values came from, as compare says it

@@ -174,7 +174,7 @@ function drawOverview(name) {
       { x: g.steps, y: plotted(g.low), mode: "lines", line: { width: 0 }, fill: "tonexty",
         name: g.within > 0 ? `10th-90th percentile (within ${g.within.toPrecision(2)})` : "10th-90th percentile" },
       { x: g.steps, y: plotted(g.mean), mode: "lines", name: "mean" + notDrawn("mean", g.steps, g.mean) }],
-      { title: { text: `${g.gate}: per step` }, margin: { t: 30, l: 48, r: 10, b: 78 }, showlegend: true,
+      { title: { text: `${g.gate}: per step${g.read_in_full ? " (read in full: no statistics in its files)" : ""}` }, margin: { t: 30, l: 48, r: 10, b: 78 }, showlegend: true,
         legend: { orientation: "h", y: -0.62, font: { size: 10 } },
         xaxis: { title: { text: "step" } }, yaxis: { title: { text: "activation" } } },
       { displayModeBar: false });
