@@ -272,6 +272,26 @@ def test_a_recording_is_never_written_inside_the_model_folder_it_reads(
     assert snapshot(folder) == before and not out.exists()
 
 
+def test_a_recording_is_never_written_at_the_checkpoint_prefix_it_reads(model, tmp_path, capsys):
+    """--out naming the checkpoint's prefix itself: a folder of that name would make the
+    checkpoint unreadable by TensorFlow; refused in one line, nothing made (before: recorded)."""
+    path, x = model
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for f in Path(path).parent.iterdir():
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    prefix = folder / Path(path).name
+    argv = record(model, prefix)
+    argv[1] = str(prefix)
+    msg = error(capsys, argv)
+    assert msg == (
+        f"--out {prefix} is {prefix}, which this command reads: gatetrace writes nothing into its "
+        "inputs; give an --out outside it"
+    )
+    assert not prefix.exists()
+
+
 @pytest.mark.parametrize("how", ["remove_folder_at", "walk_and_remove_at"])
 def test_a_folder_is_removed_by_handle_and_what_its_links_point_to_is_kept(tmp_path, how):
     """Removing a folder of a recording (the shutil walk of Python 3.11+, and the walk by hand

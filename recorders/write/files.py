@@ -133,12 +133,18 @@ def refuse_out_inside_inputs(
         return
     target = Path(out).resolve()
     for p in inputs:
-        if p is None or is_uri(os.fspath(p)) or not Path(p).is_dir():
+        if p is None or is_uri(os.fspath(p)):
             continue
-        if target.is_relative_to(Path(p).resolve()):
+        # the input itself (a checkpoint's prefix, which a folder of that name would hide from
+        # TensorFlow), or a folder it lies inside
+        if (
+            target == Path(p).resolve()
+            or Path(p).is_dir()
+            and target.is_relative_to(Path(p).resolve())
+        ):
             raise OutputExistsError(
-                f"{option('out', out)} lies inside {os.fspath(p)}, which this command reads: gatetrace writes "
-                "nothing into its inputs; give an --out outside it"
+                f"{option('out', out)} {'is' if target == Path(p).resolve() else 'lies inside'} {os.fspath(p)}, which this "
+                "command reads: gatetrace writes nothing into its inputs; give an --out outside it"
             )
 
 
