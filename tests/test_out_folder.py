@@ -247,6 +247,15 @@ def test_overwrite_never_deletes_what_the_recording_reads(what, model, tmp_path,
     assert snapshot(out) == before
 
 
+def model_copy(path: str, folder: Path) -> Path:
+    """A copy of the checkpoint's folder at `folder` (the model given as a folder of its own)."""
+    folder.mkdir()
+    for f in Path(path).parent.iterdir():
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_recording_is_never_written_inside_the_model_folder_it_reads(
     overwrite, model, tmp_path, capsys
@@ -255,11 +264,7 @@ def test_a_recording_is_never_written_inside_the_model_folder_it_reads(
     it is refused in one line, new or not, and the folder is left as it was (before: a new
     --out inside it was recorded into)."""
     path, x = model
-    folder = tmp_path / "model"
-    folder.mkdir()
-    for f in Path(path).parent.iterdir():
-        if f.is_file():
-            (folder / f.name).write_bytes(f.read_bytes())
+    folder = model_copy(path, tmp_path / "model")
     out = folder / "run"
     argv = record(model, out, *(["--overwrite"] if overwrite else []))
     argv[1] = str(folder)
@@ -276,11 +281,7 @@ def test_a_recording_is_never_written_at_the_checkpoint_prefix_it_reads(model, t
     """--out naming the checkpoint's prefix itself: a folder of that name would make the
     checkpoint unreadable by TensorFlow; refused in one line, nothing made (before: recorded)."""
     path, x = model
-    folder = tmp_path / "model"
-    folder.mkdir()
-    for f in Path(path).parent.iterdir():
-        if f.is_file():
-            (folder / f.name).write_bytes(f.read_bytes())
+    folder = model_copy(path, tmp_path / "model")
     prefix = folder / Path(path).name
     argv = record(model, prefix)
     argv[1] = str(prefix)
