@@ -467,6 +467,24 @@ def test_recorders_never_import_tensorflow():
     assert result.stdout.strip() == "False"
 
 
+def test_the_command_line_starts_without_pandas_and_every_public_name_resolves():
+    """`gatetrace --version` and the parser of every command load neither pandas nor the
+    writer (each public name of `recorders` is loaded on first use), and every name listed
+    in `recorders.__all__` and `recorders.write.__all__` is there when asked for."""
+    code = (
+        "import sys, contextlib, io, recorders, recorders.write, tracer.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    tracer.cli.main(['--version'])\n"
+        "print(sorted(m for m in ('pandas', 'recorders.write.writer', 'recorders.read.reader') if m in sys.modules))\n"
+        "missing = [n for mod in (recorders, recorders.write) for n in mod.__all__ if getattr(mod, n, None) is None]\n"
+        "print(missing)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split("\n")[:2] == ["[]", "[]"], result.stdout
+
+
 def test_a_shard_that_fails_before_its_first_batch_leaves_the_other_shards_work(tmp_path):
     out = tmp_path / "run"
     with RecordingWriter(out, DESCRIPTION, examples=(0, 4), shard=Shard(0, 2)) as writer:

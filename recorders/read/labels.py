@@ -25,15 +25,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from recorders.errors import SelectionError
 from recorders.read.files import sequences_fed
 from recorders.read.npy import npy_header
 from recorders.read.reader import Recording
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
+    import pandas as pd
 
 __all__ = ["Labels", "read_labels", "Gathered", "gather", "covers"]
 
@@ -84,6 +86,8 @@ def read_labels(source: Any, memory: int = 2**30) -> Labels:
     """`Labels` from an array, a DataFrame, or a `.npy`, `.parquet` or `.csv` file (see the
     module docstring); `memory` bounds what a file decodes to (checked from its header, footer
     or size before it is decoded) and the dense array a table becomes."""
+    import pandas as pd
+
     if isinstance(source, pd.DataFrame):
         return _from_table(source, "the labels table", memory)
     if isinstance(source, (str, os.PathLike)):
@@ -168,6 +172,8 @@ def _from_array(array: np.ndarray, shown: str) -> Labels:
 
 
 def _from_table(table: pd.DataFrame, shown: str, memory: int) -> Labels:
+    import pandas as pd
+
     missing = [c for c in ("example", "label") if c not in table.columns]
     if missing:
         raise SelectionError(

@@ -23,11 +23,9 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
@@ -54,6 +52,10 @@ from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.layout import UNREADABLE
 from recorders.write.merged import span_of
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
+    import pandas as pd
+    import pyarrow.dataset as ds  # which imports pandas too
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
 
@@ -344,6 +346,8 @@ class Recording:
         rows = self._checked.weights_rows()
         columns = ["cell", "gate", "source", "row", "unit", "value"]
         if rows == 0:
+            import pandas as pd
+
             return pd.DataFrame({c: [] for c in columns[1:]})
         self.allot((rows,), 32, "reading weights.parquet")  # the table, and a cell of it
         try:

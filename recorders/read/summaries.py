@@ -20,10 +20,9 @@ per unit, examples times units per step).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -33,6 +32,9 @@ from recorders.write.folder import Folder
 from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
 from recorders.write.stats import Stats
 from recorders.write.totals import KEY_COLUMNS, STATS, Totals, edges_of, read_totals, thresholds_of
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
+    import pandas as pd
 
 __all__ = ["SummaryTables"]
 

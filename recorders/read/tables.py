@@ -13,18 +13,20 @@ users call; this module is how it reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import KEYS, TABLES, CheckedFiles, key_ranges, statistics
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.layout import UNREADABLE
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
+    import pandas as pd
+    import pyarrow.dataset as ds  # which imports pandas too
 
 __all__ = [
     "Block",
@@ -57,6 +59,8 @@ def dataset(
 ) -> ds.Dataset:
     """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
     dataset, each with its cell and label as partition values (no folder is discovered)."""
+    import pyarrow.dataset as ds
+
     listed = checked.files(table)
     kind = TABLES[table]
     chosen = [
@@ -95,6 +99,8 @@ def read_rows(
     """The rows of `keys` in the step and example ranges ([start, stop), None: open) and of
     `units` (None: all): example, step, unit, `columns`, cell and the label, the last two
     categorical."""
+    import pyarrow.dataset as ds
+
     kind = TABLES[table]
     where = []
     for field, bounds in (("step", steps), ("example", examples)):
@@ -283,6 +289,8 @@ def part_shares(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
             (*key, p, float(m), float(a), float(a / total) if total else np.nan, n, k == top)
             for k, (p, m, a, n) in enumerate(stats)
         ]
+    import pandas as pd
+
     return pd.DataFrame(
         rows, columns=[*by, "part", "mean", "mean_abs", "share", "rows", "dominant"]
     )

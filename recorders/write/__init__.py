@@ -16,22 +16,62 @@ from here: `from recorders.write import place_of`); the format's modules are imp
 name. Imports only `recorders.errors` and this package.
 """
 
-from recorders.write.direct import BUFFER as DIRECT_BUFFER
-from recorders.write.files import (
-    check_out,
-    foreign_entries,
-    is_uri,
-    local_path,
-    publish,
-    refuse_non_folder,
-    remove,
-    temp_sibling,
-)
-from recorders.write.place import LocalPlace, place_of
-from recorders.write.summary import SummaryWriter
-from recorders.write.swap import create_folder
-from recorders.write.weights_file import write_weights
-from recorders.write.writer import WRITE_THREADS, RecordingWriter
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and editors see: the same names, from the same modules
+    from recorders.write.direct import BUFFER as DIRECT_BUFFER
+    from recorders.write.files import (
+        check_out,
+        foreign_entries,
+        is_uri,
+        local_path,
+        publish,
+        refuse_non_folder,
+        remove,
+        temp_sibling,
+    )
+    from recorders.write.place import LocalPlace, place_of
+    from recorders.write.summary import SummaryWriter
+    from recorders.write.swap import create_folder
+    from recorders.write.weights_file import write_weights
+    from recorders.write.writer import WRITE_THREADS, RecordingWriter
+
+# Loaded on first use: reading a recording's format (`recorders.write.layout`, ...) does not
+# import the writer, nor pandas with it.
+_LAZY = {
+    "RecordingWriter": ("recorders.write.writer", "RecordingWriter"),
+    "WRITE_THREADS": ("recorders.write.writer", "WRITE_THREADS"),
+    "SummaryWriter": ("recorders.write.summary", "SummaryWriter"),
+    "write_weights": ("recorders.write.weights_file", "write_weights"),
+    "DIRECT_BUFFER": ("recorders.write.direct", "BUFFER"),
+    "place_of": ("recorders.write.place", "place_of"),
+    "LocalPlace": ("recorders.write.place", "LocalPlace"),
+    "create_folder": ("recorders.write.swap", "create_folder"),
+    **{
+        name: ("recorders.write.files", name)
+        for name in (
+            "check_out",
+            "foreign_entries",
+            "is_uri",
+            "local_path",
+            "publish",
+            "refuse_non_folder",
+            "remove",
+            "temp_sibling",
+        )
+    },
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(import_module(module), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'recorders.write' has no attribute {name!r}")
+
 
 __all__ = [
     "RecordingWriter",

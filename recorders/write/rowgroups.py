@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -175,7 +175,8 @@ def failure_reason(err: BaseException) -> str:
 def _labels(values) -> pa.DictionaryArray:
     """A text column, dictionary-encoded: from a pandas Categorical (its codes, no string
     per row) or from a sequence of strings (None: a null)."""
-    if isinstance(values, pd.Categorical):
+    pd = sys.modules.get("pandas")  # a Categorical exists only once pandas was imported
+    if pd is not None and isinstance(values, pd.Categorical):
         codes = np.asarray(values.codes, dtype=np.int32)
         dictionary = pa.array(list(values.categories), type=pa.string())
         return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), dictionary)

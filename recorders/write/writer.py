@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from recorders.errors import RecordingError
 from recorders.write import merged, rowgroups
+from recorders.write.direct import WRITE_THREADS
 from recorders.write.files import publish, remove
 from recorders.write.keys import KeyCache
 from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS
@@ -50,13 +51,6 @@ from recorders.write.swap import drop_locks
 from recorders.write.totals import saturation_bounds
 
 __all__ = ["RecordingWriter", "WRITE_THREADS"]
-
-
-# Worker threads encoding a batch's files. Three on two cores: while one waits (for the page
-# cache, for the GIL) another encodes; whole processes of the benchmark were faster in each of
-# 3 interleaved rounds with 3 than with 2 (0.95 s against 1.06 s a batch, medians, AMD EPYC).
-# Each holds one row group's columns at a time, within `tracer.run.budget.RESERVE`.
-WRITE_THREADS = 3
 
 
 class _File(NamedTuple):

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import SelectionError
-from recorders.write import DIRECT_BUFFER, WRITE_THREADS
+from recorders.write.direct import BUFFER as DIRECT_BUFFER
+from recorders.write.direct import WRITE_THREADS
 
 __all__ = [
     "COPIES",
