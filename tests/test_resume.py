@@ -238,6 +238,61 @@ def test_a_summary_killed_then_resumed_or_stopped_equals_an_uninterrupted_one(lo
             )
 
 
+# `gatetrace` killed (os._exit, as SIGKILL) at a moment of a summary's writing: "totals N", just
+# after its N-th running-totals file is written, before the progress file lists what it holds
+# (0: the last one, of every example); "manifest", once summary/ is written, before the manifest
+KILLED_AT = (
+    "import os, sys; import recorders.write.summary as s, recorders.write.writer as w; "
+    "s.WRITE_EVERY = 0.0; at, n = sys.argv[1], int(sys.argv[2]); calls = []; write = s.SummaryWriter._write_totals\n"
+    "def totals(self):\n"
+    "    save = self._save_progress\n"
+    "    def dying(finished):\n"
+    "        calls.append(1)\n"
+    "        if at == 'totals' and (len(calls) == n or (n == 0 and not self.missing())): os._exit(9)\n"
+    "        save(finished)\n"
+    "    self._save_progress = dying\n"
+    "    try: write(self)\n"
+    "    finally: del self._save_progress\n"
+    "s.SummaryWriter._write_totals = totals\n"
+    "if at == 'manifest': w.write_manifest = lambda *a: os._exit(9)\n"
+    "from tracer.cli import main; sys.exit(main(sys.argv[3:]))"
+)
+
+
+@pytest.mark.parametrize(
+    "moment", [("totals", "2"), ("totals", "0"), ("manifest", "0")], ids="-".join
+)
+def test_a_summary_killed_between_its_files_resumes_to_an_uninterrupted_one(
+    long_run, tmp_path, moment
+):
+    """A summary killed after its running totals were written but before the progress file
+    listed them (between batches, or at the last batch), or while its summary/ files were
+    written, resumes to the manifest and statistics of an uninterrupted run, value for value
+    (before: a resume that had no batch left to run kept the rows the progress file counted,
+    one write behind the totals)."""
+    argv, _ = long_run
+    run = [*argv, "--summary", "--batch-size", "8"]
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    assert main([*run, "--out", str(clean)]) == 0
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, *moment, *run, "--out", str(out)],
+        capture_output=True,
+        env=env,
+    )
+    assert killed.returncode == 9, killed.stderr
+    assert not (out / "manifest.json").exists()
+    assert main([*run, "--out", str(out), "--resume"]) == 0
+    manifest, expected = (json.loads((d / "manifest.json").read_text()) for d in (out, clean))
+    assert manifest == expected
+    for name in ("units", "steps"):
+        got, want = (pd.read_parquet(d / "summary" / f"{name}.parquet") for d in (out, clean))
+        pd.testing.assert_frame_equal(
+            got.drop(columns="histogram"), want.drop(columns="histogram"), check_exact=True
+        )
+        assert all(np.array_equal(a, b) for a, b in zip(got.histogram, want.histogram, strict=True))
+
+
 @pytest.mark.e2e
 def test_shards_write_one_dataset_equal_to_a_single_run(long_run, tmp_path, capsys):
     argv, clean = long_run

@@ -86,6 +86,11 @@ class SummaryWriter(RecordingWriter):
                     ) from None
                 self.totals, self.complete = read_totals(data, self.summary, self._shown(rel))
                 self._on_disk = Intervals(self.complete.pairs())
+                # the totals may hold batches the progress file did not list yet (killed
+                # between the two writes): the values counted are the totals'
+                self._complete_before = self.complete.total()
+                self.rows["gates"] = self.totals.values("gates")
+                self.rows["states"] = self.totals.values("states")
                 self._save_progress(finished=False)
 
     def _check_parts(self, progress: Mapping[str, Any]) -> None:
