@@ -560,3 +560,110 @@ def test_a_single_file_never_replaces_part_of_another_recording(
         f"write it beside the recording, e.g. {tmp_path / ('differences.parquet' if command == 'compare' else 'weights.parquet')}"
     )
     assert snapshot(other) == before
+
+
+# -- a series' folder and its TensorBoard folder follow the rules of every --out ---------------
+
+
+@pytest.fixture(scope="module")
+def written(model, recordings, tmp_path_factory):
+    """A recording (the module's A), a series of the module's checkpoint, and its training run."""
+    root = tmp_path_factory.mktemp("written")
+    run = training_run(model, root / "run")
+    series = root / "series"
+    assert main(series_argv(model, run, series)) == 0
+    return {"recording": recordings[0], "series": series, "run": run}
+
+
+def series_argv(model, run, out, *extra) -> list[str]:
+    return ["record", str(run), "--checkpoints", "all", "--feed", f"x={model[1]}", "--out", str(out), "--quiet", *extra]  # fmt: skip
+
+
+FOLDER_OUTS = {
+    # name: (the option written, where: (folder written, name inside it) or a special case)
+    "out in a recording": ("out", "recording"),
+    "out in a series": ("out", "series"),
+    "out in the training run": ("out", "run"),
+    "tensorboard in a recording": ("tensorboard", "recording"),
+    "tensorboard in a series": ("tensorboard", "series"),
+    "tensorboard in the training run": ("tensorboard", "run"),
+    "tensorboard through a link into a recording": ("tensorboard", "link"),
+    "tensorboard in its own out": ("tensorboard", "own"),
+    "record out in a recording": ("record", "recording"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLDER_OUTS))
+def test_a_series_folder_and_its_tensorboard_folder_follow_the_rules_of_every_out(
+    case, model, written, tmp_path, capsys
+):
+    """`record --checkpoints --out`, its `--tensorboard`, and a recording's --out inside a
+    recording, a series or the training run the series reads are refused in one line naming
+    the path and where to write instead; nothing is written there."""
+    option_, where = FOLDER_OUTS[case]
+    run = written["run"]
+    before = {k: snapshot(v) for k, v in written.items()}
+    new = tmp_path / "new"
+    inside = {"link": written["recording"], "own": new / "checkpoint=1"}.get(where)
+    folder = written.get(where, inside)
+    if where == "link":
+        (tmp_path / "alias").symlink_to(folder)
+        path = tmp_path / "alias" / "sub"
+    else:
+        path = folder / "sub"
+    if option_ == "out":
+        argv = series_argv(model, run, path)
+    elif option_ == "record":
+        argv = record(model, path)
+    else:
+        argv = series_argv(model, run, new, "--tensorboard", str(path))
+    msg = error(capsys, argv)
+    named = f"--{'tensorboard' if option_ == 'tensorboard' else 'out'} {path}"
+    if where == "own":
+        assert msg.startswith(f"{named} lies inside --out {new}: a series holds only its"), msg
+    elif where == "run":
+        assert msg == (
+            f"{named} lies inside {run}, which this command reads: gatetrace writes nothing "
+            "into its inputs; give a folder outside it"
+        )
+    else:
+        kind = "series" if where == "series" else "recording"
+        assert msg == (
+            f"{named} lies inside the {kind} {folder}, which holds only what its writer wrote; "
+            f"give a folder outside it, e.g. {folder.parent / 'sub'}"
+        )
+    assert {k: snapshot(v) for k, v in written.items()} == before
+    assert not (folder / "sub").exists() and not new.exists()
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_a_tensorboard_folder_is_never_a_special_file(kind, model, written, tmp_path, capsys, monkeypatch):  # fmt: skip
+    """--tensorboard naming a FIFO, a socket or a device says what it is, before any work."""
+    monkeypatch.chdir(tmp_path)
+    node = tmp_path / "node"
+    make, still = SPECIAL[kind]
+    make(node)
+    argv = series_argv(model, written["run"], tmp_path / "new", "--tensorboard", str(node))
+    assert error(capsys, argv) == f"--tensorboard {node} exists and is {kind}; give a folder path"
+    assert still(os.lstat(node).st_mode) and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("what", ["series", "tensorboard"])
+def test_a_logger_never_writes_inside_a_recording(what, written, tmp_path):
+    """The Keras callback's and the TF1 hook's folders (`open_logged`, `check_logdir`, which
+    both begin with) refuse a place inside a recording before anything is written."""
+    from recorders.errors import OutputExistsError
+    from tracer.run.series import open_logged
+    from tracer.run.tensorboard import check_logdir
+
+    rec = written["recording"]
+    before = snapshot(rec)
+    with pytest.raises(OutputExistsError) as raised:
+        if what == "series":
+            open_logged(str(rec / "sub"), "epoch", "GateLogger")
+        else:
+            check_logdir(rec / "sub", tmp_path / "logged", (), f"GateLogger: {rec / 'sub'}")
+    assert str(raised.value).startswith(
+        f"GateLogger: {rec / 'sub'} lies inside the recording {rec}, which holds only what its writer wrote"
+    )
+    assert snapshot(rec) == before and not (rec / "sub").exists()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, listing, option
 from recorders.write.folder import kind_of
+from recorders.write.layout import PROGRESS_DIR, SUMMARY_DIR
+from recorders.write.series import KEYS, SERIES_FILE
 
 __all__ = [
     "is_uri",
@@ -27,6 +29,9 @@ __all__ = [
     "refuse_non_folder",
     "refuse_inputs_inside",
     "refuse_out_inside_inputs",
+    "refuse_inside_written",
+    "check_folder_out",
+    "written_folder",
     "refuse_links",
     "foreign_entries",
     "temp_sibling",
@@ -124,11 +129,14 @@ def refuse_inputs_inside(
 
 
 def refuse_out_inside_inputs(
-    out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None],
+    named: str | None = None,
 ) -> None:
     """Refuse (OutputExistsError) an `out` that is, or lies inside, a folder the command reads
     (a SavedModel's folder, a checkpoint's folder given as the model; `inputs`, local paths,
-    links followed; URIs and None are passed over): gatetrace writes nothing into its inputs."""
+    links followed; URIs and None are passed over): gatetrace writes nothing into its inputs.
+    `named`: how the message names `out` (`--out OUT`)."""
     if is_uri(os.fspath(out)):
         return
     target = Path(out).resolve()
@@ -143,9 +151,54 @@ def refuse_out_inside_inputs(
             and target.is_relative_to(Path(p).resolve())
         ):
             raise OutputExistsError(
-                f"{option('out', out)} {'is' if target == Path(p).resolve() else 'lies inside'} {os.fspath(p)}, which this "
-                "command reads: gatetrace writes nothing into its inputs; give an --out outside it"
+                f"{named or option('out', out)} {'is' if target == Path(p).resolve() else 'lies inside'} {os.fspath(p)}, which this "
+                f"command reads: gatetrace writes nothing into its inputs; give {'a folder' if named else 'an --out'} outside it"
             )
+
+
+def written_folder(folder: Path) -> str | None:
+    """ "recording" or "series" if gatetrace wrote one in `folder` (a recording has its progress
+    folder, or its manifest beside its tables; a series its series file), else None."""
+    if (folder / PROGRESS_DIR).is_dir() or (
+        (folder / "manifest.json").is_file()
+        and ((folder / "gates").is_dir() or (folder / SUMMARY_DIR).is_dir())
+    ):
+        return "recording"
+    return "series" if (folder / SERIES_FILE).is_file() else None
+
+
+def refuse_inside_written(out: str | os.PathLike, named: str | None = None) -> None:
+    """Refuse (OutputExistsError) a local output folder `out` (links followed) that lies
+    inside a recording or a series gatetrace wrote, which holds only what its writer wrote;
+    a series' own key folder (`SERIES/KEY=VALUE`, where its writers record) is its place.
+    URIs are passed over."""
+    if is_uri(os.fspath(out)):
+        return
+    target = local_path(out).resolve()
+    for folder in target.parents:
+        what = written_folder(folder)
+        key = target.parent == folder and target.name.split("=", 1)[0] in KEYS
+        if what and not (what == "series" and key):
+            raise OutputExistsError(
+                f"{named or option('out', out)} lies inside the {what} {folder}, which holds only what its writer "
+                f"wrote; give a folder outside it, e.g. {folder.parent / target.name}"
+            )
+
+
+def check_folder_out(
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    named: str | None = None,
+) -> None:
+    """The rules every local output folder follows, checked before anything is written: not
+    a file, a FIFO, a device or a socket (`refuse_non_folder`), not inside what the command
+    reads (`refuse_out_inside_inputs`), not inside a recording or series
+    (`refuse_inside_written`); `named`: how messages name it (`--out OUT`)."""
+    if is_uri(os.fspath(out)):
+        return
+    refuse_non_folder(local_path(out), named)
+    refuse_out_inside_inputs(out, inputs, named)
+    refuse_inside_written(out, named)
 
 
 def foreign_entries(

@@ -26,6 +26,7 @@ from recorders.errors import OutputExistsError, RecordingError, listing, option
 from recorders.write.files import (
     check_out,
     refuse_inputs_inside,
+    refuse_inside_written,
     refuse_links,
     refuse_non_folder,
     refuse_out_inside_inputs,
@@ -48,6 +49,7 @@ __all__ = [
     "previous_progress",
     "remove_unfinished_parts",
     "check_parts",
+    "series_difference",
 ]
 
 
@@ -152,6 +154,7 @@ def previous_progress(
     delete."""
     out, reads = target.shown, list(reads)
     refuse_out_inside_inputs(str(out), reads)  # (object storage: its URI, passed over)
+    refuse_inside_written(str(out))
     if overwrite:
         check_out(out, overwrite, ours=not_a_recording)
         refuse_inputs_inside(out, reads)
@@ -195,7 +198,65 @@ def _difference(
     unit = (progress["shard"][2:] or [1])[0]
     if unit != shard.unit:
         return f"its shards are cut at multiples of {unit} examples, not {shard.unit} (--workers cuts them at --batch-size)"
-    theirs, mine = _comparable(progress.get("description", {})), _comparable(description)
+    why = _description_difference(
+        _comparable(progress.get("description", {})), _comparable(description)
+    )
+    if why:
+        return why
+    if progress.get("total") != (None if examples is None else list(examples)):
+        return f"its examples are {progress.get('total')}, not {examples}"
+    return None
+
+
+def series_difference(recorded: Mapping[str, Any], description: Mapping[str, Any]) -> str | None:
+    """Why a recording described by `description` may not join a series beside the recording
+    of another checkpoint whose manifest is `recorded` (None if it may): what a resume checks
+    (`previous_progress`), but the model's path and weights, which change along a series,
+    and its cells, whose shapes the series checks."""
+
+    def shared(d: Mapping[str, Any]) -> dict[str, Any]:
+        d = {k: v for k, v in _comparable(d).items() if k not in _PER_CHECKPOINT}
+        if isinstance(d.get("digests"), dict):
+            d["digests"] = {k: v for k, v in d["digests"].items() if k != "weights"}
+        return d
+
+    return _description_difference(shared(recorded), shared(description))
+
+
+# what a series' recordings do not share: the cells' names in the graph and steps as recorded
+# (the series compares their shapes), and what a manifest adds to its description
+_PER_CHECKPOINT = ("cells", "kind", "examples", "rows", "shards")
+# the selection's flags, as a description names them
+_FLAGS = {k: f"--{k}" for k in ("cells", "gates", "steps", "values", "examples")}
+
+
+def _selection_difference(theirs: Any, mine: Any) -> str | None:
+    """The flag of `--cells`, `--gates`, `--steps`, `--values` or `--examples` whose value
+    differs between two descriptions' `selection`, in a sentence (None if none does)."""
+    if not (isinstance(theirs, dict) and isinstance(mine, dict)):
+        return None
+
+    def shown(key: str, value: Any) -> str:
+        if not value or value == [None, None]:
+            return f"no {_FLAGS[key]}" if key != "values" else "the default --values"
+        if key in ("steps", "examples"):
+            text = ":".join("" if v is None else str(v) for v in value)
+        else:
+            text = ",".join(map(str, value))
+        return f"{_FLAGS[key]} {text}"
+
+    for key in _FLAGS:
+        if theirs.get(key) != mine.get(key):
+            was = shown(key, theirs.get(key))
+            return f"it was recorded with {was}, this run gives {shown(key, mine.get(key))}: give {was}"
+    return None
+
+
+def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """What differs between two recordings' descriptions, in words (None if nothing does)."""
+    selection = _selection_difference(theirs.get("selection"), mine.get("selection"))
+    if selection:
+        return selection
     # A progress file of an older gatetrace keeps no digests of the lengths, the scalar feeds
     # and the weights: nothing it holds tells whether they were the same, so it is refused.
     if "digests" in mine and "digests" not in theirs:
@@ -215,9 +276,13 @@ def _difference(
                 and isinstance(mine.get(key), dict)
             ):
                 return _other_digests(theirs[key], mine[key])
+            if key == "summary":
+                if theirs.get(key) is None:
+                    return "it was recorded in full, not as a --summary: leave --summary out"
+                if mine.get(key) is None:
+                    return "it was recorded as a --summary: add --summary"
+                return "it was summarised with other --bins or --saturation: give those it was recorded with"
             return f"different {key}"
-    if progress.get("total") != (None if examples is None else list(examples)):
-        return f"its examples are {progress.get('total')}, not {examples}"
     return None
 
 

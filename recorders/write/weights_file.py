@@ -26,12 +26,17 @@ import pyarrow.parquet as pq
 
 from recorders.errors import OutputExistsError, RecordingError, option
 from recorders.write import rowgroups
-from recorders.write.files import is_uri, local_path, publish, remove, temp_sibling
+from recorders.write.files import (
+    is_uri,
+    local_path,
+    publish,
+    remove,
+    temp_sibling,
+    written_folder,
+)
 from recorders.write.folder import Folder, kind_of
-from recorders.write.layout import METADATA_KEY, SUMMARY_DIR, UNREADABLE, WEIGHT_LABELS
-from recorders.write.progress import PROGRESS_DIR
+from recorders.write.layout import METADATA_KEY, UNREADABLE, WEIGHT_LABELS
 from recorders.write.rowgroups import failure_reason
-from recorders.write.series import SERIES_FILE
 
 __all__ = ["write_weights", "write_table", "check_file_out", "gatetrace_table"]
 
@@ -157,23 +162,12 @@ def _refuse_inside(named: Path, resolved: Path, inputs: Inputs, example: str) ->
                 f"{option('out', named)} {where} {os.fspath(given)}, which this command reads; write it to another folder"
             )
     for folder in resolved.parents:
-        what = _written_folder(folder)
+        what = written_folder(folder)
         if what:
             raise OutputExistsError(
                 f"{option('out', named)} lies inside the {what} {folder}, which holds only what its writer wrote; "
                 f"write it beside the {what}, e.g. {folder.parent / example}"
             )
-
-
-def _written_folder(folder: Path) -> str | None:
-    """ "recording" or "series" if gatetrace wrote one in `folder` (a recording has its progress
-    folder, or its manifest beside its tables; a series its series file), else None."""
-    if (folder / PROGRESS_DIR).is_dir() or (
-        (folder / "manifest.json").is_file()
-        and ((folder / "gates").is_dir() or (folder / SUMMARY_DIR).is_dir())
-    ):
-        return "recording"
-    return "series" if (folder / SERIES_FILE).is_file() else None
 
 
 def gatetrace_table(path: Path) -> bool:

@@ -36,7 +36,7 @@ from tracer._tf import v1
 from tracer.find.graph import find_cells
 from tracer.run.batch import Statistics, Values, write_whole
 from tracer.run.series import fresh_key, logged_folder, open_logged
-from tracer.run.tensorboard import GateSummaries
+from tracer.run.tensorboard import GateSummaries, check_logdir
 from tracer.run.training import report_failure
 from tracer.values.fetch import FetchPlan
 from tracer.values.summaries import Summary
@@ -104,6 +104,8 @@ class GateLoggingHook(v1.train.SessionRunHook):
             )
             self._summary = Summary(self._plan, columns, self.summary.low, self.summary.high, graph)
             self._summary.graph_ops()
+        if self.tensorboard is not None:  # refused before the series begins
+            check_logdir(self.tensorboard, self.out, (), f"GateLoggingHook: {self.tensorboard}")
         open_logged(self.out, "global_step", "GateLoggingHook")
         if self.tensorboard is not None and self._board is None:
             self._board = GateSummaries(self.tensorboard)

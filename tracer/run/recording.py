@@ -30,6 +30,7 @@ from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
 from tracer.cells.found import AnyCell
+from tracer.cells.holds import describe_holds
 from tracer.find.keras import hidden_layers
 from tracer.inputs.digest import input_digests, other_digests
 from tracer.inputs.feeds import (
@@ -54,6 +55,7 @@ from tracer.run.prepare import (
     as_model,
     find_all,
     from_loops,
+    held,
     prepare,
     summarising,
     weight_values,
@@ -162,16 +164,21 @@ def record(
         # replacing a recording never deletes the model it reads
         options = replace(options, reads=(*options.reads, model.source))
     chosen = cells is not None or bool(selection.cells)  # cells the user named are never skipped
-    with from_loops(
-        model,
-        selection.apply(
-            cells
-            if cells is not None
-            else find_all(model, options.gate_ops, options.state_ops, options.gate_names)
-        ),
-        options.progress,
-        reads=selection.parts,
-    ) as (model, cells):
+    found = (
+        find_all(model, options.gate_ops, options.state_ops, options.gate_names)
+        if cells is None or options.holds
+        else list(cells)
+    )
+    with (
+        held(model, found, options.holds) as holds,
+        from_loops(
+            holds.model,
+            [holds.renamed(c) for c in selection.apply(found if cells is None else cells)],
+            options.progress,
+            reads=selection.parts,
+        ) as (model, cells),
+    ):
+        options = replace(options, holds=holds.holds)  # each with its cell's full name
         skipped: list[tuple[str, str]] = []
         prepared, plan, numpy_plan = prepare(
             model,
@@ -239,6 +246,8 @@ def _record(
     # what else the values depend on: a resume, or another shard, must share it
     description["digests"] = other_digests(feed_dict, examples, lengths, weights)
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
+    if options.holds:  # a held recording says so wherever it is read
+        description["held"] = describe_holds(options.holds)
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
     if options.carry_state:  # a resume must cut the stream into the same batches

@@ -27,14 +27,15 @@ from recorders.errors import (
     SelectionError,
     option,
 )
-from recorders.write import LocalPlace, is_uri, place_of, refuse_non_folder
+from recorders.write import LocalPlace, is_uri, place_of
+from recorders.write.files import check_folder_out
 from recorders.write.schema import RecordingSummary, parse_json
 from recorders.write.series import SERIES_FILE, key_folder
 from tracer.load.model import load_model
 from tracer.load.series import Checkpoint, choose, find_series
 from tracer.run.options import RecordOptions
 from tracer.run.recording import find_all, record
-from tracer.run.tensorboard import GateSummaries
+from tracer.run.tensorboard import GateSummaries, check_logdir
 
 __all__ = ["record_series", "open_logged", "fresh_key", "logged_folder", "SERIES_FILE"]
 
@@ -81,21 +82,26 @@ def record_series(
         "values": [c.value for c in chosen],
         "source": os.fspath(folder),
     }
-    started = _check_start(place, description, resume, out_text)
-    if tensorboard is not None and _within(tensorboard, out_text):
-        raise SelectionError(
-            f"--tensorboard {tensorboard} lies inside --out {out_text}: a series holds only its recordings; give "
-            "TensorBoard a folder of its own, e.g. --tensorboard logs/gates"
-        )
+    reads = (folder, *options.reads)  # the training run's folder, the feeds
+    started = _check_start(place, description, resume, out_text, reads)
+    if tensorboard is not None:
+        check_logdir(tensorboard, out_text, reads)
     board: GateSummaries | None = None
     summaries: dict[int, RecordingSummary] = {}
     recorded: list[int] = []
     first: list[dict] | None = None
+    # a recording of the series complete before this run, which the others must agree with
+    joins: tuple[str, dict] | None = None
     try:
         for c in chosen:
             where = f"{out_text}/{folders[c.value]}"
             sub = place_of(where)
             if resume and sub.exists() and "manifest.json" in sub.entries():
+                if joins is None:
+                    joins = (
+                        f"{option('out', out_text)} holds a series whose {key} {c.value}",
+                        sub.read_json("manifest.json"),
+                    )
                 continue  # recorded before
             if progress:
                 print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
@@ -120,6 +126,7 @@ def record_series(
                         options,
                         resume=resume and sub.exists() and bool(sub.entries()),
                         progress=progress,
+                        joins=joins,
                     ),
                 )
             if board is not None:
@@ -150,19 +157,14 @@ def record_series(
     }
 
 
-def _within(inner: str | os.PathLike, outer: str) -> bool:
-    """Whether the local folder `inner` is `outer` or lies below it."""
-    if is_uri(outer) and not outer.startswith("file://"):
-        return False
-    outer_path = Path(outer.removeprefix("file://")).resolve()
-    return Path(inner).resolve().is_relative_to(outer_path)
-
-
-def _check_start(place: Any, description: dict, resume: bool, out: str) -> bool:
+def _check_start(
+    place: Any, description: dict, resume: bool, out: str, reads: tuple[Any, ...]
+) -> bool:
     """Whether the series in `out` has begun (resumed: its `series.json` matches); refuses a
-    folder holding anything else, or anything but a folder, before anything is written."""
+    folder holding anything else, anything but a folder, or one inside what the series reads
+    or inside a recording or series (`check_folder_out`), before anything is written."""
     if isinstance(place, LocalPlace):
-        refuse_non_folder(place.path)
+        check_folder_out(place.path, reads, option("out", out))
     if SERIES_FILE in place.entries():
         if not resume:
             raise OutputExistsError(
@@ -226,7 +228,7 @@ def open_logged(out: str, key: str, who: str) -> dict[str, Any]:
     the logger in the one-line errors."""
     place = place_of(out)
     if isinstance(place, LocalPlace):
-        refuse_non_folder(place.path, f"{who}: {out}")
+        check_folder_out(place.path, (), f"{who}: {out}")
     if SERIES_FILE in place.entries():
         found = parse_json(place.read_bytes(SERIES_FILE, 1 << 20), f"{out}/{SERIES_FILE}")
         if not isinstance(found, dict) or found.get("key") != key:

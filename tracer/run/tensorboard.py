@@ -18,16 +18,39 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recorders.errors import SelectionError, install_hint
+from recorders.errors import SelectionError, install_hint, option
 from recorders.read.reader import Recording
+from recorders.write.files import check_folder_out, is_uri, local_path
 from recorders.write.stats import Stats
 from recorders.write.totals import Bins, nonlinearity
 
-__all__ = ["GateSummaries"]
+__all__ = ["GateSummaries", "check_logdir"]
+
+
+def check_logdir(
+    logdir: str | os.PathLike,
+    out: str | os.PathLike,
+    reads: Iterable[str | os.PathLike | None] = (),
+    named: str | None = None,
+) -> None:
+    """Refuse, before anything is written, a TensorBoard folder that breaks the rules of every
+    output folder (`recorders.write.files.check_folder_out`: a file, a FIFO, a device; inside
+    what the run reads, `reads`; inside a recording or series), or that lies inside the
+    recordings' own folder `out`; `named`: how messages name it (`--tensorboard DIR`)."""
+    named = named or option("tensorboard", os.fspath(logdir))
+    check_folder_out(logdir, reads, named)
+    text = os.fspath(out).rstrip("/")
+    if not is_uri(text) and Path(logdir).resolve().is_relative_to(local_path(text).resolve()):
+        raise SelectionError(
+            f"{named} lies inside {option('out', text)}: a series holds only its recordings; give "
+            f"TensorBoard a folder of its own, e.g. {option('tensorboard', 'logs/gates')}"
+        )
 
 
 class GateSummaries:

@@ -38,7 +38,7 @@ from recorders.write.totals import Bins
 from tracer.load.keras import wrap
 from tracer.run.recording import record
 from tracer.run.series import SERIES_FILE, fresh_key, logged_folder, open_logged
-from tracer.run.tensorboard import GateSummaries
+from tracer.run.tensorboard import GateSummaries, check_logdir
 from tracer.values.keras import resolve_inputs
 
 __all__ = ["GateLogger", "report_failure"]
@@ -98,6 +98,7 @@ class GateLogger:
                 "GateLogger(x_val[:256], 'gates-by-epoch/')"
             )
         if self.tensorboard is not None:  # refused before the series begins
+            check_logdir(self.tensorboard, self.out, (), f"GateLogger: {self.tensorboard}")
             self._board = GateSummaries(self.tensorboard)
         self._series = open_logged(self.out, self.by, "GateLogger")
         if self.by == "batch":  # each logged batch's epoch, those of a restarted run's first
