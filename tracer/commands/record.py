@@ -18,6 +18,7 @@ from tracer.commands.common import (
     split,
 )
 from tracer.commands.record_runs import (
+    holds,
     record_parallel,
     record_series,
     report,
@@ -41,6 +42,7 @@ def early(args: argparse.Namespace) -> bool:
     from tracer.load.feed_names import check_feed_names
 
     check_model_path(args.model)
+    holds(args)
     fed = split_feeds(args.feed)
     check_input_files(args.feed, args.lengths)
     if not args.checkpoints:
@@ -239,6 +241,15 @@ def arguments(c: argparse.ArgumentParser) -> None:
         help="with --summary: the histogram bins of values without a bounded range (preactivations, states; sigmoid "
         "and tanh activations are binned over their range in 20): N bins from LO to HI (default: -10,10,40): "
         "--bins -5,5,50",
+    )
+    what.add_argument(
+        "--hold",
+        action="append",
+        default=[],
+        metavar="CELL:WHAT:UNITS=VALUE[@STEPS]",
+        help="run the model with units of a cell's state (c, h), gate (i, f, ...) or preactivation (f.pre) held at "
+        "VALUE (or multiplied: xF) at every step or at STEPS, so that later steps and layers compute from it, and "
+        "record what changes (repeatable): --hold 'rnn/basic_lstm_cell:h:3,7=0' --hold 'basic_lstm_cell:f:2=1@5:'",
     )
     what.add_argument(
         "--verify",

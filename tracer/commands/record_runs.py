@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tracer.cells.holds import Hold
     from tracer.run.options import RecordOptions
 
 
 __all__ = [
     "feed_path",
+    "holds",
     "shared_options",
     "record_series",
     "summary_bins",
@@ -36,6 +38,13 @@ def feed_path(item: str) -> str | None:
     return head if head and "/" not in tail and not Path(value).exists() else value
 
 
+def holds(args) -> tuple[Hold, ...]:
+    """The `--hold` values, parsed (`tracer.cells.holds`: a malformed one is one line)."""
+    from tracer.cells.holds import parse_hold
+
+    return tuple(parse_hold(spec) for spec in args.hold)
+
+
 def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
     """`tracer.record`'s options that one recording and a series take alike."""
     from tracer.run.options import RecordOptions
@@ -52,6 +61,7 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         summary=bins,
         gate_ops=args.gate_ops,
         state_ops=args.state_ops,
+        holds=holds(args),
     )
 
 
@@ -184,6 +194,7 @@ def record_parallel(args, selection, memory) -> None:
             summary=summary_bins(args),
             gate_ops=args.gate_ops,
             state_ops=args.state_ops,
+            holds=holds(args),
         ),
     )
     bar = None

@@ -17,6 +17,7 @@ import numpy as np
 from recorders import Shard
 from recorders.errors import SelectionError
 from recorders.write.totals import Bins
+from tracer.cells.holds import Hold
 from tracer.run.budget import DEFAULT_BATCH_SIZE
 from tracer.run.select import Selection
 
@@ -48,6 +49,8 @@ class RecordOptions:
     state_ops    ...and the pattern naming its states' tensors
     gate_names   a Keras layer over a cell of your own: its gates' names, by layer path
                  (`{"rnn": ["i", "f", "o", "c"]}`; default: sigmoid_0, ...: `tracer.find.keras_own`)
+    holds        values held inside the model while it runs (`tracer.cells.holds.Hold`, `--hold`):
+                 later steps and layers compute from them, and the recording says so
     """
 
     overwrite: bool = False
@@ -67,9 +70,11 @@ class RecordOptions:
     gate_ops: str | None = None
     state_ops: str | None = None
     gate_names: Mapping[str, Sequence[str]] | None = None
+    holds: tuple[Hold, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
+        object.__setattr__(self, "holds", tuple(self.holds))
         if self.carry_state and self.shard.count > 1:
             raise SelectionError(
                 f"--carry-state with --shard {self.shard}: each shard would start its stream from zero state, not "

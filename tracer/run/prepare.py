@@ -23,6 +23,7 @@ from recorders.errors import RecordingError, SelectionError
 from recorders.write.summary import SummaryWriter
 from recorders.write.totals import Bins, summary_columns
 from tracer.cells.found import AnyCell, Cell, KerasCell, LiteCell
+from tracer.cells.holds import Hold
 from tracer.find.graph import find_cells
 from tracer.find.keras import find_layers
 from tracer.find.lite import find_ops
@@ -38,6 +39,7 @@ from tracer.run.select import Selection
 from tracer.values import interrupts, running
 from tracer.values.emit import emitting
 from tracer.values.fetch import FetchPlan
+from tracer.values.hold import Held, holding
 from tracer.values.keras import KerasPlan, resolve_inputs
 from tracer.values.lite import LitePlan
 from tracer.values.summaries import Summary, in_graph
@@ -337,6 +339,18 @@ def summarising(
         return Statistics(summary, values, graph_values)
 
     return Prepared(prepared.cells, prepared.feeds, SummaryWriter, run, summary.columns)
+
+
+@contextmanager
+def held(model: AnyModel, cells: Sequence[AnyCell], holds: Sequence[Hold]) -> Iterator[Held]:
+    """The model with `holds` in its graph (`tracer.values.hold.holding`; `cells`: every cell
+    found in it), closed on leaving; with no holds, the model as it is."""
+    done = holding(model, cells, holds)  # refuses a model that is not a graph
+    try:
+        yield done
+    finally:
+        if done.model is not model:
+            done.model.close()
 
 
 @contextmanager

@@ -1,0 +1,223 @@
+"""`--hold`: values held inside the model's own computation, checked against models gatetrace
+did not rewrite: two stacked BasicLSTMCells written in numpy from TensorFlow's documented
+equations with the hold in them, and, for a unit of h ablated at every step, the model whose
+weights are edited so that the unit reaches nothing, run by TensorFlow itself."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders.errors import SelectionError
+from tests.conftest import build, read_gates, read_state, run_cli, save
+from tracer._tf import tf, v1
+from tracer.cells.holds import Hold, parse_hold
+
+UNITS, FEATURES, STEPS, FORGET_BIAS = 3, 4, 5, 0.7
+LAYERS = ("rnn/multi_rnn_cell/cell_0/basic_lstm_cell", "rnn/multi_rnn_cell/cell_1/basic_lstm_cell")
+
+
+def _two_layers(x):
+    cells = [v1.nn.rnn_cell.BasicLSTMCell(UNITS, forget_bias=FORGET_BIAS) for _ in LAYERS]
+    outputs, _ = v1.nn.static_rnn(
+        v1.nn.rnn_cell.MultiRNNCell(cells), tf.unstack(x, axis=1), dtype=tf.float32
+    )
+    return [outputs[-1]]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    built = build(_two_layers, steps=STEPS, features=FEATURES, seed=3)
+    path = save(built, "checkpoint", tmp_path_factory.mktemp("hold"))
+    return path, built
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def oracle(weights, x, holds=()):
+    """BasicLSTMCell as TensorFlow documents it, layer over layer: [i, j, f, o] =
+    [x, h] @ kernel + bias; c = c * sigmoid(f + forget_bias) + sigmoid(i) * tanh(j);
+    h = tanh(c) * sigmoid(o); each hold (layer, what, unit, value, scale, steps) applied
+    where the cell's next ops read it. Returns per layer: gates' activations [N, T, 4, U], c, h."""
+    out = []
+    below = x
+    for layer, name in enumerate(LAYERS):
+        kernel, bias = weights[name]["kernel"], weights[name]["bias"]
+        n = below.shape[0]
+        c = np.zeros((n, UNITS), np.float64)
+        h = np.zeros((n, UNITS), np.float64)
+        acts, cs, hs = [], [], []
+        for t in range(STEPS):
+
+            def held(what, value, layer=layer, t=t):
+                for lay, w, unit, v, scale, (start, stop) in holds:
+                    if lay == layer and w == what and start <= t < stop:
+                        value = value.copy()
+                        value[:, unit] = value[:, unit] * v if scale else v
+                return value
+
+            z = np.concatenate([below[:, t], h], axis=1) @ kernel + bias
+            i, j, f, o = np.split(z, 4, axis=1)
+            ai, aj = held("i", _sigmoid(i)), held("j", np.tanh(j))
+            af, ao = held("f", _sigmoid(f + FORGET_BIAS)), held("o", _sigmoid(o))
+            c = held("c", c * af + ai * aj)
+            h = held("h", np.tanh(c) * ao)
+            acts.append(np.stack([ai, aj, af, ao], axis=1))
+            cs.append(c)
+            hs.append(h)
+        out.append((np.stack(acts, axis=1), np.stack(cs, axis=1), np.stack(hs, axis=1)))
+        below = out[-1][2]
+    return out
+
+
+def _record(model_path, x, out, holds):
+    with tracer.load_model(model_path) as m:
+        tracer.record(m, {"x": x}, out, holds=tuple(parse_hold(h) for h in holds))
+    return out
+
+
+CASES = {
+    # a unit of the lower layer's output ablated at every step
+    "h-ablated": (["cell_0/basic_lstm_cell:h:1=0"], [(0, "h", 1, 0.0, False, (0, STEPS))]),
+    # the upper layer's unit 2 never forgets from step 2 on
+    "f-held": (
+        ["rnn/multi_rnn_cell/cell_1/basic_lstm_cell:f:2=1@2:"],
+        [(1, "f", 2, 1.0, False, (2, STEPS))],
+    ),
+    # two holds: memory halved at steps 1 and 2, an input gate closed at step 3
+    "c-scaled-and-i-set": (
+        ["cell_0/basic_lstm_cell:c:0=x0.5@1:3", "cell_0/basic_lstm_cell:i:0,2=0@3"],
+        [(0, "c", 0, 0.5, True, (1, 3)), (0, "i", [0, 2], 0.0, False, (3, 4))],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_held_values_are_those_of_the_documented_equations_with_the_hold(
+    model, inputs, tmp_path, case
+):
+    path, built = model
+    specs, holds = CASES[case]
+    out = _record(path, inputs, tmp_path / "run", specs)
+    expected = oracle(built.weights, inputs.astype(np.float64), holds)
+    plain = oracle(built.weights, inputs.astype(np.float64))
+    for layer, name in enumerate(LAYERS):
+        acts, c, h = expected[layer]
+        _, recorded = read_gates(out, name, ("i", "j", "f", "o"))
+        np.testing.assert_allclose(recorded, acts, atol=2e-6)
+        np.testing.assert_allclose(read_state(out, name, "c"), c, atol=2e-6)
+        np.testing.assert_allclose(read_state(out, name, "h"), h, atol=2e-6)
+    # the hold changed what the upper layer computed: the test sees a difference
+    assert np.abs(expected[1][2] - plain[1][2]).max() > 1e-3
+    # the manifest says what was held, each cell by its full name
+    full = [replace(h, cell=_full(h.cell)).describe() for h in map(parse_hold, specs)]
+    assert json.loads((out / "manifest.json").read_text())["held"] == full
+
+
+def _full(cell: str) -> str:
+    return next(n for n in LAYERS if n == cell or n.endswith("/" + cell))
+
+
+def test_an_ablated_unit_of_h_equals_the_model_whose_weights_no_longer_read_it(
+    model, inputs, tmp_path
+):
+    """The oracle TensorFlow computes: layer 0's unit 1 zeroed in the rows of every matrix
+    that reads it (its own recurrent rows, the upper layer's input rows), the model run by
+    the builder's own session; its upper layer's output is what the held recording's is."""
+    path, built = model
+    out = _record(path, inputs, tmp_path / "run", ["cell_0/basic_lstm_cell:h:1=0"])
+    with built.graph.as_default():
+        kernels = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("kernel")}
+        lower, upper = (kernels[f"{name}/kernel"] for name in LAYERS)
+        k0, k1 = built.session.run([lower, upper])
+        edited0, edited1 = k0.copy(), k1.copy()
+        edited0[FEATURES + 1] = 0  # the lower cell's recurrent row of h unit 1
+        edited1[1] = 0  # the upper cell's input row of it
+        lower.load(edited0, built.session)
+        upper.load(edited1, built.session)
+        try:
+            top = built.session.run(built.outputs[0], {built.inputs: inputs})
+        finally:
+            lower.load(k0, built.session)
+            upper.load(k1, built.session)
+    np.testing.assert_allclose(read_state(out, LAYERS[1], "h")[:, -1], top, atol=1e-6)
+    plain = built.session.run(built.outputs[0], {built.inputs: inputs})
+    assert np.abs(plain - top).max() > 1e-3  # the edit matters
+
+
+def test_a_hold_of_nothing_records_exactly_the_plain_recording(model, inputs, tmp_path):
+    path, _ = model
+    plain = _record(path, inputs, tmp_path / "plain", [])
+    same = _record(path, inputs, tmp_path / "same", ["cell_0/basic_lstm_cell:h:all=x1"])
+    for name in LAYERS:
+        a, b = (
+            read_gates(plain, name, ("i", "j", "f", "o")),
+            read_gates(same, name, ("i", "j", "f", "o")),
+        )
+        assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+        for state in ("c", "h"):
+            assert np.array_equal(read_state(plain, name, state), read_state(same, name, state))
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("cell_0/basic_lstm_cell:h:3=0", "has 3 units (0 to 2); found unit 3"),
+        ("cell_0/basic_lstm_cell:r:0=0", "has states c, h and gates i, j, f, o"),
+        ("basic_lstm_cell:h:0=0", "several cells' names end with /basic_lstm_cell"),
+        ("gru_cell:h:0=0", "no cell is named so or ends with /gru_cell"),
+        (
+            "cell_0/basic_lstm_cell:h:0=0@9:",
+            "holds no step of rnn/multi_rnn_cell/cell_0/basic_lstm_cell",
+        ),
+    ],
+)
+def test_a_hold_that_does_not_fit_the_model_is_one_line(model, inputs, tmp_path, spec, said):
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--hold",
+        spec,
+    )
+    assert done.returncode == 2
+    assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("cell:h=0", "expected CELL:WHAT:UNITS=VALUE"),
+        ("cell:h:1", "expected CELL:WHAT:UNITS=VALUE"),
+        ("cell:h:a=0", "expected UNITS as 17, 3,7 or 0-3"),
+        ("cell:h:3-1=0", "ends before it starts"),
+        ("cell:h:1=nan", "not a finite float32"),
+        ("cell:h:1=1e39", "not a finite float32"),
+        ("cell:h:1=zero", "expected VALUE as a number"),
+        ("cell:h:1=0@", "expected CELL:WHAT:UNITS=VALUE"),
+        ("cell:h:1=0@5:2", "hold nothing"),
+        ("cell:h:1=0@x", "expected STEPS"),
+        ("cell:f.pre.pre:1=0", "expected WHAT"),
+    ],
+)
+def test_a_malformed_hold_is_refused_before_anything_loads(spec, said):
+    with pytest.raises(SelectionError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        parse_hold(spec)
+
+
+def test_a_hold_is_spelled_one_way():
+    assert parse_hold("c:f:7,2-3=1@2:").describe() == "c:f:2,3,7=1@2:"
+    assert parse_hold("c:c:all=x0.5@4") == Hold("c", "c", None, 0.5, True, (4, 5))

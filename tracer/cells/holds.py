@@ -1,0 +1,149 @@
+"""What a held recording changes inside the model: `Hold`, one value of one cell held, read
+from the command line's `--hold CELL:WHAT:UNITS=VALUE[@STEPS]` by `parse_hold`.
+
+    CELL   the cell's name as `gatetrace inspect` lists it (or the end of it after a `/`,
+           when only one cell's name ends so)
+    WHAT   a state (`c`, `h`), a gate's value after its activation (`i`, `f`, ... as the
+           cell's kind names its gates), or a gate's preactivation (`f.pre`)
+    UNITS  `17`, `988,776`, `0-3` (both ends included), or `all`
+    VALUE  a number the units are set to (`0` ablates them), or `xF`: multiplied by F
+    STEPS  the input positions held: `10:` (from 10 on), `3:7` (3 to 6), `5`; default every step
+
+Examples: `rnn/multi_rnn_cell/cell_1/basic_lstm_cell:h:988,776=0` (two units of the second
+layer's output ablated), `basic_lstm_cell:f:17=1` (unit 17 never forgets),
+`lstm_cell:c:5=x0.5@10:` (its memory halved from step 10 on).
+
+Parsing needs no model: what a hold names is checked against the cells found
+(`tracer.values.hold.holding`). Imports nothing of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from recorders.errors import SelectionError
+
+__all__ = ["Hold", "parse_hold", "describe_holds"]
+
+FORMAT = "CELL:WHAT:UNITS=VALUE[@STEPS], e.g. 'lstm_cell:h:3,7=0' or 'lstm_cell:f:17=1@10:'"
+_UNITS = re.compile(r"^(all|\d+(-\d+)?(,\d+(-\d+)?)*)$")
+_STEPS = re.compile(r"^(\d*):(\d*)$|^(\d+)$")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Units of one cell's state or gate held at `value` (`scale`: multiplied by it) at the
+    input positions [start, stop) (None: open); `units` None: every unit."""
+
+    cell: str
+    what: str  # a state, a gate, or a gate + ".pre"
+    units: tuple[int, ...] | None
+    value: float
+    scale: bool = False
+    steps: tuple[int | None, int | None] = (None, None)
+
+    @property
+    def preactivation(self) -> bool:
+        return self.what.endswith(".pre")
+
+    @property
+    def name(self) -> str:
+        """The state or gate held, without `.pre`."""
+        return self.what.removesuffix(".pre")
+
+    def held_at(self, position: int) -> bool:
+        start, stop = self.steps
+        return (start is None or position >= start) and (stop is None or position < stop)
+
+    def describe(self) -> str:
+        """The hold as `--hold` takes it, in one spelling (units sorted, ranges written out)."""
+        units = "all" if self.units is None else ",".join(str(u) for u in self.units)
+        value = f"x{self.value:g}" if self.scale else f"{self.value:g}"
+        start, stop = self.steps
+        steps = (
+            ""
+            if self.steps == (None, None)
+            else f"@{'' if start is None else start}:{'' if stop is None else stop}"
+        )
+        return f"{self.cell}:{self.what}:{units}={value}{steps}"
+
+
+def _units(text: str, spec: str) -> tuple[int, ...] | None:
+    if not _UNITS.match(text):
+        raise SelectionError(
+            f"--hold {spec}: expected UNITS as 17, 3,7 or 0-3 (or all), found {text!r}"
+        )
+    if text == "all":
+        return None
+    units: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        lo, hi = int(first), int(last or first)
+        if hi < lo:
+            raise SelectionError(f"--hold {spec}: the unit range {part} ends before it starts")
+        if hi - lo > 2**20:
+            raise SelectionError(f"--hold {spec}: the unit range {part} is wider than any cell")
+        units.update(range(lo, hi + 1))
+    return tuple(sorted(units))
+
+
+def _value(text: str, spec: str) -> tuple[float, bool]:
+    scale = text.startswith("x")
+    number = text[1:] if scale else text
+    try:
+        value = float(number)
+    except ValueError:
+        raise SelectionError(
+            f"--hold {spec}: expected VALUE as a number (0 ablates) or xF (multiplied by F), found {text!r}"
+        ) from None
+    if not math.isfinite(value) or abs(value) > 3.4e38:
+        raise SelectionError(
+            f"--hold {spec}: the value {text} is not a finite float32; give a finite number"
+        )
+    return value, scale
+
+
+def _steps(text: str, spec: str) -> tuple[int | None, int | None]:
+    found = _STEPS.match(text)
+    if not found:
+        raise SelectionError(
+            f"--hold {spec}: expected STEPS as 10: (from 10 on), 3:7 (3 to 6) or 5, found {text!r}"
+        )
+    if found.group(3) is not None:
+        return int(found.group(3)), int(found.group(3)) + 1
+    start = int(found.group(1)) if found.group(1) else None
+    stop = int(found.group(2)) if found.group(2) else None
+    if start is not None and stop is not None and stop <= start:
+        raise SelectionError(f"--hold {spec}: the steps {text} hold nothing (stop <= start)")
+    return start, stop
+
+
+def parse_hold(spec: str) -> Hold:
+    """One `--hold` value (see the module docstring); `SelectionError` naming what is wrong."""
+    body, at, steps = spec.partition("@")
+    target, equals, value = body.rpartition("=")
+    fields = target.split(":")
+    if not equals or len(fields) != 3 or not all(fields) or (at and not steps):
+        raise SelectionError(f"--hold {spec!r}: expected {FORMAT}")
+    cell, what, units = fields
+    if what.count(".") > (1 if what.endswith(".pre") else 0):
+        raise SelectionError(
+            f"--hold {spec}: expected WHAT as a state (c, h), a gate (i, f, ...) or a gate's preactivation (f.pre), found {what!r}"
+        )
+    number, scale = _value(value, spec)
+    return Hold(
+        cell=cell,
+        what=what,
+        units=_units(units, spec),
+        value=number,
+        scale=scale,
+        steps=_steps(steps, spec) if at else (None, None),
+    )
+
+
+def describe_holds(holds: Sequence[Hold]) -> list[str]:
+    """What a recording's manifest keeps of its holds (`held`): each as `--hold` takes it."""
+    return [h.describe() for h in holds]
