@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tracer
+from recorders import Recording
 from recorders.errors import SelectionError
 from tests.conftest import build, read_gates, read_state, run_cli, save
 from tracer._tf import tf, v1
@@ -221,3 +222,43 @@ def test_a_malformed_hold_is_refused_before_anything_loads(spec, said):
 def test_a_hold_is_spelled_one_way():
     assert parse_hold("c:f:7,2-3=1@2:").describe() == "c:f:2,3,7=1@2:"
     assert parse_hold("c:c:all=x0.5@4") == Hold("c", "c", None, 0.5, True, (4, 5))
+
+
+def test_every_reader_says_a_recording_was_held(model, inputs, tmp_path):
+    """inspect, compare (its lines, --json and --out's metadata) and the view's overview say
+    what was held; a recording of the model's own computation says nothing of holds."""
+    from recorders.view.data import overview
+
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--quiet"]
+    spec = "cell_0/basic_lstm_cell:h:1=0"
+    full = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:1=0"
+    for name, extra in (("base", []), ("held", ["--hold", spec])):
+        done = run_cli("record", path, *feed, "--out", str(tmp_path / name), *extra)
+        assert done.returncode == 0, done.stderr
+    said = run_cli("inspect", str(tmp_path / "held")).stdout
+    assert f"held: values held inside the model ({full})" in said
+    assert "held" not in run_cli("inspect", str(tmp_path / "base")).stdout
+    compared = run_cli("compare", str(tmp_path / "base"), str(tmp_path / "held"))
+    assert f"note: B was recorded with values held inside the model ({full})" in compared.stdout
+    as_json = json.loads(
+        run_cli("compare", str(tmp_path / "base"), str(tmp_path / "held"), "--json").stdout
+    )
+    assert [n for n in as_json["notes"] if full in n] and not [
+        n for n in as_json["notes"] if n.startswith("A ")
+    ]
+    assert overview(Recording(tmp_path / "held"))["held"].startswith("values held inside")
+    assert overview(Recording(tmp_path / "base"))["held"] is None
+    # the upper layer moved: compare sees it
+    assert "first beyond" in compared.stdout
+
+
+def test_a_manifest_whose_holds_are_not_text_is_refused(model, inputs, tmp_path):
+    path, _ = model
+    out = _record(path, inputs, tmp_path / "run", ["cell_0/basic_lstm_cell:h:1=0"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["held"] = [{"cell": 1}]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 2 and "held is" in done.stderr, done.stderr

@@ -66,7 +66,7 @@ from recorders.errors import MemoryBudgetError, SelectionError
 from recorders.read.analysis import bounds_of
 from recorders.read.reader import Recording
 from recorders.read.tables import dense_block
-from recorders.read.wording import Origin, origin, ranges
+from recorders.read.wording import Origin, held, origin, ranges
 
 __all__ = ["compare", "Comparison", "NotCompared", "Sides", "pair_cells"]
 
@@ -137,10 +137,15 @@ class Comparison:
     examples: pd.DataFrame = field(repr=False)
     not_compared: tuple[NotCompared, ...] = ()
     origins: tuple[Sides, ...] = ()
+    held: tuple[str | None, str | None] = (None, None)  # A's and B's holds, in words
 
     def notes(self) -> list[str]:
-        """What a difference of 0 proves where both sides are replays of equal weights."""
-        return [n for n in (s.note() for s in self.origins) if n is not None]
+        """What was held inside either model (`gatetrace record --hold`), and what a difference
+        of 0 proves where both sides are replays of equal weights."""
+        holds = [
+            f"{side} was recorded with {h}" for side, h in zip("AB", self.held, strict=True) if h
+        ]
+        return holds + [n for n in (s.note() for s in self.origins) if n is not None]
 
     def first_beyond(self) -> tuple[str, str, int] | None:
         """(cell, gate, step) of the gate whose difference exceeds the tolerance first along
@@ -379,6 +384,7 @@ def compare(
         _most(examples, top),
         not_compared,
         tuple(sides.values()),
+        (held(a.description), held(b.description)),
     )
 
 

@@ -220,7 +220,7 @@ class Recording:
     def summary(self) -> dict[str, Any]:
         """What the folder holds, read from its manifest (or progress files), the shards' merged
         statistics files (`recorders.write.merged`) and its files' metadata only: the model,
-        whether it is complete, the examples, each cell with the steps it holds, the rows of
+        whether it is complete, what was held inside the model, the examples, each cell with the steps it holds, the rows of
         each table, the shards finished, and the bytes on disk."""
         progress = self._progress
         if self.kind == "summary":
@@ -240,6 +240,8 @@ class Recording:
             "complete": self.complete,
             "source": self.description.get("source", {}),
             "gatetrace_version": self.description.get("gatetrace_version"),
+            # what `gatetrace record --hold` held inside the model (none: its own computation)
+            "held": list(self.description.get("held", [])),
             "examples": {"complete": self.examples, "count": self._examples.total()},
             "cells": [
                 {

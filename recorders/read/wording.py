@@ -6,6 +6,8 @@ view that says it:
   loop`, `fused`, `interpreter`), or gatetrace's replay of the cell from its weights
   (`replayed`, `hybrid kernel replayed`, `integer kernel replayed`). The labels are those
   `gatetrace inspect MODEL` says of a cell before it is recorded;
+- `held`: what a recording held inside the model while it ran (`gatetrace record --hold`), in
+  one line, or None for a recording of the model's own computation;
 - `ranges`: example ranges, `0:64, 128:192` (`none` where there are none);
 - `NONE`: the one word for "nothing here" in a table of text (no step beyond, no value).
 """
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NONE", "Origin", "origin", "ranges"]
+__all__ = ["NONE", "Origin", "origin", "held", "ranges"]
 
 NONE = "none"
 
@@ -90,6 +92,19 @@ def origin(cell: Mapping[str, Any]) -> Origin:
     if path is None:
         return Origin(None, "not said", "its description does not say", False)
     return Origin(str(path), str(path), f"{path}, a way gatetrace does not know", False)
+
+
+def held(description: Mapping[str, Any]) -> str | None:
+    """What a recording's `description` (its manifest, checked by
+    `recorders.write.schema.description_problem`) says was held inside the model while it
+    ran, in one line; None where nothing was (the model's own computation)."""
+    holds = description.get("held")
+    if not holds:
+        return None
+    return (
+        f"values held inside the model ({'; '.join(holds)}): not the model's own computation, "
+        "later steps and layers computed from the held values"
+    )
 
 
 def ranges(pairs: Sequence[Sequence[int]]) -> str:

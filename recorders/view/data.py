@@ -36,7 +36,7 @@ from recorders.read.analysis import gate_summaries, saturation_across, top_posit
 from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
-from recorders.read.wording import origin
+from recorders.read.wording import held, origin
 from recorders.write.columns import PARTS
 from recorders.write.totals import RANGES, nonlinearity
 
@@ -152,6 +152,8 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
     return {
         "path": str(rec.path),
         "summary": summary,
+        # what `gatetrace record --hold` held inside the model, in words (null: nothing)
+        "held": held(rec.description),
         "cells": cells,
         "parts": rec.has_parts(),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"

@@ -10,7 +10,8 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   `description`) is not of the form the writer writes: an object whose `cells` is a list
   of cells, each with a unique `name` and, where present, `units` (1 to `MAX_UNITS`), different `gates`, different `states`, a `kind`, `steps` (a
   count, or null where the model left the length open) and `path`; `source` (the model's
-  `path` and `format`), `selection.values` and `.steps`, `shards`, `examples` and `rows` where present.
+  `path` and `format`), `selection.values` and `.steps`, `shards`, `examples`, `rows` and `held`
+  (what `--hold` held inside the model, as text) where present.
 
 Anything else the writer puts in a description (a cell's tensors, the feeds, the digests of
 the inputs) is shown or compared, never used to reach a file or size an array, so only its
@@ -187,6 +188,8 @@ def description_problem(d: Any) -> str | None:
     rows = d.get("rows", {})
     if not (isinstance(rows, dict) and all(_count(v, 0, _MAX_COUNT) for v in rows.values())):
         return "rows is not an object of row counts"
+    if "held" in d and not _names(d["held"], 1):
+        return f"held is {_shown(d['held'])}, expected the values held, as a list of text"
     return None
 
 

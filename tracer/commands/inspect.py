@@ -314,7 +314,7 @@ def _inspect_series(args) -> None:
 def _inspect_recording(args) -> None:
     """What a recording folder holds (`recorders.Recording.summary`); reads no values."""
     from recorders import Recording
-    from recorders.read.wording import origin
+    from recorders.read.wording import held, origin
     from tracer.run.budget import describe_size  # imports no TensorFlow
 
     rec = Recording(args.model)
@@ -334,6 +334,8 @@ def _inspect_recording(args) -> None:
         f"{source.get('path', 'a model it does not name')} "
         f"({source.get('format', 'format not given')}), gatetrace {summary['gatetrace_version']}"
     )
+    if held(rec.description):
+        print(f"held: {held(rec.description)}")
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"
     print(f"examples: {examples['count']:,} ({ranges})")
     rows = [("cell", "kind", "units", "gates", "states", "steps", "values from")]

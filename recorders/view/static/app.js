@@ -93,7 +93,8 @@ const cellInfo = (name) => state.overview.cells.find((c) => c.name === name);
 async function loadOverview() {
   const o = await api("overview", {});
   state.overview = o;
-  $("source").textContent = `${o.path}: ${o.summary.source ? o.summary.source.path : ""}`;
+  $("source").textContent = `${o.path}: ${o.summary.source ? o.summary.source.path : ""}` +
+    (o.held ? ` (${o.held})` : "");
   const summary = $("summary");
   summary.innerHTML = "";
   for (const [k, v] of Object.entries(o.summary)) {
