@@ -86,3 +86,144 @@ def test_an_input_fed_twice_is_refused_before_the_model_loads(
     said = _one_line(run_cli("record", graph, *feeds, *workers, "--out", str(tmp_path / "out")))
     assert f"feed {second}={b} feeds the same input as x={a}: feed each input once" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def crossed(tmp_path_factory):
+    """Models whose signature inputs and tensors cross: signature input `a` is tensor `b`, and
+    `b` is tensor `a`. A TF1 SavedModel of an LSTMCell on a - 2b (its signature maps a to the
+    placeholder b), a .tflite file of a Keras LSTM on [a, b] (its input tensors renamed), the
+    inputs A and B, and each model's output as its own runtime computes it on a=A, b=B."""
+    import flatbuffers
+
+    from tests.conftest import randomise
+    from tests.test_keras import keras_module
+    from tracer._tf import tf, v1
+    from tracer.load.lite_runtime import runtime
+
+    root = tmp_path_factory.mktemp("crossed")
+    rng = np.random.RandomState(3)
+    a, b = (rng.uniform(-1, 1, (3, STEPS, FEATURES)).astype(np.float32) for _ in "ab")
+    np.save(root / "a.npy", a)
+    np.save(root / "b.npy", b)
+
+    graph = tf.Graph()
+    with graph.as_default():
+        pa = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="a")
+        pb = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="b")
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.LSTMCell(3), tf.unstack(pa - 2 * pb, axis=1), dtype=tf.float32
+        )
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        v1.saved_model.simple_save(
+            session,
+            str(root / "saved"),
+            inputs={"a": pb, "b": pa},
+            outputs={"y": tf.stack(outputs, axis=1)},
+        )
+    signature = tf.saved_model.load(str(root / "saved")).signatures["serving_default"]
+    saved_y = signature(a=tf.constant(a), b=tf.constant(b))["y"].numpy()
+
+    keras = keras_module("tf-keras")
+    ka = keras.Input((STEPS, FEATURES), batch_size=1, name="a")
+    kb = keras.Input((STEPS, FEATURES), batch_size=1, name="b")
+    lstm = keras.layers.LSTM(4, return_sequences=True)(keras.layers.Concatenate()([ka, kb]))
+    data = tf.lite.TFLiteConverter.from_keras_model(keras.Model([ka, kb], lstm)).convert()
+    model = runtime().parse(data)
+    main = model.subgraphs[0]
+    renamed = {b"serving_default_a:0": b"b:0", b"serving_default_b:0": b"a:0"}
+    for i in main.inputs:
+        main.tensors[int(i)].name = renamed[main.tensors[int(i)].name]
+    builder = flatbuffers.Builder(len(data) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    (root / "crossed.tflite").write_bytes(bytes(builder.Output()))
+
+    def lite_y(i: int) -> np.ndarray:  # a fresh interpreter each: its LSTM keeps its state
+        it = runtime().interpreter(bytes(builder.Output()))
+        runner = it.get_signature_runner()
+        assert {n: d["name"] for n, d in runner.get_input_details().items()} == {
+            "a": "b:0",
+            "b": "a:0",
+        }
+        (y,) = runner(a=a[i : i + 1], b=b[i : i + 1]).values()
+        return y
+
+    lite = np.concatenate([lite_y(i) for i in range(len(a))])
+    return root, {
+        "SavedModel": (str(root / "saved"), saved_y),
+        ".tflite": (str(root / "crossed.tflite"), lite),
+    }
+
+
+@pytest.mark.parametrize("fmt", ["SavedModel", ".tflite"])
+def test_crossed_names_feed_the_signature_s_inputs(crossed, tmp_path, fmt):
+    """`--feed a=A --feed b=B` feeds signature input a and b, as TensorFlow's signature runner
+    does: every recorded h is the model's output as its own runtime computes it (before: a
+    .tflite file's `a` fed its tensor a, the signature's b, and the recording was of A and B
+    swapped, silently)."""
+    from recorders import Recording
+
+    root, models = crossed
+    model, expected = models[fmt]
+    feeds = ["--feed", f"a={root / 'a.npy'}", "--feed", f"b={root / 'b.npy'}"]
+    done = run_cli("record", model, *feeds, "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    recording = Recording(tmp_path / "out")
+    (cell,) = recording.cells
+    assert np.abs(expected).max() > 0.05
+    np.testing.assert_allclose(recording.state_array(cell, "h"), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["SavedModel", ".tflite"])
+@pytest.mark.parametrize("name, other", [("a", "b"), ("b", "a")])
+def test_a_crossed_tensor_name_is_refused_before_the_model_loads(
+    crossed, tmp_path, monkeypatch, fmt, name, other
+):
+    """`a:0` names signature input a and tensor a:0, which is signature input b: one line
+    saying both and how to feed each, before TensorFlow loads the model (before: the
+    SavedModel fed the signature's a; the .tflite file the tensor's, signature input b)."""
+    import tracer
+
+    def loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(tracer, "load_model", loading)
+    root, models = crossed
+    feeds = ["--feed", f"{name}:0={root / 'a.npy'}", "--feed", f"{other}={root / 'b.npy'}"]
+    said = _one_line(run_cli("record", models[fmt][0], *feeds, "--out", str(tmp_path / "out")))
+    assert (
+        f"feed '{name}:0' is ambiguous: signature input {name} (tensor {other}:0) or tensor "
+        f"{name}:0 (signature input {other}); a signature's input names come first: "
+        f"--feed {name}=FILE.npy for the first, --feed {other}=FILE.npy for the second"
+    ) in said, said
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["SavedModel", ".tflite"])
+def test_a_crossed_tensor_name_is_refused_by_the_loaded_model_too(crossed, fmt):
+    """Where the early check cannot read the file, the loaded model refuses `a:0` alike, and
+    takes `a` as the signature's input a."""
+    import tracer
+    from recorders.errors import FeedError
+    from tracer.inputs.feeds import resolve_feeds
+    from tracer.values.keras import resolve_inputs
+
+    root, models = crossed
+    x = np.load(root / "a.npy")[:1]
+    with tracer.load_model(models[fmt][0]) as model:
+
+        def fed(feeds) -> dict:  # tensor name -> what it is fed
+            if fmt == ".tflite":
+                return {f"{i.aliases[0]}:0": v for i, v in resolve_inputs(model, feeds).items()}
+            resolved = resolve_feeds(model.graph, feeds, aliases=model.inputs)
+            return {t.name: v for t, v in resolved.items()}
+
+        with pytest.raises(
+            FeedError, match=r"feed 'a:0' is ambiguous: signature input a \(tensor b:0\)"
+        ):
+            fed({"a:0": x, "b": 2 * x})
+        feeds = fed({"a": x, "b": 2 * x})
+        assert np.array_equal(np.asarray(feeds["b:0"]), x)  # signature input a is tensor b
+        assert np.array_equal(np.asarray(feeds["a:0"]), 2 * x)

@@ -23,7 +23,13 @@ import numpy as np
 
 from recorders.errors import FeedError
 from tracer._tf import tf
-from tracer.inputs.files import feed_index, is_input_spec, open_input, split_feeds
+from tracer.inputs.files import (
+    crossed_name,
+    feed_index,
+    is_input_spec,
+    open_input,
+    split_feeds,
+)
 
 __all__ = [
     "load_array",
@@ -106,6 +112,9 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
     """The tensor a feed name names: a placeholder, or any tensor TensorFlow can feed. `NAME`
     is output 0 of op NAME (or the tensor the signature's input NAME names), `NAME:K` output K,
     which the op must have."""
+    crossed = crossed_name(name, aliases, lambda t: _has_tensor(graph, t))
+    if crossed is not None:
+        raise FeedError(crossed)
     base, index = (name, None) if name in aliases else feed_index(name)
     if base in aliases:
         if index:
@@ -145,15 +154,32 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
     return tensor
 
 
+def _has_tensor(graph: tf.Graph, name: str) -> bool:
+    try:
+        graph.get_tensor_by_name(name)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
 def input_name(name: str, names: AbstractSet[str], aliases: Mapping[str, str]) -> str:
     """The input of a Keras model or a TensorFlow Lite file a feed name names: its name, an
     alias of it (`aliases`: the tensor's name beside the signature's), either with `:0`.
-    An input is one tensor: FeedError for `NAME:K` of an input, K not 0. A name that names
-    none comes back as it is, for the caller to refuse, listing the inputs."""
-    if name in names or name in aliases:
-        return aliases.get(name, name)
+    A signature's input name comes first (`tracer.inputs.files.crossed_name`: FeedError for
+    `NAME:0` that names one input's signature name and another's tensor). An input is one
+    tensor: FeedError for `NAME:K` of an input, K not 0. A name that names none comes back as
+    it is, for the caller to refuse, listing the inputs."""
+    if name in names:
+        return name
+    tensors = {signature: tensor for tensor, signature in aliases.items()}
+    inputs = {n: tensors.get(n, n) for n in names}
+    crossed = crossed_name(name, inputs)
+    if crossed is not None:
+        raise FeedError(crossed)
+    if name in aliases:
+        return aliases[name]
     base, index = feed_index(name)
-    found = aliases.get(base, base)
+    found = base if base in names else aliases.get(base, base)
     if found in names and index:
         raise FeedError(
             f"feed {name!r}: input {found} is one tensor, index 0 only: {_one_output(base)}"

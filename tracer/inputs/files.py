@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "split_feed",
     "split_feeds",
     "feed_index",
+    "crossed_name",
     "is_input_spec",
     "open_input",
     "open_npy",
@@ -79,6 +80,46 @@ def feed_index(name: str) -> tuple[str, int | None]:
             f"one output: feed it as {base} (or {base}:0)"
         )
     return base, int(index)
+
+
+def _as_tensor(name: str) -> str:
+    """A tensor's name with its output index: `x` -> `x:0`."""
+    return name if re.fullmatch(r".+:(0|[1-9][0-9]*)", name) else f"{name}:0"
+
+
+def crossed_name(
+    name: str, inputs: Mapping[str, str], is_tensor: Callable[[str], bool] | None = None
+) -> str | None:
+    """The refusal, in one line, of a feed name that means two things; None for any other.
+
+    The rule (SavedModels and `.tflite` files, whose inputs have a signature's name and a
+    tensor's): a signature's input name comes first, as TensorFlow's signature runner takes it;
+    a tensor's name names its input only where that is not ambiguous. `NAME` alone is always
+    the signature input NAME where there is one; `NAME:K` is ambiguous where NAME is a signature input (`inputs`: each signature
+    input's name to its tensor's, `t` or `t:0`) whose tensor is not `NAME:K`, and `NAME:K` is
+    another tensor the model has (`is_tensor`, given `t:K`; None: the inputs' tensors alone): a
+    signature input `a` whose tensor is `b:0`, and `a:0` another input's tensor (crossed names)."""
+    if name in inputs:
+        return None
+    base, index = feed_index(name)
+    if index is None or base not in inputs:
+        return None
+    tensor = f"{base}:{index}"
+    if is_tensor is None:
+        is_tensor = {_as_tensor(t) for t in inputs.values()}.__contains__
+    if _as_tensor(inputs[base]) == tensor or not is_tensor(tensor):
+        return None
+    other = [key for key, t in inputs.items() if _as_tensor(t) == tensor]
+    second = (
+        f"--feed {other[0]}=FILE.npy for the second"
+        if other
+        else "the second is no input of the signature and has no other name"
+    )
+    return (
+        f"feed {name!r} is ambiguous: signature input {base} (tensor {_as_tensor(inputs[base])}) or tensor "
+        f"{tensor}{f' (signature input {other[0]})' if other else ''}; a signature's input names come first: "
+        f"--feed {base}=FILE.npy for the first, {second}"
+    )
 
 
 def split_feeds(items: Iterable[str]) -> list[tuple[str, str]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import FeedError, GatetraceError, listing
-from tracer.inputs.files import feed_index
+from tracer.inputs.files import crossed_name, feed_index
 from tracer.load.formats import DEFAULT_SIGNATURE, LITE_SUFFIX
 
 __all__ = ["FeedNames", "feed_names", "check_feed_names"]
@@ -51,7 +51,9 @@ class FeedNames:
     """What the file of a model lets `--feed` name: `names` (its ops, inputs, signature keys and
     their aliases), `prefixes` (names below which the loader makes ops of its own, which are
     its to judge), and what a refusal says: what a name must be (`sought`), and what the
-    model takes (`expected`, which are `what`). `graph`: the names are a graph's."""
+    model takes (`expected`, which are `what`). `graph`: the names are a graph's. `inputs`: each
+    signature input's name and its tensor's, where they have both (what
+    `tracer.inputs.files.crossed_name` judges)."""
 
     names: frozenset[str]
     expected: tuple[str, ...]
@@ -59,6 +61,7 @@ class FeedNames:
     sought: str = "input"
     prefixes: tuple[str, ...] = ()
     graph: bool = False
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def accepts(self, name: str) -> bool:
         """Whether a loader of the model may accept `name` (`NAME` or `NAME:K`)."""
@@ -135,7 +138,9 @@ def _graph(path: Path, kind: str, signature: str | None, source: str) -> FeedNam
     # call and them `Func/CALL/input/_N`, `Func/CALL/output/_N`...
     inlined = tuple(f"{c}/" for c in calls) + (("Func/",) if calls else ())
     sought = "op" if signature is None else "op or signature input"
-    return FeedNames(frozenset(names), expected, what, sought, inlined, graph=True)
+    return FeedNames(
+        frozenset(names), expected, what, sought, inlined, graph=True, inputs=tuple(inputs)
+    )
 
 
 def _state_prefix(folder: Path) -> Path | None:
@@ -226,7 +231,8 @@ def _lite(path: Path, source: str) -> FeedNames | None:
         return None
     names = {s.name for s in specs} | {s.tensor for s in specs if s.tensor}
     expected = tuple(f"{s.name} (tensor {s.tensor})" if s.tensor else s.name for s in specs)
-    return FeedNames(frozenset(names), expected, "its inputs")
+    inputs = tuple((s.name, s.tensor or s.name) for s in specs)
+    return FeedNames(frozenset(names), expected, "its inputs", inputs=inputs)
 
 
 def feed_names(model: str, signature: str = DEFAULT_SIGNATURE) -> FeedNames | None:
@@ -272,6 +278,9 @@ def check_feed_names(model: str, names: Iterable[str], signature: str = DEFAULT_
     for name in names:
         if not known.accepts(name):
             raise FeedError(_refusal(model, name, known))
+        crossed = crossed_name(name, dict(known.inputs))
+        if crossed is not None:
+            raise FeedError(crossed)
 
 
 def _refusal(model: str, name: str, known: FeedNames) -> str:
