@@ -338,7 +338,11 @@ def test_a_shard_or_a_resume_fed_other_values_is_refused(long_run, tmp_path, cap
     capsys.readouterr()
     assert main([*mixed, "--out", str(out), "--shard", "1/2"]) == 2
     said = capsys.readouterr().err
-    assert said.count("\n") == 1 and "holds another recording (different inputs)" in said
+    assert (
+        said.count("\n") == 1
+        and "holds another recording (different inputs: it was fed other sequences as x:0: feed x:0 the file it was recorded with)"
+        in said
+    )
     progress = out / "_progress" / "shard-0-of-2.json"
     kept = progress.read_text()
     older = json.loads(kept)

@@ -336,3 +336,70 @@ def test_resuming_a_series_whose_key_folder_is_a_link_says_so(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"{s / 'checkpoint=4'} is a symbolic link (to {tmp_path / 'other'})" in done.stderr
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "other").rglob("*")) == before
+
+
+def test_a_series_resumed_with_other_inputs_or_options_is_refused(tmp_path, monkeypatch, capsys):
+    """A series killed between checkpoints, resumed with other inputs, other --lengths, other
+    --gates or --steps, is refused in one line naming what changed, before anything of the next
+    checkpoint is written (before: the next checkpoints were recorded from the new inputs or
+    options, beside the first one's); resumed as it began, it completes."""
+    from tracer.cli import main
+    from tracer.run import series as series_module
+
+    run = tmp_path / "run"
+    train_tf1(run)
+    np.save(tmp_path / "x.npy", X)
+    other = X.copy()
+    other[3, 2, 1] += 1.0
+    np.save(tmp_path / "other.npy", other)
+    np.save(tmp_path / "six.npy", np.full(len(X), STEPS))
+    np.save(tmp_path / "three.npy", np.full(len(X), 3))
+    out = tmp_path / "s"
+    base = ["record", str(run), "--checkpoints", "all", "--quiet", "--out", str(out)]
+    began = ["--feed", f"x={tmp_path / 'x.npy'}", "--lengths", str(tmp_path / "six.npy")]
+    real, calls = series_module.record, []
+
+    def killed(model, feeds, where, **options):
+        calls.append(where)
+        if len(calls) == 2:  # as if killed once the first checkpoint was complete
+            raise KeyboardInterrupt
+        return real(model, feeds, where, **options)
+
+    monkeypatch.setattr(series_module, "record", killed)
+    assert main([*base, *began]) == 130
+    monkeypatch.setattr(series_module, "record", real)
+    assert Series(out).complete == [2] and sorted(p.name for p in out.iterdir()) == [
+        "checkpoint=2",
+        "series.json",
+    ]
+    said = f"--out {out} holds a series whose checkpoint 2 was recorded otherwise: "
+    changes = {
+        "other inputs": (
+            ["--feed", f"x={tmp_path / 'other.npy'}", *began[2:]],
+            "different inputs: it was fed other sequences as x:0: feed x:0 the file it was recorded with",
+        ),
+        "other lengths": (
+            [*began[:2], "--lengths", str(tmp_path / "three.npy")],
+            "it was recorded with other sequence lengths: give the lengths it was recorded with",
+        ),
+        "no lengths": (
+            began[:2],
+            "it was recorded with sequence lengths, this run has none: give the lengths it was recorded with",
+        ),
+        "gates": (
+            [*began, "--gates", "i,f"],
+            "it was recorded with no --gates, this run gives --gates i,f: leave --gates out",
+        ),
+        "steps": (
+            [*began, "--steps", "0:3"],
+            "it was recorded with no --steps, this run gives --steps 0:3: leave --steps out",
+        ),
+    }
+    for change, (argv, why) in changes.items():
+        capsys.readouterr()
+        assert main([*base, *argv, "--resume"]) == 2, change
+        err = capsys.readouterr().err
+        assert err == f"gatetrace: error: {said}{why}, or choose another folder\n", change
+        assert not (out / "checkpoint=4").exists(), change
+    assert main([*base, *began, "--resume"]) == 0
+    assert Series(out).complete == [2, 4, 6]

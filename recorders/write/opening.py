@@ -248,7 +248,9 @@ def _selection_difference(theirs: Any, mine: Any) -> str | None:
     for key in _FLAGS:
         if theirs.get(key) != mine.get(key):
             was = shown(key, theirs.get(key))
-            return f"it was recorded with {was}, this run gives {shown(key, mine.get(key))}: give {was}"
+            now = shown(key, mine.get(key))
+            fix = f"leave {_FLAGS[key]} out" if was.startswith("no ") else f"give {was}"
+            return f"it was recorded with {was}, this run gives {now}: {fix}"
     return None
 
 
@@ -276,6 +278,12 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
                 and isinstance(mine.get(key), dict)
             ):
                 return _other_digests(theirs[key], mine[key])
+            if (
+                key == "inputs"
+                and isinstance(theirs[key], dict)
+                and isinstance(mine.get(key), dict)
+            ):
+                return _other_inputs(theirs[key], mine[key])
             if key == "summary":
                 if theirs.get(key) is None:
                     return "it was recorded in full, not as a --summary: leave --summary out"
@@ -284,6 +292,15 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
                 return "it was summarised with other --bins or --saturation: give those it was recorded with"
             return f"different {key}"
     return None
+
+
+def _other_inputs(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
+    """Which feed of sequences differs between a recording's `inputs` and this run's
+    (`tracer.inputs.digest.input_digests`)."""
+    for name in sorted(set(theirs) | set(mine)):
+        if theirs.get(name) != mine.get(name):
+            return f"different inputs: it was fed other sequences as {name}: feed {name} the file it was recorded with"
+    return "different inputs"
 
 
 def _other_digests(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:

@@ -49,6 +49,9 @@ class RecordOptions:
     state_ops    ...and the pattern naming its states' tensors
     gate_names   a Keras layer over a cell of your own: its gates' names, by layer path
                  (`{"rnn": ["i", "f", "o", "c"]}`; default: sigmoid_0, ...: `tracer.find.keras_own`)
+    joins        a series' recording of another checkpoint (what it is, in words, and its
+                 manifest): refused before anything is written unless recorded from the same
+                 inputs and options (`recorders.write.opening.series_difference`)
     holds        values held inside the model while it runs (`tracer.cells.holds.Hold`, `--hold`):
                  later steps and layers compute from them, and the recording says so
     """
@@ -70,6 +73,7 @@ class RecordOptions:
     gate_ops: str | None = None
     state_ops: str | None = None
     gate_names: Mapping[str, Sequence[str]] | None = None
+    joins: tuple[str, Mapping[str, Any]] | None = None
     holds: tuple[Hold, ...] = ()
 
     def __post_init__(self) -> None:

@@ -22,10 +22,12 @@ from recorders import Intervals, RecordingWriter, __version__
 from recorders.errors import (
     FeedError,
     Interrupted,
+    OutputExistsError,
     RunTimeout,
     SelectionError,
 )
 from recorders.write import partstats
+from recorders.write.opening import series_difference
 from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
@@ -254,6 +256,13 @@ def _record(
         description["carry_state"] = {"batch_size": batch_size}
     if options.summary is not None:
         description["summary"] = options.summary.describe(_edges(prepared.columns))
+    if options.joins is not None:  # a series' other recordings share all but the weights
+        joined, recorded = options.joins
+        why = series_difference(recorded, description)
+        if why:
+            raise OutputExistsError(
+                f"{joined} was recorded otherwise: {why}, or choose another folder"
+            )
     with prepared.writer(
         out,
         description,
