@@ -668,11 +668,14 @@ def test_the_next_run_finishes_or_undoes_a_half_done_overwrite_and_removes_its_l
 ):
     from recorders import Recording
     from recorders.errors import OutputExistsError
+    from recorders.write.swap import mark_swapped
 
     out = tmp_path / "out"
     old, new = tmp_path / ".out.old-1a2b3c4d", tmp_path / ".out.overwrite-5e6f7a8b"
     _recording(old, 1.0)
     _recording(new, 2.0, finished=left != "killed before the new one was complete")
+    for sibling in (old, new):  # as the --overwrite of `out` marked them
+        mark_swapped(sibling, out)
     # the old one renamed away and the new one in place, not yet removed
     if left == "killed after the swap":
         shutil.copytree(new, out)
@@ -827,6 +830,7 @@ def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_re
     from recorders import Recording
     from recorders.errors import OutputExistsError
     from recorders.write.files import exchange, publish
+    from recorders.write.swap import mark_swapped
 
     out, spare = tmp_path / "out", tmp_path / "spare"
     _recording(out, 1.0)
@@ -851,6 +855,7 @@ def test_the_overwrite_swap_is_one_exchange_and_a_kill_after_it_keeps_the_new_re
     assert not missing
     new = tmp_path / ".out.overwrite-5e6f7a8b"
     _recording(new, 3.0)
+    mark_swapped(out, out)  # the old one, as the writer marks it before the swap
     # the swap publish makes; killed here, the old one waits at the new one's name
     assert exchange(new, out)
     with pytest.raises(OutputExistsError, match="already holds a finished recording"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -667,3 +668,60 @@ def test_a_logger_never_writes_inside_a_recording(what, written, tmp_path):
         f"GateLogger: {rec / 'sub'} lies inside the recording {rec}, which holds only what its writer wrote"
     )
     assert snapshot(rec) == before and not (rec / "sub").exists()
+
+
+# -- --overwrite removes only the temporaries it marked ---------------------------------------
+
+
+@pytest.mark.parametrize("how", ["--overwrite", "--resume"])
+@pytest.mark.parametrize("planted", ["a folder of the user's", "a copy of a marked temporary"])
+@pytest.mark.parametrize("tag", ["overwrite", "old"])
+def test_overwrite_removes_only_the_temporaries_it_marked(
+    tag, planted, how, model, tmp_path, capsys
+):
+    """A folder beside --out named as --overwrite's temporaries (`.NAME.overwrite-*`,
+    `.NAME.old-*`) holding a `_progress` folder is the user's unless it carries the mark an
+    --overwrite of NAME gave that very folder: a copy of a marked one is not it either. It is
+    kept, whole, by the next --overwrite or --resume of NAME."""
+    out = tmp_path / "X"
+    assert main(record(model, out)) == 0
+    capsys.readouterr()
+    theirs = tmp_path / f".X.{tag}-1a2b3c4d"
+    if planted == "a folder of the user's":
+        (theirs / "_progress").mkdir(parents=True)
+        (theirs / "_progress" / "notes.json").write_text("{}")
+        (theirs / "precious.txt").write_text("keep me")
+    else:
+        from recorders.write.swap import mark_swapped
+
+        marked = tmp_path / "marked"
+        assert main(record(model, marked)) == 0
+        mark_swapped(marked, out)
+        shutil.copytree(marked, theirs, symlinks=True)
+        (theirs / "precious.txt").write_text("keep me")
+    before = snapshot(theirs)
+    assert main(record(model, out, how)) == 0
+    assert snapshot(theirs) == before
+
+
+def test_a_killed_overwrite_s_own_temporary_is_removed_by_the_next_run(tmp_path):
+    """The temporary an --overwrite writes into carries its mark: left by a run that stopped
+    (its locks gone, as a killed process's are), the next run into --out removes it."""
+    from recorders import RecordingWriter
+
+    out = tmp_path / "X"
+    values = np.ones((2, 3, 4), np.float32)
+    for overwrite in (False, True):
+        writer = RecordingWriter(
+            out, {"cells": [{"name": "a"}]}, examples=(0, 2), overwrite=overwrite
+        )
+        writer.begin(0, 2)
+        writer.write_gate("a", "f", np.arange(2), np.arange(3), values, values)
+        writer.commit()
+        if not overwrite:
+            writer.close()
+    writer._release()  # killed: the temporary is left, no process holds its locks
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".X.overwrite-")]
+    assert len(left) == 1
+    RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2), resume=True).abort()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["X"]

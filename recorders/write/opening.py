@@ -38,6 +38,7 @@ from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progre
 from recorders.write.swap import (
     hold_every_lock,
     hold_lock,
+    mark_swapped,
     not_a_recording,
     ours,
     settle_swap,
@@ -91,6 +92,8 @@ class Target:
             out.mkdir(parents=True, exist_ok=True)
             folder = self.place.folder
             folder.mkdir(PROGRESS_DIR)
+            if self.replacing:  # the new recording beside the old: marked as --overwrite's own
+                mark_swapped(out, self.shown)
             which = "" if shard.count == 1 else f" shard {shard} of"
             lock = hold_lock(folder, f"{PROGRESS_DIR}/{shard.tag}.lock", out, which)
             folder.remove(staging)

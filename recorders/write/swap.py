@@ -10,8 +10,10 @@ shards write into.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, option
@@ -28,6 +30,8 @@ __all__ = [
     "drop_locks",
     "create_folder",
     "settle_swap",
+    "mark_swapped",
+    "unmark_swapped",
     "not_a_recording",
     "ours",
 ]
@@ -138,6 +142,54 @@ def _in_use(folder: Path) -> bool:
     return False
 
 
+# What marks a folder as one an --overwrite made or moved aside: gatetrace's own, to remove.
+SWAP_MARK = f"{PROGRESS_DIR}/.swap.json"
+
+
+def _mark(fd: int, target: Path) -> dict:
+    """The mark of the folder open as `fd` for an --overwrite of `target`: the recording it
+    replaces, and the folder's own device and inode (a copy, or another folder given the
+    mark's text, is not the folder marked)."""
+    info = os.fstat(fd)
+    return {
+        "gatetrace": "overwrite",
+        "of": str(target),
+        "device": info.st_dev,
+        "inode": info.st_ino,
+    }
+
+
+def mark_swapped(folder: Path, target: Path) -> None:
+    """Mark the recording `folder` as taking part in an --overwrite of `target` (the new one,
+    written beside it; the old one, about to be moved aside): only a folder so marked is ever
+    removed or moved by `settle_swap`."""
+    with Folder(folder) as f:
+        assert f.fd is not None
+        f.write_bytes(SWAP_MARK, json.dumps(_mark(f.fd, target)).encode())
+
+
+def unmark_swapped(folder: Path) -> None:
+    """Remove the mark from the recording now at `folder` (once swapped in); nothing if there is none."""
+    try:
+        with Folder(folder) as f:
+            f.remove(SWAP_MARK)
+    except OSError:
+        pass  # a mark left is harmless: it names the folder only at this inode, as this recording
+
+
+def _marked(folder: Path, target: Path) -> bool:
+    """Whether `folder` (never through a link) carries the mark `mark_swapped` gave it for `target`."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return False
+        with Folder(folder) as f:
+            assert f.fd is not None
+            found = json.loads(f.read_bytes(SWAP_MARK, 4096))
+            return bool(found == _mark(f.fd, target))
+    except (OSError, ValueError):
+        return False
+
+
 def settle_swap(target: Path) -> None:
     """Finish or undo what a killed --overwrite left, before anything else looks at `target`.
 
@@ -146,23 +198,23 @@ def settle_swap(target: Path) -> None:
     the old one. Killed between the renames, `target` is missing: the swap is finished
     if the new recording is complete (it has its manifest), else undone. Siblings left by
     killed runs (an unfinished new recording no process writes, an old one already
-    replaced) are removed. Only folders that hold a `_progress` folder, gatetrace's own,
-    are touched."""
+    replaced) are removed. Only folders carrying the mark an --overwrite of `target` gave
+    them (`mark_swapped`: the target, the folder's own inode) are touched; a folder of the
+    user's, whatever its name or content, never is."""
     parent, name = target.parent, target.name
     if not parent.is_dir():
         return
 
     def siblings(tag: str) -> list[Path]:
         found = parent.glob(f".{glob.escape(name)}.{tag}-*")
-        return sorted(
-            p for p in found if not p.is_symlink() and p.is_dir() and (p / PROGRESS_DIR).is_dir()
-        )
+        return sorted(p for p in found if _marked(p, target))
 
     old, new = siblings("old"), [p for p in siblings("overwrite") if not _in_use(p)]
     if not os.path.lexists(target):
         finished = [p for p in new if (p / "manifest.json").is_file()]
         if finished or old:
             os.replace(finished[0] if finished else old[0], target)
+            unmark_swapped(target)
     if os.path.lexists(target):
         for p in old + new:
             if p.exists():

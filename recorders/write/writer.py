@@ -47,7 +47,7 @@ from recorders.write.partstats import Tally
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import RecordingSummary, description_problem
-from recorders.write.swap import drop_locks
+from recorders.write.swap import drop_locks, mark_swapped, unmark_swapped
 from recorders.write.totals import saturation_bounds
 
 __all__ = ["RecordingWriter", "WRITE_THREADS"]
@@ -419,8 +419,10 @@ class RecordingWriter:
             self.place.remove(f"{PROGRESS_DIR}/{self.shard.tag}.lock")
         try:
             if self.replacing:  # the new recording is complete: now it may replace the old one
+                mark_swapped(self.target, self.target)  # the old one, about to be moved aside
                 publish(self.out, self.target)
                 self.out = self.target
+                unmark_swapped(self.target)
         finally:
             self._release()
         # the description is the caller's (its keys: RecordingSummary's)
