@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -434,24 +435,108 @@ def main_example() -> str:
     return run("--help").stdout.split("example, after `gatetrace demo`: ")[1].strip()
 
 
-def test_a_demo_replaces_only_its_own_earlier_output(tmp_path):
-    """An earlier demo's folder is replaced; one holding anything else, or the demo's names
-    without its recording of its own model, is refused as any output folder is."""
-    from tracer.demo import _earlier_demo
+@pytest.mark.e2e
+def test_a_second_demo_replaces_the_first_but_nothing_of_the_user_s(tmp_path, monkeypatch, capsys):
+    """A demo's output is replaced by the next demo however --out is spelled; a file of the
+    user's inside it, or its model folder replaced by a link, is refused in one line and kept."""
+    from tracer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
+    assert main(["demo", "--out", "./demo"]) == 0
+    (tmp_path / "demo" / "recording" / "notes.txt").write_text("mine")
+    (tmp_path / "mine").mkdir()
+    shutil.rmtree(tmp_path / "demo" / "model")
+    (tmp_path / "demo" / "model").symlink_to(tmp_path / "mine")
+    capsys.readouterr()
+    assert main(["demo", "--out", "demo", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "gatetrace: error: --out demo holds what the demo did not write (model (a symbolic link), "
+        "recording/notes.txt); the demo replaces only its own earlier output: choose another path, "
+        "or move those away first\n"
+    )
+    assert (tmp_path / "demo" / "recording" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "demo" / "model").is_symlink() and (tmp_path / "mine").is_dir()
+
+
+def earlier_demo(out: Path) -> None:
+    """A folder as an earlier demo leaves it (a few of its files, and its mark)."""
+    from tracer.demo import _mark
+
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "model.ckpt.index").write_bytes(b"index")
+    (out / "recording" / "gates").mkdir(parents=True)
+    (out / "recording" / "manifest.json").write_text("{}")
+    (out / "inputs.npy").write_bytes(b"inputs")
+    _mark(out)
+
+
+PLANTED = {
+    "a file of the user's in its recording": (
+        lambda out: (out / "recording" / "notes.txt").write_text("mine"),
+        "holds what the demo did not write (recording/notes.txt)",
+    ),
+    "a folder of the user's": (
+        lambda out: (out / "recording" / "mine").mkdir(),
+        "holds what the demo did not write (recording/mine)",
+    ),
+    "its model folder replaced by a link": (
+        lambda out: (shutil.rmtree(out / "model"), (out / "model").symlink_to(out.parent)),
+        "holds what the demo did not write (model (a symbolic link))",
+    ),
+    "no mark": (
+        lambda out: (out / ".gatetrace-demo.json").unlink(),
+        "exists and is not empty, and holds no earlier demo's output",
+    ),
+    "its mark of another tree": (
+        lambda out: (out / ".gatetrace-demo.json").write_text('{"gatetrace": "demo"}'),
+        "exists and is not empty, and holds no earlier demo's output",
+    ),
+}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["", "overwrite"])
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_a_demo_replaces_only_what_it_wrote(planted, overwrite, tmp_path, capsys):
+    """An earlier demo's folder holding anything its mark does not list (a file or folder
+    of the user's, a link) is refused in one line, also with --overwrite, before the demo
+    trains, and is left as it was; so is a folder without the demo's mark."""
+    from tracer.cli import main
 
     out = tmp_path / "demo"
-    (out / "recording").mkdir(parents=True)
-    (out / "model").mkdir()
-    manifest = out / "recording" / "manifest.json"
-    manifest.write_text(json.dumps({"source": {"path": str(out / "model" / "model.ckpt")}}))
-    assert _earlier_demo(out)
-    (out / "notes.txt").write_text("mine")
-    assert not _earlier_demo(out)
-    (out / "notes.txt").unlink()
-    manifest.write_text(json.dumps({"source": {"path": "/elsewhere/model.ckpt"}}))
-    assert not _earlier_demo(out)
-    done = run_cli("demo", "--out", str(out))
-    assert done.returncode == 2 and "exists and is not empty" in done.stderr
+    earlier_demo(out)
+    plant, said = PLANTED[planted]
+    plant(out)
+    before = sorted((str(p), p.is_symlink()) for p in out.rglob("*"))
+    assert main(["demo", "--out", str(out), *(["--overwrite"] if overwrite else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gatetrace: error: --out {out} {said}"), err
+    assert sorted((str(p), p.is_symlink()) for p in out.rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no temporary left
+
+
+def test_an_earlier_demo_is_known_by_its_mark_wherever_it_is(tmp_path, monkeypatch):
+    """An earlier demo's output is recognised by its mark, however its path is spelled (or
+    wherever it was moved); one whose files were changed since is replaced only with
+    --overwrite; a link at --out is never written through."""
+    from recorders.errors import OutputExistsError
+    from tracer.demo import check_demo_out
+
+    earlier_demo(tmp_path / "first")
+    (tmp_path / "first").rename(tmp_path / "demo")
+    monkeypatch.chdir(tmp_path)
+    for spelled in ("demo", "./demo", str(tmp_path / "demo"), "../" + tmp_path.name + "/demo"):
+        check_demo_out(Path(spelled), overwrite=False)
+    (tmp_path / "demo" / "inputs.npy").write_bytes(b"changed")
+    with pytest.raises(
+        OutputExistsError, match=r"changed since \(inputs.npy\); pass overwrite=True"
+    ):
+        check_demo_out(Path("demo"), overwrite=False)
+    check_demo_out(Path("demo"), overwrite=True)
+    (tmp_path / "alias").symlink_to(tmp_path / "demo")
+    with pytest.raises(OutputExistsError, match="alias.? is a symbolic link to"):
+        check_demo_out(Path("alias"), overwrite=True)
 
 
 def test_the_version_and_python_m_tracer():

@@ -9,30 +9,29 @@ training logs the gates of every 100th training batch (`GateLoggingHook`) into `
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from recorders.write import (
-    check_out,
-    foreign_entries,
-    local_path,
-    publish,
-    remove,
-    temp_sibling,
-)
+from recorders.errors import OutputExistsError, listing, option
+from recorders.write import local_path, publish, refuse_non_folder, remove, temp_sibling
+from recorders.write.files import kind_at
+from recorders.write.folder import Folder
 from recorders.write.totals import Bins
 from tracer._tf import tf, v1
 from tracer.load.model import load_model
 from tracer.run.hook import GateLoggingHook, run_with
 from tracer.run.recording import record
 
-__all__ = ["make_task", "build_and_train", "run_demo"]
+__all__ = ["make_task", "build_and_train", "run_demo", "check_demo_out"]
 
 STEPS, FEATURES, UNITS = 20, 2, 16
 
@@ -170,35 +169,97 @@ def summarise_units(recording: Path, labels: Path) -> str:
     )
 
 
-_DEMO_ENTRIES = ("model", "recording", "summary", "training", "inputs.npy", "labels.npy")
+# What the demo wrote, beside its output: every file's size and SHA-256, and every folder. An
+# earlier demo is recognised by it (not by where it was written), and only what it lists is replaced.
+MARK = ".gatetrace-demo.json"
 
 
-def _earlier_demo(out: Path) -> bool:
-    """Whether `out` holds an earlier demo's output and nothing else: the demo's own entries,
-    its recording made of the checkpoint in `out/model`."""
-    import json
+def _tree(folder: Path) -> tuple[dict[str, list], list[str], list[str]]:
+    """Below `folder`, never following a link: each regular file (relative path: [size, SHA-256]),
+    each folder, and each other entry (a link, a FIFO, a socket, a device)."""
+    with Folder(folder) as f:
+        found, odd = f.tree("")
+        files = {}
+        for rel, size in found:
+            with f.open_read(rel) as opened:
+                files[rel] = [size, hashlib.file_digest(opened, "sha256").hexdigest()]
+    folders = []
+    for top, dirs, _ in os.walk(folder, followlinks=False):
+        folders += [
+            os.path.relpath(Path(top) / d, folder) for d in dirs if not (Path(top) / d).is_symlink()
+        ]
+    return files, sorted(folders), odd
 
-    manifest = out / "recording" / "manifest.json"
-    if not out.is_dir() or foreign_entries(out, _DEMO_ENTRIES) or not manifest.is_file():
-        return False
+
+def _mark(tmp: Path) -> None:
+    """Write the demo's mark into its finished output `tmp`: what it wrote there."""
+    files, folders, _ = _tree(tmp)
+    (tmp / MARK).write_text(json.dumps({"gatetrace": "demo", "files": files, "folders": folders}))
+
+
+def _marked(out: Path) -> dict[str, Any] | None:
+    """The mark an earlier demo left in `out` (None if there is none, or it is not one)."""
     try:
-        source = json.loads(manifest.read_text())["source"]["path"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(source == str(out / "model" / "model.ckpt"))
+        with Folder(out) as f:
+            found = json.loads(f.read_bytes(MARK, 64 << 20))
+    except (OSError, ValueError):
+        return None
+    if not (
+        isinstance(found, dict)
+        and found.get("gatetrace") == "demo"
+        and isinstance(found.get("files"), dict)
+        and isinstance(found.get("folders"), list)
+    ):
+        return None
+    return found
+
+
+def check_demo_out(out: Path, overwrite: bool) -> None:
+    """Refuse (OutputExistsError), before anything is written, an `out` the demo may not replace:
+    a link, anything but a folder, a folder holding anything its mark does not list (an
+    earlier demo's output is replaced; nothing else ever is), or, without `overwrite`, one
+    whose listed files were changed since."""
+    shown = option("out", out)
+    if out.is_symlink():
+        raise OutputExistsError(
+            f"{shown} is a symbolic link to {os.readlink(out)}; the demo writes a folder of its own, never through a "
+            "link: give a folder path"
+        )
+    refuse_non_folder(out)
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    mark = _marked(out)
+    if mark is None:
+        raise OutputExistsError(
+            f"{shown} exists and is not empty, and holds no earlier demo's output (no {MARK}); choose another path, "
+            "or move what it holds away first"
+        )
+    files, folders, odd = _tree(out)
+    files.pop(MARK, None)
+    extra = [f"{rel} ({kind_at(out / rel)})" for rel in odd]
+    extra += [d for d in folders if d not in mark["folders"]]
+    extra += [rel for rel in files if rel not in mark["files"]]
+    if extra:
+        raise OutputExistsError(
+            f"{shown} holds what the demo did not write ({listing(sorted(extra), 3)}); the demo replaces only its own "
+            "earlier output: choose another path, or move those away first"
+        )
+    changed = sorted(rel for rel, seen in files.items() if seen != mark["files"][rel])
+    if changed and not overwrite:
+        raise OutputExistsError(
+            f"{shown} holds an earlier demo's output, changed since ({listing(changed, 3)}); pass "
+            f"{option('overwrite')} to replace it, or choose another path"
+        )
 
 
 def run_demo(
     out: str | os.PathLike = "gatetrace-demo", overwrite: bool = False, sequences: int = 512
 ) -> Path:
     """Train, save, record and summarise into the folder `out` (model/ and recording/); an
-    earlier demo's output there is replaced (nothing else is, unless `overwrite`)."""
+    earlier demo's output there is replaced, changed since only with `overwrite`; nothing
+    else ever is (`check_demo_out`)."""
     out = local_path(out)
-    check_out(
-        out,
-        overwrite or _earlier_demo(out),
-        ours=lambda folder: foreign_entries(folder, _DEMO_ENTRIES),
-    )
+    check_demo_out(out, overwrite)
     tmp = temp_sibling(out)
     start = time.perf_counter()
     try:
@@ -223,6 +284,8 @@ def run_demo(
             )
             # the same sequences as statistics only (`--summary`): kilobytes, not megabytes
             record(model, {"inputs": x}, tmp / "summary", summary=Bins())
+        _mark(tmp)
+        check_demo_out(out, overwrite)  # as it is now, after the minutes the demo took
         publish(tmp, out)
     except BaseException:
         remove(tmp)

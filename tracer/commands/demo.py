@@ -20,7 +20,8 @@ def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace --out if it holds something (an earlier demo's output is replaced without it)",
+        help="replace an earlier demo's output in --out also where its files were changed since (unchanged, it is "
+        "replaced without it; nothing the demo did not write is ever replaced)",
     )
 
 
