@@ -181,8 +181,11 @@ def _tree(folder: Path) -> tuple[dict[str, list], list[str], list[str]]:
         found, odd = f.tree("")
         files = {}
         for rel, size in found:
-            with f.open_read(rel) as opened:
-                files[rel] = [size, hashlib.file_digest(opened, "sha256").hexdigest()]
+            digest = hashlib.sha256()
+            with f.open_read(rel) as opened:  # (hashlib.file_digest: Python 3.11 on)
+                for block in iter(lambda: opened.read(1 << 20), b""):
+                    digest.update(block)
+            files[rel] = [size, digest.hexdigest()]
     folders = []
     for top, dirs, _ in os.walk(folder, followlinks=False):
         folders += [
