@@ -1,7 +1,8 @@
 """`--hold`: values held inside the model's own computation, checked against models gatetrace
 did not rewrite: two stacked BasicLSTMCells written in numpy from TensorFlow's documented
 equations with the hold in them, and, for a unit of h ablated at every step, the model whose
-weights are edited so that the unit reaches nothing, run by TensorFlow itself."""
+weights are edited so that the unit reaches nothing, run by TensorFlow itself. The same network
+unrolled (`static_rnn`) and in a while loop (`dynamic_rnn`, control flow v2 and v1)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,34 @@ def _two_layers(x):
     return [outputs[-1]]
 
 
+def _in_a_loop(x):
+    cells = [v1.nn.rnn_cell.BasicLSTMCell(UNITS, forget_bias=FORGET_BIAS) for _ in LAYERS]
+    outputs, _ = v1.nn.dynamic_rnn(v1.nn.rnn_cell.MultiRNNCell(cells), x, dtype=tf.float32)
+    return [outputs[:, -1]]
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     built = build(_two_layers, steps=STEPS, features=FEATURES, seed=3)
     path = save(built, "checkpoint", tmp_path_factory.mktemp("hold"))
     return path, built
+
+
+FLAVOURS = ("static_rnn", "dynamic_rnn-v2", "dynamic_rnn-v1")
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def every_model(request, tmp_path_factory):
+    """The network as TF1 scripts built it: unrolled, or in a while loop of either control flow."""
+    if request.param.endswith("v1"):
+        v1.disable_control_flow_v2()
+    try:
+        body = _two_layers if request.param == "static_rnn" else _in_a_loop
+        built = build(body, steps=STEPS, features=FEATURES, seed=3)
+    finally:
+        v1.enable_control_flow_v2()
+    path = save(built, "checkpoint", tmp_path_factory.mktemp("hold"))
+    return path, built, request.param
 
 
 def _sigmoid(v):
@@ -101,10 +125,14 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_held_values_are_those_of_the_documented_equations_with_the_hold(
-    model, inputs, tmp_path, case
+    every_model, inputs, tmp_path, case
 ):
-    path, built = model
+    path, built, flavour = every_model
     specs, holds = CASES[case]
+    if flavour.endswith("v1") and any("@" in s for s in specs):
+        with pytest.raises(SelectionError, match="leave @STEPS out"):
+            _record(path, inputs, tmp_path / "run", specs)
+        return
     out = _record(path, inputs, tmp_path / "run", specs)
     expected = oracle(built.weights, inputs.astype(np.float64), holds)
     plain = oracle(built.weights, inputs.astype(np.float64))
@@ -126,12 +154,12 @@ def _full(cell: str) -> str:
 
 
 def test_an_ablated_unit_of_h_equals_the_model_whose_weights_no_longer_read_it(
-    model, inputs, tmp_path
+    every_model, inputs, tmp_path
 ):
     """The oracle TensorFlow computes: layer 0's unit 1 zeroed in the rows of every matrix
     that reads it (its own recurrent rows, the upper layer's input rows), the model run by
     the builder's own session; its upper layer's output is what the held recording's is."""
-    path, built = model
+    path, built, _ = every_model
     out = _record(path, inputs, tmp_path / "run", ["cell_0/basic_lstm_cell:h:1=0"])
     with built.graph.as_default():
         kernels = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("kernel")}
@@ -152,8 +180,8 @@ def test_an_ablated_unit_of_h_equals_the_model_whose_weights_no_longer_read_it(
     assert np.abs(plain - top).max() > 1e-3  # the edit matters
 
 
-def test_a_hold_of_nothing_records_exactly_the_plain_recording(model, inputs, tmp_path):
-    path, _ = model
+def test_a_hold_of_nothing_records_exactly_the_plain_recording(every_model, inputs, tmp_path):
+    path, _, _ = every_model
     plain = _record(path, inputs, tmp_path / "plain", [])
     same = _record(path, inputs, tmp_path / "same", ["cell_0/basic_lstm_cell:h:all=x1"])
     for name in LAYERS:
@@ -262,3 +290,81 @@ def test_a_manifest_whose_holds_are_not_text_is_refused(model, inputs, tmp_path)
     (out / "manifest.json").write_text(json.dumps(manifest))
     done = run_cli("inspect", str(out))
     assert done.returncode == 2 and "held is" in done.stderr, done.stderr
+
+
+def _gru(x):
+    outputs, _ = v1.nn.static_rnn(
+        v1.nn.rnn_cell.GRUCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32
+    )
+    return [outputs[-1]]
+
+
+def test_a_gate_sharing_one_tensor_with_another_is_held_in_its_own_columns(inputs, tmp_path):
+    """GRUCell computes r and u by one sigmoid over [batch, 2 x units]: holding u's unit 1
+    holds that column alone. Oracle: GRUCell as TensorFlow documents it, r, u =
+    sigmoid([x, h] @ W + b); c = tanh([x, r * h] @ Wc + bc); h = u * h + (1 - u) * c."""
+    built = build(_gru, steps=STEPS, features=FEATURES, seed=5)
+    path = save(built, "checkpoint", tmp_path)
+    out = _record(path, inputs, tmp_path / "run", ["gru_cell:u:1=0@2:"])
+    w = built.weights["rnn/gru_cell"]
+    h = np.zeros((len(inputs), UNITS))
+    gates, hs = [], []
+    for t in range(STEPS):
+        x = inputs[:, t].astype(np.float64)
+        ru = _sigmoid(np.concatenate([x, h], 1) @ w["kernel"] + w["bias"])
+        r, u = np.split(ru, 2, axis=1)
+        if t >= 2:
+            u = u.copy()
+            u[:, 1] = 0.0
+        c = np.tanh(np.concatenate([x, r * h], 1) @ w["candidate_kernel"] + w["candidate_bias"])
+        h = u * h + (1 - u) * c
+        gates.append(np.stack([r, u, c], axis=1))
+        hs.append(h)
+    _, recorded = read_gates(out, "rnn/gru_cell", ("r", "u", "c"))
+    np.testing.assert_allclose(recorded, np.stack(gates, axis=1), atol=2e-6)
+    np.testing.assert_allclose(
+        read_state(out, "rnn/gru_cell", "h"), np.stack(hs, axis=1), atol=2e-6
+    )
+    assert (recorded[:, 2:, 1, 1] == 0).all() and (recorded[:, :2, 1, 1] != 0).all()
+
+
+def test_what_cannot_be_held_is_one_line(model, tmp_path):
+    """A fused op's cell, a Keras model, a live session's graph: refused, each naming why,
+    before anything is written."""
+    from tests.test_fused import build as fused
+
+    x = np.zeros((2, 5, 4), np.float32)
+    graph, session, _ = fused("LSTMBlockCell")
+    with graph.as_default():
+        v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    with tracer.load_model(str(tmp_path / "model.ckpt")) as m:
+        with pytest.raises(SelectionError, match=r"one fused op \(LSTMBlockCell\)"):
+            tracer.record(m, {"x": x}, tmp_path / "a", holds=(parse_hold("lstm_cell:h:0=0"),))
+    _, built = model
+    live = tracer.from_session(built.session)
+    with pytest.raises(SelectionError, match="a live session's graph"):
+        tracer.record(
+            live, {"x": x}, tmp_path / "b", holds=(parse_hold("cell_0/basic_lstm_cell:h:0=0"),)
+        )
+    keras = tf.keras.Sequential([tf.keras.Input((5, 4)), tf.keras.layers.LSTM(3)])
+    with pytest.raises(SelectionError, match="is a Keras model"):
+        tracer.record(keras, x, tmp_path / "c", holds=(parse_hold("lstm:h:0=0"),))
+    assert not any((tmp_path / n).exists() for n in "abc")
+
+
+def test_verify_with_a_hold_is_one_line(model, inputs, tmp_path):
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--hold",
+        "cell_0/basic_lstm_cell:h:0=0",
+        "--verify",
+        "--quiet",
+    )
+    assert done.returncode == 2 and "--verify with --hold" in done.stderr, done.stderr

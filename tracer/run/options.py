@@ -93,6 +93,11 @@ class RecordOptions:
                 "--gate-ops with --values contributions: the parts of a preactivation are known for TensorFlow's and "
                 "Keras' cells only; leave contributions out"
             )
+        if self.holds and self.verify:
+            raise SelectionError(
+                "--verify with --hold: the replay recomputes a loop's cells from their weights, without the "
+                "values held, and would differ where they are held; leave --verify out"
+            )
         if self.summary is not None and self.selection.parts:
             raise SelectionError(
                 "--summary with --values contributions: a summary holds statistics of preactivations, activations "

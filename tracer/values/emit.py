@@ -40,13 +40,13 @@ from tracer.cells.found import Cell
 from tracer.load.loaded import Model
 from tracer.load.rebuild import rebuilt
 
-__all__ = ["emit_loops", "emitting", "LOOP_TYPES"]
+__all__ = ["emit_loops", "emitting", "loop_functions", "LOOP_TYPES"]
 
 LOOP_TYPES = ("While", "StatelessWhile")
 _PREFIX = "gatetrace_emit"
 
 
-def _function_graphs(library: dict, node, outer: tf.Graph):
+def loop_functions(library: dict, node, outer: tf.Graph):
     """The body and cond of the loop `node` as FuncGraphs whose outer graph is `outer`."""
     graphs = []
     for attr in ("body", "cond"):
@@ -128,7 +128,7 @@ def emit_loops(
     for loop, names in wanted.items():
         node = nodes.get(loop)
         if node is not None and node.op in LOOP_TYPES:
-            body, cond = _function_graphs(library, node, scratch)
+            body, cond = loop_functions(library, node, scratch)
             tensors = [body.get_tensor_by_name(name) for name in names]
             suffix = _suffix(library, node, names)
             stacks = _extended(node, body, cond, tensors, scratch, suffix)

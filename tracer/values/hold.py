@@ -22,18 +22,20 @@ TensorFlow Lite ops (their steps run inside one op or one loop), and a live sess
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from recorders.errors import SelectionError
-from tracer._tf import tf, v1
+from tracer._tf import control_flow_util_v2, tf, v1
 from tracer.cells.found import AnyCell, Cell, Step
 from tracer.cells.holds import Hold
 from tracer.load.loaded import Model
 from tracer.load.rebuild import rebuilt
+from tracer.values.emit import loop_functions
 
 __all__ = ["Held", "holding", "resolve"]
 
@@ -43,28 +45,34 @@ _PREFIX = "gatetrace_hold"
 @dataclass(frozen=True)
 class Held:
     """The model with its holds in place, the holds as resolved (full cell names), and the
-    new name of each held tensor (`renamed` gives a cell its held tensors)."""
+    new name of each held tensor: `names[None]` for tensors of the graph, `names[loop]` for
+    tensors of a loop's body (`renamed` gives a cell its held tensors)."""
 
     model: Model
     holds: tuple[Hold, ...]
-    names: dict[str, str]
+    names: dict[str | None, dict[str, str]]
 
     def renamed(self, cell: AnyCell) -> AnyCell:
         if not self.names or not isinstance(cell, Cell):
             return cell
-        n = self.names
+        cell = replace(cell, steps=tuple(_step(s, self.names.get(None, {})) for s in cell.steps))
+        loop = cell.loop
+        if loop is not None and loop.body is not None:
+            # a TF1 frame's tensors are the graph's; a While op's are its body's
+            inside = self.names.get(None if loop.control_flow == "v1" else loop.loop, {})
+            cell = replace(cell, loop=replace(loop, body=_step(loop.body, inside)))
+        return cell
 
-        def step(s: Step) -> Step:
-            return replace(
-                s,
-                preactivation=tuple(n.get(t, t) for t in s.preactivation),
-                activation=tuple(n.get(t, t) for t in s.activation),
-                states=tuple(n.get(t, t) for t in s.states),
-                input=n.get(s.input, s.input),
-                previous=tuple(n.get(t, t) for t in s.previous),
-            )
 
-        return replace(cell, steps=tuple(step(s) for s in cell.steps))
+def _step(s: Step, n: dict[str, str]) -> Step:
+    return replace(
+        s,
+        preactivation=tuple(n.get(t, t) for t in s.preactivation),
+        activation=tuple(n.get(t, t) for t in s.activation),
+        states=tuple(n.get(t, t) for t in s.states),
+        input=n.get(s.input, s.input),
+        previous=tuple(n.get(t, t) for t in s.previous),
+    )
 
 
 def _cell_named(name: str, cells: Sequence[AnyCell]) -> AnyCell:
@@ -78,14 +86,30 @@ def _cell_named(name: str, cells: Sequence[AnyCell]) -> AnyCell:
     raise SelectionError(f"--hold {name}: {said} with /{name}; name one of: {listed}")
 
 
-def _refusal(cell: AnyCell) -> str | None:
+def _refusal(cell: AnyCell, hold: Hold) -> str | None:
     if not isinstance(cell, Cell):
         kind = "a Keras layer" if cell.__class__.__name__ == "KerasCell" else "a TensorFlow Lite op"
         return f"{cell.name} is {kind}, whose steps run inside one op or loop that gatetrace does not rewrite"
     if cell.fused is not None:
         return f"{cell.name} is computed by one fused op ({cell.fused.op_type}), which keeps its gates inside"
-    if cell.loop is not None:
-        return f"{cell.name} runs inside a while loop; gatetrace holds values of cells unrolled in the graph"
+    loop = cell.loop
+    if loop is None:
+        return None
+    if loop.body is None or loop.masked or not loop.carried:
+        return (
+            f"{cell.name} is replayed from its weights, not taken from its loop (gatetrace inspect says "
+            "why), and a replay would not hold it"
+        )
+    if hold.steps != (None, None) and loop.control_flow != "v2":
+        return (
+            f"{cell.name} runs in a TF1 while loop (control flow v1), whose steps gatetrace does not tell "
+            "apart inside the loop: hold it at every step (leave @STEPS out)"
+        )
+    if hold.steps != (None, None) and loop.reversed:
+        return (
+            f"{cell.name} reads its input reversed inside its loop, so a loop step is not one input position "
+            "for every example: hold it at every step (leave @STEPS out)"
+        )
     return None
 
 
@@ -94,7 +118,7 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
     and its steps (`SelectionError`, one line, where they do not fit)."""
     cell = _cell_named(hold.cell, cells)
     spec = hold.describe()
-    refused = _refusal(cell)
+    refused = _refusal(cell, hold)
     if refused:
         raise SelectionError(f"--hold {spec}: cannot hold it: {refused}")
     assert isinstance(cell, Cell)
@@ -108,20 +132,27 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
             f"--hold {spec}: {cell.name} ({cell.spec.kind}) has states {', '.join(states)} and gates "
             f"{', '.join(gates)} (a gate's preactivation: {gates[0]}.pre); found {hold.what!r}"
         )
-    positions = [s.position for s in cell.steps]
-    if not any(hold.held_at(p) for p in positions):
+    if cell.loop is None:
+        positions: list[int] | None = [s.position for s in cell.steps]
+    elif cell.loop.length:
+        positions = list(range(cell.loop.length))
+    else:
+        positions = None  # the loop's length is known once it runs
+    if positions is not None and not any(hold.held_at(p) for p in positions):
         raise SelectionError(
             f"--hold {spec}: holds no step of {cell.name}, whose steps are {min(positions)} to {max(positions)}"
         )
     return replace(hold, cell=cell.name)
 
 
-def _columns(graph: tf.Graph, names: Sequence[str], first: int, width: int, cell: str):
+def _columns(
+    tensor_of: Callable[[str], tf.Tensor], names: Sequence[str], first: int, width: int, cell: str
+):
     """Which tensor of `names` (side by side along their last axis) holds the columns
     [first, first + width), and where they start in it."""
     at = 0
     for name in names:
-        size = graph.get_tensor_by_name(name).shape[-1]
+        size = tensor_of(name).shape[-1]
         if size is None:
             raise SelectionError(
                 f"--hold: cannot hold {name} of {cell}: its last dimension is not known before the graph runs"
@@ -132,63 +163,71 @@ def _columns(graph: tf.Graph, names: Sequence[str], first: int, width: int, cell
     raise SelectionError(f"--hold: {cell}: no single tensor of {list(names)} holds its gate")
 
 
-def _targets(graph: tf.Graph, hold: Hold, cell: Cell):
-    """(tensor, its width, the held columns) for each step `hold` holds."""
-    for step in cell.steps:
-        if not hold.held_at(step.position):
-            continue
-        if not hold.preactivation and hold.name in cell.spec.states:
-            name = step.states[cell.spec.states.index(hold.name)]
-            width = graph.get_tensor_by_name(name).shape[-1]
-            if width is None:
-                raise SelectionError(
-                    f"--hold {hold.describe()}: the width of {name} is not known before the graph runs"
-                )
-            offset, size = 0, width
-        else:
-            gate = cell.spec.gates.index(hold.name)
-            names = step.preactivation if hold.preactivation else step.activation
-            name, offset, size = _columns(graph, names, gate * cell.units, cell.units, cell.name)
-            width = cell.units
-        units = range(width) if hold.units is None else hold.units
-        if units and max(units) >= width:
+def _target(tensor_of: Callable[[str], tf.Tensor], hold: Hold, cell: Cell, step: Step):
+    """(tensor, its width, the held columns) of `hold` at `step`."""
+    if not hold.preactivation and hold.name in cell.spec.states:
+        name = step.states[cell.spec.states.index(hold.name)]
+        width = tensor_of(name).shape[-1]
+        if width is None:
             raise SelectionError(
-                f"--hold {hold.describe()}: {cell.name}'s {hold.what} has {width} units (0 to {width - 1}); "
-                f"found unit {max(units)}"
+                f"--hold {hold.describe()}: the width of {name} is not known before the graph runs"
             )
-        yield name, size, [offset + u for u in units]
+        offset, size = 0, width
+    else:
+        gate = cell.spec.gates.index(hold.name)
+        names = step.preactivation if hold.preactivation else step.activation
+        name, offset, size = _columns(tensor_of, names, gate * cell.units, cell.units, cell.name)
+        width = cell.units
+    units = range(width) if hold.units is None else hold.units
+    if units and max(units) >= width:
+        raise SelectionError(
+            f"--hold {hold.describe()}: {cell.name}'s {hold.what} has {width} units (0 to {width - 1}); "
+            f"found unit {max(units)}"
+        )
+    if not tensor_of(name).dtype.is_floating:
+        raise SelectionError(
+            f"--hold {hold.describe()}: {name} holds {tensor_of(name).dtype.name} values, not floating point ones"
+        )
+    return name, size, [offset + u for u in units]
 
 
-def _const(graph_def, name: str, array: np.ndarray) -> None:
+# -- in the graph (unrolled cells, and TF1 frames: control flow v1) ---------------------------
+
+
+def _const(graph_def, name: str, array: np.ndarray, frame_of: str | None) -> None:
     node = graph_def.node.add(name=name, op="Const")
     node.attr["dtype"].type = tf.as_dtype(array.dtype).as_datatype_enum
     node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(array))
+    if (
+        frame_of is not None
+    ):  # in the frame (and iteration) of the op it holds, as TF1 draws a constant in a loop
+        node.input.append(f"^{frame_of}")
 
 
-def _hold_tensor(graph_def, graph: tf.Graph, name: str, size: int, holds, number: int) -> str:
+def _hold_tensor(
+    graph_def, dtype: tf.DType, name: str, size: int, holds, scope: str, in_frame: bool
+) -> str:
     """Add the ops holding `name` (each of `holds`: (Hold, columns), applied in order)."""
-    dtype = graph.get_tensor_by_name(name).dtype
-    if not dtype.is_floating:
-        raise SelectionError(f"--hold: {name} holds {dtype.name} values, not floating point ones")
     numpy_type = dtype.as_numpy_dtype
     current = name
+    frame_of = name.rpartition(":")[0] if in_frame else None
     for k, (hold, columns) in enumerate(holds):
-        scope = f"{_PREFIX}/{number}_{k}"
+        at = f"{scope}_{k}"
         if hold.scale:
             factor = np.ones(size, numpy_type)
             factor[columns] = hold.value
-            _const(graph_def, f"{scope}/factor", factor)
-            node = graph_def.node.add(name=f"{scope}/held", op="Mul")
-            node.input.extend([current, f"{scope}/factor"])
+            _const(graph_def, f"{at}/factor", factor, frame_of)
+            node = graph_def.node.add(name=f"{at}/held", op="Mul")
+            node.input.extend([current, f"{at}/factor"])
         else:
             mask = np.zeros(size, np.bool_)
             mask[columns] = True
-            _const(graph_def, f"{scope}/mask", mask)
-            _const(graph_def, f"{scope}/value", np.full(size, hold.value, numpy_type))
-            node = graph_def.node.add(name=f"{scope}/held", op="SelectV2")
-            node.input.extend([f"{scope}/mask", f"{scope}/value", current])
+            _const(graph_def, f"{at}/mask", mask, frame_of)
+            _const(graph_def, f"{at}/value", np.full(size, hold.value, numpy_type), frame_of)
+            node = graph_def.node.add(name=f"{at}/held", op="SelectV2")
+            node.input.extend([f"{at}/mask", f"{at}/value", current])
         node.attr["T"].type = dtype.as_datatype_enum
-        current = f"{scope}/held"
+        current = f"{at}/held"
     return current + ":0"
 
 
@@ -196,6 +235,132 @@ def _spelled(name: str) -> set[str]:
     """The ways a GraphDef input names tensor `name` (`op:0` is also written `op`)."""
     op, _, index = name.rpartition(":")
     return {name, op} if index == "0" else {name}
+
+
+def _in_graph(graph_def, graph: tf.Graph, per_tensor, frames: set[str]) -> dict[str, str]:
+    """Hold each tensor of `per_tensor` ({name: (width, [(Hold, columns)])}) in `graph_def`;
+    the held tensors' names. Tensors inside a TF1 frame (`frames`: their names) get their
+    constants in the frame."""
+    readers = list(graph_def.node)
+    names = {
+        name: _hold_tensor(
+            graph_def,
+            graph.get_tensor_by_name(name).dtype,
+            name,
+            size,
+            held,
+            f"{_PREFIX}/{number}",
+            name in frames,
+        )
+        for number, (name, (size, held)) in enumerate(per_tensor.items())
+    }
+    inputs = {spelling: new for name, new in names.items() for spelling in _spelled(name)}
+    for node in readers:
+        for i, read in enumerate(node.input):
+            if read in inputs:
+                node.input[i] = inputs[read]
+    return names
+
+
+# -- in a While op's body (control flow v2) -----------------------------------------------------
+
+
+def _counter(body: tf.Graph, loop: str) -> tf.Tensor:
+    """The loop's iteration counter in its body: `while_v2`'s first loop variable, which the
+    body returns plus one."""
+    counter = body.inputs[0] if body.inputs else None
+    step = body.outputs[0].op if body.outputs else None
+    if (
+        counter is None
+        or counter.dtype != tf.int32
+        or step is None
+        or step.type not in ("AddV2", "Add")
+        or counter not in list(step.inputs)
+    ):
+        raise SelectionError(
+            f"--hold: the loop {loop} carries no iteration counter gatetrace recognises; hold at every step "
+            "(leave @STEPS out)"
+        )
+    return counter
+
+
+def _in_body(body: tf.Graph, loop: str, per_tensor) -> dict[str, str]:
+    """Hold each tensor of `per_tensor` in the FuncGraph `body` of `loop`: its readers (and the
+    body's outputs, the next iteration's loop variables) read the held one. Steps are told by
+    the loop's counter. The held tensors' names in the body."""
+    names = {}
+    for number, (name, (size, held)) in enumerate(per_tensor.items()):
+        tensor = body.get_tensor_by_name(name)
+        readers = [
+            (op, i) for op in body.get_operations() for i, t in enumerate(op.inputs) if t is tensor
+        ]
+        current = tensor
+        with body.as_default(), tf.name_scope(f"{_PREFIX}_{number}/"):
+            for hold, columns in held:
+                mask = np.zeros(size, np.bool_)
+                mask[columns] = True
+                where = tf.constant(mask)
+                if hold.steps != (None, None):
+                    counter = _counter(body, loop)
+                    start, stop = hold.steps
+                    now = tf.constant(True)
+                    if start is not None:
+                        now = tf.logical_and(now, counter >= start)
+                    if stop is not None:
+                        now = tf.logical_and(now, counter < stop)
+                    where = tf.logical_and(where, now)
+                value = np.full(size, hold.value, current.dtype.as_numpy_dtype)
+                if hold.scale:
+                    current = tf.where(where, current * tf.constant(value), current)
+                else:
+                    current = tf.where(where, tf.constant(value), current)
+        for op, i in readers:
+            op._update_input(i, current)  # the TF1 graph editor's way: one edge moved
+        body.outputs = [current if t is tensor else t for t in body.outputs]
+        names[name] = current.name
+    return names
+
+
+def _in_loops(graph_def, per_loop) -> dict[str, dict[str, str]]:
+    """Hold the tensors of each While op's body in `per_loop` ({loop: per_tensor}): the loop's
+    body replaced by a held copy (its cond as it is). The held tensors' names per loop."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    nodes = {n.name: n for n in graph_def.node}
+    scratch = tf.Graph()
+    names: dict[str, dict[str, str]] = {}
+    for loop, per_tensor in per_loop.items():
+        node = nodes[loop]
+        body, _ = loop_functions(library, node, scratch)
+        names[loop] = _in_body(body, loop, per_tensor)
+        digest = hashlib.sha256(
+            library[node.attr["body"].func.name].SerializeToString(deterministic=True)
+        )
+        digest.update(
+            repr(
+                sorted(
+                    (n, [(h.describe(), c) for h, c in held]) for n, (_, held) in per_tensor.items()
+                )
+            ).encode()
+        )
+        body.name = f"{node.attr['body'].func.name}_{_PREFIX}_{digest.hexdigest()[:16]}"
+        with scratch.as_default():
+            control_flow_util_v2.create_new_tf_function(body)
+        node.attr["body"].func.name = body.name
+    have = set(library)
+    for function in scratch.as_graph_def().library.function:
+        if function.signature.name not in have:
+            graph_def.library.function.add().CopyFrom(function)
+    return names
+
+
+def _loop_tensor(model: Model, cell: Cell, library) -> Callable[[str], tf.Tensor]:
+    """How to look a tensor of `cell`'s step up: in the graph, or in its While op's body."""
+    loop = cell.loop
+    if loop is None or loop.control_flow == "v1":
+        return model.graph.get_tensor_by_name
+    node = next(n for n in library["nodes"] if n.name == loop.loop)
+    body, _ = loop_functions(library["functions"], node, tf.Graph())
+    return body.get_tensor_by_name
 
 
 def holding(
@@ -214,8 +379,7 @@ def holding(
         )
         raise SelectionError(
             f"--hold: {model.source} is {kind}, whose cells run inside ops and loops that gatetrace does not "
-            "rewrite; values are held in TensorFlow graphs (checkpoints, SavedModels, frozen graphs) with "
-            "cells unrolled in the graph"
+            "rewrite; values are held in TensorFlow graphs (checkpoints, SavedModels, frozen graphs)"
         )
     resolved = tuple(resolve(h, cells) for h in holds)
     if model.load_plan is None and model.format != "frozen":
@@ -223,23 +387,41 @@ def holding(
             f"--hold: {model.source} is a live session's graph, which cannot be rebuilt with values held; "
             "save it (a checkpoint) and record the saved model"
         )
-    by_name = {c.name: c for c in cells}
-    per_tensor: dict[str, tuple[int, list]] = {}
-    for hold in resolved:
-        cell = by_name[hold.cell]
-        assert isinstance(cell, Cell)
-        for name, size, columns in _targets(model.graph, hold, cell):
-            per_tensor.setdefault(name, (size, []))[1].append((hold, columns))
     with model.graph.as_default():
         meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
     graph_def = meta.graph_def
-    readers = list(graph_def.node)
-    names: dict[str, str] = {}
-    for number, (name, (size, held)) in enumerate(per_tensor.items()):
-        names[name] = _hold_tensor(graph_def, model.graph, name, size, held, number)
-    inputs = {spelling: new for name, new in names.items() for spelling in _spelled(name)}
-    for node in readers:
-        for i, read in enumerate(node.input):
-            if read in inputs:
-                node.input[i] = inputs[read]
+    taken = [n.name for n in graph_def.node if n.name.startswith(_PREFIX)]
+    if taken:
+        raise SelectionError(
+            f"--hold: {model.source} already has an op named {taken[0]}, where gatetrace would put a held value"
+        )
+    looked_up = {
+        "nodes": list(graph_def.node),
+        "functions": {f.signature.name: f for f in graph_def.library.function},
+    }
+    by_name = {c.name: c for c in cells}
+    # where each held tensor lives: None (the graph, a TF1 frame included) or a While op's body
+    places: dict[str | None, dict[str, tuple[int, list]]] = {}
+    frames: set[str] = set()
+    for hold in resolved:
+        cell = by_name[hold.cell]
+        assert isinstance(cell, Cell)
+        tensor_of = _loop_tensor(model, cell, looked_up)
+        if cell.loop is None:
+            steps = [s for s in cell.steps if hold.held_at(s.position)]
+            place = None
+        else:
+            assert cell.loop.body is not None
+            steps = [cell.loop.body]
+            place = None if cell.loop.control_flow == "v1" else cell.loop.loop
+        for step in steps:
+            name, size, columns = _target(tensor_of, hold, cell, step)
+            places.setdefault(place, {}).setdefault(name, (size, []))[1].append((hold, columns))
+            if cell.loop is not None and place is None:
+                frames.add(name)
+    names: dict[str | None, dict[str, str]] = {}
+    if None in places:
+        names[None] = _in_graph(graph_def, model.graph, places.pop(None), frames)
+    if places:
+        names.update(_in_loops(graph_def, places))
     return Held(rebuilt(model, meta, restore), resolved, names)
