@@ -1344,3 +1344,54 @@ def test_an_lstm_op_recoded_as_another_kind_is_one_line(lite, tmp_path, kind, ta
         run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
     )
     assert says in refused and not out.exists()
+
+
+def _repeated_offsets(tensors: int, subgraphs: int) -> bytes:
+    """A flatbuffer whose subgraphs vector reaches one subgraph `subgraphs` times, whose tensors
+    vector reaches one tensor `tensors` times: `tensors` x `subgraphs` tables to parse in a
+    file of some 4 x (`tensors` + `subgraphs`) bytes."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    b = flatbuffers.Builder(1024)
+    name = b.CreateString("t")
+    fb.TensorStartShapeVector(b, 2)
+    b.PrependInt32(3)
+    b.PrependInt32(1)
+    shape = b.EndVector()
+    fb.TensorStart(b)
+    fb.TensorAddShape(b, shape)
+    fb.TensorAddName(b, name)
+    tensor = fb.TensorEnd(b)
+    fb.SubGraphStartTensorsVector(b, tensors)
+    for _ in range(tensors):
+        b.PrependUOffsetTRelative(tensor)
+    listed = b.EndVector()
+    fb.SubGraphStart(b)
+    fb.SubGraphAddTensors(b, listed)
+    subgraph = fb.SubGraphEnd(b)
+    fb.ModelStartSubgraphsVector(b, subgraphs)
+    for _ in range(subgraphs):
+        b.PrependUOffsetTRelative(subgraph)
+    listed = b.EndVector()
+    fb.ModelStart(b)
+    fb.ModelAddVersion(b, 3)
+    fb.ModelAddSubgraphs(b, listed)
+    b.Finish(fb.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def test_a_flatbuffer_whose_offsets_repeat_is_refused_before_it_is_parsed(tmp_path):
+    """Vectors reaching the same table again and again are refused by `inspect` and by
+    `record` in one line, before the object API parses them (before: parsed in time and memory
+    of the square of the file's size, then said to hold no recurrent op)."""
+    path = tmp_path / "repeated.tflite"
+    path.write_bytes(_repeated_offsets(100, 100))
+    says = "its flatbuffer's offsets reach the same bytes again and again"
+    assert says in _one_line(run_cli("inspect", str(path)))
+    np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.float32))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    assert says in refused and "nothing was loaded" in refused and not out.exists()

@@ -60,6 +60,7 @@ __all__ = [
     "runtime",
     "imports_tensorflow",
     "as_the_runtime_reads",
+    "bytes_read",
 ]
 
 ENVIRONMENT = "GATETRACE_LITE_RUNTIME"
@@ -84,10 +85,19 @@ class LiteRuntime:
 
     def parse(self, content: bytes) -> Any:
         """The model of a `.tflite` file's bytes (`schema_py_generated.ModelT`), every absent
-        field gatetrace reads set as the runtime reads it (`as_the_runtime_reads`). Whatever
-        a damaged flatbuffer raises is left to the caller."""
+        field gatetrace reads set as the runtime reads it (`as_the_runtime_reads`). A file
+        whose parse would read more than twice its bytes (`bytes_read`: offsets that repeat,
+        parsed in time and memory up to the square of its size) is ModelFormatError, before
+        it is parsed; whatever a damaged flatbuffer raises is left to the caller."""
         fb = self.schema()
-        return as_the_runtime_reads(fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(content, 0)), fb)
+        root = fb.Model.GetRootAsModel(content, 0)
+        if bytes_read(root, fb, 2 * len(content)) > 2 * len(content):
+            raise ModelFormatError(
+                "its flatbuffer's offsets reach the same bytes again and again: reading it whole "
+                f"would read more than twice the {len(content):,} bytes it holds (a builder writes "
+                "each table, vector and string once); convert the model again"
+            )
+        return as_the_runtime_reads(fb.ModelT.InitFromObj(root), fb)
 
     def interpreter(self, content: bytes) -> Any:
         """An interpreter of the file `content`, its tensors not yet allocated: builtin
@@ -137,6 +147,78 @@ RUNTIMES = {
         first=("tracer._tf",),  # TensorFlow imported once, its start-up lines quiet
     ),
 }
+
+
+def bytes_read(root: Any, fb: Any, limit: int) -> int:
+    """The bytes the object API reads of a flatbuffer to parse the table `root` (of schema
+    `fb`) whole: each table's offset to its vtable (4), each vector's and string's length (4)
+    and elements, counted each time an offset reaches them. A builder writes each table,
+    vector and string once, at an offset of its own, so that they add up to at most the
+    file's size; offsets that repeat (many vectors reaching one table) add up to more, as
+    much as the square of the file's size. The count stops at the first sum past `limit`
+    (which it returns): it is bounded by `limit`, whatever the file."""
+    read, todo = 0, [root]
+    while todo and read <= limit:
+        table = todo.pop()
+        read += 4
+        for accessor, kind, union in _fields(fb, type(table).__name__):
+            if kind == "numbers":  # read as a view of the file's bytes: numpy's
+                values = getattr(table, f"{accessor}AsNumpy")()
+                read += 4 + (values.nbytes if isinstance(values, np.ndarray) else 0)
+            elif kind == "vector":
+                count = getattr(table, f"{accessor}Length")()
+                read += 4 + 4 * count
+                for j in range(count if read <= limit else 0):
+                    read += _element(getattr(table, accessor)(j), todo)
+            elif kind == "union":
+                member = _member(fb, union, getattr(table, f"{accessor}Type")())
+                found = getattr(table, accessor)()
+                if member is not None and found is not None:
+                    todo.append(member())
+                    todo[-1].Init(found.Bytes, found.Pos)
+            else:
+                read += _element(getattr(table, accessor)(), todo)
+    return read
+
+
+def _element(value: Any, todo: list[Any]) -> int:
+    """The bytes a string reads (its length and its bytes); a table is added to `todo`."""
+    if isinstance(value, bytes):
+        return 4 + len(value)
+    if hasattr(value, "_tab"):
+        todo.append(value)
+    return 0
+
+
+@functools.cache
+def _fields(fb: Any, table: str) -> tuple[tuple[str, str, str], ...]:
+    """The fields of the schema's table `table`, as its object API (`<table>T`) reads them:
+    (accessor, kind, union) with kind `numbers` (a vector of numbers), `vector` (of tables
+    or strings), `union` (a table of the union `union`: the one whose `...Creator` the
+    object API calls for it) or `one` (a number, a string or a table)."""
+    unpack = getattr(fb, f"{table}T")
+    names = list(unpack._UnPack.__code__.co_names)
+    attrs = list(vars(unpack()))
+    fields = []
+    for attr in attrs:
+        accessor = attr[0].upper() + attr[1:]
+        if f"{attr}Type" in attrs:
+            at = names.index(accessor)
+            creator = [n for n in names[:at] if n.endswith("Creator")][-1]
+            fields.append((accessor, "union", creator.removesuffix("Creator")))
+        elif hasattr(getattr(fb, table), f"{accessor}AsNumpy"):
+            fields.append((accessor, "numbers", ""))
+        elif hasattr(getattr(fb, table), f"{accessor}Length"):
+            fields.append((accessor, "vector", ""))
+        else:
+            fields.append((accessor, "one", ""))
+    return tuple(fields)
+
+
+def _member(fb: Any, union: str, kind: int) -> Any:
+    """The table class of member `kind` of the schema's union `union` (None: none)."""
+    names = {v: k for k, v in vars(getattr(fb, union)).items() if not k.startswith("_")}
+    return getattr(fb, names.get(kind, "NONE"), None) if kind else None
 
 
 def as_the_runtime_reads(model: Any, fb: Any) -> Any:

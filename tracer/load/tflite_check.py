@@ -10,7 +10,9 @@ these checks, each refused in one line naming the file:
                  refused, never opened for reading), of at most 2 GiB (a flatbuffer's own
                  limit) and the memory budget, with TensorFlow Lite's identifier (`TFL3`)
     structure    parsed whole, inside a guard: an offset past the end, a vector longer than
-                 the file, a table that does not parse is "damaged"
+                 the file, a table that does not parse is "damaged"; offsets that reach the
+                 same bytes again and again (a parse reading more than twice the file's
+                 bytes: `tracer.load.lite_runtime.bytes_read`) are refused before it
     tensors      every dimension non-negative, every tensor's bytes (its shape times its
                  type's size) and all of them together within the memory budget, every
                  buffer index in range, a constant's data exactly its bytes, no data stored
@@ -100,6 +102,8 @@ def checked(path: Path, source: str, memory: int | None = None) -> tuple[bytes, 
         )
     try:
         model = runtime().parse(data)
+    except ModelFormatError as err:  # its offsets repeat
+        raise ModelFormatError(f"{source}: {err}; nothing was loaded") from None
     except Exception as err:  # a malformed flatbuffer fails anywhere in the generated reader
         raise ModelFormatError(
             f"{source}: the TensorFlow Lite flatbuffer is damaged ({type(err).__name__}: {err}); "
