@@ -1395,3 +1395,23 @@ def test_a_flatbuffer_whose_offsets_repeat_is_refused_before_it_is_parsed(tmp_pa
         run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
     )
     assert says in refused and "nothing was loaded" in refused and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (1e38, "has the quantisation scale 1e+38, by which its int8 codes stand for more"),
+        (1e-45, "has the quantisation scale 1.4013e-45, a denormal float32"),
+    ],
+)
+def test_a_hybrid_matrix_scale_past_float32_is_refused_by_the_check(lite, tmp_path, value, says):
+    """`inspect` and `weights` refuse a dynamic-range matrix whose scale makes its values
+    infinite or is a denormal in one line naming the tensor, printing no warning and writing
+    nothing (before: numpy's overflow warning, and infinite weights written)."""
+    path = tmp_path / "scale.tflite"
+    path.write_bytes(_changed(lite, _hybrid_scale(value), "quantised"))
+    out = tmp_path / "w.parquet"
+    for done in (run_cli("inspect", str(path)), run_cli("weights", str(path), "--out", str(out))):
+        line = _one_line(done)
+        assert says in line and "of subgraph 0" in line and "nothing was loaded" in line, line
+    assert not out.exists()

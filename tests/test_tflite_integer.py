@@ -724,3 +724,67 @@ def test_a_cell_state_scale_below_2_to_the_15_records_what_the_kernel_computes(t
             np.testing.assert_array_equal(rounded.astype(np.int16), product)
             checked += 1
     assert checked == len(x) * T
+
+
+def _zero_point(at, value: int):
+    def change(model, fb):
+        """The zero point of the LSTM's input `at` made `value`."""
+        tensor = int(model.subgraphs[0].operators[0].inputs[at])
+        model.subgraphs[0].tensors[tensor].quantization.zeroPoint = np.array([value], np.int64)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            _scale(0, 1e38),
+            "has the quantisation scale 1e+38, by which its int8 codes stand for more",
+        ),
+        (
+            _scale(2, 1e38),
+            "has the quantisation scale 1e+38, by which its int8 codes stand for more",
+        ),
+        (_scale(13, 3e29), "has the quantisation scale 3e+29, by which its int32 codes stand for"),
+        (_scale(0, 1e-45), "has the quantisation scale 1.4013e-45, a denormal float32"),
+        (_scale("hidden", 1e-45), "has the quantisation scale 1.4013e-45, a denormal float32"),
+        (_zero_point(0, 200), "has the zero point 200, which is no int8 code (-128 to 127)"),
+        (_zero_point(0, -129), "has the zero point -129, which is no int8 code (-128 to 127)"),
+    ],
+)
+def test_a_quantisation_no_kernel_computes_with_is_refused_by_the_check(
+    integer, tmp_path, change, says
+):
+    """A scale whose codes stand for more than float32 holds, a denormal scale (whose
+    reciprocal, the kernels' rescale, overflows) and a zero point outside its type's codes
+    are refused by `inspect` and `record` before anything runs, in one line naming the
+    tensor, with no warning printed (before: an internal OverflowError, numpy's overflow
+    warnings, or a zero point accepted until a recording's codes were read)."""
+    from tests.test_tflite import _one_line
+
+    path = _edited(integer / "int8 io.tflite", change, tmp_path / "odd.tflite")
+    inspected = _one_line(run_cli("inspect", str(path)))
+    np.save(tmp_path / "x.npy", np.zeros((1, T, D), np.int8))
+    out = tmp_path / "out"
+    refused = _one_line(
+        run_cli("record", str(path), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )
+    for line in (inspected, refused):
+        assert says in line and "of subgraph 0" in line and "nothing was loaded" in line, line
+    assert not out.exists()
+
+
+def test_scales_whose_product_passes_float32_are_one_line(integer, tmp_path):
+    """Input and weight scales each within float32, whose product the kernel's float32
+    arithmetic makes infinite, are refused in one line by `inspect` (before: an internal
+    OverflowError and numpy's overflow warning)."""
+    from tests.test_tflite import _one_line
+
+    def change(model, fb):
+        _scale(0, 1e36)(model, fb)
+        _scale(1, 1e36)(model, fb)
+
+    path = _edited(integer / "int8 io.tflite", change, tmp_path / "odd.tflite")
+    line = _one_line(run_cli("inspect", str(path)))
+    assert "integer LSTM kernel would rescale gate i's input products by inf, 2^31 or more" in line

@@ -16,7 +16,9 @@ these checks, each refused in one line naming the file:
     tensors      every dimension non-negative, every tensor's bytes (its shape times its
                  type's size) and all of them together within the memory budget, every
                  buffer index in range, a constant's data exactly its bytes, no data stored
-                 outside the flatbuffer
+                 outside the flatbuffer; an integer tensor's zero points codes of its type,
+                 its positive finite scales normal float32 numbers by which every code's
+                 value (scale x (code - zero point)) is a float32 number
     ops          every op a builtin TensorFlow Lite knows (a custom op, whose code the file
                  does not hold and gatetrace never loads, is refused by its name; an operator
                  code no builtin has, by its number), its opcode, tensors, a WHILE loop's
@@ -46,6 +48,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +156,9 @@ def _problem(model: Any, fb: Any, memory: int) -> str | None:
             length = 0 if held is None or held.data is None else len(held.data)
             if length and size is not None and length != math.ceil(nbytes):
                 return f"{where} is {shape} {types.get(t.type)} ({math.ceil(nbytes):,} bytes) but its buffer holds {length:,}"
+            why = _quantisation_problem(t.quantization, types.get(t.type, ""))
+            if why:
+                return f"{where} {why}"
     if total > memory:
         return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
     return (
@@ -161,6 +167,56 @@ def _problem(model: Any, fb: Any, memory: int) -> str | None:
         or _loops_problem(model, fb)
         or _shapes_problem(model, fb, memory)
     )
+
+
+def _codes(kind: str) -> tuple[int, int] | None:
+    """The codes an integer tensor type holds (INT8: -128, 127; UINT4: 0, 15); None for
+    another type."""
+    match = re.fullmatch(r"(U?)INT(\d+)", kind)
+    if match is None:
+        return None
+    bits = int(match[2])
+    return (0, 2**bits - 1) if match[1] else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def _quantisation_problem(q: Any, kind: str) -> str | None:
+    """Why the quantisation of an integer tensor of type `kind` is refused (None: it is not).
+    Its value is scale x (code - zero point), computed in float32 by TensorFlow Lite's
+    kernels: a zero point is a code of the type (the kernels take it as one), and each
+    scale, where it is a positive finite number (what another is, `tracer.find.lite`
+    says), a normal float32 (the kernels multiply and divide scales in float32 and take
+    the result's exponent with frexp: a denormal's reciprocal overflows) such that every
+    code's value is a float32 number."""
+    codes = _codes(kind)
+    if q is None or codes is None:
+        return None
+    low, high = codes
+    zeros = [int(z) for z in (q.zeroPoint if q.zeroPoint is not None else [])]
+    outside = [z for z in zeros if not low <= z <= high]
+    if outside:
+        return (
+            f"has the zero point {outside[0]}, which is no {kind.lower()} code ({low} to {high}): "
+            "the file is damaged; convert the model again"
+        )
+    largest = float(np.finfo(np.float32).max)
+    for n, scale in enumerate(float(v) for v in (q.scale if q.scale is not None else [])):
+        if not (math.isfinite(scale) and scale > 0):
+            continue
+        zero = zeros[n] if n < len(zeros) else (zeros[0] if zeros else 0)
+        span = max(high - zero, zero - low)
+        if scale < float(np.finfo(np.float32).tiny) or scale * span > largest:
+            return (
+                f"has the quantisation scale {scale:g}, "
+                + (
+                    "a denormal float32 (below 1.18e-38), which TensorFlow Lite's float32 "
+                    "products and quantized multipliers do not hold"
+                    if scale < 1
+                    else f"by which its {kind.lower()} codes stand for more than float32's largest number"
+                )
+                + "; a converter writes a normal float32 scale whose values are float32 numbers: "
+                "convert the model again"
+            )
+    return None
 
 
 def _calls_problem(model: Any) -> str | None:

@@ -37,6 +37,7 @@ state (scales are powers of two). The scales and zero points are `LiteInteger.qu
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -94,7 +95,9 @@ def _cell_tanh(c: np.ndarray, i: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _float32(v: float) -> float:
-    return float(np.float32(v))
+    """`v` rounded to float32 as the C++ casts it: past float32's largest number, infinite."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,9 @@ class _Prepared:
 
 def _factor(real: float, what: str, name: str) -> tuple[int, int]:
     """`real` as the kernel's quantized multiplier; GraphPatternError where the kernel's
-    rescale is undefined there (a left shift of 32 bits or more on int32)."""
-    mantissa, shift = quantize_multiplier(real)
+    rescale is undefined there (a left shift of 32 bits or more on int32, or a product of
+    scales past float32's largest number)."""
+    mantissa, shift = quantize_multiplier(real) if math.isfinite(real) else (0, 32)
     if shift > 31:
         raise GraphPatternError(
             f"cell {name}: TensorFlow Lite's integer LSTM kernel would rescale {what} by {real:g}, 2^31 or "
