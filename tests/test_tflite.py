@@ -1415,3 +1415,18 @@ def test_a_hybrid_matrix_scale_past_float32_is_refused_by_the_check(lite, tmp_pa
         line = _one_line(done)
         assert says in line and "of subgraph 0" in line and "nothing was loaded" in line, line
     assert not out.exists()
+
+
+def test_a_nan_fed_to_a_float_fused_lstm_is_said_where_it_is(lite, tmp_path):
+    """A fused LSTM fed a NaN (its kernel clips its cell state, taking the NaN to the clip,
+    where the cell's equations keep a NaN) is one line saying which example and step hold
+    it, and nothing is written (before: "a modified cell?")."""
+    x = np.zeros((3, T, D), np.float32)
+    x[1, 2, 0] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    line = _one_line(
+        run_cli("record", str(lite / "fused.tflite"), "--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(out))
+    )  # fmt: skip
+    assert ": its input holds nan at example 1, step 2 (1 value NaN or infinite)" in line
+    assert "modified cell" not in line and not out.exists()

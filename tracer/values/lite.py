@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GraphPatternError
+from recorders.errors import FeedError, GraphPatternError, ReplayMismatchError
 from tracer.cells.found import LiteCell
 from tracer.load.formats import KerasInput
 from tracer.load.tflite import LiteModel
@@ -266,5 +266,26 @@ class LitePlan(ReplayedPlan[LiteCell]):
             ),
         )
         final = {s: seen[f"final {s}"] for s in states if f"final {s}" in seen}
-        check(cell.name, got, seen["outputs"], final)
+        try:
+            check(cell.name, got, seen["outputs"], final)
+        except ReplayMismatchError as err:
+            raise _not_finite(cell, seen["inputs"]) or err from None
         return Result(got, None)
+
+
+def _not_finite(cell: LiteCell, inputs: np.ndarray) -> FeedError | None:
+    """Where a fused op's replay missed what it returned and its input (`inputs`, [batch,
+    steps, features] in the order the cell ran its steps) holds a NaN or an infinity: the
+    error saying where the first one is, by example and input step (None: it holds none)."""
+    found = np.argwhere(~np.isfinite(inputs))
+    if not len(found):
+        return None
+    e, t = int(found[0][0]), int(found[0][1])
+    step = inputs.shape[1] - 1 - t if cell.by_position else t
+    value = float(inputs[tuple(found[0])])
+    return FeedError(
+        f"cell {cell.name}: its input holds {value:g} at example {e}, step {step} ({len(found)} "
+        f"value{'s' if len(found) != 1 else ''} NaN or infinite), which TensorFlow Lite's kernel does "
+        "not carry through as the cell's equations do, so its gates are not recorded: feed sequences "
+        "of finite numbers"
+    )
