@@ -437,13 +437,19 @@ def main_example() -> str:
 
 @pytest.mark.e2e
 def test_a_second_demo_replaces_the_first_but_nothing_of_the_user_s(tmp_path, monkeypatch, capsys):
-    """A demo's output is replaced by the next demo however --out is spelled; a file of the
-    user's inside it, or its model folder replaced by a link, is refused in one line and kept."""
+    """A demo's output is replaced by the next demo however --out is spelled (which removes
+    what a killed demo left beside it); a file of the user's inside it, or its model folder
+    replaced by a link, is refused in one line and kept."""
     from tracer.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    killed = tmp_path / f".demo.partial-{ended.pid}-1a2b3c4d"  # what a killed demo left
+    (killed / "model").mkdir(parents=True)
     assert main(["demo", "--out", "./demo"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
     (tmp_path / "demo" / "recording" / "notes.txt").write_text("mine")
     (tmp_path / "mine").mkdir()
     shutil.rmtree(tmp_path / "demo" / "model")

@@ -725,3 +725,66 @@ def test_a_killed_overwrite_s_own_temporary_is_removed_by_the_next_run(tmp_path)
     assert len(left) == 1
     RecordingWriter(out, {"cells": [{"name": "a"}]}, examples=(0, 2), resume=True).abort()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X"]
+
+
+# -- what a killed run half-wrote is removed by the next run, and only that --------------------
+
+
+def dead_pid() -> int:
+    """The process id of a process that has ended."""
+    import subprocess
+
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+@pytest.mark.parametrize("how", ["--overwrite", "--resume"])
+def test_what_a_killed_run_half_wrote_is_removed_by_the_next_run(how, model, tmp_path):
+    """A run killed while writing its manifest or progress file leaves it under a hidden
+    temporary name (`.manifest.json.partial-PID-*`, also as an earlier gatetrace named it):
+    the next --overwrite is not refused for it, and --overwrite or --resume leave none."""
+    out = tmp_path / "X"
+    assert main(record(model, out)) == 0
+    pid = dead_pid()
+    for name in (f".manifest.json.partial-{pid}-1a2b3c4d", ".manifest.json.partial-5e6f7a8b"):
+        (out / name).write_text('{"half')
+    (out / "_progress" / f".shard-0-of-1.json.partial-{pid}-1a2b3c4d").write_text('{"half')
+    assert main(record(model, out, how)) == 0
+    left = [p.name for p in out.rglob(".*")]
+    assert left == [] and sorted(p.name for p in tmp_path.iterdir()) == ["X"]
+
+
+def test_a_single_file_s_partials_left_by_a_killed_run_are_removed_and_nothing_else(
+    model, tmp_path
+):
+    """`weights --out W` removes the temporaries a killed run writing W left beside it
+    (`.W.partial-PID-*`, PID ended), and keeps a running process's, a name without a
+    process id (it cannot tell whose), a link named like one, and what names another file."""
+    import subprocess
+
+    out = tmp_path / "w.parquet"
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        dead, target = dead_pid(), tmp_path / "elsewhere"
+        target.write_text("keep")
+        left = tmp_path / f".w.parquet.partial-{dead}-1a2b3c4d"
+        left.write_bytes(b"PAR1 half")
+        (tmp_path / f".w.parquet.partial-{dead}-5e6f7a8b").mkdir()
+        kept = [
+            tmp_path / f".w.parquet.partial-{running.pid}-1a2b3c4d",
+            tmp_path / ".w.parquet.partial-1a2b3c4d",
+            tmp_path / f".other.parquet.partial-{dead}-1a2b3c4d",
+        ]
+        for path in kept:
+            path.write_bytes(b"PAR1 half")
+        link = tmp_path / f".w.parquet.partial-{dead}-9abcdef0"
+        link.symlink_to(target)
+        assert main(["weights", model[0], "--out", str(out)]) == 0
+    finally:
+        running.kill()
+        running.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["w.parquet", "elsewhere", link.name, *(p.name for p in kept)]
+    )
+    assert target.read_text() == "keep" and link.is_symlink()

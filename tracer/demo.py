@@ -23,7 +23,7 @@ import pandas as pd
 
 from recorders.errors import OutputExistsError, listing, option
 from recorders.write import local_path, publish, refuse_non_folder, remove, temp_sibling
-from recorders.write.files import kind_at
+from recorders.write.files import kind_at, remove_left_partials
 from recorders.write.folder import Folder
 from recorders.write.totals import Bins
 from tracer._tf import tf, v1
@@ -263,6 +263,7 @@ def run_demo(
     else ever is (`check_demo_out`)."""
     out = local_path(out)
     check_demo_out(out, overwrite)
+    remove_left_partials(out)  # what a killed demo left
     tmp = temp_sibling(out)
     start = time.perf_counter()
     try:

@@ -12,12 +12,11 @@ import os
 import re
 import shutil
 import stat
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, listing, option
-from recorders.write.folder import kind_of
+from recorders.write.folder import kind_of, temporary_name, temporary_of
 from recorders.write.layout import PROGRESS_DIR, SUMMARY_DIR
 from recorders.write.series import KEYS, SERIES_FILE
 
@@ -35,6 +34,7 @@ __all__ = [
     "refuse_links",
     "foreign_entries",
     "temp_sibling",
+    "remove_left_partials",
     "exchange",
     "publish",
     "remove",
@@ -232,8 +232,41 @@ def refuse_links(out: Path) -> None:
 
 
 def temp_sibling(out: Path, tag: str = "partial") -> Path:
-    """A hidden, unique path next to `out`: `.NAME.partial-1a2b3c4d`."""
-    return out.parent / f".{out.name}.{tag}-{uuid.uuid4().hex[:8]}"
+    """A hidden, unique path next to `out`: `.NAME.partial-PID-1a2b3c4d` (`temporary_name`)."""
+    return out.parent / temporary_name(out.name, tag)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine (this one included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        return True
+    return True
+
+
+def remove_left_partials(out: Path) -> None:
+    """Remove the temporaries `temp_sibling(out)` made that a killed run left beside `out`
+    (`.NAME.partial-PID-*`, PID no longer running): only a file or folder of this user's,
+    never a link, nor what a running process, or an earlier gatetrace (no PID), writes."""
+    if not out.parent.is_dir():
+        return
+    for entry in os.listdir(out.parent):
+        found = temporary_of(entry)
+        if found is None or found[0] != out.name or found[1] is None or _running(found[1]):
+            continue
+        path = out.parent / entry
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or not (
+            stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
+        ):
+            continue
+        remove(path)
 
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>

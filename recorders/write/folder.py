@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 import sys
@@ -32,7 +33,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["Folder", "NotRegularFile", "ReadOnlyFiles", "kind_of"]
+__all__ = ["Folder", "NotRegularFile", "ReadOnlyFiles", "kind_of", "temporary_name", "temporary_of"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -61,6 +62,25 @@ def kind_of(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "a regular file"
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<tag>[a-z]+)-(?:(?P<pid>[0-9]+)-)?[0-9a-f]{8}")
+
+
+def temporary_name(name: str, tag: str = "partial") -> str:
+    """The hidden name a file or folder `name` is written under before it is renamed into place:
+    `.NAME.TAG-PID-1a2b3c4d` (PID: this process, so that what a killed run left is told from
+    what a running one writes)."""
+    return f".{name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def temporary_of(entry: str, tag: str = "partial") -> tuple[str, int | None] | None:
+    """(NAME, PID) if `entry` is named as `temporary_name(NAME, tag)` names one (PID None for
+    the names of an earlier gatetrace, `.NAME.TAG-1a2b3c4d`), else None."""
+    found = _TEMPORARY.fullmatch(entry)
+    if found is None or found["tag"] != tag:
+        return None
+    return found["name"], None if found["pid"] is None else int(found["pid"])
 
 
 def remove_folder_at(parent: int, name: str) -> None:
@@ -263,7 +283,7 @@ class Folder:
         every file written before it, the whole batch (0.17 s a batch in the benchmark)."""
         parents, name = self._split(rel)
         parent = self._open_dir(parents, create=True)
-        tmp = f".{name}.partial-{uuid.uuid4().hex[:8]}"
+        tmp = temporary_name(name)
         try:
             fd = os.open(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=parent

@@ -41,6 +41,7 @@ from recorders.write.swap import (
     mark_swapped,
     not_a_recording,
     ours,
+    remove_partials,
     settle_swap,
 )
 
@@ -96,6 +97,7 @@ class Target:
                 mark_swapped(out, self.shown)
             which = "" if shard.count == 1 else f" shard {shard} of"
             lock = hold_lock(folder, f"{PROGRESS_DIR}/{shard.tag}.lock", out, which)
+            remove_partials(folder, shard)  # what a killed run of this shard half-wrote
             folder.remove(staging)
             folder.mkdir(staging)
             return lock
@@ -337,7 +339,7 @@ def _own_parts(place: Place, examples: tuple[int, int] | None) -> Iterator[tuple
     """(table, path in the recording, first example) of every part file in a shard's range
     of `examples` (None: all)."""
     lo, hi = examples if examples is not None else (0, float("inf"))
-    for table in ("gates", "states"):
+    for table in ("gates", "states", "outputs"):
         for rel in place.files(table):
             start = _part_start(rel)
             if start is not None and lo <= start < hi:
@@ -359,7 +361,7 @@ def check_parts(
     """Refuse to resume when the part files of the complete examples do not hold the rows
     the progress file counts (files removed, replaced or damaged since)."""
     complete = Intervals(progress["complete"])
-    found = {"gates": 0, "states": 0}
+    found = {"gates": 0, "states": 0, "outputs": 0}
     for table, rel, start in _own_parts(target.place, examples):
         if start in complete:
             try:
@@ -370,7 +372,7 @@ def check_parts(
                     f"{target.start_again}"
                 ) from None
     for table, rows in found.items():
-        if rows != progress["rows"][table]:
+        if rows != progress["rows"].get(table, 0):
             raise RecordingError(
                 f"cannot resume into {target.out}: its progress file counts {progress['rows'][table]:,} {table[:-1]} rows as complete "
                 f"but their part files hold {rows:,}: files were removed or changed since; {target.start_again}"

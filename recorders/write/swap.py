@@ -18,10 +18,10 @@ from pathlib import Path
 
 from recorders.errors import OutputExistsError, RecordingError, option
 from recorders.write.files import foreign_entries, refuse_links, refuse_non_folder
-from recorders.write.folder import Folder
+from recorders.write.folder import Folder, temporary_of
 from recorders.write.layout import ROOT_ENTRIES
 from recorders.write.place import LocalPlace, place_of
-from recorders.write.progress import PROGRESS_DIR
+from recorders.write.progress import PROGRESS_DIR, Shard
 
 __all__ = [
     "RECORDING",
@@ -34,6 +34,7 @@ __all__ = [
     "unmark_swapped",
     "not_a_recording",
     "ours",
+    "remove_partials",
 ]
 
 
@@ -222,10 +223,32 @@ def settle_swap(target: Path) -> None:
 
 
 def not_a_recording(out: Path) -> list[str]:
-    """What in `out` is not part of a gatetrace recording (for --overwrite)."""
-    return foreign_entries(out, RECORDING, (".staging-",))
+    """What in `out` is not part of a gatetrace recording (for --overwrite): a file a killed
+    run was writing (`.manifest.json.partial-*`) is."""
+    return [name for name in foreign_entries(out, RECORDING, (".staging-",)) if not _left(name)]
+
+
+def _left(name: str) -> bool:
+    """Whether `name` is the temporary name of a file of a recording's root (`Folder.write_bytes`)."""
+    found = temporary_of(name)
+    return found is not None and found[0] in RECORDING
+
+
+def remove_partials(folder: Folder, shard: Shard) -> None:
+    """Remove what a killed run of `shard` (whose lock this process holds) left half-written:
+    its progress file's temporaries, and, when it is the recording's only shard, those of
+    the root's files (its manifest's); another shard's, which may be writing them, are kept."""
+    tag = f"{shard.tag}.json"
+    for name in folder.entries(PROGRESS_DIR):
+        found = temporary_of(name)
+        if found is not None and found[0] == tag:
+            folder.remove(f"{PROGRESS_DIR}/{name}")
+    if shard.count == 1:
+        for name in folder.entries():
+            if _left(name):
+                folder.remove(name)
 
 
 def ours(name: str) -> bool:
     """Entries of `OUT` that a run killed before its first progress file may leave."""
-    return name == PROGRESS_DIR or name.startswith(".staging-")
+    return name == PROGRESS_DIR or name.startswith(".staging-") or _left(name)

@@ -31,6 +31,7 @@ from recorders.write.files import (
     local_path,
     publish,
     remove,
+    remove_left_partials,
     temp_sibling,
     written_folder,
 )
@@ -70,6 +71,7 @@ def write_table(
     marks it as gatetrace's), where `check_file_out` allows; `example` is the file name an
     error suggests. Returns the rows."""
     target = check_file_out(path, overwrite, inputs, example)
+    remove_left_partials(target)  # what a killed run writing it left
     tmp = temp_sibling(target)
     try:
         rows = rowgroups.write_parquet(
