@@ -88,14 +88,25 @@ def test_an_input_fed_twice_is_refused_before_the_model_loads(
     assert not (tmp_path / "out").exists()
 
 
+def rewritten(data: bytes, change) -> bytes:
+    """The .tflite file `data` with `change(model)` made to its parsed flatbuffer."""
+    import flatbuffers
+
+    from tracer.load.lite_runtime import runtime
+
+    model = runtime().parse(data)
+    change(model)
+    builder = flatbuffers.Builder(len(data) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 @pytest.fixture(scope="module")
 def crossed(tmp_path_factory):
     """Models whose signature inputs and tensors cross: signature input `a` is tensor `b`, and
     `b` is tensor `a`. A TF1 SavedModel of an LSTMCell on a - 2b (its signature maps a to the
     placeholder b), a .tflite file of a Keras LSTM on [a, b] (its input tensors renamed), the
     inputs A and B, and each model's output as its own runtime computes it on a=A, b=B."""
-    import flatbuffers
-
     from tests.conftest import randomise
     from tests.test_keras import keras_module
     from tracer._tf import tf, v1
@@ -131,17 +142,18 @@ def crossed(tmp_path_factory):
     kb = keras.Input((STEPS, FEATURES), batch_size=1, name="b")
     lstm = keras.layers.LSTM(4, return_sequences=True)(keras.layers.Concatenate()([ka, kb]))
     data = tf.lite.TFLiteConverter.from_keras_model(keras.Model([ka, kb], lstm)).convert()
-    model = runtime().parse(data)
-    main = model.subgraphs[0]
     renamed = {b"serving_default_a:0": b"b:0", b"serving_default_b:0": b"a:0"}
-    for i in main.inputs:
-        main.tensors[int(i)].name = renamed[main.tensors[int(i)].name]
-    builder = flatbuffers.Builder(len(data) + 1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    (root / "crossed.tflite").write_bytes(bytes(builder.Output()))
+
+    def cross(model) -> None:
+        main = model.subgraphs[0]
+        for i in main.inputs:
+            main.tensors[int(i)].name = renamed[main.tensors[int(i)].name]
+
+    lite_file = rewritten(data, cross)
+    (root / "crossed.tflite").write_bytes(lite_file)
 
     def lite_y(i: int) -> np.ndarray:  # a fresh interpreter each: its LSTM keeps its state
-        it = runtime().interpreter(bytes(builder.Output()))
+        it = runtime().interpreter(lite_file)
         runner = it.get_signature_runner()
         assert {n: d["name"] for n, d in runner.get_input_details().items()} == {
             "a": "b:0",
@@ -227,3 +239,46 @@ def test_a_crossed_tensor_name_is_refused_by_the_loaded_model_too(crossed, fmt):
         feeds = fed({"a": x, "b": 2 * x})
         assert np.array_equal(np.asarray(feeds["b:0"]), x)  # signature input a is tensor b
         assert np.array_equal(np.asarray(feeds["a:0"]), 2 * x)
+
+
+def _no_inputs(model) -> None:
+    model.subgraphs[0].inputs = np.array([], np.int32)
+    model.signatureDefs[0].inputs = []
+
+
+def _name_not_utf8(model) -> None:
+    model.signatureDefs[0].inputs[0].name = b"\xff\xfeseq"
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (_no_inputs, "its main subgraph takes no input"),
+        (_name_not_utf8, "its signature names an input b'\\xff\\xfeseq', not text in UTF-8"),
+    ],
+)
+@pytest.mark.parametrize("command", ["record", "inspect"])
+def test_a_tflite_file_of_unusable_inputs_is_one_line(models, tmp_path, change, said, command):
+    """A .tflite file whose main subgraph takes no input, or whose signature names an input in
+    bytes that are not UTF-8: one line saying so (before: IndexError, UnicodeDecodeError)."""
+    root, _, lite = models
+    path = tmp_path / "changed.tflite"
+    path.write_bytes(rewritten(lite.read_bytes(), change))
+    args = ["--feed", f"seq={root / 'a.npy'}", "--out", str(tmp_path / "out")]
+    msg = _one_line(run_cli(command, str(path), *(args if command == "record" else [])))
+    assert f"error: {path}: {said}" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["rnn/lstm_cell/kernel", "rnn/lstm_cell/kernel:0"])
+def test_a_variable_s_name_is_refused_as_a_feed(models, tmp_path, name):
+    """A variable (a VarHandleOp's resource handle) holds no values to feed: one line naming it
+    and the placeholders (before: KeyError)."""
+    root, graph, _ = models
+    feeds = ["--feed", f"x={root / 'a.npy'}", "--feed", f"{name}={root / 'b.npy'}"]
+    msg = _one_line(run_cli("record", graph, *feeds, "--out", str(tmp_path / "out")))
+    assert (
+        f"feed '{name}': rnn/lstm_cell/kernel:0 is the resource output of a VarHandleOp op (a variable), not values"
+        in msg
+    ), msg
+    assert "its placeholders are x" in msg and not (tmp_path / "out").exists()

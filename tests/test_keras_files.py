@@ -224,6 +224,56 @@ def test_a_weights_only_h5_says_so(tmp_path):
         tracer.load_model(tmp_path / "w.h5")
 
 
+# what a damaged or hostile configuration may hold: (config.json, what the line says)
+SHAPES = {
+    "a list": ([], "its config.json is a list, not the JSON object"),
+    "null": (None, "its config.json is null, not the JSON object"),
+    "a string": ("model", "its config.json is a string, not the JSON object"),
+    "a number": (3, "its config.json is a number, not the JSON object"),
+    "a list of models": ([{"class_name": "Functional"}], "its config.json is a list"),
+    "its config a list": ({"class_name": "Functional", "config": []}, "cannot load it"),
+    "its config a string": ({"class_name": "Sequential", "config": "x"}, "cannot load it"),
+    "its layers a dict": ({"class_name": "Functional", "config": {"layers": {"a": 1}}}, ""),
+    "a layer's config a list": (
+        {
+            "class_name": "Functional",
+            "config": {"layers": [{"class_name": "InputLayer", "config": []}]},
+        },
+        "",
+    ),
+    "input_layers of numbers": (
+        {"class_name": "Functional", "config": {"layers": [], "input_layers": [[1, 2, 3]]}},
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("command", ["record", "inspect"])
+def test_a_keras_configuration_of_another_shape_is_one_line(shape, command, tmp_path):
+    """config.json of any JSON shape, at its top or inside: one line saying what was expected
+    and found, exit 2 (before: a list, null, a string or a number gave AttributeError)."""
+    config, said = SHAPES[shape]
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", json.dumps(config))
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.10.0"}))
+    np.save(tmp_path / "x.npy", np.zeros((2, T, FEATURES), np.float32))
+    args = ["--feed", f"seq={tmp_path / 'x.npy'}", "--out", str(tmp_path / "out")]
+    msg = one_line_error(run_cli(command, str(path), *(args if command == "record" else [])))
+    assert msg.startswith(f"gatetrace: error: {path}: ") and said in msg, msg
+    assert "AttributeError" not in msg and "GATETRACE_DEBUG" not in msg, msg
+
+
+def test_an_h5_model_config_of_another_shape_is_one_line(tmp_path):
+    import h5py
+
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f.attrs["model_config"] = json.dumps(["Functional"])
+    msg = one_line_error(run_cli("inspect", str(tmp_path / "m.h5")))
+    assert "its model_config is a list, not the JSON object a Keras model's configuration is" in msg
+
+
 def test_a_keras_2_0_gru_without_reset_after_is_read_as_it_was_meant(tmp_path):
     """Keras 2.0 and 2.1 wrote GRU configs without `reset_after` (their GRU had one bias):
     tf-keras alone refuses them; gatetrace reads them with reset_after=False, exactly."""

@@ -151,6 +151,12 @@ def _placeholder(graph: tf.Graph, name: str, aliases: Mapping[str, str]) -> tf.T
             f"feed {name!r}: {tensor_name} is the output of a {tensor.op.type} op, which TensorFlow cannot feed; "
             f"its placeholders are {_placeholders(graph)}"
         )
+    if tensor.dtype in (tf.resource, tf.variant):  # no values: a variable's handle, a list's
+        raise FeedError(
+            f"feed {name!r}: {tensor_name} is the {tensor.dtype.name} output of a {tensor.op.type} op (a "
+            f"{'variable' if tensor.dtype == tf.resource else 'tensor list or dataset'}), not values, which a feed gives; "
+            f"its placeholders are {_placeholders(graph)}"
+        )
     return tensor
 
 

@@ -327,15 +327,32 @@ def _saved_model_metadata(p: Path, source: str) -> list[dict]:
         raise ModelFormatError(f"{source}: cannot read its keras_metadata.pb: {err}") from None
 
 
+def _an_object(config: Any, source: str, where: str) -> dict:
+    """`config` where it is a JSON object, as a model's configuration is; else ModelFormatError
+    saying what it is."""
+    if isinstance(config, dict):
+        return config
+    kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+    raise ModelFormatError(
+        f"{source}: its {where} is {kinds.get(type(config), 'a number')}, not the JSON object a Keras model's "
+        'configuration is ({"class_name": ..., "config": ...}); it is not a Keras model file'
+    )
+
+
 def keras_config(path: str | Path) -> dict:
     """The model configuration a Keras file holds (`{"class_name": ..., "config": ...}`), read as data."""
     p, source = Path(path), str(path)
     if p.is_dir():
         metadata = _saved_model_metadata(p, source)
-        if not metadata or "config" not in metadata[0]:
+        if not metadata or "config" not in _an_object(metadata[0], source, "keras_metadata.pb"):
             raise ModelFormatError(f"{source}: its keras_metadata.pb describes no model")
         return {"class_name": metadata[0].get("class_name"), "config": metadata[0]["config"]}
-    config = _zip_config(p, source) if p.suffix == ".keras" else h5_config(p, source)
+    zipped = p.suffix == ".keras"
+    config = _an_object(
+        _zip_config(p, source) if zipped else h5_config(p, source),
+        source,
+        "config.json" if zipped else "model_config",
+    )
     # models are loaded without compiling
     return {k: v for k, v in config.items() if k != "compile_config"}
 

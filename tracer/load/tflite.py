@@ -46,9 +46,15 @@ def read(path: Path, source: str, request: LoadRequest) -> LiteModel | None:
         return None
     data, parsed = checked(path, source)
     chosen = runtime()
-    return LiteModel(
+    model = LiteModel(
         data, parsed, source, chosen, notes=(f"run by {chosen.describe()}'s interpreter",)
     )
+    if not model.input_tensors:
+        raise ModelFormatError(
+            f"{source}: its main subgraph takes no input; gatetrace records a model fed its sequences: "
+            "convert a model with inputs"
+        )
+    return model
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class LiteModel:
         names = {}
         for signature in self.parsed.signatureDefs or []:
             if signature.subgraphIndex == 0:
-                names = {int(t.tensorIndex): t.name.decode() for t in signature.inputs or []}
+                names = {int(t.tensorIndex): self._name(t.name) for t in signature.inputs or []}
                 break
         out = []
         for i in self.input_tensors:
@@ -122,6 +128,16 @@ class LiteModel:
                 )
             )
         return out
+
+    def _name(self, name: bytes) -> str:
+        """A signature input's name; ModelFormatError for one that is not UTF-8."""
+        try:
+            return name.decode()
+        except UnicodeDecodeError:
+            raise ModelFormatError(
+                f"{self.source}: its signature names an input {name!r}, not text in UTF-8 as the names --feed takes "
+                "are; convert the model again"
+            ) from None
 
     @property
     def inputs(self) -> list[KerasInput]:
