@@ -33,6 +33,11 @@ apart (nan_a_only, nan_b_only), and beyond the tolerance:
     units     the `top` units of any gate with the largest mean absolute difference
     examples  the `top` examples of any gate with the largest mean absolute difference
 
+The model's own outputs both recordings hold (`gatetrace record --outputs`: `Comparison.outputs`),
+each compared the same way over every value both hold: values, max_abs, mean_abs, rmse,
+beyond (how many differ by more than the tolerance), first_step_beyond (an output that is a
+sequence), nan_a_only, nan_b_only: where a held unit (`--hold`) moved what the model predicts.
+
 Where each side's values came from, per pair of cells (`Comparison.origins`, the gates' `from_a`
 and `from_b`; `recorders.read.wording.origin`): the runtime's own tensors, or gatetrace's replay of
 the cell from its weights. Where both sides are replays of equal weights (their weights tables
@@ -138,6 +143,7 @@ class Comparison:
     not_compared: tuple[NotCompared, ...] = ()
     origins: tuple[Sides, ...] = ()
     held: tuple[str | None, str | None] = (None, None)  # A's and B's holds, in words
+    outputs: pd.DataFrame = field(default_factory=lambda: _no_outputs(), repr=False)
 
     def notes(self) -> list[str]:
         """What was held inside either model (`gatetrace record --hold`), and what a difference
@@ -181,18 +187,20 @@ class Comparison:
             columns=["cell", "cell_b", *_SIDES],
         )
         out = pd.concat(frames, ignore_index=True).merge(sides, on=["cell", "cell_b"], how="left")
+        if len(self.outputs):  # the model's outputs, one row each (no cell)
+            out = pd.concat([out, self.outputs.assign(level="outputs")], ignore_index=True)
         for column in _COUNTS:
             out[column] = out[column].astype("Int64")
         first = ["level", "cell", "cell_b", *_SIDES]
         return out[[*first, *[c for c in out.columns if c not in first]]]
 
     def records(self, level: str) -> list[dict[str, Any]]:
-        """The rows of one level (gates, steps, units or examples) as dicts of Python values,
+        """The rows of one level (gates, steps, units, examples or outputs) as dicts of Python values,
         every float exact (pandas' own JSON rounds them): None where a row has nothing to
         compare (NaN); a difference that is infinite stays `inf` (JSON has no word for it:
         `recorders.view.data.json_ready` writes it as "inf")."""
-        if level not in _LEVELS:
-            raise SelectionError(f"level {level!r}: expected one of {', '.join(_LEVELS)}")
+        if level not in (*_LEVELS, "outputs"):
+            raise SelectionError(f"level {level!r}: expected one of {', '.join(_LEVELS)}, outputs")
         frame = getattr(self, level)
         return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
@@ -385,6 +393,7 @@ def compare(
         not_compared,
         tuple(sides.values()),
         (held(a.description), held(b.description)),
+        _outputs(a, b, tolerance),
     )
 
 
@@ -538,6 +547,54 @@ def _saturated(a: Recording, cell: str, gate: str, x: np.ndarray, y: np.ndarray)
         return {"saturated_a_only": 0, "saturated_b_only": 0}
     sa, sb = (x < low) | (x > high), (y < low) | (y > high)
     return {"saturated_a_only": int((sa & ~sb).sum()), "saturated_b_only": int((sb & ~sa).sum())}
+
+
+_OUTPUT_COLUMNS = (
+    "output",
+    "values",
+    "max_abs",
+    "mean_abs",
+    "rmse",
+    "beyond",
+    "first_step_beyond",
+    "nan_a_only",
+    "nan_b_only",
+)
+
+
+def _no_outputs() -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in _OUTPUT_COLUMNS})
+
+
+def _outputs(a: Recording, b: Recording, tolerance: float) -> pd.DataFrame:
+    """Each output both recordings hold, compared over the values both hold (see the module
+    docstring); each read within its reader's memory budget."""
+    rows = []
+    for name in [n for n in a.outputs if n in b.outputs]:
+        fa, fb = a.output_frame(name), b.output_frame(name)
+        keys = [k for k in ("example", "step", "unit") if k in fa.columns and k in fb.columns]
+        a.allot((len(fa) + len(fb),), 48, f"comparing output {name}")
+        both = fa.merge(fb, on=keys, suffixes=("_a", "_b"))
+        x = both["value_a"].to_numpy(np.float64)[:, None, None]
+        y = both["value_b"].to_numpy(np.float64)[:, None, None]
+        d, compared, nan_a, nan_b = _differences(x, y, np.ones((len(both), 1), bool))
+        over = (d[:, 0, 0] > tolerance) | nan_a[:, 0, 0] | nan_b[:, 0, 0]
+        steps = both["step"].to_numpy()[over] if "step" in both.columns else None
+        rows.append(
+            {
+                "output": name,
+                "values": len(both),
+                **{k: float(v) for k, v in _reduced(d, compared, (0, 1, 2)).items()},
+                "beyond": int(over.sum()),
+                "first_step_beyond": int(steps.min()) if steps is not None and len(steps) else None,
+                "nan_a_only": int(nan_a.sum()),
+                "nan_b_only": int(nan_b.sum()),
+            }
+        )
+    out = pd.DataFrame(rows, columns=list(_OUTPUT_COLUMNS)) if rows else _no_outputs()
+    for column in ("values", "beyond", "first_step_beyond", "nan_a_only", "nan_b_only"):
+        out[column] = out[column].astype("Int64")
+    return out
 
 
 def _reduced(d: np.ndarray, held: np.ndarray, axes: tuple[int, ...]) -> dict[str, np.ndarray]:

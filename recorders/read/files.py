@@ -71,7 +71,7 @@ __all__ = [
 TABLES = {"gates": "gate", "states": "state"}  # table: its label column
 KEYS = {"example": pa.int64(), "step": pa.int32(), "unit": pa.int32()}
 # float32, the value columns each table may hold
-_VALUES = {"gates": GATE_COLUMNS, "states": ("value",)}
+_VALUES = {"gates": GATE_COLUMNS, "states": ("value",), "outputs": ("value",)}
 DAMAGED = "it was edited or damaged; ask for the recording again, or record the model again"
 # a merged statistics file that does not hold (`recorders.write.merged`)
 MERGED_DAMAGED = (
@@ -180,14 +180,28 @@ class CheckedFiles:
                 f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
             ) from None
 
+    @property
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        """The model's outputs the description lists (`--outputs`), by name."""
+        return {o["name"]: o for o in self.description.get("outputs", [])}
+
     def files(self, table: str) -> dict[tuple[str, str], list[str]]:
         """(cell, gate or state): its part files, for the cells (and the labels) of the
-        description, listed once; RecordingError if anything below the table is not a
-        regular file or a folder."""
+        description, listed once (in `outputs`, ("", output name)); RecordingError if anything
+        below the table is not a regular file or a folder."""
         if table not in self._listed:
             files, odd = self.folder.tree(table)
             if odd:
                 refuse(self.path, self.folder, odd[0])
+            if table == "outputs":
+                named = {f"outputs/{partition_dir(output=n)}": n for n in self.outputs}
+                outputs: dict[tuple[str, str], list[str]] = {}
+                for rel, _ in files:
+                    folder, _, name = rel.rpartition("/")
+                    if folder in named and name.startswith("part-") and name.endswith(".parquet"):
+                        outputs.setdefault(("", named[folder]), []).append(rel)
+                self._listed[table] = outputs
+                return outputs
             kind = TABLES[table]
             cells = {f"{table}/{partition_dir(cell=c)}": c for c in self.cells}
             found: dict[tuple[str, str], list[str]] = {}
@@ -346,7 +360,7 @@ class CheckedFiles:
         ):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
-        bounds = self.bounds(cell)
+        bounds = self.bounds(cell, table)
         (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
@@ -371,12 +385,17 @@ class CheckedFiles:
         except UNREADABLE as err:
             raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {DAMAGED}") from None
 
-    def bounds(self, cell: str) -> dict[str, tuple[int, int]]:
+    def bounds(self, cell: str, table: str = "gates") -> dict[str, tuple[int, int]]:
         """The [low, high) of each key column of `cell`'s rows: examples within the recording's
-        (any, while it is partial), steps within the cell's, units within its units."""
+        (any, while it is partial), steps within the cell's, units within its units (of the
+        output `cell` in `outputs`: within its steps, one where it is not a sequence, and units)."""
         examples = (
             self.examples.pairs()[-1][1] if self.complete and self.examples.total() else 2**53
         )
+        if table == "outputs":
+            o = self.outputs[cell]
+            steps = (o.get("steps") or 2**31) if o["sequence"] else 1
+            return {"example": (0, examples), "step": (0, steps), "unit": (0, o["units"])}
         c = self.cells[cell]
         # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
         first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
@@ -387,10 +406,12 @@ class CheckedFiles:
             "unit": (0, c.get("units") or MAX_UNITS),
         }
 
-    def check_keys(self, rel: str, cell: str, keys: dict[str, np.ndarray]) -> None:
+    def check_keys(
+        self, rel: str, cell: str, keys: dict[str, np.ndarray], table: str = "gates"
+    ) -> None:
         """RecordingError naming `rel` if the key columns read from it leave `_bounds` (the
         statistics a file's footer shows are checked before; its pages may still disagree)."""
-        for key, (low, high) in self.bounds(cell).items():
+        for key, (low, high) in self.bounds(cell, table).items():
             values = keys.get(key)
             if (
                 values is not None

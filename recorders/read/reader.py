@@ -189,6 +189,9 @@ class Recording:
                 for rel in files:
                     self._checked.footer(table, cell, rel)
                 self._check_merged(table, cell, label)
+        for (_, name), files in self._checked.files("outputs").items():
+            for rel in files:
+                self._checked.footer("outputs", name, rel)
         self._checked.weights_rows()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
@@ -233,6 +236,12 @@ class Recording:
         else:  # from the merged statistics files where they cover the files, else the footers
             rows = {t: self._checked.rows(t) for t in TABLES}
         rows["weights"] = self._checked.weights_rows()
+        if self.outputs:  # the model's own outputs, from the files' footers
+            rows["outputs"] = sum(
+                self._checked.footer("outputs", name, rel).num_rows
+                for (_, name), files in self._checked.files("outputs").items()
+                for rel in files
+            )
         shards = self.description.get("shards") if self.complete else None
         return {
             "path": str(self.path),
@@ -340,6 +349,57 @@ class Recording:
     ) -> pd.DataFrame:
         """The long state table for a selection: example, step, unit, value, cell, state."""
         return self._frame("states", cells, states, steps, examples, units, ("value",))
+
+    @property
+    def outputs(self) -> list[str]:
+        """The model's outputs recorded beside the gates (`gatetrace record --outputs`)."""
+        return list(self._checked.outputs)
+
+    def output_frame(self, name: str, examples: Range | None = None) -> pd.DataFrame:
+        """The model's output `name` as a long table: example, step (where the output is a
+        sequence), unit, value; `examples` a [start, stop) range (None: all). Read within the
+        memory budget, every file checked first."""
+        import pandas as pd
+
+        described = self._checked.outputs.get(name)
+        if described is None:
+            listed = ", ".join(self.outputs) or "none (record with --outputs NAMES)"
+            raise SelectionError(f"{self.path} holds no output {name!r}; its outputs: {listed}")
+        lo, hi = examples or (None, None)
+        frames = []
+        for rel in sorted(self._checked.files("outputs").get(("", name), [])):
+            footer = self._checked.footer("outputs", name, rel)
+            self.allot((footer.num_rows,), 20, f"reading output {name} ({rel})")
+            table = self._checked.read(
+                rel,
+                lambda rel=rel: self._checked.parquet("outputs", name, rel).read(
+                    columns=["example", "step", "unit", "value"], use_threads=False
+                ),
+            )
+            keys = {k: table.column(k).to_numpy() for k in ("example", "step", "unit")}
+            self._checked.check_keys(rel, name, keys, "outputs")
+            frame = table.to_pandas()
+            if lo is not None:
+                frame = frame[frame["example"] >= lo]
+            if hi is not None:
+                frame = frame[frame["example"] < hi]
+            frames.append(frame[self._complete(frame["example"].to_numpy())])
+        columns = ["example", "step", "unit", "value"]
+        out = (
+            pd.concat(frames, ignore_index=True)
+            if frames
+            else pd.DataFrame({c: [] for c in columns})
+        )
+        return out if described["sequence"] else out.drop(columns=["step"])
+
+    def _complete(self, ids: Any) -> np.ndarray:
+        """A mask of the example numbers `ids` that are complete (a partial recording may hold
+        the files of a batch that was not committed)."""
+        ids = np.asarray(ids)
+        mask = np.zeros(len(ids), bool)
+        for a, b in self._examples.pairs():
+            mask |= (ids >= a) & (ids < b)
+        return mask
 
     def weights_frame(self, cell: str) -> pd.DataFrame:
         """The weights `cell` was recorded with (`weights.parquet`): gate, source, row, unit,

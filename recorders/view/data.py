@@ -529,6 +529,8 @@ def compared(c: Comparison) -> dict[str, Any]:
             "steps": along,
             "units": c.records("units"),
             "examples": c.records("examples"),
+            # the model's own outputs both hold (record --outputs): where a hold moved them
+            "outputs": c.records("outputs"),
             # the gates one recording holds and the other does not (recorded with --gates)
             "not_compared": [n._asdict() for n in c.not_compared],
             # where each side's values came from, and what a 0 proves where both are replays

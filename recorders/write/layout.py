@@ -4,10 +4,15 @@ Layout of a recording `OUT/`:
 
     gates/cell=<cell>/gate=<gate>/part-<first example>.parquet   example, step, unit, preactivation, activation
     states/cell=<cell>/state=<c|h>/part-<first example>.parquet  example, step, unit, value
+    outputs/output=<name>/part-<first example>.parquet           example, step, unit, value (`--outputs`)
     weights.parquet                                              cell, gate, source, row, unit, value
     _progress/shard-K-of-N.json                                  which examples are complete (see recorders.write.progress)
     _statistics/shard-K-of-N.json                                the shard's part files' rows and statistics, merged (recorders.write.merged)
     manifest.json                                                what was recorded, from what, row counts
+
+`outputs/` holds the model's own outputs where the recording was asked for them: each tensor
+named, one row per example, step and unit (an output that is not a sequence, [batch, units], has
+step 0 throughout; the manifest's `outputs` says which are sequences).
 
 A summary recording (`--summary`) holds `summary/` and `_summary/` instead of `gates/` and
 `states/`: see `recorders.write.summary`.
@@ -76,6 +81,7 @@ STATISTICS_DIR = (
 ROOT_ENTRIES = (
     "gates",
     "states",
+    "outputs",
     "weights.parquet",
     "manifest.json",
     PROGRESS_DIR,

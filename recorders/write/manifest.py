@@ -34,6 +34,11 @@ def write_manifest(place: Place, description: Mapping[str, Any], shard: Shard) -
             "gates": sum(p["rows"]["gates"] for p in shards),
             "states": sum(p["rows"]["states"] for p in shards),
             "weights": shards[0]["rows"]["weights"],
+            **(
+                {"outputs": sum(p["rows"].get("outputs", 0) for p in shards)}
+                if "outputs" in description
+                else {}
+            ),
         },
         "shards": shard.count,
     }

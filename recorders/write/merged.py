@@ -103,8 +103,13 @@ Key = tuple[str, str, str]  # table (gates or states), cell, gate or state
 
 
 def part_file(table: str, cell: str, name: str, start: int) -> str:
-    """The part file of (cell, gate or state) of `table` whose batch begins at example `start`."""
-    folder = partition_dir(cell=cell, **{_KIND[table]: name})
+    """The part file of (cell, gate or state) of `table` whose batch begins at example `start`
+    (of the output `name` in `outputs`, which no cell holds)."""
+    folder = (
+        partition_dir(output=name)
+        if table == "outputs"
+        else partition_dir(cell=cell, **{_KIND[table]: name})
+    )
     return f"{table}/{folder}/part-{start:010d}.parquet"
 
 

@@ -194,10 +194,12 @@ def progress_problem(tag: str, p: Any) -> str | None:
         return "it is marked finished but not all of its examples are complete"
     if not (
         isinstance(rows, dict)
-        and set(rows) == {"gates", "states", "weights"}
+        and set(rows) - {"outputs"} == {"gates", "states", "weights"}
         and all(_is_int(v) for v in rows.values())
     ):
-        return "rows must hold non-negative integer counts of gates, states and weights"
+        return (
+            "rows must hold non-negative integer counts of gates, states and weights (and outputs)"
+        )
     return None
 
 

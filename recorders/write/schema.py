@@ -10,8 +10,9 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   `description`) is not of the form the writer writes: an object whose `cells` is a list
   of cells, each with a unique `name` and, where present, `units` (1 to `MAX_UNITS`), different `gates`, different `states`, a `kind`, `steps` (a
   count, or null where the model left the length open) and `path`; `source` (the model's
-  `path` and `format`), `selection.values` and `.steps`, `shards`, `examples`, `rows` and `held`
-  (what `--hold` held inside the model, as text) where present.
+  `path` and `format`), `selection.values` and `.steps`, `shards`, `examples`, `rows`, `held`
+  (what `--hold` held inside the model, as text) and `outputs` (the model's outputs recorded:
+  each one's name, units, and steps where it is a sequence) where present.
 
 Anything else the writer puts in a description (a cell's tensors, the feeds, the digests of
 the inputs) is shown or compared, never used to reach a file or size an array, so only its
@@ -190,6 +191,33 @@ def description_problem(d: Any) -> str | None:
         return "rows is not an object of row counts"
     if "held" in d and not _names(d["held"], 1):
         return f"held is {_shown(d['held'])}, expected the values held, as a list of text"
+    if "outputs" in d:
+        return _outputs_problem(d["outputs"])
+    return None
+
+
+def _outputs_problem(outputs: Any) -> str | None:
+    """Why a description's `outputs` is not a list of the model's outputs as the writer lists
+    them: each an object with a different `name`, its `units` and whether it is a `sequence`
+    (then with its `steps`)."""
+    if not isinstance(outputs, list) or not 1 <= len(outputs) <= _MAX_NAMES:
+        return f"outputs is {_shown(outputs)}, expected a list of the model's outputs"
+    for k, o in enumerate(outputs):
+        if not (
+            isinstance(o, dict)
+            and isinstance(o.get("name"), str)
+            and o["name"]
+            and _count(o.get("units"), 1, MAX_UNITS)
+            and isinstance(o.get("sequence"), bool)
+            and (not o["sequence"] or o.get("steps") is None or _count(o["steps"], 1, MAX_STEPS))
+        ):
+            return (
+                f"outputs[{k}] is {_shown(o)}, expected an object with its name, units and whether it is a "
+                "sequence (and its steps)"
+            )
+    names = [o["name"] for o in outputs]
+    if len(set(names)) != len(names):
+        return "an output is listed twice"
     return None
 
 

@@ -159,7 +159,12 @@ class RecordingWriter:
         self.resumed = previous is not None
         self.complete = Intervals(previous["complete"] if previous else ())
         self._complete_before = self.complete.total()
-        self.rows = dict(previous["rows"]) if previous else {"gates": 0, "states": 0, "weights": 0}
+        self.rows = (
+            dict(previous["rows"])
+            if previous
+            else {"gates": 0, "states": 0, "weights": 0}
+            | ({"outputs": 0} if "outputs" in self.description else {})
+        )
         self._save_progress(finished=False)
         # the part files' rows and statistics, merged as batches commit (`recorders.write.merged`);
         # a resumed shard's from its file and the footers that file does not cover
@@ -317,13 +322,18 @@ class RecordingWriter:
         """One state (`c` or `h`) of one cell: [examples, steps, units], or a callable as for `write_gate`."""
         self._submit("states", (cell, state), examples, steps, {"value": values}, lengths)
 
+    def write_output(self, name: str, examples, steps, values, lengths=None) -> None:
+        """One of the model's outputs (`outputs/output=NAME/`): [examples, steps, units] values
+        (an output that is not a sequence as one step, 0), or a callable as for `write_gate`."""
+        self._submit("outputs", ("", name), examples, steps, {"value": values}, lengths)
+
     def commit(self) -> None:
         """Wait for the batch's files, move them into place and mark its examples complete."""
         self._guard()
         if self._batch is None:
             raise RecordingError("no batch to commit: call begin(start, stop) first")
         start, stop = self._batch
-        rows = {"gates": 0, "states": 0}
+        rows = {"gates": 0, "states": 0, "outputs": 0}
         each: list[int] = []  # the rows of each file
         # the file being written or moved, for the error message
         where = self._shown(self._staging or "")
@@ -345,10 +355,13 @@ class RecordingWriter:
         done, self._pending, self._batch = self._pending, [], None
         self.complete.add(start, stop)
         for table, n in rows.items():
-            self.rows[table] += n
+            if n or table in self.rows:  # (a recording without outputs counts none)
+                self.rows[table] = self.rows.get(table, 0) + n
         self._save_progress(finished=False)
         # complete now: merged, and written at most every WRITE_EVERY seconds
         for file, n in zip(done, each, strict=True):
+            if file.table == "outputs":  # no statistics: the view shows gates and states
+                continue
             carried = file.tally.carried if file.tally is not None else None
             self._merging.add((file.table, file.cell, file.name), start, n, carried)
         if time.monotonic() - self._merged_at >= merged.WRITE_EVERY:
@@ -468,7 +481,7 @@ class RecordingWriter:
             # keeps its (empty) progress file instead: were every shard to remove its own, the
             # weights and folders they wrote would be left without one, a folder no rerun or
             # retry recognizes as a recording.
-            for name in (PROGRESS_DIR, "gates", "states", "weights.parquet"):
+            for name in (PROGRESS_DIR, "gates", "states", "outputs", "weights.parquet"):
                 self.place.remove(name)
             if self._created:
                 self._where.remove_if_empty()

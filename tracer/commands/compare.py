@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> None:
                         else {"cell": first[0], "gate": first[1], "step": first[2]},
                         **{
                             level: found.records(level)
-                            for level in ("gates", "steps", "units", "examples")
+                            for level in ("gates", "steps", "units", "examples", "outputs")
                         },
                         "not_compared": [n._asdict() for n in found.not_compared],
                     }
@@ -189,6 +189,9 @@ def _print(found, first, a, b, args) -> None:
     for level in ("units", "examples"):
         print(f"\nthe {level} that differ most:")
         print(table(getattr(found, level)))
+    if len(found.outputs):
+        print("\nthe model's outputs (recorded with --outputs), B - A:")
+        print(_text(found.outputs))
     if first is None:
         print(f"\nno gate differs by more than {found.tolerance:g} at any step")
     else:

@@ -243,6 +243,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--bins -5,5,50",
     )
     what.add_argument(
+        "--outputs",
+        metavar="NAMES",
+        help="also record these tensors of the model's own (its predictions, a graph's op names or OP:K, "
+        "comma-separated), [batch, units] or [batch, steps, units], into OUT/outputs/: --outputs logits",
+    )
+    what.add_argument(
         "--hold",
         action="append",
         default=[],

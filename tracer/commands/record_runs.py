@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracer.commands.common import split
+
 if TYPE_CHECKING:
     from tracer.cells.holds import Hold
     from tracer.run.options import RecordOptions
@@ -62,6 +64,7 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         gate_ops=args.gate_ops,
         state_ops=args.state_ops,
         holds=holds(args),
+        outputs=split(args.outputs),
     )
 
 
@@ -195,6 +198,7 @@ def record_parallel(args, selection, memory) -> None:
             gate_ops=args.gate_ops,
             state_ops=args.state_ops,
             holds=holds(args),
+            outputs=split(args.outputs),
         ),
     )
     bar = None

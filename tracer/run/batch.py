@@ -109,6 +109,12 @@ class Values(Fetched[RecordingWriter]):
                 writer.write_state(
                     cell.name, state, ids, steps, partial(plan.state, values, k, state), lens
                 )
+        for k, name in enumerate(plan.outputs):  # the model's own outputs, where asked for
+            first = plan.output(values, k, slice(0, 1))
+            positions = np.arange(first.shape[1], dtype=np.int32)
+            # no rows past an example's length, where the output is a sequence
+            lens = lengths if first.shape[1] > 1 else None
+            writer.write_output(name, ids, positions, partial(plan.output, values, k), lens)
 
 
 @dataclass

@@ -54,6 +54,8 @@ class RecordOptions:
                  inputs and options (`recorders.write.opening.series_difference`)
     holds        values held inside the model while it runs (`tracer.cells.holds.Hold`, `--hold`):
                  later steps and layers compute from them, and the recording says so
+    outputs      tensors of the model's own (its predictions) recorded beside the gates, in
+                 `outputs/` (a graph's: op names, or OP:K)
     """
 
     overwrite: bool = False
@@ -75,10 +77,17 @@ class RecordOptions:
     gate_names: Mapping[str, Sequence[str]] | None = None
     joins: tuple[str, Mapping[str, Any]] | None = None
     holds: tuple[Hold, ...] = ()
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
         object.__setattr__(self, "holds", tuple(self.holds))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        if self.outputs and self.summary is not None:
+            raise SelectionError(
+                "--outputs with --summary: a summary holds statistics of gates and states, not the model's "
+                "outputs; leave --outputs out, or record in full"
+            )
         if self.carry_state and self.shard.count > 1:
             raise SelectionError(
                 f"--carry-state with --shard {self.shard}: each shard would start its stream from zero state, not "

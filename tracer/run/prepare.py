@@ -189,6 +189,7 @@ def prepare(
     skip_unfed: list | None = None,
     carry_state: bool = False,
     verify: bool = False,
+    outputs: Sequence[str] = (),
 ) -> tuple[
     Prepared[RecordingWriter], FetchPlan | KerasPlan | LitePlan, Callable[[], FetchPlan | None]
 ]:
@@ -267,7 +268,9 @@ def prepare(
             "--carry-state is for Keras models with stateful layers; a TF1 graph keeps no state between runs"
         )
     parts = selection is not None and selection.parts
-    plan = FetchPlan(model.graph, cells, context=found, steps=steps, verify=verify, parts=parts)
+    plan = FetchPlan(
+        model.graph, cells, context=found, steps=steps, verify=verify, parts=parts, outputs=outputs
+    )
     plan.check_verifiable()
     fed = fed_names(model.graph, feeds, model.inputs)
     # named, with the tensor to feed, before the op check would call it unsafe
@@ -298,6 +301,82 @@ def prepare(
         return Values(plan, plan.fetch(session, batch.feeds, timeout=timeout))
 
     return Prepared(cells, feed_dict, RecordingWriter, run), plan, numpy_plan
+
+
+def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
+    """The tensors `--outputs` names (an op's name: its one output; or `op:K`), checked: a
+    graph's tensor of numbers, its batch first, [batch], [batch, units] or [batch, steps,
+    units], its units known. `SelectionError`, one line, for anything else."""
+    if not names:
+        return []
+    if not isinstance(model, Model):
+        raise SelectionError(
+            f"--outputs names tensors of a TensorFlow graph; {model.source} is "
+            f"{'a TensorFlow Lite file' if isinstance(model, LiteModel) else 'a Keras model'}, whose outputs "
+            "gatetrace does not record yet: leave --outputs out"
+        )
+    graph, found = model.graph, []
+    for name in names:
+        try:
+            tensor = graph.get_tensor_by_name(name) if ":" in name else None
+            op = graph.get_operation_by_name(name) if tensor is None else tensor.op
+        except (KeyError, ValueError):
+            raise SelectionError(
+                f"--outputs {name}: {model.source} has no op or tensor of this name; name an op (its one "
+                "output) or a tensor OP:K, as `gatetrace inspect` and TensorBoard name them"
+            ) from None
+        if tensor is None:
+            if len(op.outputs) != 1:
+                raise SelectionError(
+                    f"--outputs {name}: the op has {len(op.outputs)} outputs; name one: "
+                    + ", ".join(t.name for t in op.outputs[:4])
+                )
+            tensor = op.outputs[0]
+        shape, dtype = tensor.shape, tensor.dtype
+        if not (dtype.is_floating or dtype.is_integer or dtype.is_bool) or shape.rank not in (
+            1,
+            2,
+            3,
+        ):
+            raise SelectionError(
+                f"--outputs {name}: expected numbers [batch], [batch, units] or [batch, steps, units]; "
+                f"{tensor.name} is {dtype.name} of shape {shape}"
+            )
+        if shape.rank > 1 and shape[-1] is None:
+            raise SelectionError(
+                f"--outputs {name}: the units of {tensor.name} (its last dimension) are not known before it runs"
+            )
+        batches = {
+            op.outputs[0].shape[0]
+            for op in graph.get_operations()
+            if op.type in ("Placeholder", "PlaceholderWithDefault") and op.outputs[0].shape.rank
+        }
+        if shape[0] is not None and shape[0] not in batches:
+            raise SelectionError(
+                f"--outputs {name}: its first dimension is {shape[0]}, which is no input's batch: name an "
+                "output whose rows are the examples"
+            )
+        if tensor.name in found:
+            raise SelectionError(f"--outputs: {tensor.name} is named twice")
+        found.append(tensor.name)
+    return found
+
+
+def describe_outputs(model: Model, names: Sequence[str]) -> list[dict[str, Any]]:
+    """The manifest's `outputs`: each recorded output's name, units, and whether it is a
+    sequence (with its steps where the graph fixes them)."""
+    described = []
+    for name in names:
+        shape = model.graph.get_tensor_by_name(name).shape
+        entry: dict[str, Any] = {
+            "name": name,
+            "units": int(shape[-1]) if shape.rank > 1 else 1,
+            "sequence": shape.rank == 3,
+        }
+        if shape.rank == 3 and shape[1] is not None:
+            entry["steps"] = int(shape[1])
+        described.append(entry)
+    return described
 
 
 def summarising(

@@ -55,9 +55,11 @@ from tracer.run.options import RecordOptions
 from tracer.run.prepare import (
     AnyModel,
     as_model,
+    describe_outputs,
     find_all,
     from_loops,
     held,
+    output_tensors,
     prepare,
     summarising,
     weight_values,
@@ -180,7 +182,10 @@ def record(
             reads=selection.parts,
         ) as (model, cells),
     ):
-        options = replace(options, holds=holds.holds)  # each with its cell's full name
+        # each hold with its cell's full name, each output as its tensor's name
+        options = replace(
+            options, holds=holds.holds, outputs=tuple(output_tensors(model, options.outputs))
+        )
         skipped: list[tuple[str, str]] = []
         prepared, plan, numpy_plan = prepare(
             model,
@@ -191,6 +196,7 @@ def record(
             None if chosen else skipped,
             carry_state=options.carry_state,
             verify=options.verify,
+            outputs=options.outputs,
         )
         if options.summary is None:
             return _record(model, out, prepared, skipped, options)
@@ -250,6 +256,9 @@ def _record(
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     if options.holds:  # a held recording says so wherever it is read
         description["held"] = describe_holds(options.holds)
+    if options.outputs:
+        assert isinstance(model, Model)  # (`output_tensors` refused any other)
+        description["outputs"] = describe_outputs(model, options.outputs)
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
     if options.carry_state:  # a resume must cut the stream into the same batches

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GraphPatternError
+from recorders.errors import GraphPatternError, SelectionError
 from tracer._tf import tf, v1
 from tracer.cells.found import Cell
 from tracer.values import running
@@ -51,7 +51,9 @@ class FetchPlan:
     With `parts`, the plan also fetches what each step read and each cell's weights, for
     the preactivations' parts (`parts`, `tracer.values.parts`); an emitted loop must then
     emit what its steps read (`tracer.values.emit.emitting(..., reads=True)`).
-    Each way to a cell's values is a type of `tracer.values.sources`.
+    Each way to a cell's values is a type of `tracer.values.sources`. `outputs` names tensors
+    of the model's own (its outputs: [batch, units] or [batch, steps, units]) fetched in the
+    same run (`output`).
     """
 
     def __init__(
@@ -62,8 +64,10 @@ class FetchPlan:
         steps: tuple[int | None, int | None] = (None, None),
         verify: bool = False,
         parts: bool = False,
+        outputs: Sequence[str] = (),
     ):
         self.cells = list(cells)
+        self.outputs = tuple(outputs)
         self._names: list[str] = []
         window = slice(*steps)
         slots: dict[str, int] = {}
@@ -120,6 +124,7 @@ class FetchPlan:
             if c.fused is not None and c.loop is None:
                 names = [*c.in_fused.tensors(), *c.weights.values()]
                 self._computers.append(FusedOp(c, {n: slot(n) for n in names}))
+        self._output_slots = [slot(n) for n in self.outputs]
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
         # each computer's values come after the fetched ones, in order
         made_at = {k.cell.name: len(self.tensors) + i for i, k in enumerate(self._computers)}
@@ -133,6 +138,24 @@ class FetchPlan:
 
     def __len__(self) -> int:
         return len(self.tensors)
+
+    def output(self, values: Sequence[Any], k: int, rows: slice = slice(None)) -> np.ndarray:
+        """Output number `k` (of `outputs`) for the examples `rows`: [examples, steps, units]
+        float32, an output that is not a sequence as one step."""
+        value = np.asarray(values[self._output_slots[k]])
+        batch = self.batch_of(values)
+        if value.ndim == 0 or len(value) != batch:
+            raise SelectionError(
+                f"--outputs {self.outputs[k]}: its first dimension is "
+                f"{value.shape[0] if value.ndim else 'absent (a scalar)'}, not the batch's {batch} examples: "
+                "name an output whose rows are the examples"
+            )
+        value = value[rows]
+        if value.ndim == 1:
+            value = value[:, None]
+        if value.ndim == 2:
+            value = value[:, None, :]
+        return np.ascontiguousarray(value, dtype=np.float32)
 
     def check_verifiable(self) -> None:
         """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""

@@ -40,6 +40,15 @@ class ValuePlan(Protocol):
         """The cells whose values the plan gives, in order."""
         ...
 
+    @property
+    def outputs(self) -> Sequence[str]:
+        """The model's own outputs the plan fetches too (tensor names; none but a graph's)."""
+        ...
+
+    def output(self, values: Sequence[Any], k: int, rows: slice = ...) -> np.ndarray:
+        """Output number `k`, [examples, steps, units] (one step where it is not a sequence)."""
+        ...
+
     def batch_of(self, values: Sequence[Any]) -> int:
         """How many examples `values` hold."""
         ...

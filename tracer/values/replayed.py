@@ -40,9 +40,13 @@ class ReplayedPlan(Generic[_Cell]):
     """The `ValuePlan` accessors of a plan whose values are one `Result` per cell."""
 
     cells: list[_Cell]
+    outputs: tuple[str, ...] = ()  # a Keras model's or a .tflite file's outputs are not recorded
 
     def __init__(self, steps: tuple[int | None, int | None] = (None, None)):
         self._steps = slice(*steps)
+
+    def output(self, values: Sequence[Result], k: int, rows: slice = slice(None)) -> np.ndarray:
+        raise IndexError(f"output {k}: this plan fetches no outputs")
 
     def batch_of(self, values: Sequence[Result]) -> int:
         """How many examples the replayed `values` hold."""

@@ -397,7 +397,12 @@ async function loadCompare() {
     $("compare-notes").appendChild(li);
   }
   $("compare-notes").hidden = !c.notes.length;
-  for (const id of ["compare-gates", "compare-units", "compare-examples"]) $(id).querySelector("tbody").innerHTML = "";
+  for (const id of ["compare-gates", "compare-units", "compare-examples", "compare-outputs"]) $(id).querySelector("tbody").innerHTML = "";
+  for (const o of c.outputs) {
+    row($("compare-outputs"), [o.output, o.values, sig3(o.max_abs), sig3(o.mean_abs), sig3(o.rmse), o.beyond,
+      o.first_step_beyond === null ? "none" : o.first_step_beyond, o.nan_a_only, o.nan_b_only]);
+  }
+  $("compare-outputs").hidden = !c.outputs.length;
   for (const g of c.gates) {
     row($("compare-gates"), [g.cell, g.gate, g.from_a, g.from_b, sig3(g.max_abs), sig3(g.mean_abs), sig3(g.rmse), sig3(g.units_beyond),
       g.first_step_beyond === null ? "none" : g.first_step_beyond, g.saturated_a_only, g.saturated_b_only, g.nan_a_only, g.nan_b_only]);

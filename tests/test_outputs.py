@@ -1,0 +1,234 @@
+"""`record --outputs`: the model's own outputs recorded beside the gates, checked against the
+model run by TensorFlow itself (the builder's session), plain and with a unit held."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tracer
+from recorders import Recording
+from recorders.errors import RecordingError, SelectionError
+from tests.conftest import build, run_cli, save
+from tracer._tf import tf, v1
+
+UNITS, FEATURES, STEPS, VOCAB = 3, 4, 5, 6
+
+
+def _language_model(x):
+    """A TF1 script's next-token model: static_rnn, a dense layer at every step."""
+    cell = v1.nn.rnn_cell.BasicLSTMCell(UNITS)
+    outputs, _ = v1.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float32)
+    dense = v1.layers.Dense(VOCAB, name="softmax")
+    logits = tf.stack([dense(o) for o in outputs], axis=1, name="logits")
+    final = tf.identity(logits[:, -1], name="final")
+    tf.argmax(final, axis=1, name="predicted")
+    tf.ones([7, 2], name="not_batched")
+    tf.reshape(
+        logits, [-1, VOCAB], name="flat"
+    )  # [batch x steps, vocab]: its rows are not examples
+    tf.constant("text", name="text")
+    return [final, logits]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    built = build(_language_model, steps=STEPS, features=FEATURES, seed=7)
+    return save(built, "checkpoint", tmp_path_factory.mktemp("outputs")), built
+
+
+def _own(built, name, x):
+    return built.session.run(built.graph.get_tensor_by_name(name), {built.inputs: x})
+
+
+def test_outputs_are_the_models_own(model, inputs, tmp_path):
+    path, built = model
+    np.save(tmp_path / "x.npy", inputs)
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--outputs",
+        "logits,final,predicted",
+        "--batch-size",
+        "4",
+    )
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "run")
+    assert rec.outputs == ["logits:0", "final:0", "predicted:0"]
+    logits = rec.output_frame("logits:0").sort_values(["example", "step", "unit"])
+    assert list(logits.columns) == ["example", "step", "unit", "value"]
+    expected = _own(built, "logits:0", inputs)
+    # (batches of 4 against the oracle's one of 6: the kernels may round the last bit otherwise)
+    np.testing.assert_allclose(
+        logits["value"].to_numpy().reshape(expected.shape), expected, atol=1e-6
+    )
+    final = rec.output_frame("final:0").sort_values(["example", "unit"])
+    assert "step" not in final.columns
+    np.testing.assert_allclose(
+        final["value"].to_numpy().reshape(len(inputs), VOCAB),
+        _own(built, "final:0", inputs),
+        atol=1e-6,
+    )
+    predicted = rec.output_frame("predicted:0", examples=(2, 5)).sort_values("example")
+    assert predicted["example"].tolist() == [2, 3, 4]
+    assert predicted["value"].tolist() == _own(built, "predicted:0", inputs)[2:5].tolist()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["outputs"] == [
+        {"name": "logits:0", "units": VOCAB, "sequence": True, "steps": STEPS},
+        {"name": "final:0", "units": VOCAB, "sequence": False},
+        {"name": "predicted:0", "units": 1, "sequence": False},
+    ]
+    assert manifest["rows"]["outputs"] == len(inputs) * (STEPS * VOCAB + VOCAB + 1)
+    assert rec.summary()["rows"]["outputs"] == manifest["rows"]["outputs"]
+
+
+def test_a_held_recordings_outputs_are_those_of_the_model_whose_weights_no_longer_read_the_unit(
+    model, inputs, tmp_path
+):
+    """h unit 1 ablated: the oracle is the model with that unit's rows of the recurrent kernel
+    and of the softmax layer zeroed, run by TensorFlow."""
+    path, built = model
+    with tracer.load_model(path) as m:
+        tracer.record(
+            m,
+            {"x": inputs},
+            tmp_path / "held",
+            outputs=("logits",),
+            holds=(tracer_hold("basic_lstm_cell:h:1=0"),),
+        )
+    with built.graph.as_default():
+        variables = {v.op.name: v for v in v1.global_variables()}
+        kernel, softmax = variables["rnn/basic_lstm_cell/kernel"], variables["softmax/kernel"]
+        k, s = built.session.run([kernel, softmax])
+        try:
+            kernel.load(np.where(np.arange(len(k))[:, None] == FEATURES + 1, 0, k), built.session)
+            softmax.load(np.where(np.arange(len(s))[:, None] == 1, 0, s), built.session)
+            expected = _own(built, "logits:0", inputs)
+        finally:
+            kernel.load(k, built.session)
+            softmax.load(s, built.session)
+    got = (
+        Recording(tmp_path / "held")
+        .output_frame("logits:0")
+        .sort_values(["example", "step", "unit"])
+    )
+    np.testing.assert_allclose(got["value"].to_numpy().reshape(expected.shape), expected, atol=1e-6)
+    assert np.abs(expected - _own(built, "logits:0", inputs)).max() > 1e-3  # the hold matters
+
+
+def tracer_hold(spec):
+    from tracer.cells.holds import parse_hold
+
+    return parse_hold(spec)
+
+
+@pytest.mark.parametrize(
+    ("names", "said"),
+    [
+        ("nothing_here", "has no op or tensor of this name"),
+        ("text", "expected numbers [batch], [batch, units] or [batch, steps, units]"),
+        ("not_batched", "its first dimension is 7, which is no input's batch"),
+        ("flat", "its first dimension is 30, not the batch's 6 examples"),
+        ("logits,logits:0", "logits:0 is named twice"),
+    ],
+)
+def test_outputs_that_do_not_fit_are_one_line(model, inputs, tmp_path, names, said):
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs[..., None][..., 0])
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--outputs",
+        names,
+    )
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, (
+        done.stderr
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_outputs_with_a_summary_or_a_keras_model_are_one_line(tmp_path):
+    with pytest.raises(SelectionError, match="--outputs with --summary"):
+        tracer.RecordOptions(outputs=("y",), summary=tracer_bins())
+    keras = tf.keras.Sequential([tf.keras.Input((5, 4)), tf.keras.layers.LSTM(3)])
+    with pytest.raises(SelectionError, match="is a Keras model"):
+        tracer.record(keras, np.zeros((2, 5, 4), np.float32), tmp_path / "k", outputs=("y",))
+    assert not (tmp_path / "k").exists()
+
+
+def tracer_bins():
+    from recorders import Bins
+
+    return Bins()
+
+
+def test_an_output_file_that_claims_other_units_is_refused(model, inputs, tmp_path):
+    path, _ = model
+    with tracer.load_model(path) as m:
+        tracer.record(m, {"x": inputs}, tmp_path / "run", outputs=("final",))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["outputs"][0]["units"] = 2  # fewer than its files hold
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RecordingError, match="not a part file gatetrace wrote"):
+        Recording(tmp_path / "run").output_frame("final:0")
+    manifest["outputs"][0]["units"] = "six"
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RecordingError, match=r"outputs\[0\]"):
+        Recording(tmp_path / "run")
+
+
+def test_compare_says_where_a_hold_moved_the_outputs(model, inputs, tmp_path):
+    """A unit of h held from step 2: the logits of steps 0 and 1 are the model's own in both
+    recordings (no difference), from step 2 on they move; compare's lines, --json, --out and
+    the view's comparison say so."""
+    import pandas as pd
+
+    from recorders.read.compare import compare
+    from recorders.view.data import compared
+
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--quiet", "--outputs", "logits,final"]
+    for name, extra in (("base", []), ("held", ["--hold", "basic_lstm_cell:h:0,1=0@2:"])):
+        assert run_cli("record", path, *feed, "--out", str(tmp_path / name), *extra).returncode == 0
+    found = compare(Recording(tmp_path / "base"), Recording(tmp_path / "held"))
+    rows = found.outputs.set_index("output")
+    assert rows.loc["logits:0", "first_step_beyond"] == 2 and rows.loc["logits:0", "beyond"] > 0
+    assert (
+        pd.isna(rows.loc["final:0", "first_step_beyond"]) and rows.loc["final:0", "max_abs"] > 1e-3
+    )
+    base = Recording(tmp_path / "base").output_frame("logits:0")
+    held = Recording(tmp_path / "held").output_frame("logits:0")
+    early = ["example", "step", "unit"]
+    same = base[base.step < 2].sort_values(early)["value"].to_numpy()
+    assert np.array_equal(same, held[held.step < 2].sort_values(early)["value"].to_numpy())
+    said = run_cli(
+        "compare",
+        str(tmp_path / "base"),
+        str(tmp_path / "held"),
+        "--out",
+        str(tmp_path / "d.parquet"),
+    )
+    assert (
+        "the model's outputs (recorded with --outputs), B - A:" in said.stdout
+        and "logits:0" in said.stdout
+    )
+    table = pd.read_parquet(tmp_path / "d.parquet")
+    assert set(table.loc[table.level == "outputs", "output"]) == {"logits:0", "final:0"}
+    as_json = json.loads(
+        run_cli("compare", str(tmp_path / "base"), str(tmp_path / "held"), "--json").stdout
+    )
+    assert {o["output"] for o in as_json["outputs"]} == {"logits:0", "final:0"}
+    assert {o["output"] for o in compared(found)["outputs"]} == {"logits:0", "final:0"}
