@@ -788,3 +788,69 @@ def test_a_single_file_s_partials_left_by_a_killed_run_are_removed_and_nothing_e
         ["w.parquet", "elsewhere", link.name, *(p.name for p in kept)]
     )
     assert target.read_text() == "keep" and link.is_symlink()
+
+
+# -- --overwrite replaces only a file of the kind the command writes ---------------------------
+
+
+@pytest.mark.parametrize(
+    "command, planted",
+    [
+        ("weights", "comparison"),
+        ("weights", "part file"),
+        ("compare", "weights table"),
+        ("compare", "part file"),
+    ],
+)
+def test_overwrite_replaces_only_a_file_of_the_kind_the_command_writes(
+    command, planted, model, recordings, tmp_path, capsys
+):
+    """`weights --overwrite` never replaces a comparison or a copy of a recording's part file,
+    `compare --overwrite` never a weights table or a part file: one line, the file kept."""
+    out = tmp_path / "table.parquet"
+    if planted == "part file":
+        shutil.copyfile(next((recordings[0] / "gates").rglob("part-*.parquet")), out)
+    else:
+        other = "compare" if command == "weights" else "weights"
+        assert main(single_file(other, model, recordings, out)) == 0
+    capsys.readouterr()
+    before = out.read_bytes()
+    msg = error(capsys, single_file(command, model, recordings, out, "--overwrite"))
+    kinds = {
+        "comparison": "a comparison (gatetrace compare --out)",
+        "weights table": "a weights table (gatetrace weights)",
+        "part file": "a file of a recording's tables (gatetrace record)",
+    }
+    mine = "a weights table (gatetrace weights)" if command == "weights" else kinds["comparison"]
+    assert msg == (
+        f"--out {out} is {kinds[planted]}, not {mine}; --overwrite replaces only a file of the "
+        "kind this command writes: choose another path"
+    )
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+
+
+@pytest.mark.parametrize("command", ["compare", "weights"])
+def test_an_empty_out_is_one_line(command, model, recordings, tmp_path, capsys, monkeypatch):
+    """`--out ''` is refused in one line before any work, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    msg = error(capsys, single_file(command, model, recordings, ""))
+    example = "differences.parquet" if command == "compare" else "weights.parquet"
+    assert msg == f"the output path is empty; give a file path, e.g. {example}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "model.ckpt.data-00000-of-00002", "model.ckpt"])
+def test_weights_never_writes_a_name_tensorflow_reads_beside_the_checkpoint(
+    name, model, tmp_path, capsys
+):
+    """`weights P --out` in P's folder, named as TensorFlow names the checkpoint's files (a
+    new P.data-* shard, P itself) or the folder's `checkpoint` file (absent here), is refused:
+    the checkpoint would no longer read as it was. Another name there is written."""
+    folder = model_copy(model[0], tmp_path / "ckpt")
+    (folder / "checkpoint").unlink()
+    prefix = folder / Path(model[0]).name
+    before = snapshot(folder)
+    msg = error(capsys, ["weights", str(prefix), "--out", str(folder / name)])
+    assert msg.startswith(f"--out {folder / name} "), msg
+    assert snapshot(folder) == before and not (folder / name).exists()
+    assert main(["weights", str(prefix), "--out", str(folder / "weights.parquet")]) == 0

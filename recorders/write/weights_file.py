@@ -4,7 +4,8 @@ into place, so that a failed write leaves the file that was there, or nothing.
 
 Where such a file may go (`check_file_out`, which each command also calls before any work):
 a new file, or with `overwrite` a regular file gatetrace wrote (a Parquet file whose footer
-holds gatetrace's description, `METADATA_KEY`); never a folder, a FIFO, a device or a socket,
+holds gatetrace's description, `METADATA_KEY`) of the kind the command writes (a weights
+table, a comparison: never a file of a recording's tables); never a folder, a FIFO, a device or a socket,
 never through a link out of its folder, never what the command reads nor inside it, and
 never inside a recording or series gatetrace wrote (it holds only what its writer wrote).
 The weights' columns: `tracer.values.weights.weights_columns`; their layout:
@@ -39,7 +40,14 @@ from recorders.write.folder import Folder, kind_of
 from recorders.write.layout import METADATA_KEY, UNREADABLE, WEIGHT_LABELS
 from recorders.write.rowgroups import failure_reason
 
-__all__ = ["write_weights", "write_table", "check_file_out", "gatetrace_table"]
+__all__ = [
+    "write_weights",
+    "write_table",
+    "check_file_out",
+    "gatetrace_table",
+    "table_kind",
+    "TABLE_KINDS",
+]
 
 Inputs = Iterable[str | os.PathLike | None]
 
@@ -54,7 +62,7 @@ def write_weights(
     """Write the weights table (`tracer.values.weights.weights_columns`) to one Parquet file,
     atomically; `inputs`: the model's files, which it may not be written into."""
     return write_table(
-        path, columns, description, overwrite, WEIGHT_LABELS, "weights.parquet", inputs
+        path, columns, description, overwrite, WEIGHT_LABELS, "weights.parquet", inputs, "weights"
     )
 
 
@@ -66,11 +74,13 @@ def write_table(
     dictionary_columns: tuple[str, ...] = (),
     example: str = "table.parquet",
     inputs: Inputs = (),
+    kind: str | None = None,
 ) -> int:
     """Write `columns` to one Parquet file, atomically, `description` in its metadata (what
     marks it as gatetrace's), where `check_file_out` allows; `example` is the file name an
-    error suggests. Returns the rows."""
-    target = check_file_out(path, overwrite, inputs, example)
+    error suggests, `kind` the kind of table (`TABLE_KINDS`) --overwrite may replace.
+    Returns the rows."""
+    target = check_file_out(path, overwrite, inputs, example, kind)
     remove_left_partials(target)  # what a killed run writing it left
     tmp = temp_sibling(target)
     try:
@@ -95,12 +105,16 @@ def check_file_out(
     overwrite: bool,
     inputs: Inputs = (),
     example: str = "table.parquet",
+    kind: str | None = None,
 ) -> Path:
     """The file a single-file output `path` is written to (see the module docstring), or
     OutputExistsError before anything is read or written. `inputs`: what the command reads
-    (recordings, a model's files; URIs and None are passed over). A link to a file in its own
+    (recordings, a model's files; URIs and None are passed over); `kind`: the kind of table
+    written (`TABLE_KINDS`), the only one --overwrite replaces. A link to a file in its own
     folder is written through: the file it names is returned."""
     text = os.fspath(path)
+    if not text:
+        raise OutputExistsError(f"the output path is empty; give a file path, e.g. {example}")
     if text.endswith(("/", os.sep)):
         raise OutputExistsError(
             f"{option('out', text)} names a folder; give a file path, e.g. {text.rstrip('/' + os.sep)}/{example}"
@@ -139,10 +153,15 @@ def check_file_out(
             f"{shown} is {kind_of(mode)}; gatetrace writes only regular files (a new one, or one it "
             f"wrote with {option('overwrite')}): choose another path"
         )
-    elif not gatetrace_table(target):  # --overwrite would be refused: it is not suggested
+    elif (found := table_kind(target)) is None:  # --overwrite would be refused: not suggested
         raise OutputExistsError(
             f"{shown} holds what gatetrace did not write ({target.name}, not a gatetrace Parquet file); "
             f"{option('overwrite')} replaces only gatetrace's own output: choose another path, or move it away first"
+        )
+    elif kind is not None and found != kind:  # nor here
+        raise OutputExistsError(
+            f"{shown} is {TABLE_KINDS[found]}, not {TABLE_KINDS[kind]}; {option('overwrite')} replaces only "
+            "a file of the kind this command writes: choose another path"
         )
     elif not overwrite:
         raise OutputExistsError(
@@ -172,12 +191,37 @@ def _refuse_inside(named: Path, resolved: Path, inputs: Inputs, example: str) ->
             )
 
 
+# The kinds of Parquet file gatetrace writes, in words: a table of its own, or part of a recording.
+TABLE_KINDS = {
+    "weights": "a weights table (gatetrace weights)",
+    "comparison": "a comparison (gatetrace compare --out)",
+    "other": "a file of a recording's tables (gatetrace record)",
+}
+WEIGHTS_TABLE = {*WEIGHT_LABELS, "row", "unit", "value"}  # its columns
+
+
 def gatetrace_table(path: Path) -> bool:
     """Whether `path` is a Parquet file gatetrace wrote (its footer holds gatetrace's
     description), read as a regular file only: never a FIFO, a device, nor through a link."""
+    return table_kind(path) is not None
+
+
+def table_kind(path: Path) -> str | None:
+    """The kind (`TABLE_KINDS`) of the Parquet file gatetrace wrote at `path`, told from its
+    footer (a comparison's description) and columns (the weights table's), read as
+    `gatetrace_table` reads it; None if gatetrace did not write it."""
     try:
         with Folder(path.parent.resolve()) as folder, folder.open_read(path.name) as f:
-            metadata = pq.read_schema(f).metadata or {}
+            schema = pq.read_schema(f)
     except UNREADABLE:
-        return False
-    return METADATA_KEY in metadata
+        return None
+    metadata = schema.metadata or {}
+    if METADATA_KEY not in metadata:
+        return None
+    try:
+        described = json.loads(metadata[METADATA_KEY])
+    except ValueError:
+        described = None
+    if isinstance(described, dict) and "comparison" in described:
+        return "comparison"
+    return "weights" if set(schema.names) == WEIGHTS_TABLE else "other"

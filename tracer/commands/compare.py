@@ -92,10 +92,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
 
 def early(args: argparse.Namespace) -> bool:
     """Before anything is read: --out may be written (`check_file_out`)."""
-    if args.out:
+    if args.out is not None:
         from recorders.write.weights_file import check_file_out
 
-        check_file_out(args.out, args.overwrite, (args.a, args.b), "differences.parquet")
+        check_file_out(
+            args.out, args.overwrite, (args.a, args.b), "differences.parquet", "comparison"
+        )
     return False
 
 
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> None:
         "origins": [o.described() for o in found.origins],
         "notes": found.notes(),
     }
-    if args.out:
+    if args.out is not None:
         from recorders.write.weights_file import write_table
 
         write_table(
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
             overwrite=args.overwrite,
             example="differences.parquet",
             inputs=(args.a, args.b),
+            kind="comparison",
         )
     first = found.first_beyond()
     if args.json:

@@ -26,8 +26,33 @@ def early(args) -> bool:
     from tracer.commands.common import check_model_path
 
     check_model_path(args.model)
-    check_file_out(args.out, args.overwrite, model_files(args.model), "weights.parquet")
+    check_file_out(args.out, args.overwrite, model_files(args.model), "weights.parquet", "weights")
+    refuse_checkpoint_names(args.model, args.out)
     return False
+
+
+def refuse_checkpoint_names(model: str, out: str) -> None:
+    """OutputExistsError for an --out in the folder of the TF1 checkpoint `model` (a prefix P,
+    or P.meta) named as TensorFlow names that checkpoint's files (P, P.index, P.meta, P.data-*)
+    or the folder's `checkpoint` file: written there, it would be taken for one of them."""
+    from recorders.errors import OutputExistsError
+    from recorders.write import is_uri
+
+    if is_uri(model) or is_uri(out) or not out:
+        return
+    prefix = Path(model[: -len(".meta")] if model.endswith(".meta") else model)
+    if not (Path(f"{prefix}.meta").exists() or Path(f"{prefix}.index").exists()):
+        return  # not a TF1 checkpoint
+    target = Path(out).parent.resolve() / Path(out).name
+    if target.parent != prefix.parent.resolve():
+        return
+    name = target.name
+    named = ("checkpoint", prefix.name, f"{prefix.name}.index", f"{prefix.name}.meta")
+    if name in named or name.startswith(f"{prefix.name}.data-"):
+        raise OutputExistsError(
+            f"--out {out} would be taken for a file of the checkpoint {prefix} (TensorFlow reads {name} in its "
+            f"folder); give another name, e.g. {prefix.parent / 'weights.parquet'}"
+        )
 
 
 def model_files(model: str) -> list[str]:
