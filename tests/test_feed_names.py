@@ -282,3 +282,52 @@ def test_a_variable_s_name_is_refused_as_a_feed(models, tmp_path, name):
         in msg
     ), msg
     assert "its placeholders are x" in msg and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["record", "inspect"])
+def test_the_feed_suggested_for_a_name_holding_an_equals_sign_records(tmp_path, command):
+    """A Keras input named `se=q`: the `--feed` the refusal (or inspect) suggests, split as a
+    shell splits it, records (before: it suggested `--feed se=q=FILE.npy`, which fed `se`)."""
+    import re
+    import shlex
+
+    from recorders import Recording
+    from tests.test_keras import keras_module
+
+    keras = keras_module("keras3")
+    seq = keras.Input((STEPS, FEATURES), name="se=q")
+    keras.Model(seq, keras.layers.LSTM(2)(seq)).save(str(tmp_path / "m.keras"))
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.RandomState(0).randn(2, STEPS, FEATURES).astype(np.float32))
+    model, out = str(tmp_path / "m.keras"), str(tmp_path / "out")
+    if command == "record":
+        said = _one_line(run_cli("record", model, "--feed", f"seq={x}", "--out", out)).strip()
+    else:
+        done = run_cli("inspect", model)
+        assert done.returncode == 0, done.stderr
+        said = done.stdout
+    suggested = re.search(r"--feed ('[^']*'|\S+)", said)
+    assert suggested is not None, said
+    (arg,) = shlex.split(suggested.group(1).replace("FILE.npy", str(x)))
+    done = run_cli("record", model, "--feed", arg, "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert Recording(out).cells
+
+
+@pytest.mark.parametrize(
+    "item, split",
+    [
+        ("x=in.npy", ("x", "in.npy")),
+        ("x=data/day=3/in.npy", ("x", "data/day=3/in.npy")),  # a partitioned dataset's path
+        ("se\\=q=in.npy", ("se=q", "in.npy")),
+        ("a\\=b\\=c=day=3/in.npy", ("a=b=c", "day=3/in.npy")),
+    ],
+)
+def test_a_feed_splits_at_its_first_unescaped_equals_sign(item, split):
+    import shlex
+
+    from tracer.inputs.files import feed_arg, split_feed
+
+    assert split_feed(item) == split
+    (arg,) = shlex.split(feed_arg(*split))  # as a shell reads it
+    assert split_feed(arg) == split

@@ -139,6 +139,7 @@ def run(args) -> None:
     from tracer.cells.found import Cell
     from tracer.find.proposals import propose
     from tracer.inputs.feeds import describe_entry, pipeline_entries
+    from tracer.inputs.files import feed_arg
     from tracer.run.prepare import cells_of, find_all
 
     try:
@@ -207,11 +208,11 @@ def run(args) -> None:
     for i in inputs:
         if "from" in i:
             print(
-                f"the cells read their inputs from {i['from']}: record with --feed {i['name']}=FILE.npy"
+                f"the cells read their inputs from {i['from']}: record with --feed {feed_arg(i['name'])}"
             )
             continue
         print(
-            f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {i['name']}=FILE.npy"
+            f"feed {i['name']} ({i['dtype']} {i['shape']}, tensor {i['tensor']}): --feed {feed_arg(i['name'])}"
         )
     rows = [("cell", "kind", "units", "input", "steps", "gates", "direction", "path")]
     for c in cells:
@@ -392,6 +393,8 @@ def _inspect_lite(args, model) -> None:
 def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
     """A Keras model's RNN layers (`hidden`: those not recorded) or a TensorFlow Lite file's
     recurrent ops, with the inputs they are fed by: every cell is replayed in numpy."""
+    from tracer.inputs.files import feed_arg
+
     if args.json:
         # The file passed the Keras file check before loading (tracer.load.keras_files), or a
         # TensorFlow Lite file its own (tracer.load.tflite_check): nothing in it runs unchecked.
@@ -461,7 +464,7 @@ def _inspect_layers(args, model, cells, hidden, inputs: list[dict]) -> None:
     for h in hidden:
         print(f"not recorded: {h}; its inner layer runs on reshaped rows")
     listed = ", ".join(f"{i['name']} ({i['dtype']}, {i['shape']})" for i in inputs)
-    print(f"\ninputs: {listed}; record with --feed {inputs[0]['name']}=FILE.npy")
+    print(f"\ninputs: {listed}; record with --feed {feed_arg(inputs[0]['name'])}")
     print(_batch_note(cells))
     if model.format == "tflite":  # what the file takes at a time
         print(model.batch_note())

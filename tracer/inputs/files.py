@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -41,6 +42,7 @@ __all__ = [
     "INPUT_SUFFIXES",
     "split_feed",
     "split_feeds",
+    "feed_arg",
     "feed_index",
     "crossed_name",
     "is_input_spec",
@@ -56,13 +58,24 @@ INPUT_SUFFIXES = (".npy", ".npz", ".parquet", ".tfrecord", ".tfrecords")
 
 def split_feed(item: str) -> tuple[str, str]:
     """A `--feed NAME=FILE` or `NAME=VALUE` argument as (name, file or value); FeedError for
-    anything else. Opens nothing: `tracer.inputs.feeds.parse_feed_args` opens the files."""
-    name, sep, value = item.partition("=")
+    anything else. NAME ends at the first `=` (a file's path may hold more); an `=` in an
+    input's name is written `\\=` (`feed_arg` writes it so). Opens nothing:
+    `tracer.inputs.feeds.parse_feed_args` opens the files."""
+    sep = re.search(r"(?<!\\)=", item)
+    name, value = (item[: sep.start()], item[sep.end() :]) if sep else (item, "")
+    name = name.replace("\\=", "=")
     if not sep or not name or not value:
         raise FeedError(
             f"feed {item!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. --feed inputs=x.npy --feed keep_prob=1.0"
         )
     return name, value
+
+
+def feed_arg(name: str, value: str = "FILE.npy") -> str:
+    """The `--feed` argument that feeds `value` to the input `name`, as `split_feed` reads it
+    and quoted for a shell where it must be: `x=FILE.npy`, `'se\\=q=FILE.npy'`."""
+    escaped = name.replace("=", "\\=")
+    return shlex.quote(f"{escaped}={value}")
 
 
 def feed_index(name: str) -> tuple[str, int | None]:
@@ -111,14 +124,14 @@ def crossed_name(
         return None
     other = [key for key, t in inputs.items() if _as_tensor(t) == tensor]
     second = (
-        f"--feed {other[0]}=FILE.npy for the second"
+        f"--feed {feed_arg(other[0])} for the second"
         if other
         else "the second is no input of the signature and has no other name"
     )
     return (
         f"feed {name!r} is ambiguous: signature input {base} (tensor {_as_tensor(inputs[base])}) or tensor "
         f"{tensor}{f' (signature input {other[0]})' if other else ''}; a signature's input names come first: "
-        f"--feed {base}=FILE.npy for the first, {second}"
+        f"--feed {feed_arg(base)} for the first, {second}"
     )
 
 

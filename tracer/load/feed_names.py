@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import FeedError, GatetraceError, listing
-from tracer.inputs.files import crossed_name, feed_index
+from tracer.inputs.files import crossed_name, feed_arg, feed_index
 from tracer.load.formats import DEFAULT_SIGNATURE, LITE_SUFFIX
 
 __all__ = ["FeedNames", "feed_names", "check_feed_names"]
@@ -292,7 +292,7 @@ def _refusal(model: str, name: str, known: FeedNames) -> str:
     if not known.graph:
         return (
             f"{unknown}; {known.what} are {listing(list(known.expected), _SHOWN)}: feed each by its name, "
-            f"e.g. --feed {keys[0]}=FILE.npy"
+            f"e.g. --feed {feed_arg(keys[0])}"
         )
     if not keys:
         return (
@@ -301,5 +301,5 @@ def _refusal(model: str, name: str, known: FeedNames) -> str:
         )
     return (
         f"{unknown}; {known.what} are {listing(list(known.expected), _SHOWN)}: feed those the cells need "
-        f"by name (gatetrace inspect {model} lists them), e.g. --feed {keys[0]}=FILE.npy"
+        f"by name (gatetrace inspect {model} lists them), e.g. --feed {feed_arg(keys[0])}"
     )

@@ -23,6 +23,7 @@ from recorders.errors import FeedError, GraphPatternError
 from tracer.cells.found import KerasCell
 from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed, input_name
+from tracer.inputs.files import feed_arg
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
@@ -64,7 +65,7 @@ def resolve_inputs(model: KerasModel | LiteModel, feeds: Any) -> dict[KerasInput
             else f"input {', '.join(missing)} not fed"
         )
         raise FeedError(
-            f"{what}: the model's inputs are {listing}; feed each, e.g. --feed {inputs[0].name}=FILE.npy"
+            f"{what}: the model's inputs are {listing}; feed each, e.g. --feed {feed_arg(inputs[0].name)}"
         )
     out = {}
     for i in inputs:
