@@ -591,6 +591,7 @@ FOLDER_OUTS = {
     "tensorboard through a link into a recording": ("tensorboard", "link"),
     "tensorboard in its own out": ("tensorboard", "own"),
     "record out in a recording": ("record", "recording"),
+    "demo out in a series": ("demo", "series"),
 }
 
 
@@ -616,6 +617,8 @@ def test_a_series_folder_and_its_tensorboard_folder_follow_the_rules_of_every_ou
         argv = series_argv(model, run, path)
     elif option_ == "record":
         argv = record(model, path)
+    elif option_ == "demo":
+        argv = ["demo", "--out", str(path)]
     else:
         argv = series_argv(model, run, new, "--tensorboard", str(path))
     msg = error(capsys, argv)
@@ -759,7 +762,7 @@ def test_a_single_file_s_partials_left_by_a_killed_run_are_removed_and_nothing_e
     model, tmp_path
 ):
     """`weights --out W` removes the temporaries a killed run writing W left beside it
-    (`.W.partial-PID-*`, PID ended), and keeps a running process's, a name without a
+    (`.W.partial-PID-*`, PID ended; `.W.old-PID-*` once W is there), and keeps a running process's, a name without a
     process id (it cannot tell whose), a link named like one, and what names another file."""
     import subprocess
 
@@ -781,6 +784,9 @@ def test_a_single_file_s_partials_left_by_a_killed_run_are_removed_and_nothing_e
         link = tmp_path / f".w.parquet.partial-{dead}-9abcdef0"
         link.symlink_to(target)
         assert main(["weights", model[0], "--out", str(out)]) == 0
+        # the old file `publish` moved aside, killed before it removed it: gone once W is there
+        (tmp_path / f".w.parquet.old-{dead}-1a2b3c4d").write_bytes(b"PAR1 old")
+        assert main(["weights", model[0], "--out", str(out), "--overwrite"]) == 0
     finally:
         running.kill()
         running.wait()

@@ -23,7 +23,7 @@ import pandas as pd
 
 from recorders.errors import OutputExistsError, listing, option
 from recorders.write import local_path, publish, refuse_non_folder, remove, temp_sibling
-from recorders.write.files import kind_at, remove_left_partials
+from recorders.write.files import kind_at, refuse_inside_written, remove_left_partials
 from recorders.write.folder import Folder
 from recorders.write.totals import Bins
 from tracer._tf import tf, v1
@@ -219,9 +219,9 @@ def _marked(out: Path) -> dict[str, Any] | None:
 
 def check_demo_out(out: Path, overwrite: bool) -> None:
     """Refuse (OutputExistsError), before anything is written, an `out` the demo may not replace:
-    a link, anything but a folder, a folder holding anything its mark does not list (an
-    earlier demo's output is replaced; nothing else ever is), or, without `overwrite`, one
-    whose listed files were changed since."""
+    a link, anything but a folder, a folder inside a recording or series, a folder holding
+    anything its mark does not list (an earlier demo's output is replaced; nothing else ever
+    is), or, without `overwrite`, one whose listed files were changed since."""
     shown = option("out", out)
     if out.is_symlink():
         raise OutputExistsError(
@@ -229,6 +229,7 @@ def check_demo_out(out: Path, overwrite: bool) -> None:
             "link: give a folder path"
         )
     refuse_non_folder(out)
+    refuse_inside_written(out)
     if not out.is_dir() or not any(out.iterdir()):
         return
     mark = _marked(out)

@@ -187,8 +187,11 @@ class Comparison:
             columns=["cell", "cell_b", *_SIDES],
         )
         out = pd.concat(frames, ignore_index=True).merge(sides, on=["cell", "cell_b"], how="left")
-        if len(self.outputs):  # the model's outputs, one row each (no cell)
+        if len(self.outputs):  # the model's outputs, one row each (no cell: its text null)
             out = pd.concat([out, self.outputs.assign(level="outputs")], ignore_index=True)
+            for column in out.columns:
+                if pd.api.types.is_string_dtype(out[column]) or out[column].dtype == object:
+                    out[column] = out[column].astype(object).where(out[column].notna(), None)
         for column in _COUNTS:
             out[column] = out[column].astype("Int64")
         first = ["level", "cell", "cell_b", *_SIDES]

@@ -251,6 +251,7 @@ class Recording:
             "gatetrace_version": self.description.get("gatetrace_version"),
             # what `gatetrace record --hold` held inside the model (none: its own computation)
             "held": list(self.description.get("held", [])),
+            "outputs": self.outputs,  # the model's own outputs recorded (`--outputs`)
             "examples": {"complete": self.examples, "count": self._examples.total()},
             "cells": [
                 {

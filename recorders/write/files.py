@@ -249,12 +249,14 @@ def _running(pid: int) -> bool:
 
 def remove_left_partials(out: Path) -> None:
     """Remove the temporaries `temp_sibling(out)` made that a killed run left beside `out`
-    (`.NAME.partial-PID-*`, PID no longer running): only a file or folder of this user's,
-    never a link, nor what a running process, or an earlier gatetrace (no PID), writes."""
+    (`.NAME.partial-PID-*`, PID no longer running; and, once `out` is there, the one `publish`
+    moved the old `out` to, `.NAME.old-PID-*`): only a file or folder of this user's, never a
+    link, nor what a running process, or an earlier gatetrace (no PID), writes."""
     if not out.parent.is_dir():
         return
+    tags = ("partial", "old") if os.path.lexists(out) else ("partial",)
     for entry in os.listdir(out.parent):
-        found = temporary_of(entry)
+        found = next((f for f in (temporary_of(entry, t) for t in tags) if f), None)
         if found is None or found[0] != out.name or found[1] is None or _running(found[1]):
             continue
         path = out.parent / entry

@@ -246,7 +246,9 @@ def report(args, summary: Mapping[str, Any], part: str) -> None:
     else:
         print(
             f"recorded {len(cells)} cell{'s' if len(cells) != 1 else ''} on {summary['examples']:,} sequences{part}: "
-            f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows -> {args.out}"
+            f"{rows['gates']:,} gate rows, {rows['states']:,} state rows, {rows['weights']:,} weight rows"
+            + (f", {rows['outputs']:,} output rows" if "outputs" in rows else "")
+            + f" -> {args.out}"
         )
     if summary["examples"] == 0 and summary.get("complete", True):
         feeds = ", ".join(
