@@ -384,3 +384,39 @@ def test_a_keras_file_s_inputs_are_those_its_loader_gives(tmp_path, framework, s
     loaded = [i.name for i in tracer.load_model(str(path)).inputs]
     assert list(known.expected) == loaded
     assert all(known.accepts(n) and known.accepts(f"{n}:0") for n in loaded)
+
+
+SECOND_NAMES = {  # feeds -> what the line says
+    ("seq:7",): "feed 'seq:7': input seq is one tensor, index 0 only: feed it as seq (or seq:0)",
+    ("seq:1",): "feed 'seq:1': input seq is one tensor, index 0 only: feed it as seq (or seq:0)",
+    (
+        "seq",
+        "serving_default_seq",
+    ): "input seq is fed twice, as seq and serving_default_seq: feed it once",
+    (
+        "serving_default_seq:0",
+        "seq",
+    ): "input seq is fed twice, as serving_default_seq:0 and seq: feed it once",
+}
+
+
+@pytest.mark.parametrize(
+    "fmt, feeds",
+    [(f, k) for f in (*KERAS, ".tflite") for k in SECOND_NAMES if f == ".tflite" or len(k) == 1],
+)
+def test_an_index_or_a_second_name_of_an_input_is_refused_before_the_model_loads(
+    models, tmp_path, monkeypatch, fmt, feeds
+):
+    """A Keras or .tflite input is one tensor, `seq` or `seq:0`, under one name: `seq:7`, or
+    `seq` and its tensor's `serving_default_seq` together, is one line before TensorFlow loads
+    (before: refused only by the loaded model)."""
+    import tracer
+
+    def loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(tracer, "load_model", loading)
+    args = [a for name in feeds for a in ("--feed", f"{name}={models['inputs']}")]
+    said = _one_line(run_cli("record", models[fmt], *args, "--out", str(tmp_path / "out")))
+    assert SECOND_NAMES[feeds] in said, said
+    assert not (tmp_path / "out").exists()

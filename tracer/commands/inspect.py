@@ -360,6 +360,11 @@ def _inspect_recording(args) -> None:
         f"values summarised: {n['gates']:,} gate values, {n['states']:,} state values"
         if summary["kind"] == "summary"
         else f"rows: {n['gates']:,} gate rows, {n['states']:,} state rows"
+        + (
+            f", {n['outputs']:,} output rows ({', '.join(summary['outputs'])})"
+            if "outputs" in n
+            else ""
+        )
     )
     print(
         f"{counted}, {n['weights']:,} weight rows; "

@@ -26,6 +26,7 @@ from tracer._tf import tf
 from tracer.inputs.files import (
     crossed_name,
     feed_index,
+    input_name,
     is_input_spec,
     open_input,
     split_feeds,
@@ -166,31 +167,6 @@ def _has_tensor(graph: tf.Graph, name: str) -> bool:
     except (KeyError, ValueError):
         return False
     return True
-
-
-def input_name(name: str, names: AbstractSet[str], aliases: Mapping[str, str]) -> str:
-    """The input of a Keras model or a TensorFlow Lite file a feed name names: its name, an
-    alias of it (`aliases`: the tensor's name beside the signature's), either with `:0`.
-    A signature's input name comes first (`tracer.inputs.files.crossed_name`: FeedError for
-    `NAME:0` that names one input's signature name and another's tensor). An input is one
-    tensor: FeedError for `NAME:K` of an input, K not 0. A name that names none comes back as
-    it is, for the caller to refuse, listing the inputs."""
-    if name in names:
-        return name
-    tensors = {signature: tensor for tensor, signature in aliases.items()}
-    inputs = {n: tensors.get(n, n) for n in names}
-    crossed = crossed_name(name, inputs)
-    if crossed is not None:
-        raise FeedError(crossed)
-    if name in aliases:
-        return aliases[name]
-    base, index = feed_index(name)
-    found = base if base in names else aliases.get(base, base)
-    if found in names and index:
-        raise FeedError(
-            f"feed {name!r}: input {found} is one tensor, index 0 only: {_one_output(base)}"
-        )
-    return found if found in names else name
 
 
 def fed_names(

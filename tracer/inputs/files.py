@@ -28,6 +28,7 @@ import re
 import shlex
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "feed_arg",
     "feed_index",
     "crossed_name",
+    "input_name",
     "is_input_spec",
     "open_input",
     "open_npy",
@@ -133,6 +135,31 @@ def crossed_name(
         f"{tensor}{f' (signature input {other[0]})' if other else ''}; a signature's input names come first: "
         f"--feed {feed_arg(base)} for the first, {second}"
     )
+
+
+def input_name(name: str, names: AbstractSet[str], aliases: Mapping[str, str]) -> str:
+    """The input of a Keras model or a TensorFlow Lite file a feed name names: its name, an
+    alias of it (`aliases`: the tensor's name beside the signature's), either with `:0`.
+    A signature's input name comes first (`crossed_name`: FeedError for
+    `NAME:0` that names one input's signature name and another's tensor). An input is one
+    tensor: FeedError for `NAME:K` of an input, K not 0. A name that names none comes back as
+    it is, for the caller to refuse, listing the inputs."""
+    if name in names:
+        return name
+    tensors = {signature: tensor for tensor, signature in aliases.items()}
+    inputs = {n: tensors.get(n, n) for n in names}
+    crossed = crossed_name(name, inputs)
+    if crossed is not None:
+        raise FeedError(crossed)
+    if name in aliases:
+        return aliases[name]
+    base, index = feed_index(name)
+    found = base if base in names else aliases.get(base, base)
+    if found in names and index:
+        raise FeedError(
+            f"feed {name!r}: input {found} is one tensor, index 0 only: feed it as {base} (or {base}:0)"
+        )
+    return found if found in names else name
 
 
 def split_feeds(items: Iterable[str]) -> list[tuple[str, str]]:

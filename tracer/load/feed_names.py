@@ -2,7 +2,9 @@
 and the refusal in one line of a name that none of them matches (`check_feed_names`).
 
 What each format's loader accepts as a feed's NAME (`tracer.inputs.feeds`, `tracer.values.keras`),
-each with or without an output index (`x`, `x:0`; a wrong index is the loader's to refuse):
+each with or without an output index (`x`, `x:0`; a wrong index is the loader's to refuse in a
+graph, and refused here for a Keras or .tflite input, one tensor, as is an input fed twice under
+two names, `seq` and its tensor's `serving_default_seq`):
 
     checkpoint        the name of any op of its graph (the `.meta` file's GraphDef)
     SavedModel        the name of any op of its graph, or an input key of the signature
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import FeedError, GatetraceError, listing
-from tracer.inputs.files import crossed_name, feed_arg, feed_index
+from tracer.inputs.files import crossed_name, feed_arg, feed_index, input_name
 from tracer.load.formats import DEFAULT_SIGNATURE, LITE_SUFFIX
 
 __all__ = ["FeedNames", "feed_names", "check_feed_names"]
@@ -52,8 +54,9 @@ class FeedNames:
     their aliases), `prefixes` (names below which the loader makes ops of its own, which are
     its to judge), and what a refusal says: what a name must be (`sought`), and what the
     model takes (`expected`, which are `what`). `graph`: the names are a graph's. `inputs`: each
-    signature input's name and its tensor's, where they have both (what
-    `tracer.inputs.files.crossed_name` judges)."""
+    input's name (a signature's) and its tensor's, the same where it has one name: what
+    `tracer.inputs.files.crossed_name` judges, and for a Keras or .tflite file (no graph), each
+    feed's input, as its loader reads the name (`input_name`: one feed an input, index 0)."""
 
     names: frozenset[str]
     expected: tuple[str, ...]
@@ -209,7 +212,7 @@ def _keras(path: Path, source: str) -> FeedNames | None:
     if not named:
         return None
     names = tuple(dict.fromkeys(named))
-    return FeedNames(frozenset(names), names, "its inputs")
+    return FeedNames(frozenset(names), names, "its inputs", inputs=tuple((n, n) for n in names))
 
 
 def _lite(path: Path, source: str) -> FeedNames | None:
@@ -275,12 +278,23 @@ def check_feed_names(model: str, names: Iterable[str], signature: str = DEFAULT_
     known = feed_names(model, signature)
     if known is None:
         return
+    given: dict[str, str] = {}  # input -> the name it is fed by
     for name in names:
         if not known.accepts(name):
             raise FeedError(_refusal(model, name, known))
         crossed = crossed_name(name, dict(known.inputs))
         if crossed is not None:
             raise FeedError(crossed)
+        if known.graph or not known.inputs:
+            continue
+        # a Keras or .tflite input, as its loader reads the name (`NAME:K`, K not 0, refused)
+        signature = frozenset(n for n, _ in known.inputs)
+        found = input_name(name, signature, {t: n for n, t in known.inputs if t != n})
+        if found in given:
+            raise FeedError(
+                f"input {found} is fed twice, as {given[found]} and {name}: feed it once"
+            )
+        given[found] = name
 
 
 def _refusal(model: str, name: str, known: FeedNames) -> str:
