@@ -232,3 +232,22 @@ def test_compare_says_where_a_hold_moved_the_outputs(model, inputs, tmp_path):
     )
     assert {o["output"] for o in as_json["outputs"]} == {"logits:0", "final:0"}
     assert {o["output"] for o in compared(found)["outputs"]} == {"logits:0", "final:0"}
+
+
+def test_inspect_and_record_count_the_output_rows(model, inputs, tmp_path):
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--outputs",
+        "final",
+    )
+    assert f"{len(inputs) * VOCAB} output rows ->" in done.stdout, done.stdout
+    said = run_cli("inspect", str(tmp_path / "run")).stdout
+    assert f"{len(inputs) * VOCAB} output rows (final:0)" in said, said
