@@ -288,8 +288,8 @@ def check_feed_names(model: str, names: Iterable[str], signature: str = DEFAULT_
         if known.graph or not known.inputs:
             continue
         # a Keras or .tflite input, as its loader reads the name (`NAME:K`, K not 0, refused)
-        signature = frozenset(n for n, _ in known.inputs)
-        found = input_name(name, signature, {t: n for n, t in known.inputs if t != n})
+        inputs = frozenset(n for n, _ in known.inputs)
+        found = input_name(name, inputs, {t: n for n, t in known.inputs if t != n})
         if found in given:
             raise FeedError(
                 f"input {found} is fed twice, as {given[found]} and {name}: feed it once"
