@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from recorders import Recording
-from tests.conftest import CONFIGS, R, build, run_cli, save, static_body
+from tests.conftest import CONFIGS, Built, R, build, randomise, run_cli, save, static_body
 from tests.test_replay import LENGTHS, control_flow, dynamic_body, expected, feeds, grid
 from tracer._tf import tf, v1
 
@@ -489,3 +489,39 @@ def test_a_bidirectional_residual_stack_with_lengths_records_what_static_rnn_com
                 assert np.isnan(a[e, n:]).all() and (
                     "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n])
                 ), f"{cell} {gate} example {e}"
+
+
+@pytest.mark.parametrize("cf", ["v1", "v2"])
+def test_a_loop_bounded_by_the_features_records_its_steps_in_the_manifest(cf, tmp_path):
+    """A while loop `i < tf.shape(x)[2]` over a [batch, 5, 3] input runs 3 steps: the manifest
+    says the steps recorded, 3 (before: 5, the input's time axis), and each recorded h is the
+    loop's, the last one TensorFlow's own final h."""
+    steps, features = 5, 3
+    x = np.random.RandomState(4).randn(2, steps, features).astype(np.float32)
+    with control_flow(cf):
+        graph = tf.Graph()
+        with graph.as_default():
+            inputs = v1.placeholder(tf.float32, [None, steps, features], name="x")
+            cell = R.LSTMCell(4)
+            read = tf.TensorArray(tf.float32, size=steps).unstack(tf.transpose(inputs, [1, 0, 2]))
+            zero = cell.zero_state(tf.shape(inputs)[0], tf.float32)
+
+            def step(i, c, h):
+                _, new = cell(read.read(i), R.LSTMStateTuple(c, h))
+                return i + 1, new.c, new.h
+
+            count, _, h = tf.while_loop(
+                lambda i, c, h: i < tf.shape(inputs)[2], step, [tf.constant(0), zero.c, zero.h]
+            )
+            session = v1.Session(graph=graph)
+            session.run(v1.global_variables_initializer())
+        randomise(session, graph)
+        ran, final = session.run([count, h], {inputs: x})
+        path = saved(Built(graph, session, inputs, [h], {}), tmp_path / "model")
+    assert ran == features
+    rec = record(path, tmp_path, "rec", x=x)
+    (spec,) = rec.manifest["cells"]
+    assert spec["path"] == "loop" and spec["steps"] == features
+    recorded = rec.state_array(spec["name"], "h")
+    assert recorded.shape[1] == features
+    np.testing.assert_allclose(recorded[:, -1], final, atol=1e-6)

@@ -4,7 +4,7 @@ Every shard checks after marking itself finished in its progress file, so the la
 finish always sees all the others (and two that finish together write the same file). The
 manifest is the recording's description (`recorders.write.schema`) with the examples and
 rows of all shards added up, and each cell's `steps` as recorded where the model leaves
-them open.
+them open, or where a while loop's condition, not its input, bounds them.
 """
 
 from __future__ import annotations
@@ -48,9 +48,13 @@ def write_manifest(place: Place, description: Mapping[str, Any], shard: Shard) -
 
 def _with_recorded_steps(place: Place, cell: Any) -> Any:
     """A cell's description with `steps` as recorded where the model leaves it open (an
-    input of [None, None, F]): one more than the largest step of its first gate's part
-    files, read from their row-group statistics (no values are read)."""
-    if not isinstance(cell, Mapping) or cell.get("steps") is not None or not cell.get("gates"):
+    input of [None, None, F]) or the cell is a while loop's (its input's time axis is not
+    what bounds it: a loop `while i < tf.shape(x)[2]` runs as many steps as x has features):
+    one more than the largest step of its first gate's part files, read from their row-group
+    statistics (no values are read)."""
+    if not isinstance(cell, Mapping) or not cell.get("gates"):
+        return cell
+    if cell.get("steps") is not None and not isinstance(cell.get("loop"), Mapping):
         return cell
     folder = "gates/" + partition_dir(cell=cell["name"], gate=cell["gates"][0])
     last = -1
