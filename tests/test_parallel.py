@@ -112,6 +112,43 @@ def test_a_killed_worker_is_replaced_and_its_task_resumed(job, tmp_path):
     assert parts == [[0, 150], [150, 300]]  # 30 batches of 10, 15 per task
 
 
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_workers_end_when_the_job_is_killed(job, tmp_path):
+    """`record --workers 2` killed with SIGKILL (no cleanup runs): its pool's processes end
+    with it, busy or idle (before: they went on recording, then waited for tasks forever),
+    and the job resumes to the same recording."""
+    argv, one = job
+    out = tmp_path / "orphans"
+    proc = _start(argv, out, "--workers", "2", "--task-size", "15")
+    _wait_for(lambda: _committed(out) >= BATCH, proc)
+    workers = [
+        k for k in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()
+    ]
+    assert len(workers) == 2, "expected the pool's two worker processes"
+    proc.kill()
+    proc.wait()  # (not its output: the workers hold its pipes while they run)
+    end = time.time() + 10
+    while any(_running(k) for k in workers) and time.time() < end:
+        time.sleep(0.05)
+    left = [k for k in workers if _running(k)]
+    for k in left:  # (what the test started ends with it)
+        os.kill(k, signal.SIGKILL)
+    proc.stdout.close()
+    proc.stderr.close()
+    assert not left, "the workers outlived the job"
+    rest = gatetrace(*argv, "--out", str(out), "--resume", "--workers", "2")
+    assert rest.returncode == 0, rest.stderr
+    assert_same_recording(out, one)
+
+
 def test_a_killed_dask_worker_is_replaced_and_its_task_resumed(job, tmp_path):
     """A local Dask cluster of two workers, one of them killed: the same recording as one process."""
     pytest.importorskip("distributed", reason='the dask extra: pip install "gatetrace[dask]"')

@@ -195,8 +195,42 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=tune_allocators,
+        initializer=_start_worker,
+        initargs=(os.getpid(),),
     )
+
+
+def _start_worker(parent: int) -> None:
+    """A pool's process, as it starts: its allocators tuned, and bound to end with `parent`."""
+    tune_allocators()
+    _exit_with(parent)
+
+
+def _exit_with(parent: int) -> None:
+    """End this process when `parent`, the process that started it, ends (a driver killed
+    with SIGKILL runs no cleanup, and its pool's processes would go on recording, then wait
+    for tasks forever): on Linux the kernel sends SIGKILL when it ends (PR_SET_PDEATHSIG,
+    prctl(2)); elsewhere a thread checks every second that this process is still its child.
+    A task killed so is resumed as any killed task is."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent:  # it ended before the call
+                os._exit(1)
+            return
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gatetrace-exit-with-parent", daemon=True).start()
 
 
 def record_parallel(
