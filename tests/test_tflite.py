@@ -1430,3 +1430,133 @@ def test_a_nan_fed_to_a_float_fused_lstm_is_said_where_it_is(lite, tmp_path):
     )  # fmt: skip
     assert ": its input holds nan at example 1, step 2 (1 value NaN or infinite)" in line
     assert "modified cell" not in line and not out.exists()
+
+
+def _carries_int8(n: int):
+    def change(model, fb):
+        """The loop file's WHILE made to carry an int8 [n] its body passes on unchanged, its
+        cond's limit made n: n iterations, within the rows of what it carries."""
+        main, cond, body = model.subgraphs
+        buffer = fb.BufferT()
+        buffer.data = np.zeros(n, np.uint8)
+        model.buffers.append(buffer)
+        for subgraph, data in ((main, len(model.buffers) - 1), (main, 0), (cond, 0), (body, 0)):
+            t = fb.TensorT()
+            t.shape, t.type, t.buffer = np.array([n], np.int32), fb.TensorType.INT8, data
+            t.name = f"carried_{len(subgraph.tensors)}".encode()
+            subgraph.tensors.append(t)
+        loop = _while_of(model, fb)
+        loop.inputs = np.append(loop.inputs, len(main.tensors) - 2).astype(np.int32)
+        loop.outputs = np.append(loop.outputs, len(main.tensors) - 1).astype(np.int32)
+        cond.inputs = np.append(cond.inputs, len(cond.tensors) - 1).astype(np.int32)
+        body.inputs = np.append(body.inputs, len(body.tensors) - 1).astype(np.int32)
+        body.outputs = np.append(body.outputs, len(body.tensors) - 1).astype(np.int32)
+        for op in cond.operators:
+            for i in op.inputs:
+                held = model.buffers[cond.tensors[i].buffer]
+                if held.data is not None and len(held.data) == 4:
+                    held.data = np.frombuffer(np.int32(n).tobytes(), np.uint8)
+
+    return change
+
+
+def _range_of(limit: int, kind: str):
+    def change(model, fb):
+        """A RANGE of `kind` from 0 to `limit` by 1, its inputs constants, in front of the LSTM."""
+        sub = model.subgraphs[0]
+        code = fb.OperatorCodeT()
+        code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.RANGE
+        model.operatorCodes.append(code)
+        for value in (0, limit, 1, None):
+            t = fb.TensorT()
+            t.type, t.buffer, t.name = getattr(fb.TensorType, kind), 0, f"r{value}".encode()
+            t.shape = np.array([] if value is not None else [1], np.int32)
+            if value is not None:
+                buffer = fb.BufferT()
+                buffer.data = np.frombuffer(np.array(value, kind.lower()).tobytes(), np.uint8)
+                model.buffers.append(buffer)
+                t.buffer = len(model.buffers) - 1
+            sub.tensors.append(t)
+        op = fb.OperatorT()
+        op.opcodeIndex = len(model.operatorCodes) - 1
+        last = len(sub.tensors) - 1
+        op.inputs, op.outputs = (
+            np.array([last - 3, last - 2, last - 1], np.int32),
+            np.array([last], np.int32),
+        )
+        sub.operators.insert(0, op)
+
+    return change
+
+
+def _fill_computed(model, fb):
+    """A FILL whose dimensions a MUL computes from constants: [4096, 4096] x 2."""
+    sub = model.subgraphs[0]
+    _fill_32_gib(model, fb)
+    fill = sub.operators[0]
+    dims = sub.tensors[int(fill.inputs[0])]
+    dims.shape = np.array([2], np.int32)
+    model.buffers[dims.buffer].data = np.frombuffer(
+        np.array([4096, 4096], np.int32).tobytes(), np.uint8
+    )
+    two = fb.BufferT()
+    two.data = np.frombuffer(np.array([2], np.int32).tobytes(), np.uint8)
+    model.buffers.append(two)
+    for shape, buffer in (([1], len(model.buffers) - 1), ([2], 0)):
+        t = fb.TensorT()
+        t.shape, t.type, t.buffer, t.name = (
+            np.array(shape, np.int32),
+            fb.TensorType.INT32,
+            buffer,
+            b"m",
+        )
+        sub.tensors.append(t)
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.MUL
+    model.operatorCodes.append(code)
+    op = fb.OperatorT()
+    op.opcodeIndex = len(model.operatorCodes) - 1
+    op.inputs = np.array([int(fill.inputs[0]), len(sub.tensors) - 2], np.int32)
+    op.outputs = np.array([len(sub.tensors) - 1], np.int32)
+    fill.inputs = np.array([len(sub.tensors) - 1, int(fill.inputs[1])], np.int32)
+    sub.operators.insert(0, op)
+
+
+@pytest.mark.parametrize(
+    "name, change, says",
+    [
+        (
+            "loop",
+            _carries_int8(10_000),
+            "the WHILE loop of op 1 of subgraph 0 runs 10,000 iterations, each copying the 10,",
+        ),
+        (
+            "fused",
+            _range_of(2**31 - 1, "INT32"),
+            "a RANGE, makes a tensor of [2147483647] (8,589,934,588 bytes)",
+        ),
+        ("fused", _range_of(2**40, "INT64"), "a RANGE, makes a tensor of [1099511627776]"),
+        (
+            "fused",
+            _range_of(2**30, "FLOAT32"),
+            "a RANGE, makes a tensor of [1073741824] (4,294,967,296 bytes)",
+        ),
+        ("fused", _fill_computed, "a FILL, makes a tensor of [8192, 8192] (268,435,456 bytes)"),
+    ],
+)
+def test_what_a_file_makes_when_it_runs_is_checked_against_the_budget(
+    lite, tmp_path, name, change, says
+):
+    """A loop whose iterations copy what it carries past the budget (n iterations of an int8
+    [n] it carries: n^2 bytes), a RANGE and a FILL of computed dimensions larger than the
+    memory budget are one line before the interpreter is built (before: accepted, then run)."""
+    from recorders.errors import ModelFormatError
+    from tracer.load.tflite_check import checked
+
+    path = tmp_path / "made.tflite"
+    path.write_bytes(_changed(lite, change, name))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "made.tflite", memory=1 << 20)
+    line = str(refused.value)
+    assert says in line and "nothing was loaded" in line and "\n" not in line, line
+    assert checked(lite / f"{name}.tflite", "as converted", memory=1 << 20)  # the file as converted

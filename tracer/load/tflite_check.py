@@ -35,12 +35,20 @@ these checks, each refused in one line naming the file:
                  sequence's length a cond captured), as fixed as a constant: its value is
                  the constant it starts from, or a dimension of a tensor's shape (`SHAPE ->
                  STRIDED_SLICE`) read as the interpreter will hold it (an input's as it is
-                 fed: as the file declares it; another's where the file fixes it; the rows of
-                 a tensor the loop itself carries, where the file leaves them open until it
+                 fed: as the file declares it; one a FILL, BROADCAST_TO, TILE or RANGE
+                 makes, as it makes it; another's where the file fixes it; the rows of a
+                 tensor the loop itself carries, where the file leaves them open until it
                  runs). A loop whose iterations the file does not bound is refused naming
-                 what in the file gatetrace cannot read
-    shapes       what FILL, BROADCAST_TO and TILE make from constant shapes, within the
-                 memory budget (the interpreter would allocate it when it runs)
+                 what in the file gatetrace cannot read. TensorFlow Lite's WHILE kernel
+                 copies all a loop carries at every iteration: a loop whose iterations
+                 times the bytes it carries pass 64 times the memory budget is refused
+                 (n iterations over a carried tensor of n rows copy n^2 rows)
+    shapes       what FILL, BROADCAST_TO, TILE and RANGE make, within the memory budget
+                 (the interpreter would allocate it when it runs): their sizes read from
+                 constants and the integers the file computes from them and from the
+                 shapes it holds (SHAPE, ADD, SUB, MUL, MAXIMUM, MINIMUM, PACK,
+                 CONCATENATION, CAST, RESHAPE, SQUEEZE, EXPAND_DIMS), as its kernels compute
+                 them
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ import functools
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +71,16 @@ from tracer.load.lite_runtime import runtime
 __all__ = ["check_tflite", "checked", "op_name", "subgraph_fields", "RECURRENT", "LIMIT"]
 
 LIMIT = 2**31  # a flatbuffer addresses at most 2 GiB
-_INT32, _INT64 = 2, 4  # the schema's TensorType numbers
+_FLOAT32, _INT32, _INT64, _FLOAT64 = 0, 2, 4, 10  # the schema's TensorType numbers
 # bytes per element of each tensor type, by its schema name (STRING, RESOURCE, VARIANT: none)
 _BYTES = {
     "FLOAT32": 4, "FLOAT16": 2, "BFLOAT16": 2, "FLOAT64": 8, "INT32": 4, "UINT32": 4,
     "INT64": 8, "UINT64": 8, "INT16": 2, "UINT16": 2, "INT8": 1, "UINT8": 1, "BOOL": 1,
     "COMPLEX64": 8, "COMPLEX128": 16, "INT4": 0.5, "UINT4": 0.5, "INT2": 0.25,
 }  # fmt: skip
+# what a WHILE loop may copy, in memory budgets: its kernel copies all the loop carries at every
+# iteration, so that a loop of n iterations over a sequence of n rows copies n^2 rows
+_COPIED = 64
 RECURRENT = (
     "UNIDIRECTIONAL_SEQUENCE_LSTM",
     "BIDIRECTIONAL_SEQUENCE_LSTM",
@@ -164,7 +176,7 @@ def _problem(model: Any, fb: Any, memory: int) -> str | None:
     return (
         _ops_problem(model, fb)
         or _calls_problem(model)
-        or _loops_problem(model, fb)
+        or _loops_problem(model, fb, memory)
         or _shapes_problem(model, fb, memory)
     )
 
@@ -245,12 +257,15 @@ def _calls_problem(model: Any) -> str | None:
     return None
 
 
-def _constant(model: Any, subgraph: Any, tensor: int) -> Any:
-    """The integer value a tensor of `subgraph` holds in the file (None: not a constant int)."""
+def _constant(model: Any, subgraph: Any, tensor: int, floats: bool = False) -> Any:
+    """The integer value a tensor of `subgraph` holds in the file (None: not a constant int;
+    `floats`: a float32 or float64 one too)."""
     if not 0 <= tensor < len(subgraph.tensors):
         return None
     t = subgraph.tensors[tensor]
-    kinds = {_INT32: np.int32, _INT64: np.int64}
+    kinds: dict[int, Any] = {_INT32: np.int32, _INT64: np.int64}
+    if floats:
+        kinds |= {_FLOAT32: np.float32, _FLOAT64: np.float64}
     data = model.buffers[t.buffer].data if 0 <= t.buffer < len(model.buffers) else None
     if t.type not in kinds or data is None or not len(data):
         return None
@@ -267,21 +282,22 @@ def _name(subgraph: Any, tensor: int) -> str:
     return t.name.decode(errors="replace") if t is not None and t.name else f"tensor {tensor}"
 
 
-def _loops_problem(model: Any, fb: Any) -> str | None:
-    """Why a WHILE loop is refused: one the file does not bound (see the module docstring)."""
+def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
+    """Why a WHILE loop is refused: one the file does not bound, or one that would copy more
+    than `_COPIED` times the memory budget (see the module docstring)."""
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     for g, subgraph in enumerate(model.subgraphs):
+        made = {t: dims for _, t, dims in _made(model, fb, g).values()}
+        held = {  # each tensor's shape as the interpreter holds it: as made, or as declared
+            t: made.get(t, [int(d) for d in tensor.shape])
+            for t, tensor in enumerate(subgraph.tensors)
+        }
         for k, op in enumerate(subgraph.operators):
             if op_name(model.operatorCodes[op.opcodeIndex], fb) != "WHILE":
                 continue
             where = f"the WHILE loop of op {k} of subgraph {g}"
-            rows = max(
-                [
-                    int(subgraph.tensors[t].shape[0])
-                    for t in op.inputs
-                    if t >= 0 and len(subgraph.tensors[t].shape)
-                ]
-                or [1]
-            )
+            carried = [int(t) for t in op.inputs if t >= 0]
+            rows = max([held[t][0] for t in carried if len(held[t])] or [1])
             iterations = _iterations(model, fb, g, op, rows)
             if isinstance(iterations, str):
                 return (
@@ -295,6 +311,17 @@ def _loops_problem(model: Any, fb: Any) -> str | None:
                 return (
                     f"{where} runs {iterations:,} iterations, more than the {rows:,} rows of the longest tensor "
                     "it carries (as the file declares them): its last iterations would read past its sequence"
+                )
+            nbytes = sum(
+                math.prod(max(d, 0) for d in held[t])
+                * _BYTES.get(types.get(subgraph.tensors[t].type, ""), 1)
+                for t in carried
+            )
+            if iterations * nbytes > _COPIED * memory:
+                return (
+                    f"{where} runs {iterations:,} iterations, each copying the {nbytes:,.0f} bytes it carries "
+                    f"(TensorFlow Lite's WHILE kernel copies what a loop carries at every iteration): "
+                    f"{iterations * nbytes:,.0f} bytes, more than {_COPIED} times the memory budget of {memory:,}"
                 )
     return None
 
@@ -413,7 +440,8 @@ def _length(model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int) -> int
     o, source = sliced.builtinOptions, int(shaped.inputs[0])
     if begin is None or end is None or not stride or o.ellipsisMask or o.newAxisMask or o.offset:
         return None
-    dims = [int(d) for d in caller.tensors[source].shape]
+    made = {t: dims for _, t, dims in _made(model, fb, g).values()}
+    dims = made.get(source, [int(d) for d in caller.tensors[source].shape])
     if o.shrinkAxisMask & 1:
         picked = [begin + len(dims) if begin < 0 else begin]
     else:
@@ -424,7 +452,13 @@ def _length(model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int) -> int
         return None
     d, signature = picked[0], caller.tensors[source].shapeSignature
     fed = g == 0 and source in [int(t) for t in caller.inputs]  # fed as the file declares it
-    if fed or signature is None or len(signature) != len(dims) or signature[d] >= 0:
+    if (
+        fed
+        or source in made
+        or signature is None
+        or len(signature) != len(dims)
+        or signature[d] >= 0
+    ):
         return dims[d]
     if d == 0 and source in [int(t) for t in op.inputs]:
         return rows  # the rows of what the loop carries, whatever they are when it runs
@@ -452,36 +486,116 @@ def _step(model: Any, fb: Any, body: Any, n: int) -> int | None:
 
 
 def _shapes_problem(model: Any, fb: Any, memory: int) -> str | None:
-    """Why a tensor the interpreter would compute from constant shapes is refused: larger than
-    the memory budget (None: none is)."""
+    """Why a tensor the interpreter would make when it runs (FILL, BROADCAST_TO, TILE, RANGE:
+    `_made`) is refused: larger than the memory budget (None: none is)."""
     types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     for g, subgraph in enumerate(model.subgraphs):
-        for k, op in enumerate(subgraph.operators or []):
-            kind = op_name(model.operatorCodes[op.opcodeIndex], fb)
-            inputs = [int(t) for t in op.inputs]
-            if kind == "FILL":
-                dims = _constant(model, subgraph, inputs[0])
-            elif kind == "BROADCAST_TO" and len(inputs) > 1:
-                dims = _constant(model, subgraph, inputs[1])
-            elif kind == "TILE" and len(inputs) > 1:
-                times = _constant(model, subgraph, inputs[1])
-                shape = [int(d) for d in subgraph.tensors[inputs[0]].shape]
-                dims = (
-                    None if times is None or len(shape) != times.size else np.multiply(shape, times)
-                )
-            else:
-                continue
-            if dims is None or not len(op.outputs):
-                continue
-            out = subgraph.tensors[int(op.outputs[0])]
-            size = _BYTES.get(types.get(out.type, ""), 1)
-            nbytes = math.prod(max(int(d), 0) for d in np.ravel(dims)) * size
+        for k, (kind, t, dims) in _made(model, fb, g).items():
+            size = _BYTES.get(types.get(subgraph.tensors[t].type, ""), 1)
+            nbytes = math.prod(max(d, 0) for d in dims) * size
             if nbytes > memory:
                 return (
-                    f"op {k} of subgraph {g}, a {kind}, makes a tensor of {[int(d) for d in np.ravel(dims)]} "
+                    f"op {k} of subgraph {g}, a {kind}, makes a tensor of {dims} "
                     f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
                 )
     return None
+
+
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "ADD": lambda a, b: a + b,
+    "SUB": lambda a, b: a - b,
+    "MUL": lambda a, b: a * b,
+    "MAXIMUM": np.maximum,
+    "MINIMUM": np.minimum,
+}
+_PASSED = ("CAST", "RESHAPE", "SQUEEZE", "EXPAND_DIMS")  # the same numbers, another shape
+
+
+def _made(model: Any, fb: Any, g: int) -> dict[int, tuple[str, int, list[int]]]:
+    """The shape of each tensor of subgraph `g` that FILL, BROADCAST_TO, TILE or RANGE makes
+    where the file says it (by op: its kind, its output, its shape): their sizes read from the
+    integers the subgraph computes from its constants and the shapes it holds (SHAPE; ADD,
+    SUB, MUL, MAXIMUM, MINIMUM; PACK, CONCATENATION of scalars and vectors; CAST, RESHAPE,
+    SQUEEZE, EXPAND_DIMS), each wrapped to its tensor's type as the kernels compute it; a
+    RANGE's length as its kernel counts it (ceil(|limit - start| / |delta|))."""
+    subgraph = model.subgraphs[g]
+    held: dict[int, list[int]] = {}  # the shapes made so far
+    values: dict[int, list[int]] = {}  # the integers computed so far, flattened
+    made = {}
+
+    def value(t: int) -> list[int] | None:
+        if t in values:
+            return values[t]
+        found = _constant(model, subgraph, t)
+        return None if found is None else [int(v) for v in found]
+
+    def shape(t: int) -> list[int] | None:
+        if t in held:
+            return held[t]
+        tensor = subgraph.tensors[t]
+        dims = [int(d) for d in tensor.shape]
+        signature = tensor.shapeSignature
+        fed = g == 0 and t in [int(i) for i in subgraph.inputs]  # fed as the file declares it
+        return dims if fed or signature is None or all(d >= 0 for d in signature) else None
+
+    for k, op in enumerate(subgraph.operators):
+        kind = op_name(model.operatorCodes[op.opcodeIndex], fb)
+        inputs, outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+        if len(outputs) != 1 or any(t < 0 for t in inputs):
+            continue
+        out, got = outputs[0], None
+        if kind == "SHAPE" and inputs:
+            got = shape(inputs[0])
+        elif kind in _ARITHMETIC and len(inputs) == 2:
+            a, b = value(inputs[0]), value(inputs[1])
+            if a is not None and b is not None and (len(a) == len(b) or 1 in (len(a), len(b))):
+                got = [int(v) for v in _ARITHMETIC[kind](np.array(a, object), np.array(b, object))]
+        elif kind in ("PACK", "CONCATENATION") and inputs:
+            parts = [value(t) for t in inputs]
+            got = None if any(p is None for p in parts) else [v for p in parts for v in p or []]
+        elif kind in _PASSED and inputs:
+            got = value(inputs[0])
+        if got is not None:
+            values[out] = _wrapped(got, subgraph.tensors[out].type)
+            continue
+        dims = None
+        if kind == "FILL" and inputs:
+            dims = value(inputs[0])
+        elif kind == "BROADCAST_TO" and len(inputs) > 1:
+            dims = value(inputs[1])
+        elif kind == "TILE" and len(inputs) > 1:
+            base, times = shape(inputs[0]), value(inputs[1])
+            if base is not None and times is not None and len(base) == len(times):
+                dims = [a * b for a, b in zip(base, times, strict=True)]
+        elif kind == "RANGE" and len(inputs) == 3:
+            numbers = [_scalar_of(model, subgraph, values, t) for t in inputs]
+            if all(v is not None and math.isfinite(v) for v in numbers) and numbers[2]:
+                start, limit, delta = (v for v in numbers if v is not None)
+                dims = [
+                    int(abs(limit - start) + abs(delta) - 1) // int(abs(delta))
+                    if all(isinstance(v, int) for v in numbers)
+                    else math.ceil(abs((limit - start) / delta))
+                ]
+        if dims is not None:
+            held[out] = dims
+            made[k] = (kind, out, dims)
+    return made
+
+
+def _scalar_of(model: Any, subgraph: Any, values: dict[int, list[int]], t: int) -> float | None:
+    """The one number tensor `t` holds: computed (`_made`) or a constant, integer or float."""
+    if t in values:
+        return values[t][0] if len(values[t]) == 1 else None
+    found = _constant(model, subgraph, t, floats=True)
+    return None if found is None or found.size != 1 else found.reshape(()).item()
+
+
+def _wrapped(numbers: list[int], kind: int) -> list[int]:
+    """Integers as a tensor of schema type `kind` holds them: an int32's modulo 2^32."""
+    bits = {_INT32: 32, _INT64: 64}.get(kind)
+    if bits is None:
+        return numbers
+    return [(v + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1) for v in numbers]
 
 
 def _ops_problem(model: Any, fb: Any) -> str | None:
