@@ -1522,9 +1522,60 @@ def _fill_computed(model, fb):
     sub.operators.insert(0, op)
 
 
+def _bounded_by_a_made_int8(n: int):
+    def change(model, fb):
+        """The loop file's WHILE bounded by the rows of an int8 tensor it carries, which a FILL
+        makes [n] when it runs (declared [1], its rows open): `SHAPE -> STRIDED_SLICE` of it, a
+        loop variable the body passes on unchanged, the cond's limit."""
+        from tests.test_tflite_converters import _carry, _counter_and_limit, _loops, _op, _tensor
+
+        main = model.subgraphs[0]
+        ((loop, cond, body),) = _loops(model, fb)
+        dims = _tensor(model, fb, main, "dims", data=np.array([n], np.int32))
+        zero = _tensor(model, fb, main, "zero", data=np.array(0, np.int32).reshape(()))
+        main.tensors[zero].type = fb.TensorType.INT8
+        model.buffers[main.tensors[zero].buffer].data = np.zeros(1, np.uint8)
+        made, shape, length = (
+            _tensor(model, fb, main, name, data=np.zeros(1, np.int32))
+            for name in ("made", "shape", "length")
+        )
+        main.tensors[made].type, main.tensors[made].shapeSignature = (
+            fb.TensorType.INT8,
+            np.array([-1], np.int32),
+        )
+        main.tensors[length].shape = np.array([], np.int32)
+        for t in (made, shape, length):
+            main.tensors[t].buffer = 0  # (computed: no data)
+        begin, end, strides = (
+            _tensor(model, fb, main, f"slice_{k}", data=np.array([v], np.int32))
+            for k, v in enumerate((0, 1, 1))
+        )
+        options, out_type = fb.StridedSliceOptionsT(), fb.ShapeOptionsT()
+        options.shrinkAxisMask, out_type.outType = 1, fb.TensorType.INT32
+        main.operators[0:0] = [
+            _op(model, fb, main, "FILL", [dims, zero], [made]),
+            _op(model, fb, main, "SHAPE", [made], [shape], out_type, fb.BuiltinOptions.ShapeOptions),
+            _op(model, fb, main, "STRIDED_SLICE", [shape, begin, end, strides], [length], options,
+                fb.BuiltinOptions.StridedSliceOptions),
+        ]  # fmt: skip
+        _carry(model, fb, (loop, cond, body), made)
+        limit, _ = _carry(model, fb, (loop, cond, body), length)
+        constant = int(_counter_and_limit(model, fb, cond)[0].inputs[1])
+        for o in cond.operators:
+            if len(o.inputs) == 2 and int(o.inputs[1]) == constant:
+                o.inputs = np.array([o.inputs[0], limit], np.int32)
+
+    return change
+
+
 @pytest.mark.parametrize(
     "name, change, says",
     [
+        (
+            "loop",
+            _bounded_by_a_made_int8(100_000),
+            "the WHILE loop of op 4 of subgraph 0 runs 100,000 iterations, each copying the 100,",
+        ),
         (
             "loop",
             _carries_int8(10_000),
@@ -1548,8 +1599,9 @@ def test_what_a_file_makes_when_it_runs_is_checked_against_the_budget(
     lite, tmp_path, name, change, says
 ):
     """A loop whose iterations copy what it carries past the budget (n iterations of an int8
-    [n] it carries: n^2 bytes), a RANGE and a FILL of computed dimensions larger than the
-    memory budget are one line before the interpreter is built (before: accepted, then run)."""
+    [n] it carries: n^2 bytes; bounded by a constant, or by the rows of an int8 a FILL makes
+    when it runs), a RANGE and a FILL of computed dimensions larger than the memory budget
+    are one line before the interpreter is built (before: accepted, then run)."""
     from recorders.errors import ModelFormatError
     from tracer.load.tflite_check import checked
 
