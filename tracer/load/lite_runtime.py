@@ -195,10 +195,12 @@ def _fields(fb: Any, table: str) -> tuple[tuple[str, str, str], ...]:
     """The fields of the schema's table `table`, as its object API (`<table>T`) reads them:
     (accessor, kind, union) with kind `numbers` (a vector of numbers), `vector` (of tables
     or strings), `union` (a table of the union `union`: the one whose `...Creator` the
-    object API calls for it) or `one` (a number, a string or a table)."""
+    object API calls for it) or `one` (a string or a table); numbers, which read no bytes
+    of their own, are left out."""
     unpack = getattr(fb, f"{table}T")
     names = list(unpack._UnPack.__code__.co_names)
-    attrs = list(vars(unpack()))
+    defaults = vars(unpack())
+    attrs = list(defaults)
     fields = []
     for attr in attrs:
         accessor = attr[0].upper() + attr[1:]
@@ -210,7 +212,7 @@ def _fields(fb: Any, table: str) -> tuple[tuple[str, str, str], ...]:
             fields.append((accessor, "numbers", ""))
         elif hasattr(getattr(fb, table), f"{accessor}Length"):
             fields.append((accessor, "vector", ""))
-        else:
+        elif defaults[attr] is None:  # a number's default is a number
             fields.append((accessor, "one", ""))
     return tuple(fields)
 
