@@ -207,6 +207,23 @@ def test_parallel_runs_refuse_what_they_cannot_honour(job, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_job_its_tasks_refuse_says_one_line(job, tmp_path):
+    """A job whose tasks refuse a file as they start (lengths below zero) prints the error
+    alone, progress shown or not (before: the progress bar's first line came before it)."""
+    argv, _ = job
+    lengths = tmp_path / "lengths.npy"
+    np.save(lengths, np.full(SEQUENCES, -1))
+    shown = [a for a in argv if a != "--quiet"]
+    refused = gatetrace(
+        *shown, "--lengths", str(lengths), "--workers", "2", "--out", str(tmp_path / "o")
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(
+        "gatetrace: error: lengths: expected 300 non-negative integers"
+    )
+
+
 def test_record_parallel_takes_any_executor(job, tmp_path):
     """The Python API on an executor the caller made and owns (here two threads of this process)."""
     from concurrent.futures import ThreadPoolExecutor

@@ -205,8 +205,9 @@ def record_parallel(args, selection, memory) -> None:
 
     def progress(n: int, total: int) -> None:
         nonlocal bar
-        # once the folder is ready: nothing shows for a job refused before
-        if bar is None and not args.quiet:
+        # once sequences are recorded: nothing shows for a job its tasks refuse as they start
+        # (a file, a model), whose one line is the error
+        if bar is None and not args.quiet and n > 0:
             from tracer.run.bar import progress_bar  # imports no TensorFlow
 
             bar = progress_bar(total, True, "recording, in tasks")
