@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_gate_analysis.ipynb", "03_training.ipynb"]
+NAMES = [
+    "01_quickstart.ipynb",
+    "02_gate_analysis.ipynb",
+    "03_training.ipynb",
+    "04_holding_a_unit.ipynb",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -265,3 +270,65 @@ def test_training_notebook_computes_what_numpy_computes(tmp_path, monkeypatch):
         assert got["right"][k] == pytest.approx((f > 0.9).mean(axis=(0, 1)).mean(), abs=1e-12)
         assert got["left"][k] == pytest.approx((f < 0.1).mean(axis=(0, 1)).mean(), abs=1e-12)
     assert got["right"][-1] > got["right"][0]  # training opened the forget gates
+
+
+@pytest.mark.e2e
+def test_holding_notebook_agrees_with_the_model_whose_weights_no_longer_read_the_unit(
+    tmp_path, monkeypatch
+):
+    """Every column of the notebook's table, recomputed by TensorFlow running the checkpoint
+    the notebook trained: as it is, and with the ablated unit's rows zeroed in every matrix
+    that reads its output (its own recurrent rows, and the layer above's input rows or the
+    softmax's), which is what holding its h at 0 at every step computes."""
+    got = run_notebook(
+        "04_holding_a_unit.ipynb",
+        tmp_path,
+        monkeypatch,
+        """{
+        "results": {k: {m: float(v) for m, v in r.items()} for k, r in results.items()},
+        "held": {k: [c, int(u)] for k, (c, u) in held.items()},
+        "inputs": inputs.tolist(), "number": number.tolist(), "attractor": attractor.tolist(),
+        "note": found.notes()[0],
+    }""",
+    )
+    from tracer._tf import tf, v1
+
+    inputs, number = np.array(got["inputs"]), np.array(got["number"])
+    attractor = np.array(got["attractor"], bool)
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as session:
+        v1.train.import_meta_graph(str(tmp_path / "holding" / "lm.ckpt.meta")).restore(
+            session, str(tmp_path / "holding" / "lm.ckpt")
+        )
+        variables = {v.op.name: v for v in v1.global_variables()}
+        kernels = [variables[f"rnn/multi_rnn_cell/cell_{k}/basic_lstm_cell/kernel"] for k in (0, 1)]
+        softmax = variables["softmax/kernel"]
+        saved = session.run([*kernels, softmax])
+
+        def agreement(edits):
+            for variable, value in zip([*kernels, softmax], saved, strict=True):
+                variable.load(value, session)
+            for variable, row in edits:
+                value = session.run(variable)
+                value[row] = 0
+                variable.load(value, session)
+            logits = session.run("logits:0", {"tokens:0": inputs})[:, -1]
+            m = (logits[:, 12] - logits[:, 13]) * np.where(number == 0, 1, -1)
+            return {
+                "accuracy": (m > 0).mean(),
+                "with an attractor": (m[attractor] > 0).mean(),
+                "without": (m[~attractor] > 0).mean(),
+                "median margin": np.median(m),
+            }
+
+        expected = {"model": agreement([])}
+        for name, (cell, unit) in got["held"].items():
+            layer = int(cell.split("/")[-2][-1])
+            below = 8 if layer == 0 else 12  # the layer's input: the embedding, or layer 0's h
+            above = (kernels[1], unit) if layer == 0 else (softmax, unit)
+            expected[name + " ablated"] = agreement([(kernels[layer], below + unit), above])
+    assert set(got["results"]) == set(expected) and len(expected) == 4
+    for name, columns in expected.items():
+        for metric, value in columns.items():
+            assert got["results"][name][metric] == pytest.approx(value, abs=2e-3), (name, metric)
+    assert "held inside the model (rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:" in got["note"]

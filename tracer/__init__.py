@@ -32,6 +32,7 @@ from recorders.write.progress import Shard
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, from the same modules
     from tracer.cells.found import Cell, KerasCell, LiteCell, Step
+    from tracer.cells.holds import Hold, parse_hold
     from tracer.cells.kinds import SPECS, CellSpec, spec_for
     from tracer.cells.reference import run_cell
     from tracer.find.graph import find_cells
@@ -96,6 +97,8 @@ _LAZY = {
     "read_weights": "tracer.values.weights",
     "gate_weights": "tracer.values.weights",
     "weights_columns": "tracer.values.weights",
+    "Hold": "tracer.cells.holds",
+    "parse_hold": "tracer.cells.holds",
 }
 
 
@@ -153,4 +156,6 @@ __all__ = [
     "read_weights",
     "gate_weights",
     "weights_columns",
+    "Hold",
+    "parse_hold",
 ]
