@@ -480,3 +480,19 @@ def test_the_readme_duckdb_query_reads_the_dataset(long_run):
     assert got["step"].tolist() == list(range(30))
     np.testing.assert_allclose(got["forget"], want["mean"], rtol=1e-6)
     np.testing.assert_allclose(got["saturated"], want.iloc[:, 1], rtol=1e-6)
+
+
+def test_a_resume_with_other_steps_names_them(long_run, tmp_path, capsys):
+    """A resume given other --steps than the recording's is refused naming the flag and its
+    value (before: "different cells", the cells' steps being what differed first)."""
+    argv, clean = long_run
+    out = tmp_path / "out"
+    shutil.copytree(clean, out)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out), "--batch-size", "2", "--steps", "0:3", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (
+        "holds another recording (it was recorded with no --steps, this run gives --steps 0:3: "
+        "leave --steps out)" in err
+    ), err
+    assert main([*argv, "--out", str(out), "--batch-size", "2", "--resume"]) == 0  # as it says

@@ -403,3 +403,34 @@ def test_a_series_resumed_with_other_inputs_or_options_is_refused(tmp_path, monk
         assert not (out / "checkpoint=4").exists(), change
     assert main([*base, *began, "--resume"]) == 0
     assert Series(out).complete == [2, 4, 6]
+
+
+def test_a_series_refused_in_its_first_checkpoint_suggests_what_works(
+    tmp_path, monkeypatch, capsys
+):
+    """A series stopped within its first checkpoint, resumed with other inputs, is refused in
+    one line that suggests only what works: another folder, or removing the series (before:
+    --overwrite, which --checkpoints refuses); done, the series records."""
+    import shutil
+
+    from tests.test_resume import interrupted
+    from tracer.cli import main
+
+    run = tmp_path / "run"
+    train_tf1(run)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "other.npy", X + 1.0)
+    out = tmp_path / "s"
+    base = ["record", str(run), "--checkpoints", "all", "--quiet", "--batch-size", "2"]
+    began = [*base, "--feed", f"x={tmp_path / 'x.npy'}", "--out", str(out)]
+    assert interrupted(began, monkeypatch) == 130
+    assert Series(out).complete == [] and (out / "checkpoint=2" / "_progress").is_dir()
+    capsys.readouterr()
+    other = [*base, "--feed", f"x={tmp_path / 'other.npy'}", "--out", str(out), "--resume"]
+    assert main(other) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--overwrite" not in err, err
+    assert err.endswith(f"; choose another folder, or remove the series {out} to record it again\n")
+    shutil.rmtree(out)  # as it says
+    assert main(other[:-1]) == 0
+    assert Series(out).complete == [2, 4, 6]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recorders.errors import OutputExistsError, RecordingError, listing, option
@@ -35,6 +36,7 @@ from recorders.write.files import (
 from recorders.write.layout import UNREADABLE
 from recorders.write.place import LocalPlace, Place, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
+from recorders.write.series import SERIES_FILE
 from recorders.write.swap import (
     hold_every_lock,
     hold_lock,
@@ -73,6 +75,9 @@ class Target:
     def start_again(self) -> str:
         """How to record the folder afresh, in words that work for this kind of place."""
         if self.place.local:
+            series = Path(self.shown).parent  # a series' recordings are recorded again with it
+            if (series / SERIES_FILE).is_file():
+                return f"remove the series {series} to record it again"
             return f"pass {option('overwrite')} to record it again"
         return "remove it first (aws s3 rm --recursive, gsutil rm -r) to record it again"
 

@@ -82,7 +82,7 @@ class SummaryWriter(RecordingWriter):
                     self.abort()
                     raise RecordingError(
                         f"{self._shown(rel)} is missing, yet {self.complete.total():,} examples are marked complete; "
-                        f"record the summary again with --overwrite"
+                        f"{self._where.start_again}"
                     ) from None
                 self.totals, self.complete = read_totals(data, self.summary, self._shown(rel))
                 self._on_disk = Intervals(self.complete.pairs())
