@@ -295,3 +295,26 @@ def test_the_local_dask_cluster_refuses_a_foreign_client():
                 # the server ends the connection of a client without a certificate
                 if not conn.recv(1):
                     raise ConnectionResetError("closed")
+
+
+@pytest.mark.parametrize("error", ["timeout", "memory"])
+def test_a_failing_task_suggests_what_resumes_the_job(tmp_path, error):
+    """A task of a job (a shard cut at the batch size) whose batch fails says that the job's
+    sequences are kept and suggests only what resumes it (before: "the 0 sequences recorded
+    before are kept", the task's own count, and a smaller --batch-size, which the job's resume
+    refuses: its tasks are cut at the batch size it began with)."""
+    from recorders import RecordingWriter, Shard
+    from recorders.errors import RunTimeout
+    from tracer.run.stopping import failed_batch
+
+    writer = RecordingWriter(
+        tmp_path / "out", {"cells": [{"name": "a/b"}]}, shard=Shard(1, 3, 4), examples=(0, 24)
+    )
+    cause = RunTimeout("the run took too long") if error == "timeout" else MemoryError()
+    said = str(failed_batch({"x": np.zeros((4, 3))}, cause, writer))
+    writer.abort()
+    assert "the sequences the job's tasks recorded are kept" in said and " 0 sequences" not in said
+    if error == "timeout":
+        assert said.endswith("kept: rerun with a larger --timeout and --resume"), said
+    else:
+        assert "rerun with fewer --workers and --resume, or record into a new folder" in said, said

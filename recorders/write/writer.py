@@ -231,6 +231,8 @@ class RecordingWriter:
         done = self.complete.total()
         if not done and not self.resumed and self.shard.count == 1:
             return "nothing was recorded", ""
+        if self.shard.unit > 1:  # a task of a job (`tracer.run.parallel`): the job is resumed
+            return "the sequences the job's tasks recorded are kept", "--resume"
         return f"the {done:,} sequences recorded before are kept", "--resume"
 
     def remaining(self) -> list[tuple[int, int | None]]:

@@ -60,10 +60,11 @@ def failed_batch(
     size = max((len(v) for v in batch.values() if np.ndim(v)), default=0)
     kept, flag = writer.kept()
     then = f" and {flag}" if flag else ""
+    # a job of tasks (--workers) resumes only with the batch size it began with
+    task = writer.shard.unit > 1
     if isinstance(err, RunTimeout):
-        return RunTimeout(
-            f"{err}; {kept}: rerun with a larger --timeout (or a smaller --batch-size){then}"
-        )
+        smaller = "" if task else " (or a smaller --batch-size)"
+        return RunTimeout(f"{err}; {kept}: rerun with a larger --timeout{smaller}{then}")
     fixed = _fixed_allocation(err, size)
     if fixed:
         return RecordingError(
@@ -73,6 +74,12 @@ def failed_batch(
         return RecordingError(
             f"running the model on a single sequence does not fit in memory ({type(err).__name__}): the model itself needs "
             f"more than this machine has; {kept}"
+        )
+    if task:
+        return RecordingError(
+            f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with fewer "
+            f"--workers{then}, or record into a new folder with a smaller --batch-size (a job resumes with the "
+            "batch size it began with)"
         )
     return RecordingError(
         f"a batch of {size} sequences does not fit in memory ({type(err).__name__}); {kept}: rerun with a smaller --batch-size{then}"
