@@ -318,3 +318,21 @@ def test_a_failing_task_suggests_what_resumes_the_job(tmp_path, error):
         assert said.endswith("kept: rerun with a larger --timeout and --resume"), said
     else:
         assert "rerun with fewer --workers and --resume, or record into a new folder" in said, said
+
+
+def test_a_task_refusing_its_folder_suggests_removing_it(tmp_path):
+    """A task of a job refusing the folder it is given (another recording there) suggests
+    removing it (before: --overwrite, which --workers refuses)."""
+    from recorders import RecordingWriter, Shard
+    from recorders.errors import OutputExistsError
+
+    out = tmp_path / "out"
+    RecordingWriter(
+        out, {"cells": [{"name": "a/b"}]}, shard=Shard(0, 3, 4), examples=(0, 24)
+    ).abort()
+    with pytest.raises(OutputExistsError) as refused:
+        RecordingWriter(
+            out, {"cells": [{"name": "c/d"}]}, shard=Shard(1, 3, 4), examples=(0, 24), resume=True
+        )
+    said = str(refused.value)
+    assert said.endswith(f"choose another folder, or remove {out} to record it again"), said

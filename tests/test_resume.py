@@ -496,3 +496,37 @@ def test_a_resume_with_other_steps_names_them(long_run, tmp_path, capsys):
         "leave --steps out)" in err
     ), err
     assert main([*argv, "--out", str(out), "--batch-size", "2", "--resume"]) == 0  # as it says
+
+
+def test_an_input_refused_midway_suggests_what_records_it_fixed(long_run, tmp_path, capsys):
+    """An input refused at a row past the batches recorded (an integer float32 cannot hold)
+    suggests recording the fixed input afresh, which works (before: fix it and rerun with
+    --resume, which refuses a fixed input as another input)."""
+    argv, _ = long_run
+    model = argv[1]
+    x = np.ones((6, 30, 4), np.int64)
+    x[3, 1, 0] = 2**24 + 1
+    path, out = tmp_path / "x.npy", tmp_path / "out"
+    np.save(path, x)
+    run = [
+        "record",
+        model,
+        "--feed",
+        f"x={path}",
+        "--quiet",
+        "--batch-size",
+        "1",
+        "--out",
+        str(out),
+    ]
+    capsys.readouterr()
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith(
+        "; fix the input, then record it into another folder, or pass --overwrite to record it again "
+        "(a recording resumes only on the inputs it began with)\n"
+    ), err
+    x[3, 1, 0] = 1
+    np.save(path, x)
+    assert main([*run, "--overwrite"]) == 0  # as it says
+    assert json.loads((out / "manifest.json").read_text())["examples"] == 6

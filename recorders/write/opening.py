@@ -70,6 +70,8 @@ class Target:
     # the locks of the recording replaced, and the lock files taken to hold them
     replaced_locks: list[int] = field(default_factory=list)
     created_locks: list[str] = field(default_factory=list)
+    # written by a job's tasks (--workers, --engine), which take no --overwrite
+    job: bool = False
 
     @property
     def start_again(self) -> str:
@@ -78,6 +80,8 @@ class Target:
             series = Path(self.shown).parent  # a series' recordings are recorded again with it
             if (series / SERIES_FILE).is_file():
                 return f"remove the series {series} to record it again"
+            if self.job:
+                return f"remove {self.shown} to record it again"
             return f"pass {option('overwrite')} to record it again"
         return "remove it first (aws s3 rm --recursive, gsutil rm -r) to record it again"
 

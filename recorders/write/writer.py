@@ -127,6 +127,7 @@ class RecordingWriter:
                 f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}"
             )
         self._where = for_writing(out, overwrite)
+        self._where.job = shard.unit > 1  # a task of a job (`tracer.run.parallel`)
         self.place = self._where.place
         # the recording's folder as the user named it, and the folder written into (a hidden
         # sibling when replacing one: see `close`); in object storage, the place itself
@@ -220,6 +221,11 @@ class RecordingWriter:
     def _shown(self, rel: str) -> str:
         """A file of the recording as the user knows it: below --out (not the sibling --overwrite writes)."""
         return f"{self.target}/{rel}"
+
+    @property
+    def start_again(self) -> str:
+        """How to record the recording afresh, in words that work for it (`Target.start_again`)."""
+        return self._where.start_again
 
     def kept(self) -> tuple[str, str]:
         """What a failure now leaves, in words, and the flag a rerun continues with ("" for none)."""

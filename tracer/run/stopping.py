@@ -48,6 +48,11 @@ def reading(batches, writer: RecordingWriter | SummaryWriter, settle: Callable[[
     except FeedError as err:
         settle()
         kept, flag = writer.kept()
+        if flag == "--resume":  # a fixed input is another input: a resume refuses it
+            raise FeedError(
+                f"{err}; fix the input, then record it into another folder, or {writer.start_again} (a recording "
+                "resumes only on the inputs it began with)"
+            ) from None
         raise FeedError(
             f"{err}; {kept}: fix the input and rerun{' with ' + flag if flag else ''}"
         ) from None
