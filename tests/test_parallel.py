@@ -336,3 +336,22 @@ def test_a_task_refusing_its_folder_suggests_removing_it(tmp_path):
         )
     said = str(refused.value)
     assert said.endswith(f"choose another folder, or remove {out} to record it again"), said
+
+
+def test_a_job_refusing_a_folder_of_other_files_suggests_another_path(tmp_path):
+    """A job's folder holding files gatetrace did not write is refused naming them, suggesting
+    another path (before: --overwrite, which --workers refuses)."""
+    from recorders.errors import OutputExistsError
+    from recorders.write import create_folder
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    with pytest.raises(OutputExistsError) as refused:
+        create_folder(taken)
+    said = str(refused.value)  # (the API names its argument out=, the command line --out)
+    assert said.endswith(
+        f"{taken}' holds what gatetrace did not write (notes.txt); choose another path"
+    )
+    assert "overwrite" not in said
+    assert create_folder(tmp_path / "another") and (tmp_path / "another").is_dir()

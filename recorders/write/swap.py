@@ -16,7 +16,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from recorders.errors import OutputExistsError, RecordingError, option
+from recorders.errors import OutputExistsError, RecordingError, listing, option
 from recorders.write.files import foreign_entries, refuse_links, refuse_non_folder
 from recorders.write.folder import Folder, temporary_of
 from recorders.write.layout import ROOT_ENTRIES
@@ -110,9 +110,10 @@ def create_folder(out: str | os.PathLike) -> bool:
     Returns whether the folder was created."""
     place = place_of(out)
     if not isinstance(place, LocalPlace):
-        if any(not (name in RECORDING or ours(name)) for name in place.entries()):
+        others = [name for name in place.entries() if not (name in RECORDING or ours(name))]
+        if others:  # (a job takes no --overwrite)
             raise OutputExistsError(
-                f"{option('out', out)} exists and is not empty; choose another path or pass {option('overwrite')}"
+                f"{option('out', out)} holds what gatetrace did not write ({listing(others, 5)}); choose another path"
             )
         return False
     folder = place.path.resolve()
@@ -121,7 +122,7 @@ def create_folder(out: str | os.PathLike) -> bool:
     foreign = not_a_recording(folder) if folder.is_dir() else []
     if foreign:
         raise OutputExistsError(
-            f"{option('out', folder)} exists and is not empty; choose another path or pass {option('overwrite')}"
+            f"{option('out', folder)} holds what gatetrace did not write ({listing(foreign, 5)}); choose another path"
         )
     created = not folder.exists()
     try:
