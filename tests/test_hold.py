@@ -44,20 +44,22 @@ def model(tmp_path_factory):
     return path, built
 
 
-FLAVOURS = ("static_rnn", "dynamic_rnn-v2", "dynamic_rnn-v1")
+FLAVOURS = ("static_rnn", "dynamic_rnn-v2", "dynamic_rnn-v1", "dynamic_rnn-v1-frozen")
 
 
 @pytest.fixture(scope="module", params=FLAVOURS)
 def every_model(request, tmp_path_factory):
     """The network as TF1 scripts built it: unrolled, or in a while loop of either control flow."""
-    if request.param.endswith("v1"):
+    if "-v1" in request.param:
         v1.disable_control_flow_v2()
     try:
         body = _two_layers if request.param == "static_rnn" else _in_a_loop
         built = build(body, steps=STEPS, features=FEATURES, seed=3)
     finally:
         v1.enable_control_flow_v2()
-    path = save(built, "checkpoint", tmp_path_factory.mktemp("hold"))
+    # a frozen TF1 loop leaves its states' widths open (Merge): the cell says them
+    fmt = "frozen" if request.param.endswith("frozen") else "checkpoint"
+    path = save(built, fmt, tmp_path_factory.mktemp("hold"))
     return path, built, request.param
 
 
@@ -116,6 +118,11 @@ CASES = {
         [(1, "f", 2, 1.0, False, (2, STEPS))],
     ),
     # two holds: memory halved at steps 1 and 2, an input gate closed at step 3
+    # the same hold twice: applied twice, in order
+    "c-scaled-twice": (
+        ["cell_0/basic_lstm_cell:c:0=x0.5", "cell_0/basic_lstm_cell:c:0=x0.5"],
+        [(0, "c", 0, 0.5, True, (0, STEPS)), (0, "c", 0, 0.5, True, (0, STEPS))],
+    ),
     "c-scaled-and-i-set": (
         ["cell_0/basic_lstm_cell:c:0=x0.5@1:3", "cell_0/basic_lstm_cell:i:0,2=0@3"],
         [(0, "c", 0, 0.5, True, (1, 3)), (0, "i", [0, 2], 0.0, False, (3, 4))],
@@ -129,7 +136,7 @@ def test_held_values_are_those_of_the_documented_equations_with_the_hold(
 ):
     path, built, flavour = every_model
     specs, holds = CASES[case]
-    if flavour.endswith("v1") and any("@" in s for s in specs):
+    if "-v1" in flavour and any("@" in s for s in specs):
         with pytest.raises(SelectionError, match="leave @STEPS out"):
             _record(path, inputs, tmp_path / "run", specs)
         return
@@ -240,6 +247,11 @@ def test_a_hold_that_does_not_fit_the_model_is_one_line(model, inputs, tmp_path,
         ("cell:h:1=0@5:2", "hold nothing"),
         ("cell:h:1=0@x", "expected STEPS"),
         ("cell:f.pre.pre:1=0", "expected WHAT"),
+        ("cell:h:1=0@2:4294967300", "steps are numbered 0 to 2147483647"),
+        ("cell:h:1=0@99999999999999999999:", "steps are numbered 0 to 2147483647"),
+        ("cell:h:0-1048576=0", "names units past 1048575"),
+        ("cell:h:" + ",".join(f"0-{2**19}" for _ in range(3)) + "=0", "names units past 1048575"),
+        ("nope\nX:h:1=0", "found a control character"),
     ],
 )
 def test_a_malformed_hold_is_refused_before_anything_loads(spec, said):
@@ -248,8 +260,12 @@ def test_a_malformed_hold_is_refused_before_anything_loads(spec, said):
 
 
 def test_a_hold_is_spelled_one_way():
-    assert parse_hold("c:f:7,2-3=1@2:").describe() == "c:f:2,3,7=1@2:"
+    assert parse_hold("c:f:7,2-3=1@2:").describe() == "c:f:2-3,7=1.0@2:"
     assert parse_hold("c:c:all=x0.5@4") == Hold("c", "c", None, 0.5, True, (4, 5))
+    # the value exactly as given: two holds that differ in the 7th digit are two holds
+    assert parse_hold("c:c:1=0.5000001").describe() == "c:c:1=0.5000001"
+    assert parse_hold("c:c:1=x1.0000001").describe() == "c:c:1=x1.0000001"
+    assert parse_hold("c:h:1=0@0:") == parse_hold("c:h:1=0")  # from the first step: every step
 
 
 def test_every_reader_says_a_recording_was_held(model, inputs, tmp_path):
@@ -261,7 +277,7 @@ def test_every_reader_says_a_recording_was_held(model, inputs, tmp_path):
     np.save(tmp_path / "x.npy", inputs)
     feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--quiet"]
     spec = "cell_0/basic_lstm_cell:h:1=0"
-    full = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:1=0"
+    full = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:1=0.0"
     for name, extra in (("base", []), ("held", ["--hold", spec])):
         done = run_cli("record", path, *feed, "--out", str(tmp_path / name), *extra)
         assert done.returncode == 0, done.stderr
@@ -368,3 +384,135 @@ def test_verify_with_a_hold_is_one_line(model, inputs, tmp_path):
         "--quiet",
     )
     assert done.returncode == 2 and "--verify with --hold" in done.stderr, done.stderr
+
+
+def test_an_output_the_hold_replaces_is_recorded_held(model, inputs, tmp_path):
+    """static_rnn's last output is the cell's last h itself: named as an output, it is the
+    held value the model's later ops read, not the value before the hold."""
+    path, _ = model
+    with tracer.load_model(path) as m:
+        (cell,) = [c for c in tracer.find_all(m) if c.name == LAYERS[1]]
+        last_h = cell.steps[-1].states[cell.spec.states.index("h")]
+        tracer.record(
+            m,
+            {"x": inputs},
+            tmp_path / "run",
+            outputs=(last_h,),
+            holds=(parse_hold("cell_1/basic_lstm_cell:h:all=0@4"),),
+        )
+    rec = Recording(tmp_path / "run")
+    assert (rec.output_frame(last_h)["value"] == 0).all()
+    assert (read_state(tmp_path / "run", LAYERS[1], "h")[:, -1] == 0).all()
+
+
+def _open_length(x):
+    cells = [v1.nn.rnn_cell.BasicLSTMCell(UNITS) for _ in LAYERS]
+    outputs, _ = v1.nn.dynamic_rnn(v1.nn.rnn_cell.MultiRNNCell(cells), x, dtype=tf.float32)
+    return [outputs[:, -1]]
+
+
+def test_a_hold_past_the_steps_a_loop_runs_is_one_line(inputs, tmp_path):
+    """A loop whose length only the fed sequences set: a hold from step 50 of 5 holds nothing."""
+    built = build(_open_length, steps=None, features=FEATURES, seed=3)
+    path = save(built, "checkpoint", tmp_path)
+    np.save(tmp_path / "x.npy", inputs)
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--hold",
+        "cell_0/basic_lstm_cell:h:0=0@50:",
+    )
+    assert done.returncode == 2 and "whose loop ran steps 0 to 4" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+    done = run_cli(
+        "record",
+        path,
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--hold",
+        "cell_0/basic_lstm_cell:h:0=0@3:",
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_resume_with_other_holds_names_them(model, inputs, tmp_path):
+    path, _ = model
+    np.save(tmp_path / "x.npy", inputs)
+    feed = ["--feed", f"x={tmp_path / 'x.npy'}", "--out", str(tmp_path / "run"), "--quiet"]
+    spec = "cell_0/basic_lstm_cell:h:1=0"
+    assert run_cli("record", path, *feed, "--hold", spec).returncode == 0
+    done = run_cli("record", path, *feed, "--resume")
+    full = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:1=0.0"
+    assert (
+        done.returncode == 2
+        and f"recorded with --hold '{full}', this run gives no --hold" in done.stderr
+    ), done.stderr
+
+
+def test_a_manifests_holds_are_printable_text(model, inputs, tmp_path):
+    path, _ = model
+    out = _record(path, inputs, tmp_path / "run", ["cell_0/basic_lstm_cell:h:1=0"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["held"] = ["x\x1b[31m\ngatetrace: error: fake"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 2 and "printable text" in done.stderr and "\x1b" not in done.stderr
+
+
+def test_units_says_the_recording_was_held(model, inputs, tmp_path):
+    path, _ = model
+    out = _record(path, inputs, tmp_path / "run", ["cell_0/basic_lstm_cell:h:1=0"])
+    np.save(tmp_path / "labels.npy", np.arange(len(inputs)) % 2)
+    said = run_cli("units", str(out), "--labels", str(tmp_path / "labels.npy"), "--top", "2").stdout
+    assert said.startswith(f"note: {out} was recorded with values held inside the model"), said
+
+
+def test_a_held_tensor_nothing_reads_is_one_line(tmp_path):
+    """A cell of one's own whose named state is an Identity beside the computation (the next
+    step reads the raw sum): holding it would change the recording and nothing the model
+    computes, the recording contradicting itself."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="x")
+        w = {k: v1.get_variable(f"my_lstm/W_{k}", [FEATURES + UNITS, UNITS]) for k in "ifoc"}
+        h = c = tf.zeros([tf.shape(x)[0], UNITS])
+        for t, x_t in enumerate(tf.unstack(x, axis=1)):
+            z = {k: tf.matmul(tf.concat([x_t, h], 1), w[k]) for k in "ifoc"}
+            i = tf.sigmoid(z["i"], name=f"my_lstm/input_gate_{t}")
+            f = tf.sigmoid(z["f"], name=f"my_lstm/forget_gate_{t}")
+            o = tf.sigmoid(z["o"], name=f"my_lstm/output_gate_{t}")
+            g = tf.tanh(z["c"], name=f"my_lstm/cell_gate_{t}")
+            c = f * c + i * g
+            tf.identity(c, name=f"my_lstm/c_state_{t}")  # named, read by nothing
+            h = tf.identity(o * tf.tanh(c), name=f"my_lstm/h_state_{t}")
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    np.save(tmp_path / "x.npy", np.ones((2, STEPS, FEATURES), np.float32))
+    done = run_cli(
+        "record",
+        str(tmp_path / "model.ckpt"),
+        "--feed",
+        f"x={tmp_path / 'x.npy'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--hold",
+        "my_lstm:c:all=0",
+        "--gate-ops",
+        r"(?P<cell>my_lstm)/(?P<gate>\w+)_gate_(?P<step>\d+)",
+        "--state-ops",
+        r"(?P<cell>my_lstm)/(?P<state>[ch])_state_(?P<step>\d+)",
+    )
+    assert done.returncode == 2 and "no op of the model reads my_lstm/c_state_0:0" in done.stderr, (
+        done.stderr
+    )
+    assert not (tmp_path / "run").exists()

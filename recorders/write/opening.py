@@ -284,6 +284,13 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
     if isinstance(theirs.get("source"), dict) and isinstance(mine.get("source"), dict):
         if "runtime" not in theirs["source"]:
             mine["source"] = {k: v for k, v in mine["source"].items() if k != "runtime"}
+    # what was held names the held tensors among the cells': said first, as it was given
+    if theirs.get("held") != mine.get("held"):
+        said = [
+            " ".join(f"--hold '{h}'" for h in d.get("held") or ()) or "no --hold"
+            for d in (theirs, mine)
+        ]
+        return f"it was recorded with {said[0]}, this run gives {said[1]}"
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
             if (

@@ -189,8 +189,13 @@ def description_problem(d: Any) -> str | None:
     rows = d.get("rows", {})
     if not (isinstance(rows, dict) and all(_count(v, 0, _MAX_COUNT) for v in rows.values())):
         return "rows is not an object of row counts"
-    if "held" in d and not _names(d["held"], 1):
-        return f"held is {_shown(d['held'])}, expected the values held, as a list of text"
+    held = d.get("held", ["-"])
+    if not (
+        isinstance(held, list)
+        and 1 <= len(held) <= _MAX_NAMES
+        and all(isinstance(h, str) and h and h.isprintable() for h in held)
+    ):
+        return f"held is {_shown(held)}, expected the values held, as a list of printable text"
     if "outputs" in d:
         return _outputs_problem(d["outputs"])
     return None

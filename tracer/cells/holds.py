@@ -29,6 +29,8 @@ from recorders.errors import SelectionError
 __all__ = ["Hold", "parse_hold", "describe_holds"]
 
 FORMAT = "CELL:WHAT:UNITS=VALUE[@STEPS], e.g. 'lstm_cell:h:3,7=0' or 'lstm_cell:f:17=1@10:'"
+MAX_UNITS = 2**20  # units a hold may name, in all (no cell is wider)
+MAX_STEP = 2**31 - 1  # steps are int32, as a loop counts them
 _UNITS = re.compile(r"^(all|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 _STEPS = re.compile(r"^(\d*):(\d*)$|^(\d+)$")
 
@@ -59,9 +61,10 @@ class Hold:
         return (start is None or position >= start) and (stop is None or position < stop)
 
     def describe(self) -> str:
-        """The hold as `--hold` takes it, in one spelling (units sorted, ranges written out)."""
-        units = "all" if self.units is None else ",".join(str(u) for u in self.units)
-        value = f"x{self.value:g}" if self.scale else f"{self.value:g}"
+        """The hold as `--hold` takes it, in one spelling: units sorted, runs as ranges, the
+        value exact (`repr` of the float it was parsed to)."""
+        units = "all" if self.units is None else _runs(self.units)
+        value = f"x{self.value!r}" if self.scale else repr(self.value)
         start, stop = self.steps
         steps = (
             ""
@@ -71,6 +74,17 @@ class Hold:
         return f"{self.cell}:{self.what}:{units}={value}{steps}"
 
 
+def _runs(units: Sequence[int]) -> str:
+    """`0,1,2,5` -> `0-2,5`."""
+    runs: list[list[int]] = []
+    for u in units:
+        if runs and u == runs[-1][1] + 1:
+            runs[-1][1] = u
+        else:
+            runs.append([u, u])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
 def _units(text: str, spec: str) -> tuple[int, ...] | None:
     if not _UNITS.match(text):
         raise SelectionError(
@@ -78,16 +92,17 @@ def _units(text: str, spec: str) -> tuple[int, ...] | None:
         )
     if text == "all":
         return None
-    units: set[int] = set()
+    ranges = []
     for part in text.split(","):
         first, _, last = part.partition("-")
         lo, hi = int(first), int(last or first)
         if hi < lo:
             raise SelectionError(f"--hold {spec}: the unit range {part} ends before it starts")
-        if hi - lo > 2**20:
-            raise SelectionError(f"--hold {spec}: the unit range {part} is wider than any cell")
-        units.update(range(lo, hi + 1))
-    return tuple(sorted(units))
+        ranges.append((lo, hi))
+    # counted before any is listed: no cell has more units
+    if max(hi for _, hi in ranges) >= MAX_UNITS or sum(hi - lo + 1 for lo, hi in ranges) > MAX_UNITS:
+        raise SelectionError(f"--hold {spec}: it names units past {MAX_UNITS - 1}, more than any cell has")
+    return tuple(sorted({u for lo, hi in ranges for u in range(lo, hi + 1)}))
 
 
 def _value(text: str, spec: str) -> tuple[float, bool]:
@@ -112,17 +127,22 @@ def _steps(text: str, spec: str) -> tuple[int | None, int | None]:
         raise SelectionError(
             f"--hold {spec}: expected STEPS as 10: (from 10 on), 3:7 (3 to 6) or 5, found {text!r}"
         )
+    numbers = [int(g) for g in found.groups() if g]
+    if any(n > MAX_STEP for n in numbers):
+        raise SelectionError(f"--hold {spec}: steps are numbered 0 to {MAX_STEP}; found {text!r}")
     if found.group(3) is not None:
         return int(found.group(3)), int(found.group(3)) + 1
     start = int(found.group(1)) if found.group(1) else None
     stop = int(found.group(2)) if found.group(2) else None
     if start is not None and stop is not None and stop <= start:
         raise SelectionError(f"--hold {spec}: the steps {text} hold nothing (stop <= start)")
-    return start, stop
+    return (None if start == 0 else start), stop  # `0:` is every step from the first
 
 
 def parse_hold(spec: str) -> Hold:
     """One `--hold` value (see the module docstring); `SelectionError` naming what is wrong."""
+    if not spec.isprintable():
+        raise SelectionError(f"--hold {spec!r}: expected {FORMAT}, found a control character")
     body, at, steps = spec.partition("@")
     target, equals, value = body.rpartition("=")
     fields = target.split(":")

@@ -67,9 +67,12 @@ def arguments(c: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from recorders import Recording
     from recorders.read.labels import read_labels
+    from recorders.read.wording import held
 
     rec = Recording(args.run)
     labels = read_labels(args.labels, rec.memory)
+    if held(rec.description) and not args.json:  # the units scored are not the model's own
+        print(f"note: {args.run} was recorded with {held(rec.description)}")
     if args.probe:
         return _probe(rec, labels, args)
     from recorders.read.units import findings, unit_scores

@@ -190,6 +190,7 @@ def prepare(
     carry_state: bool = False,
     verify: bool = False,
     outputs: Sequence[str] = (),
+    fetch_as: Mapping[str, str] | None = None,
 ) -> tuple[
     Prepared[RecordingWriter], FetchPlan | KerasPlan | LitePlan, Callable[[], FetchPlan | None]
 ]:
@@ -269,7 +270,14 @@ def prepare(
         )
     parts = selection is not None and selection.parts
     plan = FetchPlan(
-        model.graph, cells, context=found, steps=steps, verify=verify, parts=parts, outputs=outputs
+        model.graph,
+        cells,
+        context=found,
+        steps=steps,
+        verify=verify,
+        parts=parts,
+        outputs=outputs,
+        fetch_as=fetch_as,
     )
     plan.check_verifiable()
     fed = fed_names(model.graph, feeds, model.inputs)

@@ -197,6 +197,7 @@ def record(
             carry_state=options.carry_state,
             verify=options.verify,
             outputs=options.outputs,
+            fetch_as=holds.names.get(None),  # an output the graph holds: the held tensor
         )
         if options.summary is None:
             return _record(model, out, prepared, skipped, options)
@@ -204,6 +205,28 @@ def record(
             model, prepared, plan, numpy_plan, selection, options.summary, options.timeout
         )
         return _record(model, out, summary, skipped, options)
+
+
+def _check_holds_ran(options: RecordOptions, fetched: Any) -> None:
+    """Refuse, before the first batch is written, a hold whose steps the loop it names never
+    ran (a loop whose length only the fed sequences set: `tracer.values.hold.resolve` checks
+    the others before anything runs)."""
+    if (
+        not options.holds
+        or options.selection.steps != (None, None)
+        or not isinstance(fetched, Values)
+    ):
+        return
+    plan, names = fetched.plan, [c.name for c in fetched.plan.cells]
+    for hold in options.holds:
+        if hold.cell not in names:
+            continue
+        steps = plan.steps(fetched.values, names.index(hold.cell))
+        if len(steps) and not any(hold.held_at(int(p)) for p in steps):
+            raise SelectionError(
+                f"--hold '{hold.describe()}': holds no step of {hold.cell}, whose loop ran steps "
+                f"{int(min(steps))} to {int(max(steps))} on these sequences"
+            )
 
 
 def _record(
@@ -331,6 +354,8 @@ def _record(
                     settle()  # the batch before is kept
                     raise failed_batch(batch, err, writer) from None
                 settle()
+                if in_flight is None and not writer.complete.total():  # the first batch
+                    _check_holds_ran(options, fetched)
                 if stop is None:
                     stop = start + fetched.examples
                 # fed again by a --carry-state resume

@@ -53,7 +53,8 @@ class FetchPlan:
     emit what its steps read (`tracer.values.emit.emitting(..., reads=True)`).
     Each way to a cell's values is a type of `tracer.values.sources`. `outputs` names tensors
     of the model's own (its outputs: [batch, units] or [batch, steps, units]) fetched in the
-    same run (`output`).
+    same run (`output`); `fetch_as` names, for an output the graph holds (`tracer.values.hold`),
+    the held tensor to fetch instead.
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class FetchPlan:
         verify: bool = False,
         parts: bool = False,
         outputs: Sequence[str] = (),
+        fetch_as: Mapping[str, str] | None = None,
     ):
         self.cells = list(cells)
         self.outputs = tuple(outputs)
@@ -124,7 +126,8 @@ class FetchPlan:
             if c.fused is not None and c.loop is None:
                 names = [*c.in_fused.tensors(), *c.weights.values()]
                 self._computers.append(FusedOp(c, {n: slot(n) for n in names}))
-        self._output_slots = [slot(n) for n in self.outputs]
+        # an output a hold replaced is fetched as the held tensor its readers read
+        self._output_slots = [slot((fetch_as or {}).get(n, n)) for n in self.outputs]
         self.tensors = [graph.get_tensor_by_name(n) for n in self._names]
         # each computer's values come after the fetched ones, in order
         made_at = {k.cell.name: len(self.tensors) + i for i, k in enumerate(self._computers)}

@@ -83,7 +83,7 @@ def _cell_named(name: str, cells: Sequence[AnyCell]) -> AnyCell:
         return found[0]
     listed = ", ".join(c.name for c in (ends if len(ends) > 1 else cells))
     said = "several cells' names end" if len(ends) > 1 else "no cell is named so or ends"
-    raise SelectionError(f"--hold {name}: {said} with /{name}; name one of: {listed}")
+    raise SelectionError(f"--hold: {said} with /{name}; name one of: {listed}")
 
 
 def _refusal(cell: AnyCell, hold: Hold) -> str | None:
@@ -120,7 +120,7 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
     spec = hold.describe()
     refused = _refusal(cell, hold)
     if refused:
-        raise SelectionError(f"--hold {spec}: cannot hold it: {refused}")
+        raise SelectionError(f"--hold '{spec}': cannot hold it: {refused}")
     assert isinstance(cell, Cell)
     gates, states = cell.spec.gates, cell.spec.states
     if (
@@ -129,7 +129,7 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
         or (not hold.preactivation and hold.name not in (*states, *gates))
     ):
         raise SelectionError(
-            f"--hold {spec}: {cell.name} ({cell.spec.kind}) has states {', '.join(states)} and gates "
+            f"--hold '{spec}': {cell.name} ({cell.spec.kind}) has states {', '.join(states)} and gates "
             f"{', '.join(gates)} (a gate's preactivation: {gates[0]}.pre); found {hold.what!r}"
         )
     if cell.loop is None:
@@ -140,7 +140,7 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
         positions = None  # the loop's length is known once it runs
     if positions is not None and not any(hold.held_at(p) for p in positions):
         raise SelectionError(
-            f"--hold {spec}: holds no step of {cell.name}, whose steps are {min(positions)} to {max(positions)}"
+            f"--hold '{spec}': holds no step of {cell.name}, whose steps are {min(positions)} to {max(positions)}"
         )
     return replace(hold, cell=cell.name)
 
@@ -167,11 +167,9 @@ def _target(tensor_of: Callable[[str], tf.Tensor], hold: Hold, cell: Cell, step:
     """(tensor, its width, the held columns) of `hold` at `step`."""
     if not hold.preactivation and hold.name in cell.spec.states:
         name = step.states[cell.spec.states.index(hold.name)]
-        width = tensor_of(name).shape[-1]
-        if width is None:
-            raise SelectionError(
-                f"--hold {hold.describe()}: the width of {name} is not known before the graph runs"
-            )
+        # where the graph leaves it open (a TF1 frame's Merge), the cell says it: c is units
+        # wide, h its output size (num_proj, where it projects)
+        width = tensor_of(name).shape[-1] or (cell.output_size if hold.name == "h" else cell.units)
         offset, size = 0, width
     else:
         gate = cell.spec.gates.index(hold.name)
@@ -181,12 +179,12 @@ def _target(tensor_of: Callable[[str], tf.Tensor], hold: Hold, cell: Cell, step:
     units = range(width) if hold.units is None else hold.units
     if units and max(units) >= width:
         raise SelectionError(
-            f"--hold {hold.describe()}: {cell.name}'s {hold.what} has {width} units (0 to {width - 1}); "
+            f"--hold '{hold.describe()}': {cell.name}'s {hold.what} has {width} units (0 to {width - 1}); "
             f"found unit {max(units)}"
         )
     if not tensor_of(name).dtype.is_floating:
         raise SelectionError(
-            f"--hold {hold.describe()}: {name} holds {tensor_of(name).dtype.name} values, not floating point ones"
+            f"--hold '{hold.describe()}': {name} holds {tensor_of(name).dtype.name} values, not floating point ones"
         )
     return name, size, [offset + u for u in units]
 
@@ -237,10 +235,13 @@ def _spelled(name: str) -> set[str]:
     return {name, op} if index == "0" else {name}
 
 
-def _in_graph(graph_def, graph: tf.Graph, per_tensor, frames: set[str]) -> dict[str, str]:
+def _in_graph(
+    graph_def, graph: tf.Graph, per_tensor, frames: set[str], last: set[str]
+) -> dict[str, str]:
     """Hold each tensor of `per_tensor` ({name: (width, [(Hold, columns)])}) in `graph_def`;
     the held tensors' names. Tensors inside a TF1 frame (`frames`: their names) get their
-    constants in the frame."""
+    constants in the frame. A held tensor no op reads is refused, but for a cell's last step's
+    (`last`: the model's final state or output, which only a fetch reads)."""
     readers = list(graph_def.node)
     names = {
         name: _hold_tensor(
@@ -255,11 +256,23 @@ def _in_graph(graph_def, graph: tf.Graph, per_tensor, frames: set[str]) -> dict[
         for number, (name, (size, held)) in enumerate(per_tensor.items())
     }
     inputs = {spelling: new for name, new in names.items() for spelling in _spelled(name)}
+    read: set[str] = set()
     for node in readers:
-        for i, read in enumerate(node.input):
-            if read in inputs:
-                node.input[i] = inputs[read]
+        for i, name in enumerate(node.input):
+            if name in inputs:
+                node.input[i] = inputs[name]
+                read.add(inputs[name])
+    _refuse_unread([n for n, new in names.items() if new not in read and n not in last])
     return names
+
+
+def _refuse_unread(names: Sequence[str]) -> None:
+    """A held tensor no op reads would change the recording and nothing the model computes."""
+    if names:
+        raise SelectionError(
+            f"--hold: no op of the model reads {names[0]}, so holding it would change the recording and "
+            "nothing the model computes; hold a tensor the cell's next step reads (its gates, c or h)"
+        )
 
 
 # -- in a While op's body (control flow v2) -----------------------------------------------------
@@ -314,6 +327,9 @@ def _in_body(body: tf.Graph, loop: str, per_tensor) -> dict[str, str]:
                     current = tf.where(where, current * tf.constant(value), current)
                 else:
                     current = tf.where(where, tf.constant(value), current)
+        carried = any(t is tensor for t in body.outputs)
+        if not readers and not carried:
+            _refuse_unread([name])
         for op, i in readers:
             op._update_input(i, current)  # the TF1 graph editor's way: one edge moved
         body.outputs = [current if t is tensor else t for t in body.outputs]
@@ -346,9 +362,15 @@ def _in_loops(graph_def, per_loop) -> dict[str, dict[str, str]]:
         with scratch.as_default():
             control_flow_util_v2.create_new_tf_function(body)
         node.attr["body"].func.name = body.name
-    have = set(library)
+    ours = {nodes[loop].attr["body"].func.name for loop in per_loop}
+    taken = sorted(ours & set(library))
+    if taken:  # a model's own function of that name cannot stand for the held body
+        raise SelectionError(
+            f"--hold: the model already has a function named {taken[0]}, where gatetrace would put a "
+            "loop's held body"
+        )
     for function in scratch.as_graph_def().library.function:
-        if function.signature.name not in have:
+        if function.signature.name not in library:  # (the functions the body calls are there)
             graph_def.library.function.add().CopyFrom(function)
     return names
 
@@ -390,7 +412,7 @@ def holding(
     with model.graph.as_default():
         meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
     graph_def = meta.graph_def
-    taken = [n.name for n in graph_def.node if n.name.startswith(_PREFIX)]
+    taken = [n.name for n in graph_def.node if n.name.startswith(f"{_PREFIX}/")]
     if taken:
         raise SelectionError(
             f"--hold: {model.source} already has an op named {taken[0]}, where gatetrace would put a held value"
@@ -420,8 +442,9 @@ def holding(
             if cell.loop is not None and place is None:
                 frames.add(name)
     names: dict[str | None, dict[str, str]] = {}
+    last = {t for c in cells if isinstance(c, Cell) and c.steps for t in c.steps[-1].states}
     if None in places:
-        names[None] = _in_graph(graph_def, model.graph, places.pop(None), frames)
+        names[None] = _in_graph(graph_def, model.graph, places.pop(None), frames, last)
     if places:
         names.update(_in_loops(graph_def, places))
     return Held(rebuilt(model, meta, restore), resolved, names)
