@@ -530,3 +530,21 @@ def test_an_input_refused_midway_suggests_what_records_it_fixed(long_run, tmp_pa
     np.save(path, x)
     assert main([*run, "--overwrite"]) == 0  # as it says
     assert json.loads((out / "manifest.json").read_text())["examples"] == 6
+
+
+def test_lengths_past_the_steps_are_one_line(long_run, tmp_path, capsys):
+    """A --lengths value past the sequences' steps (30) is refused in one line naming the
+    sequence, before anything is written (before: it was taken, as if the sequence were whole)."""
+    argv, _ = long_run
+    lengths = tmp_path / "lengths.npy"
+    np.save(lengths, np.r_[np.full(SEQUENCES - 1, 30), 31])
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main([*argv, "--lengths", str(lengths), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "gatetrace: error: --lengths: sequence 47 has length 31, but the sequences have 30 steps: give one "
+        "length per sequence, each at most 30\n"
+    )
+    assert not out.exists()
+    np.save(lengths, np.full(SEQUENCES, 30))  # as it says
+    assert main([*argv, "--lengths", str(lengths), "--out", str(out), "--examples", "0:4"]) == 0

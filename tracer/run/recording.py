@@ -270,6 +270,8 @@ def _record(
     if choice.why and progress:
         print(f"gatetrace: {choice.why}", file=sys.stderr)
     description = describe(model, cells, {t.name: v.shape for t, v in feed_dict.items()})
+    if selection.steps == (None, None):  # every step: the cells' steps bound the lengths
+        _check_lengths_fit(lengths, [c.get("steps") for c in description["cells"]])
     description["selection"] = selection.describe()
     if examples is not None:  # what was fed, so that `compare` knows the same inputs
         description["inputs"] = input_digests(feed_dict, examples)
@@ -420,6 +422,20 @@ def _check_lengths(lengths: np.ndarray | None, n: int | None) -> np.ndarray | No
             f"given shape {list(lengths.shape)} of {lengths.dtype}"
         )
     return lengths
+
+
+def _check_lengths_fit(lengths: np.ndarray | None, steps: Sequence[Any]) -> None:
+    """Refuse a length past the steps the cells run (`steps`: each cell's, None where the
+    model leaves them open): a file of other sequences' lengths, or in other units."""
+    known = [s for s in steps if isinstance(s, int)]
+    if lengths is None or not len(lengths) or not known or len(known) < len(steps):
+        return
+    most, row = max(known), int(np.argmax(lengths))
+    if lengths[row] > most:
+        raise FeedError(
+            f"--lengths: sequence {row} has length {int(lengths[row]):,}, but the sequences have {most} steps: "
+            f"give one length per sequence, each at most {most}"
+        )
 
 
 def _progress_bar(total: int | None, show: bool, batch_size: int, summary: bool):
