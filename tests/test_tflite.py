@@ -958,7 +958,7 @@ def test_an_input_is_fed_by_its_signature_name_or_its_tensor_name(converted, tmp
         f"serving_default_seq={tmp_path / 'x.npy'}",
     )
     refused = _one_line(run_cli("record", str(path), *twice, "--out", str(tmp_path / "no")))
-    assert "input seq is fed twice, also as serving_default_seq" in refused
+    assert "input seq is fed twice, as seq and serving_default_seq: feed it once" in refused
 
 
 def _bidirectional_rnn(model, fb):
