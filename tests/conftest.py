@@ -237,6 +237,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
+def record_x(
+    model: str | Path, x: np.ndarray, out: Path, *flags: str
+) -> subprocess.CompletedProcess:
+    """`gatetrace record MODEL --feed x=X.npy --out OUT --quiet FLAGS...`, `x` saved beside `out`."""
+    saved = out.parent / f"{out.name}-x.npy"
+    np.save(saved, x)
+    return run_cli(
+        "record", str(model), "--feed", f"x={saved}", "--out", str(out), "--quiet", *flags
+    )
+
+
 def record_with_cli(model: str | Path, feeds: dict[str, np.ndarray], out: Path):
     """`gatetrace record MODEL --feed NAME=FILE.npy ... --out OUT --quiet`, each feed saved
     beside `out`; the Recording it wrote (the command's stderr if it failed)."""

@@ -15,7 +15,7 @@ import pytest
 import tracer
 from recorders import Recording
 from recorders.errors import SelectionError
-from tests.conftest import build, read_gates, read_state, run_cli, save
+from tests.conftest import build, read_gates, read_state, record_x, run_cli, save
 from tracer._tf import tf, v1
 from tracer.cells.holds import Hold, parse_hold
 
@@ -216,18 +216,7 @@ def test_a_hold_of_nothing_records_exactly_the_plain_recording(every_model, inpu
 )
 def test_a_hold_that_does_not_fit_the_model_is_one_line(model, inputs, tmp_path, spec, said):
     path, _ = model
-    np.save(tmp_path / "x.npy", inputs)
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--hold",
-        spec,
-    )
+    done = record_x(path, inputs, tmp_path / "run", "--hold", spec)
     assert done.returncode == 2
     assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "run").exists()
@@ -415,31 +404,10 @@ def test_a_hold_past_the_steps_a_loop_runs_is_one_line(inputs, tmp_path):
     """A loop whose length only the fed sequences set: a hold from step 50 of 5 holds nothing."""
     built = build(_open_length, steps=None, features=FEATURES, seed=3)
     path = save(built, "checkpoint", tmp_path)
-    np.save(tmp_path / "x.npy", inputs)
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--hold",
-        "cell_0/basic_lstm_cell:h:0=0@50:",
-    )
+    done = record_x(path, inputs, tmp_path / "run", "--hold", "cell_0/basic_lstm_cell:h:0=0@50:")
     assert done.returncode == 2 and "whose loop ran steps 0 to 4" in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--hold",
-        "cell_0/basic_lstm_cell:h:0=0@3:",
-    )
+    done = record_x(path, inputs, tmp_path / "run", "--hold", "cell_0/basic_lstm_cell:h:0=0@3:")
     assert done.returncode == 0, done.stderr
 
 
@@ -496,15 +464,10 @@ def test_a_held_tensor_nothing_reads_is_one_line(tmp_path):
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
             v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
-    np.save(tmp_path / "x.npy", np.ones((2, STEPS, FEATURES), np.float32))
-    done = run_cli(
-        "record",
+    done = record_x(
         str(tmp_path / "model.ckpt"),
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
+        np.ones((2, STEPS, FEATURES), np.float32),
+        tmp_path / "run",
         "--hold",
         "my_lstm:c:all=0",
         "--gate-ops",

@@ -11,7 +11,7 @@ import pytest
 import tracer
 from recorders import Recording
 from recorders.errors import RecordingError, SelectionError
-from tests.conftest import build, run_cli, save
+from tests.conftest import build, record_x, run_cli, save
 from tracer._tf import tf, v1
 
 UNITS, FEATURES, STEPS, VOCAB = 3, 4, 5, 6
@@ -45,19 +45,8 @@ def _own(built, name, x):
 
 def test_outputs_are_the_models_own(model, inputs, tmp_path):
     path, built = model
-    np.save(tmp_path / "x.npy", inputs)
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--outputs",
-        "logits,final,predicted",
-        "--batch-size",
-        "4",
+    done = record_x(
+        path, inputs, tmp_path / "run", "--outputs", "logits,final,predicted", "--batch-size", "4"
     )
     assert done.returncode == 0, done.stderr
     rec = Recording(tmp_path / "run")
@@ -141,18 +130,7 @@ def tracer_hold(spec):
 )
 def test_outputs_that_do_not_fit_are_one_line(model, inputs, tmp_path, names, said):
     path, _ = model
-    np.save(tmp_path / "x.npy", inputs[..., None][..., 0])
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--outputs",
-        names,
-    )
+    done = record_x(path, inputs, tmp_path / "run", "--outputs", names)
     assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, (
         done.stderr
     )
@@ -236,18 +214,7 @@ def test_compare_says_where_a_hold_moved_the_outputs(model, inputs, tmp_path):
 
 def test_inspect_and_record_count_the_output_rows(model, inputs, tmp_path):
     path, _ = model
-    np.save(tmp_path / "x.npy", inputs)
-    done = run_cli(
-        "record",
-        path,
-        "--feed",
-        f"x={tmp_path / 'x.npy'}",
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--outputs",
-        "final",
-    )
+    done = record_x(path, inputs, tmp_path / "run", "--outputs", "final")
     assert f"{len(inputs) * VOCAB} output rows ->" in done.stdout, done.stdout
     said = run_cli("inspect", str(tmp_path / "run")).stdout
     assert f"{len(inputs) * VOCAB} output rows (final:0)" in said, said
