@@ -602,3 +602,24 @@ def test_recorded_shards_stopped_and_resumed_read_as_every_footer(long_run, tmp_
         "shard-1-of-2.json",
     ]
     assert_as_every_footer(out, tmp_path, monkeypatch)
+
+
+def test_a_gate_read_in_full_keeps_its_values_within_the_memory_budget(tmp_path):
+    """Its per-step quantiles need every value at once: counted against the reader's budget as
+    they are kept, a MemoryBudgetError naming the gate where they do not fit, not a process
+    that grows past the budget."""
+    from recorders.errors import MemoryBudgetError
+
+    run = tmp_path / "run"
+    description = {"cells": [{"name": "a", "gates": ["f"], "states": [], "units": 16, "steps": 20}]}
+    with RecordingWriter(run, description, examples=(0, 512)) as writer:
+        for start in range(0, 512, 64):
+            act = np.random.RandomState(start).rand(64, 20, 16).astype(np.float32)
+            act[0, 0, 0] = np.nan  # no statistics in any file: read in full
+            writer.begin(start, start + 64)
+            writer.write_gate("a", "f", np.arange(start, start + 64), np.arange(20), None, act)
+            writer.commit()
+    assert gate_summaries(Recording(run), exact=False)[("a", "f")].read_in_full
+    with pytest.raises(MemoryBudgetError, match="the values of gate f of a by step, read in full"):
+        # each row group fits (409,600 bytes to read), the 163,840 values kept do not
+        gate_summaries(Recording(run, memory=450_000), exact=False)

@@ -266,6 +266,7 @@ def _summary(
 ) -> Summary:
     left = right = n = np.zeros(0, np.int64)
     by_step: dict[int, list[np.ndarray]] = {}
+    kept = 0  # values held for the quantiles: within the memory budget, as every read is
     for block in rec.gate_blocks(cell, gate, column):
         v = block.values
         rows = v.shape[0] * v.shape[1] if block.present is None else int(block.present.sum())
@@ -277,6 +278,12 @@ def _summary(
         for j, step in enumerate(block.steps):
             at = v[:, j, :] if block.present is None else v[block.present[:, j], j, :]
             if at.size:
+                kept += at.size
+                rec.allot(
+                    (kept,),
+                    4,
+                    f"the values of gate {gate} of {cell} by step, read in full (its files carry no statistics)",
+                )
                 by_step.setdefault(int(step), []).append(at.reshape(-1))
     steps = np.array(sorted(by_step), dtype=np.int32)
     mean = np.empty(len(steps))
