@@ -993,3 +993,35 @@ def test_the_comparison_has_its_own_cell_and_one_notation(browser, tmp_path):
         page.wait_for_function(f"{title} === 'a: mean |B - A| along the steps'")
         page.locator("#compare-panel").screenshot(path=str(tmp_path / "compare-small.png"))
         page.close()
+
+
+def test_a_held_recording_says_so_in_the_browser(demo_served, browser, tmp_path):
+    """A recording made with --hold, compared with the model's own: the overview's source line
+    says what was held, the comparison's notes say B was held, and the outputs both recorded
+    (--outputs) are compared in their own table."""
+    from tests.conftest import run_cli
+
+    demo, _ = demo_served
+    common = ["--feed", f"inputs={demo / 'inputs.npy'}", "--quiet", "--outputs", "logits"]
+    for name, extra in (("base", []), ("held", ["--hold", "rnn/basic_lstm_cell:h:0-3=0"])):
+        done = run_cli(
+            "record",
+            str(demo / "model" / "model.ckpt"),
+            *common,
+            "--out",
+            str(tmp_path / name),
+            *extra,
+        )
+        assert done.returncode == 0, done.stderr
+    with serving(tmp_path / "held", "--compare", str(tmp_path / "base")) as port:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=60000)
+        held = "values held inside the model (rnn/basic_lstm_cell:h:0-3=0.0)"
+        assert held in page.inner_text("#source")
+        assert page.locator("#compare-notes").is_visible()
+        assert f"A was recorded with {held}" in page.inner_text("#compare-notes")
+        assert page.locator("#compare-outputs").is_visible()
+        rows = [r.split("\t") for r in page.locator("#compare-outputs tbody tr").all_inner_texts()]
+        assert [r[0] for r in rows] == ["logits:0"] and int(rows[0][1]) == 512
+        page.close()
