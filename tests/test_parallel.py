@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -355,3 +356,34 @@ def test_a_job_refusing_a_folder_of_other_files_suggests_another_path(tmp_path):
     )
     assert "overwrite" not in said
     assert create_folder(tmp_path / "another") and (tmp_path / "another").is_dir()
+
+
+def test_a_job_resumed_with_another_batch_size_says_which(job, tmp_path):
+    """A job's task resumed with another --batch-size is refused naming the batch size the
+    job began with, in the words of the command line (before: "it is split into 30 shards, not
+    15", and out='...' as Python names it); given that batch size, the job completes."""
+    from recorders.errors import OutputExistsError
+    from recorders.write import create_folder
+    from tracer.run.parallel import Job, record_task
+
+    argv, one = job
+    out = tmp_path / "out"
+    create_folder(out)
+    began = Job(
+        model=argv[1],
+        feeds={"x": argv[3].split("=", 1)[1]},
+        out=str(out),
+        options={"batch_size": BATCH},
+        options_as="command line",
+    )
+    record_task(began, 0, 2)  # a job stopped after its first task
+    with pytest.raises(OutputExistsError) as refused:
+        record_task(replace(began, options={"batch_size": 5}), 0, 4)
+    assert str(refused.value).startswith(
+        f"--out {out} holds another recording (it was recorded in tasks of "
+    ), refused.value
+    assert f"batches of {BATCH}, this run gives --batch-size 5: give --batch-size {BATCH});" in str(
+        refused.value
+    )
+    record_task(began, 1, 2)  # as it says
+    assert_same_recording(out, one)

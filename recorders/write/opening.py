@@ -207,6 +207,12 @@ def _difference(
     examples: tuple[int, int] | None,
 ) -> str | None:
     """Why a progress file found in `out` belongs to another recording (None if it does not)."""
+    unit = (progress.get("shard", [0, 1])[2:] or [1])[0]
+    if unit > 1 and shard.unit > 1 and unit != shard.unit:  # both a job's tasks (--workers)
+        return (
+            f"it was recorded in tasks of batches of {unit}, this run gives --batch-size {shard.unit}: give "
+            f"--batch-size {unit}"
+        )
     if progress.get("shard", [0, 1])[1] != shard.count:
         return f"it is split into {progress['shard'][1]} shards, not {shard.count}"
     unit = (progress["shard"][2:] or [1])[0]

@@ -187,6 +187,7 @@ def record_parallel(args, selection, memory) -> None:
         allow_unsafe_ops=args.allow_unsafe_ops,
         custom_objects=os.path.abspath(args.custom_objects) if args.custom_objects else None,
         lengths=os.path.abspath(args.lengths) if args.lengths else None,
+        options_as="command line",
         options=RecordOptions(
             batch_size=args.batch_size,
             selection=selection,

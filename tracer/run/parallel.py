@@ -48,6 +48,7 @@ from recorders.errors import (
     SelectionError,
     install_hint,
     option,
+    options_as,
 )
 from recorders.write import create_folder, place_of
 from recorders.write.progress import read_progress, recorded_layout
@@ -92,6 +93,8 @@ class Job:
     options: RecordOptions | Mapping[str, Any] = field(default_factory=dict)
     # TFRecord files' record counts, found by the driver
     input_counts: Mapping[tuple, int] = field(default_factory=dict)
+    # how the tasks' messages name options: "python" (out=...) or "command line" (--out ...)
+    options_as: str = "python"
 
     @property
     def record_options(self) -> RecordOptions:
@@ -150,15 +153,16 @@ def record_task(job: Job, index: int, count: int) -> RecordingSummary:
         from tracer.inputs.tfrecords import know_counts
 
         know_counts(dict(job.input_counts))
-    return record(
-        _model(job),
-        _feeds(job),
-        job.out,
-        shard=task_shard(job, index, count),
-        resume=True,
-        lengths=lengths,
-        options=job.record_options,
-    )
+    with options_as(job.options_as):
+        return record(
+            _model(job),
+            _feeds(job),
+            job.out,
+            shard=task_shard(job, index, count),
+            resume=True,
+            lengths=lengths,
+            options=job.record_options,
+        )
 
 
 def _prepare(job: Job, resume: bool) -> tuple[int, bool]:
