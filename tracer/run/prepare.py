@@ -191,6 +191,7 @@ def prepare(
     verify: bool = False,
     outputs: Sequence[str] = (),
     fetch_as: Mapping[str, str] | None = None,
+    holds: Sequence[Hold] = (),
 ) -> tuple[
     Prepared[RecordingWriter], FetchPlan | KerasPlan | LitePlan, Callable[[], FetchPlan | None]
 ]:
@@ -244,7 +245,7 @@ def prepare(
                 "convolutions, not of the matrix products contributions split; leave contributions out, "
                 "or choose the other layers with --cells"
             )
-        keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state)
+        keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state, holds=holds)
         if carry_state and not keras_plan.stateful:
             raise SelectionError(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"

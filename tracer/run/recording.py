@@ -198,6 +198,7 @@ def record(
             verify=options.verify,
             outputs=options.outputs,
             fetch_as=holds.names.get(None),  # an output the graph holds: the held tensor
+            holds=holds.holds,  # a Keras model's: its layers return their outputs held
         )
         if options.summary is None:
             return _record(model, out, prepared, skipped, options)

@@ -31,8 +31,9 @@ import numpy as np
 
 from recorders.errors import SelectionError
 from tracer._tf import control_flow_util_v2, tf, v1
-from tracer.cells.found import AnyCell, Cell, Step
+from tracer.cells.found import AnyCell, Cell, KerasCell, Step
 from tracer.cells.holds import Hold
+from tracer.load.keras import KerasModel
 from tracer.load.loaded import Model
 from tracer.load.rebuild import rebuilt
 from tracer.values.emit import loop_functions
@@ -48,7 +49,7 @@ class Held:
     new name of each held tensor: `names[None]` for tensors of the graph, `names[loop]` for
     tensors of a loop's body (`renamed` gives a cell its held tensors)."""
 
-    model: Model
+    model: Model | KerasModel
     holds: tuple[Hold, ...]
     names: dict[str | None, dict[str, str]]
 
@@ -86,10 +87,32 @@ def _cell_named(name: str, cells: Sequence[AnyCell]) -> AnyCell:
     raise SelectionError(f"--hold: {said} with /{name}; name one of: {listed}")
 
 
+def _keras_refusal(cell: KerasCell, hold: Hold) -> str | None:
+    """Why a Keras layer's `hold` cannot be held (None if it can): its cell is replayed with the
+    hold in it and the layer returns that (`tracer.values.keras`), for one built-in cell."""
+    if cell.step is not None:
+        return f"{cell.name} runs a cell of your own, which gatetrace traces but does not replay with a hold"
+    if cell.conv is not None:
+        return f"{cell.name} is a ConvLSTM layer, whose units gatetrace does not hold"
+    if cell.stack[1] > 1:
+        return f"{cell.name} is a cell of a stack (StackedRNNCells), whose layer gatetrace does not hold"
+    if getattr(cell.layer, "stateful", False):
+        return (
+            f"{cell.name} is stateful, and a hold would change the state it carries between batches"
+        )
+    if hold.preactivation or hold.name not in cell.spec.states:
+        return (
+            "a Keras layer computes its gates inside its cell, where gatetrace holds its states: hold "
+            f"{' or '.join(cell.spec.states)}"
+        )
+    return None
+
+
 def _refusal(cell: AnyCell, hold: Hold) -> str | None:
+    if isinstance(cell, KerasCell):
+        return _keras_refusal(cell, hold)
     if not isinstance(cell, Cell):
-        kind = "a Keras layer" if cell.__class__.__name__ == "KerasCell" else "a TensorFlow Lite op"
-        return f"{cell.name} is {kind}, whose steps run inside one op or loop that gatetrace does not rewrite"
+        return f"{cell.name} is a TensorFlow Lite op, whose steps run inside one op that gatetrace does not rewrite"
     if cell.fused is not None:
         return f"{cell.name} is computed by one fused op ({cell.fused.op_type}), which keeps its gates inside"
     loop = cell.loop
@@ -121,6 +144,17 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
     refused = _refusal(cell, hold)
     if refused:
         raise SelectionError(f"--hold '{spec}': cannot hold it: {refused}")
+    if isinstance(cell, KerasCell):  # its states are `units` wide, its steps its length
+        if hold.units and max(hold.units) >= cell.units:
+            raise SelectionError(
+                f"--hold '{spec}': {cell.name}'s {hold.what} has {cell.units} units (0 to {cell.units - 1}); "
+                f"found unit {max(hold.units)}"
+            )
+        if cell.length and not any(hold.held_at(p) for p in range(cell.length)):
+            raise SelectionError(
+                f"--hold '{spec}': holds no step of {cell.name}, whose steps are 0 to {cell.length - 1}"
+            )
+        return replace(hold, cell=cell.name)
     assert isinstance(cell, Cell)
     gates, states = cell.spec.gates, cell.spec.states
     if (
@@ -393,15 +427,12 @@ def holding(
     The new Model is the caller's to close; with no holds, `model` comes back as it is."""
     if not holds:
         return Held(model, (), {})
+    if isinstance(model, KerasModel):  # its layers return their outputs held, as it runs
+        return Held(model, tuple(resolve(h, cells) for h in holds), {})
     if not isinstance(model, Model):
-        kind = (
-            "a Keras model"
-            if model.__class__.__name__ == "KerasModel"
-            else "a TensorFlow Lite file"
-        )
         raise SelectionError(
-            f"--hold: {model.source} is {kind}, whose cells run inside ops and loops that gatetrace does not "
-            "rewrite; values are held in TensorFlow graphs (checkpoints, SavedModels, frozen graphs)"
+            f"--hold: {model.source} is a TensorFlow Lite file, whose cells run inside ops that gatetrace "
+            "does not rewrite; values are held in TensorFlow graphs and Keras models"
         )
     resolved = tuple(resolve(h, cells) for h in holds)
     if model.load_plan is None and model.format != "frozen":

@@ -20,14 +20,16 @@ from typing import Any
 import numpy as np
 
 from recorders.errors import FeedError, GraphPatternError
+from tracer._tf import tf
 from tracer.cells.found import KerasCell
+from tracer.cells.holds import Hold
 from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed, input_name
 from tracer.inputs.files import feed_arg
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
-from tracer.values.replay import Replayed, check, replay
+from tracer.values.replay import Holding, Replayed, activation_of, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
 
 __all__ = ["KerasPlan", "resolve_inputs"]
@@ -85,6 +87,7 @@ class _Seen:
     initial: list[np.ndarray] | None
     outputs: np.ndarray
     states: list[np.ndarray]
+    held: Replayed | None = None  # the layer's values with holds in them, which it returned
 
 
 def _flat(states: Any) -> list[Any]:
@@ -99,11 +102,82 @@ def _layer_name(cell: KerasCell) -> str:
     return cell.name if cell.stack[1] == 1 else cell.name.rpartition("/")[0]
 
 
+def _holding(cell: KerasCell, holds: Sequence[Hold], steps: int) -> Holding:
+    """What `--hold` does to one Keras cell's replay: each hold of its c or h at the input
+    positions it names (a backward layer reads position steps - 1 - t at loop step t); a held
+    c reaches the same step's h through the output gate, h = activation(c) * o, as Keras'
+    LSTMCell computes it."""
+    units, f32 = cell.units, np.float32
+    gates = cell.spec.gates
+    o = slice(gates.index("o") * units, (gates.index("o") + 1) * units) if "o" in gates else None
+    activation = activation_of(cell.act)
+
+    def put(value: np.ndarray, hold: Hold) -> np.ndarray:
+        out = np.array(value, dtype=f32)
+        columns = slice(None) if hold.units is None else list(hold.units)
+        out[:, columns] = out[:, columns] * f32(hold.value) if hold.scale else f32(hold.value)
+        return out
+
+    def step(
+        t: int, h: np.ndarray, c: np.ndarray | None, activations: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        now = [x for x in holds if x.held_at(steps - 1 - t if cell.backward else t)]
+        for x in now:
+            if x.name == "c" and c is not None and o is not None:
+                c = put(c, x)
+                h = np.asarray(activation(c), f32) * activations[:, o]
+        for x in now:
+            if x.name == "h":
+                h = put(h, x)
+        return h, c
+
+    return step
+
+
+def _held_call(cell: KerasCell, seen: _Seen, holds: Sequence[Hold], out: Any) -> Any:
+    """The layer's outputs with `holds` in its cell (replayed on what it received, in place of
+    what it computed: `out`, whose structure and shapes they take), and `seen.held`."""
+    x, mask = seen.inputs, seen.mask
+    if cell.backward:  # Keras reverses the whole sequence (and mask) along time
+        x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
+    order = ("h", "c") if cell.spec.is_lstm else ("h",)
+    layer = cell.layer
+    got = replay(
+        cell.kind,
+        cell.arrays,
+        x,
+        None if seen.initial is None else dict(zip(order, seen.initial, strict=True)),
+        mask=mask,
+        carry_outputs=not layer.zero_output_for_mask,
+        activation=cell.act,
+        recurrent_activation=cell.gate_act,
+        hold=_holding(cell, holds, x.shape[1]),
+    )
+    flat = tf.nest.flatten(out)
+    output = got.outputs if layer.return_sequences else got.outputs[:, -1]
+    new = [output, *(got.final[k] for k in order)] if layer.return_state else [output]
+    if len(new) != len(flat) or any(
+        tuple(v.shape) != tuple(t.shape) for v, t in zip(new, flat, strict=True)
+    ):
+        raise GraphPatternError(
+            f"--hold: layer {cell.name} returns {[tuple(t.shape) for t in flat]}, not the output and "
+            "states of one cell gatetrace replays; its values cannot be held"
+        )
+    seen.held, seen.outputs, seen.states = got, np.asarray(output), [got.final[k] for k in order]
+    return tf.nest.pack_sequence_as(
+        out, [tf.convert_to_tensor(v, dtype=t.dtype) for v, t in zip(new, flat, strict=True)]
+    )
+
+
 @contextmanager
-def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
+def _capture(
+    cells: Sequence[KerasCell], holds: Mapping[str, Sequence[Hold]] | None = None
+) -> Iterator[dict[str, _Seen]]:
     """While active, each cell's layer records what enters and leaves its `call` (by the
-    layer's path)."""
+    layer's path); a layer `holds` names (by its path) returns its outputs with the holds in
+    its cell, which the layers after it read."""
     seen: dict[str, _Seen] = {}
+    holds = holds or {}
 
     def hook(cell: KerasCell, original):
         signature = inspect.signature(original)
@@ -137,6 +211,8 @@ def _capture(cells: Sequence[KerasCell]) -> Iterator[dict[str, _Seen]]:
                 to_numpy(outs[0]),
                 [to_numpy(s) for s in _flat(outs[1:])],
             )
+            if layer_name in holds:
+                return _held_call(cell, seen[layer_name], holds[layer_name], out)
             return out
 
         return call
@@ -208,6 +284,9 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     hooked, then one replay per cell (the counterpart of `tracer.values.fetch.FetchPlan`).
     `steps` keeps a [start, stop) window of input positions.
 
+    `holds` (`--hold`) replace a layer's outputs by its cell's replay with the holds in it,
+    which the layers after it read in the same call (`_held_call`).
+
     Stateful layers (`stateful=True`) are reset before each batch, so that every row is an
     independent sequence from zero state and a row's gates never depend on which rows were
     fed before it. With `carry_state`, they keep the state the previous batch left: row k
@@ -220,9 +299,14 @@ class KerasPlan(ReplayedPlan[KerasCell]):
         cells: Sequence[KerasCell],
         steps: tuple[int | None, int | None] = (None, None),
         carry_state: bool = False,
+        holds: Sequence[Hold] = (),
     ):
         self.model = model
         self.cells = list(cells)
+        # each held layer's holds (`--hold`, resolved to its cell's name: `tracer.values.hold`)
+        self._holds: dict[str, list[Hold]] = {}
+        for hold in holds:
+            self._holds.setdefault(hold.cell, []).append(hold)
         # a cell of a stack reads the outputs of the cells below it: each stack a chosen cell
         # belongs to is replayed whole, up to the highest cell chosen
         stacks: dict[int, list[KerasCell]] = {}
@@ -252,7 +336,7 @@ class KerasPlan(ReplayedPlan[KerasCell]):
         if not self.carry_state:
             for layer in self.stateful:
                 layer.reset_states()
-        with _capture(self._run) as seen:
+        with _capture(self._run, self._holds) as seen:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
         missing = sorted({_layer_name(c) for c in self._run} - seen.keys())
         if missing:
@@ -269,6 +353,8 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> Result:
         """One cell replayed over what its layer received; a cell of a stack past the first
         reads `below`, the outputs of the cell before it, in loop order."""
+        if seen.held is not None:  # what the layer returned: its replay with the holds in it
+            return Result(seen.held, seen.mask)
         x, mask = seen.inputs, seen.mask
         if cell.backward:  # Keras reverses the whole sequence (and mask) along time
             x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]

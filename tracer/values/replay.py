@@ -35,7 +35,16 @@ from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.cells import activations
 from tracer.cells.kinds import Options, Replaying, spec_for
 
-__all__ = ["Replayed", "Products", "replay", "check", "compare", "activation_of", "TOLERANCE"]
+__all__ = [
+    "Replayed",
+    "Products",
+    "Holding",
+    "replay",
+    "check",
+    "compare",
+    "activation_of",
+    "TOLERANCE",
+]
 
 TOLERANCE = 1e-4
 
@@ -96,6 +105,7 @@ def replay(
     cell_clip: float | None = None,
     proj_clip: float | None = None,
     products: Products | None = None,
+    hold: Holding | None = None,
 ) -> Replayed:
     """Run cell `kind` over `inputs` [examples, steps, features] (see the module docstring).
 
@@ -104,7 +114,8 @@ def replay(
     previous output (Keras' default). `activation` and `recurrent_activation` (the gates'
     nonlinearity) name entries of `ACTIVATIONS`, or are callables. `products` computes the
     steps' matrix products instead of float32 `kernel` (a TensorFlow Lite hybrid kernel's:
-    `tracer.values.hybrid`).
+    `tracer.values.hybrid`). `hold` changes each step's new states before the next step reads
+    them (`tracer.values.keras`: a Keras layer's values held, `--hold`).
     """
     f32 = np.float32
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
@@ -157,6 +168,8 @@ def replay(
         z = pre[t, rows, :cols]
         z += scratch[rows]
         h_new, c_new = math.replay_step(how, pre[t, rows], z, post[t, rows], h, c)
+        if hold is not None:
+            h_new, c_new = hold(t, h_new, c_new, post[t, rows])
         if alive is None:
             states["h"][t, rows] = h_new
             if c_new is not None:
@@ -304,6 +317,15 @@ def check(
             raise ReplayMismatchError(
                 f"cell {name}: replayed {what} differ from the graph's by up to {err:.3g} (tolerance {TOLERANCE}); {why}"
             )
+
+
+class Holding(Protocol):
+    """Step t's new states (h, and c or None) as the next step reads them, given the step's
+    activations [rows, gates * units] (an LSTM's h is its held c through the output gate)."""
+
+    def __call__(
+        self, t: int, h: np.ndarray, c: np.ndarray | None, activations: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]: ...
 
 
 class Products(Protocol):
