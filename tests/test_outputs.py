@@ -26,10 +26,11 @@ def _language_model(x):
     final = tf.identity(logits[:, -1], name="final")
     tf.argmax(final, axis=1, name="predicted")
     tf.ones([7, 2], name="not_batched")
-    tf.reshape(
-        logits, [-1, VOCAB], name="flat"
-    )  # [batch x steps, vocab]: its rows are not examples
+    tf.reshape(logits, [-1, VOCAB], name="flat")  # [batch x steps, vocab]: rows not examples
     tf.constant("text", name="text")
+    tf.add(tf.argmax(final, axis=1), 2**40 + 1, name="big")  # past float32's exact integers
+    tf.multiply(tf.cast(final, tf.float64), 1e300, name="wide")  # past float32's range
+    tf.stack([outputs[-1], outputs[-1]], axis=1, name="pair")  # [batch, 2, units]: not time
     return [final, logits]
 
 
@@ -70,9 +71,9 @@ def test_outputs_are_the_models_own(model, inputs, tmp_path):
     assert predicted["value"].tolist() == _own(built, "predicted:0", inputs)[2:5].tolist()
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["outputs"] == [
-        {"name": "logits:0", "units": VOCAB, "sequence": True, "steps": STEPS},
-        {"name": "final:0", "units": VOCAB, "sequence": False},
-        {"name": "predicted:0", "units": 1, "sequence": False},
+        {"name": "logits:0", "units": VOCAB, "sequence": True, "dtype": "float32", "steps": STEPS},
+        {"name": "final:0", "units": VOCAB, "sequence": False, "dtype": "float32"},
+        {"name": "predicted:0", "units": 1, "sequence": False, "dtype": "int64"},
     ]
     assert manifest["rows"]["outputs"] == len(inputs) * (STEPS * VOCAB + VOCAB + 1)
     assert rec.summary()["rows"]["outputs"] == manifest["rows"]["outputs"]
@@ -125,6 +126,12 @@ def tracer_hold(spec):
         ("text", "expected numbers [batch], [batch, units] or [batch, steps, units]"),
         ("not_batched", "its first dimension is 7, which is no input's batch"),
         ("flat", "its first dimension is 30, not the batch's 6 examples"),
+        ("big", "which the recording's float32 value column would round"),
+        (
+            "wide",
+            "past float32's range, which the recording's float32 value column would make infinite",
+        ),
+        ("", "--outputs names no tensor"),
         ("logits,logits:0", "logits:0 is named twice"),
     ],
 )
@@ -218,3 +225,73 @@ def test_inspect_and_record_count_the_output_rows(model, inputs, tmp_path):
     assert f"{len(inputs) * VOCAB} output rows ->" in done.stdout, done.stdout
     said = run_cli("inspect", str(tmp_path / "run")).stdout
     assert f"{len(inputs) * VOCAB} output rows (final:0)" in said, said
+
+
+def test_an_outputs_files_that_lose_or_repeat_rows_are_refused(model, inputs, tmp_path):
+    """A part file deleted, copied in twice, or another output's moved in: one line naming the
+    output, never a frame short of rows or with rows twice (nor a comparison of them)."""
+    import shutil
+
+    from recorders.read.compare import compare
+
+    path, _ = model
+    with tracer.load_model(path) as m:
+        for name in ("a", "b"):
+            tracer.record(
+                m, {"x": inputs}, tmp_path / name, outputs=("final", "predicted"), batch_size=2
+            )
+    folder = tmp_path / "b" / "outputs"
+    final = sorted((folder / "output=final%3A0").iterdir())
+    final[1].unlink()  # examples 2 and 3 gone
+    with pytest.raises(RecordingError, match="output final:0 holds 0 rows of example 2"):
+        Recording(tmp_path / "b").output_frame("final:0")
+    with pytest.raises(RecordingError, match="output final:0 holds 0 rows of example 2"):
+        compare(Recording(tmp_path / "a"), Recording(tmp_path / "b"))
+    shutil.copy(final[0], final[0].with_name("part-0000000100.parquet"))  # examples 0 and 1 twice
+    shutil.copy(final[2], final[1])
+    with pytest.raises(RecordingError, match="holds some example, step and unit twice"):
+        Recording(tmp_path / "b").output_frame("final:0")
+    final[0].with_name("part-0000000100.parquet").unlink()
+    final[1].unlink()
+    moved = sorted((folder / "output=predicted%3A0").iterdir())[0]
+    shutil.copy(moved, final[0])  # one row an example, where final has 6
+    with pytest.raises(RecordingError, match="holds 1 rows of example 0, not 6 a step"):
+        Recording(tmp_path / "b").output_frame("final:0")
+
+
+def test_lengths_cut_an_output_only_along_the_cells_steps(model, inputs, tmp_path):
+    """[batch, 2, units] is not a sequence of the cells' 5 steps: a length of 1 cuts the
+    logits, not its second row."""
+    path, built = model
+    lengths = np.array([1, 5, 5, 2, 5, 5])
+    np.save(tmp_path / "lengths.npy", lengths)
+    done = record_x(
+        path,
+        inputs,
+        tmp_path / "run",
+        "--outputs",
+        "pair,logits",
+        "--lengths",
+        str(tmp_path / "lengths.npy"),
+    )
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "run")
+    assert (rec.output_frame("pair:0").groupby("example").size() == 2 * UNITS).all()
+    assert (
+        rec.output_frame("logits:0").groupby("example").size().tolist()
+        == (lengths * VOCAB).tolist()
+    )
+
+
+def test_outputs_of_other_shapes_are_not_compared(model, inputs, tmp_path):
+    from recorders.read.compare import compare
+
+    path, _ = model
+    with tracer.load_model(path) as m:
+        tracer.record(m, {"x": inputs}, tmp_path / "a", outputs=("final",))
+        tracer.record(m, {"x": inputs}, tmp_path / "b", outputs=("final",))
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest["outputs"][0]["units"] = 7
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SelectionError, match="output final:0 is 6 units in .* and 7 units in"):
+        compare(Recording(tmp_path / "a"), Recording(tmp_path / "b"))

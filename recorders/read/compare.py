@@ -573,11 +573,31 @@ def _outputs(a: Recording, b: Recording, tolerance: float) -> pd.DataFrame:
     """Each output both recordings hold, compared over the values both hold (see the module
     docstring); each read within its reader's memory budget."""
     rows = []
+    shapes = [{o["name"]: o for o in r.description.get("outputs", [])} for r in (a, b)]
     for name in [n for n in a.outputs if n in b.outputs]:
-        fa, fb = a.output_frame(name), b.output_frame(name)
-        keys = [k for k in ("example", "step", "unit") if k in fa.columns and k in fb.columns]
-        a.allot((len(fa) + len(fb),), 48, f"comparing output {name}")
-        both = fa.merge(fb, on=keys, suffixes=("_a", "_b"))
+        shown = [
+            f"{o['units']} units" + (f" by {o.get('steps', 'open')} steps" if o["sequence"] else "")
+            for o in (shapes[0][name], shapes[1][name])
+        ]
+        if shown[0] != shown[1]:
+            raise SelectionError(
+                f"output {name} is {shown[0]} in {a.path} and {shown[1]} in {b.path}: not one output to compare"
+            )
+        try:
+            fa, fb = a.output_frame(name), b.output_frame(name)
+            a.allot((len(fa) + len(fb),), 48, f"comparing output {name}")
+        except MemoryBudgetError as err:
+            raise _advised(err, a) from None
+        keys = [k for k in ("example", "step", "unit") if k in fa.columns]
+        both = fa.merge(fb, on=keys, suffixes=("_a", "_b"), how="outer", indicator=True)
+        apart = both[both["_merge"] != "both"]
+        if len(apart):
+            row = apart.iloc[0]
+            where = ", ".join(f"{k} {int(row[k])}" for k in keys)
+            only = a.path if row["_merge"] == "left_only" else b.path
+            raise SelectionError(
+                f"output {name}: {where} is recorded in {only} only; record both on the same sequences"
+            )
         x = both["value_a"].to_numpy(np.float64)[:, None, None]
         y = both["value_b"].to_numpy(np.float64)[:, None, None]
         d, compared, nan_a, nan_b = _differences(x, y, np.ones((len(both), 1), bool))

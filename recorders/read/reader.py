@@ -36,6 +36,7 @@ from recorders.read.files import (
     TABLES,
     default_memory,
     open_recording,
+    statistics,
 )
 from recorders.read.summaries import SummaryTables
 from recorders.read.tables import (
@@ -358,8 +359,9 @@ class Recording:
 
     def output_frame(self, name: str, examples: Range | None = None) -> pd.DataFrame:
         """The model's output `name` as a long table: example, step (where the output is a
-        sequence), unit, value; `examples` a [start, stop) range (None: all). Read within the
-        memory budget, every file checked first."""
+        sequence), unit, value; `examples` a [start, stop) range (None: all). Only the files
+        whose examples the range reaches are read, within the memory budget counted first;
+        every complete example's rows are checked (each once, as many as the output has)."""
         import pandas as pd
 
         described = self._checked.outputs.get(name)
@@ -367,10 +369,24 @@ class Recording:
             listed = ", ".join(self.outputs) or "none (record with --outputs NAMES)"
             raise SelectionError(f"{self.path} holds no output {name!r}; its outputs: {listed}")
         lo, hi = examples or (None, None)
-        frames = []
+        lo, hi = 0 if lo is None else lo, 2**62 if hi is None else hi
+        chosen, rows = [], 0
         for rel in sorted(self._checked.files("outputs").get(("", name), [])):
             footer = self._checked.footer("outputs", name, rel)
-            self.allot((footer.num_rows,), 20, f"reading output {name} ({rel})")
+            reach = [statistics(footer.row_group(k)) for k in range(footer.num_row_groups)]
+            if any(r is not None and r[0][0] < hi and r[0][1] >= lo for r in reach):
+                chosen.append(rel)
+                rows += footer.num_rows
+        what = f"reading output {name} ({rows:,} rows)"
+        self._checked.allot(
+            (rows,),
+            40,
+            what,
+            "select fewer examples (examples=(start, stop)), or open "
+            "the recording with Recording(path, memory=...) for more",
+        )
+        frames = []
+        for rel in chosen:
             table = self._checked.read(
                 rel,
                 lambda rel=rel: self._checked.parquet("outputs", name, rel).read(
@@ -380,10 +396,7 @@ class Recording:
             keys = {k: table.column(k).to_numpy() for k in ("example", "step", "unit")}
             self._checked.check_keys(rel, name, keys, "outputs")
             frame = table.to_pandas()
-            if lo is not None:
-                frame = frame[frame["example"] >= lo]
-            if hi is not None:
-                frame = frame[frame["example"] < hi]
+            frame = frame[(frame["example"] >= lo) & (frame["example"] < hi)]
             frames.append(frame[self._complete(frame["example"].to_numpy())])
         columns = ["example", "step", "unit", "value"]
         out = (
@@ -391,7 +404,39 @@ class Recording:
             if frames
             else pd.DataFrame({c: [] for c in columns})
         )
+        self._check_output_rows(name, described, out, lo, hi)
         return out if described["sequence"] else out.drop(columns=["step"])
+
+    def _check_output_rows(self, name: str, described: dict, out: Any, lo: int, hi: int) -> None:
+        """RecordingError where the files of output `name` hold a row twice, or an example's
+        rows are not those the output has: its units at every step (an output that is not a
+        sequence: each complete example once; a sequence: whole steps, at most its steps)."""
+        if out.duplicated(["example", "step", "unit"]).any():
+            raise RecordingError(
+                f"{self.path}/outputs: output {name} holds some example, step and unit twice: {DAMAGED}"
+            )
+        units, steps = described["units"], described.get("steps")
+        per = out.groupby("example").size()
+        if described["sequence"]:  # whole steps, as many as its steps at most
+            bad = per[(per % units != 0) | (per > units * (steps or 2**31))]
+        else:
+            bad = per[per != units]
+        # every complete example of the range has rows, but where --lengths may leave a sequence none
+        lengths = described["sequence"] and self.description.get("digests", {}).get("lengths")
+        pairs = [
+            (max(a, lo), min(b, hi)) for a, b in self._examples.pairs() if min(b, hi) > max(a, lo)
+        ]
+        missing = (
+            []
+            if lengths or len(per) == sum(b - a for a, b in pairs)
+            else [e for a, b in pairs for e in np.setdiff1d(np.arange(a, b), per.index)[:1]]
+        )
+        if len(bad) or missing:
+            example = int(bad.index[0]) if len(bad) else int(missing[0])
+            raise RecordingError(
+                f"{self.path}/outputs: output {name} holds {int(per.get(example, 0)):,} rows of example "
+                f"{example}, not {units:,} a step: {DAMAGED}"
+            )
 
     def _complete(self, ids: Any) -> np.ndarray:
         """A mask of the example numbers `ids` that are complete (a partial recording may hold

@@ -297,6 +297,14 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
             for d in (theirs, mine)
         ]
         return f"it was recorded with {said[0]}, this run gives {said[1]}"
+    if theirs.get("outputs") != mine.get("outputs"):
+        named = [
+            "--outputs " + ",".join(o.get("name", "?") for o in d["outputs"])
+            if d.get("outputs")
+            else "no --outputs"
+            for d in (theirs, mine)
+        ]
+        return f"it was recorded with {named[0]}, this run gives {named[1]}"
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
             if (

@@ -211,7 +211,8 @@ def _outputs_problem(outputs: Any) -> str | None:
         if not (
             isinstance(o, dict)
             and isinstance(o.get("name"), str)
-            and o["name"]
+            and 0 < len(o["name"]) <= 4096
+            and o["name"].isprintable()
             and _count(o.get("units"), 1, MAX_UNITS)
             and isinstance(o.get("sequence"), bool)
             and (not o["sequence"] or o.get("steps") is None or _count(o["steps"], 1, MAX_STEPS))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "feed_path",
     "holds",
+    "outputs",
     "shared_options",
     "record_series",
     "summary_bins",
@@ -47,6 +48,18 @@ def holds(args) -> tuple[Hold, ...]:
     return tuple(parse_hold(spec) for spec in args.hold)
 
 
+def outputs(args) -> tuple[str, ...]:
+    """The `--outputs` names; given but naming none (`--outputs ''`) is one line."""
+    from recorders.errors import SelectionError
+
+    names = split(args.outputs)
+    if args.outputs is not None and not names:
+        raise SelectionError(
+            "--outputs names no tensor; name each op or OP:K, comma-separated, or leave it out"
+        )
+    return names
+
+
 def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
     """`tracer.record`'s options that one recording and a series take alike."""
     from tracer.run.options import RecordOptions
@@ -64,7 +77,7 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         gate_ops=args.gate_ops,
         state_ops=args.state_ops,
         holds=holds(args),
-        outputs=split(args.outputs),
+        outputs=outputs(args),
     )
 
 
@@ -199,7 +212,7 @@ def record_parallel(args, selection, memory) -> None:
             gate_ops=args.gate_ops,
             state_ops=args.state_ops,
             holds=holds(args),
-            outputs=split(args.outputs),
+            outputs=outputs(args),
         ),
     )
     bar = None

@@ -112,8 +112,9 @@ class Values(Fetched[RecordingWriter]):
         for k, name in enumerate(plan.outputs):  # the model's own outputs, where asked for
             first = plan.output(values, k, slice(0, 1))
             positions = np.arange(first.shape[1], dtype=np.int32)
-            # no rows past an example's length, where the output is a sequence
-            lens = lengths if first.shape[1] > 1 else None
+            # no rows past an example's length, where the output runs along the cells' steps
+            steps_of_cells = {len(plan.steps(values, j)) for j in range(len(plan.cells))}
+            lens = lengths if first.shape[1] > 1 and steps_of_cells == {first.shape[1]} else None
             writer.write_output(name, ids, positions, partial(plan.output, values, k), lens)
 
 

@@ -83,6 +83,10 @@ class RecordOptions:
         object.__setattr__(self, "reads", tuple(self.reads))
         object.__setattr__(self, "holds", tuple(self.holds))
         object.__setattr__(self, "outputs", tuple(self.outputs))
+        if any(not name for name in self.outputs):
+            raise SelectionError(
+                "--outputs names an empty tensor name; name each op or OP:K, comma-separated"
+            )
         if self.outputs and self.summary is not None:
             raise SelectionError(
                 "--outputs with --summary: a summary holds statistics of gates and states, not the model's "

@@ -381,6 +381,11 @@ def _summary(summaries: Mapping[int, dict], count: int, task_size: int) -> dict:
         "gates": sum(s["rows"]["gates"] for s in summaries.values()),
         "states": sum(s["rows"]["states"] for s in summaries.values()),
         "weights": first["rows"]["weights"],
+        **(
+            {"outputs": sum(s["rows"].get("outputs", 0) for s in summaries.values())}
+            if "outputs" in first["rows"]
+            else {}
+        ),
     }
     return {
         **{

@@ -318,6 +318,10 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
     units], its units known. `SelectionError`, one line, for anything else."""
     if not names:
         return []
+    if len(names) > MAX_OUTPUTS:
+        raise SelectionError(
+            f"--outputs names {len(names)} tensors; a recording holds at most {MAX_OUTPUTS}"
+        )
     if not isinstance(model, Model):
         raise SelectionError(
             f"--outputs names tensors of a TensorFlow graph; {model.source} is "
@@ -331,8 +335,9 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
             op = graph.get_operation_by_name(name) if tensor is None else tensor.op
         except (KeyError, ValueError):
             raise SelectionError(
-                f"--outputs {name}: {model.source} has no op or tensor of this name; name an op (its one "
-                "output) or a tensor OP:K, as `gatetrace inspect` and TensorBoard name them"
+                f"--outputs {name}: {model.source} has no op or tensor of this name; name an op of its graph "
+                "(its one output) or a tensor OP:K, as TensorBoard shows them (a SavedModel's signature output "
+                "names are not read here: name the tensor a signature output is)"
             ) from None
         if tensor is None:
             if len(op.outputs) != 1:
@@ -355,6 +360,10 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
             raise SelectionError(
                 f"--outputs {name}: the units of {tensor.name} (its last dimension) are not known before it runs"
             )
+        if shape.rank > 1 and shape[-1] > MAX_UNITS:
+            raise SelectionError(
+                f"--outputs {name}: {tensor.name} has {shape[-1]:,} units; a recording holds at most {MAX_UNITS:,} an output"
+            )
         batches = {
             op.outputs[0].shape[0]
             for op in graph.get_operations()
@@ -371,6 +380,10 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
     return found
 
 
+MAX_OUTPUTS = 64  # outputs a recording holds (`recorders.write.schema`)
+MAX_UNITS = 2**24  # units an output may have: the manifest's bound
+
+
 def describe_outputs(model: Model, names: Sequence[str]) -> list[dict[str, Any]]:
     """The manifest's `outputs`: each recorded output's name, units, and whether it is a
     sequence (with its steps where the graph fixes them)."""
@@ -381,6 +394,8 @@ def describe_outputs(model: Model, names: Sequence[str]) -> list[dict[str, Any]]
             "name": name,
             "units": int(shape[-1]) if shape.rank > 1 else 1,
             "sequence": shape.rank == 3,
+            # stored as float32: exact for float32, float16 and integers up to 2^24 (`FetchPlan.output`)
+            "dtype": model.graph.get_tensor_by_name(name).dtype.name,
         }
         if shape.rank == 3 and shape[1] is not None:
             entry["steps"] = int(shape[1])

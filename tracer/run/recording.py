@@ -46,6 +46,7 @@ from tracer.load.tflite import LiteModel
 from tracer.run.bar import progress_bar
 from tracer.run.batch import Batch, Fetched, Prepared, Values
 from tracer.run.budget import (
+    COPIES,
     DEFAULT_BATCH_SIZE,
     bytes_per_sequence,
     check_rows,
@@ -255,9 +256,15 @@ def _record(
         )
     if options.summary is None:
         partstats.ready()  # what the statistics' loop holds, counted in what the process holds
-    choice = choose_batch(
-        options.batch_size, bytes_per_sequence(cells, feed_dict, selection.parts), options.memory
-    )
+    per_sequence = bytes_per_sequence(cells, feed_dict, selection.parts)
+    if options.outputs:  # the outputs, fetched and written as the gates are
+        assert isinstance(model, Model)
+        longest = max((np.shape(v)[1] for v in feed_dict.values() if np.ndim(v) >= 3), default=1)
+        per_sequence += sum(
+            COPIES * 4 * o["units"] * (o.get("steps") or (longest if o["sequence"] else 1))
+            for o in describe_outputs(model, options.outputs)
+        )
+    choice = choose_batch(options.batch_size, per_sequence, options.memory)
     check_rows(feed_dict, choice)
     if (
         options.carry_state

@@ -37,6 +37,29 @@ from tracer.values.weights import gate_weights, stacked
 __all__ = ["FetchPlan"]
 
 
+def _exact_in_float32(name: str, value: np.ndarray) -> None:
+    """Refuse an output whose values the float32 `value` column cannot hold: an integer past
+    2^24 (rounded), a finite number past float32's range (made infinite)."""
+    if value.dtype.kind in "iu":
+        top = (
+            int(np.abs(value.astype(np.int64)).max())
+            if value.dtype.kind == "i"
+            else int(value.max())
+        )
+        if top > 2**24:
+            raise SelectionError(
+                f"--outputs {name}: it holds the integer {top}, which the recording's float32 value "
+                "column would round (integers up to 2^24 are exact): name an output of smaller numbers"
+            )
+    elif value.dtype.kind == "f" and value.dtype.itemsize > 4:
+        finite = value[np.isfinite(value)]
+        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
+            raise SelectionError(
+                f"--outputs {name}: it holds {np.abs(finite).max():.6g}, past float32's range, which the "
+                "recording's float32 value column would make infinite"
+            )
+
+
 class FetchPlan:
     """The tensors to fetch for `cells`, and how to put the fetched values back together.
 
@@ -153,6 +176,8 @@ class FetchPlan:
                 f"{value.shape[0] if value.ndim else 'absent (a scalar)'}, not the batch's {batch} examples: "
                 "name an output whose rows are the examples"
             )
+        if value.dtype != np.float32 and value.size:
+            _exact_in_float32(self.outputs[k], value)
         value = value[rows]
         if value.ndim == 1:
             value = value[:, None]
