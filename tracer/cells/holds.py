@@ -100,8 +100,13 @@ def _units(text: str, spec: str) -> tuple[int, ...] | None:
             raise SelectionError(f"--hold {spec}: the unit range {part} ends before it starts")
         ranges.append((lo, hi))
     # counted before any is listed: no cell has more units
-    if max(hi for _, hi in ranges) >= MAX_UNITS or sum(hi - lo + 1 for lo, hi in ranges) > MAX_UNITS:
-        raise SelectionError(f"--hold {spec}: it names units past {MAX_UNITS - 1}, more than any cell has")
+    if (
+        max(hi for _, hi in ranges) >= MAX_UNITS
+        or sum(hi - lo + 1 for lo, hi in ranges) > MAX_UNITS
+    ):
+        raise SelectionError(
+            f"--hold {spec}: it names units past {MAX_UNITS - 1}, more than any cell has"
+        )
     return tuple(sorted({u for lo, hi in ranges for u in range(lo, hi + 1)}))
 
 
