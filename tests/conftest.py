@@ -223,6 +223,16 @@ def session_model(
         v1.enable_control_flow_v2()
 
 
+def as_a_shell_starts_it() -> None:
+    """For `subprocess.Popen(preexec_fn=...)` of a process a test sends Ctrl-C: SIGINT's
+    default action, unblocked, as a terminal's shell starts a command (a child inherits its
+    parent's, and a test run's worker process may ignore it: Python then keeps ignoring it)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """`gatetrace ARGS` run in this process, its stdout and stderr captured (TensorFlow is
     imported once for all the tests; tests of what a fresh process prints run it as one)."""

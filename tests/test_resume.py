@@ -22,7 +22,7 @@ import pytest
 
 from recorders import Recording
 from recorders.write.partstats import FOOTER_KEY, read
-from tests.conftest import CONFIGS, build, save, static_body, tf, v1
+from tests.conftest import CONFIGS, as_a_shell_starts_it, build, save, static_body, tf, v1
 from tracer.cli import main
 
 SEQUENCES = 48
@@ -104,6 +104,7 @@ def start(argv: list[str], pace: float = 0.05) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=as_a_shell_starts_it,
     )
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import tracer
 from recorders.errors import ModelFormatError, UnsafeGraphError
-from tests.conftest import CONFIGS, build, save, static_body
+from tests.conftest import CONFIGS, as_a_shell_starts_it, build, save, static_body
 from tracer._tf import tf, v1
 from tracer.cli import main
 
@@ -310,6 +310,7 @@ def test_two_ctrl_c_end_the_process_within_5_s_on_a_busy_machine(body, tmp_path)
             ],
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=as_a_shell_starts_it,
         )
         seen = ""
         while "recording" not in seen:  # the progress bar appears just before the first run
