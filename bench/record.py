@@ -159,6 +159,39 @@ with tracer.load_model(model) as m:
 """
 
 
+DISK_SCRIPT = """
+import json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+from recorders.write.direct import WRITE_THREADS, open_direct
+from recorders.write.folder import Folder
+sizes, out = json.loads(open(sys.argv[1]).read()), sys.argv[2]
+chunk = os.urandom(1 << 20)  # the content does not matter to the disk
+os.mkdir(out)
+with Folder(out) as folder:
+    def write(item):
+        rel, size = item
+        # as the writer: past the page cache, or through it where the file system refuses that
+        f = open_direct(folder, rel) or folder.create(rel)
+        with f:
+            left = size
+            while left:
+                n = min(left, len(chunk))
+                f.write(chunk[:n])
+                left -= n
+    with ThreadPoolExecutor(WRITE_THREADS) as pool:
+        list(pool.map(write, sizes))
+"""
+
+
+def part_sizes(folder: Path) -> list[tuple[str, int]]:
+    """Every file under `folder` but the progress and statistics files: (relative path, bytes)."""
+    return [
+        (str(p.relative_to(folder)), p.stat().st_size)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.relative_to(folder).parts[0].startswith("_")
+    ]
+
+
 def whole_process(
     model: str,
     output: str,
@@ -179,7 +212,14 @@ def whole_process(
     batches); and their ratio. Rounds interleave the runs (in alternating order); medians
     of the per-round figures. `variants`: more `record` runs by name, each with its own flags
     (e.g. {"record_parts": ["--values", "preactivation,activation,contributions"]}), measured in
-    the same rounds: `<name>_s_per_batch` and `<name>_ratio`."""
+    the same rounds: `<name>_s_per_batch` and `<name>_ratio`.
+
+    The disk's floor, in the same rounds: a process writes the files a record at `small` and at
+    `large` batches wrote (the same paths and sizes, taken from one record of each before the
+    rounds), as the writer writes them (`O_DIRECT` through `open_direct`, `WRITE_THREADS`
+    threads), into the same folder; its marginal cost of a batch is `disk_s_per_batch`. The
+    record's limit is max(forward, disk floor) each round; `ratio_to_limit` is the median of
+    record / limit (the target is 1.25)."""
     files = {}
     for n in sorted({small, large, forward_large}):
         files[n] = root / f"whole{n}.npy"
@@ -198,8 +238,23 @@ def whole_process(
         return wall, after.ru_utime - before.ru_utime + system, system
 
     records = {"record": [], **(variants or {})}
-    spans = {"forward": (small, forward_large), **{name: (small, large) for name in records}}
+    spans = {
+        "forward": (small, forward_large),
+        "disk": (small, large),
+        **{name: (small, large) for name in records},
+    }
     jobs = {}
+    for n in spans["disk"]:
+        sized = root / f"sizes-out-{n}"
+        subprocess.run(
+            [sys.executable, "-m", "tracer.cli", "record", model, "--feed", f"x={files[n]}"]
+            + ["--quiet", *base_flags, "--out", str(sized)],
+            check=True,
+            capture_output=True,
+        )
+        (root / f"sizes{n}.json").write_text(json.dumps(part_sizes(sized)))
+        shutil.rmtree(sized)
+        jobs[("disk", n)] = ["-c", DISK_SCRIPT, str(root / f"sizes{n}.json")]
     for n in spans["forward"]:
         jobs[("forward", n)] = ["-c", FORWARD_SCRIPT, model, str(files[n]), output, str(BATCH)]
     for name, flags in records.items():
@@ -218,11 +273,13 @@ def whole_process(
     per_round: dict[str, list[float]] = {
         k: [] for name in spans for k in (name, f"{name}_ratio", f"{name}_cpu", f"{name}_sys")
     }
+    per_round["record_to_limit"] = []
     for r in range(rounds):
         t = {}
         for key, argv in list(jobs.items()) if r % 2 == 0 else list(jobs.items())[::-1]:
             out = root / f"whole-out-{r}-{key[0]}-{key[1]}"
-            t[key] = run(argv + (["--out", str(out)] if key[0] != "forward" else []))
+            tail = {"forward": [], "disk": [str(out)]}.get(key[0], ["--out", str(out)])
+            t[key] = run(argv + tail)
             shutil.rmtree(out, ignore_errors=True)
         # per batch: (wall, CPU, system) seconds
         marginal = {
@@ -234,6 +291,9 @@ def whole_process(
             per_round[f"{kind}_cpu"].append(marginal[kind][1])
             per_round[f"{kind}_sys"].append(marginal[kind][2])
             per_round[f"{kind}_ratio"].append(marginal[kind][0] / marginal["forward"][0])
+        per_round["record_to_limit"].append(
+            marginal["record"][0] / max(marginal["forward"][0], marginal["disk"][0])
+        )
 
     def median(k):
         return statistics.median(per_round[k])
@@ -243,6 +303,9 @@ def whole_process(
         "forward_s_per_batch": round(median("forward"), 3),
         "record_s_per_batch": round(median("record"), 3),
         "ratio": round(median("record_ratio"), 2),
+        "disk_s_per_batch": round(median("disk"), 3),
+        "disk_cpu_s_per_batch": round(median("disk_cpu"), 3),
+        "ratio_to_limit": round(median("record_to_limit"), 2),
         "forward_cpu_s_per_batch": round(median("forward_cpu"), 3),
         "record_cpu_s_per_batch": round(median("record_cpu"), 3),
         "record_sys_s_per_batch": round(median("record_sys"), 3),
@@ -255,7 +318,7 @@ def whole_process(
         "per_round": {
             k: [round(v, 3) for v in vs]
             for k, vs in per_round.items()
-            if not k.startswith("forward_") and not k.endswith(("_cpu", "_sys"))
+            if not k.startswith(("forward_", "disk_")) and not k.endswith(("_cpu", "_sys"))
         },
     }
 
@@ -521,6 +584,10 @@ def _print(r: dict) -> None:
         print(
             f"  CPU seconds per batch: forward {w['forward_cpu_s_per_batch']:.3f}, record {w['record_cpu_s_per_batch']:.3f} "
             f"(system {w['record_sys_s_per_batch']:.3f}); write() calls per batch: {w['record_write_calls_per_batch']}"
+        )
+        print(
+            f"  the disk's floor (the same files written as the writer writes them): {w['disk_s_per_batch']:.3f} s a batch; "
+            f"record against max(forward, disk floor): {w['ratio_to_limit']:.2f}x (target 1.25x)"
         )
         for name in ("memory_8g", "compression_lz4"):
             if f"{name}_ratio" in w:
