@@ -331,3 +331,21 @@ def test_a_feed_splits_at_its_first_unescaped_equals_sign(item, split):
     assert split_feed(item) == split
     (arg,) = shlex.split(feed_arg(*split))  # as a shell reads it
     assert split_feed(arg) == split
+
+
+def test_record_s_help_says_how_a_name_holding_an_equals_sign_is_fed(capsys):
+    """`record --help` says that `--feed` writes an `=` in a name `\\=`, with an example a
+    shell and `split_feed` read as that name (before: the help did not say it)."""
+    import re
+    import shlex
+
+    from tracer.cli import main
+    from tracer.inputs.files import split_feed
+
+    assert main(["record", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    example = re.search(r"--feed ('[^' ]*\\=[^' ]*')", shown)
+    assert example is not None, shown
+    (arg,) = shlex.split(example.group(1))
+    name, _ = split_feed(arg)
+    assert "=" in name and f"(the input {name})" in shown

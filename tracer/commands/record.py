@@ -67,7 +67,8 @@ def arguments(c: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=FILE.npy|NAME=VALUE",
-        help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0': --feed x=inputs.npy",
+        help="feed a placeholder, or a Keras model's input (repeatable); NAME with or without ':0', an '=' in it "
+        "written '\\=': --feed x=inputs.npy --feed 'se\\=q=inputs.npy' (the input se=q)",
     )
     out.add_argument(
         "--out",
