@@ -8,6 +8,7 @@ usage block, no TensorFlow log line) that contains the expected reason, and that
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def disk(tmp_path_factory) -> Path:
     )
     pq.write_table(pa.table({"y": [[1.0] * 4] * 6}), root / "other.parquet")
     (root / "notes.txt").write_text("hello")
+    os.mkfifo(root / "fifo.npy")  # opened to be read, it would wait for a writer
     np.save(root / "big.npy", np.full((6, 5, 4), 2**24 + 1, np.int64))
     np.save(root / "none.npy", np.zeros((0, 5, 4), np.float32))
     (root / "fixed").mkdir()  # a graph whose placeholder takes batches of exactly 2
@@ -222,6 +224,19 @@ CASES = {
     "feed of a missing file": (
         ["record", M, "--feed", "x={d}/missing.npy", "--out", "{o}"],
         "feed x: no such file",
+    ),
+    # a FIFO or a device: said what it is (was: "no such file"), never opened
+    "feed of a FIFO": (
+        ["record", M, "--feed", "x={d}/fifo.npy", "--out", "{o}"],
+        "feed x: {d}/fifo.npy is a FIFO, not a regular file: gatetrace reads its inputs from regular files",
+    ),
+    "lengths of a FIFO": (
+        ["record", M, "--feed", "x={d}/x.npy", "--lengths", "{d}/fifo.npy", "--out", "{o}"],
+        "--lengths: {d}/fifo.npy is a FIFO, not a regular file",
+    ),
+    "feed of a device": (
+        ["record", M, "--feed", "x=/dev/null", "--out", "{o}"],
+        "feed x: /dev/null is a character device, not a regular file: gatetrace reads its inputs",
     ),
     "unknown feed name": (
         ["record", M, "--feed", "nope={d}/x.npy", "--out", "{o}"],

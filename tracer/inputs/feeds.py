@@ -14,9 +14,11 @@ queue runner that would wait forever.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ from tracer.inputs.files import (
     feed_index,
     input_name,
     is_input_spec,
+    not_a_file,
     open_input,
     split_feeds,
 )
@@ -81,6 +84,8 @@ def parse_feed_args(items: Iterable[str]) -> dict[str, Any]:
             feeds[name] = open_input(value, f"feed {name}")
         else:
             scalar = _parse_scalar(value)
+            if scalar is None and os.path.exists(value) and not Path(value).is_file():
+                raise FeedError(f"feed {name}: {not_a_file(value)}")  # a FIFO, /dev/stdin
             if scalar is None:
                 raise FeedError(
                     f"feed {name}={value}: {value!r} is neither a .npy/.npz/.parquet file nor a number or true/false"

@@ -37,6 +37,7 @@ import numpy as np
 from recorders.errors import FeedError
 from recorders.read.npy import npy_header
 from recorders.write import is_uri
+from recorders.write.folder import kind_of
 from tracer.inputs.rows import Rows, file_kind, open_file
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "crossed_name",
     "input_name",
     "is_input_spec",
+    "not_a_file",
     "open_input",
     "open_npy",
     "RawRows",
@@ -214,7 +216,8 @@ def open_input(spec: str, what: str) -> Any:
             f"{what}: {spec!r} is not a .npy, .npz, .parquet or .tfrecord file, nor a folder of Parquet files"
         )
     elif kind != "file":
-        raise FeedError(f"{what}: no such file {path}")
+        why = f"no such file {path}" if store is not None else not_a_file(path, where)
+        raise FeedError(f"{what}: {why}")
     try:
         if suffix == ".npy":
             if member:
@@ -236,6 +239,20 @@ def open_input(spec: str, what: str) -> Any:
         raise FeedError(
             f"{what}: cannot read {path} as a {suffix} file: {err or type(err).__name__}"
         ) from err
+
+
+def not_a_file(path: str, where: str | None = None) -> str:
+    """Why the local feed `path` (at `where`: the path a `file://` URI names) is no file
+    gatetrace reads: "no such file PATH", or what it is instead (a FIFO, a socket, a device),
+    a link the user named followed."""
+    try:
+        mode = os.stat(where or path).st_mode
+    except OSError:
+        return f"no such file {path}"
+    return (
+        f"{path} is {kind_of(mode)}, not a regular file: gatetrace reads its inputs from regular files, "
+        "going back to their rows as it records; write the data to a file and give that"
+    )
 
 
 def _location(path: str, what: str = "input"):
