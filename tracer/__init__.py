@@ -32,7 +32,7 @@ from recorders.write.progress import Shard
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, from the same modules
     from tracer.cells.found import Cell, KerasCell, LiteCell, Step
-    from tracer.cells.holds import Hold, parse_hold
+    from tracer.cells.holds import Hold, holds_at_means, parse_hold
     from tracer.cells.kinds import SPECS, CellSpec, spec_for
     from tracer.cells.reference import run_cell
     from tracer.find.graph import find_cells
@@ -99,6 +99,7 @@ _LAZY = {
     "weights_columns": "tracer.values.weights",
     "Hold": "tracer.cells.holds",
     "parse_hold": "tracer.cells.holds",
+    "holds_at_means": "tracer.cells.holds",
 }
 
 
@@ -158,4 +159,5 @@ __all__ = [
     "weights_columns",
     "Hold",
     "parse_hold",
+    "holds_at_means",
 ]

@@ -6,7 +6,9 @@ from the command line's `--hold CELL:WHAT:UNITS=VALUE[@STEPS]` by `parse_hold`.
     WHAT   a state (`c`, `h`), a gate's value after its activation (`i`, `f`, ... as the
            cell's kind names its gates), or a gate's preactivation (`f.pre`)
     UNITS  `17`, `988,776`, `0-3` (both ends included), or `all`
-    VALUE  a number the units are set to (`0` ablates them), or `xF`: multiplied by F
+    VALUE  a number the units are set to (`0` ablates them), `xF`: multiplied by F, or `mean`:
+           each unit set to its mean over another recording of the model (`--means-from RUN`:
+           every example and step it recorded), resolved to numbers by `holds_at_means`
     STEPS  the input positions held: `10:` (from 10 on), `3:7` (3 to 6), `5`; default every step
 
 Examples: `rnn/multi_rnn_cell/cell_1/basic_lstm_cell:h:988,776=0` (two units of the second
@@ -14,7 +16,9 @@ layer's output ablated), `basic_lstm_cell:f:17=1` (unit 17 never forgets),
 `lstm_cell:c:5=x0.5@10:` (its memory halved from step 10 on).
 
 Parsing needs no model: what a hold names is checked against the cells found
-(`tracer.values.hold.holding`). Imports nothing of TensorFlow.
+(`tracer.values.hold.holding`). A `mean` hold becomes one hold a unit, each at the float32
+value of its unit's mean (what the held tensor, float32, is set to), so that a recording's
+manifest lists the numbers it held. Imports nothing of TensorFlow.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from recorders.errors import SelectionError
 
-__all__ = ["Hold", "parse_hold", "describe_holds"]
+__all__ = ["Hold", "parse_hold", "describe_holds", "holds_at_means"]
 
 FORMAT = "CELL:WHAT:UNITS=VALUE[@STEPS], e.g. 'lstm_cell:h:3,7=0' or 'lstm_cell:f:17=1@10:'"
 MAX_UNITS = 2**20  # units a hold may name, in all (no cell is wider)
@@ -46,6 +53,7 @@ class Hold:
     value: float
     scale: bool = False
     steps: tuple[int | None, int | None] = (None, None)
+    mean: bool = False  # each unit at its mean over another recording (`holds_at_means`); value NaN
 
     @property
     def preactivation(self) -> bool:
@@ -64,7 +72,7 @@ class Hold:
         """The hold as `--hold` takes it, in one spelling: units sorted, runs as ranges, the
         value exact (`repr` of the float it was parsed to)."""
         units = "all" if self.units is None else _runs(self.units)
-        value = f"x{self.value!r}" if self.scale else repr(self.value)
+        value = "mean" if self.mean else f"x{self.value!r}" if self.scale else repr(self.value)
         start, stop = self.steps
         steps = (
             ""
@@ -111,13 +119,15 @@ def _units(text: str, spec: str) -> tuple[int, ...] | None:
 
 
 def _value(text: str, spec: str) -> tuple[float, bool]:
+    if text == "mean":
+        return math.nan, False
     scale = text.startswith("x")
     number = text[1:] if scale else text
     try:
         value = float(number)
     except ValueError:
         raise SelectionError(
-            f"--hold {spec}: expected VALUE as a number (0 ablates) or xF (multiplied by F), found {text!r}"
+            f"--hold {spec}: expected VALUE as a number (0 ablates), xF (multiplied by F) or mean, found {text!r}"
         ) from None
     if not math.isfinite(value) or abs(value) > 3.4e38:
         raise SelectionError(
@@ -166,9 +176,77 @@ def parse_hold(spec: str) -> Hold:
         value=number,
         scale=scale,
         steps=_steps(steps, spec) if at else (None, None),
+        mean=value == "mean",
     )
 
 
 def describe_holds(holds: Sequence[Hold]) -> list[str]:
     """What a recording's manifest keeps of its holds (`held`): each as `--hold` takes it."""
     return [h.describe() for h in holds]
+
+
+def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
+    """`holds` with each `mean` hold replaced by one hold a unit, at the float32 value of that
+    unit's mean over every example and step of `base` (a `recorders.Recording` of the same
+    model, not held): a state's `value`, a gate's `activation`, a `.pre` gate's
+    `preactivation`. The cell is named as the recording names it (or by the end of its name,
+    after a `/`, when only one cell's name ends so). `SelectionError`, one line, where `base`
+    does not hold what a hold asks."""
+    from recorders.read.means import unit_means
+
+    if not any(h.mean for h in holds):
+        return tuple(holds)
+    where = f"--means-from {base.path}"
+    if base.manifest.get("held"):
+        raise SelectionError(
+            f"{where}: that recording was made with values held (--hold), so its means are not the "
+            "model's own; give a recording made without --hold"
+        )
+    resolved: list[Hold] = []
+    for hold in holds:
+        if not hold.mean:
+            resolved.append(hold)
+            continue
+        cell = _named(hold.cell, base.cells, where)
+        if hold.preactivation or hold.name not in base.states(cell):
+            table, label = "gates", hold.name
+            column = "preactivation" if hold.preactivation else "activation"
+            kept = base.recorded_gates(cell)
+        else:
+            table, label, column = "states", hold.name, "value"
+            kept = base.states(cell)
+        if label not in kept:
+            raise SelectionError(
+                f"--hold '{hold.describe()}': {where} holds {', '.join(kept) or 'nothing'} of {cell}, "
+                f"not {hold.name}; give a recording that holds it"
+            )
+        means = unit_means(base, table, cell, label, column, hold.units)
+        for unit, value in means.items():
+            if not math.isfinite(value):
+                raise SelectionError(
+                    f"--hold '{hold.describe()}': unit {unit} of {cell}'s {hold.what} has no finite mean "
+                    f"in {where} ({value}); hold it at a number"
+                )
+            resolved.append(
+                Hold(
+                    cell=cell,
+                    what=hold.what,
+                    units=(unit,),
+                    value=float(np.float32(value)),
+                    steps=hold.steps,
+                )
+            )
+    return tuple(resolved)
+
+
+def _named(name: str, cells: Sequence[str], where: str) -> str:
+    """The cell of `cells` named `name`, or the only one whose name ends in `/name`."""
+    if name in cells:
+        return name
+    found = [c for c in cells if c.endswith("/" + name)]
+    if len(found) != 1:
+        raise SelectionError(
+            f"{where}: expected a cell named {name!r} (or ending in /{name}) in that recording, found "
+            f"{'several: ' + ', '.join(found) if found else 'its cells: ' + ', '.join(cells)}"
+        )
+    return found[0]

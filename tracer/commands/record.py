@@ -255,8 +255,15 @@ def arguments(c: argparse.ArgumentParser) -> None:
         default=[],
         metavar="CELL:WHAT:UNITS=VALUE[@STEPS]",
         help="run the model with units of a cell's state (c, h), gate (i, f, ...) or preactivation (f.pre) held at "
-        "VALUE (or multiplied: xF) at every step or at STEPS, so that later steps and layers compute from it, and "
-        "record what changes (repeatable): --hold 'rnn/basic_lstm_cell:h:3,7=0' --hold 'basic_lstm_cell:f:2=1@5:'",
+        "VALUE (or multiplied: xF; or each unit's mean over --means-from RUN: mean) at every step or at STEPS, so that "
+        "later steps and layers compute from it, and record what changes (repeatable): "
+        "--hold 'rnn/basic_lstm_cell:h:3,7=0' --hold 'basic_lstm_cell:f:2=1@5:'",
+    )
+    what.add_argument(
+        "--means-from",
+        metavar="RUN",
+        help="with --hold ...=mean: the recording of the model (made without --hold) whose mean of each held unit, "
+        "over every example and step, the unit is held at: --hold 'basic_lstm_cell:h:3=mean' --means-from base",
     )
     what.add_argument(
         "--verify",

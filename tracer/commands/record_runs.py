@@ -42,10 +42,35 @@ def feed_path(item: str) -> str | None:
 
 
 def holds(args) -> tuple[Hold, ...]:
-    """The `--hold` values, parsed (`tracer.cells.holds`: a malformed one is one line)."""
-    from tracer.cells.holds import parse_hold
+    """The `--hold` values, parsed (`tracer.cells.holds`: a malformed one is one line), each
+    `mean` one resolved to numbers from `--means-from` (read once, kept on `args`)."""
+    if "resolved_holds" in vars(args):
+        return args.resolved_holds
+    from recorders import Recording
+    from recorders.errors import RecordingError, SelectionError
+    from tracer.cells.holds import holds_at_means, parse_hold
 
-    return tuple(parse_hold(spec) for spec in args.hold)
+    parsed = tuple(parse_hold(spec) for spec in args.hold)
+    asked = [h.describe() for h in parsed if h.mean]
+    means_from = getattr(args, "means_from", None)
+    if asked and means_from is None:
+        raise SelectionError(
+            f"--hold '{asked[0]}': each unit's mean comes from a recording of the model made without --hold; "
+            "give it with --means-from RUN"
+        )
+    if means_from is not None and not asked:
+        raise SelectionError(
+            "--means-from: no --hold asks for a mean (CELL:WHAT:UNITS=mean); leave --means-from out"
+        )
+    if means_from is None:
+        args.resolved_holds = parsed
+        return parsed
+    try:
+        base = Recording(means_from)
+    except RecordingError as err:
+        raise RecordingError(f"--means-from: {err}") from None
+    args.resolved_holds = holds_at_means(parsed, base)
+    return args.resolved_holds
 
 
 def outputs(args) -> tuple[str, ...]:

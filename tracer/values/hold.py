@@ -139,8 +139,13 @@ def _refusal(cell: AnyCell, hold: Hold) -> str | None:
 def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
     """`hold` with its cell's full name, checked against the cell: what it names, its units
     and its steps (`SelectionError`, one line, where they do not fit)."""
-    cell = _cell_named(hold.cell, cells)
     spec = hold.describe()
+    if hold.mean:
+        raise SelectionError(
+            f"--hold '{spec}': each unit's mean comes from another recording of the model: give it "
+            "with --means-from RUN (in Python, tracer.holds_at_means(holds, Recording(RUN)))"
+        )
+    cell = _cell_named(hold.cell, cells)
     refused = _refusal(cell, hold)
     if refused:
         raise SelectionError(f"--hold '{spec}': cannot hold it: {refused}")
@@ -236,6 +241,30 @@ def _const(graph_def, name: str, array: np.ndarray, frame_of: str | None) -> Non
         node.input.append(f"^{frame_of}")
 
 
+def _merged(held, size: int, numpy_type) -> list[tuple[bool, tuple, np.ndarray, np.ndarray]]:
+    """`held` ([(Hold, columns)], applied in order) as few ops: each run of holds of one kind
+    (set, or multiplied) and the same steps as one (scale, steps, mask, values), `values` per
+    column: a set hold's value where it holds (a later one wins, as it would applied after), a
+    factor where it scales (1 elsewhere; a scale of columns the run already scales starts another
+    run: products taken one after the other round as they would). A `mean` hold (one hold a unit, `tracer.cells.holds.holds_at_means`) is one op, not one a unit."""
+    runs: list[tuple[bool, tuple, np.ndarray, np.ndarray]] = []
+    for hold, columns in held:
+        if (
+            not runs
+            or runs[-1][:2] != (hold.scale, hold.steps)
+            or (hold.scale and runs[-1][2][columns].any())
+        ):
+            start = np.ones(size, numpy_type) if hold.scale else np.zeros(size, numpy_type)
+            runs.append((hold.scale, hold.steps, np.zeros(size, np.bool_), start))
+        _, _, mask, values = runs[-1]
+        mask[columns] = True
+        if hold.scale:
+            values[columns] = hold.value
+        else:
+            values[columns] = hold.value
+    return runs
+
+
 def _hold_tensor(
     graph_def, dtype: tf.DType, name: str, size: int, holds, scope: str, in_frame: bool
 ) -> str:
@@ -243,19 +272,15 @@ def _hold_tensor(
     numpy_type = dtype.as_numpy_dtype
     current = name
     frame_of = name.rpartition(":")[0] if in_frame else None
-    for k, (hold, columns) in enumerate(holds):
+    for k, (scale, _, mask, values) in enumerate(_merged(holds, size, numpy_type)):
         at = f"{scope}_{k}"
-        if hold.scale:
-            factor = np.ones(size, numpy_type)
-            factor[columns] = hold.value
-            _const(graph_def, f"{at}/factor", factor, frame_of)
+        if scale:
+            _const(graph_def, f"{at}/factor", values, frame_of)
             node = graph_def.node.add(name=f"{at}/held", op="Mul")
             node.input.extend([current, f"{at}/factor"])
         else:
-            mask = np.zeros(size, np.bool_)
-            mask[columns] = True
             _const(graph_def, f"{at}/mask", mask, frame_of)
-            _const(graph_def, f"{at}/value", np.full(size, hold.value, numpy_type), frame_of)
+            _const(graph_def, f"{at}/value", values, frame_of)
             node = graph_def.node.add(name=f"{at}/held", op="SelectV2")
             node.input.extend([f"{at}/mask", f"{at}/value", current])
         node.attr["T"].type = dtype.as_datatype_enum
@@ -343,24 +368,21 @@ def _in_body(body: tf.Graph, loop: str, per_tensor) -> dict[str, str]:
         ]
         current = tensor
         with body.as_default(), tf.name_scope(f"{_PREFIX}_{number}/"):
-            for hold, columns in held:
-                mask = np.zeros(size, np.bool_)
-                mask[columns] = True
+            for scale, steps, mask, values in _merged(held, size, current.dtype.as_numpy_dtype):
                 where = tf.constant(mask)
-                if hold.steps != (None, None):
+                if steps != (None, None):
                     counter = _counter(body, loop)
-                    start, stop = hold.steps
+                    start, stop = steps
                     now = tf.constant(True)
                     if start is not None:
                         now = tf.logical_and(now, counter >= start)
                     if stop is not None:
                         now = tf.logical_and(now, counter < stop)
                     where = tf.logical_and(where, now)
-                value = np.full(size, hold.value, current.dtype.as_numpy_dtype)
-                if hold.scale:
-                    current = tf.where(where, current * tf.constant(value), current)
+                if scale:
+                    current = tf.where(where, current * tf.constant(values), current)
                 else:
-                    current = tf.where(where, tf.constant(value), current)
+                    current = tf.where(where, tf.constant(values), current)
         carried = any(t is tensor for t in body.outputs)
         if not readers and not carried:
             _refuse_unread([name])

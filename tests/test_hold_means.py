@@ -1,0 +1,110 @@
+"""`--hold CELL:WHAT:UNITS=mean --means-from RUN`: units held at their means over a recording of
+the model made without holds. The means are checked against the network written in numpy from
+TensorFlow's documented equations (`tests.test_hold.oracle`), and the held recording against
+the same equations with each unit held at its mean (as float32, what the model's tensors hold)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from recorders import Recording
+from recorders.read.means import unit_means
+from tests import test_hold
+from tests.conftest import read_gates, read_state, record_x
+from tests.test_hold import LAYERS, STEPS, oracle
+
+# the network of tests/test_hold.py, unrolled and in while loops of both control flows
+every_model, model = test_hold.every_model, test_hold.model
+
+
+def _means_of(weights, x, layer: int, what: str) -> np.ndarray:
+    """Each unit's mean over every example and step, from the equations (no hold)."""
+    acts, c, h = oracle(weights, x.astype(np.float64))[layer]
+    values = {"c": c, "h": h, **{g: acts[:, :, k] for k, g in enumerate("ijfo")}}[what]
+    return values.reshape(-1, values.shape[-1]).mean(axis=0)
+
+
+@pytest.mark.parametrize(
+    ("layer", "what", "units"), [(0, "h", [1]), (1, "c", [0, 1, 2]), (0, "f", [0, 2])]
+)
+def test_units_held_at_their_means_are_those_of_the_equations(
+    every_model, inputs, tmp_path, layer, what, units
+):
+    path, built, _ = every_model
+    base = tmp_path / "base"
+    assert record_x(path, inputs, base).returncode == 0
+    means = _means_of(built.weights, inputs, layer, what)
+    # what gatetrace reads from the plain recording is the equations' mean
+    read = unit_means(
+        Recording(base),
+        "gates" if what in "ijfo" else "states",
+        LAYERS[layer],
+        what,
+        "activation" if what in "ijfo" else "value",
+        units,
+    )
+    np.testing.assert_allclose([read[u] for u in units], means[units], atol=1e-6)
+
+    spec = f"{LAYERS[layer].split('/', 2)[2]}:{what}:{','.join(map(str, units)) if len(units) < 3 else 'all'}=mean"
+    held = tmp_path / "held"
+    done = record_x(path, inputs, held, "--hold", spec, "--means-from", str(base))
+    assert done.returncode == 0, done.stderr
+    values = [float(np.float32(read[u])) for u in units]
+    expected = oracle(
+        built.weights,
+        inputs.astype(np.float64),
+        [(layer, what, u, v, False, (0, STEPS)) for u, v in zip(units, values, strict=True)],
+    )
+    plain = oracle(built.weights, inputs.astype(np.float64))
+    for k, name in enumerate(LAYERS):
+        acts, c, h = expected[k]
+        np.testing.assert_allclose(read_gates(held, name, ("i", "j", "f", "o"))[1], acts, atol=2e-6)
+        np.testing.assert_allclose(read_state(held, name, "c"), c, atol=2e-6)
+        np.testing.assert_allclose(read_state(held, name, "h"), h, atol=2e-6)
+    # the hold changed the upper layer (a mean is not what the unit computes at every step)
+    assert np.abs(expected[1][2] - plain[1][2]).max() > 1e-4
+    # the manifest lists the numbers held, one unit each, exactly
+    assert json.loads((held / "manifest.json").read_text())["held"] == [
+        f"{LAYERS[layer]}:{what}:{u}={v!r}" for u, v in zip(units, values, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--hold", "cell_0/basic_lstm_cell:h:1=mean"], "give it with --means-from RUN"),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:h:1=0", "--means-from", "BASE"],
+            "no --hold asks for a mean",
+        ),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", "HELD"],
+            "made with values held",
+        ),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:i:1=mean", "--means-from", "BASE"],
+            "not i; give a recording",
+        ),
+        (
+            ["--hold", "gru_cell:h:1=mean", "--means-from", "BASE"],
+            "expected a cell named 'gru_cell'",
+        ),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", "NOWHERE"],
+            "--means-from: ",
+        ),
+    ],
+)
+def test_a_mean_that_cannot_be_taken_is_one_line(model, inputs, tmp_path, flags, said):
+    path, _ = model
+    base, held = tmp_path / "base", tmp_path / "held"
+    assert record_x(path, inputs, base, "--gates", "f").returncode == 0
+    assert record_x(path, inputs, held, "--hold", "cell_0/basic_lstm_cell:h:1=0").returncode == 0
+    places = {"BASE": str(base), "HELD": str(held), "NOWHERE": str(tmp_path / "nowhere")}
+    done = record_x(path, inputs, tmp_path / "run", *[places.get(f, f) for f in flags])
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "run").exists()
