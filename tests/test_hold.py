@@ -418,7 +418,8 @@ def test_a_resume_with_other_holds_names_them(model, inputs, tmp_path):
     full = "rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:1=0.0"
     assert (
         done.returncode == 2
-        and f"recorded with --hold '{full}', this run gives no --hold" in done.stderr
+        and f"recorded with --hold '{full}', this run gives no --hold: give the holds it was recorded with)"
+        in done.stderr
     ), done.stderr
 
 

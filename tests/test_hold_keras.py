@@ -58,6 +58,13 @@ def test_a_keras_layers_h_ablated_is_the_model_whose_weights_no_longer_read_it(
     rec = Recording(tmp_path / "held")
     np.testing.assert_allclose(rec.state_array("upper", "h"), np.asarray(upper), atol=2e-6)
     assert (rec.state_array("lower", "h")[..., 1] == 0).all()
+    # the held layer's values are the replay it returned, not checked against what it returned
+    from recorders.read.wording import origin
+
+    assert origin(rec.cell("lower")).label == "replayed with holds"
+    assert "returned in place of what it computed" in origin(rec.cell("lower")).words
+    assert origin(rec.cell("upper")).label == "replayed"  # checked against its outputs, as ever
+    assert origin(Recording(tmp_path / "plain").cell("lower")).label == "replayed"
     plain = Recording(tmp_path / "plain").state_array("upper", "h")
     assert np.abs(plain - np.asarray(upper)).max() > 1e-3  # the hold matters
 

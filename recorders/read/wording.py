@@ -83,6 +83,14 @@ def origin(cell: Mapping[str, Any]) -> Origin:
                 f"against the op's outputs), {_NOT_OWN}",
                 False,
             )
+        if cell.get("held") is True:  # `--hold` of a Keras layer: the layer returned the replay
+            return Origin(
+                path,
+                "replayed with holds",
+                "gatetrace's replay of the cell from its weights with the holds in it, which the layer "
+                f"returned in place of what it computed (the layers after it read it), {_NOT_OWN}",
+                False,
+            )
         return Origin(
             path,
             "replayed",

@@ -296,7 +296,7 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
             " ".join(f"--hold '{h}'" for h in d.get("held") or ()) or "no --hold"
             for d in (theirs, mine)
         ]
-        return f"it was recorded with {said[0]}, this run gives {said[1]}"
+        return f"it was recorded with {said[0]}, this run gives {said[1]}: give the holds it was recorded with"
     if theirs.get("outputs") != mine.get("outputs"):
         named = [
             "--outputs " + ",".join(o.get("name", "?") for o in d["outputs"])
@@ -304,7 +304,7 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
             else "no --outputs"
             for d in (theirs, mine)
         ]
-        return f"it was recorded with {named[0]}, this run gives {named[1]}"
+        return f"it was recorded with {named[0]}, this run gives {named[1]}: give the outputs it was recorded with"
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
             if (

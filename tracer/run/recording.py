@@ -289,6 +289,11 @@ def _record(
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
     if options.holds:  # a held recording says so wherever it is read
         description["held"] = describe_holds(options.holds)
+        # a held Keras layer returned gatetrace's replay with the holds in it, not its own values
+        held_cells = {h.cell for h in options.holds}
+        for entry in description["cells"]:
+            if entry.get("path") == "replay" and entry["name"] in held_cells:
+                entry["held"] = True
     if options.outputs:
         assert isinstance(model, Model)  # (`output_tensors` refused any other)
         description["outputs"] = describe_outputs(model, options.outputs)
