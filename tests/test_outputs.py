@@ -31,6 +31,10 @@ def _language_model(x):
     tf.add(tf.argmax(final, axis=1), 2**40 + 1, name="big")  # past float32's exact integers
     tf.multiply(tf.cast(final, tf.float64), 1e300, name="wide")  # past float32's range
     tf.stack([outputs[-1], outputs[-1]], axis=1, name="pair")  # [batch, 2, units]: not time
+    # [batch, batch, vocab]: both dimensions are the examples'
+    tf.tile(final[None], tf.stack([tf.shape(final)[0], 1, 1]), name="square")
+    # past float32's range only where the input is: in a later batch
+    tf.multiply(tf.cast(x[:, 0, :1], tf.float64), 1e30, name="scaled")
     return [final, logits]
 
 
@@ -125,7 +129,8 @@ def tracer_hold(spec):
         ("nothing_here", "has no op or tensor of this name"),
         ("text", "expected numbers [batch], [batch, units] or [batch, steps, units]"),
         ("not_batched", "its first dimension is 7, which is no input's batch"),
-        ("flat", "its first dimension is 30, not the batch's 6 examples"),
+        ("flat", "its first dimension is not the number of examples (its shape is [10, 6] for 2"),
+        ("square", "both its first and its second dimension are the number of examples"),
         ("big", "which the recording's float32 value column would round"),
         (
             "wide",
@@ -295,3 +300,136 @@ def test_outputs_of_other_shapes_are_not_compared(model, inputs, tmp_path):
     (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SelectionError, match="output final:0 is 6 units in .* and 7 units in"):
         compare(Recording(tmp_path / "a"), Recording(tmp_path / "b"))
+
+
+def _time_major(x):
+    """Time-major outputs, [steps, batch, units]: static_rnn's outputs stacked on their first
+    dimension (their steps fixed, [5, None, units]) and dynamic_rnn's transposed (their steps
+    left open, [None, None, units])."""
+    fixed = tf.reshape(x, [-1, STEPS, FEATURES])
+    with v1.variable_scope("unrolled"):
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(fixed, axis=1), dtype=tf.float32
+        )
+    tf.stack(outputs, axis=0, name="unrolled_steps")
+    with v1.variable_scope("looped"):
+        looped, _ = v1.nn.dynamic_rnn(v1.nn.rnn_cell.GRUCell(UNITS), x, dtype=tf.float32)
+    tf.transpose(looped, [1, 0, 2], name="looped_steps")
+    return [outputs[-1]]
+
+
+@pytest.fixture(scope="module")
+def time_major(tmp_path_factory):
+    built = build(_time_major, steps=None, features=FEATURES, seed=11)
+    return save(built, "checkpoint", tmp_path_factory.mktemp("time_major")), built
+
+
+@pytest.mark.parametrize("examples", [STEPS, STEPS + 2])
+@pytest.mark.parametrize("name", ["unrolled_steps:0", "looped_steps:0"])
+def test_a_time_major_output_is_recorded_by_example_even_with_as_many_steps_as_examples(
+    time_major, tmp_path, name, examples
+):
+    """[steps, batch, units] with 5 steps and batches of 5 (then 2): its second dimension
+    holds the examples, told by running it on other batch sizes; the recording's rows are
+    TensorFlow's own values, example by example."""
+    path, built = time_major
+    x = np.random.RandomState(3).randn(examples, STEPS, FEATURES).astype(np.float32)
+    done = record_x(path, x, tmp_path / "run", "--outputs", name, "--batch-size", str(STEPS))
+    assert done.returncode == 0, done.stderr
+    got = Recording(tmp_path / "run").output_frame(name).sort_values(["example", "step", "unit"])
+    own = _own(built, name, x)  # [steps, examples, units]
+    assert own.shape == (STEPS, len(x), UNITS)
+    np.testing.assert_allclose(
+        got["value"].to_numpy().reshape(len(x), STEPS, UNITS), own.transpose(1, 0, 2), atol=1e-6
+    )
+    described = json.loads((tmp_path / "run" / "manifest.json").read_text())["outputs"][0]
+    assert described["sequence"] and described.get("steps") == (
+        STEPS if name.startswith("unrolled") else None
+    )
+
+
+def test_a_time_major_output_of_a_fixed_batch_as_long_as_its_steps_is_one_line(tmp_path):
+    """A placeholder of [5, 5, 4]: the batch is 5 and so are the steps; no other batch size
+    can be fed to tell the two dimensions apart, so the output is refused, nothing written."""
+
+    def body(x):
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        tf.stack(outputs, axis=0, name="by_step")
+        return [outputs[-1]]
+
+    path = save(build(body, steps=STEPS, features=FEATURES, batch=STEPS), "checkpoint", tmp_path)
+    x = np.random.RandomState(4).randn(7, STEPS, FEATURES).astype(np.float32)
+    done = record_x(path, x, tmp_path / "run", "--outputs", "by_step")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert (
+        "--outputs by_step:0: its first two dimensions are both 5, the batch size the model's "
+        "placeholders fix, so which of them holds the examples cannot be told" in done.stderr
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_outputs_of_a_model_fed_no_rows_are_one_line(tmp_path):
+    """Only a scalar fed (the examples are the default of an input left unfed): no batch size
+    can be varied to tell which dimension of an output holds the examples, so --outputs is
+    refused, nothing written."""
+    from tests.conftest import Built
+
+    graph = tf.Graph()
+    with graph.as_default():
+        scale = v1.placeholder(tf.float32, [], name="scale")
+        examples = np.random.RandomState(5).randn(STEPS, STEPS, FEATURES).astype(np.float32)
+        x = v1.placeholder_with_default(examples, [None, STEPS, FEATURES], name="x")
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x * scale, axis=1), dtype=tf.float32
+        )
+        tf.stack(outputs, axis=1, name="by_example")
+        session = v1.Session(graph=graph)
+        session.run(v1.global_variables_initializer())
+    path = save(Built(graph, session, scale, [], {}), "checkpoint", tmp_path)
+    with tracer.load_model(path) as m, pytest.raises(SelectionError) as refused:
+        tracer.record(m, {"scale": np.float32(2)}, tmp_path / "run", outputs=("by_example",))
+    assert str(refused.value).startswith(
+        "--outputs by_example:0: nothing fed holds rows of examples (only scalars)"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_output_refused_at_a_later_batch_says_what_works(model, inputs, tmp_path):
+    """The fifth sequence makes the output past float32's range: the batches before it are
+    recorded, the refusal says so and that --resume would stop there again, and what it
+    says to do works."""
+    path, _ = model
+    x = inputs.copy()
+    x[4:] *= 1e10
+    flags = ("--batch-size", "2")
+    said = (
+        "; the 4 sequences recorded before are kept: record again without --outputs scaled:0, "
+        "into a new folder or with --overwrite (--resume would stop at this batch again)"
+    )
+    for resume in ((), ("--resume",)):
+        done = record_x(path, x, tmp_path / "run", "--outputs", "scaled", *flags, *resume)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "past float32's range" in done.stderr and said in done.stderr, done.stderr
+    done = record_x(path, x, tmp_path / "run", "--outputs", "final", *flags, "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert Recording(tmp_path / "run").outputs == ["final:0"]
+
+
+def test_steps_cut_an_output_along_the_cells_steps(model, inputs, tmp_path):
+    """--steps 1:3 keeps steps 1 and 2 of the cells and of the logits (5 steps, as the cells),
+    TensorFlow's own; [batch, 2, units] is not a sequence of the cells' steps and keeps both."""
+    path, built = model
+    done = record_x(path, inputs, tmp_path / "run", "--outputs", "logits,pair", "--steps", "1:3")
+    assert done.returncode == 0, done.stderr
+    rec = Recording(tmp_path / "run")
+    logits = rec.output_frame("logits:0").sort_values(["example", "step", "unit"])
+    assert sorted(set(logits["step"])) == [1, 2]
+    assert sorted(set(rec.gate_frame()["step"])) == [1, 2]
+    np.testing.assert_allclose(
+        logits["value"].to_numpy().reshape(len(inputs), 2, VOCAB),
+        _own(built, "logits:0", inputs)[:, 1:3],
+        atol=1e-6,
+    )
+    assert sorted(set(rec.output_frame("pair:0")["step"])) == [0, 1]

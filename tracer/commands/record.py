@@ -247,7 +247,9 @@ def arguments(c: argparse.ArgumentParser) -> None:
         "--outputs",
         metavar="NAMES",
         help="also record these tensors of the model's own (its predictions, a graph's op names or OP:K, "
-        "comma-separated), [batch, units] or [batch, steps, units], into OUT/outputs/: --outputs logits",
+        "comma-separated), [batch], [batch, units], [batch, steps, units] or [steps, batch, units] (told apart "
+        "by running them on two other batch sizes first), into OUT/outputs/; --steps and --lengths cut a sequence "
+        "as long as the cells' steps as they cut the cells: --outputs logits",
     )
     what.add_argument(
         "--hold",

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from recorders import RecordingWriter
+from recorders.errors import SelectionError
 from recorders.write.summary import SummaryWriter
 from tracer.cells.found import AnyCell
 from tracer.run.select import Selection
@@ -95,6 +96,8 @@ class Values(Fetched[RecordingWriter]):
         `keep` rows), so that only a row group's long columns exist at once per thread.
         """
         plan, values = self.plan, self.values
+        # the model's own outputs, where asked for: checked before any of the batch is written
+        outputs = [self._output(writer, k, lengths) for k in range(len(plan.outputs))]
         pre_on, act_on = (c in selection.values for c in ("preactivation", "activation"))
         for k, cell in enumerate(plan.cells):
             steps = plan.steps(values, k)
@@ -109,13 +112,29 @@ class Values(Fetched[RecordingWriter]):
                 writer.write_state(
                     cell.name, state, ids, steps, partial(plan.state, values, k, state), lens
                 )
-        for k, name in enumerate(plan.outputs):  # the model's own outputs, where asked for
-            first = plan.output(values, k, slice(0, 1))
-            positions = np.arange(first.shape[1], dtype=np.int32)
-            # no rows past an example's length, where the output runs along the cells' steps
-            steps_of_cells = {len(plan.steps(values, j)) for j in range(len(plan.cells))}
-            lens = lengths if first.shape[1] > 1 and steps_of_cells == {first.shape[1]} else None
-            writer.write_output(name, ids, positions, partial(plan.output, values, k), lens)
+        for k, (positions, lens) in enumerate(outputs):
+            writer.write_output(
+                plan.outputs[k], ids, positions, partial(plan.output, values, k), lens
+            )
+
+    def _output(
+        self, writer: RecordingWriter, k: int, lengths: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Output number `k`'s steps and the lengths that cut it (those of the sequences, where
+        it runs along the cells' steps), once its values are checked. A refusal after batches
+        were recorded says what a rerun can do: --resume would stop at this batch again."""
+        try:
+            self.plan.output(self.values, k, slice(0, 0))  # (it checks the whole batch)
+        except SelectionError as err:
+            kept, flag = writer.kept()
+            if not flag:  # the first batch: nothing is left
+                raise
+            rerun = f"record again without --outputs {self.plan.outputs[k]}"
+            if flag == "--resume":  # (the batches recorded are kept: a resume runs this one again)
+                rerun = f"{rerun}, into a new folder or with --overwrite (--resume would stop at this batch again)"
+            raise SelectionError(f"{err}; {kept}: {rerun}") from None
+        positions, along = self.plan.output_steps(self.values, k)
+        return positions, lengths if along else None
 
 
 @dataclass
@@ -152,14 +171,16 @@ class Statistics(Fetched[SummaryWriter]):
 @dataclass(frozen=True)
 class Prepared(Generic[W]):
     """A model made ready to record: the cells, the checked feeds, the writer to open, the
-    summary's columns (for its description; empty for a full recording) and the function
-    that runs one batch."""
+    summary's columns (for its description; empty for a full recording), the function
+    that runs one batch, and the model's own outputs it records too, as the manifest
+    describes them (`tracer.values.outputs.Output.describe`)."""
 
     cells: Sequence[AnyCell]
     feeds: Mapping[Any, Any]
     writer: type[W]
     run: Callable[[Batch], Fetched[W]]
     columns: Sequence[Column] = ()
+    outputs: Sequence[Mapping[str, Any]] = ()
 
 
 def write_whole(writer: W, fetched: Fetched[W], weights: Mapping[str, Any]) -> None:

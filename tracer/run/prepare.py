@@ -192,6 +192,7 @@ def prepare(
     outputs: Sequence[str] = (),
     fetch_as: Mapping[str, str] | None = None,
     holds: Sequence[Hold] = (),
+    unrolled_steps: Mapping[str, int] | None = None,
 ) -> tuple[
     Prepared[RecordingWriter], FetchPlan | KerasPlan | LitePlan, Callable[[], FetchPlan | None]
 ]:
@@ -199,7 +200,10 @@ def prepare(
     its plan, and what makes the plan of those of its cells computed in numpy, which a
     summary takes as arrays (`summarising`; for a Keras model or a TensorFlow Lite file,
     whose cells are all computed in numpy, None). With a list as `skip_unfed`, cells the
-    feeds do not reach are left out and listed there."""
+    feeds do not reach are left out and listed there. `outputs` are told apart before
+    anything is recorded (`FetchPlan.tell_outputs`: the outputs run on other batch sizes);
+    `unrolled_steps` counts, by name, the steps of the unrolled cells a selection of steps
+    cut (`FetchPlan`'s `ran`)."""
     chosen = list(cells) if cells is not None else find_all(model)
     steps = selection.steps if selection is not None else (None, None)
     if isinstance(model, LiteModel):
@@ -279,6 +283,7 @@ def prepare(
         parts=parts,
         outputs=outputs,
         fetch_as=fetch_as,
+        ran=unrolled_steps,
     )
     plan.check_verifiable()
     fed = fed_names(model.graph, feeds, model.inputs)
@@ -295,6 +300,8 @@ def prepare(
         )
     feed_dict = resolve_feeds(model.graph, feeds, plan.tensors, aliases=model.inputs)
     session = model.session
+    # which dimension of each output holds the examples, told before anything is recorded
+    told = plan.tell_outputs(session, feed_dict, timeout)
 
     def numpy_plan() -> FetchPlan | None:
         """The plan of the cells whose values are computed in numpy (replayed): what a
@@ -309,13 +316,14 @@ def prepare(
     def run(batch: Batch) -> Values:
         return Values(plan, plan.fetch(session, batch.feeds, timeout=timeout))
 
-    return Prepared(cells, feed_dict, RecordingWriter, run), plan, numpy_plan
+    described = [o.describe() for o in told]
+    return Prepared(cells, feed_dict, RecordingWriter, run, outputs=described), plan, numpy_plan
 
 
 def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
     """The tensors `--outputs` names (an op's name: its one output; or `op:K`), checked: a
-    graph's tensor of numbers, its batch first, [batch], [batch, units] or [batch, steps,
-    units], its units known. `SelectionError`, one line, for anything else."""
+    graph's tensor of numbers, [batch], [batch, units], [batch, steps, units] or [steps,
+    batch, units], its units known. `SelectionError`, one line, for anything else."""
     if not names:
         return []
     if len(names) > MAX_OUTPUTS:
@@ -369,10 +377,16 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
             for op in graph.get_operations()
             if op.type in ("Placeholder", "PlaceholderWithDefault") and op.outputs[0].shape.rank
         }
-        if shape[0] is not None and shape[0] not in batches:
+        # the examples' dimension: the first, or a sequence's second (time-major); which one
+        # is told by running it (`FetchPlan.tell_outputs`)
+        fixed = [shape[a] for a in ((0, 1) if shape.rank == 3 else (0,))]
+        if all(size is not None and size not in batches for size in fixed):
             raise SelectionError(
                 f"--outputs {name}: its first dimension is {shape[0]}, which is no input's batch: name an "
                 "output whose rows are the examples"
+                if len(fixed) == 1
+                else f"--outputs {name}: neither its first nor its second dimension ({fixed[0]}, {fixed[1]}) "
+                "is an input's batch: name an output of [batch, steps, units] or [steps, batch, units]"
             )
         if tensor.name in found:
             raise SelectionError(f"--outputs: {tensor.name} is named twice")
@@ -382,25 +396,6 @@ def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
 
 MAX_OUTPUTS = 64  # outputs a recording holds (`recorders.write.schema`)
 MAX_UNITS = 2**24  # units an output may have: the manifest's bound
-
-
-def describe_outputs(model: Model, names: Sequence[str]) -> list[dict[str, Any]]:
-    """The manifest's `outputs`: each recorded output's name, units, and whether it is a
-    sequence (with its steps where the graph fixes them)."""
-    described = []
-    for name in names:
-        shape = model.graph.get_tensor_by_name(name).shape
-        entry: dict[str, Any] = {
-            "name": name,
-            "units": int(shape[-1]) if shape.rank > 1 else 1,
-            "sequence": shape.rank == 3,
-            # stored as float32: exact for float32, float16 and integers up to 2^24 (`FetchPlan.output`)
-            "dtype": model.graph.get_tensor_by_name(name).dtype.name,
-        }
-        if shape.rank == 3 and shape[1] is not None:
-            entry["steps"] = int(shape[1])
-        described.append(entry)
-    return described
 
 
 def summarising(

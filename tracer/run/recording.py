@@ -31,7 +31,7 @@ from recorders.write.opening import series_difference
 from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
-from tracer.cells.found import AnyCell
+from tracer.cells.found import AnyCell, Cell
 from tracer.cells.holds import describe_holds
 from tracer.find.keras import hidden_layers
 from tracer.inputs.digest import input_digests, other_digests
@@ -56,7 +56,6 @@ from tracer.run.options import RecordOptions
 from tracer.run.prepare import (
     AnyModel,
     as_model,
-    describe_outputs,
     find_all,
     from_loops,
     held,
@@ -174,6 +173,13 @@ def record(
         if cells is None or options.holds
         else list(cells)
     )
+    # the steps of each unrolled cell, before a selection of steps cuts it: an output as long
+    # runs along them (cut as they are)
+    unrolled_steps = {
+        c.name: len(c.steps)
+        for c in (found if cells is None else cells)
+        if isinstance(c, Cell) and c.path == "fetch"
+    }
     with (
         held(model, found, options.holds) as holds,
         from_loops(
@@ -200,6 +206,7 @@ def record(
             outputs=options.outputs,
             fetch_as=holds.names.get(None),  # an output the graph holds: the held tensor
             holds=holds.holds,  # a Keras model's: its layers return their outputs held
+            unrolled_steps=unrolled_steps,
         )
         if options.summary is None:
             return _record(model, out, prepared, skipped, options)
@@ -262,7 +269,7 @@ def _record(
         longest = max((np.shape(v)[1] for v in feed_dict.values() if np.ndim(v) >= 3), default=1)
         per_sequence += sum(
             COPIES * 4 * o["units"] * (o.get("steps") or (longest if o["sequence"] else 1))
-            for o in describe_outputs(model, options.outputs)
+            for o in prepared.outputs
         )
     choice = choose_batch(options.batch_size, per_sequence, options.memory)
     check_rows(feed_dict, choice)
@@ -295,8 +302,7 @@ def _record(
             if entry.get("path") == "replay" and entry["name"] in held_cells:
                 entry["held"] = True
     if options.outputs:
-        assert isinstance(model, Model)  # (`output_tensors` refused any other)
-        description["outputs"] = describe_outputs(model, options.outputs)
+        description["outputs"] = [dict(o) for o in prepared.outputs]
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
     if options.carry_state:  # a resume must cut the stream into the same batches

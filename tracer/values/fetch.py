@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from recorders.errors import GraphPatternError, SelectionError
+from recorders.errors import GraphPatternError
 from tracer._tf import tf, v1
 from tracer.cells.found import Cell
 from tracer.values import running
+from tracer.values.outputs import Output, tell, watch
 from tracer.values.parts import plan_parts
 from tracer.values.plan import Read
 from tracer.values.slots import LoopSlots, check_something_checks, loop_slots, replay_order
@@ -37,29 +38,6 @@ from tracer.values.weights import gate_weights, stacked
 __all__ = ["FetchPlan"]
 
 
-def _exact_in_float32(name: str, value: np.ndarray) -> None:
-    """Refuse an output whose values the float32 `value` column cannot hold: an integer past
-    2^24 (rounded), a finite number past float32's range (made infinite)."""
-    if value.dtype.kind in "iu":
-        top = (
-            int(np.abs(value.astype(np.int64)).max())
-            if value.dtype.kind == "i"
-            else int(value.max())
-        )
-        if top > 2**24:
-            raise SelectionError(
-                f"--outputs {name}: it holds the integer {top}, which the recording's float32 value "
-                "column would round (integers up to 2^24 are exact): name an output of smaller numbers"
-            )
-    elif value.dtype.kind == "f" and value.dtype.itemsize > 4:
-        finite = value[np.isfinite(value)]
-        if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
-            raise SelectionError(
-                f"--outputs {name}: it holds {np.abs(finite).max():.6g}, past float32's range, which the "
-                "recording's float32 value column would make infinite"
-            )
-
-
 class FetchPlan:
     """The tensors to fetch for `cells`, and how to put the fetched values back together.
 
@@ -75,9 +53,12 @@ class FetchPlan:
     the preactivations' parts (`parts`, `tracer.values.parts`); an emitted loop must then
     emit what its steps read (`tracer.values.emit.emitting(..., reads=True)`).
     Each way to a cell's values is a type of `tracer.values.sources`. `outputs` names tensors
-    of the model's own (its outputs: [batch, units] or [batch, steps, units]) fetched in the
-    same run (`output`); `fetch_as` names, for an output the graph holds (`tracer.values.hold`),
-    the held tensor to fetch instead.
+    of the model's own (its outputs: [batch], [batch, units], [batch, steps, units] or
+    [steps, batch, units]) fetched in the same run (`output`), once `tell_outputs` has told
+    which of their dimensions hold the examples (`tracer.values.outputs`); `fetch_as` names,
+    for an output the graph holds (`tracer.values.hold`), the held tensor to fetch instead.
+    `ran` gives, by name, how many steps an unrolled cell runs where `cells` keep fewer
+    (a selection's steps): an output as long matches the cells' steps (`output_steps`).
     """
 
     def __init__(
@@ -90,11 +71,13 @@ class FetchPlan:
         parts: bool = False,
         outputs: Sequence[str] = (),
         fetch_as: Mapping[str, str] | None = None,
+        ran: Mapping[str, int] | None = None,
     ):
         self.cells = list(cells)
         self.outputs = tuple(outputs)
+        self.told: tuple[Output, ...] = ()  # the outputs, once told (`tell_outputs`)
         self._names: list[str] = []
-        window = slice(*steps)
+        window = self._window = slice(*steps)
         slots: dict[str, int] = {}
 
         def slot(name: str) -> int:
@@ -156,7 +139,7 @@ class FetchPlan:
         made_at = {k.cell.name: len(self.tensors) + i for i, k in enumerate(self._computers)}
         self._made_at = made_at
         self._sources: list[Source] = [
-            Unrolled(c, layout, read)
+            Unrolled(c, layout, read, (ran or {}).get(c.name))
             if c.loop is None and c.fused is None
             else Computed(c, made_at[c.name], loop_where.get(c.name), window)
             for c, layout, read in zip(self.cells, layouts, reads, strict=True)
@@ -165,25 +148,44 @@ class FetchPlan:
     def __len__(self) -> int:
         return len(self.tensors)
 
+    def tell_outputs(
+        self, session: v1.Session, feed_dict: Mapping[Any, Any], timeout: float | None = None
+    ) -> tuple[Output, ...]:
+        """Tell which dimension of each output holds the examples and which the steps, by
+        running the outputs on batches of other sizes (`tracer.values.outputs.watch`), before
+        `output` can give them."""
+        if self.outputs:
+            fetched = [self._names[slot] for slot in self._output_slots]
+            seen = watch(session, self.outputs, fetched, feed_dict, timeout)
+            graph = self.tensors[0].graph
+            self.told = tuple(
+                tell(name, graph.get_tensor_by_name(t), seen, k)
+                for k, (name, t) in enumerate(zip(self.outputs, fetched, strict=True))
+            )
+        return self.told
+
+    def output_steps(self, values: Sequence[Any], k: int) -> tuple[np.ndarray, bool]:
+        """The steps of output number `k` that `output` gives (0 where it is not a sequence),
+        and whether they run along the cells' steps: as many steps as every cell ran (before a
+        window of them was kept). Those are cut as the cells' are: the plan's window of steps
+        keeps the same positions, and the sequences' lengths apply to them."""
+        told, value = self.told[k], values[self._output_slots[k]]
+        length = told.step_count(value)
+        along = told.steps is not None and length > 1
+        along = along and all(source.ran(values) == length for source in self._sources)
+        positions = np.arange(length, dtype=np.int32)
+        return (positions[self._window] if along else positions), along
+
     def output(self, values: Sequence[Any], k: int, rows: slice = slice(None)) -> np.ndarray:
         """Output number `k` (of `outputs`) for the examples `rows`: [examples, steps, units]
-        float32, an output that is not a sequence as one step."""
-        value = np.asarray(values[self._output_slots[k]])
-        batch = self.batch_of(values)
-        if value.ndim == 0 or len(value) != batch:
-            raise SelectionError(
-                f"--outputs {self.outputs[k]}: its first dimension is "
-                f"{value.shape[0] if value.ndim else 'absent (a scalar)'}, not the batch's {batch} examples: "
-                "name an output whose rows are the examples"
-            )
-        if value.dtype != np.float32 and value.size:
-            _exact_in_float32(self.outputs[k], value)
-        value = value[rows]
-        if value.ndim == 1:
-            value = value[:, None]
-        if value.ndim == 2:
-            value = value[:, None, :]
-        return np.ascontiguousarray(value, dtype=np.float32)
+        float32 (an output that is not a sequence as one step), the steps `output_steps` gives.
+        SelectionError where the output is not as `tell_outputs` told, or holds what float32
+        cannot."""
+        value = self.told[k].rows(values[self._output_slots[k]], self.batch_of(values), rows)
+        positions, along = self.output_steps(values, k)
+        if along and len(positions) < value.shape[1]:
+            value = np.ascontiguousarray(value[:, positions])
+        return value
 
     def check_verifiable(self) -> None:
         """Refuse a replayed cell whose replay nothing fetched in this plan would confirm."""

@@ -46,7 +46,13 @@ class ValuePlan(Protocol):
         ...
 
     def output(self, values: Sequence[Any], k: int, rows: slice = ...) -> np.ndarray:
-        """Output number `k`, [examples, steps, units] (one step where it is not a sequence)."""
+        """Output number `k`, [examples, steps, units] (one step where it is not a sequence),
+        the steps `output_steps` gives."""
+        ...
+
+    def output_steps(self, values: Sequence[Any], k: int) -> tuple[np.ndarray, bool]:
+        """The positions of output number `k`'s steps, and whether they run along the cells'
+        (which the sequences' lengths then cut)."""
         ...
 
     def batch_of(self, values: Sequence[Any]) -> int:

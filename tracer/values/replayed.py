@@ -48,6 +48,9 @@ class ReplayedPlan(Generic[_Cell]):
     def output(self, values: Sequence[Result], k: int, rows: slice = slice(None)) -> np.ndarray:
         raise IndexError(f"output {k}: this plan fetches no outputs")
 
+    def output_steps(self, values: Sequence[Result], k: int) -> tuple[np.ndarray, bool]:
+        raise IndexError(f"output {k}: this plan fetches no outputs")
+
     def batch_of(self, values: Sequence[Result]) -> int:
         """How many examples the replayed `values` hold."""
         return values[0].replayed.preactivation.shape[0]

@@ -186,6 +186,10 @@ class Source(ABC):
     def steps(self, values: Sequence[Any]) -> np.ndarray:
         """The input positions of the recorded steps."""
 
+    @abstractmethod
+    def ran(self, values: Sequence[Any]) -> int:
+        """How many steps the cell ran (those a window keeps, and those before and after)."""
+
     def lengths(
         self, values: Sequence[Any], keep: int | None, given: np.ndarray | None
     ) -> np.ndarray | None:
@@ -229,17 +233,28 @@ class Source(ABC):
 class Unrolled(Source):
     """An unrolled cell: its gates and states fetched from its own ops, step by step
     (`layout`), and with `parts` what each step read (`reads`: the input's slot and the
-    previous states' slots)."""
+    previous states' slots). `ran` counts the steps it runs, where `cell` keeps fewer.
+    """
 
-    def __init__(self, cell: Cell, layout: Layout, reads: list[tuple[int, list[int]]]):
+    def __init__(
+        self,
+        cell: Cell,
+        layout: Layout,
+        reads: list[tuple[int, list[int]]],
+        ran: int | None = None,
+    ):
         super().__init__(cell)
         self.layout, self.reads = layout, reads
+        self._ran = len(cell.steps) if ran is None else ran
 
     def examples(self, values: Sequence[Any]) -> int:
         return len(values[self.layout[0][1][0]])
 
     def steps(self, values: Sequence[Any]) -> np.ndarray:
         return self.cell.positions
+
+    def ran(self, values: Sequence[Any]) -> int:
+        return self._ran
 
     def gate(self, values: Sequence[Any], gate: int, column: str, rows: slice) -> np.ndarray:
         c, which = self.cell, 0 if column == "preactivation" else 1
@@ -291,8 +306,10 @@ class Computed(Source):
         return examples_steps(values[self.at])[0]
 
     def steps(self, values: Sequence[Any]) -> np.ndarray:
-        n = examples_steps(values[self.at])[1]
-        return np.arange(n, dtype=np.int32)[self.window]
+        return np.arange(self.ran(values), dtype=np.int32)[self.window]
+
+    def ran(self, values: Sequence[Any]) -> int:
+        return examples_steps(values[self.at])[1]
 
     def lengths(
         self, values: Sequence[Any], keep: int | None, given: np.ndarray | None
