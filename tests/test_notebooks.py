@@ -74,9 +74,9 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
         for c in book.cells
         if c.cell_type == "code"
         for o in c.outputs
-        if o.get("name") == "stderr"
+        if o.get("name") == "stderr" or "WARNING:tensorflow" in o.get("text", "")
     ]
-    assert not noise, f"{name} writes to stderr: {noise}"
+    assert not noise, f"{name} writes to stderr, or TensorFlow's notices: {noise}"
     images = [
         "image/png" in o.get("data", {})
         for c in book.cells
@@ -279,7 +279,10 @@ def test_holding_notebook_agrees_with_the_model_whose_weights_no_longer_read_the
     """Every column of the notebook's table, recomputed by TensorFlow running the checkpoint
     the notebook trained: as it is, and with the ablated unit's rows zeroed in every matrix
     that reads its output (its own recurrent rows, and the layer above's input rows or the
-    softmax's), which is what holding its h at 0 at every step computes."""
+    softmax's), which is what holding its h at 0 at every step computes; and the lower layer's
+    unit held at its mean, against the network written in numpy from TensorFlow's documented
+    equations with the hold in them (the zeroed rows are no oracle there: the first step reads
+    the initial state, 0, not the mean)."""
     got = run_notebook(
         "04_holding_a_unit.ipynb",
         tmp_path,
@@ -289,6 +292,7 @@ def test_holding_notebook_agrees_with_the_model_whose_weights_no_longer_read_the
         "held": {k: [c, int(u)] for k, (c, u) in held.items()},
         "inputs": inputs.tolist(), "number": number.tolist(), "attractor": attractor.tolist(),
         "note": found.notes()[0],
+        "at_mean": [lower, lower_unit, Recording("holding/at-mean").description["held"]],
     }""",
     )
     from tracer._tf import tf, v1
@@ -302,11 +306,14 @@ def test_holding_notebook_agrees_with_the_model_whose_weights_no_longer_read_the
         )
         variables = {v.op.name: v for v in v1.global_variables()}
         kernels = [variables[f"rnn/multi_rnn_cell/cell_{k}/basic_lstm_cell/kernel"] for k in (0, 1)]
+        biases = [variables[f"rnn/multi_rnn_cell/cell_{k}/basic_lstm_cell/bias"] for k in (0, 1)]
         softmax = variables["softmax/kernel"]
-        saved = session.run([*kernels, softmax])
+        edited = [*kernels, *biases, softmax]
+        saved = session.run(edited)
+        embedding = session.run(variables["embedding"])
 
         def agreement(edits):
-            for variable, value in zip([*kernels, softmax], saved, strict=True):
+            for variable, value in zip(edited, saved, strict=True):
                 variable.load(value, session)
             for variable, row in edits:
                 value = session.run(variable)
@@ -327,8 +334,64 @@ def test_holding_notebook_agrees_with_the_model_whose_weights_no_longer_read_the
             below = 8 if layer == 0 else 12  # the layer's input: the embedding, or layer 0's h
             above = (kernels[1], unit) if layer == 0 else (softmax, unit)
             expected[name + " ablated"] = agreement([(kernels[layer], below + unit), above])
-    assert set(got["results"]) == set(expected) and len(expected) == 4
+        # the lower layer's unit at its mean: the network in numpy, BasicLSTMCell as TensorFlow
+        # documents it ([i, j, f, o] = [x, h] @ kernel + bias; forget_bias 1), the softmax layer
+        # at the last step; m the unit's mean over every sentence and step of the plain model
+        lower, unit, held = got["at_mean"]
+        softmax_bias = session.run(variables["softmax/bias"])
+
+        def sigmoid(v):
+            return 1 / (1 + np.exp(-v))
+
+        def network(hold=None):
+            """Layer 0's h at every step, and the last step's logits; `hold`: unit's h set to it."""
+            below = embedding[inputs]
+            for k in (0, 1):
+                kernel, bias = saved[k], saved[2 + k]
+                h = c = np.zeros((len(inputs), kernel.shape[1] // 4))
+                hs = []
+                for t in range(inputs.shape[1]):
+                    z = np.concatenate([below[:, t], h], axis=1) @ kernel + bias
+                    i, j, f, o = np.split(z, 4, axis=1)
+                    c = c * sigmoid(f + 1.0) + sigmoid(i) * np.tanh(j)
+                    h = np.tanh(c) * sigmoid(o)
+                    if k == 0 and hold is not None:
+                        h[:, unit] = hold
+                    hs.append(h)
+                below = np.stack(hs, axis=1)
+                if k == 0:
+                    lower_h = below
+            return lower_h, below[:, -1] @ saved[4] + softmax_bias
+
+        mean = float(network()[0][..., unit].mean())
+        value = float(held[0].rpartition("=")[2])
+        assert held == [f"{lower}:h:{unit}={value!r}"] and value == pytest.approx(mean, abs=1e-6)
+        logits = network(hold=value)[1]
+        m = (logits[:, 12] - logits[:, 13]) * np.where(number == 0, 1, -1)
+        expected[f"cell_0 unit {unit} at its mean"] = {
+            "accuracy": (m > 0).mean(),
+            "with an attractor": (m[attractor] > 0).mean(),
+            "without": (m[~attractor] > 0).mean(),
+            "median margin": np.median(m),
+        }
+    assert set(got["results"]) == set(expected) and len(expected) == 5
     for name, columns in expected.items():
         for metric, value in columns.items():
             assert got["results"][name][metric] == pytest.approx(value, abs=2e-3), (name, metric)
     assert "held inside the model (rnn/multi_rnn_cell/cell_0/basic_lstm_cell:h:" in got["note"]
+
+
+def test_the_study_page_is_the_holding_notebook_cell_for_cell():
+    """docs/study.md shows notebook 04's code, which the test above runs: each of its python
+    blocks is the notebook's code cell in the same place, so the page runs as the notebook does."""
+    import re
+
+    page = (NOTEBOOKS.parent / "docs" / "study.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)\n^```", page, re.S | re.M)
+    book = json.loads((NOTEBOOKS / "04_holding_a_unit.ipynb").read_text())
+    cells = [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in book["cells"]
+        if c["cell_type"] == "code"
+    ]
+    assert blocks == cells
