@@ -120,6 +120,28 @@ def test_duckdb_polars_and_a_filtered_dataset_read_the_same_rows(tmp_path, small
     assert got.equals(want[want.example >= 1036].reset_index(drop=True))
 
 
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_every_page_carries_the_checksum_pyarrow_verifies(tmp_path, small_row_groups, table):
+    """Each page's CRC32 as the plain writer computes it (and pyarrow's encoder, for the other
+    layouts) is the one pyarrow verifies: the files read whole with verification, and a byte
+    changed at the end of any page (a value, a compressed key, definition levels) is refused."""
+    lengths = np.random.default_rng(1).integers(0, STEPS + 1, 40)
+    both(tmp_path, table, "fast", lengths=lengths)
+    for name in ("plain.parquet", "arrow.parquet"):
+        path = tmp_path / name
+        pq.read_table(path, page_checksum_verification=True)
+        original, metadata = path.read_bytes(), pq.read_metadata(path)
+        for g in range(metadata.num_row_groups):
+            for c in range(metadata.num_columns):
+                chunk = metadata.row_group(g).column(c)
+                assert not chunk.has_dictionary_page  # one data page: the chunk ends with its body
+                changed = bytearray(original)
+                changed[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x01
+                (tmp_path / "changed.parquet").write_bytes(bytes(changed))
+                with pytest.raises(OSError, match="CRC checksum verification failed"):
+                    pq.read_table(tmp_path / "changed.parquet", page_checksum_verification=True)
+
+
 def test_a_key_page_is_encoded_once_while_its_array_lives(tmp_path, monkeypatch):
     encoded = []
     encode = plain._encode

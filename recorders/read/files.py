@@ -49,7 +49,9 @@ from recorders.write.layout import (
     SUMMARY_DIR,
     TOTALS_DIR,
     UNREADABLE,
+    VERIFY_CHECKSUMS,
     partition_dir,
+    unreadable,
 )
 from recorders.write.merged import SHARD_FILE, Entry, decode
 from recorders.write.progress import Intervals, Shard, read_progress
@@ -177,7 +179,20 @@ class CheckedFiles:
                 return pq.read_metadata(f).num_rows
         except UNREADABLE as err:
             raise RecordingError(
-                f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
+                f"{self.path}/weights.parquet is not readable Parquet ({unreadable(err)}): {DAMAGED}"
+            ) from None
+
+    def weights(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """`columns` of weights.parquet (None: all), its pages' checksums verified, within the
+        memory budget: RecordingError naming it where it cannot be read."""
+        rows = self.weights_rows()
+        self.allot((rows,), 32, "reading weights.parquet")  # the table, and a cell of it
+        try:
+            with self.fs.open_input_file("weights.parquet") as f:
+                return pq.read_table(f, columns=columns, **VERIFY_CHECKSUMS)
+        except UNREADABLE as err:
+            raise RecordingError(
+                f"{self.path}/weights.parquet cannot be read ({unreadable(err)}): {DAMAGED}"
             ) from None
 
     @property
@@ -325,7 +340,7 @@ class CheckedFiles:
                 why = self._part_problem(table, cell, metadata)
             except UNREADABLE as err:
                 raise RecordingError(
-                    f"{self.path}/{rel} is not readable Parquet ({err}): {DAMAGED}"
+                    f"{self.path}/{rel} is not readable Parquet ({unreadable(err)}): {DAMAGED}"
                 ) from None
             if why:
                 raise RecordingError(
@@ -344,9 +359,23 @@ class CheckedFiles:
         return self._metadata[rel]
 
     def parquet(self, table: str, cell: str, rel: str) -> pq.ParquetFile:
-        """A checked part file, open for reading."""
+        """A checked part file, open for reading, each page's checksum verified as it is read."""
         metadata = self.footer(table, cell, rel)
-        return pq.ParquetFile(self.fs.open_input_file(rel), metadata=metadata)
+        return pq.ParquetFile(self.fs.open_input_file(rel), metadata=metadata, **VERIFY_CHECKSUMS)
+
+    def pages(self, table: str, cell: str, rel: str) -> None:
+        """Read every page of a checked part file, a row group at a time (each fits the memory
+        budget: `footer`), verifying its checksum: RecordingError naming the file where one
+        cannot be read."""
+        metadata = self.footer(table, cell, rel)
+
+        def read() -> None:
+            with self.fs.open_input_file(rel) as f:
+                file = pq.ParquetFile(f, metadata=metadata, **VERIFY_CHECKSUMS)
+                for k in range(file.num_row_groups):
+                    file.read_row_group(k, use_threads=False)
+
+        self.read(rel, read)
 
     def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
         """Why a part file's footer does not fit the description (None if it does)."""
@@ -379,11 +408,14 @@ class CheckedFiles:
         return None
 
     def read(self, rel: str, read: Any) -> Any:
-        """`read()`, a read of the part file `rel`: RecordingError naming it if its pages are damaged."""
+        """`read()`, a read of the part file `rel`: RecordingError naming it, in one line, if
+        its pages are damaged (a page whose checksum fails, one that does not decode)."""
         try:
             return read()
         except UNREADABLE as err:
-            raise RecordingError(f"{self.path}/{rel} cannot be read ({err}): {DAMAGED}") from None
+            raise RecordingError(
+                f"{self.path}/{rel} cannot be read ({unreadable(err)}): {DAMAGED}"
+            ) from None
 
     def bounds(self, cell: str, table: str = "gates") -> dict[str, tuple[int, int]]:
         """The [low, high) of each key column of `cell`'s rows: examples within the recording's

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.codes import codes, quantisation_of
@@ -50,7 +49,6 @@ from recorders.read.tables import (
     read_rows,
 )
 from recorders.write.columns import GATE_COLUMNS, PARTS
-from recorders.write.layout import UNREADABLE
 from recorders.write.merged import span_of
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
 
@@ -181,19 +179,26 @@ class Recording:
         """The complete example ranges, [start, stop) pairs."""
         return self._examples.pairs()
 
-    def check(self) -> None:
-        """Check every file of the recording against its description, reading their footers
-        only (no values): RecordingError naming the first that is not as gatetrace writes it.
-        Each file is otherwise checked when first read."""
+    def check(self, pages: bool = True) -> None:
+        """Check every file of the recording against its description: RecordingError naming
+        the first that is not as gatetrace writes it. Reads every footer and, with `pages`
+        (the default), every page, verifying its checksum: the whole recording, a row group
+        at a time. `pages=False` reads the footers only (no values); each file's pages are
+        then verified when they are read. Each file is otherwise checked when first read."""
         for table in TABLES:
             for (cell, label), files in self._checked.files(table).items():
                 for rel in files:
                     self._checked.footer(table, cell, rel)
+                    if pages:
+                        self._checked.pages(table, cell, rel)
                 self._check_merged(table, cell, label)
         for (_, name), files in self._checked.files("outputs").items():
             for rel in files:
                 self._checked.footer("outputs", name, rel)
-        self._checked.weights_rows()
+                if pages:
+                    self._checked.pages("outputs", name, rel)
+        if self._checked.weights_rows() and pages:  # (a recording may hold none)
+            self._checked.weights()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
 
@@ -457,15 +462,7 @@ class Recording:
             import pandas as pd
 
             return pd.DataFrame({c: [] for c in columns[1:]})
-        self.allot((rows,), 32, "reading weights.parquet")  # the table, and a cell of it
-        try:
-            with self._checked.fs.open_input_file("weights.parquet") as f:
-                table = pq.read_table(f, columns=columns)
-        except UNREADABLE as err:
-            raise RecordingError(
-                f"{self.path}/weights.parquet is not readable Parquet ({err}): {DAMAGED}"
-            ) from None
-        frame = table.to_pandas()
+        frame = self._checked.weights(columns).to_pandas()
         mine = frame[frame["cell"].astype(str) == cell]
         return mine.drop(columns="cell").reset_index(drop=True)
 

@@ -29,7 +29,13 @@ import pyarrow.parquet as pq
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import DAMAGED
 from recorders.write.folder import Folder
-from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, UNREADABLE
+from recorders.write.layout import (
+    SUMMARY_DIR,
+    TOTALS_DIR,
+    UNREADABLE,
+    VERIFY_CHECKSUMS,
+    unreadable,
+)
 from recorders.write.stats import Stats
 from recorders.write.totals import KEY_COLUMNS, STATS, Totals, edges_of, read_totals, thresholds_of
 
@@ -75,9 +81,11 @@ class SummaryTables:
                 try:
                     data = folder.read_bytes(rel, _MAX_BYTES)
                     self._declared(data, rel, (axis,))
-                    tables[axis] = pq.read_table(pa.BufferReader(data))
+                    tables[axis] = pq.read_table(pa.BufferReader(data), **VERIFY_CHECKSUMS)
                 except (*UNREADABLE, OSError) as err:
-                    raise RecordingError(f"cannot read {self._shown}/{rel}: {err}") from None
+                    raise RecordingError(
+                        f"{self._shown}/{rel} cannot be read ({unreadable(err)}): {DAMAGED}"
+                    ) from None
                 expected = {*KEY_COLUMNS, axis, *STATS}
                 missing = expected - set(tables[axis].column_names)
                 if missing:
@@ -100,7 +108,9 @@ class SummaryTables:
                 try:
                     self._declared(data, rel, ("unit", "step"))
                 except UNREADABLE as err:
-                    raise RecordingError(f"cannot read {self._shown}/{rel}: {err}") from None
+                    raise RecordingError(
+                        f"{self._shown}/{rel} cannot be read ({unreadable(err)}): {DAMAGED}"
+                    ) from None
                 got, _ = read_totals(data, summary, f"{self._shown}/{rel}")
                 totals = totals.merge(got)
         return totals

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from recorders.errors import RecordingError, SelectionError
 from recorders.read.files import KEYS, TABLES, CheckedFiles, key_ranges, statistics
 from recorders.write.columns import GATE_COLUMNS, PARTS
-from recorders.write.layout import UNREADABLE
+from recorders.write.layout import UNREADABLE, VERIFY_CHECKSUMS, unreadable
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
     import pandas as pd
@@ -58,7 +58,8 @@ def dataset(
     checked: CheckedFiles, table: str, keys: Sequence[tuple[str, str]] | None = None
 ) -> ds.Dataset:
     """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
-    dataset, each with its cell and label as partition values (no folder is discovered)."""
+    dataset, each with its cell and label as partition values (no folder is discovered), each
+    page's checksum verified as it is read."""
     import pyarrow.dataset as ds
 
     listed = checked.files(table)
@@ -81,7 +82,9 @@ def dataset(
     return ds.FileSystemDataset.from_paths(
         [rel for _, _, rel in chosen],
         schema=schema,
-        format=ds.ParquetFileFormat(),
+        format=ds.ParquetFileFormat(
+            default_fragment_scan_options=ds.ParquetFragmentScanOptions(**VERIFY_CHECKSUMS)
+        ),
         filesystem=checked.fs,
         partitions=[(ds.field("cell") == c) & (ds.field(kind) == label) for c, label, _ in chosen],
     )
@@ -124,8 +127,12 @@ def read_rows(
             )
         return read.to_pandas()
     except UNREADABLE as err:
+        # pyarrow does not say which file: read each alone, the damaged one is named
+        for c, label in keys:
+            for rel in checked.files(table).get((c, label), []):
+                checked.pages(table, c, rel)
         raise RecordingError(
-            f"cannot read the {table} of {checked.path}: a part file is damaged ({err})"
+            f"cannot read the {table} of {checked.path}: a part file is damaged ({unreadable(err)})"
         ) from None
 
 

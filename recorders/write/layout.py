@@ -35,7 +35,11 @@ saturated gate's activations), for two to three times their encoding time (measu
 compresses nothing. `fast` part files are written by `recorders.write.plain` (the same files
 pyarrow writes for this layout, without its `ARROW:schema` entry), the others by pyarrow.
 Every file carries the recording's description in its schema
-metadata under the key `gatetrace`.
+metadata under the key `gatetrace`, and every page of it its CRC32 in its header (Parquet's page
+checksum, `WRITE_CHECKSUMS`), which every reader verifies (`VERIFY_CHECKSUMS`): a byte changed
+in a page is refused, not read as another value. A file written without them (by an older
+gatetrace) is read as before. What a read of a damaged file raised is worded on one line by
+`unreadable`.
 
 The writer (`recorders.write.writer`) and every reader follow this module.
 """
@@ -51,6 +55,9 @@ from recorders.write.columns import PARTS
 
 __all__ = [
     "UNREADABLE",
+    "WRITE_CHECKSUMS",
+    "VERIFY_CHECKSUMS",
+    "unreadable",
     "METADATA_KEY",
     "SUMMARY_DIR",
     "TOTALS_DIR",
@@ -70,6 +77,11 @@ __all__ = [
 # What reading a Parquet file that is damaged or not Parquet raises: pyarrow's errors, the system's,
 # and ValueError (a footer whose names are not UTF-8 raises UnicodeDecodeError).
 UNREADABLE = (OSError, ValueError, pa.ArrowException)
+# pyarrow's options that write every page's CRC32 and verify it on reading (a page without one,
+# an older gatetrace's, is read unverified)
+WRITE_CHECKSUMS = {"write_page_checksum": True}
+VERIFY_CHECKSUMS = {"page_checksum_verification": True}
+_MOST_SHOWN = 300  # characters of what a read raised that a one-line error quotes
 METADATA_KEY = b"gatetrace"
 PROGRESS_DIR = "_progress"  # each shard's progress file and lock (recorders.write.progress)
 SUMMARY_DIR = "summary"  # a summary recording's merged statistics (recorders.write.summary)
@@ -147,6 +159,15 @@ def partition_dir(**parts: str) -> str:
     return "/".join(
         f"{key}={_encode(partition_value(key, str(value)))}" for key, value in parts.items()
     )
+
+
+def unreadable(err: BaseException) -> str:
+    """What a read of a damaged Parquet file raised (one of `UNREADABLE`), on one line: pyarrow's
+    words span several lines and may quote bytes of the file, which are shown escaped; cut to a
+    few hundred characters."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return shown if len(shown) <= _MOST_SHOWN else shown[: _MOST_SHOWN - 3] + "..."
 
 
 def encodings(names: list[str], compression: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from recorders.write.files import (
     refuse_out_inside_inputs,
     temp_sibling,
 )
-from recorders.write.layout import UNREADABLE
+from recorders.write.layout import UNREADABLE, unreadable
 from recorders.write.place import LocalPlace, Place, place_of
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard, read_progress
 from recorders.write.series import SERIES_FILE
@@ -398,7 +398,7 @@ def check_parts(
                 found[table] += target.place.parquet_metadata(rel).num_rows
             except UNREADABLE as err:
                 raise RecordingError(
-                    f"cannot resume into {target.out}: {target.place}/{rel} is not readable Parquet ({err}); "
+                    f"cannot resume into {target.out}: {target.place}/{rel} is not readable Parquet ({unreadable(err)}); "
                     f"{target.start_again}"
                 ) from None
     for table, rows in found.items():

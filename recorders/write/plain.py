@@ -17,7 +17,9 @@ and min/max statistics (the legacy and the new fields, type-defined column order
 recording's description in the key-value metadata under `gatetrace` (and a gate file's
 statistics under `gatetrace.statistics`, `recorders.write.partstats`). Left out: pyarrow's
 `ARROW:schema` entry (readers derive the same Arrow types without it) and page indexes
-(pyarrow writes none by default either). Thrift encoding: `recorders.write.thrift`.
+(pyarrow writes none by default either). Each page header carries the page's CRC32 (`crc`, as
+pyarrow writes it with `write_page_checksum`: of the page's bytes as stored, after its header,
+compressed where the column is), which readers verify. Thrift encoding: `recorders.write.thrift`.
 
 `plain_chunk` says whether a row group's columns are ones this module writes: numpy columns
 of little-endian int32, int64 or float32, and `ABSENT` (a column of nulls). The weights
@@ -30,6 +32,7 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -214,6 +217,9 @@ def _encode(column: Any, rows: int, codec: int, required: bool, statistics: bool
         )
         body = (_LZ4.compress(joined),)
     size = sum(memoryview(b).nbytes for b in body)
+    crc = 0
+    for b in body:  # numpy's buffer, or bytes (zlib lets the GIL go on large ones)
+        crc = zlib.crc32(b, crc)
     page = thrift.struct(
         [
             (1, thrift.I32, rows),
@@ -228,6 +234,7 @@ def _encode(column: Any, rows: int, codec: int, required: bool, statistics: bool
             (1, thrift.I32, _DATA_PAGE),
             (2, thrift.I32, uncompressed),
             (3, thrift.I32, size),
+            (4, thrift.I32, crc - (crc >> 31 << 32)),  # the CRC32 as Thrift's signed i32
             (5, thrift.STRUCT, page),
         ]
     )

@@ -28,6 +28,7 @@ from recorders.write.layout import (
     METADATA_KEY,
     NO_STATISTICS,
     REQUIRED,
+    WRITE_CHECKSUMS,
     encodings,
 )
 from recorders.write.partstats import Tally
@@ -109,6 +110,7 @@ def _write_arrow(
                     use_dictionary=list(dictionary_columns),
                     write_statistics=[n for n in columns if n not in NO_STATISTICS],
                     **encodings(list(columns), compression),
+                    **WRITE_CHECKSUMS,
                 )
             if table.num_rows:
                 writer.write_table(table, row_group_size=table.num_rows)

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError
-from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR
+from recorders.write.layout import SUMMARY_DIR, TOTALS_DIR, WRITE_CHECKSUMS
 from recorders.write.progress import Intervals, Shard, read_progress
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import RecordingSummary
@@ -203,6 +203,7 @@ class SummaryWriter(RecordingWriter):
                 merged.frame(axis).replace_schema_metadata({b"gatetrace": self._metadata}),
                 sink,
                 compression="zstd",
+                **WRITE_CHECKSUMS,
             )
             self.place.write_bytes(f"{SUMMARY_DIR}/{name}.parquet", sink.getvalue().to_pybytes())
         return super()._write_manifest()

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recorders.errors import RecordingError, SelectionError
+from recorders.write.layout import VERIFY_CHECKSUMS, WRITE_CHECKSUMS, unreadable
 from recorders.write.progress import Intervals
-from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import parse_json
 from recorders.write.stats import Stats, check_edges
 
@@ -408,7 +408,12 @@ def totals_bytes(totals: Totals, complete: Intervals) -> bytes:
     # written again and again while a summary runs: no column statistics, dictionaries for
     # the names only
     pq.write_table(
-        table, sink, compression="zstd", write_statistics=False, use_dictionary=[*_KEY, "axis"]
+        table,
+        sink,
+        compression="zstd",
+        write_statistics=False,
+        use_dictionary=[*_KEY, "axis"],
+        **WRITE_CHECKSUMS,
     )
     return sink.getvalue().to_pybytes()
 
@@ -416,7 +421,7 @@ def totals_bytes(totals: Totals, complete: Intervals) -> bytes:
 def read_totals(data: bytes, summary: Mapping[str, Any], what: str) -> tuple[Totals, Intervals]:
     """A shard's running totals and the examples they hold, from `totals_bytes`' file."""
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.read_table(pa.BufferReader(data), **VERIFY_CHECKSUMS)
         pairs = parse_json((table.schema.metadata or {}).get(b"complete", b"null"), what)
         complete = Intervals(pairs)
         split = {
@@ -427,7 +432,7 @@ def read_totals(data: bytes, summary: Mapping[str, Any], what: str) -> tuple[Tot
         }
     except (pa.ArrowException, OSError, ValueError, TypeError, KeyError) as err:
         raise RecordingError(
-            f"{what} is not a summary gatetrace wrote ({failure_reason(err)})"
+            f"{what} is not a summary gatetrace wrote ({unreadable(err)})"
         ) from None
     low, high = thresholds_of(summary)
     try:

@@ -1,7 +1,8 @@
 """`gatetrace inspect MODEL | RUN`: the cells of a model (what each command would run), or what a recording holds.
 
 Runs nothing: a model is loaded without restoring its weights; a recording's files are read
-for their metadata only (`recorders.Recording.summary`).
+for their metadata only (`recorders.Recording.summary`), or with `--check` whole, every page's
+checksum verified (`recorders.Recording.check`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def needs_tensorflow(args: argparse.Namespace) -> bool:
 
 def arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    c.add_argument(
+        "--check",
+        action="store_true",
+        help="given a recording folder: first read every page of every file and verify its checksum "
+        "(reads the whole recording; one line naming the first damaged file)",
+    )
     c.add_argument(
         "--gate-ops",
         metavar="PATTERN",
@@ -106,7 +113,20 @@ def early(args) -> bool:
     if _is_recording(args.model):
         _inspect_recording(args)
         return True
-    if (Path(args.model) / "series.json").is_file():
+    series = (Path(args.model) / "series.json").is_file()
+    if args.check:
+        from recorders.errors import SelectionError
+
+        raise SelectionError(
+            f"--check reads the files of one recording folder; {args.model} is "
+            + (
+                "a series of them: give one of its recordings' folders (gatetrace inspect "
+                f"{args.model} lists them)"
+                if series
+                else "not one: give the --out folder a recording was written to"
+            )
+        )
+    if series:
         _inspect_series(args)
         return True
     check_model_path(args.model)
@@ -319,6 +339,8 @@ def _inspect_recording(args) -> None:
     from tracer.run.budget import describe_size  # imports no TensorFlow
 
     rec = Recording(args.model)
+    if args.check:  # before anything is printed: a damaged file is the one line said
+        rec.check()
     summary = rec.summary()
     if args.json:
         print(json.dumps(summary))
@@ -370,6 +392,8 @@ def _inspect_recording(args) -> None:
         f"{counted}, {n['weights']:,} weight rows; "
         f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk"
     )
+    if args.check:
+        print("checked: every file's footer and pages are as gatetrace wrote them")
     table = (
         os.path.join(args.model, "summary", "units.parquet")
         if summary["kind"] == "summary"
