@@ -231,15 +231,23 @@ SHAPES = {
     "a string": ("model", "its config.json is a string, not the JSON object"),
     "a number": (3, "its config.json is a number, not the JSON object"),
     "a list of models": ([{"class_name": "Functional"}], "its config.json is a list"),
-    "its config a list": ({"class_name": "Functional", "config": []}, "cannot load it"),
-    "its config a string": ({"class_name": "Sequential", "config": "x"}, "cannot load it"),
+    "its config a list": (
+        {"class_name": "Functional", "config": []},
+        'model (Functional) gives its settings ("config") as a list, where Keras keeps them in a JSON '
+        "object; the file is damaged or was not written by Keras: save the model again with Keras; "
+        "nothing was loaded",
+    ),
+    "its config a string": (
+        {"class_name": "Sequential", "config": "x"},
+        'model (Sequential) gives its settings ("config") as a string',
+    ),
     "its layers a dict": ({"class_name": "Functional", "config": {"layers": {"a": 1}}}, ""),
     "a layer's config a list": (
         {
             "class_name": "Functional",
             "config": {"layers": [{"class_name": "InputLayer", "config": []}]},
         },
-        "",
+        'model.config.layers[0] (InputLayer) gives its settings ("config") as a list',
     ),
     "input_layers of numbers": (
         {"class_name": "Functional", "config": {"layers": [], "input_layers": [[1, 2, 3]]}},
@@ -263,6 +271,21 @@ def test_a_keras_configuration_of_another_shape_is_one_line(shape, command, tmp_
     msg = one_line_error(run_cli(command, str(path), *(args if command == "record" else [])))
     assert msg.startswith(f"gatetrace: error: {path}: ") and said in msg, msg
     assert "AttributeError" not in msg and "GATETRACE_DEBUG" not in msg, msg
+
+
+def test_what_keras_says_of_a_configuration_it_cannot_load_is_whole(tmp_path):
+    """With --allow-unsafe-ops (the file unchecked), Keras' refusal of a model whose settings
+    are a list is one line, whole (before: cut at its first line's comma, "Expected 'config'
+    to be a dict for Functional,")."""
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", json.dumps({"class_name": "Functional", "config": []}))
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.10.0"}))
+    msg = one_line_error(run_cli("inspect", str(path), "--allow-unsafe-ops"))
+    assert msg == (
+        f"gatetrace: error: {path}: cannot load it with keras3: Expected 'config' to be a dict for "
+        "Functional, instead got <class 'list'>"
+    )
 
 
 def test_an_h5_model_config_of_another_shape_is_one_line(tmp_path):

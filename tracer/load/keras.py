@@ -185,7 +185,7 @@ def load_keras(
     except GatetraceError:
         raise
     except Exception as err:
-        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        text = _first_sentence(err)
         if "safe_mode" in str(err) or "arbitrary code" in str(err):
             raise UnsafeGraphError(
                 f"{source}: loading it would run Python code stored in the file ({text[:160]}); "
@@ -201,6 +201,19 @@ def load_keras(
         else ()
     )
     return KerasModel(model, source, f"{framework} {kind}", notes)
+
+
+def _first_sentence(err: Exception) -> str:
+    """The first sentence of what Keras says in `err`, whole: its first line, and the next
+    ones where a line ends in a comma (Keras goes on with what it found: "Expected 'config'
+    to be a dict for Functional,\ninstead got <class 'list'>\nFull config: ...")."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    end = 1
+    while end < len(lines) and lines[end - 1].endswith(","):
+        end += 1
+    return " ".join(lines[:end])
 
 
 def _tf_keras_from_saved_model(p: Path, source: str) -> Any:

@@ -327,16 +327,40 @@ def _saved_model_metadata(p: Path, source: str) -> list[dict]:
         raise ModelFormatError(f"{source}: cannot read its keras_metadata.pb: {err}") from None
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for a message: "a list", "a string", "null", ..."""
+    kinds = {dict: "a JSON object", list: "a list", str: "a string", bool: "true or false"}
+    return "null" if value is None else kinds.get(type(value), "a number")
+
+
 def _an_object(config: Any, source: str, where: str) -> dict:
     """`config` where it is a JSON object, as a model's configuration is; else ModelFormatError
     saying what it is."""
     if isinstance(config, dict):
         return config
-    kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}
     raise ModelFormatError(
-        f"{source}: its {where} is {kinds.get(type(config), 'a number')}, not the JSON object a Keras model's "
+        f"{source}: its {where} is {_json_kind(config)}, not the JSON object a Keras model's "
         'configuration is ({"class_name": ..., "config": ...}); it is not a Keras model file'
     )
+
+
+def _settings_problem(config: dict) -> str | None:
+    """Why an object of Keras' own classes in a configuration is refused: its settings
+    (`"config"`) are no JSON object (a Sequential's may be a list of layers, as Keras 2.0 and
+    2.1 wrote it); None where none is."""
+    own = KNOWN_CLASSES | keras_own_classes()
+    for path, obj in _objects(config, "model"):
+        name, settings = obj.get("class_name"), obj.get("config", {})
+        if name not in own or isinstance(settings, dict):
+            continue
+        if name == "Sequential" and isinstance(settings, list):
+            continue
+        return (
+            f'{path} ({name}) gives its settings ("config") as {_json_kind(settings)}, where Keras keeps '
+            "them in a JSON object; the file is damaged or was not written by Keras: save the model again "
+            "with Keras"
+        )
+    return None
 
 
 def keras_config(path: str | Path) -> dict:
@@ -371,7 +395,11 @@ def check_keras_file(path: str | Path, yours: frozenset[str] = frozenset()) -> N
     can read); nothing is loaded."""
     p, source = Path(path), str(path)
     # (an archive's members and sizes are checked first)
-    _refuse(source, _refused(keras_config(p), yours))
+    config = keras_config(p)
+    _refuse(source, _refused(config, yours))
+    why = _settings_problem(config)
+    if why:
+        raise ModelFormatError(f"{source}: {why}; nothing was loaded")
     if p.is_dir():
         return
     if p.suffix == ".keras":
