@@ -273,7 +273,8 @@ def test_a_series_folder_reads_only_its_own_files(tmp_path, odd):
 
 def test_a_refused_series_leaves_nothing_behind(tmp_path):
     """A first checkpoint refused, a --tensorboard inside the series or unusable: one line, and
-    no series.json that would ask the corrected command for --resume."""
+    no series.json that would ask the corrected command for --resume, nor the folder the series
+    made (before: left empty); a folder that was there before stays."""
     run = tmp_path / "run"
     train_tf1(run, saves=(2, 4))
     np.save(tmp_path / "x.npy", X)
@@ -295,13 +296,19 @@ def test_a_refused_series_leaves_nothing_behind(tmp_path):
     assert (
         unusable.returncode == 2 and "exists and is a file; give a folder path" in unusable.stderr
     )
-    wrong = run_cli(*base[:-2], "--feed", "nothing=1", "--quiet", "--out", str(tmp_path / "s"))
-    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1
-    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+    # refused once the first checkpoint is loaded: a feed it has not, a cell it has not
+    for wrong in (["--feed", "nothing=1"], [*base[-3:-1], "--cells", "nope"]):
+        done = run_cli(*base[:-3], *wrong, "--quiet", "--out", str(tmp_path / "s"))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "unknown feed 'nothing'" in done.stderr or "--cells nope" in done.stderr
+        assert not (tmp_path / "s").exists()
+    (tmp_path / "mine").mkdir()
+    done = run_cli(*base[:-3], "--feed", "nothing=1", "--quiet", "--out", str(tmp_path / "mine"))
+    assert done.returncode == 2 and not list((tmp_path / "mine").iterdir())
     (run / "model.ckpt-2.meta").write_bytes(b"not a graph")
     refused = run_cli(*base, "--out", str(tmp_path / "s"))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+    assert not (tmp_path / "s").exists()
     keras_run(tmp_path / "keras")
     done = run_cli(
         "record",

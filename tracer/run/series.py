@@ -84,6 +84,7 @@ def record_series(
     }
     reads = (folder, *options.reads)  # the training run's folder, the feeds
     started = _check_start(place, description, resume, out_text, reads)
+    created = not place.exists()  # made by this series: a refusal leaves no folder
     if tensorboard is not None:
         check_logdir(tensorboard, out_text, reads)
     board: GateSummaries | None = None
@@ -145,6 +146,9 @@ def record_series(
         ):
             for name in place.entries():
                 place.remove(name)
+            if created and isinstance(place, LocalPlace) and not place.entries():
+                place.close()
+                place.path.rmdir()
         raise
     finally:
         if board is not None:
