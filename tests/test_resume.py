@@ -321,6 +321,34 @@ def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
     assert starts == [0, 7, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44]
 
 
+def test_a_shard_that_gets_no_sequence_says_what_that_means(long_run, tmp_path, capsys):
+    """More shards than sequences (3 of them in 4 shards): the shard whose part is empty is done
+    and says so, whether it finishes first or last (before: only "on 0 sequences", and, last,
+    "the inputs hold no sequences: the recording is empty" of a recording of 3); the recording
+    equals a single run's rows of those sequences."""
+    argv, clean = long_run
+    said = (
+        "shard 0/4 holds none of the 3 sequences: cut into 4 parts, they leave 1 part empty. It is "
+        "done, with nothing to record; the other shards {} every sequence (with N at most 3, every "
+        "part holds sequences)"
+    )
+    for order in ((0, 1, 2, 3), (1, 2, 3, 0)):
+        out = tmp_path / "".join(map(str, order))
+        for k in order:
+            shard = ["--examples", "0:3", "--out", str(out), "--shard", f"{k}/4"]
+            assert main([*argv, *shard]) == 0
+            printed = " ".join(capsys.readouterr().out.split())
+            last = k == order[-1]
+            assert (said.format("recorded" if last else "record") in printed) == (k == 0), printed
+            assert "the inputs hold no sequences" not in printed
+            assert ("read it with" in printed) == last, printed
+        got, want = tables(out), tables(clean)
+        for table in want:
+            first = want[table][want[table]["example"] < 3].reset_index(drop=True)
+            pd.testing.assert_frame_equal(got[table], first, rtol=1e-6, atol=1e-6)
+        assert json.loads((out / "manifest.json").read_text())["examples"] == 3
+
+
 def test_a_shard_or_a_resume_fed_other_values_is_refused(long_run, tmp_path, capsys):
     """The shards of one recording, and a resumed run, must read the same inputs: one fed a file
     of other values (same shape) is refused in one line, naming the inputs (before: its rows were

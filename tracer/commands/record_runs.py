@@ -272,6 +272,29 @@ def record_parallel(args, selection, memory) -> None:
     report(args, summary, f" in {tasks['count']} task{'s' if tasks['count'] != 1 else ''}")
 
 
+def _span(summary: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The examples [start, stop) a recording's shards share among them (None: not said)."""
+    for entry in summary.get("inputs", {}).values():
+        start, stop = entry["rows"]
+        return start, stop
+    return None
+
+
+def _empty_shard(shard: list[int], span: tuple[int, int], complete: bool) -> str:
+    """What it means that shard K/N (`shard`: [K, N] or [K, N, unit]) got none of the
+    sequences `span`: a part the cut leaves empty, done with nothing to record."""
+    from recorders.write.progress import Shard
+
+    count, total = shard[1], span[1] - span[0]
+    empty = sum(a == b for a, b in (Shard(k, *shard[1:]).part(*span) for k in range(count)))
+    units = -(-total // (shard[2] if len(shard) > 2 else 1))
+    return (
+        f"shard {shard[0]}/{count} holds none of the {total:,} sequences: cut into {count} parts, they leave "
+        f"{empty} part{'s' if empty != 1 else ''} empty. It is done, with nothing to record; the other shards "
+        f"{'recorded' if complete else 'record'} every sequence (with N at most {units:,}, every part holds sequences)"
+    )
+
+
 def report(args, summary: Mapping[str, Any], part: str) -> None:
     """The lines `record` prints when it is done."""
     cells = summary["cells"]
@@ -290,7 +313,10 @@ def report(args, summary: Mapping[str, Any], part: str) -> None:
             + (f", {rows['outputs']:,} output rows" if "outputs" in rows else "")
             + f" -> {args.out}"
         )
-    if summary["examples"] == 0 and summary.get("complete", True):
+    shard, span = summary.get("shard") or [0, 1], _span(summary)
+    if summary["examples"] == 0 and shard[1] > 1 and span is not None and span[1] > span[0]:
+        print(_empty_shard(shard, span, summary["complete"]))
+    elif summary["examples"] == 0 and summary.get("complete", True):
         feeds = ", ".join(
             f"{name} {shape}"
             for name, shape in summary.get("feeds", {}).items()
