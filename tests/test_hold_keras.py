@@ -117,7 +117,6 @@ def test_a_keras_hold_of_nothing_records_the_plain_recording(framework, tmp_path
 @pytest.mark.parametrize(
     ("spec", "said"),
     [
-        ("lower:f:0=1", "computes its gates inside its cell"),
         ("lower:h:4=0", "has 4 units (0 to 3); found unit 4"),
         ("lower:h:0=0@6:", "holds no step of lower, whose steps are 0 to 5"),
     ],

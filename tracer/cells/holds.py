@@ -5,7 +5,8 @@ from the command line's `--hold CELL:WHAT:UNITS=VALUE[@STEPS]` by `parse_hold`.
            when only one cell's name ends so)
     WHAT   a state (`c`, `h`), a gate's value after its activation (`i`, `f`, ... as the
            cell's kind names its gates), or a gate's preactivation (`f.pre`)
-    UNITS  `17`, `988,776`, `0-3` (both ends included), or `all`
+    UNITS  `17`, `988,776`, `0-3` (both ends included), or `all` (a ConvLSTM's: its
+           channels, each at every position)
     VALUE  a number the units are set to (`0` ablates them), `xF`: multiplied by F, or `mean`:
            each unit set to its mean over another recording of the model (`--means-from RUN`:
            every example and step it recorded), resolved to numbers by `holds_at_means`
@@ -188,12 +189,10 @@ def describe_holds(holds: Sequence[Hold]) -> list[str]:
 def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
     """`holds` with each `mean` hold replaced by one hold a unit, at the float32 value of that
     unit's mean over every example and step of `base` (a `recorders.Recording` of the same
-    model, not held): a state's `value`, a gate's `activation`, a `.pre` gate's
-    `preactivation`. The cell is named as the recording names it (or by the end of its name,
+    model, not held; a ConvLSTM's unit is a channel: over every position too): a state's
+    `value`, a gate's `activation`, a `.pre` gate's `preactivation`. The cell is named as the recording names it (or by the end of its name,
     after a `/`, when only one cell's name ends so). `SelectionError`, one line, where `base`
     does not hold what a hold asks."""
-    from recorders.read.means import unit_means
-
     if not any(h.mean for h in holds):
         return tuple(holds)
     where = f"--means-from {base.path}"
@@ -220,7 +219,7 @@ def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
                 f"--hold '{hold.describe()}': {where} holds {', '.join(kept) or 'nothing'} of {cell}, "
                 f"not {hold.name}; give a recording that holds it"
             )
-        means = unit_means(base, table, cell, label, column, hold.units)
+        means = _means(base, table, cell, label, column, hold.units)
         for unit, value in means.items():
             if not math.isfinite(value):
                 raise SelectionError(
@@ -237,6 +236,28 @@ def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
                 )
             )
     return tuple(resolved)
+
+
+def _means(
+    base: Any, table: str, cell: str, label: str, column: str, units: Sequence[int] | None
+) -> dict[int, float]:
+    """Each unit's mean over `base` (`recorders.read.means.unit_means`); a ConvLSTM's unit
+    is a channel, held at every position: its mean over every position too (the mean of its
+    positions' means: every row holds them all)."""
+    from recorders.read.means import unit_means
+
+    conv = base.cell(cell).get("conv")
+    if not conv:
+        return unit_means(base, table, cell, label, column, units)
+    filters, positions = int(conv["filters"]), int(np.prod(conv["positions"]))
+    channels = range(filters) if units is None else units
+    if channels and max(channels) >= filters:
+        raise SelectionError(
+            f"{base.path}: {cell}'s {label} has {filters} channels (0 to {filters - 1}); found unit {max(channels)}"
+        )
+    at = [p * filters + k for k in channels for p in range(positions)]
+    means = unit_means(base, table, cell, label, column, at)
+    return {k: float(np.mean([means[p * filters + k] for p in range(positions)])) for k in channels}
 
 
 def _named(name: str, cells: Sequence[str], where: str) -> str:

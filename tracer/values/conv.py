@@ -26,9 +26,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from recorders.errors import GraphPatternError
 from tracer.cells.found import Conv
-from tracer.values.replay import Replayed, activation_of
+from tracer.cells.kinds import KERAS_CONV_LSTM
+from tracer.values.replay import Holding, Replayed, activation_of
 
 __all__ = ["replay_conv", "patches", "channels_last"]
+
+_GATES = KERAS_CONV_LSTM.gates  # i, f, j, o: the blocks of z, in Keras' order
 
 
 def channels_last(a: np.ndarray, conv: Conv) -> np.ndarray:
@@ -80,12 +83,15 @@ def replay_conv(
     mask: np.ndarray | None = None,
     activation="tanh",
     recurrent_activation="sigmoid",
+    hold: Holding | None = None,
 ) -> Replayed:
     """Run a ConvLSTM cell over `inputs` [examples, steps, *spatial, channels] (channels last;
     see the module docstring). `weights` are `kernel` (the input kernel's rows stacked on the
     recurrent kernel's, each flattened) and `bias`; `initial` states h and c are
     [examples, positions * filters]. Where `mask` [examples, steps] is False the step is
-    skipped: the states are carried through and the output repeats the previous one (Keras)."""
+    skipped: the states are carried through and the output repeats the previous one (Keras).
+    `hold` changes each step's gates (as [rows, positions * filters]) inside the step and its
+    new states before the next step reads them (`--hold`: `tracer.values.keras`)."""
     f32 = np.float32
     x = np.asarray(inputs, dtype=f32)
     n, steps = x.shape[:2]
@@ -123,10 +129,20 @@ def replay_conv(
         z += patches(h_grid, conv.kernel_size, ones, "same", ones) @ w_rec
         # i = input gate, f = forget gate, j = new input (Keras' c), o = output gate
         z = z.reshape(n, positions, 4, filters).transpose(0, 2, 1, 3).reshape(n, 4, width)
+        held = None if hold is None else hold.gates(t)
+        if held is not None:
+            for k, g in enumerate(_GATES):
+                held(g, True, z[:, k])
         i, f, j, o = z[:, 0], z[:, 1], z[:, 2], z[:, 3]
         a = np.stack([gate_act(i), gate_act(f), act(j), gate_act(o)], axis=1).astype(f32)
+        if held is not None:
+            for k, g in enumerate(_GATES):
+                held(g, False, a[:, k])
         c_new = a[:, 1] * c + a[:, 0] * a[:, 2]
         h_new = a[:, 3] * act(c_new)
+        if hold is not None:
+            h_new, held_c = hold.states(t, h_new, c_new, a.reshape(n, 4 * width))
+            c_new = c_new if held_c is None else held_c
         pre[:, t], post[:, t] = z, a
         if alive is not None:
             keep = alive[:, t : t + 1]

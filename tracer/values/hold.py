@@ -15,8 +15,11 @@ records exactly what the model records. The cells' step tensors are renamed to t
 ones: what is recorded is what the model's next ops read.
 
 Held: cells unrolled in a graph (`static_rnn`, `static_bidirectional_rnn`, cells found by
-pattern). Refused in one line: cells inside a while loop or a fused op, Keras layers and
-TensorFlow Lite ops (their steps run inside one op or one loop), and a live session's graph
+pattern) and inside a while loop whose body gatetrace takes them from (its body rewritten).
+A Keras model's holds are only resolved here: its held layers return their cells' replay
+with the holds in it (`tracer.values.keras`), a ConvLSTM's unit being a channel. Refused in
+one line: cells replayed from a loop, a fused op's, a Keras layer over a cell of your own
+(or a stack holding one) or a stateful one, TensorFlow Lite ops, and a live session's graph
 (it cannot be rebuilt).
 """
 
@@ -87,30 +90,29 @@ def _cell_named(name: str, cells: Sequence[AnyCell]) -> AnyCell:
     raise SelectionError(f"--hold: {said} with /{name}; name one of: {listed}")
 
 
-def _keras_refusal(cell: KerasCell, hold: Hold) -> str | None:
-    """Why a Keras layer's `hold` cannot be held (None if it can): its cell is replayed with the
-    hold in it and the layer returns that (`tracer.values.keras`), for one built-in cell."""
+def _keras_refusal(cell: KerasCell, cells: Sequence[AnyCell]) -> str | None:
+    """Why a Keras layer's `hold` cannot be held (None if it can): its cells are replayed with
+    the hold in them and the layer returns that (`tracer.values.keras`), for built-in cells
+    (a stack's every one: the layer returns its last cell's outputs)."""
     if cell.step is not None:
         return f"{cell.name} runs a cell of your own, which gatetrace traces but does not replay with a hold"
-    if cell.conv is not None:
-        return f"{cell.name} is a ConvLSTM layer, whose units gatetrace does not hold"
     if cell.stack[1] > 1:
-        return f"{cell.name} is a cell of a stack (StackedRNNCells), whose layer gatetrace does not hold"
+        stack = [c for c in cells if isinstance(c, KerasCell) and c.layer is cell.layer]
+        if any(c.conv is not None or c.step is not None for c in stack):
+            return (
+                f"{cell.name} is a cell of a stack (StackedRNNCells) that runs a ConvLSTM cell or a "
+                "cell of your own, which gatetrace does not replay with a hold"
+            )
     if getattr(cell.layer, "stateful", False):
         return (
             f"{cell.name} is stateful, and a hold would change the state it carries between batches"
         )
-    if hold.preactivation or hold.name not in cell.spec.states:
-        return (
-            "a Keras layer computes its gates inside its cell, where gatetrace holds its states: hold "
-            f"{' or '.join(cell.spec.states)}"
-        )
     return None
 
 
-def _refusal(cell: AnyCell, hold: Hold) -> str | None:
+def _refusal(cell: AnyCell, hold: Hold, cells: Sequence[AnyCell]) -> str | None:
     if isinstance(cell, KerasCell):
-        return _keras_refusal(cell, hold)
+        return _keras_refusal(cell, cells)
     if not isinstance(cell, Cell):
         return f"{cell.name} is a TensorFlow Lite op, whose steps run inside one op that gatetrace does not rewrite"
     if cell.fused is not None:
@@ -136,6 +138,21 @@ def _refusal(cell: AnyCell, hold: Hold) -> str | None:
     return None
 
 
+def _check_names(hold: Hold, cell: Cell | KerasCell) -> None:
+    """Refuse a hold of a state or gate `cell`'s kind does not compute (a gate's
+    preactivation: of a gate)."""
+    gates, states = cell.spec.gates, cell.spec.states
+    if (
+        hold.preactivation
+        and hold.name not in gates
+        or (not hold.preactivation and hold.name not in (*states, *gates))
+    ):
+        raise SelectionError(
+            f"--hold '{hold.describe()}': {cell.name} ({cell.spec.kind}) has states {', '.join(states)} and gates "
+            f"{', '.join(gates)} (a gate's preactivation: {gates[0]}.pre); found {hold.what!r}"
+        )
+
+
 def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
     """`hold` with its cell's full name, checked against the cell: what it names, its units
     and its steps (`SelectionError`, one line, where they do not fit)."""
@@ -146,13 +163,19 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
             "with --means-from RUN (in Python, tracer.holds_at_means(holds, Recording(RUN)))"
         )
     cell = _cell_named(hold.cell, cells)
-    refused = _refusal(cell, hold)
+    refused = _refusal(cell, hold, cells)
     if refused:
         raise SelectionError(f"--hold '{spec}': cannot hold it: {refused}")
-    if isinstance(cell, KerasCell):  # its states are `units` wide, its steps its length
-        if hold.units and max(hold.units) >= cell.units:
+    assert isinstance(cell, (Cell, KerasCell))  # (a TensorFlow Lite op's is refused)
+    _check_names(hold, cell)
+    if isinstance(cell, KerasCell):  # its steps are its length
+        # a ConvLSTM's units are its channels, each held at every position
+        width, what = (
+            (cell.units, "units") if cell.conv is None else (cell.conv.filters, "channels")
+        )
+        if hold.units and max(hold.units) >= width:
             raise SelectionError(
-                f"--hold '{spec}': {cell.name}'s {hold.what} has {cell.units} units (0 to {cell.units - 1}); "
+                f"--hold '{spec}': {cell.name}'s {hold.what} has {width} {what} (0 to {width - 1}); "
                 f"found unit {max(hold.units)}"
             )
         if cell.length and not any(hold.held_at(p) for p in range(cell.length)):
@@ -161,16 +184,6 @@ def resolve(hold: Hold, cells: Sequence[AnyCell]) -> Hold:
             )
         return replace(hold, cell=cell.name)
     assert isinstance(cell, Cell)
-    gates, states = cell.spec.gates, cell.spec.states
-    if (
-        hold.preactivation
-        and hold.name not in gates
-        or (not hold.preactivation and hold.name not in (*states, *gates))
-    ):
-        raise SelectionError(
-            f"--hold '{spec}': {cell.name} ({cell.spec.kind}) has states {', '.join(states)} and gates "
-            f"{', '.join(gates)} (a gate's preactivation: {gates[0]}.pre); found {hold.what!r}"
-        )
     if cell.loop is None:
         positions: list[int] | None = [s.position for s in cell.steps]
     elif cell.loop.length:

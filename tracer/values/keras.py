@@ -14,22 +14,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from recorders.errors import FeedError, GraphPatternError
+from recorders.errors import FeedError, GraphPatternError, SelectionError
 from tracer._tf import tf
-from tracer.cells.found import KerasCell
+from tracer.cells.found import Conv, KerasCell
 from tracer.cells.holds import Hold
+from tracer.cells.kinds import GateHold
 from tracer.find.keras import find_layers, walk_layers
 from tracer.inputs.feeds import convert_feed, input_name
 from tracer.inputs.files import feed_arg
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
-from tracer.values.replay import Holding, Replayed, activation_of, check, replay
+from tracer.values.replay import Replayed, activation_of, check, replay
 from tracer.values.replayed import ReplayedPlan, Result
 
 __all__ = ["KerasPlan", "resolve_inputs"]
@@ -87,7 +88,8 @@ class _Seen:
     initial: list[np.ndarray] | None
     outputs: np.ndarray
     states: list[np.ndarray]
-    held: Replayed | None = None  # the layer's values with holds in them, which it returned
+    # each held cell's values (by name) with holds in them, which its layer returned
+    held: dict[str, Replayed] = field(default_factory=dict)
 
 
 def _flat(states: Any) -> list[Any]:
@@ -102,68 +104,203 @@ def _layer_name(cell: KerasCell) -> str:
     return cell.name if cell.stack[1] == 1 else cell.name.rpartition("/")[0]
 
 
-def _holding(cell: KerasCell, holds: Sequence[Hold], steps: int) -> Holding:
-    """What `--hold` does to one Keras cell's replay: each hold of its c or h at the input
-    positions it names (a backward layer reads position steps - 1 - t at loop step t); a held
-    c reaches the same step's h through the output gate, h = activation(c) * o, as Keras'
-    LSTMCell computes it."""
-    units, f32 = cell.units, np.float32
-    gates = cell.spec.gates
-    o = slice(gates.index("o") * units, (gates.index("o") + 1) * units) if "o" in gates else None
-    activation = activation_of(cell.act)
+def _order(cell: KerasCell) -> tuple[str, ...]:
+    """Keras' order of a cell's states: an LSTM's [h, c], the others' [h]."""
+    return ("h", "c") if cell.spec.is_lstm else ("h",)
 
-    def put(value: np.ndarray, hold: Hold) -> np.ndarray:
-        out = np.array(value, dtype=f32)
-        columns = slice(None) if hold.units is None else list(hold.units)
-        out[:, columns] = out[:, columns] * f32(hold.value) if hold.scale else f32(hold.value)
-        return out
 
-    def step(
-        t: int, h: np.ndarray, c: np.ndarray | None, activations: np.ndarray
+def _columns(cell: KerasCell, hold: Hold) -> Any:
+    """The columns of a replayed gate or state that `hold`'s units are: a ConvLSTM's unit is
+    a channel, its columns at every position (position * filters + channel)."""
+    if hold.units is None:
+        return slice(None)
+    conv = cell.conv
+    if conv is None:
+        return list(hold.units)
+    at = np.arange(int(np.prod(conv.positions)))[:, None] * conv.filters
+    return (at + np.asarray(hold.units)[None, :]).ravel()
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """What `--hold` does inside one Keras cell's replay (a `tracer.values.replay.Holding`):
+    each hold at the input positions it names (a backward layer reads position steps - 1 - t
+    at loop step t), on its units' columns (`_columns`), in the order given. A gate is held
+    inside the step, its preactivation before its activation is taken and its activation
+    before the state it makes reads it; a held c reaches the same step's h through the
+    output gate, h = activation(c) * o, as Keras' LSTMCell computes it; h is held last."""
+
+    holds: tuple[tuple[Hold, Any], ...]  # each hold with its columns
+    steps: int
+    backward: bool
+    state_names: tuple[str, ...]
+    o: slice | None  # the output gate's columns of a step's activations (an LSTM's)
+    activation: Any
+
+    @classmethod
+    def of(cls, cell: KerasCell, holds: Sequence[Hold], steps: int) -> _Holding | None:
+        if not holds:
+            return None
+        gates, width = cell.spec.gates, cell.units
+        o = gates.index("o") if "o" in gates else None
+        return cls(
+            tuple((h, _columns(cell, h)) for h in holds),
+            steps,
+            cell.backward,
+            cell.spec.states,
+            None if o is None else slice(o * width, (o + 1) * width),
+            activation_of(cell.act),
+        )
+
+    def _now(self, t: int) -> list[tuple[Hold, Any]]:
+        position = self.steps - 1 - t if self.backward else t
+        return [(x, columns) for x, columns in self.holds if x.held_at(position)]
+
+    def gates(self, t: int) -> GateHold | None:
+        now = [
+            (x, columns)
+            for x, columns in self._now(t)
+            if x.preactivation or x.name not in self.state_names
+        ]
+        if not now:
+            return None
+
+        def held(gate: str, preactivation: bool, of: np.ndarray) -> None:
+            for x, columns in now:
+                if x.name == gate and x.preactivation == preactivation:
+                    of[:, columns] = _held(of[:, columns], x)
+
+        return held
+
+    def states(
+        self, t: int, h: np.ndarray, c: np.ndarray | None, activations: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        now = [x for x in holds if x.held_at(steps - 1 - t if cell.backward else t)]
-        for x in now:
-            if x.name == "c" and c is not None and o is not None:
-                c = put(c, x)
-                h = np.asarray(activation(c), f32) * activations[:, o]
-        for x in now:
+        now = [
+            (x, columns)
+            for x, columns in self._now(t)
+            if not x.preactivation and x.name in self.state_names
+        ]
+        for x, columns in now:
+            if x.name == "c" and c is not None and self.o is not None:
+                c = np.array(c, np.float32)
+                c[:, columns] = _held(c[:, columns], x)
+                h = np.asarray(self.activation(c), np.float32) * activations[:, self.o]
+        for x, columns in now:
             if x.name == "h":
-                h = put(h, x)
+                h = np.array(h, np.float32)  # (a SimpleRNN's h is its activations' buffer)
+                h[:, columns] = _held(h[:, columns], x)
         return h, c
 
-    return step
+
+def _held(values: np.ndarray, hold: Hold) -> np.ndarray:
+    """`values` as `hold` sets them: multiplied by its value, or its value (float32)."""
+    f32 = np.float32
+    return values * f32(hold.value) if hold.scale else np.full_like(values, f32(hold.value))
 
 
-def _held_call(cell: KerasCell, seen: _Seen, holds: Sequence[Hold], out: Any) -> Any:
-    """The layer's outputs with `holds` in its cell (replayed on what it received, in place of
-    what it computed: `out`, whose structure and shapes they take), and `seen.held`."""
-    x, mask = seen.inputs, seen.mask
-    if cell.backward:  # Keras reverses the whole sequence (and mask) along time
-        x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
-    order = ("h", "c") if cell.spec.is_lstm else ("h",)
-    layer = cell.layer
-    got = replay(
+def _conv_flat(conv: Conv, a: np.ndarray, lead: int) -> np.ndarray:
+    """A ConvLSTM's layer's values [*lead, *spatial, filters] (channels first: [*lead,
+    filters, *spatial]) as the replay's, [*lead, positions * filters]."""
+    if conv.channels_first:
+        a = np.moveaxis(a, lead, -1)
+    return a.reshape(*a.shape[:lead], -1)
+
+
+def _conv_shaped(conv: Conv, a: np.ndarray, lead: int) -> np.ndarray:
+    """`_conv_flat` undone: the replay's values as the layer returns them."""
+    a = a.reshape(*a.shape[:lead], *conv.positions, conv.filters)
+    return np.moveaxis(a, -1, lead) if conv.channels_first else a
+
+
+def _replay_cell(
+    cell: KerasCell,
+    x: np.ndarray,
+    mask: np.ndarray | None,
+    initial: Sequence[np.ndarray] | None,
+    hold: _Holding | None = None,
+) -> Replayed:
+    """One built-in cell replayed over `x` and `mask` (in loop order) from `initial` (its
+    states in Keras' order, as the layer received them; None: zero): a ConvLSTM by its
+    convolutions (`tracer.values.conv`, its units flattened), the others by their step."""
+    layer, conv = cell.layer, cell.conv
+    if conv is not None:
+        return replay_conv(
+            conv,
+            cell.arrays,
+            channels_last(x, conv),
+            None
+            if initial is None
+            else {k: _conv_flat(conv, v, 1) for k, v in zip("hc", initial, strict=True)},
+            mask=mask,
+            activation=cell.act,
+            recurrent_activation=cell.gate_act,
+            hold=hold,
+        )
+    return replay(
         cell.kind,
         cell.arrays,
         x,
-        None if seen.initial is None else dict(zip(order, seen.initial, strict=True)),
+        None if initial is None else dict(zip(_order(cell), initial, strict=True)),
         mask=mask,
         carry_outputs=not layer.zero_output_for_mask,
         activation=cell.act,
         recurrent_activation=cell.gate_act,
-        hold=_holding(cell, holds, x.shape[1]),
+        hold=hold,
     )
-    flat = tf.nest.flatten(out)
+
+
+def _loop_order(cell: KerasCell, seen: _Seen) -> tuple[np.ndarray, np.ndarray | None]:
+    """What the layer received, in the order its loop reads it: Keras reverses the whole
+    sequence (and mask) along time for a backward layer."""
+    x, mask = seen.inputs, seen.mask
+    if cell.backward:
+        x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
+    return x, mask
+
+
+@dataclass(frozen=True)
+class _HeldLayer:
+    """A layer with values held: its cells (its one cell, or its stack's in order) and each
+    cell's holds, by cell name."""
+
+    cells: tuple[KerasCell, ...]
+    holds: Mapping[str, Sequence[Hold]]
+
+
+def _held_call(held: _HeldLayer, seen: _Seen, out: Any) -> Any:
+    """The layer's outputs with its holds in its cells (replayed on what it received, each
+    cell of a stack on the outputs of the one before, in place of what it computed: `out`,
+    whose structure and shapes they take), and `seen.held`."""
+    first, layer = held.cells[0], held.cells[0].layer
+    x, mask = _loop_order(first, seen)
+    at, finals = 0, []
+    got: Replayed | None = None
+    for cell in held.cells:
+        order = _order(cell)
+        initial = None if seen.initial is None else seen.initial[at : at + len(order)]
+        at += len(order)
+        hold = _Holding.of(cell, held.holds.get(cell.name, ()), x.shape[1])
+        got = _replay_cell(cell, x if got is None else got.outputs, mask, initial, hold)
+        seen.held[cell.name] = got
+        finals += [(cell, got.final[k]) for k in order]
+    assert got is not None
+    last = held.cells[-1]
     output = got.outputs if layer.return_sequences else got.outputs[:, -1]
-    new = [output, *(got.final[k] for k in order)] if layer.return_state else [output]
+    if last.conv is not None:  # as the layer returns them: [.., *spatial, filters]
+        conv = last.conv
+        output = _conv_shaped(conv, output, output.ndim - 1)
+        finals = [(c, _conv_shaped(conv, v, 1)) for c, v in finals]
+    states = [v for _, v in finals]
+    flat = tf.nest.flatten(out)
+    new = [output, *states] if layer.return_state else [output]
     if len(new) != len(flat) or any(
         tuple(v.shape) != tuple(t.shape) for v, t in zip(new, flat, strict=True)
     ):
         raise GraphPatternError(
-            f"--hold: layer {cell.name} returns {[tuple(t.shape) for t in flat]}, not the output and "
-            "states of one cell gatetrace replays; its values cannot be held"
+            f"--hold: layer {_layer_name(first)} returns {[tuple(t.shape) for t in flat]}, not the "
+            "output and states of the cells gatetrace replays; its values cannot be held"
         )
-    seen.held, seen.outputs, seen.states = got, np.asarray(output), [got.final[k] for k in order]
+    seen.outputs, seen.states = np.asarray(output), states
     return tf.nest.pack_sequence_as(
         out, [tf.convert_to_tensor(v, dtype=t.dtype) for v, t in zip(new, flat, strict=True)]
     )
@@ -171,13 +308,13 @@ def _held_call(cell: KerasCell, seen: _Seen, holds: Sequence[Hold], out: Any) ->
 
 @contextmanager
 def _capture(
-    cells: Sequence[KerasCell], holds: Mapping[str, Sequence[Hold]] | None = None
+    cells: Sequence[KerasCell], held: Mapping[str, _HeldLayer] | None = None
 ) -> Iterator[dict[str, _Seen]]:
-    """While active, each cell's layer records what enters and leaves its `call` (by the
-    layer's path); a layer `holds` names (by its path) returns its outputs with the holds in
-    its cell, which the layers after it read."""
+    """While active, each cell's layer (and each layer of `held`) records what enters and
+    leaves its `call` (by the layer's path); a layer of `held` (by its path) returns its
+    outputs with the holds in its cells, which the layers after it read."""
     seen: dict[str, _Seen] = {}
-    holds = holds or {}
+    held = held or {}
 
     def hook(cell: KerasCell, original):
         signature = inspect.signature(original)
@@ -211,15 +348,15 @@ def _capture(
                 to_numpy(outs[0]),
                 [to_numpy(s) for s in _flat(outs[1:])],
             )
-            if layer_name in holds:
-                return _held_call(cell, seen[layer_name], holds[layer_name], out)
+            if layer_name in held:
+                return _held_call(held[layer_name], seen[layer_name], out)
             return out
 
         return call
 
     hooked: list[tuple[Any, Any]] = []  # (layer, its own instance attribute `call` if it had one)
     try:
-        for cell in cells:
+        for cell in [*cells, *(c for h in held.values() for c in h.cells)]:
             layer = cell.layer
             if any(layer is done for done, _ in hooked):
                 continue  # one hook a layer: the cells of a stack share it
@@ -284,8 +421,9 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     hooked, then one replay per cell (the counterpart of `tracer.values.fetch.FetchPlan`).
     `steps` keeps a [start, stop) window of input positions.
 
-    `holds` (`--hold`) replace a layer's outputs by its cell's replay with the holds in it,
-    which the layers after it read in the same call (`_held_call`).
+    `holds` (`--hold`) replace a layer's outputs by its cells' replay with the holds in
+    it, which the layers after it read in the same call (`_held_call`); a held layer is
+    hooked whether or not its cells are recorded.
 
     Stateful layers (`stateful=True`) are reset before each batch, so that every row is an
     independent sequence from zero state and a row's gates never depend on which rows were
@@ -303,17 +441,30 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     ):
         self.model = model
         self.cells = list(cells)
-        # each held layer's holds (`--hold`, resolved to its cell's name: `tracer.values.hold`)
-        self._holds: dict[str, list[Hold]] = {}
-        for hold in holds:
-            self._holds.setdefault(hold.cell, []).append(hold)
         # a cell of a stack reads the outputs of the cells below it: each stack a chosen cell
-        # belongs to is replayed whole, up to the highest cell chosen
+        # belongs to is replayed whole, up to the highest cell chosen; a held layer's cells
+        # (`--hold`, resolved to their cells' names: `tracer.values.hold`) are its stack's
         stacks: dict[int, list[KerasCell]] = {}
-        if any(c.stack[1] > 1 for c in self.cells):
+        if holds or any(c.stack[1] > 1 for c in self.cells):
+            chosen = {c.name: c for c in self.cells}
             for c in find_layers(model):
-                stacks.setdefault(id(c.layer), []).append(c)
+                stacks.setdefault(id(c.layer), []).append(chosen.get(c.name, c))
         self._stacks = stacks
+        self._held: dict[str, _HeldLayer] = {}
+        for layer_cells in stacks.values():
+            mine = {
+                c.name: tuple(h for h in holds if h.cell == c.name)
+                for c in layer_cells
+                if any(h.cell == c.name for h in holds)
+            }
+            if mine:
+                self._held[_layer_name(layer_cells[0])] = _HeldLayer(tuple(layer_cells), mine)
+        unknown = {h.cell for h in holds} - {c for h in self._held.values() for c in h.holds}
+        if unknown:
+            raise SelectionError(
+                f"--hold: {model.source} has no Keras layer whose cell is {sorted(unknown)[0]}; "
+                "gatetrace inspect lists its cells"
+            )
         top = {id(c.layer): c.stack[0] for c in self.cells}
         names = {c.name for c in self.cells}
         self._run = [
@@ -336,9 +487,9 @@ class KerasPlan(ReplayedPlan[KerasCell]):
         if not self.carry_state:
             for layer in self.stateful:
                 layer.reset_states()
-        with _capture(self._run, self._holds) as seen:
+        with _capture(self._run, self._held) as seen:
             self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
-        missing = sorted({_layer_name(c) for c in self._run} - seen.keys())
+        missing = sorted(({_layer_name(c) for c in self._run} | self._held.keys()) - seen.keys())
         if missing:
             raise GraphPatternError(
                 f"layers {', '.join(missing)} did not run when the model was called on its inputs"
@@ -353,18 +504,16 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> Result:
         """One cell replayed over what its layer received; a cell of a stack past the first
         reads `below`, the outputs of the cell before it, in loop order."""
-        if seen.held is not None:  # what the layer returned: its replay with the holds in it
-            return Result(seen.held, seen.mask)
-        x, mask = seen.inputs, seen.mask
-        if cell.backward:  # Keras reverses the whole sequence (and mask) along time
-            x, mask = x[:, ::-1], None if mask is None else mask[:, ::-1]
+        if cell.name in seen.held:  # what its layer returned: the replay with the holds in it
+            return Result(seen.held[cell.name], seen.mask)
+        x, mask = _loop_order(cell, seen)
         if below is not None:
             x = below
         layer = cell.layer
         if cell.step is not None:  # a cell of your own: its traced step, run step by step
             return _run_own(cell, x, mask, seen)
         # Keras' state order, LSTM [h, c], others [h]; a stack's: each cell's in turn
-        order = ("h", "c") if cell.spec.is_lstm else ("h",)
+        order = _order(cell)
         k, n = cell.stack
         widths = [len(c.spec.states) for c in self._stacks.get(id(layer), [cell])]
         first = sum(widths[:k])
@@ -374,58 +523,13 @@ class KerasPlan(ReplayedPlan[KerasCell]):
             if layer.return_state
             else {}
         )
-        if cell.conv is not None:  # a ConvLSTM: its units are every filter at every position
-            return self._replay_conv(cell, x, mask, initial, seen.outputs, final, seen.mask)
-        got = replay(
-            cell.kind,
-            cell.arrays,
-            x,
-            None if initial is None else dict(zip(order, initial, strict=True)),
-            mask=mask,
-            carry_outputs=not layer.zero_output_for_mask,
-            activation=cell.act,
-            recurrent_activation=cell.gate_act,
-        )
-        # the layer returns its last cell's outputs: the cells below are checked through it
-        check(cell.name, got, seen.outputs if k == n - 1 else None, final)
-        return Result(got, seen.mask)
-
-    @staticmethod
-    def _replay_conv(
-        cell: KerasCell,
-        x: np.ndarray,
-        mask: np.ndarray | None,
-        initial: list[np.ndarray] | None,
-        outputs: np.ndarray,
-        final: dict[str, np.ndarray],
-        layer_mask: np.ndarray | None,
-    ) -> Result:
-        """A ConvLSTM cell replayed (`tracer.values.conv`), channels last, its states and
-        outputs flattened to [examples, (steps,) positions * filters] to be checked."""
+        got = _replay_cell(cell, x, mask, initial)
+        outputs: np.ndarray | None = seen.outputs if k == n - 1 else None
         conv = cell.conv
-        assert conv is not None  # the caller's test
-
-        def flat(a: np.ndarray, lead: int) -> np.ndarray:
-            if conv.channels_first:  # [..., filters, *positions] -> [..., *positions, filters]
-                a = np.moveaxis(a, lead, -1)
-            return a.reshape(*a.shape[:lead], -1)
-
-        got = replay_conv(
-            conv,
-            cell.arrays,
-            channels_last(x, conv),
-            None
-            if initial is None
-            else {k: flat(v, 1) for k, v in zip("hc", initial, strict=True)},
-            mask=mask,
-            activation=cell.act,
-            recurrent_activation=cell.gate_act,
-        )
-        sequences = outputs.ndim == conv.rank + 3  # [examples, steps, *spatial, channels]
-        check(
-            cell.name,
-            got,
-            flat(outputs, 2 if sequences else 1),
-            {k: flat(v, 1) for k, v in final.items()},
-        )
-        return Result(got, layer_mask)
+        if conv is not None:  # a ConvLSTM: checked with its units flattened, as replayed
+            sequences = seen.outputs.ndim == conv.rank + 3  # [examples, steps, *spatial, channels]
+            outputs = _conv_flat(conv, seen.outputs, 2 if sequences else 1)
+            final = {k: _conv_flat(conv, v, 1) for k, v in final.items()}
+        # the layer returns its last cell's outputs: the cells below are checked through it
+        check(cell.name, got, outputs, final)
+        return Result(got, seen.mask)

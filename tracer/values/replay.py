@@ -33,7 +33,7 @@ import numpy as np
 
 from recorders.errors import GraphPatternError, ReplayMismatchError
 from tracer.cells import activations
-from tracer.cells.kinds import Options, Replaying, spec_for
+from tracer.cells.kinds import GateHold, Options, Replaying, spec_for
 
 __all__ = [
     "Replayed",
@@ -114,8 +114,9 @@ def replay(
     previous output (Keras' default). `activation` and `recurrent_activation` (the gates'
     nonlinearity) name entries of `ACTIVATIONS`, or are callables. `products` computes the
     steps' matrix products instead of float32 `kernel` (a TensorFlow Lite hybrid kernel's:
-    `tracer.values.hybrid`). `hold` changes each step's new states before the next step reads
-    them (`tracer.values.keras`: a Keras layer's values held, `--hold`).
+    `tracer.values.hybrid`). `hold` changes each step's gates inside the step and its new
+    states before the next step reads them (`tracer.values.keras`: a Keras layer's values
+    held, `--hold`).
     """
     f32 = np.float32
     w = {k: np.asarray(v, dtype=f32) for k, v in weights.items()}
@@ -167,9 +168,10 @@ def replay(
         c = (c0 if t == 0 else states["c"][t - 1])[rows] if lstm else c0[rows]
         z = pre[t, rows, :cols]
         z += scratch[rows]
-        h_new, c_new = math.replay_step(how, pre[t, rows], z, post[t, rows], h, c)
+        held = None if hold is None else hold.gates(t)
+        h_new, c_new = math.replay_step(how, pre[t, rows], z, post[t, rows], h, c, held)
         if hold is not None:
-            h_new, c_new = hold(t, h_new, c_new, post[t, rows])
+            h_new, c_new = hold.states(t, h_new, c_new, post[t, rows])
         if alive is None:
             states["h"][t, rows] = h_new
             if c_new is not None:
@@ -320,12 +322,19 @@ def check(
 
 
 class Holding(Protocol):
-    """Step t's new states (h, and c or None) as the next step reads them, given the step's
-    activations [rows, gates * units] (an LSTM's h is its held c through the output gate)."""
+    """What `--hold` changes inside a replayed cell at step t: its gates, inside the step
+    (`gates`), and its new states, before the next step reads them (`states`)."""
 
-    def __call__(
+    def gates(self, t: int) -> GateHold | None:
+        """Step t's gates held inside the step (`tracer.cells.kinds.spec.GateHold`; None:
+        no gate is held at step t)."""
+
+    def states(
         self, t: int, h: np.ndarray, c: np.ndarray | None, activations: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]: ...
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Step t's new states (h, and c or None) as the next step reads them, given the
+        step's activations [rows, gates * units] (an LSTM's h is its held c through the
+        output gate)."""
 
 
 class Products(Protocol):

@@ -13,13 +13,22 @@ pattern of its own (`tracer.find.tf_cells`, `tracer.find.keras_cells`).
 from tracer.cells.kinds.gru import GRU, KERAS_GRU
 from tracer.cells.kinds.lstm import BASIC_LSTM, KERAS_CONV_LSTM, KERAS_LSTM, LITE_LSTM, LSTM
 from tracer.cells.kinds.rnn import BASIC_RNN, KERAS_SIMPLE_RNN, LITE_RNN
-from tracer.cells.kinds.spec import CellMath, CellSpec, GateWeights, HasSpec, Options, Replaying
+from tracer.cells.kinds.spec import (
+    CellMath,
+    CellSpec,
+    GateHold,
+    GateWeights,
+    HasSpec,
+    Options,
+    Replaying,
+)
 
 __all__ = [
     "CellSpec",
     "CellMath",
     "Options",
     "Replaying",
+    "GateHold",
     "HasSpec",
     "GateWeights",
     "BASIC_LSTM",

@@ -17,7 +17,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Options, Replaying
+from tracer.cells.kinds.spec import (
+    Array,
+    CellMath,
+    CellSpec,
+    GateHold,
+    GateWeights,
+    Options,
+    Replaying,
+    hold_gates,
+)
 
 __all__ = ["GRU", "KERAS_GRU"]
 
@@ -43,15 +52,26 @@ class _GruCell(CellMath):
         out[..., 2 * units :] += w["candidate_bias"]
 
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
         units, o = r.units, r.options
         # r = reset gate, u = update gate (sigmoid before the split), c = candidate
+        hold_gates(held, r, ("r", "u"), True, pre)
         a[:, : 2 * units] = o.gate_activation(z)
+        hold_gates(held, r, ("r", "u"), False, a)
         reset, u = a[:, :units], a[:, units : 2 * units]
         zc = pre[:, 2 * units :]
         zc += (reset * h) @ r.weights["candidate_kernel"][r.d :]
+        hold_gates(held, r, "c", True, pre)
         a[:, 2 * units :] = o.activation(zc)
+        hold_gates(held, r, "c", False, a)
         return u * h + (1 - u) * a[:, 2 * units :], None
 
 
@@ -68,11 +88,20 @@ class _KerasGru(CellMath):
             out[..., : 2 * r.units] += recurrent_bias[: 2 * r.units]
 
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
         units, o, w = r.units, r.options, r.weights
         # u = update gate (Keras z), r = reset gate, c = candidate (Keras h)
+        hold_gates(held, r, ("u", "r"), True, pre)
         a[:, : 2 * units] = o.gate_activation(z)
+        hold_gates(held, r, ("u", "r"), False, a)
         u, reset = a[:, :units], a[:, units : 2 * units]
         zc = pre[:, 2 * units :]
         recurrent = w["kernel"][r.d :, 2 * units :]
@@ -81,7 +110,9 @@ class _KerasGru(CellMath):
             zc += reset * (h @ recurrent + recurrent_bias[2 * units :])
         else:
             zc += (reset * h) @ recurrent
+        hold_gates(held, r, "c", True, pre)
         a[:, 2 * units :] = o.activation(zc)
+        hold_gates(held, r, "c", False, a)
         return u * h + (1 - u) * a[:, 2 * units :], None
 
 

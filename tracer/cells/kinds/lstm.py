@@ -18,7 +18,16 @@ from dataclasses import replace
 import numpy as np
 
 from tracer.cells.activations import sigmoid_into
-from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Options, Replaying
+from tracer.cells.kinds.spec import (
+    Array,
+    CellMath,
+    CellSpec,
+    GateHold,
+    GateWeights,
+    Options,
+    Replaying,
+    hold_gates,
+)
 
 __all__ = ["BASIC_LSTM", "LSTM", "KERAS_LSTM", "KERAS_CONV_LSTM", "LITE_LSTM"]
 
@@ -53,17 +62,29 @@ class _Lstm(CellMath):
         )
 
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
         w, o = r.weights, r.options
         i_, j_, f_, o_ = (r.columns[g] for g in "ijfo")
         fb = np.float32(o.forget_bias)
         peep = "w_i_diag" in w
+        # each gate held (`held`) as its preactivation is complete and as its activation is
+        # computed: o's, with peepholes, after the new c it reads
+        early = ("i", "j", "f") if peep else ("i", "j", "f", "o")
+        hold_gates(held, r, tuple(r.columns), True, pre)
         if r.plain and not peep:
             # i = input_gate, j = new_input, f = forget_gate, o = output_gate
             for g in (i_, f_, o_):
                 sigmoid_into(z[:, g], a[:, g], fb if g is f_ else None)
             np.tanh(z[:, j_], out=a[:, j_])
+            hold_gates(held, r, early, False, a)
             c_new = a[:, f_] * c
             c_new += a[:, i_] * a[:, j_]
             if o.cell_clip is not None:
@@ -76,10 +97,15 @@ class _Lstm(CellMath):
             a[:, i_] = sig(i + w["w_i_diag"] * c if peep else i)
             a[:, f_] = sig(f + fb + w["w_f_diag"] * c if peep else f + fb)
             a[:, j_] = act(j)
+            if not peep:
+                a[:, o_] = sig(og)
+            hold_gates(held, r, early, False, a)
             c_new = a[:, f_] * c + a[:, i_] * a[:, j_]
             if o.cell_clip is not None:
                 c_new = np.clip(c_new, -o.cell_clip, o.cell_clip)
-            a[:, o_] = sig(og + w["w_o_diag"] * c_new if peep else og)
+            if peep:
+                a[:, o_] = sig(og + w["w_o_diag"] * c_new)
+                hold_gates(held, r, "o", False, a)
             h_new = a[:, o_] * act(c_new)
         if "projection" in w:
             h_new = h_new @ w["projection"]

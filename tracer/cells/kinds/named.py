@@ -5,7 +5,7 @@ the graph's own tensors, fetched step by step, never replayed or recomputed.
 
 from __future__ import annotations
 
-from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Replaying
+from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateHold, GateWeights, Replaying
 
 __all__ = ["NAMED", "named_spec"]
 
@@ -16,7 +16,14 @@ class _Named(CellMath):
     replays = False
 
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
         raise ValueError("a cell found by name is fetched from the graph, never replayed")
 

@@ -12,7 +12,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from tracer.cells.kinds.spec import Array, CellMath, CellSpec, GateWeights, Options, Replaying
+from tracer.cells.kinds.spec import (
+    Array,
+    CellMath,
+    CellSpec,
+    GateHold,
+    GateWeights,
+    Options,
+    Replaying,
+    hold_gates,
+)
 
 __all__ = ["BASIC_RNN", "KERAS_SIMPLE_RNN", "LITE_RNN"]
 
@@ -26,8 +35,17 @@ class _Rnn(CellMath):
         return z[:, None], h[:, None], h, c
 
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
+        # its one gate's activation is the new h: a hold of h is the state's, after the step
+        hold_gates(held, r, "h", True, pre)
         a[:] = r.options.activation(z)
         return a, None
 

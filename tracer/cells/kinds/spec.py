@@ -9,7 +9,7 @@ lists them. It holds no TensorFlow objects.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +22,17 @@ __all__ = [
     "CellMath",
     "Options",
     "Replaying",
+    "GateHold",
+    "hold_gates",
     "OP_ACTIVATIONS",
 ]
 
 Array = np.ndarray
 Activation = Callable[[np.ndarray], np.ndarray]
+# A gate held inside a replayed step (`--hold` on a Keras layer): (its label, True for its
+# preactivation, False for its activation, its columns [rows, units]), changed in place
+# before the step reads them further
+GateHold = Callable[[str, bool, np.ndarray], None]
 
 
 @dataclass(frozen=True)
@@ -93,11 +99,30 @@ class CellMath(ABC):
 
     @abstractmethod
     def replay_step(
-        self, r: Replaying, pre: Array, z: Array, a: Array, h: Array, c: Array
+        self,
+        r: Replaying,
+        pre: Array,
+        z: Array,
+        a: Array,
+        h: Array,
+        c: Array,
+        held: GateHold | None = None,
     ) -> tuple[Array, Array | None]:
         """One float32 step: `z` (the first `replay_columns` of the step's preactivations
         `pre`, its recurrent part added) and the rest of `pre` completed in place, the
-        activations written into `a`; returns (new h, new c or None)."""
+        activations written into `a`; returns (new h, new c or None). `held` changes each
+        gate's preactivation once it is complete and its activation once it is computed,
+        before anything reads them (`hold_gates`)."""
+
+
+def hold_gates(
+    held: GateHold | None, r: Replaying, gates: Iterable[str], preactivation: bool, of: Array
+) -> None:
+    """`held` applied to each of `gates` (labels) in `of` (a step's preactivations or
+    activations, [rows, gates * units], as `r.columns` places them); nothing without it."""
+    if held is not None:
+        for g in gates:
+            held(g, preactivation, of[:, r.columns[g]])
 
 
 @dataclass(frozen=True)
