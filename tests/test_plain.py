@@ -314,3 +314,11 @@ def test_part_files_are_the_same_past_the_page_cache_and_through_it(
     assert rows == 40 * STEPS * UNITS
     assert (tmp_path / "a" / "part.parquet").read_bytes() == want.read_bytes()
     assert opened == ([] if way == "past the page cache" else ["a/part.parquet"])
+
+
+def test_the_page_checksum_is_computed_by_isa_l():
+    """The CRC32 of every page comes from ISA-L (a requirement: a fifth of zlib's CPU time a
+    batch, bench/checksums.py); pyarrow verifies the value in the test above."""
+    from recorders.write import plain
+
+    assert plain.crc32.__module__ == "isal.isal_zlib"

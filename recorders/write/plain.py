@@ -32,7 +32,6 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -44,6 +43,11 @@ import pyarrow as pa
 from recorders.write import thrift
 from recorders.write.columns import ABSENT
 from recorders.write.layout import METADATA_KEY, NO_STATISTICS, REQUIRED, encodings
+
+try:  # ISA-L's CRC32: the same checksum as zlib's in about a fifth of its CPU time (8 GB/s against 1.5)
+    from isal.isal_zlib import crc32
+except ImportError:  # a requirement; where it cannot be installed, zlib's
+    from zlib import crc32
 
 __all__ = ["PLAIN_LAYOUTS", "plain_chunk", "write_plain"]
 
@@ -218,8 +222,8 @@ def _encode(column: Any, rows: int, codec: int, required: bool, statistics: bool
         body = (_LZ4.compress(joined),)
     size = sum(memoryview(b).nbytes for b in body)
     crc = 0
-    for b in body:  # numpy's buffer, or bytes (zlib lets the GIL go on large ones)
-        crc = zlib.crc32(b, crc)
+    for b in body:  # numpy's buffer, or bytes
+        crc = crc32(b, crc)
     page = thrift.struct(
         [
             (1, thrift.I32, rows),
