@@ -184,6 +184,13 @@ class Cell(HasSpec):
     steps: tuple[Step, ...]
     backward: bool = False
     loop: Loop | None = None
+    # unrolled: the sequence lengths each step's state is copied through past (static_rnn's
+    # sequence_length, `Select(t >= lengths, state, new)`): nothing is recorded past a length
+    lengths: str | None = None
+    # unrolled: the lengths its input was reversed by (the backward half of
+    # static_bidirectional_rnn given sequence_length): step k of an example of length n read
+    # input position n - 1 - k, and its steps' positions are the reversed sequence's
+    reverse_lengths: str | None = None
     shares_weights_with: tuple[str, ...] = ()  # the other cells reading the same kernel
     # a fused op's cell (LSTMBlockCell, BlockLSTM, GRUBlockCell): see tracer.find.fused
     fused: Fused | None = None
@@ -273,6 +280,8 @@ class Cell(HasSpec):
                 else {
                     "first_step": _describe_step(self, self.steps[0]),
                     "last_step": _describe_step(self, self.steps[-1]),
+                    **({"lengths": self.lengths} if self.lengths else {}),
+                    **({"reverse_lengths": self.reverse_lengths} if self.reverse_lengths else {}),
                 }
             ),
         }

@@ -276,8 +276,12 @@ def run(args) -> None:
         if c.path == "fetch":
             first, last = c.steps[0].gate_op, c.steps[-1].gate_op
             span = first if len(c.steps) == 1 else f"{first} ... {last}"
+            within = f"; nothing past each example's length ({c.lengths})" if c.lengths else ""
+            if c.reverse_lengths:
+                within += f"; its input reversed within each example's length ({c.reverse_lengths})"
             print(
-                f"{c.name}: fetched from gate ops {span} (by input position); {', '.join(extras)}"
+                f"{c.name}: fetched from gate ops {span} (by input position{within}); "
+                f"{', '.join(extras)}"
             )
         else:
             how = {"replay": "replayed", "loop": "from its loop", "fused": "fused"}[c.path]

@@ -31,6 +31,7 @@ __all__ = [
     "feeds_into",
     "topological_index",
     "input_position",
+    "reversed_by",
     "state_source",
     "chains",
     "cell_name",
@@ -188,6 +189,43 @@ def input_position(
             return (position_of(*owners[t.name]),)
         if t.op.type in ("Unpack", "Split", "SplitV") and t.op.name not in gate_ops:
             return (t.value_index,)
+        return None
+
+    found = _search_back(t, hit, limit)
+    return None if found is None else found[0]
+
+
+def reversed_by(
+    t: tf.Tensor,
+    owners: Mapping[str, tuple[str, int]],
+    reversal_of: Callable[[str], str | None],
+    gate_ops: set[str],
+    limit: int = 256,
+) -> str | None:
+    """The lengths the sequence `t` is a step of was reversed by, searching back as
+    `input_position` does: at the output of another cell's step (a stacked layer), what that
+    cell's input was reversed by (`reversal_of`, by its key in `owners`); at an output of an
+    Unpack, what the sequence it unstacks was reversed by: the lengths of a `ReverseSequence`
+    along time (static_bidirectional_rnn's backward input given sequence_length:
+    `unstack(reverse_sequence(stack(inputs), lengths, seq_axis=0, batch_axis=1))`), or None."""
+
+    def hit(u: tf.Tensor):
+        if u.name in owners:
+            return (reversal_of(owners[u.name][0]),)
+        if u.op.type in ("Unpack", "Split", "SplitV") and u.op.name not in gate_ops:
+            whole = u.op.inputs[1 if u.op.type == "Split" else 0].op
+            while whole.type == "Identity" and whole.inputs:
+                whole = whole.inputs[0].op
+            if u.op.type != "Unpack" or whole.type != "ReverseSequence":
+                return (None,)
+            seq, batch = whole.get_attr("seq_dim"), whole.get_attr("batch_dim")
+            if u.op.get_attr("axis") != seq or (seq, batch) != (0, 1):
+                raise GraphPatternError(
+                    f"{u.op.name} unstacks a sequence reversed by {whole.name} along axis {seq} (batch axis "
+                    f"{batch}) and steps along axis {u.op.get_attr('axis')}; gatetrace knows "
+                    "static_bidirectional_rnn's (time axis 0, batch axis 1, unstacked along time)"
+                )
+            return (whole.inputs[1].name,)
         return None
 
     found = _search_back(t, hit, limit)

@@ -88,8 +88,10 @@ def find_cells(graph: tf.Graph, source: str = "the graph") -> list[Cell]:
         elif conds:
             hint = (
                 f"; the graph runs its steps inside conditionals ({conds[0]}), as static_rnn does "
-                "when given sequence_length: their gates cannot be fetched; build the graph without "
-                "sequence_length and pass the lengths to gatetrace with --lengths"
+                "when given sequence_length: gatetrace draws them straight only in a model loaded from its "
+                "file, where their branches run no stateful op (a dropout's random ops do); record the "
+                "model from its file, or, where it runs such ops, build the graph without sequence_length "
+                "and pass the lengths to gatetrace with --lengths"
             )
         else:
             try:
@@ -151,7 +153,8 @@ def _where(c: Cell) -> list[str]:
             c.fused.h_prev[0].rpartition(":")[0],
             c.fused.ops[0],
         ]
-    first = c.steps[-1] if c.backward else c.steps[0]  # the step computed first
+    # the step computed first (a reversal by lengths keeps the steps in the order computed)
+    first = c.steps[-1] if c.backward and c.reverse_lengths is None else c.steps[0]
     scope = first.previous[-1].rpartition(":")[0].rpartition("/")[0]
     parts = [p for p in scope.split("/") if not re.fullmatch(r"\w*ZeroState(_\d+)?", p)]
     return [

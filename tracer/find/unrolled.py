@@ -8,6 +8,12 @@ several chains (both directions of a bidirectional RNN given one cell object, a
 sampling unroll beside the training one), each a cell of its own. Each chain is ordered
 along the recurrence, and each step is mapped to the input position it read, so that the
 backward half of a bidirectional RNN lines up with the forward half.
+
+static_rnn given sequence_length (its steps drawn out of their conditionals by
+`tracer.load.conds`) copies each step's state through past a sequence's length: the chain's
+`lengths`, nothing recorded past them. The backward half of static_bidirectional_rnn given
+sequence_length reads its input reversed by those lengths (`reverse_sequence`): its
+`reverse_lengths`, by which each example's steps are put back in input order.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from tracer.find.application import Application, cell_of, step_of
 from tracer.find.edges import (
     cell_name,
     chains,
+    const_scalar,
     input_position,
+    reversed_by,
     topological_index,
     weight_op,
 )
@@ -71,14 +79,71 @@ def unrolled_cells(graph: tf.Graph, apps: list[Application]) -> list[Cell]:
             in_progress.discard(kernel)
         return positions[kernel][idx]
 
+    reversals: dict[str, str | None] = {}
+
+    def reversal_of(kernel: str) -> str | None:
+        if kernel not in reversals:
+            reversals[kernel] = None  # (a chain that reads itself: not reversed)
+            first = by_chain[kernel][0].input
+            reversals[kernel] = reversed_by(first, owners, reversal_of, gate_ops)
+        return reversals[kernel]
+
     cells = []
     for k, group in by_chain.items():
         position_of(k, 0)
-        cells.append(_build_cell(names[k], group, positions[k]))
+        cells.append(
+            _build_cell(names[k], group, positions[k], _lengths(names[k], group), reversal_of(k))
+        )
     return cells
 
 
-def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cell:
+def _copied_through(app: Application) -> tuple[str, float] | None:
+    """The lengths and the step compared by a `Select(t >= lengths, state, new)` reading the
+    step's new state (static_rnn's copy of the state past a sequence's length), or None."""
+    new = app.states[-1]
+    for op in new.consumers():
+        if op.type not in ("Select", "SelectV2") or op.inputs[2].name != new.name:
+            continue
+        compare = op.inputs[0].op
+        while compare.type == "Identity" and compare.inputs:
+            compare = compare.inputs[0].op
+        if compare.type == "LessEqual":  # lengths <= t
+            lengths, step = compare.inputs
+        elif compare.type == "GreaterEqual":  # t >= lengths
+            step, lengths = compare.inputs
+        else:
+            continue
+        t = const_scalar(step)
+        if t is not None:
+            return lengths.name, t
+    return None
+
+
+def _lengths(name: str, chain: list[Application]) -> str | None:
+    """The lengths static_rnn(sequence_length=...) copies the state of the chain's step t
+    through past (None: no step does); GraphPatternError where only some steps do, or by other
+    lengths, or compare with another step than their own."""
+    found = [_copied_through(app) for app in chain]
+    if all(f is None for f in found):
+        return None
+    tensors = {f[0] for f in found if f is not None}
+    steps = [None if f is None else f[1] for f in found]
+    if len(tensors) != 1 or steps != list(range(len(chain))):
+        raise GraphPatternError(
+            f"cell {name}: its state is copied through past a sequence's length at some of its {len(chain)} steps "
+            f"(by {', '.join(sorted(tensors))}, at steps {', '.join('-' if t is None else f'{t:g}' for t in steps)}); "
+            "expected static_rnn's sequence_length, which compares every step t with the lengths"
+        )
+    return tensors.pop()
+
+
+def _build_cell(
+    name: str,
+    apps: list[Application],
+    positions: list[int],
+    lengths: str | None,
+    reverse_lengths: str | None,
+) -> Cell:
     first = apps[0]
     for app in apps[1:]:
         if app.spec is not first.spec or app.activation_name != first.activation_name:
@@ -97,5 +162,8 @@ def _build_cell(name: str, apps: list[Application], positions: list[int]) -> Cel
         weights={role: t.name for role, t in first.weights.items()},
         variables={role: weight_op(t).name for role, t in first.weights.items()},
         steps=tuple(steps),
-        backward=len(steps) > 1 and positions == list(range(len(steps)))[::-1],
+        backward=reverse_lengths is not None
+        or (len(steps) > 1 and positions == list(range(len(steps)))[::-1]),
+        lengths=lengths,
+        reverse_lengths=reverse_lengths,
     )

@@ -16,7 +16,7 @@ from tracer.load.formats import LoadRequest
 from tracer.load.import_check import check_before_import
 from tracer.load.loaded import FETCHING, LoadPlan, Model, closed_if_it_fails, saver_plan
 from tracer.load.paths import checkpoint_prefix
-from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions, runs_cudnn
+from tracer.load.rebuild import rebuilds, refuse_gpu_only_in_functions, rewritten
 
 __all__ = ["read", "weights_only"]
 
@@ -84,9 +84,9 @@ def _load_checkpoint(prefix: str, source: str, restore: bool, allow_unsafe_ops: 
                 **saver_plan(v1.train.import_meta_graph(meta_graph, clear_devices=True), prefix)
             )
         refuse_gpu_only_in_functions(graph, source)
-        if restore and not runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
+        if restore and not rebuilds(graph):  # else restored once rebuilt (cuDNN ops, conditionals)
             plan.run(session, source, allow_unsafe_ops)
-    return on_the_cpu(
+    return rewritten(
         Model(
             graph, session, source, "checkpoint", allow_unsafe_ops=allow_unsafe_ops, load_plan=plan
         ),

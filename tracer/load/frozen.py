@@ -11,7 +11,7 @@ from tracer._tf import tf, v1
 from tracer.load.formats import FORMATS, LoadRequest
 from tracer.load.import_check import check_before_import
 from tracer.load.loaded import FETCHING, Model, error_line
-from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions
+from tracer.load.rebuild import refuse_gpu_only_in_functions, rewritten
 
 __all__ = ["read"]
 
@@ -41,7 +41,7 @@ def _load_frozen(path: Path, source: str, restore: bool, allow_unsafe_ops: bool)
             f"{source}: cannot read it as a frozen GraphDef: {error_line(err)}; expected {FORMATS}"
         ) from err
     refuse_gpu_only_in_functions(graph, source)
-    return on_the_cpu(
+    return rewritten(
         Model(
             graph,
             v1.Session(graph=graph, config=FETCHING),

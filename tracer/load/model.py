@@ -21,12 +21,14 @@ present in that checkpoint. `allow_unsafe_ops` skips the op check. With `restore
 nothing runs at all (for `inspect`).
 
 A graph calling cuDNN's RNN ops (exported on a GPU), which have no CPU kernel, is loaded with
-those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`).
+those ops replaced by the same LSTM or GRU steps (`tracer.load.cudnn`); one of static_rnn given
+sequence_length, with its steps drawn out of their conditionals (`tracer.load.conds`).
 
 Each format is read by a module of its own, listed in `tracer.load.formats` (`checkpoint`,
 `saved_model`, `frozen`, `keras`, `tflite`), and ends in the same `Model` (`tracer.load.loaded`;
 a Keras model in a `KerasModel`, a TensorFlow Lite file in a `LiteModel`) through the same path
-rules (`tracer.load.paths`); cuDNN ops are replaced in `tracer.load.rebuild`.
+rules (`tracer.load.paths`); cuDNN ops are replaced and conditionals drawn straight in
+`tracer.load.rebuild`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 is) into a new session, restored by the model's load plan; `on_the_cpu` replaces cuDNN's
 fused RNN ops (`CudnnRNN`, `CudnnRNNV2`, `CudnnRNNV3`), which have no CPU kernel, by the
 same steps (`tracer.load.cudnn`); `gpu_only_problem` says why a graph that calls them inside
-a function cannot run here.
+a function cannot run here; `straightened` draws static_rnn's steps out of the conditionals
+it runs them in when given sequence_length (`tracer.load.conds`). `rewritten` does both, as
+every loader does last, and `rebuilds` says whether it will (the loader then leaves the
+restoring to the rebuilt graph).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 
 from recorders.errors import ModelFormatError
 from tracer._tf import tf, v1
+from tracer.load.conds import conditional_steps, straighten
 from tracer.load.cudnn import cudnn_calls, params_size, replace_cudnn
 from tracer.load.import_check import check_before_import
 from tracer.load.loaded import Model, closed_if_it_fails
@@ -25,6 +29,9 @@ __all__ = [
     "gpu_only_problem",
     "refuse_gpu_only_in_functions",
     "runs_cudnn",
+    "rebuilds",
+    "rewritten",
+    "straightened",
     "GPU_ONLY_OPS",
 ]
 
@@ -64,6 +71,46 @@ def refuse_gpu_only_in_functions(graph: tf.Graph, source: str) -> None:
 
 def runs_cudnn(graph: tf.Graph) -> bool:
     return any(op.type in GPU_ONLY_OPS for op in graph.get_operations())
+
+
+def rebuilds(graph: tf.Graph) -> bool:
+    """Whether `rewritten` rebuilds `graph` (and restores the rebuilt graph, not this one): it
+    runs cuDNN ops, or static_rnn's steps in conditionals."""
+    return runs_cudnn(graph) or conditional_steps(graph)
+
+
+def rewritten(model: Model, restore: bool) -> Model:
+    """`model` with its cuDNN ops replaced (`on_the_cpu`) and its conditional steps drawn
+    straight (`straightened`), restored if `restore`; `model` itself where it has neither."""
+    return straightened(on_the_cpu(model, restore), restore)
+
+
+def straightened(model: Model, restore: bool) -> Model:
+    """`model` with static_rnn's steps drawn out of their conditionals (`tracer.load.conds`), in
+    a new graph and session restored if `restore`; `model` itself where it runs no such
+    conditional, or none it can draw straight (restored then if `restore`: `rebuilds` told
+    its loader to leave that to this)."""
+    if not conditional_steps(model.graph):
+        return model
+    with closed_if_it_fails(
+        model.session, lambda line: f"{model.source}: cannot read its conditional steps: {line}"
+    ):
+        with model.graph.as_default():
+            meta = v1.train.export_meta_graph(graph=model.graph, clear_devices=True)
+        graph_def, count = straighten(meta.graph_def)
+        if not count:
+            if restore and model.load_plan:
+                model.load_plan.run(model.session, model.source, model.allow_unsafe_ops)
+            return model
+    model.close()
+    meta.graph_def.CopyFrom(graph_def)
+    drawn = rebuilt(model, meta, restore)
+    note = (
+        f"static_rnn runs its steps in conditionals (sequence_length): {count} drawn straight, both "
+        "branches computed and the one the predicate names selected (the same values), so that "
+        "its gate ops can be fetched"
+    )
+    return replace(drawn, notes=(*model.notes, note))
 
 
 def on_the_cpu(model: Model, restore: bool) -> Model:

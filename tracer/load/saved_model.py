@@ -31,7 +31,7 @@ from tracer.load.loaded import (
     saver_plan,
 )
 from tracer.load.paths import inside
-from tracer.load.rebuild import on_the_cpu, refuse_gpu_only_in_functions, runs_cudnn
+from tracer.load.rebuild import rebuilds, refuse_gpu_only_in_functions, rewritten
 
 __all__ = ["read", "load_saved_model", "INIT_OP_SIGNATURE", "UNOPTIMIZED"]
 
@@ -178,7 +178,7 @@ def load_saved_model(
         if tf2:
             plan = _restore_captures(graph, saved, signature, plan)
             _check_restored(graph, meta.signature_def[signature], plan, source, signature)
-        if restore and not runs_cudnn(graph):  # else restored once its cuDNN ops are replaced
+        if restore and not rebuilds(graph):  # else restored once rebuilt (cuDNN ops, conditionals)
             plan.run(session, source, allow_unsafe_ops)
     kind = "savedmodel" if not tf2 else f"TF2 savedmodel{keras_note(meta)}, signature {signature}"
     model = Model(
@@ -191,7 +191,7 @@ def load_saved_model(
         inputs=inputs,
         session_config=UNOPTIMIZED if tf2 else FETCHING,
     )
-    return on_the_cpu(model, restore)
+    return rewritten(model, restore)
 
 
 def _handles(start: list[tf.Operation]) -> set[str]:

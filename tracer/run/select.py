@@ -93,8 +93,10 @@ class Selection:
         lo, hi = self.steps
         out: list[_Cell] = []
         for c in chosen:
-            # a replayed or fused cell's steps are known per batch: see FetchPlan(steps=...)
-            if not isinstance(c, Cell) or c.path != "fetch":
+            # a replayed or fused cell's steps are known per batch, and those of one that reads
+            # its input reversed by lengths are in input order only per batch: see
+            # FetchPlan(steps=...)
+            if not isinstance(c, Cell) or c.path != "fetch" or c.reverse_lengths is not None:
                 out.append(c)
                 continue
             steps = tuple(

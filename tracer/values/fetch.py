@@ -105,6 +105,17 @@ class FetchPlan:
             else []
             for cell in self.cells
         ]
+        # per unrolled cell, the slots of the lengths its graph stops each sequence at and of
+        # those its input was reversed by (static_rnn given sequence_length), whose steps are
+        # kept whole and windowed once in input order
+        bounds = {
+            c.name: {
+                "lengths": None if c.lengths is None else slot(c.lengths),
+                "reversal": None if c.reverse_lengths is None else slot(c.reverse_lengths),
+                "window": slice(None) if c.reverse_lengths is None else window,
+            }
+            for c in self.cells
+        }
         # per cell, its weights (parts); an emitted loop cell's reads come with its `Emitted`
         self._weight_slots = (
             {c.name: {role: slot(t) for role, t in c.weights.items()} for c in self.cells}
@@ -139,7 +150,7 @@ class FetchPlan:
         made_at = {k.cell.name: len(self.tensors) + i for i, k in enumerate(self._computers)}
         self._made_at = made_at
         self._sources: list[Source] = [
-            Unrolled(c, layout, read, (ran or {}).get(c.name))
+            Unrolled(c, layout, read, (ran or {}).get(c.name), **bounds[c.name])
             if c.loop is None and c.fused is None
             else Computed(c, made_at[c.name], loop_where.get(c.name), window)
             for c, layout, read in zip(self.cells, layouts, reads, strict=True)

@@ -119,6 +119,12 @@ def _refusal(cell: AnyCell, hold: Hold, cells: Sequence[AnyCell]) -> str | None:
         return f"{cell.name} is computed by one fused op ({cell.fused.op_type}), which keeps its gates inside"
     loop = cell.loop
     if loop is None:
+        if hold.steps != (None, None) and cell.reverse_lengths is not None:
+            return (
+                f"{cell.name} reads its input reversed within each sequence's length "
+                f"({cell.reverse_lengths}), so a step is not one input position for every example: hold it "
+                "at every step (leave @STEPS out)"
+            )
         return None
     if loop.body is None or loop.masked or not loop.carried:
         return (

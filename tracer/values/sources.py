@@ -172,6 +172,17 @@ class FusedOp(Computer):
         return fused_values(cell, {name: values[k] for name, k in slots.items()}, weights)
 
 
+def reversed_within(a: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """[examples, steps, ...] values of steps that read their input reversed within each
+    example's length (`reverse_sequence`) as a new array in input-position order: position p
+    of an example of length n is step n - 1 - p where p < n, step p past it."""
+    n, steps = a.shape[:2]
+    lengths = np.minimum(np.asarray(lengths)[:n].astype(np.int64), steps)
+    p = np.arange(steps)[None, :]
+    order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
+    return np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
+
+
 class Source(ABC):
     """How one cell's arrays come out of a batch's values (a `FetchPlan`'s, by slot)."""
 
@@ -234,6 +245,11 @@ class Unrolled(Source):
     """An unrolled cell: its gates and states fetched from its own ops, step by step
     (`layout`), and with `parts` what each step read (`reads`: the input's slot and the
     previous states' slots). `ran` counts the steps it runs, where `cell` keeps fewer.
+    Where the graph copies the state through past each sequence's length (static_rnn given
+    sequence_length), `lengths` is the slot of those lengths, and where its input was reversed
+    by them (the backward half), `reversal` too: step k of an example of length n read input
+    position n - 1 - k, and the plan's `window` of positions is kept once they are in input
+    order. Nothing is recorded past a length.
     """
 
     def __init__(
@@ -242,19 +258,44 @@ class Unrolled(Source):
         layout: Layout,
         reads: list[tuple[int, list[int]]],
         ran: int | None = None,
+        *,
+        lengths: int | None = None,
+        reversal: int | None = None,
+        window: slice = slice(None),
     ):
         super().__init__(cell)
         self.layout, self.reads = layout, reads
+        self.own, self.reversal, self.window = lengths, reversal, window
         self._ran = len(cell.steps) if ran is None else ran
 
     def examples(self, values: Sequence[Any]) -> int:
         return len(values[self.layout[0][1][0]])
 
     def steps(self, values: Sequence[Any]) -> np.ndarray:
-        return self.cell.positions
+        return self.cell.positions[self.window]
 
     def ran(self, values: Sequence[Any]) -> int:
         return self._ran
+
+    def lengths(
+        self, values: Sequence[Any], keep: int | None, given: np.ndarray | None
+    ) -> np.ndarray | None:
+        if self.own is None:
+            return given
+        own = np.asarray(values[self.own])[:keep]
+        return own if given is None else np.minimum(own, given)
+
+    def _by_position(self, values: Sequence[Any], a: np.ndarray, rows: slice) -> np.ndarray:
+        """[examples, steps, ...] new values of the examples `rows` in input-position order,
+        NaN at the steps the model did not run: at or past the batch's longest length every
+        step only copies the state through (its cell is computed there once the conditional is
+        drawn straight, `tracer.load.conds`, and thrown away)."""
+        if self.own is not None:
+            a[:, self.cell.positions >= np.max(values[self.own], initial=0)] = np.nan
+        if self.reversal is None:
+            return a
+        a = reversed_within(a, np.asarray(values[self.reversal])[rows])
+        return np.ascontiguousarray(a[:, self.window])
 
     def gate(self, values: Sequence[Any], gate: int, column: str, rows: slice) -> np.ndarray:
         c, which = self.cell, 0 if column == "preactivation" else 1
@@ -262,11 +303,12 @@ class Unrolled(Source):
         out = np.empty((first[rows].shape[0], len(self.layout), c.units), np.float32)
         for t, slots in enumerate(self.layout):
             out[:, t] = piece(c, [values[i] for i in slots[which]], gate)[rows]
-        return out
+        return self._by_position(values, out, rows)
 
     def state(self, values: Sequence[Any], state: str, rows: slice) -> np.ndarray:
         k = self.cell.spec.states.index(state)
-        return np.stack([values[slots[2][k]][rows] for slots in self.layout], axis=1)
+        out = np.stack([values[slots[2][k]][rows] for slots in self.layout], axis=1)
+        return self._by_position(values, out, rows)
 
     def read(self, values: Sequence[Any], rows: slice) -> Read:
         x = np.stack([values[k][rows] for k, _ in self.reads], axis=1)
@@ -274,11 +316,17 @@ class Unrolled(Source):
             s: np.stack([values[p[j]][rows] for _, p in self.reads], axis=1)
             for j, s in enumerate(self.cell.spec.states)
         }
+        x, previous = (
+            self._by_position(values, x, rows),
+            {s: self._by_position(values, v, rows) for s, v in previous.items()},
+        )
         return Read(x, previous["h"], previous.get("c"))
 
     def graph_values(
         self, tensors: Sequence[tf.Tensor], column: str, index: int
     ) -> tf.Tensor | None:
+        if not self.in_graph(tensors):
+            return None
         which = ("preactivation", "activation", "value").index(column)
         steps = [[tensors[k] for k in slots[which]] for slots in self.layout]
         if which == 2:
@@ -286,7 +334,10 @@ class Unrolled(Source):
         return tf.stack([piece(self.cell, step, index) for step in steps])
 
     def in_graph(self, tensors: Sequence[tf.Tensor]) -> bool:
-        return True
+        return self.reversal is None  # (a reversal by lengths: no step is one input position)
+
+    def graph_lengths(self, tensors: Sequence[tf.Tensor]) -> tf.Tensor | None:
+        return None if self.own is None else tensors[self.own]
 
     def graph_positions(self) -> np.ndarray | None:
         return self.cell.positions
@@ -326,10 +377,8 @@ class Computed(Source):
         if loop is not None and loop.reversed and self.where is not None:
             n, steps = a.shape[:2]
             where = self.where.reverse_lengths
-            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[rows][:n]
-            p = np.arange(steps)[None, :]
-            order = np.where(p < lengths[:, None], lengths[:, None] - 1 - p, p)
-            a = np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
+            lengths = np.full(n, steps) if where is None else np.asarray(values[where])[rows]
+            a = reversed_within(a, lengths)
         return np.ascontiguousarray(a[:, self.window])
 
     def gate(self, values: Sequence[Any], gate: int, column: str, rows: slice) -> np.ndarray:
