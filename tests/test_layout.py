@@ -102,6 +102,7 @@ FORMAT = tuple(
         "totals",
         "series",
         "partstats",
+        "tops",
         "merged",
     )
 )

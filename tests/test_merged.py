@@ -160,8 +160,9 @@ STATES = sum(len(c["states"]) for c in DESCRIPTION["cells"])
 
 
 def assert_as_every_footer(run: Path, tmp_path: Path, monkeypatch, uncovered: int = 0) -> None:
-    """Each gate's statistics and each table's rows read with the merged statistics files are
-    those read from every footer, bit for bit; and what they stand for was not opened: the
+    """Each gate's statistics, its units' highest activations and each table's rows read with
+    the merged statistics files are those read from every footer, bit for bit; and what they
+    stand for was not opened: the
     footers read are those of the part files of the `uncovered` batches (committed after the
     last merge), and for the rows one more a cell (`Recording.summary` reads its steps from one
     file)."""
@@ -170,6 +171,7 @@ def assert_as_every_footer(run: Path, tmp_path: Path, monkeypatch, uncovered: in
         opened = Opened(m)
         fast = Recording(run)
         got = {(c, g): fast.activation_statistics(c, g) for c in fast.cells for g in fast.gates(c)}
+        tops = {(c, g): fast.top_activations(c, g) for c, g in got}
         assert opened.footers == uncovered * GATES
         rows = fast.summary()["rows"]
         assert opened.footers <= uncovered * (GATES + STATES) + len(fast.cells)
@@ -189,6 +191,21 @@ def assert_as_every_footer(run: Path, tmp_path: Path, monkeypatch, uncovered: in
         assert stats.count.tolist() == [int((step == s).sum()) for s in stats.steps]
         means = [act[step == s].mean() for s in stats.steps]
         np.testing.assert_allclose(stats.mean, means, rtol=1e-12)
+        # each unit's highest activations: every footer's, and numpy's sort of the rows
+        high, every = tops[cell, gate], slow.top_activations(cell, gate)
+        assert high is not None and every is not None and high.equals(every), (cell, gate)
+        rows = pa.concat_tables(
+            pq.read_table(f, columns=["example", "step", "unit", "activation"])
+            for f in sorted(folder.glob("*.parquet"))
+        )
+        unit = rows.column("unit").to_numpy()
+        for u in range(high.units):
+            at = unit == u
+            e, s, v = (rows.column(c).to_numpy()[at] for c in ("example", "step", "activation"))
+            order = np.lexsort((s, e, -v.astype(np.float64)))[: high.k]
+            assert high.examples[u].tolist() == e[order].tolist()
+            assert high.steps[u].tolist() == s[order].tolist()
+            assert high.values[u].tobytes() == v[order].tobytes()
     Recording(run).check()  # every footer against the merged files
 
 

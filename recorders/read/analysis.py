@@ -16,7 +16,8 @@ Networks", and the LSTMVis / RNNVis tools:
   what `gatetrace view`'s overview shows), and from a summary recording (`--summary`) from its
   statistics: the same counts and means, the quantiles within one histogram bin;
 - `time_courses`: per-unit values along the steps of chosen examples;
-- `top_positions`: the (example, step) positions that drive a unit highest or lowest;
+- `top_positions`: the (example, step) positions that drive a unit highest or lowest (its
+  highest activations from what the gate's part files carry, `recorders.write.tops`);
 - `unit_scores`: every unit ranked against labels (AUC or Pearson's r, beside chance), and
   `probe`, one L1-regularised model over all units (`recorders.read.units`, `probe`);
   `label_correlation` the Pearson column of one gate;
@@ -417,10 +418,33 @@ def top_positions(
     column: str = "activation",
     examples: Range | None = None,
 ) -> pd.DataFrame:
-    """The k (example, step) positions where `unit` of `gate` is highest (or lowest): example, step, value, rank."""
+    """The k (example, step) positions where `unit` of `gate` is highest (or lowest): example,
+    step, value, rank; ties the earliest example and step first, NaN left out. A unit's
+    highest activations over the whole recording (k at most `tops.K`) come from what the gate's
+    part files carry (`Recording.top_activations`: one merged statistics file a shard, not a
+    value read); anything else, or a recording whose files carry none, reads the unit's values."""
+    if column == "activation" and not lowest and examples is None and rec.kind == "full":
+        tops = rec.top_activations(cell, gate)
+        found = tops.of(unit, k) if tops is not None and 0 <= unit < tops.units else None
+        if found is not None:
+            value, example, step = found
+            return pd.DataFrame(
+                {
+                    "example": example.astype(np.int64),
+                    "step": step.astype(np.int32),
+                    "value": value.astype(np.float32),
+                    "rank": np.arange(1, len(value) + 1),
+                }
+            )
     df = rec.gate_frame([cell], [gate], examples=examples, units=[unit], columns=[column])
-    df = df.nsmallest(k, column) if lowest else df.nlargest(k, column)
-    out = df[["example", "step", column]].rename(columns={column: "value"}).reset_index(drop=True)
+    df = df[df[column].notna()].sort_values(
+        [column, "example", "step"], ascending=[lowest, True, True], kind="stable"
+    )
+    out = (
+        df.head(k)[["example", "step", column]]
+        .rename(columns={column: "value"})
+        .reset_index(drop=True)
+    )
     out["rank"] = np.arange(1, len(out) + 1)
     return out
 

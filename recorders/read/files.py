@@ -20,6 +20,15 @@ Each shard's merged statistics file (`recorders.write.merged`) stands for the fo
 part files it covers, where it holds (`CheckedFiles.covering`): what the overview needs is read in
 one request a shard, and the footers of the files it does not cover.
 
+A part file's name says its first example (`part-<first example>.parquet`, `merged.part_file`),
+and it holds no example before it nor any from the next file's of its folder on: the writer
+writes each batch's own examples into the files named for it. So the files a selection of
+examples reads are found by their names alone (`CheckedFiles.overlapping`): one sequence of a
+recording of thousands of part files opens the few that hold it, not every footer. Each footer
+read is checked against its name (a row group of examples outside the range its name and the next
+file's leave it is a RecordingError naming the file, as any other edited file is); a file of any
+other name may hold any examples, and is read for every selection.
+
 `CheckedFiles` does this for a `recorders.Recording`, which makes one when it has opened the
 folder and read its description.
 """
@@ -53,7 +62,7 @@ from recorders.write.layout import (
     partition_dir,
     unreadable,
 )
-from recorders.write.merged import SHARD_FILE, Entry, decode
+from recorders.write.merged import SHARD_FILE, Entry, decode, part_start
 from recorders.write.progress import Intervals, Shard, read_progress
 from recorders.write.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
@@ -82,6 +91,7 @@ MERGED_DAMAGED = (
 )
 # what a reader opens in the root
 READ = ROOT_ENTRIES
+_NO_END = 2**63 - 1  # the examples the last part file of a folder may hold: from its name on
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,8 @@ class CheckedFiles:
         self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
         self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
+        # part file: the [low, high) of the examples its name leaves it (`overlapping`)
+        self._spans: dict[str, tuple[int, int]] = {}
         self._merged: list[tuple[str, dict]] | None = None  # each shard's merged file, read
         self._merging = threading.Lock()  # (gates are summarised on threads: read once)
 
@@ -216,28 +228,59 @@ class CheckedFiles:
                     if folder in named and name.startswith("part-") and name.endswith(".parquet"):
                         outputs.setdefault(("", named[folder]), []).append(rel)
                 self._listed[table] = outputs
+                self._span(outputs)
                 return outputs
             kind = TABLES[table]
             cells = {f"{table}/{partition_dir(cell=c)}": c for c in self.cells}
             found: dict[tuple[str, str], list[str]] = {}
+            folders: dict[str, tuple[str, str] | None] = {}  # each folder's (cell, label), once
             for rel, _ in files:
                 folder, _, name = rel.rpartition("/")
+                if not (name.startswith("part-") and name.endswith(".parquet")):
+                    continue
+                if folder in folders:
+                    key = folders[folder]
+                    if key is not None:
+                        found[key].append(rel)
+                    continue
+                folders[folder] = None
                 cell_folder, _, label_folder = folder.rpartition("/")
                 cell = cells.get(cell_folder)
-                if (
-                    cell is None
-                    or not label_folder.startswith(f"{kind}=")
-                    or not (name.startswith("part-") and name.endswith(".parquet"))
-                ):
+                if cell is None or not label_folder.startswith(f"{kind}="):
                     continue
                 label = unquote(label_folder[len(kind) + 1 :])
                 listed = self.cells[cell].get(kind + "s")
                 if (
                     listed is None or label in listed
                 ) and folder == f"{table}/{partition_dir(cell=cell, **{kind: label})}":
+                    folders[folder] = (cell, label)
                     found.setdefault((cell, label), []).append(rel)
             self._listed[table] = found
+            self._span(found)
         return self._listed[table]
+
+    def _span(self, listed: dict[tuple[str, str], list[str]]) -> None:
+        """The examples each part file of `listed` may hold, by the names of its folder's files
+        (see the module docstring): from its first example to the next file's."""
+        for files in listed.values():
+            starts = sorted((s, rel) for rel in files if (s := part_start(rel)) is not None)
+            ends = [s for s, _ in starts[1:]] + [_NO_END]
+            for (s, rel), end in zip(starts, ends, strict=True):
+                self._spans[rel] = (s, end)
+
+    def span(self, rel: str) -> tuple[int, int] | None:
+        """The [low, high) of the examples the listed part file `rel` may hold, by its name and
+        the next file's (None: a file of another name, which may hold any)."""
+        return self._spans.get(rel)
+
+    def overlapping(self, rel: str, examples: tuple[int | None, int | None] | None) -> bool:
+        """Whether the listed part file `rel` may hold rows of `examples` ([start, stop), None:
+        open), by its name (see the module docstring): a file of another name may."""
+        span = self._spans.get(rel)
+        if examples is None or span is None:
+            return True
+        lo, hi = examples
+        return (lo is None or span[1] > lo) and (hi is None or span[0] < hi)
 
     def merged_files(self) -> list[tuple[str, dict]]:
         """(path in the recording, entries) of each shard's merged statistics file
@@ -337,7 +380,7 @@ class CheckedFiles:
             try:
                 with self.fs.open_input_file(rel) as f:
                     metadata = pq.read_metadata(f)
-                why = self._part_problem(table, cell, metadata)
+                why = self._part_problem(table, cell, metadata, self._spans.get(rel))
             except UNREADABLE as err:
                 raise RecordingError(
                     f"{self.path}/{rel} is not readable Parquet ({unreadable(err)}): {DAMAGED}"
@@ -377,8 +420,11 @@ class CheckedFiles:
 
         self.read(rel, read)
 
-    def _part_problem(self, table: str, cell: str, metadata: Any) -> str | None:
-        """Why a part file's footer does not fit the description (None if it does)."""
+    def _part_problem(
+        self, table: str, cell: str, metadata: Any, span: tuple[int, int] | None = None
+    ) -> str | None:
+        """Why a part file's footer does not fit the description, or the examples its name
+        leaves it (`span`), (None if it does)."""
         schema = metadata.schema.to_arrow_schema()
         types = dict(zip(schema.names, schema.types, strict=True))
         values = [n for n in schema.names if n not in KEYS]
@@ -402,6 +448,12 @@ class CheckedFiles:
             if not 0 <= s0 <= s1 < steps:
                 return (
                     f"row group {k} holds steps {s0} to {s1}, outside the cell's 0 to {steps - 1}"
+                )
+            if span is not None and not span[0] <= e0 <= e1 < span[1]:
+                leaves = f"{span[0]} on" if span[1] == _NO_END else f"{span[0]} to {span[1] - 1}"
+                return (
+                    f"row group {k} holds examples {e0} to {e1}; its name and the next file's "
+                    f"leave it examples {leaves}"
                 )
             if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
                 return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"

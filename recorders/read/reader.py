@@ -51,6 +51,8 @@ from recorders.read.tables import (
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.merged import span_of
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
+from recorders.write.tops import TOP_KEY, Tops
+from recorders.write.tops import read as read_tops
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
     import pandas as pd
@@ -203,8 +205,8 @@ class Recording:
             self.statistics  # noqa: B018  (read and checked)
 
     def _check_merged(self, table: str, cell: str, label: str) -> None:
-        """RecordingError naming a shard's merged statistics file whose rows or statistics of
-        (cell, label) are not those of the footers of the files it covers."""
+        """RecordingError naming a shard's merged statistics file whose rows, statistics or top
+        values of (cell, label) are not those of the footers of the files it covers."""
         for c in self._checked.covering(table, cell, label):
             rows = sum(self._checked.footer(table, cell, rel).num_rows for rel in c.files)
             if rows != c.entry.rows:
@@ -216,13 +218,15 @@ class Recording:
         if table == "gates" and self.kind == "full":
             fast = self._activation_statistics(cell, label, merged=True)
             slow = self._activation_statistics(cell, label, merged=False)
-            if (fast is None) != (slow is None) or (
-                fast is not None and slow is not None and not fast.equals(slow)
-            ):
+            high = self._top_activations(cell, label, merged=True)
+            footers = self._top_activations(cell, label, merged=False)
+            for what, a, b in (("statistics", fast, slow), ("top values", high, footers)):
+                if (a is None) == (b is None) and (a is None or a.equals(b)):  # type: ignore[arg-type]
+                    continue
                 named = sorted({c.rel for c in self._checked.covering(table, cell, label)})
                 raise RecordingError(
                     f"{self.path}/{' and '.join(named)} is not a statistics file "
-                    f"gatetrace wrote (its statistics of gate {label} of {cell} are not those of "
+                    f"gatetrace wrote (its {what} of gate {label} of {cell} are not those of "
                     f"the footers of the files it covers): {MERGED_DAMAGED}"
                 )
 
@@ -609,6 +613,64 @@ class Recording:
             take(stats)
         return PartStats.merge(found, most) if found else None
 
+    def top_activations(self, cell: str, gate: str) -> Tops | None:
+        """Each unit's highest activations of a gate and where they lie, as its part files
+        carry them in their footers (`recorders.write.tops`: per unit the `tops.K` highest,
+        highest first, ties the earliest example and step first, a NaN left out), merged over
+        the files; None where a file carries none (recorded by an older gatetrace or without
+        numba): read the values then. Read as `activation_statistics` is: from the shards'
+        merged statistics files where they cover files, and the footers of the files none
+        covers; top values that contradict the file, the cell or the range of the gate's
+        nonlinearity are a RecordingError naming the file."""
+        return self._top_activations(cell, gate, merged=True)
+
+    def _top_activations(self, cell: str, gate: str, merged: bool) -> Tops | None:
+        """`top_activations`, from the merged statistics files where they cover files
+        (`merged`) or from every footer."""
+        self._values("top_activations")
+        if gate not in self.gates(cell):
+            raise SelectionError(
+                f"gate {gate!r} of {cell}: expected one of {', '.join(self.gates(cell))}"
+            )
+        bounds, units = self._checked.bounds(cell), self.units(cell)
+        span = span_of(self.cell(cell), gate)
+        found: list[Tops] = []
+        covered: set[str] = set()
+        for c in self._checked.covering("gates", cell, gate) if merged else ():
+            try:
+                tops = c.entry.tops(units, bounds["step"], span, self.memory, bounds["example"])
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{c.rel} is not a statistics file gatetrace wrote (gate {gate} "
+                    f"of {cell}: {err}): {MERGED_DAMAGED}"
+                ) from None
+            if tops is None:
+                return None  # a file it covers carries none
+            found.append(tops)
+            covered |= c.files
+        for rel in self._checked.files("gates").get((cell, gate), []):
+            if rel in covered:
+                continue
+            footer = self._checked.footer("gates", cell, rel)
+            value = (footer.metadata or {}).get(TOP_KEY)
+            if value is None:
+                return None
+            low, high = bounds["example"]
+            named = self._checked.span(rel) or (low, high)  # the examples its name leaves it
+            examples = (max(low, named[0]), min(high, named[1]))
+            try:
+                tops = read_tops(
+                    value, footer.num_rows, units, examples, bounds["step"], span, self.memory
+                )
+            except ValueError as err:
+                raise RecordingError(
+                    f"{self.path}/{rel} is not a part file gatetrace wrote ({err}): {DAMAGED}"
+                ) from None
+            found.append(tops)
+            if len(found) >= 64:  # (a few hundred KB each at most: merged as they come)
+                found = [Tops.merge(found)]
+        return Tops.merge(found) if found else None
+
     def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
         """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or
         a state's `value`; a state's width is the cell's units (`c`) or its output size (`h`)."""
@@ -672,11 +734,12 @@ class Recording:
             for label in self._labels(table, c)
             if not labels or label in labels
         ]
-        files = [(key[0], rel) for key in keys for rel in self._checked.files(table).get(key, [])]
+        listed = [(key[0], rel) for key in keys for rel in self._checked.files(table).get(key, [])]
+        # those that may hold the examples asked, by their names: one sequence opens its own
+        files = [(c, rel) for c, rel in listed if self._checked.overlapping(rel, examples)]
+        first = (files or listed)[:1]  # whose columns the others' are
         held = [
-            c
-            for c in known
-            if files and c in self._checked.footer(table, files[0][0], files[0][1]).schema.names
+            c for c in known if first and c in self._checked.footer(table, *first[0]).schema.names
         ] or list(known[:2])
         columns = held if columns is None else columns
         missing = [c for c in columns if c not in held]

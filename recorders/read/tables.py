@@ -55,11 +55,16 @@ class Block(NamedTuple):
 
 
 def dataset(
-    checked: CheckedFiles, table: str, keys: Sequence[tuple[str, str]] | None = None
+    checked: CheckedFiles,
+    table: str,
+    keys: Sequence[tuple[str, str]] | None = None,
+    examples: Range | None = None,
 ) -> ds.Dataset:
     """The part files of `keys` ((cell, label) pairs; all of the table's by default) as one
     dataset, each with its cell and label as partition values (no folder is discovered), each
     page's checksum verified as it is read."""
+    # with `examples`, only the files that may hold them, by their names
+    # (`CheckedFiles.overlapping`)
     import pyarrow.dataset as ds
 
     listed = checked.files(table)
@@ -69,6 +74,7 @@ def dataset(
         for (c, label), files in listed.items()
         if keys is None or (c, label) in keys
         for rel in files
+        if checked.overlapping(rel, examples)
     ]
     labels = [pa.field("cell", pa.string()), pa.field(kind, pa.string())]
     if not chosen:  # no file: no rows, in the columns a file would have
@@ -119,7 +125,7 @@ def read_rows(
         expression = e if expression is None else expression & e
     wanted = ["example", "step", "unit", *columns, "cell", kind]
     try:
-        read = dataset(checked, table, keys).to_table(columns=wanted, filter=expression)
+        read = dataset(checked, table, keys, examples).to_table(columns=wanted, filter=expression)
         # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
         for name in ("cell", kind):
             read = read.set_column(

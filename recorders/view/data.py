@@ -36,6 +36,7 @@ from recorders.read.analysis import gate_summaries, saturation_across, top_posit
 from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
+from recorders.read.tables import Block, dense_block
 from recorders.read.wording import held, origin
 from recorders.write.columns import PARTS
 from recorders.write.totals import RANGES, nonlinearity
@@ -51,6 +52,7 @@ __all__ = [
     "compared",
     "Labels",
     "check_column",
+    "column_block",
     "column_values",
     "rounded",
     "json_ready",
@@ -184,6 +186,8 @@ def across(series: Series, at: int) -> dict[str, Any]:
 
 
 SCALE_EXAMPLES = 1000  # the sequences a colour scale is read from (the first ones)
+# and the most row groups it reads them from (a recording of small batches: as many part files)
+SCALE_GROUPS = 16
 
 
 def scale(
@@ -192,10 +196,10 @@ def scale(
     """The colour scale of a gate's column (or a state), fixed for every sequence shown: a
     gate's activation spans its nonlinearity's range ([0, 1] for a sigmoid, [-1, 1] for a
     tanh: nothing read); any other column [0, 1] where every value of the first
-    `SCALE_EXAMPLES` sequences lies there, [-1, 1] likewise, else symmetric about 0 to their
-    largest magnitude (preactivations, cell states). `signed` says which colour map fits.
+    `SCALE_EXAMPLES` sequences (of at most `SCALE_GROUPS` row groups) lies there, [-1, 1]
+    likewise, else symmetric about 0 to their largest magnitude (preactivations, cell states). `signed` says which colour map fits.
     The values are read a row group at a time as dense arrays (`Recording.blocks`), the first
-    sequences only: a fraction of a second on a recording of any size."""
+    sequences only, from a few part files: a fraction of a second on a recording of any size."""
     check_column(rec, cell, label, kind, column)
     if kind == "gate" and column == "activation":
         ranged = RANGES.get(nonlinearity(rec.cell(cell), label))
@@ -203,12 +207,12 @@ def scale(
             return {"lo": ranged[0], "hi": ranged[1], "signed": ranged[0] < 0}
     lo, hi, seen = np.inf, -np.inf, 0
     table, col = ("gates", column) if kind == "gate" else ("states", "value")
-    for block in rec.blocks(table, cell, label, col):
+    for groups, block in enumerate(rec.blocks(table, cell, label, col), 1):
         finite = block.values[np.isfinite(block.values)]
         if finite.size:
             lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
         seen += len(block.examples)
-        if seen >= SCALE_EXAMPLES:
+        if seen >= SCALE_EXAMPLES or groups >= SCALE_GROUPS:
             break
     if seen == 0 or lo > hi:
         lo, hi = 0.0, 1.0
@@ -231,17 +235,17 @@ def heatmap(
 ) -> dict[str, Any]:
     """Steps x units of one gate (or state) of one example: `values[step][unit]`, null where no row."""
     check_column(rec, cell, label, kind, column)
+    block = column_block(rec, cell, label, kind, column, (example, example + 1), None)
+    a = block.values
     if kind == "gate":
-        a = rec.gate_array(cell, label, column, examples=(example, example + 1))
         code = f"rec.gate_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}), columns=[{column!r}])"
     else:
-        a = rec.state_array(cell, label, examples=(example, example + 1))
         code = f"rec.state_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}))"
     if a.size == 0:
         raise SelectionError(
             f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})"
         )
-    steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
+    steps = block.steps.tolist()  # the steps of its rows, first to last
     values = [rounded(row, 6) for row in a[0]]
     return {
         "cell": cell,
@@ -358,7 +362,8 @@ def match(
     check_column(rec, cell, label, kind, column)
     if not units:
         raise SelectionError("match: select some units first")
-    a = column_values(rec, cell, label, kind, column, None, None, units)  # [examples, steps, units]
+    block = column_block(rec, cell, label, kind, column, None, None, units)
+    a = block.values  # [examples, steps, units]
     ids = _example_ids(rec, a.shape[0])
     on = np.asarray((a > threshold).all(axis=2))  # [examples, steps]; NaN (no row) is off
     best_len, best_start = _longest_runs(on)
@@ -369,7 +374,7 @@ def match(
         else np.zeros(0)
     )
     order = keep[np.lexsort((-means, -best_len[keep]))] if len(keep) else keep
-    steps0 = int(rec.steps(cell)[0]) if len(rec.steps(cell)) else 0
+    steps0 = int(block.steps[0]) if len(block.steps) else 0
     found = [
         {
             "example": int(ids[e]),
@@ -437,6 +442,21 @@ def column_values(
     units: Sequence[int] | None = None,
 ) -> np.ndarray:
     """[examples, steps, units] of a gate column or a state, only the `units` asked (NaN where no row)."""
+    return column_block(rec, cell, label, kind, column, examples, steps, units).values
+
+
+def column_block(
+    rec: Recording,
+    cell: str,
+    label: str,
+    kind: str,
+    column: str,
+    examples,
+    steps,
+    units: Sequence[int] | None = None,
+) -> Block:
+    """`column_values` as a `Block`: with the examples and the steps of its axes (from the first
+    step read to the last)."""
     if kind == "gate":
         df = rec.gate_frame([cell], [label], steps, examples, units, columns=[column])
     else:
@@ -445,12 +465,13 @@ def column_values(
     if units is not None:  # the unit axis holds the units asked, in that order
         position = {int(u): k for k, u in enumerate(units)}
         df = df.assign(unit=df["unit"].map(position))
-    a = rec._array(df, column, examples)
+    block = dense_block(df, column, examples, rec.examples, rec.allot)
+    a = block.values
     if units is not None and a.shape[2] < len(units):
         a = np.concatenate(
             [a, np.full(a.shape[:2] + (len(units) - a.shape[2],), np.nan, np.float32)], axis=2
         )
-    return a
+    return block._replace(values=a)
 
 
 def rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:

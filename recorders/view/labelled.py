@@ -14,7 +14,7 @@ import pandas as pd
 from recorders.errors import SelectionError
 from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
-from recorders.view.data import check_column, column_values, rounded
+from recorders.view.data import check_column, column_block, rounded
 
 __all__ = ["ranked", "label_range", "label_track", "labelled_course"]
 
@@ -84,10 +84,11 @@ def labelled_course(
     """One unit of a gate column (or state) along the steps of `example`, and the label at each."""
     kind = "gate" if table == "gates" else "state"
     check_column(rec, cell, name, kind, column if kind == "gate" else None, unit_)
-    a = column_values(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
+    block = column_block(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
+    a = block.values
     if a.size == 0:
         raise SelectionError(f"example {example}: no rows of {cell} {kind} {name}")
-    steps = [int(s) for s in rec.steps(cell)][: a.shape[1]]
+    steps = block.steps.tolist()  # the steps of its rows, first to last
     read = (
         f"rec.gate_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}], columns=[{column!r}])"
         if kind == "gate"

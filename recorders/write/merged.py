@@ -4,12 +4,14 @@
 
 The overview of a full recording (`gatetrace view`'s, `gate_summaries(exact=False)`,
 `Recording.summary`) needs the rows of each (cell, gate) and (cell, state) and each gate's
-activation statistics merged over its part files (`recorders.write.partstats`). Every gate part
+activation statistics merged over its part files (`recorders.write.partstats`); a unit's page, its
+highest activations and where they lie (`recorders.write.tops`). Every gate part
 file carries its statistics in its footer, but reading footers is one request a file: 435 files
 for 183 million gate rows, 2,400 for a billion, each a request in object storage. So each
 shard's writer keeps, per (cell, gate) and (cell, state), the part files it has committed, their
-rows and (a gate's) their statistics merged (`PartStats.merge`, the same to the last bit in any
-grouping and order), and writes them, with the files they cover, into this file.
+rows and (a gate's) their statistics and each unit's highest activations merged (`PartStats.merge`,
+`Tops.merge`, the same to the last bit in any grouping and order), and writes them, with the files
+they cover, into this file.
 
 When it is written: only after the progress file lists a batch as complete (it covers complete
 files only, which a resume never removes); at most every `WRITE_EVERY` seconds, when the writer
@@ -48,7 +50,9 @@ Its JSON:
                   "files": [the first example of each part file covered, ascending],
                   "rows": the rows of those files,
                   "statistics": their statistics merged (`PartStats.fields(merged=True)`),
-                                or null where one of them carries none},
+                                or null where one of them carries none,
+                  "top": each unit's highest activations over them (`Tops.fields()`), or null
+                         where one of them carries none (missing in a file of an older gatetrace)},
                  {"table": "states", "cell": C, "name": S, "files": [...], "rows": R}, ...]}
 """
 
@@ -66,6 +70,8 @@ from recorders.write.layout import STATISTICS_DIR, UNREADABLE, partition_dir
 from recorders.write.partstats import FOOTER_KEY, PartStats, read, read_merged
 from recorders.write.progress import Intervals, Shard
 from recorders.write.schema import MAX_JSON_BYTES, parse_json
+from recorders.write.tops import TOP_KEY, Tops
+from recorders.write.tops import read as read_tops
 from recorders.write.totals import RANGES
 
 if TYPE_CHECKING:  # (the writer's: a reader imports this module for the format alone)
@@ -80,6 +86,7 @@ __all__ = [
     "Merging",
     "decode",
     "part_file",
+    "part_start",
     "statistics_file",
     "span_of",
     "resumed",
@@ -113,6 +120,13 @@ def part_file(table: str, cell: str, name: str, start: int) -> str:
     return f"{table}/{folder}/part-{start:010d}.parquet"
 
 
+def part_start(rel: str) -> int | None:
+    """The first example of the part file `rel` (a path or a name) as `part_file` names it,
+    `part-<first example>.parquet`; None for any other name."""
+    matched = re.fullmatch(r"part-(\d{10,16})\.parquet", rel.rpartition("/")[2])
+    return int(matched.group(1)) if matched else None
+
+
 def statistics_file(shard: Shard) -> str:
     """The merged statistics file of `shard`, in the recording."""
     return f"{STATISTICS_DIR}/{shard.tag}.json"
@@ -131,7 +145,8 @@ def span_of(cell: Mapping[str, Any] | None, gate: str) -> tuple[float, float] | 
 class Entry:
     """What a merged statistics file says of one (cell, gate) or (cell, state) of `table`: the
     first example of each part file it covers (`files`), their `rows`, and for a gate their
-    statistics as stored (`said`; None where one of the files carries none)."""
+    statistics as stored (`said`; None where one of the files carries none) and each unit's
+    highest activations (`said_top`; None likewise)."""
 
     table: str
     cell: str
@@ -139,10 +154,12 @@ class Entry:
     files: tuple[int, ...]
     rows: int
     said: dict[str, Any] | None = None
+    said_top: dict[str, Any] | None = None
 
     def paths(self) -> list[str]:
         """The part files it covers, in the recording."""
-        return [part_file(self.table, self.cell, self.name, s) for s in self.files]
+        folder = part_file(self.table, self.cell, self.name, 0).rpartition("/")[0]
+        return [f"{folder}/part-{s:010d}.parquet" for s in self.files]
 
     def statistics(self, span: tuple[float, float] | None, most_bytes: int) -> PartStats | None:
         """A gate's statistics, checked (`partstats.read_merged`: ValueError saying what does
@@ -150,6 +167,21 @@ class Entry:
         if self.said is None:
             return None
         return read_merged(self.said, self.rows, span, most_bytes)
+
+    def tops(
+        self,
+        units: int,
+        steps: tuple[int, int],
+        span: tuple[float, float] | None,
+        most_bytes: int,
+        examples: tuple[int, int] = (0, _MAX_START),
+    ) -> Tops | None:
+        """A gate's units' highest activations, checked (`tops.read`: ValueError saying what
+        does not hold) against the cell's `units` and `steps`; None where a file it covers
+        carries none."""
+        if self.said_top is None:
+            return None
+        return read_tops(self.said_top, self.rows, units, examples, steps, span, most_bytes)
 
 
 def _whole(n: Any, top: int) -> bool:
@@ -193,8 +225,11 @@ def decode(data: bytes, shard: Shard | None = None) -> dict[Key, Entry]:
             "statistics" not in e or not (statistics is None or isinstance(statistics, dict))
         ):
             raise ValueError(f"the statistics of {what} are missing")
-        if table == "states" and "statistics" in e:
+        if table == "states" and ("statistics" in e or "top" in e):
             raise ValueError(f"{what} has statistics, which only gates have")
+        top = e.get("top")  # (missing in a file of an older gatetrace: none)
+        if not (top is None or isinstance(top, dict)):
+            raise ValueError(f"the top values of {what} are malformed")
         if isinstance(statistics, dict):
             units, per_unit = statistics.get("units"), statistics.get("rows")
             if not (_whole(units, _MAX_ROWS) and _whole(per_unit, _MAX_ROWS)):
@@ -206,7 +241,7 @@ def decode(data: bytes, shard: Shard | None = None) -> dict[Key, Entry]:
                 )
         if (table, cell, name) in out:
             raise ValueError(f"{what} is listed twice")
-        out[table, cell, name] = Entry(table, cell, name, tuple(files), e["rows"], statistics)
+        out[table, cell, name] = Entry(table, cell, name, tuple(files), e["rows"], statistics, top)
     return out
 
 
@@ -224,6 +259,23 @@ class _Running:
     # files whose statistics do not merge (other units or thresholds, which readers refuse):
     # none of its files is covered, readers read their footers and name the file
     apart: bool = False
+    tops: Tops | None = None  # each unit's highest activations, merged
+    tops_waiting: list[Tops] = field(default_factory=list)  # and those of files added since
+    tops_none: bool = False  # a file carries none
+
+    def top(self) -> Tops | None:
+        """Each unit's highest activations over every file added (None where a file carries
+        none)."""
+        if self.tops_none:
+            return None
+        if self.tops_waiting:
+            parts = [self.tops, *self.tops_waiting] if self.tops is not None else self.tops_waiting
+            try:
+                self.tops = Tops.merge(parts)
+            except ValueError:  # other units: readers read the footers, and name the file
+                self.tops_none, self.tops = True, None
+            self.tops_waiting = []
+        return self.tops
 
     def settle(self) -> None:
         """Wait for the merge in the background, if one is."""
@@ -258,12 +310,27 @@ class Merging:
         running = self._running.get(key)
         return running is not None and start in running.files
 
-    def add(self, key: Key, start: int, rows: int, stats: PartStats | None) -> None:
+    def add(
+        self,
+        key: Key,
+        start: int,
+        rows: int,
+        stats: PartStats | None,
+        tops: Tops | None = None,
+    ) -> None:
         """The part file of `key` beginning at example `start`: its `rows` and, for a gate,
-        the statistics its footer carries (None where none)."""
+        the statistics and the units' highest activations its footer carries (None where
+        none)."""
         running = self._running.setdefault(key, _Running())
         running.files.add(start)
         running.rows += rows
+        if key[0] == "gates":
+            if tops is None:
+                running.tops_none, running.tops, running.tops_waiting = True, None, []
+            elif not running.tops_none:
+                running.tops_waiting.append(tops)
+                if len(running.tops_waiting) >= PENDING:
+                    running.top()
         if key[0] == "gates" and stats is not None:
             kind = (stats.units, stats.low, stats.high)
             running.apart = running.apart or running.kind not in (None, kind)
@@ -278,12 +345,21 @@ class Merging:
                     running.fold(self.submit)
         self.changed = True
 
-    def load(self, entry: Entry, stats: PartStats | None) -> None:
-        """What a file written before says of an entry (`stats`: its statistics, decoded)."""
+    def load(self, entry: Entry, stats: PartStats | None, tops: Tops | None = None) -> None:
+        """What a file written before says of an entry (`stats`: its statistics, `tops` its
+        units' highest activations, decoded)."""
         key = (entry.table, entry.cell, entry.name)
         kind = None if stats is None else (stats.units, stats.low, stats.high)
         none = entry.table == "gates" and stats is None
-        self._running[key] = _Running(set(entry.files), entry.rows, stats, kind=kind, none=none)
+        self._running[key] = _Running(
+            set(entry.files),
+            entry.rows,
+            stats,
+            kind=kind,
+            none=none,
+            tops=tops,
+            tops_none=entry.table == "gates" and tops is None,
+        )
 
     def encode(self, shard: Shard) -> bytes:
         """The file's bytes (every pending statistics merged first)."""
@@ -301,6 +377,8 @@ class Merging:
             if table == "gates":
                 stats = running.fold()
                 entry["statistics"] = None if stats is None else stats.fields(merged=True)
+                tops = running.top()
+                entry["top"] = None if tops is None else tops.fields()
             entries.append(entry)
         said = {"format": FORMAT, "shard": [shard.index, shard.count], "entries": entries}
         return json.dumps(said, separators=(",", ":")).encode()
@@ -326,17 +404,11 @@ def _own_files(
     for table in _KIND:
         for rel in place.files(table):
             folder, _, file = rel.rpartition("/")
-            start = _start(file)
+            start = part_start(file)
             key = folders.get(folder)
             if key is not None and start is not None and lo <= start < hi and start in complete:
                 found.setdefault(key, {})[start] = rel
     return found
-
-
-def _start(name: str) -> int | None:
-    """The first example of a part file named `part-<first example>.parquet` as written here."""
-    matched = re.fullmatch(r"part-(\d{10,16})\.parquet", name)
-    return int(matched.group(1)) if matched else None
 
 
 def resumed(
@@ -366,12 +438,26 @@ def resumed(
                 if not set(entry.files) <= set(own.get(key, ())):
                     raise ValueError("it covers files that are not complete")
                 span = span_of(cells.get(entry.cell), entry.name)
-                loaded.load(entry, entry.statistics(span, 1 << 62))
+                units = (cells.get(entry.cell) or {}).get("units")
+                tops = (
+                    entry.tops(units, (0, 2**31), span, 1 << 62)
+                    if isinstance(units, int) and entry.table == "gates"
+                    else None
+                )
+                loaded.load(entry, entry.statistics(span, 1 << 62), tops)
             merging = loaded
         except ValueError:
             merging.changed = True  # written again, from the footers
     for key, files in own.items():
-        _add_footers(merging, place, key, files, span_of(cells.get(key[1]), key[2]))
+        units = (cells.get(key[1]) or {}).get("units")
+        _add_footers(
+            merging,
+            place,
+            key,
+            files,
+            span_of(cells.get(key[1]), key[2]),
+            units if isinstance(units, int) else None,
+        )
     return merging
 
 
@@ -381,9 +467,11 @@ def _add_footers(
     key: Key,
     files: Mapping[int, str],
     span: tuple[float, float] | None,
+    units: int | None,
 ) -> None:
     """Add the files of `key` the merge does not cover, from their footers; a file whose
-    statistics do not hold is left out (a reader reads its footer, and names it)."""
+    statistics do not hold is left out (a reader reads its footer, and names it), one whose
+    highest activations do not is added without them (a reader then reads the values)."""
     for start, rel in sorted(files.items()):
         if merging.covers(key, start):
             continue
@@ -391,11 +479,18 @@ def _add_footers(
             footer = place.parquet_metadata(rel)
         except (*UNREADABLE, RecordingError):
             continue
-        stats = None
-        value = (footer.metadata or {}).get(FOOTER_KEY)
+        stats = tops = None
+        said = footer.metadata or {}
+        value = said.get(FOOTER_KEY)
         if key[0] == "gates" and value is not None:
             try:
                 stats = read(value, footer.num_rows, span)
             except ValueError:
                 continue
-        merging.add(key, start, footer.num_rows, stats)
+        top = said.get(TOP_KEY)
+        if key[0] == "gates" and top is not None and units is not None:
+            try:
+                tops = read_tops(top, footer.num_rows, units, (start, _MAX_START), (0, 2**31), span)
+            except ValueError:
+                tops = None
+        merging.add(key, start, footer.num_rows, stats, tops)

@@ -64,6 +64,7 @@ import numpy as np
 
 from recorders.write.compiled import Loop, available
 from recorders.write.stats import cut_point
+from recorders.write.tops import TOP_KEY, Tops, TopTally
 
 __all__ = [
     "FOOTER_KEY",
@@ -351,10 +352,20 @@ class Tally:
     are kept (see the module docstring). `low` and `high`: the gate's saturation thresholds,
     None where it has none. A step's histogram is kept on one lattice for the whole file, made
     coarser (exactly: the bins nest) when a row group needs it or the file's values would
-    spread over more than `FILE_BINS` bins."""
+    spread over more than `FILE_BINS` bins. With the file's `examples` (in the order their rows
+    are added), each unit's highest values too (`recorders.write.tops`: {TOP_KEY: value} in the
+    footer, kept where the statistics are not, a NaN left out)."""
 
-    def __init__(self, steps: Iterable[int], low: float | None, high: float | None):
+    def __init__(
+        self,
+        steps: Iterable[int],
+        low: float | None,
+        high: float | None,
+        examples: Sequence[int] | np.ndarray | None = None,
+    ):
         self.steps = np.asarray(list(steps), dtype=np.int64)
+        self.top = None if examples is None else TopTally(self.steps, examples)
+        self.carried_top: Tops | None = None  # what `footer` gave the file, of its tops
         self.low, self.high = low, high
         # float32 cut points: a float32 v is below `low` exactly when v < the first, above
         # `high` exactly when v >= the second (`cut_point`)
@@ -370,6 +381,8 @@ class Tally:
     def add(self, values: np.ndarray, valid: np.ndarray) -> None:
         """One row group's activations, [examples, steps, units] (as float32), where `valid`
         [examples, steps] says which rows are written."""
+        if self.top is not None:
+            self.top.add(values, valid)
         if not self._kept:
             return
         x = np.ascontiguousarray(values, dtype=np.float32)
@@ -398,9 +411,13 @@ class Tally:
     def footer(self) -> dict[bytes, bytes]:
         """{FOOTER_KEY: the statistics, encoded}, or {} where none are kept; what it gives is
         kept as `carried` (None where nothing), which the writer merges once the file is
-        committed."""
+        committed (and `carried_top`, of its tops)."""
         self.carried = self.stats()
-        return {} if self.carried is None else {FOOTER_KEY: self.carried.encode()}
+        self.carried_top = None if self.top is None else self.top.tops()
+        said = {} if self.carried is None else {FOOTER_KEY: self.carried.encode()}
+        if self.carried_top is not None:
+            said[TOP_KEY] = self.carried_top.encode()
+        return said
 
     def stats(self) -> PartStats | None:
         """The file's statistics, or None where none are kept."""

@@ -68,7 +68,9 @@ MAX_JSON_BYTES = 256 * 2**20  # a manifest of thousands of cells is a few megaby
 _MAX_NAMES = 64  # gates or states of one cell (TensorFlow's cells have at most 4 and 2)
 _MAX_COUNT = 2**53  # examples and rows: exact in every JSON reader
 _MISSING = object()  # a key that is not there, as `_shown` shows it
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# a JSON string, its loop unrolled (a run of plain characters at a time: 11 ms on a merged
+# statistics file of 1.6 MB of base64, where one character at a time took 0.38 s)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
 
 

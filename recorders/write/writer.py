@@ -282,6 +282,14 @@ class RecordingWriter:
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
         final = merged.part_file(table, *key, self._batch[0])
+        ids, (start, stop) = np.asarray(examples), self._batch
+        if ids.size and not (start <= int(ids.min()) and int(ids.max()) < stop):
+            # a part file holds examples from its name's first example to the next file's:
+            # readers find an example's rows by the files' names
+            raise RecordingError(
+                f"examples {int(ids.min())} to {int(ids.max())} written into the batch "
+                f"{start}:{stop}: write each batch's own examples, those begin(start, stop) gave"
+            )
         groups = rowgroups.chunks(examples, steps, values, lengths, self._keys, parts, tally)
         # encoded where the place stages it; given its final name by `commit`
         staged = self.place.stage(final, self._staging)
@@ -314,7 +322,8 @@ class RecordingWriter:
         """
         tally = None
         if activation is not None:
-            tally = Tally(np.asarray(steps), *(self._bounds.get((cell, gate)) or (None, None)))
+            low, high = self._bounds.get((cell, gate)) or (None, None)
+            tally = Tally(np.asarray(steps), low, high, examples=np.asarray(examples))
         self._submit(
             "gates",
             (cell, gate),
@@ -370,8 +379,14 @@ class RecordingWriter:
         for file, n in zip(done, each, strict=True):
             if file.table == "outputs":  # no statistics: the view shows gates and states
                 continue
-            carried = file.tally.carried if file.tally is not None else None
-            self._merging.add((file.table, file.cell, file.name), start, n, carried)
+            tally = file.tally
+            self._merging.add(
+                (file.table, file.cell, file.name),
+                start,
+                n,
+                None if tally is None else tally.carried,
+                None if tally is None else tally.carried_top,
+            )
         if time.monotonic() - self._merged_at >= merged.WRITE_EVERY:
             self._write_merged()
 
