@@ -108,7 +108,7 @@ class FetchPlan:
         # per unrolled cell, the slots of the lengths its graph stops each sequence at and of
         # those its input was reversed by (static_rnn given sequence_length), whose steps are
         # kept whole and windowed once in input order
-        bounds = {
+        bounds: dict[str, dict[str, Any]] = {
             c.name: {
                 "lengths": None if c.lengths is None else slot(c.lengths),
                 "reversal": None if c.reverse_lengths is None else slot(c.reverse_lengths),
