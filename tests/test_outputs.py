@@ -149,11 +149,12 @@ def test_outputs_that_do_not_fit_are_one_line(model, inputs, tmp_path, names, sa
     assert not (tmp_path / "run").exists()
 
 
-def test_outputs_with_a_summary_or_a_keras_model_are_one_line(tmp_path):
+def test_outputs_with_a_summary_or_of_a_name_the_keras_model_lacks_are_one_line(tmp_path):
+    """(A Keras model's outputs by name: tests/test_outputs_returned.py.)"""
     with pytest.raises(SelectionError, match="--outputs with --summary"):
         tracer.RecordOptions(outputs=("y",), summary=tracer_bins())
-    keras = tf.keras.Sequential([tf.keras.Input((5, 4)), tf.keras.layers.LSTM(3)])
-    with pytest.raises(SelectionError, match="is a Keras model"):
+    keras = tf.keras.Sequential([tf.keras.Input((5, 4)), tf.keras.layers.LSTM(3, name="lstm")])
+    with pytest.raises(SelectionError, match="no output of this name; its outputs are lstm$"):
         tracer.record(keras, np.zeros((2, 5, 4), np.float32), tmp_path / "k", outputs=("y",))
     assert not (tmp_path / "k").exists()
 

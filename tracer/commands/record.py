@@ -246,9 +246,10 @@ def arguments(c: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--outputs",
         metavar="NAMES",
-        help="also record these tensors of the model's own (its predictions, a graph's op names or OP:K, "
-        "comma-separated), [batch], [batch, units], [batch, steps, units] or [steps, batch, units] (told apart "
-        "by running them on two other batch sizes first), into OUT/outputs/; --steps and --lengths cut a sequence "
+        help="also record these outputs of the model's own (its predictions, comma-separated: a graph's op names "
+        "or OP:K, [batch], [batch, units], [batch, steps, units] or [steps, batch, units] (told apart by running "
+        "them on two other batch sizes first); a Keras model's output names; a .tflite file's signature output "
+        "names or tensor names, a quantised one dequantised), into OUT/outputs/; --steps and --lengths cut a sequence "
         "as long as the cells' steps as they cut the cells: --outputs logits",
     )
     what.add_argument(

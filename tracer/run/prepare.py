@@ -42,6 +42,7 @@ from tracer.values.fetch import FetchPlan
 from tracer.values.hold import Held, holding
 from tracer.values.keras import KerasPlan, resolve_inputs
 from tracer.values.lite import LitePlan
+from tracer.values.returned import keras_outputs, lite_outputs
 from tracer.values.summaries import Summary, in_graph
 from tracer.values.weights import read_weights
 
@@ -220,7 +221,8 @@ def prepare(
                 "parts in float of the dequantised weights do not add up to; leave contributions out, or record "
                 "the float file"
             )
-        lite_plan = LitePlan(model, lite_cells, steps=steps)
+        returned = lite_outputs(model, outputs)
+        lite_plan = LitePlan(model, lite_cells, steps=steps, outputs=returned)
         lite_inputs = resolve_inputs(model, feeds)
 
         def invoke(batch: Batch) -> Values:  # the interpreter stoppable by Ctrl-C and --timeout
@@ -229,8 +231,9 @@ def prepare(
             )
             return Values(lite_plan, fetched)
 
+        described = [r.output.describe() for r in returned]
         return (
-            Prepared(lite_plan.cells, lite_inputs, RecordingWriter, invoke),
+            Prepared(lite_plan.cells, lite_inputs, RecordingWriter, invoke, outputs=described),
             lite_plan,
             lambda: None,
         )
@@ -249,7 +252,10 @@ def prepare(
                 "convolutions, not of the matrix products contributions split; leave contributions out, "
                 "or choose the other layers with --cells"
             )
-        keras_plan = KerasPlan(model, layers, steps=steps, carry_state=carry_state, holds=holds)
+        returned = keras_outputs(model, outputs)
+        keras_plan = KerasPlan(
+            model, layers, steps=steps, carry_state=carry_state, holds=holds, outputs=returned
+        )
         if carry_state and not keras_plan.stateful:
             raise SelectionError(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
@@ -259,7 +265,9 @@ def prepare(
         def call(batch: Batch) -> Values:
             return Values(keras_plan, keras_plan.fetch(batch.feeds))
 
-        return Prepared(layers, inputs, RecordingWriter, call), keras_plan, lambda: None
+        described = [r.output.describe() for r in returned]
+        prepared = Prepared(layers, inputs, RecordingWriter, call, outputs=described)
+        return prepared, keras_plan, lambda: None
     cells = cells_of(model, chosen, Cell)
     names = {c.name for c in cells}
     below = any(
@@ -323,19 +331,19 @@ def prepare(
 def output_tensors(model: AnyModel, names: Sequence[str]) -> list[str]:
     """The tensors `--outputs` names (an op's name: its one output; or `op:K`), checked: a
     graph's tensor of numbers, [batch], [batch, units], [batch, steps, units] or [steps,
-    batch, units], its units known. `SelectionError`, one line, for anything else."""
+    batch, units], its units known. `SelectionError`, one line, for anything else. A Keras
+    model's outputs and a TensorFlow Lite file's are named as they name them
+    (`tracer.values.returned`)."""
     if not names:
         return []
     if len(names) > MAX_OUTPUTS:
         raise SelectionError(
             f"--outputs names {len(names)} tensors; a recording holds at most {MAX_OUTPUTS}"
         )
-    if not isinstance(model, Model):
-        raise SelectionError(
-            f"--outputs names tensors of a TensorFlow graph; {model.source} is "
-            f"{'a TensorFlow Lite file' if isinstance(model, LiteModel) else 'a Keras model'}, whose outputs "
-            "gatetrace does not record yet: leave --outputs out"
-        )
+    if isinstance(model, KerasModel):
+        return [r.name for r in keras_outputs(model, names)]
+    if isinstance(model, LiteModel):
+        return [r.name for r in lite_outputs(model, names)]
     graph, found = model.graph, []
     for name in names:
         try:

@@ -265,7 +265,6 @@ def _record(
         partstats.ready()  # what the statistics' loop holds, counted in what the process holds
     per_sequence = bytes_per_sequence(cells, feed_dict, selection.parts)
     if options.outputs:  # the outputs, fetched and written as the gates are
-        assert isinstance(model, Model)
         longest = max((np.shape(v)[1] for v in feed_dict.values() if np.ndim(v) >= 3), default=1)
         per_sequence += sum(
             COPIES * 4 * o["units"] * (o.get("steps") or (longest if o["sequence"] else 1))

@@ -31,7 +31,8 @@ from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
 from tracer.values.replay import Replayed, activation_of, check, replay
-from tracer.values.replayed import ReplayedPlan, Result
+from tracer.values.replayed import ReplayedPlan, Result, Results
+from tracer.values.returned import Returned, keras_values
 
 __all__ = ["KerasPlan", "resolve_inputs"]
 
@@ -429,6 +430,9 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     independent sequence from zero state and a row's gates never depend on which rows were
     fed before it. With `carry_state`, they keep the state the previous batch left: row k
     of a batch continues row k of the batch before (Keras' stateful semantics).
+
+    `outputs` (`--outputs`, `tracer.values.returned`) are taken from what the same call
+    returned: with holds, the held model's.
     """
 
     def __init__(
@@ -438,6 +442,7 @@ class KerasPlan(ReplayedPlan[KerasCell]):
         steps: tuple[int | None, int | None] = (None, None),
         carry_state: bool = False,
         holds: Sequence[Hold] = (),
+        outputs: Sequence[Returned] = (),
     ):
         self.model = model
         self.cells = list(cells)
@@ -473,7 +478,7 @@ class KerasPlan(ReplayedPlan[KerasCell]):
             for c in stack
             if c.name in names or c.stack[0] < top.get(id(c.layer), -1)
         ]
-        super().__init__(steps)
+        super().__init__(steps, outputs)
         self.carry_state = carry_state
         self.stateful = [
             layer
@@ -481,14 +486,15 @@ class KerasPlan(ReplayedPlan[KerasCell]):
             if getattr(layer, "stateful", False)
         ]
 
-    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[Result]:
-        """Call the model once on `batch` and replay every cell; one `Result` per cell."""
+    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> Results:
+        """Call the model once on `batch` and replay every cell; one `Result` per cell, and
+        what the call returned for each output asked for."""
         arrays = [np.asarray(batch[i]) for i in self.model.inputs]
         if not self.carry_state:
             for layer in self.stateful:
                 layer.reset_states()
         with _capture(self._run, self._held) as seen:
-            self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
+            returned = self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
         missing = sorted(({_layer_name(c) for c in self._run} | self._held.keys()) - seen.keys())
         if missing:
             raise GraphPatternError(
@@ -499,7 +505,8 @@ class KerasPlan(ReplayedPlan[KerasCell]):
         for c in self._run:  # a stack's cells in order: each reads the one before's outputs
             results[c.name] = self._replay(c, seen[_layer_name(c)], below if c.stack[0] else None)
             below = results[c.name].replayed.outputs
-        return [results[c.name] for c in self.cells]
+        outputs = keras_values(self.model, returned, self.returned)  # (held, where a layer is)
+        return Results([results[c.name] for c in self.cells], outputs)
 
     def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> Result:
         """One cell replayed over what its layer received; a cell of a stack past the first

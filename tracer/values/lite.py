@@ -20,6 +20,8 @@ own from the state the file starts it from. Then, for each cell:
                     loop's own (`tracer.find.lite_loops`)
 
 Either way the gates are recorded only where they reproduce what the interpreter computed.
+The main subgraph's outputs `--outputs` names (`tracer.values.returned`) are read from the
+same run, each invocation's rows in turn.
 """
 
 from __future__ import annotations
@@ -36,22 +38,25 @@ from tracer.load.tflite import LiteModel
 from tracer.values.hybrid import HybridProducts
 from tracer.values.integer import integer_replayed
 from tracer.values.replay import Replayed, check, replay
-from tracer.values.replayed import ReplayedPlan, Result
+from tracer.values.replayed import ReplayedPlan, Result, Results
+from tracer.values.returned import Returned
 
 __all__ = ["LitePlan"]
 
 
 class LitePlan(ReplayedPlan[LiteCell]):
     """How a batch becomes gate values for `cells` of a TensorFlow Lite file (see the module
-    docstring); `steps` keeps a [start, stop) window of input positions."""
+    docstring); `steps` keeps a [start, stop) window of input positions; `outputs` are read
+    from the same run."""
 
     def __init__(
         self,
         model: LiteModel,
         cells: Sequence[LiteCell],
         steps: tuple[int | None, int | None] = (None, None),
+        outputs: Sequence[Returned] = (),
     ):
-        super().__init__(steps)
+        super().__init__(steps, outputs)
         self.model = model
         self.cells = list(cells)
         self._interpreter: Any = None
@@ -64,27 +69,35 @@ class LitePlan(ReplayedPlan[LiteCell]):
             self._interpreter = self.model.interpreter()
         return self._interpreter
 
-    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> list[Result]:
-        """Run the interpreter over `batch` and replay every op's cell; one `Result` per cell.
+    def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> Results:
+        """Run the interpreter over `batch` and replay every op's cell; one `Result` per cell,
+        and what the run left in each output asked for.
         Whatever the interpreter raises (a tensor it could not allocate, one it never wrote)
         is one line naming the file (`LiteModel.refused`)."""
         return self._results([np.asarray(batch[i]) for i in self.model.inputs])
 
-    def _results(self, arrays: list[np.ndarray]) -> list[Result]:
+    def _results(self, arrays: list[np.ndarray]) -> Results:
         """`fetch` of the arrays of the file's inputs, in their order."""
+        returned: list[list[np.ndarray]] = [[] for _ in self.returned]
         try:
-            seen = self._run(arrays)
+            seen = self._run(arrays, returned)
         except (ValueError, RuntimeError) as err:
             raise self.model.refused(err) from None
-        return [
-            (self._replay if c.body is None else self._looped)(
-                c, {k: np.concatenate(v) for k, v in seen[c.name].items()}
-            )
-            for c in self.cells
-        ]
+        return Results(
+            [
+                (self._replay if c.body is None else self._looped)(
+                    c, {k: np.concatenate(v) for k, v in seen[c.name].items()}
+                )
+                for c in self.cells
+            ],
+            [np.concatenate(v) for v in returned],
+        )
 
-    def _run(self, arrays: list[np.ndarray]) -> dict[str, dict[str, list[np.ndarray]]]:
-        """What each cell's op received and returned (or each loop's iterations), by cell name."""
+    def _run(
+        self, arrays: list[np.ndarray], returned: list[list[np.ndarray]]
+    ) -> dict[str, dict[str, list[np.ndarray]]]:
+        """What each cell's op received and returned (or each loop's iterations), by cell name;
+        each invocation's rows of the outputs asked for appended to `returned`."""
         n = arrays[0].shape[0]
         per, it = self.model.batch, self._ready()
         seen: dict[str, dict[str, list[np.ndarray]]] = {c.name: {} for c in self.cells}
@@ -103,6 +116,8 @@ class LitePlan(ReplayedPlan[LiteCell]):
                     a = np.concatenate([a, np.zeros((per - real, *a.shape[1:]), a.dtype)])
                 it.set_tensor(index, np.ascontiguousarray(a, it.get_tensor(index).dtype))
             self.model.invoke(it)
+            for kept, output in zip(returned, self.returned, strict=True):
+                kept.append(np.asarray(it.get_tensor(output.index))[:real])
             for c in self.cells:
                 got = seen[c.name]
                 if c.body is not None:  # a WHILE loop's cell: its body, an iteration at a time

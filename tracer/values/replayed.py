@@ -6,7 +6,9 @@ Two plans are made of it: `tracer.values.keras.KerasPlan` (a Keras model's layer
 captured in one call of the model) and `tracer.values.lite.LitePlan` (a TensorFlow Lite
 file's recurrent ops, captured by its interpreter). Each fills `cells` and the step
 window and makes the `Result`s of a batch; a backward cell's loop step t read input
-position steps - 1 - t, and its values are handed out by input position.
+position steps - 1 - t, and its values are handed out by input position. A batch's
+`Results` also hold what the model returned for each output `--outputs` named
+(`tracer.values.returned`), handed out as a `FetchPlan` hands out a graph's.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from tracer.cells.found import KerasCell, LiteCell
 from tracer.values.parts import plan_parts
 from tracer.values.plan import Read
 from tracer.values.replay import Replayed
+from tracer.values.returned import Returned
 from tracer.values.weights import gate_weights
 
-__all__ = ["ReplayedPlan", "Result"]
+__all__ = ["ReplayedPlan", "Result", "Results"]
 
 _Cell = TypeVar("_Cell", KerasCell, LiteCell)
 
@@ -36,20 +39,60 @@ class Result:
     mask: np.ndarray | None
 
 
+class Results(list[Result]):
+    """A batch's values: one `Result` per cell, and what the model returned for each output
+    asked for (`returned`, as the model returned it)."""
+
+    def __init__(self, results: Sequence[Result], returned: Sequence[np.ndarray] = ()):
+        super().__init__(results)
+        self.returned = list(returned)
+
+
 class ReplayedPlan(Generic[_Cell]):
-    """The `ValuePlan` accessors of a plan whose values are one `Result` per cell."""
+    """The `ValuePlan` accessors of a plan whose values are one `Result` per cell, and the
+    model's outputs `returned` names (`--outputs`: `tracer.values.returned`)."""
 
     cells: list[_Cell]
-    outputs: tuple[str, ...] = ()  # a Keras model's or a .tflite file's outputs are not recorded
 
-    def __init__(self, steps: tuple[int | None, int | None] = (None, None)):
+    def __init__(
+        self,
+        steps: tuple[int | None, int | None] = (None, None),
+        returned: Sequence[Returned] = (),
+    ):
         self._steps = slice(*steps)
+        self.returned = tuple(returned)
+        self.outputs = tuple(r.name for r in self.returned)
 
-    def output(self, values: Sequence[Result], k: int, rows: slice = slice(None)) -> np.ndarray:
-        raise IndexError(f"output {k}: this plan fetches no outputs")
+    def _returned(self, values: Sequence[Result], k: int) -> np.ndarray:
+        """What the model returned for output number `k`, as it returned it."""
+        if not isinstance(values, Results) or len(values.returned) != len(self.returned):
+            raise IndexError(f"output {k}: these values hold no outputs")
+        return values.returned[k]
 
     def output_steps(self, values: Sequence[Result], k: int) -> tuple[np.ndarray, bool]:
-        raise IndexError(f"output {k}: this plan fetches no outputs")
+        """The steps of output number `k` that `output` gives (0 where it is not a sequence),
+        and whether they run along the cells' steps: as many as every cell ran. Those are cut
+        as the cells' are: the window of steps keeps the same positions, and the sequences'
+        lengths apply to them."""
+        told = self.returned[k].output
+        length = told.step_count(self._returned(values, k))
+        along = told.steps is not None and length > 1
+        along = along and all(r.replayed.preactivation.shape[1] == length for r in values)
+        positions = np.arange(length, dtype=np.int32)
+        return (positions[self._steps] if along else positions), along
+
+    def output(self, values: Sequence[Result], k: int, rows: slice = slice(None)) -> np.ndarray:
+        """Output number `k` for the examples `rows`: [examples, steps, units] float32 (one
+        step where it is not a sequence), the steps `output_steps` gives. SelectionError
+        where it does not hold a batch's examples first, or holds what float32 cannot."""
+        returned = self.returned[k]
+        value = returned.output.rows(
+            returned.take(self._returned(values, k)), self.batch_of(values), rows
+        )
+        positions, along = self.output_steps(values, k)
+        if along and len(positions) < value.shape[1]:
+            value = np.ascontiguousarray(value[:, positions])
+        return value
 
     def batch_of(self, values: Sequence[Result]) -> int:
         """How many examples the replayed `values` hold."""
