@@ -481,14 +481,59 @@ class CheckedFiles:
             steps = (o.get("steps") or 2**31) if o["sequence"] else 1
             return {"example": (0, examples), "step": (0, steps), "unit": (0, o["units"])}
         c = self.cells[cell]
-        # `steps` counts the positions recorded, from the first the selection (--steps START:STOP) keeps
-        first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
-        steps = first + c["steps"] if c.get("steps") else 2**31
+        described = self.described_steps(cell)
         return {
             "example": (0, examples),
-            "step": (0, steps),
+            "step": (0, described[1] if described else 2**31),
             "unit": (0, c.get("units") or MAX_UNITS),
         }
+
+    def described_steps(self, cell: str) -> tuple[int, int] | None:
+        """The [first, stop) of the input positions the description says `cell` was recorded
+        at (None where it does not count them): its `steps` counts them from the first the
+        selection (--steps START:STOP) keeps."""
+        counted = self.cells[cell].get("steps")
+        first = max((self.description.get("selection", {}).get("steps") or [None])[0] or 0, 0)
+        return (first, first + counted) if counted else None
+
+    def held_steps(
+        self,
+        table: str,
+        cell: str,
+        files: Sequence[str],
+        width: int,
+        every: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        """The steps at which the part files `files` of `cell` (of `width` units a row) hold
+        rows, ascending, without their values: a row group's step range where it holds every
+        (example, step, unit) of its ranges (`key_ranges`, from its footer), else its step
+        column (checked against the cell's steps). No further file is read once every step of
+        `every` ([first, stop), the steps the description allows) is found."""
+        found = np.zeros(0, np.int64)
+        for rel in files:
+            metadata = self.footer(table, cell, rel)
+            file: pq.ParquetFile | None = None
+            for k in range(metadata.num_row_groups):
+                ranges = key_ranges(metadata.row_group(k), width)
+                if ranges is not None:
+                    steps = np.arange(ranges[1][0], ranges[1][1] + 1)
+                else:
+                    file = file or self.parquet(table, cell, rel)
+                    steps = self.read(
+                        rel,
+                        lambda k=k, file=file: (
+                            file.read_row_group(k, columns=["step"], use_threads=False)
+                            .column(0)
+                            .to_numpy()
+                        ),
+                    )
+                    self.check_keys(rel, cell, {"step": steps}, table)
+                found = np.union1d(found, steps)
+            if every is not None:
+                first, stop = every
+                if np.count_nonzero((found >= first) & (found < stop)) == stop - first:
+                    break
+        return found.astype(np.int32)
 
     def check_keys(
         self, rel: str, cell: str, keys: dict[str, np.ndarray], table: str = "gates"

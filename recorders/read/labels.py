@@ -46,13 +46,15 @@ class Labels:
     sequence) or [examples, steps] (one per input position), NaN where there is none.
     `binary` labels hold two values, `positive` the larger; `table` says whether they came
     from a table (which labels only the positions it lists) rather than an array (which
-    must cover every recorded example and step)."""
+    must cover every recorded example and step). `step`: the one input position they label
+    (`at_step`: an array then covers the steps up to it), None: any."""
 
     values: np.ndarray
     binary: bool
     positive: float | None
     table: bool = False
     source: str = "labels"
+    step: int | None = None
 
     @property
     def per_sequence(self) -> bool:
@@ -72,7 +74,9 @@ class Labels:
             grid[:, step] = self.values
         elif step < self.values.shape[1]:
             grid[:, step] = self.values[:, step]
-        return Labels(grid, self.binary, self.positive, self.table, f"{self.source} at step {step}")
+        return Labels(
+            grid, self.binary, self.positive, self.table, f"{self.source} at step {step}", step
+        )
 
 
 def positions(rec: Recording, cells: Sequence[str]) -> int:
@@ -272,11 +276,13 @@ def covers(rec: Recording, cell: str, labels: Labels) -> None:
     stop = max((b for _, b in rec.examples), default=0)
     steps = rec.steps(cell)
     last_step = int(steps.max()) + 1 if len(steps) else 0
+    # labels of one step (`Labels.at_step`) need reach no further
+    reach = last_step if labels.step is None else labels.step + 1
     short = labels.values.shape[0] < stop or (
-        not labels.per_sequence and labels.values.shape[1] < last_step
+        not labels.per_sequence and labels.values.shape[1] < reach
     )
     if short:
-        wanted = f"[{stop}]" if labels.per_sequence else f"[{stop}, {last_step}]"
+        wanted = f"[{stop}]" if labels.per_sequence else f"[{stop}, {reach}]"
         raise SelectionError(
             f"labels {labels.source}: shape {list(labels.values.shape)} does not cover the recording (cell {cell} "
             f"holds examples 0 to {stop - 1} and steps to {last_step - 1}): expected at least {wanted}"

@@ -284,26 +284,39 @@ class Recording:
         }
 
     def steps(self, cell: str) -> np.ndarray:
-        """The input positions recorded for `cell` (read from the step column of one file, or
-        from a summary's per-step statistics)."""
+        """The input positions at which the recording holds rows of `cell`, ascending: those of
+        every part file of its first recorded gate (a cell of your own that applies no
+        nonlinearity: of its first state), as `--steps`, `--lengths` or a mask left them. No
+        value is read: the per-step counts of the gate's statistics (`activation_statistics`:
+        the shards' merged statistics files and the footers they do not cover), or where its
+        files carry none, each row group's step range where it holds every (example, step,
+        unit) of it, else its step column, file after file until every step the cell's
+        description allows is found. A summary's: the steps its statistics count values at."""
         if self.kind == "summary":
+            self.cell(cell)
             held = [k for k in self.statistics.keys() if k[0] == cell]
-            return (
-                self.statistics.stats(*held[0], "step")[0].astype(np.int32)
-                if held
-                else np.zeros(0, np.int32)
-            )
-        # the files of the first gate recorded (a cell of your own that applies no nonlinearity:
-        # of the first state)
-        table = "gates" if self.gates(cell) else "states"
-        listed = self._checked.files(table)
-        files = next(
-            (listed[cell, x] for x in self._labels(table, cell) if listed.get((cell, x))), []
-        )
-        return (
-            np.unique(self._checked.column(table, cell, files[0], "step"))
-            if files
-            else np.zeros(0, np.int32)
+            if not held:
+                return np.zeros(0, np.int32)
+            positions, summed = self.statistics.stats(*held[0], "step")
+            return positions[summed.count > 0].astype(np.int32)
+        gates = self.recorded_gates(cell)
+        if gates:
+            counted = self.activation_statistics(cell, gates[0])
+            if counted is not None:
+                return counted.steps[counted.count > 0].astype(np.int32)
+            table, label = "gates", gates[0]
+        else:
+            listed = self._checked.files("states")
+            states = [s for s in self.states(cell) if listed.get((cell, s))]
+            if not states:
+                return np.zeros(0, np.int32)
+            table, label = "states", states[0]
+        return self._checked.held_steps(
+            table,
+            cell,
+            self._checked.files(table)[cell, label],
+            self.width(table, cell, label),
+            self._checked.described_steps(cell),
         )
 
     # -- selections ------------------------------------------------------------------------
