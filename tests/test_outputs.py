@@ -438,3 +438,27 @@ def test_steps_cut_an_output_along_the_cells_steps(model, inputs, tmp_path):
         atol=1e-6,
     )
     assert sorted(set(rec.output_frame("pair:0")["step"])) == [0, 1]
+
+
+def test_an_output_of_one_example_of_one_step_where_the_placeholder_fixes_one_is_recorded(
+    tmp_path,
+):
+    """A placeholder of [1, 1, 4]: the output [1, 1, units] is one example of one step, the
+    same read either way, so it is recorded (was: refused as a square output of the fixed
+    batch), each example's the model's own."""
+
+    def body(x):
+        outputs, _ = v1.nn.static_rnn(
+            v1.nn.rnn_cell.BasicLSTMCell(UNITS), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        tf.stack(outputs, axis=0, name="by_step")
+        return [outputs[-1]]
+
+    built = build(body, steps=1, features=FEATURES, batch=1)
+    path = save(built, "checkpoint", tmp_path)
+    x = np.random.RandomState(6).randn(3, 1, FEATURES).astype(np.float32)
+    done = record_x(path, x, tmp_path / "run", "--outputs", "by_step")
+    assert done.returncode == 0, done.stderr
+    got = Recording(tmp_path / "run").output_frame("by_step:0").sort_values(["example", "unit"])
+    own = np.concatenate([_own(built, "by_step:0", row[None]) for row in x], axis=1)
+    np.testing.assert_allclose(got["value"].to_numpy().reshape(3, 1, UNITS), own.transpose(1, 0, 2))

@@ -162,11 +162,14 @@ def test_a_keras_output_that_cannot_be_recorded_is_one_line_before_anything_is_w
 
 
 def _lite_source():
+    """`lower` [1, T, 4], `probs` [1, 2], and `by_step`, the lower layer's outputs time-major
+    ([T, 1, 4])."""
     keras = keras_module("tf-keras")
     x = keras.Input((T, FEATURES), batch_size=1, name="x")
     lower = keras.layers.LSTM(4, return_sequences=True, name="lower")(x)
     upper = keras.layers.LSTM(3, name="upper")(lower)
-    model = keras.Model(x, [lower, keras.layers.Dense(2, name="probs")(upper)])
+    by_step = _time_major("tf-keras")(name="by_step")(lower)
+    model = keras.Model(x, [lower, keras.layers.Dense(2, name="probs")(upper), by_step])
     randomise(model, seed=6)
     return model
 
@@ -202,15 +205,20 @@ def _interpreter(path):
 
 def _run_each(path, x: np.ndarray) -> tuple[dict[str, np.ndarray], list[dict]]:
     """The interpreter's outputs, each sequence invoked alone in an interpreter of its own (a
-    fused op keeps its state between invocations), by tensor name; its output details."""
+    fused op keeps its state between invocations), by tensor name, examples first (the
+    time-major `by_step`, [T, 1, 4], transposed); its output details."""
     details = _interpreter(path).get_output_details()
+    time_major = _signature_names(path)["by_step"]
     got: dict[str, list[np.ndarray]] = {d["name"]: [] for d in details}
     for row in x:
         it = _interpreter(path)
         it.set_tensor(it.get_input_details()[0]["index"], row[None])
         it.invoke()
         for d in details:
-            got[d["name"]].append(it.get_tensor(d["index"])[0])
+            value = it.get_tensor(d["index"])
+            if d["name"] == time_major:
+                assert value.shape == (T, 1, 4)
+            got[d["name"]].append(value[:, 0] if d["name"] == time_major else value[0])
     return {k: np.stack(v) for k, v in got.items()}, details
 
 
@@ -226,7 +234,8 @@ def test_a_tflite_files_outputs_are_what_its_interpreter_returns(lite_files, tmp
     the interpreter's own, bit for bit."""
     path = lite_files / "float.tflite"
     signed = _signature_names(path)
-    assert sorted(signed) == ["lower", "probs"]  # (the layers' names, as the converter gives them)
+    # (the layers' names, as the converter gives them)
+    assert sorted(signed) == ["by_step", "lower", "probs"]
     lower, probs = signed["lower"], "probs"
     x = _x(3)
     done = record_x(path, x, tmp_path / "run", "--outputs", f"{lower},{probs}")
@@ -244,7 +253,7 @@ def test_a_tflite_files_outputs_are_what_its_interpreter_returns(lite_files, tmp
 def test_a_quantised_tflite_output_is_dequantised_by_its_scale_and_zero_point(lite_files, tmp_path):
     path = lite_files / "int8.tflite"
     signed = _signature_names(path)
-    names = sorted(signed)  # the signature's names of the lower layer's and the dense layer's
+    names = sorted(signed)  # by_step, lower, probs: the time-major one too
     codes = np.random.RandomState(2).randint(-100, 100, (3, T, FEATURES)).astype(np.int8)
     done = record_x(path, codes, tmp_path / "run", "--outputs", ",".join(names))
     assert done.returncode == 0, done.stderr
@@ -271,3 +280,110 @@ def test_a_tflite_output_that_is_not_there_is_one_line(lite_files, tmp_path):
     for name, tensor in signed.items():
         assert f"{name} ({tensor})" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+# Time-major outputs, [steps, batch, units]: a layer of the test's own transposes the logits
+
+
+def _time_major(framework: str):
+    """The layer that puts an output's steps first: [batch, steps, units] -> [steps, batch, units]."""
+    keras = keras_module(framework)
+    if framework == "keras3":
+        swap = keras.ops.transpose
+    else:
+        from tracer._tf import tf
+
+        swap = tf.transpose
+
+    class TimeMajor(keras.layers.Layer):
+        def call(self, x):
+            return swap(x, (1, 0, 2))
+
+    return TimeMajor
+
+
+def _time_major_model(framework: str, steps: int | None, batch: int | None = None):
+    """LSTM -> dense at every step -> `by_step`, the logits time-major ([steps, batch, 5]);
+    `probs` the softmax of the last step's, batch first."""
+    keras = keras_module(framework)
+    x = keras.Input((steps, FEATURES), batch_size=batch, name="x")
+    lower = keras.layers.LSTM(4, return_sequences=True, name="lower")(x)
+    logits = keras.layers.Dense(VOCAB, name="logits")(lower)
+    by_step = _time_major(framework)(name="by_step")(logits)
+    probs = keras.layers.Dense(2, activation="softmax", name="probs")(keras.layers.LSTM(3)(lower))
+    model = keras.Model(x, [by_step, probs])
+    randomise(model, seed=8)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("steps", "examples"),
+    [(None, T), (None, T + 2), (T, T + 2)],
+    ids=["steps-open-one-batch", "steps-open", "steps-fixed"],
+)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_time_major_keras_output_as_long_as_the_batch_is_recorded_example_by_example(
+    framework, steps, examples, tmp_path
+):
+    """[steps, batch, 5] recorded in batches of T, as many examples as steps (then a batch of
+    2): each example's logits are the model's own call's, transposed (was: example and step
+    swapped, silently, where the steps are as many as the batch; the steps fixed, refused)."""
+    model, x = _time_major_model(framework, steps), _x(examples)
+    tracer.record(model, x, tmp_path / "run", outputs=("by_step", "probs"), batch_size=T)
+    by_step, probs = (np.asarray(v) for v in model(x, training=False))
+    assert by_step.shape == (T, len(x), VOCAB)
+    rec = Recording(tmp_path / "run")
+    np.testing.assert_allclose(_values(rec, "by_step"), by_step.transpose(1, 0, 2), atol=1e-6)
+    np.testing.assert_allclose(_values(rec, "probs"), probs, atol=1e-6)
+    described = json.loads((tmp_path / "run" / "manifest.json").read_text())["outputs"][0]
+    assert described["sequence"] and described.get("steps") == steps
+
+
+def test_a_time_major_keras_output_of_a_fixed_batch_as_long_as_its_steps_is_one_line(tmp_path):
+    """Inputs that fix the batch at T, the steps' number too: no other batch size can be fed
+    to tell [steps, batch] from [batch, steps], so the output is refused, nothing written."""
+    model = _time_major_model("keras3", T, batch=T)
+    with pytest.raises(SelectionError) as refused:
+        tracer.record(model, _x(T), tmp_path / "run", outputs=("by_step",))
+    assert str(refused.value) == (
+        f"--outputs by_step: its first two dimensions are both {T}, the batch size the model's "
+        f"inputs fix, so which of them holds the examples cannot be told: name an output whose "
+        f"steps are not {T}, or build the model with its inputs' batch size open (keras.Input "
+        "without batch_size), which gatetrace feeds two batch sizes to tell them apart"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_time_major_tflite_output_is_recorded_example_by_example(lite_files, tmp_path):
+    """The file's interpreter runs one sequence at a time, its time-major output `by_step`
+    [T, 1, 4]: the examples' dimension is the one of that size (was: refused, its first
+    dimension not the batch). The values are the interpreter's own, transposed, bit for bit;
+    the quantised file's, dequantised, are checked above."""
+    path = lite_files / "float.tflite"
+    x = _x(3)
+    done = record_x(path, x, tmp_path / "run", "--outputs", "by_step")
+    assert done.returncode == 0, done.stderr
+    own, _ = _run_each(path, x)
+    got = _values(Recording(tmp_path / "run"), "by_step")
+    np.testing.assert_array_equal(got, own[_signature_names(path)["by_step"]])
+    described = json.loads((tmp_path / "run" / "manifest.json").read_text())["outputs"][0]
+    assert described["sequence"] and described["steps"] == T
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_telling_a_stateful_models_outputs_apart_leaves_the_state_it_carries(framework, tmp_path):
+    """--carry-state: the call that tells which dimension holds the examples (on a batch of
+    the first sequence) runs the stateful layer too; its state is put back, so the outputs
+    are those of the model's own calls in order from the state it had, batch after batch."""
+    keras = keras_module(framework)
+    x = keras.Input(batch_shape=(2, T, FEATURES), name="x")
+    gru = keras.layers.GRU(3, stateful=True, return_sequences=True, name="gru")
+    model = keras.Model(x, gru(x))
+    randomise(model, seed=5)
+    xs = _x(6)
+    own = [np.asarray(model(xs[k : k + 2], training=False)) for k in range(0, 6, 2)]
+    gru.reset_states()  # (as the model was when it was first called)
+    tracer.record(model, xs, tmp_path / "run", outputs=("gru",), carry_state=True)
+    np.testing.assert_allclose(
+        _values(Recording(tmp_path / "run"), "gru"), np.concatenate(own), atol=1e-6
+    )

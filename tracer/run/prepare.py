@@ -231,7 +231,7 @@ def prepare(
             )
             return Values(lite_plan, fetched)
 
-        described = [r.output.describe() for r in returned]
+        described = [r.told.describe() for r in returned]
         return (
             Prepared(lite_plan.cells, lite_inputs, RecordingWriter, invoke, outputs=described),
             lite_plan,
@@ -261,11 +261,13 @@ def prepare(
                 f"--carry-state: {model.source} has no stateful layer (stateful=True) whose state could be carried"
             )
         inputs = resolve_inputs(model, feeds)
+        # which dimension of each output holds the examples, told before anything is recorded
+        keras_plan.tell_outputs(inputs)
 
         def call(batch: Batch) -> Values:
             return Values(keras_plan, keras_plan.fetch(batch.feeds))
 
-        described = [r.output.describe() for r in returned]
+        described = [r.told.describe() for r in keras_plan.returned]
         prepared = Prepared(layers, inputs, RecordingWriter, call, outputs=described)
         return prepared, keras_plan, lambda: None
     cells = cells_of(model, chosen, Cell)

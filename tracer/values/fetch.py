@@ -167,11 +167,13 @@ class FetchPlan:
         `output` can give them."""
         if self.outputs:
             fetched = [self._names[slot] for slot in self._output_slots]
-            seen = watch(session, self.outputs, fetched, feed_dict, timeout)
-            graph = self.tensors[0].graph
+            seen = watch(
+                self.outputs, feed_dict, lambda feeds: running.run(session, fetched, feeds, timeout)
+            )
+            tensors = [self.tensors[0].graph.get_tensor_by_name(t) for t in fetched]
             self.told = tuple(
-                tell(name, graph.get_tensor_by_name(t), seen, k)
-                for k, (name, t) in enumerate(zip(self.outputs, fetched, strict=True))
+                tell(name, t.shape.as_list(), t.dtype.name, seen, k)
+                for k, (name, t) in enumerate(zip(self.outputs, tensors, strict=True))
             )
         return self.told
 

@@ -30,9 +30,10 @@ from tracer.inputs.files import feed_arg
 from tracer.load.keras import KerasInput, KerasModel, to_numpy
 from tracer.load.tflite import LiteModel
 from tracer.values.conv import channels_last, replay_conv
+from tracer.values.outputs import watch
 from tracer.values.replay import Replayed, activation_of, check, replay
 from tracer.values.replayed import ReplayedPlan, Result, Results
-from tracer.values.returned import Returned, keras_values
+from tracer.values.returned import Returned, keras_told, keras_values
 
 __all__ = ["KerasPlan", "resolve_inputs"]
 
@@ -432,7 +433,8 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     of a batch continues row k of the batch before (Keras' stateful semantics).
 
     `outputs` (`--outputs`, `tracer.values.returned`) are taken from what the same call
-    returned: with holds, the held model's.
+    returned: with holds, the held model's; `tell_outputs` tells, before anything is
+    recorded, which dimension of each holds the examples.
     """
 
     def __init__(
@@ -489,12 +491,11 @@ class KerasPlan(ReplayedPlan[KerasCell]):
     def fetch(self, batch: Mapping[KerasInput, np.ndarray]) -> Results:
         """Call the model once on `batch` and replay every cell; one `Result` per cell, and
         what the call returned for each output asked for."""
-        arrays = [np.asarray(batch[i]) for i in self.model.inputs]
         if not self.carry_state:
             for layer in self.stateful:
                 layer.reset_states()
         with _capture(self._run, self._held) as seen:
-            returned = self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
+            returned = self._call(batch)
         missing = sorted(({_layer_name(c) for c in self._run} | self._held.keys()) - seen.keys())
         if missing:
             raise GraphPatternError(
@@ -507,6 +508,33 @@ class KerasPlan(ReplayedPlan[KerasCell]):
             below = results[c.name].replayed.outputs
         outputs = keras_values(self.model, returned, self.returned)  # (held, where a layer is)
         return Results([results[c.name] for c in self.cells], outputs)
+
+    def _call(self, batch: Mapping[KerasInput, Any]) -> Any:
+        """What the model's call on `batch` returns."""
+        arrays = [np.asarray(batch[i]) for i in self.model.inputs]
+        return self.model.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
+
+    def tell_outputs(self, feeds: Mapping[KerasInput, Any]) -> None:
+        """Tell which dimension of each output holds the examples and which the steps
+        (`tracer.values.returned.keras_told`), before anything is recorded: the model called
+        on the first of `feeds`' sequences twice and three times over (once, on the batch its
+        inputs fix: `tracer.values.outputs.watch`), its stateful layers' states put back as
+        they were, so that `carry_state` carries what it would have."""
+        if not self.returned:
+            return
+        kept = [
+            (v, to_numpy(v)) for layer in self.stateful for v in layer.states or [] if v is not None
+        ]
+        try:
+            seen = watch(
+                self.outputs,
+                feeds,
+                lambda batch: keras_values(self.model, self._call(batch), self.returned),
+            )
+        finally:
+            for v, value in kept:
+                v.assign(value)
+        self.returned = tuple(keras_told(self.model, self.returned, seen, bool(self.stateful)))
 
     def _replay(self, cell: KerasCell, seen: _Seen, below: np.ndarray | None) -> Result:
         """One cell replayed over what its layer received; a cell of a stack past the first

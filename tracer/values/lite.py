@@ -21,7 +21,7 @@ own from the state the file starts it from. Then, for each cell:
 
 Either way the gates are recorded only where they reproduce what the interpreter computed.
 The main subgraph's outputs `--outputs` names (`tracer.values.returned`) are read from the
-same run, each invocation's rows in turn.
+same run, each invocation's examples in turn (along the dimension that holds them).
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ class LitePlan(ReplayedPlan[LiteCell]):
                 )
                 for c in self.cells
             ],
-            [np.concatenate(v) for v in returned],
+            [
+                np.concatenate(v, axis=r.told.batch)
+                for v, r in zip(returned, self.returned, strict=True)
+            ],
         )
 
     def _run(
@@ -116,8 +119,10 @@ class LitePlan(ReplayedPlan[LiteCell]):
                     a = np.concatenate([a, np.zeros((per - real, *a.shape[1:]), a.dtype)])
                 it.set_tensor(index, np.ascontiguousarray(a, it.get_tensor(index).dtype))
             self.model.invoke(it)
-            for kept, output in zip(returned, self.returned, strict=True):
-                kept.append(np.asarray(it.get_tensor(output.index))[:real])
+            for kept, output in zip(returned, self.returned, strict=True):  # the real rows
+                kept.append(
+                    np.asarray(it.get_tensor(output.index)).take(range(real), output.told.batch)
+                )
             for c in self.cells:
                 got = seen[c.name]
                 if c.body is not None:  # a WHILE loop's cell: its body, an iteration at a time

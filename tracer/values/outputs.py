@@ -6,26 +6,28 @@ batch, units] (time-major). Its sizes alone cannot say which: steps as many as t
 examples fed look the same either way. `watch` runs the outputs on two batch sizes (the
 first fed sequence twice, then three times) and `tell` takes as the examples' dimension
 the one that follows the number fed, refusing, in one line, an output with none or with
-two. A placeholder that fixes the batch size can be fed no other: its outputs are run on
-one batch, and the one dimension of that size is the examples' (two such: refused).
-`Output.rows` then gives a batch's values as [examples, steps, units] float32, checked
-against what was told.
+two. An input that fixes the batch size can be fed no other: its outputs are run on one
+batch, and the one dimension of that size is the examples' (two such: refused, but for a
+batch of one example, whose one step reads the same either way). `Output.rows` then gives
+a batch's values as [examples, steps, units] float32, checked against what was told.
+
+`watch` runs whatever it is given: a graph's session (`tracer.values.fetch`), a Keras
+model's call (`tracer.values.keras`); a TensorFlow Lite file, which gatetrace runs only at
+the batch it allocates, is told from that batch's shapes (`tracer.values.returned`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from recorders.errors import SelectionError
-from tracer._tf import tf, v1
 from tracer.inputs.feeds import batches, count_sequences, fixed_size
-from tracer.values import running
 
-__all__ = ["Output", "Seen", "watch", "tell"]
+__all__ = ["Output", "Seen", "Fixing", "PLACEHOLDERS", "watch", "tell"]
 
 WATCHED = (2, 3)  # the batch sizes an output is run on to tell its examples' dimension
 
@@ -95,16 +97,14 @@ class Output:
 
 
 def watch(
-    session: v1.Session,
     names: Sequence[str],
-    tensors: Sequence[str],
-    feed_dict: Mapping[tf.Tensor, Any],
-    timeout: float | None = None,
+    feed_dict: Mapping[Any, Any],
+    run: Callable[[dict[Any, Any]], Sequence[Any]],
 ) -> list[Seen]:
-    """Run the output `tensors` (named `names` to the user) on the first fed sequence, twice
-    and three times over (`WATCHED`); where a placeholder fixes the batch size, once on a
-    batch of that size; where no sequence is fed, once on the empty batch. SelectionError
-    where nothing fed has rows to count examples by."""
+    """Run the outputs (named `names` to the user; `run` gives their values on a batch of
+    feeds) on the first fed sequence, twice and three times over (`WATCHED`); where an input
+    fixes the batch size, once on a batch of that size; where no sequence is fed, once on the
+    empty batch. SelectionError where nothing fed has rows to count examples by."""
     n = count_sequences(feed_dict)
     if n is None:
         raise SelectionError(
@@ -124,22 +124,49 @@ def watch(
     seen = []
     for feeds in fed:
         examples = max(len(v) for v in feeds.values() if np.ndim(v))
-        got = running.run(session, list(tensors), feeds, timeout)
+        got = run(feeds)
         seen.append(Seen(examples, tuple(tuple(np.shape(v)) for v in got)))
     return seen
 
 
-def tell(name: str, tensor: tf.Tensor, seen: Sequence[Seen], k: int) -> Output:
-    """Output number `k` of `seen`, the tensor `tensor` (named `name` to the user): the
-    dimension that followed the examples fed in every run is the examples' (of the first
-    two, for a sequence), the other the steps'. SelectionError, one line, where none did or
-    (a sequence) both did."""
-    rank = tensor.shape.rank
+@dataclass(frozen=True)
+class Fixing:
+    """How a refusal names what fixes the batch size (`what`, as in "the batch size the
+    model's placeholders fix") and what else works (`instead`: None where only another
+    output does)."""
+
+    what: str
+    instead: str | None = None
+
+
+PLACEHOLDERS = Fixing(
+    "the model's placeholders fix",
+    "save the model with its placeholders' batch dimension open (None), which gatetrace feeds "
+    "two batch sizes to tell them apart",
+)
+
+
+def tell(
+    name: str,
+    shape: Sequence[int | None],
+    dtype: str,
+    seen: Sequence[Seen],
+    k: int,
+    fixing: Fixing = PLACEHOLDERS,
+) -> Output:
+    """Output number `k` of `seen`, of the static `shape` and `dtype` (named `name` to the
+    user): the dimension that followed the examples fed in every run is the examples' (of the
+    first two, for a sequence), the other the steps'. SelectionError, one line, where none
+    did or (a sequence) both did; where the batch size was fixed (`fixing` says by what),
+    both may be only where it was one example, of one step either way."""
+    rank = len(shape)
     shapes = [(s.examples, s.shapes[k]) for s in seen]
     candidates = (0, 1) if rank == 3 else (0,)
     follow = [a for a in candidates if all(shape[a] == n for n, shape in shapes)]
     varied = len({n for n, _ in shapes}) > 1
-    ran = "its shape is " + " and ".join(f"{list(shape)} for {n} examples" for n, shape in shapes)
+    ran = "its shape is " + " and ".join(
+        f"{list(shape)} for {n} example{'' if n == 1 else 's'}" for n, shape in shapes
+    )
     if not follow and rank != 3:
         raise SelectionError(
             f"--outputs {name}: its first dimension is not the number of examples ({ran}): "
@@ -155,21 +182,21 @@ def tell(name: str, tensor: tf.Tensor, seen: Sequence[Seen], k: int) -> Output:
             f"--outputs {name}: both its first and its second dimension are the number of examples "
             f"({ran}): name an output with one dimension of examples"
         )
-    if len(follow) > 1:
+    if len(follow) > 1 and shapes[0][0] != 1:
         fixed = shapes[0][0]
+        instead = f", or {fixing.instead}" if fixing.instead else ""
         raise SelectionError(
-            f"--outputs {name}: its first two dimensions are both {fixed}, the batch size the model's "
-            "placeholders fix, so which of them holds the examples cannot be told: name an output "
-            f"whose steps are not {fixed}, or save the model with its placeholders' batch "
-            "dimension open (None), which gatetrace feeds two batch sizes to tell them apart"
+            f"--outputs {name}: its first two dimensions are both {fixed}, the batch size {fixing.what}, "
+            f"so which of them holds the examples cannot be told: name an output whose steps are "
+            f"not {fixed}{instead}"
         )
     batch = follow[0]
     steps = None if rank != 3 else 1 - batch
-    length = None if steps is None else tensor.shape[steps]
+    length = None if steps is None else shape[steps]
     return Output(
         name,
-        units=int(tensor.shape[-1]) if rank > 1 else 1,
-        dtype=tensor.dtype.name,
+        units=int(last) if rank > 1 and (last := shape[-1]) is not None else 1,
+        dtype=dtype,
         batch=batch,
         steps=steps,
         length=None if length is None else int(length),

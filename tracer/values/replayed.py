@@ -74,7 +74,7 @@ class ReplayedPlan(Generic[_Cell]):
         and whether they run along the cells' steps: as many as every cell ran. Those are cut
         as the cells' are: the window of steps keeps the same positions, and the sequences'
         lengths apply to them."""
-        told = self.returned[k].output
+        told = self.returned[k].told
         length = told.step_count(self._returned(values, k))
         along = told.steps is not None and length > 1
         along = along and all(r.replayed.preactivation.shape[1] == length for r in values)
@@ -84,9 +84,10 @@ class ReplayedPlan(Generic[_Cell]):
     def output(self, values: Sequence[Result], k: int, rows: slice = slice(None)) -> np.ndarray:
         """Output number `k` for the examples `rows`: [examples, steps, units] float32 (one
         step where it is not a sequence), the steps `output_steps` gives. SelectionError
-        where it does not hold a batch's examples first, or holds what float32 cannot."""
+        where it does not hold a batch's examples where they were told, or holds what float32
+        cannot."""
         returned = self.returned[k]
-        value = returned.output.rows(
+        value = returned.told.rows(
             returned.take(self._returned(values, k)), self.batch_of(values), rows
         )
         positions, along = self.output_steps(values, k)

@@ -8,16 +8,22 @@ with `--hold`, the held model's, whose layers after a held one read its replay. 
 TensorFlow Lite file's outputs are its main subgraph's output tensors, named by its
 signature or by the tensors' own names; their values are what its interpreter
 (`tracer.values.lite.LitePlan`) left in them, a quantised one dequantised by its scale and
-zero point (`(code - zero point) * scale`, as the manifest's `dtype` says). Either is
-[batch], [batch, units] or [batch, steps, units], the examples first, as Keras and the
-converter keep them; `tracer.values.outputs.Output` gives a batch's values as the recording
-stores them.
+zero point (`(code - zero point) * scale`, as the manifest's `dtype` says).
+
+Either is [batch], [batch, units], or a sequence, [batch, steps, units] or time-major [steps,
+batch, units], told apart as a graph's are (`tracer.values.outputs.tell`) before anything is
+recorded: a Keras model's by its call on the first fed sequence twice and three times over
+(`keras_told`, which `tracer.values.keras.KerasPlan.tell_outputs` calls; once where its
+inputs fix the batch size), a TensorFlow Lite file's by the shapes its interpreter allocates
+for the batch it runs, the only one gatetrace runs it at (`lite_outputs`: an output whose
+first two dimensions are both that batch, past one, is refused). `tracer.values.outputs.Output`
+then gives a batch's values as the recording stores them, example by example.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,23 +33,33 @@ from recorders.write.schema import MAX_UNITS
 from tracer._tf import tf
 from tracer.load.keras import KerasModel, to_numpy
 from tracer.load.tflite import LiteModel, tensor_name
-from tracer.values.outputs import Output
+from tracer.values.outputs import Fixing, Output, Seen, tell
 
-__all__ = ["Returned", "keras_outputs", "lite_outputs", "keras_values"]
+__all__ = ["Returned", "keras_outputs", "keras_told", "lite_outputs", "keras_values"]
 
 
 @dataclass(frozen=True)
 class Returned:
     """One output `--outputs` named: the name given, where the model returns it (`index`:
     its place among a Keras model's flattened outputs, or a TensorFlow Lite tensor's
-    number), what the recording stores (`output`), and a quantised tensor's `scale` and
-    `zero_point` (None: not quantised)."""
+    number), what the recording stores (`output`: None until which dimension holds the
+    examples is told, `keras_told`), and a quantised tensor's `scale` and `zero_point`
+    (None: not quantised)."""
 
     name: str
     index: int
-    output: Output
+    output: Output | None = None
     scale: float | None = None
     zero_point: int = 0
+
+    @property
+    def told(self) -> Output:
+        """`output`, told; RuntimeError where it was not."""
+        if self.output is None:
+            raise RuntimeError(
+                f"output {self.name}: which dimension holds the examples was not told"
+            )
+        return self.output
 
     def take(self, value: Any) -> np.ndarray:
         """What the model returned, as numbers: a quantised tensor's codes dequantised, in
@@ -58,8 +74,9 @@ class Returned:
 
 def keras_outputs(model: KerasModel, names: Sequence[str]) -> list[Returned]:
     """The outputs of a Keras model `names` names (each as Keras lists it, or a key of the
-    dict the model returns), checked: numbers, [batch], [batch, units] or [batch, steps,
-    units], the units known. SelectionError, one line, naming the outputs it has otherwise."""
+    dict the model returns), checked: numbers, [batch], [batch, units] or a sequence of
+    units, the units known; which dimension holds the examples told later (`keras_told`).
+    SelectionError, one line, naming the outputs it has otherwise."""
     tensors = list(model.model.outputs or [])
     listed = getattr(model.model, "output_names", None)
     own = (
@@ -93,16 +110,41 @@ def keras_outputs(model: KerasModel, names: Sequence[str]) -> list[Returned]:
         shape = tf.TensorShape(tensor.shape)
         dtype = tf.as_dtype(tensor.dtype)
         _check(name, model.source, shape.as_list() if shape.rank is not None else None, dtype.name)
-        first = shape[0] if shape.rank else None
+        # the dimensions that may hold the examples: the first, or a sequence's first two
+        lead = shape.as_list()[: 2 if shape.rank == 3 else 1]
         fixed = {i.shape[0] for i in model.inputs if i.shape.rank}
-        if first is not None and first not in fixed:
+        if not any(d is None or d in fixed for d in lead):
+            said = "first dimension is" if len(lead) == 1 else "first two dimensions are"
             raise SelectionError(
-                f"--outputs {name}: its first dimension is {first}, which is no input's batch: name an "
-                "output whose rows are the examples"
+                f"--outputs {name}: its {said} {' and '.join(str(d) for d in lead)}, which is no "
+                "input's batch: name an output whose rows are the examples"
             )
-        found.append(Returned(name, k, _output(name, shape.as_list(), dtype.name)))
+        found.append(Returned(name, k))
     _once(found)
     return found
+
+
+def keras_told(
+    model: KerasModel, outputs: Sequence[Returned], seen: Sequence[Seen], stateful: bool
+) -> list[Returned]:
+    """`outputs` of a Keras model, each with which of its dimensions holds the examples told
+    from the shapes `seen` of its call on other batch sizes (`tracer.values.outputs.watch`,
+    `tell`). SelectionError, one line, where that cannot be told; a model with `stateful`
+    layers, whose batch they fix, is not told to leave its batch size open."""
+    reopen = (
+        None
+        if stateful
+        else "build the model with its inputs' batch size open (keras.Input without batch_size), "
+        "which gatetrace feeds two batch sizes to tell them apart"
+    )
+    fixing = Fixing("the model's inputs fix", reopen)
+    told = []
+    for k, r in enumerate(outputs):
+        tensor = model.model.outputs[r.index]
+        shape = tf.TensorShape(tensor.shape).as_list()
+        output = tell(r.name, shape, tf.as_dtype(tensor.dtype).name, seen, k, fixing)
+        told.append(replace(r, output=output))
+    return told
 
 
 def keras_values(model: KerasModel, returned: Any, outputs: Sequence[Returned]) -> list[Any]:
@@ -121,8 +163,11 @@ def keras_values(model: KerasModel, returned: Any, outputs: Sequence[Returned]) 
 def lite_outputs(model: LiteModel, names: Sequence[str]) -> list[Returned]:
     """The output tensors of a TensorFlow Lite file's main subgraph `names` names (each by
     its signature's name or its tensor's own name), checked: numbers, [batch], [batch,
-    units] or [batch, steps, units], the batch first, quantised (if at all) by one scale.
-    SelectionError, one line, naming the outputs it has otherwise."""
+    units] or a sequence of units, quantised (if at all) by one scale; which dimension holds
+    the examples told from the shapes the file allocates for the batch its interpreter runs
+    (`LiteModel.batch`, the only one gatetrace runs it at): the one of that size (a
+    sequence's first two both that batch, past one: refused). SelectionError, one line,
+    naming the outputs it has otherwise."""
     main = model.main
     indices = [int(t) for t in (main.outputs if main.outputs is not None else [])]
     signed: dict[int, str] = {}
@@ -162,18 +207,6 @@ def lite_outputs(model: LiteModel, names: Sequence[str]) -> list[Returned]:
         shape = [int(d) for d in t.shape] if t.shape is not None else []
         dtype = types.get(t.type, str(t.type))
         _check(name, model.source, shape, dtype)
-        batch = model.batch
-        if shape[0] != batch:
-            raise SelectionError(
-                f"--outputs {name}: its first dimension is {shape[0]}, not the {batch} sequence"
-                f"{'s' if batch != 1 else ''} the file's interpreter runs at a time: name an output "
-                "whose rows are the examples"
-            )
-        if len(shape) == 3 and batch > 1 and shape[1] == batch:
-            raise SelectionError(
-                f"--outputs {name}: its first two dimensions are both {batch}, the batch the file "
-                "fixes, so which of them holds the examples cannot be told: name another output"
-            )
         scales, zero = _quantisation(t)
         if len(scales) > 1:
             raise SelectionError(
@@ -181,16 +214,26 @@ def lite_outputs(model: LiteModel, names: Sequence[str]) -> list[Returned]:
                 f"{t.quantization.quantizedDimension}; gatetrace dequantises outputs of one scale: "
                 "name another output, or convert the model with float outputs"
             )
-        if scales:
-            described = (
-                f"float32 dequantised from {dtype} (scale {scales[0]!r}, zero point {zero[0]})"
-            )
-            out = _output(name, [None, *shape[1:]], described)
-            found.append(Returned(name, i, out, scales[0], zero[0]))
-        else:
-            found.append(Returned(name, i, _output(name, [None, *shape[1:]], dtype)))
+        described = (
+            f"float32 dequantised from {dtype} (scale {scales[0]!r}, zero point {zero[0]})"
+            if scales
+            else dtype
+        )
+        # the shape the interpreter gives a batch of the file's: told as a graph's of one fixed batch
+        allocated = [Seen(model.batch, (tuple(shape),))]
+        out = tell(name, shape, described, allocated, 0, _LITE)
+        found.append(
+            Returned(name, i, out, scales[0], zero[0]) if scales else Returned(name, i, out)
+        )
     _once(found)
     return found
+
+
+# a TensorFlow Lite file's batch, which gatetrace never resizes: its interpreter's
+_LITE = Fixing(
+    "the file fixes for its interpreter",
+    "convert the model with a batch of 1, which its interpreter then runs a sequence at a time",
+)
 
 
 def _quantisation(t: Any) -> tuple[list[float], list[int]]:
@@ -219,20 +262,6 @@ def _check(name: str, source: str, shape: Sequence[int | None] | None, dtype: st
         raise SelectionError(
             f"--outputs {name}: it has {units:,} units; a recording holds at most {MAX_UNITS:,} an output"
         )
-
-
-def _output(name: str, shape: Sequence[int | None], dtype: str) -> Output:
-    """What the recording stores of an output of `shape` (its examples first)."""
-    rank = len(shape)
-    length = shape[1] if rank == 3 else None
-    return Output(
-        name,
-        units=int(shape[-1] or 1) if rank > 1 else 1,
-        dtype=dtype,
-        batch=0,
-        steps=1 if rank == 3 else None,
-        length=None if length is None else int(length),
-    )
 
 
 def _once(found: Sequence[Returned]) -> None:
