@@ -7,12 +7,12 @@ finds and fetches the steps as unrolled ones.
 
 The oracle is TensorFlow's own run of the original graph, never the rewritten one (in a
 session made as gatetrace makes its own, Grappler's remapper off: it fuses ops, which changes
-the last bits of a GRU's state, `tracer.load.loaded.FETCHING`): the gate
-ops (each step's `Split`, and a GRU's `Sigmoid` and candidate `Tanh`, in the order TensorFlow
-made them) fetched from the original control-flow-v1 graph (a v2 model's twin: the same
-cells and weights drawn with control flow v1, where they can be fetched; its outputs are
-checked to be the v2 model's, bit for bit), the model's outputs at every position and its
-final states fetched from the original model itself.
+the last bits of a GRU's state, `tracer.load.loaded.FETCHING`): the gate ops (each step's
+`Split`, and a GRU's `Sigmoid` and candidate `Tanh`, in the order TensorFlow made them)
+fetched from the original control-flow-v1 graph (for a v2 model, its twin: the same cells and
+weights drawn with control flow v1, where they can be fetched, whose outputs are checked to be
+the v2 model's bit for bit), and the model's outputs at every position and its final states,
+fetched from the original model itself.
 
 Past a sequence's length the cell still runs in TensorFlow at every step below the batch's
 longest length (on the state copied through, its result thrown away) and not at all past

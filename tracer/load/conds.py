@@ -167,9 +167,12 @@ def _inline(node, branch: str, library: dict, scratch: tf.Graph) -> tuple[list, 
     return nodes, outputs
 
 
-def _straighten_if(graph_def, node, library: dict, taken: set[str], scratch: tf.Graph) -> bool:
+def _straighten_if(
+    graph_def, node, library: dict, taken: set[str], readers: dict, scratch: tf.Graph
+) -> bool:
     """Replace the If op `node` by its two branches and a select per output (see the module
-    docstring); False where it is left as it is."""
+    docstring); False where it is left as it is. `taken` holds the graph's node names,
+    `readers` the nodes reading each If op (both kept up to date)."""
     names = [node.attr[b].func.name for b in ("then_branch", "else_branch")]
     if tf.variant.as_datatype_enum in node.attr["Tin"].list.type:
         return False  # (a gradient's conditional, reading the intermediates its forward one kept)
@@ -195,6 +198,10 @@ def _straighten_if(graph_def, node, library: dict, taken: set[str], scratch: tf.
         return False  # (a name the graph has: left as it is)
     graph_def.node.extend(added)
     taken.update(n.name for n in added)
+    for new in graph_def.node[len(graph_def.node) - len(added) :]:
+        for ref in new.input:
+            if _name(ref) in readers:
+                readers[_name(ref)].append(new)
     if len(selects) == len(types):  # the op's readers read the selects, by the op's name
         node.ClearField("attr")
         node.op = "IdentityN"
@@ -203,7 +210,7 @@ def _straighten_if(graph_def, node, library: dict, taken: set[str], scratch: tf.
         node.attr["T"].list.type.extend(types)
         return True
     # the op stays for what a select cannot hold; the rest read the selects
-    for other in graph_def.node:
+    for other in readers[node.name]:
         for j, ref in enumerate(other.input):
             if not ref.startswith("^") and _name(ref) == node.name and _port(ref) in selects:
                 other.input[j] = selects[_port(ref)]
@@ -222,9 +229,16 @@ def _straighten_v2(graph_def) -> int:
     for _ in range(64):  # each round reaches the conditionals one level further in
         nodes = {n.name: n for n in graph_def.node}
         taken = set(nodes)
-        ifs = [n for n in list(graph_def.node) if n.op in _IFS]
-        found = [n for n in ifs if _is_step_predicate(nodes, n.input[0])]
-        changed = sum(_straighten_if(graph_def, n, library, taken, scratch) for n in found)
+        ifs = [n.name for n in graph_def.node if n.op in _IFS]
+        readers: dict[str, list] = {name: [] for name in ifs}
+        for n in graph_def.node:
+            for ref in n.input:
+                if _name(ref) in readers:
+                    readers[_name(ref)].append(n)
+        found = [name for name in ifs if _is_step_predicate(nodes, nodes[name].input[0])]
+        changed = 0
+        for name in found:  # (in the order made: a step's reader is a later step)
+            changed += _straighten_if(graph_def, nodes[name], library, taken, readers, scratch)
         done += changed
         if not changed:
             break
@@ -234,9 +248,10 @@ def _straighten_v2(graph_def) -> int:
 # -- control flow v1: Switch and Merge -----------------------------------------------------
 
 
-def _straighten_cond(graph_def, nodes: dict, pred_id, read: set[str]) -> bool:
+def _straighten_cond(nodes: dict, pred_id, merges: list, read: set[str]) -> bool:
     """Draw the v1 conditional of `pred_id` (`<cond>/pred_id`, the Identity of its predicate)
-    straight (see the module docstring); False where it is left as it is."""
+    straight (see the module docstring), whose `Merge`s are `merges` (`<cond>/Merge`,
+    `<cond>/Merge_1`, ...); False where it is left as it is."""
     scope = pred_id.name.removesuffix("/pred_id")
     predicate = pred_id.input[0]
 
@@ -250,11 +265,6 @@ def _straighten_cond(graph_def, nodes: dict, pred_id, read: set[str]) -> bool:
             return node.input[0]
         return None
 
-    merges = [
-        n
-        for name, n in nodes.items()
-        if re.fullmatch(re.escape(scope) + r"/Merge(_\d+)?", name) and n.op == "Merge"
-    ]
     if not merges or any(f"{m.name}:1" in read for m in merges):
         return False
     region: dict[str, Any] = {}
@@ -322,9 +332,15 @@ def _straighten_cond(graph_def, nodes: dict, pred_id, read: set[str]) -> bool:
 
 
 def _straighten_v1(graph_def) -> int:
+    """Every v1 conditional of `_rnn_step` drawn straight."""
     nodes = {n.name: n for n in graph_def.node}
     switched = {_name(n.input[1]) for n in graph_def.node if n.op == "Switch" and len(n.input) > 1}
     read = {i for n in graph_def.node for i in n.input}
+    merges: dict[str, list] = {}  # by the scope of their conditional
+    for n in graph_def.node:
+        scope = re.fullmatch(r"(.+)/Merge(_\d+)?", n.name)
+        if n.op == "Merge" and scope:
+            merges.setdefault(scope.group(1), []).append(n)
     done = 0
     for name in sorted(switched):
         pred_id = nodes.get(name)
@@ -334,7 +350,8 @@ def _straighten_v1(graph_def) -> int:
             and name.endswith("/pred_id")
             and _is_step_predicate(nodes, pred_id.input[0])
         ):
-            done += _straighten_cond(graph_def, nodes, pred_id, read)
+            scope = name.removesuffix("/pred_id")
+            done += _straighten_cond(nodes, pred_id, merges.get(scope, []), read)
     return done
 
 
