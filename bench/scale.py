@@ -14,7 +14,8 @@ MultiRNNCell of BasicLSTMCell(256), T=50, batches of 256). 9,984 sequences give
    writes them: `O_DIRECT`, its threads): the record against max(forward, disk floor).
 2. The view: a `gatetrace view --labels` process started fresh each round; the time from its
    start to its first answer, then each endpoint's answer (the overview, a heatmap, a unit, a
-   select, a match over all examples, a unit beside the labels, the ranked units once scored);
+   select, a match's first answer (it scans for under a second), a unit beside the labels, the
+   ranked units while they are scored and once scored);
    the files the process opened (`/proc/PID/io` syscalls are not files: the count is of
    `openat` calls on part files, read from strace where installed).
 3. `gatetrace units --labels` and `gatetrace compare` on two recordings of
@@ -136,8 +137,12 @@ def view_round(python: str, recording: Path, labels: Path, cell: str) -> dict:
         }
         for name, (path, params) in asks.items():
             times[name], _ = get(path, params)
-        # the units panel: the first answer waits for the scores (begun at the view's start)
-        get("/api/ranked")
+        # the units panel: while the units are scored (begun at the view's start) it answers
+        # how far the scoring is, asked again until it is done
+        times["ranked_while_scoring"], body = get("/api/ranked")
+        while not json.loads(body)["done"]:
+            time.sleep(0.1)
+            _, body = get("/api/ranked")
         times["units_scored_after_start"] = time.perf_counter() - started
         times["ranked"], _ = get("/api/ranked", {"k": 50})
         return {"times": times, "overview": json.loads(overview)}

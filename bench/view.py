@@ -10,12 +10,14 @@ the gate"), and a third time for a comparison; labels each sequence at random (f
 ranked against labels). Then asks the view's server (`recorders.view.server.make_app`, in
 process, through Starlette's test client: the server's answer, without a browser's drawing),
 a fresh app each round (nothing cached), for every endpoint: the overview, a heatmap of one
-sequence, a unit's time course and top positions, a select, a match over all examples of one
-cell, one unit's course beside the labels, the comparison, the units ranked against the labels
-(once scored: the view scores them in the background from its start) and the parts of one
-gate at one step. Also times what `gatetrace view --compare` does before it serves (comparing
-the two recordings) and how long after the view's start the units are scored. Medians of `--rounds`; the target: every answer
-under 1 s. Prints the figures with the processor and writes bench/view_results.json.
+sequence, a unit's time course and top positions, a select, a match (its first answer, which
+scans for at most `recorders.view.data.MATCH_SECONDS`, and how many sequences it scanned), one unit's course beside
+the labels, the comparison, the units ranked against the labels (the answer while they are
+scored, and once scored: the view scores them in the background from its start) and the parts
+of one gate at one step. Also times what `gatetrace view --compare` does before it serves
+(comparing the two recordings), how long after the view's start the units are scored, and a
+match gone on from answer to answer over every sequence. Medians of `--rounds`; the target:
+every answer under 1 s. Prints the figures with the processor and writes bench/view_results.json.
 
 With `--recording DIR`, an existing recording instead (made by `gatetrace record`, of any size:
 its part files are counted, nothing is recorded): the same endpoints on its first cell's forget
@@ -136,9 +138,12 @@ def measure(out, labels_file, other, parted, rounds: int) -> dict:
     times: dict[str, list[float]] = {
         "overview": [],
         **{k: [] for k in asks},
+        "ranked_while_scoring": [],
         "ranked": [],
         "units_scored_after": [],
+        "match_every_sequence": [],
     }
+    scanned: list[int] = []  # the sequences the first answer of a match scanned
     if other is not None:
         times["compare_before_serving"] = []
     parts = parted if parted is not None else (out if rec.has_parts() else None)
@@ -166,14 +171,31 @@ def measure(out, labels_file, other, parted, rounds: int) -> dict:
             response = client.get(f"/api/{path}", params=params)
             times[name].append(time.perf_counter() - begun)
             assert response.status_code == 200, response.text
-        # the units panel: the first answer waits for the scores (from the view's start), then
-        # a panel of another length answers from them
-        assert client.get("/api/ranked").status_code == 200
+            if name == "match":
+                scanned.append(response.json()["scanned"])
+        # the units panel: while the units are scored (from the view's start) it answers how far
+        # the scoring is, asked again until it is done; then a panel of another length answers
+        # from the scores
+        begun = time.perf_counter()
+        response = client.get("/api/ranked")
+        times["ranked_while_scoring"].append(time.perf_counter() - begun)
+        while response.status_code == 200 and not response.json()["done"]:
+            time.sleep(0.05)
+            response = client.get("/api/ranked")
+        assert response.status_code == 200, response.text
         times["units_scored_after"].append(time.perf_counter() - opened)
         begun = time.perf_counter()
         response = client.get("/api/ranked", params={"k": 50})
         times["ranked"].append(time.perf_counter() - begun)
         assert response.status_code == 200, response.text
+        # the match gone on from each answer's `next` to the last sequence, as the page does
+        begun, at = time.perf_counter(), 0
+        while at is not None:
+            params = {**asks["match"][1], "k": 1000, "from": at}
+            response = client.get("/api/match", params=params)
+            assert response.status_code == 200, response.text
+            at = response.json()["next"]
+        times["match_every_sequence"].append(time.perf_counter() - begun)
         if parts is not None:
             with_parts = TestClient(make_app(Recording(parts)), base_url="http://127.0.0.1")
             begun = time.perf_counter()
@@ -182,7 +204,7 @@ def measure(out, labels_file, other, parted, rounds: int) -> dict:
             )
             times["parts"].append(time.perf_counter() - begun)
             assert response.status_code == 200, response.text
-    waits = ("compare_before_serving", "units_scored_after")
+    waits = ("compare_before_serving", "units_scored_after", "match_every_sequence")
     answers = [k for k in times if k not in waits]
     return {
         "processor": _cpu_name(),
@@ -192,6 +214,8 @@ def measure(out, labels_file, other, parted, rounds: int) -> dict:
         "part_files": sum(1 for _ in Path(out).rglob("part-*.parquet")),
         "asked": {"cell": cell, "gate": gate, "unit": unit, "example": example},
         "median_seconds": {k: round(statistics.median(v), 3) for k, v in times.items()},
+        # the sequences the first answer of the match scanned (of all the recording holds)
+        "match_scanned": {"median": statistics.median(scanned), "of": complete},
         "targets_seconds": {k: TARGET for k in answers},
     }
 

@@ -684,9 +684,19 @@ class Recording:
                 found = [Tops.merge(found)]
         return Tops.merge(found) if found else None
 
-    def blocks(self, table: str, cell: str, label: str, column: str) -> Iterator[Block]:
+    def blocks(
+        self, table: str, cell: str, label: str, column: str, examples: Range | None = None
+    ) -> Iterator[Block]:
         """`gate_blocks` of either table: a gate's `column` (preactivation, activation, ...) or
-        a state's `value`; a state's width is the cell's units (`c`) or its output size (`h`)."""
+        a state's `value`; a state's width is the cell's units (`c`) or its output size (`h`).
+
+        With `examples` ([start, stop), None: open), in example order, from the part files
+        whose names leave them some of those examples (`CheckedFiles.overlapping`: one scan
+        goes on from where another stopped without opening the files before), only their row
+        groups that hold some (a block may still hold examples outside the range). Each
+        block's examples come after every example of the blocks before it, as gatetrace
+        writes them: else the file is named in one line; a file of another name, which may
+        hold any example, is refused in one line."""
         self._values("blocks")
         self.cell(cell)
         labels = self._labels(table, cell)
@@ -695,8 +705,35 @@ class Recording:
                 f"{TABLES[table]} {label!r} of {cell}: expected one of {', '.join(labels)}"
             )
         units = self.width(table, cell, label)
-        for rel in self._checked.files(table).get((cell, label), []):
-            yield from file_blocks(self._checked, table, cell, rel, column, units)
+        files = self._checked.files(table).get((cell, label), [])
+        if examples is None:
+            for rel in files:
+                yield from file_blocks(self._checked, table, cell, rel, column, units)
+            return
+        named = []
+        for rel in files:
+            span = self._checked.span(rel)
+            if span is None:
+                raise SelectionError(
+                    f"{self.path}/{rel}: a part file not named part-<first example>.parquet may "
+                    "hold any example, so the examples cannot be read in order from the files' "
+                    f"names; read the {TABLES[table]} whole (Recording.blocks without examples)"
+                )
+            if self._checked.overlapping(rel, examples):
+                named.append((span[0], rel))
+        last = None  # the last example of the blocks so far
+        for _, rel in sorted(named):
+            for block in file_blocks(self._checked, table, cell, rel, column, units, examples):
+                if not len(block.examples):
+                    continue
+                if last is not None and block.examples[0] <= last:
+                    raise RecordingError(
+                        f"{self.path}/{rel} is not a part file gatetrace wrote (its rows of example "
+                        f"{int(block.examples[0])} come after those of example {last}; gatetrace "
+                        f"writes them in example order): {DAMAGED}"
+                    )
+                last = int(block.examples[-1])
+                yield block
 
     def gate_wide(
         self,

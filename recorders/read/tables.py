@@ -225,17 +225,31 @@ def dense_block(
 
 
 def file_blocks(
-    checked: CheckedFiles, table: str, cell: str, rel: str, column: str, units: int
+    checked: CheckedFiles,
+    table: str,
+    cell: str,
+    rel: str,
+    column: str,
+    units: int,
+    examples: Range | None = None,
 ) -> Iterator[Block]:
     """`column` of the part file `rel` of `cell`, a row group at a time: only the value
     column where a row group holds every (example, step, unit) of its ranges (`key_ranges`),
-    else its keys too, checked, spread into a `Block` with the (example, step) pairs present."""
+    else its keys too, checked, spread into a `Block` with the (example, step) pairs present.
+    With `examples` ([start, stop), None: open), the row groups whose statistics say they
+    hold none of them are skipped (a block may still hold examples outside them)."""
     file = checked.parquet(table, cell, rel)
     if column not in file.schema_arrow.names:
         raise SelectionError(
             f"column {column!r}: {checked.path}/{rel} holds {', '.join(file.schema_arrow.names)}"
         )
+    lo, hi = examples or (None, None)
     for k in range(file.num_row_groups):
+        held = statistics(file.metadata.row_group(k)) if examples is not None else None
+        if held is not None and (
+            (lo is not None and held[0][1] < lo) or (hi is not None and held[0][0] >= hi)
+        ):
+            continue
         ranges = key_ranges(file.metadata.row_group(k), units)
         if ranges is not None:
             values = checked.read(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
@@ -110,10 +110,13 @@ def unit_scores(
     step: int | None = None,
     shuffles: int = 20,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """Every unit of the selection scored against `labels` (`Labels`, an array, a table or a
     file: `recorders.read.labels`), best first: the columns of `COLUMNS` (see the module
-    docstring). `step`: score only that input position."""
+    docstring). `step`: score only that input position. `progress(scored, units)`, called
+    once the labels are checked and then as each group of units is scored (from the scoring
+    threads): the units (a gate's unit once per column) scored so far, of all."""
     labels = labels if isinstance(labels, Labels) else read_labels(labels, rec.memory)
     if not isinstance(shuffles, int) or shuffles < 0:
         raise SelectionError(f"shuffles {shuffles!r}: expected a count, 0 or more")
@@ -126,6 +129,19 @@ def unit_scores(
     jobs: dict[tuple[str, str, str], list[str]] = {}
     for cell, table, name, column in chosen:
         jobs.setdefault((cell, table, name), []).append(column)
+    units = sum(
+        rec.width(table, cell, name) * len(wanted) for (cell, table, name), wanted in jobs.items()
+    )
+    so_far = [0]  # the units scored, over the threads
+    counting = threading.Lock()
+
+    def advance(done: int) -> None:
+        if progress is not None:
+            with counting:
+                so_far[0] += done
+                progress(so_far[0], units)
+
+    advance(0)
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     budget = rec.memory // workers  # the gates and states are scored in parallel threads
 
@@ -162,6 +178,7 @@ def unit_scores(
                         }
                     )
                 )
+            advance(gs[0].units * len(gs))
         return [pd.concat(f, ignore_index=True) for f in frames], best
 
     with _one_blas_thread(), ThreadPoolExecutor(max_workers=workers) as pool:

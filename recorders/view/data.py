@@ -10,7 +10,8 @@ row groups, columns), and returns JSON-ready dicts. No web framework here, no Te
 - `unit`: one unit along the steps of one example, and the positions where it is highest;
 - `select`: the units that stay above a threshold over a step range of one example (and,
   optionally, below it just before and after), as LSTMVis' select does;
-- `match`: the places in the whole recording where the same units are on together;
+- `match`: the sequences where the same units are on together, scanned in example order within
+  a time budget and continued from where it stopped (`MATCH_SECONDS`);
 - `parts`: a step's preactivation split into its parts (recordings with contributions);
 - `compared`: the recording against another of the same network (`gatetrace view RUN --compare
   OTHER`, `recorders.read.compare`): where each side's values came from, per gate, per step, the
@@ -26,6 +27,7 @@ lies in an answer; null means there is nothing (no row, no value at that step).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -345,6 +347,9 @@ def select(
     }
 
 
+MATCH_SECONDS = 0.6  # how long a match scans before it answers what it found so far
+
+
 def match(
     rec: Recording,
     cell: str,
@@ -355,35 +360,65 @@ def match(
     kind: str = "gate",
     column: str = "activation",
     k: int = 20,
+    start: int = 0,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Where in the whole recording all `units` are above `threshold` together for at least
-    `length` consecutive steps: per example its longest such run, ranked longest first
-    (then by the mean value of the units over it), the `k` best."""
+    """The sequences where all `units` are above `threshold` together for at least `length`
+    consecutive steps, each with its longest such run (the first of the longest), scanned in
+    example order (the part files' order) from example `start` until `k` are found or
+    `seconds` (default `MATCH_SECONDS`) are spent, whatever the recording's size: the matches
+    are exactly those of the examples [start, next) (`next`: null once every example is
+    scanned), `scanned` the sequences read of those, `sequences` the recording's. Asked again
+    from `next`, it goes on from there. The threshold is compared as itself, not rounded to
+    the values' float32."""
     check_column(rec, cell, label, kind, column)
     if not units:
         raise SelectionError("match: select some units first")
-    block = column_block(rec, cell, label, kind, column, None, None, units)
-    a = block.values  # [examples, steps, units]
-    ids = _example_ids(rec, a.shape[0])
-    on = np.asarray((a > threshold).all(axis=2))  # [examples, steps]; NaN (no row) is off
-    best_len, best_start = _longest_runs(on)
-    keep = np.flatnonzero(best_len >= max(length, 1))
-    means = (
-        np.array([np.nanmean(a[e, best_start[e] : best_start[e] + best_len[e]]) for e in keep])
-        if len(keep)
-        else np.zeros(0)
+    for u in units:
+        check_column(rec, cell, label, kind, column, u)
+    table, col = ("gates", column) if kind == "gate" else ("states", "value")
+    above = np.float64(threshold)
+    wanted = np.asarray(units, np.intp)
+    deadline = time.perf_counter() + (MATCH_SECONDS if seconds is None else seconds)
+    found: list[dict[str, int]] = []
+    scanned, after = 0, None  # after: the last example scanned
+    for block in rec.blocks(table, cell, label, col, (start, None)):
+        keep = block.examples >= start
+        examples = block.examples[keep]
+        if not len(examples):
+            continue
+        values = block.values[:, :, wanted]  # [examples, steps, units asked]
+        on = (values[keep] > above).all(axis=2)  # NaN (no row) is off
+        first = int(block.steps[0])
+        steps = np.zeros((len(examples), int(block.steps[-1]) - first + 1), bool)
+        steps[:, block.steps - first] = on  # consecutive steps, those without rows off
+        run, begin = _longest_runs(steps)
+        hits = np.flatnonzero(run >= length)
+        if len(found) + len(hits) >= k:  # the k-th match ends the scan
+            hits = hits[: k - len(found)]
+            examples = examples[: hits[-1] + 1]
+        found += [
+            {
+                "example": int(examples[e]),
+                "start": int(begin[e]) + first,
+                "stop": int(begin[e] + run[e]) + first,
+                "length": int(run[e]),
+            }
+            for e in hits
+        ]
+        scanned += len(examples)
+        after = int(examples[-1])
+        if len(found) >= k or time.perf_counter() >= deadline:
+            break
+    else:
+        after = None  # every example from `start` on: nothing left
+    stop = None if after is None else after + 1
+    code = (
+        f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
+        f"{f', {column!r}' if kind == 'gate' else ''}, examples=({start}, {stop}))"
+        f"[:, :, {list(map(int, units))}]\n"
+        f"on = (a > {threshold}).all(axis=2)   # [examples, steps]: where the units are on together"
     )
-    order = keep[np.lexsort((-means, -best_len[keep]))] if len(keep) else keep
-    steps0 = int(block.steps[0]) if len(block.steps) else 0
-    found = [
-        {
-            "example": int(ids[e]),
-            "start": int(best_start[e]) + steps0,
-            "stop": int(best_start[e] + best_len[e]) + steps0,
-            "length": int(best_len[e]),
-        }
-        for e in order[:k]
-    ]
     return {
         "cell": cell,
         "label": label,
@@ -393,11 +428,11 @@ def match(
         "threshold": threshold,
         "length": length,
         "matches": found,
-        "count": int(len(keep)),
-        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n"
-        f"a = rec.{'gate' if kind == 'gate' else 'state'}_array({cell!r}, {label!r}"
-        f"{f', {column!r}' if kind == 'gate' else ''})[:, :, {list(map(int, units))}]\n"
-        f"on = (a > {threshold}).all(axis=2)   # [examples, steps]: where the units are on together",
+        "from": start,
+        "next": stop,
+        "scanned": scanned,
+        "sequences": sum(b - a for a, b in rec.examples),
+        "python": f"from recorders import Recording\nrec = Recording({str(rec.path)!r})\n{code}",
     }
 
 
@@ -499,17 +534,6 @@ def json_ready(value: Any) -> Any:
             return v
         return "nan" if np.isnan(v) else "inf" if v > 0 else "-inf"
     return value
-
-
-def _example_ids(rec: Recording, n: int) -> np.ndarray:
-    """The first `n` recorded example ids (only those: the ranges may be long)."""
-    ids: list[np.ndarray] = []
-    for a, b in rec.examples:
-        if n <= 0:
-            break
-        ids.append(np.arange(a, min(b, a + n)))
-        n -= len(ids[-1])
-    return np.concatenate(ids or [np.zeros(0, np.int64)])
 
 
 def _longest_runs(on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

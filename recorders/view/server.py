@@ -6,7 +6,7 @@
     GET /api/heatmap?cell=&label=&kind=gate|state&column=&example=
     GET /api/unit?cell=&gate=&unit=&example=&column=
     GET /api/select?cell=&label=&kind=&column=&example=&start=&stop=&threshold=&outside=0|1
-    GET /api/match?cell=&label=&kind=&column=&units=3,7&threshold=&length=
+    GET /api/match?cell=&label=&kind=&column=&units=3,7&threshold=&length=&k=&from=
     GET /api/parts?cell=&gate=&example=&step=
     GET /api/ranked?k=                              (served with labels to score units against)
     GET /api/labelled?cell=&table=gates|states&name=&column=&unit=&example=
@@ -28,6 +28,13 @@ header must name one of `hosts` (Starlette's `TrustedHostMiddleware`, 400 otherw
 CORS header is ever sent, so no other origin may read an answer. Bound to another address,
 the server also requires `token`, as Jupyter does: `?token=` in the URL that `serve`
 prints, which sets a same-site cookie for the page's own requests; without it, a 403.
+
+Every answer comes within a second whatever the recording's size. A match scans the sequences
+in example order for `data.MATCH_SECONDS` (or until it has found `k`) and answers those it
+scanned, with the example to go on `from`. The units ranked against labels are scored in the
+background from the view's start (`_Scoring`): until every unit is scored, `/api/ranked`
+answers at once how far it is (`done`: false, the units scored of all); then the ranking. A
+scoring that failed answers its error, one line, as any other answer does.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import math
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -190,6 +198,28 @@ def _in_background(work: Callable[[], Any]) -> Future:
     return done
 
 
+class _Scoring:
+    """Every unit of `rec` being scored against `labels` in the background (`unit_scores`), and
+    how far it is: the units scored of all (a gate's unit once per column), since when."""
+
+    def __init__(self, rec: Recording, labels: UnitLabels):
+        self.scored: int = 0
+        self.units: int | None = None
+        self.began = time.monotonic()
+        self.scores = _in_background(lambda: unit_scores(rec, labels, progress=self._advance))
+
+    def _advance(self, scored: int, units: int) -> None:
+        self.scored, self.units = scored, units
+
+    def progress(self) -> dict[str, Any]:
+        """How far the scoring is: `units` null until the labels are checked."""
+        return {
+            "scored": self.scored,
+            "units": self.units,
+            "seconds": round(time.monotonic() - self.began, 1),
+        }
+
+
 def make_app(
     rec: Recording,
     labels: data.Labels | None = None,
@@ -298,11 +328,11 @@ def make_app(
 
     ranked_cache: dict[tuple[int, int], dict[str, Any]] = {}
     # every unit scored against the labels, a recording (a value of the series) at a time: the
-    # shown one's from the start, in the background (seconds on 100M rows), so that the units
-    # panel answers at once when asked
-    scored: dict[int, Future] = {}
+    # shown one's from the start, in the background (seconds on 100M rows, minutes on a
+    # billion), so that the units panel answers at once when asked, or says how far it is
+    scored: dict[int, _Scoring] = {}
     if unit_labels is not None:
-        scored[shown] = _in_background(lambda: unit_scores(rec, unit_labels))
+        scored[shown] = _Scoring(rec, unit_labels)
 
     def ranked(p: _Params) -> dict:
         key = (
@@ -312,10 +342,17 @@ def make_app(
         if key not in ranked_cache:
             labels_ = scoring()
             if key[0] not in scored:
-                at = pick(p)
-                scored[key[0]] = _in_background(lambda: unit_scores(at, labels_))
-            scores = scored[key[0]].result()
-            ranked_cache[key] = with_labels.ranked(pick(p), labels_, key[1], scores)
+                scored[key[0]] = _Scoring(pick(p), labels_)
+            running = scored[key[0]]
+            if not running.scores.done():
+                return {
+                    "done": False,
+                    "labels": labels_.source,
+                    "metric": "auc" if labels_.binary else "pearson",
+                    "progress": running.progress(),
+                }
+            answer = with_labels.ranked(pick(p), labels_, key[1], running.scores.result())
+            ranked_cache[key] = {"done": True, **answer}
         return ranked_cache[key]
 
     def labelled(p: _Params) -> dict:
@@ -371,6 +408,7 @@ def make_app(
             p.choice("kind", kinds, "gate"),
             p.choice("column", columns, "activation"),
             p.integer("k", 20, 1, 1000),
+            p.integer("from", 0),
         )
 
     def parts(p: _Params) -> dict:

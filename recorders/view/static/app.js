@@ -312,10 +312,29 @@ async function showParts(step) {
 }
 
 // -- units for a label -------------------------------------------------------------------------
+// The units are scored in the background from the view's start: until they all are, the server
+// says how far it is, and the page asks again every half second.
+let ranking = 0;  // the last ranking asked for: an older one (another value of a series) stops
+const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+
 async function loadRanked() {
-  const r = await api("ranked", {});
-  state.ranked = r;
+  const mine = ++ranking;
+  state.ranked = null;
   $("units-panel").hidden = false;
+  $("ranked").querySelector("tbody").innerHTML = "";
+  let r = await api("ranked", {});
+  while (!r.done) {
+    if (mine !== ranking) return;
+    const p = r.progress;
+    $("units-source").textContent = r.labels;
+    $("units-note").textContent = `Scoring every unit against the labels: ${p.scored.toLocaleString("en")} of ` +
+      `${p.units === null ? "(counting)" : p.units.toLocaleString("en")} units scored (${p.seconds} s so far); ` +
+      "the ranking follows when every unit is scored.";
+    await pause(500);
+    r = await api("ranked", {});
+  }
+  if (mine !== ranking) return;
+  state.ranked = r;
   $("units-source").textContent = r.labels;
   const metric = r.metric === "auc" ? "AUC, as max(AUC, 1 - AUC)" : "|Pearson r|";
   $("units-note").textContent = `${r.scored} units scored by ${metric}${r.per_sequence ? " at each sequence's last step" : ""}; ` +
@@ -357,16 +376,40 @@ async function doSelect() {
   $("select-python").textContent = s.python;
 }
 
+// A match scans the sequences in example order for under a second at a time: the page goes on
+// from where each answer stopped until it has MATCHES more, or every sequence is scanned; "more"
+// goes on for the next MATCHES.
+const MATCHES = 20;
+let matching = 0;  // the last match begun: an older one stops
+
 async function doMatch() {
   const s = state.select;
-  const m = await api("match", { cell: s.cell, kind: s.kind, label: s.label, column: s.column, units: s.units.join(","), threshold: s.threshold,
-    length: s.stop - s.start });
+  const ask = { cell: s.cell, kind: s.kind, label: s.label, column: s.column, units: s.units.join(","), threshold: s.threshold,
+    length: s.stop - s.start };
+  state.match = null;
+  $("matches").querySelector("tbody").innerHTML = "";
+  await matchOn({ ask, length: ask.length, matches: [], count: 0, scanned: 0, sequences: null, next: 0, python: "" });
+}
+
+async function matchOn(m) {
+  const mine = ++matching;
+  state.match = null;
+  $("match-more").hidden = true;
+  const wanted = m.matches.length + MATCHES;
+  while (m.next !== null && m.matches.length < wanted) {
+    const r = await api("match", { ...m.ask, k: wanted - m.matches.length, from: m.next });
+    if (mine !== matching) return;
+    m = { ...m, matches: m.matches.concat(r.matches), scanned: m.scanned + r.scanned, sequences: r.sequences, next: r.next, python: r.python };
+    m.count = m.matches.length;
+    for (const x of r.matches) row($("matches"), [x.example, `${x.start}-${x.stop - 1}`, x.length, openLink(x.example, x.start)]);
+    const where = m.next === null ? `all ${m.sequences.toLocaleString("en")} sequences` :
+      `the first ${m.scanned.toLocaleString("en")} of ${m.sequences.toLocaleString("en")} sequences (examples before ${m.next})`;
+    $("match-count").textContent = `${m.count} example(s) with the units on together for ${m.length} step(s) or more, ` +
+      `in example order, in ${where}${m.next === null ? "" : m.matches.length < wanted ? "; scanning on..." : ""}`;
+    $("select-python").textContent = m.python;
+  }
   state.match = m;
-  const table = $("matches");
-  table.querySelector("tbody").innerHTML = "";
-  for (const x of m.matches) row(table, [x.example, `${x.start}-${x.stop - 1}`, x.length, openLink(x.example, x.start)]);
-  $("match-count").textContent = `${m.count} example(s) with the units on together for ${m.length} step(s) or more; the ${m.matches.length} longest shown`;
-  $("select-python").textContent = m.python;
+  $("match-more").hidden = m.next === null;
 }
 
 // -- against another recording (gatetrace view RUN --compare OTHER) ---------------------------
@@ -443,6 +486,7 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("show").onclick = showHeatmap;
   $("select").onclick = doSelect;
   $("match").onclick = doMatch;
+  $("match-more").onclick = () => matchOn(state.match);
   try {
     await loadOverview();
     // what drives a gate needs the preactivations' parts (recorded with --values ...,contributions)
@@ -453,8 +497,10 @@ window.addEventListener("DOMContentLoaded", async () => {
       $("summary-note").hidden = false;
     } else {
       await showHeatmap();
-      if (state.overview.unit_labels) await loadRanked();
+      // the ranking may still be scored: the other panels do not wait for it
+      const ranked = state.overview.unit_labels ? loadRanked() : null;
       if (state.overview.compare) await loadCompare();
+      await ranked;
     }
     document.body.dataset.ready = "1";
   } catch (err) {
