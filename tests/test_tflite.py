@@ -1612,3 +1612,184 @@ def test_what_a_file_makes_when_it_runs_is_checked_against_the_budget(
     line = str(refused.value)
     assert says in line and "nothing was loaded" in line and "\n" not in line, line
     assert checked(lite / f"{name}.tflite", "as converted", memory=1 << 20)  # the file as converted
+
+
+def _concatenated(links: int, between: str = "", fan: bool = False):
+    def change(model, fb):
+        """`links` CONCATENATIONs in front of the fused LSTM, each of the tensor before it with
+        itself from a float32 constant [1024] on (an op `between` after each), or each of the
+        constant with itself (`fan`), each declared [1], the last one an output of the model."""
+        from tests.test_tflite_converters import _op, _tensor
+
+        main = model.subgraphs[0]
+        constant = _tensor(model, fb, main, "c", data=np.zeros(1024, np.int32))
+        main.tensors[constant].type = fb.TensorType.FLOAT32
+        ops, last = [], constant
+        for n in range(links):
+            out = _tensor(model, fb, main, f"doubled{n}", like=main.tensors[constant])
+            main.tensors[out].shape = np.array([1], np.int32)
+            two = [constant] * 2 if fan else [last] * 2
+            options, kind = fb.ConcatenationOptionsT(), fb.BuiltinOptions.ConcatenationOptions
+            ops.append(_op(model, fb, main, "CONCATENATION", two, [out], options, kind))
+            last = out
+            if between:
+                out = _tensor(model, fb, main, f"{between}{n}", like=main.tensors[out])
+                ops.append(_op(model, fb, main, between, [last], [out]))
+                last = out
+        main.operators[0:0] = ops
+        main.outputs = np.append(main.outputs, last).astype(np.int32)
+
+    return change
+
+
+def _squared(n: int):
+    def change(model, fb):
+        """An ADD of float32 constants [n, 1] and [1, n] in front of the fused LSTM, declared
+        [1], an output of the model (it broadcasts to [n, n])."""
+        from tests.test_tflite_converters import _op, _tensor
+
+        main = model.subgraphs[0]
+        a, b = (
+            _tensor(model, fb, main, name, data=np.zeros(shape, np.int32))
+            for name, shape in (("column", (n, 1)), ("row", (1, n)))
+        )
+        out = _tensor(model, fb, main, "sum", like=main.tensors[a])
+        main.tensors[out].shape = np.array([1], np.int32)
+        for t in (a, b, out):
+            main.tensors[t].type = fb.TensorType.FLOAT32
+        main.operators.insert(0, _op(model, fb, main, "ADD", [a, b], [out]))
+        main.outputs = np.append(main.outputs, out).astype(np.int32)
+
+    return change
+
+
+def _grown(copies: int = 0, added: int = 0):
+    def change(model, fb):
+        """The loop file's WHILE made to carry a float32 constant [2, 4] of the main graph,
+        which its body gives back as `copies` copies of itself (a CONCATENATION), or with
+        `added` rows of a constant after it, declared as it came in; what the loop gives back
+        an output of the model."""
+        from tests.test_tflite_converters import _carry, _loops, _op, _tensor
+
+        main = model.subgraphs[0]
+        ((loop, cond, body),) = _loops(model, fb)
+        carried = _tensor(model, fb, main, "carried", data=np.zeros((2, 4), np.int32))
+        main.tensors[carried].type = fb.TensorType.FLOAT32
+        _, arg = _carry(model, fb, (loop, cond, body), carried)
+        parts = [arg] * copies
+        if added:
+            extra = _tensor(model, fb, body, "extra", data=np.zeros((added, 4), np.int32))
+            body.tensors[extra].type = fb.TensorType.FLOAT32
+            parts = [arg, extra]
+        out = _tensor(model, fb, body, "grown", like=body.tensors[arg])
+        options, kind = fb.ConcatenationOptionsT(), fb.BuiltinOptions.ConcatenationOptions
+        body.operators.append(_op(model, fb, body, "CONCATENATION", parts, [out], options, kind))
+        body.outputs = np.array([*body.outputs[:-1], out], np.int32)
+        main.outputs = np.append(main.outputs, loop.outputs[-1]).astype(np.int32)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "name, change, memory, shape, says",
+    [
+        (
+            "fused",
+            _concatenated(3),
+            20_000,
+            [8192],
+            "op 2 of subgraph 0, a CONCATENATION, makes a tensor of [8192] (32,768 bytes)",
+        ),
+        (
+            "fused",
+            _concatenated(3, between="ABS"),
+            20_000,
+            [8192],
+            "op 4 of subgraph 0, a CONCATENATION, makes a tensor of [8192] (32,768 bytes)",
+        ),
+        (
+            "fused",
+            _squared(128),
+            20_000,
+            [128, 128],
+            "op 0 of subgraph 0, a ADD, makes a tensor of [128, 128] (65,536 bytes)",
+        ),
+        (
+            "fused",
+            _concatenated(3, fan=True),
+            20_000,
+            [2048],
+            "the tensors its ops make when it runs (from op 0 of subgraph 0, a CONCATENATION on) "
+            "claim 24,576 bytes together",
+        ),
+        (
+            "loop",
+            _grown(copies=4),
+            16_384,
+            [2048, 4],
+            "op 1 of subgraph 0, a WHILE whose body grows loop variable 6 at each of its 5 "
+            "iterations, makes a tensor of [2048, 4] (32,768 bytes)",
+        ),
+        (
+            "loop",
+            _grown(added=200),
+            15_000,
+            [1002, 4],
+            "op 1 of subgraph 0, a WHILE whose body grows loop variable 6 at each of its 5 "
+            "iterations, makes a tensor of [1002, 4] (16,032 bytes)",
+        ),
+    ],
+    ids=["doubled", "doubled-abs", "broadcast", "together", "loop-doubled", "loop-added"],
+)
+def test_what_a_file_grows_when_it_runs_is_what_its_interpreter_makes(
+    lite, tmp_path, name, change, memory, shape, says
+):
+    """A chain of CONCATENATIONs doubling a tensor (an ABS after each too), a broadcasting ADD,
+    a WHILE loop whose body concatenates what it carries with itself (or with rows of a
+    constant) at each iteration, each declared [1] or as it came in, and concatenations each
+    within the memory budget but not all together: refused in one line past the budget,
+    naming the shape TensorFlow Lite's interpreters give the model's last output (`shape`,
+    the oracle: read from each interpreter once it ran the file), before anything runs
+    (before: accepted, then allocated); within the budget, the file is accepted."""
+    from recorders.errors import ModelFormatError
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.tflite_check import checked
+
+    path = tmp_path / "grown.tflite"
+    path.write_bytes(_changed(lite, change, name))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "grown.tflite", memory=memory)
+    line = str(refused.value)
+    assert says in line and "nothing was loaded" in line and "\n" not in line, line
+    assert checked(path, "grown.tflite", memory=1 << 20)
+    for interpreter in _interpreters():
+        it = interpreter(model_content=path.read_bytes())
+        it.allocate_tensors()
+        (given,) = it.get_input_details()
+        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
+        it.invoke()
+        *_, last = it.get_output_details()
+        assert list(it.get_tensor(last["index"]).shape) == shape, interpreter
+
+
+def test_a_loop_whose_carried_shapes_keep_changing_is_followed_only_so_far(
+    lite, tmp_path, monkeypatch
+):
+    """A loop whose body grows what it carries by another amount at each iteration is followed
+    iteration by iteration, up to the iterations gatetrace follows in a check: past them, the
+    file is refused in one line saying what it cannot bound."""
+    from recorders.errors import ModelFormatError
+    from tracer.load import tflite_check
+
+    path = tmp_path / "grown.tflite"
+    path.write_bytes(_changed(lite, _grown(copies=4), "loop"))
+    assert tflite_check.checked(path, "grown.tflite", memory=1 << 30)  # 5 iterations followed
+    monkeypatch.setattr(tflite_check, "_FOLLOWED", 3)
+    with pytest.raises(ModelFormatError) as refused:
+        tflite_check.checked(path, "grown.tflite", memory=1 << 30)
+    assert str(refused.value) == (
+        "grown.tflite: gatetrace cannot bound what the WHILE loop of op 1 of subgraph 0 carries: its "
+        "body changes their shapes at every iteration ([], [], [5, 1, 4], [1, 4], [1, 4], [5, 1, 3], "
+        "[2, 4] -> [], [], [5, 1, 4], [1, 4], [1, 4], [5, 1, 3], [128, 4]) past the 3 iterations "
+        "gatetrace follows; it runs no loop whose tensors it cannot bound; nothing was loaded"
+    )

@@ -41,14 +41,22 @@ these checks, each refused in one line naming the file:
                  runs). A loop whose iterations the file does not bound is refused naming
                  what in the file gatetrace cannot read. TensorFlow Lite's WHILE kernel
                  copies all a loop carries at every iteration: a loop whose iterations
-                 times the bytes it carries pass 64 times the memory budget is refused
-                 (n iterations over a carried tensor of n rows copy n^2 rows)
-    shapes       what FILL, BROADCAST_TO, TILE and RANGE make, within the memory budget
-                 (the interpreter would allocate it when it runs): their sizes read from
-                 constants and the integers the file computes from them and from the
-                 shapes it holds (SHAPE, ADD, SUB, MUL, MAXIMUM, MINIMUM, PACK,
-                 CONCATENATION, CAST, RESHAPE, SQUEEZE, EXPAND_DIMS), as its kernels compute
-                 them
+                 times the bytes it carries (as it ends, where its body grows them: see
+                 shapes) pass 64 times the memory budget is refused (n iterations over a
+                 carried tensor of n rows copy n^2 rows)
+    shapes       what the interpreter makes when it runs (and allocates), each tensor and
+                 all of them together within the memory budget, as its kernels compute it,
+                 whatever the file declares of it: what FILL, BROADCAST_TO, TILE and RANGE
+                 make, their sizes read from constants and the integers the file computes
+                 from them and from the shapes it holds (SHAPE, ADD, SUB, MUL, MAXIMUM,
+                 MINIMUM, PACK, CONCATENATION, CAST, RESHAPE, SQUEEZE, EXPAND_DIMS); what a
+                 CONCATENATION, RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE or elementwise op
+                 (ABS, ADD, ...: `_SAME`, `_BROADCAST`) makes of the shapes the file fixes
+                 and of those (a chain of CONCATENATIONs doubling a tensor); and what a
+                 WHILE loop carries as its body grows it at every iteration (a tensor
+                 concatenated with itself), followed iteration by iteration (a loop whose
+                 shapes keep changing past 10,000 iterations is refused). Another op's
+                 output is taken as the file declares it
 """
 
 from __future__ import annotations
@@ -173,12 +181,15 @@ def _problem(model: Any, fb: Any, memory: int) -> str | None:
                 return f"{where} {why}"
     if total > memory:
         return f"its tensors claim {total:,.0f} bytes together, more than the memory budget of {memory:,}"
-    return (
-        _ops_problem(model, fb)
-        or _calls_problem(model)
-        or _loops_problem(model, fb, memory)
-        or _shapes_problem(model, fb, memory)
-    )
+    try:
+        return (
+            _ops_problem(model, fb)
+            or _calls_problem(model)
+            or _shapes_problem(model, fb, memory)
+            or _loops_problem(model, fb, memory)
+        )
+    except _Unbounded as err:
+        return str(err)
 
 
 def _codes(kind: str) -> tuple[int, int] | None:
@@ -287,9 +298,10 @@ def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
     than `_COPIED` times the memory budget (see the module docstring)."""
     types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     for g, subgraph in enumerate(model.subgraphs):
-        made = {t: dims for _, t, dims in _made(model, fb, g).values()}
+        found = _made(model, fb, g, memory)
+        made = {t: dims for t, (_, kind, dims) in found.items() if kind in _SIZED}
         held = {  # each tensor's shape as the interpreter holds it: as made, or as declared
-            t: made.get(t, [int(d) for d in tensor.shape])
+            t: found[t][2] if t in found else [int(d) for d in tensor.shape]
             for t, tensor in enumerate(subgraph.tensors)
         }
         for k, op in enumerate(subgraph.operators):
@@ -298,7 +310,7 @@ def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
             where = f"the WHILE loop of op {k} of subgraph {g}"
             carried = [int(t) for t in op.inputs if t >= 0]
             rows = max([held[t][0] for t in carried if len(held[t])] or [1])
-            iterations = _iterations(model, fb, g, op, rows)
+            iterations = _iterations(model, fb, g, op, rows, made)
             if isinstance(iterations, str):
                 return (
                     f"gatetrace cannot read from the file how many iterations {where} runs: {iterations}; "
@@ -312,10 +324,13 @@ def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
                     f"{where} runs {iterations:,} iterations, more than the {rows:,} rows of the longest tensor "
                     "it carries (as the file declares them): its last iterations would read past its sequence"
                 )
+            # (what it carries as it ends, where its body grows it: `_carried`)
+            ends = [int(t) for t in op.outputs]
             nbytes = sum(
-                math.prod(max(d, 0) for d in held[t])
+                math.prod(max(d, 0) for d in held[ends[n] if n < len(ends) and ends[n] >= 0 else t])
                 * _BYTES.get(types.get(subgraph.tensors[t].type, ""), 1)
-                for t in carried
+                for n, t in enumerate(int(t) for t in op.inputs)
+                if t >= 0
             )
             if iterations * nbytes > _COPIED * memory:
                 return (
@@ -326,10 +341,13 @@ def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
     return None
 
 
-def _iterations(model: Any, fb: Any, g: int, op: Any, rows: int) -> int | str:
+def _iterations(
+    model: Any, fb: Any, g: int, op: Any, rows: int, made: dict[int, list[int]]
+) -> int | str:
     """How many iterations a WHILE of subgraph `g` runs at most, where its cond compares a
     counter with a limit and its body raises the counter by a constant (see the module
-    docstring); what in the file does not say it, where none does."""
+    docstring; `made`: the shapes FILL, BROADCAST_TO, TILE and RANGE make in subgraph `g`,
+    `_made`); what in the file does not say it, where none does."""
     caller, options = model.subgraphs[g], op.builtinOptions
     cond, body = (
         model.subgraphs[options.condSubgraphIndex],
@@ -366,7 +384,7 @@ def _iterations(model: Any, fb: Any, g: int, op: Any, rows: int) -> int | str:
         if not 0 <= n < len(op.inputs):
             why = f"its cond's {kind} compares {_name(cond, a)}, which is no loop variable, with a limit"
             continue
-        limit = _limit(model, fb, g, op, cond, body, b, rows)
+        limit = _limit(model, fb, g, op, cond, body, b, rows, made)
         start = _scalar(_constant(model, caller, int(op.inputs[n])))
         step = _step(model, fb, body, n)
         if isinstance(limit, str):
@@ -383,7 +401,15 @@ def _iterations(model: Any, fb: Any, g: int, op: Any, rows: int) -> int | str:
 
 
 def _limit(
-    model: Any, fb: Any, g: int, op: Any, cond: Any, body: Any, tensor: int, rows: int
+    model: Any,
+    fb: Any,
+    g: int,
+    op: Any,
+    cond: Any,
+    body: Any,
+    tensor: int,
+    rows: int,
+    made: dict[int, list[int]],
 ) -> int | str:
     """The value of the limit `tensor` of a WHILE's cond (see the module docstring: a
     constant, or a loop variable the body passes on unchanged, from a constant or a dimension
@@ -405,7 +431,7 @@ def _limit(
     value = _scalar(_constant(model, caller, start))
     if value is not None:
         return value
-    length = _length(model, fb, g, op, start, rows)
+    length = _length(model, fb, g, op, start, rows, made)
     if length is None:
         return (
             f"its cond compares its counter with loop variable {m}, which the body passes on unchanged "
@@ -415,10 +441,13 @@ def _limit(
     return length
 
 
-def _length(model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int) -> int | str | None:
+def _length(
+    model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int, made: dict[int, list[int]]
+) -> int | str | None:
     """The dimension of a tensor's shape that `tensor` of subgraph `g` holds (`SHAPE ->
     STRIDED_SLICE` picking one), read as the interpreter will hold it (see the module
-    docstring); what the file does not say of it; None where `tensor` is no such dimension."""
+    docstring; `made`: the shapes the file makes, `_made`); what the file does not say of
+    it; None where `tensor` is no such dimension."""
     caller = model.subgraphs[g]
     writers = {int(t): o for o in caller.operators for t in o.outputs}
 
@@ -440,7 +469,6 @@ def _length(model: Any, fb: Any, g: int, op: Any, tensor: int, rows: int) -> int
     o, source = sliced.builtinOptions, int(shaped.inputs[0])
     if begin is None or end is None or not stride or o.ellipsisMask or o.newAxisMask or o.offset:
         return None
-    made = {t: dims for _, t, dims in _made(model, fb, g).values()}
     dims = made.get(source, [int(d) for d in caller.tensors[source].shape])
     if o.shrinkAxisMask & 1:
         picked = [begin + len(dims) if begin < 0 else begin]
@@ -486,19 +514,36 @@ def _step(model: Any, fb: Any, body: Any, n: int) -> int | None:
 
 
 def _shapes_problem(model: Any, fb: Any, memory: int) -> str | None:
-    """Why a tensor the interpreter would make when it runs (FILL, BROADCAST_TO, TILE, RANGE:
-    `_made`) is refused: larger than the memory budget (None: none is)."""
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    """Why what the interpreter would make when it runs (`_made`) is refused: a tensor larger
+    than the memory budget, or all of them together (None: neither is)."""
+    total, first = 0.0, ""
     for g, subgraph in enumerate(model.subgraphs):
-        for k, (kind, t, dims) in _made(model, fb, g).items():
-            size = _BYTES.get(types.get(subgraph.tensors[t].type, ""), 1)
-            nbytes = math.prod(max(d, 0) for d in dims) * size
+        for t, (k, kind, dims) in _made(model, fb, g, memory).items():
+            nbytes = _nbytes(subgraph.tensors[t], dims, fb)
             if nbytes > memory:
                 return (
                     f"op {k} of subgraph {g}, a {kind}, makes a tensor of {dims} "
                     f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
                 )
+            total += nbytes
+            first = first or f"op {k} of subgraph {g}, a {kind}"
+    if total > memory:
+        return (
+            f"the tensors its ops make when it runs (from {first} on) claim {total:,.0f} bytes "
+            f"together, more than the memory budget of {memory:,}"
+        )
     return None
+
+
+def _nbytes(tensor: Any, dims: list[int], fb: Any) -> float:
+    """The bytes a tensor of the file's type (`tensor`'s) and shape `dims` takes."""
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    return math.prod(max(d, 0) for d in dims) * _BYTES.get(types.get(tensor.type, ""), 1)
+
+
+class _Unbounded(Exception):
+    """What the file makes when it runs that gatetrace cannot bound (the one line to refuse
+    the file with)."""
 
 
 _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
@@ -509,29 +554,68 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
     "MINIMUM": np.minimum,
 }
 _PASSED = ("CAST", "RESHAPE", "SQUEEZE", "EXPAND_DIMS")  # the same numbers, another shape
+_SIZED = ("FILL", "BROADCAST_TO", "TILE", "RANGE")  # ops whose output's shape integers give
+_VALUES = 1024  # the most numbers of a tensor read as integers (a shape, an index: a few)
+# ops whose output has the shape of their first input
+_SAME = frozenset(
+    """
+    ABS NEG EXP LOG SQRT RSQRT SQUARE SIN COS TANH LOGISTIC RELU RELU6 RELU_N1_TO_1 RELU_0_TO_1
+    LEAKY_RELU ELU HARD_SWISH GELU CAST QUANTIZE DEQUANTIZE FLOOR CEIL ROUND SIGN LOGICAL_NOT
+    ZEROS_LIKE SOFTMAX LOG_SOFTMAX L2_NORMALIZATION REVERSE_V2 CUMSUM
+    """.split()
+)
+# ops whose output has the shape their inputs' shapes broadcast to
+_BROADCAST = frozenset(
+    """
+    ADD SUB MUL DIV MAXIMUM MINIMUM POW SQUARED_DIFFERENCE FLOOR_DIV FLOOR_MOD ATAN2 PRELU LESS
+    LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL LOGICAL_AND LOGICAL_OR SELECT_V2
+    """.split()
+)
+# how many iterations of the WHILE loops' bodies gatetrace follows in one check, as what they
+# carry changes shape (a loop whose carried shapes stay the same takes one)
+_FOLLOWED = 10_000
 
 
-def _made(model: Any, fb: Any, g: int) -> dict[int, tuple[str, int, list[int]]]:
-    """The shape of each tensor of subgraph `g` that FILL, BROADCAST_TO, TILE or RANGE makes
-    where the file says it (by op: its kind, its output, its shape): their sizes read from the
-    integers the subgraph computes from its constants and the shapes it holds (SHAPE; ADD,
-    SUB, MUL, MAXIMUM, MINIMUM; PACK, CONCATENATION of scalars and vectors; CAST, RESHAPE,
-    SQUEEZE, EXPAND_DIMS), each wrapped to its tensor's type as the kernels compute it; a
-    RANGE's length as its kernel counts it (ceil(|limit - start| / |delta|))."""
+def _made(
+    model: Any,
+    fb: Any,
+    g: int,
+    memory: int,
+    given: dict[int, list[int]] | None = None,
+    work: list[int] | None = None,
+) -> dict[int, tuple[int, str, list[int]]]:
+    """The shape of each tensor of subgraph `g` that the interpreter makes from other
+    tensors' shapes and from integers the file holds, where the file says it (by tensor: the
+    op that makes it, its kind, its shape); `given`: the shapes of the subgraph's inputs
+    where a caller gives them (a WHILE's body: what the loop carries).
+
+    Integers: those the subgraph computes from its constants and the shapes it holds (SHAPE;
+    ADD, SUB, MUL, MAXIMUM, MINIMUM; PACK, CONCATENATION of scalars and vectors; CAST, RESHAPE,
+    SQUEEZE, EXPAND_DIMS), each wrapped to its tensor's type as the kernels compute it, a few
+    at most (`_VALUES`). Shapes, as the kernels compute them: FILL, BROADCAST_TO, TILE and
+    RANGE (a RANGE's length ceil(|limit - start| / |delta|)) from those integers; and from
+    their inputs' shapes (made, or as the file declares them where it fixes them) a
+    CONCATENATION's, a RESHAPE's, SQUEEZE's, EXPAND_DIMS' and TRANSPOSE's, an elementwise
+    op's (`_SAME`, `_BROADCAST`), and what a WHILE gives back (`_carried`: what it carries,
+    as its body changes it at each iteration). Another op's output is as the file declares
+    it."""
     subgraph = model.subgraphs[g]
+    work = [0] if work is None else work
     held: dict[int, list[int]] = {}  # the shapes made so far
     values: dict[int, list[int]] = {}  # the integers computed so far, flattened
-    made = {}
+    made: dict[int, tuple[int, str, list[int]]] = {}
 
     def value(t: int) -> list[int] | None:
         if t in values:
             return values[t]
         found = _constant(model, subgraph, t)
-        return None if found is None else [int(v) for v in found]
+        return None if found is None or found.size > _VALUES else [int(v) for v in found]
 
     def shape(t: int) -> list[int] | None:
         if t in held:
             return held[t]
+        if given is not None and t in given:
+            return given[t]
         tensor = subgraph.tensors[t]
         dims = [int(d) for d in tensor.shape]
         signature = tensor.shapeSignature
@@ -541,6 +625,11 @@ def _made(model: Any, fb: Any, g: int) -> dict[int, tuple[str, int, list[int]]]:
     for k, op in enumerate(subgraph.operators):
         kind = op_name(model.operatorCodes[op.opcodeIndex], fb)
         inputs, outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+        if kind == "WHILE" and hasattr(op.builtinOptions, "bodySubgraphIndex"):
+            known = {t: made[t][2] for t in made if made[t][1] in _SIZED}
+            for t, (what, gives) in _carried(model, fb, g, k, shape, known, memory, work).items():
+                held[t], made[t] = gives, (k, what, gives)
+            continue
         if len(outputs) != 1 or any(t < 0 for t in inputs):
             continue
         out, got = outputs[0], None
@@ -555,7 +644,7 @@ def _made(model: Any, fb: Any, g: int) -> dict[int, tuple[str, int, list[int]]]:
             got = None if any(p is None for p in parts) else [v for p in parts for v in p or []]
         elif kind in _PASSED and inputs:
             got = value(inputs[0])
-        if got is not None:
+        if got is not None and len(got) <= _VALUES:
             values[out] = _wrapped(got, subgraph.tensors[out].type)
             continue
         dims = None
@@ -576,10 +665,171 @@ def _made(model: Any, fb: Any, g: int) -> dict[int, tuple[str, int, list[int]]]:
                     if all(isinstance(v, int) for v in numbers)
                     else math.ceil(abs((limit - start) / delta))
                 ]
+        elif inputs:
+            dims = _shaped(kind, op, [shape(t) for t in inputs], value)
         if dims is not None:
             held[out] = dims
-            made[k] = (kind, out, dims)
+            made[out] = (k, kind, dims)
     return made
+
+
+def _shaped(
+    kind: str, op: Any, shapes: list[list[int] | None], value: Callable[[int], Any]
+) -> list[int] | None:
+    """The shape an op of `kind` gives its output from its inputs' `shapes` (None where one
+    is not known) and the integers `value` reads, as its kernel computes it (see `_made`);
+    None for another op, or where its kernel would refuse its inputs."""
+    first, options = shapes[0], op.builtinOptions
+    if kind in _BROADCAST and len(shapes) >= 2:
+        known = [s for s in shapes if s is not None]
+        return _broadcast(known) if len(known) == len(shapes) else None
+    if first is None:
+        return None
+    rank = len(first)
+    if kind in _SAME:
+        return first
+    if kind == "CONCATENATION":
+        axis = options.axis if options is not None else 0
+        axis += rank if axis < 0 else 0
+        if not 0 <= axis < rank or any(s is None or len(s) != rank for s in shapes):
+            return None
+        parts = [s for s in shapes if s is not None]
+        if any(s[:axis] + s[axis + 1 :] != first[:axis] + first[axis + 1 :] for s in parts):
+            return None
+        return [*first[:axis], sum(s[axis] for s in parts), *first[axis + 1 :]]
+    if kind == "RESHAPE":
+        asked = value(int(op.inputs[1])) if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
+        if asked is None and len(op.inputs) < 2 and options is not None:
+            asked = [int(d) for d in options.newShape or []]
+        return None if asked is None else _reshaped(first, asked)
+    if kind == "SQUEEZE":
+        axes = [
+            int(a) + (rank if a < 0 else 0) for a in (getattr(options, "squeezeDims", None) or [])
+        ]
+        if any(not 0 <= a < rank or first[a] != 1 for a in axes):
+            return None
+        return [d for a, d in enumerate(first) if (a not in axes if axes else d != 1)]
+    index = value(int(op.inputs[1])) if len(op.inputs) > 1 else None
+    if kind == "EXPAND_DIMS" and index is not None and len(index) == 1:
+        axis = index[0] + (rank + 1 if index[0] < 0 else 0)
+        return [*first[:axis], 1, *first[axis:]] if 0 <= axis <= rank else None
+    if kind == "TRANSPOSE" and index is not None and sorted(index) == list(range(rank)):
+        return [first[a] for a in index]
+    return None
+
+
+def _broadcast(shapes: list[list[int]]) -> list[int] | None:
+    """The shape `shapes` broadcast to (numpy's rule, TensorFlow Lite's); None where they do not."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*[[1] * (rank - len(s)) + s for s in shapes], strict=True):
+        other = {d for d in dims if d != 1}
+        if len(other) > 1:
+            return None
+        out.append(other.pop() if other else 1)
+    return out
+
+
+def _reshaped(dims: list[int], asked: list[int]) -> list[int] | None:
+    """The shape RESHAPE gives a tensor of `dims` asked for `asked` (one -1: the rest of its
+    numbers); None where its kernel would refuse it."""
+    count, known = math.prod(dims), math.prod(d for d in asked if d != -1)
+    if asked.count(-1) > 1 or any(d < -1 for d in asked):
+        return None
+    if -1 in asked:
+        if known <= 0 or count % known:
+            return None
+        return [count // known if d == -1 else d for d in asked]
+    return asked if known == count else None
+
+
+def _carried(
+    model: Any,
+    fb: Any,
+    g: int,
+    k: int,
+    shape: Callable[[int], list[int] | None],
+    made: dict[int, list[int]],
+    memory: int,
+    work: list[int],
+) -> dict[int, tuple[str, list[int]]]:
+    """What the WHILE of op `k` of subgraph `g` gives back (by output: how it is made, its
+    shape): each loop variable it carries (its shape as `shape` reads it) as its body gives it
+    back, iteration after iteration (`_made` of the body, given what the loop carries), for as
+    many iterations as the loop runs (`_iterations`, `made` what it reads its bound from; none
+    where the file does not bound it: the loop is refused). Where the body gives each back as
+    it got it, one iteration says it; where it grows them by the same amount at each
+    iteration, two (the rest follow: a CONCATENATION adds what it adds); otherwise, each
+    iteration is followed until one is larger than the memory budget, at most `_FOLLOWED` of
+    them in a check (_Unbounded past them)."""
+    caller = model.subgraphs[g]
+    op = caller.operators[k]
+    number = op.builtinOptions.bodySubgraphIndex
+    body = model.subgraphs[number]
+    inputs, outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+    args, ends = [int(t) for t in body.inputs], [int(t) for t in body.outputs]
+    carried = [shape(t) if t >= 0 else None for t in inputs]
+    rows = max([c[0] for c in carried if c] or [1])
+    count = _iterations(model, fb, g, op, rows, made)
+    iterations = count if isinstance(count, int) else 0  # (an unbounded loop is refused)
+    first, step, done = list(carried), None, 0
+    while done < iterations:
+        work[0] += 1
+        if work[0] > _FOLLOWED:
+            raise _Unbounded(
+                f"gatetrace cannot bound what the WHILE loop of op {k} of subgraph {g} carries: its "
+                f"body changes their shapes at every iteration ({_shown(first)} -> {_shown(carried)}) "
+                f"past the {_FOLLOWED:,} iterations gatetrace follows; it runs no loop whose tensors "
+                "it cannot bound"
+            )
+        given = {t: c for t, c in zip(args, carried, strict=False) if c is not None}
+        inner = _made(model, fb, number, memory, given, work)
+        new = [
+            inner[ends[n]][2] if n < len(ends) and ends[n] in inner else
+            given.get(ends[n], c) if n < len(ends) else c
+            for n, c in enumerate(carried)
+        ]  # fmt: skip
+        done += 1
+        if new == carried:
+            break
+        change = _change(carried, new)
+        carried = new
+        if any(
+            c is not None and _nbytes(caller.tensors[t], c, fb) > memory
+            for t, c in zip(inputs, carried, strict=True)
+            if t >= 0
+        ):
+            break  # (the check refuses it)
+        if change == step and change is not None and all(e >= 0 for by in change for e in by):
+            # grown by as much at every iteration
+            carried = [
+                [d + (iterations - done) * e for d, e in zip(c or [], by, strict=True)]
+                for c, by in zip(carried, change, strict=True)
+            ]  # (each known: `_change` says so)
+            break
+        step = change
+    return {
+        t: (
+            "WHILE"
+            if c == first[n]
+            else f"WHILE whose body grows loop variable {n} at each of its {iterations:,} iterations",
+            c,
+        )
+        for n, (t, c) in enumerate(zip(outputs, carried, strict=False))
+        if c is not None and t >= 0
+    }
+
+
+def _change(before: list[Any], after: list[Any]) -> list[list[int]] | None:
+    """How much each dimension of each shape changed from `before` to `after`; None where a
+    shape is not known, or changed its rank."""
+    if any(a is None or b is None or len(a) != len(b) for a, b in zip(before, after, strict=True)):
+        return None
+    return [[y - x for x, y in zip(a, b, strict=True)] for a, b in zip(before, after, strict=True)]
+
+
+def _shown(shapes: list[Any]) -> str:
+    return ", ".join("?" if s is None else str(s) for s in shapes)
 
 
 def _scalar_of(model: Any, subgraph: Any, values: dict[int, list[int]], t: int) -> float | None:
