@@ -104,6 +104,7 @@ FORMAT = tuple(
         "partstats",
         "tops",
         "merged",
+        "rounding",
     )
 )
 DIRECTIONS = {

@@ -38,6 +38,10 @@ each compared the same way over every value both hold: values, max_abs, mean_abs
 beyond (how many differ by more than the tolerance), first_step_beyond (an output that is a
 sequence), nan_a_only, nan_b_only: where a held unit (`--hold`) moved what the model predicts.
 
+A side recorded with its values rounded (`gatetrace record --round-bits`) is named in
+`Comparison.notes` with the error its rounding allows: a difference within it may be the
+rounding's, not the models'.
+
 Where each side's values came from, per pair of cells (`Comparison.origins`, the gates' `from_a`
 and `from_b`; `recorders.read.wording.origin`): the runtime's own tensors, or gatetrace's replay of
 the cell from its weights. Where both sides are replays of equal weights (their weights tables
@@ -71,7 +75,7 @@ from recorders.errors import MemoryBudgetError, SelectionError
 from recorders.read.analysis import bounds_of
 from recorders.read.reader import Recording
 from recorders.read.tables import dense_block
-from recorders.read.wording import Origin, held, origin, ranges
+from recorders.read.wording import Origin, held, origin, ranges, rounding
 
 __all__ = ["compare", "Comparison", "NotCompared", "Sides", "pair_cells"]
 
@@ -144,14 +148,22 @@ class Comparison:
     origins: tuple[Sides, ...] = ()
     held: tuple[str | None, str | None] = (None, None)  # A's and B's holds, in words
     outputs: pd.DataFrame = field(default_factory=lambda: _no_outputs(), repr=False)
+    rounding: tuple[str | None, str | None] = (None, None)  # A's and B's rounding, in words
 
     def notes(self) -> list[str]:
-        """What was held inside either model (`gatetrace record --hold`), and what a difference
-        of 0 proves where both sides are replays of equal weights."""
+        """What was held inside either model (`gatetrace record --hold`), how either side's
+        values were rounded (`--round-bits`), and what a difference of 0 proves where both
+        sides are replays of equal weights."""
         holds = [
             f"{side} was recorded with {h}" for side, h in zip("AB", self.held, strict=True) if h
         ]
-        return holds + [n for n in (s.note() for s in self.origins) if n is not None]
+        rounded = [
+            f"{side} was recorded with {r}: a difference within that much of a value may be the "
+            "rounding's, not the models'"
+            for side, r in zip("AB", self.rounding, strict=True)
+            if r
+        ]
+        return holds + rounded + [n for n in (s.note() for s in self.origins) if n is not None]
 
     def first_beyond(self) -> tuple[str, str, int] | None:
         """(cell, gate, step) of the gate whose difference exceeds the tolerance first along
@@ -397,6 +409,7 @@ def compare(
         tuple(sides.values()),
         (held(a.description), held(b.description)),
         _outputs(a, b, tolerance),
+        (rounding(a.description), rounding(b.description)),
     )
 
 

@@ -51,6 +51,7 @@ from recorders.read.tables import (
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.merged import span_of
 from recorders.write.partstats import FOOTER_KEY, PartStats, read
+from recorders.write.rounding import Rounding, rounding_of, rounds_output
 from recorders.write.tops import TOP_KEY, Tops
 from recorders.write.tops import read as read_tops
 
@@ -203,6 +204,50 @@ class Recording:
             self._checked.weights()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
+        if pages and self.rounding is not None:
+            self._check_rounding(self.rounding)
+
+    @property
+    def rounding(self) -> Rounding | None:
+        """How the values were rounded (`gatetrace record --round-bits`: the mantissa bits kept
+        and the errors they allow, `recorders.write.rounding`); None: stored exactly."""
+        return rounding_of(self.description)
+
+    def _check_rounding(self, rounding: Rounding) -> None:
+        """RecordingError naming the first part file holding a value with a bit below the
+        mantissa bits its description says every value was rounded to (an output of integers
+        is stored exactly: not checked). Each row group is read whole (`CheckedFiles.footer`
+        counted it against the memory budget)."""
+        keyed = [
+            (t, key, rel)
+            for t in TABLES
+            for key, files in self._checked.files(t).items()
+            for rel in files
+        ]
+        keyed += [
+            ("outputs", key, rel)
+            for key, files in self._checked.files("outputs").items()
+            if rounds_output(self._checked.outputs.get(key[1], {}))
+            for rel in files
+        ]
+        for table, (cell, name), rel in keyed:
+            owner = name if table == "outputs" else cell
+            file = self._checked.parquet(table, owner, rel)
+            floats = [n for n in file.schema_arrow.names if n not in ("example", "step", "unit")]
+            for k in range(file.num_row_groups):
+                group = self._checked.read(
+                    rel,
+                    lambda k=k, file=file, floats=floats: file.read_row_group(
+                        k, columns=floats, use_threads=False
+                    ),
+                )
+                stray = sum(rounding.stray(c.drop_null().to_numpy()) for c in group.columns)
+                if stray:
+                    raise RecordingError(
+                        f"{self.path}/{rel} holds {stray:,} values with bits below the {rounding.bits} "
+                        f"mantissa bits its description says every value was rounded to "
+                        f"(--round-bits {rounding.bits}): {DAMAGED}"
+                    )
 
     def _check_merged(self, table: str, cell: str, label: str) -> None:
         """RecordingError naming a shard's merged statistics file whose rows, statistics or top
@@ -261,6 +306,8 @@ class Recording:
             "gatetrace_version": self.description.get("gatetrace_version"),
             # what `gatetrace record --hold` held inside the model (none: its own computation)
             "held": list(self.description.get("held", [])),
+            # how `gatetrace record --round-bits` rounded the values (None: stored exactly)
+            "rounding": self.description.get("rounding"),
             "outputs": self.outputs,  # the model's own outputs recorded (`--outputs`)
             "examples": {"complete": self.examples, "count": self._examples.total()},
             "cells": [

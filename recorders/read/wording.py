@@ -8,6 +8,8 @@ view that says it:
   `gatetrace inspect MODEL` says of a cell before it is recorded;
 - `held`: what a recording held inside the model while it ran (`gatetrace record --hold`), in
   one line, or None for a recording of the model's own computation;
+- `rounding`: how a recording's values were rounded (`gatetrace record --round-bits`) and the
+  error that allows, in one line, or None for values stored exactly;
 - `ranges`: example ranges, `0:64, 128:192` (`none` where there are none);
 - `NONE`: the one word for "nothing here" in a table of text (no step beyond, no value).
 """
@@ -18,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NONE", "Origin", "origin", "held", "ranges"]
+from recorders.write.rounding import rounding_of
+
+__all__ = ["NONE", "Origin", "origin", "held", "rounding", "ranges"]
 
 NONE = "none"
 
@@ -113,6 +117,14 @@ def held(description: Mapping[str, Any]) -> str | None:
         f"values held inside the model ({'; '.join(holds)}): not the model's own computation, "
         "later steps and layers computed from the held values"
     )
+
+
+def rounding(description: Mapping[str, Any]) -> str | None:
+    """How a recording's `description` (checked by `recorders.write.schema.description_problem`)
+    says its values were rounded, and the error that allows, in one line; None where they are
+    stored exactly."""
+    found = rounding_of(description)
+    return None if found is None else found.words()
 
 
 def ranges(pairs: Sequence[Sequence[int]]) -> str:

@@ -39,7 +39,7 @@ from recorders.read.compare import Comparison
 from recorders.read.reader import Recording
 from recorders.read.series import Series
 from recorders.read.tables import Block, dense_block
-from recorders.read.wording import held, origin
+from recorders.read.wording import held, origin, rounding
 from recorders.write.columns import PARTS
 from recorders.write.totals import RANGES, nonlinearity
 
@@ -160,6 +160,8 @@ def overview(rec: Recording, quantiles: tuple[float, float] = (0.1, 0.9)) -> dic
         "held": held(rec.description),
         "cells": cells,
         "parts": rec.has_parts(),
+        # how `gatetrace record --round-bits` rounded its values, in words (null: stored exactly)
+        "rounding": rounding(rec.description),
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
         "analysis.saturation(rec)\nanalysis.step_stats(rec)",
     }

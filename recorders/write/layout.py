@@ -69,6 +69,7 @@ __all__ = [
     "FLOATS",
     "REQUIRED",
     "NO_STATISTICS",
+    "ZSTD_KEY_LEVEL",
     "partition_value",
     "partition_dir",
     "encodings",
@@ -115,6 +116,11 @@ REQUIRED = ("example", "step", "unit", "row", "preactivation", "activation", "va
 # skip nothing) and `unit`, which spans every unit in every row group. Statistics cost 6%
 # of the encoding for the floats, 0.6 ns a row for `unit` (measured).
 NO_STATISTICS = (*FLOATS, "unit")
+# zstd's level for the key and label columns: at its default, 1, the keys of a batch of the
+# benchmark (bench/encodings.py's: runs of an example's 12,800 rows, steps of 256) took 0.43
+# bytes a row, at 2 and 3 0.04, in less time (measured, pyarrow 26); the floats gain little
+# beyond 1 (under 1% exact, 4% rounded to 10 bits: docs/recordings.md)
+ZSTD_KEY_LEVEL = 3
 
 
 # ASCII characters that must not appear in a folder name on any common file system, or
@@ -174,10 +180,14 @@ def encodings(names: list[str], compression: str) -> dict[str, Any]:
     """The codec and encoding of each column for `compression`: with `fast`, lz4 for the
     keys and labels and no codec for the floats, all plain; otherwise that codec for every
     column, the floats byte-stream-split (which groups their bytes so that the codec
-    finds the runs in the signs and exponents)."""
+    finds the runs in the signs and exponents); zstd's other columns at level 3, the floats at
+    its default, 1 (`ZSTD_KEY_LEVEL`)."""
     if compression == "fast":
         return {"compression": {n: "none" if n in FLOATS else "lz4" for n in names}}
-    return {
+    chosen: dict[str, Any] = {
         "compression": compression,
         "column_encoding": {n: "BYTE_STREAM_SPLIT" for n in names if n in FLOATS},
     }
+    if compression == "zstd":
+        chosen["compression_level"] = {n: ZSTD_KEY_LEVEL for n in names if n not in FLOATS}
+    return chosen

@@ -305,6 +305,15 @@ def _description_difference(theirs: dict[str, Any], mine: dict[str, Any]) -> str
             for d in (theirs, mine)
         ]
         return f"it was recorded with {named[0]}, this run gives {named[1]}: give the outputs it was recorded with"
+    if theirs.get("rounding") != mine.get("rounding"):  # `--round-bits`: what the values hold
+        said = [
+            f"--round-bits {d['rounding'].get('mantissa_bits')}"
+            if isinstance(d.get("rounding"), dict)
+            else "no --round-bits"
+            for d in (theirs, mine)
+        ]
+        fix = "leave --round-bits out" if said[0] == "no --round-bits" else f"give {said[0]}"
+        return f"it was recorded with {said[0]}, this run gives {said[1]}: {fix}"
     for key in sorted(set(theirs) | set(mine)):
         if theirs.get(key) != mine.get(key):
             if (

@@ -11,8 +11,9 @@ its `manifest.json`, its progress files (`_progress/shard-K-of-N.json`, whose ow
   of cells, each with a unique `name` and, where present, `units` (1 to `MAX_UNITS`), different `gates`, different `states`, a `kind`, `steps` (a
   count, or null where the model left the length open) and `path`; `source` (the model's
   `path` and `format`), `selection.values` and `.steps`, `shards`, `examples`, `rows`, `held`
-  (what `--hold` held inside the model, as text) and `outputs` (the model's outputs recorded:
-  each one's name, units, and steps where it is a sequence) where present.
+  (what `--hold` held inside the model, as text), `outputs` (the model's outputs recorded:
+  each one's name, units, and steps where it is a sequence) and `rounding` (`--round-bits`: the
+  mantissa bits kept and the errors they allow, `recorders.write.rounding`) where present.
 
 Anything else the writer puts in a description (a cell's tensors, the feeds, the digests of
 the inputs) is shown or compared, never used to reach a file or size an array, so only its
@@ -26,6 +27,7 @@ import re
 from typing import Any, TypedDict
 
 from recorders.errors import RecordingError
+from recorders.write.rounding import MAX_BITS, MIN_BITS, Rounding
 
 __all__ = [
     "MAX_DEPTH",
@@ -198,8 +200,32 @@ def description_problem(d: Any) -> str | None:
         and all(isinstance(h, str) and h and h.isprintable() for h in held)
     ):
         return f"held is {_shown(held)}, expected the values held, as a list of printable text"
+    if "rounding" in d:
+        why = _rounding_problem(d["rounding"])
+        if why:
+            return why
     if "outputs" in d:
         return _outputs_problem(d["outputs"])
+    return None
+
+
+def _rounding_problem(rounding: Any) -> str | None:
+    """Why a description's `rounding` is not as the writer writes it: the mantissa bits kept
+    (`MIN_BITS` to `MAX_BITS`) and the errors they allow (`Rounding.describe`)."""
+    if not isinstance(rounding, dict):
+        return f"rounding is {_shown(rounding)}, expected an object (the mantissa bits kept)"
+    bits = rounding.get("mantissa_bits", _MISSING)
+    if not _count(bits, MIN_BITS, MAX_BITS):
+        return (
+            f"rounding.mantissa_bits is {_shown(bits)}, expected a whole number from {MIN_BITS} "
+            f"to {MAX_BITS}"
+        )
+    expected = Rounding(bits).describe()
+    if rounding != expected:
+        return (
+            f"rounding is {json.dumps(rounding)[:200]}, expected {json.dumps(expected)} (the "
+            f"errors {bits} mantissa bits allow)"
+        )
     return None
 
 

@@ -16,6 +16,10 @@ all of a batch's files; a file that no progress object counts is deleted by a re
 finished recording. Each shard's part files' rows and statistics, merged as its batches commit,
 are written beside them, so that an overview reads them in one request a shard:
 `recorders.write.merged`.
+
+A description with `rounding` (`gatetrace record --round-bits`) has every float value but the
+weights' (and an output's of integers) rounded on the worker threads as it is taken, before
+the statistics are counted and the files written (`recorders.write.rounding`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from recorders.write import merged, rowgroups
 from recorders.write.direct import WRITE_THREADS
 from recorders.write.files import publish, remove
 from recorders.write.keys import KeyCache
-from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION, WEIGHT_LABELS
+from recorders.write.layout import COMPRESSIONS, WEIGHT_LABELS
 from recorders.write.manifest import write_manifest
 from recorders.write.opening import (
     check_parts,
@@ -45,6 +49,7 @@ from recorders.write.opening import (
 )
 from recorders.write.partstats import Tally
 from recorders.write.progress import PROGRESS_DIR, Intervals, Shard
+from recorders.write.rounding import compression_of, rounding_of, rounds_output
 from recorders.write.rowgroups import failure_reason
 from recorders.write.schema import RecordingSummary, description_problem
 from recorders.write.swap import drop_locks, mark_swapped, unmark_swapped
@@ -77,7 +82,8 @@ class RecordingWriter:
 
     `examples` is the [start, stop) range of the whole recording (None if unknown);
     `shard` picks this writer's part of it. `compression` is one of COMPRESSIONS (see the
-    module docstring). Leaving the `with` block normally finishes
+    module docstring; None: the default, which for a description with `rounding` is
+    `recorders.write.rounding.COMPRESSION`). Leaving the `with` block normally finishes
     the shard (`close()`); leaving it on an exception discards the batch in flight and
     keeps everything committed (`abort()`). Both are idempotent.
     """
@@ -121,7 +127,9 @@ class RecordingWriter:
         why = description_problem(self.description)
         if why and not twice:
             raise RecordingError(f"the recording's description: {why} (see recorders.write.schema)")
-        self._compression = compression or DEFAULT_COMPRESSION
+        # the values' rounding the description says (`--round-bits`), done as they are written
+        self.rounding = rounding_of(self.description)
+        self._compression = compression_of(compression, self.rounding is not None)
         if self._compression not in COMPRESSIONS:
             raise RecordingError(
                 f"compression {self._compression!r}: expected one of {', '.join(COMPRESSIONS)}"
@@ -277,10 +285,14 @@ class RecordingWriter:
         lengths,
         parts=None,
         tally: Tally | None = None,
+        rounded: bool = True,
     ) -> None:
         self._guard()
         if self._batch is None:
             raise RecordingError("call begin(start, stop) before writing a batch")
+        if self.rounding is not None and rounded:  # rounded as the worker thread takes them
+            values = {name: self.rounding.rounds(v) for name, v in values.items()}
+            parts = self.rounding.rounds_parts(parts)
         final = merged.part_file(table, *key, self._batch[0])
         ids, (start, stop) = np.asarray(examples), self._batch
         if ids.size and not (start <= int(ids.min()) and int(ids.max()) < stop):
@@ -341,8 +353,15 @@ class RecordingWriter:
 
     def write_output(self, name: str, examples, steps, values, lengths=None) -> None:
         """One of the model's outputs (`outputs/output=NAME/`): [examples, steps, units] values
-        (an output that is not a sequence as one step, 0), or a callable as for `write_gate`."""
-        self._submit("outputs", ("", name), examples, steps, {"value": values}, lengths)
+        (an output that is not a sequence as one step, 0), or a callable as for `write_gate`.
+        An output the description says is of integers or booleans is never rounded."""
+        exact = any(
+            isinstance(o, Mapping) and o.get("name") == name and not rounds_output(o)
+            for o in self.description.get("outputs", [])
+        )
+        self._submit(
+            "outputs", ("", name), examples, steps, {"value": values}, lengths, rounded=not exact
+        )
 
     def commit(self) -> None:
         """Wait for the batch's files, move them into place and mark its examples complete."""

@@ -41,6 +41,10 @@ def early(args: argparse.Namespace) -> bool:
     from tracer.inputs.files import split_feeds
     from tracer.load.feed_names import check_feed_names
 
+    if args.round_bits is not None:
+        from tracer.run.options import check_round_bits  # no TensorFlow
+
+        check_round_bits(args.round_bits, args.summary)
     check_model_path(args.model)
     holds(args)
     fed = split_feeds(args.feed)
@@ -50,8 +54,26 @@ def early(args: argparse.Namespace) -> bool:
     return False
 
 
+def round_bits(text: str) -> int:
+    """`--round-bits N`: a count of float32 mantissa bits to keep (`recorders.write.rounding`)."""
+    from recorders.write.rounding import MAX_BITS, MIN_BITS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not MIN_BITS <= value <= MAX_BITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of float32 mantissa bits from {MIN_BITS} to {MAX_BITS}, given {text!r} "
+            "(float32 keeps 23; leave --round-bits out to store values exactly)"
+        )
+    return value
+
+
 def arguments(c: argparse.ArgumentParser) -> None:
-    from recorders.write.layout import COMPRESSIONS, DEFAULT_COMPRESSION
+    from recorders.write.layout import COMPRESSIONS
+    from recorders.write.rounding import COMPRESSION as ROUNDED_COMPRESSION
+    from recorders.write.rounding import MAX_BITS, MIN_BITS
     from tracer.run.budget import DEFAULT_ROOM  # no TensorFlow
 
     # the flags in groups, in the order a user meets them
@@ -101,10 +123,18 @@ def arguments(c: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--compression",
         choices=COMPRESSIONS,
-        default=DEFAULT_COMPRESSION,
-        help="Parquet compression. fast (default): lz4 on the key columns only, float values uncompressed; lz4, zstd, "
-        "snappy: every column (lz4: files about 9%% smaller, records 10%% to 20%% slower; zstd: 13%% smaller, about "
-        "50%% slower); none: nothing: --compression zstd",
+        default=None,
+        help=f"Parquet compression. fast (default; {ROUNDED_COMPRESSION} with --round-bits): lz4 on the key columns "
+        "only, float values uncompressed; lz4, zstd, snappy: every column (lz4: files about 9%% smaller, records 10%% "
+        "to 20%% slower; zstd: 13%% smaller, about 50%% slower); none: nothing: --compression zstd",
+    )
+    out.add_argument(
+        "--round-bits",
+        type=round_bits,
+        metavar="N",
+        help=f"store every value rounded to N of float32's 23 mantissa bits ({MIN_BITS} to {MAX_BITS}; not the "
+        "weights), each within 2^-(N+1) of its own magnitude, for fewer bytes a value (the manifest says so; "
+        f"compressed with {ROUNDED_COMPRESSION} unless --compression says otherwise): --round-bits 10",
     )
     out.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     inputs.add_argument(

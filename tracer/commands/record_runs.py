@@ -103,6 +103,7 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         state_ops=args.state_ops,
         holds=holds(args),
         outputs=outputs(args),
+        round_bits=args.round_bits,
     )
 
 
@@ -238,6 +239,7 @@ def record_parallel(args, selection, memory) -> None:
             state_ops=args.state_ops,
             holds=holds(args),
             outputs=outputs(args),
+            round_bits=args.round_bits,
         ),
     )
     bar = None

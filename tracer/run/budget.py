@@ -11,7 +11,9 @@ per state, every unit and step) for unrolled cells when batches ran one at a tim
 measurement did not cover (a replayed loop's fetched inputs and outputs beside the
 values computed from them). `bytes_per_sequence` estimates one sequence's share of a
 batch, with its input rows; `choose_batch` lowers the batch size so that what is held,
-the reserve and the batch stay within the budget.
+the reserve and the batch stay within the budget. What the writer holds beyond the reserve
+where it encodes through pyarrow (a `--compression` other than fast) or rounds the values
+(`--round-bits`) is counted by `writer_reserve`.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less), while a large model's batch is lowered and
@@ -44,6 +46,8 @@ __all__ = [
     "COPIES",
     "LOOP_COPIES",
     "RESERVE",
+    "ENCODER_RESERVE",
+    "writer_reserve",
     "DEFAULT_ROOM",
     "DEFAULT_BATCH_SIZE",
     "BatchChoice",
@@ -71,6 +75,23 @@ LOOP_COPIES = 3
 # of a batch (batches of 54 and 203), 223 MB above the RSS when recording starts; with 160 MB
 # here, `--memory 1G` peaked 3.5 MB above 1 GiB.
 RESERVE = 208 * 2**20 + (WRITE_THREADS + 1) * DIRECT_BUFFER
+# What the writer's threads hold beyond RESERVE where the part files go through pyarrow's encoder
+# (a `--compression` other than fast: pages encoded and compressed beside the columns). Measured
+# whole process (an LSTM(64) over 100 steps, batches of 300, AMD EPYC): up to 20 MB above the
+# default layout's peak with zstd, and a budgeted run of lz4 11 MB past a budget RESERVE alone kept.
+ENCODER_RESERVE = 32 * 2**20
+
+
+def writer_reserve(compression: str | None, rounded_columns: int = 0) -> int:
+    """The reserve of a recording whose part files are written in `compression` (None: the
+    default, fast) with `rounded_columns` value columns a file rounded (`--round-bits`: each
+    writer thread copies a row group's columns to round them, a float32 a row; 0: none)."""
+    from recorders.write.rowgroups import ROW_GROUP_ROWS  # (pyarrow: not at the parser's import)
+
+    encoder = ENCODER_RESERVE if compression not in (None, "fast") else 0
+    return RESERVE + encoder + WRITE_THREADS * rounded_columns * ROW_GROUP_ROWS * 4
+
+
 # on top of what TensorFlow and the model hold, by default: the benchmark model's process peaks
 # at 1.19 GB (1.42 GB with 768 MB)
 DEFAULT_ROOM = 512 * 2**20
@@ -157,11 +178,11 @@ def current_rss() -> int:
     return _proc_bytes("/proc/self/status", "VmRSS") or 0
 
 
-def default_budget(used: int, per_sequence: int = 0) -> int:
+def default_budget(used: int, per_sequence: int = 0, reserve: int = RESERVE) -> int:
     """The budget when none is given: `used` (what the process holds) plus DEFAULT_ROOM, or
     plus a tenth of the available memory if that is less; never less than the reserve and
     one sequence of `per_sequence` bytes above `used` (a batch of one is always tried)."""
-    return used + max(min(DEFAULT_ROOM, available_memory() // 10), RESERVE + per_sequence)
+    return used + max(min(DEFAULT_ROOM, available_memory() // 10), reserve + per_sequence)
 
 
 def parse_size(text: str) -> int:
@@ -226,6 +247,7 @@ class BatchChoice:
     used: int
     per_sequence: int
     given: bool = False  # the budget is the user's (--memory), not the default
+    reserve: int = RESERVE  # what the writer holds beside the batch (`writer_reserve`)
 
     @property
     def why(self) -> str | None:
@@ -276,10 +298,11 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
     more than DEFAULT_ROOM, or than the machine's available memory takes beside the reserve
     (the budget grows to hold a batch of one of anything smaller); under `--memory`, one the
     user's budget cannot take."""
+    reserve = choice.reserve
     room = (
-        choice.budget - choice.used - RESERVE
+        choice.budget - choice.used - reserve
         if choice.given
-        else min(DEFAULT_ROOM, available_memory() - RESERVE)
+        else min(DEFAULT_ROOM, available_memory() - reserve)
     )
     for name, value in feeds.items():
         shape = tuple(getattr(value, "shape", ()))
@@ -291,7 +314,7 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
         )
         if row <= room:
             continue
-        needed = choice.used + RESERVE + row
+        needed = choice.used + reserve + row
         hint = (
             f"if it is right, give --memory {describe_size(needed, up=True)}"
             if needed < available_memory()
@@ -311,21 +334,28 @@ def check_rows(feeds: Mapping[Any, Any], choice: BatchChoice) -> None:
 
 
 def choose_batch(
-    requested: int, per_sequence: int, memory: int | None = None, used: int | None = None
+    requested: int,
+    per_sequence: int,
+    memory: int | None = None,
+    used: int | None = None,
+    reserve: int = RESERVE,
 ) -> BatchChoice:
     """The largest batch size, at most `requested` and at least 1, that keeps the process
     within `memory` bytes (default: `default_budget`), `used` (default: the RSS now) being
-    held already. A `memory` too small for even one sequence is refused with what it would
-    take; the default budget always allows one."""
+    held already and `reserve` kept for the writer (`writer_reserve`). A `memory` too small
+    for even one sequence is refused with what it would take; the default budget always
+    allows one."""
     used = current_rss() if used is None else used
-    budget = default_budget(used, per_sequence) if memory is None else memory
-    room = budget - used - RESERVE
+    budget = default_budget(used, per_sequence, reserve) if memory is None else memory
+    room = budget - used - reserve
     if memory is not None and room < per_sequence:
-        needed = used + RESERVE + per_sequence
+        needed = used + reserve + per_sequence
         raise SelectionError(
             f"--memory {describe_size(memory)}: TensorFlow and the model already hold {describe_size(used)}, and recording "
-            f"one sequence at a time needs about {describe_size(RESERVE + per_sequence)} more; give at least "
+            f"one sequence at a time needs about {describe_size(reserve + per_sequence)} more; give at least "
             f"--memory {describe_size(needed, up=True)}"
         )
     size = max(1, min(requested, room // max(1, per_sequence)))
-    return BatchChoice(size, requested, budget, used, per_sequence, given=memory is not None)
+    return BatchChoice(
+        size, requested, budget, used, per_sequence, given=memory is not None, reserve=reserve
+    )

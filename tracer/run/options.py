@@ -16,12 +16,13 @@ import numpy as np
 
 from recorders import Shard
 from recorders.errors import SelectionError
+from recorders.write.rounding import MAX_BITS, MIN_BITS
 from recorders.write.totals import Bins
 from tracer.cells.holds import Hold
 from tracer.run.budget import DEFAULT_BATCH_SIZE
 from tracer.run.select import Selection
 
-__all__ = ["RecordOptions"]
+__all__ = ["RecordOptions", "check_round_bits"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +57,9 @@ class RecordOptions:
                  later steps and layers compute from them, and the recording says so
     outputs      tensors of the model's own (its predictions) recorded beside the gates, in
                  `outputs/` (a graph's: op names, or OP:K)
+    round_bits   every value stored rounded to this many of float32's 23 mantissa bits (1 to
+                 22; None: exact), for fewer bytes a value (`recorders.write.rounding`; the
+                 default compression is then zstd)
     """
 
     overwrite: bool = False
@@ -78,6 +82,7 @@ class RecordOptions:
     joins: tuple[str, Mapping[str, Any]] | None = None
     holds: tuple[Hold, ...] = ()
     outputs: tuple[str, ...] = ()
+    round_bits: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
@@ -87,6 +92,8 @@ class RecordOptions:
             raise SelectionError(
                 "--outputs names an empty tensor name; name each op or OP:K, comma-separated"
             )
+        if self.round_bits is not None:
+            check_round_bits(self.round_bits, self.summary is not None)
         if self.outputs and self.summary is not None:
             raise SelectionError(
                 "--outputs with --summary: a summary holds statistics of gates and states, not the model's "
@@ -135,3 +142,18 @@ class RecordOptions:
                 f"unknown recording option {', '.join(unknown)}: expected values or one of {', '.join(sorted(known))}"
             )
         return replace(options, **changes)
+
+
+def check_round_bits(bits: Any, summary: bool = False) -> None:
+    """SelectionError unless `bits` is a count of mantissa bits `--round-bits` takes, and the
+    recording stores values (not a `--summary`)."""
+    if not (isinstance(bits, int) and not isinstance(bits, bool) and MIN_BITS <= bits <= MAX_BITS):
+        raise SelectionError(
+            f"--round-bits {bits}: expected a whole number of float32 mantissa bits from {MIN_BITS} to "
+            f"{MAX_BITS} (float32 keeps 23; leave --round-bits out to store values exactly)"
+        )
+    if summary:
+        raise SelectionError(
+            "--round-bits with --summary: a summary stores statistics, not the values rounding makes "
+            "smaller; leave --round-bits out, or record in full"
+        )

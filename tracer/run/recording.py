@@ -28,6 +28,7 @@ from recorders.errors import (
 )
 from recorders.write import partstats
 from recorders.write.opening import series_difference
+from recorders.write.rounding import Rounding, compression_of
 from recorders.write.schema import RecordingSummary
 from recorders.write.summary import SummaryWriter
 from tracer._tf import tf
@@ -51,6 +52,7 @@ from tracer.run.budget import (
     bytes_per_sequence,
     check_rows,
     choose_batch,
+    writer_reserve,
 )
 from tracer.run.options import RecordOptions
 from tracer.run.prepare import (
@@ -270,7 +272,15 @@ def _record(
             COPIES * 4 * o["units"] * (o.get("steps") or (longest if o["sequence"] else 1))
             for o in prepared.outputs
         )
-    choice = choose_batch(options.batch_size, per_sequence, options.memory)
+    # what the writer holds beside the batch: more where it encodes through pyarrow or rounds
+    # (the columns a thread copies to round them: a gate's values, which may be views of what
+    # was fetched; its parts, made for the writer, are rounded in place)
+    rounded = options.round_bits is not None and options.summary is None
+    columns = len([v for v in selection.values if v != "contributions"])
+    reserve = writer_reserve(
+        compression_of(options.compression, rounded), max(1, columns) if rounded else 0
+    )
+    choice = choose_batch(options.batch_size, per_sequence, options.memory, reserve=reserve)
     check_rows(feed_dict, choice)
     if (
         options.carry_state
@@ -302,6 +312,8 @@ def _record(
                 entry["held"] = True
     if options.outputs:
         description["outputs"] = [dict(o) for o in prepared.outputs]
+    if options.round_bits is not None:  # the writer rounds what it writes as this says
+        description["rounding"] = Rounding(options.round_bits).describe()
     if isinstance(model, KerasModel):
         description["not_recorded"] = hidden_layers(model)
     if options.carry_state:  # a resume must cut the stream into the same batches

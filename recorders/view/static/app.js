@@ -94,7 +94,7 @@ async function loadOverview() {
   const o = await api("overview", {});
   state.overview = o;
   $("source").textContent = `${o.path}: ${o.summary.source ? o.summary.source.path : ""}` +
-    (o.held ? ` (${o.held})` : "");
+    (o.held ? ` (${o.held})` : "") + (o.rounding ? ` (${o.rounding})` : "");
   const summary = $("summary");
   summary.innerHTML = "";
   for (const [k, v] of Object.entries(o.summary)) {
