@@ -27,7 +27,7 @@ same run, each invocation's examples in turn (along the dimension that holds the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +39,9 @@ from tracer.values.hybrid import HybridProducts
 from tracer.values.integer import integer_replayed
 from tracer.values.replay import Replayed, check, replay
 from tracer.values.replayed import ReplayedPlan, Result, Results
-from tracer.values.returned import Returned
+
+if TYPE_CHECKING:  # imports TensorFlow: a .tflite file is inspected and replayed without it
+    from tracer.values.returned import Returned
 
 __all__ = ["LitePlan"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
@@ -23,8 +23,10 @@ from tracer.cells.found import KerasCell, LiteCell
 from tracer.values.parts import plan_parts
 from tracer.values.plan import Read
 from tracer.values.replay import Replayed
-from tracer.values.returned import Returned
 from tracer.values.weights import gate_weights
+
+if TYPE_CHECKING:  # imports TensorFlow: a .tflite file is inspected and replayed without it
+    from tracer.values.returned import Returned
 
 __all__ = ["ReplayedPlan", "Result", "Results"]
 
