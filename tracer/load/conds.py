@@ -338,9 +338,9 @@ def _straighten_v1(graph_def) -> int:
     read = {i for n in graph_def.node for i in n.input}
     merges: dict[str, list] = {}  # by the scope of their conditional
     for n in graph_def.node:
-        scope = re.fullmatch(r"(.+)/Merge(_\d+)?", n.name)
-        if n.op == "Merge" and scope:
-            merges.setdefault(scope.group(1), []).append(n)
+        merge = re.fullmatch(r"(.+)/Merge(_\d+)?", n.name)
+        if n.op == "Merge" and merge:
+            merges.setdefault(merge.group(1), []).append(n)
     done = 0
     for name in sorted(switched):
         pred_id = nodes.get(name)
