@@ -108,3 +108,49 @@ def test_a_mean_that_cannot_be_taken_is_one_line(model, inputs, tmp_path, flags,
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_means_from_an_unfinished_recording_are_refused(model, inputs, tmp_path):
+    path, _ = model
+    half = tmp_path / "half"
+    assert record_x(path, inputs, half, "--shard", "0/2").returncode == 0  # one shard of two
+    done = record_x(
+        path,
+        inputs,
+        tmp_path / "run",
+        *("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(half)),
+    )
+    assert done.returncode == 2 and "that recording is not finished" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_overwrite_never_replaces_the_recording_the_means_come_from(model, inputs, tmp_path):
+    path, _ = model
+    base = tmp_path / "base"
+    assert record_x(path, inputs, base).returncode == 0
+    manifest = (base / "manifest.json").read_text()
+    done = record_x(
+        path,
+        inputs,
+        base,
+        *("--overwrite", "--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(base)),
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert (base / "manifest.json").read_text() == manifest  # the base is as it was
+
+
+def test_the_means_are_read_within_memory_and_not_for_a_series(model, inputs, tmp_path):
+    from argparse import Namespace
+
+    from recorders.errors import SelectionError
+    from tracer.commands.record_runs import holds
+
+    path, _ = model
+    base = tmp_path / "base"
+    assert record_x(path, inputs, base).returncode == 0
+    ask = {"hold": ["cell_0/basic_lstm_cell:h:all=mean"], "means_from": str(base)}
+    assert len(holds(Namespace(**ask, memory=None, checkpoints=None))) == 3
+    with pytest.raises(SelectionError, match="memory|budget"):  # --memory bounds this read too
+        holds(Namespace(**ask, memory="1K", checkpoints=None))
+    with pytest.raises(SelectionError, match="--means-from with --checkpoints"):
+        holds(Namespace(**ask, memory=None, checkpoints="all"))

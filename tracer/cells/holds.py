@@ -196,7 +196,13 @@ def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
     if not any(h.mean for h in holds):
         return tuple(holds)
     where = f"--means-from {base.path}"
-    if base.manifest.get("held"):
+    if not base.complete:
+        raise SelectionError(
+            f"{where}: that recording is not finished (a part of its sequences, or of its shards, is "
+            "recorded), so its means are not over the sequences it was given; finish it (--resume, every "
+            "shard) or give a finished one"
+        )
+    if base.description.get("held"):
         raise SelectionError(
             f"{where}: that recording was made with values held (--hold), so its means are not the "
             "model's own; give a recording made without --hold"

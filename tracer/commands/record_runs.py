@@ -65,8 +65,16 @@ def holds(args) -> tuple[Hold, ...]:
     if means_from is None:
         args.resolved_holds = parsed
         return parsed
-    try:
-        base = Recording(means_from)
+    if getattr(args, "checkpoints", None):
+        raise SelectionError(
+            "--means-from with --checkpoints: each checkpoint's units have means of their own, and one "
+            "recording's would hold every checkpoint at them; hold at a number, or record each checkpoint "
+            "on its own with the means of its own plain recording"
+        )
+    from tracer.run.budget import parse_size
+
+    try:  # read within --memory, as every read of the run
+        base = Recording(means_from, parse_size(args.memory) if args.memory else None)
     except RecordingError as err:
         raise RecordingError(f"--means-from: {err}") from None
     args.resolved_holds = holds_at_means(parsed, base)
@@ -95,7 +103,8 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         lengths=lengths,
         compression=args.compression,
         timeout=args.timeout,
-        reads=(args.lengths, *(feed_path(item) for item in args.feed)),
+        # what the run reads, which --overwrite never replaces: the inputs, and the means' recording
+        reads=(args.lengths, getattr(args, "means_from", None), *(feed_path(item) for item in args.feed)),
         memory=memory,
         verify=args.verify,
         summary=bins,
