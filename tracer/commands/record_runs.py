@@ -104,7 +104,11 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         compression=args.compression,
         timeout=args.timeout,
         # what the run reads, which --overwrite never replaces: the inputs, and the means' recording
-        reads=(args.lengths, getattr(args, "means_from", None), *(feed_path(item) for item in args.feed)),
+        reads=(
+            args.lengths,
+            getattr(args, "means_from", None),
+            *(feed_path(item) for item in args.feed),
+        ),
         memory=memory,
         verify=args.verify,
         summary=bins,
