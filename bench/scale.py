@@ -15,9 +15,8 @@ MultiRNNCell of BasicLSTMCell(256), T=50, batches of 256). 9,984 sequences give
 2. The view: a `gatetrace view --labels` process started fresh each round; the time from its
    start to its first answer, then each endpoint's answer (the overview, a heatmap, a unit, a
    select, a match's first answer (it scans for under a second), a unit beside the labels, the
-   ranked units while they are scored and once scored);
-   the files the process opened (`/proc/PID/io` syscalls are not files: the count is of
-   `openat` calls on part files, read from strace where installed).
+   ranked units while they are scored and once scored). How many files each answer opens is
+   counted by the tests (tests/test_merged.py, tests/test_view_reads.py), not here.
 3. `gatetrace units --labels` and `gatetrace compare` on two recordings of
    `--compare-sequences` sequences each (1,792: 183.5M gate rows), two models of the same
    shape on the same inputs: wall time and peak RSS against the default memory budget (half
