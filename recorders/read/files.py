@@ -10,7 +10,8 @@ files of the cells and gates (or states) the description lists. What a part file
 checked against the description before anything is allocated from it: its columns and
 their types; each row group's example and step statistics (present, within the cell's
 steps, and, in a complete recording, within its examples); its row count (at most one
-row per example, step and unit of those ranges); the units of the rows read (below the
+row per example, step and unit of those ranges; each row group's that of its key columns, the
+row groups' together the file's); the units of the rows read (below the
 cell's units). Every array built from a file (a row group, a selection, a dense array)
 must fit `memory` bytes first, and so must each row group, which is read whole. Anything off
 is a RecordingError naming the file (a row group or a selection too large for `memory`, a
@@ -439,6 +440,14 @@ class CheckedFiles:
         (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
         for k in range(metadata.num_row_groups):
             group = metadata.row_group(k)
+            # pyarrow reads as many rows as a row group counts: its key columns must hold as many
+            for i in range(group.num_columns):
+                column = group.column(i)
+                if column.path_in_schema in KEYS and column.num_values != group.num_rows:
+                    return (
+                        f"row group {k} counts {group.num_rows:,} rows, but its "
+                        f"{column.path_in_schema} column holds {column.num_values:,} values"
+                    )
             ranges = statistics(group)
             if ranges is None:
                 return f"row group {k} has no example and step statistics"
@@ -457,6 +466,9 @@ class CheckedFiles:
                 )
             if group.num_rows > (e1 - e0 + 1) * (s1 - s0 + 1) * units:
                 return f"row group {k} claims {group.num_rows:,} rows, more than its examples, steps and {units:,} units have"
+        counted = sum(metadata.row_group(k).num_rows for k in range(metadata.num_row_groups))
+        if counted != metadata.num_rows:
+            return f"its row groups count {counted:,} rows, the file {metadata.num_rows:,}"
         return None
 
     def read(self, rel: str, read: Any) -> Any:
@@ -599,9 +611,11 @@ def statistics(group: Any) -> tuple[tuple[int, int], tuple[int, int]] | None:
 
 
 def key_ranges(group: Any, units: int) -> tuple[tuple[int, int], ...] | None:
-    """The (min, max) of example, step and unit of a row group whose rows are every
-    combination of them (in C order, as the writer writes them), else None. Example and
-    step ranges come from the row group's statistics; units are 0 to `units` - 1."""
+    """The (min, max) of example, step and unit of a row group whose row count and statistics
+    fit every combination of them, else None. Example and step ranges come from the row
+    group's statistics; units are 0 to `units` - 1. The footer says nothing of the rows'
+    order: a reader that places values by it checks the keys are in C order first
+    (`recorders.read.tables.file_blocks`)."""
     ranges = statistics(group)
     if ranges is None:
         return None

@@ -233,9 +233,10 @@ def file_blocks(
     units: int,
     examples: Range | None = None,
 ) -> Iterator[Block]:
-    """`column` of the part file `rel` of `cell`, a row group at a time: only the value
-    column where a row group holds every (example, step, unit) of its ranges (`key_ranges`),
-    else its keys too, checked, spread into a `Block` with the (example, step) pairs present.
+    """`column` of the part file `rel` of `cell`, a row group at a time, with its keys: reshaped
+    where a row group holds every (example, step, unit) of its ranges (`key_ranges`) in C
+    order (`_in_c_order`), else the keys checked and the values spread by them into a `Block`
+    with the (example, step) pairs present.
     With `examples` ([start, stop), None: open), the row groups whose statistics say they
     hold none of them are skipped (a block may still hold examples outside them)."""
     file = checked.parquet(table, cell, rel)
@@ -250,31 +251,40 @@ def file_blocks(
             (lo is not None and held[0][1] < lo) or (hi is not None and held[0][0] >= hi)
         ):
             continue
+        t = checked.read(
+            rel,
+            lambda k=k: file.read_row_group(
+                k, columns=["example", "step", "unit", column], use_threads=False
+            ),
+        )
+        keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
         ranges = key_ranges(file.metadata.row_group(k), units)
-        if ranges is not None:
-            values = checked.read(
-                rel,
-                lambda k=k: (
-                    file.read_row_group(k, columns=[column], use_threads=False).column(0).to_numpy()
-                ),
-            )
+        if ranges is not None and _in_c_order(keys, ranges):
             (e0, e1), (s0, s1), (u0, u1) = ranges
             yield Block(
                 np.arange(e0, e1 + 1),
                 np.arange(s0, s1 + 1),
-                values.reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1),
+                t.column(column).to_numpy().reshape(e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1),
                 None,
             )
         else:
-            t = checked.read(
-                rel,
-                lambda k=k: file.read_row_group(
-                    k, columns=["example", "step", "unit", column], use_threads=False
-                ),
-            )
-            keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
             checked.check_keys(rel, cell, keys)
             yield _scattered(checked, rel, keys, t.column(column).to_numpy(), units)
+
+
+def _in_c_order(keys: dict[str, np.ndarray], ranges: tuple[tuple[int, int], ...]) -> bool:
+    """Whether the key columns of a row group are every (example, step, unit) of `ranges` in C
+    order, as the writer writes them (a file rewritten in another order keeps the count and
+    the statistics: its rows are then placed by their keys)."""
+    (e0, e1), (s0, s1), (u0, u1) = ranges
+    shape = (e1 - e0 + 1, s1 - s0 + 1, u1 - u0 + 1)
+    if any(len(v) != shape[0] * shape[1] * shape[2] for v in keys.values()):
+        return False
+    return bool(
+        (keys["example"].reshape(shape[0], -1) == np.arange(e0, e1 + 1)[:, None]).all()
+        and (keys["step"].reshape(shape) == np.arange(s0, s1 + 1)[None, :, None]).all()
+        and (keys["unit"].reshape(-1, shape[2]) == np.arange(u0, u1 + 1)).all()
+    )
 
 
 def _scattered(
