@@ -6,6 +6,7 @@ the same equations with each unit held at its mean (as float32, what the model's
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,3 +155,35 @@ def test_the_means_are_read_within_memory_and_not_for_a_series(model, inputs, tm
         holds(Namespace(**ask, memory="1K", checkpoints=None))
     with pytest.raises(SelectionError, match="--means-from with --checkpoints"):
         holds(Namespace(**ask, memory=None, checkpoints="all"))
+
+
+def test_means_from_a_recording_of_another_model_are_refused(model, inputs, tmp_path):
+    """Another model of the same cells' names and sizes (other weights) gives means that are
+    not this model's: one line; a copy of the same checkpoint elsewhere gives the same weights."""
+    import shutil
+
+    from tests.conftest import build, save
+
+    path, _ = model
+    (tmp_path / "other").mkdir()
+    other = save(
+        build(test_hold._two_layers, steps=STEPS, features=test_hold.FEATURES, seed=4),
+        "checkpoint",
+        tmp_path / "other",
+    )
+    spec = ("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from")
+    assert record_x(other, inputs, tmp_path / "base").returncode == 0
+    done = record_x(path, inputs, tmp_path / "run", *spec, str(tmp_path / "base"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "weights of rnn/multi_rnn_cell/cell_0/basic_lstm_cell are not those" in done.stderr
+    assert not (tmp_path / "run").exists()
+    # the same weights from another file: accepted, and the manifest says where the means came from
+    root = Path(path).parent.parent
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    same = copy / Path(path).relative_to(root)
+    assert record_x(same, inputs, tmp_path / "same").returncode == 0
+    done = record_x(path, inputs, tmp_path / "run", *spec, str(tmp_path / "same"))
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["means_from"] == {"path": str(tmp_path / "same")}

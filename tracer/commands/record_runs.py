@@ -117,6 +117,7 @@ def shared_options(args, selection, bins, memory, lengths) -> RecordOptions:
         holds=holds(args),
         outputs=outputs(args),
         round_bits=args.round_bits,
+        means_from=getattr(args, "means_from", None),
     )
 
 

@@ -60,6 +60,9 @@ class RecordOptions:
     round_bits   every value stored rounded to this many of float32's 23 mantissa bits (1 to
                  22; None: exact), for fewer bytes a value (`recorders.write.rounding`; the
                  default compression is then zstd)
+    means_from   the recording (`--means-from RUN`) the `holds` took their means from: its weights
+                 of the held cells must be the model's (`tracer.run.means_base`), and the
+                 manifest says where the means came from (`means_from`)
     """
 
     overwrite: bool = False
@@ -83,6 +86,7 @@ class RecordOptions:
     holds: tuple[Hold, ...] = ()
     outputs: tuple[str, ...] = ()
     round_bits: int | None = None
+    means_from: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))

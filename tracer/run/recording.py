@@ -54,6 +54,7 @@ from tracer.run.budget import (
     choose_batch,
     writer_reserve,
 )
+from tracer.run.means_base import check_means_base, means_origin
 from tracer.run.options import RecordOptions
 from tracer.run.prepare import (
     AnyModel,
@@ -300,6 +301,9 @@ def _record(
     if examples is not None:  # what was fed, so that `compare` knows the same inputs
         description["inputs"] = input_digests(feed_dict, examples)
     weights = weight_values(model, cells, options.timeout)
+    if options.means_from is not None:  # the means are this model's, or one line
+        check_means_base(options.means_from, options.memory, cells, weights, options.holds)
+        description["means_from"] = means_origin(options.means_from, options.memory)
     # what else the values depend on: a resume, or another shard, must share it
     description["digests"] = other_digests(feed_dict, examples, lengths, weights)
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
