@@ -16,7 +16,8 @@ each round:
 then 5. bytes on disk per stored value (keys included); 6. whole processes as a user
 runs them (`whole_process`): the marginal cost of a batch of `gatetrace record` (at default
 settings, with `--memory 8G`, and with `--compression lz4`) against
-a script running only the forward pass; and 7. the peak RSS of `gatetrace record` at
+a script running only the forward pass, with where a batch's CPU goes (TensorFlow's threads,
+the writer's, the main thread: `thread_cpu`); and 7. the peak RSS of `gatetrace record` at
 each of `--sizes` sequences, each in a fresh process at the default memory budget. Ratios
 are medians of per-round ratios against the same round's forward pass. Prints a table
 and writes bench/results.json.
@@ -25,6 +26,7 @@ and writes bench/results.json.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -183,6 +185,92 @@ with Folder(out) as folder:
 """
 
 
+THREADS_SCRIPT = """
+import os, runpy, sys, threading, time
+# Each thread's CPU seconds (user + system, /proc/self/task/TID/stat), sampled every 0.1 s
+# until the run ends; a thread is named by its Python name (gatetrace's threads are named)
+# or, for threads Python did not start (TensorFlow's), by the kernel's name.
+tick, seen, done = os.sysconf("SC_CLK_TCK"), {}, threading.Event()
+def sample():
+    while True:
+        names = {str(t.native_id): t.name for t in threading.enumerate()}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            name = "main" if tid == str(os.getpid()) else names.get(tid, stat[stat.index("(") + 1 : stat.rindex(")")])
+            seen[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        if done.wait(0.1):
+            return
+sampler = threading.Thread(target=sample, name="sampler", daemon=True)
+sampler.start()
+out, sys.argv = sys.argv[1], sys.argv[2:]
+try:
+    if sys.argv[0] == "-c":
+        sys.argv = sys.argv[1:]
+        exec(compile(sys.argv[0], "<script>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = sys.argv[1:]
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+except SystemExit as end:
+    if end.code:
+        raise
+finally:
+    done.set()
+    sampler.join()
+    with open(out, "w") as f:
+        f.write(repr(sorted(seen.values())))
+"""
+
+
+def thread_cpu(jobs: dict, spans: dict, root: Path) -> dict:
+    """Where the CPU of a batch goes, for the forward pass and the record: each process run
+    once more at its two batch counts under THREADS_SCRIPT, its threads' CPU seconds summed by
+    kind, the marginal per batch: `tensorflow` (threads Python did not start, which
+    TensorFlow's runtime starts, and `gatetrace-run`, the thread `Session.run` is called on),
+    `writer` (`gatetrace-write`, the writer's pool: columns, statistics, checksums, files),
+    `main` (the main thread: the batch's arrays cut from the fetched tensors, the plan)."""
+
+    def kind(name: str) -> str | None:
+        if name == "sampler":
+            return None
+        if name.startswith("gatetrace-write"):
+            return "writer"
+        if name == "main":
+            return "main"
+        return "tensorflow"
+
+    found = {}
+    for key in [(k, n) for k in ("forward", "record") for n in spans[k]]:
+        out = root / f"threads-out-{key[0]}-{key[1]}"
+        log = root / "threads.txt"
+        tail = [] if key[0] == "forward" else ["--out", str(out)]
+        subprocess.run(
+            [sys.executable, "-c", THREADS_SCRIPT, str(log), *jobs[key], *tail],
+            check=True,
+            capture_output=True,
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        totals: dict[str, float] = {}
+        for name, seconds in ast.literal_eval(log.read_text()):
+            if kind(name):
+                totals[kind(name)] = totals.get(kind(name), 0.0) + seconds
+        found[key] = totals
+    result = {}
+    for k in ("forward", "record"):
+        lo, hi = spans[k]
+        result[k] = {
+            group: round(
+                (found[(k, hi)].get(group, 0.0) - found[(k, lo)].get(group, 0.0)) / (hi - lo), 3
+            )
+            for group in ("tensorflow", "writer", "main")
+        }
+    return result
+
+
 def part_sizes(folder: Path) -> list[tuple[str, int]]:
     """Every file under `folder` but the progress and statistics files: (relative path, bytes)."""
     return [
@@ -309,6 +397,7 @@ def whole_process(
         "forward_cpu_s_per_batch": round(median("forward_cpu"), 3),
         "record_cpu_s_per_batch": round(median("record_cpu"), 3),
         "record_sys_s_per_batch": round(median("record_sys"), 3),
+        "cpu_by_thread_per_batch": thread_cpu(jobs, spans, root),
         "record_write_calls_per_batch": write_calls(
             jobs[("record", small)], jobs[("record", large)], root, large - small
         ),
@@ -585,6 +674,16 @@ def _print(r: dict) -> None:
             f"  CPU seconds per batch: forward {w['forward_cpu_s_per_batch']:.3f}, record {w['record_cpu_s_per_batch']:.3f} "
             f"(system {w['record_sys_s_per_batch']:.3f}); write() calls per batch: {w['record_write_calls_per_batch']}"
         )
+        t = w.get("cpu_by_thread_per_batch")
+        if t:
+            cores = r["machine"]["cpus"]
+            need = sum(t["record"].values()) / cores
+            print(
+                f"  where a batch's CPU goes (threads' CPU s): forward: TensorFlow {t['forward']['tensorflow']:.3f}, "
+                f"main {t['forward']['main']:.3f}; record: TensorFlow {t['record']['tensorflow']:.3f}, "
+                f"writer {t['record']['writer']:.3f}, main {t['record']['main']:.3f}; on {cores} cores the record's "
+                f"CPU alone needs {need:.3f} s a batch: {need / w['forward_s_per_batch']:.2f}x the forward pass"
+            )
         print(
             f"  the disk's floor (the same files written as the writer writes them): {w['disk_s_per_batch']:.3f} s a batch; "
             f"record against max(forward, disk floor): {w['ratio_to_limit']:.2f}x (target 1.25x)"
