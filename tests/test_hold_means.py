@@ -187,3 +187,29 @@ def test_means_from_a_recording_of_another_model_are_refused(model, inputs, tmp_
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["means_from"] == {"path": str(tmp_path / "same")}
+
+
+@pytest.mark.parametrize("progress", [True, False], ids=["progress-files", "no-progress-files"])
+def test_a_manifest_edited_to_drop_its_holds_is_not_believed(model, inputs, tmp_path, progress):
+    """The manifest of a held recording edited to say nothing was held: its progress files (or,
+    where they are gone, weights.parquet's footer) say what was, and the means are refused."""
+    import shutil
+
+    path, _ = model
+    held = tmp_path / "held"
+    assert record_x(path, inputs, held, "--hold", "cell_0/basic_lstm_cell:h:1=0").returncode == 0
+    manifest = json.loads((held / "manifest.json").read_text())
+    del manifest["held"]
+    (held / "manifest.json").write_text(json.dumps(manifest))
+    if not progress:
+        shutil.rmtree(held / "_progress")
+    done = record_x(
+        path,
+        inputs,
+        tmp_path / "run",
+        *("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(held)),
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    where = "_progress/shard-0-of-1.json" if progress else "weights.parquet's footer"
+    assert f"manifest.json says held is absent, but {where}" in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()

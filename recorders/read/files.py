@@ -53,6 +53,7 @@ from recorders.errors import MemoryBudgetError, RecordingError
 from recorders.write.columns import GATE_COLUMNS
 from recorders.write.folder import Folder, ReadOnlyFiles
 from recorders.write.layout import (
+    METADATA_KEY,
     PROGRESS_DIR,
     ROOT_ENTRIES,
     STATISTICS_DIR,
@@ -132,6 +133,37 @@ def refuse(path: Path, folder: Folder, rel: str) -> None:
     )
 
 
+# what the values are, which the manifest copies from the description each shard's progress
+# file keeps: values held inside the model, where held means came from, their rounding
+_SAID_ALIKE = ("held", "means_from", "rounding")
+
+
+def _check_agrees(
+    path: Path, manifest: dict[str, Any], progress: dict[str, dict[str, Any]]
+) -> None:
+    """RecordingError unless the manifest says what each progress file's description says of
+    what its values are (`_SAID_ALIKE`): a manifest edited to drop `held` is not believed."""
+    for tag, p in sorted(progress.items()):
+        if not p["description"]:
+            continue
+        for key in _SAID_ALIKE:
+            mine, theirs = manifest.get(key), p["description"].get(key)
+            if mine != theirs:
+                where = (
+                    f"{tag}'s footer, written before its first batch,"
+                    if tag.endswith(".parquet")
+                    else f"{PROGRESS_DIR}/{tag}.json, written as its batches were,"
+                )
+                raise RecordingError(
+                    f"{path}/manifest.json says {key} is {_said(mine)}, but {where} "
+                    f"says {_said(theirs)}: {DAMAGED}"
+                )
+
+
+def _said(value: Any) -> str:
+    return "absent" if value is None else repr(value)[:200]
+
+
 class CheckedFiles:
     """A recording's files, listed once and checked before they are read (see the module
     docstring): those of the folder `folder` opened for the recording `path`, whose
@@ -177,12 +209,30 @@ class CheckedFiles:
                 f"says were fed (its feeds) hold {fed:,} sequences: {DAMAGED}"
             )
         self.fs = pafs.PyFileSystem(ReadOnlyFiles(folder))  # what pyarrow reads them through
+        if manifest is not None:  # what its values are, as written while they were
+            said = progress or {"weights.parquet": {"description": self._weights_said()}}
+            _check_agrees(path, manifest, said)
         self._listed: dict[str, dict[tuple[str, str], list[str]]] = {}
         self._metadata: dict[str, Any] = {}  # part file: its footer, once checked
         # part file: the [low, high) of the examples its name leaves it (`overlapping`)
         self._spans: dict[str, tuple[int, int]] = {}
         self._merged: list[tuple[str, dict]] | None = None  # each shard's merged file, read
         self._merging = threading.Lock()  # (gates are summarised on threads: read once)
+
+    def _weights_said(self) -> dict[str, Any]:
+        """The description weights.parquet's footer keeps (written before the first batch),
+        or {} where it keeps none."""
+        if "weights.parquet" not in self.folder.entries():
+            return {}
+        try:
+            with self.fs.open_input_file("weights.parquet") as f:
+                kept = (pq.read_metadata(f).metadata or {}).get(METADATA_KEY)
+        except UNREADABLE as err:
+            raise RecordingError(
+                f"{self.path}/weights.parquet is not readable Parquet ({unreadable(err)}): {DAMAGED}"
+            ) from None
+        said = parse_json(kept, f"{self.path}/weights.parquet") if kept else {}
+        return said if isinstance(said, dict) else {}
 
     def weights_rows(self) -> int:
         if "weights.parquet" not in self.folder.entries():
