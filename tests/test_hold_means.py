@@ -76,10 +76,30 @@ def test_units_held_at_their_means_are_those_of_the_equations(
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (["--hold", "cell_0/basic_lstm_cell:h:1=mean"], "give it with --means-from RUN"),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:h:1=mean"],
+            "expected --means-from RUN, the recording of this model made without --hold that each unit's "
+            "mean is taken from, found none; record the model without --hold",
+        ),
         (
             ["--hold", "cell_0/basic_lstm_cell:h:1=0", "--means-from", "BASE"],
-            "no --hold asks for a mean",
+            "expected a --hold that asks for a mean (CELL:WHAT:UNITS=mean), found "
+            "'cell_0/basic_lstm_cell:h:1=0.0'; end a hold in =mean, or leave --means-from out",
+        ),
+        (
+            ["--means-from", "BASE"],
+            "expected a --hold that asks for a mean (CELL:WHAT:UNITS=mean), found no --hold; ",
+        ),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:f.pre:1=mean", "--means-from", "ACT"],
+            "expected --means-from ACT to hold rnn/multi_rnn_cell/cell_0/basic_lstm_cell's f preactivations, "
+            "found it recorded with --values activation; record the model again without --hold and with "
+            "--values preactivation",
+        ),
+        (
+            ["--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", "SERIES"],
+            "expected one recording of the model, found a series of recordings (record --checkpoints: one a "
+            "checkpoint); give the one of the checkpoint this records, e.g. --means-from SERIES/checkpoint=10",
         ),
         (
             ["--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", "HELD"],
@@ -105,8 +125,21 @@ def test_a_mean_that_cannot_be_taken_is_one_line(model, inputs, tmp_path, flags,
     assert record_x(path, inputs, base, "--gates", "f").returncode == 0
     assert record_x(path, inputs, held, "--hold", "cell_0/basic_lstm_cell:h:1=0").returncode == 0
     places = {"BASE": str(base), "HELD": str(held), "NOWHERE": str(tmp_path / "nowhere")}
+    if "ACT" in flags:  # recorded without preactivations
+        places["ACT"] = str(tmp_path / "act")
+        assert record_x(path, inputs, tmp_path / "act", "--values", "activation").returncode == 0
+    if "SERIES" in flags:  # the layout record --checkpoints writes: series.json, KEY=VALUE/
+        import shutil
+
+        places["SERIES"] = str(tmp_path / "series")
+        shutil.copytree(base, tmp_path / "series" / "checkpoint=10")
+        (tmp_path / "series" / "series.json").write_text(
+            json.dumps({"kind": "series", "key": "checkpoint", "values": [10], "source": str(path)})
+        )
     done = record_x(path, inputs, tmp_path / "run", *[places.get(f, f) for f in flags])
     assert done.returncode == 2, done.stderr
+    for name, place in places.items():
+        said = said.replace(name, place)
     assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "run").exists()
 

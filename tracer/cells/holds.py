@@ -225,6 +225,13 @@ def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
                 f"--hold '{hold.describe()}': {where} holds {', '.join(kept) or 'nothing'} of {cell}, "
                 f"not {hold.name}; give a recording that holds it"
             )
+        values = base.description.get("selection", {}).get("values") or [column]
+        if table == "gates" and column not in values:
+            raise SelectionError(
+                f"--hold '{hold.describe()}': expected {where} to hold {cell}'s {hold.name} {column}s, found "
+                f"it recorded with --values {','.join(values)}; record the model again without --hold and "
+                f"with --values {column} (or without --values), and give that recording"
+            )
         means = _means(base, table, cell, label, column, hold.units)
         for unit, value in means.items():
             if not math.isfinite(value):

@@ -55,12 +55,15 @@ def holds(args) -> tuple[Hold, ...]:
     means_from = getattr(args, "means_from", None)
     if asked and means_from is None:
         raise SelectionError(
-            f"--hold '{asked[0]}': each unit's mean comes from a recording of the model made without --hold; "
-            "give it with --means-from RUN"
+            f"--hold '{asked[0]}': expected --means-from RUN, the recording of this model made without --hold "
+            "that each unit's mean is taken from, found none; record the model without --hold "
+            "(gatetrace record MODEL --feed ... --out base) and add --means-from base"
         )
     if means_from is not None and not asked:
+        found = ", ".join(f"'{h.describe()}'" for h in parsed) or "no --hold"
         raise SelectionError(
-            "--means-from: no --hold asks for a mean (CELL:WHAT:UNITS=mean); leave --means-from out"
+            f"--means-from {means_from}: expected a --hold that asks for a mean (CELL:WHAT:UNITS=mean), "
+            f"found {found}; end a hold in =mean, or leave --means-from out"
         )
     if means_from is None:
         args.resolved_holds = parsed
@@ -71,14 +74,35 @@ def holds(args) -> tuple[Hold, ...]:
             "recording's would hold every checkpoint at them; hold at a number, or record each checkpoint "
             "on its own with the means of its own plain recording"
         )
+    from recorders.read.series import SERIES_FILE
     from tracer.run.budget import parse_size
 
+    if (Path(means_from) / SERIES_FILE).is_file():
+        raise SelectionError(
+            f"--means-from {means_from}: expected one recording of the model, found a series of recordings "
+            f"(record --checkpoints: one a checkpoint); give the one of the checkpoint this records, "
+            f"{_one_of_series(means_from)}"
+        )
     try:  # read within --memory, as every read of the run
         base = Recording(means_from, parse_size(args.memory) if args.memory else None)
     except RecordingError as err:
         raise RecordingError(f"--means-from: {err}") from None
     args.resolved_holds = holds_at_means(parsed, base)
     return args.resolved_holds
+
+
+def _one_of_series(path: str) -> str:
+    """How to name one recording of the series at `path`: its first, or the pattern."""
+    from recorders import Series
+    from recorders.errors import RecordingError
+
+    try:
+        series = Series(path)
+        if series.values:
+            return f"e.g. --means-from {Path(path) / f'{series.key}={series.values[0]}'}"
+    except RecordingError:
+        pass
+    return f"--means-from {Path(path) / 'KEY=VALUE'} as `gatetrace inspect {path}` lists them"
 
 
 def outputs(args) -> tuple[str, ...]:
