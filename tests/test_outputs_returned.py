@@ -387,3 +387,36 @@ def test_telling_a_stateful_models_outputs_apart_leaves_the_state_it_carries(fra
     np.testing.assert_allclose(
         _values(Recording(tmp_path / "run"), "gru"), np.concatenate(own), atol=1e-6
     )
+
+
+def test_a_tflite_output_whose_fixed_batch_is_as_long_as_its_steps_is_one_line(tmp_path):
+    """A file converted with a batch of T, its steps T too: `lower` [T, T, 4] cannot be told
+    [batch, steps] from [steps, batch] (its interpreter runs no other batch), so it is refused
+    in one line and nothing is written; `probs` [T, 2] is recorded, each example's the
+    interpreter's own."""
+    from tracer._tf import tf
+
+    keras = keras_module("tf-keras")
+    x_in = keras.Input((T, FEATURES), batch_size=T, name="x")
+    lower = keras.layers.LSTM(4, return_sequences=True, name="lower")(x_in)
+    probs = keras.layers.Dense(2, name="probs")(keras.layers.LSTM(3, name="upper")(lower))
+    model = keras.Model(x_in, [lower, probs])
+    randomise(model, seed=7)
+    path = tmp_path / "batch_t.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    x = _x(T)
+    refused = record_x(path, x, tmp_path / "run", "--outputs", "lower")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("gatetrace: error: ")
+    assert f"both {T}" in refused.stderr and "batch of 1" in refused.stderr, refused.stderr
+    assert not (tmp_path / "run").exists()
+
+    done = record_x(path, x, tmp_path / "probs", "--outputs", "probs")
+    assert done.returncode == 0, done.stderr
+    it = _interpreter(path)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    index = next(d["index"] for d in it.get_output_details() if d["shape"].tolist() == [T, 2])
+    np.testing.assert_array_equal(
+        _values(Recording(tmp_path / "probs"), "probs"), it.get_tensor(index)
+    )
