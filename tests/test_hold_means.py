@@ -154,8 +154,29 @@ def test_means_from_an_unfinished_recording_are_refused(model, inputs, tmp_path)
         tmp_path / "run",
         *("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(half)),
     )
-    assert done.returncode == 2 and "that recording is not finished" in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert (
+        "that recording is not finished (shards not finished: 1/2)" in done.stderr
+        and "record --shard 1/2 into the same folder" in done.stderr
+    ), done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("done_shard", [0, 1])
+def test_inspect_names_the_shards_a_recording_has_not_finished(model, inputs, tmp_path, done_shard):
+    """One finished shard of two: inspect says 1 of 2 and which one is missing (the progress
+    files on disk say which shards ran, of how many)."""
+    from tests.conftest import run_cli
+
+    path, _ = model
+    half = tmp_path / "half"
+    assert record_x(path, inputs, half, "--shard", f"{done_shard}/2").returncode == 0
+    ran = [json.loads(p.read_text())["shard"] for p in (half / "_progress").glob("*.json")]
+    assert ran == [[done_shard, 2]]
+    missing = f"{1 - done_shard}/2"
+    shown = run_cli("inspect", str(half)).stdout
+    assert f"shards finished: 1 of 2 (not finished: {missing});" in shown, shown
+    assert Recording(half).summary()["shards"] == {"finished": 1, "of": 2, "unfinished": [missing]}
 
 
 def test_overwrite_never_replaces_the_recording_the_means_come_from(model, inputs, tmp_path):

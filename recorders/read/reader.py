@@ -298,6 +298,7 @@ class Recording:
                 for rel in files
             )
         shards = self.description.get("shards") if self.complete else None
+        counts = [int(p["shard"][1]) for p in progress.values() if p.get("shard")]
         return {
             "path": str(self.path),
             "kind": self.kind,
@@ -325,10 +326,22 @@ class Recording:
             "rows": rows,
             "shards": {
                 "finished": sum(bool(p.get("finished")) for p in progress.values()),
-                "of": shards or len(progress),
+                "of": shards or max(counts, default=len(progress)),
+                "unfinished": self.unfinished_shards(),
             },
             "bytes": sum(size for _, size in self._folder.tree("")[0]),
         }
+
+    def unfinished_shards(self) -> list[str]:
+        """`K/N` of each shard of a partial recording that is not finished: begun and cut short,
+        or never begun (no progress file: `record --shard K/N` was not run). Empty once complete."""
+        if self.complete:
+            return []
+        begun = {tuple(p["shard"][:2]): bool(p.get("finished")) for p in self._progress.values()}
+        counts = {n for _, n in begun}
+        return [
+            f"{k}/{n}" for n in sorted(counts) for k in range(n) if not begun.get((k, n), False)
+        ]
 
     def steps(self, cell: str) -> np.ndarray:
         """The input positions at which the recording holds rows of `cell`, ascending: those of

@@ -197,10 +197,12 @@ def holds_at_means(holds: Sequence[Hold], base: Any) -> tuple[Hold, ...]:
         return tuple(holds)
     where = f"--means-from {base.path}"
     if not base.complete:
+        missing = base.unfinished_shards()
+        which = f" (shards not finished: {', '.join(missing)})" if missing else ""
         raise SelectionError(
-            f"{where}: that recording is not finished (a part of its sequences, or of its shards, is "
-            "recorded), so its means are not over the sequences it was given; finish it (--resume, every "
-            "shard) or give a finished one"
+            f"{where}: that recording is not finished{which}, so its means are not over the sequences "
+            f"it was given; finish it (record --resume, or record --shard {missing[0] if missing else 'K/N'} "
+            "into the same folder) or give a finished one"
         )
     if base.description.get("held"):
         raise SelectionError(

@@ -396,7 +396,9 @@ def _inspect_recording(args) -> None:
     )
     print(
         f"{counted}, {n['weights']:,} weight rows; "
-        f"shards finished: {shards['finished']} of {shards['of']}; {describe_size(summary['bytes'])} on disk"
+        f"shards finished: {shards['finished']} of {shards['of']}"
+        + (f" (not finished: {', '.join(shards['unfinished'])})" if shards["unfinished"] else "")
+        + f"; {describe_size(summary['bytes'])} on disk"
     )
     if args.check:
         print("checked: every file's footer and pages are as gatetrace wrote them")
