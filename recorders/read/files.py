@@ -239,11 +239,17 @@ class CheckedFiles:
             return 0
         try:
             with self.fs.open_input_file("weights.parquet") as f:
-                return pq.read_metadata(f).num_rows
+                metadata = pq.read_metadata(f)
+            why = chunks_problem(metadata)
         except UNREADABLE as err:
             raise RecordingError(
                 f"{self.path}/weights.parquet is not readable Parquet ({unreadable(err)}): {DAMAGED}"
             ) from None
+        if why:
+            raise RecordingError(
+                f"{self.path}/weights.parquet is not a table gatetrace wrote ({why}): {DAMAGED}"
+            )
+        return int(metadata.num_rows)
 
     def weights(self, columns: Sequence[str] | None = None) -> pa.Table:
         """`columns` of weights.parquet (None: all), its pages' checksums verified, within the
@@ -476,6 +482,9 @@ class CheckedFiles:
     ) -> str | None:
         """Why a part file's footer does not fit the description, or the examples its name
         leaves it (`span`), (None if it does)."""
+        why = chunks_problem(metadata)
+        if why:
+            return why
         schema = metadata.schema.to_arrow_schema()
         types = dict(zip(schema.names, schema.types, strict=True))
         values = [n for n in schema.names if n not in KEYS]
@@ -645,6 +654,30 @@ def sequences_fed(description: dict[str, Any]) -> int | None:
         and not isinstance(shape[0], bool)
     }
     return firsts.pop() if len(firsts) == 1 else None
+
+
+def chunks_problem(metadata: Any) -> str | None:
+    """Why the column chunks a footer lists do not match its schema (None if they do): each row
+    group must list the schema's columns, in its order, of its physical types. pyarrow reads a
+    chunk's statistics by the schema's type and ends the process (an abort, not an exception)
+    where the chunk says another: this is checked before any statistics are read."""
+    schema = metadata.schema
+    expected = [(schema.column(i).path, schema.column(i).physical_type) for i in range(len(schema))]
+    for k in range(metadata.num_row_groups):
+        group = metadata.row_group(k)
+        found = [
+            (group.column(i).path_in_schema, group.column(i).physical_type)
+            for i in range(group.num_columns)
+        ]
+        if found != expected:
+            wrong = next(
+                (f"{p} {t}" for (p, t), e in zip(found, expected, strict=False) if (p, t) != e),
+                f"{len(found)} columns",
+            )
+            return f"row group {k} lists a column chunk {wrong} where its schema has " + ", ".join(
+                f"{p} {t}" for p, t in expected
+            )
+    return None
 
 
 def statistics(group: Any) -> tuple[tuple[int, int], tuple[int, int]] | None:
