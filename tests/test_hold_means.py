@@ -267,3 +267,59 @@ def test_a_manifest_edited_to_drop_its_holds_is_not_believed(model, inputs, tmp_
     where = "_progress/shard-0-of-1.json" if progress else "weights.parquet's footer"
     assert f"manifest.json says held is absent, but {where}" in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_means_of_a_rounded_recording_are_taken_and_said_once(model, inputs, tmp_path, capfd):
+    """A base recorded with --round-bits: its means are of rounded values, within the bound its
+    manifest states of the exact ones; accepted, said once on stderr, kept in the held
+    recording's manifest and shown by inspect. Oracle: pandas over the base's Parquet files,
+    and the means of the equations in numpy."""
+    import pandas as pd
+
+    from tests.conftest import run_cli
+
+    path, built = model
+    base = tmp_path / "base"
+    assert record_x(path, inputs, base, "--round-bits", "7").returncode == 0
+    bound = json.loads((base / "manifest.json").read_text())["rounding"]["relative_error"]
+    held = tmp_path / "held"
+    capfd.readouterr()
+    done = record_x(
+        path, inputs, held, "--hold", "cell_0/basic_lstm_cell:h:0-2=mean", "--means-from", str(base)
+    )
+    assert done.returncode == 0, done.stderr
+    said = "whose values were rounded to 7 mantissa bits (--round-bits 7): each value within 2^-8"
+    # (gatetrace's notes go to the process' stderr itself, past TensorFlow's native logs)
+    stderr = done.stderr + capfd.readouterr().err
+    assert stderr.count(said) == 1, stderr
+    manifest = json.loads((held / "manifest.json").read_text())
+    assert manifest["means_from"]["path"] == str(base)
+    assert manifest["means_from"]["rounding"]["mantissa_bits"] == 7
+    assert said in run_cli("inspect", str(held)).stdout
+    # the values held: pandas' means over the base's files, within the bound of the exact means
+    frame = pd.read_parquet(base / "states", filters=[("state", "==", "h")])
+    frame = frame[frame["cell"] == LAYERS[0]]
+    means = frame.groupby("unit")["value"].apply(lambda v: v.astype(np.float64).mean())
+    magnitude = frame.groupby("unit")["value"].apply(lambda v: np.abs(v.astype(np.float64)).mean())
+    held_at = [float(h.rpartition("=")[2]) for h in manifest["held"]]
+    np.testing.assert_array_equal(held_at, np.float32(means.to_numpy()).astype(np.float64))
+    exact = _means_of(built.weights, inputs, 0, "h")
+    assert (np.abs(np.asarray(held_at) - exact) <= bound * magnitude.to_numpy() + 1e-6).all()
+
+
+@pytest.mark.parametrize("edited", [{"path": "x\x1b[31m"}, "base", {"path": "b", "rounding": 7}])
+def test_a_manifests_means_from_is_checked(model, inputs, tmp_path, edited):
+    """What inspect prints of where the means came from is text the writer could have written."""
+    from tests.conftest import run_cli
+
+    path, _ = model
+    assert record_x(path, inputs, tmp_path / "base").returncode == 0
+    held = tmp_path / "held"
+    spec = ("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(tmp_path / "base"))
+    assert record_x(path, inputs, held, *spec).returncode == 0
+    manifest = json.loads((held / "manifest.json").read_text())
+    manifest["means_from"] = edited
+    (held / "manifest.json").write_text(json.dumps(manifest))
+    done = run_cli("inspect", str(held))
+    assert done.returncode == 2 and "means_from" in done.stderr, done.stderr
+    assert "\x1b" not in done.stderr and done.stderr.count("\n") == 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from recorders.write.rounding import rounding_of
 
-__all__ = ["NONE", "Origin", "origin", "held", "rounding", "ranges"]
+__all__ = ["NONE", "Origin", "origin", "held", "means_from", "rounding", "ranges"]
 
 NONE = "none"
 
@@ -116,6 +116,23 @@ def held(description: Mapping[str, Any]) -> str | None:
     return (
         f"values held inside the model ({'; '.join(holds)}): not the model's own computation, "
         "later steps and layers computed from the held values"
+    )
+
+
+def means_from(description: Mapping[str, Any]) -> str | None:
+    """Where a checked `description` says its held means came from (`--means-from RUN`), and,
+    where RUN's values were rounded, the error that leaves in the means, in one line; None where
+    it holds no means."""
+    found = description.get("means_from")
+    if not found:
+        return None
+    rounded = rounding_of(found)
+    if rounded is None:
+        return f"each unit's mean over {found['path']} (stored exactly)"
+    return (
+        f"each unit's mean over {found['path']}, whose values were rounded to {rounded.bits} mantissa bits "
+        f"(--round-bits {rounded.bits}): each value within 2^-{rounded.bits + 1} = {rounded.relative_error:.3g} "
+        "of its own magnitude, so each mean within that times the mean of its unit's magnitudes"
     )
 
 

@@ -204,8 +204,30 @@ def description_problem(d: Any) -> str | None:
         why = _rounding_problem(d["rounding"])
         if why:
             return why
+    if "means_from" in d:
+        why = _means_from_problem(d["means_from"])
+        if why:
+            return why
     if "outputs" in d:
         return _outputs_problem(d["outputs"])
+    return None
+
+
+def _means_from_problem(means_from: Any) -> str | None:
+    """Why a description's `means_from` (the recording `--means-from` took the held means from:
+    its `path`, and its `rounding` where it was rounded) is not as the writer writes it."""
+    if not (
+        isinstance(means_from, dict)
+        and set(means_from) <= {"path", "rounding"}
+        and isinstance(means_from.get("path"), str)
+        and 0 < len(means_from["path"]) <= 4096
+        and means_from["path"].isprintable()
+    ):
+        return f"means_from is {_shown(means_from)}, expected the recording the means came from (its path, as printable text)"
+    if "rounding" in means_from:
+        why = _rounding_problem(means_from["rounding"])
+        if why:
+            return f"means_from.{why}"
     return None
 
 

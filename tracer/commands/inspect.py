@@ -339,7 +339,7 @@ def _inspect_series(args) -> None:
 def _inspect_recording(args) -> None:
     """What a recording folder holds (`recorders.Recording.summary`); reads no values."""
     from recorders import Recording
-    from recorders.read.wording import held, origin, rounding
+    from recorders.read.wording import held, means_from, origin, rounding
     from tracer.run.budget import describe_size  # imports no TensorFlow
 
     rec = Recording(args.model)
@@ -363,6 +363,8 @@ def _inspect_recording(args) -> None:
     )
     if held(rec.description):
         print(f"held: {held(rec.description)}")
+    if means_from(rec.description):
+        print(f"means: {means_from(rec.description)}")
     if rounding(rec.description):
         print(f"rounded: {rounding(rec.description)}")
     ranges = ", ".join(f"{a}:{b}" for a, b in examples["complete"]) or "none"

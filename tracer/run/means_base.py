@@ -77,7 +77,7 @@ def means_origin(path: str | os.PathLike[str], memory: int | None) -> dict[str, 
     from recorders import Recording
 
     base = Recording(path, memory)
-    origin: dict[str, Any] = {"path": str(base.path)}
+    origin: dict[str, Any] = {"path": os.path.abspath(base.path)}
     if base.description.get("rounding"):
         origin["rounding"] = dict(base.description["rounding"])
     return origin

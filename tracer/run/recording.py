@@ -26,6 +26,7 @@ from recorders.errors import (
     RunTimeout,
     SelectionError,
 )
+from recorders.read.wording import means_from as means_words
 from recorders.write import partstats
 from recorders.write.opening import series_difference
 from recorders.write.rounding import Rounding, compression_of
@@ -304,6 +305,9 @@ def _record(
     if options.means_from is not None:  # the means are this model's, or one line
         check_means_base(options.means_from, options.memory, cells, weights, options.holds)
         description["means_from"] = means_origin(options.means_from, options.memory)
+        said = means_words(description)
+        if said and "rounded" in said:  # accepted, and said once (--quiet or not)
+            print(f"gatetrace: --means-from: {said}", file=sys.stderr)
     # what else the values depend on: a resume, or another shard, must share it
     description["digests"] = other_digests(feed_dict, examples, lengths, weights)
     description["skipped"] = [{"cell": name, "needs": placeholder} for name, placeholder in skipped]
