@@ -74,9 +74,7 @@ def run_notebook(name: str, folder: Path, monkeypatch, probe: str) -> dict:
         for c in book.cells
         if c.cell_type == "code"
         for o in c.outputs
-        if o.get("name") == "stderr"
-        # notebook 04 quiets TensorFlow's TF1 notices (the others still print them)
-        or (name.startswith("04_") and "WARNING:tensorflow" in o.get("text", ""))
+        if o.get("name") == "stderr" or "WARNING:tensorflow" in o.get("text", "")
     ]
     assert not noise, f"{name} writes to stderr, or TensorFlow's notices: {noise}"
     images = [

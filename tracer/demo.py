@@ -9,8 +9,10 @@ training logs the gates of every 100th training batch (`GateLoggingHook`) into `
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import random
 import time
@@ -48,6 +50,23 @@ def make_task(n: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarra
     return x, sign.astype(np.float32)
 
 
+@contextlib.contextmanager
+def _tf1_notices_off():
+    """TensorFlow's notices that TF1's cells and layers are deprecated (warnings, and lines its
+    logger writes), off while the demo builds its model with them; as they were after."""
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="`tf.(nn.rnn_cell|layers)", category=UserWarning
+            )
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def build_and_train(
     prefix: str,
     iterations: int = 300,
@@ -70,10 +89,7 @@ def build_and_train(
         v1.set_random_seed(seed)
         inputs = v1.placeholder(tf.float32, [None, STEPS, FEATURES], name="inputs")
         labels = v1.placeholder(tf.float32, [None], name="labels")
-        with warnings.catch_warnings():  # TF1's layers, deprecated, are what the demo is about
-            warnings.filterwarnings(
-                "ignore", message="`tf.(nn.rnn_cell|layers)", category=UserWarning
-            )
+        with _tf1_notices_off():  # TF1's layers, deprecated, are what the demo is about
             cell = v1.nn.rnn_cell.BasicLSTMCell(UNITS)
             outputs, _ = v1.nn.static_rnn(cell, tf.unstack(inputs, axis=1), dtype=tf.float32)
             readout = v1.layers.dense(outputs[-1], 1, name="readout")
