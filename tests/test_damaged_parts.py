@@ -30,8 +30,11 @@ CELL = "rnn/basic_lstm_cell"
 PART = "gates/cell=rnn%2Fbasic_lstm_cell/gate=f/part-0000000000.parquet"
 
 # reads the recording named on each line of stdin; one JSON line of what it read, or the error
+# (in at most 3 GiB of address space)
 WORKER = """
-import json, sys
+import json, resource, sys
+# an array sized by a lying claim fails at once here, rather than swapping the machine
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 import numpy as np
 from recorders import Recording
 from recorders.errors import RecordingError, SelectionError
@@ -198,3 +201,18 @@ def test_any_damage_reads_right_or_is_refused(pristine, tmp_path_factory, worker
         assert_right_or_refused(worker.read(run), oracle, run / PART)
 
     check()
+
+
+def test_a_manifest_claiming_other_units_than_the_files_is_refused(
+    pristine, tmp_path, worker, oracle, units=16_000_000
+):
+    """The manifest says the cell has `units` units, its part files' footers 3: refused from the
+    footers, before an array is sized by the claim (16 million units would take gigabytes)."""
+    run = tmp_path / "run"
+    shutil.copytree(pristine, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["cells"][0]["units"] = manifest["cells"][0]["output_size"] = units
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    said = worker.read(run)
+    assert_right_or_refused(said, oracle, run / "gates")
+    assert "error" in said and f"description says {units:,}" in said["error"], said

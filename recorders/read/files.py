@@ -36,6 +36,7 @@ folder and read its description.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -437,7 +438,7 @@ class CheckedFiles:
             try:
                 with self.fs.open_input_file(rel) as f:
                     metadata = pq.read_metadata(f)
-                why = self._part_problem(table, cell, metadata, self._spans.get(rel))
+                why = self._part_problem(table, cell, metadata, self._spans.get(rel), rel)
             except UNREADABLE as err:
                 raise RecordingError(
                     f"{self.path}/{rel} is not readable Parquet ({unreadable(err)}): {DAMAGED}"
@@ -477,8 +478,54 @@ class CheckedFiles:
 
         self.read(rel, read)
 
+    def described_width(
+        self, table: str, cell: str, rel: str, description: dict[str, Any] | None = None
+    ) -> int | None:
+        """The units each row of the part file `rel` of `cell` spans, as `description` (the
+        recording's by default) says (None where it does not): a gate's the cell's units, a
+        state's its own (`h` a projection's output size), an output's its units."""
+        description = self.description if description is None else description
+        kind = "outputs" if table == "outputs" else "cells"
+        listed = description.get(kind)
+        found = [
+            c
+            for c in (listed if isinstance(listed, list) else [])
+            if isinstance(c, dict) and c.get("name") == cell
+        ]
+        if len(found) != 1:
+            return None
+        units = found[0].get("units")
+        if table == "states" and rel.split("/")[-2] == f"{TABLES[table]}=h":
+            units = found[0].get("output_size") or units
+        return units if isinstance(units, int) and not isinstance(units, bool) else None
+
+    def _footer_width(self, table: str, cell: str, rel: str, metadata: Any) -> str | None:
+        """Why the description the writer kept in a part file's footer (`METADATA_KEY`) gives
+        its rows other units than the recording's does (None where they agree or it keeps
+        none): a manifest that claims more units than the files hold is not believed."""
+        kept = (metadata.metadata or {}).get(METADATA_KEY)
+        if not kept:
+            return None
+        try:
+            said = json.loads(kept)
+        except ValueError:
+            return "the description its footer keeps is not JSON"
+        width = self.described_width(table, cell, rel)
+        written = self.described_width(table, cell, rel, said if isinstance(said, dict) else {})
+        if width is not None and written is not None and width != written:
+            return (
+                f"its footer says its rows hold {written:,} units; the recording's description "
+                f"says {width:,}"
+            )
+        return None
+
     def _part_problem(
-        self, table: str, cell: str, metadata: Any, span: tuple[int, int] | None = None
+        self,
+        table: str,
+        cell: str,
+        metadata: Any,
+        span: tuple[int, int] | None = None,
+        rel: str = "",
     ) -> str | None:
         """Why a part file's footer does not fit the description, or the examples its name
         leaves it (`span`), (None if it does)."""
@@ -495,6 +542,9 @@ class CheckedFiles:
         ):
             shown = ", ".join(f"{n} {t}" for n, t in types.items())
             return f"its columns are {shown}; expected example int64, step int32, unit int32 and float values"
+        why = self._footer_width(table, cell, rel, metadata)
+        if why:
+            return why
         bounds = self.bounds(cell, table)
         (_, examples), (_, steps), (_, units) = bounds["example"], bounds["step"], bounds["unit"]
         for k in range(metadata.num_row_groups):
