@@ -323,3 +323,20 @@ def test_a_manifests_means_from_is_checked(model, inputs, tmp_path, edited):
     done = run_cli("inspect", str(held))
     assert done.returncode == 2 and "means_from" in done.stderr, done.stderr
     assert "\x1b" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_means_from_a_recording_without_weights_are_refused(model, inputs, tmp_path):
+    """A base that keeps no weights (its weights.parquet gone) cannot be told to be this model's."""
+    path, _ = model
+    base = tmp_path / "base"
+    assert record_x(path, inputs, base).returncode == 0
+    (base / "weights.parquet").unlink()
+    done = record_x(
+        path,
+        inputs,
+        tmp_path / "run",
+        *("--hold", "cell_0/basic_lstm_cell:h:1=mean", "--means-from", str(base)),
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "holds no weights of rnn/multi_rnn_cell/cell_0/basic_lstm_cell" in done.stderr
+    assert not (tmp_path / "run").exists()
