@@ -272,6 +272,29 @@ def test_a_quantised_tflite_output_is_dequantised_by_its_scale_and_zero_point(li
     assert len(np.unique(_values(rec, names[0]))) > 3  # (not one value throughout)
 
 
+def test_round_bits_leaves_a_dequantised_tflite_output_exact(lite_files, tmp_path):
+    """--round-bits 3: an output dequantised from int8 codes is not rounded (at most 256
+    exact values): each value is the interpreter's own code dequantised, in float32, and the
+    code is recovered from it (was: rounded to 3 bits, codes lost)."""
+    path = lite_files / "int8.tflite"
+    signed = _signature_names(path)
+    codes = np.random.RandomState(3).randint(-100, 100, (3, T, FEATURES)).astype(np.int8)
+    done = record_x(path, codes, tmp_path / "run", "--outputs", "probs", "--round-bits", "3")
+    assert done.returncode == 0, done.stderr
+    own, details = _run_each(path, codes)
+    d = next(d for d in details if d["name"] == signed["probs"])
+    scale, zero = d["quantization"]
+    rec = Recording(tmp_path / "run")
+    assert rec.rounding is not None and rec.rounding.bits == 3
+    got = _values(rec, "probs")
+    want = (own[signed["probs"]].astype(np.int32) - zero).astype(np.float32) * np.float32(scale)
+    np.testing.assert_array_equal(got, want)
+    recovered = np.rint(got.astype(np.float64) / np.float32(scale)) + zero
+    np.testing.assert_array_equal(recovered, own[signed["probs"]])
+    assert len(np.unique(got)) > 3  # (not one value throughout)
+    rec.check()
+
+
 def test_a_tflite_output_that_is_not_there_is_one_line(lite_files, tmp_path):
     path = lite_files / "float.tflite"
     signed = _signature_names(path)

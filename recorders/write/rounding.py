@@ -5,7 +5,9 @@ A value is rounded once, on the writer's threads, as each row group's columns ar
 what was fetched (`recorders.write.writer`), before the statistics its file's footer carries,
 the merged statistics and the view's overview are counted from it: they all describe the
 values stored. Gate preactivations and activations, their parts, states and the model's
-floating outputs are rounded; the weights, and an output of integers or booleans, are not.
+floating outputs are rounded; the weights, an output of integers or booleans, and one
+dequantised from integers (a quantised TensorFlow Lite output, (code - zero point) x scale:
+exact, at most 256 values for int8, each code recovered from it) are not.
 
 The rounding: to nearest, ties to even, of the value's bits read as an unsigned integer, so
 that its 23 - N low bits become zero (a carry out of the mantissa raises the exponent: a
@@ -60,6 +62,7 @@ _LARGEST = 0x7F7F_FFFF  # float32's largest finite value
 # values rounded at a time: what the rounding holds beside its copy is a few times this, in
 # bytes (a row group's column is up to a million values, on each of the writer's threads)
 BLOCK = 1 << 16
+INTEGERS = ("int", "uint", "bool")  # how the dtype of an output of integers or booleans begins
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,11 @@ def rounding_of(description: Mapping[str, Any]) -> Rounding | None:
 
 def rounds_output(described: Mapping[str, Any]) -> bool:
     """Whether a recording's values of the output `described` (an entry of the description's
-    `outputs`) are rounded: all but those of a model's integers or booleans (its `dtype`)."""
-    return not str(described.get("dtype", "float32")).startswith(("int", "uint", "bool"))
+    `outputs`) are rounded: all but those of a model's integers or booleans, or dequantised
+    from integers (its `dtype`: "float32 dequantised from int8 (...)"; rounded, its codes
+    could no longer be recovered)."""
+    dtype = str(described.get("dtype", "float32"))
+    return not (dtype.startswith(INTEGERS) or " dequantised from " in dtype)
 
 
 def compression_of(compression: str | None, rounded: bool) -> str:
