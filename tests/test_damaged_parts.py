@@ -216,3 +216,23 @@ def test_a_manifest_claiming_other_units_than_the_files_is_refused(
     said = worker.read(run)
     assert_right_or_refused(said, oracle, run / "gates")
     assert "error" in said and f"description says {units:,}" in said["error"], said
+
+
+def test_a_key_column_holding_a_null_is_refused(pristine, tmp_path, worker, oracle):
+    """The gate's part file rewritten with one example key null (its footer's description and
+    statistics kept): the dense blocks and the frame name the file."""
+    import pyarrow as pa
+
+    run = tmp_path / "run"
+    shutil.copytree(pristine, run)
+    shutil.rmtree(run / "_statistics")  # (which would stand for the rewritten footer)
+    table = pq.read_table(run / PART)
+    examples = table["example"].to_pylist()
+    examples[5] = None
+    table = table.set_column(
+        0, pa.field("example", pa.int64(), nullable=True), pa.array(examples, pa.int64())
+    ).replace_schema_metadata(pq.read_metadata(run / PART).metadata)
+    pq.write_table(table, run / PART)
+    said = worker.read(run)
+    assert_right_or_refused(said, oracle, run / PART)
+    assert "error" in said and "example column holds nulls" in said["error"], said

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recorders.errors import RecordingError, SelectionError
-from recorders.read.files import KEYS, TABLES, CheckedFiles, key_ranges, statistics
+from recorders.read.files import DAMAGED, KEYS, TABLES, CheckedFiles, key_ranges, statistics
 from recorders.write.columns import GATE_COLUMNS, PARTS
 from recorders.write.layout import UNREADABLE, VERIFY_CHECKSUMS, unreadable
 
@@ -126,6 +126,8 @@ def read_rows(
     wanted = ["example", "step", "unit", *columns, "cell", kind]
     try:
         read = dataset(checked, table, keys, examples).to_table(columns=wanted, filter=expression)
+        if any(read[n].null_count for n in ("example", "step", "unit")):
+            _name_nulls(checked, table, keys)
         # dictionary-encoded in Arrow: pandas gets categoricals without a string per row
         for name in ("cell", kind):
             read = read.set_column(
@@ -140,6 +142,23 @@ def read_rows(
         raise RecordingError(
             f"cannot read the {table} of {checked.path}: a part file is damaged ({unreadable(err)})"
         ) from None
+
+
+def _name_nulls(checked: CheckedFiles, table: str, keys: Sequence[tuple[str, str]]) -> None:
+    """RecordingError naming the part file of `keys` whose key columns hold nulls."""
+    for c, label in keys:
+        for rel in checked.files(table).get((c, label), []):
+            file = checked.parquet(table, c, rel)
+            read = checked.read(
+                rel, lambda file=file: file.read(columns=list(KEYS), use_threads=False)
+            )
+            empty = next((n for n in KEYS if read[n].null_count), None)
+            if empty is not None:
+                raise RecordingError(
+                    f"{checked.path}/{rel} is not a part file gatetrace wrote (its {empty} column "
+                    f"holds nulls; gatetrace writes a key in every row): {DAMAGED}"
+                )
+    raise RecordingError(f"the {table} of {checked.path} hold rows without keys: {DAMAGED}")
 
 
 def overlapping_rows(metadata: Any, steps: Range | None, examples: Range | None) -> int:
@@ -257,6 +276,12 @@ def file_blocks(
                 k, columns=["example", "step", "unit", column], use_threads=False
             ),
         )
+        empty = next((n for n in ("example", "step", "unit") if t.column(n).null_count), None)
+        if empty is not None:
+            raise RecordingError(
+                f"{checked.path}/{rel} is not a part file gatetrace wrote (row group {k}'s "
+                f"{empty} column holds nulls; gatetrace writes a key in every row): {DAMAGED}"
+            )
         keys = {n: t.column(n).to_numpy() for n in ("example", "step", "unit")}
         ranges = key_ranges(file.metadata.row_group(k), units)
         if ranges is not None and _in_c_order(keys, ranges):
