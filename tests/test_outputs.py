@@ -4,6 +4,7 @@ model run by TensorFlow itself (the builder's session), plain and with a unit he
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -165,13 +166,25 @@ def tracer_bins():
     return Bins()
 
 
+def _edit_outputs(run, edit, progress: bool = True) -> None:
+    """`edit` each output's entry in the manifest (and, with `progress`, in the description
+    each progress file keeps: an edit made everywhere the outputs are said)."""
+    files = [run / "manifest.json"] + (
+        sorted((run / "_progress").glob("*.json")) if progress else []
+    )
+    for file in files:
+        said = json.loads(file.read_text())
+        for entry in (said if file.name == "manifest.json" else said["description"])["outputs"]:
+            edit(entry)
+        file.write_text(json.dumps(said))
+
+
 def test_an_output_file_that_claims_other_units_is_refused(model, inputs, tmp_path):
     path, _ = model
     with tracer.load_model(path) as m:
         tracer.record(m, {"x": inputs}, tmp_path / "run", outputs=("final",))
+    _edit_outputs(tmp_path / "run", lambda o: o.update(units=2))  # fewer than its files hold
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    manifest["outputs"][0]["units"] = 2  # fewer than its files hold
-    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(RecordingError, match="not a part file gatetrace wrote"):
         Recording(tmp_path / "run").output_frame("final:0")
     manifest["outputs"][0]["units"] = "six"
@@ -223,6 +236,44 @@ def test_compare_says_where_a_hold_moved_the_outputs(model, inputs, tmp_path):
     )
     assert {o["output"] for o in as_json["outputs"]} == {"logits:0", "final:0"}
     assert {o["output"] for o in compared(found)["outputs"]} == {"logits:0", "final:0"}
+
+
+def test_an_outputs_dtype_edited_in_the_manifest_or_everywhere_is_one_line(model, inputs, tmp_path):
+    """float32 edited to int32: in the manifest alone, it is not what the progress files say
+    (was: believed, --round-bits' check skipping the output); everywhere, the values the
+    part file holds are not whole numbers (was: read as they are, under int32)."""
+    path, built = model
+    run = tmp_path / "run"
+    with tracer.load_model(path) as m:
+        tracer.record(m, {"x": inputs}, run, outputs=("final", "predicted"))
+    Recording(run).check()  # predicted:0, int64, holds whole numbers
+    int32 = lambda o: o.update(dtype="int32") if o["name"] == "final:0" else None  # noqa: E731
+    _edit_outputs(run, int32, progress=False)
+    with pytest.raises(RecordingError) as refused:
+        Recording(run)
+    assert str(refused.value) == (
+        f"{run}/manifest.json says output final:0's dtype is 'int32', but "
+        "_progress/shard-0-of-1.json, written as its batches were, says 'float32': it was "
+        "edited or damaged; ask for the recording again, or record the model again"
+    )
+    done = run_cli("inspect", str(run), "--check")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "says output final:0's dtype is 'int32'" in done.stderr, done.stderr
+
+    _edit_outputs(run, int32)  # the progress files too
+    part = sorted((run / "outputs" / "output=final%3A0").iterdir())[0]
+    said = (
+        f"{run}/outputs/output=final%3A0/{part.name} holds {len(inputs) * VOCAB} values of output "
+        "final:0 that are not whole numbers, but the recording's description says it is int32"
+    )
+    with pytest.raises(RecordingError, match=re.escape(said)):
+        Recording(run).output_frame("final:0")
+    with pytest.raises(RecordingError, match=re.escape(said)):
+        Recording(run).check()
+    np.testing.assert_array_equal(
+        Recording(run).output_frame("predicted:0").sort_values("example")["value"],
+        _own(built, "predicted:0", inputs),
+    )
 
 
 def test_inspect_and_record_count_the_output_rows(model, inputs, tmp_path):
@@ -300,9 +351,7 @@ def test_outputs_of_other_shapes_are_not_compared(model, inputs, tmp_path):
     with tracer.load_model(path) as m:
         tracer.record(m, {"x": inputs}, tmp_path / "a", outputs=("final",))
         tracer.record(m, {"x": inputs}, tmp_path / "b", outputs=("final",))
-    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    manifest["outputs"][0]["units"] = 7
-    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    _edit_outputs(tmp_path / "b", lambda o: o.update(units=7))
     with pytest.raises(SelectionError, match="output final:0 is 6 units in .* and 7 units in"):
         compare(Recording(tmp_path / "a"), Recording(tmp_path / "b"))
 

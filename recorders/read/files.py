@@ -67,6 +67,7 @@ from recorders.write.layout import (
 )
 from recorders.write.merged import SHARD_FILE, Entry, decode, part_start
 from recorders.write.progress import Intervals, Shard, read_progress
+from recorders.write.rounding import holds_integers
 from recorders.write.schema import MAX_JSON_BYTES, MAX_UNITS, description_problem, parse_json
 
 __all__ = [
@@ -135,8 +136,9 @@ def refuse(path: Path, folder: Folder, rel: str) -> None:
 
 
 # what the values are, which the manifest copies from the description each shard's progress
-# file keeps: values held inside the model, where held means came from, their rounding
-_SAID_ALIKE = ("held", "means_from", "rounding")
+# file keeps: values held inside the model, where held means came from, their rounding, the
+# model's outputs recorded (each one's dtype says whether it was rounded and what it holds)
+_SAID_ALIKE = ("held", "means_from", "rounding", "outputs")
 
 
 def _check_agrees(
@@ -150,6 +152,7 @@ def _check_agrees(
         for key in _SAID_ALIKE:
             mine, theirs = manifest.get(key), p["description"].get(key)
             if mine != theirs:
+                key, mine, theirs = _named_apart(key, mine, theirs)
                 where = (
                     f"{tag}'s footer, written before its first batch,"
                     if tag.endswith(".parquet")
@@ -163,6 +166,21 @@ def _check_agrees(
 
 def _said(value: Any) -> str:
     return "absent" if value is None else repr(value)[:200]
+
+
+def _named_apart(key: str, mine: Any, theirs: Any) -> tuple[str, Any, Any]:
+    """Where two lists of named entries (`outputs`) differ in one field of one entry of the
+    same name, that field, named ("output probs's dtype"), and its two values; else as given."""
+    if not (isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs)):
+        return key, mine, theirs
+    for a, b in zip(mine, theirs, strict=True):
+        if a == b:
+            continue
+        if not (isinstance(a, dict) and isinstance(b, dict) and a.get("name") == b.get("name")):
+            break
+        field = next(f for f in sorted({*a, *b}, key=str) if a.get(f) != b.get(f))
+        return f"{key.rstrip('s')} {a.get('name')}'s {field}", a.get(field), b.get(field)
+    return key, mine, theirs
 
 
 class CheckedFiles:
@@ -469,14 +487,34 @@ class CheckedFiles:
         budget: `footer`), verifying its checksum: RecordingError naming the file where one
         cannot be read."""
         metadata = self.footer(table, cell, rel)
+        whole = table == "outputs" and holds_integers(self.outputs.get(cell, {}))
 
         def read() -> None:
             with self.fs.open_input_file(rel) as f:
                 file = pq.ParquetFile(f, metadata=metadata, **VERIFY_CHECKSUMS)
                 for k in range(file.num_row_groups):
-                    file.read_row_group(k, use_threads=False)
+                    group = file.read_row_group(k, use_threads=False)
+                    if whole:
+                        self.check_whole(cell, rel, group.column("value").to_numpy())
 
         self.read(rel, read)
+
+    def check_whole(self, name: str, rel: str, values: np.ndarray) -> None:
+        """RecordingError naming the part file `rel` of the output `name` where its description
+        says it holds integers (or booleans: 0 or 1) and one of `values`, read from it, is not."""
+        dtype = str(self.outputs[name].get("dtype"))
+        if not holds_integers(self.outputs[name]):
+            return
+        if dtype == "bool":
+            wrong, kind = ~np.isin(values, (0, 1)), "0 or 1"
+        else:
+            with np.errstate(invalid="ignore"):
+                wrong, kind = ~(np.isfinite(values) & (values == np.round(values))), "whole numbers"
+        if wrong.any():
+            raise RecordingError(
+                f"{self.path}/{rel} holds {int(np.count_nonzero(wrong)):,} values of output {name} "
+                f"that are not {kind}, but the recording's description says it is {dtype}: {DAMAGED}"
+            )
 
     def described_width(
         self, table: str, cell: str, rel: str, description: dict[str, Any] | None = None

@@ -477,6 +477,7 @@ class Recording:
             )
             keys = {k: table.column(k).to_numpy() for k in ("example", "step", "unit")}
             self._checked.check_keys(rel, name, keys, "outputs")
+            self._checked.check_whole(name, rel, table.column("value").to_numpy())
             frame = table.to_pandas()
             frame = frame[(frame["example"] >= lo) & (frame["example"] < hi)]
             frames.append(frame[self._complete(frame["example"].to_numpy())])

@@ -49,6 +49,7 @@ __all__ = [
     "compression_of",
     "rounding_of",
     "rounds_output",
+    "holds_integers",
 ]
 
 # of float32's 23 explicit mantissa bits, at least one (a NaN needs one: with none it would be
@@ -188,7 +189,13 @@ def rounds_output(described: Mapping[str, Any]) -> bool:
     from integers (its `dtype`: "float32 dequantised from int8 (...)"; rounded, its codes
     could no longer be recovered)."""
     dtype = str(described.get("dtype", "float32"))
-    return not (dtype.startswith(INTEGERS) or " dequantised from " in dtype)
+    return not (holds_integers(described) or " dequantised from " in dtype)
+
+
+def holds_integers(described: Mapping[str, Any]) -> bool:
+    """Whether the output `described` (an entry of the description's `outputs`) is of a
+    model's integers or booleans (its `dtype`): stored exactly, every value a whole number."""
+    return str(described.get("dtype", "float32")).startswith(INTEGERS)
 
 
 def compression_of(compression: str | None, rounded: bool) -> str:
