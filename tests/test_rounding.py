@@ -225,7 +225,7 @@ def test_recording_check_names_a_file_with_bits_below_the_rounding(model, inputs
     with pytest.raises(RecordingError) as err:
         Recording(tmp_path / "run").check()
     assert "part-" in str(err.value) and "state=h" in str(err.value)
-    assert "1 values with bits below the 7 mantissa bits" in str(err.value)
+    assert "1 value with bits below the 7 mantissa bits" in str(err.value)
     assert "\n" not in str(err.value)
 
 
@@ -283,6 +283,10 @@ def test_round_bits_out_of_range_in_python_is_refused():
         (
             {"mantissa_bits": 7, "relative_error": 0.5, "subnormal_error": 0},
             "the errors 7 mantissa bits allow",
+        ),
+        (
+            {"mantissa_bits": 1, "relative_error": 0.5, "subnormal_error": 0},
+            "the errors 1 mantissa bit allow)",
         ),
     ],
 )
@@ -430,3 +434,11 @@ def test_workers_round_as_one_process_does_and_their_job_keeps_its_rounding(mode
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "it was recorded with --round-bits 7, this run gives --round-bits 8" in done.stderr
+
+
+@pytest.mark.parametrize(("bits", "kept"), [(1, "1 mantissa bit ("), (2, "2 mantissa bits (")])
+def test_the_bits_kept_are_said_in_the_singular_for_one(bits, kept):
+    """As every command says a rounding: "1 mantissa bit", never "1 mantissa bits"."""
+    from recorders.write.rounding import Rounding
+
+    assert f"values rounded to {kept}--round-bits {bits})" in Rounding(bits).words()

@@ -244,8 +244,8 @@ class Recording:
                 stray = sum(rounding.stray(c.drop_null().to_numpy()) for c in group.columns)
                 if stray:
                     raise RecordingError(
-                        f"{self.path}/{rel} holds {stray:,} values with bits below the {rounding.bits} "
-                        f"mantissa bits its description says every value was rounded to "
+                        f"{self.path}/{rel} holds {stray:,} value{'' if stray == 1 else 's'} with bits below the "
+                        f"{rounding.kept()} its description says every value was rounded to "
                         f"(--round-bits {rounding.bits}): {DAMAGED}"
                     )
 

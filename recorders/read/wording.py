@@ -130,7 +130,7 @@ def means_from(description: Mapping[str, Any]) -> str | None:
     if rounded is None:
         return f"each unit's mean over {found['path']} (stored exactly)"
     return (
-        f"each unit's mean over {found['path']}, whose values were rounded to {rounded.bits} mantissa bits "
+        f"each unit's mean over {found['path']}, whose values were rounded to {rounded.kept()} "
         f"(--round-bits {rounded.bits}): each value within 2^-{rounded.bits + 1} = {rounded.relative_error:.3g} "
         "of its own magnitude, so each mean within that times the mean of its unit's magnitudes"
     )

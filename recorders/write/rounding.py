@@ -95,6 +95,10 @@ class Rounding:
         """The mask of the bits a stored value holds as zero."""
         return (1 << (23 - self.bits)) - 1
 
+    def kept(self) -> str:
+        """The bits kept, in words: "1 mantissa bit", "7 mantissa bits"."""
+        return f"{self.bits} mantissa bit{'' if self.bits == 1 else 's'}"
+
     def describe(self) -> dict[str, Any]:
         """As the description (`manifest.json`) holds it."""
         return {
@@ -106,7 +110,7 @@ class Rounding:
     def words(self) -> str:
         """In words, as every command says it."""
         return (
-            f"values rounded to {self.bits} mantissa bits (--round-bits {self.bits}): each within "
+            f"values rounded to {self.kept()} (--round-bits {self.bits}): each within "
             f"2^-{self.bits + 1} = {self.relative_error:.3g} of its own magnitude (a subnormal within "
             f"2^-{self.bits + 127})"
         )

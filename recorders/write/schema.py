@@ -246,7 +246,7 @@ def _rounding_problem(rounding: Any) -> str | None:
     if rounding != expected:
         return (
             f"rounding is {json.dumps(rounding)[:200]}, expected {json.dumps(expected)} (the "
-            f"errors {bits} mantissa bits allow)"
+            f"errors {Rounding(bits).kept()} allow)"
         )
     return None
 
