@@ -37,6 +37,7 @@ from recorders.read.files import (
     open_recording,
     statistics,
 )
+from recorders.read.recount import has_checksums, recount
 from recorders.read.summaries import SummaryTables
 from recorders.read.tables import (
     Block,
@@ -54,12 +55,16 @@ from recorders.write.partstats import FOOTER_KEY, PartStats, read
 from recorders.write.rounding import Rounding, rounding_of, rounds_output
 from recorders.write.tops import TOP_KEY, Tops
 from recorders.write.tops import read as read_tops
+from recorders.write.totals import saturation_bounds
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: metadata reads need none
     import pandas as pd
     import pyarrow.dataset as ds  # which imports pandas too
 
 __all__ = ["Recording", "Block", "part_shares", "default_memory"]
+
+# what a table's folders are of, as the description lists them
+_LISTED = {"gates": "cell and gate", "states": "cell and state", "outputs": "output"}
 
 
 class Recording:
@@ -187,25 +192,91 @@ class Recording:
         the first that is not as gatetrace writes it. Reads every footer and, with `pages`
         (the default), every page, verifying its checksum: the whole recording, a row group
         at a time. `pages=False` reads the footers only (no values); each file's pages are
-        then verified when they are read. Each file is otherwise checked when first read."""
+        then verified when they are read. Each file is otherwise checked when first read.
+
+        With `pages`, also: each gate part file's footer statistics and top values are counted
+        again from its values, by the writer's own code (`recorders.read.recount`), and must be
+        those it carries (the merged statistics files must be those of the footers); where one
+        part file carries page checksums, every one must (a recording is written by one
+        gatetrace); and no folder or file below a table is one the description does not list
+        (`pandas.read_parquet` of the table would read its rows with the recording's)."""
+        self._check_listed()
+        checksums: dict[bool, str] = {}  # with and without page checksums: a file of each
         for table in TABLES:
             for (cell, label), files in self._checked.files(table).items():
                 for rel in files:
                     self._checked.footer(table, cell, rel)
                     if pages:
-                        self._checked.pages(table, cell, rel)
+                        self._check_pages(table, cell, label, rel, checksums)
                 self._check_merged(table, cell, label)
         for (_, name), files in self._checked.files("outputs").items():
             for rel in files:
                 self._checked.footer("outputs", name, rel)
                 if pages:
-                    self._checked.pages("outputs", name, rel)
+                    self._check_pages("outputs", name, name, rel, checksums)
         if self._checked.weights_rows() and pages:  # (a recording may hold none)
             self._checked.weights()
         if self.kind == "summary":
             self.statistics  # noqa: B018  (read and checked)
         if pages and self.rounding is not None:
             self._check_rounding(self.rounding)
+
+    def _check_pages(
+        self, table: str, cell: str, label: str, rel: str, checksums: dict[bool, str]
+    ) -> None:
+        """Read every page of the part file `rel` (a gate's: its footer's statistics and top
+        values recounted, `recorders.read.recount`), and note in `checksums` whether its pages
+        carry checksums: RecordingError naming it where it is not as gatetrace wrote it."""
+        metadata = self._checked.footer(table, cell, rel)
+        with self._checked.fs.open_input_file(rel) as f:
+            carries = self._checked.read(
+                rel, lambda: has_checksums(lambda at, size: f.read_at(size, at), metadata)
+            )
+        checksums.setdefault(carries, rel)
+        if len(checksums) == 2:
+            raise RecordingError(
+                f"{self.path}/{checksums[False]} is not a part file gatetrace wrote: its pages carry "
+                f"no checksums, those of {self.path}/{checksums[True]} do (a recording is written "
+                f"by one gatetrace; another tool rewrote it): {DAMAGED}"
+            )
+        if table != "gates":
+            self._checked.pages(table, cell, rel)
+            return
+        why = recount(
+            self._checked.parquet(table, cell, rel),
+            metadata,
+            saturation_bounds(self.cell(cell), label),
+            span_of(self.cell(cell), label),
+            lambda read: self._checked.read(rel, read),
+            lambda shape, size, what: self.allot(shape, size, f"{what} ({self.path}/{rel})"),
+        )
+        if why:
+            raise RecordingError(
+                f"{self.path}/{rel} is not a part file gatetrace wrote ({why}): {DAMAGED}"
+            )
+
+    def _check_listed(self) -> None:
+        """RecordingError naming the first folder (or file) below a table that the description
+        does not list: a cell, gate, state or output of no description, or a file of another
+        name, whose rows `pandas.read_parquet` of the table would read with the recording's
+        (names beginning with `.` or `_`, which it skips, are left alone)."""
+        for table in (*TABLES, "outputs"):
+            found, _ = self._folder.tree(table)
+            listed = {rel for files in self._checked.files(table).values() for rel in files}
+            shown = [
+                rel
+                for rel, _ in found
+                if rel not in listed and not any(p[:1] in "._" for p in rel.split("/")[1:])
+            ]
+            folders = sorted({rel.rpartition("/")[0] for rel in shown})
+            if folders:
+                held = [rel for rel in shown if rel.rpartition("/")[0] == folders[0]]
+                raise RecordingError(
+                    f"{self.path}/{folders[0]}/ holds {len(held):,} files ({held[0].rpartition('/')[2]}, ...) "
+                    f"of no {_LISTED[table]} the recording's description lists: "
+                    f"pandas.read_parquet('{self.path}/{table}') would read their rows with the "
+                    f"recording's; move them out of the recording"
+                )
 
     @property
     def rounding(self) -> Rounding | None:

@@ -160,15 +160,20 @@ class TopTally:
         self._at = 0  # the examples counted so far
         self._state: tuple[np.ndarray, ...] | None = None
 
-    def add(self, values: np.ndarray, valid: np.ndarray) -> None:
+    def add(
+        self, values: np.ndarray, valid: np.ndarray, examples: np.ndarray | None = None
+    ) -> None:
         """One row group's activations [examples, steps, units], where `valid` [examples,
-        steps] says which rows are written."""
+        steps] says which rows are written; `examples`: theirs, where not the next of those
+        the tally was made with (a reader recounting a file learns them a row group at a time)."""
         if not self._kept:
             return
         x = np.ascontiguousarray(values, dtype=np.float32)
         rows, steps, units = x.shape
-        examples = self.examples[self._at : self._at + rows]
-        self._at += rows
+        if examples is None:
+            examples = self.examples[self._at : self._at + rows]
+            self._at += rows
+        examples = np.asarray(examples, dtype=np.int64)
         if self._state is None:
             self._state = (
                 np.zeros(units, np.int64),
