@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from recorders import Recording
-from recorders.errors import RecordingError
+from recorders.errors import RecordingError, SelectionError
 from recorders.read.analysis import top_positions
 from recorders.read.labels import read_labels
 from recorders.view import data
@@ -23,7 +23,17 @@ from recorders.write.partstats import Tally
 from recorders.write.progress import Shard
 from recorders.write.tops import K, Tops, TopTally
 from recorders.write.writer import RecordingWriter
-from tests.test_merged import STEPS, Opened, _edited, _gate, every_footer, record
+from tests.test_merged import (
+    DESCRIPTION,
+    STEPS,
+    Opened,
+    _edited,
+    _gate,
+    every_footer,
+    lengths,
+    record,
+    values,
+)
 
 BATCHES = 40  # of 2 examples: 320 part files
 
@@ -83,11 +93,11 @@ def test_the_unit_page_opens_a_few_files_whatever_the_part_files(tmp_path, monke
         mine = rows[(rows["cell"] == cell) & (rows["gate"] == gate) & (rows["unit"] == unit)]
         along = mine[mine["example"] == example].sort_values("step")
         assert answer["steps"] == along["step"].tolist()
-        assert answer["values"] == along["activation"].round(6).tolist()
+        assert answer["values"] == [round(float(v), 6) for v in along["activation"]]
         top = highest(mine, 10)
         assert answer["top"]["example"] == top["example"].tolist()
         assert answer["top"]["step"] == top["step"].tolist()
-        assert answer["top"]["value"] == top["activation"].round(6).tolist()
+        assert answer["top"]["value"] == [round(float(v), 6) for v in top["activation"]]
     mine = rows[(rows["cell"] == "lstm") & (rows["gate"] == "f") & (rows["unit"] == 3)]
     along = mine[mine["example"] == example].sort_values("step")
     assert course["steps"] == heatmap["steps"] == list(range(STEPS))
@@ -335,3 +345,215 @@ def test_the_writer_refuses_examples_outside_the_batch(tmp_path):
         writer.write_gate("a", "f", np.array([0, 1]), np.arange(3), None, act)
         writer.commit()
     assert every_footer(tmp_path / "run", tmp_path).summary()["rows"]["gates"] == 12
+
+
+def client(rec: Recording, **options):
+    from starlette.testclient import TestClient
+
+    from recorders.view.server import make_app
+
+    return TestClient(make_app(rec, **options), base_url="http://127.0.0.1")
+
+
+HUGE = 1e37  # float32 holds it; numpy's and pandas' round(6) of a float32 overflow past ~3.4e32
+
+
+def test_values_past_3e32_are_answered_as_stored(tmp_path):
+    """A recording whose values reach 1e37 (float32 holds up to 3.4e38): the unit page's course
+    and top positions, of a relu's activation (tops the files carry) and the preactivation (tops
+    read from the values), and the heatmap, answer the stored values rounded, finite, as
+    pandas reads them from the part files (before: the unit's course and tops were +-inf)."""
+    run = tmp_path / "run"
+    writer = RecordingWriter(run, DESCRIPTION, examples=(0, 8))
+    for start in (0, 4):
+        ids = np.arange(start, start + 4)
+        writer.begin(start, start + 4)
+        for cell in DESCRIPTION["cells"]:
+            for gate in cell["gates"]:
+                act = values(cell, gate, ids, 0)
+                pre = (act - np.float32(0.5)) * np.float32(HUGE)
+                if cell["nonlinearities"][gate] == "relu":  # activations of any size
+                    act = act * np.float32(HUGE)
+                writer.write_gate(cell["name"], gate, ids, np.arange(STEPS), pre, act, lengths(ids))
+            for state in cell["states"]:
+                shown = values(cell, cell["gates"][0], ids, 1)
+                writer.write_state(cell["name"], state, ids, np.arange(STEPS), shown, lengths(ids))
+        writer.commit()
+    rows = every_row(run)
+    app = client(Recording(run))
+    example = 5  # its length is STEPS
+    for cell, gate, column in (("rnn", "h", "activation"), ("lstm", "f", "preactivation")):
+        answer = app.get(
+            "/api/unit",
+            params={"cell": cell, "gate": gate, "unit": 2, "example": example, "column": column},
+        )
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        mine = rows[(rows["cell"] == cell) & (rows["gate"] == gate) & (rows["unit"] == 2)]
+        along = mine[mine["example"] == example].sort_values("step")
+        assert got["values"] == [round(float(v), 6) for v in along[column]]
+        top = mine.sort_values([column, "example", "step"], ascending=[False, True, True])
+        assert got["top"]["value"] == [round(float(v), 6) for v in top[column].head(10)]
+        assert got["top"]["example"] == top["example"].head(10).tolist()
+        shown = got["values"] + got["top"]["value"]
+        assert all(isinstance(v, float) and np.isfinite(v) for v in shown), shown
+        assert max(abs(v) for v in shown) > 1e36
+        answer = app.get(
+            "/api/heatmap",
+            params={"cell": cell, "label": gate, "example": example, "column": column},
+        )
+        assert answer.status_code == 200, answer.text
+        f = rows[(rows["cell"] == cell) & (rows["gate"] == gate) & (rows["example"] == example)]
+        assert answer.json()["values"] == [
+            [round(float(v), 6) for v in f[f["step"] == s].sort_values("unit")[column]]
+            for s in range(STEPS)
+        ]
+
+
+HOLDS = "(the recording holds examples [[0, 40]])"
+NOT_RECORDED = {  # (endpoint, parameters): what its 400 says
+    "select, an example past the recorded": (
+        "/api/select?cell=lstm&label=i&threshold=0.5&example=40&start=0&stop=2",
+        f"example 40: no rows of lstm gate i {HOLDS}",
+    ),
+    "select, an example far past": (
+        "/api/select?cell=lstm&label=i&threshold=0.5&example=999&start=0&stop=2",
+        f"example 999: no rows of lstm gate i {HOLDS}",
+    ),
+    "select of a state": (
+        "/api/select?cell=lstm&label=c&kind=state&threshold=0.5&example=999&start=0&stop=2",
+        f"example 999: no rows of lstm state c {HOLDS}",
+    ),
+    "select, steps past the example's length": (  # example 3 is 4 steps long
+        "/api/select?cell=lstm&label=i&threshold=0.5&example=3&start=4&stop=6",
+        "steps 4:6 of example 3: not every step has rows of lstm gate i (the example holds steps 0 to 3)",
+    ),
+    "select, steps running past the example's length": (
+        "/api/select?cell=lstm&label=j&threshold=0.5&example=3&start=2&stop=6&column=preactivation",
+        "steps 2:6 of example 3: not every step has rows of lstm gate j (the example holds steps 0 to 3)",
+    ),
+    "unit": (
+        "/api/unit?cell=lstm&gate=f&unit=0&example=999999999",
+        f"example 999999999: no rows of lstm gate f {HOLDS}",
+    ),
+    "heatmap": (
+        "/api/heatmap?cell=rnn&label=h&kind=state&example=999999999",
+        f"example 999999999: no rows of rnn state h {HOLDS}",
+    ),
+    "labelled": (
+        "/api/labelled?cell=lstm&table=gates&name=f&unit=0&example=40",
+        f"example 40: no rows of lstm gate f {HOLDS}",
+    ),
+    "labelled, a state": (
+        "/api/labelled?cell=lstm&table=states&name=h&unit=0&example=999",
+        f"example 999: no rows of lstm state h {HOLDS}",
+    ),
+    "match from past the recorded": (  # (from=40: a scan that ended at 39 goes on: nothing)
+        "/api/match?cell=lstm&label=f&units=0&threshold=0.5&from=41",
+        f"from=41: no example from there {HOLDS}",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def lengthened(tmp_path_factory):
+    """A recording of examples [0, 40) whose sequences have lengths (1 to STEPS), its labels."""
+    root = tmp_path_factory.mktemp("lengthened")
+    record(root / "run", (0, 40), 4)
+    np.save(root / "labels.npy", np.arange(40 * STEPS).reshape(-1, STEPS) % 3 == 0)
+    return root / "run", root / "labels.npy"
+
+
+@pytest.mark.parametrize("ask", list(NOT_RECORDED))
+def test_an_example_or_steps_not_recorded_are_a_400_naming_what_is_held(lengthened, ask):
+    """Every view endpoint taking an example or steps, asked for one the recording does not
+    hold (past its examples, past a sequence's length): a 400 whose one-line error says what
+    the recording (or the example) holds; never a 500, never an empty 200 (before: select's
+    500 IndexError, unit's and match's 200 with nothing, select's and labelled's errors naming
+    nothing held)."""
+    run, labels = lengthened
+    rec = Recording(run)
+    path, said = NOT_RECORDED[ask]
+    answer = client(rec, unit_labels=read_labels(labels, rec.memory)).get(path)
+    assert answer.status_code == 400, answer.text
+    assert answer.json() == {"error": said}
+
+
+def test_a_select_is_pandas_over_the_example_s_rows(lengthened):
+    """Select over steps an example holds: the units above the threshold at every step of the
+    range (and, with outside, not above it just before and after where recorded), as pandas
+    finds them over the part files' rows."""
+    run, _ = lengthened
+    rec = Recording(run)
+    rows = every_row(run)
+    for example, start, stop, outside in ((5, 1, 3, False), (5, 2, 4, True), (3, 2, 4, True)):
+        for threshold in (0.2, 0.5):
+            got = data.select(rec, "lstm", "f", example, start, stop, threshold, outside=outside)
+            mine = rows[
+                (rows["cell"] == "lstm") & (rows["gate"] == "f") & (rows["example"] == example)
+            ]
+            wide = mine.pivot(index="step", columns="unit", values="activation").astype(np.float64)
+            on = (wide.loc[start : stop - 1] > threshold).all(axis=0)
+            if outside:
+                for edge in (start - 1, stop):
+                    if edge in wide.index:
+                        on &= ~(wide.loc[edge] > threshold)
+            assert got["units"] == [int(u) for u in on[on].index], (example, start, stop)
+
+
+def test_parts_of_an_example_or_step_not_recorded_are_a_400_naming_what_is_held(tmp_path):
+    """The parts panel (a recording with contributions, of a BasicLSTMCell run by TensorFlow)
+    asked for an example past the recorded, or a step past the sequence: a 400 saying what the
+    recording, or the example, holds (before: a bare "no rows")."""
+    from tests.test_view import CELL, STEPS, N, planted_recording
+
+    app = client(Recording(planted_recording(tmp_path)))
+    for params, said in (
+        ({"example": 999, "step": 0}, f"example 999: no rows of {CELL} gate f (the recording holds examples [[0, {N}]])"),
+        ({"example": 2, "step": 99}, f"steps 99:100 of example 2: not every step has rows of {CELL} gate f (the example holds steps 0 to {STEPS - 1})"),
+    ):  # fmt: skip
+        answer = app.get("/api/parts", params={"cell": CELL, "gate": "f", **params})
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"error": said}
+    answer = app.get("/api/parts", params={"cell": CELL, "gate": "f", "example": 2, "step": 5})
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_select_of_rows_that_begin_past_step_0_reads_each_row_at_its_step(tmp_path):
+    """A recording whose sequences have rows from step 2 on (the writer's mask), unit u on (1)
+    at step 2 + u only: a select over steps 1:3 is a 400 naming the steps held (step 1 has no
+    rows); over steps the example holds, with and without outside, the units pandas finds over
+    the rows (before: the first row read was taken for the step asked, step 3's units answered
+    for step 2, silently; and steps 2:6, all held, were refused)."""
+    run = tmp_path / "run"
+    cells = {"cells": [DESCRIPTION["cells"][1]]}  # rnn: one gate (relu), 3 units
+    writer = RecordingWriter(run, cells, examples=(0, 4))
+    ids = np.arange(4)
+    writer.begin(0, 4)
+    mask = np.zeros((4, STEPS), bool)
+    mask[:, 2:] = True
+    act = np.zeros((4, STEPS, 3), np.float32)
+    for u in range(3):
+        act[:, 2 + u, u] = 1.0
+    writer.write_gate("rnn", "h", ids, np.arange(STEPS), act - 1, act, mask)
+    writer.write_state("rnn", "h", ids, np.arange(STEPS), act, mask)
+    writer.commit()
+    rec = Recording(run)
+    with pytest.raises(SelectionError) as refused:
+        data.select(rec, "rnn", "h", 1, 1, 3, 0.5)
+    assert str(refused.value) == (
+        "steps 1:3 of example 1: not every step has rows of rnn gate h (the example holds steps 2 to 5)"
+    )
+    mine = every_row(run)
+    mine = mine[mine["example"] == 1]
+    wide = mine.pivot(index="step", columns="unit", values="activation").astype(np.float64)
+    asked = [(s, s + 1, o, 0.5) for s in range(2, 6) for o in (False, True)]
+    for start, stop, outside, threshold in [*asked, (2, 6, False, -0.5), (2, 4, False, 0.5)]:
+        got = data.select(rec, "rnn", "h", 1, start, stop, threshold, outside=outside)
+        on = (wide.loc[start : stop - 1] > threshold).all(axis=0)
+        if outside:
+            for edge in (start - 1, stop):
+                if edge in wide.index:
+                    on &= ~(wide.loc[edge] > threshold)
+        assert got["units"] == [int(u) for u in on[on].index], (start, stop, outside)
+    assert data.select(rec, "rnn", "h", 1, 2, 3, 0.5)["units"] == [0]

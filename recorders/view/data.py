@@ -57,6 +57,7 @@ __all__ = [
     "column_block",
     "column_values",
     "rounded",
+    "no_rows",
     "json_ready",
 ]
 
@@ -246,9 +247,7 @@ def heatmap(
     else:
         code = f"rec.state_frame([{cell!r}], [{label!r}], examples=({example}, {example + 1}))"
     if a.size == 0:
-        raise SelectionError(
-            f"example {example}: no rows of {cell} {kind} {label} (the recording holds examples {rec.examples})"
-        )
+        raise no_rows(rec, cell, label, kind, example, column=column)
     steps = block.steps.tolist()  # the steps of its rows, first to last
     values = [rounded(row, 6) for row in a[0]]
     return {
@@ -279,6 +278,8 @@ def unit(
     df = rec.gate_frame(
         [cell], [gate], examples=(example, example + 1), units=[unit_], columns=[column]
     )
+    if df.empty:
+        raise no_rows(rec, cell, gate, "gate", example, column=column)
     top = top_positions(rec, cell, gate, unit_, k=k, column=column)
     return {
         "cell": cell,
@@ -287,11 +288,11 @@ def unit(
         "example": example,
         "column": column,
         "steps": df["step"].tolist(),
-        "values": df[column].round(6).tolist(),
+        "values": rounded(df[column].to_numpy(), 6, recorded=True),
         "top": {
             "example": top["example"].tolist(),
             "step": top["step"].tolist(),
-            "value": top["value"].round(6).tolist(),
+            "value": rounded(top["value"].to_numpy(), 6, recorded=True),
         },
         "python": f"from recorders import Recording, analysis\nrec = Recording({str(rec.path)!r})\n"
         f"analysis.time_courses(rec, {cell!r}, {gate!r}, examples=[{example}], units=[{unit_}], column={column!r})\n"
@@ -316,14 +317,17 @@ def select(
     check_column(rec, cell, label, kind, column)
     if not 0 <= start < stop:
         raise SelectionError(f"steps {start}:{stop}: expected 0 <= start < stop")
-    # [steps, units]
-    a = column_values(
-        rec, cell, label, kind, column, (example, example + 1), (max(start - 1, 0), stop + 1)
-    )[0]
     first = max(start - 1, 0)
+    block = column_block(rec, cell, label, kind, column, (example, example + 1), (first, stop + 1))
+    # [steps, units] from step `first` (the block's steps run from the first step with rows)
+    a = np.full((stop + 1 - first, block.values.shape[2] if block.values.size else 0), np.nan)
+    held = np.zeros(len(a), bool)
+    if block.values.size:
+        a[block.steps - first] = block.values[0]
+        held[block.steps - first] = True if block.present is None else block.present[0]
+    if not held[start - first : stop - first].all():
+        raise no_rows(rec, cell, label, kind, example, (start, stop), column)
     inside = a[start - first : stop - first]
-    if len(inside) < stop - start or np.isnan(inside).any():
-        raise SelectionError(f"steps {start}:{stop} of example {example}: not all recorded")
     above = np.float64(threshold)  # compared as itself, not rounded to the values' float32
     on = (inside > above).all(axis=0)
     if outside:  # the steps just before and after the range, where they were recorded
@@ -378,6 +382,11 @@ def match(
         raise SelectionError("match: select some units first")
     for u in units:
         check_column(rec, cell, label, kind, column, u)
+    # (from the end is where a scan that stopped at the last example goes on: nothing left)
+    if start > 0 and not any(start <= hi for _, hi in rec.examples):
+        raise SelectionError(
+            f"from={start}: no example from there (the recording holds examples {rec.examples})"
+        )
     table, col = ("gates", column) if kind == "gate" else ("states", "value")
     above = np.float64(threshold)
     wanted = np.asarray(units, np.intp)
@@ -453,7 +462,7 @@ def parts(rec: Recording, cell: str, gate: str, example: int, step: int) -> dict
         columns=["preactivation", *PARTS],
     )
     if df.empty:
-        raise SelectionError(f"example {example}, step {step}: no rows of {cell} gate {gate}")
+        raise no_rows(rec, cell, gate, "gate", example, (step, step + 1), "preactivation")
     out = {p: rounded(df[p], 6) for p in ("preactivation", *PARTS)}
     return {
         "cell": cell,
@@ -511,10 +520,50 @@ def column_block(
     return block._replace(values=a)
 
 
-def rounded(values: Sequence[float] | np.ndarray, digits: int) -> list[float | None]:
-    """Values for JSON: rounded, NaN as null (nothing there); an infinity stays one
-    (`json_ready` writes it)."""
-    return [None if np.isnan(v) else round(float(v), digits) for v in values]
+def rounded(
+    values: Sequence[float] | np.ndarray, digits: int, recorded: bool = False
+) -> list[float | None]:
+    """Values for JSON: rounded as Python's float64 `round` does (exact for any float32, where
+    numpy's and pandas' `round` of float32 overflow to an infinity past about 3.4e32), NaN as
+    null (nothing there) or, with `recorded` (every value is a row's), NaN itself; an infinity
+    and NaN stay themselves (`json_ready` writes them)."""
+    return [
+        (float("nan") if recorded else None) if np.isnan(v) else round(float(v), digits)
+        for v in values
+    ]
+
+
+def no_rows(
+    rec: Recording,
+    cell: str,
+    label: str,
+    kind: str,
+    example: int,
+    steps: tuple[int, int] | None = None,
+    column: str = "activation",
+) -> SelectionError:
+    """The refusal of an example, or of steps [start, stop) of it, where `label` of `cell` has
+    no rows (or not at each step): naming the examples the recording holds, or the steps this
+    example's rows hold."""
+    what = f"{cell} {kind} {label}"
+    held_examples = any(lo <= example < hi for lo, hi in rec.examples)
+    if not held_examples:
+        return SelectionError(
+            f"example {example}: no rows of {what} (the recording holds examples {rec.examples})"
+        )
+    block = column_block(rec, cell, label, kind, column, (example, example + 1), None)
+    if not block.values.size:
+        present = np.zeros(0, np.int64)
+    else:
+        present = block.steps if block.present is None else block.steps[block.present[0]]
+    if not len(present):
+        return SelectionError(f"example {example}: no rows of {what} (it has no steps recorded)")
+    lo, hi = int(present[0]), int(present[-1])
+    holds = f"steps {lo} to {hi}" if len(present) == hi - lo + 1 else f"steps {present.tolist()}"
+    asked = "" if steps is None else f"steps {steps[0]}:{steps[1]} of "
+    return SelectionError(
+        f"{asked}example {example}: not every step has rows of {what} (the example holds {holds})"
+    )
 
 
 def json_ready(value: Any) -> Any:

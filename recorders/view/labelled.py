@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recorders.errors import SelectionError
 from recorders.read.labels import Labels as UnitLabels
 from recorders.read.reader import Recording
-from recorders.view.data import check_column, column_block, rounded
+from recorders.view.data import check_column, column_block, no_rows, rounded
 
 __all__ = ["ranked", "label_range", "label_track", "labelled_course"]
 
@@ -87,7 +86,7 @@ def labelled_course(
     block = column_block(rec, cell, name, kind, column, (example, example + 1), None, [unit_])
     a = block.values
     if a.size == 0:
-        raise SelectionError(f"example {example}: no rows of {cell} {kind} {name}")
+        raise no_rows(rec, cell, name, kind, example, column=column)
     steps = block.steps.tolist()  # the steps of its rows, first to last
     read = (
         f"rec.gate_frame([{cell!r}], [{name!r}], examples=({example}, {example + 1}), units=[{unit_}], columns=[{column!r}])"
