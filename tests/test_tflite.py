@@ -12,6 +12,7 @@ one, changed through TensorFlow's own flatbuffer schema.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import threading
@@ -1793,3 +1794,234 @@ def test_a_loop_whose_carried_shapes_keep_changing_is_followed_only_so_far(
         "[2, 4] -> [], [], [5, 1, 4], [1, 4], [1, 4], [5, 1, 3], [128, 4]) past the 3 iterations "
         "gatetrace follows; it runs no loop whose tensors it cannot bound; nothing was loaded"
     )
+
+
+def _constant_in(model, fb, sub, name: str, array: np.ndarray) -> int:
+    """A constant of `array` (int32 or float32) added to subgraph `sub`: its number."""
+    from tests.test_tflite_converters import _tensor
+
+    t = _tensor(model, fb, sub, name, data=np.zeros(array.shape, np.int32))
+    if array.dtype == np.float32:
+        sub.tensors[t].type = fb.TensorType.FLOAT32
+        model.buffers[sub.tensors[t].buffer].data = np.frombuffer(array.tobytes(), np.uint8)
+    else:
+        model.buffers[sub.tensors[t].buffer].data = np.frombuffer(
+            array.astype(np.int32).tobytes(), np.uint8
+        )
+    return t
+
+
+def _kernel_made(*steps):
+    def change(model, fb):
+        """Ops in front of the fused LSTM, each (KIND, its inputs: an array for a constant,
+        an int for the output of the step that many steps back, options or None), each
+        output float32 declared [1], the last an output of the model."""
+        from tests.test_tflite_converters import _op, _tensor
+
+        main, ops, made = model.subgraphs[0], [], []
+        for n, (kind, inputs, options) in enumerate(steps):
+            given = [
+                made[-i] if isinstance(i, int) else _constant_in(model, fb, main, f"in{n}_{j}", i)
+                for j, i in enumerate(inputs)
+            ]
+            like = next(t for t in main.tensors if t.type == fb.TensorType.FLOAT32)
+            out = _tensor(model, fb, main, f"{kind.lower()}{n}", like=like)
+            main.tensors[out].shape = np.array([1], np.int32)
+            main.tensors[out].shapeSignature = None
+            made_options, number = None, None
+            if options is not None:
+                name, fields = options
+                made_options = getattr(fb, f"{name}OptionsT")()
+                for field, v in fields.items():
+                    setattr(made_options, field, v)
+                number = getattr(fb.BuiltinOptions, f"{name}Options")
+            ops.append(_op(model, fb, main, kind, given, [out], made_options, number))
+            made.append(out)
+        main.operators[0:0] = ops
+        main.outputs = np.append(main.outputs, made[-1]).astype(np.int32)
+
+    return change
+
+
+def _options(kind: str, **fields) -> tuple[str, dict]:
+    """The options of an op of `kind` (the schema's `{kind}Options`), made where a file is."""
+    return kind, fields
+
+
+def _f(*shape) -> np.ndarray:
+    return np.arange(math.prod(shape), dtype=np.float32).reshape(shape) % 7
+
+
+def _i(*values, shape=None) -> np.ndarray:
+    return np.array(values, np.int32).reshape(shape if shape is not None else (len(values),))
+
+
+GROWN = {
+    "pad": ([("PAD", [_f(4, 2), _i(0, 4092, 0, 0, shape=(2, 2))], _options("Pad"))], [4096, 2]),
+    "padv2": (
+        [("PADV2", [_f(4, 2), _i(0, 4092, 0, 0, shape=(2, 2)), _f()], _options("PadV2"))],
+        [4096, 2],
+    ),
+    "mirror-pad": (
+        [
+            ("PAD", [_f(4, 2), _i(0, 1020, 0, 0, shape=(2, 2))], _options("Pad")),
+            ("MIRROR_PAD", [1, _i(1024, 1024, 0, 0, shape=(2, 2))], _options("MirrorPad", mode=1)),
+        ],
+        [3072, 2],
+    ),
+    "one-hot": (
+        [("ONE_HOT", [_i(*range(8)), _i(1000, shape=()), _f(), _f()], _options("OneHot", axis=-1))],
+        [8, 1000],
+    ),
+    "slice-concatenated": (
+        [
+            ("SLICE", [_f(1200), _i(100), _i(1000)], _options("Slice")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+        ],
+        [8000],
+    ),
+    "strided-slice-concatenated": (
+        [
+            ("STRIDED_SLICE", [_f(1200), _i(100), _i(1100), _i(1)], _options("StridedSlice")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+            ("CONCATENATION", [1, 1], _options("Concatenation")),
+        ],
+        [8000],
+    ),
+    "gather": ([("GATHER", [_f(256, 4), _i(*[3] * 2048)], _options("Gather"))], [2048, 4]),
+    "gather-nd": ([("GATHER_ND", [_f(256, 4), _i(*[5] * 2048, shape=(2048, 1))], None)], [2048, 4]),
+    "resize-bilinear": (
+        [("RESIZE_BILINEAR", [_f(1, 2, 2, 1), _i(100, 100)], _options("ResizeBilinear"))],
+        [1, 100, 100, 1],
+    ),
+    "resize-nearest": (
+        [("RESIZE_NEAREST_NEIGHBOR", [_f(1, 2, 2, 1), _i(100, 100)], _options("ResizeNearestNeighbor"))],
+        [1, 100, 100, 1],
+    ),
+    "fully-connected": (
+        [
+            ("PAD", [_f(1, 4), _i(0, 1023, 0, 0, shape=(2, 2))], _options("Pad")),
+            ("FULLY_CONNECTED", [1, _f(16, 4)], _options("FullyConnected")),
+        ],
+        [1024, 16],
+    ),
+    "batch-matmul": ([("BATCH_MATMUL", [_f(128, 1), _f(1, 128)], _options("BatchMatMul"))], [128, 128]),
+    "space-to-batch": (
+        [("SPACE_TO_BATCH_ND", [_f(1, 4, 1), _i(2), _i(0, 8188, shape=(1, 2))], _options("SpaceToBatchND"))],
+        [2, 4096, 1],
+    ),
+    "depth-to-space-pad": (
+        [
+            ("DEPTH_TO_SPACE", [_f(1, 1, 1, 4)], _options("DepthToSpace", blockSize=2)),
+            ("PAD", [1, _i(0, 0, 0, 98, 0, 98, 0, 0, shape=(4, 2))], _options("Pad")),
+        ],
+        [1, 100, 100, 1],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(GROWN))
+def test_what_an_op_makes_is_what_its_kernel_makes_whatever_the_file_declares(lite, tmp_path, case):
+    """PAD, PADV2, MIRROR_PAD, ONE_HOT, SLICE, STRIDED_SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
+    RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_BATCH_ND and
+    DEPTH_TO_SPACE, each output declared [1], on constants (and on what an op before makes):
+    past the budget, refused in one line naming the shape TensorFlow Lite's interpreters give
+    it (the oracle: read from each interpreter once it ran the file), before anything runs
+    (before: taken at [1], then allocated as its kernel computes it); within it, accepted."""
+    from recorders.errors import ModelFormatError
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.tflite_check import checked
+
+    steps, shape = GROWN[case]
+    path = tmp_path / "grown.tflite"
+    path.write_bytes(_changed(lite, _kernel_made(*steps)))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "grown.tflite", memory=24_000)
+    line = str(refused.value)
+    says = f"op {len(steps) - 1} of subgraph 0, a {steps[-1][0]}, makes a tensor of {shape} ("
+    assert says in line and "nothing was loaded" in line and "\n" not in line, line
+    assert checked(path, "grown.tflite", memory=1 << 20)
+    for interpreter in _interpreters():
+        it = interpreter(model_content=path.read_bytes())
+        it.allocate_tensors()
+        (given,) = it.get_input_details()
+        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
+        it.invoke()
+        *_, last = it.get_output_details()
+        assert list(it.get_tensor(last["index"]).shape) == shape, interpreter
+
+
+def test_an_op_whose_size_gatetrace_cannot_read_is_one_line(lite, tmp_path):
+    """A PAD whose paddings an ABS computes (its kernel pads by whatever they hold when it
+    runs) is refused naming the op and its paddings (before: taken at its declared [1])."""
+    from recorders.errors import ModelFormatError
+    from tracer.load.tflite_check import checked
+
+    change = _kernel_made(
+        ("ABS", [_f(2, 2)], None), ("PAD", [_f(4, 2), 1], _options("Pad"))
+    )  # (ABS of a float: the paddings' type aside, gatetrace cannot read what it computes)
+    path = tmp_path / "computed.tflite"
+    path.write_bytes(_changed(lite, change))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "computed.tflite", memory=1 << 20)
+    assert str(refused.value) == (
+        "computed.tflite: op 1 of subgraph 0, a PAD, takes its paddings from abs0, which gatetrace "
+        "cannot read from the file (neither a constant nor computed from constants and shapes): it "
+        "cannot bound the tensor the op makes when it runs, and runs no file whose tensors it cannot "
+        "bound; nothing was loaded"
+    )
+
+
+def test_an_ordinary_file_of_pad_gather_and_dense_loads_and_records_what_it_runs(tmp_path):
+    """A converted model padding its sequence (PAD), cutting a step off each end
+    (STRIDED_SLICE), an LSTM, a dense layer at every step
+    (FULLY_CONNECTED) and a GATHER of two of its units: every shape the check computes is the
+    shape LiteRT's interpreter gives the tensor once allocated, and its output is recorded as
+    the interpreter returns it, bit for bit."""
+    from ai_edge_litert import interpreter as litert
+
+    from recorders import Recording
+    from tests.conftest import record_x
+    from tests.test_outputs_returned import _values
+    from tracer._tf import tf
+    from tracer.load.lite_runtime import runtime
+    from tracer.load.tflite_check import _made, checked
+
+    keras = keras_module("tf-keras")
+    inp = keras.Input((T, D), batch_size=1, name="x")
+    x = keras.layers.ZeroPadding1D(2)(inp)
+    x = keras.layers.Lambda(lambda v: v[:, 1:-1])(x)
+    x = keras.layers.LSTM(H, return_sequences=True)(x)
+    x = keras.layers.Dense(3)(x)
+    out = keras.layers.Lambda(lambda v: tf.gather(v, [2, 0], axis=2))(x)
+    model = keras.Model(inp, out)
+    randomise(model, seed=3)
+    path = tmp_path / "ordinary.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    _, parsed = checked(path, "ordinary.tflite")
+    made = _made(parsed, runtime().schema(), 0, 1 << 30)
+    assert {"PAD", "STRIDED_SLICE", "FULLY_CONNECTED", "GATHER"} <= {
+        kind for _, kind, _ in made.values()
+    }
+    it = litert.Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    for t, (_, kind, dims) in made.items():
+        assert list(it.get_tensor_details()[t]["shape"]) == dims, kind
+    name = it.get_output_details()[0]["name"]
+    feed = np.random.RandomState(5).uniform(-1, 1, (3, T, D)).astype(np.float32)
+    done = record_x(path, feed, tmp_path / "run", "--outputs", name)
+    assert done.returncode == 0, done.stderr
+    own = []
+    for row in feed:
+        it = litert.Interpreter(
+            model_path=str(path),
+            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], row[None])
+        it.invoke()
+        own.append(it.get_tensor(it.get_output_details()[0]["index"])[0])
+    np.testing.assert_array_equal(_values(Recording(tmp_path / "run"), name), np.stack(own))

@@ -55,8 +55,20 @@ these checks, each refused in one line naming the file:
                  and of those (a chain of CONCATENATIONs doubling a tensor); and what a
                  WHILE loop carries as its body grows it at every iteration (a tensor
                  concatenated with itself), followed iteration by iteration (a loop whose
-                 shapes keep changing past 10,000 iterations is refused). Another op's
-                 output is taken as the file declares it
+                 shapes keep changing past 10,000 iterations is refused); what the ops whose
+                 output may hold more numbers than their inputs make, as their kernels'
+                 Prepare computes it from their inputs' shapes and integers (PAD, PADV2,
+                 MIRROR_PAD, ONE_HOT, SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
+                 RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_DEPTH,
+                 DEPTH_TO_SPACE, SPACE_TO_BATCH_ND: `_GROWN`), STRIDED_SLICE's and the
+                 reductions' over constant axes (MEAN, SUM, REDUCE_*), each fed into what the ops after it
+                 make. A PAD, PADV2, MIRROR_PAD, ONE_HOT, RESIZE_* or SPACE_TO_BATCH_ND whose
+                 paddings, depth or size gatetrace cannot read (neither constants nor
+                 integers computed from them and from shapes) is refused naming it: its
+                 kernel would make whatever they hold when it runs. Another op's output is
+                 taken as the file declares it (the ops that make no more numbers than an
+                 input holds but STRIDED_SLICE, which is computed: SPLIT, UNPACK, ..., and
+                 the others converters write: CONV_2D, the recurrent ops, ...)
 """
 
 from __future__ import annotations
@@ -571,6 +583,21 @@ _BROADCAST = frozenset(
     LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL LOGICAL_AND LOGICAL_OR SELECT_V2
     """.split()
 )
+# ops whose output may hold more numbers than their inputs, whose shapes `_grown` computes
+_GROWN = frozenset(
+    """
+    PAD PADV2 MIRROR_PAD ONE_HOT SLICE GATHER GATHER_ND RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR
+    FULLY_CONNECTED BATCH_MATMUL SPACE_TO_DEPTH DEPTH_TO_SPACE SPACE_TO_BATCH_ND
+    """.split()
+)
+# the integers (an input's: paddings, depth, size, block) each of those ops' shapes follow
+_READ = {
+    "PAD": (1, "paddings"), "PADV2": (1, "paddings"), "MIRROR_PAD": (1, "paddings"),
+    "ONE_HOT": (1, "depth"), "RESIZE_BILINEAR": (1, "size"), "RESIZE_NEAREST_NEIGHBOR": (1, "size"),
+    "SPACE_TO_BATCH_ND": (2, "paddings"),
+}  # fmt: skip
+# reductions over constant axes (their output: their input's shape without those axes)
+_REDUCED = frozenset("MEAN SUM REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_ANY REDUCE_ALL".split())
 # how many iterations of the WHILE loops' bodies gatetrace follows in one check, as what they
 # carry changes shape (a loop whose carried shapes stay the same takes one)
 _FOLLOWED = 10_000
@@ -596,9 +623,10 @@ def _made(
     RANGE (a RANGE's length ceil(|limit - start| / |delta|)) from those integers; and from
     their inputs' shapes (made, or as the file declares them where it fixes them) a
     CONCATENATION's, a RESHAPE's, SQUEEZE's, EXPAND_DIMS' and TRANSPOSE's, an elementwise
-    op's (`_SAME`, `_BROADCAST`), and what a WHILE gives back (`_carried`: what it carries,
-    as its body changes it at each iteration). Another op's output is as the file declares
-    it."""
+    op's (`_SAME`, `_BROADCAST`), an op's of `_GROWN` and a reduction's (`_grown`), and what
+    a WHILE gives back (`_carried`: what it carries, as its body changes it at each
+    iteration). Another op's output is as the file declares it; an op of `_READ` whose
+    integers gatetrace cannot read is refused (`_Unbounded`)."""
     subgraph = model.subgraphs[g]
     work = [0] if work is None else work
     held: dict[int, list[int]] = {}  # the shapes made so far
@@ -630,7 +658,7 @@ def _made(
             for t, (what, gives) in _carried(model, fb, g, k, shape, known, memory, work).items():
                 held[t], made[t] = gives, (k, what, gives)
             continue
-        if len(outputs) != 1 or any(t < 0 for t in inputs):
+        if len(outputs) != 1 or any(t < 0 for t in inputs[:2]):  # (a bias may be absent)
             continue
         out, got = outputs[0], None
         if kind == "SHAPE" and inputs:
@@ -666,7 +694,16 @@ def _made(
                     else math.ceil(abs((limit - start) / delta))
                 ]
         elif inputs:
-            dims = _shaped(kind, op, [shape(t) for t in inputs], value)
+            dims = _shaped(kind, op, [shape(t) if t >= 0 else None for t in inputs], value)
+        at, what = _READ.get(kind, (0, ""))
+        if dims is None and what and len(inputs) > at and shape(inputs[0]) is not None:
+            if value(inputs[at]) is None:  # (its kernel makes it when it runs, of any size)
+                raise _Unbounded(
+                    f"op {k} of subgraph {g}, a {kind}, takes its {what} from "
+                    f"{_name(subgraph, inputs[at])}, which gatetrace cannot read from the file (neither "
+                    "a constant nor computed from constants and shapes): it cannot bound the tensor the "
+                    "op makes when it runs, and runs no file whose tensors it cannot bound"
+                )
         if dims is not None:
             held[out] = dims
             made[out] = (k, kind, dims)
@@ -715,7 +752,128 @@ def _shaped(
         return [*first[:axis], 1, *first[axis:]] if 0 <= axis <= rank else None
     if kind == "TRANSPOSE" and index is not None and sorted(index) == list(range(rank)):
         return [first[a] for a in index]
+    return _grown(kind, op, shapes, value)
+
+
+def _grown(
+    kind: str, op: Any, shapes: list[list[int] | None], value: Callable[[int], Any]
+) -> list[int] | None:
+    """The shape the ops of `_GROWN` (and the reductions, `_REDUCED`) give their output, as
+    their kernels' Prepare computes it (tensorflow/lite/kernels/pad.cc, mirror_pad.cc,
+    one_hot.cc, slice.cc, gather.cc, gather_nd.cc, resize_bilinear.cc,
+    resize_nearest_neighbor.cc, fully_connected.cc, batch_matmul.cc, space_to_depth.cc,
+    depth_to_space.cc, space_to_batch_nd.cc, reduce.cc); None for another op, or where its
+    kernel would refuse its inputs, or an input's shape or integers are not known."""
+    first, options, inputs = shapes[0], op.builtinOptions, [int(t) for t in op.inputs]
+    assert first is not None  # (`_shaped` said so)
+    rank = len(first)
+    second = shapes[1] if len(shapes) > 1 else None
+    operand = value(inputs[1]) if len(inputs) > 1 else None
+    if kind in ("PAD", "PADV2", "MIRROR_PAD"):
+        if operand is None or len(operand) != 2 * rank or min(operand, default=0) < 0:
+            return None
+        return [d + operand[2 * a] + operand[2 * a + 1] for a, d in enumerate(first)]
+    if kind == "ONE_HOT" and operand is not None and len(operand) == 1 and operand[0] >= 0:
+        axis = getattr(options, "axis", -1)
+        axis += rank + 1 if axis < 0 else 0
+        return [*first[:axis], operand[0], *first[axis:]] if 0 <= axis <= rank else None
+    if kind == "SLICE" and len(inputs) == 3:
+        begin, size = operand, value(inputs[2])
+        if begin is None or size is None or not len(begin) == len(size) == rank:
+            return None
+        dims = [d - b if s == -1 else s for d, b, s in zip(first, begin, size, strict=True)]
+        fits = all(
+            b >= 0 and n >= 0 and b + n <= d for d, b, n in zip(first, begin, dims, strict=True)
+        )
+        return dims if fits else None
+    if kind in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+        if operand is None or len(operand) != 2 or rank != 4 or min(operand) <= 0:
+            return None
+        return [first[0], *operand, first[3]]
+    if kind in ("SPACE_TO_DEPTH", "DEPTH_TO_SPACE") and rank == 4:
+        block = getattr(options, "blockSize", 0)
+        if block <= 0:
+            return None
+        b, h, w, c = first
+        if kind == "DEPTH_TO_SPACE":
+            return [b, h * block, w * block, c // block**2] if c % block**2 == 0 else None
+        return [b, h // block, w // block, c * block**2] if h % block == w % block == 0 else None
+    if kind == "SPACE_TO_BATCH_ND" and len(inputs) == 3:
+        block, pads = operand, value(inputs[2])
+        n = len(block or [])
+        if block is None or pads is None or len(pads) != 2 * n or rank < n + 1:
+            return None
+        spatial = [first[1 + a] + pads[2 * a] + pads[2 * a + 1] for a in range(n)]
+        if min(block, default=1) <= 0 or any(s % b for s, b in zip(spatial, block, strict=True)):
+            return None
+        batch = first[0] * math.prod(block)
+        return [batch, *(s // b for s, b in zip(spatial, block, strict=True)), *first[1 + n :]]
+    if second is None:
+        return None
+    if kind == "GATHER":
+        axis, batch = getattr(options, "axis", 0), getattr(options, "batchDims", 0)
+        axis += rank if axis < 0 else 0
+        batch += len(second) if batch < 0 else 0
+        if not 0 <= batch <= min(axis, len(second)) or not 0 <= axis < rank:
+            return None
+        return [*first[:axis], *second[batch:], *first[axis + 1 :]]
+    if kind == "GATHER_ND":
+        depth = second[-1] if second else 0
+        if not second or depth > rank:
+            return None
+        return [*second[:-1], *first[depth:]]
+    if kind == "FULLY_CONNECTED" and len(second) == 2:
+        units, size = second
+        if size <= 0 or math.prod(first) % size:
+            return None
+        if getattr(options, "keepNumDims", False):
+            return [*first[:-1], units] if first and first[-1] == size else None
+        return [math.prod(first) // size, units]
+    if kind == "BATCH_MATMUL" and rank >= 2 and len(second) >= 2:
+        rows = first[-1] if getattr(options, "adjX", False) else first[-2]
+        columns = second[-2] if getattr(options, "adjY", False) else second[-1]
+        batch = _broadcast([first[:-2], second[:-2]])
+        return None if batch is None else [*batch, rows, columns]
+    if kind == "STRIDED_SLICE" and len(inputs) == 4:
+        return _sliced(first, options, operand, value(inputs[2]), value(inputs[3]))
+    if kind in _REDUCED:
+        axes = [a + (rank if a < 0 else 0) for a in operand or []]
+        if operand is None or any(not 0 <= a < rank for a in axes):
+            return None
+        if getattr(options, "keepDims", False):
+            return [1 if a in axes else d for a, d in enumerate(first)]
+        return [d for a, d in enumerate(first) if a not in axes]
     return None
+
+
+def _sliced(dims: list[int], options: Any, begin: Any, end: Any, strides: Any) -> list[int] | None:
+    """The shape a STRIDED_SLICE of a tensor of `dims` gives (strided_slice.cc: each axis
+    sliced as Python slices a sequence, clamped to it, an axis of `shrinkAxisMask` dropped);
+    None where its integers are not known, or it uses an ellipsis, a new axis or offsets."""
+    if (
+        begin is None
+        or end is None
+        or strides is None
+        or not len(begin) == len(end) == len(strides)
+    ):
+        return None
+    if options is None or options.ellipsisMask or options.newAxisMask or options.offset:
+        return None
+    if len(begin) > len(dims) or 0 in strides:
+        return None
+    out = []
+    for a, d in enumerate(dims):
+        if a >= len(begin):
+            out.append(d)
+            continue
+        if options.shrinkAxisMask >> a & 1:
+            if not -d <= begin[a] < d:
+                return None
+            continue
+        start = None if options.beginMask >> a & 1 else begin[a]
+        stop = None if options.endMask >> a & 1 else end[a]
+        out.append(len(range(d)[slice(start, stop, strides[a])]))
+    return out
 
 
 def _broadcast(shapes: list[list[int]]) -> list[int] | None:
