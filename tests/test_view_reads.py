@@ -432,6 +432,10 @@ NOT_RECORDED = {  # (endpoint, parameters): what its 400 says
         "/api/select?cell=lstm&label=j&threshold=0.5&example=3&start=2&stop=6&column=preactivation",
         "steps 2:6 of example 3: not every step has rows of lstm gate j (the example holds steps 0 to 3)",
     ),
+    "select, steps far past": (  # (nothing as long as the range asked is made)
+        "/api/select?cell=lstm&label=i&threshold=0.5&example=3&start=0&stop=1000000000000",
+        "steps 0:1000000000000 of example 3: not every step has rows of lstm gate i (the example holds steps 0 to 3)",
+    ),
     "unit": (
         "/api/unit?cell=lstm&gate=f&unit=0&example=999999999",
         f"example 999999999: no rows of lstm gate f {HOLDS}",

@@ -319,12 +319,13 @@ def select(
         raise SelectionError(f"steps {start}:{stop}: expected 0 <= start < stop")
     first = max(start - 1, 0)
     block = column_block(rec, cell, label, kind, column, (example, example + 1), (first, stop + 1))
+    if not block.values.size or block.steps[0] > start or block.steps[-1] < stop - 1:
+        raise no_rows(rec, cell, label, kind, example, (start, stop), column)
     # [steps, units] from step `first` (the block's steps run from the first step with rows)
-    a = np.full((stop + 1 - first, block.values.shape[2] if block.values.size else 0), np.nan)
+    a = np.full((stop + 1 - first, block.values.shape[2]), np.nan)
     held = np.zeros(len(a), bool)
-    if block.values.size:
-        a[block.steps - first] = block.values[0]
-        held[block.steps - first] = True if block.present is None else block.present[0]
+    a[block.steps - first] = block.values[0]
+    held[block.steps - first] = True if block.present is None else block.present[0]
     if not held[start - first : stop - first].all():
         raise no_rows(rec, cell, label, kind, example, (start, stop), column)
     inside = a[start - first : stop - first]
