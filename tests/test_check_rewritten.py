@@ -18,13 +18,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import tracer
 from recorders import Recording, RecordingError
 from recorders.write import partstats
 from recorders.write.tops import TOP_KEY, Tops
 from recorders.write.tops import read as read_tops
-from tests.conftest import R, build
-from tracer._tf import tf, v1
+from tests.test_hostile_order import record_small_lstm
 
 LSTM = "rnn/basic_lstm_cell"
 FOLDER = "gates/cell=" + LSTM.replace("/", "%2F")
@@ -33,17 +31,8 @@ ANY = (0, 2**62)
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    """A BasicLSTMCell(3) recorded on 6 sequences of 5 steps, in batches of 4: two part files
-    a gate, each carrying statistics and top values, and a merged statistics file."""
-
-    def body(x):
-        outputs, _ = v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32)
-        return [outputs[-1]]
-
-    out = tmp_path_factory.mktemp("rewritten") / "run"
-    x = np.random.RandomState(7).randn(6, 5, 4).astype(np.float32)
-    tracer.record(tracer.from_session(build(body).session), {"x": x}, out, batch_size=4)
-    return out
+    """Two part files a gate, each carrying statistics and top values, and a merged statistics file."""
+    return record_small_lstm(tmp_path_factory.mktemp("rewritten") / "run", seed=7)
 
 
 def copy(pristine: Path, tmp_path: Path) -> tuple[Path, Path]:

@@ -25,19 +25,23 @@ from tracer._tf import tf, v1
 LSTM = "rnn/basic_lstm_cell"
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    """A BasicLSTMCell(3) recorded on 6 sequences of 5 steps, in batches of 4: every row group
-    holds every (example, step, unit) of its ranges, the dense blocks' fast case."""
+def record_small_lstm(out: Path, seed: int) -> Path:
+    """A BasicLSTMCell(3) recorded into `out` on 6 sequences of 5 steps (inputs of `seed`), in
+    batches of 4: two part files a gate, every row group holding every (example, step, unit)
+    of its ranges (the dense blocks' fast case), each file carrying statistics and top values."""
 
     def body(x):
         outputs, _ = v1.nn.static_rnn(R.BasicLSTMCell(3), tf.unstack(x, axis=1), dtype=tf.float32)
         return [outputs[-1]]
 
-    out = tmp_path_factory.mktemp("order") / "run"
-    x = np.random.RandomState(5).randn(6, 5, 4).astype(np.float32)
+    x = np.random.RandomState(seed).randn(6, 5, 4).astype(np.float32)
     tracer.record(tracer.from_session(build(body).session), {"x": x}, out, batch_size=4)
     return out
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return record_small_lstm(tmp_path_factory.mktemp("order") / "run", seed=5)
 
 
 def copy(pristine: Path, tmp_path: Path) -> tuple[Path, Path]:
