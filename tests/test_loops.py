@@ -41,6 +41,14 @@ def paths(rec: Recording) -> dict[str, str]:
     return {c["name"]: c["path"] for c in rec.manifest["cells"]}
 
 
+def close(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal to float32's rounding: a loop whose steps stop at each sequence's length (a
+    select in its body) and the unrolled steps are two graphs, whose sums TensorFlow may
+    order otherwise from run to run (seen: one ulp apart, at random, on a busy machine); a
+    step or unit taken for another is far outside it."""
+    return np.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def assert_same(a: Recording, b: Recording, cell: str) -> None:
     """Every gate and state of `cell` equal, bit for bit, in two recordings."""
     for gate in a.gates(cell):
@@ -171,9 +179,7 @@ def test_bidirectional_and_stacked_loops_by_input_position(cf, lengths, tmp_path
             )
             for e, n in enumerate(LENGTHS[: len(a)]):
                 assert np.isnan(a[e, n:]).all()
-                assert "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n]), (
-                    f"{cell} {gate} example {e}"
-                )
+                assert "/bw/" in cell or close(a[e, :n], b[e, :n]), f"{cell} {gate} example {e}"
 
 
 def test_verify_replays_the_loop_and_stops_on_a_difference(tmp_path, monkeypatch):
@@ -486,9 +492,9 @@ def test_a_bidirectional_residual_stack_with_lengths_records_what_static_rnn_com
                 fetched.gate_array(cell, gate, "preactivation"),
             )
             for e, n in enumerate(LENGTHS):
-                assert np.isnan(a[e, n:]).all() and (
-                    "/bw/" in cell or np.array_equal(a[e, :n], b[e, :n])
-                ), f"{cell} {gate} example {e}"
+                assert np.isnan(a[e, n:]).all() and ("/bw/" in cell or close(a[e, :n], b[e, :n])), (
+                    f"{cell} {gate} example {e}"
+                )
 
 
 @pytest.mark.parametrize("cf", ["v1", "v2"])
