@@ -441,3 +441,55 @@ def test_a_series_refused_in_its_first_checkpoint_suggests_what_works(
     shutil.rmtree(out)  # as it says
     assert main(other[:-1]) == 0
     assert Series(out).complete == [2, 4, 6]
+
+
+def test_a_complete_series_resumed_with_other_options_is_refused(tmp_path, capsys):
+    """A complete series resumed with other --round-bits, none, other --gates or other inputs
+    is refused in one line naming what changed, as a resumed recording is, leaving every file
+    as it was (before: every checkpoint was skipped as complete and it said "recorded 0 of 3");
+    resumed as it was recorded, it records nothing and says so."""
+    from tracer.cli import main
+
+    run = tmp_path / "run"
+    train_tf1(run)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "other.npy", X + 1.0)
+    out = tmp_path / "s"
+    base = ["record", str(run), "--checkpoints", "all", "--out", str(out)]
+    began = [*base, "--feed", f"x={tmp_path / 'x.npy'}", "--round-bits", "3"]
+    assert main(began) == 0
+    assert Series(out).complete == [2, 4, 6]
+
+    def files():
+        return sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*"))
+
+    before = files()
+    said = f"--out {out} holds a series whose checkpoint 6 was recorded otherwise: "
+    changes = {
+        "round bits": (
+            [*began[:-1], "4"],
+            "it was recorded with --round-bits 3, this run gives --round-bits 4: give --round-bits 3",
+        ),
+        "no round bits": (
+            began[:-2],
+            "it was recorded with --round-bits 3, this run gives no --round-bits: give --round-bits 3",
+        ),
+        "gates": (
+            [*began, "--gates", "i,f"],
+            "it was recorded with no --gates, this run gives --gates i,f: leave --gates out",
+        ),
+        "inputs": (
+            [*base, "--feed", f"x={tmp_path / 'other.npy'}", *began[-2:]],
+            "different inputs: it was fed other sequences as x:0: feed x:0 the file it was recorded with",
+        ),
+    }
+    for change, (argv, why) in changes.items():
+        capsys.readouterr()
+        assert main([*argv, "--resume"]) == 2, change
+        err = capsys.readouterr().err
+        assert err == f"gatetrace: error: {said}{why}, or choose another folder\n", change
+        assert files() == before, change
+    capsys.readouterr()
+    assert main([*began, "--resume"]) == 0
+    assert "recorded 0 of 3 checkpoints" in capsys.readouterr().out
+    assert Series(out).complete == [2, 4, 6]

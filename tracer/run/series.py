@@ -6,7 +6,9 @@
 
 Each key's folder is an ordinary recording (full or `--summary`), written and resumed as one: a
 run killed midway leaves every key recorded before it complete and readable, and the one in
-flight partial (no manifest); `resume` skips the complete ones and continues the partial one.
+flight partial (no manifest); `resume` skips the complete ones and continues the partial one,
+refusing inputs or options other than those the complete ones were recorded with (a series
+complete before the resume: those of its last checkpoint, checked as a resumed recording is).
 `recorders.read.series.Series` reads them as one table with the key as a column; DuckDB reads
 `OUT/*/gates/*/*/*.parquet` with `hive_partitioning = true` the same way.
 """
@@ -93,16 +95,18 @@ def record_series(
     first: list[dict] | None = None
     # a recording of the series complete before this run, which the others must agree with
     joins: tuple[str, dict] | None = None
+    last: tuple[Checkpoint, str, tuple[str, dict]] | None = None  # the last one complete before
     try:
         for c in chosen:
             where = f"{out_text}/{folders[c.value]}"
             sub = place_of(where)
             if resume and sub.exists() and "manifest.json" in sub.entries():
-                if joins is None:
-                    joins = (
-                        f"{option('out', out_text)} holds a series whose {key} {c.value}",
-                        sub.read_json("manifest.json"),
-                    )
+                own = (
+                    f"{option('out', out_text)} holds a series whose {key} {c.value}",
+                    sub.read_json("manifest.json"),
+                )
+                joins = joins or own
+                last = (c, where, own)
                 continue  # recorded before
             if progress:
                 print(f"gatetrace: {key} {c.value}: {c.path}", file=sys.stderr)
@@ -133,6 +137,8 @@ def record_series(
             if board is not None:
                 board.write(where, c.value)
             recorded.append(c.value)
+        if not recorded and last is not None:  # every checkpoint complete: resumed as it began?
+            _check_complete(*last, feeds, options, allow_unsafe_ops, custom_objects)
     except GatetraceError as err:
         # refused before a batch of the first checkpoint was written: nothing worth resuming
         # (an interrupted or failing recording keeps its batches, for --resume)
@@ -159,6 +165,26 @@ def record_series(
         "recorded": recorded,
         "summaries": summaries,
     }
+
+
+def _check_complete(
+    checkpoint: Checkpoint,
+    where: str,
+    own: tuple[str, dict],
+    feeds: Any,
+    options: RecordOptions,
+    allow_unsafe_ops: bool,
+    custom_objects: str | os.PathLike | None,
+) -> None:
+    """Refuse the resume of a complete series with inputs or options other than those its
+    last checkpoint `checkpoint` (in `where`, `own`: what it is, in words, and its manifest)
+    was recorded with, as a resumed recording refuses them, before anything is written;
+    resumed as it was recorded, that recording records nothing more (it is not counted as
+    recorded in this run)."""
+    with load_model(
+        checkpoint.path, allow_unsafe_ops=allow_unsafe_ops, custom_objects=custom_objects
+    ) as model:
+        record(model, feeds, where, options=replace(options, resume=True, joins=own))
 
 
 def _check_start(
