@@ -107,3 +107,34 @@ def test_the_memory_budget_bounds_the_peak_rss_of_the_process(tmp_path):
 
     manifest = json.loads((tmp_path / "budgeted" / "manifest.json").read_text())
     assert manifest["examples"] == 1200
+
+
+@pytest.mark.e2e
+def test_the_memory_budget_bounds_a_recording_of_contributions(tmp_path):
+    """As the budget test above, with `--values preactivation,activation,contributions`: each
+    writer thread computes a row group's parts (in float64, from what the cell read) beside
+    the columns it writes, up to a row group of 163 sequences a thread here. Not counted, they
+    took a batch chosen for a budget 300 MB above a run of one sequence a batch 63 MB past
+    it (1,174 MB against 1,111); counted (`parts_reserve`), the process stays within it."""
+    steps, features, units = 100, 8, 64
+
+    def body(x):
+        outputs, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        return [outputs[-1]]
+
+    model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.RandomState(0).randn(1200, steps, features).astype(np.float32))
+    flags = ("--values", "preactivation,activation,contributions")
+    base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4", *flags)
+    budget = round(base + 300)
+    whole = peak_rss_mb(
+        model, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G", *flags
+    )
+    budgeted = peak_rss_mb(
+        model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M", *flags
+    )
+    assert whole > budget, (base, whole)
+    assert budgeted <= budget, (base, budgeted, budget)

@@ -13,7 +13,8 @@ values computed from them). `bytes_per_sequence` estimates one sequence's share 
 batch, with its input rows; `choose_batch` lowers the batch size so that what is held,
 the reserve and the batch stay within the budget. What the writer holds beyond the reserve
 where it encodes through pyarrow (a `--compression` other than fast) or rounds the values
-(`--round-bits`) is counted by `writer_reserve`.
+(`--round-bits`) is counted by `writer_reserve`; the row group of parts each writer thread makes
+with `--values ...,contributions`, by `parts_reserve`.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less), while a large model's batch is lowered and
@@ -48,6 +49,8 @@ __all__ = [
     "RESERVE",
     "ENCODER_RESERVE",
     "writer_reserve",
+    "PART_ROW_BYTES",
+    "parts_reserve",
     "DEFAULT_ROOM",
     "DEFAULT_BATCH_SIZE",
     "BatchChoice",
@@ -80,6 +83,34 @@ RESERVE = 208 * 2**20 + (WRITE_THREADS + 1) * DIRECT_BUFFER
 # whole process (an LSTM(64) over 100 steps, batches of 300, AMD EPYC): up to 20 MB above the
 # default layout's peak with zstd, and a budgeted run of lz4 11 MB past a budget RESERVE alone kept.
 ENCODER_RESERVE = 32 * 2**20
+
+
+# What a writer thread holds to write a row group of a gate's parts (`--values ...,contributions`:
+# `tracer.values.parts`, a row group of examples at a time, in float64 from what the cell read):
+# PART_ROW_BYTES a row (the part columns and their keys), and 12 bytes (float32 and float64) per
+# value read a row (the input and states of the row's step, over the cell's units). Measured whole
+# process on the benchmark model (2 x BasicLSTMCell(256), 50 steps, AMD EPYC, load 3-4.4): peak RSS
+# 1042, 1290, 1533 and 1737 MB at batches of 26, 81, 163 and 256 (`--memory` 1G, 1.2G, 1.5G, 2G),
+# 4.5 MB a sequence up to a row group's 81 sequences and 2.2 MB past it: 186 to 243 MB for the
+# three threads' row groups of 1,036,800 rows (60 to 78 bytes a row; here 36 + 12 x 768 / 256 =
+# 72), which the budget did not count (`--memory 1.2G` peaked 61 MB above it, 1G 18 MB). Counted:
+# 1019, 1354 and 1700 MB at 1.2G, 1.5G and 2G (batches of 23, 106, 244; load 1.8-2.6); 1G refused.
+PART_ROW_BYTES = 36
+
+
+def parts_reserve(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> int:
+    """What the writer's threads hold beside RESERVE to write the parts of `cells`' gates: a
+    row group of parts a thread (`PART_ROW_BYTES`), the widest cell's."""
+    from recorders.write.rowgroups import ROW_GROUP_ROWS  # (pyarrow: not at the parser's import)
+
+    hint = _steps_hint(feeds)
+    per_thread = 0
+    for cell in cells:
+        steps, width = _steps(cell, hint), max(cell.units, cell.output_size)
+        rows = max(1, ROW_GROUP_ROWS // max(1, steps * cell.units)) * steps * cell.units
+        read = cell.input_size + len(cell.spec.states) * width
+        per_thread = max(per_thread, rows * (PART_ROW_BYTES + 12 * read // max(1, cell.units)))
+    return WRITE_THREADS * per_thread
 
 
 def writer_reserve(compression: str | None, rounded_columns: int = 0) -> int:
@@ -209,16 +240,25 @@ def _steps(cell: Any, hint: int | None) -> int:
     return int(steps) if steps else int(hint or 1)
 
 
+def _shapes(feeds: Mapping[Any, Any]) -> list[tuple[int, ...]]:
+    return [
+        tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()
+    ]
+
+
+def _steps_hint(feeds: Mapping[Any, Any]) -> int | None:
+    """The steps of the [sequences, steps, ...] inputs, for cells that do not say theirs."""
+    return max((s[1] for s in _shapes(feeds) if len(s) >= 3), default=None)
+
+
 def bytes_per_sequence(cells: Iterable[Any], feeds: Mapping[Any, Any], parts: bool = False) -> int:
     """One sequence's share of a batch at its peak: COPIES times its recorded values (two
     float32 columns per gate, one per state, every unit and step; LOOP_COPIES more for a
     cell taken from its loop; with `parts`, what each step read: its input and states) plus
-    its input rows. (The parts themselves are computed a row group at a time.)"""
-    shapes = [
-        tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape) for v in feeds.values()
-    ]
-    # [sequences, steps, ...] inputs
-    hint = max((s[1] for s in shapes if len(s) >= 3), default=None)
+    its input rows. (The parts themselves are computed a row group at a time by the writer's
+    threads: `parts_reserve`.)"""
+    shapes = _shapes(feeds)
+    hint = _steps_hint(feeds)
     values = 0
     for cell in cells:
         per_step = len(cell.gates) * cell.units * 2 + len(cell.spec.states) * max(

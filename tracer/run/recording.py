@@ -53,6 +53,7 @@ from tracer.run.budget import (
     bytes_per_sequence,
     check_rows,
     choose_batch,
+    parts_reserve,
     writer_reserve,
 )
 from tracer.run.means_base import check_means_base, means_origin
@@ -282,6 +283,8 @@ def _record(
     reserve = writer_reserve(
         compression_of(options.compression, rounded), max(1, columns) if rounded else 0
     )
+    if selection.parts:  # a row group of parts a writer thread, made as it writes
+        reserve += parts_reserve(cells, feed_dict)
     choice = choose_batch(options.batch_size, per_sequence, options.memory, reserve=reserve)
     check_rows(feed_dict, choice)
     if (
