@@ -1814,20 +1814,26 @@ def _constant_in(model, fb, sub, name: str, array: np.ndarray) -> int:
 def _kernel_made(*steps):
     def change(model, fb):
         """Ops in front of the fused LSTM, each (KIND, its inputs: an array for a constant,
-        an int for the output of the step that many steps back, options or None), each
-        output float32 declared [1], the last an output of the model."""
+        an int for the output of the step that many steps back, options or None[, how many
+        outputs it has, its first the one later steps take]), each output float32 declared
+        [1], the last an output of the model."""
         from tests.test_tflite_converters import _op, _tensor
 
         main, ops, made = model.subgraphs[0], [], []
-        for n, (kind, inputs, options) in enumerate(steps):
+        for n, (kind, inputs, options, *outputs) in enumerate(steps):
             given = [
                 made[-i] if isinstance(i, int) else _constant_in(model, fb, main, f"in{n}_{j}", i)
                 for j, i in enumerate(inputs)
             ]
             like = next(t for t in main.tensors if t.type == fb.TensorType.FLOAT32)
-            out = _tensor(model, fb, main, f"{kind.lower()}{n}", like=like)
-            main.tensors[out].shape = np.array([1], np.int32)
-            main.tensors[out].shapeSignature = None
+            outs = [
+                _tensor(model, fb, main, f"{kind.lower()}{n}" + (f"_{j}" if j else ""), like=like)
+                for j in range(outputs[0] if outputs else 1)
+            ]
+            for out in outs:
+                main.tensors[out].shape = np.array([1], np.int32)
+                main.tensors[out].shapeSignature = None
+            out = outs[0]
             made_options, number = None, None
             if options is not None:
                 name, fields = options
@@ -1835,7 +1841,7 @@ def _kernel_made(*steps):
                 for field, v in fields.items():
                     setattr(made_options, field, v)
                 number = getattr(fb.BuiltinOptions, f"{name}Options")
-            ops.append(_op(model, fb, main, kind, given, [out], made_options, number))
+            ops.append(_op(model, fb, main, kind, given, outs, made_options, number))
             made.append(out)
         main.operators[0:0] = ops
         main.outputs = np.append(main.outputs, made[-1]).astype(np.int32)
@@ -1923,6 +1929,71 @@ GROWN = {
 }  # fmt: skip
 
 
+# (an op that makes no more numbers than its input holds is seen through what an op after it
+# grows from it: a TILE)
+GROWN_MORE = {
+    "embedding-lookup": ([("EMBEDDING_LOOKUP", [_i(*[3] * 2048), _f(256, 4)], None)], [2048, 4]),
+    "conv-2d": (
+        [(
+            "CONV_2D", [_f(1, 32, 32, 1), _f(8, 1, 1, 1), _f(8)],
+            _options("Conv2D", strideW=1, strideH=1),
+        )],
+        [1, 32, 32, 8],
+    ),
+    "conv-2d-valid-strided-dilated": (
+        [(
+            "CONV_2D", [_f(1, 50, 40, 1), _f(8, 3, 3, 1), _f(8)], _options(
+                "Conv2D", padding=1, strideW=1, strideH=2, dilationWFactor=2, dilationHFactor=3
+            ),
+        )],
+        [1, 22, 36, 8],
+    ),
+    "depthwise-conv-2d": (
+        [(
+            "DEPTHWISE_CONV_2D", [_f(1, 32, 32, 1), _f(1, 1, 1, 8), _f(8)],
+            _options("DepthwiseConv2D", strideW=1, strideH=1, depthMultiplier=8),
+        )],
+        [1, 32, 32, 8],
+    ),
+    "transpose-conv": (
+        [(
+            "TRANSPOSE_CONV", [_i(1, 64, 64, 2), _f(2, 1, 1, 1), _f(1, 32, 32, 1)],
+            _options("TransposeConv", strideW=2, strideH=2),
+        )],
+        [1, 64, 64, 2],
+    ),
+    "batch-to-space-tiled": (
+        [
+            ("BATCH_TO_SPACE_ND", [_f(64, 8, 1), _i(64), _i(0, 0, shape=(1, 2))], _options("BatchToSpaceND")),
+            ("TILE", [1, _i(1, 16, 1)], None),
+        ],
+        [1, 8192, 1],
+    ),
+    "split-tiled": (
+        [
+            ("SPLIT", [_i(0, shape=()), _f(1024, 2)], _options("Split", numSplits=2), 2),
+            ("TILE", [1, _i(8, 1)], None),
+        ],
+        [4096, 2],
+    ),
+    "split-v-tiled": (
+        [
+            ("SPLIT_V", [_f(1024, 2), _i(1000, -1), _i(0, shape=())], _options("SplitV", numSplits=2), 2),
+            ("TILE", [1, _i(4, 1)], None),
+        ],
+        [4000, 2],
+    ),
+    "unpack-tiled": (
+        [
+            ("UNPACK", [_f(2, 1024)], _options("Unpack", num=2, axis=0), 2),
+            ("TILE", [1, _i(8)], None),
+        ],
+        [8192],
+    ),
+}  # fmt: skip
+GROWN.update(GROWN_MORE)
+
+
 @pytest.mark.parametrize("case", list(GROWN))
 def test_what_an_op_makes_is_what_its_kernel_makes_whatever_the_file_declares(lite, tmp_path, case):
     """PAD, PADV2, MIRROR_PAD, ONE_HOT, SLICE, STRIDED_SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
@@ -1972,6 +2043,32 @@ def test_an_op_whose_size_gatetrace_cannot_read_is_one_line(lite, tmp_path):
         "cannot read from the file (neither a constant nor computed from constants and shapes): it "
         "cannot bound the tensor the op makes when it runs, and runs no file whose tensors it cannot "
         "bound; nothing was loaded"
+    )
+
+
+def test_a_transpose_conv_whose_output_shape_gatetrace_cannot_read_is_one_line(lite, tmp_path):
+    """A TRANSPOSE_CONV whose output shape a NEG computes (its kernel makes the shape that
+    tensor holds when it runs) is refused naming the op and that tensor (before: taken at its
+    declared [1])."""
+    from recorders.errors import ModelFormatError
+    from tracer.load.tflite_check import checked
+
+    change = _kernel_made(
+        ("NEG", [_f(4)], None),
+        (
+            "TRANSPOSE_CONV", [1, _f(2, 1, 1, 1), _f(1, 4, 4, 1)],
+            _options("TransposeConv", strideW=2, strideH=2),
+        ),
+    )  # fmt: skip
+    path = tmp_path / "computed.tflite"
+    path.write_bytes(_changed(lite, change))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "computed.tflite", memory=1 << 20)
+    assert str(refused.value) == (
+        "computed.tflite: op 1 of subgraph 0, a TRANSPOSE_CONV, takes its output shape from neg0, "
+        "which gatetrace cannot read from the file (neither a constant nor computed from constants "
+        "and shapes): it cannot bound the tensor the op makes when it runs, and runs no file whose "
+        "tensors it cannot bound; nothing was loaded"
     )
 
 
@@ -2025,3 +2122,32 @@ def test_an_ordinary_file_of_pad_gather_and_dense_loads_and_records_what_it_runs
         it.invoke()
         own.append(it.get_tensor(it.get_output_details()[0]["index"])[0])
     np.testing.assert_array_equal(_values(Recording(tmp_path / "run"), name), np.stack(own))
+
+
+def test_an_ordinary_file_of_conv_split_and_unpack_loads_with_the_shapes_it_runs(tmp_path):
+    """A converted model of a 1-D convolution (CONV_2D), a SPLIT of its channels, an UNPACK
+    and a PACK of its steps and an LSTM is accepted, and every shape the check computes is
+    the shape LiteRT's interpreter gives the tensor once allocated."""
+    from ai_edge_litert import interpreter as litert
+
+    from tracer._tf import tf
+    from tracer.load.lite_runtime import runtime
+    from tracer.load.tflite_check import _made, checked
+
+    keras = keras_module("tf-keras")
+    inp = keras.Input((T, D), batch_size=1, name="x")
+    x = keras.layers.Conv1D(4, 3, padding="same", dilation_rate=2)(inp)
+    x = keras.layers.Lambda(lambda v: tf.split(v, 2, axis=2)[1])(x)
+    x = keras.layers.Lambda(lambda v: tf.stack(tf.unstack(v, axis=1)[1:], axis=1))(x)
+    out = keras.layers.LSTM(H, return_sequences=True)(x)
+    model = keras.Model(inp, out)
+    randomise(model, seed=4)
+    path = tmp_path / "ordinary.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    _, parsed = checked(path, "ordinary.tflite")
+    made = _made(parsed, runtime().schema(), 0, 1 << 30)
+    assert {"CONV_2D", "SPLIT", "UNPACK"} <= {kind for _, kind, _ in made.values()}
+    it = litert.Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    for t, (_, kind, dims) in made.items():
+        assert list(it.get_tensor_details()[t]["shape"]) == dims, kind

@@ -60,15 +60,18 @@ these checks, each refused in one line naming the file:
                  Prepare computes it from their inputs' shapes and integers (PAD, PADV2,
                  MIRROR_PAD, ONE_HOT, SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
                  RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_DEPTH,
-                 DEPTH_TO_SPACE, SPACE_TO_BATCH_ND: `_GROWN`), STRIDED_SLICE's and the
-                 reductions' over constant axes (MEAN, SUM, REDUCE_*), each fed into what the ops after it
-                 make. A PAD, PADV2, MIRROR_PAD, ONE_HOT, RESIZE_* or SPACE_TO_BATCH_ND whose
-                 paddings, depth or size gatetrace cannot read (neither constants nor
-                 integers computed from them and from shapes) is refused naming it: its
-                 kernel would make whatever they hold when it runs. Another op's output is
-                 taken as the file declares it (the ops that make no more numbers than an
-                 input holds but STRIDED_SLICE, which is computed: SPLIT, UNPACK, ..., and
-                 the others converters write: CONV_2D, the recurrent ops, ...)
+                 DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, EMBEDDING_LOOKUP, CONV_2D,
+                 DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_TO_SPACE_ND: `_GROWN`),
+                 STRIDED_SLICE's and the reductions' over constant axes (MEAN, SUM,
+                 REDUCE_*), and each output of SPLIT, SPLIT_V and UNPACK (`_PARTED`), each
+                 fed into what the ops after it make. A PAD, PADV2, MIRROR_PAD, ONE_HOT,
+                 RESIZE_*, SPACE_TO_BATCH_ND or TRANSPOSE_CONV whose paddings, depth, size
+                 or output shape gatetrace cannot read (neither constants nor integers
+                 computed from them and from shapes) is refused naming it: its kernel would
+                 make whatever they hold when it runs. Another op's output is taken as the
+                 file declares it (the ops that make no more numbers than an input holds but
+                 those computed above, and the others converters write: the recurrent ops,
+                 WHERE, ...)
 """
 
 from __future__ import annotations
@@ -588,13 +591,16 @@ _GROWN = frozenset(
     """
     PAD PADV2 MIRROR_PAD ONE_HOT SLICE GATHER GATHER_ND RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR
     FULLY_CONNECTED BATCH_MATMUL SPACE_TO_DEPTH DEPTH_TO_SPACE SPACE_TO_BATCH_ND
+    EMBEDDING_LOOKUP CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV BATCH_TO_SPACE_ND
     """.split()
 )
+# ops of several outputs, each a part of their input, whose shapes `_parted` computes
+_PARTED = frozenset("SPLIT SPLIT_V UNPACK".split())
 # the integers (an input's: paddings, depth, size, block) each of those ops' shapes follow
 _READ = {
     "PAD": (1, "paddings"), "PADV2": (1, "paddings"), "MIRROR_PAD": (1, "paddings"),
     "ONE_HOT": (1, "depth"), "RESIZE_BILINEAR": (1, "size"), "RESIZE_NEAREST_NEIGHBOR": (1, "size"),
-    "SPACE_TO_BATCH_ND": (2, "paddings"),
+    "SPACE_TO_BATCH_ND": (2, "paddings"), "TRANSPOSE_CONV": (0, "output shape"),
 }  # fmt: skip
 # reductions over constant axes (their output: their input's shape without those axes)
 _REDUCED = frozenset("MEAN SUM REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_ANY REDUCE_ALL".split())
@@ -623,7 +629,8 @@ def _made(
     RANGE (a RANGE's length ceil(|limit - start| / |delta|)) from those integers; and from
     their inputs' shapes (made, or as the file declares them where it fixes them) a
     CONCATENATION's, a RESHAPE's, SQUEEZE's, EXPAND_DIMS' and TRANSPOSE's, an elementwise
-    op's (`_SAME`, `_BROADCAST`), an op's of `_GROWN` and a reduction's (`_grown`), and what
+    op's (`_SAME`, `_BROADCAST`), an op's of `_GROWN` and a reduction's (`_grown`), each
+    output of an op of `_PARTED` (`_parted`), and what
     a WHILE gives back (`_carried`: what it carries, as its body changes it at each
     iteration). Another op's output is as the file declares it; an op of `_READ` whose
     integers gatetrace cannot read is refused (`_Unbounded`)."""
@@ -657,6 +664,12 @@ def _made(
             known = {t: made[t][2] for t in made if made[t][1] in _SIZED}
             for t, (what, gives) in _carried(model, fb, g, k, shape, known, memory, work).items():
                 held[t], made[t] = gives, (k, what, gives)
+            continue
+        if kind in _PARTED and inputs and all(t >= 0 for t in inputs):
+            pieces = _parted(kind, op, [shape(t) for t in inputs], value)
+            if pieces is not None and len(pieces) == len(outputs):
+                for t, part in zip(outputs, pieces, strict=True):
+                    held[t], made[t] = part, (k, kind, part)
             continue
         if len(outputs) != 1 or any(t < 0 for t in inputs[:2]):  # (a bias may be absent)
             continue
@@ -834,6 +847,15 @@ def _grown(
         columns = second[-2] if getattr(options, "adjY", False) else second[-1]
         batch = _broadcast([first[:-2], second[:-2]])
         return None if batch is None else [*batch, rows, columns]
+    if kind == "EMBEDDING_LOOKUP" and len(first) == 1 and second:
+        return [first[0], *second[1:]]
+    if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") and rank == len(second) == 4:
+        return _convolved(kind, first, second, options)
+    if kind == "TRANSPOSE_CONV" and first == [4]:
+        asked = value(inputs[0])  # (the output's shape: its first input's integers)
+        return asked if asked is not None and min(asked) >= 0 else None
+    if kind == "BATCH_TO_SPACE_ND" and len(inputs) == 3:
+        return _batched(first, operand, value(inputs[2]))
     if kind == "STRIDED_SLICE" and len(inputs) == 4:
         return _sliced(first, options, operand, value(inputs[2]), value(inputs[3]))
     if kind in _REDUCED:
@@ -844,6 +866,83 @@ def _grown(
             return [1 if a in axes else d for a, d in enumerate(first)]
         return [d for a, d in enumerate(first) if a not in axes]
     return None
+
+
+def _convolved(kind: str, image: list[int], kernel: list[int], options: Any) -> list[int] | None:
+    """The shape a CONV_2D or DEPTHWISE_CONV_2D of an image of `image` ([batch, height, width,
+    channels]) by a filter of `kernel` gives (conv.cc, depthwise_conv.cc: padding.h's
+    ComputeOutSize, SAME ceil(size / stride), VALID (size + stride - (filter - 1) x dilation -
+    1) / stride; its channels the filter's first dimension, a depthwise filter's last); None
+    where its kernel would refuse them."""
+    if options is None:
+        return None
+    sizes = []
+    for size, filtered, stride, dilation in (
+        (image[1], kernel[1], options.strideH, options.dilationHFactor),
+        (image[2], kernel[2], options.strideW, options.dilationWFactor),
+    ):
+        if stride <= 0 or dilation <= 0:
+            return None
+        if options.padding == 0:  # SAME
+            sizes.append((size + stride - 1) // stride)
+        else:  # VALID
+            sizes.append(max((size + stride - (filtered - 1) * dilation - 1) // stride, 0))
+    return [image[0], *sizes, kernel[3] if kind == "DEPTHWISE_CONV_2D" else kernel[0]]
+
+
+def _batched(dims: list[int], block: Any, crops: Any) -> list[int] | None:
+    """The shape a BATCH_TO_SPACE_ND of a tensor of `dims` by `block` cropped by `crops` gives
+    (batch_to_space_nd.cc); None where they are not known or its kernel would refuse them."""
+    n = len(block or [])
+    if block is None or crops is None or len(crops) != 2 * n or len(dims) < n + 1:
+        return None
+    if min(block, default=1) <= 0 or min(crops, default=0) < 0 or dims[0] % math.prod(block):
+        return None
+    spatial = [dims[1 + a] * block[a] - crops[2 * a] - crops[2 * a + 1] for a in range(n)]
+    return (
+        None
+        if min(spatial, default=0) < 0
+        else [dims[0] // math.prod(block), *spatial, *dims[1 + n :]]
+    )
+
+
+def _parted(
+    kind: str, op: Any, shapes: list[list[int] | None], value: Callable[[int], Any]
+) -> list[list[int]] | None:
+    """The shapes of the outputs of a SPLIT (its axis its first input, the tensor its second),
+    SPLIT_V (the tensor, its sizes, its axis) or UNPACK (split.cc, split_v.cc, unpack.cc: each a
+    part of the tensor along the axis, an UNPACK's without it); None where the tensor's shape
+    or the integers are not known, or its kernel would refuse them."""
+    options, inputs = op.builtinOptions, [int(t) for t in op.inputs]
+    if kind == "UNPACK":
+        dims, axis = shapes[0], getattr(options, "axis", 0)
+        if dims is None or not -len(dims) <= axis < len(dims):
+            return None
+        axis += len(dims) if axis < 0 else 0
+        count = getattr(options, "num", 0)
+        rest = [*dims[:axis], *dims[axis + 1 :]]
+        return [rest] * count  # (its kernel asks for `num` outputs, of any axis' size)
+    dims = shapes[1] if kind == "SPLIT" else shapes[0]
+    if len(inputs) != (2 if kind == "SPLIT" else 3):
+        return None
+    at = value(inputs[0] if kind == "SPLIT" else inputs[2])
+    if dims is None or at is None or len(at) != 1 or not -len(dims) <= at[0] < len(dims):
+        return None
+    axis = at[0] + (len(dims) if at[0] < 0 else 0)
+    count = getattr(options, "numSplits", 0)
+    if kind == "SPLIT":
+        if count <= 0 or dims[axis] % count:
+            return None
+        sizes = [dims[axis] // count] * count
+    else:
+        asked = value(inputs[1])
+        if asked is None or len(asked) != count or asked.count(-1) > 1:
+            return None
+        left = dims[axis] - sum(s for s in asked if s != -1)
+        sizes = [left if s == -1 else s for s in asked]
+        if min(sizes, default=0) < 0 or sum(sizes) != dims[axis]:
+            return None
+    return [[*dims[:axis], s, *dims[axis + 1 :]] for s in sizes]
 
 
 def _sliced(dims: list[int], options: Any, begin: Any, end: Any, strides: Any) -> list[int] | None:
