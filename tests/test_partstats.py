@@ -148,7 +148,10 @@ def rewrite_footer(path: Path, statistics: bytes | None) -> None:
     table = file.read()
     groups = [file.metadata.row_group(k).num_rows for k in range(file.num_row_groups)]
     path.unlink()
-    with pq.ParquetWriter(path, table.schema.with_metadata(metadata)) as writer:
+    # with page checksums, as gatetrace writes its files (one without them is named first)
+    with pq.ParquetWriter(
+        path, table.schema.with_metadata(metadata), write_page_checksum=True
+    ) as writer:
         start = 0
         for n in groups:
             writer.write_table(table.slice(start, n), row_group_size=n)
