@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from tracer._tf import tf, v1
 STEPS, FEATURES, UNITS = 20, 8, 256
 WIDE = 4096  # features per step in the input file; the model reads the first FEATURES of them
 SIZES = (200, 1100, 2000)  # sequences recorded by the three processes whose peaks give the slope
+# the budget tests' LSTM(64) over 100 steps (about 256 KB recorded a sequence) and their input
+BUDGET_STEPS, BUDGET_FEATURES, BUDGET_UNITS = 100, 8, 64
 
 
 def peak_rss_mb(model: str, x, out, *flags: str) -> float:
@@ -34,6 +37,43 @@ def peak_rss_mb(model: str, x, out, *flags: str) -> float:
 
 def folder_bytes(out) -> int:
     return sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+
+
+def budget_model(tmp_path: Path) -> str:
+    """A BasicLSTMCell(64) over 100 steps of 8 features, saved as a checkpoint in `tmp_path`."""
+
+    def body(x):
+        outputs, _ = v1.nn.static_rnn(
+            R.BasicLSTMCell(BUDGET_UNITS), tf.unstack(x, axis=1), dtype=tf.float32
+        )
+        return [outputs[-1]]
+
+    return save(build(body, steps=BUDGET_STEPS, features=BUDGET_FEATURES), "checkpoint", tmp_path)
+
+
+def budget_input(tmp_path: Path) -> Path:
+    """1,200 random sequences of 100 steps of 8 features, saved as `tmp_path`/x.npy."""
+    x = tmp_path / "x.npy"
+    shape = (1200, BUDGET_STEPS, BUDGET_FEATURES)
+    np.save(x, np.random.RandomState(0).randn(*shape).astype(np.float32))
+    return x
+
+
+def budget_peaks(
+    model: str, x: Path, tmp_path: Path, above: int, *flags: str
+) -> tuple[float, int, float, float]:
+    """The peak RSS (MB) of a recording with `flags` of one sequence a batch (4 sequences), the
+    budget `above` MB over it, and the peaks of one batch of all 1,200 sequences without a
+    budget and with that one (recorded into `tmp_path`/whole and `tmp_path`/budgeted)."""
+    base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4", *flags)
+    budget = round(base + above)
+    whole = peak_rss_mb(
+        model, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G", *flags
+    )
+    budgeted = peak_rss_mb(
+        model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M", *flags
+    )
+    return base, budget, whole, budgeted
 
 
 @pytest.mark.e2e
@@ -84,23 +124,8 @@ def test_the_memory_budget_bounds_the_peak_rss_of_the_process(tmp_path):
     """An LSTM(64) over 100 steps records about 256 KB per sequence. A batch of 1,200 takes
     the process more than 200 MB above a run of one sequence per batch; with --memory at
     that run's peak plus 200 MB, the batch size is lowered and the process stays within it."""
-    steps, features, units = 100, 8, 64
-
-    def body(x):
-        outputs, _ = v1.nn.static_rnn(
-            R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32
-        )
-        return [outputs[-1]]
-
-    model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
-    x = tmp_path / "x.npy"
-    np.save(x, np.random.RandomState(0).randn(1200, steps, features).astype(np.float32))
-    base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4")
-    budget = round(base + 200)
-    whole = peak_rss_mb(model, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G")
-    budgeted = peak_rss_mb(
-        model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M"
-    )
+    model, x = budget_model(tmp_path), budget_input(tmp_path)
+    base, budget, whole, budgeted = budget_peaks(model, x, tmp_path, 200)
     assert whole > budget, (base, whole)
     assert budgeted <= budget, (base, budgeted)
     import json
@@ -117,27 +142,10 @@ def test_the_memory_budget_bounds_a_recording_of_contributions(tmp_path):
     took a batch chosen for a budget 450 MB above a run of one sequence a batch 30-55 MB past
     it (1,290-1,308 MB against 1,253-1,260); counted (`parts_reserve`), the process stays
     within it (1,126-1,134 MB)."""
-    steps, features, units = 100, 8, 64
-
-    def body(x):
-        outputs, _ = v1.nn.static_rnn(
-            R.BasicLSTMCell(units), tf.unstack(x, axis=1), dtype=tf.float32
-        )
-        return [outputs[-1]]
-
-    model = save(build(body, steps=steps, features=features), "checkpoint", tmp_path)
-    x = tmp_path / "x.npy"
-    np.save(x, np.random.RandomState(0).randn(1200, steps, features).astype(np.float32))
+    model, x = budget_model(tmp_path), budget_input(tmp_path)
     flags = ("--values", "preactivation,activation,contributions")
-    base = peak_rss_mb(model, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4", *flags)
     # room above a run of one sequence a batch for the reserve (writer threads' row groups of
     # parts: about 400 MB above what TensorFlow holds here) and a batch, below the unbounded run
-    budget = round(base + 450)
-    whole = peak_rss_mb(
-        model, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G", *flags
-    )
-    budgeted = peak_rss_mb(
-        model, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M", *flags
-    )
+    base, budget, whole, budgeted = budget_peaks(model, x, tmp_path, 450, *flags)
     assert whole > budget, (base, whole)
     assert budgeted <= budget, (base, budgeted, budget)

@@ -393,22 +393,19 @@ def test_outputs_of_floats_are_rounded_and_of_integers_not(tmp_path):
 @pytest.mark.e2e
 def test_the_memory_budget_bounds_a_rounded_recording(tmp_path):
     """As tests/test_memory.py's budget test, with --round-bits 7 (zstd, through pyarrow)."""
-    from tests.test_memory import peak_rss_mb
+    from tests.test_memory import (
+        BUDGET_FEATURES,
+        BUDGET_STEPS,
+        BUDGET_UNITS,
+        budget_input,
+        budget_peaks,
+    )
 
-    steps, features, units = 100, 8, 64
-    built = build(_lstm(units), steps=steps, features=features)
+    built = build(_lstm(BUDGET_UNITS), steps=BUDGET_STEPS, features=BUDGET_FEATURES)
     path = save(built, "checkpoint", tmp_path)
-    x = tmp_path / "x.npy"
-    np.save(x, np.random.RandomState(0).randn(1200, steps, features).astype(np.float32))
+    x = budget_input(tmp_path)
     flags = ("--round-bits", "7")
-    base = peak_rss_mb(path, x, tmp_path / "one", "--batch-size", "1", "--examples", "0:4", *flags)
-    budget = round(base + 200)
-    whole = peak_rss_mb(
-        path, x, tmp_path / "whole", "--batch-size", "1200", "--memory", "64G", *flags
-    )
-    budgeted = peak_rss_mb(
-        path, x, tmp_path / "budgeted", "--batch-size", "1200", "--memory", f"{budget}M", *flags
-    )
+    base, budget, whole, budgeted = budget_peaks(path, x, tmp_path, 200, *flags)
     assert whole > budget, (base, whole)
     assert budgeted <= budget, (base, budgeted)
     shutil.rmtree(tmp_path / "whole")

@@ -1691,6 +1691,33 @@ def _grown(copies: int = 0, added: int = 0):
     return change
 
 
+def _grown_as_interpreted(
+    tmp_path: Path, data: bytes, memory: int, says: str, shape: list[int]
+) -> None:
+    """`data`, written as grown.tflite: refused past `memory` in one line holding `says`,
+    accepted within 1 MiB, and the last output each of TensorFlow Lite's interpreters gives
+    once it ran the file (the oracle) of `shape`."""
+    from recorders.errors import ModelFormatError
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.tflite_check import checked
+
+    path = tmp_path / "grown.tflite"
+    path.write_bytes(data)
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "grown.tflite", memory=memory)
+    line = str(refused.value)
+    assert says in line and "nothing was loaded" in line and "\n" not in line, line
+    assert checked(path, "grown.tflite", memory=1 << 20)
+    for interpreter in _interpreters():
+        it = interpreter(model_content=path.read_bytes())
+        it.allocate_tensors()
+        (given,) = it.get_input_details()
+        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
+        it.invoke()
+        *_, last = it.get_output_details()
+        assert list(it.get_tensor(last["index"]).shape) == shape, interpreter
+
+
 @pytest.mark.parametrize(
     "name, change, memory, shape, says",
     [
@@ -1752,25 +1779,7 @@ def test_what_a_file_grows_when_it_runs_is_what_its_interpreter_makes(
     naming the shape TensorFlow Lite's interpreters give the model's last output (`shape`,
     the oracle: read from each interpreter once it ran the file), before anything runs
     (before: accepted, then allocated); within the budget, the file is accepted."""
-    from recorders.errors import ModelFormatError
-    from tests.test_tflite_converters import _interpreters
-    from tracer.load.tflite_check import checked
-
-    path = tmp_path / "grown.tflite"
-    path.write_bytes(_changed(lite, change, name))
-    with pytest.raises(ModelFormatError) as refused:
-        checked(path, "grown.tflite", memory=memory)
-    line = str(refused.value)
-    assert says in line and "nothing was loaded" in line and "\n" not in line, line
-    assert checked(path, "grown.tflite", memory=1 << 20)
-    for interpreter in _interpreters():
-        it = interpreter(model_content=path.read_bytes())
-        it.allocate_tensors()
-        (given,) = it.get_input_details()
-        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
-        it.invoke()
-        *_, last = it.get_output_details()
-        assert list(it.get_tensor(last["index"]).shape) == shape, interpreter
+    _grown_as_interpreted(tmp_path, _changed(lite, change, name), memory, says, shape)
 
 
 def test_a_loop_whose_carried_shapes_keep_changing_is_followed_only_so_far(
@@ -2002,43 +2011,30 @@ def test_what_an_op_makes_is_what_its_kernel_makes_whatever_the_file_declares(li
     past the budget, refused in one line naming the shape TensorFlow Lite's interpreters give
     it (the oracle: read from each interpreter once it ran the file), before anything runs
     (before: taken at [1], then allocated as its kernel computes it); within it, accepted."""
+    steps, shape = GROWN[case]
+    says = f"op {len(steps) - 1} of subgraph 0, a {steps[-1][0]}, makes a tensor of {shape} ("
+    _grown_as_interpreted(tmp_path, _changed(lite, _kernel_made(*steps)), 24_000, says, shape)
+
+
+def _computed_refusal(tmp_path: Path, data: bytes) -> str:
+    """The one line `data`, written as computed.tflite, is refused with (a budget of 1 MiB)."""
     from recorders.errors import ModelFormatError
-    from tests.test_tflite_converters import _interpreters
     from tracer.load.tflite_check import checked
 
-    steps, shape = GROWN[case]
-    path = tmp_path / "grown.tflite"
-    path.write_bytes(_changed(lite, _kernel_made(*steps)))
+    path = tmp_path / "computed.tflite"
+    path.write_bytes(data)
     with pytest.raises(ModelFormatError) as refused:
-        checked(path, "grown.tflite", memory=24_000)
-    line = str(refused.value)
-    says = f"op {len(steps) - 1} of subgraph 0, a {steps[-1][0]}, makes a tensor of {shape} ("
-    assert says in line and "nothing was loaded" in line and "\n" not in line, line
-    assert checked(path, "grown.tflite", memory=1 << 20)
-    for interpreter in _interpreters():
-        it = interpreter(model_content=path.read_bytes())
-        it.allocate_tensors()
-        (given,) = it.get_input_details()
-        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
-        it.invoke()
-        *_, last = it.get_output_details()
-        assert list(it.get_tensor(last["index"]).shape) == shape, interpreter
+        checked(path, "computed.tflite", memory=1 << 20)
+    return str(refused.value)
 
 
 def test_an_op_whose_size_gatetrace_cannot_read_is_one_line(lite, tmp_path):
     """A PAD whose paddings an ABS computes (its kernel pads by whatever they hold when it
     runs) is refused naming the op and its paddings (before: taken at its declared [1])."""
-    from recorders.errors import ModelFormatError
-    from tracer.load.tflite_check import checked
-
     change = _kernel_made(
         ("ABS", [_f(2, 2)], None), ("PAD", [_f(4, 2), 1], _options("Pad"))
     )  # (ABS of a float: the paddings' type aside, gatetrace cannot read what it computes)
-    path = tmp_path / "computed.tflite"
-    path.write_bytes(_changed(lite, change))
-    with pytest.raises(ModelFormatError) as refused:
-        checked(path, "computed.tflite", memory=1 << 20)
-    assert str(refused.value) == (
+    assert _computed_refusal(tmp_path, _changed(lite, change)) == (
         "computed.tflite: op 1 of subgraph 0, a PAD, takes its paddings from abs0, which gatetrace "
         "cannot read from the file (neither a constant nor computed from constants and shapes): it "
         "cannot bound the tensor the op makes when it runs, and runs no file whose tensors it cannot "
@@ -2050,9 +2046,6 @@ def test_a_transpose_conv_whose_output_shape_gatetrace_cannot_read_is_one_line(l
     """A TRANSPOSE_CONV whose output shape a NEG computes (its kernel makes the shape that
     tensor holds when it runs) is refused naming the op and that tensor (before: taken at its
     declared [1])."""
-    from recorders.errors import ModelFormatError
-    from tracer.load.tflite_check import checked
-
     change = _kernel_made(
         ("NEG", [_f(4)], None),
         (
@@ -2060,16 +2053,34 @@ def test_a_transpose_conv_whose_output_shape_gatetrace_cannot_read_is_one_line(l
             _options("TransposeConv", strideW=2, strideH=2),
         ),
     )  # fmt: skip
-    path = tmp_path / "computed.tflite"
-    path.write_bytes(_changed(lite, change))
-    with pytest.raises(ModelFormatError) as refused:
-        checked(path, "computed.tflite", memory=1 << 20)
-    assert str(refused.value) == (
+    assert _computed_refusal(tmp_path, _changed(lite, change)) == (
         "computed.tflite: op 1 of subgraph 0, a TRANSPOSE_CONV, takes its output shape from neg0, "
         "which gatetrace cannot read from the file (neither a constant nor computed from constants "
         "and shapes): it cannot bound the tensor the op makes when it runs, and runs no file whose "
         "tensors it cannot bound; nothing was loaded"
     )
+
+
+def _converted_as_allocated(model, tmp_path: Path, kinds: set[str]):
+    """`model` converted as a user converts it (ordinary.tflite), accepted by the check, ops
+    of `kinds` among those whose outputs it computes, and every shape it computes the shape
+    LiteRT's interpreter gives the tensor once allocated: the file and that interpreter."""
+    from ai_edge_litert import interpreter as litert
+
+    from tracer._tf import tf
+    from tracer.load.lite_runtime import runtime
+    from tracer.load.tflite_check import _made, checked
+
+    path = tmp_path / "ordinary.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    _, parsed = checked(path, "ordinary.tflite")
+    made = _made(parsed, runtime().schema(), 0, 1 << 30)
+    assert kinds <= {kind for _, kind, _ in made.values()}
+    it = litert.Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    for t, (_, kind, dims) in made.items():
+        assert list(it.get_tensor_details()[t]["shape"]) == dims, kind
+    return path, it
 
 
 def test_an_ordinary_file_of_pad_gather_and_dense_loads_and_records_what_it_runs(tmp_path):
@@ -2084,8 +2095,6 @@ def test_an_ordinary_file_of_pad_gather_and_dense_loads_and_records_what_it_runs
     from tests.conftest import record_x
     from tests.test_outputs_returned import _values
     from tracer._tf import tf
-    from tracer.load.lite_runtime import runtime
-    from tracer.load.tflite_check import _made, checked
 
     keras = keras_module("tf-keras")
     inp = keras.Input((T, D), batch_size=1, name="x")
@@ -2096,17 +2105,9 @@ def test_an_ordinary_file_of_pad_gather_and_dense_loads_and_records_what_it_runs
     out = keras.layers.Lambda(lambda v: tf.gather(v, [2, 0], axis=2))(x)
     model = keras.Model(inp, out)
     randomise(model, seed=3)
-    path = tmp_path / "ordinary.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
-    _, parsed = checked(path, "ordinary.tflite")
-    made = _made(parsed, runtime().schema(), 0, 1 << 30)
-    assert {"PAD", "STRIDED_SLICE", "FULLY_CONNECTED", "GATHER"} <= {
-        kind for _, kind, _ in made.values()
-    }
-    it = litert.Interpreter(model_path=str(path))
-    it.allocate_tensors()
-    for t, (_, kind, dims) in made.items():
-        assert list(it.get_tensor_details()[t]["shape"]) == dims, kind
+    path, it = _converted_as_allocated(
+        model, tmp_path, {"PAD", "STRIDED_SLICE", "FULLY_CONNECTED", "GATHER"}
+    )
     name = it.get_output_details()[0]["name"]
     feed = np.random.RandomState(5).uniform(-1, 1, (3, T, D)).astype(np.float32)
     done = record_x(path, feed, tmp_path / "run", "--outputs", name)
@@ -2128,11 +2129,7 @@ def test_an_ordinary_file_of_conv_split_and_unpack_loads_with_the_shapes_it_runs
     """A converted model of a 1-D convolution (CONV_2D), a SPLIT of its channels, an UNPACK
     and a PACK of its steps and an LSTM is accepted, and every shape the check computes is
     the shape LiteRT's interpreter gives the tensor once allocated."""
-    from ai_edge_litert import interpreter as litert
-
     from tracer._tf import tf
-    from tracer.load.lite_runtime import runtime
-    from tracer.load.tflite_check import _made, checked
 
     keras = keras_module("tf-keras")
     inp = keras.Input((T, D), batch_size=1, name="x")
@@ -2142,12 +2139,4 @@ def test_an_ordinary_file_of_conv_split_and_unpack_loads_with_the_shapes_it_runs
     out = keras.layers.LSTM(H, return_sequences=True)(x)
     model = keras.Model(inp, out)
     randomise(model, seed=4)
-    path = tmp_path / "ordinary.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
-    _, parsed = checked(path, "ordinary.tflite")
-    made = _made(parsed, runtime().schema(), 0, 1 << 30)
-    assert {"CONV_2D", "SPLIT", "UNPACK"} <= {kind for _, kind, _ in made.values()}
-    it = litert.Interpreter(model_path=str(path))
-    it.allocate_tensors()
-    for t, (_, kind, dims) in made.items():
-        assert list(it.get_tensor_details()[t]["shape"]) == dims, kind
+    _converted_as_allocated(model, tmp_path, {"CONV_2D", "SPLIT", "UNPACK"})
