@@ -515,6 +515,27 @@ def test_check_names_a_merged_file_that_is_not_its_footers(plain, tmp_path):
     )
 
 
+@pytest.mark.parametrize("edited", [0, 1])
+def test_check_names_only_the_shard_whose_merged_file_is_not_its_footers(tmp_path, edited):
+    """Of a recording of two shards, one shard's merged file with gate i's and gate f's
+    statistics and top values swapped: `Recording.check` names that shard's file alone (each
+    shard's file read alone beside the footers of the files the other covers)."""
+    run = tmp_path / "run"
+    for k in (0, 1):
+        record(run, (0, 12), 2, Shard(k, 2))
+    path = run / "_statistics" / f"shard-{edited}-of-2.json"
+    said = json.loads(path.read_bytes())
+    i, f = _gate(said, "i"), _gate(said, "f")
+    for field in ("statistics", "top"):
+        i[field], f[field] = f[field], i[field]
+    path.write_text(json.dumps(said))
+    with pytest.raises(RecordingError) as caught:
+        Recording(run).check()
+    line = str(caught.value)
+    assert line.startswith(f"{path} is not a statistics file gatetrace wrote (its "), line
+    assert f"shard-{1 - edited}-of-2" not in line and "\n" not in line
+
+
 def test_a_gate_whose_file_carries_none_is_read_in_full_without_its_footers(tmp_path, monkeypatch):
     """A batch holding a NaN activation carries no statistics: the merged file says so, and the
     gate's overview reads its values (and says it did) without opening a footer first."""

@@ -332,16 +332,24 @@ class Recording:
                     f"hold {rows:,}): {MERGED_DAMAGED}"
                 )
         if table == "gates" and self.kind == "full":
-            fast = self._activation_statistics(cell, label, merged=True)
+
+            def same(a: Any, b: Any) -> bool:
+                return (a is None) == (b is None) and (a is None or a.equals(b))
+
             slow = self._activation_statistics(cell, label, merged=False)
-            high = self._top_activations(cell, label, merged=True)
             footers = self._top_activations(cell, label, merged=False)
-            for what, a, b in (("statistics", fast, slow), ("top values", high, footers)):
-                if (a is None) == (b is None) and (a is None or a.equals(b)):  # type: ignore[arg-type]
+            for what, reading, b in (
+                ("statistics", self._activation_statistics, slow),
+                ("top values", self._top_activations, footers),
+            ):
+                if same(reading(cell, label, merged=True), b):
                     continue
-                named = sorted({c.rel for c in self._checked.covering(table, cell, label)})
+                shards = sorted({c.rel for c in self._checked.covering(table, cell, label)})
+                # the shards whose file, read alone beside the other files' footers, disagrees
+                named = [rel for rel in shards if not same(reading(cell, label, True, rel), b)]
+                files = " and ".join(f"{self.path}/{rel}" for rel in named or shards)
                 raise RecordingError(
-                    f"{self.path}/{' and '.join(named)} is not a statistics file "
+                    f"{files} {'is not a statistics file' if len(named or shards) == 1 else 'are not statistics files'} "
                     f"gatetrace wrote (its {what} of gate {label} of {cell} are not those of "
                     f"the footers of the files it covers): {MERGED_DAMAGED}"
                 )
@@ -687,9 +695,11 @@ class Recording:
         part file is."""
         return self._activation_statistics(cell, gate, merged=True)
 
-    def _activation_statistics(self, cell: str, gate: str, merged: bool) -> PartStats | None:
+    def _activation_statistics(
+        self, cell: str, gate: str, merged: bool, only: str | None = None
+    ) -> PartStats | None:
         """`activation_statistics`, from the merged statistics files where they cover files
-        (`merged`) or from every footer."""
+        (`merged`; `only`: that one alone) or from every footer."""
         self._values("activation_statistics")
         if gate not in self.gates(cell):
             raise SelectionError(
@@ -728,6 +738,8 @@ class Recording:
 
         covered: set[str] = set()
         for c in self._checked.covering("gates", cell, gate) if merged else ():
+            if only is not None and c.rel != only:
+                continue
             if c.entry.said is None:
                 return None  # a file it covers carries none
             try:
@@ -769,9 +781,11 @@ class Recording:
         nonlinearity are a RecordingError naming the file."""
         return self._top_activations(cell, gate, merged=True)
 
-    def _top_activations(self, cell: str, gate: str, merged: bool) -> Tops | None:
+    def _top_activations(
+        self, cell: str, gate: str, merged: bool, only: str | None = None
+    ) -> Tops | None:
         """`top_activations`, from the merged statistics files where they cover files
-        (`merged`) or from every footer."""
+        (`merged`; `only`: that one alone) or from every footer."""
         self._values("top_activations")
         if gate not in self.gates(cell):
             raise SelectionError(
@@ -782,6 +796,8 @@ class Recording:
         found: list[Tops] = []
         covered: set[str] = set()
         for c in self._checked.covering("gates", cell, gate) if merged else ():
+            if only is not None and c.rel != only:
+                continue
             try:
                 tops = c.entry.tops(units, bounds["step"], span, self.memory, bounds["example"])
             except ValueError as err:
