@@ -122,10 +122,12 @@ def test_peak_memory_does_not_grow_with_the_number_of_sequences(tmp_path):
 @pytest.mark.e2e
 def test_the_memory_budget_bounds_the_peak_rss_of_the_process(tmp_path):
     """An LSTM(64) over 100 steps records about 256 KB per sequence. A batch of 1,200 takes
-    the process more than 200 MB above a run of one sequence per batch; with --memory at
-    that run's peak plus 200 MB, the batch size is lowered and the process stays within it."""
+    the process about 500 MB above a run of one sequence per batch; with --memory at that
+    run's peak plus 300 MB (room for the writer's reserve, `RESERVE`, beside what the run of
+    one sequence held), the batch size is lowered and the process stays within it (measured:
+    1,307 MB unbounded, 926 MB within a budget of 1,109)."""
     model, x = budget_model(tmp_path), budget_input(tmp_path)
-    base, budget, whole, budgeted = budget_peaks(model, x, tmp_path, 200)
+    base, budget, whole, budgeted = budget_peaks(model, x, tmp_path, 300)
     assert whole > budget, (base, whole)
     assert budgeted <= budget, (base, budgeted)
     import json

@@ -562,12 +562,14 @@ _loop = Loop(_tally)
 
 
 def ready() -> None:
-    """Make the compiled loop now where numba is installed (numba's import holds some 50 MB): a
-    recording calls this before it measures what the process holds, so that its memory budget
-    counts them. Its machine code is loaded at the first row group, on a writer thread, while
-    the next batch runs."""
+    """Make the compiled loops of the statistics and the top values now, and run them once on a
+    value, where numba is installed: a recording calls this before it measures what the process
+    holds, so that its memory budget counts what they hold (numba's import some 50 MB, loading
+    or compiling their machine code about 45 MB more, which, left to the first row group on a
+    writer thread, the budget did not count)."""
     if available():
-        _loop()
+        tally = Tally(np.zeros(1, np.int64), 0.1, 0.9, examples=np.zeros(1, np.int64))
+        tally.add(np.zeros((1, 1, 1), np.float32), np.ones((1, 1), np.bool_))
 
 
 def read(value: bytes, rows: int, span: tuple[float, float] | None = None) -> PartStats:

@@ -13,8 +13,8 @@ values computed from them). `bytes_per_sequence` estimates one sequence's share 
 batch, with its input rows; `choose_batch` lowers the batch size so that what is held,
 the reserve and the batch stay within the budget. What the writer holds beyond the reserve
 where it encodes through pyarrow (a `--compression` other than fast) or rounds the values
-(`--round-bits`) is counted by `writer_reserve`; the row group of parts each writer thread makes
-with `--values ...,contributions`, by `parts_reserve`.
+(`--round-bits`) is counted by `writer_reserve`; the parts each writer thread makes with
+`--values ...,contributions` (of a row group, or of the batch where it is smaller), by `parts_reserve`.
 
 The default budget is what TensorFlow and the model hold plus `DEFAULT_ROOM` (or a
 tenth of the available memory, if that is less), while a large model's batch is lowered and
@@ -51,6 +51,7 @@ __all__ = [
     "ENCODER_RESERVE",
     "writer_reserve",
     "PART_ROW_BYTES",
+    "PartsHold",
     "parts_reserve",
     "DEFAULT_ROOM",
     "DEFAULT_BATCH_SIZE",
@@ -72,18 +73,20 @@ COPIES = 3
 # loop's TensorLists and their stack (measured: 1,346 MB against 1,067 MB for the same cells
 # unrolled, 2 x BasicLSTMCell(256), 50 steps, batch 256, whose values are 131 MB a copy).
 LOOP_COPIES = 3
-# 208 MB, and a buffer for files written past the page cache per writer thread and one for
+# 272 MB, and a buffer for files written past the page cache per writer thread and one for
 # the weights table (recorders.write.direct: they exist once the first files are written, after
 # the RSS the budget starts from was measured). Measured on the benchmark model (2 x
-# BasicLSTMCell(256), 50 steps, 3,584 sequences, AMD EPYC): peak RSS 952 MB + 2.32 MB a sequence
-# of a batch (batches of 54 and 203), 223 MB above the RSS when recording starts; with 160 MB
-# here, `--memory 1G` peaked 3.5 MB above 1 GiB. Plus `MARGIN`.
-# What the peak of the same run at the same batch varies by, from run to run (the allocator, what
-# TensorFlow holds when the batch runs): 8 MB between two runs of the contributions test in
-# tests/test_memory.py (1,126 and 1,134 MB), and a run of the budget test there 0.8 MB above its
-# budget once where it had kept within it in the two runs before; twice the spread.
-MARGIN = 16 * 2**20
-RESERVE = 208 * 2**20 + MARGIN + (WRITE_THREADS + 1) * DIRECT_BUFFER
+# BasicLSTMCell(256), 50 steps, 3,584 sequences, AMD EPYC), whole process: 282 MiB above the RSS
+# when recording starts (TensorFlow, the model and the statistics' compiled loops, `partstats.ready`)
+# plus 2.33 MiB a sequence of a batch (batches of 46 and 95); 223 MB and 2.32 MB when 208 MB was set
+# here, before every recording wrote its footer statistics (`--memory 1.1G` then peaked 22 MiB
+# above its budget, batch 46). Plus `MARGIN`: what the peak of the same run at the same batch
+# varies by from run to run (the allocator, what TensorFlow holds when the batch runs): 1,105 to
+# 1,123 MiB over four runs at batch 46 here, 8 MB between two runs of the contributions test in
+# tests/test_memory.py, and a run of the budget test there once 0.8 MB above its budget where it
+# had kept within it in the two runs before.
+MARGIN = 32 * 2**20
+RESERVE = 272 * 2**20 + MARGIN + (WRITE_THREADS + 1) * DIRECT_BUFFER
 # What the writer's threads hold beyond RESERVE where the part files go through pyarrow's encoder
 # (a `--compression` other than fast: pages encoded and compressed beside the columns). Measured
 # whole process (an LSTM(64) over 100 steps, batches of 300, AMD EPYC): up to 20 MB above the
@@ -99,24 +102,45 @@ ENCODER_RESERVE = 32 * 2**20
 # 1042, 1290, 1533 and 1737 MB at batches of 26, 81, 163 and 256 (`--memory` 1G, 1.2G, 1.5G, 2G),
 # 4.5 MB a sequence up to a row group's 81 sequences and 2.2 MB past it: 186 to 243 MB for the
 # three threads' row groups of 1,036,800 rows (60 to 78 bytes a row; here 36 + 12 x 768 / 256 =
-# 72), which the budget did not count (`--memory 1.2G` peaked 61 MB above it, 1G 18 MB). Counted:
-# 1019, 1354 and 1700 MB at 1.2G, 1.5G and 2G (batches of 23, 106, 244; load 1.8-2.6); 1G refused.
+# 72), which the budget did not count (`--memory 1.2G` peaked 61 MB above it, 1G 18 MB). Counted
+# as a full row group a thread: 1019, 1354 and 1700 MB at 1.2G, 1.5G and 2G (batches of 23, 106,
+# 244; load 1.8-2.6); 1G refused. Counted as they grow, a batch's sequences' up to a row group
+# (`PartsHold`), with today's RESERVE: peak RSS 1,035 MiB at --memory 1.2G (batch 24), 1,254 MiB at
+# 1.5G (73), 1,603 MiB at 2G (205), and 1,076 MiB at the default budget (1,270 MiB, batches of 31,
+# where a full row group counted would have left batches of 1), AMD EPYC, load 1-2.
 PART_ROW_BYTES = 36
 
 
-def parts_reserve(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> int:
-    """What the writer's threads hold beside RESERVE to write the parts of `cells`' gates: a
-    row group of parts a thread (`PART_ROW_BYTES`), the widest cell's."""
+@dataclass(frozen=True)
+class PartsHold:
+    """What the writer's threads hold beside RESERVE to write the parts of the gates (bytes):
+    `per_sequence` for each sequence of a batch, up to `most` (a row group of parts a thread:
+    a thread makes the parts of at most a row group's examples at once, and of no more than
+    the batch holds)."""
+
+    per_sequence: int
+    most: int
+
+    def of(self, batch: int) -> int:
+        """What a batch of `batch` sequences makes them hold."""
+        return min(self.most, batch * self.per_sequence)
+
+
+def parts_reserve(cells: Iterable[Any], feeds: Mapping[Any, Any]) -> PartsHold:
+    """What the writer's threads hold to write the parts of `cells`' gates, a thread each a
+    row group of the widest cell's (`PART_ROW_BYTES` a row, and what the row's step read)."""
     from recorders.write.rowgroups import ROW_GROUP_ROWS  # (pyarrow: not at the parser's import)
 
     hint = _steps_hint(feeds)
-    per_thread = 0
+    per_sequence = most = 0
     for cell in cells:
         steps, width = _steps(cell, hint), max(cell.units, cell.output_size)
-        rows = max(1, ROW_GROUP_ROWS // max(1, steps * cell.units)) * steps * cell.units
         read = cell.input_size + len(cell.spec.states) * width
-        per_thread = max(per_thread, rows * (PART_ROW_BYTES + 12 * read // max(1, cell.units)))
-    return WRITE_THREADS * per_thread
+        row = PART_ROW_BYTES + 12 * read // max(1, cell.units)
+        rows = steps * cell.units  # a sequence's
+        per_sequence = max(per_sequence, rows * row)
+        most = max(most, max(1, ROW_GROUP_ROWS // max(1, rows)) * rows * row)
+    return PartsHold(WRITE_THREADS * per_sequence, WRITE_THREADS * most)
 
 
 def writer_reserve(compression: str | None, rounded_columns: int = 0) -> int:
@@ -293,7 +317,8 @@ class BatchChoice:
     used: int
     per_sequence: int
     given: bool = False  # the budget is the user's (--memory), not the default
-    reserve: int = RESERVE  # what the writer holds beside the batch (`writer_reserve`)
+    # what the writer holds beside the batch (`writer_reserve`, and the parts its threads make of it)
+    reserve: int = RESERVE
 
     @property
     def why(self) -> str | None:
@@ -385,23 +410,36 @@ def choose_batch(
     memory: int | None = None,
     used: int | None = None,
     reserve: int = RESERVE,
+    parts: PartsHold | None = None,
 ) -> BatchChoice:
     """The largest batch size, at most `requested` and at least 1, that keeps the process
     within `memory` bytes (default: `default_budget`), `used` (default: the RSS now) being
-    held already and `reserve` kept for the writer (`writer_reserve`). A `memory` too small
-    for even one sequence is refused with what it would take; the default budget always
-    allows one."""
+    held already, `reserve` kept for the writer (`writer_reserve`) and, with `parts`, what
+    its threads hold of the batch's parts (`parts_reserve`). A `memory` too small for even
+    one sequence is refused with what it would take; the default budget always allows one."""
     used = current_rss() if used is None else used
-    budget = default_budget(used, per_sequence, reserve) if memory is None else memory
+    parts = parts or PartsHold(0, 0)
+    one = per_sequence + parts.of(1)
+    budget = default_budget(used, one, reserve) if memory is None else memory
     room = budget - used - reserve
-    if memory is not None and room < per_sequence:
-        needed = used + reserve + per_sequence
+    if memory is not None and room < one:
+        needed = used + reserve + one
         raise SelectionError(
             f"--memory {describe_size(memory)}: TensorFlow and the model already hold {describe_size(used)}, and recording "
-            f"one sequence at a time needs about {describe_size(reserve + per_sequence)} more; give at least "
+            f"one sequence at a time needs about {describe_size(reserve + one)} more; give at least "
             f"--memory {describe_size(needed, up=True)}"
         )
-    size = max(1, min(requested, room // max(1, per_sequence)))
+    # the parts grow with the batch up to their most, then stay
+    size = room // max(1, per_sequence + parts.per_sequence)
+    if parts.of(size) >= parts.most:
+        size = (room - parts.most) // max(1, per_sequence)
+    size = max(1, min(requested, size))
     return BatchChoice(
-        size, requested, budget, used, per_sequence, given=memory is not None, reserve=reserve
+        size,
+        requested,
+        budget,
+        used,
+        per_sequence,
+        given=memory is not None,
+        reserve=reserve + parts.of(size),
     )

@@ -283,9 +283,11 @@ def _record(
     reserve = writer_reserve(
         compression_of(options.compression, rounded), max(1, columns) if rounded else 0
     )
-    if selection.parts:  # a row group of parts a writer thread, made as it writes
-        reserve += parts_reserve(cells, feed_dict)
-    choice = choose_batch(options.batch_size, per_sequence, options.memory, reserve=reserve)
+    # the parts a writer thread makes as it writes: of a row group, or of the batch if smaller
+    parts = parts_reserve(cells, feed_dict) if selection.parts else None
+    choice = choose_batch(
+        options.batch_size, per_sequence, options.memory, reserve=reserve, parts=parts
+    )
     check_rows(feed_dict, choice)
     if (
         options.carry_state
