@@ -94,6 +94,9 @@ def _child(argv: list[str]) -> None:
 
         setattr(owner, attribute, counted)
 
+    from recorders.write import partstats
+
+    partstats.ready()  # (the compiled loops loaded once a process, as a recording does first)
     for name, module, qualname in PASSES:
         wrap(name, module, qualname)
     # the names other modules imported before the wrapping
@@ -140,18 +143,6 @@ def _child(argv: list[str]) -> None:
     )
 
 
-def processor() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(
-            line.split(":", 1)[1].strip()
-            for line in out.splitlines()
-            if line.startswith("Model name")
-        )
-    except (OSError, StopIteration):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=4096)
@@ -160,6 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     import numpy as np
+    from answers import processor  # (the bench's other scripts, beside this one)
     from record import FEATURES, STEPS, build_model
 
     root = Path(tempfile.mkdtemp(prefix="gatetrace-passes-", dir=args.tmp))
