@@ -308,6 +308,36 @@ def test_shards_write_one_dataset_equal_to_a_single_run(long_run, tmp_path, caps
     assert json.loads((out / "manifest.json").read_text())["shards"] == 3
 
 
+def _files(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file below `out`: when it was last written, and what it holds."""
+    return {
+        str(p.relative_to(out)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in out.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--summary"], ["--shard", "1/3"]],
+    ids=["recording", "summary", "a shard of three"],
+)
+def test_a_finished_recording_resumed_is_left_as_it_is(long_run, tmp_path, capsys, flags):
+    """Resumed with the flags it was recorded with, a finished recording (or shard, the others
+    not begun) runs nothing and writes nothing: every file keeps its bytes and its time (before,
+    its weights table, progress file and manifest were written again)."""
+    argv, _ = long_run
+    out = tmp_path / "out"
+    given = [*argv, "--out", str(out), "--batch-size", "16", *flags]
+    assert main(given) == 0
+    before = _files(out)
+    assert any(name.endswith(".json") for name in before)
+    capsys.readouterr()
+    assert main([*given, "--resume"]) == 0
+    assert "(0 in this run)" in capsys.readouterr().out
+    assert _files(out) == before
+
+
 def test_shards_with_their_own_batch_sizes(long_run, tmp_path):
     argv, clean = long_run
     out = tmp_path / "out"

@@ -6,6 +6,8 @@ cells may not change along a series; a folder without checkpoints gets one line.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -447,7 +449,8 @@ def test_a_complete_series_resumed_with_other_options_is_refused(tmp_path, capsy
     """A complete series resumed with other --round-bits, none, other --gates or other inputs
     is refused in one line naming what changed, as a resumed recording is, leaving every file
     as it was (before: every checkpoint was skipped as complete and it said "recorded 0 of 3");
-    resumed as it was recorded, it records nothing and says so."""
+    resumed as it was recorded, it records nothing, says so and leaves every file as it was
+    (before, its last checkpoint's weights table, progress file and manifest were written again)."""
     from tracer.cli import main
 
     run = tmp_path / "run"
@@ -493,3 +496,7 @@ def test_a_complete_series_resumed_with_other_options_is_refused(tmp_path, capsy
     assert main([*began, "--resume"]) == 0
     assert "recorded 0 of 3 checkpoints" in capsys.readouterr().out
     assert Series(out).complete == [2, 4, 6]
+    # (its folders' times are not: a resume holds its lock file while it checks the recording)
+    assert [f for f in files() if Path(f[0]).is_file()] == [
+        f for f in before if Path(f[0]).is_file()
+    ]

@@ -91,7 +91,8 @@ class SummaryWriter(RecordingWriter):
                 self._complete_before = self.complete.total()
                 self.rows["gates"] = self.totals.values("gates")
                 self.rows["states"] = self.totals.values("states")
-                self._save_progress(finished=False)
+                if not self.untouched:
+                    self._save_progress(finished=False)
 
     def _check_parts(self, progress: Mapping[str, Any]) -> None:
         """(A summary has no part files: its totals file is checked when read, in __init__.)"""

@@ -168,13 +168,21 @@ class RecordingWriter:
         self.resumed = previous is not None
         self.complete = Intervals(previous["complete"] if previous else ())
         self._complete_before = self.complete.total()
+        # a finished shard resumed with nothing left to record: its files are left as they are
+        self.untouched = bool(
+            previous is not None
+            and previous.get("finished")
+            and self.range is not None
+            and not self.complete.missing(*self.range)
+        )
         self.rows = (
             dict(previous["rows"])
             if previous
             else {"gates": 0, "states": 0, "weights": 0}
             | ({"outputs": 0} if "outputs" in self.description else {})
         )
-        self._save_progress(finished=False)
+        if not self.untouched:
+            self._save_progress(finished=False)
         # the part files' rows and statistics, merged as batches commit (`recorders.write.merged`);
         # a resumed shard's from its file and the footers that file does not cover
         try:
@@ -410,8 +418,12 @@ class RecordingWriter:
             self._write_merged()
 
     def write_weights(self, columns: Mapping[str, Any]) -> None:
-        """The weights table (`tracer.values.weights.weights_columns`), written at once."""
+        """The weights table (`tracer.values.weights.weights_columns`), written at once (a
+        finished shard resumed, `untouched`, keeps the one it wrote: a resume checks that the
+        weights are the same, `digests`)."""
         self._guard()
+        if self.untouched:
+            return
         try:
             staged = self.place.stage("weights.parquet", self._staging, "weights.parquet")
             n = self._write_parquet(staged, [columns], WEIGHT_LABELS)
@@ -466,9 +478,14 @@ class RecordingWriter:
         if self._staging is not None:
             self.place.remove(self._staging)
         self._write_merged()
-        self._save_progress(finished=True)
+        if not self.untouched:  # (a finished shard resumed keeps its progress file as it was)
+            self._save_progress(finished=True)
         self._state = "closed"
-        complete = self._write_manifest()
+        # (written where every shard has finished and it is not there: killed before it was)
+        if self.untouched and "manifest.json" in self.place.entries():
+            complete = True
+        else:
+            complete = self._write_manifest()
         # a finished shard's lock file goes (the lock itself is held until _release)
         if self._lock is not None:
             self.place.remove(f"{PROGRESS_DIR}/{self.shard.tag}.lock")

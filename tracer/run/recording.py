@@ -358,9 +358,11 @@ def _record(
         if options.carry_state and examples is not None and writer.resumed:
             # batches recorded before are fed again, unwritten, to rebuild the state
             todo = [examples]
-        if examples is not None and examples[0] == examples[1]:
+        if examples is not None and examples[0] == examples[1] and not writer.untouched:
             # no sequences: one empty batch, so that every table exists, with no rows
             todo = [examples]
+        if writer.untouched:  # a finished recording resumed: nothing is run, nothing rewritten
+            todo = []
         total = None if examples is None else sum(stop - start for start, stop in todo)
         if progress and isinstance(model, LiteModel):  # the batches its interpreter takes
             print(f"gatetrace: {model.batch_note()}", file=sys.stderr)
