@@ -1747,8 +1747,9 @@ def _grown_as_interpreted(
             _concatenated(3, fan=True),
             20_000,
             [2048],
+            # (the fused LSTM's output too: [1, 5, 4], 80 bytes)
             "the tensors its ops make when it runs (from op 0 of subgraph 0, a CONCATENATION on) "
-            "claim 24,576 bytes together",
+            "claim 24,656 bytes together",
         ),
         (
             "loop",
@@ -2014,6 +2015,69 @@ def test_what_an_op_makes_is_what_its_kernel_makes_whatever_the_file_declares(li
     steps, shape = GROWN[case]
     says = f"op {len(steps) - 1} of subgraph 0, a {steps[-1][0]}, makes a tensor of {shape} ("
     _grown_as_interpreted(tmp_path, _changed(lite, _kernel_made(*steps)), 24_000, says, shape)
+
+
+def _long_input(data: bytes, steps: int) -> bytes:
+    """`data` (a file of one [1, T, D] input) with its input declared `steps` long, and nothing
+    else changed: what its ops make of it is declared T long."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(data, 0))
+    main = model.subgraphs[0]
+    (given,) = main.inputs
+    main.tensors[given].shape = np.array([1, steps, D], np.int32)
+    main.tensors[given].shapeSignature = None
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+@pytest.mark.parametrize(
+    "name, width",
+    [
+        ("UNIDIRECTIONAL_SEQUENCE_LSTM", H),
+        ("UNIDIRECTIONAL_SEQUENCE_RNN", H),
+        ("BIDIRECTIONAL_SEQUENCE_RNN", 2 * H),
+        ("BIDIRECTIONAL_SEQUENCE_LSTM", 2 * H),
+        ("BIDIRECTIONAL_SEQUENCE_LSTM-apart", H),
+    ],
+)
+def test_what_a_recurrent_op_makes_is_what_its_kernel_makes(lite, converted, tmp_path, name, width):
+    """A recurrent op fed a sequence of 2,048 steps while its output is declared 5 steps long:
+    refused in one line past the budget naming the shape TensorFlow Lite's interpreters give its
+    output (the oracle: read from each interpreter once it ran the file), the steps it is fed by
+    the width its weights give, before anything runs (before: taken as declared, then allocated
+    as its kernel computes it); within it, accepted. A bidirectional op's halves merged or apart."""
+    if name.startswith("BIDIRECTIONAL_SEQUENCE_LSTM"):
+        merged = "bidirectional-apart" if name.endswith("apart") else "bidirectional-merged"
+        data = converted[f"tf-keras-{merged}"][0].read_bytes()
+    else:
+        change = {
+            "UNIDIRECTIONAL_SEQUENCE_RNN": _rnn,
+            "BIDIRECTIONAL_SEQUENCE_RNN": _bidirectional_rnn,
+        }
+        data = _changed(lite, change.get(name, lambda model, fb: None))
+    shape = [1, 2048, width]
+    says = f"op 0 of subgraph 0, a {name.removesuffix('-apart')}, makes a tensor of {shape} ("
+    # (apart, the model's output is the halves concatenated after the op)
+    last = [1, 2048, 2 * width] if name.endswith("apart") else shape
+    _grown_as_interpreted(tmp_path, _long_input(data, 2048), 4 * 2048 * width - 1, says, last)
+
+
+def _where_of(model, fb):
+    """A WHERE of a [64, 64] float32 constant of no zero (its indices int64), an output of the model."""
+    _kernel_made(("WHERE", [_f(64, 64) + 1], None))(model, fb)
+    main = model.subgraphs[0]
+    main.tensors[int(main.outputs[-1])].type = fb.TensorType.INT64
+
+
+def test_what_a_where_makes_is_at_most_every_position_of_its_condition(lite, tmp_path):
+    """A WHERE whose output is declared [1] (its kernel makes [number of nonzero values, rank]
+    int64): refused past the budget naming every position of its condition, the shape
+    TensorFlow Lite's interpreters give it here (no value is zero); within it, accepted."""
+    says = "op 0 of subgraph 0, a WHERE, makes a tensor of [4096, 2] (65,536 bytes)"
+    _grown_as_interpreted(tmp_path, _changed(lite, _where_of), 60_000, says, [4096, 2])
 
 
 def _computed_refusal(tmp_path: Path, data: bytes) -> str:

@@ -61,17 +61,18 @@ these checks, each refused in one line naming the file:
                  MIRROR_PAD, ONE_HOT, SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
                  RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_DEPTH,
                  DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, EMBEDDING_LOOKUP, CONV_2D,
-                 DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_TO_SPACE_ND: `_GROWN`),
-                 STRIDED_SLICE's and the reductions' over constant axes (MEAN, SUM,
-                 REDUCE_*), and each output of SPLIT, SPLIT_V and UNPACK (`_PARTED`), each
+                 DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_TO_SPACE_ND, and WHERE at most
+                 every position of its condition: `_GROWN`), STRIDED_SLICE's and the
+                 reductions' over constant axes (MEAN, SUM, REDUCE_*), each output of SPLIT,
+                 SPLIT_V and UNPACK (`_PARTED`), and each of a recurrent op's (`RECURRENT`:
+                 the input's steps times the width its weights give, `_recurrent`), each
                  fed into what the ops after it make. A PAD, PADV2, MIRROR_PAD, ONE_HOT,
                  RESIZE_*, SPACE_TO_BATCH_ND or TRANSPOSE_CONV whose paddings, depth, size
                  or output shape gatetrace cannot read (neither constants nor integers
                  computed from them and from shapes) is refused naming it: its kernel would
                  make whatever they hold when it runs. Another op's output is taken as the
                  file declares it (the ops that make no more numbers than an input holds but
-                 those computed above, and the others converters write: the recurrent ops,
-                 WHERE, ...)
+                 those computed above, and the others converters write)
 """
 
 from __future__ import annotations
@@ -591,7 +592,7 @@ _GROWN = frozenset(
     """
     PAD PADV2 MIRROR_PAD ONE_HOT SLICE GATHER GATHER_ND RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR
     FULLY_CONNECTED BATCH_MATMUL SPACE_TO_DEPTH DEPTH_TO_SPACE SPACE_TO_BATCH_ND
-    EMBEDDING_LOOKUP CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV BATCH_TO_SPACE_ND
+    EMBEDDING_LOOKUP CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV BATCH_TO_SPACE_ND WHERE
     """.split()
 )
 # ops of several outputs, each a part of their input, whose shapes `_parted` computes
@@ -630,7 +631,7 @@ def _made(
     their inputs' shapes (made, or as the file declares them where it fixes them) a
     CONCATENATION's, a RESHAPE's, SQUEEZE's, EXPAND_DIMS' and TRANSPOSE's, an elementwise
     op's (`_SAME`, `_BROADCAST`), an op's of `_GROWN` and a reduction's (`_grown`), each
-    output of an op of `_PARTED` (`_parted`), and what
+    output of an op of `_PARTED` (`_parted`) and of a recurrent op (`_recurrent`), and what
     a WHILE gives back (`_carried`: what it carries, as its body changes it at each
     iteration). Another op's output is as the file declares it; an op of `_READ` whose
     integers gatetrace cannot read is refused (`_Unbounded`)."""
@@ -670,6 +671,12 @@ def _made(
             if pieces is not None and len(pieces) == len(outputs):
                 for t, part in zip(outputs, pieces, strict=True):
                     held[t], made[t] = part, (k, kind, part)
+            continue
+        if kind in RECURRENT:  # (their optional weights absent: a CIFG's input gate's)
+            widths = _recurrent(kind, op, shape)
+            for t, each in zip(outputs, widths or [], strict=False):
+                if t >= 0:
+                    held[t], made[t] = each, (k, kind, each)
             continue
         if len(outputs) != 1 or any(t < 0 for t in inputs[:2]):  # (a bias may be absent)
             continue
@@ -721,6 +728,57 @@ def _made(
             held[out] = dims
             made[out] = (k, kind, dims)
     return made
+
+
+def _recurrent(
+    kind: str, op: Any, shape: Callable[[int], list[int] | None]
+) -> list[list[int]] | None:
+    """The shapes a recurrent op (`RECURRENT`) gives its outputs, as its kernel's Prepare
+    computes them (tensorflow/lite/kernels lstm.cc, unidirectional_sequence_lstm.cc,
+    bidirectional_sequence_lstm.cc, basic_rnn.cc, unidirectional_sequence_rnn.cc,
+    bidirectional_sequence_rnn.cc): the input's shape with its last dimension the cell's
+    width, an LSTM's n_output (the second dimension of its recurrent-to-output matrix, input 8;
+    the backward one's, input 25) and an RNN's num_units (the first of its input matrix, input 1;
+    the backward one's, input 5); a bidirectional op's two outputs, or one of both widths where
+    it merges them (its backward RNN's output batch-major whatever the input). `shape` gives a
+    tensor's shape (None: not known). None where a shape is not known or the op is another
+    kernel (the LSTM of four outputs that takes its weights in one matrix)."""
+    inputs = [int(t) for t in op.inputs]
+
+    def width(at: int, axis: int) -> int | None:
+        dims = shape(inputs[at]) if at < len(inputs) and inputs[at] >= 0 else None
+        return dims[axis] if dims is not None and len(dims) > axis else None
+
+    first = shape(inputs[0]) if inputs and inputs[0] >= 0 else None
+    if not first:
+        return None
+    options = op.builtinOptions
+    merged = bool(getattr(options, "mergeOutputs", False))
+    if kind in ("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
+        n_output = width(8, 1) if len(inputs) >= 20 else None
+        return None if n_output is None else [[*first[:-1], n_output]]
+    if kind == "RNN" and len(first) == 2:
+        units = width(1, 0)
+        return None if units is None else [[first[0], units]]
+    if kind == "UNIDIRECTIONAL_SEQUENCE_RNN" and len(first) == 3:
+        units = width(1, 0)
+        return None if units is None else [[*first[:2], units]]
+    if len(first) != 3:
+        return None
+    if kind == "BIDIRECTIONAL_SEQUENCE_LSTM":
+        forward, backward = width(8, 1), width(25, 1)
+    elif kind == "BIDIRECTIONAL_SEQUENCE_RNN":
+        forward, backward = width(1, 0), width(5, 0)
+    else:
+        return None
+    if forward is None or backward is None:
+        return None
+    if merged:
+        return [[*first[:2], forward + backward]]
+    back = first[:2]
+    if kind == "BIDIRECTIONAL_SEQUENCE_RNN" and getattr(options, "timeMajor", False):
+        back = back[::-1]  # [batch, time] whatever the input's order
+    return [[*first[:2], forward], [*back, backward]]
 
 
 def _shaped(
@@ -821,6 +879,8 @@ def _grown(
             return None
         batch = first[0] * math.prod(block)
         return [batch, *(s // b for s, b in zip(spatial, block, strict=True)), *first[1 + n :]]
+    if kind == "WHERE":  # at most every position of its condition, each as `rank` int64s (where.cc)
+        return [math.prod(first), rank]
     if second is None:
         return None
     if kind == "GATHER":
