@@ -2080,6 +2080,25 @@ def test_what_a_where_makes_is_at_most_every_position_of_its_condition(lite, tmp
     _grown_as_interpreted(tmp_path, _changed(lite, _where_of), 60_000, says, [4096, 2])
 
 
+def test_the_scratch_a_convolution_needs_is_counted(lite, tmp_path):
+    """A CONV_2D of a [1, 32, 32, 1] image by a 9 x 9 filter makes a [1, 32, 32, 1] output and,
+    in TensorFlow Lite's optimized kernel, an im2col scratch tensor of [batch, output height,
+    output width, input depth x 9 x 9] (conv.cc: for any filter larger than 1 x 1), 81 times
+    the image: past the budget, refused in one line naming it (before: not counted); within it,
+    accepted, and the interpreters give the output the shape the scratch follows."""
+    change = _kernel_made(
+        (
+            "CONV_2D",
+            [_f(1, 32, 32, 1), _f(1, 9, 9, 1), _f(1)],
+            _options("Conv2D", strideW=1, strideH=1),
+        )
+    )
+    says = (
+        "op 0 of subgraph 0, a CONV_2D, needs a scratch tensor of [1, 32, 32, 81] (331,776 bytes)"
+    )
+    _grown_as_interpreted(tmp_path, _changed(lite, change), 300_000, says, [1, 32, 32, 1])
+
+
 def _computed_refusal(tmp_path: Path, data: bytes) -> str:
     """The one line `data`, written as computed.tflite, is refused with (a budget of 1 MiB)."""
     from recorders.errors import ModelFormatError

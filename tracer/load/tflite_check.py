@@ -66,7 +66,8 @@ these checks, each refused in one line naming the file:
                  reductions' over constant axes (MEAN, SUM, REDUCE_*), each output of SPLIT,
                  SPLIT_V and UNPACK (`_PARTED`), and each of a recurrent op's (`RECURRENT`:
                  the input's steps times the width its weights give, `_recurrent`), each
-                 fed into what the ops after it make. A PAD, PADV2, MIRROR_PAD, ONE_HOT,
+                 fed into what the ops after it make; and the scratch tensor a CONV_2D
+                 needs (im2col, `_scratch`). A PAD, PADV2, MIRROR_PAD, ONE_HOT,
                  RESIZE_*, SPACE_TO_BATCH_ND or TRANSPOSE_CONV whose paddings, depth, size
                  or output shape gatetrace cannot read (neither constants nor integers
                  computed from them and from shapes) is refused naming it: its kernel would
@@ -534,7 +535,8 @@ def _shapes_problem(model: Any, fb: Any, memory: int) -> str | None:
     than the memory budget, or all of them together (None: neither is)."""
     total, first = 0.0, ""
     for g, subgraph in enumerate(model.subgraphs):
-        for t, (k, kind, dims) in _made(model, fb, g, memory).items():
+        found = _made(model, fb, g, memory)
+        for t, (k, kind, dims) in found.items():
             nbytes = _nbytes(subgraph.tensors[t], dims, fb)
             if nbytes > memory:
                 return (
@@ -543,12 +545,60 @@ def _shapes_problem(model: Any, fb: Any, memory: int) -> str | None:
                 )
             total += nbytes
             first = first or f"op {k} of subgraph {g}, a {kind}"
+        for k, dims, nbytes in _scratch(model, fb, g, found):
+            if nbytes > memory:
+                return (
+                    f"op {k} of subgraph {g}, a CONV_2D, needs a scratch tensor of {dims} "
+                    f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
+                )
+            total += nbytes
+            first = first or f"op {k} of subgraph {g}, a CONV_2D"
     if total > memory:
         return (
             f"the tensors its ops make when it runs (from {first} on) claim {total:,.0f} bytes "
             f"together, more than the memory budget of {memory:,}"
         )
     return None
+
+
+def _scratch(
+    model: Any, fb: Any, g: int, found: dict[int, tuple[int, str, list[int]]]
+) -> list[tuple[int, list[int], float]]:
+    """The scratch tensor (im2col) each CONV_2D of subgraph `g` makes when it runs, where its
+    kernel needs one (conv.cc's IsIm2ColRequired: a stride, a dilation or a filter of more than
+    1 x 1): (op, shape, bytes), [batch, output height, output width, input depth x filter height
+    x filter width] of the input's type, from the shapes as the interpreter holds them (`found`,
+    `_made`'s, or as declared). Counted wherever some kernel would make it (the reference and
+    multithreaded kernels make none for float: an upper bound)."""
+    subgraph, scratches = model.subgraphs[g], []
+
+    def held(t: int) -> list[int]:
+        return found[t][2] if t in found else [int(d) for d in subgraph.tensors[t].shape]
+
+    for k, op in enumerate(subgraph.operators):
+        options = op.builtinOptions
+        if op_name(model.operatorCodes[op.opcodeIndex], fb) != "CONV_2D" or options is None:
+            continue
+        if (
+            len(op.inputs) < 2
+            or len(op.outputs) != 1
+            or min(op.inputs[:2]) < 0
+            or op.outputs[0] < 0
+        ):
+            continue
+        image, kernel, made = (
+            held(int(op.inputs[0])),
+            held(int(op.inputs[1])),
+            held(int(op.outputs[0])),
+        )
+        if not len(image) == len(kernel) == len(made) == 4:
+            continue
+        steps = (options.strideH, options.strideW, options.dilationHFactor, options.dilationWFactor)
+        if steps == (1, 1, 1, 1) and kernel[1] == kernel[2] == 1:
+            continue
+        dims = [*made[:3], image[3] * kernel[1] * kernel[2]]
+        scratches.append((k, dims, _nbytes(subgraph.tensors[int(op.inputs[0])], dims, fb)))
+    return scratches
 
 
 def _nbytes(tensor: Any, dims: list[int], fb: Any) -> float:
