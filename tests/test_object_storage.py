@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyarrow import fs
 
 from tests.conftest import CONFIGS, build, run_cli, save, static_body
 from tests.test_resume import tables
@@ -32,7 +33,6 @@ def s3():
     """A moto S3 server on a free port, a bucket `data`, and the environment that points
     pyarrow (and so gatetrace) at it."""
     pytest.importorskip("moto.server", reason="moto's server: pip install 'moto[server]'")
-    from pyarrow import fs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -269,6 +269,14 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
     for t in want:
         assert len(got[t]) == len(want[t])
         pd.testing.assert_frame_equal(got[t], want[t], check_exact=False, rtol=1e-5, atol=1e-6)
+    # resumed once finished, it writes nothing (objects' times are whole seconds: one passes)
+    listed = store.get_file_info(fs_selector("out/crash", recursive=True))
+    before = {i.path: i.mtime for i in listed if i.type == fs.FileType.File}
+    time.sleep(1.1)
+    done = record(model, *feed, "--out", "s3://out/crash", "--batch-size", "3", "--resume")
+    assert done.returncode == 0, done.stderr
+    listed = store.get_file_info(fs_selector("out/crash", recursive=True))
+    assert {i.path: i.mtime for i in listed if i.type == fs.FileType.File} == before
 
     done = record(
         model,
@@ -310,8 +318,6 @@ def test_a_recording_written_to_s3_equals_the_local_one_through_a_crash_and_a_re
 
 
 def fs_selector(prefix: str, recursive: bool = False):
-    from pyarrow import fs
-
     return fs.FileSelector(prefix, recursive=recursive)
 
 
