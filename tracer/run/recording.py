@@ -358,7 +358,7 @@ def _record(
         if options.carry_state and examples is not None and writer.resumed:
             # batches recorded before are fed again, unwritten, to rebuild the state
             todo = [examples]
-        if examples is not None and examples[0] == examples[1] and not writer.untouched:
+        if examples is not None and examples[0] == examples[1]:
             # no sequences: one empty batch, so that every table exists, with no rows
             todo = [examples]
         if writer.untouched:  # a finished recording resumed: nothing is run, nothing rewritten
