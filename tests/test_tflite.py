@@ -1692,11 +1692,11 @@ def _grown(copies: int = 0, added: int = 0):
 
 
 def _grown_as_interpreted(
-    tmp_path: Path, data: bytes, memory: int, says: str, shape: list[int]
+    tmp_path: Path, data: bytes, memory: int, says: str, shape: list[int], interpreters=None
 ) -> None:
     """`data`, written as grown.tflite: refused past `memory` in one line holding `says`,
-    accepted within 1 MiB, and the last output each of TensorFlow Lite's interpreters gives
-    once it ran the file (the oracle) of `shape`."""
+    accepted within 1 MiB, and the last output each of TensorFlow Lite's interpreters (or of
+    `interpreters`) gives once it ran the file (the oracle) of `shape`."""
     from recorders.errors import ModelFormatError
     from tests.test_tflite_converters import _interpreters
     from tracer.load.tflite_check import checked
@@ -1708,7 +1708,7 @@ def _grown_as_interpreted(
     line = str(refused.value)
     assert says in line and "nothing was loaded" in line and "\n" not in line, line
     assert checked(path, "grown.tflite", memory=1 << 20)
-    for interpreter in _interpreters():
+    for interpreter in _interpreters() if interpreters is None else interpreters:
         it = interpreter(model_content=path.read_bytes())
         it.allocate_tensors()
         (given,) = it.get_input_details()
@@ -1747,9 +1747,10 @@ def _grown_as_interpreted(
             _concatenated(3, fan=True),
             20_000,
             [2048],
-            # (the fused LSTM's output too: [1, 5, 4], 80 bytes)
+            # (the fused LSTM's output too, [1, 5, 4]: 80 bytes, and its scratch buffer,
+            # [1, 36]: 144 bytes)
             "the tensors its ops make when it runs (from op 0 of subgraph 0, a CONCATENATION on) "
-            "claim 24,656 bytes together",
+            "claim 24,800 bytes together",
         ),
         (
             "loop",
@@ -2065,19 +2066,34 @@ def test_what_a_recurrent_op_makes_is_what_its_kernel_makes(lite, converted, tmp
     _grown_as_interpreted(tmp_path, _long_input(data, 2048), 4 * 2048 * width - 1, says, last)
 
 
-def _where_of(model, fb):
-    """A WHERE of a [64, 64] float32 constant of no zero (its indices int64), an output of the model."""
-    _kernel_made(("WHERE", [_f(64, 64) + 1], None))(model, fb)
-    main = model.subgraphs[0]
-    main.tensors[int(main.outputs[-1])].type = fb.TensorType.INT64
+def _where_of(kind: str):
+    def change(model, fb):
+        """A WHERE of a [64, 64] float32 constant of no zero, its output (declared of type
+        `kind`) an output of the model."""
+        _kernel_made(("WHERE", [_f(64, 64) + 1], None))(model, fb)
+        main = model.subgraphs[0]
+        main.tensors[int(main.outputs[-1])].type = getattr(fb.TensorType, kind)
+
+    return change
 
 
-def test_what_a_where_makes_is_at_most_every_position_of_its_condition(lite, tmp_path):
+@pytest.mark.parametrize("kind", ["INT64", "INT8", "BOOL"])
+def test_what_a_where_makes_is_at_most_every_position_of_its_condition(lite, tmp_path, kind):
     """A WHERE whose output is declared [1] (its kernel makes [number of nonzero values, rank]
-    int64): refused past the budget naming every position of its condition, the shape
-    TensorFlow Lite's interpreters give it here (no value is zero); within it, accepted."""
+    int64, whatever type the file declares: where.cc sets it): refused past the budget naming
+    every position of its condition, the shape TensorFlow Lite's interpreters give it here
+    (no value is zero), at 8 bytes a number (before: at the declared type's, an int8 or bool
+    output's an eighth of what they make); within it, accepted."""
+    from tests.test_tflite_converters import _interpreters
+
     says = "op 0 of subgraph 0, a WHERE, makes a tensor of [4096, 2] (65,536 bytes)"
-    _grown_as_interpreted(tmp_path, _changed(lite, _where_of), 60_000, says, [4096, 2])
+    data = _changed(lite, _where_of(kind))
+    _grown_as_interpreted(tmp_path, data, 60_000, says, [4096, 2])
+    for interpreter in _interpreters():  # (the oracle: int64 whatever the file declares)
+        it = interpreter(model_content=data)
+        it.allocate_tensors()
+        it.invoke()
+        assert it.get_tensor(it.get_output_details()[-1]["index"]).nbytes == 65_536
 
 
 def test_the_scratch_a_convolution_needs_is_counted(lite, tmp_path):
@@ -2097,6 +2113,351 @@ def test_the_scratch_a_convolution_needs_is_counted(lite, tmp_path):
         "op 0 of subgraph 0, a CONV_2D, needs a scratch tensor of [1, 32, 32, 81] (331,776 bytes)"
     )
     _grown_as_interpreted(tmp_path, _changed(lite, change), 300_000, says, [1, 32, 32, 1])
+
+
+def _fed(model, shape: list[int]) -> None:
+    """The model's one input declared `shape` (fed as declared)."""
+    main = model.subgraphs[0]
+    (given,) = main.inputs
+    main.tensors[given].shape = np.array(shape, np.int32)
+    main.tensors[given].shapeSignature = None
+
+
+def _rank_four(model, fb):
+    """The fused LSTM's op made a UNIDIRECTIONAL_SEQUENCE_RNN (`_rnn`) fed [1, 2048, D, 1]."""
+    _rnn(model, fb)
+    _fed(model, [1, 2048, D, 1])
+
+
+def _diagonal(model, fb):
+    """The fused LSTM's recurrent matrices (inputs 5-8) made diagonal, vectors of H (as its
+    kernel allows), fed 2,048 steps."""
+    rng = np.random.RandomState(6)
+    op = model.subgraphs[0].operators[0]
+    inputs = list(op.inputs)
+    inputs[5:9] = [_added(model, [H], rng) for _ in range(4)]
+    op.inputs = np.array(inputs, np.int32)
+    _fed(model, [1, 2048, D])
+
+
+@pytest.mark.parametrize(
+    "change, name, interpreters",
+    [
+        (_rank_four, "UNIDIRECTIONAL_SEQUENCE_RNN", slice(0, 1)),
+        (_diagonal, "UNIDIRECTIONAL_SEQUENCE_LSTM", slice(None)),
+    ],
+    ids=["rank-4", "diagonal"],
+)
+def test_a_recurrent_op_is_computed_whatever_its_input_s_rank_or_its_matrices(
+    lite, tmp_path, change, name, interpreters
+):
+    """A sequence RNN fed a tensor of four dimensions (TensorFlow's kernel reads its first
+    three and makes [batch, time, units]; LiteRT's refuses it), and a sequence LSTM whose
+    recurrent matrices are diagonal (its width is the length of its recurrent-to-output
+    vector), each fed 2,048 steps while its output is declared 5 steps long: refused past the
+    budget naming the shape TensorFlow Lite's interpreters give its output (the oracle: read
+    from each interpreter that runs the file), before anything runs (before: taken as
+    declared, then allocated as the kernel computes it); within it, accepted."""
+    from tests.test_tflite_converters import _interpreters
+
+    says = f"op 0 of subgraph 0, a {name}, makes a tensor of [1, 2048, {H}] (32,768 bytes)"
+    data = _changed(lite, change)
+    runs = _interpreters()[interpreters]
+    _grown_as_interpreted(tmp_path, data, 4 * 2048 * H - 1, says, [1, 2048, H], runs)
+
+
+def test_a_recurrent_op_fed_fewer_dimensions_than_its_kernel_reads_is_one_line(lite, tmp_path):
+    """A sequence RNN fed [2048, D] (its kernel reads the input's third dimension whatever its
+    rank, past the two it has: unidirectional_sequence_rnn.cc) is refused in one line naming
+    the op and the shape it is fed (before: its output taken as declared)."""
+
+    def change(model, fb):
+        _rnn(model, fb)
+        _fed(model, [2048, D])
+
+    assert _computed_refusal(tmp_path, _changed(lite, change)) == (
+        "computed.tflite: op 0 of subgraph 0, a UNIDIRECTIONAL_SEQUENCE_RNN, is fed a tensor of "
+        "[2048, 3], where its kernel reads 3 dimensions (it would read past its shape); convert "
+        "the model again; nothing was loaded"
+    )
+
+
+def _time_major_apart(model, fb):
+    """`_bidirectional_rnn` fed [7 steps, a batch of 2, D] time-major, its halves apart (two
+    outputs, each an output of the model)."""
+    from tests.test_tflite_converters import _tensor
+
+    _bidirectional_rnn(model, fb)
+    main = model.subgraphs[0]
+    op = main.operators[0]
+    _fed(model, [7, 2, D])
+    for k in (4, 8):  # (the hidden states: [batch, units])
+        main.tensors[int(op.inputs[k])].shape = np.array([2, H], np.int32)
+    op.builtinOptions.timeMajor, op.builtinOptions.mergeOutputs = True, False
+    backward = _tensor(model, fb, main, "backward", like=main.tensors[int(op.outputs[0])])
+    op.outputs = main.outputs = np.array([int(op.outputs[0]), backward], np.int32)
+
+
+def test_a_time_major_bidirectional_rnn_gives_both_halves_time_major(lite, tmp_path):
+    """A time-major BIDIRECTIONAL_SEQUENCE_RNN of [7, 2, D] whose halves are apart: the shape
+    the check computes of each output is the one TensorFlow Lite's interpreters give it once
+    allocated (the oracle), [7, 2, H] both (before: the backward one [2, 7, H], as an older
+    kernel made it, which the ops after it would take)."""
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.lite_runtime import runtime
+    from tracer.load.tflite_check import _made, checked
+
+    path = tmp_path / "apart.tflite"
+    path.write_bytes(_changed(lite, _time_major_apart))
+    _, parsed = checked(path, "apart.tflite")
+    made = _made(parsed, runtime().schema(), 0, 1 << 30)
+    for interpreter in _interpreters():
+        it = interpreter(model_path=str(path))
+        it.allocate_tensors()
+        given = [list(d["shape"]) for d in it.get_output_details()]
+        assert given == [[7, 2, H]] * 2
+        assert [made[d["index"]][2] for d in it.get_output_details()] == given
+
+
+def _basic_lstm(model, fb):
+    """The fused LSTM's op replaced by an LSTM op of the basic kernel (five inputs: a
+    [1000, D] input, its previous output and state [1000, H] (variables), weights
+    [4H, D + H] and a bias [4H]; four outputs, each declared [1] and an output of the
+    model)."""
+    from tests.test_tflite_converters import _op, _tensor
+
+    main = model.subgraphs[0]
+    _fed(model, [1000, D])
+    (x,) = main.inputs
+    rng = np.random.RandomState(8)
+    weights, bias = _added(model, [4 * H, D + H], rng), _added(model, [4 * H], rng)
+    states = [_added(model, [1000, H], rng) for _ in range(2)]
+    for t in states:
+        main.tensors[t].buffer, main.tensors[t].isVariable = 0, True
+    outputs = []
+    for name in ("output", "state", "concatenated", "activations"):
+        outputs.append(_tensor(model, fb, main, name, like=main.tensors[x]))
+        main.tensors[outputs[-1]].shape = np.array([1], np.int32)
+    options = fb.LSTMOptionsT()
+    options.kernelType = fb.LSTMKernelType.BASIC
+    options.fusedActivationFunction = fb.ActivationFunctionType.TANH
+    inputs = [x, states[0], weights, bias, states[1]]
+    op = _op(model, fb, main, "LSTM", inputs, outputs, options, fb.BuiltinOptions.LSTMOptions)
+    main.operators, main.outputs = [op], np.array(outputs, np.int32)
+
+
+def test_an_lstm_op_of_the_basic_kernel_makes_what_its_kernel_makes(lite, tmp_path):
+    """An LSTM op of the basic kernel (lstm.cc's basic::Prepare: its output and state as its
+    previous ones, [batch, depth + units] and [batch, 4 x units]) of a batch of 1,000 whose
+    four outputs are declared [1]: refused past the budget naming the last, [1000, 4H], the
+    shape TensorFlow Lite's interpreters give it (the oracle) (before: taken as declared);
+    within it, accepted."""
+    says = f"op 0 of subgraph 0, a LSTM, makes a tensor of [1000, {4 * H}] (64,000 bytes)"
+    _grown_as_interpreted(tmp_path, _changed(lite, _basic_lstm), 60_000, says, [1000, 4 * H])
+
+
+def _narrower(kind: str, at: int):
+    def change(model, fb):
+        """The fused LSTM (made an RNN where `kind` says so, `_rnn`) fed 4,096 steps, its
+        output (`at` -1) or its input `at` (a state) declared int8."""
+        if kind == "UNIDIRECTIONAL_SEQUENCE_RNN":
+            _rnn(model, fb)
+        _fed(model, [1, 4096, D])
+        op = model.subgraphs[0].operators[0]
+        t = model.subgraphs[0].tensors[int(op.outputs[0] if at < 0 else op.inputs[at])]
+        quantised = fb.QuantizationParametersT()
+        quantised.scale, quantised.zeroPoint = np.array([1.0], np.float32), np.array([0])
+        t.type, t.quantization = fb.TensorType.INT8, quantised
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "kind, at, role",
+    [
+        ("UNIDIRECTIONAL_SEQUENCE_LSTM", -1, "output StatefulPartitionedCall:0"),
+        ("UNIDIRECTIONAL_SEQUENCE_LSTM", 19, "state arith.constant11"),
+        ("UNIDIRECTIONAL_SEQUENCE_RNN", -1, "output StatefulPartitionedCall:0"),
+        ("UNIDIRECTIONAL_SEQUENCE_RNN", 4, "state arith.constant"),
+    ],
+    ids=["lstm-output", "lstm-cell", "rnn-output", "rnn-state"],
+)
+def test_a_float_recurrent_op_writing_a_narrower_tensor_is_one_line(lite, tmp_path, kind, at, role):
+    """A float recurrent op whose output or state is declared int8: the interpreters give it
+    a buffer of one byte a number (the oracle: its type once allocated), where the kernel
+    writes float32, four (unidirectional_sequence_lstm.cc, unidirectional_sequence_rnn.cc:
+    GetTensorData<float>; an LSTM's output overran the heap, malloc aborted). Refused in one
+    line naming the op and the tensor, before anything runs (before: accepted)."""
+    from tests.test_tflite_converters import _interpreters
+
+    data = _changed(lite, _narrower(kind, at))
+    for interpreter in _interpreters():  # (allocated, not run)
+        it = interpreter(model_content=data)
+        it.allocate_tensors()
+        op_tensors = [d for d in it.get_tensor_details() if d["name"] == role.split()[-1]]
+        assert [d["dtype"] for d in op_tensors] == [np.int8]
+    assert _computed_refusal(tmp_path, data) == (
+        f"computed.tflite: op 0 of subgraph 0, a {kind} fed float32, has the {role} of type INT8, "
+        "which its kernel writes as float32 (4 bytes a number, past the end of the buffer the "
+        "interpreter gives it); convert the model again; nothing was loaded"
+    )
+
+
+U = 32  # the units of the RNN a loop's body holds
+
+
+def _rnn_in_the_body(model, fb):
+    """The loop file's WHILE made to carry a float32 constant [1, 2048, D] of the main graph,
+    which its body (and cond) declare [1, 5, D] (the WHILE kernel resizes them to what it
+    carries) and feed to a UNIDIRECTIONAL_SEQUENCE_RNN of U units, declared [1, 5, U]; the
+    loop carries out the SHAPE of what that op makes, an output of the model."""
+    from tests.test_tflite_converters import _carry, _loops, _op, _tensor
+
+    main = model.subgraphs[0]
+    ((loop, cond, body),) = _loops(model, fb)
+    sequence = _tensor(model, fb, main, "long", data=np.zeros((1, 2048, D), np.int32))
+    main.tensors[sequence].type = fb.TensorType.FLOAT32
+    _, arg = _carry(model, fb, (loop, cond, body), sequence)
+    for sub in (cond, body):
+        sub.tensors[int(sub.inputs[-1])].shape = np.array([1, T, D], np.int32)
+    shape = _tensor(model, fb, main, "shape", data=np.zeros(3, np.int32))
+    _, shape_arg = _carry(model, fb, (loop, cond, body), shape)
+    rng = np.random.RandomState(9)
+
+    def weights(dims):
+        t = _tensor(model, fb, body, f"w{len(body.tensors)}", data=np.zeros(dims, np.int32))
+        body.tensors[t].type = fb.TensorType.FLOAT32
+        values = rng.uniform(-0.1, 0.1, dims).astype(np.float32)
+        model.buffers[body.tensors[t].buffer].data = np.frombuffer(values.tobytes(), np.uint8)
+        return t
+
+    matrices = [weights((U, D)), weights((U, U)), weights((U,))]
+    h = _tensor(model, fb, body, "h", like=body.tensors[matrices[0]])
+    body.tensors[h].shape, body.tensors[h].isVariable = np.array([1, U], np.int32), True
+    y = _tensor(model, fb, body, "y", like=body.tensors[matrices[0]])
+    body.tensors[y].shape = np.array([1, T, U], np.int32)
+    options = fb.SequenceRNNOptionsT()
+    options.fusedActivationFunction = fb.ActivationFunctionType.TANH
+    kind = fb.BuiltinOptions.SequenceRNNOptions
+    rnn = _op(
+        model, fb, body, "UNIDIRECTIONAL_SEQUENCE_RNN", [arg, *matrices, h], [y], options, kind
+    )
+    made = _tensor(model, fb, body, "made", like=body.tensors[shape_arg])
+    options = fb.ShapeOptionsT()
+    options.outType = fb.TensorType.INT32
+    measured = _op(model, fb, body, "SHAPE", [y], [made], options, fb.BuiltinOptions.ShapeOptions)
+    body.operators += [rnn, measured]
+    body.outputs = np.array([*body.outputs[:-1], made], np.int32)
+    main.outputs = np.append(main.outputs, loop.outputs[-1]).astype(np.int32)
+
+
+def test_what_a_loop_body_makes_is_computed_from_what_the_loop_carries(lite, tmp_path):
+    """A WHILE loop carrying [1, 2048, D] into a body that declares it [1, 5, D] and feeds it
+    to an RNN of 32 units: the RNN makes [1, 2048, 32] at each iteration (the oracle: the
+    SHAPE of it the loop carries out, read from each interpreter once it ran the file).
+    Refused past the budget naming it and the loop, before anything runs (before: the body
+    checked as it declares its inputs, [1, 5, 32]); within it, accepted."""
+    from recorders.errors import ModelFormatError
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.tflite_check import checked
+
+    path = tmp_path / "body.tflite"
+    path.write_bytes(_changed(lite, _rnn_in_the_body, "loop"))
+    with pytest.raises(ModelFormatError) as refused:
+        checked(path, "body.tflite", memory=100_000)
+    line = str(refused.value)
+    assert line.endswith(
+        f"a UNIDIRECTIONAL_SEQUENCE_RNN, makes a tensor of [1, 2048, {U}] (262,144 bytes) when it "
+        "runs, more than the memory budget of 100,000, from what the WHILE loop of op 1 of "
+        "subgraph 0 carries into it; nothing was loaded"
+    ), line
+    assert checked(path, "body.tflite", memory=1 << 20)
+    for interpreter in _interpreters():
+        it = interpreter(model_path=str(path))
+        it.allocate_tensors()
+        (given,) = it.get_input_details()
+        it.set_tensor(given["index"], np.zeros(given["shape"], np.float32))
+        it.invoke()
+        shape = it.get_tensor(it.get_output_details()[-1]["index"])
+        assert shape.tolist() == [1, 2048, U], interpreter
+
+
+def _temporaries_as_allocated(path: Path) -> list[tuple[list, list]]:
+    """The temporaries the check counts for the ops of `path`'s main graph ((shape, bytes),
+    sorted), and, by interpreter, those it allocates (the tensors past the file's own)."""
+    from tests.test_tflite_converters import _interpreters
+    from tracer.load.lite_runtime import runtime
+    from tracer.load.tflite_check import _made, _scratch, checked
+
+    _, parsed = checked(path, path.name)
+    schema = runtime().schema()
+    found = _scratch(parsed, schema, 0, _made(parsed, schema, 0, 1 << 30))
+    counted = sorted((list(dims), nbytes) for _, _, dims, nbytes in found)
+    owned = len(parsed.subgraphs[0].tensors)
+    out = []
+    for interpreter in _interpreters():
+        it = interpreter(model_path=str(path))
+        it.allocate_tensors()
+        allocated = sorted(
+            (
+                [int(d) for d in t["shape"]],
+                float(np.prod(t["shape"]) * np.dtype(t["dtype"]).itemsize),
+            )
+            for t in it.get_tensor_details()
+            if t["index"] >= owned
+        )
+        out.append((counted, allocated))
+    return out
+
+
+def _batch_of(n: int):
+    def change(model, fb):
+        """The fused LSTM fed a batch of `n` sequences of one step, its states [n, H]."""
+        op = model.subgraphs[0].operators[0]
+        _fed(model, [n, 1, D])
+        for k in (18, 19):
+            model.subgraphs[0].tensors[int(op.inputs[k])].shape = np.array([n, H], np.int32)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "name, change",
+    [
+        ("fused", None),
+        ("quantised", None),
+        ("quantised", _rnn),
+        ("fused", _batch_of(1000)),
+    ],
+    ids=["float-lstm", "hybrid-lstm", "hybrid-rnn", "batch-of-1000"],
+)
+def test_the_temporaries_a_recurrent_op_needs_are_what_its_kernel_allocates(
+    lite, tmp_path, name, change
+):
+    """The temporaries the check counts for a fused LSTM (its scratch buffer), a hybrid one
+    (int8 matrices: its input and states quantised, accumulators, row sums, scaling vectors)
+    and a hybrid RNN are, shape for shape and byte for byte, those TensorFlow Lite's
+    interpreters allocate once they allocated the file (the oracle: the tensors they hold
+    past the file's own)."""
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(
+        _changed(lite, change, name) if change else (lite / f"{name}.tflite").read_bytes()
+    )
+    for counted, allocated in _temporaries_as_allocated(path):
+        assert counted == allocated
+
+
+def test_the_temporaries_a_recurrent_op_needs_are_counted(lite, tmp_path):
+    """A fused LSTM of a batch of 1,000 sequences needs a scratch buffer of [1000, 5H + 16]
+    (144,000 bytes; its output 16,000): past the budget, refused in one line naming it
+    (before: not counted); within it, accepted, and the interpreters give its output the
+    shape that buffer follows."""
+    says = (
+        f"op 0 of subgraph 0, a UNIDIRECTIONAL_SEQUENCE_LSTM, needs a scratch tensor of "
+        f"[1000, {5 * H + 16}] (144,000 bytes)"
+    )
+    data = _changed(lite, _batch_of(1000))
+    _grown_as_interpreted(tmp_path, data, 100_000, says, [1000, 1, H])
 
 
 def _computed_refusal(tmp_path: Path, data: bytes) -> str:

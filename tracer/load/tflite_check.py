@@ -22,7 +22,9 @@ these checks, each refused in one line naming the file:
     ops          every op a builtin TensorFlow Lite knows (a custom op, whose code the file
                  does not hold and gatetrace never loads, is refused by its name; an operator
                  code no builtin has, by its number), its opcode, tensors, a WHILE loop's
-                 subgraphs and a recurrent op's weights where they must be
+                 subgraphs and a recurrent op's weights where they must be; a recurrent op
+                 fed float32 whose outputs and states are float32 (its kernel writes them
+                 as float32, past the end of a narrower tensor's buffer)
     calls        the subgraphs' calls (WHILE cond and body, IF branches, CALL_ONCE) without
                  a cycle: a subgraph that calls itself again would recurse without end
     loops        every WHILE bounded as converters write it: its cond a counter compared
@@ -55,19 +57,25 @@ these checks, each refused in one line naming the file:
                  and of those (a chain of CONCATENATIONs doubling a tensor); and what a
                  WHILE loop carries as its body grows it at every iteration (a tensor
                  concatenated with itself), followed iteration by iteration (a loop whose
-                 shapes keep changing past 10,000 iterations is refused); what the ops whose
+                 shapes keep changing past 10,000 iterations is refused), and what its cond
+                 and body make of what it carries into them (the WHILE kernel resizes their
+                 inputs to it, whatever they declare); what the ops whose
                  output may hold more numbers than their inputs make, as their kernels'
                  Prepare computes it from their inputs' shapes and integers (PAD, PADV2,
                  MIRROR_PAD, ONE_HOT, SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
                  RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_DEPTH,
                  DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, EMBEDDING_LOOKUP, CONV_2D,
                  DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_TO_SPACE_ND, and WHERE at most
-                 every position of its condition: `_GROWN`), STRIDED_SLICE's and the
+                 every position of its condition, int64 whatever type the file declares:
+                 `_GROWN`), STRIDED_SLICE's and the
                  reductions' over constant axes (MEAN, SUM, REDUCE_*), each output of SPLIT,
                  SPLIT_V and UNPACK (`_PARTED`), and each of a recurrent op's (`RECURRENT`:
-                 the input's steps times the width its weights give, `_recurrent`), each
-                 fed into what the ops after it make; and the scratch tensor a CONV_2D
-                 needs (im2col, `_scratch`). A PAD, PADV2, MIRROR_PAD, ONE_HOT,
+                 the input's steps times the width its weights give, whatever the input's
+                 rank, `_recurrent`; one fed fewer dimensions than its kernel reads is
+                 refused), each fed into what the ops after it make; and the scratch
+                 tensors a CONV_2D and a recurrent op need (im2col; the temporaries of a
+                 recurrent kernel, float, hybrid or integer: `_scratch`). A PAD, PADV2,
+                 MIRROR_PAD, ONE_HOT,
                  RESIZE_*, SPACE_TO_BATCH_ND or TRANSPOSE_CONV whose paddings, depth, size
                  or output shape gatetrace cannot read (neither constants nor integers
                  computed from them and from shapes) is refused naming it: its kernel would
@@ -534,50 +542,96 @@ def _shapes_problem(model: Any, fb: Any, memory: int) -> str | None:
     """Why what the interpreter would make when it runs (`_made`) is refused: a tensor larger
     than the memory budget, or all of them together (None: neither is)."""
     total, first = 0.0, ""
-    for g, subgraph in enumerate(model.subgraphs):
-        found = _made(model, fb, g, memory)
-        for t, (k, kind, dims) in found.items():
-            nbytes = _nbytes(subgraph.tensors[t], dims, fb)
-            if nbytes > memory:
-                return (
-                    f"op {k} of subgraph {g}, a {kind}, makes a tensor of {dims} "
-                    f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
-                )
-            total += nbytes
-            first = first or f"op {k} of subgraph {g}, a {kind}"
-        for k, dims, nbytes in _scratch(model, fb, g, found):
-            if nbytes > memory:
-                return (
-                    f"op {k} of subgraph {g}, a CONV_2D, needs a scratch tensor of {dims} "
-                    f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
-                )
-            total += nbytes
-            first = first or f"op {k} of subgraph {g}, a CONV_2D"
-    if total > memory:
-        return (
-            f"the tensors its ops make when it runs (from {first} on) claim {total:,.0f} bytes "
-            f"together, more than the memory budget of {memory:,}"
-        )
-    return None
+    for g in range(len(model.subgraphs)):
+        why, nbytes, start = _budget(model, fb, g, _made(model, fb, g, memory), memory)
+        if why:
+            return why
+        total, first = total + nbytes, first or start
+    return _together(total, first, memory)
+
+
+def _budget(
+    model: Any,
+    fb: Any,
+    g: int,
+    found: dict[int, tuple[int, str, list[int]]],
+    memory: int,
+    given: dict[int, list[int]] | None = None,
+) -> tuple[str | None, float, str]:
+    """What the tensors `found` (`_made` of subgraph `g`, given the shapes `given` of its
+    inputs) and the scratch tensors its ops need (`_scratch`) take: why one of them is refused
+    (larger than the memory budget; None: none is), their bytes together, and the first op
+    that makes one. A WHERE's output is int64 whatever the file declares (where.cc sets its
+    type)."""
+    subgraph, total, first = model.subgraphs[g], 0.0, ""
+    for t, (k, kind, dims) in found.items():
+        nbytes = _nbytes(subgraph.tensors[t], dims, fb, 8 if kind == "WHERE" else None)
+        if nbytes > memory:
+            why = (
+                f"op {k} of subgraph {g}, a {kind}, makes a tensor of {dims} "
+                f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
+            )
+            return why, total, first
+        total += nbytes
+        first = first or f"op {k} of subgraph {g}, a {kind}"
+    for k, kind, dims, nbytes in _scratch(model, fb, g, found, given):
+        if nbytes > memory:
+            why = (
+                f"op {k} of subgraph {g}, a {kind}, needs a scratch tensor of {dims} "
+                f"({nbytes:,.0f} bytes) when it runs, more than the memory budget of {memory:,}"
+            )
+            return why, total, first
+        total += nbytes
+        first = first or f"op {k} of subgraph {g}, a {kind}"
+    return None, total, first
+
+
+def _together(total: float, first: str, memory: int) -> str | None:
+    """Why the tensors ops make together (`total` bytes, from `first` on) are refused (None:
+    they are not)."""
+    if total <= memory:
+        return None
+    return (
+        f"the tensors its ops make when it runs (from {first} on) claim {total:,.0f} bytes "
+        f"together, more than the memory budget of {memory:,}"
+    )
 
 
 def _scratch(
-    model: Any, fb: Any, g: int, found: dict[int, tuple[int, str, list[int]]]
-) -> list[tuple[int, list[int], float]]:
-    """The scratch tensor (im2col) each CONV_2D of subgraph `g` makes when it runs, where its
-    kernel needs one (conv.cc's IsIm2ColRequired: a stride, a dilation or a filter of more than
-    1 x 1): (op, shape, bytes), [batch, output height, output width, input depth x filter height
-    x filter width] of the input's type, from the shapes as the interpreter holds them (`found`,
-    `_made`'s, or as declared). Counted wherever some kernel would make it (the reference and
-    multithreaded kernels make none for float: an upper bound)."""
+    model: Any,
+    fb: Any,
+    g: int,
+    found: dict[int, tuple[int, str, list[int]]],
+    given: dict[int, list[int]] | None = None,
+) -> list[tuple[int, str, list[int], float]]:
+    """The scratch tensors the ops of subgraph `g` make when they run: (op, its kind, shape,
+    bytes), from the shapes as the interpreter holds them (`found`, `_made`'s; `given`, its
+    inputs' where a caller gives them; or as declared). A CONV_2D's im2col, where its kernel
+    needs one (conv.cc's IsIm2ColRequired: a stride, a dilation or a filter of more than
+    1 x 1): [batch, output height, output width, input depth x filter height x filter width]
+    of the input's type, counted wherever some kernel would make it (the reference and
+    multithreaded kernels make none for float: an upper bound); and the temporaries of a
+    recurrent op's kernel (`_temporaries`)."""
     subgraph, scratches = model.subgraphs[g], []
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
 
     def held(t: int) -> list[int]:
-        return found[t][2] if t in found else [int(d) for d in subgraph.tensors[t].shape]
+        if t in found:
+            return found[t][2]
+        if given is not None and t in given:
+            return given[t]
+        return [int(d) for d in subgraph.tensors[t].shape]
+
+    def type_of(t: int) -> str:
+        return types.get(subgraph.tensors[t].type, "")
 
     for k, op in enumerate(subgraph.operators):
-        options = op.builtinOptions
-        if op_name(model.operatorCodes[op.opcodeIndex], fb) != "CONV_2D" or options is None:
+        options, kind = op.builtinOptions, op_name(model.operatorCodes[op.opcodeIndex], fb)
+        if kind in RECURRENT:
+            for dims, size in _temporaries(kind, op, held, type_of):
+                scratches.append((k, kind, dims, math.prod(max(d, 0) for d in dims) * size))
+            continue
+        if kind != "CONV_2D" or options is None:
             continue
         if (
             len(op.inputs) < 2
@@ -597,14 +651,93 @@ def _scratch(
         if steps == (1, 1, 1, 1) and kernel[1] == kernel[2] == 1:
             continue
         dims = [*made[:3], image[3] * kernel[1] * kernel[2]]
-        scratches.append((k, dims, _nbytes(subgraph.tensors[int(op.inputs[0])], dims, fb)))
+        scratches.append((k, kind, dims, _nbytes(subgraph.tensors[int(op.inputs[0])], dims, fb)))
     return scratches
 
 
-def _nbytes(tensor: Any, dims: list[int], fb: Any) -> float:
-    """The bytes a tensor of the file's type (`tensor`'s) and shape `dims` takes."""
+# the input numbers of each direction of a recurrent op (LSTM: its input-to-output matrix,
+# input-to-input matrix, output state, cell state and projection; RNN: its input matrix and
+# hidden state), and of a bidirectional op's auxiliary input
+_DIRECTIONS: dict[str, list[tuple[int, ...]]] = {
+    "LSTM": [(4, 1, 18, 19, 16)],
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": [(4, 1, 18, 19, 16)],
+    "BIDIRECTIONAL_SEQUENCE_LSTM": [(4, 1, 35, 36, 16), (21, 18, 37, 38, 33)],
+    "RNN": [(1, 4)],
+    "UNIDIRECTIONAL_SEQUENCE_RNN": [(1, 4)],
+    "BIDIRECTIONAL_SEQUENCE_RNN": [(1, 4), (5, 8)],
+}
+_AUXILIARY = {"BIDIRECTIONAL_SEQUENCE_LSTM": 39, "BIDIRECTIONAL_SEQUENCE_RNN": 9}
+
+
+def _temporaries(
+    kind: str, op: Any, held: Callable[[int], list[int]], type_of: Callable[[int], str]
+) -> list[tuple[list[int], float]]:
+    """The temporaries a recurrent op's kernel makes in Prepare (tensorflow/lite/kernels
+    lstm.cc, unidirectional_sequence_lstm.cc, bidirectional_sequence_lstm.cc, basic_rnn.cc,
+    unidirectional_sequence_rnn.cc, bidirectional_sequence_rnn.cc), each (shape, bytes a
+    number), from its tensors' shapes (`held`) and types (`type_of`). For each direction of a
+    float LSTM, its scratch buffer [batch, 5 x cells + 16] (4 x cells without an input gate;
+    a bidirectional op's backward one without the 16); of a hybrid one (float input, int8
+    matrices) too, its states quantised, accumulators [cells, batch] (int32), row sums [8 (6
+    without an input gate) + the projection's rows / cells, cells], a vector of cells and
+    five of batch; of an integer one, six [batch, cells] (two more for the LSTM op's 8-bit
+    kernel); of a hybrid RNN, its state quantised and (a sequence op's) row sums [2 (3 with
+    an auxiliary input), units]. A hybrid op's input (and auxiliary input) quantised too, and
+    a hybrid RNN's vector of batch, and (a sequence op's) accumulators [its widest direction's
+    units, batch] and another vector of batch. None for the basic LSTM kernel (its
+    temporaries are its outputs), a float RNN, or where the input's shape is not known; at
+    most what they make (a bidirectional hybrid LSTM makes fewer vectors)."""
+    inputs = [int(t) for t in op.inputs]
+
+    def dims(at: int) -> list[int] | None:
+        return held(inputs[at]) if at < len(inputs) and inputs[at] >= 0 else None
+
+    first = dims(0)
+    if first is None or len(first) < 2 or (kind == "LSTM" and len(inputs) == 5):
+        return []
+    sequence = kind.startswith(("UNIDIRECTIONAL", "BIDIRECTIONAL"))
+    batch = first[1] if sequence and getattr(op.builtinOptions, "timeMajor", False) else first[0]
+    floats, auxiliary = type_of(inputs[0]) == "FLOAT32", dims(_AUXILIARY.get(kind, len(inputs)))
+    found: list[tuple[list[int], float]] = []
+    widest, hybrid = 0, False
+    for n, (matrix, *roles) in enumerate(_DIRECTIONS[kind]):
+        shape = dims(matrix)
+        if not shape:
+            continue
+        cells, quantised = shape[0], floats and type_of(inputs[matrix]) in ("INT8", "UINT8")
+        widest, hybrid = max(widest, cells), hybrid or quantised
+        if "RNN" in kind:
+            found += [(dims(roles[0]) or [batch, cells], 1.0)] if quantised else []
+            rows = 3 if auxiliary else 2
+            found += [([rows, cells], 4.0)] if quantised and sequence else []
+        elif not floats:  # the integer kernels
+            found += [([batch, cells], size) for size in (2.0, 2.0, 2.0, 2.0, 1.0, 4.0)]
+            found += [([batch, cells], 2.0)] * (2 if kind == "LSTM" else 0)
+        else:
+            gates = 4 if dims(roles[0]) is None else 5
+            found.append(([batch, gates * cells + (16 if n == 0 else 0)], 4.0))
+            if quantised:
+                projection = dims(roles[3])
+                rows = 2 * gates - 2 + (-(-projection[0] // cells) if projection and cells else 0)
+                for at in roles[1:3]:
+                    found.append((dims(at) or [batch, cells], 1.0))
+                found += [([rows, cells], 4.0), ([cells], 4.0), ([cells, batch], 4.0)]
+                found += [([batch], 4.0)] * 5
+    if hybrid:
+        found += [(d, 1.0) for d in (first, auxiliary) if d]
+        if "RNN" in kind:
+            found.append(([batch], 4.0))
+            found += [([widest, batch], 4.0), ([batch], 4.0)] if sequence else []
+    return found
+
+
+def _nbytes(tensor: Any, dims: list[int], fb: Any, size: float | None = None) -> float:
+    """The bytes a tensor of the file's type (`tensor`'s; `size` bytes a number where the
+    kernel sets it) and shape `dims` takes."""
     types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
-    return math.prod(max(d, 0) for d in dims) * _BYTES.get(types.get(tensor.type, ""), 1)
+    if size is None:
+        size = _BYTES.get(types.get(tensor.type, ""), 1)
+    return math.prod(max(d, 0) for d in dims) * size
 
 
 class _Unbounded(Exception):
@@ -723,7 +856,7 @@ def _made(
                     held[t], made[t] = part, (k, kind, part)
             continue
         if kind in RECURRENT:  # (their optional weights absent: a CIFG's input gate's)
-            widths = _recurrent(kind, op, shape)
+            widths = _recurrent(kind, op, shape, f"op {k} of subgraph {g}")
             for t, each in zip(outputs, widths or [], strict=False):
                 if t >= 0:
                     held[t], made[t] = each, (k, kind, each)
@@ -781,54 +914,71 @@ def _made(
 
 
 def _recurrent(
-    kind: str, op: Any, shape: Callable[[int], list[int] | None]
+    kind: str, op: Any, shape: Callable[[int], list[int] | None], where: str
 ) -> list[list[int]] | None:
     """The shapes a recurrent op (`RECURRENT`) gives its outputs, as its kernel's Prepare
     computes them (tensorflow/lite/kernels lstm.cc, unidirectional_sequence_lstm.cc,
     bidirectional_sequence_lstm.cc, basic_rnn.cc, unidirectional_sequence_rnn.cc,
-    bidirectional_sequence_rnn.cc): the input's shape with its last dimension the cell's
-    width, an LSTM's n_output (the second dimension of its recurrent-to-output matrix, input 8;
-    the backward one's, input 25) and an RNN's num_units (the first of its input matrix, input 1;
-    the backward one's, input 5); a bidirectional op's two outputs, or one of both widths where
-    it merges them (its backward RNN's output batch-major whatever the input). `shape` gives a
-    tensor's shape (None: not known). None where a shape is not known or the op is another
-    kernel (the LSTM of four outputs that takes its weights in one matrix)."""
+    bidirectional_sequence_rnn.cc), from its input's shape (`shape`: None where not known):
+    an LSTM's [batch, n_output], a sequence LSTM's input shape with its last dimension
+    n_output (the second dimension of its recurrent-to-output matrix, input 8, or the first of
+    a diagonal one, a vector; the backward one's, input 25), an RNN's [batch, num_units] (the
+    first dimension of its input matrix, input 1; the backward one's, input 5), a sequence
+    RNN's [its input's first two dimensions, num_units] whatever its input's rank; a
+    bidirectional op's two outputs each [its input's first two dimensions, its width] (as
+    the input is ordered, time-major or not), or one of both widths where it merges them; the
+    LSTM of the basic kernel's four (five inputs: its input [batch, depth], its previous
+    output [batch, units], its weights, bias and previous state): its output and state as its
+    previous ones, [batch, depth + units] and [batch, 4 x units]. None where a shape is not
+    known or its kernel would refuse them; an input of fewer dimensions than its kernel reads
+    (a sequence op's three, another's two: it would read past its shape) is refused, `where`
+    naming the op (_Unbounded)."""
     inputs = [int(t) for t in op.inputs]
 
-    def width(at: int, axis: int) -> int | None:
-        dims = shape(inputs[at]) if at < len(inputs) and inputs[at] >= 0 else None
-        return dims[axis] if dims is not None and len(dims) > axis else None
+    def dims(at: int) -> list[int] | None:
+        return shape(inputs[at]) if at < len(inputs) and inputs[at] >= 0 else None
 
-    first = shape(inputs[0]) if inputs and inputs[0] >= 0 else None
-    if not first:
+    def width(at: int, axis: int) -> int | None:
+        found = dims(at)
+        return found[axis] if found is not None and len(found) > axis else None
+
+    def n_output(at: int) -> int | None:  # (a diagonal matrix: a vector of n_cell)
+        found = dims(at)
+        return found[-1] if found is not None and len(found) in (1, 2) else None
+
+    first = dims(0)
+    if first is None:
         return None
+    reads = 3 if kind.startswith(("UNIDIRECTIONAL", "BIDIRECTIONAL")) else 2
+    if len(first) < reads:
+        raise _Unbounded(
+            f"{where}, a {kind}, is fed a tensor of {first}, where its kernel reads {reads} "
+            "dimensions (it would read past its shape); convert the model again"
+        )
     options = op.builtinOptions
-    merged = bool(getattr(options, "mergeOutputs", False))
+    if kind == "LSTM" and len(inputs) == 5:  # the basic kernel
+        output, state = dims(1), dims(4)
+        if len(first) != 2 or output is None or state is None or len(output) != 2:
+            return None
+        batch, depth = first[0], output[1]
+        return [output, state, [batch, first[1] + depth], [batch, 4 * depth]]
     if kind in ("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
-        n_output = width(8, 1) if len(inputs) >= 20 else None
-        return None if n_output is None else [[*first[:-1], n_output]]
-    if kind == "RNN" and len(first) == 2:
+        n = n_output(8) if len(inputs) >= 20 else None
+        return None if n is None else [[first[0], n] if kind == "LSTM" else [*first[:-1], n]]
+    if kind in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"):
         units = width(1, 0)
-        return None if units is None else [[first[0], units]]
-    if kind == "UNIDIRECTIONAL_SEQUENCE_RNN" and len(first) == 3:
-        units = width(1, 0)
-        return None if units is None else [[*first[:2], units]]
+        return None if units is None else [[*first[: reads - 1], units]]
     if len(first) != 3:
-        return None
+        return None  # (its kernel refuses it)
     if kind == "BIDIRECTIONAL_SEQUENCE_LSTM":
-        forward, backward = width(8, 1), width(25, 1)
-    elif kind == "BIDIRECTIONAL_SEQUENCE_RNN":
-        forward, backward = width(1, 0), width(5, 0)
+        forward, backward = n_output(8), n_output(25)
     else:
-        return None
+        forward, backward = width(1, 0), width(5, 0)
     if forward is None or backward is None:
         return None
-    if merged:
+    if getattr(options, "mergeOutputs", False):
         return [[*first[:2], forward + backward]]
-    back = first[:2]
-    if kind == "BIDIRECTIONAL_SEQUENCE_RNN" and getattr(options, "timeMajor", False):
-        back = back[::-1]  # [batch, time] whatever the input's order
-    return [[*first[:2], forward], [*back, backward]]
+    return [[*first[:2], forward], [*first[:2], backward]]
 
 
 def _shaped(
@@ -1128,13 +1278,41 @@ def _carried(
     it got it, one iteration says it; where it grows them by the same amount at each
     iteration, two (the rest follow: a CONCATENATION adds what it adds); otherwise, each
     iteration is followed until one is larger than the memory budget, at most `_FOLLOWED` of
-    them in a check (_Unbounded past them)."""
+    them in a check (_Unbounded past them). What the cond and the body make at each iteration
+    followed (and at the last, where the rest follow) is held within the memory budget as
+    their ops make it from what the loop carries (the WHILE kernel resizes their inputs to
+    it, whatever they declare: `_budget`; _Unbounded naming what is not)."""
     caller = model.subgraphs[g]
     op = caller.operators[k]
     number = op.builtinOptions.bodySubgraphIndex
     body = model.subgraphs[number]
     inputs, outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
-    args, ends = [int(t) for t in body.inputs], [int(t) for t in body.outputs]
+    ends = [int(t) for t in body.outputs]
+
+    def inside(shapes: list[Any]) -> tuple[dict[int, list[int]], dict[int, Any], str | None]:
+        """What the body is given (loop variables of `shapes`) and makes of it, and why what
+        the cond or the body makes of it is refused (None: it is not)."""
+        inner: dict[int, Any] = {}
+        refused = None
+        for sub in (op.builtinOptions.condSubgraphIndex, number):
+            arguments = [int(t) for t in model.subgraphs[sub].inputs]
+            given = {t: c for t, c in zip(arguments, shapes, strict=False) if c is not None}
+            inner = _made(model, fb, sub, memory, given, work)
+            why, nbytes, start = _budget(model, fb, sub, inner, memory, given)
+            why = why or _together(nbytes, start, memory)
+            if why and refused is None:
+                refused = (
+                    f"{why}, from what the WHILE loop of op {k} of subgraph {g} carries into it"
+                )
+        return given, inner, refused
+
+    def larger(shapes: list[Any]) -> bool:  # (than the memory budget: the check refuses it)
+        return any(
+            c is not None and _nbytes(caller.tensors[t], c, fb) > memory
+            for t, c in zip(inputs, shapes, strict=True)
+            if t >= 0
+        )
+
     carried = [shape(t) if t >= 0 else None for t in inputs]
     rows = max([c[0] for c in carried if c] or [1])
     count = _iterations(model, fb, g, op, rows, made)
@@ -1149,30 +1327,30 @@ def _carried(
                 f"past the {_FOLLOWED:,} iterations gatetrace follows; it runs no loop whose tensors "
                 "it cannot bound"
             )
-        given = {t: c for t, c in zip(args, carried, strict=False) if c is not None}
-        inner = _made(model, fb, number, memory, given, work)
+        given, inner, refused = inside(carried)
         new = [
             inner[ends[n]][2] if n < len(ends) and ends[n] in inner else
             given.get(ends[n], c) if n < len(ends) else c
             for n, c in enumerate(carried)
         ]  # fmt: skip
         done += 1
+        change = _change(carried, new)
+        if new != carried and larger(new):
+            carried = new
+            break  # (what it gives back is refused, naming the loop)
+        if refused:
+            raise _Unbounded(refused)
         if new == carried:
             break
-        change = _change(carried, new)
         carried = new
-        if any(
-            c is not None and _nbytes(caller.tensors[t], c, fb) > memory
-            for t, c in zip(inputs, carried, strict=True)
-            if t >= 0
-        ):
-            break  # (the check refuses it)
         if change == step and change is not None and all(e >= 0 for by in change for e in by):
-            # grown by as much at every iteration
-            carried = [
-                [d + (iterations - done) * e for d, e in zip(c or [], by, strict=True)]
-                for c, by in zip(carried, change, strict=True)
-            ]  # (each known: `_change` says so)
+            # grown by as much at every iteration: the last is given what the one before
+            # gives back
+            last = _after(carried, change, iterations - done - 1)
+            carried = _after(carried, change, iterations - done)
+            refused = inside(last)[2] if done < iterations and not larger(carried) else None
+            if refused:
+                raise _Unbounded(refused)
             break
         step = change
     return {
@@ -1185,6 +1363,14 @@ def _carried(
         for n, (t, c) in enumerate(zip(outputs, carried, strict=False))
         if c is not None and t >= 0
     }
+
+
+def _after(shapes: list[Any], change: list[list[int]], n: int) -> list[Any]:
+    """`shapes` (each known: `_change` says so) grown `n` times by `change`."""
+    return [
+        [d + n * e for d, e in zip(c, by, strict=True)]
+        for c, by in zip(shapes, change, strict=True)
+    ]
 
 
 def _change(before: list[Any], after: list[Any]) -> list[list[int]] | None:
@@ -1249,12 +1435,50 @@ def _ops_problem(model: Any, fb: Any) -> str | None:
                     return (
                         f"{where}, a {kind}, has no [units, inputs] weights where the op reads them"
                     )
+                why = _written_as_floats(kind, op, subgraph, fb)
+                if why:
+                    return f"{where}, a {kind} fed float32, {why}"
     main = subgraphs[0]
     if any(
         not 0 <= int(t) < len(main.tensors or [])
         for t in (main.inputs if main.inputs is not None else [])
     ):
         return "its main subgraph names an input outside its tensors"
+    return None
+
+
+# the inputs a recurrent op's kernel writes (its states), by kind
+_STATES = {
+    "LSTM": (18, 19),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (18, 19),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": (35, 36, 37, 38),
+    "RNN": (4,),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": (4,),
+    "BIDIRECTIONAL_SEQUENCE_RNN": (4, 8),
+}
+
+
+def _written_as_floats(kind: str, op: Any, subgraph: Any, fb: Any) -> str | None:
+    """Why a recurrent op fed float32 is refused: a tensor its kernel writes as float32 (each
+    output, each state) of another type, whose buffer the interpreter sizes by that type (its
+    kernel would write 4 bytes a number where the buffer holds fewer, past its end); None
+    where none is, or the op is not fed float32 (the basic LSTM kernel checks its types)."""
+    inputs, outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+    if not inputs or inputs[0] < 0 or subgraph.tensors[inputs[0]].type != _FLOAT32:
+        return None
+    if kind == "LSTM" and len(inputs) == 5:
+        return None
+    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    written = [("output", t) for t in outputs]
+    written += [("state", inputs[a]) for a in _STATES[kind] if a < len(inputs)]
+    for role, t in written:
+        if t >= 0 and subgraph.tensors[t].type != _FLOAT32:
+            kind_of = types.get(subgraph.tensors[t].type, str(subgraph.tensors[t].type))
+            return (
+                f"has the {role} {_name(subgraph, t)} of type {kind_of}, which its kernel writes as "
+                "float32 (4 bytes a number, past the end of the buffer the interpreter gives it); "
+                "convert the model again"
+            )
     return None
 
 
