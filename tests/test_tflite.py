@@ -2001,6 +2001,8 @@ GROWN_MORE = {
         ],
         [8192],
     ),
+    # (a vector of 96 made the diagonal of a [96, 96] matrix: matrix_diag.cc)
+    "matrix-diag": ([("MATRIX_DIAG", [_f(96)], None)], [96, 96]),
 }  # fmt: skip
 GROWN.update(GROWN_MORE)
 
@@ -2008,8 +2010,8 @@ GROWN.update(GROWN_MORE)
 @pytest.mark.parametrize("case", list(GROWN))
 def test_what_an_op_makes_is_what_its_kernel_makes_whatever_the_file_declares(lite, tmp_path, case):
     """PAD, PADV2, MIRROR_PAD, ONE_HOT, SLICE, STRIDED_SLICE, GATHER, GATHER_ND, RESIZE_BILINEAR,
-    RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_BATCH_ND and
-    DEPTH_TO_SPACE, each output declared [1], on constants (and on what an op before makes):
+    RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_BATCH_ND,
+    DEPTH_TO_SPACE and MATRIX_DIAG, each output declared [1], on constants (and on what an op before makes):
     past the budget, refused in one line naming the shape TensorFlow Lite's interpreters give
     it (the oracle: read from each interpreter once it ran the file), before anything runs
     (before: taken at [1], then allocated as its kernel computes it); within it, accepted."""

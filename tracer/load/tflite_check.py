@@ -66,8 +66,8 @@ these checks, each refused in one line naming the file:
                  RESIZE_NEAREST_NEIGHBOR, FULLY_CONNECTED, BATCH_MATMUL, SPACE_TO_DEPTH,
                  DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, EMBEDDING_LOOKUP, CONV_2D,
                  DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_TO_SPACE_ND, and WHERE at most
-                 every position of its condition, int64 whatever type the file declares:
-                 `_GROWN`), STRIDED_SLICE's and the
+                 every position of its condition, int64 whatever type the file declares,
+                 MATRIX_DIAG: `_GROWN`), STRIDED_SLICE's and the
                  reductions' over constant axes (MEAN, SUM, REDUCE_*), each output of SPLIT,
                  SPLIT_V and UNPACK (`_PARTED`), and each of a recurrent op's (`RECURRENT`:
                  the input's steps times the width its weights give, whatever the input's
@@ -775,7 +775,7 @@ _GROWN = frozenset(
     """
     PAD PADV2 MIRROR_PAD ONE_HOT SLICE GATHER GATHER_ND RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR
     FULLY_CONNECTED BATCH_MATMUL SPACE_TO_DEPTH DEPTH_TO_SPACE SPACE_TO_BATCH_ND
-    EMBEDDING_LOOKUP CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV BATCH_TO_SPACE_ND WHERE
+    EMBEDDING_LOOKUP CONV_2D DEPTHWISE_CONV_2D TRANSPOSE_CONV BATCH_TO_SPACE_ND WHERE MATRIX_DIAG
     """.split()
 )
 # ops of several outputs, each a part of their input, whose shapes `_parted` computes
@@ -1033,8 +1033,9 @@ def _grown(
     their kernels' Prepare computes it (tensorflow/lite/kernels/pad.cc, mirror_pad.cc,
     one_hot.cc, slice.cc, gather.cc, gather_nd.cc, resize_bilinear.cc,
     resize_nearest_neighbor.cc, fully_connected.cc, batch_matmul.cc, space_to_depth.cc,
-    depth_to_space.cc, space_to_batch_nd.cc, reduce.cc); None for another op, or where its
-    kernel would refuse its inputs, or an input's shape or integers are not known."""
+    depth_to_space.cc, space_to_batch_nd.cc, reduce.cc, matrix_diag.cc); None for another
+    op, or where its kernel would refuse its inputs, or an input's shape or integers are not
+    known."""
     first, options, inputs = shapes[0], op.builtinOptions, [int(t) for t in op.inputs]
     assert first is not None  # (`_shaped` said so)
     rank = len(first)
@@ -1081,6 +1082,8 @@ def _grown(
         return [batch, *(s // b for s, b in zip(spatial, block, strict=True)), *first[1 + n :]]
     if kind == "WHERE":  # at most every position of its condition, each as `rank` int64s (where.cc)
         return [math.prod(first), rank]
+    if kind == "MATRIX_DIAG":  # each vector the diagonal of a square matrix (matrix_diag.cc)
+        return [*first, first[-1]] if first else None
     if second is None:
         return None
     if kind == "GATHER":
