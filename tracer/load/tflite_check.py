@@ -165,7 +165,7 @@ def checked(path: Path, source: str, memory: int | None = None) -> tuple[bytes, 
 
 def _problem(model: Any, fb: Any, memory: int) -> str | None:
     """Why the parsed model is refused (None: it is not): see the module docstring."""
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    types = _type_names(fb)
     buffers = model.buffers or []
     total = 0.0
     for code in model.operatorCodes or []:
@@ -321,7 +321,7 @@ def _name(subgraph: Any, tensor: int) -> str:
 def _loops_problem(model: Any, fb: Any, memory: int) -> str | None:
     """Why a WHILE loop is refused: one the file does not bound, or one that would copy more
     than `_COPIED` times the memory budget (see the module docstring)."""
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    types = _type_names(fb)
     for g, subgraph in enumerate(model.subgraphs):
         found = _made(model, fb, g, memory)
         made = {t: dims for t, (_, kind, dims) in found.items() if kind in _SIZED}
@@ -613,7 +613,7 @@ def _scratch(
     multithreaded kernels make none for float: an upper bound); and the temporaries of a
     recurrent op's kernel (`_temporaries`)."""
     subgraph, scratches = model.subgraphs[g], []
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    types = _type_names(fb)
 
     def held(t: int) -> list[int]:
         if t in found:
@@ -731,10 +731,16 @@ def _temporaries(
     return found
 
 
+@functools.cache
+def _type_names(fb: Any) -> dict[int, str]:
+    """The schema's tensor type names (`FLOAT32`, ...) by number."""
+    return {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+
+
 def _nbytes(tensor: Any, dims: list[int], fb: Any, size: float | None = None) -> float:
     """The bytes a tensor of the file's type (`tensor`'s; `size` bytes a number where the
     kernel sets it) and shape `dims` takes."""
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    types = _type_names(fb)
     if size is None:
         size = _BYTES.get(types.get(tensor.type, ""), 1)
     return math.prod(max(d, 0) for d in dims) * size
@@ -1471,7 +1477,7 @@ def _written_as_floats(kind: str, op: Any, subgraph: Any, fb: Any) -> str | None
         return None
     if kind == "LSTM" and len(inputs) == 5:
         return None
-    types = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    types = _type_names(fb)
     written = [("output", t) for t in outputs]
     written += [("state", inputs[a]) for a in _STATES[kind] if a < len(inputs)]
     for role, t in written:
